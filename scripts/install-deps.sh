@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Install the host packages Lazaret drives. Idempotent: prints only what it changes.
+# Runs as root, or re-executes itself with sudo.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+    exec sudo -- "$0" "$@"
+fi
+
+say() { printf 'install-deps: %s\n' "$*"; }
+
+. /etc/os-release
+codename=${VERSION_CODENAME:?cannot read VERSION_CODENAME from /etc/os-release}
+
+# runsc >= 20240729 lives in backports on bookworm. Reuse the Debian mirror
+# that apt already uses rather than naming one here.
+runsc_min=20240729
+need_backports=0
+if [ "$codename" = bookworm ]; then
+    need_backports=1
+fi
+
+mirror_uri() {
+    local f uri
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        uri=$(awk '
+            /^[[:space:]]*$/ { if (deb && suite && uri != "") { print uri; exit } ; deb=0; suite=0; uri=""; next }
+            /^Types:/ && /deb( |$)/ { deb=1 }
+            /^URIs:/ { uri=$2 }
+            /^Suites:/ { for (i=2;i<=NF;i++) if ($i == c) suite=1 }
+            END { if (deb && suite && uri != "") print uri }' c="$codename" "$f" | head -n1)
+        if [ -n "$uri" ]; then printf '%s\n' "$uri"; return 0; fi
+    done
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        uri=$(awk -v c="$codename" '$1=="deb" && $3==c { print $2; exit }' "$f")
+        if [ -n "$uri" ]; then printf '%s\n' "$uri"; return 0; fi
+    done
+    return 1
+}
+
+updated=0
+apt_update() {
+    if [ "$updated" -eq 0 ]; then
+        say "apt-get update"
+        apt-get update -qq
+        updated=1
+    fi
+}
+
+if [ "$need_backports" -eq 1 ]; then
+    bp=/etc/apt/sources.list.d/lazaret-backports.sources
+    if ! grep -rqs -- "${codename}-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        uri=$(mirror_uri) || { say "cannot find the configured Debian mirror for $codename in /etc/apt"; exit 1; }
+        say "adding ${codename}-backports from $uri to $bp"
+        cat > "$bp" <<SRC
+Types: deb
+URIs: $uri
+Suites: ${codename}-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+        updated=0
+    fi
+fi
+
+pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap git tmux iproute2 procps
+      util-linux ca-certificates pkg-config libssl-dev python3 hyperfine)
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    apt_update
+    say "installing: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+runsc_version() {
+    command -v runsc >/dev/null 2>&1 || { echo 0; return; }
+    runsc --version 2>/dev/null | awk '/runsc version/ { v=$3; sub(/^.*~/, "", v); sub(/^release-/, "", v); sub(/\..*/, "", v); print v; exit }'
+}
+rv=$(runsc_version)
+if [ "${rv:-0}" -lt "$runsc_min" ] 2>/dev/null || [ -z "$rv" ]; then
+    apt_update
+    if [ "$need_backports" -eq 1 ]; then
+        say "installing runsc from ${codename}-backports"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t "${codename}-backports" runsc >/dev/null
+    else
+        say "installing runsc"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runsc >/dev/null
+    fi
+    rv=$(runsc_version)
+fi
+if [ "${rv:-0}" -lt "$runsc_min" ] 2>/dev/null; then
+    say "runsc version ${rv:-none} is older than $runsc_min; Lazaret needs $runsc_min or newer"
+    exit 1
+fi
+
+# Device nodes: no udev here, so they may be root-only. Stock udev uses 0666.
+for dev in /dev/net/tun /dev/fuse; do
+    if [ -c "$dev" ] && [ "$(stat -c %a "$dev")" != 666 ]; then
+        say "chmod 0666 $dev"
+        chmod 0666 "$dev"
+    fi
+done
+
+say "ok (runsc $rv)"

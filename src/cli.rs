@@ -1,0 +1,745 @@
+//! The Client CLI: argument parsing, the public commands, and the client
+//! side of a session. Hidden subcommands `__coordinator` and `__supervisor`
+//! are Lazaret re-executing itself in its other process roles.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::config::{self, ImageSource};
+use crate::coordinator;
+use crate::domain;
+use crate::image;
+use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg};
+use crate::paths::{self, DomainPaths};
+use crate::supervisor;
+use crate::sys;
+
+/// Exit codes of Lazaret's own failures (a session's exit status is the
+/// sandboxed command's).
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_FAILURE: i32 = 125;
+
+const USAGE: &str = "\
+usage: lazaret <command> [options]
+
+commands:
+  run [--profile P] [--workspace DIR] [-- CMD ARGS...]
+                       open a shell (or run CMD) in the Domain's sandbox
+  ps [--json]          list running Domains and their sessions
+  stop [--profile P] [--workspace DIR]
+                       stop a running Domain (its sessions are told why)
+  image build [--quiet]
+                       build the default base image (debootstrap + umoci)
+  doctor [--json]      check host prerequisites and print fixes
+  version              print the version
+";
+
+/// A failure of the CLI: a message and an exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub msg: String,
+}
+
+impl Failure {
+    fn usage(msg: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_USAGE,
+            msg: msg.into(),
+        }
+    }
+    fn runtime(msg: impl Into<String>) -> Failure {
+        Failure {
+            code: EXIT_FAILURE,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+
+macro_rules! usage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Failure {
+            fn from(e: $t) -> Failure { Failure::usage(e.to_string()) }
+        }
+    )*};
+}
+usage_from!(
+    config::ConfigError,
+    domain::DomainError,
+    paths::PathError,
+    pico_args::Error
+);
+
+pub fn main() -> i32 {
+    let mut raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let cmd = raw.first().and_then(|a| a.to_str()).map(String::from);
+    if cmd.is_some() {
+        raw.remove(0);
+    }
+    // The internal roles log to stderr (the coordinator log file).
+    if matches!(cmd.as_deref(), Some("__coordinator") | Some("__supervisor")) {
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+            .format_timestamp_millis()
+            .init();
+    }
+    let result = match cmd.as_deref() {
+        Some("run") => cmd_run(raw),
+        Some("ps") => cmd_ps(raw),
+        Some("stop") => cmd_stop(raw),
+        Some("image") => cmd_image(raw),
+        Some("doctor") => cmd_doctor(raw),
+        Some("version") | Some("--version") => {
+            println!("lazaret {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        Some("help") | Some("--help") | Some("-h") => {
+            print!("{USAGE}");
+            Ok(0)
+        }
+        Some("__coordinator") => internal_coordinator(raw),
+        Some("__supervisor") => internal_supervisor(raw),
+        Some(other) => Err(Failure::usage(format!("unknown command {other:?}: see `lazaret help`"))),
+        None => Err(Failure::usage(format!("a command is required\n{USAGE}"))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            restore_terminal();
+            eprintln!("lazaret: {}", f.msg);
+            f.code
+        }
+    }
+}
+
+fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
+    let rest = args.finish();
+    if let Some(a) = rest.first() {
+        return Err(Failure::usage(format!(
+            "unknown argument {:?}: see `lazaret help`",
+            a.to_string_lossy()
+        )));
+    }
+    Ok(())
+}
+
+/// Lazaret never runs a sandbox as host root (SR-1).
+fn refuse_root() -> Result<(), Failure> {
+    if sys::geteuid() == 0 || sys::getuid() == 0 {
+        return Err(Failure::usage(
+            "refusing to run as root: Lazaret runs sandboxes rootless; run it as your normal user \
+             (scripts/lazaret-here does this for you under sudo)",
+        ));
+    }
+    Ok(())
+}
+
+/// Everything a command needs to know about one Domain.
+struct Resolved {
+    cfg: config::Config,
+    profile: config::Profile,
+    workspace: PathBuf,
+    domain_id: String,
+    storage: PathBuf,
+    paths: DomainPaths,
+}
+
+fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
+    let cfg = config::load(&config::config_path())?;
+    let name = profile.unwrap_or_else(|| "default".into());
+    let profile = cfg.profile(&name)?.clone();
+    let dir = match workspace {
+        Some(w) => {
+            if !w.exists() {
+                return Err(Failure::usage(format!(
+                    "workspace {} does not exist: pass an existing directory to --workspace",
+                    w.display()
+                )));
+            }
+            w
+        }
+        None => {
+            std::env::current_dir().map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?
+        }
+    };
+    let workspace = domain::canonical_workspace(&dir)?;
+    config::check_location(&cfg.path, &workspace, &profile.volumes)?;
+    let storage = paths::storage_root()?;
+    let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    paths::ensure_private_dir(&storage)?;
+    paths::ensure_private_dir(&runtime)?;
+    let domain_id = domain::domain_id(&profile.name, &workspace);
+    let paths = DomainPaths::new(&storage, &runtime, &domain_id);
+    Ok(Resolved {
+        cfg,
+        profile,
+        workspace,
+        domain_id,
+        storage,
+        paths,
+    })
+}
+
+// ---- run ------------------------------------------------------------------------
+
+fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let (opts, cmd) = match raw.iter().position(|a| a == "--") {
+        Some(i) => (raw[..i].to_vec(), raw[i + 1..].to_vec()),
+        None => (raw, Vec::new()),
+    };
+    let mut args = pico_args::Arguments::from_vec(opts);
+    let profile: Option<String> = args.opt_value_from_str("--profile")?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let quiet = args.contains("--quiet");
+    finish_args(args)?;
+    let argv: Vec<String> = cmd
+        .into_iter()
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
+        })
+        .collect::<Result<_, _>>()?;
+    refuse_root()?;
+    let r = resolve(profile, workspace)?;
+    // A missing image is bad input, reported before anything starts.
+    if matches!(r.profile.image, ImageSource::Default)
+        && !image::images_dir(&r.storage).join("default/index.json").exists()
+    {
+        return Err(Failure::usage(format!(
+            "the default image is not built yet: run `lazaret image build` (it goes to {})",
+            image::images_dir(&r.storage).join("default").display()
+        )));
+    }
+    let stream = connect_or_start(&r, quiet)?;
+    session(stream, &r, argv)
+}
+
+/// Joins the published coordinator, or becomes the one that starts it by
+/// winning the Domain lock. Losers wait for publication (OR-1).
+fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
+    r.paths.ensure()?;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut progress = image::Progress::new(quiet);
+    let mut waited = false;
+    loop {
+        match UnixStream::connect(r.paths.socket()) {
+            Ok(s) => return Ok(s),
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {}
+            Err(e) => {
+                return Err(Failure::runtime(format!(
+                    "cannot connect to {}: {e}",
+                    r.paths.socket().display()
+                )))
+            }
+        }
+        if let Some(lock) = try_domain_lock(&r.paths.lock())? {
+            start_coordinator(r, lock, &mut progress)?;
+            continue;
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::runtime(
+                "the Domain is locked by another lazaret but was never published: \
+                 check `lazaret ps`, or stop the other process",
+            ));
+        }
+        if !waited {
+            progress.step("waiting for the Domain to start");
+            waited = true;
+        }
+        std::thread::sleep(Duration::from_millis(15));
+    }
+}
+
+/// The Domain lock, if we win it on the file that is still at its path.
+fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| Failure::runtime(format!("cannot open the Domain lock {}: {e}", path.display())))?;
+    if !sys::try_lock_exclusive(&f).map_err(|e| Failure::runtime(format!("flock {}: {e}", path.display())))? {
+        return Ok(None);
+    }
+    // A coordinator unlinks the lock file at teardown while holding it: a
+    // lock on an unlinked inode is worth nothing.
+    let same = match (f.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    };
+    Ok(same.then_some(f))
+}
+
+fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -> Result<(), Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot locate lazaret: {e}")))?;
+    let (start_rd, start_wr) = sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?;
+    let log = coordinator::open_log(&r.paths.log())
+        .map_err(|e| Failure::runtime(format!("cannot open {}: {e}", r.paths.log().display())))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg0("lazaret:[coordinator]")
+        .arg("__coordinator")
+        .arg("--profile")
+        .arg(&r.profile.name)
+        .arg("--workspace")
+        .arg(&r.workspace)
+        .arg("--config")
+        .arg(&r.cfg.path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    let (l, s) = (lock.as_raw_fd(), start_wr.as_raw_fd());
+    // SAFETY: between fork and exec only async-signal-safe calls; the extra
+    // fork detaches the coordinator so it is never our zombie.
+    unsafe {
+        cmd.pre_exec(move || {
+            sys::reset_signals();
+            sys::setsid()?;
+            sys::install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])?;
+            match sys::fork()? {
+                0 => Ok(()),
+                _ => sys::exit_now(0),
+            }
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::runtime(format!("cannot start the coordinator: {e}")))?;
+    let _ = child.wait();
+    drop(start_wr);
+    drop(lock);
+    let mut lines = io::BufReader::new(File::from(start_rd)).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(p) = line.strip_prefix("progress ") {
+                    progress.step(p);
+                } else if line == "ready" {
+                    progress.done();
+                    return Ok(());
+                } else if let Some(e) = line.strip_prefix("error ") {
+                    progress.done();
+                    return Err(Failure::runtime(e.to_string()));
+                }
+            }
+            _ => {
+                progress.done();
+                return Err(Failure::runtime(format!(
+                    "the coordinator exited during startup; see {}",
+                    r.paths.log().display()
+                )));
+            }
+        }
+    }
+}
+
+// The terminal mode to restore on every exit path, including a panic.
+static SAVED_TERM: Mutex<Option<sys::TermMode>> = Mutex::new(None);
+
+fn restore_terminal() {
+    if let Ok(mut g) = SAVED_TERM.lock() {
+        if let Some(m) = g.take() {
+            m.restore();
+        }
+    }
+}
+
+fn hello(r: &Resolved) -> ClientMsg {
+    ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: r.profile.name.clone(),
+        fingerprint: r.profile.fingerprint(),
+    }
+}
+
+fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<i32, Failure> {
+    let tty = sys::isatty(0) && sys::isatty(1);
+    let size = if tty {
+        sys::get_winsize(0).or_else(|| sys::get_winsize(1))
+    } else {
+        None
+    };
+    let mut env = Vec::new();
+    if let Ok(t) = std::env::var("TERM") {
+        env.push(("TERM".to_string(), t));
+    }
+    let cwd = std::env::current_dir()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .to_string();
+    let lost = |e: io::Error| Failure::runtime(format!("lost the connection to the coordinator: {e}"));
+    ipc::send(&mut stream, &hello(r)).map_err(lost)?;
+    let open = ClientMsg::Open {
+        argv,
+        env,
+        cwd,
+        tty: if tty {
+            Some(size.map_or(ipc::WinSize { rows: 24, cols: 80 }, |w| ipc::WinSize {
+                rows: w.rows,
+                cols: w.cols,
+            }))
+        } else {
+            None
+        },
+    };
+    ipc::send(&mut stream, &open).map_err(lost)?;
+    let mut reader = FrameReader::default();
+    match reader.recv::<ServerMsg>(&mut stream) {
+        Ok(ServerMsg::Welcome { .. }) => {}
+        Ok(ServerMsg::Refused { reason }) => return Err(Failure::usage(reason)),
+        Ok(other) => {
+            return Err(Failure::runtime(format!(
+                "unexpected reply from the coordinator: {other:?}"
+            )))
+        }
+        Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
+    }
+    let signals = sys::signal_pipe(&[
+        libc::SIGWINCH,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTSTP,
+        libc::SIGTERM,
+        libc::SIGHUP,
+    ])
+    .map_err(|e| Failure::runtime(format!("signal pipe: {e}")))?;
+    if tty {
+        let mode = sys::TermMode::make_raw(0).map_err(|e| Failure::runtime(format!("cannot set raw mode: {e}")))?;
+        *SAVED_TERM.lock().unwrap() = Some(mode);
+        std::panic::set_hook(Box::new(|info| {
+            restore_terminal();
+            eprintln!("lazaret: internal error: {info}");
+        }));
+    }
+    let code = pump(&mut stream, &mut reader, signals.as_raw_fd(), tty);
+    restore_terminal();
+    code
+}
+
+/// Moves bytes between the terminal and the coordinator until the session
+/// ends. Returns the session's exit status.
+fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: bool) -> Result<i32, Failure> {
+    let sock = stream.as_raw_fd();
+    let mut stdin_open = true;
+    let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
+    loop {
+        let mut fds = vec![
+            sys::PollFd::new(sock, libc::POLLIN),
+            sys::PollFd::new(signals, libc::POLLIN),
+        ];
+        if stdin_open {
+            fds.push(sys::PollFd::new(0, libc::POLLIN));
+        }
+        sys::poll(&mut fds, -1).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
+        if fds[1].readable() {
+            for sig in sys::drain_signals(signals) {
+                let msg = match sig {
+                    libc::SIGWINCH => sys::get_winsize(0).map(|w| {
+                        ClientMsg::Resize(ipc::WinSize {
+                            rows: w.rows,
+                            cols: w.cols,
+                        })
+                    }),
+                    libc::SIGTERM | libc::SIGHUP => {
+                        restore_terminal();
+                        return Ok(128 + sig);
+                    }
+                    s => Some(ClientMsg::Signal(s as u8)),
+                };
+                if let Some(m) = msg {
+                    let _ = ipc::send(stream, &m);
+                }
+            }
+        }
+        if stdin_open && fds[2].readable() {
+            match sys::read(0, &mut buf) {
+                Ok(0) => {
+                    stdin_open = false;
+                    let _ = ipc::send(stream, &ClientMsg::StdinEof);
+                }
+                Ok(n) => {
+                    let _ = ipc::send(stream, &ClientMsg::Stdin(buf[..n].to_vec()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    stdin_open = false;
+                    let _ = ipc::send(stream, &ClientMsg::StdinEof);
+                }
+            }
+        }
+        if fds[0].readable() {
+            if let Err(e) = reader.fill(stream) {
+                restore_terminal();
+                return Err(Failure::runtime(format!(
+                    "lost the connection to the coordinator ({e}); the session is gone"
+                )));
+            }
+            loop {
+                match reader.next::<ServerMsg>() {
+                    Ok(Some(ServerMsg::Stdout(d))) => {
+                        let _ = sys::write_all(1, &d);
+                    }
+                    Ok(Some(ServerMsg::Stderr(d))) => {
+                        let _ = sys::write_all(2, &d);
+                    }
+                    Ok(Some(ServerMsg::Exit { code })) => return Ok(code),
+                    Ok(Some(ServerMsg::Closing { reason })) => {
+                        restore_terminal();
+                        if tty {
+                            eprint!("\r\n");
+                        }
+                        return Err(Failure::runtime(format!("session closed: {reason}")));
+                    }
+                    Ok(Some(other)) => {
+                        return Err(Failure::runtime(format!(
+                            "unexpected message from the coordinator: {other:?}"
+                        )))
+                    }
+                    Ok(None) => break,
+                    Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
+                }
+            }
+        }
+    }
+}
+
+// ---- ps / stop ----------------------------------------------------------------------
+
+/// Asks a published coordinator for its status.
+fn query_status(sock: &Path) -> Option<ipc::StatusInfo> {
+    let mut s = UnixStream::connect(sock).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    // A Hello without profile is an observer's: it may only ask for status.
+    let hello = ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: String::new(),
+        fingerprint: String::new(),
+    };
+    ipc::send(&mut s, &hello).ok()?;
+    ipc::send(&mut s, &ClientMsg::Status).ok()?;
+    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
+        ServerMsg::Status(st) => Some(st),
+        _ => None,
+    }
+}
+
+fn runtime_root_for_queries() -> Result<PathBuf, Failure> {
+    let cfg = config::load(&config::config_path())?;
+    Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
+}
+
+fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let json = args.contains("--json");
+    finish_args(args)?;
+    let root = runtime_root_for_queries()?;
+    let mut all = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&root) {
+        for e in rd.flatten() {
+            let sock = e.path().join("hc.sock");
+            if sock.exists() {
+                if let Some(st) = query_status(&sock) {
+                    all.push(st);
+                }
+            }
+        }
+    }
+    all.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
+    if json {
+        println!("{}", status_json(&all));
+    } else if all.is_empty() {
+        println!("no running Domains");
+    } else {
+        for st in &all {
+            println!(
+                "{}  {}  {}  generation {}  {}  coordinator {} (pid {})  supervisor pid {}  runsc pid {}",
+                st.domain_id,
+                st.profile,
+                st.workspace,
+                st.generation,
+                st.phase,
+                st.coordinator_id,
+                st.coordinator_pid,
+                st.supervisor_pid,
+                st.runsc_pid
+            );
+            for s in &st.sessions {
+                println!(
+                    "    session {}  {}  client pid {}  exec pid {}{}",
+                    s.session_id,
+                    s.argv0,
+                    s.client_pid,
+                    s.exec_pid,
+                    if s.tty { "  tty" } else { "" }
+                );
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn status_json(all: &[ipc::StatusInfo]) -> String {
+    use crate::plan::Json;
+    Json::Arr(
+        all.iter()
+            .map(|st| {
+                Json::Obj(vec![
+                    ("domain_id", Json::s(&st.domain_id)),
+                    ("profile", Json::s(&st.profile)),
+                    ("workspace", Json::s(&st.workspace)),
+                    ("generation", Json::Num(st.generation as i64)),
+                    ("phase", Json::s(&st.phase)),
+                    ("coordinator_id", Json::s(&st.coordinator_id)),
+                    ("coordinator_pid", Json::Num(st.coordinator_pid as i64)),
+                    ("supervisor_pid", Json::Num(st.supervisor_pid as i64)),
+                    ("runsc_pid", Json::Num(st.runsc_pid as i64)),
+                    ("sandbox_id", Json::s(&st.sandbox_id)),
+                    (
+                        "sessions",
+                        Json::Arr(
+                            st.sessions
+                                .iter()
+                                .map(|s| {
+                                    Json::Obj(vec![
+                                        ("session_id", Json::s(&s.session_id)),
+                                        ("argv0", Json::s(&s.argv0)),
+                                        ("client_pid", Json::Num(s.client_pid as i64)),
+                                        ("exec_pid", Json::Num(s.exec_pid as i64)),
+                                        ("tty", Json::Bool(s.tty)),
+                                    ])
+                                })
+                                .collect(),
+                        ),
+                    ),
+                ])
+            })
+            .collect(),
+    )
+    .render()
+}
+
+fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let profile: Option<String> = args.opt_value_from_str("--profile")?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    finish_args(args)?;
+    refuse_root()?;
+    let r = resolve(profile, workspace)?;
+    let mut s = match UnixStream::connect(r.paths.socket()) {
+        Ok(s) => s,
+        Err(_) => {
+            println!(
+                "Domain {} ({} on {}) is not running",
+                r.domain_id,
+                r.profile.name,
+                r.workspace.display()
+            );
+            return Ok(0);
+        }
+    };
+    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
+    ipc::send(&mut s, &hello(&r)).map_err(lost)?;
+    ipc::send(
+        &mut s,
+        &ClientMsg::Stop {
+            reason: "the Domain was stopped with `lazaret stop`".into(),
+        },
+    )
+    .map_err(lost)?;
+    // Wait for the socket to go away: teardown has begun.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while r.paths.socket().exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // And for the lock to be free: teardown has finished.
+    while Instant::now() < deadline {
+        match try_domain_lock(&r.paths.lock()) {
+            Ok(Some(_)) => break,
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let _ = std::fs::remove_file(r.paths.lock());
+    println!(
+        "stopped Domain {} ({} on {})",
+        r.domain_id,
+        r.profile.name,
+        r.workspace.display()
+    );
+    Ok(0)
+}
+
+// ---- image / doctor ------------------------------------------------------------------
+
+fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let sub = if raw.is_empty() { None } else { Some(raw.remove(0)) };
+    match sub.as_ref().and_then(|s| s.to_str()) {
+        Some("build") => {
+            let mut args = pico_args::Arguments::from_vec(raw);
+            let quiet = args.contains("--quiet");
+            finish_args(args)?;
+            refuse_root()?;
+            let storage = paths::storage_root()?;
+            paths::ensure_private_dir(&storage)?;
+            let mut progress = image::Progress::new(quiet);
+            let digest = image::build_default(&storage, &mut progress).map_err(|e| Failure::runtime(e.to_string()))?;
+            if !quiet {
+                println!("built the default image {digest}");
+            }
+            Ok(0)
+        }
+        Some(other) => Err(Failure::usage(format!(
+            "unknown image command {other:?}: expected `build`"
+        ))),
+        None => Err(Failure::usage("`lazaret image` needs a command: build")),
+    }
+}
+
+fn cmd_doctor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let json = args.contains("--json");
+    finish_args(args)?;
+    Ok(crate::doctor::run(json))
+}
+
+// ---- internal roles ------------------------------------------------------------------------
+
+fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let a = coordinator::Args {
+        profile: args.value_from_str("--profile")?,
+        workspace: args.value_from_str("--workspace")?,
+        config: args.value_from_str("--config")?,
+    };
+    finish_args(args)?;
+    Ok(coordinator::main(a))
+}
+
+fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let runsc_root: PathBuf = args.value_from_str("--runsc-root")?;
+    let a = supervisor::Args {
+        runsc_args: crate::plan::runsc_global_args(&runsc_root),
+        runsc_root,
+        bundle: args.value_from_str("--bundle")?,
+        container_id: args.value_from_str("--id")?,
+    };
+    finish_args(args)?;
+    Ok(supervisor::main(a))
+}

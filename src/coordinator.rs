@@ -1,0 +1,1224 @@
+//! The Host Coordinator (`lazaret:[coordinator]`): one per live Domain,
+//! started by the first Client CLI that wins the Domain lock.
+//!
+//! It holds the lock for its whole life, is the only opener of the durable
+//! store, starts the Runtime Supervisor under a lease, publishes the Domain
+//! socket once the sandbox is ready, owns one PTY master (or pipe set) per
+//! session and the `runsc exec` client behind it, and tears everything down
+//! when the last session leaves.
+//!
+//! Startup order (SPEC §5): lock → store → recover leftovers → generation +
+//! component ids → lower prepared and leased → bundle → supervisor
+//! (namespaces, runsc) → ready → publish. Nothing is joinable before publish.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, BufRead, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::{self, Profile};
+use crate::domain::{self, random_id};
+use crate::image;
+use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
+use crate::paths::{self, DomainPaths};
+use crate::plan;
+use crate::store::Store;
+use crate::supervisor;
+use crate::sys;
+
+/// The Domain lock and the startup-report pipe arrive as these fds.
+pub const LOCK_FD: RawFd = 3;
+pub const START_FD: RawFd = 4;
+
+/// How long a published Domain waits for its first session.
+const FIRST_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the supervisor may take to have the sandbox running.
+const SANDBOX_START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Outbound bytes buffered per client before its session output pauses.
+const CONN_OUT_MAX: usize = 1 << 20;
+
+pub struct Args {
+    pub profile: String,
+    pub workspace: PathBuf,
+    pub config: PathBuf,
+}
+
+/// Startup reports to the CLI that spawned us: `progress …`, `ready`,
+/// `error …`. Closed once startup ends.
+struct Reporter(Option<File>);
+
+impl Reporter {
+    fn send(&mut self, line: &str) {
+        if let Some(f) = &mut self.0 {
+            let _ = writeln!(f, "{}", line.replace('\n', " | "));
+        }
+    }
+    fn progress(&mut self, msg: &str) {
+        self.send(&format!("progress {msg}"));
+    }
+}
+
+pub fn main(args: Args) -> i32 {
+    sys::set_thread_name("lz-coordinator");
+    sys::ignore_signal(libc::SIGPIPE);
+    // SAFETY: both fds were handed to us by the spawning CLI and nothing
+    // else in this process owns them.
+    let (lock, start) = unsafe { (File::from_raw_fd(LOCK_FD), File::from_raw_fd(START_FD)) };
+    let _ = sys::set_cloexec(LOCK_FD, true);
+    let _ = sys::set_cloexec(START_FD, true);
+    let mut report = Reporter(Some(start));
+    match sys::try_lock_exclusive(&lock) {
+        Ok(true) => {}
+        _ => {
+            report.send("error the coordinator does not hold the Domain lock");
+            return 1;
+        }
+    }
+    let mut hc = match Coordinator::start(&args, &mut report) {
+        Ok(hc) => hc,
+        Err(msg) => {
+            log::error!("startup failed: {msg}");
+            report.send(&format!("error {msg}"));
+            return 1;
+        }
+    };
+    report.send("ready");
+    report.0 = None;
+    let code = hc.run();
+    hc.teardown();
+    drop(lock);
+    code
+}
+
+// ---- the coordinator's state -------------------------------------------------
+
+struct Supervisor {
+    child: Child,
+    lease: Option<OwnedFd>,
+    status: io::BufReader<File>,
+    status_fd: RawFd,
+    userns: File,
+    mntns: File,
+}
+
+struct Conn {
+    stream: UnixStream,
+    reader: FrameReader,
+    out: Vec<u8>,
+    peer_pid: i32,
+    hello: Option<String>,
+    /// Said Hello without a profile: may ask for status only.
+    observer: bool,
+    session: Option<u64>,
+    /// Flush what is queued, then close.
+    closing: bool,
+}
+
+struct Session {
+    id: String,
+    conn: u64,
+    exec: Child,
+    exec_start: u64,
+    tty: bool,
+    /// PTY master, or the write end of the guest's stdin pipe.
+    input: Option<OwnedFd>,
+    /// PTY master (again) or stdout pipe; stderr pipe.
+    output: Option<OwnedFd>,
+    errout: Option<OwnedFd>,
+    pending_in: Vec<u8>,
+    eof_after_input: bool,
+    guest_pid_file: PathBuf,
+    argv0: String,
+    client_pid: i32,
+    winch_pending: bool,
+}
+
+/// One closed token set for the event loop.
+#[derive(Clone, Copy)]
+enum Token {
+    Listener,
+    Signals,
+    SupervisorStatus,
+    ConnRead(u64),
+    ConnWrite(u64),
+    SessionOut(u64),
+    SessionErr(u64),
+    SessionIn(u64),
+}
+
+struct Coordinator {
+    domain_id: String,
+    profile: Profile,
+    workspace: PathBuf,
+    paths: DomainPaths,
+    store: Store,
+    generation: u64,
+    coordinator_id: String,
+    sandbox_id: String,
+    runsc_args: Vec<String>,
+    sup: Option<Supervisor>,
+    runsc_pid: i32,
+    owned_rows: Vec<i64>,
+    listener: Option<UnixListener>,
+    signals: OwnedFd,
+    conns: HashMap<u64, Conn>,
+    sessions: HashMap<u64, Session>,
+    helpers: Vec<Child>,
+    next_key: u64,
+    had_session: bool,
+    published_at: Instant,
+    stop_reason: Option<String>,
+    phase: &'static str,
+}
+
+fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl Coordinator {
+    fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, String> {
+        let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
+        let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
+        let storage = paths::storage_root().map_err(|e| e.to_string())?;
+        let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+        let domain_id = domain::domain_id(&profile.name, &args.workspace);
+        let dp = DomainPaths::new(&storage, &runtime, &domain_id);
+        dp.ensure().map_err(|e| e.to_string())?;
+        let mut store = Store::open(&dp.store()).map_err(|e| e.to_string())?;
+        recover(&store, &dp);
+
+        let generation = store
+            .begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())
+            .map_err(|e| e.to_string())?;
+        let coordinator_id = random_id(8);
+        let sandbox_id = format!("lz-{}-{}", &domain_id[..8], random_id(4));
+        store
+            .record_component(generation, "session-coordinator", &coordinator_id)
+            .map_err(|e| e.to_string())?;
+        store
+            .record_component(generation, "agent-sandbox", &sandbox_id)
+            .map_err(|e| e.to_string())?;
+        log::info!("domain {domain_id} generation {generation} coordinator {coordinator_id}");
+
+        let signals = sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+            .map_err(|e| io_msg("signal pipe", e))?;
+        let mut hc = Coordinator {
+            domain_id,
+            profile,
+            workspace: args.workspace.clone(),
+            runsc_args: plan::runsc_global_args(&dp.runsc_root()),
+            paths: dp,
+            store,
+            generation,
+            coordinator_id,
+            sandbox_id,
+            sup: None,
+            runsc_pid: 0,
+            owned_rows: Vec::new(),
+            listener: None,
+            signals,
+            conns: HashMap::new(),
+            sessions: HashMap::new(),
+            helpers: Vec::new(),
+            next_key: 1,
+            had_session: false,
+            published_at: Instant::now(),
+            stop_reason: None,
+            phase: "starting",
+        };
+        if let Err(e) = hc.bring_up(&storage, report) {
+            hc.teardown();
+            return Err(e);
+        }
+        Ok(hc)
+    }
+
+    fn bring_up(&mut self, storage: &Path, report: &mut Reporter) -> Result<(), String> {
+        report.progress("preparing image");
+        let mut quiet = image::Progress::new(true);
+        let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet).map_err(|e| e.to_string())?;
+        // INVARIANT: the lease is recorded before the lower is used, so GC
+        // never reclaims an artifact a generation depends on.
+        let digest = image::manifest_digest(&layout, &tag).map_err(|e| e.to_string())?;
+        self.store
+            .lease(self.generation, &image::artifact_id(&digest), &digest)
+            .map_err(|e| e.to_string())?;
+        let lower = image::prepare(storage, &layout, &tag, &mut quiet).map_err(|e| e.to_string())?;
+
+        report.progress("starting sandbox");
+        let gen_dir = self.paths.gen_dir();
+        let _ = std::fs::remove_dir_all(&gen_dir);
+        std::fs::create_dir_all(gen_dir.join("bundle")).map_err(|e| io_msg(&gen_dir.display().to_string(), e))?;
+        std::fs::create_dir_all(self.paths.runsc_root()).map_err(|e| io_msg("runsc root", e))?;
+        let init = std::env::current_exe()
+            .map_err(|e| io_msg("locating lazaret", e))?
+            .with_file_name("lazaret-init");
+        if !init.is_file() {
+            return Err(format!("{} is missing: reinstall lazaret", init.display()));
+        }
+        let plan = plan::SandboxPlan {
+            rootfs: lower.rootfs(),
+            workspace: self.workspace.clone(),
+            init,
+            hostname: "lazaret".into(),
+            binds: Vec::new(),
+        };
+        std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
+            .map_err(|e| io_msg("writing config.json", e))?;
+        self.start_supervisor()?;
+        self.publish()
+    }
+
+    fn start_supervisor(&mut self) -> Result<(), String> {
+        let (lease_rd, lease_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
+        let (status_rd, status_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
+        let exe = std::env::current_exe().map_err(|e| io_msg("locating lazaret", e))?;
+        let row = self
+            .store
+            .record_intent(self.generation, "process", "supervisor")
+            .map_err(|e| e.to_string())?;
+        self.owned_rows.push(row);
+        let mut cmd = Command::new(&exe);
+        cmd.arg0("lazaret:[supervisor]")
+            .arg("__supervisor")
+            .arg("--runsc-root")
+            .arg(self.paths.runsc_root())
+            .arg("--bundle")
+            .arg(self.paths.gen_dir().join("bundle"))
+            .arg("--id")
+            .arg(&self.sandbox_id)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
+        // SAFETY: only async-signal-safe syscalls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                sys::reset_signals();
+                sys::install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])?;
+                sys::set_parent_death_signal(libc::SIGKILL)
+            });
+        }
+        let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
+        drop(lease_rd);
+        drop(status_wr);
+        let pid = child.id() as i32;
+        let _ = self
+            .store
+            .set_owned_pid(row, pid, sys::proc_start_time(pid).unwrap_or(0));
+        let status_fd = status_rd.as_raw_fd();
+        let mut status = io::BufReader::new(File::from(status_rd));
+        let deadline = Instant::now() + SANDBOX_START_TIMEOUT;
+
+        // 1. The supervisor unshared its user namespace: write the id maps.
+        let line = read_status_line(&mut status, status_fd, deadline)?;
+        if line != "userns" {
+            return Err(supervisor_error(&line));
+        }
+        if let Err(e) = write_id_maps(pid) {
+            return Err(e);
+        }
+        let ns = |n: &str| File::open(format!("/proc/{pid}/ns/{n}")).map_err(|e| io_msg("opening namespace", e));
+        let (userns, mntns) = (ns("user")?, ns("mnt")?);
+        let row = self
+            .store
+            .record_intent(self.generation, "runsc-container", &self.sandbox_id)
+            .map_err(|e| e.to_string())?;
+        self.owned_rows.push(row);
+        sys::write_all(lease_wr.as_raw_fd(), b"mapped\n").map_err(|e| io_msg("lease pipe", e))?;
+        self.sup = Some(Supervisor {
+            child,
+            lease: Some(lease_wr),
+            status,
+            status_fd,
+            userns,
+            mntns,
+        });
+
+        // 2. runsc run is up and the init printed ready.
+        let sup = self.sup.as_mut().unwrap();
+        let line = read_status_line(&mut sup.status, sup.status_fd, deadline)?;
+        let mut f = line.split_whitespace();
+        if f.next() != Some("ready") {
+            return Err(supervisor_error(&line));
+        }
+        let rpid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let rstart: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        self.runsc_pid = rpid;
+        let row = self
+            .store
+            .record_intent(self.generation, "process", "runsc-run")
+            .map_err(|e| e.to_string())?;
+        let _ = self.store.set_owned_pid(row, rpid, rstart);
+        self.owned_rows.push(row);
+        Ok(())
+    }
+
+    /// Makes the generation joinable: the socket appears at its published
+    /// path by rename, only now that everything is ready.
+    fn publish(&mut self) -> Result<(), String> {
+        let sock = self.paths.socket();
+        let tmp = self.paths.run.join(format!("hc.sock.{}", self.generation));
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(&sock);
+        let l = UnixListener::bind(&tmp).map_err(|e| io_msg("binding the Domain socket", e))?;
+        l.set_nonblocking(true).map_err(|e| io_msg("socket", e))?;
+        std::fs::rename(&tmp, &sock).map_err(|e| io_msg("publishing the Domain socket", e))?;
+        self.listener = Some(l);
+        self.phase = "ready";
+        self.published_at = Instant::now();
+        self.store
+            .set_phase(self.generation, "ready")
+            .map_err(|e| e.to_string())?;
+        log::info!("published generation {}", self.generation);
+        Ok(())
+    }
+
+    // ---- event loop -----------------------------------------------------------
+
+    fn run(&mut self) -> i32 {
+        loop {
+            if self.stop_reason.is_some() {
+                return 0;
+            }
+            if self.sessions.is_empty() {
+                if self.had_session {
+                    self.stop_reason = Some("the last session ended".into());
+                    continue;
+                }
+                if self.published_at.elapsed() > FIRST_SESSION_TIMEOUT && self.conns.is_empty() {
+                    self.stop_reason = Some("no session arrived".into());
+                    continue;
+                }
+            }
+            let (mut fds, tokens) = self.poll_set();
+            if let Err(e) = sys::poll(&mut fds, 1000) {
+                log::error!("poll: {e}");
+                return 1;
+            }
+            for (fd, tok) in fds.iter().zip(tokens) {
+                if fd.readable() || fd.writable() || fd.hangup() {
+                    self.dispatch(tok, fd);
+                }
+            }
+        }
+    }
+
+    fn poll_set(&self) -> (Vec<sys::PollFd>, Vec<Token>) {
+        let mut fds = Vec::new();
+        let mut toks = Vec::new();
+        let mut add = |fd: RawFd, ev: libc::c_short, t: Token| {
+            fds.push(sys::PollFd::new(fd, ev));
+            toks.push(t);
+        };
+        add(self.signals.as_raw_fd(), libc::POLLIN, Token::Signals);
+        if let Some(l) = &self.listener {
+            add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
+        }
+        if let Some(s) = &self.sup {
+            add(s.status_fd, libc::POLLIN, Token::SupervisorStatus);
+        }
+        for (&k, c) in &self.conns {
+            if !c.closing {
+                add(c.stream.as_raw_fd(), libc::POLLIN, Token::ConnRead(k));
+            }
+            if !c.out.is_empty() {
+                add(c.stream.as_raw_fd(), libc::POLLOUT, Token::ConnWrite(k));
+            }
+        }
+        for (&k, s) in &self.sessions {
+            let backlog = self.conns.get(&s.conn).map_or(0, |c| c.out.len());
+            if backlog < CONN_OUT_MAX {
+                if let Some(o) = &s.output {
+                    add(o.as_raw_fd(), libc::POLLIN, Token::SessionOut(k));
+                }
+                if let Some(o) = &s.errout {
+                    add(o.as_raw_fd(), libc::POLLIN, Token::SessionErr(k));
+                }
+            }
+            if let Some(i) = &s.input {
+                if !s.pending_in.is_empty() {
+                    add(i.as_raw_fd(), libc::POLLOUT, Token::SessionIn(k));
+                }
+            }
+        }
+        (fds, toks)
+    }
+
+    fn dispatch(&mut self, tok: Token, fd: &sys::PollFd) {
+        match tok {
+            Token::Signals => {
+                for s in sys::drain_signals(self.signals.as_raw_fd()) {
+                    if s == libc::SIGCHLD {
+                        self.reap();
+                    } else {
+                        self.stop_reason = Some(format!("the coordinator received signal {s}"));
+                    }
+                }
+            }
+            Token::Listener => self.accept(),
+            Token::SupervisorStatus => self.supervisor_event(),
+            Token::ConnRead(k) => self.conn_read(k),
+            Token::ConnWrite(k) => self.conn_flush(k),
+            Token::SessionOut(k) => self.session_output(k, false, fd.readable()),
+            Token::SessionErr(k) => self.session_output(k, true, fd.readable()),
+            Token::SessionIn(k) => self.session_input(k),
+        }
+    }
+
+    fn supervisor_event(&mut self) {
+        let Some(sup) = self.sup.as_mut() else { return };
+        let mut line = String::new();
+        let n = sup.status.read_line(&mut line).unwrap_or(0);
+        let line = line.trim().to_string();
+        if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
+            log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
+            self.phase = "failed";
+            self.stop_reason = Some("the sandbox stopped unexpectedly".into());
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let Some(l) = &self.listener else { return };
+            let Ok((stream, _)) = l.accept() else { return };
+            // INVARIANT: only our own uid may talk to the coordinator.
+            let (pid, uid) = match sys::peer_uid(stream.as_raw_fd()) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            if uid != sys::getuid() {
+                log::warn!("refused a connection from uid {uid} (pid {pid})");
+                continue;
+            }
+            let _ = stream.set_nonblocking(true);
+            let key = self.key();
+            let conn = Conn {
+                stream,
+                reader: FrameReader::default(),
+                out: Vec::new(),
+                peer_pid: pid,
+                hello: None,
+                observer: false,
+                session: None,
+                closing: false,
+            };
+            self.conns.insert(key, conn);
+        }
+    }
+
+    fn key(&mut self) -> u64 {
+        self.next_key += 1;
+        self.next_key
+    }
+
+    fn send(&mut self, key: u64, msg: &ServerMsg) {
+        if let Some(c) = self.conns.get_mut(&key) {
+            c.out.extend_from_slice(&ipc::Message::encode(msg));
+        }
+        self.conn_flush(key);
+    }
+
+    fn conn_flush(&mut self, key: u64) {
+        let Some(c) = self.conns.get_mut(&key) else { return };
+        while !c.out.is_empty() {
+            match c.stream.write(&c.out) {
+                Ok(0) => break,
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    c.out.clear();
+                    c.closing = true;
+                    break;
+                }
+            }
+        }
+        if c.closing && c.out.is_empty() && c.session.is_none() {
+            self.conns.remove(&key);
+        }
+    }
+
+    /// Drops a connection after a protocol violation or client loss: only
+    /// this connection (and its session) is affected.
+    fn drop_conn(&mut self, key: u64, why: &str) {
+        if let Some(c) = self.conns.get(&key) {
+            log::info!("closing connection of pid {}: {why}", c.peer_pid);
+            if let Some(s) = c.session {
+                self.close_session(s, None);
+            }
+        }
+        self.conns.remove(&key);
+    }
+
+    fn conn_read(&mut self, key: u64) {
+        let Some(c) = self.conns.get_mut(&key) else { return };
+        match c.reader.fill(&mut c.stream) {
+            Ok(_) => {}
+            Err(e) => return self.drop_conn(key, &e.to_string()),
+        }
+        loop {
+            let Some(c) = self.conns.get_mut(&key) else { return };
+            match c.reader.next::<ClientMsg>() {
+                Ok(Some(m)) => self.handle(key, m),
+                Ok(None) => return,
+                Err(e) => return self.drop_conn(key, &format!("malformed frame: {e}")),
+            }
+        }
+    }
+
+    fn refuse(&mut self, key: u64, reason: String) {
+        self.send(key, &ServerMsg::Refused { reason });
+        if let Some(c) = self.conns.get_mut(&key) {
+            c.closing = true;
+        }
+        self.conn_flush(key);
+    }
+
+    fn handle(&mut self, key: u64, msg: ClientMsg) {
+        let (has_hello, session) = match self.conns.get(&key) {
+            Some(c) => (c.hello.is_some(), c.session),
+            None => return,
+        };
+        match (has_hello, session, msg) {
+            (
+                false,
+                _,
+                ClientMsg::Hello {
+                    version,
+                    client_id,
+                    profile,
+                    fingerprint,
+                },
+            ) => {
+                if version != ipc::PROTOCOL_VERSION {
+                    return self.refuse(
+                        key,
+                        format!("protocol version {version} is not {}: the coordinator runs a different lazaret; stop the Domain with `lazaret stop`", ipc::PROTOCOL_VERSION),
+                    );
+                }
+                let observer = profile.is_empty() && fingerprint.is_empty();
+                let mine = self.profile.fingerprint();
+                if !observer && (profile != self.profile.name || fingerprint != mine) {
+                    return self.refuse(
+                        key,
+                        format!(
+                            "profile {profile:?} changed since this Domain started (configuration fingerprint {fingerprint} vs running {mine}): \
+                             run `lazaret stop --profile {}` to restart it with the new configuration",
+                            self.profile.name
+                        ),
+                    );
+                }
+                if let Some(c) = self.conns.get_mut(&key) {
+                    c.hello = Some(client_id);
+                    c.observer = observer;
+                }
+            }
+            (true, None, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) if self.conns[&key].observer => {
+                self.drop_conn(key, "an observer connection may only ask for status")
+            }
+            (true, None, ClientMsg::Open { argv, env, cwd, tty }) => self.open_session(key, argv, env, cwd, tty),
+            (true, None, ClientMsg::Status) => {
+                let st = self.status();
+                self.send(key, &ServerMsg::Status(st));
+                if let Some(c) = self.conns.get_mut(&key) {
+                    c.closing = true;
+                }
+                self.conn_flush(key);
+            }
+            (true, None, ClientMsg::Stop { reason }) => {
+                self.stop_reason = Some(if reason.is_empty() {
+                    "stopped by `lazaret stop`".into()
+                } else {
+                    reason
+                });
+                if let Some(c) = self.conns.get_mut(&key) {
+                    c.closing = true;
+                }
+            }
+            (true, Some(s), ClientMsg::Stdin(data)) => {
+                if let Some(sess) = self.sessions.get_mut(&s) {
+                    sess.pending_in.extend_from_slice(&data);
+                    self.session_input(s);
+                }
+            }
+            (true, Some(s), ClientMsg::StdinEof) => {
+                if let Some(sess) = self.sessions.get_mut(&s) {
+                    sess.eof_after_input = true;
+                    self.session_input(s);
+                }
+            }
+            (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
+            (true, Some(s), ClientMsg::Signal(sig)) => {
+                if let Some(sess) = self.sessions.get(&s) {
+                    if matches!(
+                        sig as i32,
+                        libc::SIGINT | libc::SIGQUIT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP
+                    ) {
+                        // runsc exec forwards what it receives to its guest process.
+                        let _ = sys::kill(sess.exec.id() as i32, sig as i32);
+                    }
+                }
+            }
+            (_, _, m) => {
+                let name = format!("{m:?}");
+                let name = name.split(['(', ' ', '{']).next().unwrap_or("?").to_string();
+                self.drop_conn(key, &format!("unexpected message {name} in this state"));
+            }
+        }
+    }
+
+    fn status(&self) -> StatusInfo {
+        StatusInfo {
+            domain_id: self.domain_id.clone(),
+            profile: self.profile.name.clone(),
+            workspace: self.workspace.to_string_lossy().into(),
+            generation: self.generation,
+            phase: self.phase.into(),
+            coordinator_id: self.coordinator_id.clone(),
+            coordinator_pid: sys::getpid(),
+            supervisor_pid: self.sup.as_ref().map_or(0, |s| s.child.id() as i32),
+            runsc_pid: self.runsc_pid,
+            sandbox_id: self.sandbox_id.clone(),
+            sessions: self
+                .sessions
+                .values()
+                .map(|s| SessionInfo {
+                    session_id: s.id.clone(),
+                    client_pid: s.client_pid,
+                    exec_pid: s.exec.id() as i32,
+                    argv0: s.argv0.clone(),
+                    tty: s.tty,
+                })
+                .collect(),
+        }
+    }
+
+    // ---- sessions ---------------------------------------------------------------
+
+    /// A `runsc exec` command that runs in the supervisor's user and mount
+    /// namespaces, where runsc's state and the sandbox live.
+    fn runsc_in_ns(&self) -> Result<Command, String> {
+        let sup = self.sup.as_ref().ok_or("the sandbox is not running")?;
+        let (u, m) = (sup.userns.as_raw_fd(), sup.mntns.as_raw_fd());
+        let mut cmd = Command::new("runsc");
+        cmd.args(&self.runsc_args);
+        // SAFETY: only async-signal-safe syscalls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                sys::reset_signals();
+                sys::setns(u, libc::CLONE_NEWUSER)?;
+                sys::setns(m, libc::CLONE_NEWNS)?;
+                sys::chdir(Path::new("/"))?;
+                sys::set_parent_death_signal(libc::SIGKILL)
+            });
+        }
+        Ok(cmd)
+    }
+
+    fn open_session(
+        &mut self,
+        key: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        tty: Option<ipc::WinSize>,
+    ) {
+        let argv = if argv.is_empty() {
+            self.profile.command.clone()
+        } else {
+            argv
+        };
+        let term = env.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
+        let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
+        let spec = plan::SessionPlan {
+            argv: argv.clone(),
+            env: plan::session_env(&self.profile.env, term),
+            cwd,
+            terminal: tty.is_some(),
+        };
+        let id = random_id(8);
+        let gen_dir = self.paths.gen_dir();
+        let spec_path = gen_dir.join(format!("session-{id}.json"));
+        let pid_file = gen_dir.join(format!("session-{id}.pid"));
+        if let Err(e) = std::fs::write(&spec_path, plan::process_spec(&spec)) {
+            return self.refuse(key, format!("cannot write the session spec: {e}"));
+        }
+        match self.spawn_exec(&spec_path, &pid_file, tty) {
+            Ok((exec, input, output, errout)) => {
+                let (client_id, peer_pid) = {
+                    let c = &self.conns[&key];
+                    (c.hello.clone().unwrap_or_default(), c.peer_pid)
+                };
+                let exec_pid = exec.id() as i32;
+                let _ = self
+                    .store
+                    .open_session(self.generation, &id, &client_id, peer_pid, &argv[0]);
+                let skey = self.key();
+                self.sessions.insert(
+                    skey,
+                    Session {
+                        id: id.clone(),
+                        conn: key,
+                        exec,
+                        exec_start: sys::proc_start_time(exec_pid).unwrap_or(0),
+                        tty: tty.is_some(),
+                        input: Some(input),
+                        output: Some(output),
+                        errout,
+                        pending_in: Vec::new(),
+                        eof_after_input: false,
+                        guest_pid_file: pid_file,
+                        argv0: argv[0].clone(),
+                        client_pid: peer_pid,
+                        winch_pending: false,
+                    },
+                );
+                self.had_session = true;
+                if let Some(c) = self.conns.get_mut(&key) {
+                    c.session = Some(skey);
+                }
+                let welcome = ServerMsg::Welcome {
+                    version: ipc::PROTOCOL_VERSION,
+                    generation: self.generation,
+                    coordinator_id: self.coordinator_id.clone(),
+                    session_id: id,
+                };
+                self.send(key, &welcome);
+            }
+            Err(e) => self.refuse(key, e),
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn spawn_exec(
+        &self,
+        spec: &Path,
+        pid_file: &Path,
+        tty: Option<ipc::WinSize>,
+    ) -> Result<(Child, OwnedFd, OwnedFd, Option<OwnedFd>), String> {
+        let mut cmd = self.runsc_in_ns()?;
+        cmd.arg("exec")
+            .arg(format!("--internal-pid-file={}", pid_file.display()))
+            .arg("--process")
+            .arg(spec)
+            .arg(&self.sandbox_id);
+        if let Some(w) = tty {
+            let (master, slave) = sys::openpty(Some(sys::WinSize {
+                rows: w.rows,
+                cols: w.cols,
+            }))
+            .map_err(|e| io_msg("openpty", e))?;
+            let s = slave.as_raw_fd();
+            // SAFETY: async-signal-safe syscalls only; runs before the
+            // namespace hook installed by runsc_in_ns.
+            unsafe {
+                cmd.pre_exec(move || {
+                    sys::setsid()?;
+                    sys::install_fds(&[(s, 0), (s, 1), (s, 2)])?;
+                    sys::set_controlling_tty(0)
+                });
+            }
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
+            drop(slave);
+            sys::set_nonblocking(master.as_raw_fd(), true).map_err(|e| io_msg("pty", e))?;
+            let out = master.try_clone().map_err(|e| io_msg("pty", e))?;
+            Ok((child, master, out, None))
+        } else {
+            // SAFETY: setsid is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| sys::setsid());
+            }
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let mut child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
+            let i: OwnedFd = child.stdin.take().unwrap().into();
+            let o: OwnedFd = child.stdout.take().unwrap().into();
+            let e: OwnedFd = child.stderr.take().unwrap().into();
+            for fd in [&i, &o, &e] {
+                sys::set_nonblocking(fd.as_raw_fd(), true).map_err(|e| io_msg("pipe", e))?;
+            }
+            Ok((child, i, o, Some(e)))
+        }
+    }
+
+    fn session_output(&mut self, skey: u64, err: bool, readable: bool) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
+        let Some(fd) = fd else { return };
+        let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
+        let r = if readable {
+            sys::read(fd.as_raw_fd(), &mut buf)
+        } else {
+            Ok(0)
+        };
+        match r {
+            Ok(n) if n > 0 => {
+                buf.truncate(n);
+                let conn = s.conn;
+                let msg = if err {
+                    ServerMsg::Stderr(buf)
+                } else {
+                    ServerMsg::Stdout(buf)
+                };
+                self.send(conn, &msg);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+            _ => {
+                // EOF, or EIO from a PTY master whose slaves are all closed.
+                if err {
+                    s.errout = None;
+                } else {
+                    s.output = None;
+                    if s.tty {
+                        s.input = None;
+                    }
+                }
+            }
+        }
+    }
+
+    fn session_input(&mut self, skey: u64) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        let Some(fd) = &s.input else {
+            s.pending_in.clear();
+            return;
+        };
+        while !s.pending_in.is_empty() {
+            match sys::write(fd.as_raw_fd(), &s.pending_in) {
+                Ok(n) => {
+                    s.pending_in.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    s.pending_in.clear();
+                    break;
+                }
+            }
+        }
+        if s.eof_after_input && s.pending_in.is_empty() {
+            if s.tty {
+                // A terminal has no EOF of its own; ^D at line start is it.
+                let _ = sys::write(fd.as_raw_fd(), &[4]);
+            } else {
+                s.input = None;
+            }
+            s.eof_after_input = false;
+        }
+    }
+
+    fn guest_pid(s: &Session) -> Option<i32> {
+        std::fs::read_to_string(&s.guest_pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 1)
+    }
+
+    fn resize(&mut self, skey: u64, w: ipc::WinSize) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        if let Some(fd) = &s.input {
+            if s.tty {
+                let _ = sys::set_winsize(
+                    fd.as_raw_fd(),
+                    sys::WinSize {
+                        rows: w.rows,
+                        cols: w.cols,
+                    },
+                );
+                s.winch_pending = true;
+            }
+        }
+        self.deliver_winch(skey);
+    }
+
+    /// The guest reads the new size from its terminal but gets no SIGWINCH
+    /// by itself (PLATFORM §3): signal the session's guest processes.
+    fn deliver_winch(&mut self, skey: u64) {
+        let Some(s) = self.sessions.get(&skey) else { return };
+        if !s.winch_pending {
+            return;
+        }
+        let Some(pid) = Self::guest_pid(s) else { return };
+        if let Ok(child) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), &libc::SIGWINCH.to_string()]) {
+            self.helpers.push(child);
+        }
+        if let Some(s) = self.sessions.get_mut(&skey) {
+            s.winch_pending = false;
+        }
+    }
+
+    fn in_sandbox_tool(&self, args: &[&str]) -> Result<Child, String> {
+        let mut cmd = self.runsc_in_ns()?;
+        cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT).args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.spawn().map_err(|e| io_msg("runsc exec", e))
+    }
+
+    fn reap(&mut self) {
+        self.helpers.retain_mut(|h| !matches!(h.try_wait(), Ok(Some(_))));
+        let done: Vec<(u64, i32)> = self
+            .sessions
+            .iter_mut()
+            .filter_map(|(&k, s)| match s.exec.try_wait() {
+                Ok(Some(st)) => Some((
+                    k,
+                    st.code()
+                        .unwrap_or_else(|| 128 + std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0)),
+                )),
+                _ => None,
+            })
+            .collect();
+        for (k, code) in done {
+            // Whatever the guest wrote before it exited is already in the
+            // PTY or pipes: forward it before the exit status.
+            for _ in 0..64 {
+                let before = self.conns.get(&self.sessions[&k].conn).map_or(0, |c| c.out.len());
+                self.session_output(k, false, true);
+                self.session_output(k, true, true);
+                let after = self.conns.get(&self.sessions[&k].conn).map_or(0, |c| c.out.len());
+                if after == before {
+                    break;
+                }
+            }
+            self.close_session(k, Some(code));
+        }
+        if let Some(sup) = self.sup.as_mut() {
+            if let Ok(Some(st)) = sup.child.try_wait() {
+                log::warn!("supervisor exited: {st}");
+                self.phase = "failed";
+                self.stop_reason
+                    .get_or_insert_with(|| "the sandbox stopped unexpectedly".into());
+            }
+        }
+    }
+
+    /// Deregisters first, then stops what is left of the session in the
+    /// guest, reaps the exec client and closes the PTY.
+    fn close_session(&mut self, skey: u64, code: Option<i32>) {
+        let Some(mut s) = self.sessions.remove(&skey) else {
+            return;
+        };
+        let _ = self.store.close_session(&s.id, code);
+        if let Some(c) = self.conns.get_mut(&s.conn) {
+            c.session = None;
+            c.closing = true;
+        }
+        if let Some(code) = code {
+            self.send(s.conn, &ServerMsg::Exit { code });
+        } else {
+            self.conn_flush(s.conn);
+        }
+        let exec_pid = s.exec.id() as i32;
+        if sys::same_process(exec_pid, s.exec_start) {
+            let _ = s.exec.kill();
+        }
+        let _ = s.exec.wait();
+        let more_sessions = !self.sessions.is_empty();
+        if let Some(pid) = Self::guest_pid(&s) {
+            if more_sessions {
+                if let Ok(c) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), "9"]) {
+                    self.helpers.push(c);
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&s.guest_pid_file);
+        let _ = std::fs::remove_file(self.paths.gen_dir().join(format!("session-{}.json", s.id)));
+        drop(s);
+    }
+
+    // ---- teardown ----------------------------------------------------------------
+
+    /// Withdraw publication, end sessions, stop the sandbox through the
+    /// supervisor, release ownership records, remove runtime files.
+    fn teardown(&mut self) {
+        let reason = self.stop_reason.clone().unwrap_or_else(|| "stopping".into());
+        log::info!("teardown: {reason}");
+        // INVARIANT: publication is withdrawn before anything is stopped.
+        if self.listener.take().is_some() {
+            let _ = std::fs::remove_file(self.paths.socket());
+        }
+        if self.phase != "failed" {
+            self.phase = "stopping";
+        }
+        let _ = self.store.set_phase(self.generation, "stopping");
+        let keys: Vec<u64> = self.sessions.keys().copied().collect();
+        for k in keys {
+            let conn = self.sessions[&k].conn;
+            self.send(conn, &ServerMsg::Closing { reason: reason.clone() });
+            self.close_session(k, None);
+        }
+        for mut h in self.helpers.drain(..) {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+        if let Some(mut sup) = self.sup.take() {
+            sup.lease = None; // EOF: the supervisor stops the sandbox.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Ok(Some(_)) = sup.child.try_wait() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    log::warn!("supervisor did not stop in time: killing it");
+                    let _ = sup.child.kill();
+                    let _ = sup.child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        // Never assume a process vanished with its parent: check each owned
+        // pid by start time and kill only an exact match.
+        if let Ok(list) = self.store.unreleased() {
+            for o in list.iter().filter(|o| o.generation == self.generation) {
+                if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
+                    if sys::same_process(pid, st) {
+                        log::warn!("{} (pid {pid}) outlived teardown: killing it", o.name);
+                        let _ = sys::kill(pid, libc::SIGKILL);
+                    }
+                }
+                let _ = self.store.release(o.row);
+            }
+        }
+        let _ = self.store.release_leases(self.generation);
+        let _ = std::fs::remove_dir_all(self.paths.gen_dir());
+        let final_phase = if self.phase == "failed" { "failed" } else { "stopped" };
+        let _ = self.store.set_phase(self.generation, final_phase);
+        // Last words to clients, bounded.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while self.conns.values().any(|c| !c.out.is_empty()) && Instant::now() < deadline {
+            let keys: Vec<u64> = self.conns.keys().copied().collect();
+            for k in keys {
+                self.conn_flush(k);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.conns.clear();
+        // The lock file goes while we still hold the lock; a CLI that
+        // locked the old inode notices it is unlinked and retries.
+        let _ = std::fs::remove_file(self.paths.lock());
+        let _ = std::fs::remove_file(self.paths.log());
+        log::info!("generation {} {final_phase}", self.generation);
+    }
+}
+
+fn read_status_line(r: &mut io::BufReader<File>, fd: RawFd, deadline: Instant) -> Result<String, String> {
+    loop {
+        if !r.buffer().is_empty() {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("the sandbox did not start in time".into());
+        }
+        let mut p = [sys::PollFd::new(fd, libc::POLLIN)];
+        if sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) > 0 {
+            break;
+        }
+    }
+    let mut line = String::new();
+    match r.read_line(&mut line) {
+        Ok(0) | Err(_) => Err("the supervisor exited during startup".into()),
+        Ok(_) => Ok(line.trim().to_string()),
+    }
+}
+
+fn supervisor_error(line: &str) -> String {
+    match line.strip_prefix("error ") {
+        Some(e) => e.to_string(),
+        None => format!("unexpected supervisor report {line:?}"),
+    }
+}
+
+/// The user's name, from /etc/passwd (no NSS in a static binary).
+pub fn user_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+    })
+}
+
+/// Writes the supervisor's id maps with the setuid helpers: the user is 0
+/// inside, the subordinate range fills 1..=65536.
+fn write_id_maps(pid: i32) -> Result<(), String> {
+    let uid = sys::getuid();
+    let gid = sys::getgid();
+    let name = user_name(uid).unwrap_or_default();
+    for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
+            format!("{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix")
+        })?;
+        let out = Command::new(tool)
+            .args(plan::id_map_args(pid, own, sub))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{tool} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Recovery of a previous generation that did not end cleanly: kill only
+/// processes whose pid *and* start time we recorded, then mark it.
+fn recover(store: &Store, dp: &DomainPaths) {
+    let Ok(list) = store.unreleased() else { return };
+    for o in &list {
+        match (o.kind.as_str(), o.pid, o.start_time) {
+            ("process", Some(pid), Some(st)) if sys::same_process(pid, st) => {
+                log::warn!(
+                    "recovery: killing leftover {} (pid {pid}) of generation {}",
+                    o.name,
+                    o.generation
+                );
+                let _ = sys::kill(pid, libc::SIGKILL);
+            }
+            ("runsc-container", _, _) => {
+                let root = dp.runsc_root();
+                if let Ok(rd) = std::fs::read_dir(&root) {
+                    for e in rd.flatten() {
+                        let n = e.file_name().to_string_lossy().to_string();
+                        if n.starts_with(&format!("{}_", o.name)) || n == format!("runsc-{}.sock", o.name) {
+                            log::warn!("recovery: removing runsc state {n}");
+                            let _ = std::fs::remove_file(e.path());
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        let _ = store.release(o.row);
+    }
+    if let Ok(gens) = store.unfinished_generations() {
+        for g in gens {
+            let _ = store.release_leases(g);
+            let _ = store.set_phase(g, "recovered");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dp.gen_dir());
+}
+
+/// Opens the coordinator log for the spawning CLI (stderr of the HC).
+pub fn open_log(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}

@@ -1,0 +1,1266 @@
+//! `lazaret doctor`: checks that this host can run rootless gVisor sandboxes
+//! and prints the exact command that fixes each problem it finds.
+//!
+//! Every check is independent; pure parts (version parsing, subordinate id
+//! files, passwd/group lookups, JSON output) are separate functions with unit
+//! tests. See docs/doctor.md.
+
+use std::env;
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Oldest runsc release Lazaret supports (see PLATFORM.md §1).
+pub const MIN_RUNSC_DATE: u32 = 20240729;
+/// Size of the subordinate id range Lazaret maps (1..=65536 inside).
+const SUBID_COUNT: u64 = 65536;
+/// Lowest start suggested for a new subordinate range (shadow-utils' default).
+const SUBID_FLOOR: u64 = 100000;
+/// Highest id shadow-utils accepts (`(uid_t)-1` is reserved).
+const SUBID_MAX: u64 = 4_294_967_294;
+/// Directories searched after `$PATH`: sudo and normal users see different
+/// PATHs, and some tools (debootstrap) live in sbin.
+const FALLBACK_DIRS: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+/// Host tools that only need to be present: (check name and program, package).
+const TOOLS: &[(&str, &str)] = &[
+    ("slirp4netns", "slirp4netns"),
+    ("fuse-overlayfs", "fuse-overlayfs"),
+    ("umoci", "umoci"),
+    ("skopeo", "skopeo"),
+    ("debootstrap", "debootstrap"),
+    ("git", "git"),
+];
+
+/// The result of one check.
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+
+    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: false,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// Runs every check and prints the report; returns the process exit code
+/// (0 when every check passed, 1 otherwise).
+pub fn run(json: bool) -> i32 {
+    let checks = checks();
+    if json {
+        println!("{}", to_json(&checks));
+    } else {
+        print!("{}", to_text(&checks));
+    }
+    if checks.iter().all(|c| c.ok) {
+        0
+    } else {
+        1
+    }
+}
+
+/// Runs every check, in report order.
+pub fn checks() -> Vec<Check> {
+    let target = Target::detect();
+    let subuid = read_optional("/etc/subuid");
+    let subgid = read_optional("/etc/subgid");
+    let mut all_ranges = parse_subids(subuid.as_deref().unwrap_or(""));
+    all_ranges.extend(parse_subids(subgid.as_deref().unwrap_or("")));
+    let free = free_subid_start(&all_ranges);
+
+    let mut out = vec![
+        check_not_root(&target),
+        check_subid(
+            "subuid",
+            "/etc/subuid",
+            subuid.as_deref(),
+            "--add-subuids",
+            &target,
+            free,
+        ),
+        check_subid(
+            "subgid",
+            "/etc/subgid",
+            subgid.as_deref(),
+            "--add-subgids",
+            &target,
+            free,
+        ),
+        check_idmap("newuidmap"),
+        check_idmap("newgidmap"),
+        check_userns(&target),
+        check_device("dev-net-tun", "/dev/net/tun", (10, 200), &target),
+        check_device("dev-fuse", "/dev/fuse", (10, 229), &target),
+        check_runsc(),
+    ];
+    for &(tool, pkg) in TOOLS {
+        out.push(check_tool(tool, pkg));
+    }
+    out.push(check_xdg_runtime_dir(&target));
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The user the checks are for.
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// An unprivileged user runs doctor for themselves.
+    User,
+    /// Root via sudo: checks are for `$SUDO_USER`.
+    Sudo,
+    /// Root with no `$SUDO_USER`: checks are for root itself.
+    Root,
+}
+
+struct Target {
+    mode: Mode,
+    uid: u32,
+    gid: u32,
+    name: Option<String>,
+    /// Supplementary groups from /etc/group (plus the primary gid).
+    groups: Vec<u32>,
+}
+
+impl Target {
+    fn detect() -> Target {
+        let uid = rustix::process::getuid().as_raw();
+        let passwd = read_optional("/etc/passwd").unwrap_or_default();
+        let group = read_optional("/etc/group").unwrap_or_default();
+        if uid == 0 {
+            let sudo_user = env::var("SUDO_USER").ok().filter(|s| !s.is_empty() && s != "root");
+            if let Some(name) = sudo_user {
+                let env_id = |k: &str| env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+                let ids = passwd_by_name(&passwd, &name).or_else(|| Some((env_id("SUDO_UID")?, env_id("SUDO_GID")?)));
+                if let Some((uid, gid)) = ids.filter(|&(u, _)| u != 0) {
+                    let groups = groups_of(&group, &name, gid);
+                    return Target {
+                        mode: Mode::Sudo,
+                        uid,
+                        gid,
+                        name: Some(name),
+                        groups,
+                    };
+                }
+            }
+            let groups = groups_of(&group, "root", 0);
+            return Target {
+                mode: Mode::Root,
+                uid: 0,
+                gid: 0,
+                name: Some("root".into()),
+                groups,
+            };
+        }
+        let gid = rustix::process::getgid().as_raw();
+        let name = passwd_by_uid(&passwd, uid)
+            .map(|(n, _)| n)
+            .or_else(|| env::var("USER").ok().filter(|s| !s.is_empty()));
+        let groups = match &name {
+            Some(n) => groups_of(&group, n, gid),
+            None => vec![gid],
+        };
+        Target {
+            mode: Mode::User,
+            uid,
+            gid,
+            name,
+            groups,
+        }
+    }
+
+    /// How reports name the user: `alice (uid 1000)`.
+    fn display(&self) -> String {
+        match &self.name {
+            Some(n) => format!("{n} (uid {})", self.uid),
+            None => format!("uid {}", self.uid),
+        }
+    }
+
+    /// The user argument for commands such as `usermod`.
+    fn arg(&self) -> String {
+        match &self.name {
+            Some(n) => n.clone(),
+            None => "\"$(id -un)\"".into(),
+        }
+    }
+}
+
+fn read_optional(path: &str) -> Option<String> {
+    fs::read_to_string(path).ok()
+}
+
+/// `name:x:uid:gid:...` → `(uid, gid)` for `name`.
+fn passwd_by_name(passwd: &str, name: &str) -> Option<(u32, u32)> {
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() >= 4 && f[0] == name {
+            Some((f[2].parse().ok()?, f[3].parse().ok()?))
+        } else {
+            None
+        }
+    })
+}
+
+/// `name:x:uid:gid:...` → `(name, gid)` for the first entry with `uid`.
+fn passwd_by_uid(passwd: &str, uid: u32) -> Option<(String, u32)> {
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() >= 4 && !f[0].is_empty() && f[2].parse::<u32>().ok()? == uid {
+            Some((f[0].to_string(), f[3].parse().ok()?))
+        } else {
+            None
+        }
+    })
+}
+
+/// The primary gid plus every gid in /etc/group that lists `name` as a
+/// member, sorted and deduplicated.
+fn groups_of(group: &str, name: &str, primary: u32) -> Vec<u32> {
+    let mut out = vec![primary];
+    for line in group.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() < 4 {
+            continue;
+        }
+        if let Ok(gid) = f[2].parse::<u32>() {
+            if f[3].split(',').any(|m| m.trim() == name) {
+                out.push(gid);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+// ---------------------------------------------------------------------------
+// not-root
+
+fn check_not_root(t: &Target) -> Check {
+    match t.mode {
+        Mode::User => Check::pass("not-root", format!("running as {}", t.display())),
+        Mode::Sudo => Check::pass(
+            "not-root",
+            format!(
+                "running as root via sudo; lazaret itself refuses to run as root, so the \
+                 checks below are for {}",
+                t.display()
+            ),
+        ),
+        Mode::Root => Check::fail(
+            "not-root",
+            "running as root and $SUDO_USER is not set; lazaret itself refuses to run as root, \
+             so the checks below are for root",
+            "run as your normal user",
+        ),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// subuid / subgid
+
+/// One line of /etc/subuid or /etc/subgid: `owner:start:count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SubidRange {
+    owner: String,
+    start: u64,
+    count: u64,
+}
+
+/// Parses a subordinate id file; blank, comment and malformed lines are
+/// skipped (as shadow-utils does).
+fn parse_subids(contents: &str) -> Vec<SubidRange> {
+    contents
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                return None;
+            }
+            let mut f = line.split(':');
+            let owner = f.next()?;
+            let start = f.next()?.parse::<u64>().ok()?;
+            let count = f.next()?.parse::<u64>().ok()?;
+            if owner.is_empty() || f.next().is_some() {
+                return None;
+            }
+            Some(SubidRange {
+                owner: owner.to_string(),
+                start,
+                count,
+            })
+        })
+        .collect()
+}
+
+/// Whether a subid entry belongs to the user: by login name, or by numeric
+/// uid when the owner field is all digits.
+fn subid_owner_matches(owner: &str, name: Option<&str>, uid: u32) -> bool {
+    if name == Some(owner) {
+        return true;
+    }
+    !owner.is_empty() && owner.bytes().all(|b| b.is_ascii_digit()) && owner.parse::<u32>() == Ok(uid)
+}
+
+/// The user's largest single range.
+fn best_subid_range<'a>(ranges: &'a [SubidRange], name: Option<&str>, uid: u32) -> Option<&'a SubidRange> {
+    ranges
+        .iter()
+        .filter(|r| subid_owner_matches(&r.owner, name, uid))
+        .max_by_key(|r| r.count)
+}
+
+/// First id after every existing range, and at least [`SUBID_FLOOR`].
+fn free_subid_start(ranges: &[SubidRange]) -> u64 {
+    ranges
+        .iter()
+        .map(|r| r.start.saturating_add(r.count))
+        .fold(SUBID_FLOOR, u64::max)
+}
+
+/// `start-end` (inclusive) for a new range of [`SUBID_COUNT`] ids, or `None`
+/// when it would not fit below the highest valid id.
+fn subid_range_arg(start: u64) -> Option<String> {
+    let end = start.checked_add(SUBID_COUNT - 1)?;
+    (end <= SUBID_MAX).then(|| format!("{start}-{end}"))
+}
+
+fn check_subid(name: &'static str, path: &str, contents: Option<&str>, flag: &str, t: &Target, free: u64) -> Check {
+    let fix = match subid_range_arg(free) {
+        Some(range) => format!("sudo usermod {flag} {range} {}", t.arg()),
+        None => format!("edit {path} by hand: no free range of {SUBID_COUNT} ids is left"),
+    };
+    let Some(contents) = contents else {
+        return Check::fail(name, format!("{path} does not exist or is unreadable"), fix);
+    };
+    let ranges = parse_subids(contents);
+    match best_subid_range(&ranges, t.name.as_deref(), t.uid) {
+        Some(r) if r.count >= SUBID_COUNT => Check::pass(
+            name,
+            format!(
+                "{} has {}-{} ({} ids) in {path}",
+                t.display(),
+                r.start,
+                r.start + r.count - 1,
+                r.count
+            ),
+        ),
+        Some(r) => Check::fail(
+            name,
+            format!(
+                "largest range for {} in {path} has {} ids, need at least {SUBID_COUNT}",
+                t.display(),
+                r.count
+            ),
+            fix,
+        ),
+        None => Check::fail(name, format!("no range for {} in {path}", t.display()), fix),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// newuidmap / newgidmap
+
+/// Finds an executable in `$PATH`, then in [`FALLBACK_DIRS`]; the flag says
+/// whether it was found through `$PATH`.
+fn find_program(prog: &str) -> Option<(PathBuf, bool)> {
+    let path_dirs: Vec<PathBuf> = env::var_os("PATH")
+        .map(|p| env::split_paths(&p).filter(|d| d.is_absolute()).collect())
+        .unwrap_or_default();
+    for dir in &path_dirs {
+        let cand = dir.join(prog);
+        if is_executable(&cand) {
+            return Some((cand, true));
+        }
+    }
+    FALLBACK_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(prog))
+        .find(|c| is_executable(c))
+        .map(|c| (c, false))
+}
+
+fn is_executable(p: &Path) -> bool {
+    fs::metadata(p)
+        .map(|m| m.is_file() && m.mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// `/usr/bin/x` or `/usr/sbin/x (not in $PATH)`.
+fn describe_location(path: &Path, in_path: bool) -> String {
+    if in_path {
+        path.display().to_string()
+    } else {
+        format!("{} (not in $PATH)", path.display())
+    }
+}
+
+fn has_file_caps(path: &Path) -> bool {
+    rustix::fs::getxattr(path, "security.capability", &mut []).is_ok()
+}
+
+fn check_idmap(prog: &'static str) -> Check {
+    let Some((path, in_path)) = find_program(prog) else {
+        return Check::fail(prog, format!("{prog} not found"), "sudo apt-get install uidmap");
+    };
+    let loc = describe_location(&path, in_path);
+    let meta = match fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) => {
+            return Check::fail(
+                prog,
+                format!("cannot stat {loc}: {}", err_text(&e)),
+                "sudo apt-get install uidmap",
+            )
+        }
+    };
+    if meta.mode() & 0o4000 != 0 && meta.uid() == 0 {
+        Check::pass(prog, format!("{loc} is setuid root"))
+    } else if has_file_caps(&path) {
+        Check::pass(prog, format!("{loc} has file capabilities"))
+    } else {
+        Check::fail(
+            prog,
+            format!(
+                "{loc} is neither setuid root nor has file capabilities (mode {:04o}, owner {})",
+                meta.mode() & 0o7777,
+                meta.uid()
+            ),
+            "sudo apt-get install --reinstall uidmap",
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// userns
+
+fn read_sysctl(path: &str) -> Option<i64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn check_userns(t: &Target) -> Check {
+    let mut problems: Vec<String> = Vec::new();
+    let mut settings: Vec<&str> = Vec::new();
+
+    match read_sysctl("/proc/sys/user/max_user_namespaces") {
+        Some(n) if n > 0 => {}
+        Some(n) => {
+            problems.push(format!("user.max_user_namespaces is {n}"));
+            settings.push("user.max_user_namespaces=15000");
+        }
+        None => problems.push("cannot read /proc/sys/user/max_user_namespaces".into()),
+    }
+    if let Some(v) = read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") {
+        if v != 1 {
+            problems.push(format!("kernel.unprivileged_userns_clone is {v}"));
+            settings.push("kernel.unprivileged_userns_clone=1");
+        }
+    }
+    if let Some(v) = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+        if v != 0 {
+            problems.push(format!("kernel.apparmor_restrict_unprivileged_userns is {v}"));
+            settings.push("kernel.apparmor_restrict_unprivileged_userns=0");
+        }
+    }
+
+    let drop_to = (t.mode == Mode::Sudo).then_some((t.uid, t.gid));
+    let probe = userns_probe(drop_to);
+    match &probe {
+        ProbeResult::Ok => {}
+        ProbeResult::Failed { step, errno } => {
+            problems.push(format!("{} failed: {}", probe_step_name(*step), errno_text(*errno)))
+        }
+        ProbeResult::Error(e) => problems.push(format!("probe could not run: {e}")),
+    }
+
+    if problems.is_empty() {
+        let who = if t.mode == Mode::Root {
+            "root"
+        } else {
+            "an unprivileged user"
+        };
+        return Check::pass("userns", format!("{who} can create user, mount and network namespaces"));
+    }
+    let fix = if !settings.is_empty() {
+        sysctl_fix(&settings)
+    } else {
+        match probe {
+            ProbeResult::Failed {
+                errno: libc::ENOSPC, ..
+            } => "too many user namespaces: raise user.max_user_namespaces, or end stale sandboxes".into(),
+            _ => "unprivileged user namespaces are blocked by the environment (e.g. a container's \
+                  seccomp or lsm policy); run lazaret on a host or vm that allows them"
+                .into(),
+        }
+    };
+    Check::fail("userns", problems.join("; "), fix)
+}
+
+/// `sudo sysctl -w a=1 b=0 && printf 'a=1\nb=0\n' | sudo tee /etc/sysctl.d/60-lazaret.conf`
+fn sysctl_fix(settings: &[&str]) -> String {
+    let mut lines = String::new();
+    for s in settings {
+        lines.push_str(s);
+        lines.push_str("\\n");
+    }
+    format!(
+        "sudo sysctl -w {} && printf '{lines}' | sudo tee /etc/sysctl.d/60-lazaret.conf",
+        settings.join(" ")
+    )
+}
+
+#[derive(Debug)]
+enum ProbeResult {
+    Ok,
+    Failed { step: u8, errno: i32 },
+    Error(String),
+}
+
+const STEP_SETGROUPS: u8 = 1;
+const STEP_SETGID: u8 = 2;
+const STEP_SETUID: u8 = 3;
+const STEP_USERNS: u8 = 4;
+const STEP_MNT_NET: u8 = 5;
+
+fn probe_step_name(step: u8) -> &'static str {
+    match step {
+        STEP_SETGROUPS => "setgroups() to drop to the user",
+        STEP_SETGID => "setresgid() to the user",
+        STEP_SETUID => "setresuid() to the user",
+        STEP_USERNS => "unshare(CLONE_NEWUSER)",
+        STEP_MNT_NET => "unshare(CLONE_NEWNS|CLONE_NEWNET) inside the new user namespace",
+        _ => "probe",
+    }
+}
+
+/// Forks a child that (optionally) drops to `drop_to = (uid, gid)`, then
+/// creates a user namespace and, inside it, mount and network namespaces
+/// (what the supervisor does). AppArmor's userns restriction lets the first
+/// unshare succeed but denies the second, so both are tried.
+fn userns_probe(drop_to: Option<(u32, u32)>) -> ProbeResult {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a valid, writable array of two c_ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return ProbeResult::Error(format!("pipe2: {}", err_text(&io::Error::last_os_error())));
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    // SAFETY: the child runs only `probe_child`, which makes raw system calls
+    // (no allocation, locks or unwinding) and ends with `_exit`, so forking a
+    // possibly multi-threaded process is sound.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: we are the freshly forked child; see `probe_child`.
+        unsafe { probe_child(wr, drop_to) }
+    }
+    // SAFETY: `wr` is our own pipe end, not used after this.
+    unsafe { libc::close(wr) };
+    if pid < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: `rd` is our own pipe end, not used after this.
+        unsafe { libc::close(rd) };
+        return ProbeResult::Error(format!("fork: {}", err_text(&e)));
+    }
+
+    let mut buf = [0u8; 5];
+    let mut got = 0usize;
+    while got < buf.len() {
+        // SAFETY: `buf[got..]` is valid for writes of `buf.len() - got` bytes.
+        let n = unsafe { libc::read(rd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    // SAFETY: `rd` is our own pipe end, not used after this.
+    unsafe { libc::close(rd) };
+
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `pid` is our child and `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return ProbeResult::Error(format!("waitpid: {}", err_text(&e)));
+        }
+    }
+
+    if got == buf.len() {
+        let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
+        return ProbeResult::Failed { step: buf[0], errno };
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        ProbeResult::Ok
+    } else if libc::WIFSIGNALED(status) {
+        ProbeResult::Error(format!("probe child killed by signal {}", libc::WTERMSIG(status)))
+    } else {
+        ProbeResult::Error(format!("probe child exited with status {}", libc::WEXITSTATUS(status)))
+    }
+}
+
+/// Body of the probe child. Exits 0 on success; on failure writes
+/// `[step, errno as 4 native-endian bytes]` to `wr` and exits 1.
+///
+/// # Safety
+/// Must only be called in the child right after `fork`; never returns.
+unsafe fn probe_child(wr: libc::c_int, drop_to: Option<(u32, u32)>) -> ! {
+    // Raw syscalls rather than the libc wrappers: glibc's set*id wrappers
+    // broadcast to all threads, which is not something to rely on after fork.
+    if let Some((uid, gid)) = drop_to {
+        // SAFETY: plain system calls with integer / null arguments.
+        unsafe {
+            if libc::syscall(libc::SYS_setgroups, 0 as libc::c_long, std::ptr::null::<libc::gid_t>()) != 0 {
+                probe_fail(wr, STEP_SETGROUPS);
+            }
+            let g = gid as libc::c_long;
+            if libc::syscall(libc::SYS_setresgid, g, g, g) != 0 {
+                probe_fail(wr, STEP_SETGID);
+            }
+            let u = uid as libc::c_long;
+            if libc::syscall(libc::SYS_setresuid, u, u, u) != 0 {
+                probe_fail(wr, STEP_SETUID);
+            }
+        }
+    }
+    // SAFETY: unshare only changes this (single-threaded) child's namespaces.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+            probe_fail(wr, STEP_USERNS);
+        }
+        if libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) != 0 {
+            probe_fail(wr, STEP_MNT_NET);
+        }
+        libc::_exit(0)
+    }
+}
+
+/// # Safety
+/// Only for the probe child: reads errno, writes to `wr`, and `_exit`s.
+unsafe fn probe_fail(wr: libc::c_int, step: u8) -> ! {
+    // SAFETY: errno is thread-local and readable; `msg` is a valid stack
+    // buffer; write and _exit are async-signal-safe.
+    unsafe {
+        let e = (*libc::__errno_location()).to_ne_bytes();
+        let msg = [step, e[0], e[1], e[2], e[3]];
+        libc::write(wr, msg.as_ptr().cast(), msg.len());
+        libc::_exit(1)
+    }
+}
+
+/// `EPERM (operation not permitted)`.
+fn errno_text(errno: i32) -> String {
+    let name = match errno {
+        libc::EPERM => "EPERM",
+        libc::EACCES => "EACCES",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOMEM => "ENOMEM",
+        libc::ENOSYS => "ENOSYS",
+        libc::EUSERS => "EUSERS",
+        _ => return err_text(&io::Error::from_raw_os_error(errno)),
+    };
+    format!("{name} ({})", err_text(&io::Error::from_raw_os_error(errno)))
+}
+
+/// An io::Error as a lowercase message without the `(os error N)` suffix.
+fn err_text(e: &io::Error) -> String {
+    let s = e.to_string();
+    let s = match s.find(" (os error") {
+        Some(i) => &s[..i],
+        None => &s[..],
+    };
+    lowercase_first(s)
+}
+
+fn lowercase_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_lowercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// dev-net-tun / dev-fuse
+
+/// Whether a file with `mode`/`owner`/`group` grants read+write to a user
+/// with `uid` and `groups`, using the kernel's rule: the owner class applies
+/// if the user owns the file, else the group class if in the group, else
+/// other. (Root is not special-cased: the caller decides.)
+fn mode_allows_rw(mode: u32, owner: u32, group: u32, uid: u32, groups: &[u32]) -> bool {
+    let bits = if owner == uid {
+        (mode >> 6) & 0o7
+    } else if groups.contains(&group) {
+        (mode >> 3) & 0o7
+    } else {
+        mode & 0o7
+    };
+    bits & 0o6 == 0o6
+}
+
+fn check_device(name: &'static str, path: &str, (major, minor): (u32, u32), t: &Target) -> Check {
+    let note = "stock udev distros ship it 0666; without udev redo this after each boot";
+    let meta = match fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => {
+            let parent = Path::new(path).parent().map(|p| p.display().to_string());
+            let mkdir = match parent.as_deref() {
+                Some("/dev") | None => String::new(),
+                Some(p) => format!("sudo mkdir -p {p} && "),
+            };
+            return Check::fail(
+                name,
+                format!("{path}: {}", err_text(&e)),
+                format!("{mkdir}sudo mknod -m 0666 {path} c {major} {minor}"),
+            );
+        }
+    };
+    if !meta.file_type().is_char_device() {
+        return Check::fail(
+            name,
+            format!("{path} is not a character device"),
+            format!("sudo rm -f {path} && sudo mknod -m 0666 {path} c {major} {minor}"),
+        );
+    }
+    let mode = meta.mode() & 0o7777;
+    let (ok, who) = match t.mode {
+        Mode::User => (
+            rustix::fs::access(path, rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK).is_ok(),
+            t.display(),
+        ),
+        Mode::Sudo => (
+            mode_allows_rw(mode, meta.uid(), meta.gid(), t.uid, &t.groups),
+            t.display(),
+        ),
+        // Root can open anything; what matters is a normal user, so look at
+        // the "other" bits.
+        Mode::Root => (mode & 0o006 == 0o006, "other users".to_string()),
+    };
+    if ok {
+        Check::pass(
+            name,
+            format!("{path} is readable and writable by {who} (mode {mode:04o})"),
+        )
+    } else {
+        Check::fail(
+            name,
+            format!(
+                "{path} is not readable and writable by {who} (mode {mode:04o}, owner {}:{})",
+                meta.uid(),
+                meta.gid()
+            ),
+            format!("sudo chmod 0666 {path}  # {note}"),
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// runsc
+
+/// The release date in `runsc --version` output: the first run of exactly
+/// eight digits (`runsc version 0.0~20240729.0`, `release-20240729.0`).
+fn parse_runsc_date(output: &str) -> Option<u32> {
+    let line = output.lines().find(|l| l.contains("version"))?;
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i].is_ascii_digit() {
+            let start = i;
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            if i - start == 8 {
+                return line[start..i].parse().ok();
+            }
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// `VERSION_CODENAME` from /etc/os-release contents.
+fn os_release_codename(contents: &str) -> Option<String> {
+    contents.lines().find_map(|l| {
+        let v = l.trim().strip_prefix("VERSION_CODENAME=")?;
+        let v = v.trim_matches(|c| c == '"' || c == '\'');
+        (!v.is_empty()).then(|| v.to_string())
+    })
+}
+
+fn runsc_fix(codename: Option<&str>) -> String {
+    match codename {
+        Some("bookworm") => "sudo apt-get install -t bookworm-backports runsc (with bookworm-backports \
+                             enabled), or run scripts/install-deps.sh"
+            .into(),
+        Some(_) => "run scripts/install-deps.sh (or: sudo apt-get install runsc)".into(),
+        None => format!("run scripts/install-deps.sh, or install runsc >= {MIN_RUNSC_DATE} from gvisor.dev"),
+    }
+}
+
+fn check_runsc() -> Check {
+    let codename = read_optional("/etc/os-release").and_then(|c| os_release_codename(&c));
+    let fix = runsc_fix(codename.as_deref());
+    let Some((path, in_path)) = find_program("runsc") else {
+        return Check::fail("runsc", "runsc not found", fix);
+    };
+    let loc = describe_location(&path, in_path);
+    let out = match Command::new(&path).arg("--version").stdin(Stdio::null()).output() {
+        Ok(o) => o,
+        Err(e) => return Check::fail("runsc", format!("cannot run {loc} --version: {}", err_text(&e)), fix),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    match parse_runsc_date(&text) {
+        Some(d) if d >= MIN_RUNSC_DATE => Check::pass(
+            "runsc",
+            format!("{loc} is release {d} (systrap platform; /dev/kvm is not used)"),
+        ),
+        Some(d) => Check::fail(
+            "runsc",
+            format!("{loc} is release {d}, need {MIN_RUNSC_DATE} or newer"),
+            fix,
+        ),
+        None => {
+            let first = text.lines().next().unwrap_or("").trim();
+            Check::fail(
+                "runsc",
+                format!("cannot read a release date from `{loc} --version` (got {first:?})"),
+                fix,
+            )
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// plain tools
+
+fn check_tool(tool: &'static str, pkg: &str) -> Check {
+    match find_program(tool) {
+        Some((path, in_path)) => Check::pass(tool, format!("found {}", describe_location(&path, in_path))),
+        None => Check::fail(tool, format!("{tool} not found"), format!("sudo apt-get install {pkg}")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// xdg-runtime-dir
+
+/// What is wrong with a runtime directory.
+#[derive(Debug, PartialEq, Eq)]
+enum RuntimeDirProblem {
+    NotDir,
+    Owner(u32),
+    Writable(u32),
+}
+
+impl RuntimeDirProblem {
+    fn describe(&self, uid: u32) -> String {
+        match self {
+            RuntimeDirProblem::NotDir => "is not a directory".into(),
+            RuntimeDirProblem::Owner(o) => format!("is owned by uid {o}, not {uid}"),
+            RuntimeDirProblem::Writable(m) => format!("is group- or world-writable (mode {m:04o})"),
+        }
+    }
+}
+
+/// Checks a runtime directory's metadata (from lstat, so a symlink is not a
+/// directory); `None` when it is fine.
+fn runtime_dir_problem(is_dir: bool, owner: u32, mode: u32, uid: u32) -> Option<RuntimeDirProblem> {
+    if !is_dir {
+        Some(RuntimeDirProblem::NotDir)
+    } else if owner != uid {
+        Some(RuntimeDirProblem::Owner(owner))
+    } else if mode & 0o022 != 0 {
+        Some(RuntimeDirProblem::Writable(mode & 0o7777))
+    } else {
+        None
+    }
+}
+
+fn check_xdg_runtime_dir(t: &Target) -> Check {
+    const NAME: &str = "xdg-runtime-dir";
+    if t.mode == Mode::Sudo {
+        return Check::pass(
+            NAME,
+            format!(
+                "not checked under sudo (the environment is root's); run `lazaret doctor` as {} \
+                 to check it",
+                t.arg()
+            ),
+        );
+    }
+    match env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(dir) => {
+            let shown = PathBuf::from(dir).display().to_string();
+            let not_mine = format!(
+                "unset XDG_RUNTIME_DIR, or point it at a directory you own (mode 0700), \
+                 e.g. /run/user/{}",
+                t.uid
+            );
+            match fs::symlink_metadata(&shown) {
+                Err(e) => Check::fail(
+                    NAME,
+                    format!("XDG_RUNTIME_DIR={shown}: {}", err_text(&e)),
+                    format!("mkdir -m 0700 -p {shown}, or unset XDG_RUNTIME_DIR"),
+                ),
+                Ok(m) => match runtime_dir_problem(m.is_dir(), m.uid(), m.mode(), t.uid) {
+                    None => Check::pass(
+                        NAME,
+                        format!(
+                            "XDG_RUNTIME_DIR={shown} is owned by {} and not group- or world-writable",
+                            t.display()
+                        ),
+                    ),
+                    Some(p @ RuntimeDirProblem::Writable(_)) => Check::fail(
+                        NAME,
+                        format!("XDG_RUNTIME_DIR={shown} {}", p.describe(t.uid)),
+                        format!("chmod go-w {shown}"),
+                    ),
+                    Some(p) => Check::fail(NAME, format!("XDG_RUNTIME_DIR={shown} {}", p.describe(t.uid)), not_mine),
+                },
+            }
+        }
+        None => {
+            let fallback = format!("/tmp/lazaret-{}", t.uid);
+            match fs::symlink_metadata(&fallback) {
+                Ok(m) => match runtime_dir_problem(m.is_dir(), m.uid(), m.mode(), t.uid) {
+                    None => Check::pass(NAME, format!("XDG_RUNTIME_DIR is unset; lazaret uses {fallback}")),
+                    Some(p @ RuntimeDirProblem::Writable(_)) => Check::fail(
+                        NAME,
+                        format!(
+                            "XDG_RUNTIME_DIR is unset and the fallback {fallback} {}",
+                            p.describe(t.uid)
+                        ),
+                        format!("chmod 0700 {fallback}"),
+                    ),
+                    Some(p) => Check::fail(
+                        NAME,
+                        format!(
+                            "XDG_RUNTIME_DIR is unset and the fallback {fallback} {}",
+                            p.describe(t.uid)
+                        ),
+                        format!(
+                            "sudo rm -rf {fallback} (someone else created it), or set \
+                             XDG_RUNTIME_DIR to a directory you own"
+                        ),
+                    ),
+                },
+                Err(_) => Check::pass(
+                    NAME,
+                    format!("XDG_RUNTIME_DIR is unset; lazaret uses {fallback} (not created yet)"),
+                ),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// output
+
+/// The human report: `ok   name: detail` or `FAIL name: detail` plus an
+/// indented `  fix: ...` line.
+fn to_text(checks: &[Check]) -> String {
+    let mut out = String::new();
+    for c in checks {
+        let tag = if c.ok { "ok  " } else { "FAIL" };
+        out.push_str(&format!("{tag} {}: {}\n", c.name, c.detail));
+        if !c.ok {
+            if let Some(fix) = &c.fix {
+                out.push_str(&format!("  fix: {fix}\n"));
+            }
+        }
+    }
+    out
+}
+
+/// A JSON string literal (with quotes) for `s`.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{08}' => out.push_str("\\b"),
+            '\u{0c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `{"ok":bool,"checks":[{"name":..,"ok":..,"detail":..,"fix":..|null}]}`
+fn to_json(checks: &[Check]) -> String {
+    let all_ok = checks.iter().all(|c| c.ok);
+    let items: Vec<String> = checks
+        .iter()
+        .map(|c| {
+            let fix = match &c.fix {
+                Some(f) => json_string(f),
+                None => "null".to_string(),
+            };
+            format!(
+                "{{\"name\":{},\"ok\":{},\"detail\":{},\"fix\":{}}}",
+                json_string(c.name),
+                c.ok,
+                json_string(&c.detail),
+                fix
+            )
+        })
+        .collect();
+    format!("{{\"ok\":{all_ok},\"checks\":[{}]}}", items.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runsc_date_debian_format() {
+        assert_eq!(
+            parse_runsc_date("runsc version 0.0~20240729.0\nspec: 1.0.2-dev\n"),
+            Some(20240729)
+        );
+        assert_eq!(parse_runsc_date("runsc version 0.0~20221219.0\n"), Some(20221219));
+    }
+
+    #[test]
+    fn runsc_date_release_format() {
+        assert_eq!(
+            parse_runsc_date("runsc version release-20240729.0\nspec: 1.1.0\n"),
+            Some(20240729)
+        );
+        assert_eq!(parse_runsc_date("runsc version release-20250113.0"), Some(20250113));
+    }
+
+    #[test]
+    fn runsc_date_rejects_non_dates() {
+        assert_eq!(parse_runsc_date("runsc version google-123456"), None);
+        assert_eq!(parse_runsc_date("runsc version 123456789"), None);
+        assert_eq!(parse_runsc_date("spec: 20240729\n"), None);
+        assert_eq!(parse_runsc_date(""), None);
+    }
+
+    #[test]
+    fn runsc_version_comparison() {
+        let ok = |s: &str| parse_runsc_date(s).is_some_and(|d| d >= MIN_RUNSC_DATE);
+        assert!(ok("runsc version 0.0~20240729.0"));
+        assert!(!ok("runsc version 0.0~20221219.0"));
+        assert!(!ok("runsc version 0.0~20240728.0"));
+    }
+
+    #[test]
+    fn subid_parsing_skips_junk() {
+        let f = "# comment\n\nalice:100000:65536\nbroken\nbob:x:1\n1001:165536:65536\n  carol:231072:10  \n";
+        assert_eq!(
+            parse_subids(f),
+            vec![
+                SubidRange {
+                    owner: "alice".into(),
+                    start: 100000,
+                    count: 65536
+                },
+                SubidRange {
+                    owner: "1001".into(),
+                    start: 165536,
+                    count: 65536
+                },
+                SubidRange {
+                    owner: "carol".into(),
+                    start: 231072,
+                    count: 10
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn subid_matching_by_name_or_uid() {
+        let r = parse_subids("alice:100000:1000\n1000:200000:65536\nbob:300000:65536\n");
+        let best = best_subid_range(&r, Some("alice"), 1000).unwrap();
+        assert_eq!((best.start, best.count), (200000, 65536));
+        let best = best_subid_range(&r, Some("alice"), 1002).unwrap();
+        assert_eq!((best.start, best.count), (100000, 1000));
+        assert!(best_subid_range(&r, Some("carol"), 1003).is_none());
+        assert!(best_subid_range(&r, None, 1000).is_some());
+        assert!(!subid_owner_matches("1000x", None, 1000));
+    }
+
+    #[test]
+    fn free_range_is_past_highest_end() {
+        assert_eq!(free_subid_start(&[]), 100000);
+        assert_eq!(free_subid_start(&parse_subids("a:100000:65536\n")), 165536);
+        assert_eq!(free_subid_start(&parse_subids("a:1000:10\n")), 100000);
+        assert_eq!(
+            free_subid_start(&parse_subids("a:300000:65536\nb:100000:65536\n")),
+            365536
+        );
+        assert_eq!(subid_range_arg(165536).as_deref(), Some("165536-231071"));
+        assert_eq!(subid_range_arg(100000).as_deref(), Some("100000-165535"));
+        assert_eq!(subid_range_arg(SUBID_MAX), None);
+    }
+
+    #[test]
+    fn passwd_and_group_lookup() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/sh\nbad:x:zz:1\n";
+        assert_eq!(passwd_by_name(passwd, "alice"), Some((1000, 1000)));
+        assert_eq!(passwd_by_name(passwd, "bob"), None);
+        assert_eq!(passwd_by_name(passwd, "bad"), None);
+        assert_eq!(passwd_by_uid(passwd, 1000), Some(("alice".to_string(), 1000)));
+        assert_eq!(passwd_by_uid(passwd, 5), None);
+        let group = "root:x:0:\nkvm:x:104:alice,bob\nusers:x:100:bob\nalice:x:1000:\n";
+        assert_eq!(groups_of(group, "alice", 1000), vec![104, 1000]);
+        assert_eq!(groups_of(group, "bob", 1001), vec![100, 104, 1001]);
+    }
+
+    #[test]
+    fn device_mode_classes() {
+        assert!(mode_allows_rw(0o666, 0, 0, 1000, &[1000]));
+        assert!(!mode_allows_rw(0o600, 0, 0, 1000, &[1000]));
+        assert!(mode_allows_rw(0o660, 0, 104, 1000, &[104, 1000]));
+        assert!(mode_allows_rw(0o600, 1000, 0, 1000, &[1000]));
+        // The owner class wins even when "other" would allow it.
+        assert!(!mode_allows_rw(0o066, 1000, 0, 1000, &[1000]));
+        assert!(!mode_allows_rw(0o644, 0, 0, 1000, &[1000]));
+    }
+
+    #[test]
+    fn os_release_and_runsc_fix() {
+        let c = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
+        assert_eq!(os_release_codename(c).as_deref(), Some("bookworm"));
+        assert_eq!(
+            os_release_codename("VERSION_CODENAME=\"noble\"\n").as_deref(),
+            Some("noble")
+        );
+        assert_eq!(os_release_codename("ID=arch\n"), None);
+        assert!(runsc_fix(Some("bookworm")).starts_with("sudo apt-get install -t bookworm-backports runsc"));
+        assert!(runsc_fix(Some("trixie")).contains("scripts/install-deps.sh"));
+    }
+
+    #[test]
+    fn sysctl_fix_text() {
+        assert_eq!(
+            sysctl_fix(&["kernel.apparmor_restrict_unprivileged_userns=0"]),
+            "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 && printf \
+             'kernel.apparmor_restrict_unprivileged_userns=0\\n' | sudo tee /etc/sysctl.d/60-lazaret.conf"
+        );
+    }
+
+    #[test]
+    fn runtime_dir_rules() {
+        assert_eq!(runtime_dir_problem(true, 1000, 0o40700, 1000), None);
+        assert_eq!(runtime_dir_problem(true, 1000, 0o40755, 1000), None);
+        let p = runtime_dir_problem(true, 0, 0o40700, 1000).unwrap();
+        assert_eq!(p, RuntimeDirProblem::Owner(0));
+        assert_eq!(p.describe(1000), "is owned by uid 0, not 1000");
+        let p = runtime_dir_problem(true, 1000, 0o41777, 1000).unwrap();
+        assert_eq!(p.describe(1000), "is group- or world-writable (mode 1777)");
+        assert_eq!(
+            runtime_dir_problem(true, 1000, 0o40720, 1000),
+            Some(RuntimeDirProblem::Writable(0o720))
+        );
+        assert_eq!(
+            runtime_dir_problem(false, 1000, 0o100600, 1000),
+            Some(RuntimeDirProblem::NotDir)
+        );
+    }
+
+    #[test]
+    fn json_escaping() {
+        assert_eq!(json_string("plain"), "\"plain\"");
+        assert_eq!(json_string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(json_string("l1\nl2\t\r"), "\"l1\\nl2\\t\\r\"");
+        assert_eq!(json_string("\u{1}\u{1f}\u{7f}"), "\"\\u0001\\u001f\\u007f\"");
+        assert_eq!(json_string("ü→"), "\"ü→\"");
+    }
+
+    #[test]
+    fn json_document() {
+        let checks = vec![
+            Check::pass("git", "found /usr/bin/git"),
+            Check::fail("runsc", "runsc not \"found\"", "run scripts/install-deps.sh"),
+        ];
+        assert_eq!(
+            to_json(&checks),
+            "{\"ok\":false,\"checks\":[{\"name\":\"git\",\"ok\":true,\"detail\":\"found /usr/bin/git\",\"fix\":null},\
+             {\"name\":\"runsc\",\"ok\":false,\"detail\":\"runsc not \\\"found\\\"\",\"fix\":\"run scripts/install-deps.sh\"}]}"
+        );
+        assert!(to_json(&checks[..1]).starts_with("{\"ok\":true,"));
+    }
+
+    #[test]
+    fn text_report() {
+        let checks = vec![
+            Check::pass("git", "found /usr/bin/git"),
+            Check::fail("umoci", "umoci not found", "sudo apt-get install umoci"),
+        ];
+        assert_eq!(
+            to_text(&checks),
+            "ok   git: found /usr/bin/git\nFAIL umoci: umoci not found\n  fix: sudo apt-get install umoci\n"
+        );
+    }
+
+    #[test]
+    fn error_text_is_lowercase_without_suffix() {
+        assert_eq!(errno_text(libc::EPERM), "EPERM (operation not permitted)");
+        assert_eq!(
+            err_text(&io::Error::from_raw_os_error(libc::ENOENT)),
+            "no such file or directory"
+        );
+    }
+
+    #[test]
+    fn userns_probe_runs() {
+        // Whatever the host allows, the fork/pipe machinery must work.
+        let r = userns_probe(None);
+        assert!(!matches!(r, ProbeResult::Error(_)), "{r:?}");
+    }
+
+    #[test]
+    fn every_check_has_a_fix_when_failing() {
+        let all = checks();
+        // Shown with `--nocapture`.
+        print!("{}", to_text(&all));
+        for c in all {
+            assert!(c.ok || c.fix.as_deref().is_some_and(|f| !f.is_empty()), "{}", c.name);
+            assert!(!c.detail.ends_with('.'), "{}", c.name);
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! Base images and prepared lowers (FR-22, SR-15).
+//!
+//! The default image is built locally: a debootstrap minbase of the host's
+//! Debian release, run inside a user namespace with the user's subordinate
+//! ids (so the build needs no host root), packed into an OCI layout with
+//! umoci in that same namespace so file ownership is recorded as the image
+//! sees it. Other sources are copied into an OCI layout by skopeo.
+//!
+//! A prepared lower is `umoci unpack --rootless` of one manifest into
+//! `lowers/.prep-*`, finished by an atomic rename to `lowers/ARTIFACT`.
+//! The artifact id is derived from the manifest digest, so concurrent
+//! preparers of one source either reuse the finished tree or race to the
+//! same rename, where the loser discards its own copy. An in-progress tree
+//! is never used as a lower.
+
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::config::ImageSource;
+use nanoserde::DeJson;
+
+use crate::domain::{hex, random_id};
+
+/// Packages the default image carries beyond minbase.
+pub const DEFAULT_PACKAGES: &[&str] = &[
+    "bash",
+    "coreutils",
+    "git",
+    "ca-certificates",
+    "procps",
+    "less",
+    "python3-minimal",
+    "vim-tiny",
+    "ncurses-base",
+];
+pub const DEFAULT_TAG: &str = "latest";
+/// Bumped when the preparer's output layout changes.
+const PREPARER: &str = "umoci-unpack-rootless-v1";
+
+#[derive(Debug)]
+pub enum ImageError {
+    NotBuilt(PathBuf),
+    MissingLayout(PathBuf),
+    NoTag {
+        layout: PathBuf,
+        tag: String,
+    },
+    BadIndex(PathBuf, String),
+    Tool {
+        tool: &'static str,
+        status: String,
+        log: String,
+    },
+    Spawn(&'static str, io::Error),
+    Io(PathBuf, io::Error),
+    NoMirror,
+    NoRelease,
+}
+
+impl fmt::Display for ImageError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            ImageError::NotBuilt(p) => {
+                write!(
+                    f,
+                    "the default image is not built yet ({}): run `lazaret image build`",
+                    p.display()
+                )
+            }
+            ImageError::MissingLayout(p) => {
+                write!(f, "image layout {} does not exist or has no index.json", p.display())
+            }
+            ImageError::NoTag { layout, tag } => write!(f, "image layout {} has no tag {tag:?}", layout.display()),
+            ImageError::BadIndex(p, why) => write!(f, "cannot read {}: {why}", p.display()),
+            ImageError::Tool { tool, status, log } => {
+                write!(f, "{tool} failed ({status})")?;
+                if !log.is_empty() {
+                    write!(f, ":\n{log}")?;
+                }
+                Ok(())
+            }
+            ImageError::Spawn(t, e) => write!(f, "cannot run {t}: {e} (run `lazaret doctor`)"),
+            ImageError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            ImageError::NoMirror => write!(
+                f,
+                "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d"
+            ),
+            ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, ImageError>;
+
+/// Progress on a terminal: one line, rewritten; silent otherwise.
+pub struct Progress {
+    on: bool,
+    shown: bool,
+}
+
+impl Progress {
+    pub fn new(quiet: bool) -> Progress {
+        Progress {
+            on: !quiet && crate::sys::isatty(2),
+            shown: false,
+        }
+    }
+    pub fn step(&mut self, msg: &str) {
+        if self.on {
+            let msg: String = msg.chars().filter(|c| !c.is_control()).take(100).collect();
+            eprint!("\r\x1b[K{msg}");
+            let _ = io::stderr().flush();
+            self.shown = true;
+        }
+    }
+    pub fn done(&mut self) {
+        if self.on && self.shown {
+            eprint!("\r\x1b[K");
+            let _ = io::stderr().flush();
+            self.shown = false;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+// ---- locating the image ----------------------------------------------------
+
+pub fn images_dir(storage: &Path) -> PathBuf {
+    storage.join("images")
+}
+
+pub fn lowers_dir(storage: &Path) -> PathBuf {
+    storage.join("lowers")
+}
+
+/// The OCI layout and tag a source resolves to. Non-OCI sources are
+/// imported with skopeo into a layout under the Storage Root first.
+pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) -> Result<(PathBuf, String)> {
+    match source {
+        ImageSource::Default => {
+            let layout = images_dir(storage).join("default");
+            if !layout.join("index.json").exists() {
+                return Err(ImageError::NotBuilt(layout));
+            }
+            Ok((layout, DEFAULT_TAG.to_string()))
+        }
+        ImageSource::Oci { path, tag } => Ok((path.clone(), tag.clone())),
+        ImageSource::DockerArchive(_) | ImageSource::Docker(_) => {
+            let src = match source {
+                ImageSource::DockerArchive(p) => format!("docker-archive:{}", p.display()),
+                ImageSource::Docker(r) => r.clone(),
+                _ => unreachable!(),
+            };
+            let name = format!("import-{}", hex(&openssl::sha::sha256(src.as_bytes())[..8]));
+            let layout = images_dir(storage).join(name);
+            progress.step(&format!("importing {src}"));
+            std::fs::create_dir_all(images_dir(storage)).map_err(|e| ImageError::Io(images_dir(storage), e))?;
+            run_tool(
+                "skopeo",
+                Command::new("skopeo").args([
+                    "copy",
+                    "--quiet",
+                    &src,
+                    &format!("oci:{}:{DEFAULT_TAG}", layout.display()),
+                ]),
+            )?;
+            Ok((layout, DEFAULT_TAG.to_string()))
+        }
+    }
+}
+
+#[derive(DeJson)]
+struct OciIndex {
+    manifests: Vec<OciDescriptor>,
+}
+
+#[derive(DeJson)]
+struct OciDescriptor {
+    digest: String,
+    #[nserde(default)]
+    annotations: std::collections::HashMap<String, String>,
+}
+
+/// The manifest digest that `tag` names in an OCI layout: the image's
+/// source identity.
+pub fn manifest_digest(layout: &Path, tag: &str) -> Result<String> {
+    let path = layout.join("index.json");
+    let text = std::fs::read_to_string(&path).map_err(|_| ImageError::MissingLayout(layout.to_path_buf()))?;
+    parse_index_digest(&text, tag)
+        .map_err(|why| ImageError::BadIndex(path.clone(), why))?
+        .ok_or_else(|| ImageError::NoTag {
+            layout: layout.to_path_buf(),
+            tag: tag.to_string(),
+        })
+}
+
+pub fn parse_index_digest(text: &str, tag: &str) -> std::result::Result<Option<String>, String> {
+    let idx: OciIndex = OciIndex::deserialize_json(text).map_err(|e| e.to_string())?;
+    for m in idx.manifests {
+        if m.annotations
+            .get("org.opencontainers.image.ref.name")
+            .map(String::as_str)
+            == Some(tag)
+        {
+            let ok = m
+                .digest
+                .strip_prefix("sha256:")
+                .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+            if !ok {
+                return Err(format!("malformed digest {:?}", m.digest));
+            }
+            return Ok(Some(m.digest));
+        }
+    }
+    Ok(None)
+}
+
+/// The prepared-artifact id for a manifest digest.
+pub fn artifact_id(digest: &str) -> String {
+    hex(&openssl::sha::sha256(format!("{PREPARER}\0{digest}").as_bytes())[..12])
+}
+
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    pub artifact: String,
+    pub dir: PathBuf,
+    pub digest: String,
+}
+
+impl Prepared {
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+}
+
+const ARTIFACT_MARKER: &str = "lazaret-artifact";
+
+/// Prepares (or reuses) the lower for `layout:tag`.
+pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
+    let digest = manifest_digest(layout, tag)?;
+    let artifact = artifact_id(&digest);
+    let lowers = lowers_dir(storage);
+    let dir = lowers.join(&artifact);
+    let done = Prepared {
+        artifact: artifact.clone(),
+        dir: dir.clone(),
+        digest: digest.clone(),
+    };
+    if is_finished(&dir, &digest) {
+        return Ok(done);
+    }
+    std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
+    let tmp = lowers.join(format!(".prep-{artifact}-{}-{}", std::process::id(), random_id(4)));
+    progress.step("preparing image (unpacking layers)");
+    let result = unpack_into(layout, tag, &tmp, &digest);
+    if let Err(e) = result {
+        remove_tree(&tmp);
+        return Err(e);
+    }
+    // INVARIANT: the tree only becomes a lower by this rename, after it is
+    // complete and marked.
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => {}
+        Err(_) if is_finished(&dir, &digest) => remove_tree(&tmp),
+        Err(e) => {
+            remove_tree(&tmp);
+            return Err(ImageError::Io(dir, e));
+        }
+    }
+    progress.done();
+    Ok(done)
+}
+
+fn is_finished(dir: &Path, digest: &str) -> bool {
+    std::fs::read_to_string(dir.join(ARTIFACT_MARKER)).is_ok_and(|s| s.lines().next() == Some(digest))
+        && dir.join("rootfs").is_dir()
+}
+
+fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()> {
+    run_tool(
+        "umoci unpack",
+        Command::new("umoci")
+            .args(["unpack", "--rootless", "--image"])
+            .arg(format!("{}:{tag}", layout.display()))
+            .arg(tmp),
+    )?;
+    let rootfs = tmp.join("rootfs");
+    // Mount points for Lazaret's fixed mounts exist in the lower itself, so
+    // runsc never has to create them anywhere.
+    let io = |p: &Path, e| ImageError::Io(p.to_path_buf(), e);
+    for d in ["workspace", ".lazaret"] {
+        let p = rootfs.join(d);
+        if std::fs::symlink_metadata(&p).is_ok() && !std::fs::symlink_metadata(&p).map(|m| m.is_dir()).unwrap_or(false)
+        {
+            std::fs::remove_file(&p).map_err(|e| io(&p, e))?;
+        }
+        std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
+    }
+    for f in ["init", "escalate"] {
+        let p = rootfs.join(".lazaret").join(f);
+        std::fs::write(&p, b"").map_err(|e| io(&p, e))?;
+    }
+    let marker = tmp.join(ARTIFACT_MARKER);
+    std::fs::write(&marker, format!("{digest}\n{}\n", layout.display())).map_err(|e| io(&marker, e))?;
+    Ok(())
+}
+
+/// Removes a tree Lazaret created, even where the rootless unpack left
+/// directories without write permission.
+pub fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() || !path.exists() {
+        return;
+    }
+    let _ = Command::new("chmod")
+        .args(["-R", "u+rwX"])
+        .arg(path)
+        .stderr(Stdio::null())
+        .status();
+    let _ = std::fs::remove_dir_all(path);
+}
+
+fn run_tool(tool: &'static str, cmd: &mut Command) -> Result<()> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| ImageError::Spawn(tool, e))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(ImageError::Tool {
+        tool,
+        status: out.status.to_string(),
+        log: tail(&out.stderr, 15),
+    })
+}
+
+fn tail(bytes: &[u8], lines: usize) -> String {
+    let s = String::from_utf8_lossy(bytes);
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---- building the default image --------------------------------------------------
+
+/// The host's Debian codename.
+pub fn host_codename() -> Result<String> {
+    let text = std::fs::read_to_string("/etc/os-release").map_err(|_| ImageError::NoRelease)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+        .ok_or(ImageError::NoRelease)
+}
+
+/// The mirror apt already uses for `codename`, from deb822 `.sources`
+/// stanzas or one-line `sources.list` entries.
+pub fn find_mirror(sources: &[(String, String)], codename: &str) -> Option<String> {
+    for (name, text) in sources {
+        if name.ends_with(".sources") {
+            for stanza in text.split("\n\n") {
+                let field = |k: &str| {
+                    stanza
+                        .lines()
+                        .find_map(|l| l.strip_prefix(k).map(|v| v.trim().to_string()))
+                };
+                let types = field("Types:").unwrap_or_default();
+                let suites = field("Suites:").unwrap_or_default();
+                if types.split_whitespace().any(|t| t == "deb") && suites.split_whitespace().any(|s| s == codename) {
+                    if let Some(uri) = field("URIs:").and_then(|u| u.split_whitespace().next().map(String::from)) {
+                        return Some(uri);
+                    }
+                }
+            }
+        } else {
+            for line in text.lines() {
+                let mut f = line.split_whitespace().filter(|w| !w.starts_with('['));
+                if f.next() == Some("deb") {
+                    if let (Some(uri), Some(suite)) = (f.next(), f.next()) {
+                        if suite == codename {
+                            return Some(uri.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+fn apt_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Ok(t) = std::fs::read_to_string("/etc/apt/sources.list") {
+        out.push(("sources.list".to_string(), t));
+    }
+    if let Ok(rd) = std::fs::read_dir("/etc/apt/sources.list.d") {
+        let mut names: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        names.sort();
+        for p in names {
+            let n = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+            if n.ends_with(".sources") || n.ends_with(".list") {
+                if let Ok(t) = std::fs::read_to_string(&p) {
+                    out.push((n, t));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Builds the default image into `images/default` (replacing an older one
+/// only once the new one is complete).
+pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> {
+    let codename = host_codename()?;
+    let mirror = find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?;
+    let images = images_dir(storage);
+    std::fs::create_dir_all(&images).map_err(|e| ImageError::Io(images.clone(), e))?;
+    let work = images.join(format!(".build-{}-{}", std::process::id(), random_id(4)));
+    std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
+    let result = build_in(&work, &codename, &mirror, progress);
+    let final_layout = images.join("default");
+    let outcome = result.and_then(|()| {
+        let old = images.join(format!(".old-{}", random_id(4)));
+        let had_old = final_layout.exists();
+        if had_old {
+            std::fs::rename(&final_layout, &old).map_err(|e| ImageError::Io(final_layout.clone(), e))?;
+        }
+        std::fs::rename(work.join("oci"), &final_layout).map_err(|e| ImageError::Io(final_layout.clone(), e))?;
+        if had_old {
+            remove_tree(&old);
+        }
+        manifest_digest(&final_layout, DEFAULT_TAG)
+    });
+    remove_tree(&work);
+    progress.done();
+    outcome
+}
+
+/// debootstrap and umoci run inside one user namespace with the full
+/// subordinate mapping (`unshare --map-auto`); `container=lxc` makes
+/// debootstrap bind device nodes instead of calling mknod, which a user
+/// namespace forbids.
+fn build_in(work: &Path, codename: &str, mirror: &str, progress: &mut Progress) -> Result<()> {
+    let script = r#"set -e
+cd "$1"
+/usr/sbin/debootstrap --variant=minbase --include="$4" "$2" rootfs "$3"
+rm -rf rootfs/debootstrap rootfs/var/cache/apt/archives/*.deb rootfs/var/lib/apt/lists/*_Packages
+echo "I: packing into an OCI layout"
+umoci init --layout oci
+umoci new --image oci:latest
+umoci insert --image oci:latest rootfs /
+umoci config --image oci:latest --config.workingdir=/workspace --config.cmd=/bin/bash
+umoci gc --layout oci
+rm -rf rootfs
+chmod -R a+rX,u+w oci
+"#;
+    let log_path = work.join("build.log");
+    let mut child = Command::new("unshare")
+        .args([
+            "--map-auto",
+            "--map-root-user",
+            "--mount",
+            "--fork",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "lazaret-build",
+        ])
+        .arg(work)
+        .args([codename, mirror, &DEFAULT_PACKAGES.join(",")])
+        .env("container", "lxc")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ImageError::Spawn("unshare", e))?;
+    let stderr = child.stderr.take().unwrap();
+    let err_thread = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = io::Read::read_to_end(&mut BufReader::new(stderr), &mut buf);
+        buf
+    });
+    let mut log = Vec::new();
+    progress.step("building the default image (debootstrap)");
+    for line in BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(|l| l.ok())
+    {
+        if let Some(msg) = line.strip_prefix("I: ") {
+            progress.step(&format!("building the default image: {msg}"));
+        }
+        log.extend_from_slice(line.as_bytes());
+        log.push(b'\n');
+    }
+    let status = child.wait().map_err(|e| ImageError::Spawn("unshare", e))?;
+    let errs = err_thread.join().unwrap_or_default();
+    log.extend_from_slice(&errs);
+    let _ = std::fs::write(&log_path, &log);
+    if !status.success() {
+        // The namespace's files belong to subordinate ids; remove them from
+        // inside a namespace again.
+        let _ = Command::new("unshare")
+            .args(["--map-auto", "--map-root-user", "--", "rm", "-rf"])
+            .arg(work.join("rootfs"))
+            .status();
+        return Err(ImageError::Tool {
+            tool: "image build",
+            status: status.to_string(),
+            log: tail(&log, 20),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mirror_from_deb822_and_one_line_sources() {
+        let deb822 = "Types: deb\nURIs: http://m.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\nTypes: deb\nURIs: http://s.example/sec\nSuites: bookworm-security\n";
+        let srcs = vec![("debian.sources".to_string(), deb822.to_string())];
+        assert_eq!(
+            find_mirror(&srcs, "bookworm").as_deref(),
+            Some("http://m.example/debian")
+        );
+        assert_eq!(find_mirror(&srcs, "trixie"), None);
+        let list = vec![(
+            "sources.list".to_string(),
+            "# c\ndeb [arch=amd64] http://l.example/d bookworm main\n".to_string(),
+        )];
+        assert_eq!(find_mirror(&list, "bookworm").as_deref(), Some("http://l.example/d"));
+    }
+
+    #[test]
+    fn index_digest_by_tag() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        let idx = format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"x","digest":"{d}","size":1,"annotations":{{"org.opencontainers.image.ref.name":"latest"}}}}]}}"#
+        );
+        assert_eq!(parse_index_digest(&idx, "latest").unwrap(), Some(d));
+        assert_eq!(parse_index_digest(&idx, "other").unwrap(), None);
+        let bad = idx.replace(&"a".repeat(64), "../x");
+        assert!(parse_index_digest(&bad, "latest").is_err());
+    }
+
+    #[test]
+    fn artifact_ids_follow_the_digest() {
+        let a = artifact_id("sha256:1");
+        assert_eq!(a, artifact_id("sha256:1"));
+        assert_ne!(a, artifact_id("sha256:2"));
+        assert_eq!(a.len(), 24);
+    }
+}

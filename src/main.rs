@@ -1,0 +1,19 @@
+//! Lazaret: a daemonless CLI that runs AI coding agents inside a rootless
+//! gVisor sandbox per (agent profile, workspace). See ARCHITECTURE.md.
+
+mod cli;
+mod config;
+mod coordinator;
+mod doctor;
+mod domain;
+mod image;
+mod ipc;
+mod paths;
+mod plan;
+mod store;
+mod supervisor;
+mod sys;
+
+fn main() {
+    std::process::exit(cli::main());
+}

@@ -1,0 +1,205 @@
+//! Where Lazaret keeps things on the host, and the checks that make those
+//! places host-private (SR-10).
+//!
+//! Storage Root (`$XDG_DATA_HOME/lazaret`, else `~/.local/share/lazaret`):
+//!   images/NAME/          OCI layouts Lazaret built (the default image)
+//!   lowers/ARTIFACT/      prepared lowers; `lowers/.prep-*` are in progress
+//!   domains/DOMAIN/       Domain Roots (durable store, State Anchor, …)
+//! Runtime dir (`$XDG_RUNTIME_DIR/lazaret`, else `/tmp/lazaret-UID`):
+//!   DOMAIN/lock           the Domain lock (flock)
+//!   DOMAIN/hc.sock        the published Host Coordinator socket
+//!   DOMAIN/runsc/         runsc's state root for the Domain
+//!   DOMAIN/gen/           the current generation's bundle and process specs
+
+use std::fmt;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::sys;
+
+#[derive(Debug)]
+pub enum PathError {
+    NoHome,
+    Create(PathBuf, io::Error),
+    NotDirectory(PathBuf),
+    WrongOwner { path: PathBuf, owner: u32, uid: u32 },
+    TooOpen { path: PathBuf, mode: u32 },
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            PathError::NoHome => write!(f, "cannot find a home directory: set HOME or XDG_DATA_HOME"),
+            PathError::Create(p, e) => write!(f, "cannot create {}: {e}", p.display()),
+            PathError::NotDirectory(p) => {
+                write!(f, "{} must be a directory (not a symlink or file): remove it and retry", p.display())
+            }
+            PathError::WrongOwner { path, owner, uid } => write!(
+                f,
+                "{} is owned by uid {owner}, not by you (uid {uid}): refusing to use it; remove it or set another location",
+                path.display()
+            ),
+            PathError::TooOpen { path, mode } => write!(
+                f,
+                "{} has mode {mode:04o}, which lets others in: run `chmod 0700 {}`",
+                path.display(),
+                path.display()
+            ),
+        }
+    }
+}
+
+fn env_dir(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_absolute())
+}
+
+/// The Storage Root.
+pub fn storage_root() -> Result<PathBuf, PathError> {
+    if let Some(d) = env_dir("XDG_DATA_HOME") {
+        return Ok(d.join("lazaret"));
+    }
+    let home = env_dir("HOME").ok_or(PathError::NoHome)?;
+    Ok(home.join(".local/share/lazaret"))
+}
+
+/// The runtime dir: the config override, `$XDG_RUNTIME_DIR/lazaret`, or the
+/// documented fallback `/tmp/lazaret-UID` (checked like every other).
+pub fn runtime_root(config_override: Option<&Path>) -> PathBuf {
+    if let Some(p) = config_override {
+        return p.to_path_buf();
+    }
+    if let Some(d) = env_dir("XDG_RUNTIME_DIR") {
+        return d.join("lazaret");
+    }
+    PathBuf::from(format!("/tmp/lazaret-{}", sys::getuid()))
+}
+
+/// Creates `path` (0700) if missing, then checks it is a real directory
+/// owned by us and closed to group and others. Parents are created with
+/// default permissions when missing.
+pub fn ensure_private_dir(path: &Path) -> Result<(), PathError> {
+    if let Some(parent) = path.parent() {
+        if !parent.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|e| PathError::Create(parent.to_path_buf(), e))?;
+        }
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(PathError::Create(path.to_path_buf(), e)),
+    }
+    check_private_dir(path)
+}
+
+pub fn check_private_dir(path: &Path) -> Result<(), PathError> {
+    let md = std::fs::symlink_metadata(path).map_err(|e| PathError::Create(path.to_path_buf(), e))?;
+    if !md.file_type().is_dir() {
+        return Err(PathError::NotDirectory(path.to_path_buf()));
+    }
+    let uid = sys::getuid();
+    if md.uid() != uid {
+        return Err(PathError::WrongOwner {
+            path: path.to_path_buf(),
+            owner: md.uid(),
+            uid,
+        });
+    }
+    let mode = md.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(PathError::TooOpen {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// Host paths of one Domain.
+#[derive(Clone, Debug)]
+pub struct DomainPaths {
+    /// Domain Root in the Storage Root (persistent).
+    pub root: PathBuf,
+    /// Per-Domain runtime dir (transient).
+    pub run: PathBuf,
+}
+
+impl DomainPaths {
+    pub fn new(storage: &Path, runtime: &Path, domain_id: &str) -> DomainPaths {
+        DomainPaths {
+            root: storage.join("domains").join(domain_id),
+            run: runtime.join(domain_id),
+        }
+    }
+    pub fn store(&self) -> PathBuf {
+        self.root.join("store.sqlite")
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.run.join("lock")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.run.join("hc.sock")
+    }
+    pub fn runsc_root(&self) -> PathBuf {
+        self.run.join("runsc")
+    }
+    pub fn gen_dir(&self) -> PathBuf {
+        self.run.join("gen")
+    }
+    pub fn log(&self) -> PathBuf {
+        self.run.join("coordinator.log")
+    }
+
+    /// Creates the Domain Root and runtime dir, both host-private.
+    pub fn ensure(&self) -> Result<(), PathError> {
+        ensure_private_dir(&self.root)?;
+        ensure_private_dir(&self.run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("lazaret-paths-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        p
+    }
+
+    #[test]
+    fn creates_private_dir() {
+        let p = scratch("new").join("a");
+        ensure_private_dir(&p).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn refuses_group_writable_dir() {
+        let p = scratch("open");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o770)).unwrap();
+        let e = ensure_private_dir(&p).unwrap_err().to_string();
+        assert!(e.contains("mode 0770") && e.contains("chmod 0700"), "{e}");
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn refuses_symlink() {
+        let base = scratch("link");
+        std::fs::create_dir_all(&base).unwrap();
+        let target = base.join("t");
+        std::fs::create_dir(&target).unwrap();
+        let link = base.join("l");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = ensure_private_dir(&link).unwrap_err().to_string();
+        assert!(e.contains("must be a directory"), "{e}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -1,0 +1,424 @@
+//! Pure planners: the runsc bundle `config.json`, the per-session process
+//! spec, runsc's argv and the user-namespace id maps. No syscalls here; the
+//! coordinator and supervisor carry the plans out.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Where Lazaret's fixed control mounts appear inside the sandbox.
+pub const GUEST_CONTROL_DIR: &str = "/.lazaret";
+pub const GUEST_INIT: &str = "/.lazaret/init";
+pub const GUEST_WORKSPACE: &str = "/workspace";
+pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Capabilities of every sandboxed process: runsc's defaults. Never
+/// CAP_NET_ADMIN (SR-5): with it the sandbox could reroute around denies.
+pub const CAPS: &[&str] = &["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"];
+
+// ---- a minimal JSON writer -------------------------------------------
+
+pub enum Json {
+    Null,
+    Bool(bool),
+    Num(i64),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(&'static str, Json)>),
+}
+
+impl Json {
+    pub fn s(v: impl Into<String>) -> Json {
+        Json::Str(v.into())
+    }
+    pub fn strs<S: AsRef<str>>(v: &[S]) -> Json {
+        Json::Arr(v.iter().map(|s| Json::s(s.as_ref())).collect())
+    }
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out);
+        out
+    }
+    fn write(&self, out: &mut String) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(n) => {
+                let _ = write!(out, "{n}");
+            }
+            Json::Str(s) => quote(out, s),
+            Json::Arr(items) => {
+                out.push('[');
+                for (i, it) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    it.write(out);
+                }
+                out.push(']');
+            }
+            Json::Obj(fields) => {
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    quote(out, k);
+                    out.push(':');
+                    v.write(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// Writes `s` as a JSON string literal.
+pub fn quote(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+// ---- the sandbox bundle ----------------------------------------------------
+
+#[derive(Clone, Debug)]
+pub struct BindMount {
+    pub guest: String,
+    pub host: PathBuf,
+    pub read_only: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct SandboxPlan {
+    /// Prepared lower's rootfs (immutable; writes stay in the sandbox).
+    pub rootfs: PathBuf,
+    pub workspace: PathBuf,
+    /// The static guest init binary on the host.
+    pub init: PathBuf,
+    pub hostname: String,
+    /// Configured volumes and later control mounts.
+    pub binds: Vec<BindMount>,
+}
+
+fn caps() -> Json {
+    Json::Obj(vec![
+        ("bounding", Json::strs(CAPS)),
+        ("effective", Json::strs(CAPS)),
+        ("permitted", Json::strs(CAPS)),
+    ])
+}
+
+fn mount(dest: &str, typ: &str, source: &str, options: &[&str]) -> Json {
+    Json::Obj(vec![
+        ("destination", Json::s(dest)),
+        ("type", Json::s(typ)),
+        ("source", Json::s(source)),
+        ("options", Json::strs(options)),
+    ])
+}
+
+/// The `config.json` for `runsc run`. The root process is Lazaret's init,
+/// which only reaps; sessions arrive by `runsc exec`. The root process stays
+/// terminal-neutral. No user namespace in the spec: the supervisor already
+/// runs inside one, and runsc refuses umoci's mappings (PLATFORM §2).
+pub fn sandbox_config(p: &SandboxPlan) -> String {
+    let mut mounts = vec![
+        mount("/proc", "proc", "proc", &[]),
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        ),
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+        ),
+        mount(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        ),
+        mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
+        mount(
+            GUEST_WORKSPACE,
+            "bind",
+            &p.workspace.to_string_lossy(),
+            &["rbind", "rw"],
+        ),
+        mount(GUEST_INIT, "bind", &p.init.to_string_lossy(), &["bind", "ro"]),
+    ];
+    for b in &p.binds {
+        let opts: &[&str] = if b.read_only {
+            &["rbind", "ro"]
+        } else {
+            &["rbind", "rw"]
+        };
+        mounts.push(mount(&b.guest, "bind", &b.host.to_string_lossy(), opts));
+    }
+    Json::Obj(vec![
+        ("ociVersion", Json::s("1.0.2")),
+        (
+            "process",
+            Json::Obj(vec![
+                ("terminal", Json::Bool(false)),
+                ("user", Json::Obj(vec![("uid", Json::Num(0)), ("gid", Json::Num(0))])),
+                ("args", Json::strs(&[GUEST_INIT])),
+                ("env", Json::strs(&[GUEST_PATH])),
+                ("cwd", Json::s("/")),
+                ("capabilities", caps()),
+                ("rlimits", Json::Arr(vec![rlimit_nofile()])),
+                ("noNewPrivileges", Json::Bool(true)),
+            ]),
+        ),
+        (
+            "root",
+            Json::Obj(vec![
+                ("path", Json::s(p.rootfs.to_string_lossy())),
+                ("readonly", Json::Bool(false)),
+            ]),
+        ),
+        ("hostname", Json::s(&p.hostname)),
+        ("mounts", Json::Arr(mounts)),
+        (
+            "linux",
+            Json::Obj(vec![(
+                "namespaces",
+                Json::Arr(
+                    ["pid", "ipc", "uts", "mount"]
+                        .iter()
+                        .map(|t| Json::Obj(vec![("type", Json::s(*t))]))
+                        .collect(),
+                ),
+            )]),
+        ),
+    ])
+    .render()
+}
+
+fn rlimit_nofile() -> Json {
+    Json::Obj(vec![
+        ("type", Json::s("RLIMIT_NOFILE")),
+        ("hard", Json::Num(65536)),
+        ("soft", Json::Num(65536)),
+    ])
+}
+
+#[derive(Clone, Debug)]
+pub struct SessionPlan {
+    pub argv: Vec<String>,
+    /// KEY=VALUE strings, already filtered to what the sandbox may see.
+    pub env: Vec<String>,
+    pub cwd: String,
+    pub terminal: bool,
+}
+
+/// The process spec for `runsc exec --process`.
+pub fn process_spec(s: &SessionPlan) -> String {
+    Json::Obj(vec![
+        ("terminal", Json::Bool(s.terminal)),
+        ("user", Json::Obj(vec![("uid", Json::Num(0)), ("gid", Json::Num(0))])),
+        ("args", Json::strs(&s.argv)),
+        ("env", Json::strs(&s.env)),
+        ("cwd", Json::s(&s.cwd)),
+        ("capabilities", caps()),
+        ("rlimits", Json::Arr(vec![rlimit_nofile()])),
+        ("noNewPrivileges", Json::Bool(true)),
+    ])
+    .render()
+}
+
+/// Maps a client's working directory into the sandbox: inside the
+/// workspace it keeps its relative place, anywhere else it is `/workspace`.
+pub fn guest_cwd(workspace: &Path, cwd: &Path) -> String {
+    match cwd.strip_prefix(workspace) {
+        Ok(rel) if rel.as_os_str().is_empty() => GUEST_WORKSPACE.to_string(),
+        Ok(rel) if rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) => {
+            format!("{GUEST_WORKSPACE}/{}", rel.to_string_lossy())
+        }
+        _ => GUEST_WORKSPACE.to_string(),
+    }
+}
+
+/// The session environment: fixed basics, the profile's env, then TERM
+/// from the client. Nothing else of the host environment crosses over.
+pub fn session_env(profile_env: &[(String, String)], term: Option<&str>) -> Vec<String> {
+    let mut env = vec![
+        GUEST_PATH.to_string(),
+        "HOME=/root".to_string(),
+        "LANG=C.UTF-8".to_string(),
+    ];
+    if let Some(t) = term {
+        env.push(format!("TERM={t}"));
+    }
+    for (k, v) in profile_env {
+        env.retain(|e| !e.starts_with(&format!("{k}=")));
+        env.push(format!("{k}={v}"));
+    }
+    env
+}
+
+// ---- runsc argv --------------------------------------------------------------
+
+/// Global flags for every runsc invocation of a Domain. Same flags for run,
+/// exec, kill and delete so they agree on the state root.
+pub fn runsc_global_args(runsc_root: &Path) -> Vec<String> {
+    vec![
+        format!("--root={}", runsc_root.display()),
+        "--ignore-cgroups".into(),
+        // Loopback only until the network role installs a policy.
+        "--network=none".into(),
+        // Root filesystem writes stay in sandbox memory: the prepared lower
+        // is never written.
+        "--overlay2=root:memory".into(),
+    ]
+}
+
+// ---- user namespace maps -------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubRange {
+    pub start: u64,
+    pub count: u64,
+}
+
+/// The first range of at least 65536 ids for `user`/`id` in an
+/// `/etc/subuid`-style file.
+pub fn find_subrange(text: &str, user: &str, id: u32) -> Option<SubRange> {
+    text.lines().find_map(|line| {
+        let mut f = line.trim().split(':');
+        let (who, start, count) = (f.next()?, f.next()?, f.next()?);
+        if who != user && who != id.to_string() {
+            return None;
+        }
+        let r = SubRange {
+            start: start.trim().parse().ok()?,
+            count: count.trim().parse().ok()?,
+        };
+        (r.count >= 65536).then_some(r)
+    })
+}
+
+/// Arguments for `newuidmap PID …` / `newgidmap PID …`: the user becomes 0,
+/// the subordinate range fills 1..=65536.
+pub fn id_map_args(pid: i32, own: u32, sub: SubRange) -> Vec<String> {
+    vec![
+        pid.to_string(),
+        "0".into(),
+        own.to_string(),
+        "1".into(),
+        "1".into(),
+        sub.start.to_string(),
+        "65536".into(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> SandboxPlan {
+        SandboxPlan {
+            rootfs: "/s/lowers/a/rootfs".into(),
+            workspace: "/home/u/p \"q\"".into(),
+            init: "/opt/lazaret/lazaret-init".into(),
+            hostname: "lazaret".into(),
+            binds: vec![],
+        }
+    }
+
+    #[test]
+    fn sandbox_config_has_workspace_init_and_no_userns() {
+        let c = sandbox_config(&plan());
+        assert!(
+            c.contains(
+                r#""destination":"/workspace","type":"bind","source":"/home/u/p \"q\"","options":["rbind","rw"]"#
+            ),
+            "{c}"
+        );
+        assert!(c.contains(r#""destination":"/.lazaret/init","type":"bind","source":"/opt/lazaret/lazaret-init","options":["bind","ro"]"#));
+        assert!(c.contains(r#""args":["/.lazaret/init"]"#));
+        assert!(!c.contains("\"user\",") && !c.contains("uidMappings"));
+        assert!(!c.contains("NET_ADMIN") && !c.contains("SYS_ADMIN"));
+        assert!(c.contains(r#""terminal":false"#));
+    }
+
+    #[test]
+    fn process_spec_escapes_arguments() {
+        let s = process_spec(&SessionPlan {
+            argv: vec!["sh".into(), "-c".into(), "echo \"a\\b\"\n\u{1b}".into()],
+            env: vec!["TERM=xterm".into()],
+            cwd: "/workspace".into(),
+            terminal: true,
+        });
+        assert!(s.contains(r#""args":["sh","-c","echo \"a\\b\"\n\u001b"]"#), "{s}");
+        assert!(s.contains(r#""terminal":true"#));
+    }
+
+    #[test]
+    fn cwd_maps_inside_the_workspace_only() {
+        let w = Path::new("/home/u/p");
+        assert_eq!(guest_cwd(w, Path::new("/home/u/p")), "/workspace");
+        assert_eq!(guest_cwd(w, Path::new("/home/u/p/src/x")), "/workspace/src/x");
+        assert_eq!(guest_cwd(w, Path::new("/home/u")), "/workspace");
+        assert_eq!(guest_cwd(w, Path::new("/home/u/pq")), "/workspace");
+    }
+
+    #[test]
+    fn env_is_built_from_trusted_parts_only() {
+        let env = session_env(
+            &[("HOME".into(), "/home/a".into()), ("X".into(), "1".into())],
+            Some("xterm-256color"),
+        );
+        assert!(env.contains(&"HOME=/home/a".to_string()));
+        assert!(!env.contains(&"HOME=/root".to_string()));
+        assert!(env.contains(&"TERM=xterm-256color".to_string()));
+        assert!(env.contains(&"X=1".to_string()));
+    }
+
+    #[test]
+    fn subranges_match_by_name_or_uid_and_need_65536() {
+        let t = "alice:100000:65536\nbob:200000:1000\n1001:300000:65536\n";
+        assert_eq!(
+            find_subrange(t, "alice", 1000),
+            Some(SubRange {
+                start: 100000,
+                count: 65536
+            })
+        );
+        assert_eq!(find_subrange(t, "bob", 1002), None);
+        assert_eq!(
+            find_subrange(t, "carol", 1001),
+            Some(SubRange {
+                start: 300000,
+                count: 65536
+            })
+        );
+        assert_eq!(
+            id_map_args(
+                7,
+                1000,
+                SubRange {
+                    start: 100000,
+                    count: 65536
+                }
+            ),
+            ["7", "0", "1000", "1", "1", "100000", "65536"]
+        );
+    }
+}

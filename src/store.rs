@@ -1,0 +1,340 @@
+//! The durable store: one SQLite file per Domain Root, opened only by the
+//! process that holds the Domain's exclusive lock (FR-17).
+//!
+//! Schema changes are append-only migrations keyed by `PRAGMA user_version`;
+//! a file written by a newer Lazaret fails closed (FR-21). Ownership of an
+//! external resource is recorded as an *intent* row before the resource is
+//! created, then completed with its identity (pid + start time, container
+//! id) once it exists, and marked released when it is gone.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+/// Append-only. Never edit or remove an entry; add a new one.
+const MIGRATIONS: &[&str] = &[
+    // 1: generations, component ids, owned resources, sessions.
+    "CREATE TABLE generations (
+        number INTEGER PRIMARY KEY,
+        profile TEXT NOT NULL,
+        workspace TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        phase TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER
+    );
+    CREATE TABLE components (
+        generation INTEGER NOT NULL REFERENCES generations(number),
+        role TEXT NOT NULL,
+        id TEXT NOT NULL,
+        PRIMARY KEY (generation, role, id)
+    );
+    CREATE TABLE owned (
+        rowid INTEGER PRIMARY KEY,
+        generation INTEGER NOT NULL REFERENCES generations(number),
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        pid INTEGER,
+        start_time INTEGER,
+        released INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        generation INTEGER NOT NULL REFERENCES generations(number),
+        client_id TEXT NOT NULL,
+        client_pid INTEGER NOT NULL,
+        argv0 TEXT NOT NULL,
+        opened_at INTEGER NOT NULL,
+        closed_at INTEGER,
+        exit_code INTEGER
+    );",
+    // 2: prepared-lower leases per generation.
+    "CREATE TABLE leases (
+        generation INTEGER NOT NULL REFERENCES generations(number),
+        artifact TEXT NOT NULL,
+        source_digest TEXT NOT NULL,
+        released INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (generation, artifact)
+    );",
+];
+
+#[derive(Debug)]
+pub enum StoreError {
+    Open(PathBuf, rusqlite::Error),
+    NewerSchema { path: PathBuf, found: i64, known: i64 },
+    Sql(rusqlite::Error),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            StoreError::Open(p, e) => write!(f, "cannot open store {}: {e}", p.display()),
+            StoreError::NewerSchema { path, found, known } => write!(
+                f,
+                "store {} has schema version {found}, newer than this lazaret knows ({known}): \
+                 refusing to use it; upgrade lazaret",
+                path.display()
+            ),
+            StoreError::Sql(e) => write!(f, "store: {e}"),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sql(e)
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// One owned resource that was never marked released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owned {
+    pub row: i64,
+    pub generation: u64,
+    pub kind: String,
+    pub name: String,
+    pub pid: Option<i32>,
+    pub start_time: Option<u64>,
+}
+
+pub struct Store {
+    conn: Connection,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (creating if needed) and migrates the store. The caller must
+    /// hold the Domain lock.
+    pub fn open(path: &Path) -> Result<Store> {
+        let conn = Connection::open(path).map_err(|e| StoreError::Open(path.to_path_buf(), e))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let mut store = Store { conn };
+        store.migrate(path)?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self, path: &Path) -> Result<()> {
+        let known = MIGRATIONS.len() as i64;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if found > known {
+            return Err(StoreError::NewerSchema {
+                path: path.to_path_buf(),
+                found,
+                known,
+            });
+        }
+        for sql in &MIGRATIONS[found as usize..] {
+            tx.execute_batch(sql)?;
+        }
+        tx.pragma_update(None, "user_version", known)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Mints the next generation number and records it as Starting.
+    pub fn begin_generation(&mut self, profile: &str, workspace: &str, fingerprint: &str) -> Result<u64> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
+        let next: i64 = tx.query_row("SELECT COALESCE(MAX(number), 0) + 1 FROM generations", [], |r| r.get(0))?;
+        tx.execute(
+            "INSERT INTO generations (number, profile, workspace, fingerprint, phase, started_at)
+             VALUES (?1, ?2, ?3, ?4, 'starting', ?5)",
+            params![next, profile, workspace, fingerprint, now()],
+        )?;
+        tx.commit()?;
+        Ok(next as u64)
+    }
+
+    pub fn set_phase(&self, generation: u64, phase: &str) -> Result<()> {
+        let ended = matches!(phase, "stopped" | "failed" | "recovered");
+        self.conn.execute(
+            "UPDATE generations SET phase = ?2, ended_at = CASE WHEN ?3 THEN ?4 ELSE ended_at END WHERE number = ?1",
+            params![generation as i64, phase, ended, now()],
+        )?;
+        Ok(())
+    }
+
+    pub fn phase(&self, generation: u64) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT phase FROM generations WHERE number = ?1",
+                [generation as i64],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub fn record_component(&self, generation: u64, role: &str, id: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO components (generation, role, id) VALUES (?1, ?2, ?3)",
+            params![generation as i64, role, id],
+        )?;
+        Ok(())
+    }
+
+    pub fn components(&self, generation: u64, role: &str) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT id FROM components WHERE generation = ?1 AND role = ?2 ORDER BY id")?;
+        let rows = st.query_map(params![generation as i64, role], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Records the intent to create `kind`/`name`; returns the row to
+    /// complete with [`Store::set_owned_pid`] and release later.
+    pub fn record_intent(&self, generation: u64, kind: &str, name: &str) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO owned (generation, kind, name) VALUES (?1, ?2, ?3)",
+            params![generation as i64, kind, name],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn set_owned_pid(&self, row: i64, pid: i32, start_time: u64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE owned SET pid = ?2, start_time = ?3 WHERE rowid = ?1",
+            params![row, pid, start_time as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn release(&self, row: i64) -> Result<()> {
+        self.conn
+            .execute("UPDATE owned SET released = 1 WHERE rowid = ?1", [row])?;
+        Ok(())
+    }
+
+    /// Everything recorded as owned and not yet released, oldest first.
+    pub fn unreleased(&self) -> Result<Vec<Owned>> {
+        let mut st = self.conn.prepare(
+            "SELECT rowid, generation, kind, name, pid, start_time FROM owned WHERE released = 0 ORDER BY rowid",
+        )?;
+        let rows = st.query_map([], |r| {
+            Ok(Owned {
+                row: r.get(0)?,
+                generation: r.get::<_, i64>(1)? as u64,
+                kind: r.get(2)?,
+                name: r.get(3)?,
+                pid: r.get(4)?,
+                start_time: r.get::<_, Option<i64>>(5)?.map(|v| v as u64),
+            })
+        })?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
+    /// Generations that never reached an end phase (a crash left them).
+    pub fn unfinished_generations(&self) -> Result<Vec<u64>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT number FROM generations WHERE ended_at IS NULL ORDER BY number")?;
+        let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
+        Ok(rows
+            .map(|r| r.map(|v| v as u64))
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
+    pub fn open_session(&self, generation: u64, id: &str, client_id: &str, client_pid: i32, argv0: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO sessions (id, generation, client_id, client_pid, argv0, opened_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![id, generation as i64, client_id, client_pid, argv0, now()],
+        )?;
+        Ok(())
+    }
+
+    pub fn close_session(&self, id: &str, exit_code: Option<i32>) -> Result<()> {
+        self.conn.execute(
+            "UPDATE sessions SET closed_at = ?2, exit_code = ?3 WHERE id = ?1",
+            params![id, now(), exit_code],
+        )?;
+        Ok(())
+    }
+
+    pub fn lease(&self, generation: u64, artifact: &str, digest: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO leases (generation, artifact, source_digest) VALUES (?1, ?2, ?3)",
+            params![generation as i64, artifact, digest],
+        )?;
+        Ok(())
+    }
+
+    pub fn release_leases(&self, generation: u64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE leases SET released = 1 WHERE generation = ?1",
+            [generation as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn max_generation(&self) -> Result<u64> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COALESCE(MAX(number), 0) FROM generations", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lazaret-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d.join("store.sqlite")
+    }
+
+    #[test]
+    fn generations_increment_and_survive_reopen() {
+        let p = scratch("gen");
+        {
+            let mut s = Store::open(&p).unwrap();
+            assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 1);
+            s.set_phase(1, "stopped").unwrap();
+        }
+        let mut s = Store::open(&p).unwrap();
+        assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 2);
+        assert_eq!(s.unfinished_generations().unwrap(), vec![2]);
+        assert_eq!(s.phase(1).unwrap().as_deref(), Some("stopped"));
+    }
+
+    #[test]
+    fn owned_rows_are_listed_until_released() {
+        let p = scratch("owned");
+        let mut s = Store::open(&p).unwrap();
+        let g = s.begin_generation("default", "/w", "f").unwrap();
+        let row = s.record_intent(g, "process", "supervisor").unwrap();
+        let list = s.unreleased().unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].pid, None, "intent is recorded before the pid exists");
+        s.set_owned_pid(row, 42, 777).unwrap();
+        assert_eq!(s.unreleased().unwrap()[0].start_time, Some(777));
+        s.release(row).unwrap();
+        assert!(s.unreleased().unwrap().is_empty());
+    }
+
+    #[test]
+    fn newer_schema_fails_closed() {
+        let p = scratch("newer");
+        {
+            let c = Connection::open(&p).unwrap();
+            c.pragma_update(None, "user_version", 99).unwrap();
+        }
+        let e = Store::open(&p).err().expect("newer schema must be refused").to_string();
+        assert!(e.contains("schema version 99") && e.contains("upgrade lazaret"), "{e}");
+        // Nothing was changed.
+        let c = Connection::open(&p).unwrap();
+        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 99);
+    }
+}

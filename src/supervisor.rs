@@ -1,0 +1,229 @@
+//! The Runtime Supervisor (`lazaret:[supervisor]`): the Host Coordinator's
+//! child that owns the generation's user, mount and network namespaces and
+//! the attached `runsc run`.
+//!
+//! Steps, in order:
+//! 1. arm PDEATHSIG (SIGKILL) and check the coordinator is still there;
+//! 2. `unshare(USER|MOUNT|NET)`; ask the coordinator to write the id maps
+//!    (newuidmap/newgidmap need a pid outside the namespace); wait for them;
+//! 3. become root of the namespace; make mounts private; mask
+//!    `/proc/sys/net/core` (runsc ≤ 20240729 would otherwise think it is in
+//!    the host network namespace, PLATFORM §2);
+//! 4. start `runsc run` (non-detached, PDEATHSIG) on the coordinator's
+//!    bundle; its root process is Lazaret's init, which prints `ready`;
+//! 5. report `ready PID START` and wait. EOF on the lease pipe (coordinator
+//!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
+//!
+//! Wire format to the coordinator: one line per event on the status pipe
+//! (`userns`, `ready PID START`, `exited CODE`, `stopped`, `error TEXT`).
+//! From the coordinator, on the lease pipe: `mapped` then EOF at the end.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+/// The lease pipe's read end and the status pipe's write end arrive as
+/// these fds.
+pub const LEASE_FD: i32 = 3;
+pub const STATUS_FD: i32 = 4;
+
+pub struct Args {
+    pub runsc_root: PathBuf,
+    pub bundle: PathBuf,
+    pub container_id: String,
+    pub runsc_args: Vec<String>,
+}
+
+fn status(line: &str) {
+    let _ = sys::write_all(STATUS_FD, format!("{line}\n").as_bytes());
+}
+
+fn fail(msg: String) -> i32 {
+    eprintln!("lazaret:[supervisor]: {msg}");
+    status(&format!("error {}", msg.replace('\n', " ")));
+    1
+}
+
+pub fn main(args: Args) -> i32 {
+    sys::set_thread_name("lz-supervisor");
+    let parent = sys::getppid();
+    if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
+        return fail(format!("prctl(PR_SET_PDEATHSIG): {e}"));
+    }
+    if parent == 1 || sys::getppid() != parent {
+        return 1;
+    }
+    if let Err(e) = sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET) {
+        return fail(format!("unshare(user, mount, net): {e} (run `lazaret doctor`)"));
+    }
+    status("userns");
+    // SAFETY: LEASE_FD was handed to us by the coordinator and nothing else owns it.
+    let lease = unsafe { OwnedFd::from_raw_fd(LEASE_FD) };
+    let mut lease_reader = BufReader::new(std::fs::File::from(lease));
+    let mut line = String::new();
+    if lease_reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim() != "mapped" {
+        return fail("the coordinator did not map the user namespace".into());
+    }
+    if let Err(e) = prepare_namespace() {
+        return fail(e);
+    }
+    let (mut child, ready_rd) = match start_runsc(&args) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner());
+    status("stopped");
+    code
+}
+
+fn prepare_namespace() -> Result<(), String> {
+    sys::become_ns_root().map_err(|e| format!("setresuid in the user namespace: {e}"))?;
+    sys::mount("none", "/".as_ref(), "", libc::MS_REC | libc::MS_PRIVATE, None)
+        .map_err(|e| format!("making mounts private: {e}"))?;
+    sys::mount("lzmask", "/proc/sys/net/core".as_ref(), "tmpfs", 0, Some("size=16k"))
+        .map_err(|e| format!("masking /proc/sys/net/core: {e}"))?;
+    Ok(())
+}
+
+fn start_runsc(args: &Args) -> Result<(Child, OwnedFd), String> {
+    let (ready_rd, ready_wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let mut cmd = Command::new("runsc");
+    cmd.args(&args.runsc_args)
+        .arg("run")
+        .arg("--bundle")
+        .arg(&args.bundle)
+        .arg(&args.container_id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(ready_wr));
+    // SAFETY: the closure only makes async-signal-safe syscalls.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            sys::reset_signals();
+            sys::set_parent_death_signal(libc::SIGKILL)?;
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start runsc: {e} (run `lazaret doctor`)"))?;
+    Ok((child, ready_rd))
+}
+
+fn supervise(args: &Args, child: &mut Child, ready: OwnedFd, lease: std::fs::File) -> i32 {
+    let sig = match sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("signal pipe: {e}")),
+    };
+    let mut ready = Some(std::fs::File::from(ready));
+    let mut reported = false;
+    loop {
+        let mut fds = vec![
+            sys::PollFd::new(lease.as_raw_fd(), libc::POLLIN),
+            sys::PollFd::new(sig.as_raw_fd(), libc::POLLIN),
+        ];
+        if let Some(r) = &ready {
+            fds.push(sys::PollFd::new(r.as_raw_fd(), libc::POLLIN));
+        }
+        if sys::poll(&mut fds, -1).is_err() {
+            continue;
+        }
+        if fds[0].readable() {
+            // Any byte or EOF on the lease means: stop.
+            break;
+        }
+        if fds[1].readable() {
+            let sigs = sys::drain_signals(sig.as_raw_fd());
+            if sigs.iter().any(|&s| s != libc::SIGCHLD) {
+                break;
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                let code = st.code().unwrap_or(125);
+                eprintln!("lazaret:[supervisor]: runsc run exited ({st})");
+                status(&format!("exited {code}"));
+                delete_state(args);
+                return if reported { 0 } else { 1 };
+            }
+        }
+        if fds.len() > 2 && fds[2].readable() {
+            let mut buf = [0u8; 64];
+            let n = ready.as_mut().map(|r| r.read(&mut buf).unwrap_or(0)).unwrap_or(0);
+            if n == 0 {
+                ready = None;
+            } else if !reported && buf[..n].starts_with(b"ready") {
+                let pid = child.id() as i32;
+                let start = sys::proc_start_time(pid).unwrap_or(0);
+                status(&format!("ready {pid} {start}"));
+                reported = true;
+            }
+        }
+    }
+    stop_sandbox(args, child);
+    0
+}
+
+fn runsc(args: &Args) -> Command {
+    let mut c = Command::new("runsc");
+    c.args(&args.runsc_args).stdin(Stdio::null()).stdout(Stdio::null());
+    c
+}
+
+/// Kills the sandbox, waits for the attached runsc to exit (SIGKILL after a
+/// grace period), then removes runsc's state for our container only.
+fn stop_sandbox(args: &Args, child: &mut Child) {
+    let _ = run_bounded(
+        runsc(args).args(["kill", "--all", &args.container_id, "KILL"]),
+        Duration::from_secs(5),
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    delete_state(args);
+}
+
+fn delete_state(args: &Args) {
+    let _ = run_bounded(
+        runsc(args).args(["delete", "--force", &args.container_id]),
+        Duration::from_secs(5),
+    );
+    // INVARIANT: only files named after our container id are touched.
+    if let Ok(rd) = std::fs::read_dir(&args.runsc_root) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if name.starts_with(&format!("{}_", args.container_id))
+                || name == format!("runsc-{}.sock", args.container_id)
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Runs a short runsc command, killing it if it outlives `limit`.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Option<std::process::ExitStatus> {
+    let mut child = cmd.stderr(Stdio::null()).spawn().ok()?;
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
