@@ -37,7 +37,7 @@ commands:
   ps [--json]          list running Domains and their sessions
   stop [--profile P] [--workspace DIR]
                        stop a running Domain (its sessions are told why)
-  image build [--quiet]
+  image build [--quiet] [--if-missing]
                        build the default base image (debootstrap + umoci)
   doctor [--json]      check host prerequisites and print fixes
   version              print the version
@@ -663,17 +663,32 @@ fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         },
     )
     .map_err(lost)?;
+    // The coordinator answers a Stop only by closing; anything else is a refusal.
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    match FrameReader::default().recv::<ServerMsg>(&mut s) {
+        Ok(ServerMsg::Refused { reason }) => {
+            return Err(Failure::runtime(format!("the coordinator refused: {reason}")))
+        }
+        Ok(other) => {
+            return Err(Failure::runtime(format!(
+                "unexpected reply from the coordinator: {other:?}"
+            )))
+        }
+        Err(_) => {}
+    }
     // Wait for the socket to go away: teardown has begun.
     let deadline = Instant::now() + Duration::from_secs(15);
     while r.paths.socket().exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     // And for the lock to be free: teardown has finished.
-    while Instant::now() < deadline {
-        match try_domain_lock(&r.paths.lock()) {
-            Ok(Some(_)) => break,
-            _ => std::thread::sleep(Duration::from_millis(20)),
+    // The coordinator unlinks the lock file as its last act; a crashed one
+    // leaves it unlocked.
+    while Instant::now() < deadline && r.paths.lock().exists() {
+        if let Ok(Some(_)) = try_domain_lock(&r.paths.lock()) {
+            break;
         }
+        std::thread::sleep(Duration::from_millis(20));
     }
     let _ = std::fs::remove_file(r.paths.lock());
     println!(
@@ -693,10 +708,15 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         Some("build") => {
             let mut args = pico_args::Arguments::from_vec(raw);
             let quiet = args.contains("--quiet");
+            let if_missing = args.contains("--if-missing");
             finish_args(args)?;
             refuse_root()?;
             let storage = paths::storage_root()?;
             paths::ensure_private_dir(&storage)?;
+            let layout = image::images_dir(&storage).join("default");
+            if if_missing && layout.join("index.json").exists() {
+                return Ok(0);
+            }
             let mut progress = image::Progress::new(quiet);
             let digest = image::build_default(&storage, &mut progress).map_err(|e| Failure::runtime(e.to_string()))?;
             if !quiet {

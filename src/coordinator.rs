@@ -115,6 +115,8 @@ struct Conn {
     hello: Option<String>,
     /// Said Hello without a profile: may ask for status only.
     observer: bool,
+    /// Why this client's configuration does not match the running one.
+    stale: Option<String>,
     session: Option<u64>,
     /// Flush what is queued, then close.
     closing: bool,
@@ -505,6 +507,7 @@ impl Coordinator {
                 peer_pid: pid,
                 hello: None,
                 observer: false,
+                stale: None,
                 session: None,
                 closing: false,
             };
@@ -606,20 +609,25 @@ impl Coordinator {
                 }
                 let observer = profile.is_empty() && fingerprint.is_empty();
                 let mine = self.profile.fingerprint();
-                if !observer && (profile != self.profile.name || fingerprint != mine) {
-                    return self.refuse(
-                        key,
-                        format!(
-                            "profile {profile:?} changed since this Domain started (configuration fingerprint {fingerprint} vs running {mine}): \
-                             run `lazaret stop --profile {}` to restart it with the new configuration",
-                            self.profile.name
-                        ),
-                    );
-                }
+                // A client whose configuration differs may still stop the
+                // Domain (that is how it picks up the new configuration),
+                // but may not open a session in it.
+                let stale = (!observer && (profile != self.profile.name || fingerprint != mine)).then(|| {
+                    format!(
+                        "profile {profile:?} changed since this Domain started (configuration fingerprint {fingerprint} \
+                         vs running {mine}): run `lazaret stop --profile {}` to restart it with the new configuration",
+                        self.profile.name
+                    )
+                });
                 if let Some(c) = self.conns.get_mut(&key) {
                     c.hello = Some(client_id);
                     c.observer = observer;
+                    c.stale = stale;
                 }
+            }
+            (true, None, ClientMsg::Open { .. }) if self.conns[&key].stale.is_some() => {
+                let why = self.conns[&key].stale.clone().unwrap_or_default();
+                self.refuse(key, why)
             }
             (true, None, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) if self.conns[&key].observer => {
                 self.drop_conn(key, "an observer connection may only ask for status")

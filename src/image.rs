@@ -155,7 +155,7 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
         ImageSource::DockerArchive(_) | ImageSource::Docker(_) => {
             let src = match source {
                 ImageSource::DockerArchive(p) => format!("docker-archive:{}", p.display()),
-                ImageSource::Docker(r) => r.clone(),
+                ImageSource::Docker(r) => format!("docker://{r}"),
                 _ => unreachable!(),
             };
             let name = format!("import-{}", hex(&openssl::sha::sha256(src.as_bytes())[..8]));

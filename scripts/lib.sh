@@ -1,0 +1,38 @@
+# Shared helpers for scripts/ (sourced, not run).
+
+# ensure_user NAME: an unprivileged user with a home and subordinate ids.
+ensure_user() {
+    local u=$1
+    if ! id "$u" >/dev/null 2>&1; then
+        echo "creating user $u"
+        useradd --create-home --shell /bin/bash "$u"
+    fi
+    if ! grep -q "^$u:" /etc/subuid || ! grep -q "^$u:" /etc/subgid; then
+        local start
+        start=$(awk -F: 'BEGIN{m=100000} {e=$2+$3; if (e>m) m=e} END{print m}' /etc/subuid /etc/subgid)
+        echo "adding subordinate ids $start-$((start + 65535)) for $u"
+        usermod --add-subuids "$start-$((start + 65535))" --add-subgids "$start-$((start + 65535))" "$u"
+    fi
+}
+
+# run_as USER CMD...: runs CMD as USER with a clean, login-like environment.
+run_as() {
+    local u=$1; shift
+    local home
+    home=$(getent passwd "$u" | cut -d: -f6)
+    setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- \
+        env -i HOME="$home" USER="$u" LOGNAME="$u" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+        TERM="${TERM:-xterm}" ${LAZARET_QUIET:+LAZARET_QUIET=1} "$@"
+}
+
+# stage_binaries USER: copies the release binaries to a directory USER can
+# read, prints its path.
+stage_binaries() {
+    local dir=/tmp/lazaret-bin
+    install -d -m 0755 "$dir"
+    local b
+    for b in lazaret lazaret-init; do
+        install -m 0755 "target/x86_64-unknown-linux-gnu/release/$b" "$dir/$b"
+    done
+    printf '%s\n' "$dir"
+}

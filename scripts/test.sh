@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, creates the unprivileged
+# test user, builds, prepares the default image for that user, then runs
+# unit and integration tests. Integration tests run the CLI as that user.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+    exec sudo -E -- "$0" "$@"
+fi
+
+scripts/install-deps.sh
+. scripts/lib.sh
+
+user=${LAZARET_TEST_USER:-lazaret-test}
+ensure_user "$user"
+export LAZARET_TEST_USER=$user
+
+echo "test.sh: building"
+cargo build --release --locked 2>&1 | tail -n 3
+
+# The integration tests need the binaries where the test user can read them.
+bindir=$(stage_binaries "$user")
+export LAZARET_TEST_BIN=$bindir
+
+if ! run_as "$user" "$bindir/lazaret" image build --quiet --if-missing; then
+    echo "test.sh: building the default image for $user failed" >&2
+    exit 1
+fi
+
+echo "test.sh: running tests"
+cargo test --release --locked -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"

@@ -1,0 +1,292 @@
+//! `lazaret run`: the rootless sandbox end to end (SR-1, SR-2, SR-3, SR-10,
+//! FR-1, FR-17, FR-21, FR-22).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::harness::{self, eventually, owner, processes_mentioning, sh_quote, Tmux, GLOBAL};
+use crate::require_env;
+
+#[test]
+fn proc_version_is_gvisor_and_exit_status_passes_through() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("version");
+    let r = env.lz(&ws, &["run", "--", "cat", "/proc/version"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    // gVisor reports its own fixed kernel string, not the host's.
+    let host = std::fs::read_to_string("/proc/version").unwrap();
+    assert!(r.stdout.starts_with("Linux version 4.4.0"), "{r:?}");
+    assert_ne!(r.stdout, host);
+    let r = env.lz(&ws, &["run", "--", "sh", "-c", "exit 7"]).run();
+    assert_eq!(r.code, 7, "{r:?}");
+}
+
+#[test]
+fn workspace_is_shared_both_ways_and_owned_by_the_user() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("share");
+    env.write(&ws.join("from-host.txt"), "hello from host\n");
+    let r = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "cat /workspace/from-host.txt && pwd && echo inside > /workspace/from-sandbox.txt",
+            ],
+        )
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("hello from host"), "{r:?}");
+    assert!(r.stdout.contains("/workspace\n"), "cwd is the workspace: {r:?}");
+    let p = ws.join("from-sandbox.txt");
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "inside\n");
+    assert_eq!(
+        owner(&p),
+        env.uid,
+        "a file written inside belongs to the user on the host"
+    );
+}
+
+#[test]
+fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("secret");
+    let secret = env.home.join(".ssh/id_test");
+    env.write(&secret, "SECRET-KEY-MATERIAL\n");
+    let script = format!(
+        "cat {} 2>&1; ls {} 2>&1; echo ---; cat /proc/1/mountinfo",
+        sh_quote(&secret.display().to_string()),
+        sh_quote(&env.home.display().to_string())
+    );
+    let r = env.lz(&ws, &["run", "--", "sh", "-c", &script]).run();
+    assert!(!r.stdout.contains("SECRET-KEY-MATERIAL"), "{r:?}");
+    assert!(r.stdout.contains("No such file"), "{r:?}");
+    let mountinfo = r.stdout.split("---\n").nth(1).expect("mountinfo printed");
+    let ws_real = std::fs::canonicalize(&ws).unwrap().display().to_string();
+    for line in mountinfo.lines() {
+        for field in line.split_whitespace() {
+            if field.starts_with('/')
+                && (field.starts_with(&env.home.display().to_string()) || field.starts_with("/tmp/lazaret"))
+            {
+                assert!(field.starts_with(&ws_real), "host path {field} visible inside: {line}");
+            }
+        }
+    }
+    // The same check from the other direction: nothing of the storage root
+    // or runtime dir is named inside.
+    assert!(!mountinfo.contains(".local/share/lazaret"), "{mountinfo}");
+}
+
+#[test]
+fn nothing_runs_as_host_root_while_the_sandbox_runs() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("noroot");
+    let id = env.domain_id("default", &ws);
+    let child = env.lz(&ws, &["run", "--", "sleep", "4"]).spawn();
+    assert!(
+        eventually(Duration::from_secs(20), || processes_mentioning(&id)
+            .iter()
+            .any(|(_, _, c)| c.contains("runsc"))),
+        "the sandbox did not start"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let ws_s = ws.display().to_string();
+    let procs: Vec<_> = harness::processes()
+        .into_iter()
+        .filter(|(_, _, c)| c.contains(&id) || c.contains(&ws_s))
+        .collect();
+    let mut roles = Vec::new();
+    for (pid, uids, cmd) in &procs {
+        assert!(!uids.is_empty());
+        assert!(
+            uids.iter().all(|&u| u != 0),
+            "pid {pid} runs with host uid 0: {uids:?} {cmd}"
+        );
+        roles.push(cmd.split_whitespace().next().unwrap_or("").to_string());
+    }
+    // Every role is among them: coordinator, supervisor, runsc run and the
+    // sandbox's own processes (gofer, sentry).
+    let all = procs.iter().map(|p| p.2.clone()).collect::<Vec<_>>().join("\n");
+    assert!(all.contains("lazaret:[coordinator]"), "{all}");
+    assert!(all.contains("lazaret:[supervisor]"), "{all}");
+    assert!(all.contains("runsc-gofer") || all.contains("gofer"), "{all}");
+    assert!(all.contains("runsc-sandbox") || all.contains("boot"), "{all}");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn nothing_is_left_behind_after_run_returns() {
+    let env = require_env!();
+    // Looks at every process and mount of the test user: run alone.
+    let _g = GLOBAL.write().unwrap();
+    let ws = env.dir("leftover");
+    let id = env.domain_id("default", &ws);
+    let r = env
+        .lz(&ws, &["run", "--", "sh", "-c", "sleep 0.2 & echo started"])
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let gone = eventually(Duration::from_secs(3), || {
+        harness::processes().iter().all(|(_, uids, cmd)| {
+            !(uids.first() == Some(&env.uid) && (cmd.contains("lazaret") || cmd.contains("runsc")))
+        })
+    });
+    let left: Vec<_> = harness::processes()
+        .into_iter()
+        .filter(|(_, uids, cmd)| uids.first() == Some(&env.uid) && (cmd.contains("lazaret") || cmd.contains("runsc")))
+        .collect();
+    assert!(gone, "processes left behind: {left:?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&ws.display().to_string()) && !mounts.contains("/tmp/lazaret-"),
+        "{mounts}"
+    );
+    let run_dir = env.runtime_root().join(&id);
+    let runsc_root = run_dir.join("runsc");
+    let state: Vec<_> = std::fs::read_dir(&runsc_root)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        state.is_empty(),
+        "runsc state left in {}: {state:?}",
+        runsc_root.display()
+    );
+    assert!(!run_dir.join("hc.sock").exists(), "the Domain is still published");
+    assert!(!run_dir.join("gen").exists(), "generation files left behind");
+}
+
+/// Writes a config and returns its XDG_CONFIG_HOME.
+fn config(env: &harness::Env, dir: &Path, text: &str) -> std::path::PathBuf {
+    let home = dir.join("cfg");
+    env.write(&home.join("lazaret/config.toml"), text);
+    home
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let base = env.dir("badinput");
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+
+    let bad = config(env, &base, "[profiles.default]\npersist = \"usr\"\n");
+    let r = env.lz(&ws, &["run", "--", "true"]).config_home(&bad).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("config.toml:2") && r.stderr.contains("persist"),
+        "{r:?}"
+    );
+
+    let syntax = config(env, &base.join("s"), "[profiles.default\n");
+    let r = env.lz(&ws, &["run", "--", "true"]).config_home(&syntax).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("config.toml:1"), "{r:?}");
+
+    // A config file inside the workspace is refused (SR-2).
+    let inside = config(env, &ws, "[profiles.default]\n");
+    let r = env.lz(&ws, &["run", "--", "true"]).config_home(&inside).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("workspace"), "{r:?}");
+
+    let r = env.lz(&ws, &["run", "--frobnicate", "--", "true"]).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("--frobnicate"), "{r:?}");
+
+    let r = env
+        .lz(&ws, &["run", "--workspace", "/nonexistent/lazaret-ws", "--", "true"])
+        .run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("/nonexistent/lazaret-ws") && r.stderr.contains("does not exist"),
+        "{r:?}"
+    );
+
+    let r = env.lz(&ws, &["run", "--profile", "nope", "--", "true"]).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("nope"), "{r:?}");
+
+    // Nothing was started for any of them.
+    let id = env.domain_id("default", &ws);
+    assert!(!env.runtime_root().join(&id).join("hc.sock").exists());
+    assert!(processes_mentioning(&id).is_empty());
+}
+
+#[test]
+fn missing_image_is_bad_input() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("noimage");
+    let data = env.dir("emptydata");
+    let r = env
+        .lz(&ws, &["run", "--", "true"])
+        .env("XDG_DATA_HOME", &data.display().to_string())
+        .run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("lazaret image build"), "{r:?}");
+}
+
+#[test]
+fn refuses_to_run_as_root() {
+    let env = require_env!();
+    let out = std::process::Command::new(env.bin.join("lazaret"))
+        .args(["run", "--", "true"])
+        .current_dir("/tmp")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to run as root"));
+}
+
+#[test]
+fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("tty");
+    let before = ws.join("stty-before");
+    let after = ws.join("stty-after");
+    let mut cmd = env.as_user().iter().map(|s| sh_quote(s)).collect::<Vec<_>>().join(" ");
+    cmd.push_str(" env");
+    for (k, v) in env.base_env() {
+        cmd.push_str(&format!(" {k}={}", sh_quote(&v)));
+    }
+    cmd.push_str(" TERM=xterm-256color sh -c ");
+    let inner = format!(
+        "cd {ws}; stty -g > {b}; {lz} run; echo exit=$?; stty -g > {a}; sleep 60",
+        ws = sh_quote(&ws.display().to_string()),
+        b = sh_quote(&before.display().to_string()),
+        a = sh_quote(&after.display().to_string()),
+        lz = sh_quote(&env.bin.join("lazaret").display().to_string()),
+    );
+    cmd.push_str(&sh_quote(&inner));
+    let t = Tmux::new("tty", 111, 33, &cmd);
+    assert!(
+        t.wait_for("root@lazaret", Duration::from_secs(30)),
+        "no prompt:\n{}",
+        t.capture()
+    );
+    let size = t.cmd(&["display-message", "-p", "-t", "t", "#{pane_height} #{pane_width}"]);
+    t.send("stty size");
+    t.enter();
+    assert!(
+        t.wait_for(&format!("\n{}", size.trim()), Duration::from_secs(10)),
+        "want {size}:\n{}",
+        t.capture()
+    );
+    t.send("exit 3");
+    t.enter();
+    assert!(t.wait_for("exit=3", Duration::from_secs(10)), "{}", t.capture());
+    assert!(eventually(Duration::from_secs(5), || after.exists()));
+    assert_eq!(
+        std::fs::read_to_string(&before).unwrap(),
+        std::fs::read_to_string(&after).unwrap()
+    );
+}

@@ -1,0 +1,344 @@
+//! Test harness: run the CLI as the test user, make workspaces, inspect
+//! processes and mounts.
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+pub struct Env {
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    pub bin: PathBuf,
+}
+
+/// Tests that look at every process or mount of the test user take this
+/// exclusively; the rest share it.
+pub static GLOBAL: RwLock<()> = RwLock::new(());
+
+static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
+
+fn probe() -> Result<Env, String> {
+    // SAFETY-free check of our own uid through /proc.
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap_or("");
+    if uid_line.split_whitespace().nth(1) != Some("0") {
+        return Err("integration tests run as root (they switch to the test user); use scripts/test.sh".into());
+    }
+    let user = std::env::var("LAZARET_TEST_USER").unwrap_or_else(|_| "lazaret-test".into());
+    let passwd = std::fs::read_to_string("/etc/passwd").map_err(|e| e.to_string())?;
+    let fields: Vec<String> = passwd
+        .lines()
+        .map(|l| l.split(':').map(String::from).collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&user))
+        .ok_or_else(|| format!("test user {user} does not exist; run scripts/test.sh"))?;
+    let uid: u32 = fields[2].parse().map_err(|_| "bad uid")?;
+    let gid: u32 = fields[3].parse().map_err(|_| "bad gid")?;
+    if uid == 0 {
+        return Err("the test user must not be root".into());
+    }
+    let bin = PathBuf::from(std::env::var("LAZARET_TEST_BIN").unwrap_or_else(|_| "/tmp/lazaret-bin".into()));
+    if !bin.join("lazaret").exists() || !bin.join("lazaret-init").exists() {
+        return Err(format!("no lazaret binaries in {}; run scripts/test.sh", bin.display()));
+    }
+    let home = PathBuf::from(&fields[5]);
+    if !home.join(".local/share/lazaret/images/default/index.json").exists() {
+        return Err(format!(
+            "the default image is not built for {user}; run scripts/test.sh"
+        ));
+    }
+    Ok(Env {
+        user,
+        uid,
+        gid,
+        home,
+        bin,
+    })
+}
+
+/// The environment, or `None` after printing why the test is skipped.
+/// Under `LAZARET_MUST_WORK=1` a skip is a failure.
+pub fn env_or_skip(test: &str) -> Option<&'static Env> {
+    match ENV.get_or_init(probe) {
+        Ok(e) => Some(e),
+        Err(why) => {
+            if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
+                panic!("{test}: cannot run ({why}) and LAZARET_MUST_WORK=1");
+            }
+            eprintln!("skipping: {test}: {why}");
+            None
+        }
+    }
+}
+
+#[macro_export]
+macro_rules! require_env {
+    () => {
+        match $crate::harness::env_or_skip(module_path!()) {
+            Some(e) => e,
+            None => return,
+        }
+    };
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Builder for one CLI invocation as the test user.
+pub struct Lz<'a> {
+    env: &'a Env,
+    args: Vec<String>,
+    cwd: PathBuf,
+    config_home: Option<PathBuf>,
+    stdin: Vec<u8>,
+    extra_env: Vec<(String, String)>,
+}
+
+impl Env {
+    pub fn lz<'a>(&'a self, cwd: &Path, args: &[&str]) -> Lz<'a> {
+        Lz {
+            env: self,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            cwd: cwd.to_path_buf(),
+            config_home: None,
+            stdin: Vec::new(),
+            extra_env: Vec::new(),
+        }
+    }
+
+    /// The argv prefix that runs a command as the test user.
+    pub fn as_user(&self) -> Vec<String> {
+        vec![
+            "setpriv".into(),
+            format!("--reuid={}", self.uid),
+            format!("--regid={}", self.gid),
+            "--clear-groups".into(),
+            "--".into(),
+        ]
+    }
+
+    pub fn base_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("HOME".into(), self.home.display().to_string()),
+            ("USER".into(), self.user.clone()),
+            ("LOGNAME".into(), self.user.clone()),
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into()),
+        ]
+    }
+
+    /// A fresh directory in the test user's home, owned by the user.
+    pub fn dir(&self, name: &str) -> PathBuf {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = self.home.join(format!("it-{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        self.chown(&d);
+        d
+    }
+
+    pub fn chown(&self, p: &Path) {
+        std::os::unix::fs::lchown(p, Some(self.uid), Some(self.gid)).unwrap();
+    }
+
+    /// Writes a file owned by the test user.
+    pub fn write(&self, p: &Path, data: &str) {
+        if let Some(d) = p.parent() {
+            if !d.exists() {
+                std::fs::create_dir_all(d).unwrap();
+                self.chown(d);
+            }
+        }
+        std::fs::write(p, data).unwrap();
+        self.chown(p);
+    }
+
+    pub fn runtime_root(&self) -> PathBuf {
+        PathBuf::from(format!("/tmp/lazaret-{}", self.uid))
+    }
+
+    /// Domain ID as Lazaret derives it (FR-1): the test's oracle.
+    pub fn domain_id(&self, profile: &str, workspace: &Path) -> String {
+        let ws = std::fs::canonicalize(workspace).unwrap();
+        let mut data = b"lazaret-domain-v1\0".to_vec();
+        data.extend_from_slice(profile.as_bytes());
+        data.push(0);
+        data.extend_from_slice(ws.as_os_str().as_encoded_bytes());
+        openssl::sha::sha256(&data)[..10]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+impl<'a> Lz<'a> {
+    pub fn config_home(mut self, dir: &Path) -> Self {
+        self.config_home = Some(dir.to_path_buf());
+        self
+    }
+    pub fn stdin(mut self, data: &[u8]) -> Self {
+        self.stdin = data.to_vec();
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.extra_env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn command(&self) -> Command {
+        let pre = self.env.as_user();
+        let mut c = Command::new(&pre[0]);
+        c.args(&pre[1..]).arg(self.env.bin.join("lazaret")).args(&self.args);
+        c.env_clear().envs(self.env.base_env()).current_dir(&self.cwd);
+        if let Some(h) = &self.config_home {
+            c.env("XDG_CONFIG_HOME", h);
+        }
+        for (k, v) in &self.extra_env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    pub fn spawn(&self) -> std::process::Child {
+        let mut c = self.command();
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.spawn().expect("spawn lazaret")
+    }
+
+    pub fn run(self) -> Run {
+        let mut child = self.spawn();
+        let mut stdin = child.stdin.take().unwrap();
+        let data = self.stdin.clone();
+        let t = std::thread::spawn(move || {
+            let _ = stdin.write_all(&data);
+        });
+        let out = child.wait_with_output().unwrap();
+        let _ = t.join();
+        Run::from(out)
+    }
+}
+
+/// Processes of `uid`: (pid, real/effective/saved/fs uids, cmdline).
+pub fn processes() -> Vec<(i32, Vec<u32>, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let uids: Vec<u32> = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .map(|l| l.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect())
+            .unwrap_or_default();
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        out.push((pid, uids, cmd));
+    }
+    out
+}
+
+/// Processes whose command line mentions `needle`.
+pub fn processes_mentioning(needle: &str) -> Vec<(i32, Vec<u32>, String)> {
+    processes().into_iter().filter(|(_, _, c)| c.contains(needle)).collect()
+}
+
+/// Polls `f` until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    f()
+}
+
+pub fn owner(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().uid()
+}
+
+/// A tmux server of our own (its own socket), torn down on drop.
+pub struct Tmux {
+    pub socket: String,
+}
+
+impl Tmux {
+    pub fn new(name: &str, cols: u16, rows: u16, cmd: &str) -> Tmux {
+        let socket = format!("lz-{name}-{}", std::process::id());
+        let ok = Command::new("tmux")
+            .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d", "-s", "t"])
+            .args(["-x", &cols.to_string(), "-y", &rows.to_string(), cmd])
+            .env("TERM", "xterm-256color")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux new-session failed");
+        let t = Tmux { socket };
+        t.cmd(&["set-option", "-g", "status", "off"]);
+        t.cmd(&["set-option", "-g", "remain-on-exit", "on"]);
+        t
+    }
+    pub fn cmd(&self, args: &[&str]) -> String {
+        let o = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+    pub fn send(&self, keys: &str) {
+        self.cmd(&["send-keys", "-t", "t", "-l", keys]);
+    }
+    pub fn enter(&self) {
+        self.cmd(&["send-keys", "-t", "t", "Enter"]);
+    }
+    pub fn capture(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-t", "t"])
+    }
+    pub fn wait_for(&self, needle: &str, limit: Duration) -> bool {
+        eventually(limit, || self.capture().contains(needle))
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").args(["-L", &self.socket, "kill-server"]).status();
+    }
+}
+
+/// Shell-quotes one argument.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}

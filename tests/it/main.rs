@@ -1,0 +1,12 @@
+//! Integration tests: the real stack (runsc, namespaces, umoci), with the
+//! CLI run as an unprivileged user. One test binary; modules per area.
+//!
+//! Needs: root (to switch to the test user), the user named by
+//! `LAZARET_TEST_USER` with subordinate ids, binaries in `LAZARET_TEST_BIN`
+//! readable by that user, and the default image built for that user —
+//! `scripts/test.sh` arranges all of it. A test that cannot run prints
+//! `skipping: <why>`; with `LAZARET_MUST_WORK=1` it fails instead.
+
+mod harness;
+
+mod foundation;
