@@ -28,7 +28,7 @@ run_as() {
 # stage_binaries USER: copies the release binaries to a directory USER can
 # read, prints its path.
 stage_binaries() {
-    local dir=/tmp/lazaret-bin
+    local dir=${LAZARET_BIN_DIR:-/tmp/lazaret-bin}
     install -d -m 0755 "$dir"
     local b
     for b in lazaret lazaret-init; do
