@@ -224,8 +224,21 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             image::images_dir(&r.storage).join("default").display()
         )));
     }
-    let stream = connect_or_start(&r, quiet)?;
-    session(stream, &r, argv)
+    // A connection that closes before Welcome opened nothing: the Domain
+    // was going down as we joined. Start over (a bounded number of times).
+    for _ in 0..5 {
+        let stream = connect_or_start(&r, quiet)?;
+        match session(stream, &r, argv.clone())? {
+            Outcome::Exited(code) => return Ok(code),
+            Outcome::Retry => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    Err(Failure::runtime("the Domain kept stopping while joining it; try again"))
+}
+
+enum Outcome {
+    Exited(i32),
+    Retry,
 }
 
 /// Joins the published coordinator, or becomes the one that starts it by
@@ -368,7 +381,7 @@ fn hello(r: &Resolved) -> ClientMsg {
     }
 }
 
-fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<i32, Failure> {
+fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Outcome, Failure> {
     let tty = sys::isatty(0) && sys::isatty(1);
     let size = if tty {
         sys::get_winsize(0).or_else(|| sys::get_winsize(1))
@@ -383,8 +396,9 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<i3
         .unwrap_or_default()
         .to_string_lossy()
         .to_string();
-    let lost = |e: io::Error| Failure::runtime(format!("lost the connection to the coordinator: {e}"));
-    ipc::send(&mut stream, &hello(r)).map_err(lost)?;
+    if ipc::send(&mut stream, &hello(r)).is_err() {
+        return Ok(Outcome::Retry);
+    }
     let open = ClientMsg::Open {
         argv,
         env,
@@ -398,7 +412,9 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<i3
             None
         },
     };
-    ipc::send(&mut stream, &open).map_err(lost)?;
+    if ipc::send(&mut stream, &open).is_err() {
+        return Ok(Outcome::Retry);
+    }
     let mut reader = FrameReader::default();
     match reader.recv::<ServerMsg>(&mut stream) {
         Ok(ServerMsg::Welcome { .. }) => {}
@@ -408,6 +424,7 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<i3
                 "unexpected reply from the coordinator: {other:?}"
             )))
         }
+        Err(ipc::ReadError::Closed) => return Ok(Outcome::Retry),
         Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
     }
     let signals = sys::signal_pipe(&[
@@ -429,7 +446,7 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<i3
     }
     let code = pump(&mut stream, &mut reader, signals.as_raw_fd(), tty);
     restore_terminal();
-    code
+    code.map(Outcome::Exited)
 }
 
 /// Moves bytes between the terminal and the coordinator until the session

@@ -10,7 +10,7 @@ use crate::require_env;
 #[test]
 fn proc_version_is_gvisor_and_exit_status_passes_through() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("version");
     let r = env.lz(&ws, &["run", "--", "cat", "/proc/version"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -25,7 +25,7 @@ fn proc_version_is_gvisor_and_exit_status_passes_through() {
 #[test]
 fn workspace_is_shared_both_ways_and_owned_by_the_user() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("share");
     env.write(&ws.join("from-host.txt"), "hello from host\n");
     let r = env
@@ -55,7 +55,7 @@ fn workspace_is_shared_both_ways_and_owned_by_the_user() {
 #[test]
 fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("secret");
     let secret = env.home.join(".ssh/id_test");
     env.write(&secret, "SECRET-KEY-MATERIAL\n");
@@ -86,7 +86,7 @@ fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
 #[test]
 fn nothing_runs_as_host_root_while_the_sandbox_runs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("noroot");
     let id = env.domain_id("default", &ws);
     let child = env.lz(&ws, &["run", "--", "sleep", "4"]).spawn();
@@ -126,7 +126,7 @@ fn nothing_runs_as_host_root_while_the_sandbox_runs() {
 fn nothing_is_left_behind_after_run_returns() {
     let env = require_env!();
     // Looks at every process and mount of the test user: run alone.
-    let _g = GLOBAL.write().unwrap();
+    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("leftover");
     let id = env.domain_id("default", &ws);
     let r = env
@@ -172,7 +172,7 @@ fn config(env: &harness::Env, dir: &Path, text: &str) -> std::path::PathBuf {
 #[test]
 fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let base = env.dir("badinput");
     let ws = base.join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -223,7 +223,7 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
 #[test]
 fn missing_image_is_bad_input() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("noimage");
     let data = env.dir("emptydata");
     let r = env
@@ -249,24 +249,11 @@ fn refuses_to_run_as_root() {
 #[test]
 fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("tty");
     let before = ws.join("stty-before");
     let after = ws.join("stty-after");
-    let mut cmd = env.as_user().iter().map(|s| sh_quote(s)).collect::<Vec<_>>().join(" ");
-    cmd.push_str(" env");
-    for (k, v) in env.base_env() {
-        cmd.push_str(&format!(" {k}={}", sh_quote(&v)));
-    }
-    cmd.push_str(" TERM=xterm-256color sh -c ");
-    let inner = format!(
-        "cd {ws}; stty -g > {b}; {lz} run; echo exit=$?; stty -g > {a}; sleep 60",
-        ws = sh_quote(&ws.display().to_string()),
-        b = sh_quote(&before.display().to_string()),
-        a = sh_quote(&after.display().to_string()),
-        lz = sh_quote(&env.bin.join("lazaret").display().to_string()),
-    );
-    cmd.push_str(&sh_quote(&inner));
+    let cmd = env.pane_cmd(&ws, &["run"]);
     let t = Tmux::new("tty", 111, 33, &cmd);
     assert!(
         t.wait_for("root@lazaret", Duration::from_secs(30)),
@@ -277,7 +264,7 @@ fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
     t.send("stty size");
     t.enter();
     assert!(
-        t.wait_for(&format!("\n{}", size.trim()), Duration::from_secs(10)),
+        t.wait_for_line(size.trim(), Duration::from_secs(10)),
         "want {size}:\n{}",
         t.capture()
     );

@@ -327,6 +327,10 @@ impl Tmux {
     pub fn capture(&self) -> String {
         self.cmd(&["capture-pane", "-p", "-t", "t"])
     }
+    /// Waits until some screen line, trimmed, equals `line`.
+    pub fn wait_for_line(&self, line: &str, limit: Duration) -> bool {
+        eventually(limit, || self.capture().lines().any(|l| l.trim() == line))
+    }
     pub fn wait_for(&self, needle: &str, limit: Duration) -> bool {
         eventually(limit, || self.capture().contains(needle))
     }
@@ -341,4 +345,74 @@ impl Drop for Tmux {
 /// Shell-quotes one argument.
 pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+impl Env {
+    /// A shell command line (for a tmux pane) that runs `lazaret ARGS` as
+    /// the test user in `ws`, recording `stty -g` before and after in
+    /// `ws/stty-before` and `ws/stty-after` and printing `exit=N`.
+    pub fn pane_cmd(&self, ws: &Path, args: &[&str]) -> String {
+        let mut cmd = self.as_user().iter().map(|s| sh_quote(s)).collect::<Vec<_>>().join(" ");
+        cmd.push_str(" env");
+        for (k, v) in self.base_env() {
+            cmd.push_str(&format!(" {k}={}", sh_quote(&v)));
+        }
+        cmd.push_str(" TERM=xterm-256color sh -c ");
+        let lz = std::iter::once(self.bin.join("lazaret").display().to_string())
+            .chain(args.iter().map(|s| s.to_string()))
+            .map(|s| sh_quote(&s))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let inner = format!(
+            "cd {ws}; stty -g > stty-before; {lz}; echo exit=$?; stty -g > stty-after; sleep 120",
+            ws = sh_quote(&ws.display().to_string()),
+        );
+        cmd.push_str(&sh_quote(&inner));
+        cmd
+    }
+
+    /// Processes that belong to the Domain of `ws` (its id or workspace
+    /// path on the command line).
+    pub fn domain_processes(&self, ws: &Path) -> Vec<(i32, Vec<u32>, String)> {
+        let id = self.domain_id("default", ws);
+        let w = std::fs::canonicalize(ws).unwrap().display().to_string();
+        processes()
+            .into_iter()
+            .filter(|(_, _, c)| c.contains(&id) || c.contains(&w))
+            .collect()
+    }
+
+    /// `lazaret ps --json` as the test user.
+    pub fn ps_json(&self, ws: &Path) -> String {
+        self.lz(ws, &["ps", "--json"]).run().stdout
+    }
+}
+
+/// The value of a numeric field after `"key":` in the JSON object that
+/// mentions `domain` (a deliberately small reader for test oracles).
+pub fn json_number(json: &str, domain: &str, key: &str) -> Option<i64> {
+    let at = json.find(domain)?;
+    let obj_start = json[..at].rfind('{')?;
+    let rest = &json[obj_start..];
+    let k = format!("\"{key}\":");
+    let v = &rest[rest.find(&k)? + k.len()..];
+    let end = v.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(v.len());
+    v[..end].parse().ok()
+}
+
+/// A background CLI that is killed (and reaped) when the test ends, even
+/// when it fails.
+pub struct Bg(pub std::process::Child);
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl<'a> Lz<'a> {
+    pub fn spawn_bg(&self) -> Bg {
+        Bg(self.spawn())
+    }
 }

@@ -1,0 +1,413 @@
+//! One shared sandbox per Domain, many terminals (FR-2, FR-6, FR-12–15,
+//! OR-1, OR-6, SR-16, DX-2, DX-5).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::{eventually, json_number, Env, Tmux, GLOBAL};
+use crate::require_env;
+
+fn count(procs: &[(i32, Vec<u32>, String)], needle: &str) -> usize {
+    procs.iter().filter(|(_, _, c)| c.contains(needle)).count()
+}
+
+fn runsc_runs(env: &Env, ws: &Path) -> usize {
+    env.domain_processes(ws)
+        .iter()
+        .filter(|(_, _, c)| c.starts_with("runsc ") && c.contains(" run "))
+        .count()
+}
+
+/// Everything of the Domain is gone: processes, publication, runsc state.
+fn domain_gone(env: &Env, ws: &Path) -> bool {
+    let id = env.domain_id("default", ws);
+    let run = env.runtime_root().join(&id);
+    let state_empty = std::fs::read_dir(run.join("runsc"))
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true);
+    env.domain_processes(ws).is_empty() && !run.join("hc.sock").exists() && state_empty
+}
+
+#[test]
+fn a_second_session_joins_the_same_sandbox() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("share2");
+    let a = Tmux::new("joinA", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    assert!(a.wait_for("root@lazaret", Duration::from_secs(30)), "{}", a.capture());
+    a.send("echo from-a > /tmp/a-was-here; sleep 300 &");
+    a.enter();
+    std::thread::sleep(Duration::from_millis(500));
+    let r = env
+        .lz(&ws, &["run", "--", "sh", "-c", "cat /tmp/a-was-here; ps -eo args"])
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("from-a"), "B does not see A's /tmp: {r:?}");
+    assert!(r.stdout.contains("sleep 300"), "B does not see A's processes: {r:?}");
+    let procs = env.domain_processes(&ws);
+    assert_eq!(count(&procs, "lazaret:[coordinator]"), 1, "{procs:?}");
+    assert_eq!(runsc_runs(env, &ws), 1, "{procs:?}");
+    a.send("exit");
+    a.enter();
+    assert!(a.wait_for("exit=0", Duration::from_secs(10)), "{}", a.capture());
+}
+
+#[test]
+fn concurrent_cold_starts_elect_one_coordinator() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("race");
+    let children: Vec<_> = (0..8)
+        .map(|_| env.lz(&ws, &["run", "--", "sh", "-c", "sleep 1; exit 3"]).spawn())
+        .collect();
+    let mut coordinators = std::collections::BTreeSet::new();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(8) {
+        for (pid, _, c) in env.domain_processes(&ws) {
+            if c.contains("lazaret:[coordinator]") {
+                coordinators.insert(pid);
+            }
+        }
+        if t.elapsed() > Duration::from_secs(1) && env.domain_processes(&ws).is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.stderr.is_empty(),
+            "no error printed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(coordinators.len(), 1, "coordinators seen: {coordinators:?}");
+    // The durable record agrees: one generation ever for this Domain.
+    assert!(eventually(Duration::from_secs(5), || domain_gone(env, &ws)));
+    let store = env
+        .home
+        .join(".local/share/lazaret/domains")
+        .join(env.domain_id("default", &ws))
+        .join("store.sqlite");
+    let db = rusqlite::Connection::open(&store).unwrap();
+    let gens: i64 = db
+        .query_row("SELECT COUNT(*) FROM generations", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(gens, 1);
+    let sessions: i64 = db.query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0)).unwrap();
+    assert_eq!(sessions, 8);
+}
+
+#[test]
+fn last_session_out_tears_down_and_the_next_is_a_new_generation() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("lastout");
+    let id = env.domain_id("default", &ws);
+    let bg = env.lz(&ws, &["run", "--", "sleep", "2"]).spawn();
+    assert!(eventually(Duration::from_secs(20), || json_number(
+        &env.ps_json(&ws),
+        &id,
+        "generation"
+    )
+    .is_some()));
+    let g1 = json_number(&env.ps_json(&ws), &id, "generation").unwrap();
+    let out = bg.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let t = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(2), || domain_gone(env, &ws)),
+        "left: {:?}",
+        env.domain_processes(&ws)
+    );
+    eprintln!("teardown took {:?}", t.elapsed());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&id));
+    let bg = env.lz(&ws, &["run", "--", "sleep", "2"]).spawn();
+    assert!(eventually(Duration::from_secs(20), || json_number(
+        &env.ps_json(&ws),
+        &id,
+        "generation"
+    )
+    .is_some()));
+    let g2 = json_number(&env.ps_json(&ws), &id, "generation").unwrap();
+    assert_eq!(g2, g1 + 1);
+    assert!(bg.wait_with_output().unwrap().status.success());
+}
+
+fn pane_size(t: &Tmux) -> String {
+    t.cmd(&["display-message", "-p", "-t", "t", "#{pane_height} #{pane_width}"])
+        .trim()
+        .to_string()
+}
+
+/// Resize, full-screen programs, Ctrl-C and exit status, for one pane.
+fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
+    assert!(t.wait_for("root@lazaret", Duration::from_secs(30)), "{}", t.capture());
+    t.cmd(&["resize-window", "-t", "t", "-x", "90", "-y", "27"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pane_size(t), "27 90");
+    t.send("clear; stty size");
+    t.enter();
+    assert!(
+        t.wait_for_line("27 90", Duration::from_secs(10)),
+        "resize not seen inside:\n{}",
+        t.capture()
+    );
+    // The guest got SIGWINCH too: a trap fires on the next resize.
+    t.send("trap 'echo WINCH-$(stty size | tr \" \" x)' WINCH; echo trap-$((6*7))");
+    t.enter();
+    assert!(t.wait_for_line("trap-42", Duration::from_secs(10)), "{}", t.capture());
+    t.cmd(&["resize-window", "-t", "t", "-x", "84", "-y", "25"]);
+    assert!(
+        t.wait_for("WINCH-25x84", Duration::from_secs(10)),
+        "no SIGWINCH:\n{}",
+        t.capture()
+    );
+
+    // less fills the screen: first line at the top, prompt on the last row.
+    let lines: String = (1..=200).map(|i| format!("line {i}\n")).collect();
+    env.write(&ws.join("numbers.txt"), &lines);
+    t.send("clear; less numbers.txt");
+    t.enter();
+    assert!(t.wait_for("line 24", Duration::from_secs(10)), "{}", t.capture());
+    let screen = t.capture();
+    let rows: Vec<&str> = screen.lines().collect();
+    assert_eq!(rows.first().map(|s| s.trim_end()), Some("line 1"), "{screen}");
+    assert!(rows.iter().any(|r| r.trim_end() == "line 24"), "{screen}");
+    assert!(!screen.contains("line 25\n"), "less drew past the pane: {screen}");
+    t.send("q");
+    // vi draws the file and its status line at the bottom.
+    t.send("clear; vi numbers.txt");
+    t.enter();
+    assert!(
+        t.wait_for("\"numbers.txt\"", Duration::from_secs(10)),
+        "{}",
+        t.capture()
+    );
+    let screen = t.capture();
+    assert!(screen.starts_with("line 1\n"), "{screen}");
+    t.send(":q!");
+    t.enter();
+
+    // Ctrl-C stops the foreground job, not the session.
+    t.send("sleep 100");
+    t.enter();
+    std::thread::sleep(Duration::from_millis(500));
+    t.cmd(&["send-keys", "-t", "t", "C-c"]);
+    t.send("echo alive-$((20+22))");
+    t.enter();
+    assert!(
+        t.wait_for("alive-42", Duration::from_secs(5)),
+        "Ctrl-C ended the session?\n{}",
+        t.capture()
+    );
+    t.send("exit 5");
+    t.enter();
+    assert!(t.wait_for("exit=5", Duration::from_secs(10)), "{}", t.capture());
+}
+
+#[test]
+fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("fidelity");
+    // A keeper session holds the Domain so the second pane joins it.
+    let _keeper = env.lz(&ws, &["run", "--", "sleep", "120"]).spawn_bg();
+    assert!(eventually(Duration::from_secs(20), || runsc_runs(env, &ws) == 1));
+    let first = Tmux::new("fid1", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    terminal_fidelity(env, &ws, &first);
+    let joining = Tmux::new("fid2", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    terminal_fidelity(env, &ws, &joining);
+    assert_eq!(count(&env.domain_processes(&ws), "lazaret:[coordinator]"), 1);
+}
+
+#[test]
+fn a_killed_client_loses_only_its_own_guest_processes() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("killclient");
+    let mut keeper = env.lz(&ws, &["run", "--", "sleep", "120"]).spawn_bg();
+    let mut victim = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "sleep 1000 & echo $! > /tmp/victim-child; echo $$ > /tmp/victim; wait",
+            ],
+        )
+        .spawn();
+    let read = |f: &str| env.lz(&ws, &["run", "--", "cat", f]).run().stdout.trim().to_string();
+    assert!(eventually(Duration::from_secs(20), || !read("/tmp/victim-child").is_empty()));
+    let (leader, child) = (read("/tmp/victim"), read("/tmp/victim-child"));
+    // SIGKILL to the client: it cannot say goodbye.
+    let client_pid = victim.id() as i32;
+    Command::new("kill")
+        .args(["-9", &client_pid.to_string()])
+        .status()
+        .unwrap();
+    let _ = victim.wait();
+    let t = Instant::now();
+    let alive = |pid: &str| env.lz(&ws, &["run", "--", "kill", "-0", pid]).run().code == 0;
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(&leader) && !alive(&child)),
+        "guest processes of the killed client survive"
+    );
+    eprintln!("guest group gone after {:?}", t.elapsed());
+    let r = env.lz(&ws, &["run", "--", "echo", "still-working"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("still-working"));
+    assert!(keeper.0.try_wait().unwrap().is_none(), "the other session ended");
+}
+
+#[test]
+fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("killhc");
+    let pane = Tmux::new("killhc", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    assert!(
+        pane.wait_for("root@lazaret", Duration::from_secs(30)),
+        "{}",
+        pane.capture()
+    );
+    let other = env.lz(&ws, &["run", "--", "sleep", "100"]).spawn();
+    let id = env.domain_id("default", &ws);
+    assert!(eventually(Duration::from_secs(10), || json_number(
+        &env.ps_json(&ws),
+        &id,
+        "coordinator_pid"
+    )
+    .is_some()));
+    let hc = json_number(&env.ps_json(&ws), &id, "coordinator_pid").unwrap();
+    Command::new("kill").args(["-9", &hc.to_string()]).status().unwrap();
+    let t = Instant::now();
+    let out = other.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lazaret: lost the connection to the coordinator"), "{err}");
+    assert!(pane.wait_for("exit=125", Duration::from_secs(5)), "{}", pane.capture());
+    assert!(pane.capture().contains("lost the connection"), "{}", pane.capture());
+    let after = ws.join("stty-after");
+    assert!(eventually(Duration::from_secs(5), || after.exists()));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("stty-before")).unwrap(),
+        std::fs::read_to_string(&after).unwrap()
+    );
+    let gone = eventually(Duration::from_secs(2), || {
+        env.domain_processes(&ws)
+            .iter()
+            .all(|(_, _, c)| !(c.contains("supervisor") || c.starts_with("runsc")))
+    });
+    assert!(gone, "left after {:?}: {:?}", t.elapsed(), env.domain_processes(&ws));
+    // The next run recovers and works.
+    let r = env.lz(&ws, &["run", "--", "echo", "recovered"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// Sends raw bytes to the Domain socket as the test user; returns what
+/// came back before the coordinator closed the connection.
+fn raw_exchange(env: &Env, ws: &Path, sock: &Path, payload: &[u8]) -> String {
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    let script = format!(
+        "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({sock:?})\ns.settimeout(5)\n\
+         s.sendall(bytes.fromhex({hex:?}))\ngot=b''\ntry:\n    while True:\n        d=s.recv(65536)\n        \
+         if not d: break\n        got+=d\nexcept Exception as e:\n    print('timeout', e)\nprint('closed', got.hex())\n",
+        sock = sock.display().to_string(),
+    );
+    let mut cmd: Vec<String> = env.as_user();
+    cmd.extend(["/usr/bin/python3".into(), "-c".into(), script]);
+    let out = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .env_clear()
+        .envs(env.base_env())
+        .current_dir(ws)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn frame(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut f = ((body.len() + 1) as u32).to_le_bytes().to_vec();
+    f.push(tag);
+    f.extend_from_slice(body);
+    f
+}
+
+fn lp(s: &str) -> Vec<u8> {
+    let mut v = (s.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(s.as_bytes());
+    v
+}
+
+#[test]
+fn hostile_connections_are_dropped_and_sessions_continue() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("hostile");
+    let id = env.domain_id("default", &ws);
+    let session = env
+        .lz(&ws, &["run", "--", "sh", "-c", "sleep 4; echo survived"])
+        .spawn();
+    let sock = env.runtime_root().join(&id).join("hc.sock");
+    assert!(eventually(Duration::from_secs(20), || sock.exists()));
+
+    // Another uid (root here) is refused: no reply, connection closed.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut hello = 999u32.to_le_bytes().to_vec();
+    hello.extend(lp("x"));
+    hello.extend(lp(""));
+    hello.extend(lp(""));
+    let _ = s.write_all(&frame(1, &hello));
+    let mut buf = Vec::new();
+    let n = s.read_to_end(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "a foreign uid got a reply");
+
+    // Over-long length, garbage, wrong version: each closes that connection.
+    let over = raw_exchange(env, &ws, &sock, &0x7fff_ffffu32.to_le_bytes());
+    assert!(over.contains("closed ") && !over.contains("timeout"), "{over}");
+    let garbage = raw_exchange(env, &ws, &sock, b"\x05\x00\x00\x00\xfe\xfe\xfe\xfe\xfe");
+    assert!(garbage.contains("closed ") && !garbage.contains("timeout"), "{garbage}");
+    let wrong = raw_exchange(env, &ws, &sock, &frame(1, &hello));
+    let reply = wrong.split("closed ").nth(1).unwrap_or("").trim().to_string();
+    assert!(
+        reply.len() > 10 && &reply[8..10] == "02" && !wrong.contains("timeout"),
+        "expected a Refused frame: {wrong}"
+    );
+
+    let out = session.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("survived"));
+}
+
+#[test]
+fn ps_and_stop_report_and_end_a_domain() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("pstop");
+    let id = env.domain_id("default", &ws);
+    let session = env.lz(&ws, &["run", "--", "sleep", "100"]).spawn();
+    assert!(eventually(Duration::from_secs(20), || env.ps_json(&ws).contains(&id)));
+    let human = env.lz(&ws, &["ps"]).run();
+    assert!(
+        human.stdout.contains(&id) && human.stdout.contains("sleep"),
+        "{human:?}"
+    );
+    let r = env.lz(&ws, &["stop"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = session.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("lazaret stop"),
+        "told why"
+    );
+    assert!(eventually(Duration::from_secs(2), || domain_gone(env, &ws)));
+}
