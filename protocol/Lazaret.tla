@@ -206,6 +206,19 @@ WipeRequest(r, ph) ==
     /\ decidedBy' = [decidedBy EXCEPT ![r] = NoCli]
     /\ outcome'   = [outcome   EXCEPT ![r] = "None"]
 
+\* Request r gets its outcome o.  The record keeps what the result needs:
+\* the approval source when a command ran (or failed to), the deciding
+\* session when it was denied.  The commands themselves are dropped.
+Resolve(r, o, decider) ==
+    /\ reqPhase' = [reqPhase EXCEPT ![r] = "Resolved"]
+    /\ outcome' = [outcome EXCEPT ![r] = o]
+    /\ reqCmd' = [reqCmd EXCEPT ![r] = NoCmd]
+    /\ runCmd' = [runCmd EXCEPT ![r] = NoCmd]
+    /\ approval' = [approval EXCEPT ![r] =
+                      IF o \in {"Completed", "Failed"} THEN approval[r] ELSE "None"]
+    /\ decidedBy' = [decidedBy EXCEPT ![r] = IF o = "Denied" THEN decider ELSE NoCli]
+    /\ UNCHANGED <<reqClaim, reqCred>>
+
 \* Sessions of the CLIs in S are gone: their accepted requests are abandoned
 \* (no result is owed to a disconnected session) and their host commands are
 \* killed in the same step.
@@ -711,16 +724,14 @@ Decide(c, r, verdict, cmd) ==
     /\ c \in Registered
     /\ reqPhase[r] = "Prompting"
     /\ term' = [term EXCEPT ![c] = "Sandbox"]
-    /\ decidedBy' = [decidedBy EXCEPT ![r] = c]
     /\ IF verdict = "Deny"
-         THEN /\ reqPhase' = [reqPhase EXCEPT ![r] = "Resolved"]
-              /\ outcome' = [outcome EXCEPT ![r] = "Denied"]
-              /\ UNCHANGED <<approval, runCmd>>
+         THEN Resolve(r, "Denied", c)
          ELSE /\ reqPhase' = [reqPhase EXCEPT ![r] = "Approved"]
               /\ approval' = [approval EXCEPT ![r] = "Developer"]
               /\ runCmd' = [runCmd EXCEPT ![r] = cmd]
-              /\ UNCHANGED outcome
-    /\ UNCHANGED <<reqClaim, reqCred, reqCmd, host>>
+              /\ decidedBy' = [decidedBy EXCEPT ![r] = c]
+              /\ UNCHANGED <<reqClaim, reqCred, reqCmd, outcome>>
+    /\ UNCHANGED host
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
     /\ UNCHANGED <<cli, connected, reg>>
@@ -747,10 +758,8 @@ StartHost(r) ==
 HostExit(r, o) ==
     /\ reqPhase[r] = "Executing"
     /\ o \in {"Completed", "Failed"}
-    /\ reqPhase' = [reqPhase EXCEPT ![r] = "Resolved"]
-    /\ outcome' = [outcome EXCEPT ![r] = o]
+    /\ Resolve(r, o, NoCli)
     /\ host' = host \ {r}
-    /\ UNCHANGED <<reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy>>
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
     /\ UNCHANGED sessVars
@@ -761,11 +770,9 @@ EndEarly(r, o) ==
     LET c == Owner(r) IN
     /\ reqPhase[r] \in {"Accepted", "Prompting", "Approved", "Executing"}
     /\ CoordinatorAlive
-    /\ reqPhase' = [reqPhase EXCEPT ![r] = "Resolved"]
-    /\ outcome' = [outcome EXCEPT ![r] = o]
+    /\ Resolve(r, o, NoCli)
     /\ host' = host \ {r}
     /\ term' = IF term[c] = r THEN [term EXCEPT ![c] = "Sandbox"] ELSE term
-    /\ UNCHANGED <<reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy>>
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
     /\ UNCHANGED <<cli, connected, reg>>
@@ -998,7 +1005,7 @@ UniqueSessionIdentities ==
 \* A developer decision came from the requesting session's own terminal.
 DeveloperApprovalAuthenticated ==
     \A r \in Requests :
-        /\ approval[r] = "Developer" =>
+        /\ approval[r] = "Developer" /\ reqPhase[r] \in {"Approved", "Executing"} =>
               /\ decidedBy[r] = Owner(r)
               /\ runCmd[r] \in Commands
         /\ (reqPhase[r] \in AcceptedPhases /\ decidedBy[r] # NoCli) =>
@@ -1014,7 +1021,7 @@ HostExecutionAuthorized ==
 
 \* SR-8: auto-approval only for an exact rule match that needs no shell.
 AutoApprovalWithoutShell ==
-    \A r \in Requests : approval[r] = "Auto" =>
+    \A r \in Requests : approval[r] = "Auto" /\ reqPhase[r] \in {"Approved", "Executing"} =>
         /\ runCmd[r] = reqCmd[r]
         /\ runCmd[r] \in AutoRuleCmds
         /\ runCmd[r] \notin ShellCmds

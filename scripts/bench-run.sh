@@ -57,6 +57,34 @@ raw_once() {
         runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" "bench-$2" >/dev/null' sh "$work" "$1"
 }
 
+# Join latency: a keeper session holds the Domain; `lazaret run -- true`
+# joins it, against raw `runsc exec` on the same sandbox entered the same
+# way Lazaret does (the supervisor's user and mount namespaces).
+"$lz" run --quiet -- sleep 600 & keeper=$!
+info=""
+for _ in $(seq 200); do
+    info=$("$lz" ps --json | /usr/bin/python3 -c '
+import json, sys
+for d in json.load(sys.stdin):
+    if d["workspace"] == sys.argv[1] and d["phase"] == "ready":
+        print(d["supervisor_pid"], d["sandbox_id"])' "$(realpath "$ws")")
+    [ -n "$info" ] && break
+    sleep 0.05
+done
+read -r sup id <<<"$info"
+sroot=$(tr '\0' '\n' < /proc/"$sup"/cmdline | sed -n '/--runsc-root/{n;p}')
+join_lz=(); join_raw=()
+for i in $(seq "$rounds"); do
+    t0=$(ms); "$lz" run --quiet -- true; t1=$(ms)
+    join_lz+=($(( (t1 - t0) / 1000000 )))
+    t0=$(ms)
+    nsenter --preserve-credentials -U -m -t "$sup" -- runsc --root="$sroot" --ignore-cgroups --network=none --overlay2=root:memory exec "$id" /bin/true
+    t1=$(ms)
+    join_raw+=($(( (t1 - t0) / 1000000 )))
+done
+kill "$keeper"; wait "$keeper" 2>/dev/null || true
+sleep 1
+
 lz_times=(); raw_times=()
 for i in $(seq "$rounds"); do
     t0=$(ms); "$lz" run --quiet -- true; t1=$(ms)
@@ -66,7 +94,12 @@ for i in $(seq "$rounds"); do
 done
 lzm=$(printf '%s\n' "${lz_times[@]}" | median)
 rawm=$(printf '%s\n' "${raw_times[@]}" | median)
+jl=$(printf '%s\n' "${join_lz[@]}" | median)
+jr=$(printf '%s\n' "${join_raw[@]}" | median)
 echo "rounds: $rounds"
+echo "join: lazaret run -- true into a running Domain: median ${jl} ms"
+echo "join: raw runsc exec true on the same sandbox:   median ${jr} ms"
+awk -v a="$jl" -v b="$jr" 'BEGIN { printf "join ratio lazaret/raw: %.2fx (target <= 1.3x)\n", a / b }'
 echo "lazaret run -- true (cold Domain): median ${lzm} ms"
 echo "raw runsc run (same bundle, userns): median ${rawm} ms"
 awk -v a="$lzm" -v b="$rawm" 'BEGIN { printf "ratio lazaret/raw: %.2fx (target <= 1.5x)\n", a / b }'

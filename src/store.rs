@@ -117,6 +117,10 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store> {
         let conn = Connection::open(path).map_err(|e| StoreError::Open(path.to_path_buf(), e))?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // WAL keeps every transaction atomic across a crash with fewer
+        // fsyncs than the rollback journal; startup writes several rows.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         let mut store = Store { conn };
         store.migrate(path)?;
         Ok(store)
