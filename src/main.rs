@@ -6,6 +6,7 @@ mod config;
 mod coordinator;
 mod doctor;
 mod domain;
+mod escalation;
 mod image;
 mod ipc;
 mod paths;
@@ -13,6 +14,7 @@ mod plan;
 mod store;
 mod supervisor;
 mod sys;
+mod trust;
 
 fn main() {
     std::process::exit(cli::main());
