@@ -1,6 +1,6 @@
 //! `lazaret-escalate`: asks the developer to run a command on the host.
 //!
-//!   lazaret-escalate [--justification TEXT] [--timeout SECS] -- ARGV...
+//!   lazaret-escalate [--justification TEXT] [--timeout SECS] [--print-request] -- ARGV...
 //!
 //! Runs inside the sandbox (a static binary mounted read-only at
 //! `/.lazaret/bin/lazaret-escalate`). It signs a request with the session's
@@ -32,8 +32,12 @@ fn main() {
     let mut justification = String::new();
     let mut timeout = DEFAULT_TIMEOUT_SECS;
     let mut argv = Vec::new();
+    let mut print_only = false;
     while let Some(a) = args.next() {
         match a.as_str() {
+            // Prints the signed request instead of sending it (debugging
+            // and adversarial tests of the mailbox).
+            "--print-request" => print_only = true,
             "--justification" => justification = args.next().unwrap_or_else(|| die(2, "--justification needs TEXT")),
             "--timeout" => {
                 timeout = args
@@ -106,6 +110,10 @@ fn main() {
     };
     let sig = trust::sign(&key, req.signed_part().as_bytes()).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let record = req.encode(&sig);
+    if print_only {
+        print!("{record}");
+        return;
+    }
     let tmp = Path::new(GUEST_REQUESTS).join(format!(".tmp-{id}"));
     let fin = Path::new(GUEST_REQUESTS).join(format!("{id}.req"));
     if let Err(e) = std::fs::write(&tmp, record.as_bytes()).and_then(|()| std::fs::rename(&tmp, &fin)) {

@@ -31,7 +31,7 @@ stage_binaries() {
     local dir=${LAZARET_BIN_DIR:-/tmp/lazaret-bin}
     install -d -m 0755 "$dir"
     local b
-    for b in lazaret lazaret-init; do
+    for b in lazaret lazaret-init lazaret-escalate; do
         install -m 0755 "target/x86_64-unknown-linux-gnu/release/$b" "$dir/$b"
     done
     printf '%s\n' "$dir"

@@ -454,6 +454,7 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Ou
 fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: bool) -> Result<i32, Failure> {
     let sock = stream.as_raw_fd();
     let mut stdin_open = true;
+    let mut prompt: Option<Prompt> = None;
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
     loop {
         let mut fds = vec![
@@ -490,9 +491,18 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
                     stdin_open = false;
                     let _ = ipc::send(stream, &ClientMsg::StdinEof);
                 }
-                Ok(n) => {
-                    let _ = ipc::send(stream, &ClientMsg::Stdin(buf[..n].to_vec()));
-                }
+                Ok(n) => match prompt.as_mut() {
+                    // Keystrokes answer the prompt; none reach the sandbox.
+                    Some(p) => {
+                        if let Some(decision) = p.feed(&buf[..n]) {
+                            let _ = ipc::send(stream, &decision);
+                            prompt = None;
+                        }
+                    }
+                    None => {
+                        let _ = ipc::send(stream, &ClientMsg::Stdin(buf[..n].to_vec()));
+                    }
+                },
                 Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => {
                     stdin_open = false;
@@ -516,6 +526,13 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
                         let _ = sys::write_all(2, &d);
                     }
                     Ok(Some(ServerMsg::Exit { code })) => return Ok(code),
+                    Ok(Some(ServerMsg::Prompt { request_id, text })) => {
+                        let _ = sys::write_all(1, text.as_bytes());
+                        prompt = Some(Prompt {
+                            request_id,
+                            editing: None,
+                        });
+                    }
                     Ok(Some(ServerMsg::Closing { reason })) => {
                         restore_terminal();
                         if tty {
@@ -779,4 +796,73 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     };
     finish_args(args)?;
     Ok(supervisor::main(a))
+}
+
+/// An escalation prompt being answered in the developer's terminal (raw
+/// mode): `a` approves, `d` or Ctrl-C denies, `e` edits the command.
+struct Prompt {
+    request_id: String,
+    editing: Option<String>,
+}
+
+impl Prompt {
+    fn say(s: &str) {
+        let _ = sys::write_all(1, s.as_bytes());
+    }
+
+    fn decide(&self, verdict: u8, argv: Vec<String>, word: &str) -> ClientMsg {
+        Self::say(&format!("{word}\r\n"));
+        ClientMsg::Decision {
+            request_id: self.request_id.clone(),
+            verdict,
+            argv,
+        }
+    }
+
+    /// Consumes keystrokes; returns the decision once there is one.
+    fn feed(&mut self, bytes: &[u8]) -> Option<ClientMsg> {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        for c in text.chars() {
+            match self.editing.as_mut() {
+                None => match c {
+                    'a' | 'A' => return Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
+                    'd' | 'D' | '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                    'e' | 'E' => {
+                        Self::say("edit\r\ncommand to run instead: ");
+                        self.editing = Some(String::new());
+                    }
+                    _ => {}
+                },
+                Some(line) => match c {
+                    '\r' | '\n' => match crate::escalation::split_words(line) {
+                        Some(argv) if !argv.is_empty() => {
+                            return Some(self.decide(ipc::VERDICT_EDIT, argv, ""));
+                        }
+                        _ => {
+                            Self::say("\r\nunbalanced quotes or empty command; command to run instead: ");
+                            line.clear();
+                        }
+                    },
+                    '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
+                    '\u{7f}' | '\u{8}' => {
+                        if line.pop().is_some() {
+                            Self::say("\u{8} \u{8}");
+                        }
+                    }
+                    '\u{15}' => {
+                        for _ in 0..line.chars().count() {
+                            Self::say("\u{8} \u{8}");
+                        }
+                        line.clear();
+                    }
+                    c if !c.is_control() => {
+                        line.push(c);
+                        Self::say(&c.to_string());
+                    }
+                    _ => {}
+                },
+            }
+        }
+        None
+    }
 }

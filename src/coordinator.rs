@@ -11,7 +11,7 @@
 //! component ids → lower prepared and leased → bundle → supervisor
 //! (namespaces, runsc) → ready → publish. Nothing is joinable before publish.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -22,8 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::broker::{self as escbroker, Broker, SessionView};
 use crate::config::{self, Profile};
 use crate::domain::{self, random_id};
+use crate::escalation::{self, Request, Status};
 use crate::image;
 use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
 use crate::paths::{self, DomainPaths};
@@ -31,6 +33,7 @@ use crate::plan;
 use crate::store::Store;
 use crate::supervisor;
 use crate::sys;
+use crate::trust::{Role, TrustAnchor};
 
 /// The Domain lock and the startup-report pipe arrive as these fds.
 pub const LOCK_FD: RawFd = 3;
@@ -139,6 +142,12 @@ struct Session {
     argv0: String,
     client_pid: i32,
     winch_pending: bool,
+    client_id: String,
+    /// The Session Anchor's certificate (DER) when escalation is on.
+    cert_der: Vec<u8>,
+    /// Escalation requests waiting for the developer, and the one shown.
+    queue: VecDeque<Request>,
+    prompt: Option<Request>,
 }
 
 /// One closed token set for the event loop.
@@ -152,6 +161,8 @@ enum Token {
     SessionOut(u64),
     SessionErr(u64),
     SessionIn(u64),
+    Mailbox,
+    HostOutput(usize),
 }
 
 struct Coordinator {
@@ -177,6 +188,10 @@ struct Coordinator {
     published_at: Instant,
     stop_reason: Option<String>,
     phase: &'static str,
+    escalation: config::Escalation,
+    broker: Option<Broker>,
+    /// Request ids behind `Token::HostOutput` indices of the last poll set.
+    host_tokens: Vec<String>,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -233,6 +248,9 @@ impl Coordinator {
             published_at: Instant::now(),
             stop_reason: None,
             phase: "starting",
+            escalation: cfg.escalation.clone(),
+            broker: None,
+            host_tokens: Vec::new(),
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -264,12 +282,51 @@ impl Coordinator {
         if !init.is_file() {
             return Err(format!("{} is missing: reinstall lazaret", init.display()));
         }
+        let mut binds = Vec::new();
+        if self.escalation.enabled {
+            let escalate = init.with_file_name("lazaret-escalate");
+            if !escalate.is_file() {
+                return Err(format!("{} is missing: reinstall lazaret", escalate.display()));
+            }
+            let anchor = TrustAnchor::new(&self.domain_id, self.generation, &self.profile.name)
+                .map_err(|e| format!("trust anchor: {e}"))?;
+            // Role identities of this generation; their keys never leave memory.
+            for (role, id) in [
+                (Role::SessionCoordinator, &self.coordinator_id),
+                (Role::AgentSandbox, &self.sandbox_id),
+            ] {
+                anchor.issue(role, id, None).map_err(|e| format!("trust anchor: {e}"))?;
+            }
+            let broker = Broker::new(
+                anchor,
+                self.escalation.clone(),
+                &self.workspace,
+                &self.paths.run.join("mailbox"),
+                &self.paths.root.join("audit.log"),
+            )?;
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_ESCALATE.into(),
+                host: escalate,
+                read_only: true,
+            });
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_REQUESTS.into(),
+                host: broker.requests_dir().to_path_buf(),
+                read_only: false,
+            });
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_RESULTS.into(),
+                host: broker.results_dir().to_path_buf(),
+                read_only: true,
+            });
+            self.broker = Some(broker);
+        }
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: self.workspace.clone(),
             init,
             hostname: "lazaret".into(),
-            binds: Vec::new(),
+            binds,
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -399,7 +456,10 @@ impl Coordinator {
                 }
             }
             let (mut fds, tokens) = self.poll_set();
-            if let Err(e) = sys::poll(&mut fds, 1000) {
+            let timeout_ms = self.broker.as_ref().and_then(|b| b.next_deadline()).map_or(1000, |d| {
+                d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i32
+            });
+            if let Err(e) = sys::poll(&mut fds, timeout_ms) {
                 log::error!("poll: {e}");
                 return 1;
             }
@@ -408,10 +468,13 @@ impl Coordinator {
                     self.dispatch(tok, fd);
                 }
             }
+            if let Some(b) = self.broker.as_mut() {
+                b.reap();
+            }
         }
     }
 
-    fn poll_set(&self) -> (Vec<sys::PollFd>, Vec<Token>) {
+    fn poll_set(&mut self) -> (Vec<sys::PollFd>, Vec<Token>) {
         let mut fds = Vec::new();
         let mut toks = Vec::new();
         let mut add = |fd: RawFd, ev: libc::c_short, t: Token| {
@@ -425,6 +488,14 @@ impl Coordinator {
         if let Some(s) = &self.sup {
             add(s.status_fd, libc::POLLIN, Token::SupervisorStatus);
         }
+        let mut host_tokens = Vec::new();
+        if let Some(b) = &self.broker {
+            add(b.inotify_fd(), libc::POLLIN, Token::Mailbox);
+            for (fd, id) in b.poll_fds() {
+                add(fd, libc::POLLIN, Token::HostOutput(host_tokens.len()));
+                host_tokens.push(id);
+            }
+        }
         for (&k, c) in &self.conns {
             if !c.closing {
                 add(c.stream.as_raw_fd(), libc::POLLIN, Token::ConnRead(k));
@@ -435,7 +506,8 @@ impl Coordinator {
         }
         for (&k, s) in &self.sessions {
             let backlog = self.conns.get(&s.conn).map_or(0, |c| c.out.len());
-            if backlog < CONN_OUT_MAX {
+            // While an escalation prompt is up, the session's output waits.
+            if backlog < CONN_OUT_MAX && s.prompt.is_none() {
                 if let Some(o) = &s.output {
                     add(o.as_raw_fd(), libc::POLLIN, Token::SessionOut(k));
                 }
@@ -449,6 +521,7 @@ impl Coordinator {
                 }
             }
         }
+        self.host_tokens = host_tokens;
         (fds, toks)
     }
 
@@ -470,6 +543,12 @@ impl Coordinator {
             Token::SessionOut(k) => self.session_output(k, false, fd.readable()),
             Token::SessionErr(k) => self.session_output(k, true, fd.readable()),
             Token::SessionIn(k) => self.session_input(k),
+            Token::Mailbox => self.mailbox(),
+            Token::HostOutput(i) => {
+                if let (Some(b), Some(id)) = (self.broker.as_mut(), self.host_tokens.get(i)) {
+                    b.pump(id);
+                }
+            }
         }
     }
 
@@ -675,6 +754,15 @@ impl Coordinator {
                     }
                 }
             }
+            (
+                true,
+                Some(s),
+                ClientMsg::Decision {
+                    request_id,
+                    verdict,
+                    argv,
+                },
+            ) => self.decision(s, request_id, verdict, argv),
             (_, _, m) => {
                 let name = format!("{m:?}");
                 let name = name.split(['(', ' ', '{']).next().unwrap_or("?").to_string();
@@ -707,6 +795,83 @@ impl Coordinator {
                 })
                 .collect(),
         }
+    }
+
+    // ---- escalation ----------------------------------------------------------------
+
+    fn mailbox(&mut self) {
+        let Some(mut b) = self.broker.take() else { return };
+        let sessions = &self.sessions;
+        let lookup = |sid: &str| {
+            sessions.values().find(|s| s.id == sid).map(|s| SessionView {
+                client_id: s.client_id.clone(),
+                cert_der: s.cert_der.clone(),
+            })
+        };
+        let ask = b.scan(&lookup);
+        self.broker = Some(b);
+        for (sid, req) in ask {
+            let Some((&k, s)) = self.sessions.iter_mut().find(|(_, s)| s.id == sid) else {
+                continue;
+            };
+            if s.tty {
+                s.queue.push_back(req);
+                self.next_prompt(k);
+            } else if let Some(b) = self.broker.as_mut() {
+                b.refuse(
+                    &req,
+                    Status::Denied,
+                    "no auto-approval rule matched and the session has no terminal to ask in",
+                );
+            }
+        }
+    }
+
+    /// Shows the next waiting request in its session's terminal, one at a
+    /// time per session; other sessions are never held up by it.
+    fn next_prompt(&mut self, skey: u64) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        if s.prompt.is_some() {
+            return;
+        }
+        let Some(req) = s.queue.pop_front() else { return };
+        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req);
+        let msg = ServerMsg::Prompt {
+            request_id: req.id.clone(),
+            text,
+        };
+        let conn = s.conn;
+        s.prompt = Some(req);
+        self.send(conn, &msg);
+    }
+
+    fn decision(&mut self, skey: u64, request_id: String, verdict: u8, argv: Vec<String>) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        // INVARIANT: only the session that was asked can answer, and only
+        // for the request it was shown.
+        if s.prompt.as_ref().map(|r| &r.id) != Some(&request_id) {
+            return;
+        }
+        let req = s.prompt.take().unwrap();
+        if let Some(b) = self.broker.as_mut() {
+            match verdict {
+                ipc::VERDICT_APPROVE => {
+                    b.decided(&req, "approved by the developer");
+                    let argv = req.argv.clone();
+                    b.start(req, argv, "approved by the developer".into());
+                }
+                ipc::VERDICT_EDIT if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS => {
+                    let why = format!("edited by the developer to: {}", escalation::quote_argv(&argv));
+                    b.decided(&req, &why);
+                    b.start(req, argv, why);
+                }
+                _ => {
+                    b.decided(&req, "denied by the developer");
+                    b.refuse(&req, Status::Denied, "denied by the developer");
+                }
+            }
+        }
+        self.next_prompt(skey);
     }
 
     // ---- sessions ---------------------------------------------------------------
@@ -746,25 +911,40 @@ impl Coordinator {
         };
         let term = env.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
+        let id = random_id(8);
+        let (client_id, peer_pid) = {
+            let c = &self.conns[&key];
+            (c.hello.clone().unwrap_or_default(), c.peer_pid)
+        };
+        let mut env = plan::session_env(&self.profile.env, term);
+        env.push(format!("LAZARET_SESSION={id}"));
+        // Session registration binds (Client CLI ID, Session ID, Session
+        // Anchor): the anchor's certificate is issued for exactly this pair.
+        let mut cert_der = Vec::new();
+        if let Some(b) = &self.broker {
+            let valid_client = client_id.len() == 16 && client_id.bytes().all(|c| c.is_ascii_hexdigit());
+            if !valid_client {
+                return self.refuse(key, "malformed client id".into());
+            }
+            match b.anchor.issue(Role::ClientCli, &client_id, Some(&id)).and_then(|c| {
+                cert_der = c.cert.to_der()?;
+                c.export()
+            }) {
+                Ok(cred) => env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV)),
+                Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
+            }
+        }
         let spec = plan::SessionPlan {
             argv: argv.clone(),
-            env: plan::session_env(&self.profile.env, term),
+            env,
             cwd,
             terminal: tty.is_some(),
         };
-        let id = random_id(8);
-        let gen_dir = self.paths.gen_dir();
-        let spec_path = gen_dir.join(format!("session-{id}.json"));
-        let pid_file = gen_dir.join(format!("session-{id}.pid"));
-        if let Err(e) = std::fs::write(&spec_path, plan::process_spec(&spec)) {
-            return self.refuse(key, format!("cannot write the session spec: {e}"));
-        }
-        match self.spawn_exec(&spec_path, &pid_file, tty) {
+        let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
+        // The spec carries the session's key: it goes through a pipe, never
+        // to disk.
+        match self.spawn_exec(plan::process_spec(&spec).as_bytes(), &pid_file, tty) {
             Ok((exec, input, output, errout)) => {
-                let (client_id, peer_pid) = {
-                    let c = &self.conns[&key];
-                    (c.hello.clone().unwrap_or_default(), c.peer_pid)
-                };
                 let exec_pid = exec.id() as i32;
                 let _ = self
                     .store
@@ -787,6 +967,10 @@ impl Coordinator {
                         argv0: argv[0].clone(),
                         client_pid: peer_pid,
                         winch_pending: false,
+                        client_id: client_id.clone(),
+                        cert_der,
+                        queue: VecDeque::new(),
+                        prompt: None,
                     },
                 );
                 self.had_session = true;
@@ -808,15 +992,22 @@ impl Coordinator {
     #[allow(clippy::type_complexity)]
     fn spawn_exec(
         &self,
-        spec: &Path,
+        spec: &[u8],
         pid_file: &Path,
         tty: Option<ipc::WinSize>,
     ) -> Result<(Child, OwnedFd, OwnedFd, Option<OwnedFd>), String> {
+        if spec.len() > 60 * 1024 {
+            return Err("the session spec is too large".into());
+        }
+        let (spec_rd, spec_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
+        // Fits the pipe buffer: the write cannot block.
+        sys::write_all(spec_wr.as_raw_fd(), spec).map_err(|e| io_msg("pipe", e))?;
+        drop(spec_wr);
+        let sp = spec_rd.as_raw_fd();
         let mut cmd = self.runsc_in_ns()?;
         cmd.arg("exec")
             .arg(format!("--internal-pid-file={}", pid_file.display()))
-            .arg("--process")
-            .arg(spec)
+            .arg("--process=/proc/self/fd/3")
             .arg(&self.sandbox_id);
         if let Some(w) = tty {
             let (master, slave) = sys::openpty(Some(sys::WinSize {
@@ -830,23 +1021,28 @@ impl Coordinator {
             unsafe {
                 cmd.pre_exec(move || {
                     sys::setsid()?;
-                    sys::install_fds(&[(s, 0), (s, 1), (s, 2)])?;
+                    sys::install_fds(&[(s, 0), (s, 1), (s, 2), (sp, 3)])?;
                     sys::set_controlling_tty(0)
                 });
             }
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
             drop(slave);
+            drop(spec_rd);
             sys::set_nonblocking(master.as_raw_fd(), true).map_err(|e| io_msg("pty", e))?;
             let out = master.try_clone().map_err(|e| io_msg("pty", e))?;
             Ok((child, master, out, None))
         } else {
-            // SAFETY: setsid is async-signal-safe.
+            // SAFETY: setsid and dup2 are async-signal-safe.
             unsafe {
-                cmd.pre_exec(|| sys::setsid());
+                cmd.pre_exec(move || {
+                    sys::setsid()?;
+                    sys::install_fds(&[(sp, 3)])
+                });
             }
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
             let mut child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
+            drop(spec_rd);
             let i: OwnedFd = child.stdin.take().unwrap().into();
             let o: OwnedFd = child.stdout.take().unwrap().into();
             let e: OwnedFd = child.stderr.take().unwrap().into();
@@ -1017,6 +1213,12 @@ impl Coordinator {
             return;
         };
         let _ = self.store.close_session(&s.id, code);
+        if let Some(b) = self.broker.as_mut() {
+            b.cancel_session(&s.id);
+            for req in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
+                b.refuse(&req, Status::Cancelled, "the requesting session ended");
+            }
+        }
         if let Some(c) = self.conns.get_mut(&s.conn) {
             c.session = None;
             c.closing = true;
@@ -1040,7 +1242,6 @@ impl Coordinator {
             }
         }
         let _ = std::fs::remove_file(&s.guest_pid_file);
-        let _ = std::fs::remove_file(self.paths.gen_dir().join(format!("session-{}.json", s.id)));
         drop(s);
     }
 
@@ -1065,6 +1266,10 @@ impl Coordinator {
             self.send(conn, &ServerMsg::Closing { reason: reason.clone() });
             self.close_session(k, None);
         }
+        if let Some(mut b) = self.broker.take() {
+            b.cancel_all();
+        }
+        let _ = std::fs::remove_dir_all(self.paths.run.join("mailbox"));
         for mut h in self.helpers.drain(..) {
             let _ = h.kill();
             let _ = h.wait();

@@ -37,7 +37,7 @@ pub const DEFAULT_PACKAGES: &[&str] = &[
 ];
 pub const DEFAULT_TAG: &str = "latest";
 /// Bumped when the preparer's output layout changes.
-const PREPARER: &str = "umoci-unpack-rootless-v1";
+const PREPARER: &str = "umoci-unpack-rootless-v2";
 
 #[derive(Debug)]
 pub enum ImageError {
@@ -295,7 +295,13 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     // Mount points for Lazaret's fixed mounts exist in the lower itself, so
     // runsc never has to create them anywhere.
     let io = |p: &Path, e| ImageError::Io(p.to_path_buf(), e);
-    for d in ["workspace", ".lazaret"] {
+    for d in [
+        "workspace",
+        ".lazaret",
+        ".lazaret/bin",
+        ".lazaret/mailbox/requests",
+        ".lazaret/mailbox/results",
+    ] {
         let p = rootfs.join(d);
         if std::fs::symlink_metadata(&p).is_ok() && !std::fs::symlink_metadata(&p).map(|m| m.is_dir()).unwrap_or(false)
         {
@@ -303,7 +309,7 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
         }
         std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
     }
-    for f in ["init", "escalate"] {
+    for f in ["init", "bin/lazaret-escalate"] {
         let p = rootfs.join(".lazaret").join(f);
         std::fs::write(&p, b"").map_err(|e| io(&p, e))?;
     }

@@ -53,7 +53,18 @@ pub enum ClientMsg {
     Stop {
         reason: String,
     },
+    /// The developer's answer to an escalation prompt. `argv` is the edited
+    /// command when `verdict` is [`VERDICT_EDIT`].
+    Decision {
+        request_id: String,
+        verdict: u8,
+        argv: Vec<String>,
+    },
 }
+
+pub const VERDICT_DENY: u8 = 0;
+pub const VERDICT_APPROVE: u8 = 1;
+pub const VERDICT_EDIT: u8 = 2;
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct SessionInfo {
@@ -100,6 +111,12 @@ pub enum ServerMsg {
     /// The Domain is stopping; the session ends with `reason`.
     Closing {
         reason: String,
+    },
+    /// An escalation request for this session needs the developer: show
+    /// `text` and answer with a Decision. Session output is held meanwhile.
+    Prompt {
+        request_id: String,
+        text: String,
     },
 }
 
@@ -286,6 +303,11 @@ impl Message for ClientMsg {
             ClientMsg::Signal(s) => Enc::new(6).u8(*s).finish(),
             ClientMsg::Status => Enc::new(7).finish(),
             ClientMsg::Stop { reason } => Enc::new(8).str(reason).finish(),
+            ClientMsg::Decision {
+                request_id,
+                verdict,
+                argv,
+            } => Enc::new(9).str(request_id).u8(*verdict).strs(argv).finish(),
         }
     }
 
@@ -312,6 +334,11 @@ impl Message for ClientMsg {
             6 => ClientMsg::Signal(d.u8()?),
             7 => ClientMsg::Status,
             8 => ClientMsg::Stop { reason: d.str()? },
+            9 => ClientMsg::Decision {
+                request_id: d.str()?,
+                verdict: d.u8()?,
+                argv: d.strs()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -359,6 +386,7 @@ impl Message for ServerMsg {
                 e.finish()
             }
             ServerMsg::Closing { reason } => Enc::new(7).str(reason).finish(),
+            ServerMsg::Prompt { request_id, text } => Enc::new(8).str(request_id).str(text).finish(),
         }
     }
 
@@ -401,6 +429,10 @@ impl Message for ServerMsg {
                 ServerMsg::Status(s)
             }
             7 => ServerMsg::Closing { reason: d.str()? },
+            8 => ServerMsg::Prompt {
+                request_id: d.str()?,
+                text: d.str()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -520,6 +552,11 @@ mod tests {
             ClientMsg::Signal(2),
             ClientMsg::Status,
             ClientMsg::Stop { reason: "user".into() },
+            ClientMsg::Decision {
+                request_id: "r".into(),
+                verdict: VERDICT_EDIT,
+                argv: vec!["ls".into()],
+            },
         ]
     }
 
@@ -547,6 +584,10 @@ mod tests {
                 ..Default::default()
             }),
             ServerMsg::Closing { reason: "stop".into() },
+            ServerMsg::Prompt {
+                request_id: "r".into(),
+                text: "approve?".into(),
+            },
         ]
     }
 

@@ -1,11 +1,14 @@
 //! Lazaret: a daemonless CLI that runs AI coding agents inside a rootless
 //! gVisor sandbox per (agent profile, workspace). See ARCHITECTURE.md.
 
+mod broker;
 mod cli;
 mod config;
 mod coordinator;
 mod doctor;
 mod domain;
+// Shared with the lazaret-escalate binary, which uses the other half.
+#[allow(dead_code)]
 mod escalation;
 mod image;
 mod ipc;

@@ -77,6 +77,37 @@ pub fn set_thread_name(name: &str) {
     }
 }
 
+/// Kills a whole process group.
+pub fn killpg(pgid: i32, sig: i32) -> io::Result<()> {
+    if pgid <= 1 {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    kill(-pgid, sig)
+}
+
+/// A non-blocking inotify instance watching `dir` for files that were
+/// closed after writing or moved in.
+pub fn inotify_dir(dir: &Path) -> io::Result<OwnedFd> {
+    // SAFETY: inotify_init1 takes flags only and returns a fresh fd.
+    let fd = cvt(unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) })?;
+    // SAFETY: fd is fresh and owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let p = cpath(dir)?;
+    // SAFETY: p is a valid NUL-terminated path.
+    cvt(unsafe { libc::inotify_add_watch(fd, p.as_ptr(), libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO) })?;
+    Ok(owned)
+}
+
+/// Opens a file for reading without following a symlink at its last
+/// component and without blocking on FIFOs.
+pub fn open_nofollow(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
+
 pub fn setsid() -> io::Result<()> {
     // SAFETY: setsid has no memory-safety preconditions.
     cvt(unsafe { libc::setsid() }).map(|_| ())
