@@ -69,7 +69,7 @@ const PROFILE_KEYS: &[&str] = &[
     "ipv6",
     "network",
 ];
-const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny"];
+const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
 
 // ---------------------------------------------------------------------------
 // Public data model
@@ -124,6 +124,12 @@ pub struct Profile {
     pub deny: Vec<Prefix>,
     pub ipv6: bool,
     pub isolate_ignored: bool,
+    /// `network.dns`: resolvers the sandbox uses (single IPv4 hosts); empty
+    /// means slirp4netns's forwarder to the host's resolver.
+    pub dns: Vec<Prefix>,
+    /// `network.mode`: `true` for `"slirp"` (the default), `false` for
+    /// `"none"` (loopback only, no helper).
+    pub network: bool,
 }
 
 /// Where the root filesystem image comes from.
@@ -370,6 +376,8 @@ impl Profile {
             deny: Vec::new(),
             ipv6: false,
             isolate_ignored: true,
+            dns: Vec::new(),
+            network: true,
         }
     }
 
@@ -416,6 +424,9 @@ impl Profile {
             "isolate_ignored",
             &[if self.isolate_ignored { "true" } else { "false" }],
         );
+        let dns: Vec<String> = self.dns.iter().map(Prefix::to_string).collect();
+        put("dns", &dns.iter().map(String::as_str).collect::<Vec<_>>());
+        put("network", &[if self.network { "slirp" } else { "none" }]);
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }
@@ -1034,6 +1045,26 @@ impl Schema<'_> {
             }
             if let Some(d) = nt.get("deny") {
                 p.deny = self.prefixes(d, &join_key(&key, "deny"))?;
+            }
+            if let Some(d) = nt.get("dns") {
+                let dkey = join_key(&key, "dns");
+                p.dns = self.prefixes(d, &dkey)?;
+                if let Some(bad) = p.dns.iter().find(|q| !q.addr.is_ipv4() || q.len != 32) {
+                    return Err(self.invalid(
+                        d.line,
+                        &dkey,
+                        "IPv4 host addresses like \"198.18.0.2\"",
+                        quote(&bad.to_string()),
+                    ));
+                }
+            }
+            if let Some(m) = nt.get("mode") {
+                let mkey = join_key(&key, "mode");
+                p.network = match self.string(m, &mkey, "\"slirp\" or \"none\"")? {
+                    "slirp" => true,
+                    "none" => false,
+                    other => return Err(self.invalid(m.line, &mkey, "\"slirp\" or \"none\"", quote(other))),
+                };
             }
         }
         Ok(p)

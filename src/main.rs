@@ -8,6 +8,7 @@ mod doctor;
 mod domain;
 mod image;
 mod ipc;
+mod netpolicy;
 mod paths;
 mod plan;
 mod store;
