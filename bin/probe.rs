@@ -8,7 +8,8 @@
 //!   `resolver=ADDR`                route decision must be the helper path
 //!   `dns-query=ADDR`               a DNS query to ADDR must be answered
 //!   `reject-live=B`                TCP connect to B must be refused at once
-//!   `helper-live=GW`               TCP connect to GW must be refused at once
+//!   `helper-live=GW`               TCP connect to GW must be answered at once
+//!                                  (RST or ICMP unreachable from slirp4netns)
 //!   `ipv6-off=ADDR`                no IPv6 route to ADDR
 //!
 //! A route decision is a UDP `connect()` followed by `getsockname()`: no
@@ -47,11 +48,15 @@ fn route_source(addr: IpAddr) -> std::io::Result<IpAddr> {
     Ok(s.local_addr()?.ip())
 }
 
-fn refused_fast(addr: IpAddr) -> Result<Duration, String> {
+/// A TCP connect that must be answered at once with a refusal (RST), or,
+/// when `icmp_ok`, with an ICMP unreachable: slirp4netns answers a connect
+/// to its gateway that way when host loopback is disabled.
+fn refused_fast(addr: IpAddr, icmp_ok: bool) -> Result<Duration, String> {
     let t = Instant::now();
     match TcpStream::connect_timeout(&SocketAddr::new(addr, 9), Duration::from_secs(2)) {
         Ok(_) => Err("connected, expected a refusal".into()),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => Ok(t.elapsed()),
+        Err(e) if icmp_ok && matches!(e.raw_os_error(), Some(101) | Some(113)) => Ok(t.elapsed()),
         Err(e) => Err(format!("{e} after {} ms, expected a refusal", t.elapsed().as_millis())),
     }
 }
@@ -59,7 +64,8 @@ fn refused_fast(addr: IpAddr) -> Result<Duration, String> {
 fn dns_query(addr: IpAddr) -> Result<Duration, String> {
     let t = Instant::now();
     let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.to_string())?;
     s.connect(SocketAddr::new(addr, 53)).map_err(|e| e.to_string())?;
     // Query: id 0x4c5a, RD, one question `lazaret-probe.invalid. A IN`.
     let mut q = vec![0x4c, 0x5a, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
@@ -116,10 +122,7 @@ pub fn run(args: &[&str]) -> i32 {
                 };
                 match route_source(addr) {
                     Ok(src) if Some(src) == want => out.ok(&check, format!("routed via {}", path_name(src))),
-                    Ok(src) => out.fail(
-                        &check,
-                        format!("routed via {}, expected {want_name}", path_name(src)),
-                    ),
+                    Ok(src) => out.fail(&check, format!("routed via {}, expected {want_name}", path_name(src))),
                     Err(e) => out.fail(&check, format!("no route: {e}, expected {want_name}")),
                 }
             }
@@ -128,8 +131,25 @@ pub fn run(args: &[&str]) -> i32 {
                 Err(e) => out.fail(&format!("dns {addr}"), e),
             },
             "reject-live" | "helper-live" => {
-                let name = if k == "reject-live" { "reject path" } else { "network helper" };
-                match refused_fast(addr) {
+                let name = if k == "reject-live" {
+                    "reject path"
+                } else {
+                    "network helper"
+                };
+                // The route decision first: an answer must come over the
+                // interface the policy names, not from a missing route.
+                let want = if k == "reject-live" { reject_src } else { helper_src };
+                match route_source(addr) {
+                    Ok(src) if Some(src) == want => {}
+                    other => {
+                        out.fail(
+                            &format!("{name} live"),
+                            format!("{addr}: no route via the {name}: {other:?}"),
+                        );
+                        continue;
+                    }
+                }
+                match refused_fast(addr, k == "helper-live") {
                     Ok(d) if d < Duration::from_millis(500) => out.ok(
                         &format!("{name} live"),
                         format!("{addr} refused a connection in {} ms", d.as_millis()),

@@ -45,7 +45,14 @@ pub struct Network {
 
 /// First existing path of a host tool (the supervisor's PATH may lack sbin).
 pub fn tool(name: &str) -> PathBuf {
-    for d in ["/usr/sbin", "/sbin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/local/bin"] {
+    for d in [
+        "/usr/sbin",
+        "/sbin",
+        "/usr/bin",
+        "/bin",
+        "/usr/local/sbin",
+        "/usr/local/bin",
+    ] {
         let p = Path::new(d).join(name);
         if p.is_file() {
             return p;
@@ -111,13 +118,7 @@ fn disable_ipv6(ns: &OwnedFd, mask_core: bool) -> Result<(), String> {
             // runsc ≤ 20240729 takes any netns in which this directory has
             // rmem_default for the host's (PLATFORM §2). The mount must be
             // made from inside the namespace: /proc/sys/net is per netns.
-            sys::mount(
-                "lzmask",
-                Path::new("/proc/sys/net/core"),
-                "tmpfs",
-                0,
-                Some("size=16k"),
-            )?;
+            sys::mount("lzmask", Path::new("/proc/sys/net/core"), "tmpfs", 0, Some("size=16k"))?;
         }
         Ok(())
     })
@@ -174,12 +175,7 @@ fn start_slirp(enforce_path: &Path, custom_dns: bool) -> Result<(Child, u64), St
 /// `slirp PID START` as soon as the helper exists (so the coordinator owns
 /// it exactly), then reads back what was installed. Returns the network
 /// and a line for the coordinator's readiness record.
-pub fn install(
-    plan: &Plan,
-    gen_dir: &Path,
-    fault: Option<Fault>,
-    report: &dyn Fn(&str),
-) -> Result<Network, String> {
+pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn Fn(&str)) -> Result<Network, String> {
     let enforce = sys::new_netns().map_err(|e| format!("creating the enforcement network namespace: {e}"))?;
     let reject = sys::new_netns().map_err(|e| format!("creating the reject network namespace: {e}"))?;
     let enforce_path = gen_dir.join(ENFORCE_FILE);
@@ -233,13 +229,8 @@ pub fn install(
 }
 
 fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<(), String> {
-    // tap0 keeps only its own address: slirp's connected /24 would let the
-    // whole 10.0.2.0/24 around the 10.0.0.0/8 deny (see netpolicy).
-    let mut cmds = vec![
-        format!("addr flush dev {}", netpolicy::TAP),
-        format!("route flush dev {}", netpolicy::TAP),
-        format!("addr add {}/32 dev {}", netpolicy::SLIRP_GUEST, netpolicy::TAP),
-    ];
+    // `replace`: slirp4netns already added the default route.
+    let mut cmds = Vec::new();
     let mut expected = plan.clone();
     let mut skipped = false;
     for r in &plan.routes {
@@ -251,7 +242,7 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
             }
             continue;
         }
-        cmds.push(format!("route add {}", r.ip_args().join(" ")));
+        cmds.push(format!("route replace {}", r.ip_args().join(" ")));
     }
     ip_batch(&net.enforce, "installing the network policy", &cmds)?;
     attest(net, &expected)

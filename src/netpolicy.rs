@@ -12,13 +12,16 @@
 //! * `reject` routes go `via 169.254.255.2 dev lzr0`, a veth into the
 //!   generation's reject namespace whose only route is
 //!   `local 0.0.0.0/0 dev lo`: packets terminate on loopback unicast, no
-//!   listener answers, the sandbox gets a RST (connection refused) at once;
-//! * one `link` route, `10.0.2.2/32 dev tap0`, makes the gateway on-link.
+//!   listener answers, the sandbox gets a RST (connection refused) at once.
 //!
-//! tap0 carries `10.0.2.100/32`, not slirp's `/24`: the rest of
-//! `10.0.2.0/24` then falls under the `10.0.0.0/8` deny like any other
-//! private address, and only the gateway (and the DNS forwarder
-//! `10.0.2.3`, when it is the Domain's resolver) is reachable.
+//! slirp4netns's own network `10.0.2.0/24` (tap0's connected route, kept:
+//! gVisor resolves the gateway only inside the NIC's subnet) lies inside the
+//! `10.0.0.0/8` deny and is more specific, so it would open all of it.
+//! More specific reject routes close it again except for exactly the
+//! gateway `10.0.2.2` (the next hop; host loopback is disabled, so it
+//! refuses connections) and the DNS forwarder `10.0.2.3` when it is the
+//! Domain's resolver: `10.0.2.0/31`, `10.0.2.4/30`, `10.0.2.8/29`, …,
+//! `10.0.2.128/25` (and `10.0.2.3/32` with custom resolvers).
 //! Longest prefix wins, as in every route table; an allow and a deny of the
 //! very same prefix end as deny, with a warning.
 
@@ -41,6 +44,7 @@ pub const REJECT_PEER_IF: &str = "lzr1";
 pub const REJECT_LOCAL: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 1);
 pub const REJECT_PEER: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 2);
 pub const REJECT_LINK: &str = "169.254.255.0/30";
+pub const SLIRP_NET: &str = "10.0.2.0/24";
 /// A global IPv6 destination for the IPv6 route-decision check.
 pub const IPV6_SAMPLE: &str = "2000::1";
 
@@ -89,8 +93,10 @@ pub enum Source {
     ProfileDeny,
     /// A resolver of the Domain: always reachable.
     Resolver,
-    /// slirp4netns's gateway: the next hop of every allowed route.
-    Gateway,
+    /// slirp4netns's network (tap0's kernel route, not installed by us).
+    SlirpNet,
+    /// The part of slirp4netns's network that is neither gateway nor DNS.
+    SlirpRest,
     /// Everything not matched by a more specific rule.
     Default,
     /// The reject veth's own /30 (a kernel route, not installed by us).
@@ -105,7 +111,10 @@ impl Source {
             Source::ProfileAllow => "profile network.allow".into(),
             Source::ProfileDeny => "profile network.deny".into(),
             Source::Resolver => "DNS resolver of the Domain".into(),
-            Source::Gateway => "slirp4netns gateway (next hop only; host loopback is disabled)".into(),
+            Source::SlirpNet => {
+                "slirp4netns network: gateway 10.0.2.2 (host loopback disabled) and DNS 10.0.2.3".into()
+            }
+            Source::SlirpRest => "slirp4netns network, except gateway and DNS".into(),
             Source::Default => "everything else".into(),
             Source::RejectLink => "reject link".into(),
         }
@@ -258,11 +267,15 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
     } else {
         vec![SLIRP_DNS]
     };
-    let mut allows: Vec<Rule> = vec![Rule {
-        prefix: host(SLIRP_GATEWAY),
-        action: Action::Allow,
-        source: Source::Gateway,
-    }];
+    let gw_denied = profile
+        .deny
+        .iter()
+        .any(|p| p.len > 24 && p.contains(&host(SLIRP_GATEWAY)));
+    if gw_denied {
+        let (file, profile) = err_ctx();
+        return Err(NetError::GatewayDenied { file, profile });
+    }
+    let mut allows: Vec<Rule> = Vec::new();
     for r in &resolvers {
         allows.push(Rule {
             prefix: host(*r),
@@ -282,10 +295,6 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
     for a in allows {
         if let Some(d) = denies.iter().find(|d| d.prefix == a.prefix) {
             match a.source {
-                Source::Gateway => {
-                    let (file, profile) = err_ctx();
-                    return Err(NetError::GatewayDenied { file, profile });
-                }
                 Source::Resolver if d.source == Source::ProfileDeny => {
                     let (file, prof) = err_ctx();
                     return Err(NetError::ResolverDenied {
@@ -324,13 +333,30 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
             source: Source::Default,
         });
     }
-    let link = pfx(REJECT_LINK);
-    if !rules.iter().any(|r| r.prefix == link) {
+    // The kernel routes of the two links, and the rest of slirp's network.
+    for (p, action, source) in [
+        (pfx(REJECT_LINK), Action::Deny, Source::RejectLink),
+        (pfx(SLIRP_NET), Action::Allow, Source::SlirpNet),
+    ] {
+        rules.retain(|r| r.prefix != p);
         rules.push(Rule {
-            prefix: link,
-            action: Action::Deny,
-            source: Source::RejectLink,
+            prefix: p,
+            action,
+            source,
         });
+    }
+    let mut keep = vec![SLIRP_GATEWAY];
+    if !custom_dns {
+        keep.push(SLIRP_DNS);
+    }
+    for p in split_except(pfx(SLIRP_NET), &keep) {
+        if !rules.iter().any(|r| r.prefix == p) {
+            rules.push(Rule {
+                prefix: p,
+                action: Action::Deny,
+                source: Source::SlirpRest,
+            });
+        }
     }
     sort_rules(&mut rules);
     Ok(Policy {
@@ -341,6 +367,30 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
         ignored_v6,
         warnings,
     })
+}
+
+/// The prefixes that cover `p` except the addresses in `keep`, as few and
+/// as large as possible.
+pub fn split_except(p: Prefix, keep: &[Ipv4Addr]) -> Vec<Prefix> {
+    let Some((net, len)) = v4(&p) else { return vec![] };
+    if !keep.iter().any(|k| contains(&p, *k)) {
+        return vec![p];
+    }
+    if len == 32 {
+        return vec![];
+    }
+    let half = 1u32 << (31 - len as u32);
+    let lo = Prefix {
+        addr: IpAddr::V4(Ipv4Addr::from(net)),
+        len: len + 1,
+    };
+    let hi = Prefix {
+        addr: IpAddr::V4(Ipv4Addr::from(net + half)),
+        len: len + 1,
+    };
+    let mut out = split_except(lo, keep);
+    out.extend(split_except(hi, keep));
+    out
 }
 
 fn sort_rules(rules: &mut [Rule]) {
@@ -364,25 +414,20 @@ impl Policy {
         self.rule_for(addr).action
     }
 
-    /// The routes to install (everything except the kernel's own reject
-    /// link route), as the install plan lists them.
+    /// The routes to install (everything except the kernel's own link
+    /// routes), as the install plan lists them.
     pub fn routes(&self) -> Vec<PlanRoute> {
-        let mut out: Vec<PlanRoute> = self
-            .rules
+        self.rules
             .iter()
-            .filter(|r| r.source != Source::RejectLink)
+            .filter(|r| !matches!(r.source, Source::RejectLink | Source::SlirpNet))
             .map(|r| PlanRoute {
                 prefix: r.prefix,
-                kind: match (r.action, &r.source) {
-                    (Action::Allow, Source::Gateway) => RouteKind::Link,
-                    (Action::Allow, _) => RouteKind::Helper,
-                    (Action::Deny, _) => RouteKind::Reject,
+                kind: match r.action {
+                    Action::Allow => RouteKind::Helper,
+                    Action::Deny => RouteKind::Reject,
                 },
             })
-            .collect();
-        // The gateway must be on-link before routes via it are added.
-        out.sort_by_key(|r| r.kind != RouteKind::Link);
-        out
+            .collect()
     }
 
     /// The install plan handed to the Runtime Supervisor (also the
@@ -414,7 +459,7 @@ impl Policy {
     pub fn samples(&self) -> Vec<Sample> {
         let mut out = Vec::new();
         for r in &self.rules {
-            if matches!(r.source, Source::RejectLink | Source::Gateway) {
+            if matches!(r.source, Source::RejectLink | Source::SlirpNet) {
                 continue;
             }
             let Some((net, len)) = v4(&r.prefix) else { continue };
@@ -435,7 +480,7 @@ impl Policy {
             let mut n = 0;
             for c in cands {
                 let a = Ipv4Addr::from(c);
-                if n < 2 && self.rule_for(a) == r {
+                if n < 2 && a != SLIRP_GUEST && self.rule_for(a) == r {
                     out.push(Sample {
                         addr: a,
                         action: r.action,
@@ -567,8 +612,6 @@ pub enum RouteKind {
     Helper,
     /// `P via 169.254.255.2 dev lzr0`
     Reject,
-    /// `P dev tap0 scope link`
-    Link,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -584,7 +627,6 @@ impl PlanRoute {
         match self.kind {
             RouteKind::Helper => vec![p, "via".into(), SLIRP_GATEWAY.to_string(), "dev".into(), TAP.into()],
             RouteKind::Reject => vec![p, "via".into(), REJECT_PEER.to_string(), "dev".into(), REJECT_IF.into()],
-            RouteKind::Link => vec![p, "dev".into(), TAP.into(), "scope".into(), "link".into()],
         }
     }
 
@@ -592,7 +634,6 @@ impl PlanRoute {
         match self.kind {
             RouteKind::Helper => "helper",
             RouteKind::Reject => "reject",
-            RouteKind::Link => "link",
         }
     }
 }
@@ -658,7 +699,6 @@ impl Plan {
                     let kind = match *k {
                         "helper" => RouteKind::Helper,
                         "reject" => RouteKind::Reject,
-                        "link" => RouteKind::Link,
                         _ => return Err(bad()),
                     };
                     if plan.routes.iter().any(|r| r.prefix == prefix) {
@@ -716,7 +756,6 @@ impl Plan {
             match r.kind {
                 RouteKind::Helper => (Some(SLIRP_GATEWAY.to_string()), Some(TAP.into())),
                 RouteKind::Reject => (Some(REJECT_PEER.to_string()), Some(REJECT_IF.into())),
-                RouteKind::Link => (None, Some(TAP.into())),
             }
         };
         for r in &self.routes {
@@ -735,10 +774,11 @@ impl Plan {
                 Some(_) => {}
             }
         }
-        let link = pfx(REJECT_LINK);
-        for (p, _, dev) in &seen {
+        for (p, via, dev) in &seen {
             let planned = self.routes.iter().any(|r| r.prefix == *p);
-            let kernel_link = *p == link && dev.as_deref() == Some(REJECT_IF);
+            let kernel_link = via.is_none()
+                && ((*p == pfx(REJECT_LINK) && dev.as_deref() == Some(REJECT_IF))
+                    || (*p == pfx(SLIRP_NET) && dev.as_deref() == Some(TAP)));
             if !planned && !kernel_link {
                 return Err(format!("unexpected route for {p} in the enforcement namespace"));
             }
@@ -868,6 +908,27 @@ mod tests {
         assert_eq!(pol.decide(a("10.0.2.4")), Action::Deny);
         assert_eq!(pol.decide(a("10.0.2.1")), Action::Deny);
         assert_eq!(pol.decide(SLIRP_GUEST), Action::Deny);
+        for x in ["10.0.2.0", "10.0.2.5", "10.0.2.15", "10.0.2.255", "10.0.2.128"] {
+            assert_eq!(pol.decide(a(x)), Action::Deny, "{x}");
+        }
+        let rest: Vec<String> = split_except(p(SLIRP_NET), &[SLIRP_GATEWAY, SLIRP_DNS])
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        assert_eq!(
+            rest,
+            [
+                "10.0.2.0/31",
+                "10.0.2.4/30",
+                "10.0.2.8/29",
+                "10.0.2.16/28",
+                "10.0.2.32/27",
+                "10.0.2.64/26",
+                "10.0.2.128/25"
+            ]
+        );
+        assert_eq!(split_except(p("10.0.2.2/32"), &[SLIRP_GATEWAY]), vec![]);
+        assert_eq!(split_except(p("1.0.0.0/8"), &[SLIRP_GATEWAY]), vec![p("1.0.0.0/8")]);
         assert_eq!(pol.resolvers, vec![SLIRP_DNS]);
         assert!(pol.resolv_conf().contains("nameserver 10.0.2.3\n"));
     }
@@ -898,10 +959,12 @@ mod tests {
         pr.deny = vec![p("198.18.0.2/32")];
         let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
         assert!(e.contains("/c.toml") && e.contains("resolver 198.18.0.2"), "{e}");
-        let mut pr = prof();
-        pr.deny = vec![p("10.0.2.2/32")];
-        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
-        assert!(e.contains("gateway"), "{e}");
+        for d in ["10.0.2.2/32", "10.0.2.0/25"] {
+            let mut pr = prof();
+            pr.deny = vec![p(d)];
+            let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+            assert!(e.contains("gateway"), "{e}");
+        }
     }
 
     #[test]
@@ -993,12 +1056,14 @@ mod tests {
     }
 
     #[test]
-    fn routes_name_a_nic_and_put_the_gateway_first() {
+    fn routes_name_a_nic_and_leave_kernel_routes_alone() {
         let pol = derive_ok(None, &prof());
         let routes = pol.routes();
-        assert_eq!(routes[0].kind, RouteKind::Link);
-        assert_eq!(routes[0].prefix, p("10.0.2.2/32"));
-        assert_eq!(routes[0].ip_args().join(" "), "10.0.2.2/32 dev tap0 scope link");
+        assert!(routes.iter().all(|r| r.prefix != p(SLIRP_NET)));
+        assert!(routes.contains(&PlanRoute {
+            prefix: p("10.0.2.4/30"),
+            kind: RouteKind::Reject
+        }));
         let ten = routes.iter().find(|r| r.prefix == p("10.0.0.0/8")).unwrap();
         assert_eq!(ten.ip_args().join(" "), "10.0.0.0/8 via 169.254.255.2 dev lzr0");
         let def = routes.iter().find(|r| r.prefix == p("0.0.0.0/0")).unwrap();
@@ -1049,6 +1114,7 @@ mod tests {
             s.push_str(" \n");
         }
         s.push_str("169.254.255.0/30 dev lzr0 proto kernel scope link src 169.254.255.1 \n");
+        s.push_str("10.0.2.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
         s
     }
 
@@ -1079,11 +1145,16 @@ mod tests {
         let lo = format!("{good}unreachable 172.16.0.0/12 \n");
         assert!(plan.verify_routes(&lo).unwrap_err().contains("gVisor ignores"));
         // Anything extra.
-        let extra = format!("{good}10.0.2.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
+        let extra = format!("{good}10.0.3.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
         assert!(plan
             .verify_routes(&extra)
             .unwrap_err()
-            .contains("unexpected route for 10.0.2.0/24"));
+            .contains("unexpected route for 10.0.3.0/24"));
+        let extra = format!("{good}10.0.2.0/25 via 10.0.2.2 dev tap0 \n");
+        assert!(plan
+            .verify_routes(&extra)
+            .unwrap_err()
+            .contains("unexpected route for 10.0.2.0/25"));
         assert!(verify_reject_table("local default dev lo scope host \n").is_ok());
         assert!(verify_reject_table("broadcast 127.255.255.255 dev lo\n").is_err());
     }

@@ -39,8 +39,7 @@ pub struct NetRole {
 
 impl NetRole {
     pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, String> {
-        let policy =
-            netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile).map_err(|e| e.to_string())?;
+        let policy = netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile).map_err(|e| e.to_string())?;
         for w in &policy.warnings {
             log::warn!("network policy: {w}");
         }
@@ -153,7 +152,10 @@ impl NetRole {
             cmd.args(self.policy.probe_args());
             (inode, run_probe(cmd)?)
         } else {
-            (ns_inode(supervisor_pid)?, "skipped: network.mode = \"none\"".to_string())
+            (
+                ns_inode(supervisor_pid)?,
+                "skipped: network.mode = \"none\"".to_string(),
+            )
         };
         let digest = self.policy.digest();
         let fingerprint =
@@ -184,7 +186,9 @@ fn ns_inode(pid: i32) -> Result<u64, String> {
 /// Runs the probe (bounded) and returns its report, or the failing checks.
 fn run_probe(mut cmd: Command) -> Result<String, String> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("network probe: cannot run runsc exec: {e}"))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("network probe: cannot run runsc exec: {e}"))?;
     let deadline = Instant::now() + PROBE_TIMEOUT;
     let status = loop {
         if let Ok(Some(st)) = child.try_wait() {

@@ -303,7 +303,13 @@ pub fn runsc_global_args(runsc_root: &Path) -> Vec<String> {
 /// enforcement namespace instead of loopback only.
 pub fn with_sandbox_network(args: &[String]) -> Vec<String> {
     args.iter()
-        .map(|a| if a == "--network=none" { "--network=sandbox".to_string() } else { a.clone() })
+        .map(|a| {
+            if a == "--network=none" {
+                "--network=sandbox".to_string()
+            } else {
+                a.clone()
+            }
+        })
         .collect()
 }
 
