@@ -8,6 +8,7 @@ mod doctor;
 mod domain;
 mod image;
 mod ipc;
+mod netcli;
 mod netns;
 mod netpolicy;
 mod netrole;
