@@ -232,10 +232,17 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
     // `replace`: slirp4netns already added the default route.
     let mut cmds = Vec::new();
     let mut expected = plan.clone();
-    let mut skipped = false;
+    // The fault skips the 192.168.0.0/16 deny (a home LAN), else the first.
+    let lan: crate::config::Prefix = "192.168.0.0/16".parse().unwrap();
+    let victim = plan
+        .routes
+        .iter()
+        .filter(|r| r.kind == RouteKind::Reject)
+        .find(|r| r.prefix == lan)
+        .or_else(|| plan.routes.iter().find(|r| r.kind == RouteKind::Reject))
+        .map(|r| r.prefix);
     for r in &plan.routes {
-        if r.kind == RouteKind::Reject && fault.is_some() && !skipped {
-            skipped = true;
+        if fault.is_some() && Some(r.prefix) == victim {
             log::warn!("fault injection: not installing the deny route for {}", r.prefix);
             if fault == Some(Fault::SkipOneDeny) {
                 expected.routes.retain(|x| x.prefix != r.prefix);

@@ -837,8 +837,9 @@ pub fn readiness_fingerprint(
 /// with the `fault-injection` cargo feature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
-    /// The installer skips one deny route and its self-check is blind to
-    /// it: only the pre-publication probe can catch it.
+    /// The installer skips one deny route (192.168.0.0/16 when planned)
+    /// and its self-check is blind to it: only the pre-publication probe
+    /// can catch it.
     SkipOneDeny,
     /// The installer skips one deny route; the route read-back catches it.
     SkipOneDenyVisible,

@@ -167,9 +167,10 @@ fn py(env: &Env, ws: &Path, cfg: &Path, profile: &str, script: &str, args: &[&st
 /// Connects to ADDR:PORT, prints `ok MS REPLY` or `err ERRNO MS`.
 const CONNECT: &str = r#"
 import socket, sys, time
+s = socket.socket()
 t = time.monotonic()
 try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+    s.connect((sys.argv[1], int(sys.argv[2])))
     s.sendall(b"ping")
     print("ok", int((time.monotonic() - t) * 1000), s.recv(10).decode())
 except OSError as e:
@@ -226,16 +227,19 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
         .config_home(&cfg)
         .spawn();
     let id = env.domain_id("net", &ws);
-    let ready = env.runtime_root().join(&id).join("gen/net-readiness");
-    assert!(
-        eventually(Duration::from_secs(20), || ready.exists()),
-        "no readiness summary"
-    );
-    let r = env
-        .lz(&ws, &["net", "show", "--profile", "net"])
-        .config_home(&cfg)
-        .run();
-    assert_eq!(r.code, 0, "{r:?}");
+    let run = env.runtime_root().join(&id);
+    let mut r = env.lz(&ws, &["version"]).run();
+    let shown = eventually(Duration::from_secs(20), || {
+        if !run.join("hc.sock").exists() || !run.join("gen/net-readiness").exists() {
+            return false;
+        }
+        r = env
+            .lz(&ws, &["net", "show", "--profile", "net"])
+            .config_home(&cfg)
+            .run();
+        r.stdout.contains("readiness: attested")
+    });
+    assert!(shown && r.code == 0, "{r:?}");
     for want in [
         "DENY  10.0.0.0/8",
         "allow 198.18.0.0/15",
@@ -244,6 +248,8 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
         "network-sidecar: ",
         &format!("probe ok dns {}", th.ip),
         "probe ok deny 192.168.0.1 (192.168.0.0/16): routed via 169.254.255.1 (reject path)",
+        "probe ok network helper live",
+        "probe ok reject path live",
         "probe ok ipv6 disabled",
     ] {
         assert!(r.stdout.contains(want), "missing {want:?}: {r:?}");
@@ -430,7 +436,7 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
 
     // Host side: the sandbox and gofer run in a network namespace that is
     // not the host's (SR-12).
-    let host_ns = std::fs::metadata("/proc/1/ns/net")
+    let host_ns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();
     let mut bg = env
@@ -471,7 +477,7 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
     let cfg = config(env, &base, "");
     let ws = env.dir("netfault-ws");
     let id = env.domain_id("default", &ws);
-    // The installer skips the 169.254.0.0/16 deny and its self-check is
+    // The installer skips the 192.168.0.0/16 deny and its self-check is
     // blind to it: the probe from inside the sandbox must catch it.
     let r = env
         .lz(&ws, &["run", "--", "true"])
@@ -482,7 +488,7 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
     assert!(
         r.stderr.contains("network probe failed, the Domain is not published")
             && r.stderr
-                .contains("deny 169.254.0.1 (169.254.0.0/16): routed via 10.0.2.100 (network helper)"),
+                .contains("deny 192.168.0.1 (192.168.0.0/16): routed via 10.0.2.100 (network helper)"),
         "{r:?}"
     );
     assert!(!env.runtime_root().join(&id).join("hc.sock").exists());
@@ -495,7 +501,7 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
     assert_eq!(r.code, 125, "{r:?}");
     assert!(
         r.stderr
-            .contains("network readiness: route for 169.254.0.0/16 (reject) is missing"),
+            .contains("network readiness: route for 192.168.0.0/16 (reject) is missing"),
         "{r:?}"
     );
     // Nothing of the failed generations is left, and a clean start works.
