@@ -4,18 +4,24 @@
 //!
 //! Steps, in order:
 //! 1. arm PDEATHSIG (SIGKILL) and check the coordinator is still there;
-//! 2. `unshare(USER|MOUNT|NET)`; ask the coordinator to write the id maps
-//!    (newuidmap/newgidmap need a pid outside the namespace); wait for them;
-//! 3. become root of the namespace; make mounts private; mask
-//!    `/proc/sys/net/core` (runsc ≤ 20240729 would otherwise think it is in
-//!    the host network namespace, PLATFORM §2);
-//! 4. start `runsc run` (non-detached, PDEATHSIG) on the coordinator's
-//!    bundle; its root process is Lazaret's init, which prints `ready`;
+//! 2. `unshare(USER|MOUNT)` (plus `NET` without a network); ask the
+//!    coordinator to write the id maps (newuidmap/newgidmap need a pid
+//!    outside the namespace); wait for them;
+//! 3. become root of the namespace; make mounts private; with a network,
+//!    install it (`netns::install`: enforcement + reject namespaces,
+//!    slirp4netns, routes, read-back; reports `slirp …` and `net-ready …`);
+//!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
+//!    20240729 would otherwise think it is in the host network namespace,
+//!    PLATFORM §2);
+//! 4. start `runsc run` (non-detached, PDEATHSIG, in the enforcement
+//!    namespace) on the coordinator's bundle; its root process is
+//!    Lazaret's init, which prints `ready`;
 //! 5. report `ready PID START` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
 //! Wire format to the coordinator: one line per event on the status pipe
-//! (`userns`, `ready PID START`, `exited CODE`, `stopped`, `error TEXT`).
+//! (`userns`, `slirp PID START`, `net-ready INODE`, `ready PID START`,
+//! `exited CODE`, `stopped`, `error TEXT`).
 //! From the coordinator, on the lease pipe: `mapped` then EOF at the end.
 
 use std::io::{BufRead, BufReader, Read};
