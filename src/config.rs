@@ -24,6 +24,8 @@
 //! [profiles.NAME.network]
 //! allow = ["198.18.0.0/15"]
 //! deny = []
+//! dns = ["198.18.0.2"]                  # optional; default slirp4netns's forwarder
+//! mode = "slirp"                        # | "none"
 //! ```
 //!
 //! Parsing uses the small strict TOML reader in [`toml`] below rather than
