@@ -426,9 +426,15 @@ impl Profile {
             "isolate_ignored",
             &[if self.isolate_ignored { "true" } else { "false" }],
         );
-        let dns: Vec<String> = self.dns.iter().map(Prefix::to_string).collect();
-        put("dns", &dns.iter().map(String::as_str).collect::<Vec<_>>());
-        put("network", &[if self.network { "slirp" } else { "none" }]);
+        // Added after the pin below: only non-default values are hashed, so
+        // existing fingerprints stay what they were.
+        if !self.dns.is_empty() {
+            let dns: Vec<String> = self.dns.iter().map(Prefix::to_string).collect();
+            put("dns", &dns.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.network {
+            put("network", &["none"]);
+        }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }
@@ -2626,6 +2632,17 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         let c = ok("[profiles.d.network]\nallow = [\"10.0.0.0/8\"]\ndeny = [\"10.0.0.0/8\", \"11.0.0.0/8\"]\n");
         assert_eq!(c.profiles["d"].allow, vec![pfx("10.0.0.0/8")]);
         assert_eq!(ok("[network]\ndefault_deny = []\n").default_deny, Some(vec![]));
+        let c = ok("[profiles.d.network]\ndns = [\"198.18.0.2\"]\nmode = \"none\"\n");
+        assert_eq!(c.profiles["d"].dns, vec![pfx("198.18.0.2/32")]);
+        assert!(!c.profiles["d"].network && c.profiles["default"].network);
+        assert_has(
+            &err("[profiles.d.network]\ndns = [\"10.0.0.0/8\"]\n"),
+            &[":2: profiles.d.network.dns: expected IPv4 host addresses"],
+        );
+        assert_has(
+            &err("[profiles.d.network]\nmode = \"host\"\n"),
+            &[":2: profiles.d.network.mode: expected \"slirp\" or \"none\", got \"host\""],
+        );
     }
 
     // --- fingerprint ------------------------------------------------------
@@ -2662,6 +2679,8 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             |p| p.deny.push(pfx("10.0.0.0/8")),
             |p| p.ipv6 = true,
             |p| p.isolate_ignored = false,
+            |p| p.dns.push(pfx("198.18.0.2/32")),
+            |p| p.network = false,
         ];
         let mut seen = BTreeSet::new();
         seen.insert(base.fingerprint());
