@@ -8,8 +8,12 @@
 //! in-sandbox tool:
 //!   `init signal-session SID SIG`  signal every process of guest session SID
 //!   `init signal-group PGID SIG`   signal one guest process group
+//!   `init probe KEY=VALUE...`      the pre-publication network probe (FR-20),
+//!                                  from the sandbox's own network view
 
 use std::io::Write;
+
+mod probe;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -17,6 +21,7 @@ fn main() {
         [] => run_init(),
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
+        ["probe", rest @ ..] => probe::run(rest),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");
             2

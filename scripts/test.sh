@@ -16,8 +16,9 @@ user=${LAZARET_TEST_USER:-lazaret-test}
 ensure_user "$user"
 export LAZARET_TEST_USER=$user
 
+# The test-only fault switch (LAZARET_FAULT) is compiled in for the tests.
 echo "test.sh: building"
-cargo build --release --locked 2>&1 | tail -n 3
+cargo build --release --locked --features fault-injection 2>&1 | tail -n 3
 
 # The integration tests need the binaries where the test user can read them.
 bindir=$(stage_binaries "$user")
@@ -29,4 +30,4 @@ if ! run_as "$user" "$bindir/lazaret" image build --quiet --if-missing; then
 fi
 
 echo "test.sh: running tests"
-cargo test --release --locked -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"
+cargo test --release --locked --features fault-injection -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"

@@ -39,6 +39,8 @@ commands:
                        stop a running Domain (its sessions are told why)
   image build [--quiet] [--if-missing]
                        build the default base image (debootstrap + umoci)
+  net show [--profile P] [--workspace DIR] [--json]
+                       the Domain's derived network policy and readiness
   doctor [--json]      check host prerequisites and print fixes
   version              print the version
 ";
@@ -103,8 +105,12 @@ pub fn main() -> i32 {
         Some("stop") => cmd_stop(raw),
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
+        Some("net") => cmd_net(raw),
         Some("version") | Some("--version") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
+            if cfg!(feature = "fault-injection") {
+                println!("built with fault-injection (LAZARET_FAULT): for tests only");
+            }
             Ok(0)
         }
         Some("help") | Some("--help") | Some("-h") => {
@@ -215,6 +221,9 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .collect::<Result<_, _>>()?;
     refuse_root()?;
     let r = resolve(profile, workspace)?;
+    // A network policy the config cannot yield is bad input too.
+    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
+        .map_err(|e| Failure::usage(e.to_string()))?;
     // A missing image is bad input, reported before anything starts.
     if matches!(r.profile.image, ImageSource::Default)
         && !image::images_dir(&r.storage).join("default/index.json").exists()
@@ -765,6 +774,30 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     }
 }
 
+fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let sub = if raw.is_empty() { None } else { Some(raw.remove(0)) };
+    if sub.as_ref().and_then(|s| s.to_str()) != Some("show") {
+        return Err(Failure::usage("`lazaret net` needs a command: show"));
+    }
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let profile: Option<String> = args.opt_value_from_str("--profile")?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let json = args.contains("--json");
+    finish_args(args)?;
+    let r = resolve(profile, workspace)?;
+    let published = r.paths.socket().exists();
+    crate::netcli::show(
+        &r.cfg,
+        &r.profile,
+        &r.domain_id,
+        &r.workspace,
+        &r.paths.gen_dir(),
+        published,
+        json,
+    )
+    .map_err(Failure::usage)
+}
+
 fn cmd_doctor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
     let json = args.contains("--json");
@@ -793,6 +826,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         runsc_root,
         bundle: args.value_from_str("--bundle")?,
         container_id: args.value_from_str("--id")?,
+        net_plan: args.opt_value_from_str("--net-plan")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

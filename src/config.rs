@@ -24,6 +24,8 @@
 //! [profiles.NAME.network]
 //! allow = ["198.18.0.0/15"]
 //! deny = []
+//! dns = ["198.18.0.2"]                  # optional; default slirp4netns's forwarder
+//! mode = "slirp"                        # | "none"
 //! ```
 //!
 //! Parsing uses the small strict TOML reader in [`toml`] below rather than
@@ -69,7 +71,7 @@ const PROFILE_KEYS: &[&str] = &[
     "ipv6",
     "network",
 ];
-const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny"];
+const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
 
 // ---------------------------------------------------------------------------
 // Public data model
@@ -124,6 +126,12 @@ pub struct Profile {
     pub deny: Vec<Prefix>,
     pub ipv6: bool,
     pub isolate_ignored: bool,
+    /// `network.dns`: resolvers the sandbox uses (single IPv4 hosts); empty
+    /// means slirp4netns's forwarder to the host's resolver.
+    pub dns: Vec<Prefix>,
+    /// `network.mode`: `true` for `"slirp"` (the default), `false` for
+    /// `"none"` (loopback only, no helper).
+    pub network: bool,
 }
 
 /// Where the root filesystem image comes from.
@@ -370,6 +378,8 @@ impl Profile {
             deny: Vec::new(),
             ipv6: false,
             isolate_ignored: true,
+            dns: Vec::new(),
+            network: true,
         }
     }
 
@@ -416,6 +426,15 @@ impl Profile {
             "isolate_ignored",
             &[if self.isolate_ignored { "true" } else { "false" }],
         );
+        // Added after the pin below: only non-default values are hashed, so
+        // existing fingerprints stay what they were.
+        if !self.dns.is_empty() {
+            let dns: Vec<String> = self.dns.iter().map(Prefix::to_string).collect();
+            put("dns", &dns.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.network {
+            put("network", &["none"]);
+        }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }
@@ -1034,6 +1053,26 @@ impl Schema<'_> {
             }
             if let Some(d) = nt.get("deny") {
                 p.deny = self.prefixes(d, &join_key(&key, "deny"))?;
+            }
+            if let Some(d) = nt.get("dns") {
+                let dkey = join_key(&key, "dns");
+                p.dns = self.prefixes(d, &dkey)?;
+                if let Some(bad) = p.dns.iter().find(|q| !q.addr.is_ipv4() || q.len != 32) {
+                    return Err(self.invalid(
+                        d.line,
+                        &dkey,
+                        "IPv4 host addresses like \"198.18.0.2\"",
+                        quote(&bad.to_string()),
+                    ));
+                }
+            }
+            if let Some(m) = nt.get("mode") {
+                let mkey = join_key(&key, "mode");
+                p.network = match self.string(m, &mkey, "\"slirp\" or \"none\"")? {
+                    "slirp" => true,
+                    "none" => false,
+                    other => return Err(self.invalid(m.line, &mkey, "\"slirp\" or \"none\"", quote(other))),
+                };
             }
         }
         Ok(p)
@@ -2593,6 +2632,17 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         let c = ok("[profiles.d.network]\nallow = [\"10.0.0.0/8\"]\ndeny = [\"10.0.0.0/8\", \"11.0.0.0/8\"]\n");
         assert_eq!(c.profiles["d"].allow, vec![pfx("10.0.0.0/8")]);
         assert_eq!(ok("[network]\ndefault_deny = []\n").default_deny, Some(vec![]));
+        let c = ok("[profiles.d.network]\ndns = [\"198.18.0.2\"]\nmode = \"none\"\n");
+        assert_eq!(c.profiles["d"].dns, vec![pfx("198.18.0.2/32")]);
+        assert!(!c.profiles["d"].network && c.profiles["default"].network);
+        assert_has(
+            &err("[profiles.d.network]\ndns = [\"10.0.0.0/8\"]\n"),
+            &[":2: profiles.d.network.dns: expected IPv4 host addresses"],
+        );
+        assert_has(
+            &err("[profiles.d.network]\nmode = \"host\"\n"),
+            &[":2: profiles.d.network.mode: expected \"slirp\" or \"none\", got \"host\""],
+        );
     }
 
     // --- fingerprint ------------------------------------------------------
@@ -2629,6 +2679,8 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             |p| p.deny.push(pfx("10.0.0.0/8")),
             |p| p.ipv6 = true,
             |p| p.isolate_ignored = false,
+            |p| p.dns.push(pfx("198.18.0.2/32")),
+            |p| p.network = false,
         ];
         let mut seen = BTreeSet::new();
         seen.insert(base.fingerprint());

@@ -28,6 +28,7 @@ use crate::domain::{self, random_id};
 use crate::escalation::{self, Request, Status};
 use crate::image;
 use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
+use crate::netrole::NetRole;
 use crate::paths::{self, DomainPaths};
 use crate::plan;
 use crate::store::Store;
@@ -192,6 +193,8 @@ struct Coordinator {
     broker: Option<Broker>,
     /// Request ids behind `Token::HostOutput` indices of the last poll set.
     host_tokens: Vec<String>,
+    /// The Network Sidecar role of this generation.
+    net: NetRole,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -202,6 +205,7 @@ impl Coordinator {
     fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, String> {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
+        let net = NetRole::new(&cfg, &profile)?;
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
@@ -251,6 +255,7 @@ impl Coordinator {
             escalation: cfg.escalation.clone(),
             broker: None,
             host_tokens: Vec::new(),
+            net,
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -282,7 +287,8 @@ impl Coordinator {
         if !init.is_file() {
             return Err(format!("{} is missing: reinstall lazaret", init.display()));
         }
-        let mut binds = Vec::new();
+        self.net.prepare(&self.store, self.generation, &gen_dir)?;
+        let mut binds = self.net.binds();
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {
@@ -327,10 +333,13 @@ impl Coordinator {
             init,
             hostname: "lazaret".into(),
             binds,
+            netns: self.net.sandbox_netns(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
         self.start_supervisor()?;
+        report.progress("probing the network");
+        self.verify_network()?;
         self.publish()
     }
 
@@ -352,6 +361,7 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("bundle"))
             .arg("--id")
             .arg(&self.sandbox_id)
+            .args(self.net.supervisor_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -389,6 +399,9 @@ impl Coordinator {
             .record_intent(self.generation, "runsc-container", &self.sandbox_id)
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
+        if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
+            self.owned_rows.push(row);
+        }
         sys::write_all(lease_wr.as_raw_fd(), b"mapped\n").map_err(|e| io_msg("lease pipe", e))?;
         self.sup = Some(Supervisor {
             child,
@@ -401,7 +414,11 @@ impl Coordinator {
 
         // 2. runsc run is up and the init printed ready.
         let sup = self.sup.as_mut().unwrap();
-        let line = read_status_line(&mut sup.status, sup.status_fd, deadline)?;
+        let mut line = read_status_line(&mut sup.status, sup.status_fd, deadline)?;
+        // The network is installed and attested before runsc starts.
+        while self.net.status_line(&line, &self.store) {
+            line = read_status_line(&mut sup.status, sup.status_fd, deadline)?;
+        }
         let mut f = line.split_whitespace();
         if f.next() != Some("ready") {
             return Err(supervisor_error(&line));
@@ -416,6 +433,26 @@ impl Coordinator {
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
         Ok(())
+    }
+
+    /// FR-18/FR-20 before publication: observed readiness and the probe
+    /// from inside the sandbox; records the readiness fingerprint.
+    fn verify_network(&mut self) -> Result<(), String> {
+        let sup_pid = self.sup.as_ref().map_or(0, |s| s.child.id() as i32);
+        let cmd = || -> Result<Command, String> {
+            let mut c = self.runsc_in_ns()?;
+            c.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
+            Ok(c)
+        };
+        self.net.verify(
+            &self.store,
+            &self.domain_id,
+            self.generation,
+            &self.profile.fingerprint(),
+            sup_pid,
+            self.runsc_pid,
+            cmd,
+        )
     }
 
     /// Makes the generation joinable: the socket appears at its published

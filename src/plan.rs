@@ -110,6 +110,9 @@ pub struct SandboxPlan {
     pub hostname: String,
     /// Configured volumes and later control mounts.
     pub binds: Vec<BindMount>,
+    /// The prepared enforcement network namespace to join (a path in the
+    /// supervisor's mount namespace), when the Domain has a network.
+    pub netns: Option<PathBuf>,
 }
 
 fn caps() -> Json {
@@ -199,12 +202,19 @@ pub fn sandbox_config(p: &SandboxPlan) -> String {
             "linux",
             Json::Obj(vec![(
                 "namespaces",
-                Json::Arr(
-                    ["pid", "ipc", "uts", "mount"]
+                Json::Arr({
+                    let mut ns: Vec<Json> = ["pid", "ipc", "uts", "mount"]
                         .iter()
                         .map(|t| Json::Obj(vec![("type", Json::s(*t))]))
-                        .collect(),
-                ),
+                        .collect();
+                    if let Some(p) = &p.netns {
+                        ns.push(Json::Obj(vec![
+                            ("type", Json::s("network")),
+                            ("path", Json::s(p.to_string_lossy())),
+                        ]));
+                    }
+                    ns
+                }),
             )]),
         ),
     ])
@@ -289,6 +299,20 @@ pub fn runsc_global_args(runsc_root: &Path) -> Vec<String> {
     ]
 }
 
+/// The same flags with gVisor's own network stack in the prepared
+/// enforcement namespace instead of loopback only.
+pub fn with_sandbox_network(args: &[String]) -> Vec<String> {
+    args.iter()
+        .map(|a| {
+            if a == "--network=none" {
+                "--network=sandbox".to_string()
+            } else {
+                a.clone()
+            }
+        })
+        .collect()
+}
+
 // ---- user namespace maps -------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,6 +363,7 @@ mod tests {
             init: "/opt/lazaret/lazaret-init".into(),
             hostname: "lazaret".into(),
             binds: vec![],
+            netns: None,
         }
     }
 
@@ -356,6 +381,16 @@ mod tests {
         assert!(!c.contains("\"user\",") && !c.contains("uidMappings"));
         assert!(!c.contains("NET_ADMIN") && !c.contains("SYS_ADMIN"));
         assert!(c.contains(r#""terminal":false"#));
+        assert!(!c.contains(r#""network""#), "no network namespace without a network");
+        let c = sandbox_config(&SandboxPlan {
+            netns: Some("/run/g/netns-enforce".into()),
+            ..plan()
+        });
+        assert!(c.contains(r#"{"type":"network","path":"/run/g/netns-enforce"}"#), "{c}");
+        assert_eq!(
+            with_sandbox_network(&["--root=x".into(), "--network=none".into()]),
+            ["--root=x", "--network=sandbox"]
+        );
     }
 
     #[test]

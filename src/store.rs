@@ -57,6 +57,16 @@ const MIGRATIONS: &[&str] = &[
         released INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (generation, artifact)
     );",
+    // 3: network readiness per generation (FR-18).
+    "CREATE TABLE network_readiness (
+        generation INTEGER PRIMARY KEY REFERENCES generations(number),
+        sidecar_id TEXT NOT NULL,
+        policy_digest TEXT NOT NULL,
+        netns_inode INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        probe TEXT NOT NULL,
+        recorded_at INTEGER NOT NULL
+    );",
 ];
 
 #[derive(Debug)]
@@ -102,6 +112,17 @@ pub struct Owned {
 
 pub struct Store {
     conn: Connection,
+}
+
+/// One generation's network readiness record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkReadiness {
+    pub generation: u64,
+    pub sidecar_id: String,
+    pub policy_digest: String,
+    pub netns_inode: u64,
+    pub fingerprint: String,
+    pub probe: String,
 }
 
 fn now() -> i64 {
@@ -279,6 +300,47 @@ impl Store {
         Ok(())
     }
 
+    /// Records the generation's network readiness (FR-18): the
+    /// fingerprint and what it was computed from.
+    pub fn record_network_readiness(&self, r: &NetworkReadiness) -> Result<()> {
+        self.conn.execute(
+            "INSERT OR REPLACE INTO network_readiness
+             (generation, sidecar_id, policy_digest, netns_inode, fingerprint, probe, recorded_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                r.generation as i64,
+                r.sidecar_id,
+                r.policy_digest,
+                r.netns_inode as i64,
+                r.fingerprint,
+                r.probe,
+                now()
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn network_readiness(&self, generation: u64) -> Result<Option<NetworkReadiness>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT generation, sidecar_id, policy_digest, netns_inode, fingerprint, probe
+                 FROM network_readiness WHERE generation = ?1",
+                [generation as i64],
+                |r| {
+                    Ok(NetworkReadiness {
+                        generation: r.get::<_, i64>(0)? as u64,
+                        sidecar_id: r.get(1)?,
+                        policy_digest: r.get(2)?,
+                        netns_inode: r.get::<_, i64>(3)? as u64,
+                        fingerprint: r.get(4)?,
+                        probe: r.get(5)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
     pub fn max_generation(&self) -> Result<u64> {
         let n: i64 = self
             .conn
@@ -325,6 +387,26 @@ mod tests {
         assert_eq!(s.unreleased().unwrap()[0].start_time, Some(777));
         s.release(row).unwrap();
         assert!(s.unreleased().unwrap().is_empty());
+    }
+
+    #[test]
+    fn network_readiness_is_recorded_per_generation() {
+        let p = scratch("netready");
+        let mut s = Store::open(&p).unwrap();
+        let g = s.begin_generation("default", "/w", "f").unwrap();
+        assert_eq!(s.network_readiness(g).unwrap(), None);
+        let r = NetworkReadiness {
+            generation: g,
+            sidecar_id: "sid".into(),
+            policy_digest: "pd".into(),
+            netns_inode: 4026532251,
+            fingerprint: "fp".into(),
+            probe: "ok x".into(),
+        };
+        s.record_network_readiness(&r).unwrap();
+        drop(s);
+        let s = Store::open(&p).unwrap();
+        assert_eq!(s.network_readiness(g).unwrap(), Some(r));
     }
 
     #[test]

@@ -4,26 +4,35 @@
 //!
 //! Steps, in order:
 //! 1. arm PDEATHSIG (SIGKILL) and check the coordinator is still there;
-//! 2. `unshare(USER|MOUNT|NET)`; ask the coordinator to write the id maps
-//!    (newuidmap/newgidmap need a pid outside the namespace); wait for them;
-//! 3. become root of the namespace; make mounts private; mask
-//!    `/proc/sys/net/core` (runsc ≤ 20240729 would otherwise think it is in
-//!    the host network namespace, PLATFORM §2);
-//! 4. start `runsc run` (non-detached, PDEATHSIG) on the coordinator's
-//!    bundle; its root process is Lazaret's init, which prints `ready`;
+//! 2. `unshare(USER|MOUNT)` (plus `NET` without a network); ask the
+//!    coordinator to write the id maps (newuidmap/newgidmap need a pid
+//!    outside the namespace); wait for them;
+//! 3. become root of the namespace; make mounts private; with a network,
+//!    install it (`netns::install`: enforcement + reject namespaces,
+//!    slirp4netns, routes, read-back; reports `slirp …` and `net-ready …`);
+//!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
+//!    20240729 would otherwise think it is in the host network namespace,
+//!    PLATFORM §2);
+//! 4. start `runsc run` (non-detached, PDEATHSIG, in the enforcement
+//!    namespace) on the coordinator's bundle; its root process is
+//!    Lazaret's init, which prints `ready`;
 //! 5. report `ready PID START` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
 //! Wire format to the coordinator: one line per event on the status pipe
-//! (`userns`, `ready PID START`, `exited CODE`, `stopped`, `error TEXT`).
+//! (`userns`, `slirp PID START`, `net-ready INODE`, `ready PID START`,
+//! `exited CODE`, `stopped`, `error TEXT`).
 //! From the coordinator, on the lease pipe: `mapped` then EOF at the end.
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::netns;
+use crate::netpolicy;
+use crate::plan;
 use crate::sys;
 
 /// The lease pipe's read end and the status pipe's write end arrive as
@@ -36,6 +45,8 @@ pub struct Args {
     pub bundle: PathBuf,
     pub container_id: String,
     pub runsc_args: Vec<String>,
+    /// The install plan the coordinator derived (`--net-plan`), if any.
+    pub net_plan: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -48,8 +59,16 @@ fn fail(msg: String) -> i32 {
     1
 }
 
-pub fn main(args: Args) -> i32 {
+pub fn main(mut args: Args) -> i32 {
     sys::set_thread_name("lz-supervisor");
+    let plan = match args.net_plan.as_ref().map(std::fs::read_to_string) {
+        None => None,
+        Some(Ok(text)) => match netpolicy::Plan::parse(&text) {
+            Ok(p) => Some(p).filter(|p| p.enabled),
+            Err(e) => return fail(e),
+        },
+        Some(Err(e)) => return fail(format!("reading the network plan: {e}")),
+    };
     let parent = sys::getppid();
     if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
         return fail(format!("prctl(PR_SET_PDEATHSIG): {e}"));
@@ -57,7 +76,16 @@ pub fn main(args: Args) -> i32 {
     if parent == 1 || sys::getppid() != parent {
         return 1;
     }
-    if let Err(e) = sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET) {
+    // With a network, the supervisor stays in the host network namespace
+    // (slirp4netns must, to reach the outside) and prepares the enforcement
+    // namespace as a child of its user namespace; without one, it keeps a
+    // private empty netns of its own.
+    let flags = if plan.is_some() {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+    } else {
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET
+    };
+    if let Err(e) = sys::unshare(flags) {
         return fail(format!("unshare(user, mount, net): {e} (run `lazaret doctor`)"));
     }
     status("userns");
@@ -68,28 +96,51 @@ pub fn main(args: Args) -> i32 {
     if lease_reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim() != "mapped" {
         return fail("the coordinator did not map the user namespace".into());
     }
-    if let Err(e) = prepare_namespace() {
+    if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
     }
-    let (mut child, ready_rd) = match start_runsc(&args) {
+    let mut net = None;
+    if let Some(plan) = &plan {
+        let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
+        match netns::install(plan, &gen_dir, netpolicy::fault(), &status) {
+            Ok(n) => {
+                status(&format!("net-ready {}", n.inode));
+                net = Some(n);
+            }
+            Err(e) => return fail(e),
+        }
+        args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
+    }
+    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.enforce.as_raw_fd())) {
         Ok(v) => v,
-        Err(e) => return fail(e),
+        Err(e) => {
+            if let Some(n) = &mut net {
+                netns::stop_slirp(n);
+            }
+            return fail(e);
+        }
     };
     let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner());
+    // The network goes after the sandbox (SPEC §5 teardown order).
+    if let Some(n) = &mut net {
+        netns::stop_slirp(n);
+    }
     status("stopped");
     code
 }
 
-fn prepare_namespace() -> Result<(), String> {
+fn prepare_namespace(mask_core: bool) -> Result<(), String> {
     sys::become_ns_root().map_err(|e| format!("setresuid in the user namespace: {e}"))?;
     sys::mount("none", "/".as_ref(), "", libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(|e| format!("making mounts private: {e}"))?;
-    sys::mount("lzmask", "/proc/sys/net/core".as_ref(), "tmpfs", 0, Some("size=16k"))
-        .map_err(|e| format!("masking /proc/sys/net/core: {e}"))?;
+    if mask_core {
+        sys::mount("lzmask", "/proc/sys/net/core".as_ref(), "tmpfs", 0, Some("size=16k"))
+            .map_err(|e| format!("masking /proc/sys/net/core: {e}"))?;
+    }
     Ok(())
 }
 
-fn start_runsc(args: &Args) -> Result<(Child, OwnedFd), String> {
+fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), String> {
     let (ready_rd, ready_wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let mut cmd = Command::new("runsc");
     cmd.args(&args.runsc_args)
@@ -101,9 +152,14 @@ fn start_runsc(args: &Args) -> Result<(Child, OwnedFd), String> {
         .stdout(Stdio::from(ready_wr));
     // SAFETY: the closure only makes async-signal-safe syscalls.
     unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
             sys::reset_signals();
             sys::set_parent_death_signal(libc::SIGKILL)?;
+            if let Some(ns) = netns {
+                // runsc itself, its gofer and the sandbox all live in the
+                // enforcement namespace; never in the host's.
+                sys::setns(ns, libc::CLONE_NEWNET)?;
+            }
             Ok(())
         });
     }

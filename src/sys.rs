@@ -592,3 +592,62 @@ mod tests {
         assert_eq!(exit_code(libc::SIGKILL), 128 + 9);
     }
 }
+
+// ---- network namespaces (the Runtime Supervisor's install path) ----------------
+
+/// A new network namespace, owned by the caller's user namespace. A
+/// short-lived thread unshares it (a netns is per thread), and the
+/// returned fd keeps it alive: no holder process.
+pub fn new_netns() -> io::Result<OwnedFd> {
+    std::thread::spawn(|| -> io::Result<OwnedFd> {
+        unshare(libc::CLONE_NEWNET)?;
+        Ok(File::open("/proc/thread-self/ns/net")?.into())
+    })
+    .join()
+    .map_err(|_| io::Error::other("netns thread panicked"))?
+}
+
+/// Runs `f` on a short-lived thread that has joined the network namespace
+/// `ns` (so `/proc/sys/net` and new sockets are that namespace's).
+pub fn in_netns<T: Send + 'static>(ns: RawFd, f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
+    std::thread::spawn(move || -> io::Result<T> {
+        setns(ns, libc::CLONE_NEWNET)?;
+        f()
+    })
+    .join()
+    .map_err(|_| io::Error::other("netns thread panicked"))?
+}
+
+/// Makes `cmd`'s child join the network namespace `ns` before exec, with
+/// PDEATHSIG armed and signal dispositions reset.
+pub fn command_in_netns(cmd: &mut std::process::Command, ns: RawFd) {
+    // SAFETY: only async-signal-safe syscalls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            reset_signals();
+            set_parent_death_signal(libc::SIGKILL)?;
+            setns(ns, libc::CLONE_NEWNET)
+        });
+    }
+}
+
+/// Makes `cmd`'s child a PDEATHSIG-coupled helper that finds `fds` at the
+/// given numbers.
+pub fn command_coupled(cmd: &mut std::process::Command, fds: Vec<(RawFd, RawFd)>) {
+    // SAFETY: only async-signal-safe syscalls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            reset_signals();
+            set_parent_death_signal(libc::SIGKILL)?;
+            install_fds(&fds)
+        });
+    }
+}
+
+/// The inode number of an open namespace fd: the namespace's identity.
+pub fn fd_inode(fd: RawFd) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: borrowing fd for fstat only; ManuallyDrop keeps it open.
+    let f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+    Ok(f.metadata()?.ino())
+}

@@ -10,4 +10,5 @@
 mod harness;
 
 mod foundation;
+mod net;
 mod sessions;

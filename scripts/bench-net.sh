@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Network benchmark, one invocation (issue 6, acceptance 7):
+#  1. cold start `lazaret run -- true` with the network (slirp4netns, policy,
+#     probe) vs a profile with `network.mode = "none"`;
+#  2. TCP throughput of 256 MiB over one connection, sandbox -> test host vs
+#     host -> test host.
+# Prints medians and ratios. Run as root: it builds the test "internet" (a
+# test host namespace on 198.18.0.0/15 behind a veth; no packet leaves the
+# machine), then runs lazaret as the test user.
+#
+#   scripts/bench-net.sh [ROUNDS]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+rounds=${1:-7}
+mib=${BENCH_MIB:-256}
+. "$here/lib.sh"
+[ "$(id -u)" -eq 0 ] || { echo "bench-net.sh: run as root (it creates namespaces)" >&2; exit 2; }
+cd "$here/.."
+user=${LAZARET_TEST_USER:-lazaret-test}
+ensure_user "$user" >/dev/null
+cargo build --release --locked 2>&1 | tail -n 1
+bindir=$(stage_binaries "$user")
+run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
+lz="$bindir/lazaret"
+home=$(getent passwd "$user" | cut -d: -f6)
+
+ns=lzbench-$$; link=lzb$$; hip=198.19.254.1; thip=198.19.254.2
+work=$(mktemp -d "$home/bench-net.XXXXXX"); chown "$user:" "$work"
+cleanup() {
+    [ -n "${srv:-}" ] && kill "$srv" 2>/dev/null || true
+    ip link del "$link" 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$ns"
+ip link add "$link" type veth peer name eth0 netns "$ns"
+ip addr add "$hip/30" dev "$link"; ip link set "$link" up
+ip -n "$ns" addr add "$thip/30" dev eth0; ip -n "$ns" link set eth0 up; ip -n "$ns" link set lo up
+# Sink: counts bytes until EOF, answers the count.
+ip netns exec "$ns" /usr/bin/python3 -c '
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 9000)); s.listen(16)
+def serve(c):
+    n = 0
+    while True:
+        d = c.recv(1 << 20)
+        if not d: break
+        n += len(d)
+    c.sendall(str(n).encode()); c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+' "$thip" & srv=$!
+sleep 0.5
+
+mkdir -p "$work/cfg/lazaret" "$work/ws"
+cat > "$work/cfg/lazaret/config.toml" <<EOF
+[profiles.none.network]
+mode = "none"
+EOF
+chown -R "$user:" "$work"
+as_user() {
+    setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
+        env -i HOME="$home" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin XDG_CONFIG_HOME="$work/cfg" "$@"
+}
+ms() { date +%s%N; }
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+cd "$work/ws"
+as_user "$lz" run --quiet --profile default -- true   # warm: prepares the lower
+as_user "$lz" run --quiet --profile none -- true
+
+net=(); none=()
+for _ in $(seq "$rounds"); do
+    t0=$(ms); as_user "$lz" run --quiet --profile default -- true; t1=$(ms)
+    net+=($(( (t1 - t0) / 1000000 )))
+    t0=$(ms); as_user "$lz" run --quiet --profile none -- true; t1=$(ms)
+    none+=($(( (t1 - t0) / 1000000 )))
+done
+netm=$(printf '%s\n' "${net[@]}" | median)
+nonem=$(printf '%s\n' "${none[@]}" | median)
+
+# One client script for both sides: sends MIB MiB over one connection,
+# prints MiB/s (waits for the sink's byte count, so all data arrived).
+send='
+import socket, sys, time
+n = int(sys.argv[2]) << 20; buf = b"\0" * (1 << 20)
+s = socket.socket(); s.connect((sys.argv[1], 9000))
+t = time.monotonic(); left = n
+while left > 0:
+    left -= s.send(buf[:min(left, len(buf))])
+s.shutdown(socket.SHUT_WR); got = int(s.recv(64)); dt = time.monotonic() - t
+assert got == n, (got, n)
+print("%.1f" % (n / dt / (1 << 20)))
+'
+sbx=(); hst=()
+for _ in $(seq 3); do
+    sbx+=($(as_user "$lz" run --quiet --profile default -- python3 -c "$send" "$thip" "$mib"))
+    hst+=($(/usr/bin/python3 -c "$send" "$thip" "$mib"))
+done
+sbxm=$(printf '%s\n' "${sbx[@]}" | median)
+hstm=$(printf '%s\n' "${hst[@]}" | median)
+
+echo "rounds: $rounds (cold start), 3 (throughput, ${mib} MiB over one connection)"
+echo "cold start, lazaret run -- true, network (slirp4netns + policy + probe): median ${netm} ms"
+echo "cold start, lazaret run -- true, network.mode = \"none\":                median ${nonem} ms"
+awk -v a="$netm" -v b="$nonem" 'BEGIN { printf "ratio network/none: %.2fx (+%d ms)\n", a / b, a - b }'
+echo "TCP sandbox -> test host: median ${sbxm} MiB/s"
+echo "TCP host    -> test host: median ${hstm} MiB/s"
+awk -v a="$sbxm" -v b="$hstm" 'BEGIN { printf "ratio sandbox/host: %.3f\n", a / b }'

@@ -1,0 +1,88 @@
+//! `lazaret net show`: the derived network policy of a Domain and, when it
+//! runs, its attested readiness — in words a user can check.
+//!
+//! The CLI never opens the store (only the lock holder does): readiness
+//! comes from the summary the coordinator writes into the generation dir
+//! once the probe passed, and only while the Domain is published.
+
+use std::path::Path;
+
+use crate::config::{Config, Profile};
+use crate::netpolicy;
+use crate::netrole;
+use crate::plan::Json;
+
+pub fn show(
+    cfg: &Config,
+    profile: &Profile,
+    domain_id: &str,
+    workspace: &Path,
+    gen_dir: &Path,
+    published: bool,
+    json: bool,
+) -> Result<i32, String> {
+    let policy = netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile).map_err(|e| e.to_string())?;
+    let readiness = if published {
+        std::fs::read_to_string(gen_dir.join(netrole::READINESS_FILE))
+            .ok()
+            .map(|t| netrole::parse_readiness(&t))
+    } else {
+        None
+    };
+    if json {
+        let ready = match &readiness {
+            None => Json::Null,
+            Some(kv) => Json::Obj(vec![
+                (
+                    "fields",
+                    Json::Arr(
+                        kv.iter()
+                            .filter(|(k, _)| k != "probe")
+                            .map(|(k, v)| Json::Arr(vec![Json::s(k), Json::s(v)]))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "probe",
+                    Json::strs(
+                        &kv.iter()
+                            .filter(|(k, _)| k == "probe")
+                            .map(|(_, v)| v.clone())
+                            .collect::<Vec<_>>(),
+                    ),
+                ),
+            ]),
+        };
+        let out = Json::Obj(vec![
+            ("domain_id", Json::s(domain_id)),
+            ("profile", Json::s(&profile.name)),
+            ("workspace", Json::s(workspace.to_string_lossy())),
+            ("running", Json::Bool(published)),
+            ("policy", policy.to_json()),
+            ("readiness", ready),
+        ]);
+        println!("{}", out.render());
+        return Ok(0);
+    }
+    println!(
+        "Domain {domain_id} (profile {} on {})",
+        profile.name,
+        workspace.display()
+    );
+    print!("{}", policy.describe());
+    match readiness {
+        None if published => println!("readiness: the Domain is starting; not attested yet"),
+        None => println!("readiness: the Domain is not running (the policy above applies when it starts)"),
+        Some(kv) => {
+            println!("readiness: attested and probed before publication");
+            for (k, v) in kv {
+                if k == "probe" {
+                    println!("  probe {v}");
+                } else {
+                    println!("  {k}: {v}");
+                }
+            }
+        }
+    }
+    Ok(0)
+}

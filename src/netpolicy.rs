@@ -1,0 +1,1230 @@
+//! The derived network policy (FR-19) and everything about it that is pure:
+//! derivation from trusted config, the install plan handed to the Runtime
+//! Supervisor, the read-back check of installed routes (FR-18), the probe's
+//! sample addresses (FR-20), digests and the readiness fingerprint.
+//!
+//! Representation (PLATFORM §4). gVisor copies into its netstack only routes
+//! whose device is a non-loopback NIC, with their gateway; routes on `lo` and
+//! `local`/`unreachable`/`blackhole` routes are silently dropped, so a deny
+//! written that way fails open. So every route here names a NIC:
+//!
+//! * `helper` routes go `via 10.0.2.2 dev tap0` (slirp4netns);
+//! * `reject` routes go `via 169.254.255.2 dev lzr0`, a veth into the
+//!   generation's reject namespace whose only route is
+//!   `local 0.0.0.0/0 dev lo`: packets terminate on loopback unicast, no
+//!   listener answers, the sandbox gets a RST (connection refused) at once.
+//!
+//! slirp4netns's own network `10.0.2.0/24` (tap0's connected route, kept:
+//! gVisor resolves the gateway only inside the NIC's subnet) lies inside the
+//! `10.0.0.0/8` deny and is more specific, so it would open all of it.
+//! More specific reject routes close it again except for exactly the
+//! gateway `10.0.2.2` (the next hop; host loopback is disabled, so it
+//! refuses connections) and the DNS forwarder `10.0.2.3` when it is the
+//! Domain's resolver: `10.0.2.0/31`, `10.0.2.4/30`, `10.0.2.8/29`, …,
+//! `10.0.2.128/25` (and `10.0.2.3/32` with custom resolvers).
+//! Longest prefix wins, as in every route table; an allow and a deny of the
+//! very same prefix end as deny, with a warning.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+use crate::config::{Prefix, Profile};
+use crate::plan::Json;
+
+/// slirp4netns's fixed addresses (`--configure`, default `--cidr`).
+pub const TAP: &str = "tap0";
+pub const SLIRP_GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 100);
+pub const SLIRP_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+pub const SLIRP_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+pub const MTU: u32 = 65520;
+/// The veth into the reject namespace: our end, the reject end.
+pub const REJECT_IF: &str = "lzr0";
+pub const REJECT_PEER_IF: &str = "lzr1";
+pub const REJECT_LOCAL: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 1);
+pub const REJECT_PEER: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 2);
+pub const REJECT_LINK: &str = "169.254.255.0/30";
+pub const SLIRP_NET: &str = "10.0.2.0/24";
+/// A global IPv6 destination for the IPv6 route-decision check.
+pub const IPV6_SAMPLE: &str = "2000::1";
+
+/// The built-in default deny list (replaceable by `[network] default_deny`),
+/// each with the reason it is denied. See docs/network.md.
+pub const DEFAULT_DENY: &[(&str, &str)] = &[
+    (
+        "0.0.0.0/8",
+        "\"this network\" (RFC 1122); 0.0.0.0 reaches the local host on Linux",
+    ),
+    ("10.0.0.0/8", "private network (RFC 1918)"),
+    (
+        "100.64.0.0/10",
+        "carrier-grade NAT shared space (RFC 6598), also used by VPN overlays",
+    ),
+    (
+        "169.254.0.0/16",
+        "link-local (RFC 3927), includes cloud metadata at 169.254.169.254",
+    ),
+    ("172.16.0.0/12", "private network (RFC 1918)"),
+    ("192.168.0.0/16", "private network (RFC 1918)"),
+    (
+        "224.0.0.0/4",
+        "multicast: LAN discovery (mDNS, SSDP) reaches local devices",
+    ),
+    (
+        "240.0.0.0/4",
+        "reserved (RFC 1112), includes the limited broadcast 255.255.255.255",
+    ),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Action {
+    Allow,
+    Deny,
+}
+
+/// Where a rule comes from, for `lazaret net show`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Built-in default deny, with its reason.
+    Builtin(&'static str),
+    /// `[network] default_deny` in the config file.
+    ConfigDefault,
+    ProfileAllow,
+    ProfileDeny,
+    /// A resolver of the Domain: always reachable.
+    Resolver,
+    /// slirp4netns's network (tap0's kernel route, not installed by us).
+    SlirpNet,
+    /// The part of slirp4netns's network that is neither gateway nor DNS.
+    SlirpRest,
+    /// Everything not matched by a more specific rule.
+    Default,
+    /// The reject veth's own /30 (a kernel route, not installed by us).
+    RejectLink,
+}
+
+impl Source {
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Builtin(why) => format!("built-in default: {why}"),
+            Source::ConfigDefault => "[network] default_deny".into(),
+            Source::ProfileAllow => "profile network.allow".into(),
+            Source::ProfileDeny => "profile network.deny".into(),
+            Source::Resolver => "DNS resolver of the Domain".into(),
+            Source::SlirpNet => {
+                "slirp4netns network: gateway 10.0.2.2 (host loopback disabled) and DNS 10.0.2.3".into()
+            }
+            Source::SlirpRest => "slirp4netns network, except gateway and DNS".into(),
+            Source::Default => "everything else".into(),
+            Source::RejectLink => "reject link".into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub prefix: Prefix,
+    pub action: Action,
+    pub source: Source,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// false: `network.mode = "none"`, loopback only.
+    pub enabled: bool,
+    /// Sorted by prefix length (longest first), then address.
+    pub rules: Vec<Rule>,
+    pub resolvers: Vec<Ipv4Addr>,
+    /// Resolvers come from `network.dns` (slirp's forwarder is disabled).
+    pub custom_dns: bool,
+    /// IPv6 prefixes in the config, ignored because IPv6 is disabled.
+    pub ignored_v6: Vec<Prefix>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetError {
+    /// `ipv6 = true`: no IPv6 policy is implemented, and it is never left open.
+    Ipv6Unsupported { file: PathBuf, profile: String },
+    /// An IPv6 prefix in `network.allow` while IPv6 is disabled.
+    Ipv6Allow {
+        file: PathBuf,
+        profile: String,
+        prefix: Prefix,
+    },
+    /// A resolver the policy itself denies.
+    ResolverDenied {
+        file: PathBuf,
+        profile: String,
+        resolver: Ipv4Addr,
+    },
+    /// A deny of slirp4netns's gateway itself.
+    GatewayDenied { file: PathBuf, profile: String },
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            NetError::Ipv6Unsupported { file, profile } => write!(
+                f,
+                "{}: profiles.{profile}.ipv6 = true is not supported yet: Lazaret has no IPv6 policy and never \
+                 leaves IPv6 open; remove the key (IPv6 is disabled in the sandbox)",
+                file.display()
+            ),
+            NetError::Ipv6Allow { file, profile, prefix } => write!(
+                f,
+                "{}: profiles.{profile}.network.allow: {prefix} is IPv6, but IPv6 is disabled in the sandbox; \
+                 remove it",
+                file.display()
+            ),
+            NetError::ResolverDenied {
+                file,
+                profile,
+                resolver,
+            } => write!(
+                f,
+                "{}: profiles.{profile}.network.dns: resolver {resolver} is denied by an equal prefix in \
+                 profiles.{profile}.network.deny; remove one of them",
+                file.display()
+            ),
+            NetError::GatewayDenied { file, profile } => write!(
+                f,
+                "{}: profiles.{profile}.network.deny: {SLIRP_GATEWAY}/32 is the network helper's gateway and \
+                 cannot be denied; use network.mode = \"none\" for no network",
+                file.display()
+            ),
+        }
+    }
+}
+
+fn v4(p: &Prefix) -> Option<(u32, u8)> {
+    match p.addr {
+        IpAddr::V4(a) => Some((u32::from(a), p.len)),
+        IpAddr::V6(_) => None,
+    }
+}
+
+fn pfx(s: &str) -> Prefix {
+    s.parse().expect("built-in prefix")
+}
+
+fn host(a: Ipv4Addr) -> Prefix {
+    Prefix {
+        addr: IpAddr::V4(a),
+        len: 32,
+    }
+}
+
+/// Derives the policy from trusted config only: the default deny list (or
+/// its replacement), the profile's allow/deny/dns/mode/ipv6.
+pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: &Profile) -> Result<Policy, NetError> {
+    let err_ctx = || (file.to_path_buf(), profile.name.clone());
+    if profile.ipv6 {
+        let (file, profile) = err_ctx();
+        return Err(NetError::Ipv6Unsupported { file, profile });
+    }
+    if let Some(p) = profile.allow.iter().find(|p| !p.addr.is_ipv4()) {
+        let (file, prof) = err_ctx();
+        return Err(NetError::Ipv6Allow {
+            file,
+            profile: prof,
+            prefix: *p,
+        });
+    }
+    let mut ignored_v6 = Vec::new();
+    let mut denies: Vec<Rule> = Vec::new();
+    let defaults: Vec<(Prefix, Source)> = match default_deny {
+        Some(list) => list.iter().map(|p| (*p, Source::ConfigDefault)).collect(),
+        None => DEFAULT_DENY
+            .iter()
+            .map(|&(p, why)| (pfx(p), Source::Builtin(why)))
+            .collect(),
+    };
+    let profile_denies = profile.deny.iter().map(|p| (*p, Source::ProfileDeny));
+    for (p, source) in defaults.into_iter().chain(profile_denies) {
+        if !p.addr.is_ipv4() {
+            ignored_v6.push(p);
+            continue;
+        }
+        if !denies.iter().any(|r| r.prefix == p) {
+            denies.push(Rule {
+                prefix: p,
+                action: Action::Deny,
+                source,
+            });
+        }
+    }
+    let custom_dns = !profile.dns.is_empty();
+    let resolvers: Vec<Ipv4Addr> = if custom_dns {
+        profile
+            .dns
+            .iter()
+            .filter_map(|p| match p.addr {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            })
+            .collect()
+    } else {
+        vec![SLIRP_DNS]
+    };
+    let gw_denied = profile
+        .deny
+        .iter()
+        .any(|p| p.len > 24 && p.contains(&host(SLIRP_GATEWAY)));
+    if gw_denied {
+        let (file, profile) = err_ctx();
+        return Err(NetError::GatewayDenied { file, profile });
+    }
+    let mut allows: Vec<Rule> = Vec::new();
+    for r in &resolvers {
+        allows.push(Rule {
+            prefix: host(*r),
+            action: Action::Allow,
+            source: Source::Resolver,
+        });
+    }
+    for p in &profile.allow {
+        allows.push(Rule {
+            prefix: *p,
+            action: Action::Allow,
+            source: Source::ProfileAllow,
+        });
+    }
+    let mut warnings = Vec::new();
+    let mut rules = denies.clone();
+    for a in allows {
+        if let Some(d) = denies.iter().find(|d| d.prefix == a.prefix) {
+            match a.source {
+                Source::Resolver if d.source == Source::ProfileDeny => {
+                    let (file, prof) = err_ctx();
+                    return Err(NetError::ResolverDenied {
+                        file,
+                        profile: prof,
+                        resolver: match a.prefix.addr {
+                            IpAddr::V4(x) => x,
+                            _ => unreachable!(),
+                        },
+                    });
+                }
+                Source::Resolver => {
+                    // A default deny of exactly one resolver address: the
+                    // resolver is what the user chose; keep it reachable.
+                    rules.retain(|r| r.prefix != a.prefix);
+                    rules.push(a);
+                }
+                _ => warnings.push(format!(
+                    "{} is both allowed ({}) and denied ({}): it is denied",
+                    a.prefix,
+                    a.source.describe(),
+                    d.source.describe()
+                )),
+            }
+            continue;
+        }
+        if !rules.iter().any(|r| r.prefix == a.prefix) {
+            rules.push(a);
+        }
+    }
+    let zero = pfx("0.0.0.0/0");
+    if !rules.iter().any(|r| r.prefix == zero) {
+        rules.push(Rule {
+            prefix: zero,
+            action: Action::Allow,
+            source: Source::Default,
+        });
+    }
+    // The kernel routes of the two links, and the rest of slirp's network.
+    for (p, action, source) in [
+        (pfx(REJECT_LINK), Action::Deny, Source::RejectLink),
+        (pfx(SLIRP_NET), Action::Allow, Source::SlirpNet),
+    ] {
+        rules.retain(|r| r.prefix != p);
+        rules.push(Rule {
+            prefix: p,
+            action,
+            source,
+        });
+    }
+    let mut keep = vec![SLIRP_GATEWAY];
+    if !custom_dns {
+        keep.push(SLIRP_DNS);
+    }
+    for p in split_except(pfx(SLIRP_NET), &keep) {
+        if !rules.iter().any(|r| r.prefix == p) {
+            rules.push(Rule {
+                prefix: p,
+                action: Action::Deny,
+                source: Source::SlirpRest,
+            });
+        }
+    }
+    sort_rules(&mut rules);
+    Ok(Policy {
+        enabled: profile.network,
+        rules,
+        resolvers,
+        custom_dns,
+        ignored_v6,
+        warnings,
+    })
+}
+
+/// The prefixes that cover `p` except the addresses in `keep`, as few and
+/// as large as possible.
+pub fn split_except(p: Prefix, keep: &[Ipv4Addr]) -> Vec<Prefix> {
+    let Some((net, len)) = v4(&p) else { return vec![] };
+    if !keep.iter().any(|k| contains(&p, *k)) {
+        return vec![p];
+    }
+    if len == 32 {
+        return vec![];
+    }
+    let half = 1u32 << (31 - len as u32);
+    let lo = Prefix {
+        addr: IpAddr::V4(Ipv4Addr::from(net)),
+        len: len + 1,
+    };
+    let hi = Prefix {
+        addr: IpAddr::V4(Ipv4Addr::from(net + half)),
+        len: len + 1,
+    };
+    let mut out = split_except(lo, keep);
+    out.extend(split_except(hi, keep));
+    out
+}
+
+fn sort_rules(rules: &mut [Rule]) {
+    rules.sort_by(|a, b| b.prefix.len.cmp(&a.prefix.len).then(a.prefix.addr.cmp(&b.prefix.addr)));
+}
+
+fn contains(p: &Prefix, a: Ipv4Addr) -> bool {
+    p.contains(&host(a))
+}
+
+impl Policy {
+    /// The rule that decides `addr`: longest prefix wins.
+    pub fn rule_for(&self, addr: Ipv4Addr) -> &Rule {
+        self.rules
+            .iter()
+            .find(|r| contains(&r.prefix, addr))
+            .expect("0.0.0.0/0 is always a rule")
+    }
+
+    pub fn decide(&self, addr: Ipv4Addr) -> Action {
+        self.rule_for(addr).action
+    }
+
+    /// The routes to install (everything except the kernel's own link
+    /// routes), as the install plan lists them.
+    pub fn routes(&self) -> Vec<PlanRoute> {
+        self.rules
+            .iter()
+            .filter(|r| !matches!(r.source, Source::RejectLink | Source::SlirpNet))
+            .map(|r| PlanRoute {
+                prefix: r.prefix,
+                kind: match r.action {
+                    Action::Allow => RouteKind::Helper,
+                    Action::Deny => RouteKind::Reject,
+                },
+            })
+            .collect()
+    }
+
+    /// The install plan handed to the Runtime Supervisor (also the
+    /// canonical text the policy digest is computed over).
+    pub fn plan(&self) -> Plan {
+        Plan {
+            enabled: self.enabled,
+            custom_dns: self.custom_dns,
+            routes: if self.enabled { self.routes() } else { Vec::new() },
+        }
+    }
+
+    /// sha256 of the canonical plan text, hex.
+    pub fn digest(&self) -> String {
+        hex(&openssl::sha::sha256(self.plan().render().as_bytes()))
+    }
+
+    /// Contents of the sandbox's `/etc/resolv.conf`.
+    pub fn resolv_conf(&self) -> String {
+        let mut s = String::from("# written by lazaret for this Domain\n");
+        for r in &self.resolvers {
+            s.push_str(&format!("nameserver {r}\n"));
+        }
+        s
+    }
+
+    /// Addresses the probe checks by route decision, each with the rule it
+    /// represents: up to two per rule, each decided by that very rule.
+    pub fn samples(&self) -> Vec<Sample> {
+        let mut out = Vec::new();
+        for r in &self.rules {
+            if matches!(r.source, Source::RejectLink | Source::SlirpNet) {
+                continue;
+            }
+            let Some((net, len)) = v4(&r.prefix) else { continue };
+            let size: u64 = 1u64 << (32 - len as u32);
+            let cands: Vec<u32> = if r.source == Source::Default {
+                // Documentation addresses: only the route decision is
+                // checked, no packet is sent.
+                ["198.51.100.1", "203.0.113.1", "192.0.2.1", "198.18.0.1"]
+                    .iter()
+                    .map(|s| u32::from(s.parse::<Ipv4Addr>().unwrap()))
+                    .collect()
+            } else if size <= 2 {
+                (0..size as u32).map(|i| net + i).collect()
+            } else {
+                let last = (net as u64 + size - 2) as u32;
+                vec![net + 1, (net as u64 + size / 2 + 1) as u32, last]
+            };
+            let mut n = 0;
+            for c in cands {
+                let a = Ipv4Addr::from(c);
+                if n < 2 && a != SLIRP_GUEST && self.rule_for(a) == r {
+                    out.push(Sample {
+                        addr: a,
+                        action: r.action,
+                        prefix: r.prefix,
+                    });
+                    n += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Arguments for `/.lazaret/init probe` (see bin/lazaret-init.rs).
+    pub fn probe_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "probe".to_string(),
+            format!("reject-src={REJECT_LOCAL}"),
+            format!("helper-src={SLIRP_GUEST}"),
+            format!("reject-live={REJECT_PEER}"),
+            format!("helper-live={SLIRP_GATEWAY}"),
+            format!("ipv6-off={IPV6_SAMPLE}"),
+        ];
+        for s in self.samples() {
+            let k = if s.action == Action::Deny { "deny" } else { "allow" };
+            a.push(format!("{k}={}@{}", s.addr, s.prefix));
+        }
+        for r in &self.resolvers {
+            a.push(format!("resolver={r}"));
+            if self.custom_dns {
+                // Only a resolver the user chose is queried: slirp's own
+                // forwarder would send the query on to the host's resolver.
+                a.push(format!("dns-query={r}"));
+            }
+        }
+        a
+    }
+
+    /// What `lazaret net show` prints.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        if !self.enabled {
+            s.push_str("network: none (network.mode = \"none\"): the sandbox has loopback only\n");
+            return s;
+        }
+        s.push_str("network: slirp4netns user-mode networking; the sandbox has no CAP_NET_ADMIN\n");
+        s.push_str("IPv4 routes, longest prefix first (the longest matching prefix decides):\n");
+        for r in &self.rules {
+            let what = match r.action {
+                Action::Allow => "allow",
+                Action::Deny => "DENY ",
+            };
+            s.push_str(&format!(
+                "  {what} {:<18} {}\n",
+                r.prefix.to_string(),
+                r.source.describe()
+            ));
+        }
+        s.push_str(&format!(
+            "denied destinations are routed to a reject namespace: connects are refused at once\n\
+             DNS resolvers: {}{}\n",
+            self.resolvers
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if self.custom_dns {
+                " (network.dns)"
+            } else {
+                " (slirp4netns forwarder to the host's resolver)"
+            }
+        ));
+        s.push_str("IPv6: disabled in the sandbox's network namespace (no addresses, no routes)\n");
+        for p in &self.ignored_v6 {
+            s.push_str(&format!(
+                "  note: IPv6 deny {p} has no effect: all IPv6 is unreachable\n"
+            ));
+        }
+        for w in &self.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        s.push_str(&format!("policy digest: {}\n", self.digest()));
+        s
+    }
+
+    pub fn to_json(&self) -> Json {
+        Json::Obj(vec![
+            ("mode", Json::s(if self.enabled { "slirp" } else { "none" })),
+            (
+                "rules",
+                Json::Arr(
+                    self.rules
+                        .iter()
+                        .map(|r| {
+                            Json::Obj(vec![
+                                ("prefix", Json::s(r.prefix.to_string())),
+                                (
+                                    "action",
+                                    Json::s(if r.action == Action::Allow { "allow" } else { "deny" }),
+                                ),
+                                ("source", Json::s(r.source.describe())),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+            (
+                "resolvers",
+                Json::strs(&self.resolvers.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
+            ),
+            ("ipv6", Json::s("disabled")),
+            ("warnings", Json::strs(&self.warnings)),
+            ("digest", Json::s(self.digest())),
+        ])
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    pub addr: Ipv4Addr,
+    pub action: Action,
+    pub prefix: Prefix,
+}
+
+// ---- the install plan (HC → RS) ---------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    /// `P via 10.0.2.2 dev tap0`
+    Helper,
+    /// `P via 169.254.255.2 dev lzr0`
+    Reject,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanRoute {
+    pub prefix: Prefix,
+    pub kind: RouteKind,
+}
+
+impl PlanRoute {
+    /// `ip route add` arguments after `add`.
+    pub fn ip_args(&self) -> Vec<String> {
+        let p = self.prefix.to_string();
+        match self.kind {
+            RouteKind::Helper => vec![p, "via".into(), SLIRP_GATEWAY.to_string(), "dev".into(), TAP.into()],
+            RouteKind::Reject => vec![p, "via".into(), REJECT_PEER.to_string(), "dev".into(), REJECT_IF.into()],
+        }
+    }
+
+    fn word(&self) -> &'static str {
+        match self.kind {
+            RouteKind::Helper => "helper",
+            RouteKind::Reject => "reject",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub enabled: bool,
+    pub custom_dns: bool,
+    pub routes: Vec<PlanRoute>,
+}
+
+const PLAN_MAGIC: &str = "lazaret-netplan 1";
+
+impl Plan {
+    pub fn render(&self) -> String {
+        let mut s = format!("{PLAN_MAGIC}\n");
+        s.push_str(&format!("mode {}\n", if self.enabled { "slirp" } else { "none" }));
+        s.push_str("ipv6 disabled\n");
+        s.push_str(&format!("dns {}\n", if self.custom_dns { "custom" } else { "slirp" }));
+        for r in &self.routes {
+            s.push_str(&format!("route {} {}\n", r.prefix, r.word()));
+        }
+        s
+    }
+
+    pub fn parse(text: &str) -> Result<Plan, String> {
+        let mut lines = text.lines();
+        if lines.next() != Some(PLAN_MAGIC) {
+            return Err("not a lazaret network plan (version 1)".into());
+        }
+        let mut plan = Plan {
+            enabled: false,
+            custom_dns: false,
+            routes: Vec::new(),
+        };
+        let (mut mode, mut v6, mut dns) = (false, false, false);
+        for (i, l) in lines.enumerate() {
+            let f: Vec<&str> = l.split(' ').collect();
+            let bad = || format!("network plan line {}: {l:?}", i + 2);
+            match f.as_slice() {
+                ["mode", m] if !mode => {
+                    mode = true;
+                    plan.enabled = match *m {
+                        "slirp" => true,
+                        "none" => false,
+                        _ => return Err(bad()),
+                    };
+                }
+                ["ipv6", "disabled"] if !v6 => v6 = true,
+                ["dns", d] if !dns => {
+                    dns = true;
+                    plan.custom_dns = match *d {
+                        "custom" => true,
+                        "slirp" => false,
+                        _ => return Err(bad()),
+                    };
+                }
+                ["route", p, k] => {
+                    let prefix: Prefix = p.parse().map_err(|_| bad())?;
+                    if !prefix.addr.is_ipv4() {
+                        return Err(bad());
+                    }
+                    let kind = match *k {
+                        "helper" => RouteKind::Helper,
+                        "reject" => RouteKind::Reject,
+                        _ => return Err(bad()),
+                    };
+                    if plan.routes.iter().any(|r| r.prefix == prefix) {
+                        return Err(bad());
+                    }
+                    plan.routes.push(PlanRoute { prefix, kind });
+                }
+                _ => return Err(bad()),
+            }
+        }
+        if !(mode && v6 && dns) {
+            return Err("network plan is incomplete".into());
+        }
+        Ok(plan)
+    }
+
+    /// Compares `ip -4 route show` output of the enforcement namespace with
+    /// the plan: every planned route present with its device and gateway,
+    /// nothing else but the reject link's kernel route.
+    pub fn verify_routes(&self, ip_route: &str) -> Result<(), String> {
+        let mut seen: Vec<(Prefix, Option<String>, Option<String>)> = Vec::new();
+        for line in ip_route.lines().filter(|l| !l.trim().is_empty()) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let mut i = 0;
+            if matches!(f.first(), Some(&"unicast")) {
+                i = 1;
+            }
+            let Some(dst) = f.get(i) else { continue };
+            if matches!(
+                *dst,
+                "local" | "unreachable" | "blackhole" | "prohibit" | "throw" | "broadcast" | "multicast" | "nat"
+            ) {
+                return Err(format!(
+                    "unexpected {dst} route in the enforcement namespace (gVisor ignores it): {line}"
+                ));
+            }
+            let prefix: Prefix = if *dst == "default" {
+                pfx("0.0.0.0/0")
+            } else if dst.contains('/') {
+                dst.parse().map_err(|_| format!("cannot read route {line:?}"))?
+            } else {
+                format!("{dst}/32")
+                    .parse()
+                    .map_err(|_| format!("cannot read route {line:?}"))?
+            };
+            let after = |k: &str| {
+                f.iter()
+                    .position(|x| *x == k)
+                    .and_then(|p| f.get(p + 1))
+                    .map(|s| s.to_string())
+            };
+            seen.push((prefix, after("via"), after("dev")));
+        }
+        let want = |r: &PlanRoute| -> (Option<String>, Option<String>) {
+            match r.kind {
+                RouteKind::Helper => (Some(SLIRP_GATEWAY.to_string()), Some(TAP.into())),
+                RouteKind::Reject => (Some(REJECT_PEER.to_string()), Some(REJECT_IF.into())),
+            }
+        };
+        for r in &self.routes {
+            let (via, dev) = want(r);
+            match seen.iter().find(|(p, _, _)| *p == r.prefix) {
+                None => return Err(format!("route for {} ({}) is missing", r.prefix, r.word())),
+                Some((_, v, d)) if *v != via || *d != dev => {
+                    return Err(format!(
+                        "route for {} goes via {} dev {}, expected {}",
+                        r.prefix,
+                        v.as_deref().unwrap_or("-"),
+                        d.as_deref().unwrap_or("-"),
+                        r.ip_args()[1..].join(" ")
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        for (p, via, dev) in &seen {
+            let planned = self.routes.iter().any(|r| r.prefix == *p);
+            let kernel_link = via.is_none()
+                && ((*p == pfx(REJECT_LINK) && dev.as_deref() == Some(REJECT_IF))
+                    || (*p == pfx(SLIRP_NET) && dev.as_deref() == Some(TAP)));
+            if !planned && !kernel_link {
+                return Err(format!("unexpected route for {p} in the enforcement namespace"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The reject namespace's table must send everything to loopback unicast.
+pub fn verify_reject_table(ip_route_local: &str) -> Result<(), String> {
+    if ip_route_local
+        .lines()
+        .any(|l| l.split_whitespace().take(4).collect::<Vec<_>>() == ["local", "default", "dev", "lo"])
+    {
+        Ok(())
+    } else {
+        Err("the reject namespace has no `local default dev lo` route".into())
+    }
+}
+
+// ---- readiness ------------------------------------------------------------------------
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// FR-18: digest over Domain ID, generation, config fingerprint, Network
+/// Sidecar ID, policy digest and netns identity (length-prefixed fields).
+pub fn readiness_fingerprint(
+    domain_id: &str,
+    generation: u64,
+    config_fp: &str,
+    sidecar_id: &str,
+    policy_digest: &str,
+    netns_inode: u64,
+) -> String {
+    let mut buf = Vec::new();
+    for f in [
+        "lazaret-net-readiness-v1",
+        domain_id,
+        &generation.to_string(),
+        config_fp,
+        sidecar_id,
+        policy_digest,
+        &netns_inode.to_string(),
+    ] {
+        buf.extend_from_slice(f.len().to_string().as_bytes());
+        buf.push(b':');
+        buf.extend_from_slice(f.as_bytes());
+        buf.push(b',');
+    }
+    hex(&openssl::sha::sha256(&buf))
+}
+
+/// The test-only fault switch (`LAZARET_FAULT`), honored only in builds
+/// with the `fault-injection` cargo feature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The installer skips one deny route (192.168.0.0/16 when planned)
+    /// and its self-check is blind to it: only the pre-publication probe
+    /// can catch it.
+    SkipOneDeny,
+    /// The installer skips one deny route; the route read-back catches it.
+    SkipOneDenyVisible,
+}
+
+pub fn fault() -> Option<Fault> {
+    if !cfg!(feature = "fault-injection") {
+        return None;
+    }
+    match std::env::var("LAZARET_FAULT").ok()?.as_str() {
+        "skip-one-deny" => Some(Fault::SkipOneDeny),
+        "skip-one-deny-visible" => Some(Fault::SkipOneDenyVisible),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn p(s: &str) -> Prefix {
+        s.parse().unwrap()
+    }
+    fn a(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+    fn prof() -> Profile {
+        Profile::builtin("dev")
+    }
+    fn derive_ok(dd: Option<&[Prefix]>, pr: &Profile) -> Policy {
+        derive(Path::new("/c.toml"), dd, pr).unwrap()
+    }
+
+    #[test]
+    fn defaults_deny_each_special_range_and_allow_the_rest() {
+        let pol = derive_ok(None, &prof());
+        for (r, _) in DEFAULT_DENY {
+            let net = p(r);
+            let (n, len) = v4(&net).unwrap();
+            let last = Ipv4Addr::from(n | (u32::MAX >> len));
+            assert_eq!(pol.decide(Ipv4Addr::from(n + 1)), Action::Deny, "{r}");
+            assert_eq!(pol.decide(last), Action::Deny, "{r}");
+        }
+        for ok in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "198.18.0.2",
+            "198.19.255.254",
+            "11.0.0.1",
+            "172.32.0.1",
+            "192.167.1.1",
+        ] {
+            assert_eq!(pol.decide(a(ok)), Action::Allow, "{ok}");
+        }
+        assert_eq!(pol.decide(a("169.254.169.254")), Action::Deny, "cloud metadata");
+        assert_eq!(pol.decide(a("100.100.100.100")), Action::Deny);
+        assert!(pol.warnings.is_empty());
+        assert!(pol.enabled);
+    }
+
+    #[test]
+    fn slirp_net_is_denied_except_gateway_and_dns() {
+        let pol = derive_ok(None, &prof());
+        assert_eq!(pol.decide(SLIRP_GATEWAY), Action::Allow);
+        assert_eq!(pol.decide(SLIRP_DNS), Action::Allow);
+        assert_eq!(pol.decide(a("10.0.2.4")), Action::Deny);
+        assert_eq!(pol.decide(a("10.0.2.1")), Action::Deny);
+        assert_eq!(pol.decide(SLIRP_GUEST), Action::Deny);
+        for x in ["10.0.2.0", "10.0.2.5", "10.0.2.15", "10.0.2.255", "10.0.2.128"] {
+            assert_eq!(pol.decide(a(x)), Action::Deny, "{x}");
+        }
+        let rest: Vec<String> = split_except(p(SLIRP_NET), &[SLIRP_GATEWAY, SLIRP_DNS])
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        assert_eq!(
+            rest,
+            [
+                "10.0.2.0/31",
+                "10.0.2.4/30",
+                "10.0.2.8/29",
+                "10.0.2.16/28",
+                "10.0.2.32/27",
+                "10.0.2.64/26",
+                "10.0.2.128/25"
+            ]
+        );
+        assert_eq!(split_except(p("10.0.2.2/32"), &[SLIRP_GATEWAY]), vec![]);
+        assert_eq!(split_except(p("1.0.0.0/8"), &[SLIRP_GATEWAY]), vec![p("1.0.0.0/8")]);
+        assert_eq!(pol.resolvers, vec![SLIRP_DNS]);
+        assert!(pol.resolv_conf().contains("nameserver 10.0.2.3\n"));
+    }
+
+    #[test]
+    fn custom_dns_replaces_the_forwarder_and_opens_a_hole() {
+        let mut pr = prof();
+        pr.dns = vec![p("192.168.1.53/32"), p("198.18.0.2/32")];
+        let pol = derive_ok(None, &pr);
+        assert!(pol.custom_dns);
+        assert_eq!(pol.decide(SLIRP_DNS), Action::Deny, "slirp's forwarder is not used");
+        assert_eq!(
+            pol.decide(a("192.168.1.53")),
+            Action::Allow,
+            "a chosen resolver is reachable"
+        );
+        assert_eq!(pol.decide(a("192.168.1.54")), Action::Deny);
+        assert!(pol.probe_args().contains(&"dns-query=198.18.0.2".to_string()));
+        // A default deny of exactly the resolver yields to the resolver.
+        let pol = derive_ok(Some(&[p("198.18.0.2/32")]), &pr);
+        assert_eq!(pol.decide(a("198.18.0.2")), Action::Allow);
+    }
+
+    #[test]
+    fn profile_deny_of_a_resolver_is_an_error() {
+        let mut pr = prof();
+        pr.dns = vec![p("198.18.0.2/32")];
+        pr.deny = vec![p("198.18.0.2/32")];
+        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+        assert!(e.contains("/c.toml") && e.contains("resolver 198.18.0.2"), "{e}");
+        for d in ["10.0.2.2/32", "10.0.2.0/25"] {
+            let mut pr = prof();
+            pr.deny = vec![p(d)];
+            let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+            assert!(e.contains("gateway"), "{e}");
+        }
+    }
+
+    #[test]
+    fn more_specific_allow_opens_a_hole_and_equal_prefix_is_deny() {
+        let mut pr = prof();
+        pr.deny = vec![p("198.18.0.0/15")];
+        pr.allow = vec![p("198.18.0.2/32")];
+        let pol = derive_ok(None, &pr);
+        assert_eq!(pol.decide(a("198.18.0.2")), Action::Allow);
+        assert_eq!(pol.decide(a("198.18.0.3")), Action::Deny);
+        assert_eq!(pol.decide(a("198.19.0.1")), Action::Deny);
+        assert!(pol.warnings.is_empty());
+
+        let mut pr = prof();
+        pr.deny = vec![p("198.18.0.0/15")];
+        pr.allow = vec![p("198.18.0.0/15")];
+        let pol = derive_ok(None, &pr);
+        assert_eq!(pol.decide(a("198.18.0.2")), Action::Deny);
+        assert_eq!(pol.warnings.len(), 1);
+        assert!(
+            pol.warnings[0].contains("198.18.0.0/15 is both allowed"),
+            "{:?}",
+            pol.warnings
+        );
+        assert!(!pol
+            .routes()
+            .iter()
+            .any(|r| r.prefix == p("198.18.0.0/15") && r.kind == RouteKind::Helper));
+
+        // Equal prefix against a built-in default.
+        let mut pr = prof();
+        pr.allow = vec![p("10.0.0.0/8")];
+        let pol = derive_ok(None, &pr);
+        assert_eq!(pol.decide(a("10.1.1.1")), Action::Deny);
+        assert!(pol.warnings[0].contains("built-in default"), "{:?}", pol.warnings);
+
+        // A broader allow does not override a narrower deny.
+        let mut pr = prof();
+        pr.allow = vec![p("10.0.0.0/7")];
+        let pol = derive_ok(None, &pr);
+        assert_eq!(pol.decide(a("10.1.1.1")), Action::Deny);
+        assert_eq!(pol.decide(a("11.1.1.1")), Action::Allow);
+    }
+
+    #[test]
+    fn deny_everything_then_allow_some() {
+        let mut pr = prof();
+        pr.deny = vec![p("0.0.0.0/0")];
+        pr.allow = vec![p("198.18.0.0/15")];
+        let pol = derive_ok(None, &pr);
+        assert_eq!(pol.decide(a("1.1.1.1")), Action::Deny);
+        assert_eq!(pol.decide(a("198.18.0.9")), Action::Allow);
+        assert_eq!(pol.decide(SLIRP_DNS), Action::Allow);
+        let routes = pol.routes();
+        assert!(routes.contains(&PlanRoute {
+            prefix: p("0.0.0.0/0"),
+            kind: RouteKind::Reject
+        }));
+        assert!(!routes
+            .iter()
+            .any(|r| r.prefix == p("0.0.0.0/0") && r.kind == RouteKind::Helper));
+    }
+
+    #[test]
+    fn replaced_default_list_and_profile_denies_merge() {
+        let mut pr = prof();
+        pr.deny = vec![p("10.0.0.0/8"), p("2001:db8::/32")];
+        let pol = derive_ok(Some(&[p("10.0.0.0/8"), p("fd00::/8")]), &pr);
+        assert_eq!(pol.decide(a("192.168.1.1")), Action::Allow, "replaced list");
+        assert_eq!(pol.decide(a("10.9.9.9")), Action::Deny);
+        assert_eq!(pol.rules.iter().filter(|r| r.prefix == p("10.0.0.0/8")).count(), 1);
+        assert_eq!(pol.ignored_v6, vec![p("fd00::/8"), p("2001:db8::/32")]);
+        assert!(pol.describe().contains("fd00::/8 has no effect"));
+    }
+
+    #[test]
+    fn ipv6_true_and_ipv6_allows_are_errors() {
+        let mut pr = prof();
+        pr.ipv6 = true;
+        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+        assert!(
+            e.contains("not supported yet") && e.contains("profiles.dev.ipv6"),
+            "{e}"
+        );
+        let mut pr = prof();
+        pr.allow = vec![p("2001:db8::/32")];
+        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+        assert!(e.contains("IPv6 is disabled"), "{e}");
+    }
+
+    #[test]
+    fn routes_name_a_nic_and_leave_kernel_routes_alone() {
+        let pol = derive_ok(None, &prof());
+        let routes = pol.routes();
+        assert!(routes.iter().all(|r| r.prefix != p(SLIRP_NET)));
+        assert!(routes.contains(&PlanRoute {
+            prefix: p("10.0.2.4/30"),
+            kind: RouteKind::Reject
+        }));
+        let ten = routes.iter().find(|r| r.prefix == p("10.0.0.0/8")).unwrap();
+        assert_eq!(ten.ip_args().join(" "), "10.0.0.0/8 via 169.254.255.2 dev lzr0");
+        let def = routes.iter().find(|r| r.prefix == p("0.0.0.0/0")).unwrap();
+        assert_eq!(def.ip_args().join(" "), "0.0.0.0/0 via 10.0.2.2 dev tap0");
+        assert!(routes.iter().all(|r| r.prefix != p(REJECT_LINK)));
+    }
+
+    #[test]
+    fn plan_round_trips_and_rejects_garbage() {
+        let mut pr = prof();
+        pr.dns = vec![p("198.18.0.2/32")];
+        let pol = derive_ok(None, &pr);
+        let plan = pol.plan();
+        assert_eq!(Plan::parse(&plan.render()).unwrap(), plan);
+        for bad in [
+            "",
+            "lazaret-netplan 2\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 disabled\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute 10.0.0.0/8 open\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute 10.0.0.1/8 reject\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute fd00::/8 reject\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 enabled\ndns slirp\n",
+            "lazaret-netplan 1\nmode slirp\nmode none\nipv6 disabled\ndns slirp\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute 1.0.0.0/8 reject\nroute 1.0.0.0/8 helper\n",
+        ] {
+            assert!(Plan::parse(bad).is_err(), "{bad:?}");
+        }
+        let none = Profile {
+            network: false,
+            ..prof()
+        };
+        let pol = derive_ok(None, &none);
+        assert!(pol.plan().routes.is_empty());
+        assert!(!Plan::parse(&pol.plan().render()).unwrap().enabled);
+    }
+
+    fn ip_output(pol: &Policy) -> String {
+        let mut s = String::new();
+        for r in pol.routes() {
+            let mut args = r.ip_args();
+            let dst = match args[0].as_str() {
+                "0.0.0.0/0" => "default".to_string(),
+                d if d.ends_with("/32") => d.trim_end_matches("/32").to_string(),
+                d => d.to_string(),
+            };
+            args[0] = dst;
+            s.push_str(&args.join(" "));
+            s.push_str(" \n");
+        }
+        s.push_str("169.254.255.0/30 dev lzr0 proto kernel scope link src 169.254.255.1 \n");
+        s.push_str("10.0.2.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
+        s
+    }
+
+    #[test]
+    fn verify_accepts_the_installed_table_and_names_each_deviation() {
+        let pol = derive_ok(None, &prof());
+        let plan = pol.plan();
+        let good = ip_output(&pol);
+        plan.verify_routes(&good).unwrap();
+        // A missing deny.
+        let missing: String = good
+            .lines()
+            .filter(|l| !l.starts_with("192.168.0.0/16"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let e = plan.verify_routes(&missing).unwrap_err();
+        assert!(e.contains("192.168.0.0/16 (reject) is missing"), "{e}");
+        // A deny that leads to the helper instead.
+        let wrong = good.replace(
+            "192.168.0.0/16 via 169.254.255.2 dev lzr0",
+            "192.168.0.0/16 via 10.0.2.2 dev tap0",
+        );
+        assert!(plan
+            .verify_routes(&wrong)
+            .unwrap_err()
+            .contains("goes via 10.0.2.2 dev tap0"));
+        // A route gVisor silently ignores.
+        let lo = format!("{good}unreachable 172.16.0.0/12 \n");
+        assert!(plan.verify_routes(&lo).unwrap_err().contains("gVisor ignores"));
+        // Anything extra.
+        let extra = format!("{good}10.0.3.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
+        assert!(plan
+            .verify_routes(&extra)
+            .unwrap_err()
+            .contains("unexpected route for 10.0.3.0/24"));
+        let extra = format!("{good}10.0.2.0/25 via 10.0.2.2 dev tap0 \n");
+        assert!(plan
+            .verify_routes(&extra)
+            .unwrap_err()
+            .contains("unexpected route for 10.0.2.0/25"));
+        assert!(verify_reject_table("local default dev lo scope host \n").is_ok());
+        assert!(verify_reject_table("broadcast 127.255.255.255 dev lo\n").is_err());
+    }
+
+    #[test]
+    fn samples_are_decided_by_their_rule_and_cover_every_deny() {
+        let mut pr = prof();
+        pr.deny = vec![p("198.18.0.0/15")];
+        pr.allow = vec![p("198.18.0.1/32")];
+        let pol = derive_ok(None, &pr);
+        let s = pol.samples();
+        for r in pol
+            .rules
+            .iter()
+            .filter(|r| r.action == Action::Deny && r.source != Source::RejectLink)
+        {
+            assert!(s.iter().any(|x| x.prefix == r.prefix), "no sample for {}", r.prefix);
+        }
+        for x in &s {
+            assert_eq!(pol.rule_for(x.addr).prefix, x.prefix, "{x:?}");
+            assert_eq!(pol.decide(x.addr), x.action);
+        }
+        // The hole itself is sampled as an allow, its surroundings as denies.
+        assert!(s.contains(&Sample {
+            addr: a("198.18.0.1"),
+            action: Action::Allow,
+            prefix: p("198.18.0.1/32")
+        }));
+        assert!(!s.iter().any(|x| x.action == Action::Deny && x.addr == a("198.18.0.1")));
+        // Never the slirp guest's own address for 10/8 samples.
+        assert!(s.iter().all(|x| x.addr != SLIRP_GUEST));
+        let args = pol.probe_args();
+        assert!(args.contains(&"deny=10.0.0.1@10.0.0.0/8".to_string()), "{args:?}");
+        assert!(args.contains(&"resolver=10.0.2.3".to_string()));
+        assert!(
+            !args.iter().any(|x| x.starts_with("dns-query=")),
+            "slirp's forwarder is never queried"
+        );
+    }
+
+    #[test]
+    fn digest_and_fingerprint_change_with_every_input() {
+        let pol = derive_ok(None, &prof());
+        let mut pr = prof();
+        pr.deny = vec![p("198.18.5.0/24")];
+        assert_ne!(pol.digest(), derive_ok(None, &pr).digest());
+        assert_eq!(pol.digest(), derive_ok(None, &prof()).digest());
+        let f = readiness_fingerprint("d", 1, "c", "s", "p", 7);
+        assert_eq!(f.len(), 64);
+        for g in [
+            readiness_fingerprint("e", 1, "c", "s", "p", 7),
+            readiness_fingerprint("d", 2, "c", "s", "p", 7),
+            readiness_fingerprint("d", 1, "x", "s", "p", 7),
+            readiness_fingerprint("d", 1, "c", "x", "p", 7),
+            readiness_fingerprint("d", 1, "c", "s", "x", 7),
+            readiness_fingerprint("d", 1, "c", "s", "p", 8),
+            readiness_fingerprint("d1", 1, "", "s", "p", 7),
+        ] {
+            assert_ne!(f, g);
+        }
+    }
+
+    #[test]
+    fn describe_names_every_rule_and_its_reason() {
+        let pol = derive_ok(None, &prof());
+        let d = pol.describe();
+        assert!(d.contains("DENY  10.0.0.0/8"), "{d}");
+        assert!(d.contains("cloud metadata"), "{d}");
+        assert!(d.contains("IPv6: disabled"), "{d}");
+        assert!(pol.to_json().render().contains("\"digest\""));
+    }
+}

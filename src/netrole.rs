@@ -1,0 +1,249 @@
+//! The Network Sidecar role on the Host Coordinator's side (SPEC §9): it
+//! derives the policy from trusted config, hands the install plan to the
+//! Runtime Supervisor, owns the slirp4netns record, runs the
+//! pre-publication probe inside the sandbox (FR-20) and records the network
+//! readiness fingerprint (FR-18). The Network Sidecar ID is a random role
+//! id minted here, never a helper pid (SR-17).
+//!
+//! The coordinator calls, in order: [`NetRole::new`] (with the config),
+//! [`NetRole::prepare`] (writes `gen/netplan` and `gen/resolv.conf`),
+//! [`NetRole::record_intent`] (before the supervisor may start the helper),
+//! [`NetRole::status_line`] for each supervisor report before `ready`, then
+//! [`NetRole::verify`] before publication.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, Profile};
+use crate::domain::random_id;
+use crate::netns;
+use crate::netpolicy::{self, Policy};
+use crate::plan::{self, BindMount};
+use crate::store::{NetworkReadiness, Store};
+use crate::sys;
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// The readiness summary `lazaret net show` reads, in the generation dir.
+pub const READINESS_FILE: &str = "net-readiness";
+
+pub struct NetRole {
+    pub policy: Policy,
+    pub sidecar_id: String,
+    gen_dir: PathBuf,
+    slirp_row: Option<i64>,
+    slirp: Option<(i32, u64)>,
+    netns_inode: Option<u64>,
+}
+
+impl NetRole {
+    pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, String> {
+        let policy = netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile).map_err(|e| e.to_string())?;
+        for w in &policy.warnings {
+            log::warn!("network policy: {w}");
+        }
+        Ok(NetRole {
+            policy,
+            sidecar_id: random_id(8),
+            gen_dir: PathBuf::new(),
+            slirp_row: None,
+            slirp: None,
+            netns_inode: None,
+        })
+    }
+
+    /// Records the Network Sidecar ID and writes the install plan and the
+    /// sandbox's resolv.conf into the generation dir.
+    pub fn prepare(&mut self, store: &Store, generation: u64, gen_dir: &Path) -> Result<(), String> {
+        self.gen_dir = gen_dir.to_path_buf();
+        store
+            .record_component(generation, "network-sidecar", &self.sidecar_id)
+            .map_err(|e| e.to_string())?;
+        let w = |name: &str, text: String| {
+            std::fs::write(gen_dir.join(name), text).map_err(|e| format!("writing {name}: {e}"))
+        };
+        w("netplan", self.policy.plan().render())?;
+        w("resolv.conf", self.policy.resolv_conf())
+    }
+
+    pub fn supervisor_args(&self) -> Vec<PathBuf> {
+        vec!["--net-plan".into(), self.gen_dir.join("netplan")]
+    }
+
+    /// The namespace path for `config.json`, when the Domain has a network.
+    pub fn sandbox_netns(&self) -> Option<PathBuf> {
+        self.policy.enabled.then(|| self.gen_dir.join(netns::ENFORCE_FILE))
+    }
+
+    pub fn binds(&self) -> Vec<BindMount> {
+        if !self.policy.enabled {
+            return Vec::new();
+        }
+        vec![BindMount {
+            guest: "/etc/resolv.conf".into(),
+            host: self.gen_dir.join("resolv.conf"),
+            read_only: true,
+        }]
+    }
+
+    /// Ownership intent for the helper, recorded before the supervisor is
+    /// allowed to start it.
+    pub fn record_intent(&mut self, store: &Store, generation: u64) -> Result<Option<i64>, String> {
+        if !self.policy.enabled {
+            return Ok(None);
+        }
+        let row = store
+            .record_intent(generation, "process", "slirp4netns")
+            .map_err(|e| e.to_string())?;
+        self.slirp_row = Some(row);
+        Ok(Some(row))
+    }
+
+    /// Handles `slirp PID START` and `net-ready INODE`; false for any other line.
+    pub fn status_line(&mut self, line: &str, store: &Store) -> bool {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("slirp") => {
+                let pid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                let start: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                if let Some(row) = self.slirp_row {
+                    let _ = store.set_owned_pid(row, pid, start);
+                }
+                self.slirp = Some((pid, start));
+                true
+            }
+            Some("net-ready") => {
+                self.netns_inode = f.next().and_then(|v| v.parse().ok());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Before publication: the helper still runs, the sandbox is in the
+    /// attested namespace, and the probe passes from the sandbox's own
+    /// view. Then records the readiness fingerprint.
+    pub fn verify(
+        &self,
+        store: &Store,
+        domain_id: &str,
+        generation: u64,
+        config_fp: &str,
+        supervisor_pid: i32,
+        runsc_pid: i32,
+        probe_cmd: impl FnOnce() -> Result<Command, String>,
+    ) -> Result<(), String> {
+        let (inode, probe) = if self.policy.enabled {
+            let inode = self
+                .netns_inode
+                .ok_or("the supervisor did not attest network readiness")?;
+            match self.slirp {
+                Some((pid, start)) if sys::same_process(pid, start) => {}
+                _ => return Err("network readiness: slirp4netns is not running".into()),
+            }
+            let seen = ns_inode(runsc_pid)?;
+            if seen != inode {
+                return Err(format!(
+                    "network readiness: runsc runs in network namespace {seen}, not the attested {inode}"
+                ));
+            }
+            let mut cmd = probe_cmd()?;
+            cmd.args(self.policy.probe_args());
+            (inode, run_probe(cmd)?)
+        } else {
+            (
+                ns_inode(supervisor_pid)?,
+                "skipped: network.mode = \"none\"".to_string(),
+            )
+        };
+        let digest = self.policy.digest();
+        let fingerprint =
+            netpolicy::readiness_fingerprint(domain_id, generation, config_fp, &self.sidecar_id, &digest, inode);
+        let r = NetworkReadiness {
+            generation,
+            sidecar_id: self.sidecar_id.clone(),
+            policy_digest: digest,
+            netns_inode: inode,
+            fingerprint,
+            probe,
+        };
+        store.record_network_readiness(&r).map_err(|e| e.to_string())?;
+        let summary = readiness_text(&r, self.slirp.map(|s| s.0));
+        let _ = std::fs::write(self.gen_dir.join(READINESS_FILE), summary);
+        log::info!("network ready: fingerprint {}", r.fingerprint);
+        Ok(())
+    }
+}
+
+fn ns_inode(pid: i32) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/net"))
+        .map(|m| m.ino())
+        .map_err(|e| format!("network readiness: cannot read the network namespace of pid {pid}: {e}"))
+}
+
+/// Runs the probe (bounded) and returns its report, or the failing checks.
+fn run_probe(mut cmd: Command) -> Result<String, String> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("network probe: cannot run runsc exec: {e}"))?;
+    let deadline = Instant::now() + PROBE_TIMEOUT;
+    let status = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
+    let _ = child.stderr.take().map(|mut s| s.read_to_string(&mut err));
+    log::info!("network probe:\n{}", out.trim_end());
+    let failed: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("FAIL ")).collect();
+    match status {
+        None => Err("network probe did not finish in 20 s; the Domain is not published".into()),
+        Some(_) if !failed.is_empty() => Err(format!(
+            "network probe failed, the Domain is not published: {}",
+            failed.join("; ")
+        )),
+        Some(st) if !st.success() => Err(format!(
+            "network probe could not run ({st}): {}",
+            err.trim().replace('\n', " ")
+        )),
+        Some(_) => Ok(out),
+    }
+}
+
+fn readiness_text(r: &NetworkReadiness, helper_pid: Option<i32>) -> String {
+    let mut s = format!(
+        "generation {}\nnetwork-sidecar {}\npolicy-digest {}\nnetns-inode {}\nfingerprint {}\n",
+        r.generation, r.sidecar_id, r.policy_digest, r.netns_inode, r.fingerprint
+    );
+    if let Some(p) = helper_pid {
+        s.push_str(&format!("helper-pid {p}\n"));
+    }
+    for l in r.probe.lines() {
+        s.push_str(&format!("probe {l}\n"));
+    }
+    s
+}
+
+/// Parses the readiness summary back (for `lazaret net show`).
+pub fn parse_readiness(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The guest init path, for the probe command.
+pub fn probe_binary() -> &'static str {
+    plan::GUEST_INIT
+}

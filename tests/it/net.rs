@@ -1,0 +1,540 @@
+//! Network enforcement (SR-5, SR-6, SR-12, FR-16, FR-18..20), issue 6.
+//!
+//! Test safety (PLATFORM §4): no packet leaves this machine. The "internet"
+//! is a test host namespace the test creates as root, on a /30 inside
+//! 198.18.0.0/15, reached over a veth from the root namespace; slirp4netns
+//! forwards sandbox traffic into the root namespace's stack, which routes it
+//! to that veth. It runs a TCP echo (port 7), a byte sink (port 9000) and a
+//! DNS responder that answers every A query with its own address. Default
+//! denies of RFC 1918 and other ranges are checked only by route decision
+//! (UDP connect + getsockname: no packet is sent).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::harness::{self, eventually, Env, GLOBAL};
+use crate::require_env;
+
+const SERVER: &str = r#"
+import socket, sys, threading
+ip = sys.argv[1]
+def serve(c, echo):
+    n = 0
+    while True:
+        d = c.recv(1 << 20)
+        if not d:
+            break
+        if echo:
+            c.sendall(d)
+        else:
+            n += len(d)
+    if not echo:
+        c.sendall(str(n).encode())
+    c.close()
+def tcp(port, echo):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, port))
+    s.listen(64)
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=serve, args=(c, echo), daemon=True).start()
+def dns():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((ip, 53))
+    while True:
+        q, a = u.recvfrom(512)
+        e = 12
+        while q[e] != 0:
+            e += q[e] + 1
+        e += 5
+        u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e]
+                 + b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(ip), a)
+for t in [(7, True), (9000, False)]:
+    threading.Thread(target=tcp, args=t, daemon=True).start()
+threading.Thread(target=dns, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"#;
+
+/// A test host namespace on its own /30 of 198.18.0.0/15; removed on drop.
+pub struct TestHost {
+    pub ns: String,
+    pub link: String,
+    /// The test host's address; the root namespace side is `.1` of the /30.
+    pub ip: String,
+    pub host_side: String,
+    server: Option<Child>,
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+impl TestHost {
+    pub fn new() -> TestHost {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut k = (std::process::id() * 16 + n * 7) % 32768;
+        loop {
+            let link = format!("lzt{k}");
+            if !Path::new(&format!("/sys/class/net/{link}")).exists() {
+                break;
+            }
+            k = (k + 1) % 32768;
+        }
+        let base = u32::from(std::net::Ipv4Addr::new(198, 18, 0, 0)) + k * 4;
+        let at = |i: u32| std::net::Ipv4Addr::from(base + i).to_string();
+        let mut h = TestHost {
+            ns: format!("lzt{k}-{}", std::process::id()),
+            link: format!("lzt{k}"),
+            ip: at(2),
+            host_side: at(1),
+            server: None,
+        };
+        let peer = format!("{}", h.ns);
+        assert!(ip(&["netns", "add", &h.ns]), "ip netns add {}", h.ns);
+        assert!(ip(&[
+            "link", "add", &h.link, "type", "veth", "peer", "name", "eth0", "netns", &peer
+        ]));
+        assert!(ip(&["addr", "add", &format!("{}/30", h.host_side), "dev", &h.link]));
+        assert!(ip(&["link", "set", &h.link, "up"]));
+        assert!(ip(&[
+            "-n",
+            &h.ns,
+            "addr",
+            "add",
+            &format!("{}/30", h.ip),
+            "dev",
+            "eth0"
+        ]));
+        assert!(ip(&["-n", &h.ns, "link", "set", "eth0", "up"]));
+        assert!(ip(&["-n", &h.ns, "link", "set", "lo", "up"]));
+        let python = if Path::new("/usr/bin/python3").exists() {
+            "/usr/bin/python3"
+        } else {
+            "python3"
+        };
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &h.ns, python, "-c", SERVER, &h.ip])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("test host server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "test host server did not start");
+        h.server = Some(child);
+        h
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        ip(&["link", "del", &self.link]);
+        ip(&["netns", "del", &self.ns]);
+    }
+}
+
+fn config(env: &Env, dir: &Path, text: &str) -> PathBuf {
+    let home = dir.join("cfg");
+    env.write(&home.join("lazaret/config.toml"), text);
+    home
+}
+
+/// Runs `python3 -c SCRIPT ARGS...` in the Domain of `profile`.
+fn py(env: &Env, ws: &Path, cfg: &Path, profile: &str, script: &str, args: &[&str]) -> harness::Run {
+    let mut a = vec!["run", "--profile", profile, "--", "python3", "-c", script];
+    a.extend_from_slice(args);
+    env.lz(ws, &a).config_home(cfg).run()
+}
+
+/// Connects to ADDR:PORT, prints `ok MS REPLY` or `err ERRNO MS`.
+const CONNECT: &str = r#"
+import socket, sys, time
+s = socket.socket()
+t = time.monotonic()
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    s.sendall(b"ping")
+    print("ok", int((time.monotonic() - t) * 1000), s.recv(10).decode())
+except OSError as e:
+    print("err", e.errno, (time.monotonic() - t) * 1000)
+"#;
+
+#[test]
+fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readiness() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let th = TestHost::new();
+    let base = env.dir("netallow");
+    let cfg = config(
+        env,
+        &base,
+        &format!(
+            "[profiles.net.network]\nallow = [\"198.18.0.0/15\"]\ndns = [\"{}\"]\n",
+            th.ip
+        ),
+    );
+    let ws = env.dir("netallow-ws");
+    let r = py(env, &ws, &cfg, "net", CONNECT, &[&th.ip, "7"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.starts_with("ok ") && r.stdout.trim().ends_with("ping"),
+        "{r:?}"
+    );
+    // DNS through the Domain's resolver (the test host), via resolv.conf.
+    let r = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "net",
+                "--",
+                "sh",
+                "-c",
+                "cat /etc/resolv.conf; getent ahostsv4 pkg.example.test",
+            ],
+        )
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(&format!("nameserver {}", th.ip)), "{r:?}");
+    assert!(
+        r.stdout.contains(&format!("{} ", th.ip)) && r.stdout.contains("pkg.example.test"),
+        "{r:?}"
+    );
+
+    // `net show` while the Domain runs: policy and attested readiness.
+    let mut bg = env
+        .lz(&ws, &["run", "--profile", "net", "--", "sleep", "4"])
+        .config_home(&cfg)
+        .spawn();
+    let id = env.domain_id("net", &ws);
+    let run = env.runtime_root().join(&id);
+    let mut r = env.lz(&ws, &["version"]).run();
+    let shown = eventually(Duration::from_secs(20), || {
+        if !run.join("hc.sock").exists() || !run.join("gen/net-readiness").exists() {
+            return false;
+        }
+        r = env
+            .lz(&ws, &["net", "show", "--profile", "net"])
+            .config_home(&cfg)
+            .run();
+        r.stdout.contains("readiness: attested")
+    });
+    assert!(shown && r.code == 0, "{r:?}");
+    for want in [
+        "DENY  10.0.0.0/8",
+        "allow 198.18.0.0/15",
+        "readiness: attested and probed",
+        "fingerprint: ",
+        "network-sidecar: ",
+        &format!("probe ok dns {}", th.ip),
+        "probe ok deny 192.168.0.1 (192.168.0.0/16): routed via 169.254.255.1 (reject path)",
+        "probe ok network helper live",
+        "probe ok reject path live",
+        "probe ok ipv6 disabled",
+    ] {
+        assert!(r.stdout.contains(want), "missing {want:?}: {r:?}");
+    }
+    let j = env
+        .lz(&ws, &["net", "show", "--profile", "net", "--json"])
+        .config_home(&cfg)
+        .run();
+    assert!(
+        j.stdout.contains("\"running\":true") && j.stdout.contains("\"fingerprint\""),
+        "{j:?}"
+    );
+    let _ = bg.wait();
+}
+
+#[test]
+fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let th = TestHost::new();
+    let base = env.dir("netdeny");
+    let cfg = config(
+        env,
+        &base,
+        &format!(
+            "[profiles.deny.network]\ndeny = [\"198.18.0.0/15\"]\n\
+             [profiles.hole.network]\ndeny = [\"198.18.0.0/15\"]\nallow = [\"{}/32\"]\n\
+             [profiles.equal.network]\ndeny = [\"198.18.0.0/15\"]\nallow = [\"198.18.0.0/15\"]\n",
+            th.ip
+        ),
+    );
+    let ws = env.dir("netdeny-ws");
+    // Deny: refused (ECONNREFUSED = 111), in under 50 ms.
+    let r = py(env, &ws, &cfg, "deny", CONNECT, &[&th.ip, "7"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let f: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!(f.get(..2), Some(&["err", "111"][..]), "{r:?}");
+    let ms: f64 = f[2].parse().unwrap();
+    assert!(ms < 50.0, "refusal took {ms} ms: {r:?}");
+    // A more specific /32 allow opens a hole.
+    let r = py(env, &ws, &cfg, "hole", CONNECT, &[&th.ip, "7"]);
+    assert!(
+        r.stdout.starts_with("ok ") && r.stdout.trim().ends_with("ping"),
+        "{r:?}"
+    );
+    // Equal prefix allow + deny: deny, with a warning.
+    let r = py(env, &ws, &cfg, "equal", CONNECT, &[&th.ip, "7"]);
+    assert!(r.stdout.starts_with("err 111 "), "{r:?}");
+    let r = env
+        .lz(&ws, &["net", "show", "--profile", "equal"])
+        .config_home(&cfg)
+        .run();
+    assert!(
+        r.stdout
+            .contains("warning: 198.18.0.0/15 is both allowed (profile network.allow) and denied"),
+        "{r:?}"
+    );
+}
+
+/// Route decisions only: UDP connect + getsockname sends no packet.
+const ROUTES: &str = r#"
+import socket, sys
+for a in sys.argv[1:]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((a, 9))
+        print(a, s.getsockname()[0])
+    except OSError as e:
+        print(a, "error", e.errno)
+try:
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.connect(("2000::1", 9))
+    print("ipv6", s.getsockname()[0])
+except OSError as e:
+    print("ipv6 unreachable", e.errno)
+"#;
+
+#[test]
+fn default_denies_take_the_reject_route_and_ipv6_is_unreachable() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let base = env.dir("netdefault");
+    let cfg = config(env, &base, "");
+    let ws = env.dir("netdefault-ws");
+    let denied = [
+        "10.0.0.1",
+        "10.255.255.254",
+        "10.0.2.15",
+        "172.16.0.1",
+        "172.31.255.254",
+        "192.168.0.1",
+        "192.168.255.254",
+        "169.254.169.254",
+        "100.64.0.1",
+        "100.127.255.254",
+        "0.0.0.1",
+        "224.0.0.251",
+        "239.255.255.250",
+        "240.0.0.1",
+    ];
+    let allowed = ["198.18.0.1", "198.51.100.7", "10.0.2.2", "10.0.2.3"];
+    let mut args: Vec<&str> = denied.to_vec();
+    args.extend_from_slice(&allowed);
+    let r = py(env, &ws, &cfg, "default", ROUTES, &args);
+    assert_eq!(r.code, 0, "{r:?}");
+    for a in denied {
+        assert!(
+            r.stdout.contains(&format!("{a} 169.254.255.1\n")),
+            "{a} must take the reject route: {r:?}"
+        );
+    }
+    for a in allowed {
+        assert!(
+            r.stdout.contains(&format!("{a} 10.0.2.100\n")),
+            "{a} must take tap0: {r:?}"
+        );
+    }
+    assert!(r.stdout.contains("ipv6 unreachable"), "{r:?}");
+}
+
+/// Netlink requests a process with CAP_NET_ADMIN could use to reroute:
+/// `ip route add`, `ip addr add`, `ip link set down`. Prints each errno.
+const NETLINK: &str = r#"
+import socket, struct
+def req(typ, flags, body):
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+    msg = struct.pack("=IHHII", 16 + len(body), typ, flags | 1 | 4, 1, 0) + body
+    try:
+        s.send(msg)
+        d = s.recv(4096)
+    except OSError as e:
+        return "send-error %d" % e.errno
+    ln, t = struct.unpack("=IH", d[:6])
+    if t == 2:
+        return "error %d" % -struct.unpack("=i", d[16:20])[0]
+    return "reply %d" % t
+def attr(t, v):
+    a = struct.pack("=HH", 4 + len(v), t) + v
+    return a + b"\0" * ((4 - len(a) % 4) % 4)
+idx = socket.if_nametoindex("tap0")
+# RTM_NEWROUTE 198.18.0.0/16 via tap0 gateway 10.0.2.2
+rt = struct.pack("=BBBBBBBBI", 2, 16, 0, 0, 254, 4, 0, 1, 0) + attr(1, socket.inet_aton("198.18.0.0")) + attr(5, socket.inet_aton("10.0.2.2")) + attr(4, struct.pack("=I", idx))
+print("route-add", req(24, 0x400 | 0x200, rt))
+# RTM_NEWADDR 10.9.9.9/24 on tap0
+ad = struct.pack("=BBBBI", 2, 24, 0, 0, idx) + attr(2, socket.inet_aton("10.9.9.9")) + attr(1, socket.inet_aton("10.9.9.9"))
+print("addr-add", req(20, 0x400 | 0x200, ad))
+# RTM_NEWLINK tap0 flags 0 (down), change IFF_UP
+ln = struct.pack("=BBHiII", 0, 0, 0, idx, 0, 1)
+print("link-down", req(16, 0, ln))
+print(open("/proc/net/route").read())
+print(open("/proc/net/dev").read())
+"#;
+
+#[test]
+fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let base = env.dir("netadmin");
+    let cfg = config(env, &base, "");
+    let ws = env.dir("netadmin-ws");
+    let r = py(env, &ws, &cfg, "default", NETLINK, &[]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for op in ["route-add", "addr-add", "link-down"] {
+        let line = r.stdout.lines().find(|l| l.starts_with(op)).unwrap_or("");
+        assert!(
+            line.contains(" error ") && !line.ends_with(" error 0") || line.contains("send-error"),
+            "{op} must fail: {r:?}"
+        );
+    }
+    // Nothing changed: no route to 198.18.0.0/16 (00 00 12 C6), tap0 still up.
+    assert!(!r.stdout.contains("000012C6"), "{r:?}");
+    // Only the Domain's interfaces: not the host's.
+    let ifaces: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim()))
+        .filter(|n| ["lo", "tap0", "lzr0", "eth0"].contains(n) || n.starts_with("lz"))
+        .collect();
+    assert!(ifaces.contains(&"tap0") && ifaces.contains(&"lzr0"), "{r:?}");
+    assert!(
+        !ifaces.contains(&"eth0") && !ifaces.iter().any(|n| n.starts_with("lzt")),
+        "{r:?}"
+    );
+
+    // Host side: the sandbox and gofer run in a network namespace that is
+    // not the host's (SR-12).
+    let host_ns = std::fs::metadata("/proc/self/ns/net")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    let mut bg = env
+        .lz(&ws, &["run", "--profile", "default", "--", "sleep", "3"])
+        .config_home(&cfg)
+        .spawn();
+    let id = env.domain_id("default", &ws);
+    let mut seen = Vec::new();
+    eventually(Duration::from_secs(20), || {
+        seen = harness::processes_mentioning(&id[..8])
+            .into_iter()
+            .filter(|(_, uids, c)| {
+                uids.first() == Some(&env.uid) && (c.starts_with("runsc-sandbox") || c.starts_with("runsc-gofer"))
+            })
+            .collect();
+        !seen.is_empty()
+    });
+    assert!(!seen.is_empty(), "no sandbox process found");
+    for (pid, _, cmd) in &seen {
+        let ns = std::fs::metadata(format!("/proc/{pid}/ns/net")).map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+        if let Ok(ns) = ns {
+            assert_ne!(ns, host_ns, "{cmd} runs in the host network namespace");
+        }
+    }
+    let _ = bg.wait();
+}
+
+#[test]
+fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let v = env.lz(&env.home, &["version"]).run();
+    assert!(
+        v.stdout.contains("fault-injection"),
+        "the binary must be built with --features fault-injection (scripts/test.sh does): {v:?}"
+    );
+    let base = env.dir("netfault");
+    let cfg = config(env, &base, "");
+    let ws = env.dir("netfault-ws");
+    let id = env.domain_id("default", &ws);
+    // The installer skips the 192.168.0.0/16 deny and its self-check is
+    // blind to it: the probe from inside the sandbox must catch it.
+    let r = env
+        .lz(&ws, &["run", "--", "true"])
+        .config_home(&cfg)
+        .env("LAZARET_FAULT", "skip-one-deny")
+        .run();
+    assert_eq!(r.code, 125, "{r:?}");
+    assert!(
+        r.stderr.contains("network probe failed, the Domain is not published")
+            && r.stderr
+                .contains("deny 192.168.0.1 (192.168.0.0/16): routed via 10.0.2.100 (network helper)"),
+        "{r:?}"
+    );
+    assert!(!env.runtime_root().join(&id).join("hc.sock").exists());
+    // The same fault with an honest self-check: the route read-back catches it.
+    let r = env
+        .lz(&ws, &["run", "--", "true"])
+        .config_home(&cfg)
+        .env("LAZARET_FAULT", "skip-one-deny-visible")
+        .run();
+    assert_eq!(r.code, 125, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("network readiness: route for 192.168.0.0/16 (reject) is missing"),
+        "{r:?}"
+    );
+    // Nothing of the failed generations is left, and a clean start works.
+    assert!(eventually(Duration::from_secs(5), || harness::processes_mentioning(
+        &id
+    )
+    .is_empty()));
+    let r = env.lz(&ws, &["run", "--", "true"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn teardown_leaves_no_helper_or_namespace_holder() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let base = env.dir("netteardown");
+    let cfg = config(env, &base, "");
+    let ws = env.dir("netteardown-ws");
+    let id = env.domain_id("default", &ws);
+    let mut bg = env.lz(&ws, &["run", "--", "sleep", "2"]).config_home(&cfg).spawn();
+    let mine = |needle: &str| -> Vec<(i32, Vec<u32>, String)> {
+        harness::processes_mentioning(&id)
+            .into_iter()
+            .filter(|(_, uids, c)| uids.first() == Some(&env.uid) && c.contains(needle))
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || !mine("slirp4netns").is_empty()),
+        "slirp4netns of the Domain never ran"
+    );
+    let st = bg.wait().unwrap();
+    assert!(st.success());
+    let gone = eventually(Duration::from_secs(5), || harness::processes_mentioning(&id).is_empty());
+    assert!(gone, "left behind: {:?}", harness::processes_mentioning(&id));
+    assert!(mine("slirp4netns").is_empty());
+}
