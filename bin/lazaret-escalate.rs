@@ -3,7 +3,7 @@
 //!   lazaret-escalate [--justification TEXT] [--timeout SECS] [--print-request] -- ARGV...
 //!
 //! Runs inside the sandbox (a static binary mounted read-only at
-//! `/.lazaret/bin/lazaret-escalate`). It signs a request with the session's
+//! `/usr/local/bin/lazaret-escalate`). It signs a request with the session's
 //! credential, drops it into the Escalation Mailbox by atomic rename, waits
 //! for the correlated result, prints the host command's output and exits
 //! with its status — or 126 denied, 124 timed out, 130 cancelled, 125

@@ -101,8 +101,8 @@ Approvals == {"None", "Auto", "Developer"}
 Outcomes == {"Completed", "Denied", "TimedOut", "Cancelled", "Failed"}
 
 ReqPhases == {"Unused", "Rejected", "Accepted", "Prompting",
-              "Approved", "Executing", "Resolved", "Delivered", "Abandoned"}
-AcceptedPhases == {"Accepted", "Prompting", "Approved", "Executing", "Resolved"}
+              "Executing", "Resolved", "Delivered", "Abandoned"}
+AcceptedPhases == {"Accepted", "Prompting", "Executing", "Resolved"}
 ClosedPhases == {"Rejected", "Delivered", "Abandoned"}
 
 Tuple(c, s, a) == [cli |-> c, sid |-> s, anchor |-> a]
@@ -206,16 +206,14 @@ WipeRequest(r, ph) ==
     /\ decidedBy' = [decidedBy EXCEPT ![r] = NoCli]
     /\ outcome'   = [outcome   EXCEPT ![r] = "None"]
 
-\* Request r gets its outcome o.  The record keeps what the result needs:
-\* the approval source when a command ran (or failed to), the deciding
-\* session when it was denied.  The commands themselves are dropped.
+\* Request r gets its outcome o.  The record keeps only what the result
+\* needs: its owner, the outcome, and the deciding session for a denial.
 Resolve(r, o, decider) ==
     /\ reqPhase' = [reqPhase EXCEPT ![r] = "Resolved"]
     /\ outcome' = [outcome EXCEPT ![r] = o]
     /\ reqCmd' = [reqCmd EXCEPT ![r] = NoCmd]
     /\ runCmd' = [runCmd EXCEPT ![r] = NoCmd]
-    /\ approval' = [approval EXCEPT ![r] =
-                      IF o \in {"Completed", "Failed"} THEN approval[r] ELSE "None"]
+    /\ approval' = [approval EXCEPT ![r] = "None"]
     /\ decidedBy' = [decidedBy EXCEPT ![r] = IF o = "Denied" THEN decider ELSE NoCli]
     /\ UNCHANGED <<reqClaim, reqCred>>
 
@@ -233,6 +231,21 @@ AbandonRequests(S) ==
     /\ decidedBy' = [r \in Requests |-> IF hit(r) THEN NoCli ELSE decidedBy[r]]
     /\ outcome'   = [r \in Requests |-> IF hit(r) THEN "None" ELSE outcome[r]]
     /\ host' = {r \in host : ~hit(r)}
+
+\* The generation stops taking requests (teardown, stop, failure, crash):
+\* every host command is killed and every slot ends -- accepted requests
+\* are abandoned with their sessions, and nothing more can be submitted
+\* until the next generation makes a fresh mailbox.
+CloseMailbox ==
+    /\ reqPhase'  = [r \in Requests |-> "Abandoned"]
+    /\ reqClaim'  = [r \in Requests |-> NoTuple]
+    /\ reqCred'   = [r \in Requests |-> NoCred]
+    /\ reqCmd'    = [r \in Requests |-> NoCmd]
+    /\ approval'  = [r \in Requests |-> "None"]
+    /\ runCmd'    = [r \in Requests |-> NoCmd]
+    /\ decidedBy' = [r \in Requests |-> NoCli]
+    /\ outcome'   = [r \in Requests |-> "None"]
+    /\ host' = {}
 
 \* Every session is closed by the coordinator (stop, failure, crash): clients
 \* are told and exit; a CLI still waiting for its coordinator's startup report
@@ -561,10 +574,10 @@ BeginTeardown ==
     /\ trust' = FALSE
     /\ cli' = [c \in CLIs |-> IF cli[c] = "Connected" THEN "Idle" ELSE cli[c]]
     /\ connected' = {}
+    /\ CloseMailbox
     /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
     /\ UNCHANGED <<reg, term>>
-    /\ UNCHANGED reqVars
 
 \* `lazaret stop`: same, but live sessions are closed with a reason.
 StopCommand ==
@@ -574,7 +587,7 @@ StopCommand ==
     /\ published' = FALSE
     /\ trust' = FALSE
     /\ CloseAllSessions("Done")
-    /\ AbandonRequests(CLIs)
+    /\ CloseMailbox
     /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
 
@@ -628,7 +641,6 @@ FinishDismantle ==
     /\ NoIntents
     /\ ~lease
     /\ ~policy /\ netAttest = NoId /\ ~probed
-    /\ \A r \in Requests : reqPhase[r] \notin AcceptedPhases
     /\ phase' = "Absent"
     /\ lock' = NoCli
     /\ hc' = {}
@@ -654,25 +666,35 @@ FinishDismantle ==
 (***************************************************************************)
 
 \* The untrusted sandbox writes a request record into the mailbox by atomic
-\* rename, and the coordinator verifies it when it reads it.  The record may
-\* claim any identity tuple; the sandbox can sign only with an anchor it
-\* holds.  An authentic record is accepted and bound to the session whose
-\* tuple it carries; anything else is rejected with a logged reason, without
-\* blocking the mailbox.  (Verification is folded into the same step: the
-\* queue of unread records is not modelled.)
+\* rename, and the coordinator handles it when it reads it:
+\*  - not authentic: rejected with a logged reason, without blocking the
+\*    mailbox;
+\*  - authentic and an exact auto-rule match that needs no shell: approved
+\*    as the argv it is and started on the host (as argv, no shell);
+\*  - authentic otherwise: accepted, bound to the session whose tuple it
+\*    carries, waiting for that session's terminal.
+\* The record may claim any identity tuple; the sandbox can sign only with
+\* an anchor it holds.  (Reading, verifying and routing one record is one
+\* step; the queue of unread records is not modelled.)
 Submit(r, t, cmd) ==
     /\ reqPhase[r] = "Unused"
     /\ phase = "Ready"
     /\ res["sandbox"]
     /\ CoordinatorAlive
     /\ IF Authentic(t, "Signed")
-         THEN /\ reqPhase' = [reqPhase EXCEPT ![r] = "Accepted"]
-              /\ reqClaim' = [reqClaim EXCEPT ![r] = t]
+         THEN /\ reqClaim' = [reqClaim EXCEPT ![r] = t]
               /\ reqCred' = [reqCred EXCEPT ![r] = "Signed"]
               /\ reqCmd' = [reqCmd EXCEPT ![r] = cmd]
-              /\ UNCHANGED <<approval, runCmd, decidedBy, outcome>>
-         ELSE WipeRequest(r, "Rejected")
-    /\ UNCHANGED host
+              /\ UNCHANGED <<decidedBy, outcome>>
+              /\ IF AutoEligible(cmd)
+                   THEN /\ reqPhase' = [reqPhase EXCEPT ![r] = "Executing"]
+                        /\ approval' = [approval EXCEPT ![r] = "Auto"]
+                        /\ runCmd' = [runCmd EXCEPT ![r] = cmd]
+                        /\ host' = host \cup {r}
+                   ELSE /\ reqPhase' = [reqPhase EXCEPT ![r] = "Accepted"]
+                        /\ UNCHANGED <<approval, runCmd, host>>
+         ELSE /\ WipeRequest(r, "Rejected")
+              /\ UNCHANGED host
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
     /\ UNCHANGED sessVars
@@ -692,25 +714,17 @@ SubmitForged(r) ==
     /\ UNCHANGED resVars
     /\ UNCHANGED sessVars
 
-\* Routing: an exact auto-rule match that needs no shell is approved as the
-\* argv it is; anything else is prompted on the owning session's terminal,
-\* one prompt at a time per session (others queue as Accepted).
+\* Routing: an accepted request is prompted on the owning session's
+\* terminal, one prompt at a time per session (others wait as Accepted).
 Route(r) ==
     LET c == Owner(r) IN
     /\ reqPhase[r] = "Accepted"
     /\ CoordinatorAlive
     /\ phase = "Ready"
-    /\ \/ /\ AutoEligible(reqCmd[r])
-          /\ reqPhase' = [reqPhase EXCEPT ![r] = "Approved"]
-          /\ approval' = [approval EXCEPT ![r] = "Auto"]
-          /\ runCmd' = [runCmd EXCEPT ![r] = reqCmd[r]]
-          /\ UNCHANGED term
-       \/ /\ ~AutoEligible(reqCmd[r])
-          /\ term[c] = "Sandbox"
-          /\ reqPhase' = [reqPhase EXCEPT ![r] = "Prompting"]
-          /\ term' = [term EXCEPT ![c] = r]
-          /\ UNCHANGED <<approval, runCmd>>
-    /\ UNCHANGED <<reqClaim, reqCred, reqCmd, decidedBy, outcome, host>>
+    /\ term[c] = "Sandbox"
+    /\ reqPhase' = [reqPhase EXCEPT ![r] = "Prompting"]
+    /\ term' = [term EXCEPT ![c] = r]
+    /\ UNCHANGED <<reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy, outcome, host>>
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
     /\ UNCHANGED <<cli, connected, reg>>
@@ -718,20 +732,24 @@ Route(r) ==
 \* The developer answers at the terminal showing the prompt.  The answer is
 \* authenticated as that session's (CLI id, Session ID, Session Anchor) over
 \* the request id, the decision and the exact command.  The terminal goes
-\* back to the sandbox session.
+\* back to the sandbox session.  An approved (or edited, then approved)
+\* command starts on the host at once; the developer saw it, so it may use
+\* a shell.
 Decide(c, r, verdict, cmd) ==
     /\ term[c] = r
     /\ c \in Registered
     /\ reqPhase[r] = "Prompting"
+    /\ CoordinatorAlive
     /\ term' = [term EXCEPT ![c] = "Sandbox"]
     /\ IF verdict = "Deny"
-         THEN Resolve(r, "Denied", c)
-         ELSE /\ reqPhase' = [reqPhase EXCEPT ![r] = "Approved"]
+         THEN /\ Resolve(r, "Denied", c)
+              /\ UNCHANGED host
+         ELSE /\ reqPhase' = [reqPhase EXCEPT ![r] = "Executing"]
               /\ approval' = [approval EXCEPT ![r] = "Developer"]
               /\ runCmd' = [runCmd EXCEPT ![r] = cmd]
               /\ decidedBy' = [decidedBy EXCEPT ![r] = c]
+              /\ host' = host \cup {r}
               /\ UNCHANGED <<reqClaim, reqCred, reqCmd, outcome>>
-    /\ UNCHANGED host
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
     /\ UNCHANGED <<cli, connected, reg>>
@@ -739,20 +757,6 @@ Decide(c, r, verdict, cmd) ==
 Approve(c, r) == Decide(c, r, "Approve", reqCmd[r])
 Edit(c, r, e) == e # reqCmd[r] /\ Decide(c, r, "Edit", e)
 Deny(c, r) == Decide(c, r, "Deny", NoCmd)
-
-\* The authorised command runs on the host (as argv; a developer-approved
-\* command may use a shell because the developer saw it).
-StartHost(r) ==
-    /\ reqPhase[r] = "Approved"
-    /\ Owner(r) \in Registered
-    /\ CoordinatorAlive
-    /\ phase = "Ready"
-    /\ reqPhase' = [reqPhase EXCEPT ![r] = "Executing"]
-    /\ host' = host \cup {r}
-    /\ UNCHANGED <<reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy, outcome>>
-    /\ UNCHANGED lifeVars
-    /\ UNCHANGED resVars
-    /\ UNCHANGED sessVars
 
 \* The host command ends by itself (exit status + output), or could not run.
 HostExit(r, o) ==
@@ -768,7 +772,7 @@ HostExit(r, o) ==
 \* host command if any, restore the terminal if the prompt is showing.
 EndEarly(r, o) ==
     LET c == Owner(r) IN
-    /\ reqPhase[r] \in {"Accepted", "Prompting", "Approved", "Executing"}
+    /\ reqPhase[r] \in {"Accepted", "Prompting", "Executing"}
     /\ CoordinatorAlive
     /\ Resolve(r, o, NoCli)
     /\ host' = host \ {r}
@@ -808,7 +812,7 @@ FailDomain ==
     /\ published' = FALSE
     /\ trust' = FALSE
     /\ CloseAllSessions("Done")
-    /\ AbandonRequests(CLIs)
+    /\ CloseMailbox
     /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
 
@@ -826,7 +830,7 @@ CrashCoordinator ==
     /\ published' = FALSE
     /\ trust' = FALSE
     /\ CloseAllSessions("Done")
-    /\ AbandonRequests(CLIs)
+    /\ CloseMailbox
     /\ UNCHANGED <<compIds, domainCfg>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
 
@@ -855,10 +859,10 @@ CoordinatorStep ==
     \/ ReleaseLease \/ FinishDismantle
     \/ \E c \in CLIs : Register(c)
 
-\* What the coordinator does for accepted requests by itself, including its
-\* deadlines.
+\* What the coordinator does for accepted requests by itself: prompt,
+\* enforce deadlines, deliver results.
 CoordinatorEscalationStep ==
-    \E r \in Requests : Route(r) \/ StartHost(r) \/ Expire(r) \/ Deliver(r)
+    \E r \in Requests : Route(r) \/ Expire(r) \/ Deliver(r)
 
 ClientStep(c) ==
     \/ TakeLock(c) \/ Join(c) \/ JoinRefused(c) \/ GiveUp(c)
@@ -1015,7 +1019,7 @@ UniqueSessionIdentities ==
 \* A developer decision came from the requesting session's own terminal.
 DeveloperApprovalAuthenticated ==
     \A r \in Requests :
-        /\ approval[r] = "Developer" /\ reqPhase[r] \in {"Approved", "Executing"} =>
+        /\ approval[r] = "Developer" /\ reqPhase[r] = "Executing" =>
               /\ decidedBy[r] = Owner(r)
               /\ runCmd[r] \in Commands
         /\ (reqPhase[r] \in AcceptedPhases /\ decidedBy[r] # NoCli) =>
@@ -1031,7 +1035,7 @@ HostExecutionAuthorized ==
 
 \* SR-8: auto-approval only for an exact rule match that needs no shell.
 AutoApprovalWithoutShell ==
-    \A r \in Requests : approval[r] = "Auto" /\ reqPhase[r] \in {"Approved", "Executing"} =>
+    \A r \in Requests : approval[r] = "Auto" /\ reqPhase[r] = "Executing" =>
         /\ runCmd[r] = reqCmd[r]
         /\ runCmd[r] \in AutoRuleCmds
         /\ runCmd[r] \notin ShellCmds
@@ -1046,13 +1050,15 @@ TerminalIsolation ==
     /\ \A r \in Requests : reqPhase[r] = "Prompting" => term[Owner(r)] = r
     /\ \A c \in CLIs : (term[c] # "None") <=> (c \in Registered)
 
-\* No host command runs without a live, registered owner and coordinator.
+\* No host command runs without a live, registered owner and coordinator,
+\* and an executing request always has its host command accounted for.
 NoOrphanHostProcess ==
-    \A r \in host :
-        /\ reqPhase[r] = "Executing"
-        /\ Owner(r) \in Registered
-        /\ CoordinatorAlive
-        /\ phase = "Ready"
+    /\ \A r \in host :
+          /\ reqPhase[r] = "Executing"
+          /\ Owner(r) \in Registered
+          /\ CoordinatorAlive
+          /\ phase = "Ready"
+    /\ \A r \in Requests : reqPhase[r] = "Executing" => r \in host
 
 \* The State Anchor is mounted only over a leased, prepared lower, by a
 \* recorded owner, and never while the Domain is Absent.
@@ -1106,8 +1112,7 @@ OrderedFailureRecovery ==
 ResultDeliveryConsistency ==
     \A r \in Requests :
         /\ (outcome[r] # "None") <=> (reqPhase[r] = "Resolved")
-        /\ outcome[r] = "Denied" => approval[r] = "None" /\ decidedBy[r] = Owner(r)
-        /\ outcome[r] \in {"Completed", "Failed"} => approval[r] \in {"Auto", "Developer"}
+        /\ outcome[r] = "Denied" => decidedBy[r] = Owner(r)
         /\ reqPhase[r] = "Resolved" => Owner(r) \in Registered /\ r \notin host
         /\ reqPhase[r] \in {"Rejected", "Abandoned", "Unused", "Delivered"} =>
               outcome[r] = "None" /\ r \notin host

@@ -29,5 +29,10 @@ if ! run_as "$user" "$bindir/lazaret" image build --quiet --if-missing; then
     exit 1
 fi
 
+# Prepare the lower once, so tests do not all wait on the first unpack.
+warm=$(run_as "$user" mktemp -d)
+(cd "$warm" && run_as "$user" "$bindir/lazaret" run --quiet -- true) || { echo "test.sh: a first sandbox did not start" >&2; exit 1; }
+rm -rf "$warm"
+
 echo "test.sh: running tests"
 cargo test --release --locked --features fault-injection -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"

@@ -1306,7 +1306,13 @@ impl Coordinator {
         if let Some(mut b) = self.broker.take() {
             b.cancel_all();
         }
-        let _ = std::fs::remove_dir_all(self.paths.run.join("mailbox"));
+        // The results dir is not listable (0300); open it up to remove it.
+        let mailbox = self.paths.run.join("mailbox");
+        let _ = std::fs::set_permissions(
+            mailbox.join("results"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        );
+        let _ = std::fs::remove_dir_all(&mailbox);
         for mut h in self.helpers.drain(..) {
             let _ = h.kill();
             let _ = h.wait();

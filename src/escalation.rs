@@ -31,7 +31,8 @@ pub const EXIT_CANCELLED: i32 = 130;
 /// Guest paths of the mailbox.
 pub const GUEST_REQUESTS: &str = "/.lazaret/mailbox/requests";
 pub const GUEST_RESULTS: &str = "/.lazaret/mailbox/results";
-pub const GUEST_ESCALATE: &str = "/.lazaret/bin/lazaret-escalate";
+/// On the default PATH, which login shells reset.
+pub const GUEST_ESCALATE: &str = "/usr/local/bin/lazaret-escalate";
 /// Environment variable carrying the session's signing credential.
 pub const CREDENTIAL_ENV: &str = "LAZARET_ESCALATION_CREDENTIAL";
 

@@ -37,7 +37,7 @@ pub const DEFAULT_PACKAGES: &[&str] = &[
 ];
 pub const DEFAULT_TAG: &str = "latest";
 /// Bumped when the preparer's output layout changes.
-const PREPARER: &str = "umoci-unpack-rootless-v2";
+const PREPARER: &str = "umoci-unpack-rootless-v3";
 
 #[derive(Debug)]
 pub enum ImageError {
@@ -278,6 +278,49 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     Ok(done)
 }
 
+/// Makes `root/rel` a real directory, replacing any symlink or file on the
+/// way (inside our own unpacked copy) instead of following it.
+fn real_dir(root: &Path, rel: &str) -> Result<PathBuf> {
+    let mut cur = root.to_path_buf();
+    for part in rel.split('/') {
+        cur.push(part);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_dir() => continue,
+            Ok(_) => std::fs::remove_file(&cur).map_err(|e| ImageError::Io(cur.clone(), e))?,
+            Err(_) => {}
+        }
+        std::fs::create_dir(&cur).map_err(|e| ImageError::Io(cur.clone(), e))?;
+    }
+    Ok(cur)
+}
+
+/// Makes `root/rel` an empty regular file (a mount point), never through a
+/// symlink.
+fn real_file(root: &Path, rel: &str) -> Result<()> {
+    let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let parent = if dir.is_empty() {
+        root.to_path_buf()
+    } else {
+        real_dir(root, dir)?
+    };
+    let p = parent.join(name);
+    if let Ok(m) = std::fs::symlink_metadata(&p) {
+        if m.file_type().is_dir() {
+            std::fs::remove_dir_all(&p).map_err(|e| ImageError::Io(p.clone(), e))?;
+        } else {
+            std::fs::remove_file(&p).map_err(|e| ImageError::Io(p.clone(), e))?;
+        }
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&p)
+        .map(drop)
+        .map_err(|e| ImageError::Io(p, e))
+}
+
 fn is_finished(dir: &Path, digest: &str) -> bool {
     std::fs::read_to_string(dir.join(ARTIFACT_MARKER)).is_ok_and(|s| s.lines().next() == Some(digest))
         && dir.join("rootfs").is_dir()
@@ -293,28 +336,17 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     )?;
     let rootfs = tmp.join("rootfs");
     // Mount points for Lazaret's fixed mounts exist in the lower itself, so
-    // runsc never has to create them anywhere.
-    let io = |p: &Path, e| ImageError::Io(p.to_path_buf(), e);
-    for d in [
-        "workspace",
-        ".lazaret",
-        ".lazaret/bin",
-        ".lazaret/mailbox/requests",
-        ".lazaret/mailbox/results",
-    ] {
-        let p = rootfs.join(d);
-        if std::fs::symlink_metadata(&p).is_ok() && !std::fs::symlink_metadata(&p).map(|m| m.is_dir()).unwrap_or(false)
-        {
-            std::fs::remove_file(&p).map_err(|e| io(&p, e))?;
-        }
-        std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
+    // runsc never has to create them anywhere. The image is untrusted: no
+    // symlink in it is ever followed while making them.
+    for d in ["workspace", ".lazaret/mailbox/requests", ".lazaret/mailbox/results"] {
+        real_dir(&rootfs, d)?;
     }
-    for f in ["init", "bin/lazaret-escalate"] {
-        let p = rootfs.join(".lazaret").join(f);
-        std::fs::write(&p, b"").map_err(|e| io(&p, e))?;
+    for f in [".lazaret/init", "usr/local/bin/lazaret-escalate"] {
+        real_file(&rootfs, f)?;
     }
     let marker = tmp.join(ARTIFACT_MARKER);
-    std::fs::write(&marker, format!("{digest}\n{}\n", layout.display())).map_err(|e| io(&marker, e))?;
+    std::fs::write(&marker, format!("{digest}\n{}\n", layout.display()))
+        .map_err(|e| ImageError::Io(marker.clone(), e))?;
     Ok(())
 }
 
@@ -555,6 +587,26 @@ mod tests {
         assert_eq!(parse_index_digest(&idx, "other").unwrap(), None);
         let bad = idx.replace(&"a".repeat(64), "../x");
         assert!(parse_index_digest(&bad, "latest").is_err());
+    }
+
+    #[test]
+    fn mount_points_never_follow_image_symlinks() {
+        let base = std::env::temp_dir().join(format!("lazaret-img-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (root, outside) = (base.join("rootfs"), base.join("outside"));
+        std::fs::create_dir_all(root.join("usr/local")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("usr/local/bin")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("workspace")).unwrap();
+        real_file(&root, "usr/local/bin/lazaret-escalate").unwrap();
+        real_dir(&root, "workspace").unwrap();
+        assert!(
+            std::fs::read_dir(&outside).unwrap().next().is_none(),
+            "wrote through a symlink"
+        );
+        assert!(std::fs::symlink_metadata(root.join("usr/local/bin")).unwrap().is_dir());
+        assert!(root.join("usr/local/bin/lazaret-escalate").is_file());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const GUEST_CONTROL_DIR: &str = "/.lazaret";
 pub const GUEST_INIT: &str = "/.lazaret/init";
 pub const GUEST_WORKSPACE: &str = "/workspace";
-pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.lazaret/bin";
+pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Capabilities of every sandboxed process: runsc's defaults. Never
 /// CAP_NET_ADMIN (SR-5): with it the sandbox could reroute around denies.

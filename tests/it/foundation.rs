@@ -256,7 +256,7 @@ fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
     let cmd = env.pane_cmd(&ws, &["run"]);
     let t = Tmux::new("tty", 111, 33, &cmd);
     assert!(
-        t.wait_for("root@lazaret", Duration::from_secs(30)),
+        t.wait_for("root@lazaret", Duration::from_secs(120)),
         "no prompt:\n{}",
         t.capture()
     );

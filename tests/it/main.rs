@@ -9,6 +9,7 @@
 
 mod harness;
 
+mod escalation;
 mod foundation;
 mod net;
 mod sessions;

@@ -37,7 +37,7 @@ fn a_second_session_joins_the_same_sandbox() {
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("share2");
     let a = Tmux::new("joinA", 100, 30, &env.pane_cmd(&ws, &["run"]));
-    assert!(a.wait_for("root@lazaret", Duration::from_secs(30)), "{}", a.capture());
+    assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
     a.send("echo from-a > /tmp/a-was-here; sleep 300 &");
     a.enter();
     std::thread::sleep(Duration::from_millis(500));
@@ -147,7 +147,7 @@ fn pane_size(t: &Tmux) -> String {
 
 /// Resize, full-screen programs, Ctrl-C and exit status, for one pane.
 fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
-    assert!(t.wait_for("root@lazaret", Duration::from_secs(30)), "{}", t.capture());
+    assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
     t.cmd(&["resize-window", "-t", "t", "-x", "90", "-y", "27"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(pane_size(t), "27 90");
@@ -274,7 +274,7 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     let ws = env.dir("killhc");
     let pane = Tmux::new("killhc", 100, 30, &env.pane_cmd(&ws, &["run"]));
     assert!(
-        pane.wait_for("root@lazaret", Duration::from_secs(30)),
+        pane.wait_for("root@lazaret", Duration::from_secs(120)),
         "{}",
         pane.capture()
     );

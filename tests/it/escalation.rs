@@ -1,0 +1,362 @@
+//! Host escalation: the agent asks, the developer decides (SR-7..9, FR-5,
+//! FR-10, OR-2, OR-3, DX-4).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::{eventually, sh_quote, Env, Tmux, GLOBAL};
+use crate::require_env;
+
+/// A workspace and a config home with escalation on and `rules` (TOML).
+fn setup(env: &Env, name: &str, rules: &str) -> (PathBuf, PathBuf) {
+    let base = env.dir(name);
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+    let cfg = base.join("cfg");
+    env.write(
+        &cfg.join("lazaret/config.toml"),
+        &format!("[escalation]\nenabled = true\n{rules}"),
+    );
+    (ws, cfg)
+}
+
+fn rule(argv: &[&str], trailing: bool) -> String {
+    let list = argv.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n")
+}
+
+fn audit(env: &Env, ws: &Path) -> String {
+    let root = env
+        .home
+        .join(".local/share/lazaret/domains")
+        .join(env.domain_id("default", ws));
+    std::fs::read_to_string(root.join("audit.log")).unwrap_or_default()
+}
+
+fn host_git_version() -> String {
+    let o = Command::new("git").arg("--version").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(
+        env,
+        "escauto",
+        &(rule(&["git", "--version"], false) + &rule(&["echo", "hi"], true)),
+    );
+    let script = "lazaret-escalate -- git --version; echo rc=$?; \
+                  lazaret-escalate -- git --version --foo; echo rc=$?; \
+                  lazaret-escalate -- echo hi there; echo rc=$?; \
+                  git --version";
+    let r = env.lz(&ws, &["run", "--", "sh", "-c", script]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    // The host's git answered, not the image's.
+    assert_eq!(lines[0], host_git_version(), "{r:?}");
+    assert_eq!(lines[1], "rc=0");
+    assert_eq!(lines[2], "rc=126", "not auto-approved, non-interactive: denied {r:?}");
+    assert!(r.stderr.contains("denied"), "{r:?}");
+    assert_eq!(lines[3], "hi there");
+    assert_eq!(lines[4], "rc=0");
+    let a = audit(env, &ws);
+    assert!(
+        a.contains("auto-approved by rule 0") && a.contains("auto-approved by rule 1"),
+        "{a}"
+    );
+}
+
+fn pane_text(t: &Tmux) -> String {
+    t.capture()
+}
+
+#[test]
+fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(env, "escprompt", "");
+    let cfgs = cfg.display().to_string();
+    let pane = |name: &str| {
+        let cmd =
+            env.pane_cmd(&ws, &["run"])
+                .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
+        let t = Tmux::new(name, 120, 40, &cmd);
+        assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
+        t
+    };
+    let a = pane("escA");
+    let b = pane("escB");
+    let marker = ws.join("edited-ran");
+
+    // Approve: output and status come back to the asking client.
+    a.send("clear; lazaret-escalate --justification 'need the host' -- sh -c 'echo from-host; exit 3'; echo rc=$?");
+    a.enter();
+    assert!(a.wait_for("[a]pprove", Duration::from_secs(10)), "{}", pane_text(&a));
+    let shown = pane_text(&a);
+    assert!(
+        shown.contains("profile: default") && shown.contains("need the host"),
+        "{shown}"
+    );
+    assert!(shown.contains("sh -c 'echo from-host; exit 3'"), "{shown}");
+    assert!(!pane_text(&b).contains("[a]pprove"), "the other session saw the prompt");
+    a.send("a");
+    assert!(a.wait_for("rc=3", Duration::from_secs(10)), "{}", pane_text(&a));
+    assert!(pane_text(&a).contains("from-host"));
+
+    // Deny: the documented code.
+    a.send("clear; lazaret-escalate --justification step-two -- touch /tmp/never; echo rc=$?");
+    a.enter();
+    assert!(
+        a.wait_for("why:     step-two", Duration::from_secs(10)),
+        "{}",
+        pane_text(&a)
+    );
+    a.send("d");
+    assert!(a.wait_for("rc=126", Duration::from_secs(10)), "{}", pane_text(&a));
+
+    // Edit: the edited command is what runs and what is reported.
+    a.send("clear; lazaret-escalate --justification step-three -- rm -rf /tmp/x; echo rc=$?");
+    a.enter();
+    assert!(
+        a.wait_for("why:     step-three", Duration::from_secs(10)),
+        "{}",
+        pane_text(&a)
+    );
+    a.send("e");
+    assert!(
+        a.wait_for("command to run instead", Duration::from_secs(5)),
+        "{}",
+        pane_text(&a)
+    );
+    a.send(&format!("touch {}", marker.display()));
+    a.enter();
+    assert!(a.wait_for("rc=0", Duration::from_secs(10)), "{}", pane_text(&a));
+    assert!(marker.exists(), "the edited command did not run");
+    let log = audit(env, &ws);
+    assert!(log.contains("edited by the developer to: touch"), "{log}");
+    assert!(
+        log.contains("denied by the developer") && log.contains("approved by the developer"),
+        "{log}"
+    );
+    assert!(
+        !pane_text(&b).contains("lazaret: the sandbox asks"),
+        "{}",
+        pane_text(&b)
+    );
+    for t in [&a, &b] {
+        t.send("exit");
+        t.enter();
+    }
+}
+
+/// Runs `script` in a session of the Domain and returns (stdout, stderr).
+fn inside(env: &Env, ws: &Path, cfg: &Path, script: &str) -> crate::harness::Run {
+    env.lz(ws, &["run", "--", "sh", "-c", script]).config_home(cfg).run()
+}
+
+#[test]
+fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(env, "escforge", &(rule(&["true"], false) + &rule(&["touch"], true)));
+    let (ws2, cfg2) = setup(env, "escforge2", &rule(&["touch"], true));
+    let marker = ws.join("forged-ran");
+    let m = sh_quote(&marker.display().to_string());
+    // A record signed by a session of another Domain.
+    let foreign = inside(
+        env,
+        &ws2,
+        &cfg2,
+        &format!("lazaret-escalate --print-request -- touch {m}"),
+    )
+    .stdout;
+    assert!(foreign.starts_with("LZESC1"), "{foreign}");
+    // Session Y of this Domain leaves a record of its own in the shared /tmp.
+    let _y = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                &format!("lazaret-escalate --print-request -- touch {m} > /tmp/y.rec; sleep 120"),
+            ],
+        )
+        .config_home(&cfg)
+        .spawn_bg();
+    let q = "/.lazaret/mailbox/requests";
+    let script = format!(
+        r#"set -u
+        put() {{ n=$(sed -n 's/^id //p' "$1"); cp "$1" {q}/.tmp-$n; mv {q}/.tmp-$n {q}/$n.req; }}
+        while [ ! -s /tmp/y.rec ]; do sleep 0.1; done
+        # hand-written
+        printf 'LZESC1
+id %s
+' 0123456789abcdef0123456789abcdef > {q}/0123456789abcdef0123456789abcdef.req
+        # tampered after signing
+        lazaret-escalate --print-request -- true | sed 's#^arg true$#arg touch#; s#^argc 1$#argc 2#'             | sed "s#^arg touch\$#arg touch\narg {m}#" > /tmp/t.rec
+        put /tmp/t.rec
+        # replayed: a valid record sent twice
+        lazaret-escalate --print-request -- true > /tmp/r.rec
+        put /tmp/r.rec; sleep 0.5; put /tmp/r.rec
+        # signed with session Y's credential, claiming to be this session
+        lazaret-escalate --print-request -- true > /tmp/me.rec
+        me_s=$(sed -n 's/^session //p' /tmp/me.rec); me_c=$(sed -n 's/^client //p' /tmp/me.rec)
+        sed "s/^session .*/session $me_s/; s/^client .*/client $me_c/" /tmp/y.rec > /tmp/x.rec
+        put /tmp/x.rec
+        # another Domain's
+        put /workspace/foreign.rec
+        # 10 MiB
+        head -c 10485760 /dev/zero > {q}/.tmp-big; mv {q}/.tmp-big {q}/fedcba9876543210fedcba9876543210.req
+        # a symlink
+        ln -s /etc/passwd {q}/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.req
+        sleep 1
+        # and a valid request still works
+        lazaret-escalate -- true; echo rc=$?"#
+    );
+    env.write(&ws.join("foreign.rec"), &foreign);
+    let r = env.lz(&ws, &["run", "--", "sh", "-c", &script]).config_home(&cfg).run();
+    assert!(r.stdout.contains("rc=0"), "{r:?}");
+    assert!(!marker.exists(), "a forged request ran");
+    let log = audit(env, &ws);
+    let rejected: Vec<&str> = log.lines().filter(|l| l.contains(" rejected ")).collect();
+    for why in [
+        "record ends before",           // hand-written
+        "signature does not match",     // tampered
+        "replayed request id",          // replay
+        "certificate speaks for",       // another session's credential
+        "another Domain or generation", // another Domain's
+        "over the limit",               // 10 MiB
+        "cannot open",                  // symlink
+    ] {
+        assert!(
+            rejected.iter().any(|l| l.contains(why)),
+            "no rejection for {why:?}:\n{log}"
+        );
+    }
+}
+
+fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
+    crate::harness::processes()
+        .into_iter()
+        .filter(|(_, u, c)| u.first() == Some(&env.uid) && c.trim_end() == needle)
+        .map(|p| p.0)
+        .collect()
+}
+
+#[test]
+fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(env, "esckill", &(rule(&["sleep"], true) + &rule(&["echo"], true)));
+    let cfgs = cfg.display().to_string();
+    // Session A: interactive, with a prompt left pending.
+    let cmd = env
+        .pane_cmd(&ws, &["run"])
+        .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
+    let a = Tmux::new("esckillA", 100, 30, &cmd);
+    assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
+    a.send("lazaret-escalate -- cat /etc/hostname");
+    a.enter();
+    assert!(a.wait_for("[a]pprove", Duration::from_secs(10)), "{}", a.capture());
+    // Session B is answered at once while A's prompt is up.
+    let t = Instant::now();
+    let r = env
+        .lz(&ws, &["run", "--", "lazaret-escalate", "--", "echo", "quick"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.stdout.trim(), "quick", "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "B waited {:?}", t.elapsed());
+    // Session C runs a long host command, then its client is killed.
+    let mut c = env
+        .lz(&ws, &["run", "--", "lazaret-escalate", "--", "sleep", "37"])
+        .config_home(&cfg)
+        .spawn_bg();
+    assert!(
+        eventually(Duration::from_secs(20), || !host_pids(env, "sleep 37").is_empty()),
+        "host command never ran"
+    );
+    Command::new("kill")
+        .args(["-9", &c.0.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = c.0.wait();
+    let t = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(2), || host_pids(env, "sleep 37").is_empty()),
+        "host command survived"
+    );
+    eprintln!("host group gone after {:?}", t.elapsed());
+    assert!(audit(env, &ws).contains("result=cancelled"));
+    a.send("d");
+    a.send("exit");
+    a.enter();
+}
+
+#[test]
+fn timeouts_kill_and_output_limits_truncate() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(env, "esclimit", &(rule(&["sleep"], true) + &rule(&["head"], true)));
+    let r = inside(env, &ws, &cfg, "lazaret-escalate --timeout 1 -- sleep 30; echo rc=$?");
+    assert!(r.stdout.contains("rc=124"), "{r:?}");
+    assert!(r.stderr.contains("timed-out"), "{r:?}");
+    assert!(host_pids(env, "sleep 30").is_empty());
+    let r = inside(
+        env,
+        &ws,
+        &cfg,
+        "lazaret-escalate -- head -c 3000000 /dev/zero | wc -c; echo rc=$?",
+    );
+    assert!(r.stdout.contains("1048576"), "{r:?}");
+    assert!(r.stderr.contains("stdout truncated at 1048576 bytes"), "{r:?}");
+}
+
+#[test]
+fn no_key_material_is_reachable_inside_or_left_behind() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(env, "esckeys", &rule(&["true"], false));
+    let id = env.domain_id("default", &ws);
+    let run_dir = env.runtime_root().join(&id);
+    let r = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "grep -rlsI 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
+                 grep -rlsF \"${LAZARET_ESCALATION_CREDENTIAL%%.*}\" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
+                 echo scanned",
+            ],
+        )
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.stdout.trim(), "scanned", "key material visible inside: {r:?}");
+    // On the host: the runtime dir is closed to other users, and nothing
+    // with key material remains after teardown.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&run_dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    assert!(eventually(Duration::from_secs(3), || !run_dir.join("hc.sock").exists()));
+    let root = env.home.join(".local/share/lazaret/domains").join(&id);
+    for dir in [&run_dir, &root] {
+        let out = Command::new("grep")
+            .args(["-rlsI", "PRIVATE KEY"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || !run_dir.join("mailbox").exists()),
+        "mailbox left behind"
+    );
+}
