@@ -759,6 +759,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         runsc_root,
         bundle: args.value_from_str("--bundle")?,
         container_id: args.value_from_str("--id")?,
+        views: args.opt_value_from_str("--views")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

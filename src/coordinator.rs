@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{self, Profile};
 use crate::domain::{self, random_id};
+use crate::gitsentry;
 use crate::image;
 use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
 use crate::paths::{self, DomainPaths};
@@ -264,12 +265,22 @@ impl Coordinator {
         if !init.is_file() {
             return Err(format!("{} is missing: reinstall lazaret", init.display()));
         }
+        // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.
+        let views = gitsentry::prepare_views(
+            &self.workspace,
+            &gen_dir,
+            self.profile
+                .isolate_ignored
+                .then(|| self.paths.ignored_dir())
+                .as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
-            workspace: self.workspace.clone(),
+            workspace: views.workspace_source.clone(),
             init,
             hostname: "lazaret".into(),
-            binds: Vec::new(),
+            binds: views.binds.clone(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -295,6 +306,8 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("bundle"))
             .arg("--id")
             .arg(&self.sandbox_id)
+            .arg("--views")
+            .arg(self.paths.gen_dir().join("views"))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());

@@ -36,6 +36,8 @@ pub struct Args {
     pub bundle: PathBuf,
     pub container_id: String,
     pub runsc_args: Vec<String>,
+    /// The workspace views to serve (`fusefs`), written by the coordinator.
+    pub views: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -71,6 +73,12 @@ pub fn main(args: Args) -> i32 {
     if let Err(e) = prepare_namespace() {
         return fail(e);
     }
+    // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
+    let _views = match args.views.as_deref().map(crate::fusefs::start_views) {
+        Some(Err(e)) => return fail(e),
+        Some(Ok(v)) => v,
+        None => Vec::new(),
+    };
     let (mut child, ready_rd) = match start_runsc(&args) {
         Ok(v) => v,
         Err(e) => return fail(e),
