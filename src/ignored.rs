@@ -188,14 +188,23 @@ impl IgnoreRules {
             return false;
         }
         let mut prefix = PathBuf::new();
+        // Below a matching directory kept only for its tracked content,
+        // everything else is ignored, as Git never looks inside it.
+        let mut below_match = false;
         for (i, c) in comps.iter().enumerate() {
             prefix.push(c.as_os_str());
             let last = i + 1 == comps.len();
-            if self.matches_rules(&prefix, !last || is_dir) {
-                if self.verified_dirs.contains(&prefix) || (last && self.verified.contains(&prefix)) {
-                    continue;
+            let dir = !last || is_dir;
+            if below_match || self.matches_rules(&prefix, dir) {
+                let kept = if dir {
+                    self.verified_dirs.contains(&prefix)
+                } else {
+                    self.verified.contains(&prefix)
+                };
+                if !kept {
+                    return true;
                 }
-                return true;
+                below_match = true;
             }
         }
         false
