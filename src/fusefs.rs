@@ -45,7 +45,7 @@ const TTL: Duration = Duration::from_secs(1);
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Side {
     Host,
     Store,
@@ -58,6 +58,11 @@ struct Node {
     gone: bool,
     /// Ever seen at a protected path (sticks across hard links).
     protected: bool,
+    /// Pins the host inode while the kernel knows this node, so its number
+    /// is never reused for another file under the same node id.
+    pin: Option<Arc<OwnedFd>>,
+    key: (Side, u64, u64),
+    lookups: u64,
 }
 
 enum Handle {
@@ -67,6 +72,8 @@ enum Handle {
 
 struct Tables {
     nodes: HashMap<u64, Node>,
+    by_key: HashMap<(Side, u64, u64), u64>,
+    next_id: u64,
     handles: HashMap<u64, Handle>,
     next_fh: u64,
 }
@@ -167,6 +174,9 @@ impl View {
                 rel: PathBuf::new(),
                 gone: false,
                 protected: false,
+                pin: None,
+                key: (Side::Host, 0, 0),
+                lookups: 1,
             },
         );
         Ok(View {
@@ -177,6 +187,8 @@ impl View {
             sentry,
             t: Mutex::new(Tables {
                 nodes,
+                by_key: HashMap::new(),
+                next_id: 2,
                 handles: HashMap::new(),
                 next_fh: 1,
             }),
@@ -224,18 +236,14 @@ impl View {
         rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
     }
 
-    fn node_id(&self, side: Side, st: &rustix::fs::Stat) -> u64 {
-        let mut id = st.st_ino & !(STORE_BIT | FOREIGN_BIT | (1 << 63));
-        if st.st_dev != self.dev(side) {
-            id = (id ^ st.st_dev.rotate_left(40)) & !(STORE_BIT | (1 << 63)) | FOREIGN_BIT;
-        }
-        if side == Side::Store {
-            id |= STORE_BIT;
-        }
-        if id <= 1 {
-            id |= FOREIGN_BIT;
-        }
-        id
+    /// The node id of an existing host file, if the kernel knows it.
+    fn known(&self, side: Side, st: &rustix::fs::Stat) -> Option<u64> {
+        self.t
+            .lock()
+            .unwrap()
+            .by_key
+            .get(&(side, st.st_dev, st.st_ino))
+            .copied()
     }
 
     fn node(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool), Errno> {
@@ -247,21 +255,53 @@ impl View {
         Ok((n.side, n.rel.clone(), n.protected || self.sentry.is_protected(&n.rel)))
     }
 
-    fn remember(&self, side: Side, rel: &Path, st: &rustix::fs::Stat) -> FileAttr {
-        let id = self.node_id(side, st);
+    /// An O_PATH fd of the entry at `rel`, never through a symlink.
+    fn pin(&self, side: Side, rel: &Path) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat2(
+            self.root(side)?,
+            rel,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )
+        .map_err(errno)
+    }
+
+    /// Registers one kernel lookup of the entry at `rel` and returns its
+    /// attributes under its node id.
+    fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
+        let pin = self.pin(side, rel)?;
+        let st = rustix::fs::fstat(&pin).map_err(errno)?;
         let protected = self.sentry.is_protected(rel);
+        let key = (side, st.st_dev, st.st_ino);
         let mut t = self.t.lock().unwrap();
-        let n = t.nodes.entry(id).or_insert(Node {
-            side,
-            rel: rel.to_path_buf(),
-            gone: false,
-            protected,
-        });
-        n.side = side;
+        let id = match t.by_key.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = t.next_id;
+                t.next_id += 1;
+                t.by_key.insert(key, id);
+                t.nodes.insert(
+                    id,
+                    Node {
+                        side,
+                        rel: rel.to_path_buf(),
+                        gone: false,
+                        protected: false,
+                        pin: Some(Arc::new(pin)),
+                        key,
+                        lookups: 0,
+                    },
+                );
+                id
+            }
+        };
+        let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.rel = rel.to_path_buf();
         n.gone = false;
         n.protected |= protected;
-        attr(id, st)
+        n.lookups += 1;
+        Ok(attr(id, &st))
     }
 
     fn ignored(&self, rel: &Path, dir: bool) -> bool {
@@ -334,9 +374,10 @@ impl View {
     }
 
     fn entry_reply(&self, side: Side, rel: &Path, d: &OwnedFd, name: &OsStr, reply: ReplyEntry) {
-        match rustix::fs::statat(d, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => reply.entry(&TTL, &self.remember(side, rel, &st), Generation(0)),
-            Err(e) => reply.error(errno(e)),
+        let _ = (d, name);
+        match self.remember(side, rel) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -451,8 +492,8 @@ impl Filesystem for View {
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
-            let (side, st) = self.find(pside, &rel)?;
-            Ok::<_, Errno>(self.remember(side, &rel, &st))
+            let (side, _) = self.find(pside, &rel)?;
+            self.remember(side, &rel)
         })();
         match r {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
@@ -467,9 +508,35 @@ impl Filesystem for View {
                 Err(e) => return reply.error(errno(e)),
             }
         }
-        match self.node(ino).and_then(|(side, rel, _)| self.stat(side, &rel)) {
+        let pin = self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.pin.clone());
+        let st = match pin {
+            Some(p) => rustix::fs::fstat(&*p).map_err(errno),
+            None => self.node(ino).and_then(|(side, rel, _)| self.stat(side, &rel)),
+        };
+        match st {
             Ok(st) => reply.attr(&TTL, &attr(ino.0, &st)),
             Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if ino.0 == 1 {
+            return;
+        }
+        let mut t = self.t.lock().unwrap();
+        let drop_it = match t.nodes.get_mut(&ino.0) {
+            Some(n) => {
+                n.lookups = n.lookups.saturating_sub(nlookup);
+                n.lookups == 0
+            }
+            None => false,
+        };
+        if drop_it {
+            if let Some(n) = t.nodes.remove(&ino.0) {
+                if t.by_key.get(&n.key) == Some(&ino.0) {
+                    t.by_key.remove(&n.key);
+                }
+            }
         }
     }
 
@@ -675,7 +742,7 @@ impl Filesystem for View {
             let from = prel.join(name);
             let to = nprel.join(newname);
             let (side, st) = self.find(pside, &from)?;
-            let id = self.node_id(side, &st);
+            let id = self.known(side, &st).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
             if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
                 log::warn!("git sentry: refused renaming {} to {}", from.display(), to.display());
@@ -850,16 +917,26 @@ impl Filesystem for View {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.node(ino).and_then(|(side, rel, _)| self.list_dir(side, &rel)) {
-            Ok(list) => {
-                let fh = self.add_handle(Handle::Dir(Arc::new(list)));
+        match self.node(ino) {
+            Ok(_) => {
+                let fh = self.add_handle(Handle::Dir(Arc::new(Vec::new())));
                 reply.opened(FileHandle(fh), FopenFlags::empty())
             }
             Err(e) => reply.error(e),
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        if offset == 0 {
+            // A reader that rewinds an open directory (gVisor keeps its
+            // directory fds) must see the directory as it is now.
+            match self.node(ino).and_then(|(side, rel, _)| self.list_dir(side, &rel)) {
+                Ok(list) => {
+                    self.t.lock().unwrap().handles.insert(fh.0, Handle::Dir(Arc::new(list)));
+                }
+                Err(e) => return reply.error(e),
+            }
+        }
         let list = match self.t.lock().unwrap().handles.get(&fh.0) {
             Some(Handle::Dir(l)) => l.clone(),
             _ => return reply.error(Errno::EBADF),
@@ -911,8 +988,7 @@ impl Filesystem for View {
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
             let fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
             let fd = rustix::fs::openat2(&d, name, fl, Mode::from_raw_mode(mode & 0o7777), resolve()).map_err(errno)?;
-            let st = rustix::fs::fstat(&fd).map_err(errno)?;
-            let a = self.remember(side, &rel, &st);
+            let a = self.remember(side, &rel)?;
             Ok((a, self.add_handle(Handle::File(Arc::new(File::from(fd))))))
         })();
         match r {
@@ -932,7 +1008,7 @@ impl View {
                 return Err(Errno::EPERM);
             }
             let (side, st) = self.find(pside, &rel)?;
-            let id = self.node_id(side, &st);
+            let id = self.known(side, &st).unwrap_or(u64::MAX);
             if self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected) {
                 return Err(Errno::EPERM);
             }
@@ -985,6 +1061,17 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
+    // Every node the kernel knows pins its host inode with an O_PATH fd.
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = lim.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            },
+        );
+    }
     let specs = crate::gitsentry::parse_views(&text).ok_or_else(|| format!("{} is malformed", file.display()))?;
     let mut served = Vec::new();
     for v in specs {

@@ -253,9 +253,10 @@ fn the_sandbox_cannot_make_host_git_obey_it() {
     assert_eq!(hooks_before, hooks_after, "hooks changed");
     assert!(ws.join(".git").is_dir() && !ws.join(".git-x").exists());
     assert!(!ws.join("sub/.git").exists() && !ws.join("nested/.git").exists());
-    assert!(std::fs::symlink_metadata(ws.join(".git/objects/info"))
-        .unwrap()
-        .is_dir());
+    // objects/info may have been moved away (harmless), never swapped for a symlink.
+    if let Ok(md) = std::fs::symlink_metadata(ws.join(".git/objects/info")) {
+        assert!(md.is_dir(), ".git/objects/info replaced");
+    }
     assert_eq!(git(&env, &ws, &["fsck", "--no-progress"]).code, 0);
 }
 
