@@ -58,10 +58,6 @@ struct Node {
     gone: bool,
     /// Ever seen at a protected path (sticks across hard links).
     protected: bool,
-    /// Pins the host inode while the kernel knows this node, so its number
-    /// is never reused for another file under the same node id.
-    pin: Option<Arc<OwnedFd>>,
-    key: (Side, u64, u64),
     lookups: u64,
 }
 
@@ -72,7 +68,10 @@ enum Handle {
 
 struct Tables {
     nodes: HashMap<u64, Node>,
-    by_key: HashMap<(Side, u64, u64), u64>,
+    /// Live nodes by (side, view path). A node id is never reused, and a
+    /// path gets a new id once its node is gone (removed, overwritten), so
+    /// the kernel and gVisor never see one id for two different files.
+    by_key: HashMap<(Side, PathBuf), u64>,
     next_id: u64,
     handles: HashMap<u64, Handle>,
     next_fh: u64,
@@ -82,7 +81,6 @@ struct Tables {
 /// store and rules.
 pub struct View {
     host: OwnedFd,
-    host_dev: u64,
     store: Option<(OwnedFd, u64)>,
     rules: Option<IgnoreRules>,
     sentry: Sentry,
@@ -158,7 +156,7 @@ impl View {
     /// A view of `host`. `store` is the ignored store (created if missing)
     /// with its rules; None shows ignored paths from the host.
     pub fn new(host: &Path, store: Option<(&Path, IgnoreRules)>, sentry: Sentry) -> io::Result<View> {
-        let (host_fd, host_dev) = open_root(host)?;
+        let (host_fd, _) = open_root(host)?;
         let (store, rules) = match store {
             Some((dir, rules)) => {
                 std::fs::create_dir_all(dir)?;
@@ -174,14 +172,11 @@ impl View {
                 rel: PathBuf::new(),
                 gone: false,
                 protected: false,
-                pin: None,
-                key: (Side::Host, 0, 0),
                 lookups: 1,
             },
         );
         Ok(View {
             host: host_fd,
-            host_dev,
             store,
             rules,
             sentry,
@@ -199,13 +194,6 @@ impl View {
         match side {
             Side::Host => Ok(self.host.as_fd()),
             Side::Store => self.store.as_ref().map(|(f, _)| f.as_fd()).ok_or(Errno::EIO),
-        }
-    }
-
-    fn dev(&self, side: Side) -> u64 {
-        match side {
-            Side::Host => self.host_dev,
-            Side::Store => self.store.as_ref().map(|s| s.1).unwrap_or(0),
         }
     }
 
@@ -236,14 +224,9 @@ impl View {
         rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
     }
 
-    /// The node id of an existing host file, if the kernel knows it.
-    fn known(&self, side: Side, st: &rustix::fs::Stat) -> Option<u64> {
-        self.t
-            .lock()
-            .unwrap()
-            .by_key
-            .get(&(side, st.st_dev, st.st_ino))
-            .copied()
+    /// The node id of the entry at `rel`, if the kernel knows it.
+    fn known(&self, side: Side, rel: &Path) -> Option<u64> {
+        self.t.lock().unwrap().by_key.get(&(side, rel.to_path_buf())).copied()
     }
 
     fn node(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool), Errno> {
@@ -255,25 +238,12 @@ impl View {
         Ok((n.side, n.rel.clone(), n.protected || self.sentry.is_protected(&n.rel)))
     }
 
-    /// An O_PATH fd of the entry at `rel`, never through a symlink.
-    fn pin(&self, side: Side, rel: &Path) -> Result<OwnedFd, Errno> {
-        rustix::fs::openat2(
-            self.root(side)?,
-            rel,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            resolve(),
-        )
-        .map_err(errno)
-    }
-
     /// Registers one kernel lookup of the entry at `rel` and returns its
     /// attributes under its node id.
     fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
-        let pin = self.pin(side, rel)?;
-        let st = rustix::fs::fstat(&pin).map_err(errno)?;
+        let st = self.stat(side, rel)?;
         let protected = self.sentry.is_protected(rel);
-        let key = (side, st.st_dev, st.st_ino);
+        let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
         let id = match t.by_key.get(&key) {
             Some(&id) => id,
@@ -288,8 +258,6 @@ impl View {
                         rel: rel.to_path_buf(),
                         gone: false,
                         protected: false,
-                        pin: Some(Arc::new(pin)),
-                        key,
                         lookups: 0,
                     },
                 );
@@ -297,8 +265,6 @@ impl View {
             }
         };
         let n = t.nodes.get_mut(&id).expect("node of a known key");
-        n.rel = rel.to_path_buf();
-        n.gone = false;
         n.protected |= protected;
         n.lookups += 1;
         Ok(attr(id, &st))
@@ -383,28 +349,43 @@ impl View {
 
     /// After a rename: every node at or below `from` moves to `to`; a node
     /// that was at `to` is gone.
-    fn renamed(&self, side: Side, from: &Path, to: &Path, moved: u64) {
+    fn renamed(&self, side: Side, from: &Path, to: &Path) {
         let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        let moved_id = t.by_key.get(&(side, from.to_path_buf())).copied();
+        let mut rekey = Vec::new();
         for (id, n) in t.nodes.iter_mut() {
             if n.side != side || n.gone {
                 continue;
             }
-            if *id != moved && n.rel == to {
+            if Some(*id) != moved_id && n.rel.starts_with(to) && !n.rel.starts_with(from) {
                 n.gone = true;
+                rekey.push((n.rel.clone(), None));
             } else if let Ok(rest) = n.rel.strip_prefix(from) {
-                n.rel = if rest.as_os_str().is_empty() {
+                let new = if rest.as_os_str().is_empty() {
                     to.to_path_buf()
                 } else {
                     to.join(rest)
                 };
+                rekey.push((n.rel.clone(), Some((new.clone(), *id))));
+                n.rel = new;
+            }
+        }
+        for (old, _) in &rekey {
+            t.by_key.remove(&(side, old.clone()));
+        }
+        for (_, new) in rekey {
+            if let Some((p, id)) = new {
+                t.by_key.insert((side, p), id);
             }
         }
     }
 
+    /// After an unlink or rmdir: the node at `rel` is gone.
     fn removed(&self, side: Side, rel: &Path) {
         let mut t = self.t.lock().unwrap();
-        for n in t.nodes.values_mut() {
-            if n.side == side && n.rel == rel {
+        if let Some(id) = t.by_key.remove(&(side, rel.to_path_buf())) {
+            if let Some(n) = t.nodes.get_mut(&id) {
                 n.gone = true;
             }
         }
@@ -508,11 +489,7 @@ impl Filesystem for View {
                 Err(e) => return reply.error(errno(e)),
             }
         }
-        let pin = self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.pin.clone());
-        let st = match pin {
-            Some(p) => rustix::fs::fstat(&*p).map_err(errno),
-            None => self.node(ino).and_then(|(side, rel, _)| self.stat(side, &rel)),
-        };
+        let st = self.node(ino).and_then(|(side, rel, _)| self.stat(side, &rel));
         match st {
             Ok(st) => reply.attr(&TTL, &attr(ino.0, &st)),
             Err(e) => reply.error(e),
@@ -533,8 +510,9 @@ impl Filesystem for View {
         };
         if drop_it {
             if let Some(n) = t.nodes.remove(&ino.0) {
-                if t.by_key.get(&n.key) == Some(&ino.0) {
-                    t.by_key.remove(&n.key);
+                let key = (n.side, n.rel);
+                if t.by_key.get(&key) == Some(&ino.0) {
+                    t.by_key.remove(&key);
                 }
             }
         }
@@ -742,7 +720,7 @@ impl Filesystem for View {
             let from = prel.join(name);
             let to = nprel.join(newname);
             let (side, st) = self.find(pside, &from)?;
-            let id = self.known(side, &st).unwrap_or(u64::MAX);
+            let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
             if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
                 log::warn!("git sentry: refused renaming {} to {}", from.display(), to.display());
@@ -777,11 +755,11 @@ impl Filesystem for View {
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 let tmp = PathBuf::from("\0swap");
-                self.renamed(side, &to, &tmp, u64::MAX);
-                self.renamed(side, &from, &to, id);
-                self.renamed(side, &tmp, &from, u64::MAX);
+                self.renamed(side, &to, &tmp);
+                self.renamed(side, &from, &to);
+                self.renamed(side, &tmp, &from);
             } else {
-                self.renamed(side, &from, &to, id);
+                self.renamed(side, &from, &to);
             }
             Ok(())
         })();
@@ -1007,8 +985,8 @@ impl View {
                 log::warn!("git sentry: refused removing {}", rel.display());
                 return Err(Errno::EPERM);
             }
-            let (side, st) = self.find(pside, &rel)?;
-            let id = self.known(side, &st).unwrap_or(u64::MAX);
+            let (side, _) = self.find(pside, &rel)?;
+            let id = self.known(side, &rel).unwrap_or(u64::MAX);
             if self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected) {
                 return Err(Errno::EPERM);
             }
@@ -1061,17 +1039,6 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
-    // Every node the kernel knows pins its host inode with an O_PATH fd.
-    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    if let Some(max) = lim.maximum {
-        let _ = rustix::process::setrlimit(
-            rustix::process::Resource::Nofile,
-            rustix::process::Rlimit {
-                current: Some(max),
-                maximum: Some(max),
-            },
-        );
-    }
     let specs = crate::gitsentry::parse_views(&text).ok_or_else(|| format!("{} is malformed", file.display()))?;
     let mut served = Vec::new();
     for v in specs {
