@@ -1127,10 +1127,11 @@ ResultDeliveryConsistency ==
 RequestEventuallyResolves ==
     \A r \in Requests : reqPhase[r] \in AcceptedPhases ~> reqPhase[r] \in ClosedPhases
 
-\* A prompt gives the terminal back to the sandbox session (or the session
-\* is gone).
+\* A terminal showing a prompt goes back to the sandbox session (or the
+\* session is gone).  Stronger than "this prompt goes away": the terminal
+\* is really handed back before any next prompt.
 PromptRestoresTerminal ==
-    \A c \in CLIs, r \in Requests : term[c] = r ~> term[c] # r
+    \A c \in CLIs : term[c] \in Requests ~> term[c] \in {"Sandbox", "None"}
 
 \* FR-6: a live Domain with no session stops, unless a session arrives.
 EmptyDomainStops ==

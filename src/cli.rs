@@ -827,6 +827,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         bundle: args.value_from_str("--bundle")?,
         container_id: args.value_from_str("--id")?,
         net_plan: args.opt_value_from_str("--net-plan")?,
+        views: args.opt_value_from_str("--views")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

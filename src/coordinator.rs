@@ -26,6 +26,7 @@ use crate::broker::{self as escbroker, Broker, SessionView};
 use crate::config::{self, Profile};
 use crate::domain::{self, random_id};
 use crate::escalation::{self, Request, Status};
+use crate::gitsentry;
 use crate::image;
 use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
 use crate::netrole::NetRole;
@@ -327,9 +328,20 @@ impl Coordinator {
             });
             self.broker = Some(broker);
         }
+        // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.
+        let views = gitsentry::prepare_views(
+            &self.workspace,
+            &gen_dir,
+            self.profile
+                .isolate_ignored
+                .then(|| self.paths.ignored_dir())
+                .as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
+        binds.extend(views.binds.iter().cloned());
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
-            workspace: self.workspace.clone(),
+            workspace: views.workspace_source.clone(),
             init,
             hostname: "lazaret".into(),
             binds,
@@ -362,6 +374,8 @@ impl Coordinator {
             .arg("--id")
             .arg(&self.sandbox_id)
             .args(self.net.supervisor_args())
+            .arg("--views")
+            .arg(self.paths.gen_dir().join("views"))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());

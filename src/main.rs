@@ -10,6 +10,9 @@ mod domain;
 // Shared with the lazaret-escalate binary, which uses the other half.
 #[allow(dead_code)]
 mod escalation;
+mod fusefs;
+mod gitsentry;
+mod ignored;
 mod image;
 mod ipc;
 mod netcli;

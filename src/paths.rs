@@ -147,6 +147,10 @@ impl DomainPaths {
     pub fn runsc_root(&self) -> PathBuf {
         self.run.join("runsc")
     }
+    /// Per-Domain storage shown at Git-ignored workspace paths (SR-13).
+    pub fn ignored_dir(&self) -> PathBuf {
+        self.root.join("ignored")
+    }
     pub fn gen_dir(&self) -> PathBuf {
         self.run.join("gen")
     }

@@ -47,6 +47,8 @@ pub struct Args {
     pub runsc_args: Vec<String>,
     /// The install plan the coordinator derived (`--net-plan`), if any.
     pub net_plan: Option<PathBuf>,
+    /// The workspace views to serve (`fusefs`), written by the coordinator.
+    pub views: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -111,6 +113,12 @@ pub fn main(mut args: Args) -> i32 {
         }
         args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
     }
+    // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
+    let _views = match args.views.as_deref().map(crate::fusefs::start_views) {
+        Some(Err(e)) => return fail(e),
+        Some(Ok(v)) => v,
+        None => Vec::new(),
+    };
     let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.enforce.as_raw_fd())) {
         Ok(v) => v,
         Err(e) => {

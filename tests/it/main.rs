@@ -11,5 +11,6 @@ mod harness;
 
 mod escalation;
 mod foundation;
+mod git;
 mod net;
 mod sessions;
