@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Benchmark: round trip of an auto-approved `true` through lazaret-escalate
+# (sandbox → mailbox → coordinator → host → result) against running `true`
+# on the host directly, in one invocation. Prints medians and the overhead.
+#
+#   scripts/bench-escalate.sh [ROUNDS]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+rounds=${1:-31}
+. "$here/lib.sh"
+
+if [ "$(id -u)" -eq 0 ]; then
+    cd "$here/.."
+    user=${LAZARET_TEST_USER:-lazaret-test}
+    ensure_user "$user" >/dev/null
+    cargo build --release --locked 2>&1 | tail -n 1
+    bindir=$(stage_binaries "$user")
+    install -m 0755 scripts/bench-escalate.sh "$bindir/bench-escalate.sh"
+    install -m 0644 scripts/lib.sh "$bindir/lib.sh"
+    run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
+    exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
+        env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+        LAZARET_BIN="$bindir/lazaret" bash "$bindir/bench-escalate.sh" "$rounds"
+fi
+
+lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
+work=$(mktemp -d /tmp/lazaret-bench-esc.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/ws" "$work/cfg/lazaret"
+cat > "$work/cfg/lazaret/config.toml" <<'TOML'
+[escalation]
+enabled = true
+[[escalation.auto_approve]]
+argv = ["true"]
+TOML
+cd "$work/ws"
+export XDG_CONFIG_HOME="$work/cfg"
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Inside one session: time each round trip in microseconds.
+inside=$("$lz" run --quiet -- sh -c '
+    lazaret-escalate -- true
+    i=0
+    while [ $i -lt '"$rounds"' ]; do
+        t0=$(date +%s%N); lazaret-escalate -- true; t1=$(date +%s%N)
+        echo $(( (t1 - t0) / 1000 ))
+        i=$((i+1))
+    done')
+# The same loop running /bin/true inside the sandbox: what gVisor itself
+# costs per process, for reference.
+sandbox=$("$lz" run --quiet -- sh -c '
+    i=0
+    while [ $i -lt '"$rounds"' ]; do
+        t0=$(date +%s%N); /bin/true; t1=$(date +%s%N)
+        echo $(( (t1 - t0) / 1000 ))
+        i=$((i+1))
+    done')
+host=$(for _ in $(seq "$rounds"); do
+    t0=$(date +%s%N); /bin/true; t1=$(date +%s%N)
+    echo $(( (t1 - t0) / 1000 ))
+done)
+im=$(printf '%s\n' "$inside" | median)
+hm=$(printf '%s\n' "$host" | median)
+sm=$(printf '%s\n' "$sandbox" | median)
+echo "rounds: $rounds"
+awk -v v="$im" 'BEGIN { printf "lazaret-escalate -- true (auto-approved round trip): median %.1f ms
+", v / 1000 }'
+awk -v v="$hm" 'BEGIN { printf "true on the host:                                   median %.1f ms
+", v / 1000 }'
+awk -v v="$sm" 'BEGIN { printf "true inside the sandbox (gVisor exec cost):          median %.1f ms
+", v / 1000 }'
+awk -v a="$im" -v b="$hm" -v c="$sm" 'BEGIN { printf "overhead vs host true: %.1f ms (target <= 20 ms); of it, mailbox path beyond a guest exec: %.1f ms\n", (a - b) / 1000, (a - c) / 1000 }'
