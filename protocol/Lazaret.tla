@@ -308,7 +308,7 @@ TakeLock(c) ==
     /\ ~published
     /\ phase \in {"Absent", "Failed"}
     /\ lock' = c
-    /\ hc' = {c}
+    /\ hc' = hc \cup {c}
     /\ cli' = [cli EXCEPT ![c] = "Spawning"]
     /\ phase' = IF phase = "Absent" THEN "Starting" ELSE "Recovering"
     /\ UNCHANGED <<storeOwner, crashes, compIds, domainCfg>>
