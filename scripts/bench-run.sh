@@ -34,6 +34,9 @@ cd "$ws"
 "$lz" run --quiet -- true
 
 ms() { date +%s%N; }
+# A cold start is measured from an absent Domain: wait out the previous
+# generation's teardown so it is not counted.
+settle() { while pgrep -u "$(id -u)" -f 'lazaret:\[coordinator\]' >/dev/null; do sleep 0.01; done; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # Baseline bundle: the same prepared lower and the same config.json Lazaret
@@ -46,10 +49,26 @@ for _ in $(seq 100); do
     sleep 0.05
 done
 mkdir -p "$work/bundle" "$work/root"
-cp "$gen/config.json" "$work/bundle/config.json"
+# The raw equivalent: the same rootfs and mounts, with the workspace bound
+# directly (no Git Sentry view), no network namespace (raw runs with
+# --network=none) and a root process that exits at once.
+/usr/bin/python3 - "$gen/config.json" "$work/bundle/config.json" "$ws" "$(dirname "$gen")" <<'PY'
+import json, sys
+src, dst, ws, gen = sys.argv[1:]
+c = json.load(open(src))
+mounts = []
+for m in c["mounts"]:
+    if m["destination"] == "/workspace":
+        m["source"] = ws
+    elif m.get("source", "").startswith(gen) or "/mailbox/" in m.get("source", ""):
+        continue
+    mounts.append(m)
+c["mounts"] = mounts
+c["linux"]["namespaces"] = [n for n in c["linux"]["namespaces"] if n["type"] != "network"]
+c["process"]["args"] = ["/bin/true"]
+json.dump(c, open(dst, "w"))
+PY
 wait "$bgpid"
-# The raw baseline root process exits at once instead of Lazaret's init.
-sed -i 's#"args":\["/.lazaret/init"\]#"args":["/bin/true"]#' "$work/bundle/config.json"
 
 raw_once() {
     unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
@@ -83,12 +102,18 @@ for i in $(seq "$rounds"); do
     join_raw+=($(( (t1 - t0) / 1000000 )))
 done
 kill "$keeper"; wait "$keeper" 2>/dev/null || true
-sleep 1
+settle
 
-lz_times=(); raw_times=()
+mkdir -p "$work/nonet/lazaret"
+printf '[profiles.default.network]\nmode = "none"\n' > "$work/nonet/lazaret/config.toml"
+lz_times=(); raw_times=(); nonet_times=()
 for i in $(seq "$rounds"); do
+    settle
     t0=$(ms); "$lz" run --quiet -- true; t1=$(ms)
     lz_times+=($(( (t1 - t0) / 1000000 )))
+    settle
+    t0=$(ms); XDG_CONFIG_HOME="$work/nonet" "$lz" run --quiet -- true; t1=$(ms)
+    nonet_times+=($(( (t1 - t0) / 1000000 )))
     t0=$(ms); raw_once "$i"; t1=$(ms)
     raw_times+=($(( (t1 - t0) / 1000000 )))
 done
@@ -100,6 +125,9 @@ echo "rounds: $rounds"
 echo "join: lazaret run -- true into a running Domain: median ${jl} ms"
 echo "join: raw runsc exec true on the same sandbox:   median ${jr} ms"
 awk -v a="$jl" -v b="$jr" 'BEGIN { printf "join ratio lazaret/raw: %.2fx (target <= 1.3x)\n", a / b }'
-echo "lazaret run -- true (cold Domain): median ${lzm} ms"
+nnm=$(printf '%s\n' "${nonet_times[@]}" | median)
+echo "lazaret run -- true (cold Domain, default profile with network): median ${lzm} ms"
+echo "lazaret run -- true (cold Domain, network.mode = none):          median ${nnm} ms"
 echo "raw runsc run (same bundle, userns): median ${rawm} ms"
-awk -v a="$lzm" -v b="$rawm" 'BEGIN { printf "ratio lazaret/raw: %.2fx (target <= 1.5x)\n", a / b }'
+awk -v a="$nnm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(no network)/raw: %.2fx (target <= 1.5x)\n", a / b }'
+awk -v a="$lzm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(network)/raw(no network): %.2fx\n", a / b }'
