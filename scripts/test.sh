@@ -17,7 +17,7 @@ ensure_user "$user"
 export LAZARET_TEST_USER=$user
 
 echo "test.sh: building"
-cargo build --release --locked 2>&1 | tail -n 3
+cargo build --release --locked --features fault-injection 2>&1 | tail -n 3
 
 # The integration tests need the binaries where the test user can read them.
 bindir=$(stage_binaries "$user")
@@ -29,4 +29,4 @@ if ! run_as "$user" "$bindir/lazaret" image build --quiet --if-missing; then
 fi
 
 echo "test.sh: running tests"
-cargo test --release --locked -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"
+cargo test --release --locked --features fault-injection -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"

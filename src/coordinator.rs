@@ -246,12 +246,26 @@ impl Coordinator {
         let mut quiet = image::Progress::new(true);
         let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet).map_err(|e| e.to_string())?;
         // INVARIANT: the lease is recorded before the lower is used, so GC
-        // never reclaims an artifact a generation depends on.
+        // never reclaims an artifact a generation depends on. The lowers
+        // lock (shared) keeps `image prune` out until the artifact is named
+        // in domain.json and leased.
+        let gc = crate::gc::lock_shared(storage)?;
         let digest = image::manifest_digest(&layout, &tag).map_err(|e| e.to_string())?;
+        let artifact = image::artifact_id(&digest);
+        crate::state::record_domain(
+            &self.paths.root,
+            &self.domain_id,
+            &self.profile,
+            &self.workspace,
+            &artifact,
+            &digest,
+        )
+        .map_err(|e| io_msg("writing domain.json", e))?;
         self.store
-            .lease(self.generation, &image::artifact_id(&digest), &digest)
+            .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
         let lower = image::prepare(storage, &layout, &tag, &mut quiet).map_err(|e| e.to_string())?;
+        drop(gc);
 
         report.progress("starting sandbox");
         let gen_dir = self.paths.gen_dir();
@@ -264,12 +278,16 @@ impl Coordinator {
         if !init.is_file() {
             return Err(format!("{} is missing: reinstall lazaret", init.display()));
         }
+        // The State Anchor: one persistent overlay per `persist` path.
+        let binds =
+            crate::anchor::prepare_generation(&self.paths.root, &gen_dir, &lower.rootfs(), &self.profile.persist)
+                .map_err(|e| e.to_string())?;
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: self.workspace.clone(),
             init,
             hostname: "lazaret".into(),
-            binds: Vec::new(),
+            binds,
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -295,6 +313,8 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("bundle"))
             .arg("--id")
             .arg(&self.sandbox_id)
+            .arg("--anchor-plan")
+            .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -1099,6 +1119,7 @@ impl Coordinator {
             }
         }
         let _ = self.store.release_leases(self.generation);
+        crate::state::touch_domain(&self.paths.root);
         let _ = std::fs::remove_dir_all(self.paths.gen_dir());
         let final_phase = if self.phase == "failed" { "failed" } else { "stopped" };
         let _ = self.store.set_phase(self.generation, final_phase);

@@ -36,6 +36,8 @@ pub struct Args {
     pub bundle: PathBuf,
     pub container_id: String,
     pub runsc_args: Vec<String>,
+    /// The State Anchor's mount plan (`anchor::render_plan`).
+    pub anchor_plan: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -71,11 +73,21 @@ pub fn main(args: Args) -> i32 {
     if let Err(e) = prepare_namespace() {
         return fail(e);
     }
+    // The State Anchor is mounted here, in our mount namespace, before runsc.
+    let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::anchor::mount_all) {
+        None => Vec::new(),
+        Some(Ok(d)) => d,
+        Some(Err(e)) => return fail(e.to_string()),
+    };
     let (mut child, ready_rd) = match start_runsc(&args) {
         Ok(v) => v,
         Err(e) => return fail(e),
     };
     let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner());
+    for d in &mut anchor_daemons {
+        let _ = d.kill();
+        let _ = d.wait();
+    }
     status("stopped");
     code
 }

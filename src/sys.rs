@@ -561,3 +561,31 @@ mod tests {
         assert_eq!(exit_code(libc::SIGKILL), 128 + 9);
     }
 }
+
+/// Makes `cmd`'s child start with default signal dispositions and die with
+/// SIGKILL when its parent dies (for helpers such as fuse-overlayfs).
+pub fn kill_with_parent(cmd: &mut std::process::Command) {
+    // SAFETY: the hook only makes async-signal-safe syscalls.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            reset_signals();
+            set_parent_death_signal(libc::SIGKILL)
+        });
+    }
+}
+
+/// Shared `flock`, non-blocking. `Ok(false)` when someone holds it
+/// exclusively.
+pub fn try_lock_shared(file: &File) -> io::Result<bool> {
+    // SAFETY: flock on a valid fd owned by `file`.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
