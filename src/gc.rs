@@ -183,7 +183,7 @@ fn leases(storage: &Path, runtime: &Path) -> Leases {
                 ent.1.insert(id.clone());
             }
         };
-        let held = match state::lock_for_maintenance(&dp, &id) {
+        let held = match state::lock_domain(&dp, &id, Duration::ZERO) {
             Ok(lock) => Some(lock),
             Err(_) => None,
         };

@@ -289,20 +289,42 @@ impl Drop for Maintenance {
     }
 }
 
+/// How long maintenance waits for a Domain that holds its lock without
+/// being published (a teardown in progress).
+pub const MAINTENANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 pub fn lock_for_maintenance(p: &DomainPaths, id: &str) -> Result<Maintenance> {
+    lock_domain(p, id, MAINTENANCE_WAIT)
+}
+
+/// The Domain lock if it can be had within `wait` while the Domain stays
+/// unpublished.
+pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Result<Maintenance> {
     if published(p) {
         return Err(StateError::InUse(format!(
             "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
         )));
     }
     paths::ensure_private_dir(&p.run).map_err(|e| StateError::Usage(e.to_string()))?;
-    let lock = crate::cli::try_domain_lock(&p.lock())
-        .map_err(|f| StateError::Failed(f.msg))?
-        .ok_or_else(|| {
-            StateError::InUse(format!(
+    // A lock held by an unpublished coordinator is one that is tearing
+    // down (or starting): wait a little for it, never while published.
+    let deadline = std::time::Instant::now() + wait;
+    let lock = loop {
+        if let Some(l) = crate::cli::try_domain_lock(&p.lock()).map_err(|f| StateError::Failed(f.msg))? {
+            break l;
+        }
+        if published(p) {
+            return Err(StateError::InUse(format!(
+                "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
+            )));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(StateError::InUse(format!(
                 "Domain {id} is in use (another lazaret holds its lock): wait for it or run `lazaret stop`, then retry"
-            ))
-        })?;
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     if published(p) {
         return Err(StateError::InUse(format!(
             "Domain {id} is running: run `lazaret stop`, then retry"

@@ -736,6 +736,8 @@ fn empty_dir(top: &OwnedFd, dir: &OwnedFd, depth: usize, moved: &mut u64) -> io:
         };
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty())?;
+            // Crash tests: die with the old upper half deleted.
+            anchor::fault_point("reset-step-5");
             continue;
         }
         if depth >= MAX_DEPTH {

@@ -10,3 +10,4 @@
 mod harness;
 
 mod foundation;
+mod state;
