@@ -67,26 +67,27 @@ script=${script//@COUNT@/$n}
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-run_profile() { # PROFILE DRIVER -> one ms figure per round
-    local p=$1 d=$2 r
-    for _ in $(seq "$rounds"); do
-        r=$(LAZARET_OVERLAY_DRIVER=$d "$lz" run --quiet --profile "$p" -- sh -c "$script")
-        echo "$r"
-    done
-}
-
 # Warm-up: prepares the lower, creates each Domain's anchor.
 for p in anchored fuse bare; do
     d=kernel; [ "$p" = fuse ] && d=fuse
     LAZARET_OVERLAY_DRIVER=$d "$lz" run --quiet --profile "$p" -- true
 done
 
-bare=$(run_profile bare kernel | median)
-kernel=$(run_profile anchored kernel | median)
-fuse=$(run_profile fuse fuse | median)
+# Rounds interleave the three setups so that a change in machine load
+# affects all of them alike.
+: >"$work/bare"; : >"$work/kernel"; : >"$work/fuse"
+for _ in $(seq "$rounds"); do
+    LAZARET_OVERLAY_DRIVER=kernel "$lz" run --quiet --profile bare -- sh -c "$script" >>"$work/bare"
+    LAZARET_OVERLAY_DRIVER=kernel "$lz" run --quiet --profile anchored -- sh -c "$script" >>"$work/kernel"
+    LAZARET_OVERLAY_DRIVER=fuse "$lz" run --quiet --profile fuse -- sh -c "$script" >>"$work/fuse"
+done
+bare=$(median <"$work/bare")
+kernel=$(median <"$work/kernel")
+fuse=$(median <"$work/fuse")
 drivers() { "$lz" state inspect --profile "$1" --json | grep -o '"driver":"[a-z]*"' | sort -u | cut -d'"' -f4 | tr '\n' ' '; }
 drv="anchored: $(drivers anchored) fuse: $(drivers fuse)"
 
+echo "load average: $(cut -d" " -f1-3 /proc/loadavg)"
 echo "workload: $n x python3 -c 'import <10 stdlib modules>' in one session; median of $rounds sessions"
 printf '%-34s %8s ms\n' "bare prepared lower (persist = [])" "$bare"
 printf '%-34s %8s ms  ratio %s\n' "State Anchor, kernel overlayfs" "$kernel" "$(awk -v a="$kernel" -v b="$bare" 'BEGIN{printf "%.2f", a/b}')"
