@@ -435,6 +435,13 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
         "{l:?}"
     );
     let _ = bg.wait();
+    // The coordinator unlinks its lock as the last step of teardown; until
+    // then the Domain is active and prune (rightly) keeps its artifact.
+    let lock = sock.with_file_name("lock");
+    assert!(
+        eventually(Duration::from_secs(30), || !lock.exists()),
+        "teardown did not finish"
+    );
     // None leased: reclaimed; the foreign dir and the live preparer survive.
     let r = plz(env, &p, &a, &["image", "prune", "--json"]).run();
     assert_eq!(r.code, 0, "{r:?}");
