@@ -25,10 +25,12 @@
 //! guest path. Everything else of the root filesystem stays in runsc's
 //! sandbox-local memory overlay and vanishes at teardown.
 //!
-//! Driver: kernel overlayfs with `userxattr` (works in a user namespace
-//! since Linux 5.11; measured faster, see docs/state.md), fuse-overlayfs
-//! when the kernel refuses. An upper keeps the driver it was created with:
-//! the two record opaque directories under different xattr names.
+//! Driver: fuse-overlayfs (the spec's; one `-f` child of the supervisor per
+//! path, with PDEATHSIG), kernel overlayfs with `userxattr` (works in a user
+//! namespace since Linux 5.11) when fuse-overlayfs cannot mount. The
+//! benchmark (docs/state.md) did not show the kernel driver faster under
+//! gVisor. An upper keeps the driver it was created with: the two record
+//! opaque directories differently.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -429,13 +431,14 @@ fn record_driver(key_dir: &Path, d: Driver) -> Result<()> {
 }
 
 /// The driver preferred for fresh uppers: `LAZARET_OVERLAY_DRIVER`
-/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else the
-/// kernel overlay.
+/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else
+/// fuse-overlayfs: the spec's driver, and on `scripts/bench-state.sh` the
+/// kernel overlay was not faster under gVisor (docs/state.md).
 pub fn preferred_driver() -> Driver {
     std::env::var("LAZARET_OVERLAY_DRIVER")
         .ok()
         .and_then(|v| Driver::parse(&v))
-        .unwrap_or(Driver::Kernel)
+        .unwrap_or(Driver::Fuse)
 }
 
 /// Everything the coordinator does for the State Anchor of one generation:

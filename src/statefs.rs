@@ -411,6 +411,12 @@ fn open_path_nofollow(base: &OwnedFd, guest: &str) -> Option<OwnedFd> {
     Some(fd)
 }
 
+/// fuse-overlayfs marks an opaque directory with `.wh..wh..opq` (and may
+/// add a `.wh..opq` whiteout next to it).
+fn is_fuse_opaque_marker(name: &[u8]) -> bool {
+    name == b".wh..wh..opq" || name == b".wh..opq"
+}
+
 fn ftype_name(ft: FileType, rdev: u64) -> &'static str {
     match ft {
         FileType::RegularFile => "file",
@@ -592,7 +598,7 @@ impl Walker<'_, '_> {
                     continue;
                 }
             };
-            let fuse_opq = self.driver == Driver::Fuse && names.iter().any(|n| n.to_bytes() == b".wh..wh..opq");
+            let fuse_opq = self.driver == Driver::Fuse && names.iter().any(|n| is_fuse_opaque_marker(n.to_bytes()));
             let lower = if fuse_opq { None } else { lower };
             for name in names {
                 let nm = name.to_string_lossy().to_string();
@@ -612,12 +618,25 @@ impl Walker<'_, '_> {
                 self.bytes += st.st_blocks as u64 * 512;
                 let ft = FileType::from_raw_mode(st.st_mode);
                 let (opaque, xwhiteout) = self.check(&dir, &name, &st, &path);
-                if self.driver == Driver::Fuse && nm == ".wh..wh..opq" {
+                let fuse_whiteout_shape = (ft == FileType::RegularFile && st.st_size == 0)
+                    || (ft == FileType::CharacterDevice && st.st_rdev == 0);
+                if self.driver == Driver::Fuse && is_fuse_opaque_marker(nm.as_bytes()) {
+                    if !fuse_whiteout_shape {
+                        self.finding(
+                            "error",
+                            &path,
+                            "an opaque marker that is not an empty file or a 0:0 device",
+                        );
+                    }
                     continue;
                 }
                 if self.driver == Driver::Fuse && nm.starts_with(".wh.") {
-                    if ft != FileType::RegularFile || st.st_size != 0 {
-                        self.finding("error", &path, "a .wh. whiteout that is not an empty file");
+                    if !fuse_whiteout_shape {
+                        self.finding(
+                            "error",
+                            &path,
+                            "a .wh. whiteout that is not an empty file or a 0:0 device",
+                        );
                     }
                     let target = if prefix.is_empty() {
                         nm[4..].to_string()
