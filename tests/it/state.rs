@@ -452,3 +452,68 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
     let r = plz(env, &p, &b, &["run", "--", "true"]).run();
     assert_eq!(r.code, 0, "{r:?}");
 }
+
+#[test]
+fn both_overlay_drivers_persist_and_verify() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    for driver in ["kernel", "fuse"] {
+        let ws = env.dir(&format!("driver-{driver}"));
+        let r = env
+            .lz(
+                &ws,
+                &[
+                    "run",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo v > /opt/new; rm /etc/motd; rm -rf /etc/apt/apt.conf.d; mkdir /etc/apt/apt.conf.d; \
+                     touch /etc/apt/apt.conf.d/mine",
+                ],
+            )
+            .env("LAZARET_OVERLAY_DRIVER", driver)
+            .run();
+        assert_eq!(r.code, 0, "{driver}: {r:?}");
+        let root = domain_root(env, None, "default", &ws);
+        let rec = std::fs::read_to_string(root.join("anchor/etc/driver")).unwrap();
+        assert_eq!(rec.trim(), driver);
+        // The recorded driver wins over the knob for an existing upper.
+        let other = if driver == "kernel" { "fuse" } else { "kernel" };
+        let r = env
+            .lz(
+                &ws,
+                &[
+                    "run",
+                    "--",
+                    "sh",
+                    "-c",
+                    "cat /opt/new; ls /etc/apt/apt.conf.d; ls /etc/motd 2>&1",
+                ],
+            )
+            .env("LAZARET_OVERLAY_DRIVER", other)
+            .run();
+        assert_eq!(r.code, 0, "{driver}: {r:?}");
+        assert_eq!(
+            r.stdout.lines().take(2).collect::<Vec<_>>(),
+            ["v", "mine"],
+            "{driver}: {r:?}"
+        );
+        assert!(r.stdout.contains("No such file"), "{driver}: {r:?}");
+        let j = env.lz(&ws, &["state", "inspect", "--json"]).run();
+        assert!(
+            j.stdout.contains(r#""kind":"opaque","path":"/etc/apt/apt.conf.d""#),
+            "{driver}: {j:?}"
+        );
+        assert!(
+            j.stdout.contains(r#""kind":"deleted","path":"/etc/motd""#),
+            "{driver}: {j:?}"
+        );
+        assert!(
+            j.stdout.contains(r#""kind":"added","path":"/opt/new""#),
+            "{driver}: {j:?}"
+        );
+        assert!(!j.stdout.contains(".wh."), "markers are not changes: {driver}: {j:?}");
+        let v = env.lz(&ws, &["state", "verify"]).run();
+        assert_eq!(v.code, 0, "{driver}: {v:?}");
+    }
+}
