@@ -487,7 +487,7 @@ fn both_overlay_drivers_persist_and_verify() {
                     "--",
                     "sh",
                     "-c",
-                    "cat /opt/new; ls /etc/apt/apt.conf.d; ls /etc/motd 2>&1",
+                    "cat /opt/new; ls /etc/apt/apt.conf.d; ls /etc/motd 2>&1; true",
                 ],
             )
             .env("LAZARET_OVERLAY_DRIVER", other)
