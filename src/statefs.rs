@@ -458,9 +458,12 @@ fn list_dir(fd: &OwnedFd) -> io::Result<Vec<CString>> {
 /// the `/proc/self/fd` entry of the directory, final component not
 /// followed (`l*xattr`).
 fn xattrs(dir: &OwnedFd, name: &CStr) -> Vec<(String, Vec<u8>)> {
-    let path = format!("/proc/self/fd/{}/{}", dir.as_fd().as_raw_fd(), name.to_string_lossy());
+    use std::os::unix::ffi::OsStrExt;
+    let mut raw_path = format!("/proc/self/fd/{}/", dir.as_fd().as_raw_fd()).into_bytes();
+    raw_path.extend_from_slice(name.to_bytes());
+    let path = std::ffi::OsStr::from_bytes(&raw_path);
     let mut buf = vec![0u8; 65536];
-    let n = match rustix::fs::llistxattr(path.as_str(), &mut buf) {
+    let n = match rustix::fs::llistxattr(path, &mut buf) {
         Ok(n) => n,
         Err(_) => return Vec::new(),
     };
@@ -469,7 +472,7 @@ fn xattrs(dir: &OwnedFd, name: &CStr) -> Vec<(String, Vec<u8>)> {
     for k in raw.split(|&b| b == 0).filter(|k| !k.is_empty()) {
         let k = String::from_utf8_lossy(k).to_string();
         let mut v = vec![0u8; 4096];
-        let len = rustix::fs::lgetxattr(path.as_str(), k.as_str(), &mut v).unwrap_or(0);
+        let len = rustix::fs::lgetxattr(path, k.as_str(), &mut v).unwrap_or(0);
         v.truncate(len);
         out.push((k, v));
     }
