@@ -162,7 +162,6 @@ vars == <<lifeVars, resVars, sessVars, reqVars>>
 
 Registered == {c \in CLIs : reg[c].sid # NoSid}
 Owner(r) == reqClaim[r].cli
-OwnedBy(c) == {r \in Requests : reqPhase[r] \in AcceptedPhases /\ Owner(r) = c}
 CoordinatorAlive == hc # {}
 HcHoldsStore == CoordinatorAlive /\ storeOwner = lock /\ lock # NoCli
 NoIntents == \A k \in Res : ~intent[k]

@@ -41,6 +41,15 @@ commands:
                        build the default base image (debootstrap + umoci)
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
+  image list [--json]  list prepared lowers, their leases and foreign dirs
+  image prune [--dry-run] [--json]
+                       delete prepared lowers no Domain leases
+  state list [--json]  list Domains with persistent state
+  state inspect|verify [DOMAIN] [--json]
+                       show persistent changes (metadata only) / check them
+  state reset [DOMAIN] (--path P | --all) [--yes] [--json]
+                       empty persistent state (asks first unless --yes)
+                       DOMAIN: [--profile P] [--workspace DIR] | --domain ID
   doctor [--json]      check host prerequisites and print fixes
   version              print the version
 ";
@@ -80,6 +89,15 @@ macro_rules! usage_from {
         }
     )*};
 }
+impl From<crate::state::StateError> for Failure {
+    fn from(e: crate::state::StateError) -> Failure {
+        Failure {
+            code: e.code(),
+            msg: e.to_string(),
+        }
+    }
+}
+
 usage_from!(
     config::ConfigError,
     domain::DomainError,
@@ -106,6 +124,7 @@ pub fn main() -> i32 {
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
+        Some("state") => refuse_root().and_then(|()| crate::state::cmd(raw).map_err(Failure::from)),
         Some("version") | Some("--version") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
             if cfg!(feature = "fault-injection") {
@@ -119,6 +138,7 @@ pub fn main() -> i32 {
         }
         Some("__coordinator") => internal_coordinator(raw),
         Some("__supervisor") => internal_supervisor(raw),
+        Some("__state-helper") => Ok(crate::statefs::helper_main(raw)),
         Some(other) => Err(Failure::usage(format!("unknown command {other:?}: see `lazaret help`"))),
         None => Err(Failure::usage(format!("a command is required\n{USAGE}"))),
     };
@@ -287,7 +307,7 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
 }
 
 /// The Domain lock, if we win it on the file that is still at its path.
-fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
+pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -767,10 +787,23 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             }
             Ok(0)
         }
+        Some(sub @ ("list" | "prune")) => {
+            let mut args = pico_args::Arguments::from_vec(raw);
+            let json = args.contains("--json");
+            let dry_run = sub == "prune" && args.contains("--dry-run");
+            finish_args(args)?;
+            refuse_root()?;
+            let r = if sub == "list" {
+                crate::gc::cmd_list(json)
+            } else {
+                crate::gc::cmd_prune(json, dry_run)
+            };
+            r.map_err(Failure::from)
+        }
         Some(other) => Err(Failure::usage(format!(
-            "unknown image command {other:?}: expected `build`"
+            "unknown image command {other:?}: expected build, list or prune"
         ))),
-        None => Err(Failure::usage("`lazaret image` needs a command: build")),
+        None => Err(Failure::usage("`lazaret image` needs a command: build, list or prune")),
     }
 }
 
@@ -828,6 +861,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         container_id: args.value_from_str("--id")?,
         net_plan: args.opt_value_from_str("--net-plan")?,
         views: args.opt_value_from_str("--views")?,
+        anchor_plan: args.opt_value_from_str("--anchor-plan")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

@@ -270,12 +270,26 @@ impl Coordinator {
         let mut quiet = image::Progress::new(true);
         let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet).map_err(|e| e.to_string())?;
         // INVARIANT: the lease is recorded before the lower is used, so GC
-        // never reclaims an artifact a generation depends on.
+        // never reclaims an artifact a generation depends on. The lowers
+        // lock (shared) keeps `image prune` out until the artifact is named
+        // in domain.json and leased.
+        let gc = crate::gc::lock_shared(storage)?;
         let digest = image::manifest_digest(&layout, &tag).map_err(|e| e.to_string())?;
+        let artifact = image::artifact_id(&digest);
+        crate::state::record_domain(
+            &self.paths.root,
+            &self.domain_id,
+            &self.profile,
+            &self.workspace,
+            &artifact,
+            &digest,
+        )
+        .map_err(|e| io_msg("writing domain.json", e))?;
         self.store
-            .lease(self.generation, &image::artifact_id(&digest), &digest)
+            .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
         let lower = image::prepare(storage, &layout, &tag, &mut quiet).map_err(|e| e.to_string())?;
+        drop(gc);
 
         report.progress("starting sandbox");
         let gen_dir = self.paths.gen_dir();
@@ -289,7 +303,11 @@ impl Coordinator {
             return Err(format!("{} is missing: reinstall lazaret", init.display()));
         }
         self.net.prepare(&self.store, self.generation, &gen_dir)?;
-        let mut binds = self.net.binds();
+        // The State Anchor: one persistent overlay per `persist` path.
+        let mut binds =
+            crate::anchor::prepare_generation(&self.paths.root, &gen_dir, &lower.rootfs(), &self.profile.persist)
+                .map_err(|e| e.to_string())?;
+        binds.extend(self.net.binds());
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {
@@ -376,6 +394,8 @@ impl Coordinator {
             .args(self.net.supervisor_args())
             .arg("--views")
             .arg(self.paths.gen_dir().join("views"))
+            .arg("--anchor-plan")
+            .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -1361,6 +1381,7 @@ impl Coordinator {
             }
         }
         let _ = self.store.release_leases(self.generation);
+        crate::state::touch_domain(&self.paths.root);
         let _ = std::fs::remove_dir_all(self.paths.gen_dir());
         let final_phase = if self.phase == "failed" { "failed" } else { "stopped" };
         let _ = self.store.set_phase(self.generation, final_phase);

@@ -257,7 +257,11 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
         return Ok(done);
     }
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
-    let tmp = lowers.join(format!(".prep-{artifact}-{}-{}", std::process::id(), random_id(4)));
+    // pid + start time name the live preparer (`lazaret image prune` never
+    // touches the tree of a live one).
+    let pid = std::process::id() as i32;
+    let start = crate::sys::proc_start_time(pid).unwrap_or(0);
+    let tmp = lowers.join(format!(".prep-{artifact}-{pid}-{start}-{}", random_id(4)));
     progress.step("preparing image (unpacking layers)");
     let result = unpack_into(layout, tag, &tmp, &digest);
     if let Err(e) = result {

@@ -1,6 +1,7 @@
 //! Lazaret: a daemonless CLI that runs AI coding agents inside a rootless
 //! gVisor sandbox per (agent profile, workspace). See ARCHITECTURE.md.
 
+mod anchor;
 mod broker;
 mod cli;
 mod config;
@@ -11,6 +12,7 @@ mod domain;
 #[allow(dead_code)]
 mod escalation;
 mod fusefs;
+mod gc;
 mod gitsentry;
 mod ignored;
 mod image;
@@ -21,6 +23,8 @@ mod netpolicy;
 mod netrole;
 mod paths;
 mod plan;
+mod state;
+mod statefs;
 mod store;
 mod supervisor;
 mod sys;

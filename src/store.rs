@@ -341,6 +341,15 @@ impl Store {
             .optional()?)
     }
 
+    /// Artifacts with a lease no generation has released yet.
+    pub fn unreleased_leases(&self) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT DISTINCT artifact FROM leases WHERE released = 0 ORDER BY artifact")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
+    }
+
     pub fn max_generation(&self) -> Result<u64> {
         let n: i64 = self
             .conn

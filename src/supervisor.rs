@@ -49,6 +49,8 @@ pub struct Args {
     pub net_plan: Option<PathBuf>,
     /// The workspace views to serve (`fusefs`), written by the coordinator.
     pub views: Option<PathBuf>,
+    /// The State Anchor's mount plan (`anchor::render_plan`).
+    pub anchor_plan: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -101,6 +103,12 @@ pub fn main(mut args: Args) -> i32 {
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
     }
+    // The State Anchor is mounted here, in our mount namespace, before runsc.
+    let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::anchor::mount_all) {
+        None => Vec::new(),
+        Some(Ok(d)) => d,
+        Some(Err(e)) => return fail(e.to_string()),
+    };
     let mut net = None;
     if let Some(plan) = &plan {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -132,6 +140,10 @@ pub fn main(mut args: Args) -> i32 {
     // The network goes after the sandbox (SPEC §5 teardown order).
     if let Some(n) = &mut net {
         netns::stop_slirp(n);
+    }
+    for d in &mut anchor_daemons {
+        let _ = d.kill();
+        let _ = d.wait();
     }
     status("stopped");
     code

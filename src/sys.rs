@@ -631,6 +631,18 @@ pub fn command_in_netns(cmd: &mut std::process::Command, ns: RawFd) {
     }
 }
 
+/// Makes `cmd`'s child start with default signal dispositions and die with
+/// SIGKILL when its parent dies (for helpers such as fuse-overlayfs).
+pub fn kill_with_parent(cmd: &mut std::process::Command) {
+    // SAFETY: the hook only makes async-signal-safe syscalls.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, || {
+            reset_signals();
+            set_parent_death_signal(libc::SIGKILL)
+        });
+    }
+}
+
 /// Makes `cmd`'s child a PDEATHSIG-coupled helper that finds `fds` at the
 /// given numbers.
 pub fn command_coupled(cmd: &mut std::process::Command, fds: Vec<(RawFd, RawFd)>) {
@@ -650,4 +662,20 @@ pub fn fd_inode(fd: RawFd) -> io::Result<u64> {
     // SAFETY: borrowing fd for fstat only; ManuallyDrop keeps it open.
     let f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
     Ok(f.metadata()?.ino())
+}
+
+/// Shared `flock`, non-blocking. `Ok(false)` when someone holds it
+/// exclusively.
+pub fn try_lock_shared(file: &File) -> io::Result<bool> {
+    // SAFETY: flock on a valid fd owned by `file`.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
 }

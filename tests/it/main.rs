@@ -14,3 +14,4 @@ mod foundation;
 mod git;
 mod net;
 mod sessions;
+mod state;

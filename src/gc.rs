@@ -1,0 +1,447 @@
+//! `lazaret image list|prune`: prepared lowers and their leases (OR-7).
+//!
+//! An artifact is reclaimed only when no Domain holds an unreleased lease
+//! on it. Finding that out needs every Domain's store, and only the holder
+//! of a Domain's lock may open its store (FR-17): prune takes each Domain's
+//! lock without blocking. A Domain whose lock is held (or that is
+//! published) is active; its artifact is the one its coordinator recorded
+//! in `domain.json` before it leased and used it.
+//!
+//! Races with preparers are closed by the lowers lock `lowers/.gc.lock`: a
+//! coordinator holds it shared from before it records its artifact until
+//! the lower is prepared and leased; prune holds it exclusively while it
+//! decides and deletes. So prune never sees a lease-in-the-making.
+//!
+//! Prune touches only: finished artifacts (a directory named by its
+//! artifact id whose `lazaret-artifact` marker names a digest that derives
+//! that id), `.prep-ARTIFACT-PID-START-RAND` trees whose preparer is dead,
+//! and its own `.trash-*` trees. Anything else under `lowers/` is foreign
+//! and left alone. An artifact is renamed to `.trash-*` before it is
+//! deleted, so a half-deleted tree never looks finished.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::image;
+use crate::paths::{self, DomainPaths};
+use crate::plan::Json;
+use crate::state::{self, StateError};
+use crate::statefs::human_size;
+use crate::store::Store;
+
+pub const GC_LOCK: &str = ".gc.lock";
+
+type Result<T> = std::result::Result<T, StateError>;
+
+fn open_gc_lock(storage: &Path) -> std::io::Result<File> {
+    let lowers = image::lowers_dir(storage);
+    std::fs::DirBuilder::new().recursive(true).create(&lowers)?;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(lowers.join(GC_LOCK))
+}
+
+/// The lowers lock, shared: held by a coordinator while it records,
+/// prepares and leases its lower. Waits while a prune runs.
+pub fn lock_shared(storage: &Path) -> std::result::Result<File, String> {
+    let f = open_gc_lock(storage).map_err(|e| format!("lowers lock: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match crate::sys::try_lock_shared(&f) {
+            Ok(true) => return Ok(f),
+            Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(false) => return Err("`lazaret image prune` holds the lowers lock for too long: retry".into()),
+            Err(e) => return Err(format!("lowers lock: {e}")),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    Artifact { id: String, digest: String, source: String },
+    Preparing { name: String, live: bool },
+    Trash(String),
+    Foreign(String),
+}
+
+/// A `.prep-ARTIFACT-PID-START-RAND` name: (pid, start time).
+pub fn parse_prep(name: &str) -> Option<(i32, u64)> {
+    let rest = name.strip_prefix(".prep-")?;
+    let f: Vec<&str> = rest.split('-').collect();
+    if f.len() != 4 || f[0].len() != 24 || !f[0].bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((f[1].parse().ok()?, f[2].parse().ok()?))
+}
+
+/// Classifies one name under `lowers/`. `marker` is the artifact marker's
+/// text when the entry is a real directory that has one. Pure.
+pub fn classify(name: &str, is_dir: bool, marker: Option<&str>, alive: impl Fn(i32, u64) -> bool) -> Option<Item> {
+    if name == GC_LOCK {
+        return None;
+    }
+    if !is_dir {
+        return Some(Item::Foreign(name.into()));
+    }
+    if let Some((pid, start)) = parse_prep(name) {
+        return Some(Item::Preparing {
+            name: name.into(),
+            live: alive(pid, start),
+        });
+    }
+    if let Some(rest) = name.strip_prefix(".trash-") {
+        let id = rest.split('-').next().unwrap_or("");
+        if id.len() == 24 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Some(Item::Trash(name.into()));
+        }
+    }
+    if let Some(m) = marker {
+        let mut lines = m.lines();
+        let digest = lines.next().unwrap_or("").to_string();
+        let source = lines.next().unwrap_or("").to_string();
+        if !digest.is_empty() && image::artifact_id(&digest) == name {
+            return Some(Item::Artifact {
+                id: name.into(),
+                digest,
+                source,
+            });
+        }
+    }
+    Some(Item::Foreign(name.into()))
+}
+
+fn scan(storage: &Path) -> Vec<Item> {
+    let lowers = image::lowers_dir(storage);
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(&lowers) else { return out };
+    let mut names: Vec<(String, bool)> = rd
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().to_string(),
+                e.file_type().map(|t| t.is_dir()).unwrap_or(false),
+            )
+        })
+        .collect();
+    names.sort();
+    for (n, is_dir) in names {
+        let marker = if is_dir {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(lowers.join(&n).join("lazaret-artifact"))
+                .ok()
+                .and_then(|f| {
+                    use std::io::Read;
+                    let mut s = String::new();
+                    f.take(4096).read_to_string(&mut s).ok().map(|_| s)
+                })
+        } else {
+            None
+        };
+        if let Some(item) = classify(&n, is_dir, marker.as_deref(), crate::sys::same_process) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+/// Which artifacts each Domain holds. `Err` names a Domain whose leases
+/// cannot be known (prune then reclaims nothing).
+struct Leases {
+    /// artifact → (Domain ids leasing it, active Domains among them)
+    by_artifact: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>,
+    unknown: Vec<String>,
+}
+
+fn leases(storage: &Path, runtime: &Path) -> Leases {
+    let mut l = Leases {
+        by_artifact: BTreeMap::new(),
+        unknown: Vec::new(),
+    };
+    let Ok(rd) = std::fs::read_dir(storage.join("domains")) else {
+        return l;
+    };
+    for e in rd.flatten() {
+        if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        let id = e.file_name().to_string_lossy().to_string();
+        let dp = DomainPaths::new(storage, runtime, &id);
+        let meta = state::read_meta(&dp.root);
+        let mut add = |art: &str, active: bool| {
+            let ent = l.by_artifact.entry(art.to_string()).or_default();
+            ent.0.insert(id.clone());
+            if active {
+                ent.1.insert(id.clone());
+            }
+        };
+        let held = match state::lock_domain(&dp, &id, Duration::ZERO) {
+            Ok(lock) => Some(lock),
+            Err(_) => None,
+        };
+        match held {
+            None => {
+                // Active: its coordinator recorded its artifact before use.
+                match meta.as_ref().filter(|m| !m.artifact.is_empty()) {
+                    Some(m) => add(&m.artifact, true),
+                    None => l.unknown.push(format!("{id} is active and has no domain.json")),
+                }
+            }
+            Some(_lock) => {
+                if !dp.store().exists() {
+                    continue;
+                }
+                match Store::open(&dp.store()).and_then(|s| s.unreleased_leases()) {
+                    Ok(arts) => {
+                        for a in arts {
+                            add(&a, false);
+                        }
+                    }
+                    Err(err) => l.unknown.push(format!("{id}: {err}")),
+                }
+            }
+        }
+    }
+    l
+}
+
+fn dirs() -> Result<(PathBuf, PathBuf)> {
+    let cfg = crate::config::load(&crate::config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
+    let storage = paths::storage_root().map_err(|e| StateError::Usage(e.to_string()))?;
+    Ok((storage, paths::runtime_root(cfg.runtime_dir.as_deref())))
+}
+
+fn dir_size(p: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![p.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            if let Ok(md) = e.path().symlink_metadata() {
+                use std::os::unix::fs::MetadataExt;
+                total += md.blocks() * 512;
+                if md.is_dir() {
+                    stack.push(e.path());
+                }
+            }
+        }
+    }
+    total
+}
+
+pub fn cmd_list(json: bool) -> Result<i32> {
+    let (storage, runtime) = dirs()?;
+    let items = scan(&storage);
+    let l = leases(&storage, &runtime);
+    let lowers = image::lowers_dir(&storage);
+    let mut arr = Vec::new();
+    let mut out = String::new();
+    for it in &items {
+        match it {
+            Item::Artifact { id, digest, source } => {
+                let size = dir_size(&lowers.join(id));
+                let (doms, act) = l.by_artifact.get(id).cloned().unwrap_or_default();
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s("artifact")),
+                    ("id", Json::s(id)),
+                    ("digest", Json::s(digest)),
+                    ("source", Json::s(source)),
+                    ("bytes", Json::Num(size as i64)),
+                    ("leased_by", Json::strs(&doms.iter().collect::<Vec<_>>())),
+                    ("active", Json::strs(&act.iter().collect::<Vec<_>>())),
+                ]));
+                out.push_str(&format!(
+                    "{id}  {:>8}  {} lease(s), {} active  {}\n",
+                    human_size(size),
+                    doms.len(),
+                    act.len(),
+                    &digest[..digest.len().min(19)]
+                ));
+            }
+            Item::Preparing { name, live } => {
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s("preparing")),
+                    ("name", Json::s(name)),
+                    ("live", Json::Bool(*live)),
+                ]));
+                out.push_str(&format!(
+                    "{}  being prepared{}\n",
+                    crate::statefs::fit(name, 50),
+                    if *live { "" } else { " (preparer is gone)" }
+                ));
+            }
+            Item::Trash(n) => {
+                arr.push(Json::Obj(vec![("kind", Json::s("trash")), ("name", Json::s(n))]));
+                out.push_str(&format!("{}  being deleted\n", crate::statefs::fit(n, 60)));
+            }
+            Item::Foreign(n) => {
+                arr.push(Json::Obj(vec![("kind", Json::s("foreign")), ("name", Json::s(n))]));
+                out.push_str(&format!(
+                    "{}  not Lazaret's: never touched\n",
+                    crate::statefs::fit(n, 50)
+                ));
+            }
+        }
+    }
+    if json {
+        println!("{}", Json::Arr(arr).render());
+    } else if out.is_empty() {
+        println!("no prepared lowers in {}", lowers.display());
+    } else {
+        print!("{out}");
+    }
+    Ok(0)
+}
+
+pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
+    let (storage, runtime) = dirs()?;
+    let gc = open_gc_lock(&storage).map_err(|e| StateError::Failed(format!("lowers lock: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match crate::sys::try_lock_exclusive(&gc) {
+            Ok(true) => break,
+            Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(false) => {
+                return Err(StateError::InUse(
+                    "a Domain is preparing its lower right now: retry `lazaret image prune` in a moment".into(),
+                ))
+            }
+            Err(e) => return Err(StateError::Failed(format!("lowers lock: {e}"))),
+        }
+    }
+    let items = scan(&storage);
+    let l = leases(&storage, &runtime);
+    if !l.unknown.is_empty() {
+        return Err(StateError::InUse(format!(
+            "not pruning: the leases of some Domains cannot be read ({}); fix or stop them and retry",
+            l.unknown.join("; ")
+        )));
+    }
+    let lowers = image::lowers_dir(&storage);
+    let mut removed = Vec::new();
+    let mut kept = Vec::new();
+    for it in &items {
+        match it {
+            Item::Artifact { id, .. } => {
+                if l.by_artifact.contains_key(id) {
+                    kept.push(id.clone());
+                    continue;
+                }
+                if !dry_run {
+                    let trash = lowers.join(format!(".trash-{id}-{}", crate::domain::random_id(4)));
+                    std::fs::rename(lowers.join(id), &trash).map_err(|e| StateError::Failed(format!("{id}: {e}")))?;
+                    image::remove_tree(&trash);
+                }
+                removed.push(id.clone());
+            }
+            Item::Preparing { name, live: false } | Item::Trash(name) => {
+                if !dry_run {
+                    image::remove_tree(&lowers.join(name));
+                }
+                removed.push(name.clone());
+            }
+            Item::Preparing { name, live: true } => kept.push(name.clone()),
+            Item::Foreign(_) => {}
+        }
+    }
+    let foreign: Vec<String> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Foreign(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect();
+    if json {
+        println!(
+            "{}",
+            Json::Obj(vec![
+                ("dry_run", Json::Bool(dry_run)),
+                ("removed", Json::strs(&removed)),
+                ("kept", Json::strs(&kept)),
+                ("foreign", Json::strs(&foreign)),
+            ])
+            .render()
+        );
+    } else {
+        let verb = if dry_run { "would remove" } else { "removed" };
+        for r in &removed {
+            println!("{verb} {r}");
+        }
+        for k in &kept {
+            println!("kept {k} (leased or being prepared)");
+        }
+        for f in &foreign {
+            println!("left {f} alone (not Lazaret's)");
+        }
+        if removed.is_empty() && kept.is_empty() {
+            println!("nothing to prune");
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_marked_artifacts_and_dead_preparers_are_ours() {
+        let digest = "sha256:".to_string() + &"a".repeat(64);
+        let id = image::artifact_id(&digest);
+        let marker = format!("{digest}\n/l\n");
+        let dead = |_: i32, _: u64| false;
+        assert_eq!(
+            classify(&id, true, Some(&marker), dead),
+            Some(Item::Artifact {
+                id: id.clone(),
+                digest: digest.clone(),
+                source: "/l".into()
+            })
+        );
+        // A marker that does not derive the directory's name is foreign.
+        assert!(matches!(
+            classify("0123456789abcdef01234567", true, Some(&marker), dead),
+            Some(Item::Foreign(_))
+        ));
+        assert!(matches!(classify(&id, true, None, dead), Some(Item::Foreign(_))));
+        assert!(matches!(classify("mine", true, None, dead), Some(Item::Foreign(_))));
+        assert!(matches!(classify(&id, false, None, dead), Some(Item::Foreign(_))));
+        let prep = format!(".prep-{id}-42-777-ab12");
+        assert_eq!(parse_prep(&prep), Some((42, 777)));
+        assert_eq!(
+            classify(&prep, true, None, |p, s| p == 42 && s == 777),
+            Some(Item::Preparing {
+                name: prep.clone(),
+                live: true
+            })
+        );
+        assert_eq!(
+            classify(&prep, true, None, dead),
+            Some(Item::Preparing {
+                name: prep,
+                live: false
+            })
+        );
+        assert!(matches!(
+            classify(".prep-x-1-2-3", true, None, dead),
+            Some(Item::Foreign(_))
+        ));
+        assert!(matches!(
+            classify(&format!(".trash-{id}-zz"), true, None, dead),
+            Some(Item::Trash(_))
+        ));
+        assert!(matches!(
+            classify(".trash-../x", true, None, dead),
+            Some(Item::Foreign(_))
+        ));
+        assert_eq!(classify(GC_LOCK, false, None, dead), None);
+    }
+}

@@ -1,0 +1,853 @@
+//! Filesystem work on State Anchor uppers, done inside a user namespace.
+//!
+//! An upper holds entries the sandbox created, owned by the user or by the
+//! user's subordinate ids (a guest `chown`), with any mode: a directory of
+//! uid 42 with mode 0700 is closed to the host user. So walking, sizing and
+//! deleting an upper run in `lazaret:[state-helper]`, a child that unshares
+//! a user namespace which the parent maps with newuidmap/newgidmap:
+//!
+//! ```text
+//! helper ns id 0                 ← the user's uid      (guest uid 0)
+//! helper ns ids 100001..=165536  ← the subordinate range (guest uids 1..=65536)
+//! ```
+//!
+//! The offset keeps the kernel's overflow id (65534, what an unmapped owner
+//! looks like) apart from every mapped id, so a foreign owner is always
+//! recognised. As root of that namespace the helper may read and delete
+//! whatever the sandbox could have created, and nothing else.
+//!
+//! SR-14: every lookup is `openat`/`statat` relative to a directory fd with
+//! `O_NOFOLLOW`/`AT_SYMLINK_NOFOLLOW`; a symlink is an entry, never a path.
+//! Names come from `getdents`, never from the upper's contents.
+//!
+//! The helper's output is line-based, tab-separated, with `\`, tab and
+//! newline escaped in names:
+//! `E KEY KIND TYPE MODE UID GID SIZE PATH`, `F KEY LEVEL PATH MESSAGE`,
+//! `S KEY ENTRIES BYTES`, `R NAME ok|MESSAGE`, `Z NAME BYTES`.
+
+use std::ffi::{CStr, CString};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+
+use crate::anchor::{self, Driver};
+use crate::plan;
+
+/// Helper namespace id of guest uid/gid 1.
+pub const SUB_BASE: u32 = 100_001;
+const MAX_DEPTH: usize = 200;
+
+// ---- what the helper reports -----------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Added,
+    Modified,
+    Deleted,
+    Opaque,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Added => "added",
+            Kind::Modified => "modified",
+            Kind::Deleted => "deleted",
+            Kind::Opaque => "opaque",
+        }
+    }
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "added" => Kind::Added,
+            "modified" => Kind::Modified,
+            "deleted" => Kind::Deleted,
+            "opaque" => Kind::Opaque,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: String,
+    pub kind: Kind,
+    /// `file`, `dir`, `symlink`, `fifo`, `socket`, `whiteout`, `other`.
+    pub ftype: String,
+    pub mode: u32,
+    /// Guest ids; `None` for an owner outside the user's ranges.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: u64,
+    /// Path below the persistent path (`local/bin/tool`).
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub key: String,
+    /// `error` or `warning`.
+    pub level: String,
+    pub path: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub entries: Vec<Entry>,
+    pub findings: Vec<Finding>,
+    /// Per key (or trash name): (entries, bytes).
+    pub sizes: Vec<(String, u64, u64)>,
+    pub removed: Vec<(String, Result<(), String>)>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
+}
+
+fn unesc(s: &str) -> String {
+    let mut out = String::new();
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c == '\\' {
+            match it.next() {
+                Some('t') => out.push('\t'),
+                Some('n') => out.push('\n'),
+                Some(o) => out.push(o),
+                None => {}
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Parses the helper's output.
+pub fn parse_report(text: &str) -> Report {
+    let mut r = Report::default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        match f.as_slice() {
+            ["E", key, kind, ft, mode, uid, gid, size, path] => {
+                if let Some(kind) = Kind::parse(kind) {
+                    r.entries.push(Entry {
+                        key: unesc(key),
+                        kind,
+                        ftype: ft.to_string(),
+                        mode: u32::from_str_radix(mode, 8).unwrap_or(0),
+                        uid: uid.parse().ok(),
+                        gid: gid.parse().ok(),
+                        size: size.parse().unwrap_or(0),
+                        path: unesc(path),
+                    });
+                }
+            }
+            ["F", key, level, path, msg] => r.findings.push(Finding {
+                key: unesc(key),
+                level: level.to_string(),
+                path: unesc(path),
+                message: unesc(msg),
+            }),
+            ["S", key, n, bytes] => r
+                .sizes
+                .push((unesc(key), n.parse().unwrap_or(0), bytes.parse().unwrap_or(0))),
+            ["R", name, res] => r
+                .removed
+                .push((unesc(name), if *res == "ok" { Ok(()) } else { Err(unesc(res)) })),
+            _ => {}
+        }
+    }
+    r
+}
+
+// ---- the parent's side -----------------------------------------------------------
+
+/// One operation for the helper. Names are relative to `DOMAIN_ROOT/anchor`
+/// (or to the Domain Root for `Size` of `ignored`).
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Walk `KEY/upper` against the lower at the key's guest path.
+    Walk { key: String, driver: Driver },
+    /// Total size of `anchor/NAME` (or of the Domain Root's `NAME` when
+    /// `in_root`).
+    Size { name: String, in_root: bool },
+    /// Delete `anchor/NAME`, a `.trash-*` tree.
+    Remove { name: String },
+}
+
+fn op_args(op: &Op) -> Vec<String> {
+    match op {
+        Op::Walk { key, driver } => vec!["walk".into(), key.clone(), driver.name().into()],
+        Op::Size { name, in_root } => vec![if *in_root { "size-root" } else { "size" }.into(), name.clone()],
+        Op::Remove { name } => vec!["remove".into(), name.clone()],
+    }
+}
+
+/// Runs `ops` in a fresh state helper and returns what it reported.
+pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -> Result<Report, String> {
+    if ops.is_empty() {
+        return Ok(Report::default());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate lazaret: {e}"))?;
+    let mut cmd = Command::new(exe);
+    std::os::unix::process::CommandExt::arg0(&mut cmd, "lazaret:[state-helper]");
+    cmd.arg("__state-helper").arg("--root").arg(domain_root);
+    if let Some(l) = lower_rootfs {
+        cmd.arg("--lower").arg(l);
+    }
+    for op in ops {
+        cmd.args(op_args(op));
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    crate::sys::kill_with_parent(&mut cmd);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the state helper: {e}"))?;
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    if line.trim() != "userns" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!(
+            "the state helper could not create a user namespace ({}): run `lazaret doctor`",
+            line.trim()
+        ));
+    }
+    if let Err(e) = write_helper_maps(child.id() as i32) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    let _ = stdin.write_all(b"mapped\n");
+    drop(stdin);
+    let mut text = String::new();
+    let _ = out.read_to_string(&mut text);
+    let st = child.wait().map_err(|e| format!("state helper: {e}"))?;
+    if !st.success() {
+        return Err(format!(
+            "the state helper failed ({st}){}",
+            text.lines()
+                .find_map(|l| l.strip_prefix("X\t"))
+                .map(|m| format!(": {}", unesc(m)))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(parse_report(&text))
+}
+
+fn write_helper_maps(pid: i32) -> Result<(), String> {
+    let uid = crate::sys::getuid();
+    let gid = crate::sys::getgid();
+    let name = crate::coordinator::user_name(uid).unwrap_or_default();
+    for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
+            format!("{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix")
+        })?;
+        let args = [
+            pid.to_string(),
+            "0".into(),
+            own.to_string(),
+            "1".into(),
+            SUB_BASE.to_string(),
+            sub.start.to_string(),
+            "65536".into(),
+        ];
+        let out = Command::new(tool)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{tool} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---- the helper ----------------------------------------------------------------------
+
+/// `lazaret __state-helper --root DR [--lower ROOTFS] OP…`.
+pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
+    crate::sys::set_thread_name("lz-state-helper");
+    let mut args: Vec<String> = raw.into_iter().map(|a| a.to_string_lossy().to_string()).collect();
+    let mut take = |flag: &str| -> Option<String> {
+        let i = args.iter().position(|a| a == flag)?;
+        let v = args.get(i + 1)?.clone();
+        args.drain(i..=i + 1);
+        Some(v)
+    };
+    let Some(root) = take("--root") else {
+        println!("X\tmissing --root");
+        return 2;
+    };
+    let lower = take("--lower");
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if crate::sys::unshare(libc::CLONE_NEWUSER).is_err() {
+        let _ = writeln!(out, "no-userns");
+        return 1;
+    }
+    let _ = writeln!(out, "userns");
+    let _ = out.flush();
+    let mut line = String::new();
+    if io::stdin().read_line(&mut line).unwrap_or(0) == 0 || line.trim() != "mapped" {
+        return 1;
+    }
+    if let Err(e) = crate::sys::become_ns_root() {
+        let _ = writeln!(out, "X\tsetresuid: {e}");
+        return 1;
+    }
+    let fail = |out: &mut io::StdoutLock, msg: String| {
+        let _ = writeln!(out, "X\t{}", esc(&msg));
+        1
+    };
+    let dirflags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let root_fd = match rustix::fs::open(root.as_str(), dirflags, Mode::empty()) {
+        Ok(f) => f,
+        Err(e) => return fail(&mut out, format!("{root}: {e}")),
+    };
+    let root_dev = match rustix::fs::fstat(&root_fd) {
+        Ok(s) => s.st_dev,
+        Err(e) => return fail(&mut out, format!("{root}: {e}")),
+    };
+    let anchor_fd = rustix::fs::openat(&root_fd, anchor::ANCHOR_DIR, dirflags, Mode::empty()).ok();
+    let lower_fd = lower
+        .as_deref()
+        .and_then(|l| rustix::fs::open(l, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok());
+    let mut i = 0;
+    while i < args.len() {
+        let op = args[i].as_str();
+        let name = args.get(i + 1).cloned().unwrap_or_default();
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return fail(&mut out, format!("bad name {name:?}"));
+        }
+        match op {
+            "walk" => {
+                let driver = args.get(i + 2).and_then(|d| Driver::parse(d)).unwrap_or(Driver::Kernel);
+                i += 3;
+                let Some(a) = &anchor_fd else { continue };
+                let Some(guest) = anchor::key_path(&name) else {
+                    return fail(&mut out, format!("bad key {name:?}"));
+                };
+                let mut w = Walker {
+                    out: &mut out,
+                    key: name.clone(),
+                    driver,
+                    dev: root_dev,
+                    entries: 0,
+                    bytes: 0,
+                };
+                let upper = rustix::fs::openat(a, name.as_str(), dirflags, Mode::empty())
+                    .and_then(|k| rustix::fs::openat(&k, "upper", dirflags, Mode::empty()));
+                match upper {
+                    Ok(u) => {
+                        let lower_dir = lower_fd.as_ref().and_then(|l| open_path_nofollow(l, &guest));
+                        w.walk(u, lower_dir);
+                        let (n, b) = (w.entries, w.bytes);
+                        let _ = writeln!(out, "S\t{}\t{n}\t{b}", esc(&name));
+                    }
+                    Err(rustix::io::Errno::NOENT) => {
+                        let _ = writeln!(out, "S\t{}\t0\t0", esc(&name));
+                    }
+                    Err(e) => {
+                        w.finding(
+                            "error",
+                            "",
+                            &format!("the upper cannot be opened without following a link: {e}"),
+                        );
+                    }
+                }
+            }
+            "size" | "size-root" => {
+                i += 2;
+                let base = if op == "size" {
+                    anchor_fd.as_ref()
+                } else {
+                    Some(&root_fd)
+                };
+                let (n, b) = match base.and_then(|d| rustix::fs::openat(d, name.as_str(), dirflags, Mode::empty()).ok())
+                {
+                    Some(fd) => tree_size(fd, 0),
+                    None => (0, 0),
+                };
+                let _ = writeln!(out, "S\t{}\t{n}\t{b}", esc(&name));
+            }
+            "remove" => {
+                i += 2;
+                if !name.starts_with(anchor::TRASH_PREFIX) {
+                    return fail(&mut out, format!("refusing to remove {name:?}: not a trash directory"));
+                }
+                let res = match &anchor_fd {
+                    Some(a) => remove_tree_at(a, &name),
+                    None => Ok(()),
+                };
+                let r = match res {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => esc(&e),
+                };
+                let _ = writeln!(out, "R\t{}\t{r}", esc(&name));
+            }
+            other => return fail(&mut out, format!("unknown operation {other:?}")),
+        }
+    }
+    0
+}
+
+fn open_path_nofollow(base: &OwnedFd, guest: &str) -> Option<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = rustix::io::dup(base).ok()?;
+    for c in guest.trim_start_matches('/').split('/') {
+        fd = rustix::fs::openat(&fd, c, flags, Mode::empty()).ok()?;
+    }
+    Some(fd)
+}
+
+/// fuse-overlayfs marks an opaque directory with `.wh..wh..opq` (and may
+/// add a `.wh..opq` whiteout next to it).
+fn is_fuse_opaque_marker(name: &[u8]) -> bool {
+    name == b".wh..wh..opq" || name == b".wh..opq"
+}
+
+fn ftype_name(ft: FileType, rdev: u64) -> &'static str {
+    match ft {
+        FileType::RegularFile => "file",
+        FileType::Directory => "dir",
+        FileType::Symlink => "symlink",
+        FileType::Fifo => "fifo",
+        FileType::Socket => "socket",
+        FileType::CharacterDevice if rdev == 0 => "whiteout",
+        _ => "other",
+    }
+}
+
+fn guest_id(ns: u32) -> Option<u32> {
+    if ns == 0 {
+        Some(0)
+    } else if (SUB_BASE..SUB_BASE + 65536).contains(&ns) {
+        Some(ns - SUB_BASE + 1)
+    } else {
+        None
+    }
+}
+
+fn list_dir(fd: &OwnedFd) -> io::Result<Vec<CString>> {
+    let mut d = rustix::fs::Dir::read_from(fd)?;
+    let mut names = Vec::new();
+    while let Some(e) = d.read() {
+        let e = e?;
+        let n = e.file_name();
+        if n.to_bytes() == b"." || n.to_bytes() == b".." {
+            continue;
+        }
+        names.push(n.to_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// xattr names and values of `name` in `dir`, without following it: via
+/// the `/proc/self/fd` entry of the directory, final component not
+/// followed (`l*xattr`).
+fn xattrs(dir: &OwnedFd, name: &CStr) -> Vec<(String, Vec<u8>)> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut raw_path = format!("/proc/self/fd/{}/", dir.as_fd().as_raw_fd()).into_bytes();
+    raw_path.extend_from_slice(name.to_bytes());
+    let path = std::ffi::OsStr::from_bytes(&raw_path);
+    let mut buf = vec![0u8; 65536];
+    let n = match rustix::fs::llistxattr(path, &mut buf) {
+        Ok(n) => n,
+        Err(_) => return Vec::new(),
+    };
+    let raw = &buf[..n];
+    let mut out = Vec::new();
+    for k in raw.split(|&b| b == 0).filter(|k| !k.is_empty()) {
+        let k = String::from_utf8_lossy(k).to_string();
+        let mut v = vec![0u8; 4096];
+        let len = rustix::fs::lgetxattr(path, k.as_str(), &mut v).unwrap_or(0);
+        v.truncate(len);
+        out.push((k, v));
+    }
+    out
+}
+
+struct Walker<'a, 'b> {
+    out: &'a mut io::StdoutLock<'b>,
+    key: String,
+    driver: Driver,
+    dev: u64,
+    entries: u64,
+    bytes: u64,
+}
+
+const OVL_KNOWN: &[&str] = &[
+    "opaque", "origin", "impure", "nlink", "upper", "uuid", "protattr", "whiteout",
+];
+
+impl Walker<'_, '_> {
+    fn finding(&mut self, level: &str, path: &str, msg: &str) {
+        let _ = writeln!(self.out, "F\t{}\t{level}\t{}\t{}", esc(&self.key), esc(path), esc(msg));
+    }
+
+    fn entry(&mut self, kind: Kind, ft: &str, st: &Stat, path: &str) {
+        let id = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            self.out,
+            "E\t{}\t{}\t{ft}\t{:o}\t{}\t{}\t{}\t{}",
+            esc(&self.key),
+            kind.name(),
+            st.st_mode & 0o7777,
+            id(guest_id(st.st_uid)),
+            id(guest_id(st.st_gid)),
+            st.st_size,
+            esc(path)
+        );
+    }
+
+    /// Checks one entry's metadata; returns whether its xattrs mark an
+    /// opaque directory, and whether they mark an xattr whiteout.
+    fn check(&mut self, dir: &OwnedFd, name: &CStr, st: &Stat, path: &str) -> (bool, bool) {
+        let ft = FileType::from_raw_mode(st.st_mode);
+        if guest_id(st.st_uid).is_none() || guest_id(st.st_gid).is_none() {
+            self.finding(
+                "error",
+                path,
+                "owned by an id outside your user and subordinate ranges (not created by the sandbox)",
+            );
+        }
+        if st.st_dev != self.dev {
+            self.finding(
+                "error",
+                path,
+                "on another filesystem than the Domain Root (a mount inside the upper)",
+            );
+        }
+        match ft {
+            FileType::CharacterDevice if st.st_rdev != 0 => {
+                self.finding("error", path, "a device node that is not a whiteout (not 0:0)")
+            }
+            FileType::BlockDevice => self.finding("error", path, "a block device"),
+            _ => {}
+        }
+        let mut opaque = false;
+        let mut xwhiteout = false;
+        if ft == FileType::Symlink {
+            return (false, false);
+        }
+        let prefix = match self.driver {
+            Driver::Kernel => "user.overlay.",
+            Driver::Fuse => "user.fuseoverlayfs.",
+        };
+        for (k, v) in xattrs(dir, name) {
+            let Some(sub) = k
+                .strip_prefix("user.overlay.")
+                .or_else(|| k.strip_prefix("user.fuseoverlayfs."))
+            else {
+                continue;
+            };
+            if !k.starts_with(prefix) {
+                self.finding("warning", path, &format!("overlay xattr {k} of the other driver"));
+                continue;
+            }
+            match sub {
+                "opaque" => {
+                    if ft != FileType::Directory {
+                        self.finding("error", path, &format!("{k} on something that is not a directory"));
+                    } else if v == b"y" || v == b"x" {
+                        opaque = v == b"y";
+                    } else {
+                        self.finding(
+                            "error",
+                            path,
+                            &format!("{k} has the malformed value {:?}", String::from_utf8_lossy(&v)),
+                        );
+                    }
+                }
+                "whiteout" => {
+                    if ft != FileType::RegularFile || st.st_size != 0 {
+                        self.finding("error", path, &format!("{k} on something that is not an empty file"));
+                    } else {
+                        xwhiteout = true;
+                    }
+                }
+                s if OVL_KNOWN.contains(&s) => {}
+                _ => self.finding(
+                    "error",
+                    path,
+                    &format!("unexpected overlay xattr {k} (Lazaret never enables redirects or metacopy)"),
+                ),
+            }
+        }
+        (opaque, xwhiteout)
+    }
+
+    /// Depth-first walk of an upper directory with the matching lower
+    /// directory, if any.
+    fn walk(&mut self, upper: OwnedFd, lower: Option<OwnedFd>) {
+        let mut stack: Vec<(OwnedFd, Option<OwnedFd>, String, usize)> = vec![(upper, lower, String::new(), 0)];
+        while let Some((dir, lower, prefix, depth)) = stack.pop() {
+            let names = match list_dir(&dir) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.finding("error", &prefix, &format!("cannot list: {e}"));
+                    continue;
+                }
+            };
+            let fuse_opq = self.driver == Driver::Fuse && names.iter().any(|n| is_fuse_opaque_marker(n.to_bytes()));
+            let lower = if fuse_opq { None } else { lower };
+            for name in names {
+                let nm = name.to_string_lossy().to_string();
+                let path = if prefix.is_empty() {
+                    nm.clone()
+                } else {
+                    format!("{prefix}/{nm}")
+                };
+                let st = match rustix::fs::statat(&dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.finding("error", &path, &format!("cannot stat: {e}"));
+                        continue;
+                    }
+                };
+                self.entries += 1;
+                self.bytes += st.st_blocks as u64 * 512;
+                let ft = FileType::from_raw_mode(st.st_mode);
+                let (opaque, xwhiteout) = self.check(&dir, &name, &st, &path);
+                let fuse_whiteout_shape = (ft == FileType::RegularFile && st.st_size == 0)
+                    || (ft == FileType::CharacterDevice && st.st_rdev == 0);
+                if self.driver == Driver::Fuse && is_fuse_opaque_marker(nm.as_bytes()) {
+                    if !fuse_whiteout_shape {
+                        self.finding(
+                            "error",
+                            &path,
+                            "an opaque marker that is not an empty file or a 0:0 device",
+                        );
+                    }
+                    continue;
+                }
+                if self.driver == Driver::Fuse && nm.starts_with(".wh.") {
+                    if !fuse_whiteout_shape {
+                        self.finding(
+                            "error",
+                            &path,
+                            "a .wh. whiteout that is not an empty file or a 0:0 device",
+                        );
+                    }
+                    let target = if prefix.is_empty() {
+                        nm[4..].to_string()
+                    } else {
+                        format!("{prefix}/{}", &nm[4..])
+                    };
+                    self.entry(Kind::Deleted, "whiteout", &st, &target);
+                    continue;
+                }
+                if (ft == FileType::CharacterDevice && st.st_rdev == 0) || xwhiteout {
+                    self.entry(Kind::Deleted, "whiteout", &st, &path);
+                    continue;
+                }
+                let lst = lower
+                    .as_ref()
+                    .and_then(|l| rustix::fs::statat(l, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW).ok());
+                let ftn = ftype_name(ft, st.st_rdev);
+                if ft == FileType::Directory {
+                    let in_lower_dir = lst
+                        .as_ref()
+                        .is_some_and(|l| FileType::from_raw_mode(l.st_mode) == FileType::Directory);
+                    if opaque && in_lower_dir {
+                        self.entry(Kind::Opaque, ftn, &st, &path);
+                    } else if lst.is_none() {
+                        self.entry(Kind::Added, ftn, &st, &path);
+                    } else if !in_lower_dir || lst.as_ref().is_some_and(|l| (l.st_mode ^ st.st_mode) & 0o7777 != 0) {
+                        self.entry(Kind::Modified, ftn, &st, &path);
+                    }
+                    if depth + 1 > MAX_DEPTH {
+                        self.finding(
+                            "warning",
+                            &path,
+                            &format!("deeper than {MAX_DEPTH} levels: not inspected below"),
+                        );
+                        continue;
+                    }
+                    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                    match rustix::fs::openat(&dir, name.as_c_str(), flags, Mode::empty()) {
+                        Ok(sub) => {
+                            let sub_lower = if opaque || !in_lower_dir {
+                                None
+                            } else {
+                                lower
+                                    .as_ref()
+                                    .and_then(|l| rustix::fs::openat(l, name.as_c_str(), flags, Mode::empty()).ok())
+                            };
+                            stack.push((sub, sub_lower, path, depth + 1));
+                        }
+                        Err(e) => self.finding("error", &path, &format!("cannot open: {e}")),
+                    }
+                } else {
+                    let kind = if lst.is_some() { Kind::Modified } else { Kind::Added };
+                    self.entry(kind, ftn, &st, &path);
+                }
+            }
+        }
+    }
+}
+
+fn tree_size(fd: OwnedFd, depth: usize) -> (u64, u64) {
+    let (mut n, mut b) = (0u64, 0u64);
+    let Ok(names) = list_dir(&fd) else { return (0, 0) };
+    for name in names {
+        let Ok(st) = rustix::fs::statat(&fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        n += 1;
+        b += st.st_blocks as u64 * 512;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory && depth < MAX_DEPTH {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            if let Ok(sub) = rustix::fs::openat(&fd, name.as_c_str(), flags, Mode::empty()) {
+                let (sn, sb) = tree_size(sub, depth + 1);
+                n += sn;
+                b += sb;
+            }
+        }
+    }
+    (n, b)
+}
+
+/// Deletes `parent/name` and everything below it without following any
+/// symlink. Directories deeper than the fd budget are first moved up to
+/// the top of the tree, so any depth can be removed.
+fn remove_tree_at(parent: &OwnedFd, name: &str) -> Result<(), String> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let top = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+        Ok(f) => f,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
+            return rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(|e| format!("{name}: {e}"))
+        }
+        Err(e) => return Err(format!("{name}: {e}")),
+    };
+    let mut moved = 0u64;
+    loop {
+        // Deep directories move to the top on each pass; repeat until empty.
+        match empty_dir(&top, &top, 0, &mut moved) {
+            Ok(true) => break,
+            Ok(false) => continue,
+            Err(e) => return Err(format!("{name}: {e}")),
+        }
+    }
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(|e| format!("{name}: {e}"))
+}
+
+/// Removes what it can below `dir`; returns true once `dir` is empty.
+fn empty_dir(top: &OwnedFd, dir: &OwnedFd, depth: usize, moved: &mut u64) -> io::Result<bool> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let names = list_dir(dir)?;
+    let mut empty = true;
+    for name in names {
+        let st = match rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+            rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::empty())?;
+            // Crash tests: die with the old upper half deleted.
+            anchor::fault_point("reset-step-5");
+            continue;
+        }
+        if depth >= MAX_DEPTH {
+            // Move the deep directory to the top and come back for it.
+            *moved += 1;
+            let new = format!(".deep-{moved}");
+            rustix::fs::renameat(dir, name.as_c_str(), top, new.as_str())?;
+            empty = false;
+            continue;
+        }
+        let sub = rustix::fs::openat(dir, name.as_c_str(), flags, Mode::empty())?;
+        if empty_dir(top, &sub, depth + 1, moved)? {
+            rustix::fs::unlinkat(dir, name.as_c_str(), AtFlags::REMOVEDIR)?;
+        } else {
+            empty = false;
+        }
+    }
+    Ok(empty)
+}
+
+/// Human size: `0 B`, `12 KiB`, `3.4 MiB`.
+pub fn human_size(b: u64) -> String {
+    const U: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else if v < 10.0 {
+        format!("{v:.1} {}", U[i])
+    } else {
+        format!("{v:.0} {}", U[i])
+    }
+}
+
+/// A path shortened to `max` characters with an ellipsis in the middle.
+pub fn fit(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max || max < 5 {
+        return s.to_string();
+    }
+    let head = (max - 1) / 2;
+    let tail = max - 1 - head;
+    let a: String = s.chars().take(head).collect();
+    let b: String = s.chars().skip(n - tail).collect();
+    format!("{a}…{b}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_lines_round_trip_with_odd_names() {
+        let text = "E\tusr\tadded\tfile\t755\t0\t-\t12\tlocal/bin/a\\tb\\nc\\\\d\n\
+                    F\tetc\terror\tx\tbad thing\nS\tusr\t3\t4096\nR\t.trash-usr-1\tok\nnoise\n";
+        let r = parse_report(text);
+        assert_eq!(r.entries.len(), 1);
+        assert_eq!(r.entries[0].path, "local/bin/a\tb\nc\\d");
+        assert_eq!(r.entries[0].uid, Some(0));
+        assert_eq!(r.entries[0].gid, None);
+        assert_eq!(r.entries[0].mode, 0o755);
+        assert_eq!(r.findings[0].message, "bad thing");
+        assert_eq!(r.sizes, vec![("usr".to_string(), 3, 4096)]);
+        assert_eq!(r.removed[0].1, Ok(()));
+        assert_eq!(unesc(&esc("a\\t\tb\n")), "a\\t\tb\n");
+    }
+
+    #[test]
+    fn guest_ids_keep_overflow_apart() {
+        assert_eq!(guest_id(0), Some(0));
+        assert_eq!(guest_id(SUB_BASE), Some(1));
+        assert_eq!(guest_id(SUB_BASE + 65535), Some(65536));
+        assert_eq!(guest_id(65534), None, "the kernel's overflow id is never mapped");
+        assert_eq!(guest_id(1), None);
+    }
+
+    #[test]
+    fn sizes_and_fitting() {
+        assert_eq!(human_size(0), "0 B");
+        assert_eq!(human_size(2048), "2.0 KiB");
+        assert_eq!(human_size(50 << 20), "50 MiB");
+        assert_eq!(fit("/usr/local/bin/tool", 80), "/usr/local/bin/tool");
+        let f = fit(&"a".repeat(100), 20);
+        assert_eq!(f.chars().count(), 20);
+        assert!(f.contains('…'));
+    }
+}
