@@ -9,19 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-31}
 . "$here/lib.sh"
 
-if [ "$(id -u)" -eq 0 ]; then
-    cd "$here/.."
-    user=${LAZARET_TEST_USER:-lazaret-test}
-    ensure_user "$user" >/dev/null
-    cargo build --release --locked 2>&1 | tail -n 1
-    bindir=$(stage_binaries "$user")
-    install -m 0755 scripts/bench-escalate.sh "$bindir/bench-escalate.sh"
-    install -m 0644 scripts/lib.sh "$bindir/lib.sh"
-    run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
-    exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
-        env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        LAZARET_BIN="$bindir/lazaret" bash "$bindir/bench-escalate.sh" "$rounds"
-fi
+bench_as_user "$here" "$(basename "$0")" "$@"
 
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
 work=$(mktemp -d /tmp/lazaret-bench-esc.XXXXXX)

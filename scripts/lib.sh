@@ -36,3 +36,24 @@ stage_binaries() {
     done
     printf '%s\n' "$dir"
 }
+
+# bench_as_user SCRIPTDIR SCRIPT ARGS...: run as root, a benchmark builds
+# Lazaret, stages it where the test user can read it, makes sure the user
+# has the default image, and re-executes itself as that user (returns at
+# once when not root).
+bench_as_user() {
+    local here=$1 script=$2; shift 2
+    [ "$(id -u)" -eq 0 ] || return 0
+    cd "$here/.."
+    local user=${LAZARET_TEST_USER:-lazaret-test}
+    ensure_user "$user" >/dev/null
+    cargo build --release --locked 2>&1 | tail -n 1
+    local bindir
+    bindir=$(stage_binaries "$user")
+    install -m 0755 "scripts/$script" "$bindir/$script"
+    install -m 0644 scripts/lib.sh "$bindir/lib.sh"
+    run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
+    exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
+        env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
+        LAZARET_BIN="$bindir/lazaret" bash "$bindir/$script" "$@"
+}

@@ -753,7 +753,7 @@ fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = std::fs::remove_file(r.paths.lock());
+    // INVARIANT: never unlink the lock file here: only its holder may.
     println!(
         "stopped Domain {} ({} on {})",
         r.domain_id,

@@ -97,6 +97,13 @@ pub fn main(args: Args) -> i32 {
     report.0 = None;
     let code = hc.run();
     hc.teardown();
+    let paths = hc.paths.clone();
+    // INVARIANT: the store is closed before the lock can pass on (FR-17).
+    drop(hc);
+    let _ = std::fs::remove_file(paths.log());
+    // The lock file goes last, while we still hold the lock; a CLI that
+    // locked the old inode notices it is unlinked and retries.
+    let _ = std::fs::remove_file(paths.lock());
     drop(lock);
     code
 }
@@ -1395,10 +1402,6 @@ impl Coordinator {
             std::thread::sleep(Duration::from_millis(2));
         }
         self.conns.clear();
-        // The lock file goes while we still hold the lock; a CLI that
-        // locked the old inode notices it is unlinked and retries.
-        let _ = std::fs::remove_file(self.paths.lock());
-        let _ = std::fs::remove_file(self.paths.log());
         log::info!("generation {} {final_phase}", self.generation);
     }
 }
@@ -1469,7 +1472,17 @@ fn write_id_maps(pid: i32) -> Result<(), String> {
 /// Recovery of a previous generation that did not end cleanly: kill only
 /// processes whose pid *and* start time we recorded, then mark it.
 fn recover(store: &Store, dp: &DomainPaths) {
-    let Ok(list) = store.unreleased() else { return };
+    let Ok(mut list) = store.unreleased() else { return };
+    // Recovery order (SPEC §5): the sandbox first, then the network helper,
+    // then the supervisor that held the namespaces and mounts.
+    let rank = |o: &crate::store::Owned| match (o.kind.as_str(), o.name.as_str()) {
+        ("process", "runsc-run") => 0,
+        ("runsc-container", _) => 1,
+        ("process", "supervisor") => 3,
+        ("process", _) => 2,
+        _ => 4,
+    };
+    list.sort_by_key(|o| (rank(o), o.row));
     for o in &list {
         match (o.kind.as_str(), o.pid, o.start_time) {
             ("process", Some(pid), Some(st)) if sys::same_process(pid, st) => {
