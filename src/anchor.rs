@@ -7,7 +7,7 @@
 //! DOMAIN_ROOT/anchor/                the State Anchor
 //!   KEY/upper/                       overlay upper for one guest path (the
 //!                                    only directory the sandbox can write)
-//!   KEY/work/                        overlay workdir (same filesystem)
+//!   KEY/work                         overlay workdir (same filesystem)
 //!   KEY/driver                       "kernel" or "fuse": fixed at first mount
 //!   reset-journal                    a reset in progress (see `reset`)
 //!   .trash-KEY-RAND/                 a reset scope on its way out
