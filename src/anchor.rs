@@ -431,17 +431,14 @@ fn record_driver(key_dir: &Path, d: Driver) -> Result<()> {
 }
 
 /// The driver preferred for fresh uppers: `LAZARET_OVERLAY_DRIVER`
-/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else the
-/// kernel overlay (`userxattr`): on `scripts/bench-state.sh` the two drivers
-/// run the workload alike (1.02x vs 0.99x of the bare lower), but a cold
-/// start with kernel overlays was 365 ms against 424 ms with six
-/// fuse-overlayfs daemons to spawn (docs/state.md). fuse-overlayfs is the
-/// fallback for a fresh upper where the kernel overlay cannot mount.
+/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else
+/// fuse-overlayfs: the spec's driver, and on `scripts/bench-state.sh` the
+/// kernel overlay was not faster under gVisor (docs/state.md).
 pub fn preferred_driver() -> Driver {
     std::env::var("LAZARET_OVERLAY_DRIVER")
         .ok()
         .and_then(|v| Driver::parse(&v))
-        .unwrap_or(Driver::Kernel)
+        .unwrap_or(Driver::Fuse)
 }
 
 /// Everything the coordinator does for the State Anchor of one generation:

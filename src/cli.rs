@@ -453,7 +453,9 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Ou
                 "unexpected reply from the coordinator: {other:?}"
             )))
         }
+        // Closed (or reset) before Welcome: the Domain was stopping.
         Err(ipc::ReadError::Closed) => return Ok(Outcome::Retry),
+        Err(ipc::ReadError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(Outcome::Retry),
         Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
     }
     let signals = sys::signal_pipe(&[
