@@ -491,10 +491,22 @@ pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
     let text = std::fs::read_to_string(plan_file).map_err(|e| AnchorError::Io(plan_file.to_path_buf(), e))?;
     let (prefer, mounts) = parse_plan(&text)?;
     let mut daemons = Vec::new();
-    for m in &mounts {
+    // The fuse daemons start together and are then waited for in turn, so
+    // their mounts overlap instead of queueing behind each other.
+    let mut started: Vec<Option<std::process::Child>> = mounts
+        .iter()
+        .map(|m| match recorded_driver(&m.key_dir).unwrap_or(prefer) {
+            Driver::Fuse => spawn_fuse(m).ok(),
+            Driver::Kernel => None,
+        })
+        .collect();
+    for (i, m) in mounts.iter().enumerate() {
         let recorded = recorded_driver(&m.key_dir);
         let first = recorded.unwrap_or(prefer);
-        let result = mount_one(m, first, &mut daemons);
+        let result = match started[i].take() {
+            Some(child) => wait_fuse(m, child, &mut daemons),
+            None => mount_one(m, first, &mut daemons),
+        };
         let used = match result {
             Ok(()) => first,
             Err(e) if recorded.is_none() => {
@@ -536,33 +548,44 @@ fn mount_one(m: &AnchorMount, d: Driver, daemons: &mut Vec<std::process::Child>)
         Driver::Kernel => {
             crate::sys::mount("overlay", &m.target, "overlay", 0, Some(&m.kernel_options())).map_err(|e| e.to_string())
         }
-        Driver::Fuse => {
-            let mut cmd = std::process::Command::new("fuse-overlayfs");
-            cmd.arg("-f")
-                .arg("-o")
-                .arg(m.fuse_options())
-                .arg(&m.target)
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null());
-            crate::sys::kill_with_parent(&mut cmd);
-            let mut child = cmd.spawn().map_err(|e| format!("fuse-overlayfs: {e}"))?;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            loop {
-                if is_mountpoint(&m.target) {
-                    daemons.push(child);
-                    return Ok(());
-                }
-                if let Ok(Some(st)) = child.try_wait() {
-                    return Err(format!("fuse-overlayfs exited ({st})"));
-                }
-                if std::time::Instant::now() > deadline {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err("fuse-overlayfs did not mount in 10 s".into());
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
+        Driver::Fuse => wait_fuse(m, spawn_fuse(m)?, daemons),
+    }
+}
+
+/// Starts the fuse-overlayfs daemon for one mount (PDEATHSIG-coupled).
+fn spawn_fuse(m: &AnchorMount) -> std::result::Result<std::process::Child, String> {
+    let mut cmd = std::process::Command::new("fuse-overlayfs");
+    cmd.arg("-f")
+        .arg("-o")
+        .arg(m.fuse_options())
+        .arg(&m.target)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    crate::sys::kill_with_parent(&mut cmd);
+    cmd.spawn().map_err(|e| format!("fuse-overlayfs: {e}"))
+}
+
+/// Waits until a started daemon's mount is in place.
+fn wait_fuse(
+    m: &AnchorMount,
+    mut child: std::process::Child,
+    daemons: &mut Vec<std::process::Child>,
+) -> std::result::Result<(), String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if is_mountpoint(&m.target) {
+            daemons.push(child);
+            return Ok(());
         }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!("fuse-overlayfs exited ({st})"));
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("fuse-overlayfs did not mount in 10 s".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }
 
