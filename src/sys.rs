@@ -163,10 +163,11 @@ pub fn mount(source: &str, target: &Path, fstype: &str, flags: libc::c_ulong, da
     .map(|_| ())
 }
 
-/// Non-blocking exclusive `flock`. `Ok(false)` when someone else holds it.
-pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+/// Non-blocking `flock` with `op` (`LOCK_EX` or `LOCK_SH`). `Ok(false)`
+/// when a conflicting lock is held.
+fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
     // SAFETY: flock on a valid fd owned by `file`.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let r = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
     if r == 0 {
         return Ok(true);
     }
@@ -176,6 +177,11 @@ pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
     } else {
         Err(e)
     }
+}
+
+/// Non-blocking exclusive `flock`. `Ok(false)` when someone else holds it.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    try_flock(file, libc::LOCK_EX)
 }
 
 /// A pipe whose both ends are close-on-exec.
@@ -667,15 +673,5 @@ pub fn fd_inode(fd: RawFd) -> io::Result<u64> {
 /// Shared `flock`, non-blocking. `Ok(false)` when someone holds it
 /// exclusively.
 pub fn try_lock_shared(file: &File) -> io::Result<bool> {
-    // SAFETY: flock on a valid fd owned by `file`.
-    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(e)
-    }
+    try_flock(file, libc::LOCK_SH)
 }
