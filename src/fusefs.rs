@@ -15,10 +15,26 @@
 //! Host access is path based from two directory fds (workspace, store), with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` so a concurrently swapped
 //! symlink can never lead outside either tree. The node id of a file is its
-//! host inode number (so Git's index stat data matches the host's), tagged
-//! in the top bits for the store side. Threads: `fuser`'s event loops, two.
+//! fresh id per file the kernel looks up; a node remembers its host inode
+//! number and refuses (ESTALE) once its path names another file.
+//!
+//! Caching (src/fusewatch.rs): `git status` stats every tracked file, and
+//! gVisor opens a host fd for each, so the view avoids per-file round trips:
+//! - entries and attributes are cached for an hour under host directories
+//!   watched with inotify (a host-side change invalidates exactly what it
+//!   touched), for 1 s elsewhere; store-side entries change only through
+//!   the view, which the kernel sees;
+//! - opens are handle-less (`FUSE_NO_OPEN_SUPPORT`: the first OPEN answers
+//!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
+//!   writes go through a bounded per-node fd cache, and the Git Sentry's
+//!   write checks move from open to write/truncate, still before any byte
+//!   reaches the host. A file that is unlinked or replaced through the view
+//!   keeps its fd (pinned) so processes holding it open go on working;
+//! - directory listings are cached by the kernel (`FOPEN_CACHE_DIR`).
+//!
+//! Threads: `fuser`'s event loops (two) and the watcher.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -26,6 +42,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,12 +53,20 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
+use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
 use crate::ignored::IgnoreRules;
 
-/// How long the kernel may cache entries and attributes. Host-side edits
-/// become visible in the sandbox within this time.
+/// How long the kernel may cache entries and attributes under a host
+/// directory that is not watched: host-side edits show up within this time.
 const TTL: Duration = Duration::from_secs(1);
+/// The same under a watched directory and on the store side, where every
+/// change is invalidated when it happens.
+const TTL_LONG: Duration = Duration::from_secs(3600);
+/// Per-view bound on cached per-node fds (pinned ones not counted).
+const FD_CACHE: usize = 256;
+/// Per-view bound on pinned fds.
+const PINNED_MAX: usize = 512;
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
@@ -59,6 +84,32 @@ struct Node {
     /// Ever seen at a protected path (sticks across hard links).
     protected: bool,
     lookups: u64,
+    dir: bool,
+    regular: bool,
+    /// The host (or store) inode the node stands for.
+    host_ino: u64,
+    /// Cached fd for handle-less reads and writes, and whether it writes.
+    fd: Option<(Arc<File>, bool)>,
+    /// Kept until the kernel forgets the node: the path no longer leads to
+    /// the file (unlinked or replaced through the view).
+    pinned: bool,
+}
+
+impl Node {
+    fn new(side: Side, rel: PathBuf, st: &rustix::fs::Stat) -> Node {
+        Node {
+            side,
+            rel,
+            gone: false,
+            protected: false,
+            lookups: 0,
+            dir: is_dir(st),
+            regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+            host_ino: st.st_ino,
+            fd: None,
+            pinned: false,
+        }
+    }
 }
 
 enum Handle {
@@ -75,6 +126,12 @@ struct Tables {
     next_id: u64,
     handles: HashMap<u64, Handle>,
     next_fh: u64,
+    /// Nodes with an unpinned cached fd, oldest first (may hold stale ids).
+    fd_order: VecDeque<u64>,
+    cached_fds: usize,
+    /// Pinned nodes, oldest first (may hold stale ids).
+    pin_order: VecDeque<u64>,
+    pinned_fds: usize,
 }
 
 /// One view: a host tree, its policy, and (for the workspace) the ignored
@@ -84,7 +141,11 @@ pub struct View {
     store: Option<(OwnedFd, u64)>,
     rules: Option<IgnoreRules>,
     sentry: Sentry,
-    t: Mutex<Tables>,
+    t: Arc<Mutex<Tables>>,
+    /// None when inotify is unavailable: everything host-side uses `TTL`.
+    watch: Option<Arc<Watches>>,
+    /// The kernel does handle-less opens (set at FUSE init).
+    no_open: AtomicBool,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -157,6 +218,7 @@ impl View {
     /// with its rules; None shows ignored paths from the host.
     pub fn new(host: &Path, store: Option<(&Path, IgnoreRules)>, sentry: Sentry) -> io::Result<View> {
         let (host_fd, _) = open_root(host)?;
+        let root_st = rustix::fs::fstat(&host_fd)?;
         let (store, rules) = match store {
             Some((dir, rules)) => {
                 std::fs::create_dir_all(dir)?;
@@ -165,28 +227,37 @@ impl View {
             None => (None, None),
         };
         let mut nodes = HashMap::new();
-        nodes.insert(
-            1,
-            Node {
-                side: Side::Host,
-                rel: PathBuf::new(),
-                gone: false,
-                protected: false,
-                lookups: 1,
-            },
-        );
+        let mut root = Node::new(Side::Host, PathBuf::new(), &root_st);
+        root.lookups = 1;
+        nodes.insert(1, root);
+        let watch = match Watches::new() {
+            Ok(w) => {
+                w.watch(host_fd.as_fd(), Path::new(""));
+                Some(Arc::new(w))
+            }
+            Err(e) => {
+                log::warn!("workspace view: no inotify ({e}); host edits show up within 1 s");
+                None
+            }
+        };
         Ok(View {
             host: host_fd,
             store,
             rules,
             sentry,
-            t: Mutex::new(Tables {
+            t: Arc::new(Mutex::new(Tables {
                 nodes,
                 by_key: HashMap::new(),
                 next_id: 2,
                 handles: HashMap::new(),
                 next_fh: 1,
-            }),
+                fd_order: VecDeque::new(),
+                cached_fds: 0,
+                pin_order: VecDeque::new(),
+                pinned_fds: 0,
+            })),
+            watch,
+            no_open: AtomicBool::new(false),
         })
     }
 
@@ -242,25 +313,35 @@ impl View {
     /// attributes under its node id.
     fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
         let st = self.stat(side, rel)?;
+        let dir = is_dir(&st);
+        if dir && side == Side::Host {
+            // Watched before the kernel can cache anything below it.
+            if let Some(w) = &self.watch {
+                if !w.is_watched(rel) {
+                    if let Ok(d) = self.dir(side, rel) {
+                        w.watch(d.as_fd(), rel);
+                    }
+                }
+            }
+        }
         let protected = self.sentry.is_protected(rel);
         let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
-        let id = match t.by_key.get(&key) {
-            Some(&id) => id,
-            None => {
+        let existing = t.by_key.get(&key).copied();
+        let id = match existing {
+            // The same file as before.
+            Some(id) if t.nodes.get(&id).is_some_and(|n| n.host_ino == st.st_ino) => id,
+            _ => {
+                if let Some(old) = existing {
+                    // Another file now has this path (replaced on the host).
+                    if let Some(n) = t.nodes.get_mut(&old) {
+                        n.gone = true;
+                    }
+                }
                 let id = t.next_id;
                 t.next_id += 1;
                 t.by_key.insert(key, id);
-                t.nodes.insert(
-                    id,
-                    Node {
-                        side,
-                        rel: rel.to_path_buf(),
-                        gone: false,
-                        protected: false,
-                        lookups: 0,
-                    },
-                );
+                t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
                 id
             }
         };
@@ -268,6 +349,144 @@ impl View {
         n.protected |= protected;
         n.lookups += 1;
         Ok(attr(id, &st))
+    }
+
+    /// How long the kernel may keep what it learns about `rel`.
+    fn ttl(&self, side: Side, rel: &Path) -> Duration {
+        if side == Side::Store {
+            return TTL_LONG;
+        }
+        let parent = if rel.as_os_str().is_empty() {
+            rel
+        } else {
+            rel.parent().unwrap_or(Path::new(""))
+        };
+        match &self.watch {
+            Some(w) if w.is_watched(parent) => TTL_LONG,
+            _ => TTL,
+        }
+    }
+
+    /// Stats a node's path and checks it still names the node's file.
+    fn node_stat(&self, ino: INodeNo) -> Result<(Side, PathBuf, rustix::fs::Stat), Errno> {
+        let (side, rel, _) = self.node(ino)?;
+        let want = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.host_ino);
+        let st = self.stat(side, &rel)?;
+        if want != Some(st.st_ino) {
+            return Err(Errno::ESTALE);
+        }
+        Ok((side, rel, st))
+    }
+
+    /// The fd a handle-less read (or write) of node `ino` goes through.
+    fn node_file(&self, ino: INodeNo, write: bool) -> Result<Arc<File>, Errno> {
+        let (side, rel, protected, want) = {
+            let t = self.t.lock().unwrap();
+            let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
+            if let Some((f, w)) = &n.fd {
+                if *w || !write {
+                    if write && (n.protected || self.sentry.is_protected(&n.rel)) {
+                        return Err(Errno::EPERM);
+                    }
+                    return Ok(f.clone());
+                }
+            }
+            if n.gone {
+                return Err(Errno::ESTALE);
+            }
+            (
+                n.side,
+                n.rel.clone(),
+                n.protected || self.sentry.is_protected(&n.rel),
+                n.host_ino,
+            )
+        };
+        if write && protected {
+            log::warn!("git sentry: refused writing {}", rel.display());
+            return Err(Errno::EPERM);
+        }
+        let f = Arc::new(self.open_path(side, &rel, write)?);
+        if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
+            return Err(Errno::ESTALE);
+        }
+        self.cache_fd(ino.0, f.clone(), write);
+        Ok(f)
+    }
+
+    /// Keeps `f` as node `id`'s fd, evicting the oldest beyond `FD_CACHE`.
+    fn cache_fd(&self, id: u64, f: Arc<File>, write: bool) {
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        let Some(n) = t.nodes.get_mut(&id) else { return };
+        let counted = n.fd.is_some() && !n.pinned;
+        n.fd = Some((f, write));
+        if !n.pinned && !counted {
+            t.cached_fds += 1;
+            t.fd_order.push_back(id);
+        }
+        while t.cached_fds > FD_CACHE {
+            let Some(old) = t.fd_order.pop_front() else { break };
+            if let Some(n) = t.nodes.get_mut(&old) {
+                if !n.pinned && n.fd.take().is_some() {
+                    t.cached_fds -= 1;
+                }
+            }
+        }
+    }
+
+    /// Opens `rel` for reading, or for writing (and reading, when allowed).
+    fn open_path(&self, side: Side, rel: &Path, write: bool) -> Result<File, Errno> {
+        let p = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        let open = |fl: OFlags| {
+            rustix::fs::openat2(
+                self.root(side)?,
+                p,
+                fl | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+                resolve(),
+            )
+            .map_err(errno)
+        };
+        let fd = if write {
+            open(OFlags::RDWR).or_else(|_| open(OFlags::WRONLY))?
+        } else {
+            open(OFlags::RDONLY)?
+        };
+        Ok(File::from(fd))
+    }
+
+    /// Before `rel` stops naming its file (unlink, rename over it): a node
+    /// with a cached fd keeps it until the kernel forgets the node, so the
+    /// kernel can still write back or read the file's pages. No fd is opened
+    /// for this: gVisor itself refuses I/O on a file unlinked while open (a
+    /// plain bind behaves the same), and it keeps deleted files referenced,
+    /// so pins are bounded: beyond `PINNED_MAX` the oldest is dropped.
+    fn pin(&self, side: Side, rel: &Path) {
+        let Some(id) = self.known(side, rel) else { return };
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        let Some(n) = t.nodes.get_mut(&id) else { return };
+        if n.pinned || !n.regular || n.fd.is_none() {
+            return;
+        }
+        t.cached_fds -= 1;
+        n.pinned = true;
+        t.pinned_fds += 1;
+        t.pin_order.push_back(id);
+        while t.pinned_fds > PINNED_MAX {
+            let Some(old) = t.pin_order.pop_front() else { break };
+            if let Some(n) = t.nodes.get_mut(&old) {
+                if n.pinned {
+                    n.pinned = false;
+                    n.fd = None;
+                    t.pinned_fds -= 1;
+                }
+            }
+        }
     }
 
     fn ignored(&self, rel: &Path, dir: bool) -> bool {
@@ -342,7 +561,7 @@ impl View {
     fn entry_reply(&self, side: Side, rel: &Path, d: &OwnedFd, name: &OsStr, reply: ReplyEntry) {
         let _ = (d, name);
         match self.remember(side, rel) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok(a) => reply.entry(&self.ttl(side, rel), &a, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -350,6 +569,9 @@ impl View {
     /// After a rename: every node at or below `from` moves to `to`; a node
     /// that was at `to` is gone.
     fn renamed(&self, side: Side, from: &Path, to: &Path) {
+        if let (Side::Host, Some(w)) = (side, &self.watch) {
+            w.renamed(from, to);
+        }
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         let moved_id = t.by_key.get(&(side, from.to_path_buf())).copied();
@@ -397,6 +619,15 @@ impl View {
         t.next_fh += 1;
         t.handles.insert(fh, h);
         fh
+    }
+
+    /// The open handle `fh`, or for a handle-less open (fh 0) the node's fd.
+    fn handle_or_node(&self, fh: FileHandle, ino: INodeNo, write: bool) -> Result<Arc<File>, Errno> {
+        if fh.0 == 0 {
+            self.node_file(ino, write)
+        } else {
+            self.file(fh)
+        }
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<File>, Errno> {
@@ -474,10 +705,10 @@ impl Filesystem for View {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
             let (side, _) = self.find(pside, &rel)?;
-            self.remember(side, &rel)
+            Ok((self.remember(side, &rel)?, self.ttl(side, &rel)))
         })();
         match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Ok((a, ttl)) => reply.entry(&ttl, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -485,13 +716,15 @@ impl Filesystem for View {
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Some(f) = fh.and_then(|fh| self.file(fh).ok()) {
             match rustix::fs::fstat(&*f) {
-                Ok(st) => return reply.attr(&TTL, &attr(ino.0, &st)),
+                Ok(st) => {
+                    let ttl = self.node(ino).map_or(TTL, |(side, rel, _)| self.ttl(side, &rel));
+                    return reply.attr(&ttl, &attr(ino.0, &st));
+                }
                 Err(e) => return reply.error(errno(e)),
             }
         }
-        let st = self.node(ino).and_then(|(side, rel, _)| self.stat(side, &rel));
-        match st {
-            Ok(st) => reply.attr(&TTL, &attr(ino.0, &st)),
+        match self.node_stat(ino) {
+            Ok((side, rel, st)) => reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st)),
             Err(e) => reply.error(e),
         }
     }
@@ -510,9 +743,19 @@ impl Filesystem for View {
         };
         if drop_it {
             if let Some(n) = t.nodes.remove(&ino.0) {
+                if n.fd.is_some() {
+                    if n.pinned {
+                        t.pinned_fds -= 1;
+                    } else {
+                        t.cached_fds -= 1;
+                    }
+                }
                 let key = (n.side, n.rel);
                 if t.by_key.get(&key) == Some(&ino.0) {
                     t.by_key.remove(&key);
+                    if let (true, Side::Host, Some(w)) = (n.dir, key.0, &self.watch) {
+                        w.unwatch(&key.1);
+                    }
                 }
             }
         }
@@ -625,10 +868,10 @@ impl Filesystem for View {
                 };
                 rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
             }
-            self.stat(side, &rel)
+            Ok((self.stat(side, &rel)?, self.ttl(side, &rel)))
         })();
         match r {
-            Ok(st) => reply.attr(&TTL, &attr(ino.0, &st)),
+            Ok((st, ttl)) => reply.attr(&ttl, &attr(ino.0, &st)),
             Err(e) => reply.error(e),
         }
     }
@@ -752,6 +995,9 @@ impl Filesystem for View {
             let d1 = self.dir(side, &prel)?;
             let d2 = self.dir(side, &nprel)?;
             let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
+            if !flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                self.pin(side, &to);
+            }
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 let tmp = PathBuf::from("\0swap");
@@ -791,7 +1037,22 @@ impl Filesystem for View {
         }
     }
 
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
+        use fuser::InitFlags;
+        if config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT) {
+            self.no_open.store(true, Ordering::Relaxed);
+        }
+        // A safety net under the watcher: a changed mtime or size seen on
+        // any attribute refresh drops the file's cached pages.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        Ok(())
+    }
+
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if self.no_open.load(Ordering::Relaxed) {
+            // The kernel takes this as "opens need no round trip" from now on.
+            return reply.error(Errno::ENOSYS);
+        }
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected && writes(flags.0) {
@@ -816,7 +1077,7 @@ impl Filesystem for View {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -824,7 +1085,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let r = self.file(fh).and_then(|f| {
+        let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
             while n < buf.len() {
@@ -847,7 +1108,7 @@ impl Filesystem for View {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -856,14 +1117,18 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.file(fh).and_then(|f| f.write_all_at(data, offset).map_err(errno)) {
+        match self
+            .handle_or_node(fh, ino, true)
+            .and_then(|f| f.write_all_at(data, offset).map_err(errno))
+        {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
-        reply.ok()
+        // Nothing is buffered here; the kernel stops sending FLUSH.
+        reply.error(Errno::ENOSYS)
     }
 
     fn release(
@@ -880,8 +1145,8 @@ impl Filesystem for View {
         reply.ok()
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let r = self.file(fh).and_then(|f| {
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             if datasync {
                 f.sync_data().map_err(errno)
             } else {
@@ -898,7 +1163,12 @@ impl Filesystem for View {
         match self.node(ino) {
             Ok(_) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(Vec::new())));
-                reply.opened(FileHandle(fh), FopenFlags::empty())
+                // The kernel keeps listings until the directory changes
+                // (through the view, or on the host: see fusewatch).
+                reply.opened(
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+                )
             }
             Err(e) => reply.error(e),
         }
@@ -964,13 +1234,27 @@ impl Filesystem for View {
     ) {
         let r = (|| {
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
-            let fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
+            let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
+            if self.no_open.load(Ordering::Relaxed) {
+                // The fd becomes the node's cached fd: readable and writable,
+                // positioned writes (the kernel computes append offsets).
+                fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
+            }
             let fd = rustix::fs::openat2(&d, name, fl, Mode::from_raw_mode(mode & 0o7777), resolve()).map_err(errno)?;
             let a = self.remember(side, &rel)?;
-            Ok((a, self.add_handle(Handle::File(Arc::new(File::from(fd))))))
+            let ttl = self.ttl(side, &rel);
+            let f = Arc::new(File::from(fd));
+            if self.no_open.load(Ordering::Relaxed) {
+                // With handle-less opens the kernel sends no RELEASE for a
+                // created file either: its fd joins the node's cache and the
+                // kernel gets no handle.
+                self.cache_fd(a.ino.0, f, true);
+                return Ok((a, ttl, 0));
+            }
+            Ok((a, ttl, self.add_handle(Handle::File(f))))
         })();
         match r {
-            Ok((a, fh)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Ok((a, ttl, fh)) => reply.created(&ttl, &a, Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -992,6 +1276,9 @@ impl View {
             }
             let d = self.dir(side, &prel)?;
             let fl = if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+            if !dir {
+                self.pin(side, &rel);
+            }
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
             Ok(())
@@ -1026,10 +1313,80 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
     let mut cfg = fuser::Config::default();
     cfg.n_threads = Some(2);
     cfg.clone_fd = true;
+    let watched = view.watch.clone().map(|w| (w, view.t.clone()));
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
+    if let Some((w, t)) = watched {
+        let notifier = session.notifier();
+        std::thread::Builder::new()
+            .name("view-watch".into())
+            .spawn(move || watch_loop(&w, &t, &notifier))?;
+    }
     Ok(Served {
         _session: session.spawn()?,
     })
+}
+
+/// The watcher thread: host-side changes become kernel invalidations. Never
+/// holds the tables while notifying (the kernel may wait for a request the
+/// server threads are answering).
+fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
+    let node_of = |rel: &Path| -> Option<u64> {
+        if rel.as_os_str().is_empty() {
+            return Some(1);
+        }
+        t.lock().unwrap().by_key.get(&(Side::Host, rel.to_path_buf())).copied()
+    };
+    loop {
+        let events = match w.read() {
+            Ok(ev) => ev,
+            Err(e) => {
+                log::warn!("workspace view: watcher stopped ({e}); host edits show up within 1 s");
+                w.set_unhealthy();
+                invalidate(&crate::fusewatch::plan_all(&all_nodes(t)), notifier);
+                return;
+            }
+        };
+        for ev in &events {
+            if ev.mask & libc::IN_IGNORED != 0 {
+                w.dropped(ev.wd);
+            }
+        }
+        let plan = crate::fusewatch::plan(&events, &|wd| w.dir_of(wd), &node_of);
+        if plan.contains(&Inval::All) {
+            invalidate(&crate::fusewatch::plan_all(&all_nodes(t)), notifier);
+        } else {
+            invalidate(&plan, notifier);
+        }
+    }
+}
+
+/// Every live host node as (id, parent id, name).
+fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
+    let t = t.lock().unwrap();
+    t.nodes
+        .iter()
+        .filter(|(_, n)| n.side == Side::Host && !n.gone)
+        .map(|(&id, n)| {
+            let (parent, name) = split(&n.rel);
+            let pid = if parent.as_os_str().is_empty() {
+                Some(1)
+            } else {
+                t.by_key.get(&(Side::Host, parent.to_path_buf())).copied()
+            };
+            (id, pid.filter(|_| id != 1), name.to_os_string())
+        })
+        .collect()
+}
+
+fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
+    for i in plan {
+        // ENOENT: the kernel no longer holds it, which is just as good.
+        let _ = match i {
+            Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), name),
+            Inval::Inode(id) => n.inval_inode(INodeNo(*id), 0, 0),
+            Inval::All => Ok(()),
+        };
+    }
 }
 
 /// The supervisor's part: reads the coordinator's `--views` file and serves
@@ -1039,6 +1396,8 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
+    // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
+    crate::sys::raise_nofile();
     let specs = crate::gitsentry::parse_views(&text).ok_or_else(|| format!("{} is malformed", file.display()))?;
     let mut served = Vec::new();
     for v in specs {

@@ -12,6 +12,7 @@ mod domain;
 #[allow(dead_code)]
 mod escalation;
 mod fusefs;
+mod fusewatch;
 mod gc;
 mod gitsentry;
 mod ignored;

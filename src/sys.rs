@@ -98,6 +98,44 @@ pub fn inotify_dir(dir: &Path) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
+/// A blocking inotify instance with no watches yet.
+pub fn inotify_new() -> io::Result<OwnedFd> {
+    // SAFETY: inotify_init1 takes flags only and returns a fresh fd.
+    let fd = cvt(unsafe { libc::inotify_init1(libc::IN_CLOEXEC) })?;
+    // SAFETY: fd is fresh and owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Watches the directory `dir` (an fd, typically O_PATH, so the watch lands
+/// on exactly that directory however its path changes) for `mask`; returns
+/// the watch descriptor.
+pub fn inotify_watch_fd(inotify: RawFd, dir: RawFd, mask: u32) -> io::Result<i32> {
+    let p = cpath(Path::new(&format!("/proc/self/fd/{dir}")))?;
+    // SAFETY: p is a valid NUL-terminated path; the magic link resolves to
+    // the open directory `dir`.
+    cvt(unsafe { libc::inotify_add_watch(inotify, p.as_ptr(), mask | libc::IN_ONLYDIR) })
+}
+
+pub fn inotify_unwatch(inotify: RawFd, wd: i32) {
+    // SAFETY: removing a watch takes two integers; a stale wd yields EINVAL.
+    unsafe { libc::inotify_rm_watch(inotify, wd) };
+}
+
+/// Raises the soft limit of open files to the hard limit.
+pub fn raise_nofile() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid rlimit to fill and then to read.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
 /// Opens a file for reading without following a symlink at its last
 /// component and without blocking on FIFOs.
 pub fn open_nofollow(path: &Path) -> io::Result<File> {

@@ -382,3 +382,65 @@ fn tracked_files_matching_ignore_rules_stay_visible() {
     assert!(!r.stdout.contains("host-build"), "{r:?}");
     assert!(!r.stdout.contains(" D "), "tracked files appear deleted: {r:?}");
 }
+
+/// The view lets the kernel cache entries, attributes, pages and listings
+/// for an hour under watched host directories; host-side changes must still
+/// show up inside at once (the watcher invalidates what they touched). With
+/// the long caches and no invalidation this fails.
+#[test]
+fn host_edits_show_up_inside_despite_the_views_caches() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(
+        &env,
+        "hostedit",
+        &[
+            ("a.txt", "one\n"),
+            ("b.txt", "bee\n"),
+            ("c.txt", "sea\n"),
+            ("sub/s.txt", "old\n"),
+        ],
+    );
+    let mut hold = env.lz(&ws, &["run", "--", "sleep", "300"]).spawn();
+    // Fill the caches: entries, attributes, pages, listings.
+    let r = inside(&env, &ws, "cat a.txt sub/s.txt; ls; ls sub; stat -c '%n %s' a.txt");
+    assert!(r.stdout.contains("one") && r.stdout.contains("b.txt"), "{r:?}");
+
+    // Host-side changes of each kind.
+    std::fs::write(ws.join("a.txt"), "two, longer\n").unwrap(); // same inode, new size
+    std::fs::remove_file(ws.join("b.txt")).unwrap();
+    std::fs::rename(ws.join("c.txt"), ws.join("d.txt")).unwrap();
+    env.write(&ws.join("sub/new.txt"), "fresh\n");
+    env.write(&ws.join("newdir/n.txt"), "nested\n");
+    env.write(&ws.join(".save.tmp"), "saved\n"); // an editor's save: rename over
+    std::fs::rename(ws.join(".save.tmp"), ws.join("sub/s.txt")).unwrap();
+
+    let mut last = None;
+    let seen = eventually(Duration::from_secs(5), || {
+        let r = inside(
+            &env,
+            &ws,
+            "cat a.txt sub/s.txt sub/new.txt newdir/n.txt; stat -c 'size=%s' a.txt; ls",
+        );
+        let o = &r.stdout;
+        let ok = o.contains("two, longer")
+            && o.contains("size=12")
+            && o.contains("saved")
+            && o.contains("fresh")
+            && o.contains("nested")
+            && o.contains("d.txt")
+            && !o.contains("b.txt")
+            && !o.contains("c.txt");
+        last = Some(r);
+        ok
+    });
+    assert!(seen, "host changes not visible inside: {last:?}");
+
+    // The sandbox's own writes still reach the host at once.
+    let r = inside(&env, &ws, "echo from-inside >> d.txt && cat d.txt");
+    assert!(r.stdout.contains("sea\nfrom-inside"), "{r:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("d.txt")).unwrap(), "sea\nfrom-inside\n");
+
+    let _ = env.lz(&ws, &["stop"]).run();
+    let _ = hold.wait();
+}
