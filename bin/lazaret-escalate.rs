@@ -27,6 +27,99 @@ fn die(code: i32, msg: &str) -> ! {
     std::process::exit(code);
 }
 
+/// Fills `buf` from the kernel's random source (getrandom(2), blocking
+/// only until the kernel pool is initialised).
+fn random_bytes(buf: &mut [u8]) -> bool {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of
+        // `buf`, which is valid for writes for the whole call.
+        let n = unsafe { libc::getrandom(buf[done..].as_mut_ptr().cast(), buf.len() - done, 0) };
+        if n > 0 {
+            done += n as usize;
+        } else if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+    true
+}
+
+/// A lean OpenSSL for one signature in a fresh process. By default the
+/// first OpenSSL call loads the config file, every error string and the
+/// legacy cipher and digest tables, and the ECDSA nonce's random bytes come
+/// from the provider DRBG, which must first be instantiated (CTR-DRBG, its
+/// AES cipher, the seed source). Inside gVisor that is several milliseconds
+/// of page faults and allocations, more than the rest of the request. The
+/// client needs none of it: it signs with the low-level EC functions
+/// (`trust::SessionKey::sign`), and its random bytes come straight from
+/// the kernel, which also seeds the DRBG it replaces.
+mod lean_openssl {
+    use std::ffi::{c_int, c_void};
+
+    // From <openssl/crypto.h> and <openssl/ssl.h> (OpenSSL 3).
+    const NO_LOAD_CRYPTO_STRINGS: u64 = 0x0000_0001;
+    const NO_ADD_ALL_CIPHERS: u64 = 0x0000_0010;
+    const NO_ADD_ALL_DIGESTS: u64 = 0x0000_0020;
+    const NO_LOAD_CONFIG: u64 = 0x0000_0080;
+    const NO_ATEXIT: u64 = 0x0008_0000;
+    const NO_LOAD_SSL_STRINGS: u64 = 0x0010_0000;
+
+    /// `RAND_METHOD` from <openssl/rand.h>.
+    #[repr(C)]
+    struct RandMethod {
+        seed: Option<unsafe extern "C" fn(*const c_void, c_int) -> c_int>,
+        bytes: Option<unsafe extern "C" fn(*mut u8, c_int) -> c_int>,
+        cleanup: Option<unsafe extern "C" fn()>,
+        add: Option<unsafe extern "C" fn(*const c_void, c_int, f64) -> c_int>,
+        pseudorand: Option<unsafe extern "C" fn(*mut u8, c_int) -> c_int>,
+        status: Option<unsafe extern "C" fn() -> c_int>,
+    }
+
+    extern "C" {
+        fn OPENSSL_init_crypto(opts: u64, settings: *const c_void) -> c_int;
+        fn OPENSSL_init_ssl(opts: u64, settings: *const c_void) -> c_int;
+        fn RAND_set_rand_method(meth: *const RandMethod) -> c_int;
+    }
+
+    unsafe extern "C" fn kernel_bytes(buf: *mut u8, num: c_int) -> c_int {
+        let Ok(len) = usize::try_from(num) else { return 0 };
+        if len == 0 {
+            return 1;
+        }
+        // SAFETY: OpenSSL hands us `num` writable bytes at `buf`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(buf, len) };
+        c_int::from(super::random_bytes(buf))
+    }
+
+    unsafe extern "C" fn ready() -> c_int {
+        1
+    }
+
+    static KERNEL_RAND: RandMethod = RandMethod {
+        seed: None,
+        bytes: Some(kernel_bytes),
+        cleanup: None,
+        add: None,
+        pseudorand: Some(kernel_bytes),
+        status: Some(ready),
+    };
+
+    /// Must run before any other OpenSSL call: each step is a run-once
+    /// that the `openssl` crate's own init then finds done.
+    pub fn init() {
+        let opts = NO_LOAD_CONFIG | NO_LOAD_CRYPTO_STRINGS | NO_ADD_ALL_CIPHERS | NO_ADD_ALL_DIGESTS | NO_ATEXIT;
+        // SAFETY: plain library initialisation with no settings object;
+        // `KERNEL_RAND` is a static, so it outlives every use OpenSSL makes
+        // of it, and its functions only write the buffer OpenSSL passes.
+        // A failure leaves OpenSSL's defaults, which are slower but correct.
+        unsafe {
+            OPENSSL_init_crypto(opts, std::ptr::null());
+            OPENSSL_init_ssl(opts | NO_LOAD_SSL_STRINGS, std::ptr::null());
+            RAND_set_rand_method(&KERNEL_RAND);
+        }
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut justification = String::new();
@@ -77,38 +170,33 @@ fn main() {
             "no session credential: escalation is not enabled for this session",
         )
     });
-    let (key_b64, cert_b64) = cred
-        .split_once('.')
-        .unwrap_or_else(|| die(EXIT_FAILED, "malformed session credential"));
-    let key = openssl::base64::decode_block(key_b64)
-        .ok()
-        .and_then(|d| openssl::pkey::PKey::private_key_from_pkcs8(&d).ok())
-        .unwrap_or_else(|| die(EXIT_FAILED, "malformed session key"));
-    let cert_der =
-        openssl::base64::decode_block(cert_b64).unwrap_or_else(|_| die(EXIT_FAILED, "malformed certificate"));
-    let cert = openssl::x509::X509::from_der(&cert_der).unwrap_or_else(|_| die(EXIT_FAILED, "malformed certificate"));
-    let who = trust::identity_of(&cert).unwrap_or_else(|| die(EXIT_FAILED, "certificate carries no session identity"));
+    lean_openssl::init();
+    let key = trust::SessionKey::parse(&cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let cwd = std::env::current_dir().unwrap_or_default();
     let rel = cwd
         .strip_prefix("/workspace")
         .map(|r| r.to_string_lossy().to_string())
         .unwrap_or_default();
     let mut idb = [0u8; 16];
-    openssl::rand::rand_bytes(&mut idb).unwrap_or_else(|_| die(EXIT_FAILED, "no randomness"));
+    if !random_bytes(&mut idb) {
+        die(EXIT_FAILED, "no randomness");
+    }
     let id: String = idb.iter().map(|b| format!("{b:02x}")).collect();
     let req = Request {
         id: id.clone(),
-        domain: who.domain,
-        generation: who.generation,
-        session: who.session.unwrap_or_default(),
-        client: who.component,
+        domain: key.domain.clone(),
+        generation: key.generation,
+        session: key.session.clone(),
+        client: key.client.clone(),
         cwd: rel,
         timeout_secs: timeout,
         justification,
         argv,
-        cert: cert_der,
+        cert: key.cert.clone(),
     };
-    let sig = trust::sign(&key, req.signed_part().as_bytes()).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
+    let sig = key
+        .sign(req.signed_part().as_bytes())
+        .unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let record = req.encode(&sig);
     if print_only {
         print!("{record}");
