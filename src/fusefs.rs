@@ -202,6 +202,64 @@ fn attr(ino: u64, st: &rustix::fs::Stat) -> FileAttr {
     }
 }
 
+fn timestamps(atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> rustix::fs::Timestamps {
+    let ts = |t: Option<TimeOrNow>| match t {
+        None => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+            rustix::fs::Timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as _,
+            }
+        }
+    };
+    rustix::fs::Timestamps {
+        last_access: ts(atime),
+        last_modification: ts(mtime),
+    }
+}
+
+/// The attributes of a negative entry (node id 0).
+fn negative() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
+/// Clears set-user-ID and set-group-ID (with group execute) before data
+/// changes, as a write by an unprivileged owner would: the view writes with
+/// CAP_FSETID, which would keep them.
+fn kill_priv(f: &File) -> Result<(), Errno> {
+    let mode = rustix::fs::fstat(f).map_err(errno)?.st_mode;
+    let sgid = libc::S_ISGID | libc::S_IXGRP;
+    if mode & libc::S_ISUID != 0 || mode & sgid == sgid {
+        let keep = mode & 0o7777 & !libc::S_ISUID & !(if mode & sgid == sgid { libc::S_ISGID } else { 0 });
+        rustix::fs::fchmod(f, Mode::from_raw_mode(keep)).map_err(errno)?;
+    }
+    Ok(())
+}
+
 fn is_dir(st: &rustix::fs::Stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
@@ -411,6 +469,11 @@ impl View {
         }
         self.cache_fd(ino.0, f.clone(), write);
         Ok(f)
+    }
+
+    /// The node's cached fd, if any, and whether it writes.
+    fn cached_fd(&self, ino: INodeNo) -> Option<(Arc<File>, bool)> {
+        self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.fd.clone())
     }
 
     /// Keeps `f` as node `id`'s fd, evicting the oldest beyond `FD_CACHE`.
@@ -701,15 +764,22 @@ fn writes(flags: i32) -> bool {
 
 impl Filesystem for View {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let mut negative_ttl = None;
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
+            negative_ttl = Some(self.ttl(pside, &rel));
             let (side, _) = self.find(pside, &rel)?;
             Ok((self.remember(side, &rel)?, self.ttl(side, &rel)))
         })();
-        match r {
-            Ok((a, ttl)) => reply.entry(&ttl, &a, Generation(0)),
-            Err(e) => reply.error(e),
+        match (r, negative_ttl) {
+            (Ok((a, ttl)), _) => reply.entry(&ttl, &a, Generation(0)),
+            // A negative entry: the kernel remembers the absence as long as
+            // it would remember a presence. Creating the name through the
+            // view replaces it; a host-side create is invalidated by the
+            // watcher.
+            (Err(Errno::ENOENT), Some(ttl)) => reply.entry(&ttl, &negative(), Generation(0)),
+            (Err(e), _) => reply.error(e),
         }
     }
 
@@ -723,7 +793,14 @@ impl Filesystem for View {
                 Err(e) => return reply.error(errno(e)),
             }
         }
-        match self.node_stat(ino) {
+        let r = match self.cached_fd(ino) {
+            Some((f, _)) => self.node(ino).and_then(|(side, rel, _)| {
+                let st = rustix::fs::fstat(&*f).map_err(errno)?;
+                Ok((side, rel, st))
+            }),
+            None => self.node_stat(ino),
+        };
+        match r {
             Ok((side, rel, st)) => reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st)),
             Err(e) => reply.error(e),
         }
@@ -785,6 +862,29 @@ impl Filesystem for View {
                 log::warn!("git sentry: refused changing attributes of {}", rel.display());
                 return Err(Errno::EPERM);
             }
+            if let Some((f, w)) = self.cached_fd(ino) {
+                // The node's own fd: no path walks.
+                if let Some(sz) = size {
+                    let wf = if w { f.clone() } else { self.node_file(ino, true)? };
+                    kill_priv(&wf)?;
+                    wf.set_len(sz).map_err(errno)?;
+                }
+                if let Some(m) = mode {
+                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(m & 0o7777)).map_err(errno)?;
+                }
+                if uid.is_some() || gid.is_some() {
+                    nix::unistd::fchown(
+                        f.as_raw_fd(),
+                        uid.map(nix::unistd::Uid::from_raw),
+                        gid.map(nix::unistd::Gid::from_raw),
+                    )
+                    .map_err(|e| Errno::from_i32(e as i32))?;
+                }
+                if atime.is_some() || mtime.is_some() {
+                    rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
+                }
+                return Ok((rustix::fs::fstat(&*f).map_err(errno)?, self.ttl(side, &rel)));
+            }
             let (parent, name) = split(&rel);
             let d = self.dir(side, parent)?;
             let target = if rel.as_os_str().is_empty() {
@@ -799,7 +899,10 @@ impl Filesystem for View {
             };
             if let Some(sz) = size {
                 match fh.and_then(|fh| self.file(fh).ok()) {
-                    Some(f) => f.set_len(sz).map_err(errno)?,
+                    Some(f) => {
+                        kill_priv(&f)?;
+                        f.set_len(sz).map_err(errno)?
+                    }
                     None => {
                         let fd = rustix::fs::openat2(
                             &d,
@@ -809,6 +912,7 @@ impl Filesystem for View {
                             resolve(),
                         )
                         .map_err(errno)?;
+                        kill_priv(&File::from(fd.try_clone().map_err(errno)?))?;
                         rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
                     }
                 }
@@ -845,27 +949,7 @@ impl Filesystem for View {
                 .map_err(|e| Errno::from_i32(e as i32))?;
             }
             if atime.is_some() || mtime.is_some() {
-                let ts = |t: Option<TimeOrNow>| match t {
-                    None => rustix::fs::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: rustix::fs::UTIME_OMIT,
-                    },
-                    Some(TimeOrNow::Now) => rustix::fs::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: rustix::fs::UTIME_NOW,
-                    },
-                    Some(TimeOrNow::SpecificTime(t)) => {
-                        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-                        rustix::fs::Timespec {
-                            tv_sec: d.as_secs() as i64,
-                            tv_nsec: d.subsec_nanos() as _,
-                        }
-                    }
-                };
-                let times = rustix::fs::Timestamps {
-                    last_access: ts(atime),
-                    last_modification: ts(mtime),
-                };
+                let times = timestamps(atime, mtime);
                 rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
             }
             Ok((self.stat(side, &rel)?, self.ttl(side, &rel)))
@@ -1045,6 +1129,10 @@ impl Filesystem for View {
         // A safety net under the watcher: a changed mtime or size seen on
         // any attribute refresh drops the file's cached pages.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        // Set-id bits are cleared here (chown by the host kernel, write and
+        // truncate by `kill_priv`), which spares the kernel a GETATTR and a
+        // SETATTR around every chown.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
         Ok(())
     }
 
@@ -1117,10 +1205,10 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self
-            .handle_or_node(fh, ino, true)
-            .and_then(|f| f.write_all_at(data, offset).map_err(errno))
-        {
+        match self.handle_or_node(fh, ino, true).and_then(|f| {
+            kill_priv(&f)?;
+            f.write_all_at(data, offset).map_err(errno)
+        }) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }

@@ -436,6 +436,15 @@ fn host_edits_show_up_inside_despite_the_views_caches() {
     });
     assert!(seen, "host changes not visible inside: {last:?}");
 
+    // Writing a set-user-ID file clears the bit (the view does what the
+    // kernel would for an unprivileged writer).
+    let r = inside(
+        &env,
+        &ws,
+        "echo x > s.sh && chmod 4755 s.sh && echo y >> s.sh && stat -c %a s.sh",
+    );
+    assert_eq!(r.stdout.trim(), "755", "{r:?}");
+
     // The sandbox's own writes still reach the host at once.
     let r = inside(&env, &ws, "echo from-inside >> d.txt && cat d.txt");
     assert!(r.stdout.contains("sea\nfrom-inside"), "{r:?}");
