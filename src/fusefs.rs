@@ -28,8 +28,8 @@
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
 //!   write checks move from open to write/truncate, still before any byte
-//!   reaches the host. A file that is unlinked or replaced through the view
-//!   keeps its fd (pinned) so processes holding it open go on working;
+//!   reaches the host. A file unlinked or replaced through the view keeps
+//!   its cached fd (pinned) until the kernel forgets it;
 //! - directory listings are cached by the kernel (`FOPEN_CACHE_DIR`).
 //!
 //! Threads: `fuser`'s event loops (two) and the watcher.
@@ -250,12 +250,12 @@ fn negative() -> FileAttr {
 /// Clears set-user-ID and set-group-ID (with group execute) before data
 /// changes, as a write by an unprivileged owner would: the view writes with
 /// CAP_FSETID, which would keep them.
-fn kill_priv(f: &File) -> Result<(), Errno> {
-    let mode = rustix::fs::fstat(f).map_err(errno)?.st_mode;
+fn kill_priv(f: impl AsFd) -> Result<(), Errno> {
+    let mode = rustix::fs::fstat(&f).map_err(errno)?.st_mode;
     let sgid = libc::S_ISGID | libc::S_IXGRP;
     if mode & libc::S_ISUID != 0 || mode & sgid == sgid {
         let keep = mode & 0o7777 & !libc::S_ISUID & !(if mode & sgid == sgid { libc::S_ISGID } else { 0 });
-        rustix::fs::fchmod(f, Mode::from_raw_mode(keep)).map_err(errno)?;
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(keep)).map_err(errno)?;
     }
     Ok(())
 }
@@ -438,31 +438,19 @@ impl View {
 
     /// The fd a handle-less read (or write) of node `ino` goes through.
     fn node_file(&self, ino: INodeNo, write: bool) -> Result<Arc<File>, Errno> {
-        let (side, rel, protected, want) = {
+        let (side, rel, want) = {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-            if let Some((f, w)) = &n.fd {
-                if *w || !write {
-                    if write && (n.protected || self.sentry.is_protected(&n.rel)) {
-                        return Err(Errno::EPERM);
-                    }
-                    return Ok(f.clone());
-                }
+            if write && (n.protected || self.sentry.is_protected(&n.rel)) {
+                log::warn!("git sentry: refused writing {}", n.rel.display());
+                return Err(Errno::EPERM);
             }
-            if n.gone {
-                return Err(Errno::ESTALE);
+            match &n.fd {
+                Some((f, w)) if *w || !write => return Ok(f.clone()),
+                _ if n.gone => return Err(Errno::ESTALE),
+                _ => (n.side, n.rel.clone(), n.host_ino),
             }
-            (
-                n.side,
-                n.rel.clone(),
-                n.protected || self.sentry.is_protected(&n.rel),
-                n.host_ino,
-            )
         };
-        if write && protected {
-            log::warn!("git sentry: refused writing {}", rel.display());
-            return Err(Errno::EPERM);
-        }
         let f = Arc::new(self.open_path(side, &rel, write)?);
         if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
             return Err(Errno::ESTALE);
@@ -866,7 +854,7 @@ impl Filesystem for View {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {
                     let wf = if w { f.clone() } else { self.node_file(ino, true)? };
-                    kill_priv(&wf)?;
+                    kill_priv(&*wf)?;
                     wf.set_len(sz).map_err(errno)?;
                 }
                 if let Some(m) = mode {
@@ -900,7 +888,7 @@ impl Filesystem for View {
             if let Some(sz) = size {
                 match fh.and_then(|fh| self.file(fh).ok()) {
                     Some(f) => {
-                        kill_priv(&f)?;
+                        kill_priv(&*f)?;
                         f.set_len(sz).map_err(errno)?
                     }
                     None => {
@@ -912,7 +900,7 @@ impl Filesystem for View {
                             resolve(),
                         )
                         .map_err(errno)?;
-                        kill_priv(&File::from(fd.try_clone().map_err(errno)?))?;
+                        kill_priv(&fd)?;
                         rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
                     }
                 }
@@ -1206,7 +1194,7 @@ impl Filesystem for View {
         reply: ReplyWrite,
     ) {
         match self.handle_or_node(fh, ino, true).and_then(|f| {
-            kill_priv(&f)?;
+            kill_priv(&*f)?;
             f.write_all_at(data, offset).map_err(errno)
         }) {
             Ok(()) => reply.written(data.len() as u32),
@@ -1322,8 +1310,9 @@ impl Filesystem for View {
     ) {
         let r = (|| {
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
+            let no_open = self.no_open.load(Ordering::Relaxed);
             let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
-            if self.no_open.load(Ordering::Relaxed) {
+            if no_open {
                 // The fd becomes the node's cached fd: readable and writable,
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
@@ -1332,7 +1321,7 @@ impl Filesystem for View {
             let a = self.remember(side, &rel)?;
             let ttl = self.ttl(side, &rel);
             let f = Arc::new(File::from(fd));
-            if self.no_open.load(Ordering::Relaxed) {
+            if no_open {
                 // With handle-less opens the kernel sends no RELEASE for a
                 // created file either: its fd joins the node's cache and the
                 // kernel gets no handle.
