@@ -6,6 +6,7 @@ mod broker;
 mod cli;
 mod config;
 mod coordinator;
+mod display;
 mod doctor;
 mod domain;
 // Shared with the lazaret-escalate binary, which uses the other half.
