@@ -488,6 +488,11 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
     let mut prompt: Option<Prompt> = None;
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
     loop {
+        // Frames read ahead with Welcome (or in one read with others) are
+        // acted on before waiting for more: poll cannot see them.
+        if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+            return Ok(code);
+        }
         let mut fds = vec![
             sys::PollFd::new(sock, libc::POLLIN),
             sys::PollFd::new(signals, libc::POLLIN),
@@ -542,44 +547,55 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
             }
         }
         if fds[0].readable() {
-            if let Err(e) = reader.fill(stream) {
+            let filled = reader.fill(stream);
+            // Everything already received is shown before end-of-file is
+            // reported: the Exit frame may be in the same read as the EOF.
+            if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+                return Ok(code);
+            }
+            if let Err(e) = filled {
                 restore_terminal();
                 return Err(Failure::runtime(format!(
                     "lost the connection to the coordinator ({e}); the session is gone"
                 )));
             }
-            loop {
-                match reader.next::<ServerMsg>() {
-                    Ok(Some(ServerMsg::Stdout(d))) => {
-                        let _ = sys::write_all(1, &d);
-                    }
-                    Ok(Some(ServerMsg::Stderr(d))) => {
-                        let _ = sys::write_all(2, &d);
-                    }
-                    Ok(Some(ServerMsg::Exit { code })) => return Ok(code),
-                    Ok(Some(ServerMsg::Prompt { request_id, text })) => {
-                        let _ = sys::write_all(1, text.as_bytes());
-                        prompt = Some(Prompt {
-                            request_id,
-                            editing: None,
-                        });
-                    }
-                    Ok(Some(ServerMsg::Closing { reason })) => {
-                        restore_terminal();
-                        if tty {
-                            eprint!("\r\n");
-                        }
-                        return Err(Failure::runtime(format!("session closed: {reason}")));
-                    }
-                    Ok(Some(other)) => {
-                        return Err(Failure::runtime(format!(
-                            "unexpected message from the coordinator: {other:?}"
-                        )))
-                    }
-                    Ok(None) => break,
-                    Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
-                }
+        }
+    }
+}
+
+/// Acts on every whole frame buffered in `reader`. `Some(code)` once the
+/// session's Exit frame is read.
+fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool) -> Result<Option<i32>, Failure> {
+    loop {
+        match reader.next::<ServerMsg>() {
+            Ok(Some(ServerMsg::Stdout(d))) => {
+                let _ = sys::write_all(1, &d);
             }
+            Ok(Some(ServerMsg::Stderr(d))) => {
+                let _ = sys::write_all(2, &d);
+            }
+            Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
+            Ok(Some(ServerMsg::Prompt { request_id, text })) => {
+                let _ = sys::write_all(1, text.as_bytes());
+                *prompt = Some(Prompt {
+                    request_id,
+                    editing: None,
+                });
+            }
+            Ok(Some(ServerMsg::Closing { reason })) => {
+                restore_terminal();
+                if tty {
+                    eprint!("\r\n");
+                }
+                return Err(Failure::runtime(format!("session closed: {reason}")));
+            }
+            Ok(Some(other)) => {
+                return Err(Failure::runtime(format!(
+                    "unexpected message from the coordinator: {other:?}"
+                )))
+            }
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
         }
     }
 }

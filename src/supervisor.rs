@@ -65,6 +65,15 @@ fn fail(msg: String) -> i32 {
 
 pub fn main(mut args: Args) -> i32 {
     sys::set_thread_name("lz-supervisor");
+    // INVARIANT: the lease and status pipes are ours alone; runsc,
+    // slirp4netns and fuse-overlayfs must not inherit them (an inherited
+    // lease would outlive us, an inherited status pipe would hide our EOF).
+    for fd in [LEASE_FD, STATUS_FD] {
+        if let Err(e) = sys::set_cloexec(fd, true) {
+            eprintln!("lazaret:[supervisor]: fd {fd}: {e}");
+            return 1;
+        }
+    }
     let plan = match args.net_plan.as_ref().map(std::fs::read_to_string) {
         None => None,
         Some(Ok(text)) => match netpolicy::Plan::parse(&text) {
