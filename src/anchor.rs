@@ -438,7 +438,7 @@ pub fn preferred_driver() -> Driver {
     std::env::var("LAZARET_OVERLAY_DRIVER")
         .ok()
         .and_then(|v| Driver::parse(&v))
-        .unwrap_or(Driver::Fuse)
+        .unwrap_or(Driver::Kernel)
 }
 
 /// Everything the coordinator does for the State Anchor of one generation:
@@ -665,9 +665,14 @@ fn write_file_durable(p: &Path, data: &str) -> io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    f.write_all(data.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, p)?;
+    // A write that fails (a full disk) leaves nothing behind: the temp
+    // file is ours and was never renamed into place.
+    let written = f.write_all(data.as_bytes()).and_then(|_| f.sync_all());
+    drop(f);
+    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, p)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     sync_dir(p.parent().unwrap_or(Path::new("/")))
 }
 
@@ -750,6 +755,12 @@ pub fn finish_reset(domain_root: &Path) -> io::Result<bool> {
         }
     }
     let jp = anchor.join(JOURNAL);
+    // A journal that never got written in full (a full disk) was never
+    // renamed into place: the reset did not begin.
+    let tmp = jp.with_extension("tmp");
+    if std::fs::symlink_metadata(&tmp).is_ok_and(|m| m.is_file()) {
+        let _ = std::fs::remove_file(&tmp);
+    }
     let md = match std::fs::symlink_metadata(&jp) {
         Ok(md) => md,
         Err(_) => return Ok(false),

@@ -186,6 +186,7 @@ struct Coordinator {
     runsc_args: Vec<String>,
     sup: Option<Supervisor>,
     runsc_pid: i32,
+    runsc_start: u64,
     owned_rows: Vec<i64>,
     listener: Option<UnixListener>,
     signals: OwnedFd,
@@ -249,6 +250,7 @@ impl Coordinator {
             sandbox_id,
             sup: None,
             runsc_pid: 0,
+            runsc_start: 0,
             owned_rows: Vec::new(),
             listener: None,
             signals,
@@ -467,6 +469,7 @@ impl Coordinator {
         let rpid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
         let rstart: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
         self.runsc_pid = rpid;
+        self.runsc_start = rstart;
         let row = self
             .store
             .record_intent(self.generation, "process", "runsc-run")
@@ -635,6 +638,14 @@ impl Coordinator {
         let mut line = String::new();
         let n = sup.status.read_line(&mut line).unwrap_or(0);
         let line = line.trim().to_string();
+        if let Some(name) = line.strip_prefix("helper-died ") {
+            // Publication is withdrawn at once (teardown starts on the next
+            // turn of the loop); every session is told which helper died.
+            log::warn!("supervisor: helper {name} died");
+            self.phase = "failed";
+            self.stop_reason = Some(helper_died_reason(name));
+            return;
+        }
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
@@ -821,11 +832,22 @@ impl Coordinator {
                 }
             }
             (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
+            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == libc::SIGQUIT => {
+                // SIGQUIT goes to the guest session, never to `runsc exec`:
+                // Go's runtime would answer it with a goroutine dump on the
+                // user's terminal and exit 2.
+                let pid = self.sessions.get(&s).and_then(Self::guest_pid);
+                if let Some(pid) = pid {
+                    if let Ok(c) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), "3"]) {
+                        self.helpers.push(c);
+                    }
+                }
+            }
             (true, Some(s), ClientMsg::Signal(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
                     if matches!(
                         sig as i32,
-                        libc::SIGINT | libc::SIGQUIT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP
+                        libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP
                     ) {
                         // runsc exec forwards what it receives to its guest process.
                         let _ = sys::kill(sess.exec.id() as i32, sig as i32);
@@ -1272,6 +1294,16 @@ impl Coordinator {
                     break;
                 }
             }
+            // `runsc exec` says 128 (and prints its own error) when the
+            // sandbox went away under it: that is not the command's status.
+            if code >= 128 && self.sandbox_lost(code) {
+                self.phase = "failed";
+                let reason = self.stop_reason.get_or_insert_with(sandbox_lost_reason).clone();
+                let conn = self.sessions[&k].conn;
+                self.send(conn, &ServerMsg::Closing { reason });
+                self.close_session(k, None);
+                continue;
+            }
             self.close_session(k, Some(code));
         }
         if let Some(sup) = self.sup.as_mut() {
@@ -1281,6 +1313,27 @@ impl Coordinator {
                 self.stop_reason
                     .get_or_insert_with(|| "the sandbox stopped unexpectedly".into());
             }
+        }
+    }
+
+    /// Whether the sandbox is gone, given that a session's `runsc exec`
+    /// just exited with `code`. The attached `runsc run` exits right after
+    /// its sandbox; a short grace covers the order of the two exits.
+    fn sandbox_lost(&self, code: i32) -> bool {
+        let grace = if code == 128 {
+            Duration::from_millis(1000)
+        } else {
+            Duration::from_millis(200)
+        };
+        let deadline = Instant::now() + grace;
+        loop {
+            if self.runsc_pid <= 0 || !sys::same_process(self.runsc_pid, self.runsc_start) {
+                return self.runsc_pid > 0;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -1378,6 +1431,9 @@ impl Coordinator {
         // pid by start time and kill only an exact match.
         if let Ok(list) = self.store.unreleased() {
             for o in list.iter().filter(|o| o.generation == self.generation) {
+                if o.kind == "runsc-container" {
+                    remove_runsc_state(&self.paths.runsc_root(), &o.name);
+                }
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
                     if sys::same_process(pid, st) {
                         log::warn!("{} (pid {pid}) outlived teardown: killing it", o.name);
@@ -1404,6 +1460,20 @@ impl Coordinator {
         self.conns.clear();
         log::info!("generation {} {final_phase}", self.generation);
     }
+}
+
+fn sandbox_lost_reason() -> String {
+    "the sandbox stopped unexpectedly (it was killed or crashed), so this Domain was stopped; \
+     run `lazaret run` again to start it afresh"
+        .into()
+}
+
+/// The one sentence a session is told when a helper of its generation died.
+fn helper_died_reason(name: &str) -> String {
+    format!(
+        "the sandbox's helper {} died, so this Domain was stopped; run `lazaret run` again to start it afresh",
+        crate::display::escape(name)
+    )
 }
 
 fn read_status_line(r: &mut io::BufReader<File>, fd: RawFd, deadline: Instant) -> Result<String, String> {
@@ -1493,19 +1563,28 @@ fn recover(store: &Store, dp: &DomainPaths) {
                 );
                 let _ = sys::kill(pid, libc::SIGKILL);
             }
-            ("runsc-container", _, _) => {
-                let root = dp.runsc_root();
-                if let Ok(rd) = std::fs::read_dir(&root) {
-                    for e in rd.flatten() {
-                        let n = e.file_name().to_string_lossy().to_string();
-                        if n.starts_with(&format!("{}_", o.name)) || n == format!("runsc-{}.sock", o.name) {
-                            log::warn!("recovery: removing runsc state {n}");
-                            let _ = std::fs::remove_file(e.path());
-                        }
-                    }
-                }
+            ("process", Some(pid), Some(_)) => {
+                log::info!(
+                    "recovery: {} (pid {pid}) of generation {} is gone (pid absent or reused: not touched)",
+                    o.name,
+                    o.generation
+                );
             }
-            _ => {}
+            ("process", _, _) => {
+                log::info!(
+                    "recovery: {} of generation {} was only an intent (no pid recorded): nothing to stop",
+                    o.name,
+                    o.generation
+                );
+            }
+            ("runsc-container", _, _) => remove_runsc_state(&dp.runsc_root(), &o.name),
+            (kind, _, _) => {
+                log::warn!(
+                    "recovery: refusing to touch {kind} {:?} of generation {}: not a kind this lazaret owns",
+                    o.name,
+                    o.generation
+                );
+            }
         }
         let _ = store.release(o.row);
     }
@@ -1516,6 +1595,57 @@ fn recover(store: &Store, dp: &DomainPaths) {
         }
     }
     let _ = std::fs::remove_dir_all(dp.gen_dir());
+    // Publication temp sockets of dead generations (`hc.sock.N`).
+    if let Ok(rd) = std::fs::read_dir(&dp.run) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.strip_prefix("hc.sock.").is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit())) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    match store.prune_history(KEEP_GENERATIONS) {
+        Ok(0) => {}
+        Ok(n) => log::info!("store: forgot {n} old generations (keeping the last {KEEP_GENERATIONS})"),
+        Err(e) => log::warn!("store: pruning history: {e}"),
+    }
+}
+
+/// How many generations (with their sessions) the store remembers.
+const KEEP_GENERATIONS: u64 = 100;
+
+/// Whether `file` in a runsc root is state of container `id`: runsc names
+/// them `ID_sandbox:ID.state` / `.lock` and the control socket `runsc-ID.sock`.
+pub fn is_runsc_state_of(file: &str, id: &str) -> bool {
+    let Some(rest) = file.strip_prefix(id).and_then(|r| r.strip_prefix('_')) else {
+        return file == format!("runsc-{id}.sock");
+    };
+    let stem = rest.strip_suffix(".state").or_else(|| rest.strip_suffix(".lock"));
+    stem.is_some_and(|s| !s.contains('/') && !s.is_empty())
+}
+
+/// Removes runsc's state for container `id` by its recorded name, only
+/// regular files and sockets (never what a symlink points at).
+fn remove_runsc_state(root: &Path, id: &str) {
+    // A recorded id is ours only if it has the shape we mint.
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        log::warn!("recovery: refusing runsc state of {id:?}: not a container id this lazaret mints");
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        if !is_runsc_state_of(&n, id) {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_file() || std::os::unix::fs::FileTypeExt::is_socket(&t) => {
+                log::info!("removing runsc state {n}");
+                let _ = std::fs::remove_file(e.path());
+            }
+            _ => log::warn!("recovery: refusing to remove {n}: not a regular file or socket"),
+        }
+    }
 }
 
 /// Opens the coordinator log for the spawning CLI (stderr of the HC).

@@ -1375,6 +1375,13 @@ pub struct Served {
     _session: fuser::BackgroundSession,
 }
 
+impl Served {
+    /// The session's server loop returned: the connection is gone.
+    pub fn ended(&self) -> bool {
+        self._session.guard.is_finished()
+    }
+}
+
 /// Mounts `view` at `mountpoint` (in the caller's mount namespace, where it
 /// must be root of its user namespace) and serves it on background threads.
 pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {

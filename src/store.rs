@@ -459,6 +459,28 @@ impl Store {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
+    /// Forgets ended generations older than the last `keep`, with their
+    /// sessions, components, readiness records and released rows; returns
+    /// how many generations went. Unfinished generations and anything still
+    /// owned or leased stay.
+    pub fn prune_history(&self, keep: u64) -> Result<usize> {
+        let tx = self.conn.unchecked_transaction()?;
+        let cutoff: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(number), 0) - ?1 FROM generations",
+            [keep as i64],
+            |r| r.get(0),
+        )?;
+        let old = "SELECT number FROM generations g WHERE number <= ?1 AND ended_at IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM owned o WHERE o.generation = g.number AND o.released = 0)
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.generation = g.number AND l.released = 0)";
+        for table in ["sessions", "components", "owned", "leases", "network_readiness"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE generation IN ({old})"), [cutoff])?;
+        }
+        let n = tx.execute(&format!("DELETE FROM generations WHERE number IN ({old})"), [cutoff])?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     pub fn max_generation(&self) -> Result<u64> {
         let n: i64 = self
             .conn
@@ -604,5 +626,28 @@ mod tests {
         drop(Store::open(&p).unwrap());
         assert!(!PathBuf::from(&tmp).exists());
         assert!(std::fs::metadata(&p).unwrap().len() > 0);
+    }
+
+    #[test]
+    fn history_is_bounded_and_keeps_what_is_still_owned() {
+        let p = scratch("history");
+        let mut s = Store::open(&p).unwrap();
+        for i in 1..=150u64 {
+            let g = s.begin_generation("default", "/w", "f").unwrap();
+            s.open_session(g, &format!("s{i}"), "c", 1, "sh").unwrap();
+            s.close_session(&format!("s{i}"), Some(0)).unwrap();
+            let row = s.record_intent(g, "process", "supervisor").unwrap();
+            if i != 10 {
+                s.release(row).unwrap();
+                s.set_phase(g, "stopped").unwrap();
+            }
+        }
+        assert_eq!(s.prune_history(100).unwrap(), 49);
+        let count = |sql: &str| -> i64 { s.conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM generations"), 101);
+        assert_eq!(count("SELECT COUNT(*) FROM sessions"), 101);
+        assert_eq!(count("SELECT MIN(number) FROM generations"), 10, "still-owned generation kept");
+        assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 151, "numbers never reused");
+        assert_eq!(s.prune_history(100).unwrap(), 1, "one more generation, one fewer kept");
     }
 }

@@ -145,7 +145,16 @@ pub fn main(mut args: Args) -> i32 {
             return fail(e);
         }
     };
-    let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner());
+    let watch = |fuse: &mut Vec<Child>, net: &mut Option<netns::Network>| -> Option<String> {
+        let mut helpers: Vec<(&str, &mut Child)> = fuse.iter_mut().map(|c| ("fuse-overlayfs", c)).collect();
+        if let Some(n) = net.as_mut() {
+            helpers.push(("slirp4netns", &mut n.slirp));
+        }
+        dead_helper(&mut helpers, &_views)
+    };
+    let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner(), &mut || {
+        watch(&mut anchor_daemons, &mut net)
+    });
     // The network goes after the sandbox (SPEC §5 teardown order).
     if let Some(n) = &mut net {
         netns::stop_slirp(n);
@@ -198,7 +207,33 @@ fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), Stri
     Ok((child, ready_rd))
 }
 
-fn supervise(args: &Args, child: &mut Child, ready: OwnedFd, lease: std::fs::File) -> i32 {
+/// How often the helpers are checked besides SIGCHLD (a FUSE session
+/// ends without one).
+const HELPER_CHECK: Duration = Duration::from_millis(250);
+
+/// The first helper found dead, by name: an exited child (reaped here, so
+/// none stays a zombie) or a workspace view whose FUSE session ended (its
+/// connection was aborted or its device closed).
+pub fn dead_helper(children: &mut [(&str, &mut Child)], views: &[crate::fusefs::Served]) -> Option<String> {
+    for (name, c) in children.iter_mut() {
+        let pid = c.id();
+        if let Ok(Some(st)) = c.try_wait() {
+            return Some(format!("{name} (pid {pid}, {st})"));
+        }
+    }
+    if views.iter().any(|v| v.ended()) {
+        return Some("the workspace view's FUSE session".into());
+    }
+    None
+}
+
+fn supervise(
+    args: &Args,
+    child: &mut Child,
+    ready: OwnedFd,
+    lease: std::fs::File,
+    dead_helper: &mut dyn FnMut() -> Option<String>,
+) -> i32 {
     let sig = match sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]) {
         Ok(s) => s,
         Err(e) => return fail(format!("signal pipe: {e}")),
@@ -213,8 +248,16 @@ fn supervise(args: &Args, child: &mut Child, ready: OwnedFd, lease: std::fs::Fil
         if let Some(r) = &ready {
             fds.push(sys::PollFd::new(r.as_raw_fd(), libc::POLLIN));
         }
-        if sys::poll(&mut fds, -1).is_err() {
+        if sys::poll(&mut fds, HELPER_CHECK.as_millis() as i32).is_err() {
             continue;
+        }
+        // A generation with a dead helper is broken (a lost overlay, view or
+        // network): report which one and stop the sandbox.
+        if let Some(name) = dead_helper() {
+            eprintln!("lazaret:[supervisor]: helper {name} died; stopping the sandbox");
+            status(&format!("helper-died {}", name.replace('\n', " ")));
+            stop_sandbox(args, child);
+            return 1;
         }
         if fds[0].readable() {
             // Any byte or EOF on the lease means: stop.
