@@ -770,10 +770,23 @@ fn clean_trash(s: &Selected) -> Result<Vec<String>> {
 /// every directory a real one.
 fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
+    // The Domain root and its store must be readable and sound, or
+    // nothing below can be vouched for.
+    if let Err(e) = std::fs::read_dir(root) {
+        out.push(("error".into(), root.display().to_string(), format!("cannot be read ({e})")));
+        return out;
+    }
+    if let Err(e) = crate::store::check_file(&root.join("store.sqlite")) {
+        out.push(("error".into(), root.join("store.sqlite").display().to_string(), e.to_string()));
+    }
     let anchor = anchor::anchor_dir(root);
     let md = match std::fs::symlink_metadata(&anchor) {
         Ok(md) => md,
-        Err(_) => return out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) => {
+            out.push(("error".into(), anchor.display().to_string(), format!("cannot be read ({e})")));
+            return out;
+        }
     };
     if !md.is_dir() {
         out.push((
@@ -782,6 +795,9 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
             "is not a real directory (a symlink?)".into(),
         ));
         return out;
+    }
+    if let Err(e) = std::fs::read_dir(&anchor) {
+        out.push(("error".into(), anchor.display().to_string(), format!("cannot be read ({e})")));
     }
     if let Ok(rd) = std::fs::read_dir(&anchor) {
         for e in rd.flatten() {

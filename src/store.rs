@@ -136,6 +136,53 @@ pub struct NetworkReadiness {
     pub probe: String,
 }
 
+/// Checks a store file without changing it (for `lazaret state verify`):
+/// absent is fine (never started); empty, damaged or of a schema version no
+/// lazaret of this kind writes is an error naming the file and the fix.
+pub fn check_file(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::Open(path.to_path_buf(), rusqlite_io(e))),
+        Ok(m) if !m.is_file() => {
+            return Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                what: "is not a regular file".into(),
+            })
+        }
+        Ok(m) if m.len() == 0 => {
+            return Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                what: "is empty".into(),
+            })
+        }
+        Ok(_) => {}
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| damaged_or_sql(path, e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let store = Store { conn };
+    store.check(path)?;
+    let found: i64 = store
+        .conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| damaged_or_sql(path, e))?;
+    let known = MIGRATIONS.len() as i64;
+    if found < 0 {
+        return Err(StoreError::Damaged {
+            path: path.to_path_buf(),
+            what: format!("has schema version {found}, which no lazaret writes"),
+        });
+    }
+    if found > known {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    Ok(())
+}
+
 /// Builds a new, migrated store at `<path>.new` and renames it to `path`.
 fn create(path: &Path) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
