@@ -431,9 +431,10 @@ fn record_driver(key_dir: &Path, d: Driver) -> Result<()> {
 }
 
 /// The driver preferred for fresh uppers: `LAZARET_OVERLAY_DRIVER`
-/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else
-/// fuse-overlayfs: the spec's driver, and on `scripts/bench-state.sh` the
-/// kernel overlay was not faster under gVisor (docs/state.md).
+/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else the
+/// kernel overlay: it reports ENOSPC/EDQUOT to the writer faithfully, where
+/// fuse-overlayfs acknowledged fsync'd writes the upper could not hold
+/// (docs/state.md). An upper keeps the driver that first mounted it.
 pub fn preferred_driver() -> Driver {
     std::env::var("LAZARET_OVERLAY_DRIVER")
         .ok()

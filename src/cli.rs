@@ -244,9 +244,11 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // A network policy the config cannot yield is bad input too.
     crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
         .map_err(|e| Failure::usage(e.to_string()))?;
-    // A missing image is bad input, reported before anything starts.
+    // A missing image is bad input, reported before anything starts; a
+    // published Domain already runs on its prepared lower and needs none.
     if matches!(r.profile.image, ImageSource::Default)
         && !image::images_dir(&r.storage).join("default/index.json").exists()
+        && !r.paths.socket().exists()
     {
         return Err(Failure::usage(format!(
             "the default image is not built yet: run `lazaret image build` (it goes to {})",

@@ -1319,7 +1319,7 @@ impl Coordinator {
     /// Whether the sandbox is gone, given that a session's `runsc exec`
     /// just exited with `code`. The attached `runsc run` exits right after
     /// its sandbox; a short grace covers the order of the two exits.
-    fn sandbox_lost(&self, code: i32) -> bool {
+    fn sandbox_lost(&mut self, code: i32) -> bool {
         let grace = if code == 128 {
             Duration::from_millis(1000)
         } else {
@@ -1327,8 +1327,15 @@ impl Coordinator {
         };
         let deadline = Instant::now() + grace;
         loop {
-            if self.runsc_pid <= 0 || !sys::same_process(self.runsc_pid, self.runsc_start) {
-                return self.runsc_pid > 0;
+            // The supervisor gone takes the sandbox with it (PDEATHSIG).
+            let sup_gone = self
+                .sup
+                .as_mut()
+                .is_some_and(|s| matches!(s.child.try_wait(), Ok(Some(_))));
+            let runsc_gone = self.runsc_pid > 0
+                && (!sys::same_process(self.runsc_pid, self.runsc_start) || is_zombie(self.runsc_pid));
+            if sup_gone || runsc_gone {
+                return true;
             }
             if Instant::now() > deadline {
                 return false;
@@ -1460,6 +1467,14 @@ impl Coordinator {
         self.conns.clear();
         log::info!("generation {} {final_phase}", self.generation);
     }
+}
+
+/// Whether `pid` has exited but is not reaped yet (state `Z` or `X`).
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| st.rfind(')').map(|i| st[i + 1..].trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false)
 }
 
 fn sandbox_lost_reason() -> String {
@@ -1595,6 +1610,16 @@ fn recover(store: &Store, dp: &DomainPaths) {
         }
     }
     let _ = std::fs::remove_dir_all(dp.gen_dir());
+    // `domain.json` temp files a dead coordinator was writing.
+    if let Ok(rd) = std::fs::read_dir(&dp.root) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if crate::state::is_meta_temp(&n) && e.file_type().is_ok_and(|t| t.is_file()) {
+                log::info!("recovery: removing {n}");
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
     // Publication temp sockets of dead generations (`hc.sock.N`).
     if let Ok(rd) = std::fs::read_dir(&dp.run) {
         for e in rd.flatten() {

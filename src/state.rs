@@ -116,9 +116,21 @@ pub fn write_meta(root: &Path, m: &DomainMeta) -> io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    f.write_all(m.render().as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &p)
+    // A write that fails (a full disk) leaves no temp file behind.
+    let written = f.write_all(m.render().as_bytes()).and_then(|_| f.sync_all());
+    drop(f);
+    let done = written.and_then(|_| std::fs::rename(&tmp, &p));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// Whether `name` is a `domain.json` temp file of [`write_meta`]; one found
+/// while holding the Domain lock is a dead coordinator's leftover.
+pub fn is_meta_temp(name: &str) -> bool {
+    name.strip_prefix(&format!(".{META_FILE}."))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Reads `domain.json` without following a symlink, capped at 64 KiB.
