@@ -845,10 +845,7 @@ impl Coordinator {
             }
             (true, Some(s), ClientMsg::Signal(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
-                    if matches!(
-                        sig as i32,
-                        libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP
-                    ) {
+                    if matches!(sig as i32, libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP) {
                         // runsc exec forwards what it receives to its guest process.
                         let _ = sys::kill(sess.exec.id() as i32, sig as i32);
                     }
@@ -1624,7 +1621,9 @@ fn recover(store: &Store, dp: &DomainPaths) {
     if let Ok(rd) = std::fs::read_dir(&dp.run) {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().to_string();
-            if n.strip_prefix("hc.sock.").is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit())) {
+            if n.strip_prefix("hc.sock.")
+                .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+            {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -1680,4 +1679,31 @@ pub fn open_log(path: &Path) -> io::Result<File> {
         .append(true)
         .mode(0o600)
         .open(path)
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::is_runsc_state_of;
+
+    #[test]
+    fn runsc_state_is_matched_by_exact_container_id() {
+        let id = "lz-0123abcd-beef";
+        for ours in [
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.state",
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.lock",
+            "runsc-lz-0123abcd-beef.sock",
+        ] {
+            assert!(is_runsc_state_of(ours, id), "{ours}");
+        }
+        for not_ours in [
+            "lz-0123abcd-beef2_sandbox:lz-0123abcd-beef2.state",
+            "lz-0123abcd-bee_sandbox:x.state",
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.state.tmp",
+            "lz-0123abcd-beef_.state",
+            "runsc-lz-0123abcd-beef.sock.old",
+            "lz-0123abcd-beef",
+        ] {
+            assert!(!is_runsc_state_of(not_ours, id), "{not_ours}");
+        }
+    }
 }

@@ -785,18 +785,30 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
     // The Domain root and its store must be readable and sound, or
     // nothing below can be vouched for.
     if let Err(e) = std::fs::read_dir(root) {
-        out.push(("error".into(), root.display().to_string(), format!("cannot be read ({e})")));
+        out.push((
+            "error".into(),
+            root.display().to_string(),
+            format!("cannot be read ({e})"),
+        ));
         return out;
     }
     if let Err(e) = crate::store::check_file(&root.join("store.sqlite")) {
-        out.push(("error".into(), root.join("store.sqlite").display().to_string(), e.to_string()));
+        out.push((
+            "error".into(),
+            root.join("store.sqlite").display().to_string(),
+            e.to_string(),
+        ));
     }
     let anchor = anchor::anchor_dir(root);
     let md = match std::fs::symlink_metadata(&anchor) {
         Ok(md) => md,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
         Err(e) => {
-            out.push(("error".into(), anchor.display().to_string(), format!("cannot be read ({e})")));
+            out.push((
+                "error".into(),
+                anchor.display().to_string(),
+                format!("cannot be read ({e})"),
+            ));
             return out;
         }
     };
@@ -809,7 +821,11 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
         return out;
     }
     if let Err(e) = std::fs::read_dir(&anchor) {
-        out.push(("error".into(), anchor.display().to_string(), format!("cannot be read ({e})")));
+        out.push((
+            "error".into(),
+            anchor.display().to_string(),
+            format!("cannot be read ({e})"),
+        ));
     }
     if let Ok(rd) = std::fs::read_dir(&anchor) {
         for e in rd.flatten() {

@@ -72,10 +72,17 @@ const MIGRATIONS: &[&str] = &[
 #[derive(Debug)]
 pub enum StoreError {
     Open(PathBuf, rusqlite::Error),
-    NewerSchema { path: PathBuf, found: i64, known: i64 },
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
     /// The file is not a store this lazaret can trust: empty, damaged, or
     /// with a schema version no lazaret writes.
-    Damaged { path: PathBuf, what: String },
+    Damaged {
+        path: PathBuf,
+        what: String,
+    },
     Sql(rusqlite::Error),
 }
 
@@ -200,10 +207,7 @@ fn create(path: &Path) -> Result<()> {
         let mut store = Store::configure(conn, &tmp)?;
         store.migrate(&tmp)?;
         // Closing checkpoints the WAL into the file and removes it.
-        store
-            .conn
-            .close()
-            .map_err(|(_, e)| StoreError::Open(tmp.clone(), e))?;
+        store.conn.close().map_err(|(_, e)| StoreError::Open(tmp.clone(), e))?;
     }
     let io = |e: std::io::Error| StoreError::Open(path.to_path_buf(), rusqlite_io(e));
     std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
@@ -268,8 +272,7 @@ impl Store {
 
     fn configure(conn: Connection, path: &Path) -> Result<Store> {
         let damaged = |e: rusqlite::Error| damaged_or_sql(path, e);
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(damaged)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(damaged)?;
         // WAL keeps every transaction atomic across a crash with fewer
         // fsyncs than the rollback journal; startup writes several rows.
         conn.pragma_update(None, "journal_mode", "WAL").map_err(damaged)?;
@@ -693,8 +696,16 @@ mod tests {
         let count = |sql: &str| -> i64 { s.conn.query_row(sql, [], |r| r.get(0)).unwrap() };
         assert_eq!(count("SELECT COUNT(*) FROM generations"), 101);
         assert_eq!(count("SELECT COUNT(*) FROM sessions"), 101);
-        assert_eq!(count("SELECT MIN(number) FROM generations"), 10, "still-owned generation kept");
-        assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 151, "numbers never reused");
+        assert_eq!(
+            count("SELECT MIN(number) FROM generations"),
+            10,
+            "still-owned generation kept"
+        );
+        assert_eq!(
+            s.begin_generation("default", "/w", "f").unwrap(),
+            151,
+            "numbers never reused"
+        );
         assert_eq!(s.prune_history(100).unwrap(), 1, "one more generation, one fewer kept");
     }
 }

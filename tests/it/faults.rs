@@ -40,7 +40,10 @@ fn hold_domain(env: &Env, ws: &Path) -> Bg {
 fn a_slow_reader_gets_its_output_and_exit_status() {
     let env = require_env!();
     if !have("strace") {
-        return skip("a_slow_reader_gets_its_output_and_exit_status", "strace is not installed");
+        return skip(
+            "a_slow_reader_gets_its_output_and_exit_status",
+            "strace is not installed",
+        );
     }
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("slowread");
@@ -76,7 +79,12 @@ fn a_slow_reader_gets_its_output_and_exit_status() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of 20 slow joins lost data:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of 20 slow joins lost data:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 fn domain_run_dir(env: &Env, ws: &Path) -> std::path::PathBuf {
@@ -121,7 +129,8 @@ fn abort_view(env: &Env, ws: &Path) -> bool {
         let (pre, post) = l.split_once(" - ")?;
         let mut post = post.split_whitespace();
         let (fstype, source) = (post.next()?, post.next()?);
-        (fstype == "fuse" && source == "lazaret").then(|| pre.split_whitespace().nth(2)?.split(':').nth(1).map(String::from))?
+        (fstype == "fuse" && source == "lazaret")
+            .then(|| pre.split_whitespace().nth(2)?.split(':').nth(1).map(String::from))?
     }) else {
         return false;
     };
@@ -157,11 +166,19 @@ fn helper_death(helper: &str, driver: &str) {
     } else {
         let pids = helper_pids(env, &ws, helper);
         assert!(!pids.is_empty(), "no {helper} in {:?}", env.domain_processes(&ws));
-        Command::new("kill").arg("-9").arg(pids[0].to_string()).status().unwrap().success()
+        Command::new("kill")
+            .arg("-9")
+            .arg(pids[0].to_string())
+            .status()
+            .unwrap()
+            .success()
     };
     if !done && helper == "view" {
         drop(hold);
-        return skip("helper_death(view)", "cannot abort the view's FUSE connection (fusectl)");
+        return skip(
+            "helper_death(view)",
+            "cannot abort the view's FUSE connection (fusectl)",
+        );
     }
     assert!(done, "could not kill {helper}");
     let t = std::time::Instant::now();
@@ -170,6 +187,11 @@ fn helper_death(helper: &str, driver: &str) {
         "ps still says ready after {helper} died"
     );
     eprintln!("{helper}: ps stopped saying ready after {:?}", t.elapsed());
+    let net = env.lz(&ws, &["net", "show", "--json"]).run();
+    assert!(
+        net.stdout.contains("\"running\":false") && net.stdout.contains("\"readiness\":null"),
+        "net show still reports the broken generation: {net:?}"
+    );
     let out = hold.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
@@ -215,7 +237,11 @@ fn a_killed_sandbox_exits_125_with_one_sentence() {
         .map(|(p, _, _)| p)
         .collect();
     assert!(!boot.is_empty(), "no sandbox process for {sandbox}");
-    Command::new("kill").arg("-9").arg(boot[0].to_string()).status().unwrap();
+    Command::new("kill")
+        .arg("-9")
+        .arg(boot[0].to_string())
+        .status()
+        .unwrap();
     let out = hold.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
@@ -242,15 +268,27 @@ fn sigquit_reaches_the_command_without_a_goroutine_dump() {
     let c = env
         .lz(
             &ws,
-            &["run", "--", "sh", "-c", "trap 'echo got-quit; exit 3' QUIT; echo armed; sleep 60 & wait"],
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "trap 'echo got-quit; exit 3' QUIT; echo armed; sleep 60 & wait",
+            ],
         )
         .spawn();
     let pid = c.id();
     std::thread::sleep(Duration::from_secs(3));
     Command::new("kill").args(["-QUIT", &pid.to_string()]).status().unwrap();
     let out = c.wait_with_output().unwrap();
-    let (so, se) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!se.contains("goroutine") && !se.contains("SIGQUIT"), "a Go dump reached the user: {se}");
+    let (so, se) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        !se.contains("goroutine") && !se.contains("SIGQUIT"),
+        "a Go dump reached the user: {se}"
+    );
     assert!(so.contains("got-quit"), "the command never saw SIGQUIT: {so} / {se}");
     assert_eq!(out.status.code(), Some(3), "{so} / {se}");
 }
@@ -279,7 +317,10 @@ fn hostile_and_damaged_stores_fail_closed() {
     let check = |what: &str| {
         let r = env.lz(&ws, &["run", "--", "true"]).run();
         assert_eq!(r.code, 125, "{what}: {r:?}");
-        assert!(r.stderr.contains(&store.display().to_string()), "{what}: no path: {r:?}");
+        assert!(
+            r.stderr.contains(&store.display().to_string()),
+            "{what}: no path: {r:?}"
+        );
         assert!(
             r.stderr.contains("upgrade lazaret") || r.stderr.contains("restore it from a backup"),
             "{what}: no fix: {r:?}"
@@ -330,7 +371,8 @@ fn a_killed_supervisor_leaves_nothing_in_the_runtime_dir() {
     let ws = env.dir("killsup");
     let hold = env.lz(&ws, &["run", "--", "sleep", "600"]).spawn();
     let run = domain_run_dir(env, &ws);
-    assert!(eventually(Duration::from_secs(120), || run.join("hc.sock").exists() && says_ready(env, &ws)));
+    assert!(eventually(Duration::from_secs(120), || run.join("hc.sock").exists()
+        && says_ready(env, &ws)));
     let id = env.domain_id("default", &ws);
     let ps = env.ps_json(&ws);
     let sandbox = json_str(&ps, &id, "sandbox_id").unwrap();
@@ -339,11 +381,16 @@ fn a_killed_supervisor_leaves_nothing_in_the_runtime_dir() {
     let out = hold.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    assert!(err.trim_end().lines().last().unwrap_or("").starts_with("lazaret: "), "{err}");
+    assert!(
+        err.trim_end().lines().last().unwrap_or("").starts_with("lazaret: "),
+        "{err}"
+    );
     let r = env.lz(&ws, &["run", "--", "echo", "next"]).run();
     assert_eq!(r.code, 0, "{r:?}");
     assert!(eventually(Duration::from_secs(20), || !run.join("hc.sock").exists()));
-    assert!(eventually(Duration::from_secs(20), || env.domain_processes(&ws).is_empty()));
+    assert!(eventually(Duration::from_secs(20), || env
+        .domain_processes(&ws)
+        .is_empty()));
     let mut left = Vec::new();
     let mut stack = vec![run.clone()];
     while let Some(d) = stack.pop() {
@@ -358,7 +405,12 @@ fn a_killed_supervisor_leaves_nothing_in_the_runtime_dir() {
         }
     }
     assert!(left.is_empty(), "files of the dead generation remain: {left:?}");
-    let runsc_left: Vec<_> = std::fs::read_dir(run.join("runsc")).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    let runsc_left: Vec<_> = std::fs::read_dir(run.join("runsc"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert!(runsc_left.is_empty(), "runsc state remains: {runsc_left:?}");
 }
 
@@ -374,7 +426,11 @@ impl Drop for Mounts {
 }
 
 fn root_ok(args: &[&str]) -> bool {
-    Command::new(args[0]).args(&args[1..]).status().map(|s| s.success()).unwrap_or(false)
+    Command::new(args[0])
+        .args(&args[1..])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
@@ -407,7 +463,13 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
     for d in ["domains", "images", "lowers"] {
         std::fs::create_dir_all(store.join(d)).unwrap();
     }
-    for d in [&data, &store, &store.join("domains"), &store.join("images"), &store.join("lowers")] {
+    for d in [
+        &data,
+        &store,
+        &store.join("domains"),
+        &store.join("images"),
+        &store.join("lowers"),
+    ] {
         env.chown(d);
         std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     }
@@ -439,7 +501,10 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
         .env("XDG_DATA_HOME", &xdg)
         .env("LAZARET_OVERLAY_DRIVER", &driver)
         .run();
-    assert!(r.stdout.contains("dd=") && !r.stdout.contains("dd=0"), "the writer was told success: {r:?}");
+    assert!(
+        r.stdout.contains("dd=") && !r.stdout.contains("dd=0"),
+        "the writer was told success: {r:?}"
+    );
     assert!(r.stderr.contains("No space left on device"), "{r:?}");
     let told: u64 = r
         .stdout
@@ -451,7 +516,11 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
     assert!(eventually(Duration::from_secs(20), || !sock.exists()));
     let root = domains.join(env.domain_id("default", &ws));
     let on_host = find_file(&root.join("anchor"), "big").expect("the partial file is in the upper");
-    assert_eq!(std::fs::metadata(&on_host).unwrap().len(), told, "host and writer disagree");
+    assert_eq!(
+        std::fs::metadata(&on_host).unwrap().len(),
+        told,
+        "host and writer disagree"
+    );
     // Fill what is left, then reset on the full disk.
     let filler = domains.join("filler");
     let _ = Command::new("dd")
@@ -469,4 +538,47 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
     assert_eq!(v.code, 0, "state verify after space returned: {v:?}");
     assert!(!root.join("anchor/reset-journal.tmp").exists());
     drop(mounts);
+}
+
+/// The supervisor's lease and status pipes (fds 3 and 4) reach none of its
+/// helpers: runsc, slirp4netns, fuse-overlayfs.
+#[test]
+fn supervisor_pipes_are_not_inherited_by_helpers() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("cloexec");
+    let _hold = env
+        .lz(&ws, &["run", "--", "sleep", "600"])
+        .env("LAZARET_OVERLAY_DRIVER", "fuse")
+        .spawn_bg();
+    let run = domain_run_dir(env, &ws);
+    assert!(eventually(Duration::from_secs(120), || run.join("hc.sock").exists()
+        && says_ready(env, &ws)));
+    let id = env.domain_id("default", &ws);
+    let sup = json_number(&env.ps_json(&ws), &id, "supervisor_pid").unwrap();
+    let link = |pid: i64, fd: &str| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok();
+    let pipes: Vec<_> = ["3", "4"].iter().filter_map(|fd| link(sup, fd)).collect();
+    assert_eq!(pipes.len(), 2, "the supervisor holds its two pipes");
+    let mut checked = 0;
+    for (pid, _, cmd) in crate::harness::processes() {
+        let prog = cmd.split_whitespace().next().unwrap_or("");
+        if !["runsc", "slirp4netns", "fuse-overlayfs", "runsc-sandbox", "runsc-gofer"]
+            .iter()
+            .any(|p| prog.ends_with(p))
+        {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let target = std::fs::read_link(fd.path()).ok();
+            assert!(
+                !target.as_ref().is_some_and(|t| pipes.contains(t)),
+                "{cmd:?} (pid {pid}) inherited a supervisor pipe {target:?}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "found too few helpers to check");
 }

@@ -10,9 +10,9 @@
 mod harness;
 
 mod escalation;
+mod faults;
 mod foundation;
 mod git;
 mod net;
 mod sessions;
 mod state;
-mod faults;

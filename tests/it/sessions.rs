@@ -324,7 +324,11 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     });
     assert!(gone, "left after {:?}: {:?}", t.elapsed(), env.domain_processes(&ws));
     // The dead generation left runsc state only recovery can remove.
-    assert!(!state_of_dead().is_empty(), "nothing left to recover in {}", runsc_root.display());
+    assert!(
+        !state_of_dead().is_empty(),
+        "nothing left to recover in {}",
+        runsc_root.display()
+    );
     // The next run recovers and works.
     let r = env.lz(&ws, &["run", "--", "echo", "recovered"]).run();
     assert_eq!(r.code, 0, "{r:?}");
