@@ -220,7 +220,15 @@ impl Coordinator {
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
         let dp = DomainPaths::new(&storage, &runtime, &domain_id);
         dp.ensure().map_err(|e| e.to_string())?;
-        let mut store = Store::open(&dp.store()).map_err(|e| e.to_string())?;
+        let mut store = match Store::open(&dp.store()) {
+            Ok(s) => s,
+            Err(e) => {
+                // A Domain root that never got a store (a full disk) is not
+                // left behind as an empty, nameless Domain.
+                let _ = std::fs::remove_dir(&dp.root);
+                return Err(e.to_string());
+            }
+        };
         recover(&store, &dp);
 
         let generation = store

@@ -202,16 +202,25 @@ fn create(path: &Path) -> Result<()> {
         p.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(p));
     }
-    {
+    let built = (|| {
         let conn = Connection::open(&tmp).map_err(|e| StoreError::Open(tmp.clone(), e))?;
         let mut store = Store::configure(conn, &tmp)?;
         store.migrate(&tmp)?;
         // Closing checkpoints the WAL into the file and removes it.
         store.conn.close().map_err(|(_, e)| StoreError::Open(tmp.clone(), e))?;
+        let io = |e: std::io::Error| StoreError::Open(path.to_path_buf(), rusqlite_io(e));
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    })();
+    if let Err(e) = built {
+        // A full disk leaves nothing half-built behind.
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = tmp.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        return Err(e);
     }
-    let io = |e: std::io::Error| StoreError::Open(path.to_path_buf(), rusqlite_io(e));
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
     if let Some(dir) = path.parent() {
         let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     }

@@ -155,12 +155,15 @@ fn helper_death(helper: &str, driver: &str) {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir(&format!("helper-{}", helper.replace(' ', "-")));
+    // The session is running (blocked in a shell builtin, nothing left to
+    // exec) before the helper dies: it must be told, not fail to start.
     let hold = env
-        .lz(&ws, &["run", "--", "sleep", "600"])
+        .lz(&ws, &["run", "--", "sh", "-c", "touch started; read x"])
         .env("LAZARET_OVERLAY_DRIVER", driver)
         .spawn();
     let sock = domain_run_dir(env, &ws).join("hc.sock");
     assert!(eventually(Duration::from_secs(120), || sock.exists() && says_ready(env, &ws)));
+    assert!(eventually(Duration::from_secs(60), || ws.join("started").exists()));
     let done = if helper == "view" {
         abort_view(env, &ws)
     } else {
