@@ -585,3 +585,85 @@ fn supervisor_pipes_are_not_inherited_by_helpers() {
     }
     assert!(checked >= 2, "found too few helpers to check");
 }
+
+/// A Domain root nobody can read is an error for `state verify`, not
+/// "ok: 0 entries".
+#[test]
+fn state_verify_fails_on_an_unreadable_domain_root() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("mode000");
+    let r = env.lz(&ws, &["run", "--", "true"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let sock = domain_run_dir(env, &ws).join("hc.sock");
+    assert!(eventually(Duration::from_secs(20), || !sock.exists()));
+    let root = env
+        .home
+        .join(".local/share/lazaret/domains")
+        .join(env.domain_id("default", &ws));
+    let ok = env.lz(&ws, &["state", "verify"]).run();
+    assert_eq!(ok.code, 0, "{ok:?}");
+    let mode = |m: u32| std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    mode(0o000);
+    let v = env.lz(&ws, &["state", "verify"]).run();
+    mode(0o700);
+    assert_ne!(v.code, 0, "state verify passed an unreadable Domain root: {v:?}");
+    assert!(!v.stdout.contains("ok: 0 entries"), "{v:?}");
+}
+
+/// A join needs no image when the running Domain does not: the image is
+/// removed while the Domain runs.
+#[test]
+fn joins_need_no_image_while_the_domain_runs() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let base = env.dir("noimage");
+    let store = base.join("data/lazaret");
+    std::fs::create_dir_all(store.join("images")).unwrap();
+    std::fs::create_dir_all(store.join("lowers")).unwrap();
+    let ok = Command::new("cp")
+        .arg("-a")
+        .arg(env.home.join(".local/share/lazaret/images/default"))
+        .arg(store.join("images/default"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let _ = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", env.uid, env.gid))
+        .arg(base.join("data"))
+        .status();
+    for d in [base.join("data"), store.clone()] {
+        std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    }
+    let mut mounts = Mounts(Vec::new());
+    let lowers = store.join("lowers");
+    if !root_ok(&[
+        "mount",
+        "--bind",
+        env.home.join(".local/share/lazaret/lowers").to_str().unwrap(),
+        lowers.to_str().unwrap(),
+    ]) {
+        return skip("joins_need_no_image", "cannot bind-mount the prepared lowers");
+    }
+    mounts.0.push(lowers);
+    let xdg = base.join("data").display().to_string();
+    let ws = env.dir("noimage-ws");
+    let _hold = env
+        .lz(&ws, &["run", "--", "sleep", "600"])
+        .env("XDG_DATA_HOME", &xdg)
+        .spawn_bg();
+    let sock = domain_run_dir(env, &ws).join("hc.sock");
+    assert!(eventually(Duration::from_secs(120), || sock.exists()));
+    std::fs::remove_dir_all(store.join("images/default")).unwrap();
+    let r = env
+        .lz(&ws, &["run", "--", "echo", "joined"])
+        .env("XDG_DATA_HOME", &xdg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("joined"), "{r:?}");
+    drop(_hold);
+    assert!(eventually(Duration::from_secs(20), || !sock.exists()));
+    drop(mounts);
+}
