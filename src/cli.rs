@@ -206,6 +206,7 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
     config::check_location(&cfg.path, &workspace, &profile.volumes)?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    check_workspace_root(&workspace, &storage, &runtime, &cfg.path)?;
     paths::ensure_private_dir(&storage)?;
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
@@ -218,6 +219,20 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
         storage,
         paths,
     })
+}
+
+/// Workspace-root safety (see `domain::check_workspace_root`).
+fn check_workspace_root(workspace: &Path, storage: &Path, runtime: &Path, config: &Path) -> Result<(), Failure> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    let mut keep: Vec<(&'static str, &Path)> = vec![
+        ("the Lazaret storage root", storage),
+        ("the Lazaret runtime dir", runtime),
+        ("the Lazaret config file", config),
+    ];
+    if let Some(h) = &home {
+        keep.push(("your home directory", h));
+    }
+    Ok(domain::check_workspace_root(workspace, &keep)?)
 }
 
 // ---- run ------------------------------------------------------------------------
