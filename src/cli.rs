@@ -650,11 +650,11 @@ fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         for st in &all {
             println!(
                 "{}  {}  {}  generation {}  {}  coordinator {} (pid {})  supervisor pid {}  runsc pid {}",
-                st.domain_id,
-                st.profile,
-                st.workspace,
+                crate::display::escape(&st.domain_id),
+                crate::display::escape(&st.profile),
+                crate::display::escape(&st.workspace),
                 st.generation,
-                st.phase,
+                crate::display::escape(&st.phase),
                 st.coordinator_id,
                 st.coordinator_pid,
                 st.supervisor_pid,
@@ -663,8 +663,8 @@ fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             for s in &st.sessions {
                 println!(
                     "    session {}  {}  client pid {}  exec pid {}{}",
-                    s.session_id,
-                    s.argv0,
+                    crate::display::escape(&s.session_id),
+                    crate::display::escape(&s.argv0),
                     s.client_pid,
                     s.exec_pid,
                     if s.tty { "  tty" } else { "" }

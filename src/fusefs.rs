@@ -448,7 +448,7 @@ impl View {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
             if write && (n.protected || self.sentry.is_protected(&n.rel)) {
-                log::warn!("git sentry: refused writing {}", n.rel.display());
+                log::warn!("git sentry: refused writing {}", crate::display::escape_path(&n.rel));
                 return Err(Errno::EPERM);
             }
             match &n.fd {
@@ -612,7 +612,7 @@ impl View {
         let (pside, prel, _) = self.node(parent)?;
         let rel = prel.join(name);
         if self.sentry.is_protected(&rel) {
-            log::warn!("git sentry: refused creating {}", rel.display());
+            log::warn!("git sentry: refused creating {}", crate::display::escape_path(&rel));
             return Err(Errno::EPERM);
         }
         let side = self.target_side(pside, &rel, dir);
@@ -862,7 +862,7 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused changing attributes of {}", rel.display());
+                log::warn!("git sentry: refused changing attributes of {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
             if let Some((f, w)) = self.cached_fd(ino) {
@@ -1024,7 +1024,7 @@ impl Filesystem for View {
         if self.sentry.in_git_dir(&rel) {
             log::warn!(
                 "git sentry: refused a symlink inside a Git directory: {}",
-                rel.display()
+                crate::display::escape_path(&rel)
             );
             return reply.error(Errno::EPERM);
         }
@@ -1053,7 +1053,7 @@ impl Filesystem for View {
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
             if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
-                log::warn!("git sentry: refused renaming {} to {}", from.display(), to.display());
+                log::warn!("git sentry: refused renaming {} to {}", crate::display::escape_path(&from), crate::display::escape_path(&to));
                 return Err(Errno::EPERM);
             }
             let dir = is_dir(&st);
@@ -1118,7 +1118,7 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused a hard link to {}", rel.display());
+                log::warn!("git sentry: refused a hard link to {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
             let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
@@ -1159,7 +1159,7 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected && writes(flags.0) {
-                log::warn!("git sentry: refused opening {} for writing", rel.display());
+                log::warn!("git sentry: refused opening {} for writing", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
             let p = if rel.as_os_str().is_empty() {
@@ -1370,7 +1370,7 @@ impl View {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
             if self.sentry.is_protected(&rel) {
-                log::warn!("git sentry: refused removing {}", rel.display());
+                log::warn!("git sentry: refused removing {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
             let (side, _) = self.find(pside, &rel)?;

@@ -748,7 +748,7 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
             "{}: {}: {}\n",
             f.level,
             fit(&entry_guest_path(&f.key, &f.path), 40),
-            f.message
+            crate::display::escape(&f.message)
         ));
     }
     print!("{out}");
@@ -886,7 +886,7 @@ fn verify(s: Selected, json: bool) -> Result<i32> {
             out.push_str("finished a reset that was interrupted\n");
         }
         for (l, p, m) in &findings {
-            out.push_str(&format!("{l}: {}: {m}\n", fit(p, 50)));
+            out.push_str(&format!("{l}: {}: {}\n", fit(p, 50), crate::display::escape(m)));
         }
         out.push_str(&format!(
             "{}: {entries} entries in {} persistent path(s), {errors} error(s)\n",
