@@ -15,3 +15,4 @@ mod git;
 mod net;
 mod sessions;
 mod state;
+mod view_v2;
