@@ -108,13 +108,18 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
         env,
         &ws,
         "cat config/master.key secrets/api.txt .env; \
-         mv config c2 && cat c2/master.key; ls -a c2; echo pwned > c2/master.key; \
-         mv secrets s2 && cat s2/api.txt; ls -a s2; echo pwned > s2/api.txt; \
+         mv config c2 && echo RENAMED-1 && cat c2/master.key; ls -a c2; echo pwned > c2/master.key; \
+         mv secrets s2 && echo RENAMED-2 && cat s2/api.txt; ls -a s2; echo pwned > s2/api.txt; \
          ln -s c2 lnk; cat lnk/master.key; ln c2/master.key hard; cat hard; \
          mkdir outer && mv s2 outer/s3 && cat outer/s3/api.txt; mv outer/s3 s2; rmdir outer; \
          mv c2 config; mv s2 secrets; rm -f lnk; cat config/master.key; echo done",
     );
     assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(
+        r.stdout.contains("RENAMED-1") && r.stdout.contains("RENAMED-2") && r.stdout.contains("app.toml"),
+        "the renames themselves must work: {r:?}"
+    );
+    assert!(r.stdout.contains("pwned"), "the sandbox's own copy is readable: {r:?}");
     for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
         no_marker(&r, m);
     }
@@ -128,10 +133,10 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
     let r = inside(
         env,
         &ws,
-        ": > .gitignore; rm -f secrets/.gitignore; mv config c3; mv secrets s4; \
+        ": > .gitignore; rm -f secrets/.gitignore; mv config c3 && mv secrets s4 && echo MOVED; \
          cat c3/master.key s4/api.txt .env; echo done",
     );
-    assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(r.stdout.contains("done") && r.stdout.contains("MOVED"), "{r:?}");
     for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
         no_marker(&r, m);
     }
@@ -149,6 +154,7 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
     for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
         no_marker(&r, m);
     }
+    assert!(ws.join("c3").is_dir() && ws.join("s4").is_dir(), "the moves reached the host");
     host_unchanged(&ws, &["c3/master.key"], "MARKER-MASTER-0451\n");
     host_unchanged(&ws, &["s4/api.txt"], "MARKER-API-0452\n");
     host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
