@@ -181,8 +181,14 @@ impl IgnoreRules {
                 }
                 let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
                 let child = dir.join(&name);
-                if prev.contains(&(dev, e.ino())) {
-                    rules.hide(child, dev, e.ino());
+                // The identity the view will see (lstat, not d_ino, which
+                // differs on some filesystems).
+                let (dev, ino) = match e.metadata() {
+                    Ok(m) => (m.dev(), m.ino()),
+                    Err(_) => (dev, e.ino()),
+                };
+                if prev.contains(&(dev, ino)) {
+                    rules.hide(child, dev, ino);
                     continue;
                 }
                 if in_opaque {
@@ -192,7 +198,7 @@ impl IgnoreRules {
                     continue;
                 }
                 if rules.matches_rules(&child, is_dir) {
-                    candidates.push((child, dev, e.ino(), is_dir));
+                    candidates.push((child, dev, ino, is_dir));
                 } else if is_dir {
                     stack.push((child, false));
                 }
@@ -221,8 +227,9 @@ impl IgnoreRules {
                 if is_dir && rules.verified_dirs.contains(&rel) {
                     if let Ok(rd) = std::fs::read_dir(root.join(&rel)) {
                         for e in rd.flatten() {
-                            let d = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
-                            stack.push((rel.join(e.file_name()), dev, e.ino(), d));
+                            if let Ok(m) = e.metadata() {
+                                stack.push((rel.join(e.file_name()), m.dev(), m.ino(), m.is_dir()));
+                            }
                         }
                     }
                 }
