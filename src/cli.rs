@@ -49,6 +49,8 @@ commands:
                        show persistent changes (metadata only) / check them
   state reset [DOMAIN] (--path P | --all) [--yes] [--json]
                        empty persistent state (asks first unless --yes)
+  state unhide [DOMAIN] (--path P | --all) [--json]
+                       forget hidden ignored host files (docs/git.md)
                        DOMAIN: [--profile P] [--workspace DIR] | --domain ID
   doctor [--json]      check host prerequisites and print fixes
   version              print the version
