@@ -11,12 +11,19 @@ pub enum DomainError {
     Root,
     /// The workspace (or the `.git` that made it the workspace) belongs to
     /// another user.
-    NotOwned { path: PathBuf, owner: u32 },
+    NotOwned {
+        path: PathBuf,
+        owner: u32,
+    },
     /// A world-writable directory (such as /tmp) as the workspace root.
     WorldWritable(PathBuf),
     /// The workspace is, or contains, something of the user's own or of
     /// Lazaret's that the sandbox must not reach.
-    Contains { workspace: PathBuf, what: &'static str, path: PathBuf },
+    Contains {
+        workspace: PathBuf,
+        what: &'static str,
+        path: PathBuf,
+    },
 }
 
 impl fmt::Display for DomainError {
@@ -165,7 +172,10 @@ mod tests {
         let home = home.canonicalize().unwrap();
         let keep = [("your home directory", home.as_path())];
         let e = check_workspace_root(&home, &keep).unwrap_err().to_string();
-        assert!(e.contains(&home.display().to_string()) && e.contains("home directory"), "{e}");
+        assert!(
+            e.contains(&home.display().to_string()) && e.contains("home directory"),
+            "{e}"
+        );
         assert!(check_workspace_root(&base.canonicalize().unwrap(), &keep).is_err());
         assert!(check_workspace_root(&home.join("proj"), &keep).is_ok());
         let store = home.join("proj/.local/share/lazaret");

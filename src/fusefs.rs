@@ -284,7 +284,11 @@ impl View {
         let (store, rules, sticky_path) = match store {
             Some((dir, rules)) => {
                 std::fs::create_dir_all(dir)?;
-                (Some(open_root(dir)?), Some(rules), Some(crate::ignored::sticky_file(dir)))
+                (
+                    Some(open_root(dir)?),
+                    Some(rules),
+                    Some(crate::ignored::sticky_file(dir)),
+                )
             }
             None => (None, None, None),
         };
@@ -749,7 +753,9 @@ impl View {
                 // The store's ignored entries first, so they win over the host's.
                 let _ = read(Side::Store, &|p, d, _| rules.is_ignored(p, d) || self.hidden_host_at(p));
                 let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
-                read(Side::Host, &|p, d, ino| !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino))?;
+                read(Side::Host, &|p, d, ino| {
+                    !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino)
+                })?;
             }
         }
         Ok(out)
@@ -862,7 +868,10 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused changing attributes of {}", crate::display::escape_path(&rel));
+                log::warn!(
+                    "git sentry: refused changing attributes of {}",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
             if let Some((f, w)) = self.cached_fd(ino) {
@@ -1053,7 +1062,11 @@ impl Filesystem for View {
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
             if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
-                log::warn!("git sentry: refused renaming {} to {}", crate::display::escape_path(&from), crate::display::escape_path(&to));
+                log::warn!(
+                    "git sentry: refused renaming {} to {}",
+                    crate::display::escape_path(&from),
+                    crate::display::escape_path(&to)
+                );
                 return Err(Errno::EPERM);
             }
             let dir = is_dir(&st);
@@ -1118,7 +1131,10 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused a hard link to {}", crate::display::escape_path(&rel));
+                log::warn!(
+                    "git sentry: refused a hard link to {}",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
             let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
@@ -1159,7 +1175,10 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected && writes(flags.0) {
-                log::warn!("git sentry: refused opening {} for writing", crate::display::escape_path(&rel));
+                log::warn!(
+                    "git sentry: refused opening {} for writing",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
             let p = if rel.as_os_str().is_empty() {
@@ -1470,8 +1489,13 @@ impl View {
         while let Some(d) = stack.pop() {
             let fd = self.dir(Side::Host, &d)?;
             let dev = rustix::fs::fstat(&fd).map_err(errno)?.st_dev;
-            let rd = rustix::fs::openat(&fd, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(errno)?;
+            let rd = rustix::fs::openat(
+                &fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
             let mut dir = rustix::fs::Dir::read_from(&rd).map_err(errno)?;
             while let Some(ent) = dir.read() {
                 let ent = ent.map_err(errno)?;

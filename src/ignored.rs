@@ -453,11 +453,7 @@ fn read_rules_file(root: Option<BorrowedFd>, path: &Path, budget: &mut u64) -> R
     }
     let limit = RULES_MAX.min(*budget);
     if st.st_size as u64 > limit {
-        return RulesFile::Refused(format!(
-            "is {} bytes, over the limit of {} bytes",
-            st.st_size,
-            limit
-        ));
+        return RulesFile::Refused(format!("is {} bytes, over the limit of {} bytes", st.st_size, limit));
     }
     let mut data = Vec::new();
     if let Err(e) = std::fs::File::from(fd).take(limit + 1).read_to_end(&mut data) {
@@ -492,19 +488,31 @@ fn hash_beneath(root: BorrowedFd, rel: &Path, sha256: bool) -> Option<Vec<u8>> {
     let mut total = 0u64;
     let mut h1 = openssl::sha::Sha1::new();
     let mut h2 = openssl::sha::Sha256::new();
-    if sha256 { h2.update(header.as_bytes()) } else { h1.update(header.as_bytes()) }
+    if sha256 {
+        h2.update(header.as_bytes())
+    } else {
+        h1.update(header.as_bytes())
+    }
     loop {
         let n = f.read(&mut buf).ok()?;
         if n == 0 {
             break;
         }
         total += n as u64;
-        if sha256 { h2.update(&buf[..n]) } else { h1.update(&buf[..n]) }
+        if sha256 {
+            h2.update(&buf[..n])
+        } else {
+            h1.update(&buf[..n])
+        }
     }
     if total != st.st_size as u64 {
         return None;
     }
-    Some(if sha256 { h2.finish().to_vec() } else { h1.finish().to_vec() })
+    Some(if sha256 {
+        h2.finish().to_vec()
+    } else {
+        h1.finish().to_vec()
+    })
 }
 
 /// One hidden host identity and the view path it had when last seen.
@@ -529,7 +537,12 @@ pub fn read_sticky(path: &Path) -> Result<Vec<StickyEntry>, IgnoredError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(IgnoredError::Store(path.to_path_buf(), e)),
     };
-    let bad = || IgnoredError::Store(path.to_path_buf(), io::Error::new(io::ErrorKind::InvalidData, "malformed line"));
+    let bad = || {
+        IgnoredError::Store(
+            path.to_path_buf(),
+            io::Error::new(io::ErrorKind::InvalidData, "malformed line"),
+        )
+    };
     let mut out = Vec::new();
     for line in data.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
         let line = std::str::from_utf8(line).map_err(|_| bad())?;
@@ -548,14 +561,22 @@ pub fn read_sticky(path: &Path) -> Result<Vec<StickyEntry>, IgnoredError> {
 }
 
 fn sticky_line(e: &StickyEntry) -> String {
-    format!("{} {} {}\n", e.dev, e.ino, crate::domain::hex(e.rel.as_os_str().as_bytes()))
+    format!(
+        "{} {} {}\n",
+        e.dev,
+        e.ino,
+        crate::domain::hex(e.rel.as_os_str().as_bytes())
+    )
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Replaces the sticky set (written aside, then renamed over).
@@ -805,8 +826,17 @@ mod tests {
     fn bom_and_non_utf8_rules_still_hide() {
         let r = IgnoreRules::from_texts(Path::new("/w"), &[], "");
         let _ = r;
-        let m = build_matcher(Path::new("/w"), b"\xef\xbb\xbf.env\nsecret-\xff.txt\n!\xfe.env\r\nkey\\\xfe\n").unwrap();
-        let ig = |p: &[u8]| matches!(m.matched(Path::new(std::ffi::OsStr::from_bytes(p)), false), Match::Ignore(_));
+        let m = build_matcher(
+            Path::new("/w"),
+            b"\xef\xbb\xbf.env\nsecret-\xff.txt\n!\xfe.env\r\nkey\\\xfe\n",
+        )
+        .unwrap();
+        let ig = |p: &[u8]| {
+            matches!(
+                m.matched(Path::new(std::ffi::OsStr::from_bytes(p)), false),
+                Match::Ignore(_)
+            )
+        };
         assert!(ig(b"/w/.env"), "BOM stripped");
         assert!(ig(b"/w/secret-\xff.txt"), "non-UTF-8 line kept");
         assert!(ig(b"/w/key\xfe"), "escaped invalid byte");
@@ -874,7 +904,10 @@ mod tests {
         std::fs::write(d.join("f"), "hello").unwrap();
         std::os::unix::fs::symlink("/dev/zero", d.join("z")).unwrap();
         let root = rustix::fs::open(&d, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
-        assert_eq!(hash_beneath(root.as_fd(), Path::new("f"), false), Some(blob_id(b"hello", false)));
+        assert_eq!(
+            hash_beneath(root.as_fd(), Path::new("f"), false),
+            Some(blob_id(b"hello", false))
+        );
         assert_eq!(hash_beneath(root.as_fd(), Path::new("z"), false), None);
         let _ = std::fs::remove_dir_all(&d);
     }

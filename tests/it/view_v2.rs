@@ -124,7 +124,11 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
         no_marker(&r, m);
     }
     host_unchanged(&ws, &["config/master.key", "c2/master.key"], "MARKER-MASTER-0451\n");
-    host_unchanged(&ws, &["secrets/api.txt", "s2/api.txt", "outer/s3/api.txt"], "MARKER-API-0452\n");
+    host_unchanged(
+        &ws,
+        &["secrets/api.txt", "s2/api.txt", "outer/s3/api.txt"],
+        "MARKER-API-0452\n",
+    );
     host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
     wait_domain_down(env, &ws);
 
@@ -154,7 +158,10 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
     for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
         no_marker(&r, m);
     }
-    assert!(ws.join("c3").is_dir() && ws.join("s4").is_dir(), "the moves reached the host");
+    assert!(
+        ws.join("c3").is_dir() && ws.join("s4").is_dir(),
+        "the moves reached the host"
+    );
     host_unchanged(&ws, &["c3/master.key"], "MARKER-MASTER-0451\n");
     host_unchanged(&ws, &["s4/api.txt"], "MARKER-API-0452\n");
     host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
@@ -239,9 +246,14 @@ fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
     );
     assert!(r.stdout.contains("planted"), "{r:?}");
     wait_domain_down(env, &ws);
-    assert!(std::fs::symlink_metadata(ws.join(".gitignore")).unwrap().file_type().is_symlink());
+    assert!(std::fs::symlink_metadata(ws.join(".gitignore"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
 
-    let bg = env.lz(&ws, &["run", "--", "sh", "-c", "cat .env; echo started; sleep 30"]).spawn_bg();
+    let bg = env
+        .lz(&ws, &["run", "--", "sh", "-c", "cat .env; echo started; sleep 30"])
+        .spawn_bg();
     let id = env.domain_id("default", &ws);
     let mut pid = None;
     assert!(
@@ -296,12 +308,20 @@ fn workspace_roots_that_are_not_the_users_or_swallow_too_much_are_refused() {
     // A workspace holding the storage root or the runtime dir.
     let ws = env.dir("v2-holds");
     let data = ws.join("data");
-    refused(&ws, &[("XDG_DATA_HOME", data.to_str().unwrap())], &data.display().to_string());
+    refused(
+        &ws,
+        &[("XDG_DATA_HOME", data.to_str().unwrap())],
+        &data.display().to_string(),
+    );
     let rt = ws.join("rt");
     std::fs::create_dir(&rt).unwrap();
     env.chown(&rt);
     std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o700)).unwrap();
-    refused(&ws, &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())], &rt.display().to_string());
+    refused(
+        &ws,
+        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+        &rt.display().to_string(),
+    );
     // The workspace itself owned by another user.
     let theirs = env.dir("v2-theirs");
     std::os::unix::fs::chown(&theirs, Some(0), Some(0)).unwrap();
@@ -343,4 +363,29 @@ fn names_the_sandbox_chose_reach_stdout_escaped() {
             assert!(r.stdout.contains("a\\x1b[2Jb\\u{202e}c"), "{r:?}");
         }
     }
+}
+
+#[test]
+fn the_user_unhides_on_purpose_with_state_unhide() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(env, "v2-unhide", &[(".gitignore", ".env\n")]);
+    env.write(&ws.join(".env"), "MARKER-UNHIDE-0481\n");
+    let r = inside(env, &ws, "cat .env; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    no_marker(&r, "MARKER-UNHIDE");
+    wait_domain_down(env, &ws);
+    // The user stops ignoring it on the host: still hidden (sticky) ...
+    env.write(&ws.join(".gitignore"), "");
+    let r = inside(env, &ws, "cat .env; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    no_marker(&r, "MARKER-UNHIDE");
+    wait_domain_down(env, &ws);
+    // ... until they say so.
+    let r = env.lz(&ws, &["state", "unhide", "--path", ".env"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(".env"), "{r:?}");
+    let r = inside(env, &ws, "cat .env");
+    assert!(r.stdout.contains("MARKER-UNHIDE-0481"), "{r:?}");
+    wait_domain_down(env, &ws);
 }
