@@ -421,10 +421,10 @@ enum RulesFile {
     Refused(String),
 }
 
-/// Reads a rules file without following a symlink at any step (beneath
-/// `root` when given, else the absolute path with only the last component
-/// checked), only when it is a regular file of at most `RULES_MAX` bytes
-/// and within the remaining `budget`.
+/// Reads a rules file: beneath `root` without following a symlink at any
+/// step (a workspace `.gitignore`), or at an absolute path (`info/exclude`,
+/// the global excludes file: the user's own), and only when it is a regular
+/// file of at most `RULES_MAX` bytes and within the remaining `budget`.
 fn read_rules_file(root: Option<BorrowedFd>, path: &Path, budget: &mut u64) -> RulesFile {
     use std::io::Read;
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
@@ -436,7 +436,9 @@ fn read_rules_file(root: Option<BorrowedFd>, path: &Path, budget: &mut u64) -> R
             Mode::empty(),
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         ),
-        None => rustix::fs::open(path, flags, Mode::empty()),
+        // The user's own files outside the workspace (a dotfiles manager's
+        // symlink is fine): still regular and bounded.
+        None => rustix::fs::open(path, flags - OFlags::NOFOLLOW, Mode::empty()),
     };
     let fd = match fd {
         Ok(fd) => fd,
