@@ -49,6 +49,8 @@ commands:
                        show persistent changes (metadata only) / check them
   state reset [DOMAIN] (--path P | --all) [--yes] [--json]
                        empty persistent state (asks first unless --yes)
+  state unhide [DOMAIN] (--path P | --all) [--json]
+                       forget hidden ignored host files (docs/git.md)
                        DOMAIN: [--profile P] [--workspace DIR] | --domain ID
   doctor [--json]      check host prerequisites and print fixes
   version              print the version
@@ -206,6 +208,7 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
     config::check_location(&cfg.path, &workspace, &profile.volumes)?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    check_workspace_root(&workspace, &storage, &runtime, &cfg.path)?;
     paths::ensure_private_dir(&storage)?;
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
@@ -218,6 +221,20 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
         storage,
         paths,
     })
+}
+
+/// Workspace-root safety (see `domain::check_workspace_root`).
+fn check_workspace_root(workspace: &Path, storage: &Path, runtime: &Path, config: &Path) -> Result<(), Failure> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    let mut keep: Vec<(&'static str, &Path)> = vec![
+        ("the Lazaret storage root", storage),
+        ("the Lazaret runtime dir", runtime),
+        ("the Lazaret config file", config),
+    ];
+    if let Some(h) = &home {
+        keep.push(("your home directory", h));
+    }
+    Ok(domain::check_workspace_root(workspace, &keep)?)
 }
 
 // ---- run ------------------------------------------------------------------------
@@ -653,11 +670,11 @@ fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         for st in &all {
             println!(
                 "{}  {}  {}  generation {}  {}  coordinator {} (pid {})  supervisor pid {}  runsc pid {}",
-                st.domain_id,
-                st.profile,
-                st.workspace,
+                crate::display::escape(&st.domain_id),
+                crate::display::escape(&st.profile),
+                crate::display::escape(&st.workspace),
                 st.generation,
-                st.phase,
+                crate::display::escape(&st.phase),
                 st.coordinator_id,
                 st.coordinator_pid,
                 st.supervisor_pid,
@@ -666,8 +683,8 @@ fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             for s in &st.sessions {
                 println!(
                     "    session {}  {}  client pid {}  exec pid {}{}",
-                    s.session_id,
-                    s.argv0,
+                    crate::display::escape(&s.session_id),
+                    crate::display::escape(&s.argv0),
                     s.client_pid,
                     s.exec_pid,
                     if s.tty { "  tty" } else { "" }

@@ -67,7 +67,7 @@ pub fn show(
     println!(
         "Domain {domain_id} (profile {} on {})",
         profile.name,
-        workspace.display()
+        crate::display::escape_path(workspace)
     );
     print!("{}", policy.describe());
     match readiness {
@@ -76,6 +76,7 @@ pub fn show(
         Some(kv) => {
             println!("readiness: attested and probed before publication");
             for (k, v) in kv {
+                let (k, v) = (crate::display::escape(&k), crate::display::escape(&v));
                 if k == "probe" {
                     println!("  probe {v}");
                 } else {

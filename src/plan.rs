@@ -82,8 +82,13 @@ pub fn quote(out: &mut String, s: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+            // Control and format (bidi) characters never reach a terminal
+            // raw, even through `--json` (still the same string to a parser).
+            c if crate::display::is_unsafe(c) => {
+                let mut buf = [0u16; 2];
+                for u in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{:04x}", u);
+                }
             }
             c => out.push(c),
         }

@@ -471,8 +471,22 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
             };
             reset(select(p, w, d)?, scope, yes, json)
         }
+        Some("unhide") => {
+            let (p, w, d) = domain_args(&mut args)?;
+            let all = args.contains("--all");
+            let path: Option<PathBuf> = args
+                .opt_value_from_os_str("--path", |v| Ok::<_, std::convert::Infallible>(PathBuf::from(v)))
+                .map_err(|e| StateError::Usage(e.to_string()))?;
+            finish(args)?;
+            if path.is_some() == all {
+                return Err(StateError::Usage(
+                    "say what to un-hide: --path P (a workspace path, relative or absolute) or --all".into(),
+                ));
+            }
+            unhide(select(p, w, d)?, path, json)
+        }
         Some(other) => Err(StateError::Usage(format!(
-            "unknown state command {other:?}: expected list, inspect, verify or reset"
+            "unknown state command {other:?}: expected list, inspect, verify, reset or unhide"
         ))),
         None => Err(StateError::Usage(
             "`lazaret state` needs a command: list, inspect, verify or reset".into(),
@@ -760,7 +774,7 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
             "{}: {}: {}\n",
             f.level,
             fit(&entry_guest_path(&f.key, &f.path), 40),
-            f.message
+            crate::display::escape(&f.message)
         ));
     }
     print!("{out}");
@@ -930,7 +944,7 @@ fn verify(s: Selected, json: bool) -> Result<i32> {
             out.push_str("finished a reset that was interrupted\n");
         }
         for (l, p, m) in &findings {
-            out.push_str(&format!("{l}: {}: {m}\n", fit(p, 50)));
+            out.push_str(&format!("{l}: {}: {}\n", fit(p, 50), crate::display::escape(m)));
         }
         out.push_str(&format!(
             "{}: {entries} entries in {} persistent path(s), {errors} error(s)\n",
@@ -1036,6 +1050,38 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
         }
         for l in &leftovers {
             println!("warning: could not delete the old state {l}");
+        }
+    }
+    Ok(0)
+}
+
+/// `lazaret state unhide`: forgets hidden host identities (the sticky
+/// hidden set of ignored paths, docs/git.md) at or below a workspace path,
+/// or all of them. The rules still apply at the next start: change them on
+/// the host first.
+fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
+    let _lock = lock_for_maintenance(&s.paths, &s.id)?;
+    let file = crate::ignored::sticky_file(&s.paths.ignored_dir());
+    let entries = crate::ignored::read_sticky(&file).map_err(|e| StateError::Failed(e.to_string()))?;
+    let rel = path.map(|p| {
+        let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+        p.strip_prefix(&ws).map(Path::to_path_buf).unwrap_or(p)
+    });
+    let (gone, kept): (Vec<_>, Vec<_>) = entries
+        .into_iter()
+        .partition(|e| rel.as_ref().is_none_or(|r| e.rel.starts_with(r)));
+    crate::ignored::write_sticky(&file, &kept).map_err(|e| StateError::Failed(e.to_string()))?;
+    let names: Vec<String> = gone.iter().map(|e| crate::display::escape_path(&e.rel)).collect();
+    if json {
+        println!(
+            "{}",
+            Json::Obj(vec![("domain_id", Json::s(&s.id)), ("unhidden", Json::strs(&names))]).render()
+        );
+    } else if names.is_empty() {
+        println!("nothing hidden there");
+    } else {
+        for n in &names {
+            println!("un-hidden (if the rules no longer ignore it): {n}");
         }
     }
     Ok(0)

@@ -16,3 +16,4 @@ mod git;
 mod net;
 mod sessions;
 mod state;
+mod view_v2;
