@@ -13,5 +13,6 @@ mod escalation;
 mod foundation;
 mod git;
 mod net;
+mod net_v2;
 mod sessions;
 mod state;
