@@ -201,6 +201,11 @@ pub fn run(args: &[&str]) -> i32 {
                     }
                     continue;
                 }
+                // Only behind the router does TTL 1 keep the SYN here.
+                if let Err(e) = via_nic(route_source(addr)) {
+                    out.fail(&check, format!("not sent: {e}"));
+                    continue;
+                }
                 match refused_at_router(v4) {
                     Ok(d) => out.ok(
                         &check,

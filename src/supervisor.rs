@@ -82,8 +82,8 @@ pub fn main(mut args: Args) -> i32 {
         return 1;
     }
     // With a network, the supervisor stays in the host network namespace
-    // (slirp4netns must, to reach the outside) and prepares the enforcement
-    // namespace as a child of its user namespace; without one, it keeps a
+    // (slirp4netns must, to reach the outside) and prepares the sandbox and
+    // router namespaces as children of its user namespace; without one, it keeps a
     // private empty netns of its own.
     let flags = if plan.is_some() {
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS

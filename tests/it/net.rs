@@ -315,6 +315,10 @@ fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
 /// there (no answer, no packet leaves). IPv6 by route decision only.
 const ROUTES: &str = r#"
 import socket, sys
+# Safety: TTL 1 protects only behind the router; send nothing otherwise.
+if "lzr0\t00000000\t02FFFEA9" not in open("/proc/net/route").read():
+    print("unexpected topology")
+    sys.exit(3)
 for a in sys.argv[1:]:
     s = socket.socket()
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 1)

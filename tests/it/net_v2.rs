@@ -36,8 +36,9 @@ fn py(env: &Env, ws: &Path, cfg: &Path, profile: &str, script: &str, args: &[&st
 
 /// Shared by the attack scripts: netlink route changes as a process that
 /// gained CAP_NET_ADMIN inside gVisor, timed TCP connects (optionally with
-/// IP TTL 1) and UDP exchanges. `reroute(prefix, len, gw, onlink)` prints
-/// `route PREFIX/LEN via GW: RESULT`.
+/// IP TTL 1) and UDP exchanges. `reroute(prefix, len, gw, onlink)` adds a
+/// route on the NIC of the sandbox's default route, via its default gateway
+/// unless `gw` is given, and prints `route PREFIX/LEN via GW: RESULT`.
 const LIB: &str = r#"
 import socket, struct, sys, time, os
 def nl(typ, flags, body):
@@ -54,8 +55,16 @@ def nl(typ, flags, body):
 def attr(t, v):
     a = struct.pack("=HH", 4 + len(v), t) + v
     return a + b"\0" * ((4 - len(a) % 4) % 4)
-def reroute(prefix, plen, gw, onlink=False):
-    idx = socket.if_nametoindex("lzr0")
+def default_route():
+    for l in open("/proc/net/route").read().splitlines()[1:]:
+        f = l.split()
+        if f[1] == "00000000" and f[7] == "00000000":
+            return f[0], socket.inet_ntoa(struct.pack("<I", int(f[2], 16)))
+    return None, None
+def reroute(prefix, plen, gw=None, onlink=False):
+    dev, dgw = default_route()
+    gw = gw or dgw
+    idx = socket.if_nametoindex(dev)
     flags = 4 if onlink else 0  # RTNH_F_ONLINK
     rt = struct.pack("=BBBBBBBBI", 2, plen, 0, 0, 254, 4, 0, 1, flags)
     rt += attr(1, socket.inet_aton(prefix)) + attr(5, socket.inet_aton(gw)) + attr(4, struct.pack("=I", idx))
@@ -124,8 +133,8 @@ fn a_rerouted_sandbox_still_cannot_reach_a_denied_test_host() {
     // were on the link; then TCP (echo, port 7) and UDP (DNS, port 53).
     let body = r#"
 th = sys.argv[1]
-print("uid", os.getuid(), flush=True)
-reroute(th, 32, "169.254.255.2")
+print("uid", os.getuid(), "default", default_route(), flush=True)
+reroute(th, 32)
 print(open("/proc/net/route").read(), flush=True)
 tcp(th, 7)
 udp(th, 53)
@@ -136,7 +145,7 @@ udp(th, 53)
     let r = attack(env, &ws, &cfg, "deny", body, &[&th.ip]);
     assert_eq!(r.code, 0, "{r:?}");
     // The attack really changed gVisor's table: the route is there.
-    let first = line(&r.stdout, &format!("route {}/32 via 169.254.255.2", th.ip)).unwrap_or_default();
+    let first = line(&r.stdout, &format!("route {}/32 via ", th.ip)).unwrap_or_default();
     assert_eq!(first.last(), Some(&"0"), "the nested user namespace must be able to add the route: {r:?}");
     let hex = {
         let o: Vec<u8> = th.ip.split('.').map(|x| x.parse().unwrap()).collect();
@@ -153,6 +162,7 @@ udp(th, 53)
     assert!(ms < 50.0, "the refusal took {ms} ms: {r:?}");
     // Via slirp's gateway "on link": it is not on the link, nothing answers.
     assert!(tcps[1].contains(" err "), "{r:?}");
+    assert!(r.stdout.contains("default ('lzr0', '169.254.255.2')"), "{r:?}");
     for u in &udps {
         assert!(u.contains(" err "), "a UDP reply came back from the denied host: {r:?}");
     }
@@ -229,9 +239,14 @@ fn default_denies_hold_at_the_router_after_the_sandbox_reroutes() {
     // Inside: a /32 via the gateway for every sample, then TTL-1 TCP and
     // UDP to each (a TTL-1 packet cannot pass the router), then wait so
     // the router can be inspected while the routes are in place.
+    // Safety: TTL 1 protects only behind a router; send nothing unless the
+    // sandbox's default route leads to it.
     let body = r#"
+if default_route() != ("lzr0", "169.254.255.2"):
+    print("unexpected topology", default_route(), flush=True)
+    sys.exit(3)
 for a in sys.argv[1:]:
-    reroute(a, 32, "169.254.255.2")
+    reroute(a, 32)
 for a in sys.argv[1:]:
     tcp(a, 80, ttl=1, timeout=1.0)
     udp(a, 53, ttl=1)
@@ -260,7 +275,7 @@ time.sleep(8)
     let decisions: Vec<(String, String)> = match &ns {
         Some(ns) => DEFAULT_DENIED
             .iter()
-            .chain(["198.51.100.7"].iter())
+            .chain(["224.0.0.251", "239.255.255.250", "198.51.100.7"].iter())
             .map(|a| (a.to_string(), router_decision(ns, a)))
             .collect(),
         None => Vec::new(),
@@ -279,6 +294,10 @@ time.sleep(8)
     for (a, d) in &decisions {
         if a == "198.51.100.7" {
             assert!(d.contains("via 10.0.2.2 dev tap0"), "control {a}: {d}");
+        } else if a.starts_with("2") && !a.starts_with("240") {
+            // Multicast: the router takes it for itself or refuses to
+            // route it (no multicast forwarding); never tap0.
+            assert!(!d.contains("tap0"), "{a}: the router's decision is {d:?}");
         } else {
             assert!(d.starts_with("local "), "{a}: the router's decision is {d:?}");
             assert!(!d.contains("tap0"), "{a}: {d}");
