@@ -211,6 +211,11 @@ pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn F
         ("ipv4/icmp_ratelimit", "0"),
         // Denied destinations are the router's own: it must not answer pings for them.
         ("ipv4/icmp_echo_ignore_all", "1"),
+        // No source-routed packets, no redirects towards the sandbox.
+        ("ipv4/conf/all/accept_source_route", "0"),
+        ("ipv4/conf/default/accept_source_route", "0"),
+        ("ipv4/conf/all/send_redirects", "0"),
+        ("ipv4/conf/default/send_redirects", "0"),
     ]);
     sysctls(&router, "configuring the router network namespace", &router_conf, false)?;
     let (s, r) = (netpolicy::SANDBOX_ADDR, netpolicy::ROUTER_ADDR);
