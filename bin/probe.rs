@@ -81,7 +81,11 @@ fn refused_at_router(addr: Ipv4Addr) -> Result<Duration, String> {
     let t = Instant::now();
     // SAFETY: plain socket syscalls on a descriptor this function owns and closes.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
+        let fd = libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
         if fd < 0 {
             return Err(format!("socket: {}", std::io::Error::last_os_error()));
         }
@@ -124,7 +128,13 @@ fn refused_at_router(addr: Ipv4Addr) -> Result<Duration, String> {
                 )));
             }
             let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_ERROR, (&mut err as *mut libc::c_int).cast(), &mut len);
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            );
         }
         match err {
             libc::ECONNREFUSED => close(Ok(t.elapsed())),
@@ -207,10 +217,7 @@ pub fn run(args: &[&str]) -> i32 {
                     continue;
                 }
                 match refused_at_router(v4) {
-                    Ok(d) => out.ok(
-                        &check,
-                        format!("refused by the router in {} ms (TTL 1)", d.as_millis()),
-                    ),
+                    Ok(d) => out.ok(&check, format!("refused by the router in {} ms (TTL 1)", d.as_millis())),
                     Err(e) => out.fail(&check, format!("not refused by the router: {e}")),
                 }
             }

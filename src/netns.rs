@@ -224,7 +224,10 @@ pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn F
         &sandbox,
         "creating the router link",
         &[
-            format!("link add {sif} type veth peer name {rif} netns {}", router_path.display()),
+            format!(
+                "link add {sif} type veth peer name {rif} netns {}",
+                router_path.display()
+            ),
             format!("addr add {s}/30 dev {sif}"),
             format!("link set {sif} mtu {mtu} up"),
         ],
@@ -288,7 +291,10 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
         .map(|r| r.prefix);
     for r in &plan.routes {
         if fault.is_some() && Some(r.prefix) == victim {
-            log::warn!("fault injection: not installing the deny route for {} in the router", r.prefix);
+            log::warn!(
+                "fault injection: not installing the deny route for {} in the router",
+                r.prefix
+            );
             if fault == Some(Fault::SkipOneDeny) {
                 expected.routes.retain(|x| x.prefix != r.prefix);
             }

@@ -817,7 +817,14 @@ impl Plan {
             let Some(dst) = f.get(i) else { continue };
             if matches!(
                 *dst,
-                "local" | "unreachable" | "blackhole" | "prohibit" | "throw" | "broadcast" | "multicast" | "nat"
+                "local"
+                    | "unreachable"
+                    | "blackhole"
+                    | "prohibit"
+                    | "throw"
+                    | "broadcast"
+                    | "multicast"
+                    | "nat"
                     | "anycast"
             ) {
                 return Err(format!("unexpected {dst} route in the router namespace: {line}"));
@@ -889,12 +896,17 @@ impl Plan {
             let Some((net, len)) = v4(&r.prefix) else { continue };
             let size: u64 = 1u64 << (32 - len as u32);
             let last = (net as u64 + size - 1) as u32;
-            let mut cands = vec![net.saturating_add(1).min(last), (net as u64 + size / 2 + 1).min(last as u64) as u32];
+            let mut cands = vec![
+                net.saturating_add(1).min(last),
+                (net as u64 + size / 2 + 1).min(last as u64) as u32,
+            ];
             cands.push(last.saturating_sub(1).max(net));
             cands.push(net);
-            if let Some(a) = cands.into_iter().map(Ipv4Addr::from).find(|a| {
-                *a != SLIRP_GUEST && *a != ROUTER_ADDR && *a != SANDBOX_ADDR && decider(*a) == Some(r.prefix)
-            }) {
+            if let Some(a) = cands
+                .into_iter()
+                .map(Ipv4Addr::from)
+                .find(|a| *a != SLIRP_GUEST && *a != ROUTER_ADDR && *a != SANDBOX_ADDR && decider(*a) == Some(r.prefix))
+            {
                 out.push((a, r));
             }
         }
@@ -928,7 +940,10 @@ pub fn verify_lookup(addr: Ipv4Addr, kind: RouteKind, out: Result<&str, &str>) -
             first(o)
         )),
         (RouteKind::Reject, Ok(o)) if o.starts_with("local ") || o.starts_with("multicast ") => Ok(()),
-        (RouteKind::Reject, Ok(o)) => Err(format!("the router's decision for {addr} is not a refusal: {}", first(o))),
+        (RouteKind::Reject, Ok(o)) => Err(format!(
+            "the router's decision for {addr} is not a refusal: {}",
+            first(o)
+        )),
         // The kernel refuses to route it at all (martian or multicast).
         (RouteKind::Reject, Err(_)) => Ok(()),
         (RouteKind::Helper, Ok(o)) if forwarded(o) => Ok(()),
@@ -955,7 +970,9 @@ pub fn verify_sandbox_routes(ip_route: &str) -> Result<(), String> {
         }
     }
     if !default {
-        return Err(format!("the sandbox's namespace has no default route via {ROUTER_ADDR}"));
+        return Err(format!(
+            "the sandbox's namespace has no default route via {ROUTER_ADDR}"
+        ));
     }
     Ok(())
 }
@@ -1298,16 +1315,25 @@ mod tests {
         let e = plan.verify_routes(&missing).unwrap_err();
         assert!(e.contains("192.168.0.0/16 (reject) is missing"), "{e}");
         // A deny that leads to the helper instead.
-        let wrong = good.replace("local 192.168.0.0/16 dev lo scope host", "192.168.0.0/16 via 10.0.2.2 dev tap0");
+        let wrong = good.replace(
+            "local 192.168.0.0/16 dev lo scope host",
+            "192.168.0.0/16 via 10.0.2.2 dev tap0",
+        );
         assert!(plan
             .verify_routes(&wrong)
             .unwrap_err()
             .contains("goes via 10.0.2.2 dev tap0"));
         // An allow turned into a refusal, and a deny of another kind.
         let wrong = good.replace("default via 10.0.2.2 dev tap0", "local default dev lo scope host");
-        assert!(plan.verify_routes(&wrong).unwrap_err().contains("route for 0.0.0.0/0 goes local"));
+        assert!(plan
+            .verify_routes(&wrong)
+            .unwrap_err()
+            .contains("route for 0.0.0.0/0 goes local"));
         let lo = good.replace("local 172.16.0.0/12 dev lo scope host", "unreachable 172.16.0.0/12");
-        assert!(plan.verify_routes(&lo).unwrap_err().contains("unexpected unreachable route"));
+        assert!(plan
+            .verify_routes(&lo)
+            .unwrap_err()
+            .contains("unexpected unreachable route"));
         // Anything extra.
         let extra = format!("{good}10.0.3.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
         assert!(plan
@@ -1354,12 +1380,22 @@ mod tests {
 
     #[test]
     fn host_addresses_are_denied_and_an_exact_allow_opens_one() {
-        let host = [a("192.0.2.2"), a("127.0.0.1"), a("198.18.7.1"), a("10.0.2.2"), a("192.0.2.2")];
+        let host = [
+            a("192.0.2.2"),
+            a("127.0.0.1"),
+            a("198.18.7.1"),
+            a("10.0.2.2"),
+            a("192.0.2.2"),
+        ];
         assert_eq!(host_denies(&host), vec![a("192.0.2.2"), a("198.18.7.1")]);
         let mut pr = prof();
         pr.allow = vec![p("198.18.0.0/15")];
         let pol = derive(Path::new("/c.toml"), None, &pr, &host).unwrap();
-        assert_eq!(pol.decide(a("198.18.7.1")), Action::Deny, "a broad allow does not open it");
+        assert_eq!(
+            pol.decide(a("198.18.7.1")),
+            Action::Deny,
+            "a broad allow does not open it"
+        );
         assert_eq!(pol.rule_for(a("198.18.7.1")).source, Source::HostAddress);
         assert_eq!(pol.decide(a("198.18.7.2")), Action::Allow);
         assert_eq!(pol.decide(a("192.0.2.2")), Action::Deny);
@@ -1448,7 +1484,10 @@ mod tests {
         let pol = derive_ok(None, &prof());
         let d = pol.describe();
         assert!(d.contains("DENY  10.0.0.0/8"), "{d}");
-        assert!(d.contains("[router: refused]") && d.contains("[router: forwarded]"), "{d}");
+        assert!(
+            d.contains("[router: refused]") && d.contains("[router: forwarded]"),
+            "{d}"
+        );
         assert!(pol.to_json().render().contains("\"enforced_at\""));
         assert!(d.contains("cloud metadata"), "{d}");
         assert!(d.contains("IPv6: disabled"), "{d}");

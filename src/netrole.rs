@@ -73,7 +73,11 @@ pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, String> {
 
 impl NetRole {
     pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, String> {
-        let host = if profile.network { host_ipv4_addrs()? } else { Vec::new() };
+        let host = if profile.network {
+            host_ipv4_addrs()?
+        } else {
+            Vec::new()
+        };
         let policy =
             netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile, &host).map_err(|e| e.to_string())?;
         for w in &policy.warnings {
@@ -224,8 +228,18 @@ impl NetRole {
             summary.push_str(&format!(
                 "router-netns-inode {router_inode}\nenforced-at router namespace (host kernel): {} \
                  refused, {} forwarded to slirp4netns; the sandbox has one route, to the router\n",
-                self.policy.plan().routes.iter().filter(|r| r.kind == netpolicy::RouteKind::Reject).count(),
-                self.policy.plan().routes.iter().filter(|r| r.kind == netpolicy::RouteKind::Helper).count(),
+                self.policy
+                    .plan()
+                    .routes
+                    .iter()
+                    .filter(|r| r.kind == netpolicy::RouteKind::Reject)
+                    .count(),
+                self.policy
+                    .plan()
+                    .routes
+                    .iter()
+                    .filter(|r| r.kind == netpolicy::RouteKind::Helper)
+                    .count(),
             ));
         }
         let _ = std::fs::write(self.gen_dir.join(READINESS_FILE), summary);

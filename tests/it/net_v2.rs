@@ -107,7 +107,17 @@ fn line<'a>(out: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
 /// how a sandbox process regains CAP_NET_ADMIN over gVisor's stack.
 fn attack(env: &Env, ws: &Path, cfg: &Path, profile: &str, body: &str, args: &[&str]) -> harness::Run {
     let script = format!("{LIB}\n{body}");
-    let mut a = vec!["run", "--profile", profile, "--", "unshare", "-Ur", "python3", "-c", &script];
+    let mut a = vec![
+        "run",
+        "--profile",
+        profile,
+        "--",
+        "unshare",
+        "-Ur",
+        "python3",
+        "-c",
+        &script,
+    ];
     a.extend_from_slice(args);
     env.lz(ws, &a).config_home(cfg).run()
 }
@@ -146,12 +156,19 @@ udp(th, 53)
     assert_eq!(r.code, 0, "{r:?}");
     // The attack really changed gVisor's table: the route is there.
     let first = line(&r.stdout, &format!("route {}/32 via ", th.ip)).unwrap_or_default();
-    assert_eq!(first.last(), Some(&"0"), "the nested user namespace must be able to add the route: {r:?}");
+    assert_eq!(
+        first.last(),
+        Some(&"0"),
+        "the nested user namespace must be able to add the route: {r:?}"
+    );
     let hex = {
         let o: Vec<u8> = th.ip.split('.').map(|x| x.parse().unwrap()).collect();
         format!("{:02X}{:02X}{:02X}{:02X}", o[3], o[2], o[1], o[0])
     };
-    assert!(r.stdout.contains(&hex), "the /32 route is not in the sandbox's table: {r:?}");
+    assert!(
+        r.stdout.contains(&hex),
+        "the /32 route is not in the sandbox's table: {r:?}"
+    );
     let tcps: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("tcp ")).collect();
     let udps: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("udp ")).collect();
     assert_eq!(tcps.len(), 2, "{r:?}");
@@ -168,7 +185,14 @@ udp(th, 53)
     }
     // Positive control: the same script reaches the test host when the
     // profile allows it (so the failures above are the policy's doing).
-    let r = attack(env, &ws, &cfg, "hole", "tcp(sys.argv[1], 7)\nudp(sys.argv[1], 53)", &[&th.ip]);
+    let r = attack(
+        env,
+        &ws,
+        &cfg,
+        "hole",
+        "tcp(sys.argv[1], 7)\nudp(sys.argv[1], 53)",
+        &[&th.ip],
+    );
     assert!(r.stdout.contains(&format!("tcp {} ok", th.ip)), "{r:?}");
     assert!(r.stdout.contains(&format!("udp {} reply", th.ip)), "{r:?}");
 }
@@ -187,9 +211,14 @@ fn router_ns(env: &Env, id: &str) -> Option<PathBuf> {
         if uids.first() != Some(&env.uid) {
             continue;
         }
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { continue };
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
         for e in rd.flatten() {
-            if std::fs::read_link(e.path()).map(|l| l.to_string_lossy() == want).unwrap_or(false) {
+            if std::fs::read_link(e.path())
+                .map(|l| l.to_string_lossy() == want)
+                .unwrap_or(false)
+            {
                 return Some(e.path());
             }
         }
@@ -375,13 +404,17 @@ fn the_hosts_own_address_is_denied_by_default_and_an_exact_allow_opens_it() {
         "an exact allow must open the host address: {r:?}"
     );
     assert!(
-        shown.stdout.contains(&format!("DENY  {}/32", th.host_side)) && shown.stdout.contains("an address of this host"),
+        shown.stdout.contains(&format!("DENY  {}/32", th.host_side))
+            && shown.stdout.contains("an address of this host"),
         "{shown:?}"
     );
     assert!(shown.stdout.contains("[router: refused]"), "{shown:?}");
     // Nothing of the Domains is left.
     for p in ["default", "broad", "devdb"] {
         let id = env.domain_id(p, &ws);
-        assert!(eventually(Duration::from_secs(5), || harness::processes_mentioning(&id).is_empty()));
+        assert!(eventually(Duration::from_secs(5), || harness::processes_mentioning(
+            &id
+        )
+        .is_empty()));
     }
 }
