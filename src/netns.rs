@@ -141,6 +141,48 @@ fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool)
     .map_err(|e| format!("{what}: {e}"))
 }
 
+/// `ETHTOOL_STSO` (linux/ethtool.h): set TCP segmentation offload.
+const ETHTOOL_STSO: u32 = 0x1f;
+
+/// Sets one legacy ethtool flag (`ETHTOOL_S*`) of interface `name` in `ns`.
+fn ethtool_set(ns: &OwnedFd, name: &str, cmd: u32, on: bool) -> Result<(), String> {
+    let owned = name.to_string();
+    sys::in_netns(ns.as_raw_fd(), move || {
+        let name = owned;
+        #[repr(C)]
+        struct EthtoolValue {
+            cmd: u32,
+            data: u32,
+        }
+        let mut val = EthtoolValue {
+            cmd,
+            data: u32::from(on),
+        };
+        // SAFETY: a datagram socket this closure owns and closes; the ifreq
+        // is zeroed, carries a NUL-terminated name and points at `val`,
+        // which outlives the ioctl.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
+                ifr.ifr_name[i] = b as libc::c_char;
+            }
+            ifr.ifr_ifru.ifru_data = (&mut val as *mut EthtoolValue).cast();
+            let r = libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr);
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            if r != 0 {
+                return Err(e);
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("ethtool on {name}: {e}"))
+}
+
 /// IPv6 off for every interface that exists or will be created (PLATFORM
 /// §4: then no inet6 address is left for gVisor to take).
 const IPV6_OFF: [(&str, &str); 2] = [
@@ -241,6 +283,13 @@ pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn F
             format!("link set {rif} mtu {mtu} up"),
         ],
     )?;
+    // TSO off on gVisor's NIC: with it on, runsc hands the kernel 64 KiB
+    // GSO packets, which cost about a third of the throughput through the
+    // router and tap0 (no offloads); off, gVisor segments itself, as it did
+    // on slirp4netns's tap0 (scripts/bench-net.sh). Performance only.
+    if let Err(e) = ethtool_set(&sandbox, sif, ETHTOOL_STSO, false) {
+        log::warn!("network: cannot turn TSO off on {sif} (throughput may suffer): {e}");
+    }
     ip_batch(
         &sandbox,
         "routing the sandbox to the router",
