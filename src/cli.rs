@@ -259,7 +259,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     refuse_root()?;
     let r = resolve(profile, workspace)?;
     // A network policy the config cannot yield is bad input too.
-    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
+    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
     // A missing image is bad input, reported before anything starts; a
     // published Domain already runs on its prepared lower and needs none.

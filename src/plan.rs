@@ -115,7 +115,7 @@ pub struct SandboxPlan {
     pub hostname: String,
     /// Configured volumes and later control mounts.
     pub binds: Vec<BindMount>,
-    /// The prepared enforcement network namespace to join (a path in the
+    /// The prepared sandbox network namespace (behind the router) to join (a path in the
     /// supervisor's mount namespace), when the Domain has a network.
     pub netns: Option<PathBuf>,
 }
@@ -305,7 +305,7 @@ pub fn runsc_global_args(runsc_root: &Path) -> Vec<String> {
 }
 
 /// The same flags with gVisor's own network stack in the prepared
-/// enforcement namespace instead of loopback only.
+/// sandbox network namespace instead of loopback only.
 pub fn with_sandbox_network(args: &[String]) -> Vec<String> {
     args.iter()
         .map(|a| {

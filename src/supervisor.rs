@@ -8,19 +8,20 @@
 //!    coordinator to write the id maps (newuidmap/newgidmap need a pid
 //!    outside the namespace); wait for them;
 //! 3. become root of the namespace; make mounts private; with a network,
-//!    install it (`netns::install`: enforcement + reject namespaces,
-//!    slirp4netns, routes, read-back; reports `slirp …` and `net-ready …`);
+//!    install it (`netns::install`: sandbox + router namespaces,
+//!    slirp4netns on the router, the router's routes, read-back and the
+//!    router's own route lookups; reports `slirp …` and `net-ready …`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
 //!    20240729 would otherwise think it is in the host network namespace,
 //!    PLATFORM §2);
-//! 4. start `runsc run` (non-detached, PDEATHSIG, in the enforcement
+//! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
 //! 5. report `ready PID START` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
 //! Wire format to the coordinator: one line per event on the status pipe
-//! (`userns`, `slirp PID START`, `net-ready INODE`, `ready PID START`,
+//! (`userns`, `slirp PID START`, `net-ready INODE ROUTER_INODE`, `ready PID START`,
 //! `exited CODE`, `stopped`, `error TEXT`).
 //! From the coordinator, on the lease pipe: `mapped` then EOF at the end.
 
@@ -90,8 +91,8 @@ pub fn main(mut args: Args) -> i32 {
         return 1;
     }
     // With a network, the supervisor stays in the host network namespace
-    // (slirp4netns must, to reach the outside) and prepares the enforcement
-    // namespace as a child of its user namespace; without one, it keeps a
+    // (slirp4netns must, to reach the outside) and prepares the sandbox and
+    // router namespaces as children of its user namespace; without one, it keeps a
     // private empty netns of its own.
     let flags = if plan.is_some() {
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS
@@ -123,7 +124,7 @@ pub fn main(mut args: Args) -> i32 {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
         match netns::install(plan, &gen_dir, netpolicy::fault(), &status) {
             Ok(n) => {
-                status(&format!("net-ready {}", n.inode));
+                status(&format!("net-ready {} {}", n.inode, n.router_inode));
                 net = Some(n);
             }
             Err(e) => return fail(e),
@@ -136,7 +137,7 @@ pub fn main(mut args: Args) -> i32 {
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
-    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.enforce.as_raw_fd())) {
+    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_raw_fd())) {
         Ok(v) => v,
         Err(e) => {
             if let Some(n) = &mut net {
@@ -195,7 +196,8 @@ fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), Stri
             sys::set_parent_death_signal(libc::SIGKILL)?;
             if let Some(ns) = netns {
                 // runsc itself, its gofer and the sandbox all live in the
-                // enforcement namespace; never in the host's.
+                // sandbox network namespace (behind the router); never in
+                // the host's.
                 sys::setns(ns, libc::CLONE_NEWNET)?;
             }
             Ok(())

@@ -14,6 +14,7 @@ mod faults;
 mod foundation;
 mod git;
 mod net;
+mod net_v2;
 mod sessions;
 mod state;
 mod view_v2;
