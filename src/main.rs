@@ -16,6 +16,8 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
+mod guestsetup;
+mod hostenv;
 mod ignored;
 mod image;
 mod ipc;
@@ -31,6 +33,7 @@ mod store;
 mod supervisor;
 mod sys;
 mod trust;
+mod usage;
 
 fn main() {
     std::process::exit(cli::main());
