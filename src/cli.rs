@@ -165,9 +165,31 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(f) => {
             restore_terminal();
+            let f = plain_failure(f);
             eprintln!("lazaret: {}", f.msg);
             f.code
         }
+    }
+}
+
+/// The one place a failure's message and exit code are settled before they
+/// are shown: a full disk under the storage root or the runtime dir is
+/// said as "no space left on DEVICE (PATH)" whatever step hit it.
+fn plain_failure(f: Failure) -> Failure {
+    if f.code == EXIT_USAGE {
+        return f;
+    }
+    let mut roots = Vec::new();
+    if let Ok(s) = paths::storage_root() {
+        roots.push(s);
+    }
+    if let Ok(cfg) = config::load(&config::config_path()) {
+        roots.push(paths::runtime_root(cfg.runtime_dir.as_deref()));
+    }
+    let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+    Failure {
+        code: f.code,
+        msg: crate::nospace::explain(&f.msg, &refs),
     }
 }
 

@@ -57,6 +57,23 @@ pub enum ImageError {
     Io(PathBuf, io::Error),
     NoMirror,
     NoRelease,
+    /// The filesystem holding this path ran out of space.
+    NoSpace(PathBuf),
+}
+
+/// `e` as [`ImageError::NoSpace`] when `path`'s filesystem is full or the
+/// error says so (checked before the failed step's files are removed).
+fn no_space_or(e: ImageError, path: &Path) -> ImageError {
+    let said = match &e {
+        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        ImageError::Tool { log, .. } => crate::nospace::mentions(log),
+        _ => false,
+    };
+    if said || crate::nospace::is_full(path) {
+        ImageError::NoSpace(path.to_path_buf())
+    } else {
+        e
+    }
 }
 
 impl fmt::Display for ImageError {
@@ -88,6 +105,7 @@ impl fmt::Display for ImageError {
                 "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d"
             ),
             ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
+            ImageError::NoSpace(p) => write!(f, "{}: free space there and try again", crate::nospace::message(p)),
         }
     }
 }
@@ -265,6 +283,7 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     progress.step("preparing image (unpacking layers)");
     let result = unpack_into(layout, tag, &tmp, &digest);
     if let Err(e) = result {
+        let e = no_space_or(e, &lowers);
         remove_tree(&tmp);
         return Err(e);
     }
@@ -462,10 +481,10 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
     let codename = host_codename()?;
     let mirror = find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?;
     let images = images_dir(storage);
-    std::fs::create_dir_all(&images).map_err(|e| ImageError::Io(images.clone(), e))?;
+    std::fs::create_dir_all(&images).map_err(|e| no_space_or(ImageError::Io(images.clone(), e), &images))?;
     let work = images.join(format!(".build-{}-{}", std::process::id(), random_id(4)));
-    std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
-    let result = build_in(&work, &codename, &mirror, progress);
+    std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
+    let result = build_in(&work, &codename, &mirror, progress).map_err(|e| no_space_or(e, &images));
     let final_layout = images.join("default");
     let outcome = result.and_then(|()| {
         let old = images.join(format!(".old-{}", random_id(4)));
@@ -546,12 +565,17 @@ chmod -R a+rX,u+w oci
     log.extend_from_slice(&errs);
     let _ = std::fs::write(&log_path, &log);
     if !status.success() {
+        // Said before the partial tree is removed, while the disk is full.
+        let full = crate::nospace::is_full(work) || crate::nospace::mentions(&String::from_utf8_lossy(&log));
         // The namespace's files belong to subordinate ids; remove them from
         // inside a namespace again.
         let _ = Command::new("unshare")
             .args(["--map-auto", "--map-root-user", "--", "rm", "-rf"])
             .arg(work.join("rootfs"))
             .status();
+        if full {
+            return Err(ImageError::NoSpace(work.parent().unwrap_or(work).to_path_buf()));
+        }
         return Err(ImageError::Tool {
             tool: "image build",
             status: status.to_string(),

@@ -22,6 +22,7 @@ mod ignored;
 mod image;
 mod ipc;
 mod netcli;
+mod nospace;
 mod netns;
 mod netpolicy;
 mod netrole;
