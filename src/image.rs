@@ -59,7 +59,13 @@ pub enum ImageError {
     NoRelease,
     /// The filesystem holding this path ran out of space.
     NoSpace(PathBuf),
+    /// The filesystem holding this path has less free space than the step needs.
+    NoRoom { path: PathBuf, needs: u64, free: u64 },
 }
+
+/// Free space the default image build needs at its peak (downloaded
+/// packages, the debootstrap tree and the OCI layout side by side).
+const BUILD_NEEDS: u64 = 400 << 20;
 
 /// `e` as [`ImageError::NoSpace`] when `path`'s filesystem is full or the
 /// error says so (checked before the failed step's files are removed).
@@ -106,6 +112,13 @@ impl fmt::Display for ImageError {
             ),
             ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
             ImageError::NoSpace(p) => write!(f, "{}: free space there and try again", crate::nospace::message(p)),
+            ImageError::NoRoom { path, needs, free } => write!(
+                f,
+                "{} for the image build: it needs about {} MiB there, {} MiB are free; free space there and try again",
+                crate::nospace::message(path),
+                needs >> 20,
+                free >> 20
+            ),
         }
     }
 }
@@ -482,6 +495,15 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
     let mirror = find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?;
     let images = images_dir(storage);
     std::fs::create_dir_all(&images).map_err(|e| no_space_or(ImageError::Io(images.clone(), e), &images))?;
+    // Said before minutes of downloading: the build cannot fit.
+    let free = crate::nospace::free_bytes(&images).unwrap_or(u64::MAX);
+    if free < BUILD_NEEDS {
+        return Err(ImageError::NoRoom {
+            path: images,
+            needs: BUILD_NEEDS,
+            free,
+        });
+    }
     let work = images.join(format!(".build-{}-{}", std::process::id(), random_id(4)));
     std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
     let result = build_in(&work, &codename, &mirror, progress).map_err(|e| no_space_or(e, &images));

@@ -31,6 +31,12 @@ pub fn is_full(path: &Path) -> bool {
     }
 }
 
+/// Free bytes for this user on the filesystem holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let p = existing(path)?;
+    rustix::fs::statvfs(&p).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+}
+
 fn existing(path: &Path) -> Option<PathBuf> {
     path.ancestors().find(|a| a.exists()).map(Path::to_path_buf)
 }

@@ -10,6 +10,7 @@
 mod harness;
 
 mod escalation;
+mod first_minutes;
 mod foundation;
 mod git;
 mod net;
