@@ -2020,6 +2020,7 @@ mod tests {
 
     fn ok(text: &str) -> Config {
         match parse(Path::new(FILE), text) {
+            Ok(c) if !c.broken_profiles.is_empty() => panic!("unexpected error: {:?}", c.broken_profiles),
             Ok(c) => c,
             Err(e) => panic!("unexpected error: {}", e),
         }
@@ -3004,5 +3005,37 @@ deny = ["::/0"]
             }
         }
         assert!(errors > 1000, "mutations should mostly fail ({} did)", errors);
+    }
+
+    #[test]
+    fn a_broken_profile_breaks_only_itself() {
+        let c = parse(Path::new(FILE), "[profiles.a]\nipv6 = false\n[profiles.b]\ncomand = [\"sh\"]\n").unwrap();
+        assert!(c.profile("a").is_ok());
+        assert!(c.profile("default").is_ok());
+        let e = c.profile("b").unwrap_err().to_string();
+        assert_has(&e, &[FILE, ":4:", "profiles.b.comand", "unknown key"]);
+        let w = c.warnings(Some("a"));
+        assert_eq!(w.len(), 1);
+        assert_has(&w[0], &["profile \"b\"", ":4:"]);
+        assert!(c.warnings(Some("b")).is_empty());
+        // Outside a profile an error still fails the whole file.
+        assert!(parse(Path::new(FILE), "runtime_dir = \"rel\"\n[profiles.a]\n").is_err());
+    }
+
+    #[test]
+    fn caps_narrow_the_default_set_and_never_widen_it() {
+        let c = ok("[profiles.d]\ncaps = [\"setuid\", \"CAP_CHOWN\"]\n");
+        assert_eq!(c.profile("d").unwrap().caps, ["CAP_CHOWN", "CAP_SETUID"]);
+        assert_eq!(c.profile("default").unwrap().caps.len(), DEFAULT_CAPS.len());
+        for bad in ["NET_ADMIN", "CAP_NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "ALL"] {
+            let e = err(&format!("[profiles.d]\ncaps = [\"{bad}\"]\n"));
+            assert_has(&e, &[":2:", "profiles.d.caps", "expected an array of capabilities from: CHOWN"]);
+        }
+        assert_has(&err("[profiles.d]\ncaps = [\"KILL\", \"CAP_KILL\"]\n"), &["listed twice"]);
+        assert!(!ok("[profiles.d]\ngit_identity = false\n").profile("d").unwrap().git_identity);
+        assert_ne!(
+            ok("[profiles.d]\ncaps = [\"KILL\"]\n").profile("d").unwrap().fingerprint(),
+            Profile::builtin("d").fingerprint()
+        );
     }
 }

@@ -64,7 +64,9 @@ pub fn render_gitconfig(values: &[(&str, String)]) -> String {
         "# Written by Lazaret: the host's Git identity (read-only).\n[include]\n\tpath = /etc/gitconfig\n",
     );
     for (key, value) in values {
-        let Some((section, name)) = key.split_once('.') else { continue };
+        let Some((section, name)) = key.split_once('.') else {
+            continue;
+        };
         out.push_str(&format!("[{section}]\n\t{name} = {}\n", quote_value(value)));
     }
     out
@@ -118,7 +120,10 @@ mod tests {
             ("user.name", "A \"B\" \\ C\n[core]\n\thooksPath = /x".into()),
             ("init.defaultBranch", "main".into()),
         ]);
-        assert!(s.contains("[user]\n\tname = \"A \\\"B\\\" \\\\ C[core]\\thooksPath = /x\"\n"), "{s}");
+        assert!(
+            s.contains("[user]\n\tname = \"A \\\"B\\\" \\\\ C[core]\\thooksPath = /x\"\n"),
+            "{s}"
+        );
         assert!(s.contains("[init]\n\tdefaultBranch = \"main\"\n"), "{s}");
         assert!(s.starts_with("# Written by Lazaret"));
         assert_eq!(s.lines().filter(|l| l.starts_with('[')).count(), 3, "{s}");

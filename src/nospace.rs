@@ -34,7 +34,9 @@ pub fn is_full(path: &Path) -> bool {
 /// Free bytes for this user on the filesystem holding `path`.
 pub fn free_bytes(path: &Path) -> Option<u64> {
     let p = existing(path)?;
-    rustix::fs::statvfs(&p).ok().map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+    rustix::fs::statvfs(&p)
+        .ok()
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
 }
 
 fn existing(path: &Path) -> Option<PathBuf> {
@@ -60,7 +62,9 @@ pub fn device_in(mountinfo: &str, path: &Path) -> Option<String> {
         let f: Vec<&str> = line.split(' ').collect();
         let Some(mp) = f.get(4) else { continue };
         let mp = unescape(mp);
-        let Some(dash) = f.iter().position(|x| *x == "-") else { continue };
+        let Some(dash) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
         let Some(source) = f.get(dash + 2) else { continue };
         if path.starts_with(&mp) && best.as_ref().map_or(true, |(l, _)| mp.len() >= *l) {
             let fstype = f.get(dash + 1).copied().unwrap_or("");
@@ -138,9 +142,15 @@ mod tests {
         assert!(mentions("tar: write error: No space left on device"));
         assert!(mentions("Error: database or disk is full"));
         assert!(!mentions("Couldn't download package"));
-        let m = explain("umoci unpack failed: write x: no space left on device\nmore", &[Path::new("/")]);
+        let m = explain(
+            "umoci unpack failed: write x: no space left on device\nmore",
+            &[Path::new("/")],
+        );
         assert!(m.starts_with("no space left on "), "{m}");
         assert!(!m.contains("more"), "{m}");
-        assert_eq!(explain("other failure", &[Path::new("/nonexistent-x")]), "other failure");
+        assert_eq!(
+            explain("other failure", &[Path::new("/nonexistent-x")]),
+            "other failure"
+        );
     }
 }

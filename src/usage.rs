@@ -153,7 +153,10 @@ mod tests {
             split_run(v(&["--profile=dev", "--", "-x"])),
             (v(&["--profile=dev"]), v(&["-x"]))
         );
-        assert_eq!(split_run(v(&["-w", "/a", "--quiet"])), (v(&["-w", "/a", "--quiet"]), v(&[])));
+        assert_eq!(
+            split_run(v(&["-w", "/a", "--quiet"])),
+            (v(&["-w", "/a", "--quiet"]), v(&[]))
+        );
         assert_eq!(split_run(v(&["--", "--"])), (v(&[]), v(&["--"])));
         assert!(wants_help(&split_run(v(&["-q", "--help"])).0));
         assert!(!wants_help(&split_run(v(&["ls", "--help"])).0));
@@ -161,7 +164,9 @@ mod tests {
 
     #[test]
     fn every_command_has_usage() {
-        for c in ["run", "ps", "stop", "image", "net", "state", "doctor", "version", "help"] {
+        for c in [
+            "run", "ps", "stop", "image", "net", "state", "doctor", "version", "help",
+        ] {
             assert!(of(c).unwrap().starts_with("usage: lazaret"), "{c}");
         }
         assert!(RUN.contains("--profile"));

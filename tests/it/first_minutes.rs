@@ -61,7 +61,10 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stdout.contains("FAIL umoci: umoci"), "{r:?}");
     assert!(r.stdout.contains("not found on PATH=/nonexistent-dir"), "{r:?}");
-    assert!(r.stdout.contains("add /usr/bin to PATH"), "the fix names the directory: {r:?}");
+    assert!(
+        r.stdout.contains("add /usr/bin to PATH"),
+        "the fix names the directory: {r:?}"
+    );
     // chroot lives in /usr/sbin: found on the PATH Lazaret uses, even when
     // the user's own PATH has no sbin directory.
     let r = env.lz(&ws, &["doctor"]).env("PATH", USER_PATH).run();
@@ -72,7 +75,10 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
     let r = run_in(env, &ws, &cfg, &["doctor"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stdout.contains("FAIL config:"), "{r:?}");
-    assert!(r.stdout.contains("config.toml:2: profiles.a.comand: unknown key"), "{r:?}");
+    assert!(
+        r.stdout.contains("config.toml:2: profiles.a.comand: unknown key"),
+        "{r:?}"
+    );
 }
 
 // ---- 2: capabilities ----------------------------------------------------------------
@@ -139,12 +145,24 @@ print("ROUTE-ADDED" if "076312C6" in table.upper() else "no-route")
     let r = run_in(env, &ws, &cfg, &["run", "--", "python3", "-c", route]);
     assert!(r.stdout.contains("no-route"), "{r:?}");
     assert!(!r.stdout.contains("ROUTE-ADDED"), "{r:?}");
-    assert!(!r.stdout.contains("netlink-error 0"), "the kernel accepted the route: {r:?}");
+    assert!(
+        !r.stdout.contains("netlink-error 0"),
+        "the kernel accepted the route: {r:?}"
+    );
     stop(env, &ws, &cfg, "default");
 
     // A profile narrows the set: without CHOWN, chown fails again.
-    let (ws, cfg) = setup(env, "caps-narrow", "[profiles.default]\ncaps = [\"KILL\", \"SETUID\"]\n");
-    let r = run_in(env, &ws, &cfg, &["run", "--", "sh", "-c", "touch /tmp/x && chown 1000 /tmp/x"]);
+    let (ws, cfg) = setup(
+        env,
+        "caps-narrow",
+        "[profiles.default]\ncaps = [\"KILL\", \"SETUID\"]\n",
+    );
+    let r = run_in(
+        env,
+        &ws,
+        &cfg,
+        &["run", "--", "sh", "-c", "touch /tmp/x && chown 1000 /tmp/x"],
+    );
     assert_ne!(r.code, 0, "{r:?}");
     stop(env, &ws, &cfg, "default");
     // And can never widen it.
@@ -219,14 +237,16 @@ fn host_git_identity_is_visible_and_read_only_inside() {
         .run();
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
-        r.stdout,
-        "Host Person\nhost@example.invalid\ntrunk\nHost Person\n",
+        r.stdout, "Host Person\nhost@example.invalid\ntrunk\nHost Person\n",
         "{r:?}"
     );
     stop(env, &ws, &cfg, "default");
     // Turned off per profile.
     let r = env
-        .lz(&ws, &["run", "-p", "anon", "--", "sh", "-c", "cd /tmp && git config user.name"])
+        .lz(
+            &ws,
+            &["run", "-p", "anon", "--", "sh", "-c", "cd /tmp && git config user.name"],
+        )
         .config_home(&cfg)
         .env("GIT_CONFIG_GLOBAL", &gitcfg.display().to_string())
         .run();
@@ -242,7 +262,12 @@ fn per_command_help_short_options_and_run_without_double_dash() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let (ws, cfg) = setup(env, "cli", "");
-    for args in [&["run", "--help"][..], &["help", "run"], &["run", "-h"], &["run", "-q", "--help"]] {
+    for args in [
+        &["run", "--help"][..],
+        &["help", "run"],
+        &["run", "-h"],
+        &["run", "-q", "--help"],
+    ] {
         let r = run_in(env, &ws, &cfg, args);
         assert_eq!(r.code, 0, "{args:?}: {r:?}");
         assert!(r.stdout.starts_with("usage: lazaret run"), "{args:?}: {r:?}");
@@ -262,10 +287,29 @@ fn per_command_help_short_options_and_run_without_double_dash() {
     assert!(r.stdout.lines().any(|l| l == "workspace"), "{r:?}");
     // --opt=value and short forms; the command's own options stay its own.
     let wsarg = format!("--workspace={}", ws.display());
-    let r = run_in(env, &ws, &cfg, &["run", "-q", "--profile=default", &wsarg, "sh", "-c", "echo $0 $1", "--help"]);
+    let r = run_in(
+        env,
+        &ws,
+        &cfg,
+        &[
+            "run",
+            "-q",
+            "--profile=default",
+            &wsarg,
+            "sh",
+            "-c",
+            "echo $0 $1",
+            "--help",
+        ],
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.stdout, "sh --help\n", "{r:?}");
-    let r = run_in(env, Path::new("/"), &cfg, &["run", "-w", &ws.display().to_string(), "pwd"]);
+    let r = run_in(
+        env,
+        Path::new("/"),
+        &cfg,
+        &["run", "-w", &ws.display().to_string(), "pwd"],
+    );
     assert_eq!(r.stdout, "/workspace\n", "{r:?}");
     stop(env, &ws, &cfg, "default");
 }
@@ -321,7 +365,11 @@ fn plain_exit_codes_and_quiet_broken_pipes() {
     stop(env, &ws, &cfg, "default");
 
     // A bad image path is bad input.
-    let (ws, cfg) = setup(env, "badimage", "[profiles.default]\nimage = \"oci:/nonexistent/layout:latest\"\n");
+    let (ws, cfg) = setup(
+        env,
+        "badimage",
+        "[profiles.default]\nimage = \"oci:/nonexistent/layout:latest\"\n",
+    );
     let r = run_in(env, &ws, &cfg, &["run", "--", "true"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("/nonexistent/layout"), "{r:?}");
@@ -371,11 +419,16 @@ fn a_full_storage_filesystem_says_no_space_left() {
         .run();
     assert_eq!(r.code, 125, "{r:?}");
     assert!(r.stderr.contains("no space left on tmpfs ("), "{r:?}");
-    assert!(r.stderr.lines().count() <= 2, "one plain message, not the helper's log: {r:?}");
+    assert!(
+        r.stderr.lines().count() <= 2,
+        "one plain message, not the helper's log: {r:?}"
+    );
     drop(fs);
 
     // Room for the image, not for its unpacked lower: `run` says so.
-    let Some(fs) = SmallFs::new(env, "full-run", "140m") else { return };
+    let Some(fs) = SmallFs::new(env, "full-run", "140m") else {
+        return;
+    };
     let images = fs.0.join("lazaret/images");
     std::fs::create_dir_all(&images).unwrap();
     let ok = Command::new("cp")
@@ -408,12 +461,20 @@ fn a_full_storage_filesystem_says_no_space_left() {
 fn a_typo_in_one_profile_leaves_the_others_working() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "typo", "[profiles.a]\nenv = { A = \"1\" }\n\n[profiles.b]\nimage = \"default\"\ncomand = [\"sh\"]\n");
+    let (ws, cfg) = setup(
+        env,
+        "typo",
+        "[profiles.a]\nenv = { A = \"1\" }\n\n[profiles.b]\nimage = \"default\"\ncomand = [\"sh\"]\n",
+    );
     let r = run_in(env, &ws, &cfg, &["run", "-p", "a", "--", "sh", "-c", "echo $A"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.stdout, "1\n", "{r:?}");
     let warning = "config.toml:6: profiles.b.comand: unknown key";
-    assert_eq!(r.stderr.matches(warning).count(), 1, "one warning naming file and line: {r:?}");
+    assert_eq!(
+        r.stderr.matches(warning).count(),
+        1,
+        "one warning naming file and line: {r:?}"
+    );
     let r = run_in(env, &ws, &cfg, &["ps"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains(" a "), "{r:?}");
