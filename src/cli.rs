@@ -880,6 +880,10 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 /// profiles are named once for commands that need no profile.
 fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32> {
     let cmd = cmd?;
+    if matches!(cmd, "-h" | "--help" | "-V" | "--version") {
+        sigpipe_default();
+        return None;
+    }
     let usage = crate::usage::of(cmd)?;
     let opts: &[std::ffi::OsString] = if cmd == "run" {
         &crate::usage::split_run(raw.to_vec()).0
