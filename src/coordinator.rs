@@ -317,6 +317,7 @@ impl Coordinator {
         binds.extend(self.net.binds());
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
+        crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
         binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
         if self.profile.git_identity {
             binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);

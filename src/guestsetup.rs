@@ -31,6 +31,46 @@ pub fn volume_binds(volumes: &[Volume]) -> Vec<BindMount> {
         .collect()
 }
 
+/// runsc creates a missing mount point on the host, inside whatever backs
+/// its parent: in the prepared lower that would change the image every
+/// Domain shares. So a volume's guest path must lie under one of the
+/// profile's `persist` paths (its mount point is then made in the
+/// Domain's own persistent layer), or already exist in the image as real
+/// directories all the way (no symlink).
+pub fn check_volume_targets(rootfs: &Path, volumes: &[Volume], persist: &[String]) -> Result<(), String> {
+    for v in volumes {
+        let under_persist = persist
+            .iter()
+            .any(|p| Path::new(&v.guest).starts_with(p) && v.guest != *p);
+        if under_persist || exists_real(rootfs, &v.guest) {
+            continue;
+        }
+        return Err(format!(
+            "volume {}:{}: {} does not exist in the image and is not under a persist path ({}): \
+             choose a guest path under one of them (e.g. /root/...), or one the image has",
+            v.host.display(),
+            v.guest,
+            v.guest,
+            persist.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `guest` exists under `rootfs` with no symlink on the way.
+fn exists_real(rootfs: &Path, guest: &str) -> bool {
+    let mut cur = rootfs.to_path_buf();
+    for part in guest.split('/').filter(|p| !p.is_empty()) {
+        cur.push(part);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(md) if md.file_type().is_symlink() => return false,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
 /// The first volume whose host path does not exist.
 pub fn missing_volume(volumes: &[Volume]) -> Option<&Volume> {
     volumes.iter().find(|v| std::fs::symlink_metadata(&v.host).is_err())

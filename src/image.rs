@@ -37,7 +37,7 @@ pub const DEFAULT_PACKAGES: &[&str] = &[
 ];
 pub const DEFAULT_TAG: &str = "latest";
 /// Bumped when the preparer's output layout changes.
-const PREPARER: &str = "umoci-unpack-rootless-v3";
+const PREPARER: &str = "umoci-unpack-rootless-v4";
 
 #[derive(Debug)]
 pub enum ImageError {
@@ -377,7 +377,7 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     for d in ["workspace", ".lazaret/mailbox/requests", ".lazaret/mailbox/results"] {
         real_dir(&rootfs, d)?;
     }
-    for f in [".lazaret/init", "usr/local/bin/lazaret-escalate"] {
+    for f in [".lazaret/init", ".lazaret/gitconfig", "usr/local/bin/lazaret-escalate"] {
         real_file(&rootfs, f)?;
     }
     let marker = tmp.join(ARTIFACT_MARKER);

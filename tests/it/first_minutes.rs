@@ -188,13 +188,13 @@ fn volumes_are_mounted_read_only_and_read_write() {
     env.write(&ro.join("hello"), "read only\n");
     env.write(&rw.join("from-host"), "host wrote\n");
     let config = format!(
-        "[profiles.default]\nvolumes = [\"{}:/data/ro:ro\", \"{}:/root/rw\"]\n",
+        "[profiles.default]\nvolumes = [\"{}:/mnt:ro\", \"{}:/root/rw\"]\n",
         ro.display(),
         rw.display()
     );
     let (ws, cfg) = setup(env, "volumes-ws", &config);
-    let script = "cat /data/ro/hello; cat /root/rw/from-host; \
-                  if echo x > /data/ro/MARKER 2>/dev/null; then echo RO-WRITTEN; else echo ro-refused; fi; \
+    let script = "cat /mnt/hello; cat /root/rw/from-host; \
+                  if echo x > /mnt/MARKER 2>/dev/null; then echo RO-WRITTEN; else echo ro-refused; fi; \
                   echo inside > /root/rw/from-sandbox";
     let r = run_in(env, &ws, &cfg, &["run", "--", "sh", "-c", script]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -203,6 +203,19 @@ fn volumes_are_mounted_read_only_and_read_write() {
     assert!(r.stdout.contains("ro-refused"), "{r:?}");
     assert!(!ro.join("MARKER").exists(), "the read-only volume was written");
     assert_eq!(std::fs::read_to_string(rw.join("from-sandbox")).unwrap(), "inside\n");
+    stop(env, &ws, &cfg, "default");
+
+    // A guest path neither in the image nor under a persist path would make
+    // runsc create it in the shared lower: refused, and the lower untouched.
+    let config = format!("[profiles.default]\nvolumes = [\"{}:/data/x\"]\n", rw.display());
+    let (ws, cfg) = setup(env, "volumes-nowhere", &config);
+    let r = run_in(env, &ws, &cfg, &["run", "--", "true"]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("/data/x does not exist in the image"), "{r:?}");
+    for lower in std::fs::read_dir(env.home.join(".local/share/lazaret/lowers")).unwrap().flatten() {
+        assert!(!lower.path().join("rootfs/data").exists(), "the lower was changed");
+        assert!(!lower.path().join("rootfs/root/rw").exists(), "the lower was changed");
+    }
     stop(env, &ws, &cfg, "default");
 
     // A missing host path is bad input, named.
