@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::harness::{Env, Run, GLOBAL};
+use crate::harness::{eventually, Env, Run, GLOBAL};
 use crate::require_env;
 
 /// PATH of a normal (non-root) Debian user: no sbin directories.
@@ -57,7 +57,23 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
     let (ws, cfg) = setup(env, "doctor", "[profiles.a]\ncomand = [\"/bin/true\"]\n");
     // A PATH without /usr/bin: umoci, skopeo, git... are not found there,
     // and doctor names the fix.
-    let r = env.lz(&ws, &["doctor"]).env("PATH", "/nonexistent-dir").run();
+    let pre = env.as_user();
+    let out = Command::new("/usr/bin/setpriv")
+        .args(&pre[1..])
+        .arg(env.bin.join("lazaret"))
+        .arg("doctor")
+        .env_clear()
+        .envs(env.base_env())
+        .env("PATH", "/nonexistent-dir")
+        .current_dir(&ws)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stdout.contains("FAIL umoci: umoci"), "{r:?}");
     assert!(r.stdout.contains("not found on PATH=/nonexistent-dir"), "{r:?}");
@@ -311,12 +327,13 @@ fn per_command_help_short_options_and_run_without_double_dash() {
             &wsarg,
             "sh",
             "-c",
-            "echo $0 $1",
+            "echo \"$@\"",
+            "sh",
             "--help",
         ],
     );
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(r.stdout, "sh --help\n", "{r:?}");
+    assert_eq!(r.stdout, "--help\n", "{r:?}");
     let r = run_in(
         env,
         Path::new("/"),
@@ -488,10 +505,18 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
         1,
         "one warning naming file and line: {r:?}"
     );
-    let r = run_in(env, &ws, &cfg, &["ps"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains(" a "), "{r:?}");
-    assert!(r.stderr.contains(warning), "{r:?}");
+    // A running session of `a`: `ps` lists it, `stop` stops it.
+    let bg = env.lz(&ws, &["run", "-p", "a", "--", "sleep", "120"]).config_home(&cfg).spawn_bg();
+    let mut last = None;
+    let listed = eventually(std::time::Duration::from_secs(60), || {
+        let r = run_in(env, &ws, &cfg, &["ps"]);
+        let ok = r.code == 0 && r.stdout.contains("  a  ") && r.stdout.contains("sleep");
+        last = Some(r);
+        ok
+    });
+    let r = last.unwrap();
+    assert!(listed, "{r:?}");
+    assert_eq!(r.stderr.matches(warning).count(), 1, "{r:?}");
     for args in [&["state", "list"][..], &["image", "list"]] {
         let r = run_in(env, &ws, &cfg, args);
         assert_eq!(r.code, 0, "{args:?}: {r:?}");
@@ -502,4 +527,5 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
     let r = run_in(env, &ws, &cfg, &["stop", "-p", "a"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("stopped Domain"), "{r:?}");
+    drop(bg);
 }
