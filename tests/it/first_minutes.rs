@@ -228,7 +228,10 @@ fn volumes_are_mounted_read_only_and_read_write() {
     let r = run_in(env, &ws, &cfg, &["run", "--", "true"]);
     assert_ne!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("/data/x does not exist in the image"), "{r:?}");
-    for lower in std::fs::read_dir(env.home.join(".local/share/lazaret/lowers")).unwrap().flatten() {
+    for lower in std::fs::read_dir(env.home.join(".local/share/lazaret/lowers"))
+        .unwrap()
+        .flatten()
+    {
         assert!(!lower.path().join("rootfs/data").exists(), "the lower was changed");
         assert!(!lower.path().join("rootfs/root/rw").exists(), "the lower was changed");
     }
@@ -506,7 +509,10 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
         "one warning naming file and line: {r:?}"
     );
     // A running session of `a`: `ps` lists it, `stop` stops it.
-    let bg = env.lz(&ws, &["run", "-p", "a", "--", "sleep", "120"]).config_home(&cfg).spawn_bg();
+    let bg = env
+        .lz(&ws, &["run", "-p", "a", "--", "sleep", "120"])
+        .config_home(&cfg)
+        .spawn_bg();
     let mut last = None;
     let listed = eventually(std::time::Duration::from_secs(60), || {
         let r = run_in(env, &ws, &cfg, &["ps"]);
@@ -528,4 +534,59 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("stopped Domain"), "{r:?}");
     drop(bg);
+}
+
+// ---- 2 (attack): the new capabilities do not open the Git Sentry ----------------------------------
+
+#[test]
+fn chown_chmod_mknod_and_dac_override_do_not_reach_protected_git_paths() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(env, "caps-sentry", "");
+    let git = |args: &[&str]| {
+        let mut c = Command::new("/usr/bin/setpriv");
+        c.args(&env.as_user()[1..])
+            .arg("git")
+            .args(args)
+            .env_clear()
+            .envs(env.base_env())
+            .current_dir(&ws);
+        assert!(c.status().unwrap().success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    let config_before = std::fs::read(ws.join(".git/config")).unwrap();
+    let script = r#"
+cd /workspace
+for t in .git/config .git/hooks .git; do
+  chown 4242:4242 "$t" 2>/dev/null && echo "CHOWNED $t"
+  chmod 0777 "$t" 2>/dev/null && echo "CHMODDED $t"
+done
+printf '[core]\n\thooksPath = /tmp/evil\n' >> .git/config 2>/dev/null && echo CONFIG-WRITTEN
+printf '#!/bin/sh\ntouch /tmp/pwned\n' > .git/hooks/pre-commit 2>/dev/null && echo HOOK-WRITTEN
+mknod .git/hooks/post-checkout p 2>/dev/null && echo MKNOD-DONE
+ln -s /etc/passwd .git/hooks/post-merge 2>/dev/null && echo LINKED
+echo checked
+"#;
+    let r = run_in(env, &ws, &cfg, &["run", "--", "sh", "-c", script]);
+    assert!(r.stdout.contains("checked"), "{r:?}");
+    for marker in [
+        "CHOWNED",
+        "CHMODDED",
+        "CONFIG-WRITTEN",
+        "HOOK-WRITTEN",
+        "MKNOD-DONE",
+        "LINKED",
+    ] {
+        assert!(!r.stdout.contains(marker), "{marker}: {r:?}");
+    }
+    assert_eq!(std::fs::read(ws.join(".git/config")).unwrap(), config_before);
+    for hook in ["pre-commit", "post-checkout", "post-merge"] {
+        assert!(
+            std::fs::symlink_metadata(ws.join(".git/hooks").join(hook)).is_err(),
+            "{hook}"
+        );
+    }
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(ws.join(".git/config")).unwrap().uid(), env.uid);
+    stop(env, &ws, &cfg, "default");
 }
