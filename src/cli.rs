@@ -591,7 +591,15 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
             loop {
                 match reader.next::<ServerMsg>() {
                     Ok(Some(ServerMsg::Stdout(d))) => {
-                        let _ = sys::write_all(1, &d);
+                        // Our reader is gone (`lazaret run -- yes | head -1`):
+                        // end as a shell pipeline member does, 128+SIGPIPE;
+                        // the coordinator ends the session when we leave.
+                        if let Err(e) = sys::write_all(1, &d) {
+                            if e.raw_os_error() == Some(libc::EPIPE) {
+                                restore_terminal();
+                                return Ok(128 + libc::SIGPIPE);
+                            }
+                        }
                     }
                     Ok(Some(ServerMsg::Stderr(d))) => {
                         let _ = sys::write_all(2, &d);

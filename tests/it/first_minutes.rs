@@ -395,6 +395,36 @@ fn plain_exit_codes_and_quiet_broken_pipes() {
             "{args:?}: {st:?}"
         );
     }
+    // `lazaret run -- yes | head -1`: the client ends (141) and the session
+    // with it, instead of pumping into a closed pipe forever.
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two fds; we own both.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: closing the read end we just created.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: the write end is ours; Stdio takes it over.
+    let out = unsafe { <Stdio as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+    let mut c = env.lz(&ws, &["run", "--", "yes"]).config_home(&cfg).command();
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let st = st.expect("run -- yes into a closed pipe never ended");
+    assert!(st.code() == Some(141) || st.signal() == Some(libc::SIGPIPE), "{st:?}");
     stop(env, &ws, &cfg, "default");
 
     // A bad image path is bad input.
