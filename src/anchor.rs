@@ -400,10 +400,26 @@ pub fn ensure_layout(domain_root: &Path, gen_dir: &Path, mounts: &[AnchorMount])
     for m in mounts {
         mkdir_private(&m.key_dir)?;
         mkdir_private(&m.upper())?;
+        upper_mode_from_lower(m)?;
         mkdir_private(&m.work())?;
         mkdir_private(&m.target)?;
     }
     Ok(())
+}
+
+/// The merged directory shows the upper's mode: give the upper the mode of
+/// the image's directory (0755 when the image has none), so `/usr`, `/etc`
+/// ... stay searchable by the sandbox's non-root users (apt's `_apt`,
+/// `su nobody`). The upper itself stays private on the host: its parent
+/// `anchor/KEY` is 0700.
+fn upper_mode_from_lower(m: &AnchorMount) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::symlink_metadata(&m.lower) {
+        Ok(md) if md.is_dir() => md.permissions().mode() & 0o7777,
+        _ => 0o755,
+    };
+    std::fs::set_permissions(m.upper(), std::fs::Permissions::from_mode(mode))
+        .map_err(|e| AnchorError::Io(m.upper(), e))
 }
 
 pub fn recorded_driver(key_dir: &Path) -> Option<Driver> {

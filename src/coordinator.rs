@@ -325,6 +325,13 @@ impl Coordinator {
             crate::anchor::prepare_generation(&self.paths.root, &gen_dir, &lower.rootfs(), &self.profile.persist)
                 .map_err(|e| e.to_string())?;
         binds.extend(self.net.binds());
+        // The profile's volumes (over any persistent path they lie under),
+        // and the host's Git identity as read-only system config.
+        crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
+        binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
+        if self.profile.git_identity {
+            binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
+        }
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {
@@ -381,6 +388,7 @@ impl Coordinator {
             hostname: "lazaret".into(),
             binds,
             netns: self.net.sandbox_netns(),
+            caps: self.profile.caps.clone(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -1022,6 +1030,9 @@ impl Coordinator {
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
         let mut env = plan::session_env(&self.profile.env, term);
+        if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
+            env.push(crate::guestsetup::git_env());
+        }
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.
@@ -1040,10 +1051,11 @@ impl Coordinator {
             }
         }
         let spec = plan::SessionPlan {
-            argv: argv.clone(),
+            argv: plan::guarded_argv(&argv),
             env,
             cwd,
             terminal: tty.is_some(),
+            caps: self.profile.caps.clone(),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
         // The spec carries the session's key: it goes through a pipe, never

@@ -76,6 +76,17 @@ pub(crate) enum Side {
     Store,
 }
 
+/// Host workspace files stay the developer's: the sandbox's root holds
+/// CAP_CHOWN, but a `chown` to any id other than its own (0 here, the
+/// developer on the host) would hand host files to a subordinate id the
+/// developer cannot edit as. The Domain's own storage may be chowned.
+fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+    if side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0)) {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}
+
 struct Node {
     side: Side,
     rel: PathBuf,
@@ -874,6 +885,7 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
+            host_owner_stays(side, uid, gid)?;
             if let Some((f, w)) = self.cached_fd(ino) {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {

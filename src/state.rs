@@ -248,8 +248,8 @@ fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Option<String
 fn domain_args(args: &mut pico_args::Arguments) -> Result<(Option<String>, Option<PathBuf>, Option<String>)> {
     let u = |e: pico_args::Error| StateError::Usage(e.to_string());
     Ok((
-        args.opt_value_from_str("--profile").map_err(u)?,
-        args.opt_value_from_str("--workspace").map_err(u)?,
+        args.opt_value_from_str(["-p", "--profile"]).map_err(u)?,
+        args.opt_value_from_str(["-w", "--workspace"]).map_err(u)?,
         args.opt_value_from_str("--domain").map_err(u)?,
     ))
 }

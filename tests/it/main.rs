@@ -11,6 +11,7 @@ mod harness;
 
 mod escalation;
 mod faults;
+mod first_minutes;
 mod foundation;
 mod git;
 mod net;
