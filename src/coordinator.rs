@@ -52,6 +52,9 @@ pub struct Args {
     pub profile: String,
     pub workspace: PathBuf,
     pub config: PathBuf,
+    /// `--memory/--pids/--cpus` from the CLI that started this Domain
+    /// (`cgroup::encode_overrides`).
+    pub limits: Option<String>,
 }
 
 /// Startup reports to the CLI that spawned us: `progress …`, `ready`,
@@ -203,6 +206,9 @@ struct Coordinator {
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
     net: NetRole,
+    /// The resource limits that apply, and the generation's cgroup.
+    limits: crate::cgroup::Effective,
+    cgroup: Option<crate::cgroup::DomainCgroup>,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -214,6 +220,8 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
+        let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::cgroup::Effective::for_host(&limits);
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
@@ -264,6 +272,8 @@ impl Coordinator {
             broker: None,
             host_tokens: Vec::new(),
             net,
+            limits,
+            cgroup: None,
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -389,9 +399,23 @@ impl Coordinator {
             .record_intent(self.generation, "process", "supervisor")
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
-        let mut cmd = Command::new(&exe);
-        cmd.arg0("lazaret:[supervisor]")
-            .arg("__supervisor")
+        // Resource limits: the supervisor joins the generation's cgroup
+        // before it execs, so runsc and the sandbox are born inside.
+        self.cgroup = self.make_cgroup()?;
+        let join: Vec<i32> = self.cgroup.as_ref().map(|c| c.procs_fds()).unwrap_or_default();
+        let mut cmd = match self.cgroup.as_ref().and_then(|c| c.systemd_unit.clone()) {
+            Some(unit) => {
+                let mut c = Command::new("systemd-run");
+                c.args(crate::cgroup::systemd_run_args(&unit, &self.limits)).arg(&exe);
+                c
+            }
+            None => {
+                let mut c = Command::new(&exe);
+                c.arg0("lazaret:[supervisor]");
+                c
+            }
+        };
+        cmd.arg("__supervisor")
             .arg("--runsc-root")
             .arg(self.paths.runsc_root())
             .arg("--bundle")
@@ -403,6 +427,8 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("views"))
             .arg("--anchor-plan")
             .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
+            .arg("--scratch")
+            .arg(self.scratch_dir()?)
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -410,6 +436,7 @@ impl Coordinator {
         unsafe {
             cmd.pre_exec(move || {
                 sys::reset_signals();
+                crate::cgroup::join_raw(&join)?;
                 sys::install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])?;
                 sys::set_parent_death_signal(libc::SIGKILL)
             });
@@ -474,6 +501,40 @@ impl Coordinator {
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
         Ok(())
+    }
+
+    /// An empty directory in the Domain Root (disk, not the runtime dir)
+    /// for runsc's file-backed root overlay; a crashed generation's
+    /// leftovers go first.
+    fn scratch_dir(&self) -> Result<PathBuf, String> {
+        let dir = self.paths.root.join("scratch");
+        let _ = std::fs::remove_dir_all(&dir);
+        paths::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
+        Ok(dir)
+    }
+
+    /// The generation's cgroup with the Domain's limits; `None` (after a
+    /// warning in the log) when no mechanism exists and only defaults apply.
+    fn make_cgroup(&mut self) -> Result<Option<crate::cgroup::DomainCgroup>, String> {
+        let mech = crate::cgroup::detect();
+        match crate::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
+            Ok(c) => {
+                log::info!("resource limits: {} via {}", self.limits.describe(), mech.describe());
+                Ok(Some(c))
+            }
+            Err(e) if !self.limits.explicit => {
+                log::warn!("running without resource limits: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// "out of memory (limit 4GiB)" once the kernel OOM-killed something
+    /// in the Domain's cgroup.
+    fn oom_reason(&self) -> Option<String> {
+        let c = self.cgroup.as_ref()?;
+        (c.oom_kills() > 0).then(|| format!("out of memory (limit {})", config::format_size(self.limits.memory)))
     }
 
     /// FR-18/FR-20 before publication: observed readiness and the probe
@@ -638,7 +699,7 @@ impl Coordinator {
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
-            self.stop_reason = Some("the sandbox stopped unexpectedly".into());
+            self.stop_reason = Some(self.oom_reason().unwrap_or_else(|| "the sandbox stopped unexpectedly".into()));
         }
     }
 
@@ -1301,7 +1362,13 @@ impl Coordinator {
             c.session = None;
             c.closing = true;
         }
-        if let Some(code) = code {
+        // A session that ended because the kernel OOM-killed the sandbox
+        // learns why, instead of a bare exit code.
+        let oom = code.and_then(|_| self.oom_reason());
+        if let Some(reason) = oom {
+            self.stop_reason.get_or_insert_with(|| reason.clone());
+            self.send(s.conn, &ServerMsg::Closing { reason });
+        } else if let Some(code) = code {
             self.send(s.conn, &ServerMsg::Exit { code });
         } else {
             self.conn_flush(s.conn);
@@ -1373,6 +1440,9 @@ impl Coordinator {
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
+        }
+        if let Some(mut c) = self.cgroup.take() {
+            c.remove();
         }
         // Never assume a process vanished with its parent: check each owned
         // pid by start time and kill only an exact match.
@@ -1494,6 +1564,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
                 let _ = sys::kill(pid, libc::SIGKILL);
             }
             ("runsc-container", _, _) => {
+                crate::cgroup::remove_leftover(&crate::cgroup::detect(), &o.name);
                 let root = dp.runsc_root();
                 if let Ok(rd) = std::fs::read_dir(&root) {
                     for e in rd.flatten() {

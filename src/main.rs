@@ -3,6 +3,7 @@
 
 mod anchor;
 mod broker;
+mod cgroup;
 mod cli;
 mod config;
 mod coordinator;
