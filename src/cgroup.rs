@@ -332,24 +332,31 @@ pub fn detect_from(
     ) {
         let avail = read(&m.mountpoint.join("cgroup.controllers")).unwrap_or_default();
         let has_all = V2_REQUIRED.iter().all(|c| avail.split_whitespace().any(|a| a == *c));
+        if has_all && systemd {
+            return Mechanism::SystemdScope;
+        }
         if has_all {
-            let mut dir = dir_of(m, &mem.path);
+            let own = dir_of(m, &mem.path);
+            let mut dir = own.clone();
+            let all = |text: Option<String>| {
+                let t = text.unwrap_or_default();
+                V2_REQUIRED.iter().all(|c| t.split_whitespace().any(|a| a == *c))
+            };
             while let Some(d) = dir {
                 if !d.starts_with(&m.mountpoint) || d == m.mountpoint {
                     break;
                 }
-                let ctl = read(&d.join("cgroup.controllers")).unwrap_or_default();
-                let ctl_ok = V2_REQUIRED.iter().all(|c| ctl.split_whitespace().any(|a| a == *c));
-                if ctl_ok && writable(&d) && writable(&d.join("cgroup.procs")) && writable(&d.join("cgroup.subtree_control")) {
+                // Our own cgroup holds processes, so it can only give its
+                // children controllers that are already enabled.
+                let usable = all(read(&d.join("cgroup.controllers")))
+                    && (Some(&d) != own.as_ref() || all(read(&d.join("cgroup.subtree_control"))));
+                if usable && writable(&d) && writable(&d.join("cgroup.procs")) && writable(&d.join("cgroup.subtree_control")) {
                     return Mechanism::Delegated {
                         v2: true,
                         dirs: vec![(String::new(), d)],
                     };
                 }
                 dir = d.parent().map(Path::to_path_buf);
-            }
-            if systemd {
-                return Mechanism::SystemdScope;
             }
             return Mechanism::Unavailable {
                 why: "cgroup v2 without a delegated cgroup or a reachable systemd user manager".into(),
@@ -656,13 +663,13 @@ mod tests {
     fn v2_walks_up_to_a_writable_ancestor_else_systemd() {
         let cg = "0::/user.slice/user@1000.service/app.slice/t.scope\n";
         let mi = "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        let read = |_: &Path| Some("cpuset cpu io memory pids".to_string());
+        let read = |p: &Path| (!p.ends_with("t.scope/cgroup.subtree_control")).then(|| "cpuset cpu io memory pids".to_string());
         let m = detect_from(
             &parse_proc_cgroup(cg),
             &parse_mountinfo(mi),
-            &|p| p.starts_with("/sys/fs/cgroup/user.slice/user@1000.service/app.slice") && !p.ends_with("t.scope/cgroup.subtree_control"),
+            &|p| p.starts_with("/sys/fs/cgroup/user.slice/user@1000.service/app.slice"),
             &read,
-            true,
+            false,
         );
         assert_eq!(
             m,

@@ -374,6 +374,7 @@ impl Coordinator {
         )
         .map_err(|e| e.to_string())?;
         binds.extend(views.binds.iter().cloned());
+        binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: views.workspace_source.clone(),
@@ -428,7 +429,7 @@ impl Coordinator {
             .arg("--anchor-plan")
             .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
             .arg("--scratch")
-            .arg(self.scratch_dir()?)
+            .arg(self.paths.root.join("scratch/overlay"))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -503,14 +504,30 @@ impl Coordinator {
         Ok(())
     }
 
-    /// An empty directory in the Domain Root (disk, not the runtime dir)
-    /// for runsc's file-backed root overlay; a crashed generation's
-    /// leftovers go first.
-    fn scratch_dir(&self) -> Result<PathBuf, String> {
+    /// Non-persisted writes go to disk in the Domain Root, not to host
+    /// RAM: `scratch/overlay` holds runsc's file-backed root overlay
+    /// (`plan::with_scratch_overlay`), and `scratch/tmp` is bound at `/tmp`
+    /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
+    /// profile already mounts something at `/tmp`. Emptied at every start:
+    /// a crashed generation's leftovers go first.
+    fn prepare_scratch(&self, binds: &[plan::BindMount]) -> Result<Option<plan::BindMount>, String> {
         let dir = self.paths.root.join("scratch");
+        // remove_dir_all never follows symlinks the sandbox left in tmp.
         let _ = std::fs::remove_dir_all(&dir);
-        paths::ensure_private_dir(&dir).map_err(|e| e.to_string())?;
-        Ok(dir)
+        paths::ensure_private_dir(&dir.join("overlay")).map_err(|e| e.to_string())?;
+        if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
+            return Ok(None);
+        }
+        let tmp = dir.join("tmp");
+        std::fs::create_dir(&tmp).map_err(|e| io_msg("creating scratch/tmp", e))?;
+        // /tmp semantics inside; the Domain Root (0700) keeps others out.
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .map_err(|e| io_msg("chmod scratch/tmp", e))?;
+        Ok(Some(plan::BindMount {
+            guest: "/tmp".into(),
+            host: tmp,
+            read_only: false,
+        }))
     }
 
     /// The generation's cgroup with the Domain's limits; `None` (after a
