@@ -195,7 +195,7 @@ fn memory_limit_stops_an_allocation_and_spares_other_domains() {
     assert!(max > 0, "never saw the Domain's memory cgroup");
     assert!(max < 300 * MIB, "cgroup peak {} MiB", max / MIB);
     // The other Domain is unaffected.
-    let out = b.0.wait_with_output_keep();
+    let out = b.wait_with_output_keep();
     assert!(out.contains("b-alive"), "the other Domain did not survive: {out}");
 }
 
