@@ -57,6 +57,8 @@ pub enum ImageError {
     Io(PathBuf, io::Error),
     NoMirror,
     NoRelease,
+    /// A layer would expand beyond its bound, or cannot be read as tar.
+    Layer(crate::layercheck::LayerError),
 }
 
 impl fmt::Display for ImageError {
@@ -88,6 +90,7 @@ impl fmt::Display for ImageError {
                 "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d"
             ),
             ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
+            ImageError::Layer(e) => write!(f, "{e}"),
         }
     }
 }
@@ -256,6 +259,11 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     if is_finished(&dir, &digest) {
         return Ok(done);
     }
+    // Bounded preparation: every layer's expanded size is checked from its
+    // tar headers before anything is unpacked, so a refused image leaves
+    // no partial lower.
+    progress.step("checking image layers");
+    crate::layercheck::check_layout(layout, &digest, crate::layercheck::Bound::default()).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).

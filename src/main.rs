@@ -20,6 +20,7 @@ mod gitsentry;
 mod ignored;
 mod image;
 mod ipc;
+mod layercheck;
 mod netcli;
 mod netns;
 mod netpolicy;
