@@ -527,6 +527,14 @@ impl DomainCgroup {
         }
     }
 
+    /// How often a fork failed at the pids limit (`pids.events` max).
+    pub fn pids_max_events(&self) -> u64 {
+        let dir = self.dirs.iter().find(|(c, _)| c == "pids" || c.is_empty()).map(|(_, d)| d);
+        dir.and_then(|d| std::fs::read_to_string(d.join("pids.events")).ok())
+            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("max ").and_then(|v| v.trim().parse().ok())))
+            .unwrap_or(0)
+    }
+
     /// Removes the directories (they must be empty of processes).
     pub fn remove(&mut self) {
         self.procs.clear();

@@ -549,9 +549,32 @@ impl Coordinator {
 
     /// "out of memory (limit 4GiB)" once the kernel OOM-killed something
     /// in the Domain's cgroup.
+    /// "process limit reached (pids 200)" when forks failed at the limit
+    /// and the sandbox is gone.
     fn oom_reason(&self) -> Option<String> {
         let c = self.cgroup.as_ref()?;
-        (c.oom_kills() > 0).then(|| format!("out of memory (limit {})", config::format_size(self.limits.memory)))
+        let (oom, pids) = (c.oom_kills() > 0, c.pids_max_events() > 0);
+        if !oom && !pids {
+            return None;
+        }
+        // Only when the limit took the sandbox down: runsc run is gone.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", self.runsc_pid))
+                .map(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z') || r.starts_with('X')))
+                .unwrap_or(true)
+        };
+        while !gone() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(if oom {
+            format!("out of memory (limit {})", config::format_size(self.limits.memory))
+        } else {
+            format!("process limit reached (pids {})", self.limits.pids)
+        })
     }
 
     /// FR-18/FR-20 before publication: observed readiness and the probe

@@ -164,7 +164,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
             let name = format!("import-{}", hex(&openssl::sha::sha256(src.as_bytes())[..8]));
             let layout = images_dir(storage).join(name);
             progress.step(&format!("importing {src}"));
-            std::fs::create_dir_all(images_dir(storage)).map_err(|e| ImageError::Io(images_dir(storage), e))?;
+            std::fs::create_dir_all(&layout).map_err(|e| ImageError::Io(layout.clone(), e))?;
+            // The importer's pid + start time: `image list` tells a live
+            // import from a failed one, `image prune` removes failed ones.
+            let marker = layout.join(IMPORT_MARKER);
+            let pid = std::process::id() as i32;
+            let start = crate::sys::proc_start_time(pid).unwrap_or(0);
+            std::fs::write(&marker, format!("{pid} {start}\n")).map_err(|e| ImageError::Io(marker.clone(), e))?;
             run_tool(
                 "skopeo",
                 Command::new("skopeo").args([
@@ -174,6 +180,8 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
                     &format!("oci:{}:{DEFAULT_TAG}", layout.display()),
                 ]),
             )?;
+            // A failed import keeps its marker (and is listed as failed).
+            let _ = std::fs::remove_file(&marker);
             Ok((layout, DEFAULT_TAG.to_string()))
         }
     }
@@ -244,6 +252,33 @@ impl Prepared {
 }
 
 const ARTIFACT_MARKER: &str = "lazaret-artifact";
+/// In `images/import-*` while an import runs (or after it failed).
+pub const IMPORT_MARKER: &str = "lazaret-import";
+
+/// State of an `images/import-*` layout: complete, being imported by a
+/// live process, or failed (its importer is gone). Pure given `alive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportState {
+    Complete,
+    Importing,
+    Failed,
+}
+
+pub fn import_state(marker: Option<&str>, has_index: bool, alive: impl Fn(i32, u64) -> bool) -> ImportState {
+    match marker {
+        Some(m) => {
+            let mut f = m.split_whitespace();
+            let pid = f.next().and_then(|v| v.parse().ok());
+            let start = f.next().and_then(|v| v.parse().ok());
+            match (pid, start) {
+                (Some(p), Some(s)) if alive(p, s) => ImportState::Importing,
+                _ => ImportState::Failed,
+            }
+        }
+        None if has_index => ImportState::Complete,
+        None => ImportState::Failed,
+    }
+}
 
 /// Prepares (or reuses) the lower for `layout:tag`.
 pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
