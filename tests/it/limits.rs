@@ -450,3 +450,122 @@ fn writing_a_gigabyte_to_tmp_costs_disk_not_host_memory() {
         (after.saturating_sub(before)) / MIB
     );
 }
+
+fn sha256_hex(data: &[u8]) -> String {
+    openssl::sha::sha256(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn sh(cmd: &str) {
+    let st = std::process::Command::new("sh").args(["-c", cmd]).status().unwrap();
+    assert!(st.success(), "{cmd}");
+}
+
+/// An OCI layout (owned by the test user) whose single layer holds a
+/// 3 GiB PAX-sparse file: a ~10 KiB blob.
+fn sparse_layout(env: &Env, base: &Path) -> PathBuf {
+    let src = base.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    sh(&format!("truncate -s 3G {}/big", src.display()));
+    let tar = base.join("layer.tar");
+    sh(&format!(
+        "tar --sparse --format=pax -C {} -cf {} big && gzip -n -k {}",
+        src.display(),
+        tar.display(),
+        tar.display()
+    ));
+    let l = base.join("layout");
+    let blobs = l.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |data: &[u8]| -> (String, usize) {
+        let h = sha256_hex(data);
+        std::fs::write(blobs.join(&h), data).unwrap();
+        (format!("sha256:{h}"), data.len())
+    };
+    let diff_id = format!("sha256:{}", sha256_hex(&std::fs::read(&tar).unwrap()));
+    let gz = std::fs::read(base.join("layer.tar.gz")).unwrap();
+    assert!(gz.len() < 64 * 1024, "the layer blob is {} bytes", gz.len());
+    let (layer, lsize) = put(&gz);
+    let config = format!(
+        r#"{{"architecture":"amd64","os":"linux","config":{{}},"rootfs":{{"type":"layers","diff_ids":["{diff_id}"]}}}}"#
+    );
+    let (cfg, csize) = put(config.as_bytes());
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{cfg}","size":{csize}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{layer}","size":{lsize}}}]}}"#
+    );
+    let (m, msize) = put(manifest.as_bytes());
+    std::fs::write(
+        l.join("index.json"),
+        format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{m}","size":{msize},"annotations":{{"org.opencontainers.image.ref.name":"t"}}}}]}}"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(l.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    sh(&format!("chown -R {}:{} {}", env.uid, env.gid, base.display()));
+    let _ = layer;
+    l
+}
+
+fn lowers_entries(env: &Env) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(env.home.join(".local/share/lazaret/lowers"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
+    let env = require_env!();
+    // Looks at the user's whole lowers directory.
+    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let base = env.dir("lim-img");
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+    let layout = sparse_layout(env, &base.join("img"));
+    let cfg = config(
+        env,
+        &base,
+        &format!(
+            "[profiles.bomb]\nimage = \"oci:{}:t\"\n[profiles.bad]\nimage = \"docker-archive:{}\"\n",
+            layout.display(),
+            base.join("bad.tar").display()
+        ),
+    );
+    let before = lowers_entries(env);
+    let r = env
+        .lz(&ws, &["run", "--quiet", "--profile", "bomb", "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("image layer sha256:") && r.stderr.contains("expands to at least 3GiB"),
+        "{r:?}"
+    );
+    assert_eq!(lowers_entries(env), before, "a partial lower was left behind");
+
+    // A docker-archive import that fails is listed, then pruned.
+    env.write(&base.join("bad.tar"), "this is not a docker archive\n");
+    let r = env
+        .lz(&ws, &["run", "--quiet", "--profile", "bad", "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_ne!(r.code, 0, "{r:?}");
+    let list = env.lz(&ws, &["image", "list"]).config_home(&cfg).run();
+    let failed: Vec<String> = list
+        .stdout
+        .lines()
+        .filter(|l| l.contains("failed"))
+        .filter_map(|l| l.split_whitespace().nth(1).map(String::from))
+        .collect();
+    assert!(!failed.is_empty(), "{list:?}");
+    let prune = env.lz(&ws, &["image", "prune"]).config_home(&cfg).run();
+    assert_eq!(prune.code, 0, "{prune:?}");
+    for f in &failed {
+        assert!(prune.stdout.contains(&format!("removed {f}")), "{prune:?}");
+        assert!(!env.home.join(".local/share/lazaret/images").join(f).exists());
+    }
+    let list = env.lz(&ws, &["image", "list"]).config_home(&cfg).run();
+    assert!(!list.stdout.contains("failed"), "{list:?}");
+}
