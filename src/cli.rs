@@ -336,6 +336,7 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
             }
         }
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
+            check_disk(r)?;
             warn_unlimited(r);
             start_coordinator(r, lock, &mut progress)?;
             continue;
@@ -374,6 +375,23 @@ pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
         _ => false,
     };
     Ok(same.then_some(f))
+}
+
+/// The profile's `disk` cap on persisted state, checked at each start
+/// (rootless quotas are not available: this is the enforcement point).
+fn check_disk(r: &Resolved) -> Result<(), Failure> {
+    if r.profile.limits.disk.is_none() {
+        return Ok(());
+    }
+    let used = crate::cgroup::persisted_use(&r.paths.root);
+    match crate::cgroup::disk_verdict(used, r.profile.limits.disk, &r.profile.name) {
+        crate::cgroup::DiskVerdict::Ok => Ok(()),
+        crate::cgroup::DiskVerdict::Warn(m) => {
+            eprintln!("lazaret: warning: {m}");
+            Ok(())
+        }
+        crate::cgroup::DiskVerdict::Refuse(m) => Err(Failure::runtime(m)),
+    }
 }
 
 /// Once per Domain start: nothing bounds the sandbox here.

@@ -72,7 +72,7 @@ const PROFILE_KEYS: &[&str] = &[
     "network",
     "limits",
 ];
-const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk"];
+const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
 
 // ---------------------------------------------------------------------------
@@ -149,6 +149,9 @@ pub struct Limits {
     pub cpu_millis: Option<u64>,
     /// Bytes: the cap on persisted state (uppers + ignored), checked at start.
     pub disk: Option<u64>,
+    /// Bytes: an image layer may expand to max(8x its compressed size,
+    /// this); default 20 GiB.
+    pub image_layer: Option<u64>,
 }
 
 impl Limits {
@@ -504,7 +507,13 @@ impl Profile {
             put("network", &["none"]);
         }
         let l = &self.limits;
-        for (tag, v) in [("memory", l.memory), ("pids", l.pids), ("cpus", l.cpu_millis), ("disk", l.disk)] {
+        for (tag, v) in [
+            ("memory", l.memory),
+            ("pids", l.pids),
+            ("cpus", l.cpu_millis),
+            ("disk", l.disk),
+            ("image_layer", l.image_layer),
+        ] {
             if let Some(v) = v {
                 put(&format!("limits.{tag}"), &[&v.to_string()]);
             }
@@ -1160,7 +1169,7 @@ impl Schema<'_> {
         let t = self.table(item, key)?;
         self.known_keys(t, key, PROFILE_LIMITS_KEYS)?;
         let mut l = Limits::default();
-        for (name, slot) in [("memory", &mut l.memory), ("disk", &mut l.disk)] {
+        for (name, slot) in [("memory", &mut l.memory), ("disk", &mut l.disk), ("image_layer", &mut l.image_layer)] {
             if let Some(i) = t.get(name) {
                 let k = join_key(key, name);
                 let s = self.string(i, &k, "a size string like \"4GiB\"")?;

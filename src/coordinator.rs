@@ -305,7 +305,11 @@ impl Coordinator {
         self.store
             .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
-        let lower = image::prepare(storage, &layout, &tag, &mut quiet).map_err(|e| e.to_string())?;
+        let bound = crate::layercheck::Bound {
+            floor: self.profile.limits.image_layer.unwrap_or(crate::layercheck::DEFAULT_FLOOR),
+            ..Default::default()
+        };
+        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
         drop(gc);
 
         report.progress("starting sandbox");

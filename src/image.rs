@@ -281,7 +281,19 @@ pub fn import_state(marker: Option<&str>, has_index: bool, alive: impl Fn(i32, u
 }
 
 /// Prepares (or reuses) the lower for `layout:tag`.
+#[allow(dead_code)]
 pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
+    prepare_bounded(storage, layout, tag, progress, crate::layercheck::Bound::default())
+}
+
+/// [`prepare`] with the bound on each layer's expanded size.
+pub fn prepare_bounded(
+    storage: &Path,
+    layout: &Path,
+    tag: &str,
+    progress: &mut Progress,
+    bound: crate::layercheck::Bound,
+) -> Result<Prepared> {
     let digest = manifest_digest(layout, tag)?;
     let artifact = artifact_id(&digest);
     let lowers = lowers_dir(storage);
@@ -298,7 +310,7 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     // tar headers before anything is unpacked, so a refused image leaves
     // no partial lower.
     progress.step("checking image layers");
-    crate::layercheck::check_layout(layout, &digest, crate::layercheck::Bound::default()).map_err(ImageError::Layer)?;
+    crate::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).

@@ -67,12 +67,12 @@ impl std::fmt::Display for LayerError {
             } => write!(
                 f,
                 "image layer {layer} ({} compressed) expands to at least {}, over the bound of {} \
-                 (max of {}x the compressed size and {}); largest entry {biggest:?}: refusing to unpack it",
+                 ({}x the compressed size or the profile's limits.image_layer, whichever is larger); \
+                 largest entry {biggest:?}: refusing to unpack it",
                 format_size(*compressed),
                 format_size(*expanded_at_least),
                 format_size(*bound),
                 DEFAULT_RATIO,
-                format_size(DEFAULT_FLOOR),
             ),
             LayerError::Bad(why) => write!(f, "{why}"),
         }

@@ -528,7 +528,7 @@ fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
         env,
         &base,
         &format!(
-            "[profiles.bomb]\nimage = \"oci:{}:t\"\n[profiles.bad]\nimage = \"docker-archive:{}\"\n",
+            "[profiles.bomb]\nimage = \"oci:{}:t\"\n[profiles.bomb.limits]\nimage_layer = \"1GiB\"\n[profiles.bad]\nimage = \"docker-archive:{}\"\n",
             layout.display(),
             base.join("bad.tar").display()
         ),
