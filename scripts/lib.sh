@@ -50,12 +50,15 @@ bench_as_user() {
     cargo build --release --locked 2>&1 | tail -n 1
     local bindir
     bindir=$(stage_binaries "$user")
+    # A cgroup the user may use (cgroup v1: the user can move its own
+    # processes into it), without moving the benchmark itself.
+    delegate_cgroup "$user" nomove >/dev/null 2>&1 || true
     install -m 0755 "scripts/$script" "$bindir/$script"
     install -m 0644 scripts/lib.sh "$bindir/lib.sh"
     run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        LAZARET_BIN="$bindir/lazaret" bash "$bindir/$script" "$@"
+        LAZARET_BIN="$bindir/lazaret" LAZARET_BENCH_CGROUPS="${DELEGATED_DIRS:-}" bash "$bindir/$script" "$@"
 }
 
 # delegate_cgroup USER: as systemd's Delegate= would, gives USER a cgroup
@@ -66,7 +69,9 @@ bench_as_user() {
 # directory with the controllers enabled for its children, and a leaf for
 # this shell). Prints what it did; returns 1 when it cannot.
 delegate_cgroup() {
-    local u=$1 name="lazaret-$1" gid
+    local u=$1 name="lazaret-$1" gid move=${2:-move}
+    # The directories made (v1), for a caller that moves processes itself.
+    DELEGATED_DIRS=""
     gid=$(id -g "$u")
     if grep -q ' - cgroup cgroup ' /proc/self/mountinfo; then
         local ctl mnt cur dir
@@ -78,7 +83,8 @@ delegate_cgroup() {
             case "$cur" in */"$name") dir="$mnt$cur" ;; *) dir="$mnt${cur%/}/$name" ;; esac
             mkdir -p "$dir"
             chown "$u:$gid" "$dir" "$dir/cgroup.procs" "$dir/tasks"
-            echo "$BASHPID" > "$dir/cgroup.procs"
+            DELEGATED_DIRS="$DELEGATED_DIRS $dir"
+            [ "$move" = nomove ] || echo "$BASHPID" > "$dir/cgroup.procs"
         done
         echo "delegated cgroup (v1) for $u: $name in memory, pids, cpu, cpuacct"
         return 0
