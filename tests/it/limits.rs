@@ -540,7 +540,7 @@ fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
         .run();
     assert_ne!(r.code, 0, "{r:?}");
     assert!(
-        r.stderr.contains("image layer sha256:") && r.stderr.contains("expands to at least 3GiB"),
+        r.stderr.contains("image layer sha256:") && r.stderr.contains("expands to at least 3.0GiB"),
         "{r:?}"
     );
     assert_eq!(lowers_entries(env), before, "a partial lower was left behind");
