@@ -73,7 +73,9 @@ impl Effective {
 /// [`encode_overrides`]) onto a profile's limits.
 pub fn apply_overrides(mut l: Limits, enc: &str) -> Result<Limits, String> {
     for part in enc.split(',').filter(|p| !p.is_empty()) {
-        let (k, v) = part.split_once('=').ok_or_else(|| format!("bad limit override {part:?}"))?;
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("bad limit override {part:?}"))?;
         let n: u64 = v.parse().map_err(|_| format!("bad limit override {part:?}"))?;
         match k {
             "memory" => l.memory = Some(n),
@@ -248,7 +250,11 @@ impl Mechanism {
                 "{}: {}",
                 self.name(),
                 dirs.iter()
-                    .map(|(c, d)| if c.is_empty() { d.display().to_string() } else { format!("{c} {}", d.display()) })
+                    .map(|(c, d)| if c.is_empty() {
+                        d.display().to_string()
+                    } else {
+                        format!("{c} {}", d.display())
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -274,9 +280,13 @@ fn user_name() -> String {
 pub fn detect() -> Mechanism {
     let cg = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    detect_from(&parse_proc_cgroup(&cg), &parse_mountinfo(&mi), &writable, &|p| {
-        std::fs::read_to_string(p).ok()
-    }, systemd_user_manager())
+    detect_from(
+        &parse_proc_cgroup(&cg),
+        &parse_mountinfo(&mi),
+        &writable,
+        &|p| std::fs::read_to_string(p).ok(),
+        systemd_user_manager(),
+    )
 }
 
 /// [`detect`] with the world passed in.
@@ -291,12 +301,13 @@ pub fn detect_from(
     // v1: every required controller has its own hierarchy and our cgroup
     // in each is writable.
     let v1_dir = |ctl: &str| -> Option<PathBuf> {
-        let m = mounts.iter().find(|m| !m.v2 && m.controllers.iter().any(|c| c == ctl))?;
+        let m = mounts
+            .iter()
+            .find(|m| !m.v2 && m.controllers.iter().any(|c| c == ctl))?;
         let mem = members.iter().find(|x| x.controllers.iter().any(|c| c == ctl))?;
         dir_of(m, &mem.path)
     };
-    let v1_found: Vec<(String, Option<PathBuf>)> =
-        V1_REQUIRED.iter().map(|c| (c.to_string(), v1_dir(c))).collect();
+    let v1_found: Vec<(String, Option<PathBuf>)> = V1_REQUIRED.iter().map(|c| (c.to_string(), v1_dir(c))).collect();
     let v1_present = v1_found.iter().all(|(_, d)| d.is_some());
     if v1_present {
         let ok = |d: &Path| writable(d) && writable(&d.join("cgroup.procs"));
@@ -314,7 +325,10 @@ pub fn detect_from(
         }
         let dirs: Vec<String> = v1_found
             .iter()
-            .filter_map(|(_, d)| d.as_ref().map(|d| d.join(format!("lazaret-{user}")).display().to_string()))
+            .filter_map(|(_, d)| {
+                d.as_ref()
+                    .map(|d| d.join(format!("lazaret-{user}")).display().to_string())
+            })
             .collect();
         return Mechanism::Unavailable {
             why: "cgroup v1 without a cgroup this user may write (memory, pids, cpu)".into(),
@@ -350,7 +364,11 @@ pub fn detect_from(
                 // children controllers that are already enabled.
                 let usable = all(read(&d.join("cgroup.controllers")))
                     && (Some(&d) != own.as_ref() || all(read(&d.join("cgroup.subtree_control"))));
-                if usable && writable(&d) && writable(&d.join("cgroup.procs")) && writable(&d.join("cgroup.subtree_control")) {
+                if usable
+                    && writable(&d)
+                    && writable(&d.join("cgroup.procs"))
+                    && writable(&d.join("cgroup.subtree_control"))
+                {
                     return Mechanism::Delegated {
                         v2: true,
                         dirs: vec![(String::new(), d)],
@@ -368,7 +386,9 @@ pub fn detect_from(
     }
     Mechanism::Unavailable {
         why: "no cgroup hierarchy with the memory, pids and cpu controllers".into(),
-        fix: "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1) or mount the v1 memory, pids and cpu controllers".into(),
+        fix:
+            "boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1) or mount the v1 memory, pids and cpu controllers"
+                .into(),
     }
 }
 
@@ -380,7 +400,9 @@ fn systemd_user_manager() -> bool {
     };
     let rt = PathBuf::from(rt);
     let sock = rt.join("systemd/private").exists() || rt.join("bus").exists();
-    let bin = ["/usr/bin/systemd-run", "/bin/systemd-run"].iter().any(|p| Path::new(p).exists());
+    let bin = ["/usr/bin/systemd-run", "/bin/systemd-run"]
+        .iter()
+        .any(|p| Path::new(p).exists());
     sock && bin
 }
 
@@ -529,9 +551,16 @@ impl DomainCgroup {
 
     /// How often a fork failed at the pids limit (`pids.events` max).
     pub fn pids_max_events(&self) -> u64 {
-        let dir = self.dirs.iter().find(|(c, _)| c == "pids" || c.is_empty()).map(|(_, d)| d);
+        let dir = self
+            .dirs
+            .iter()
+            .find(|(c, _)| c == "pids" || c.is_empty())
+            .map(|(_, d)| d);
         dir.and_then(|d| std::fs::read_to_string(d.join("pids.events")).ok())
-            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("max ").and_then(|v| v.trim().parse().ok())))
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("max ").and_then(|v| v.trim().parse().ok()))
+            })
             .unwrap_or(0)
     }
 
@@ -671,7 +700,9 @@ mod tests {
     fn v2_walks_up_to_a_writable_ancestor_else_systemd() {
         let cg = "0::/user.slice/user@1000.service/app.slice/t.scope\n";
         let mi = "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        let read = |p: &Path| (!p.ends_with("t.scope/cgroup.subtree_control")).then(|| "cpuset cpu io memory pids".to_string());
+        let read = |p: &Path| {
+            (!p.ends_with("t.scope/cgroup.subtree_control")).then(|| "cpuset cpu io memory pids".to_string())
+        };
         let m = detect_from(
             &parse_proc_cgroup(cg),
             &parse_mountinfo(mi),
@@ -683,7 +714,10 @@ mod tests {
             m,
             Mechanism::Delegated {
                 v2: true,
-                dirs: vec![(String::new(), "/sys/fs/cgroup/user.slice/user@1000.service/app.slice".into())]
+                dirs: vec![(
+                    String::new(),
+                    "/sys/fs/cgroup/user.slice/user@1000.service/app.slice".into()
+                )]
             }
         );
         let m = detect_from(&parse_proc_cgroup(cg), &parse_mountinfo(mi), &|_| false, &read, true);
@@ -709,7 +743,10 @@ mod tests {
         assert_eq!(v2_settings(&e)[3], ("cpu.max", "50000 100000".into()));
         assert!(systemd_run_args("u", &e).contains(&"CPUQuota=50%".to_string()));
         let d = Effective::new(&Limits::default(), 8 << 30);
-        assert_eq!((d.memory, d.pids, d.cpu_millis, d.explicit), (4 << 30, 8192, None, false));
+        assert_eq!(
+            (d.memory, d.pids, d.cpu_millis, d.explicit),
+            (4 << 30, 8192, None, false)
+        );
         assert!(v1_settings("cpu", &d).is_empty());
         let l = apply_overrides(Limits::default(), "memory=1048576000,cpus=250").unwrap();
         assert_eq!((l.memory, l.cpu_millis, l.pids), (Some(1048576000), Some(250), None));

@@ -227,12 +227,11 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
 fn limit_flags(args: &mut pico_args::Arguments) -> Result<config::Limits, Failure> {
     let mut l = config::Limits::default();
     if let Some(v) = args.opt_value_from_str::<_, String>("--memory")? {
-        l.memory = Some(
-            config::parse_size(&v)
-                .ok()
-                .filter(|m| *m >= 64 << 20)
-                .ok_or_else(|| Failure::usage(format!("--memory {v:?}: expected a size of at least 64MiB like \"4GiB\"")))?,
-        );
+        l.memory = Some(config::parse_size(&v).ok().filter(|m| *m >= 64 << 20).ok_or_else(|| {
+            Failure::usage(format!(
+                "--memory {v:?}: expected a size of at least 64MiB like \"4GiB\""
+            ))
+        })?);
     }
     if let Some(v) = args.opt_value_from_str::<_, String>("--pids")? {
         l.pids = Some(

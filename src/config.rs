@@ -177,7 +177,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "T" | "TiB" => 1 << 40,
         _ => return Err(EXPECTED.to_string()),
     };
-    n.checked_mul(mult).filter(|v| *v > 0).ok_or_else(|| EXPECTED.to_string())
+    n.checked_mul(mult)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| EXPECTED.to_string())
 }
 
 /// Formats bytes the way limits are written (`4GiB`, `256MiB`, `1.5GiB`).
@@ -197,7 +199,10 @@ pub fn format_size(b: u64) -> String {
 
 /// Parses a CPU count (`2`, `0.5`) into thousandths; 0.01..=1024.
 pub fn parse_cpus(s: &str) -> Result<u64, String> {
-    let v: f64 = s.trim().parse().map_err(|_| "a number of CPUs like 2 or 0.5".to_string())?;
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| "a number of CPUs like 2 or 0.5".to_string())?;
     if !(0.01..=1024.0).contains(&v) {
         return Err("a number of CPUs between 0.01 and 1024".into());
     }
@@ -1169,7 +1174,11 @@ impl Schema<'_> {
         let t = self.table(item, key)?;
         self.known_keys(t, key, PROFILE_LIMITS_KEYS)?;
         let mut l = Limits::default();
-        for (name, slot) in [("memory", &mut l.memory), ("disk", &mut l.disk), ("image_layer", &mut l.image_layer)] {
+        for (name, slot) in [
+            ("memory", &mut l.memory),
+            ("disk", &mut l.disk),
+            ("image_layer", &mut l.image_layer),
+        ] {
             if let Some(i) = t.get(name) {
                 let k = join_key(key, name);
                 let s = self.string(i, &k, "a size string like \"4GiB\"")?;

@@ -306,7 +306,11 @@ impl Coordinator {
             .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
         let bound = crate::layercheck::Bound {
-            floor: self.profile.limits.image_layer.unwrap_or(crate::layercheck::DEFAULT_FLOOR),
+            floor: self
+                .profile
+                .limits
+                .image_layer
+                .unwrap_or(crate::layercheck::DEFAULT_FLOOR),
             ..Default::default()
         };
         let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
@@ -565,7 +569,10 @@ impl Coordinator {
         let deadline = Instant::now() + Duration::from_secs(2);
         let gone = || {
             std::fs::read_to_string(format!("/proc/{}/stat", self.runsc_pid))
-                .map(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z') || r.starts_with('X')))
+                .map(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('Z') || r.starts_with('X'))
+                })
                 .unwrap_or(true)
         };
         while !gone() {
@@ -743,7 +750,10 @@ impl Coordinator {
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
-            self.stop_reason = Some(self.oom_reason().unwrap_or_else(|| "the sandbox stopped unexpectedly".into()));
+            self.stop_reason = Some(
+                self.oom_reason()
+                    .unwrap_or_else(|| "the sandbox stopped unexpectedly".into()),
+            );
         }
     }
 

@@ -249,7 +249,11 @@ fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
         }
         let p = dir.join(&name);
         let marker = std::fs::read_to_string(p.join(image::IMPORT_MARKER)).ok();
-        let st = image::import_state(marker.as_deref(), p.join("index.json").is_file(), crate::sys::same_process);
+        let st = image::import_state(
+            marker.as_deref(),
+            p.join("index.json").is_file(),
+            crate::sys::same_process,
+        );
         out.push((name, st, dir_size(&p)));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -289,7 +293,11 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         out.push_str(&format!(
             "image {name}  {:>8}  {state}{}\n",
             human_size(size),
-            if st == image::ImportState::Failed { " (`lazaret image prune` removes it)" } else { "" }
+            if st == image::ImportState::Failed {
+                " (`lazaret image prune` removes it)"
+            } else {
+                ""
+            }
         ));
     }
     for it in &items {

@@ -114,7 +114,9 @@ pub fn check_blob(path: &Path, name: &str, bound: Bound) -> Result<(), LayerErro
     let compressed = std::fs::metadata(path).map_err(bad)?.len();
     let limit = bound.for_compressed(compressed);
     let mut magic = [0u8; 4];
-    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut magic)).map_err(bad)?;
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut magic))
+        .map_err(bad)?;
     let tool = match &magic[..n] {
         [0x1f, 0x8b, ..] => Some("gzip"),
         [0x28, 0xb5, 0x2f, 0xfd] => Some("zstd"),
@@ -146,7 +148,9 @@ pub fn check_blob(path: &Path, name: &str, bound: Bound) -> Result<(), LayerErro
             bound: limit,
             biggest,
         }),
-        Err(e) => Err(LayerError::Bad(format!("layer {name} is not a readable tar stream: {e}"))),
+        Err(e) => Err(LayerError::Bad(format!(
+            "layer {name} is not a readable tar stream: {e}"
+        ))),
     }
 }
 
@@ -165,11 +169,7 @@ fn octal(field: &[u8]) -> u64 {
         }
         return v;
     }
-    let s: String = field
-        .iter()
-        .take_while(|&&b| b != 0)
-        .map(|&b| b as char)
-        .collect();
+    let s: String = field.iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
     u64::from_str_radix(s.trim(), 8).unwrap_or(0)
 }
 
@@ -183,8 +183,12 @@ fn pax(data: &[u8]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut rest = data;
     while !rest.is_empty() {
-        let Some(sp) = rest.iter().position(|&b| b == b' ') else { break };
-        let Ok(len) = std::str::from_utf8(&rest[..sp]).unwrap_or("x").parse::<usize>() else { break };
+        let Some(sp) = rest.iter().position(|&b| b == b' ') else {
+            break;
+        };
+        let Ok(len) = std::str::from_utf8(&rest[..sp]).unwrap_or("x").parse::<usize>() else {
+            break;
+        };
         if len <= sp || len > rest.len() {
             break;
         }
@@ -236,7 +240,10 @@ pub fn scan(mut r: impl Read, limit: u64) -> io::Result<Scan> {
             b'x' | b'g' | b'L' | b'K' => {
                 // Metadata records: bounded, read in full.
                 if stored > 1 << 20 {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "oversized tar metadata record"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "oversized tar metadata record",
+                    ));
                 }
                 let mut data = vec![0u8; padded as usize];
                 r.read_exact(&mut data)?;

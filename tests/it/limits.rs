@@ -27,7 +27,9 @@ fn hierarchies() -> Vec<(String, PathBuf, String)> {
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut out = Vec::new();
     for l in mi.lines() {
-        let Some((pre, post)) = l.split_once(" - ") else { continue };
+        let Some((pre, post)) = l.split_once(" - ") else {
+            continue;
+        };
         let pre: Vec<&str> = pre.split(' ').collect();
         let post: Vec<&str> = post.split(' ').collect();
         if post[0] == "cgroup" {
@@ -71,7 +73,11 @@ fn delegated(env: &Env, test: &str) -> bool {
     let ok = ["memory", "pids", "cpu"].iter().all(|c| {
         dir_for(c).is_some_and(|d| {
             // v2: the delegated directory is our parent.
-            let d = if is_v2() { d.parent().map(Path::to_path_buf).unwrap_or(d) } else { d };
+            let d = if is_v2() {
+                d.parent().map(Path::to_path_buf).unwrap_or(d)
+            } else {
+                d
+            };
             std::fs::metadata(d.join("cgroup.procs")).is_ok_and(|m| {
                 use std::os::unix::fs::MetadataExt;
                 m.uid() == env.uid
@@ -80,9 +86,15 @@ fn delegated(env: &Env, test: &str) -> bool {
     });
     if !ok {
         if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
-            panic!("{test}: no cgroup delegated to {} (run through scripts/test.sh)", env.user);
+            panic!(
+                "{test}: no cgroup delegated to {} (run through scripts/test.sh)",
+                env.user
+            );
         }
-        eprintln!("skipping: {test}: no cgroup delegated to {} (run through scripts/test.sh)", env.user);
+        eprintln!(
+            "skipping: {test}: no cgroup delegated to {} (run through scripts/test.sh)",
+            env.user
+        );
     }
     ok
 }
@@ -164,13 +176,29 @@ fn memory_limit_stops_an_allocation_and_spares_other_domains() {
     );
     // Another Domain (no explicit limits) that must keep running.
     let b = env
-        .lz(&ws_b, &["run", "--quiet", "--profile", "other", "--", "sh", "-c", "sleep 20; echo b-alive"])
+        .lz(
+            &ws_b,
+            &[
+                "run",
+                "--quiet",
+                "--profile",
+                "other",
+                "--",
+                "sh",
+                "-c",
+                "sleep 20; echo b-alive",
+            ],
+        )
         .config_home(&cfg)
         .spawn_bg();
     let domain_a = env.domain_id("default", &ws_a);
     let peak = Sampler::start(move || {
         let d = domain_cgroup("memory", &domain_a)?;
-        read_u64(&d.join(if is_v2() { "memory.peak" } else { "memory.max_usage_in_bytes" }))
+        read_u64(&d.join(if is_v2() {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        }))
     });
     let r = env
         .lz(
@@ -190,7 +218,10 @@ fn memory_limit_stops_an_allocation_and_spares_other_domains() {
     assert!(!r.stdout.contains("allocated"), "the allocation succeeded: {r:?}");
     let guest_oom = r.stderr.contains("MemoryError");
     let domain_oom = r.stderr.contains("out of memory (limit 256MiB)") && r.code == 125;
-    assert!(guest_oom || domain_oom, "neither MemoryError nor the OOM message: {r:?}");
+    assert!(
+        guest_oom || domain_oom,
+        "neither MemoryError nor the OOM message: {r:?}"
+    );
     let max = samples.iter().map(|s| s.1).max().unwrap_or(0);
     assert!(max > 0, "never saw the Domain's memory cgroup");
     assert!(max < 300 * MIB, "cgroup peak {} MiB", max / MIB);
@@ -310,7 +341,10 @@ fn cpu_limit_holds_a_busy_loop_to_half_a_core() {
     // The busiest 3-second window.
     let mut best = 0.0f64;
     for (i, a) in s.iter().enumerate() {
-        if let Some(b) = s[i..].iter().find(|b| b.0.duration_since(a.0) >= Duration::from_secs(3)) {
+        if let Some(b) = s[i..]
+            .iter()
+            .find(|b| b.0.duration_since(a.0) >= Duration::from_secs(3))
+        {
             let rate = (b.1.saturating_sub(a.1)) as f64 / b.0.duration_since(a.0).as_nanos() as f64;
             best = best.max(rate);
         }
@@ -370,7 +404,10 @@ fn without_delegation_configured_limits_are_refused_with_the_fix() {
     let marker = ws.join("ran");
     let r = undelegated(env, &ws, &["run", "--quiet", "--", "touch", "/workspace/ran"], &limited);
     assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.stderr.contains("cannot be enforced") && r.stderr.contains("Fix:"), "{r:?}");
+    assert!(
+        r.stderr.contains("cannot be enforced") && r.stderr.contains("Fix:"),
+        "{r:?}"
+    );
     assert!(r.stderr.contains("cgroup.procs"), "the fix names what to do: {r:?}");
     assert!(!marker.exists(), "the sandbox ran anyway");
     // The same with --memory on the command line.
@@ -508,7 +545,11 @@ fn sparse_layout(env: &Env, base: &Path) -> PathBuf {
 
 fn lowers_entries(env: &Env) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(env.home.join(".local/share/lazaret/lowers"))
-        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
