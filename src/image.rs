@@ -179,7 +179,11 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
                     &src,
                     &format!("oci:{}:{DEFAULT_TAG}", layout.display()),
                 ]),
-            )?;
+            )
+            .inspect_err(|_| {
+                // Failed at once, not only once this process is gone.
+                let _ = std::fs::write(&marker, "failed\n");
+            })?;
             // A failed import keeps its marker (and is listed as failed).
             let _ = std::fs::remove_file(&marker);
             Ok((layout, DEFAULT_TAG.to_string()))
