@@ -35,5 +35,9 @@ warm=$(run_as "$user" mktemp -d)
 (cd "$warm" && run_as "$user" "$bindir/lazaret" run --quiet -- true) || { echo "test.sh: a first sandbox did not start" >&2; exit 1; }
 rm -rf "$warm"
 
+# Resource limits are enforced with cgroups: give the test user a
+# delegated cgroup, as systemd's Delegate= would, and run the tests in it.
+delegate_cgroup "$user" || echo "test.sh: no delegated cgroup; resource-limit tests will skip or fail" >&2
+
 echo "test.sh: running tests"
 cargo test --release --locked --features fault-injection -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"

@@ -32,7 +32,7 @@ const USAGE: &str = "\
 usage: lazaret <command> [options]
 
 commands:
-  run [-p P] [-w DIR] [-q] [CMD ARGS...]
+  run [-p P] [-w DIR] [-q] [--memory SIZE] [--pids N] [--cpus N] [CMD ARGS...]
                        open a shell (or run CMD) in the Domain's sandbox
   ps [--json]          list running Domains and their sessions
   stop [--profile P] [--workspace DIR]
@@ -225,6 +225,8 @@ struct Resolved {
     domain_id: String,
     storage: PathBuf,
     paths: DomainPaths,
+    /// `--memory/--pids/--cpus` for a Domain this CLI starts.
+    limit_overrides: String,
 }
 
 fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
@@ -262,6 +264,7 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
         domain_id,
         storage,
         paths,
+        limit_overrides: String::new(),
     })
 }
 
@@ -279,6 +282,46 @@ fn check_workspace_root(workspace: &Path, storage: &Path, runtime: &Path, config
     Ok(domain::check_workspace_root(workspace, &keep)?)
 }
 
+/// `--memory SIZE`, `--pids N`, `--cpus N` of `lazaret run`.
+fn limit_flags(args: &mut pico_args::Arguments) -> Result<config::Limits, Failure> {
+    let mut l = config::Limits::default();
+    if let Some(v) = args.opt_value_from_str::<_, String>("--memory")? {
+        l.memory = Some(config::parse_size(&v).ok().filter(|m| *m >= 64 << 20).ok_or_else(|| {
+            Failure::usage(format!(
+                "--memory {v:?}: expected a size of at least 64MiB like \"4GiB\""
+            ))
+        })?);
+    }
+    if let Some(v) = args.opt_value_from_str::<_, String>("--pids")? {
+        l.pids = Some(
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| (32..=4_194_304).contains(n))
+                .ok_or_else(|| Failure::usage(format!("--pids {v:?}: expected an integer between 32 and 4194304")))?,
+        );
+    }
+    if let Some(v) = args.opt_value_from_str::<_, String>("--cpus")? {
+        l.cpu_millis = Some(config::parse_cpus(&v).map_err(|e| Failure::usage(format!("--cpus {v:?}: expected {e}")))?);
+    }
+    Ok(l)
+}
+
+/// Explicit limits need a cgroup mechanism: refuse (exit 2) with the fix
+/// when there is none, before anything starts.
+fn check_limits(r: &Resolved) -> Result<(), Failure> {
+    let explicit = r.profile.limits.explicit() || !r.limit_overrides.is_empty();
+    if !explicit {
+        return Ok(());
+    }
+    match crate::cgroup::detect() {
+        crate::cgroup::Mechanism::Unavailable { why, fix } => Err(Failure::usage(format!(
+            "profile {:?} sets resource limits but they cannot be enforced here: {why}. Fix: {fix} (see `lazaret doctor`)",
+            r.profile.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
 // ---- run ------------------------------------------------------------------------
 
 fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -287,6 +330,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
     let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let quiet = args.contains(["-q", "--quiet"]);
+    let overrides = limit_flags(&mut args)?;
     finish_args(args)?;
     let argv: Vec<String> = cmd
         .into_iter()
@@ -296,7 +340,9 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         })
         .collect::<Result<_, _>>()?;
     refuse_root()?;
-    let r = resolve(profile, workspace)?;
+    let mut r = resolve(profile, workspace)?;
+    r.limit_overrides = crate::cgroup::encode_overrides(&overrides);
+    check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
     crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -348,6 +394,8 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
             }
         }
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
+            check_disk(r)?;
+            warn_unlimited(r);
             start_coordinator(r, lock, &mut progress)?;
             continue;
         }
@@ -387,6 +435,33 @@ pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
     Ok(same.then_some(f))
 }
 
+/// The profile's `disk` cap on persisted state, checked at each start
+/// (rootless quotas are not available: this is the enforcement point).
+fn check_disk(r: &Resolved) -> Result<(), Failure> {
+    if r.profile.limits.disk.is_none() {
+        return Ok(());
+    }
+    let used = crate::cgroup::persisted_use(&r.paths.root);
+    match crate::cgroup::disk_verdict(used, r.profile.limits.disk, &r.profile.name) {
+        crate::cgroup::DiskVerdict::Ok => Ok(()),
+        crate::cgroup::DiskVerdict::Warn(m) => {
+            eprintln!("lazaret: warning: {m}");
+            Ok(())
+        }
+        crate::cgroup::DiskVerdict::Refuse(m) => Err(Failure::runtime(m)),
+    }
+}
+
+/// Once per Domain start: nothing bounds the sandbox here.
+fn warn_unlimited(r: &Resolved) {
+    if let crate::cgroup::Mechanism::Unavailable { why, fix } = crate::cgroup::detect() {
+        eprintln!(
+            "lazaret: warning: no resource limits for Domain {} ({why}); a runaway agent can exhaust this machine's memory, processes and CPU. Fix: {fix}",
+            &r.domain_id[..8]
+        );
+    }
+}
+
 fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot locate lazaret: {e}")))?;
     let (start_rd, start_wr) = sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?;
@@ -401,6 +476,11 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .arg(&r.workspace)
         .arg("--config")
         .arg(&r.cfg.path)
+        .args(if r.limit_overrides.is_empty() {
+            vec![]
+        } else {
+            vec!["--limits".to_string(), r.limit_overrides.clone()]
+        })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log));
@@ -1029,6 +1109,7 @@ fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         profile: args.value_from_str("--profile")?,
         workspace: args.value_from_str("--workspace")?,
         config: args.value_from_str("--config")?,
+        limits: args.opt_value_from_str("--limits")?,
     };
     finish_args(args)?;
     Ok(coordinator::main(a))
@@ -1045,6 +1126,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         net_plan: args.opt_value_from_str("--net-plan")?,
         views: args.opt_value_from_str("--views")?,
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
+        scratch: args.opt_value_from_str("--scratch")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

@@ -92,7 +92,9 @@ const PROFILE_KEYS: &[&str] = &[
     "network",
     "caps",
     "git_identity",
+    "limits",
 ];
+const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
 
 // ---------------------------------------------------------------------------
@@ -162,6 +164,79 @@ pub struct Profile {
     pub caps: Vec<String>,
     /// Whether the host's Git identity is visible inside (`/etc/gitconfig`).
     pub git_identity: bool,
+    /// `[profiles.NAME.limits]`: what the user set; unset keys take the
+    /// host-derived defaults (`cgroup::Effective`).
+    pub limits: Limits,
+}
+
+/// Resource limits as configured; `None` means "the default".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Bytes.
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
+    /// Thousandths of a CPU (`cpus = 0.5` is 500).
+    pub cpu_millis: Option<u64>,
+    /// Bytes: the cap on persisted state (uppers + ignored), checked at start.
+    pub disk: Option<u64>,
+    /// Bytes: an image layer may expand to max(8x its compressed size,
+    /// this); default 20 GiB.
+    pub image_layer: Option<u64>,
+}
+
+impl Limits {
+    /// Whether any of memory, pids or cpus was set explicitly (the ones a
+    /// cgroup enforces).
+    pub fn explicit(&self) -> bool {
+        self.memory.is_some() || self.pids.is_some() || self.cpu_millis.is_some()
+    }
+}
+
+/// Parses `"4GiB"`, `"256MiB"`, `"512M"`, `"1024"` (bytes); binary units.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    const EXPECTED: &str = "a size like \"4GiB\", \"256MiB\" or a number of bytes";
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| EXPECTED.to_string())?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        _ => return Err(EXPECTED.to_string()),
+    };
+    n.checked_mul(mult)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| EXPECTED.to_string())
+}
+
+/// Formats bytes the way limits are written (`4GiB`, `256MiB`, `1.5GiB`).
+pub fn format_size(b: u64) -> String {
+    const UNITS: &[(&str, u64)] = &[("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (u, m) in UNITS {
+        if b >= *m {
+            return if b % m == 0 {
+                format!("{}{}", b / m, u)
+            } else {
+                format!("{:.1}{}", b as f64 / *m as f64, u)
+            };
+        }
+    }
+    format!("{b}B")
+}
+
+/// Parses a CPU count (`2`, `0.5`) into thousandths; 0.01..=1024.
+pub fn parse_cpus(s: &str) -> Result<u64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| "a number of CPUs like 2 or 0.5".to_string())?;
+    if !(0.01..=1024.0).contains(&v) {
+        return Err("a number of CPUs between 0.01 and 1024".into());
+    }
+    Ok((v * 1000.0).round() as u64)
 }
 
 /// Where the root filesystem image comes from.
@@ -426,6 +501,7 @@ impl Profile {
             network: true,
             caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
             git_identity: true,
+            limits: Limits::default(),
         }
     }
 
@@ -486,6 +562,18 @@ impl Profile {
         }
         if !self.git_identity {
             put("git_identity", &["false"]);
+        }
+        let l = &self.limits;
+        for (tag, v) in [
+            ("memory", l.memory),
+            ("pids", l.pids),
+            ("cpus", l.cpu_millis),
+            ("disk", l.disk),
+            ("image_layer", l.image_layer),
+        ] {
+            if let Some(v) = v {
+                put(&format!("limits.{tag}"), &[&v.to_string()]);
+            }
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
@@ -1142,6 +1230,9 @@ impl Schema<'_> {
         if let Some(i) = t.get("git_identity") {
             p.git_identity = self.boolean(i, &k("git_identity"))?;
         }
+        if let Some(i) = t.get("limits") {
+            p.limits = self.limits(i, &k("limits"))?;
+        }
         Ok(p)
     }
 
@@ -1172,6 +1263,45 @@ impl Schema<'_> {
             .filter(|c| seen.iter().any(|(_, s)| s == *c))
             .map(|c| c.to_string())
             .collect())
+    }
+
+    /// `[profiles.NAME.limits]`: sizes as strings, pids an integer, cpus a number.
+    fn limits(&self, item: &Item, key: &str) -> Result<Limits, ConfigError> {
+        let t = self.table(item, key)?;
+        self.known_keys(t, key, PROFILE_LIMITS_KEYS)?;
+        let mut l = Limits::default();
+        for (name, slot) in [
+            ("memory", &mut l.memory),
+            ("disk", &mut l.disk),
+            ("image_layer", &mut l.image_layer),
+        ] {
+            if let Some(i) = t.get(name) {
+                let k = join_key(key, name);
+                let s = self.string(i, &k, "a size string like \"4GiB\"")?;
+                let v = parse_size(s).map_err(|e| self.invalid(i.line, &k, e, quote(s)))?;
+                if name == "memory" && v < (64 << 20) {
+                    return Err(self.invalid(i.line, &k, "at least \"64MiB\"", quote(s)));
+                }
+                *slot = Some(v);
+            }
+        }
+        if let Some(i) = t.get("pids") {
+            let k = join_key(key, "pids");
+            l.pids = Some(match &i.val {
+                Val::Int(n) if (32..=4_194_304).contains(n) => *n as u64,
+                other => return Err(self.invalid(i.line, &k, "an integer between 32 and 4194304", got(other))),
+            });
+        }
+        if let Some(i) = t.get("cpus") {
+            let k = join_key(key, "cpus");
+            let v = match &i.val {
+                Val::Int(n) => parse_cpus(&n.to_string()),
+                Val::Float(f) => parse_cpus(&f.to_string()),
+                _ => Err("a number of CPUs like 2 or 0.5".to_string()),
+            };
+            l.cpu_millis = Some(v.map_err(|e| self.invalid(i.line, &k, e, got(&i.val)))?);
+        }
+        Ok(l)
     }
 
     fn duplicate(&self, line: usize, first_line: usize, key: &str, value: &str) -> ConfigError {

@@ -52,6 +52,9 @@ pub struct Args {
     pub profile: String,
     pub workspace: PathBuf,
     pub config: PathBuf,
+    /// `--memory/--pids/--cpus` from the CLI that started this Domain
+    /// (`cgroup::encode_overrides`).
+    pub limits: Option<String>,
 }
 
 /// Startup reports to the CLI that spawned us: `progress …`, `ready`,
@@ -204,6 +207,9 @@ struct Coordinator {
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
     net: NetRole,
+    /// The resource limits that apply, and the generation's cgroup.
+    limits: crate::cgroup::Effective,
+    cgroup: Option<crate::cgroup::DomainCgroup>,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -215,6 +221,8 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
+        let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::cgroup::Effective::for_host(&limits);
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
@@ -274,6 +282,8 @@ impl Coordinator {
             broker: None,
             host_tokens: Vec::new(),
             net,
+            limits,
+            cgroup: None,
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -305,7 +315,15 @@ impl Coordinator {
         self.store
             .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
-        let lower = image::prepare(storage, &layout, &tag, &mut quiet).map_err(|e| e.to_string())?;
+        let bound = crate::layercheck::Bound {
+            floor: self
+                .profile
+                .limits
+                .image_layer
+                .unwrap_or(crate::layercheck::DEFAULT_FLOOR),
+            ..Default::default()
+        };
+        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
         drop(gc);
 
         report.progress("starting sandbox");
@@ -381,6 +399,7 @@ impl Coordinator {
         )
         .map_err(|e| e.to_string())?;
         binds.extend(views.binds.iter().cloned());
+        binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: views.workspace_source.clone(),
@@ -407,9 +426,23 @@ impl Coordinator {
             .record_intent(self.generation, "process", "supervisor")
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
-        let mut cmd = Command::new(&exe);
-        cmd.arg0("lazaret:[supervisor]")
-            .arg("__supervisor")
+        // Resource limits: the supervisor joins the generation's cgroup
+        // before it execs, so runsc and the sandbox are born inside.
+        self.cgroup = self.make_cgroup()?;
+        let join: Vec<i32> = self.cgroup.as_ref().map(|c| c.procs_fds()).unwrap_or_default();
+        let mut cmd = match self.cgroup.as_ref().and_then(|c| c.systemd_unit.clone()) {
+            Some(unit) => {
+                let mut c = Command::new("systemd-run");
+                c.args(crate::cgroup::systemd_run_args(&unit, &self.limits)).arg(&exe);
+                c
+            }
+            None => {
+                let mut c = Command::new(&exe);
+                c.arg0("lazaret:[supervisor]");
+                c
+            }
+        };
+        cmd.arg("__supervisor")
             .arg("--runsc-root")
             .arg(self.paths.runsc_root())
             .arg("--bundle")
@@ -421,6 +454,8 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("views"))
             .arg("--anchor-plan")
             .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
+            .arg("--scratch")
+            .arg(self.paths.root.join("scratch/overlay"))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -428,6 +463,7 @@ impl Coordinator {
         unsafe {
             cmd.pre_exec(move || {
                 sys::reset_signals();
+                crate::cgroup::join_raw(&join)?;
                 sys::install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])?;
                 sys::set_parent_death_signal(libc::SIGKILL)
             });
@@ -493,6 +529,82 @@ impl Coordinator {
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
         Ok(())
+    }
+
+    /// Non-persisted writes go to disk in the Domain Root, not to host
+    /// RAM: `scratch/overlay` holds runsc's file-backed root overlay
+    /// (`plan::with_scratch_overlay`), and `scratch/tmp` is bound at `/tmp`
+    /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
+    /// profile already mounts something at `/tmp`. Emptied at every start:
+    /// a crashed generation's leftovers go first.
+    fn prepare_scratch(&self, binds: &[plan::BindMount]) -> Result<Option<plan::BindMount>, String> {
+        let dir = self.paths.root.join("scratch");
+        // remove_dir_all never follows symlinks the sandbox left in tmp.
+        let _ = std::fs::remove_dir_all(&dir);
+        paths::ensure_private_dir(&dir.join("overlay")).map_err(|e| e.to_string())?;
+        if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
+            return Ok(None);
+        }
+        let tmp = dir.join("tmp");
+        std::fs::create_dir(&tmp).map_err(|e| io_msg("creating scratch/tmp", e))?;
+        // /tmp semantics inside; the Domain Root (0700) keeps others out.
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .map_err(|e| io_msg("chmod scratch/tmp", e))?;
+        Ok(Some(plan::BindMount {
+            guest: "/tmp".into(),
+            host: tmp,
+            read_only: false,
+        }))
+    }
+
+    /// The generation's cgroup with the Domain's limits; `None` (after a
+    /// warning in the log) when no mechanism exists and only defaults apply.
+    fn make_cgroup(&mut self) -> Result<Option<crate::cgroup::DomainCgroup>, String> {
+        let mech = crate::cgroup::detect();
+        match crate::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
+            Ok(c) => {
+                log::info!("resource limits: {} via {}", self.limits.describe(), mech.describe());
+                Ok(Some(c))
+            }
+            Err(e) if !self.limits.explicit => {
+                log::warn!("running without resource limits: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// "out of memory (limit 4GiB)" once the kernel OOM-killed something
+    /// in the Domain's cgroup.
+    /// "process limit reached (pids 200)" when forks failed at the limit
+    /// and the sandbox is gone.
+    fn oom_reason(&self) -> Option<String> {
+        let c = self.cgroup.as_ref()?;
+        let (oom, pids) = (c.oom_kills() > 0, c.pids_max_events() > 0);
+        if !oom && !pids {
+            return None;
+        }
+        // Only when the limit took the sandbox down: runsc run is gone.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", self.runsc_pid))
+                .map(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('Z') || r.starts_with('X'))
+                })
+                .unwrap_or(true)
+        };
+        while !gone() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(if oom {
+            format!("out of memory (limit {})", config::format_size(self.limits.memory))
+        } else {
+            format!("process limit reached (pids {})", self.limits.pids)
+        })
     }
 
     /// FR-18/FR-20 before publication: observed readiness and the probe
@@ -665,7 +777,10 @@ impl Coordinator {
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
-            self.stop_reason = Some("the sandbox stopped unexpectedly".into());
+            self.stop_reason = Some(
+                self.oom_reason()
+                    .unwrap_or_else(|| "the sandbox stopped unexpectedly".into()),
+            );
         }
     }
 
@@ -1378,7 +1493,13 @@ impl Coordinator {
             c.session = None;
             c.closing = true;
         }
-        if let Some(code) = code {
+        // A session that ended because the kernel OOM-killed the sandbox
+        // learns why, instead of a bare exit code.
+        let oom = code.and_then(|_| self.oom_reason());
+        if let Some(reason) = oom {
+            self.stop_reason.get_or_insert_with(|| reason.clone());
+            self.send(s.conn, &ServerMsg::Closing { reason });
+        } else if let Some(code) = code {
             self.send(s.conn, &ServerMsg::Exit { code });
         } else {
             self.conn_flush(s.conn);
@@ -1450,6 +1571,9 @@ impl Coordinator {
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
+        }
+        if let Some(mut c) = self.cgroup.take() {
+            c.remove();
         }
         // Never assume a process vanished with its parent: check each owned
         // pid by start time and kill only an exact match.
@@ -1609,7 +1733,10 @@ fn recover(store: &Store, dp: &DomainPaths) {
                     o.generation
                 );
             }
-            ("runsc-container", _, _) => remove_runsc_state(&dp.runsc_root(), &o.name),
+            ("runsc-container", _, _) => {
+                crate::cgroup::remove_leftover(&crate::cgroup::detect(), &o.name);
+                remove_runsc_state(&dp.runsc_root(), &o.name);
+            }
             (kind, _, _) => {
                 log::warn!(
                     "recovery: refusing to touch {kind} {:?} of generation {}: not a kind this lazaret owns",

@@ -113,6 +113,7 @@ pub fn checks() -> Vec<Check> {
     }
     out.push(check_xdg_runtime_dir(&target));
     out.push(check_config());
+    out.push(check_resource_limits());
     out
 }
 
@@ -130,6 +131,20 @@ fn check_config() -> Check {
             None if cfg.exists => Check::pass("config", format!("{} is valid", path.display())),
             None => Check::pass("config", format!("no {} (built-in defaults)", path.display())),
         },
+    }
+}
+
+/// Which cgroup mechanism would bound a Domain started from here
+/// (`cgroup::detect`), or why none and the exact fix.
+fn check_resource_limits() -> Check {
+    let m = crate::cgroup::detect();
+    match &m {
+        crate::cgroup::Mechanism::Unavailable { why, fix } => Check::fail(
+            "resource-limits",
+            format!("no mechanism to enforce memory/pids/cpus limits: {why}; profiles that set [limits] are refused"),
+            fix.clone(),
+        ),
+        _ => Check::pass("resource-limits", m.describe()),
     }
 }
 

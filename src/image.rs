@@ -57,6 +57,8 @@ pub enum ImageError {
     Io(PathBuf, io::Error),
     NoMirror,
     NoRelease,
+    /// A layer would expand beyond its bound, or cannot be read as tar.
+    Layer(crate::layercheck::LayerError),
     /// The filesystem holding this path ran out of space.
     NoSpace(PathBuf),
     /// The filesystem holding this path has less free space than the step needs.
@@ -119,6 +121,7 @@ impl fmt::Display for ImageError {
                 needs >> 20,
                 free >> 20
             ),
+            ImageError::Layer(e) => write!(f, "{e}"),
         }
     }
 }
@@ -192,7 +195,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
             let name = format!("import-{}", hex(&openssl::sha::sha256(src.as_bytes())[..8]));
             let layout = images_dir(storage).join(name);
             progress.step(&format!("importing {src}"));
-            std::fs::create_dir_all(images_dir(storage)).map_err(|e| ImageError::Io(images_dir(storage), e))?;
+            std::fs::create_dir_all(&layout).map_err(|e| ImageError::Io(layout.clone(), e))?;
+            // The importer's pid + start time: `image list` tells a live
+            // import from a failed one, `image prune` removes failed ones.
+            let marker = layout.join(IMPORT_MARKER);
+            let pid = std::process::id() as i32;
+            let start = crate::sys::proc_start_time(pid).unwrap_or(0);
+            std::fs::write(&marker, format!("{pid} {start}\n")).map_err(|e| ImageError::Io(marker.clone(), e))?;
             run_tool(
                 "skopeo",
                 Command::new("skopeo").args([
@@ -201,7 +210,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
                     &src,
                     &format!("oci:{}:{DEFAULT_TAG}", layout.display()),
                 ]),
-            )?;
+            )
+            .inspect_err(|_| {
+                // Failed at once, not only once this process is gone.
+                let _ = std::fs::write(&marker, "failed\n");
+            })?;
+            // A failed import keeps its marker (and is listed as failed).
+            let _ = std::fs::remove_file(&marker);
             Ok((layout, DEFAULT_TAG.to_string()))
         }
     }
@@ -272,9 +287,48 @@ impl Prepared {
 }
 
 const ARTIFACT_MARKER: &str = "lazaret-artifact";
+/// In `images/import-*` while an import runs (or after it failed).
+pub const IMPORT_MARKER: &str = "lazaret-import";
+
+/// State of an `images/import-*` layout: complete, being imported by a
+/// live process, or failed (its importer is gone). Pure given `alive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportState {
+    Complete,
+    Importing,
+    Failed,
+}
+
+pub fn import_state(marker: Option<&str>, has_index: bool, alive: impl Fn(i32, u64) -> bool) -> ImportState {
+    match marker {
+        Some(m) => {
+            let mut f = m.split_whitespace();
+            let pid = f.next().and_then(|v| v.parse().ok());
+            let start = f.next().and_then(|v| v.parse().ok());
+            match (pid, start) {
+                (Some(p), Some(s)) if alive(p, s) => ImportState::Importing,
+                _ => ImportState::Failed,
+            }
+        }
+        None if has_index => ImportState::Complete,
+        None => ImportState::Failed,
+    }
+}
 
 /// Prepares (or reuses) the lower for `layout:tag`.
+#[allow(dead_code)]
 pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
+    prepare_bounded(storage, layout, tag, progress, crate::layercheck::Bound::default())
+}
+
+/// [`prepare`] with the bound on each layer's expanded size.
+pub fn prepare_bounded(
+    storage: &Path,
+    layout: &Path,
+    tag: &str,
+    progress: &mut Progress,
+    bound: crate::layercheck::Bound,
+) -> Result<Prepared> {
     let digest = manifest_digest(layout, tag)?;
     let artifact = artifact_id(&digest);
     let lowers = lowers_dir(storage);
@@ -287,6 +341,11 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     if is_finished(&dir, &digest) {
         return Ok(done);
     }
+    // Bounded preparation: every layer's expanded size is checked from its
+    // tar headers before anything is unpacked, so a refused image leaves
+    // no partial lower.
+    progress.step("checking image layers");
+    crate::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).

@@ -3,6 +3,7 @@
 
 mod anchor;
 mod broker;
+mod cgroup;
 mod cli;
 mod config;
 mod coordinator;
@@ -21,6 +22,7 @@ mod hostenv;
 mod ignored;
 mod image;
 mod ipc;
+mod layercheck;
 mod netcli;
 mod nospace;
 mod netns;

@@ -326,6 +326,22 @@ pub fn runsc_global_args(runsc_root: &Path) -> Vec<String> {
     ]
 }
 
+/// The same flags with the root filesystem's writes kept in a file-backed
+/// store in `dir` (on disk, in the Domain Root) instead of sandbox memory:
+/// a write-heavy agent then costs disk, not host RAM. The prepared lower
+/// is still never written.
+pub fn with_scratch_overlay(args: &[String], dir: &Path) -> Vec<String> {
+    args.iter()
+        .map(|a| {
+            if a.starts_with("--overlay2=") {
+                format!("--overlay2=root:dir={}", dir.display())
+            } else {
+                a.clone()
+            }
+        })
+        .collect()
+}
+
 /// The same flags with gVisor's own network stack in the prepared
 /// sandbox network namespace instead of loopback only.
 pub fn with_sandbox_network(args: &[String]) -> Vec<String> {

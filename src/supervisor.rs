@@ -52,6 +52,8 @@ pub struct Args {
     pub views: Option<PathBuf>,
     /// The State Anchor's mount plan (`anchor::render_plan`).
     pub anchor_plan: Option<PathBuf>,
+    /// Where runsc keeps the root filesystem's non-persisted writes.
+    pub scratch: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -83,6 +85,9 @@ pub fn main(mut args: Args) -> i32 {
         },
         Some(Err(e)) => return fail(format!("reading the network plan: {e}")),
     };
+    if let Some(dir) = &args.scratch {
+        args.runsc_args = plan::with_scratch_overlay(&args.runsc_args, dir);
+    }
     let parent = sys::getppid();
     if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
         return fail(format!("prctl(PR_SET_PDEATHSIG): {e}"));

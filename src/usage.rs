@@ -17,6 +17,9 @@ options:
   -w, --workspace DIR  the workspace (default: the current directory, or its
                        Git repository's top level)
   -q, --quiet          no progress output while the sandbox starts
+  --memory SIZE        memory limit of a new Domain (\"4GiB\"; docs/limits.md)
+  --pids N             process limit of a new Domain
+  --cpus N             CPU limit of a new Domain (2, 0.5)
   -h, --help           this text
 
 `--` is needed only when CMD starts with `-`. Options may also be written
@@ -104,7 +107,7 @@ pub fn of(cmd: &str) -> Option<&'static str> {
 
 /// Options of `run` that take a value (the next argument, unless written
 /// as `--opt=value`).
-const RUN_VALUE_OPTS: &[&str] = &["-p", "--profile", "-w", "--workspace"];
+const RUN_VALUE_OPTS: &[&str] = &["-p", "--profile", "-w", "--workspace", "--memory", "--pids", "--cpus"];
 
 /// Splits `run`'s arguments into its options and the command: the command
 /// starts after `--`, or at the first argument that is neither an option

@@ -14,6 +14,7 @@ mod faults;
 mod first_minutes;
 mod foundation;
 mod git;
+mod limits;
 mod net;
 mod net_v2;
 mod sessions;
