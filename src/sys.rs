@@ -469,6 +469,13 @@ pub fn set_winsize(fd: RawFd, size: WinSize) -> io::Result<()> {
     cvt(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }).map(|_| ())
 }
 
+/// Discards input the terminal has received but nobody has read yet
+/// (typeahead), so it cannot answer a question asked after it was typed.
+pub fn flush_input(fd: RawFd) -> io::Result<()> {
+    // SAFETY: tcflush takes an fd and a constant.
+    cvt(unsafe { libc::tcflush(fd, libc::TCIFLUSH) }).map(|_| ())
+}
+
 pub fn isatty(fd: RawFd) -> bool {
     // SAFETY: isatty takes an fd.
     unsafe { libc::isatty(fd) == 1 }
