@@ -242,22 +242,9 @@ impl Broker {
             }
             junk.push((e.path(), ft.is_dir()));
         }
-        if !junk.is_empty() {
-            for (p, dir) in &junk {
-                // remove_dir_all never follows symlinks inside the tree.
-                let _ = if *dir {
-                    std::fs::remove_dir_all(p)
-                } else {
-                    std::fs::remove_file(p)
-                };
-            }
-            for (name, why) in bad_named {
-                self.audit(format!("rejected file={name} reason=\"{why}\""));
-            }
-            log::warn!("escalation: removed {} junk entries from the mailbox", junk.len());
-        }
         names.sort();
-        self.backlog = names.len() > SCAN_MAX;
+        // Junk past JUNK_MAX is left for the next scan, which runs at once.
+        self.backlog = names.len() > SCAN_MAX || junk.len() >= JUNK_MAX;
         let mut ask = Vec::new();
         for name in names.into_iter().take(SCAN_MAX) {
             let path = self.requests.join(&name);
@@ -293,6 +280,21 @@ impl Broker {
                     self.audit(format!("rejected file={name} reason=\"{reason}\""));
                 }
             }
+        }
+        // Only now, so no amount of junk delays a legitimate request.
+        if !junk.is_empty() {
+            for (p, dir) in &junk {
+                // remove_dir_all never follows symlinks inside the tree.
+                let _ = if *dir {
+                    std::fs::remove_dir_all(p)
+                } else {
+                    std::fs::remove_file(p)
+                };
+            }
+            for (name, why) in bad_named {
+                self.audit(format!("rejected file={name} reason=\"{why}\""));
+            }
+            log::warn!("escalation: removed {} junk entries from the mailbox", junk.len());
         }
         ask
     }

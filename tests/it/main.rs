@@ -10,6 +10,7 @@
 mod harness;
 
 mod escalation;
+mod escalation_v2;
 mod foundation;
 mod git;
 mod net;
