@@ -1044,6 +1044,9 @@ impl Coordinator {
                 self.next_prompt(k);
             }
         }
+        // A deadline whose request is no longer waiting anywhere is dropped,
+        // so a past deadline never keeps the event loop spinning.
+        self.esc_deadlines.retain(|_, d| *d > now);
     }
 
     /// Makes the durable record of host commands match the broker's: a row
