@@ -33,8 +33,10 @@ use crate::trust::{Role, TrustAnchor};
 const SCAN_MAX: usize = 256;
 /// Most junk entries removed in one scan.
 const JUNK_MAX: usize = 4096;
-/// A `.tmp-*` file older than this is abandoned and removed.
-const TMP_GRACE: Duration = Duration::from_secs(10);
+/// A `.tmp-*` file older than this is abandoned and removed. Generous: a
+/// writer inside a loaded sandbox can be slow, and a young one costs only a
+/// `stat` per scan, never a place in it.
+const TMP_GRACE: Duration = Duration::from_secs(120);
 
 /// Host-command lifecycle, for the coordinator's durable record.
 #[derive(Debug)]

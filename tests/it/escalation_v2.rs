@@ -388,7 +388,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
                  git -C /workspace/bare config core.worktree wt; git -C /workspace/bare config core.bare false; \
                  git -C /workspace/bare config core.fsmonitor 'touch fsmon-ran; false'; \
                  git -C /workspace/bare config core.hooksPath /workspace/bare/hooks; \
-                 cd /workspace/bare; lazaret-escalate -- git status; echo rc=$?";
+                 cd /workspace/bare; rc=0; lazaret-escalate -- git status || rc=$?; echo rc=$rc";
     let r = inside(env, &ws, &cfg, shape);
     let marker = ws.join("bare/wt/fsmon-ran");
     assert!(r.stdout.contains("rc="), "{r:?}");
