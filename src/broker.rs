@@ -110,6 +110,9 @@ pub struct Broker {
     workspace: PathBuf,
     requests: PathBuf,
     results: PathBuf,
+    /// Host-only: junk that could not be removed is moved here.
+    quarantine: PathBuf,
+    quarantined: u64,
     inotify: OwnedFd,
     seen: HashSet<String>,
     runs: HashMap<String, HostRun>,
@@ -133,10 +136,11 @@ impl Broker {
         mailbox: &Path,
         audit_log: &Path,
     ) -> Result<Broker, String> {
-        let _ = std::fs::remove_dir_all(mailbox);
+        remove_tree(mailbox);
         let requests = mailbox.join("requests");
         let results = mailbox.join("results");
-        for d in [&requests, &results] {
+        let quarantine = mailbox.join("quarantine");
+        for d in [&requests, &results, &quarantine] {
             std::fs::create_dir_all(d).map_err(|e| io_msg(d, e))?;
         }
         std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_msg(mailbox, e))?;
@@ -157,6 +161,8 @@ impl Broker {
             workspace: workspace.to_path_buf(),
             requests,
             results,
+            quarantine,
+            quarantined: 0,
             inotify,
             seen: HashSet::new(),
             runs: HashMap::new(),
@@ -245,8 +251,8 @@ impl Broker {
             junk.push((e.path(), ft.is_dir()));
         }
         names.sort();
-        // Junk past JUNK_MAX is left for the next scan, which runs at once.
-        self.backlog = names.len() > SCAN_MAX || junk.len() >= JUNK_MAX;
+        // Requests past SCAN_MAX are left for the next scan, which runs at once.
+        self.backlog = names.len() > SCAN_MAX;
         let mut ask = Vec::new();
         for name in names.into_iter().take(SCAN_MAX) {
             let path = self.requests.join(&name);
@@ -285,14 +291,24 @@ impl Broker {
         }
         // Only now, so no amount of junk delays a legitimate request.
         if !junk.is_empty() {
+            let mut progress = false;
             for (p, dir) in &junk {
                 // remove_dir_all never follows symlinks inside the tree.
-                let _ = if *dir {
+                let removed = if *dir {
                     std::fs::remove_dir_all(p)
                 } else {
                     std::fs::remove_file(p)
                 };
+                // What cannot be removed (a tree the sandbox made unreadable)
+                // is moved out of the sandbox's reach, so it never comes back.
+                let moved = removed.is_err() && {
+                    self.quarantined += 1;
+                    std::fs::rename(p, self.quarantine.join(self.quarantined.to_string())).is_ok()
+                };
+                progress |= removed.is_ok() || moved;
             }
+            // Rescan at once only while the junk is going away.
+            self.backlog |= progress && junk.len() >= JUNK_MAX;
             for (name, why) in bad_named {
                 self.audit(format!("rejected file={name} reason=\"{why}\""));
             }
@@ -664,6 +680,24 @@ pub fn prompt_text(profile: &str, session: &str, req: &Request, host_cwd: &str, 
 
 /// The question; answers are whole lines.
 pub const PROMPT_QUESTION: &str = "run it? type yes, no or edit, then Enter: ";
+
+/// Removes a mailbox tree, including directories the sandbox made
+/// unreadable or unwritable (we own them on the host, so we may chmod
+/// them). Never follows a symlink.
+pub fn remove_tree(p: &Path) {
+    let Ok(md) = std::fs::symlink_metadata(p) else { return };
+    if md.file_type().is_dir() {
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                remove_tree(&e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(p);
+    } else {
+        let _ = std::fs::remove_file(p);
+    }
+}
 
 /// A request file's name: `<32 lowercase hex>.req`.
 fn well_formed_name(n: &str) -> bool {

@@ -1482,7 +1482,7 @@ impl Coordinator {
             mailbox.join("results"),
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         );
-        let _ = std::fs::remove_dir_all(&mailbox);
+        escbroker::remove_tree(&mailbox);
         for mut h in self.helpers.drain(..) {
             let _ = h.kill();
             let _ = h.wait();

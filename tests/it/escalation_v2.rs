@@ -265,6 +265,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
             seq -f %032g 1 {n} | sed 's/$/.req/' | xargs mkdir
             seq -f fifo%g 1 {n} | xargs mkfifo
             mkdir -p /tmp/l && seq -f /tmp/l/link%g 1 {n} | xargs sh -c 'ln -s "$@" {q}/' sh
+            mkdir -p locked/a && touch locked/a/f && chmod 000 locked/a locked
             echo entries=$(ls -A | wc -l)
             s=$(date +%s%N)
             lazaret-escalate -- true; echo rc=$?
