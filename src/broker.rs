@@ -643,7 +643,8 @@ impl Broker {
 /// off, main screen, SGR reset, cursor shown, ASCII character set, then
 /// the bottom line of the screen, where the prompt scrolls everything above
 /// it up.
-pub const TERMINAL_RESET: &str = "\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
+pub const TERMINAL_RESET: &str =
+    "\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
 
 /// The prompt shown in the requesting session's terminal. `host_cwd` is
 /// the host directory the command would run in (already escaped).
@@ -727,12 +728,18 @@ pub fn kill_recorded(pid: i32, start_time: u64, pgid: i32) -> usize {
             let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
                 continue;
             };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
             // Fields after the command name: state ppid pgrp session ...
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
             let f: Vec<&str> = rest.split_whitespace().collect();
-            let (Some(pg), Some(st)) = (f.get(2).and_then(|v| v.parse::<i32>().ok()), sys::parse_start_time(&stat))
-            else {
+            let (Some(pg), Some(st)) = (
+                f.get(2).and_then(|v| v.parse::<i32>().ok()),
+                sys::parse_start_time(&stat),
+            ) else {
                 continue;
             };
             if pg == pgid && st >= start_time {

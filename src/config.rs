@@ -977,7 +977,9 @@ impl Schema<'_> {
             let expected = format!("a whole number of seconds in 1..={max}");
             esc.prompt_timeout_s = match &i.val {
                 Val::Int(n) if (1..=max as i64).contains(n) => *n as u64,
-                Val::Int(n) => return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, n.to_string())),
+                Val::Int(n) => {
+                    return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, n.to_string()))
+                }
                 other => return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, got(other))),
             };
         }
@@ -1036,7 +1038,10 @@ impl Schema<'_> {
                 const EXPECTED: &str = "a directory relative to the workspace, without \"..\"";
                 let s = self.string(i, &ck, EXPECTED)?;
                 let rel = Path::new(s);
-                if !rel.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+                if !rel
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+                {
                     return Err(self.invalid(i.line, &ck, EXPECTED, quote(s)));
                 }
                 rel.components()
@@ -2592,7 +2597,9 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         );
         for prog in ["sh", "bash", "/bin/dash", "python3", "perl", "env"] {
             assert_has(
-                &err(&format!("[[escalation.auto_approve]]\nargv = [{prog:?}, \"-c\", \"x\"]\n")),
+                &err(&format!(
+                    "[[escalation.auto_approve]]\nargv = [{prog:?}, \"-c\", \"x\"]\n"
+                )),
                 &[":2: escalation.auto_approve[0].argv: expected a program that does not run a command string"],
             );
         }
@@ -2604,7 +2611,9 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             &err("[escalation]\nprompt_timeout_s = 0\n"),
             &[":2: escalation.prompt_timeout_s: expected a whole number of seconds"],
         );
-        let c = ok("[escalation]\nprompt_timeout_s = 7\n[[escalation.auto_approve]]\nargv = [\"git\"]\nharden_git = false\n");
+        let c = ok(
+            "[escalation]\nprompt_timeout_s = 7\n[[escalation.auto_approve]]\nargv = [\"git\"]\nharden_git = false\n",
+        );
         assert_eq!(c.escalation.prompt_timeout_s, 7);
         assert!(!c.escalation.auto_approve[0].harden_git);
         assert_eq!(ok("").escalation.prompt_timeout_s, 300);

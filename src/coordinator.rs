@@ -1131,11 +1131,7 @@ impl Coordinator {
             }) {
                 Ok(cred) => {
                     env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV));
-                    env.push(format!(
-                        "{}={}",
-                        escalation::PROMPT_TIMEOUT_ENV,
-                        b.prompt_timeout_s()
-                    ));
+                    env.push(format!("{}={}", escalation::PROMPT_TIMEOUT_ENV, b.prompt_timeout_s()));
                 }
                 Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
             }

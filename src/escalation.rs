@@ -408,12 +408,69 @@ fn b64_decode(s: &str) -> Option<Vec<u8>> {
 /// that run another program): never auto-approved (SR-8). Matched on the
 /// base name without a version suffix (`python3.12` is `python`).
 const COMMAND_RUNNERS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "pdksh", "yash", "fish", "csh", "tcsh", "ash", "busybox",
-    "toybox", "rbash", "python", "pypy", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua",
-    "luajit", "tclsh", "wish", "awk", "gawk", "mawk", "nawk", "env", "xargs", "nohup", "timeout", "nice",
-    "ionice", "setsid", "stdbuf", "time", "sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter",
-    "flock", "watch", "script", "expect", "ssh", "osascript", "pwsh", "powershell", "eval", "exec",
-    "command", "builtin", "find", "make", "sed",
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "pdksh",
+    "yash",
+    "fish",
+    "csh",
+    "tcsh",
+    "ash",
+    "busybox",
+    "toybox",
+    "rbash",
+    "python",
+    "pypy",
+    "perl",
+    "ruby",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "wish",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "env",
+    "xargs",
+    "nohup",
+    "timeout",
+    "nice",
+    "ionice",
+    "setsid",
+    "stdbuf",
+    "time",
+    "sudo",
+    "doas",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "flock",
+    "watch",
+    "script",
+    "expect",
+    "ssh",
+    "osascript",
+    "pwsh",
+    "powershell",
+    "eval",
+    "exec",
+    "command",
+    "builtin",
+    "find",
+    "make",
+    "sed",
 ];
 
 /// `Some(name)` when `program` is a shell or interpreter that runs a
@@ -421,10 +478,7 @@ const COMMAND_RUNNERS: &[&str] = &[
 pub fn command_runner(program: &str) -> Option<&'static str> {
     let base = program.rsplit('/').next().unwrap_or(program);
     let stem = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
-    COMMAND_RUNNERS
-        .iter()
-        .copied()
-        .find(|r| *r == base || *r == stem)
+    COMMAND_RUNNERS.iter().copied().find(|r| *r == base || *r == stem)
 }
 
 /// Configuration given to host Git on its command line, ahead of the
@@ -655,7 +709,17 @@ mod tests {
 
     #[test]
     fn shells_and_interpreters_are_recognised() {
-        for p in ["sh", "/bin/bash", "python3", "python3.12", "perl", "env", "/usr/bin/env", "zsh", "node"] {
+        for p in [
+            "sh",
+            "/bin/bash",
+            "python3",
+            "python3.12",
+            "perl",
+            "env",
+            "/usr/bin/env",
+            "zsh",
+            "node",
+        ] {
             assert!(command_runner(p).is_some(), "{p}");
         }
         for p in ["git", "gh", "ls", "echo", "true", "cargo", "shellcheck"] {

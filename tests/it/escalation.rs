@@ -95,14 +95,21 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     // Approve: output and status come back to the asking client.
     a.send("clear; lazaret-escalate --justification 'need the host' -- sh -c 'echo from-host; exit 3'; echo rc=$?");
     a.enter();
-    assert!(a.wait_for("type yes, no or edit", Duration::from_secs(10)), "{}", pane_text(&a));
+    assert!(
+        a.wait_for("type yes, no or edit", Duration::from_secs(10)),
+        "{}",
+        pane_text(&a)
+    );
     let shown = pane_text(&a);
     assert!(
         shown.contains("profile: default") && shown.contains("need the host"),
         "{shown}"
     );
     assert!(shown.contains("sh -c 'echo from-host; exit 3'"), "{shown}");
-    assert!(!pane_text(&b).contains("type yes, no or edit"), "the other session saw the prompt");
+    assert!(
+        !pane_text(&b).contains("type yes, no or edit"),
+        "the other session saw the prompt"
+    );
     // Keystrokes in the first 500 ms after the prompt appears are discarded.
     std::thread::sleep(Duration::from_millis(700));
     a.send("yes");
@@ -141,7 +148,11 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     );
     a.send(&format!("touch {}", marker.display()));
     a.enter();
-    assert!(a.wait_for("run the edited command?", Duration::from_secs(5)), "{}", pane_text(&a));
+    assert!(
+        a.wait_for("run the edited command?", Duration::from_secs(5)),
+        "{}",
+        pane_text(&a)
+    );
     a.send("yes");
     a.enter();
     assert!(a.wait_for("rc=0", Duration::from_secs(10)), "{}", pane_text(&a));
@@ -273,7 +284,11 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
     a.send("lazaret-escalate -- cat /etc/hostname");
     a.enter();
-    assert!(a.wait_for("type yes, no or edit", Duration::from_secs(10)), "{}", a.capture());
+    assert!(
+        a.wait_for("type yes, no or edit", Duration::from_secs(10)),
+        "{}",
+        a.capture()
+    );
     // Session B is answered at once while A's prompt is up.
     let t = Instant::now();
     let r = env

@@ -106,7 +106,10 @@ fn typeahead_and_typed_streams_never_decide() {
     assert!(t.wait_for("rc=126", Duration::from_secs(10)), "{}", t.capture());
     assert!(!marker.exists());
     let log = audit(env, &ws);
-    assert!(log.contains("denied by the developer") && !log.contains("approved"), "{log}");
+    assert!(
+        log.contains("denied by the developer") && !log.contains("approved"),
+        "{log}"
+    );
     // An edit is shown again and needs its own yes.
     let edited = ws.join("edited-ran");
     // The shell still holds the `a`s typed before the prompt: clear them.
@@ -117,11 +120,21 @@ fn typeahead_and_typed_streams_never_decide() {
     std::thread::sleep(Duration::from_millis(800));
     t.send("edit");
     t.enter();
-    assert!(t.wait_for("command to run instead", Duration::from_secs(5)), "{}", t.capture());
+    assert!(
+        t.wait_for("command to run instead", Duration::from_secs(5)),
+        "{}",
+        t.capture()
+    );
     t.send(&format!("touch {}", edited.display()));
     t.enter();
-    assert!(t.wait_for("run the edited command?", Duration::from_secs(5)), "{}", t.capture());
-    assert!(t.capture().contains(&format!("edited command: touch {}", edited.display())));
+    assert!(
+        t.wait_for("run the edited command?", Duration::from_secs(5)),
+        "{}",
+        t.capture()
+    );
+    assert!(t
+        .capture()
+        .contains(&format!("edited command: touch {}", edited.display())));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!edited.exists(), "ran before confirmation");
     t.send("yes");
@@ -173,13 +186,19 @@ fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
     ] {
         assert!(screen.contains(&line), "{line:?} not visible:\n{screen}");
     }
-    assert!(!screen.contains("command: git status"), "fake prompt still shown:\n{screen}");
+    assert!(
+        !screen.contains("command: git status"),
+        "fake prompt still shown:\n{screen}"
+    );
     // Nothing of the prompt is concealed or drawn in the graphics set.
     let styled = t.cmd(&["capture-pane", "-p", "-e", "-t", "t"]);
     let prompt_lines: Vec<&str> = styled.lines().filter(|l| l.contains("command: touch")).collect();
     assert!(!prompt_lines.is_empty(), "{styled}");
     for l in prompt_lines {
-        assert!(!l.contains("\u{1b}[8m") && !l.contains(";8m") && !l.contains("\u{1b}(0"), "{l:?}");
+        assert!(
+            !l.contains("\u{1b}[8m") && !l.contains(";8m") && !l.contains("\u{1b}(0"),
+            "{l:?}"
+        );
     }
     // The decision is the one shown.
     std::thread::sleep(Duration::from_millis(300));
@@ -271,13 +290,49 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
             lazaret-escalate -- true; echo rc=$?
             e=$(date +%s%N)
             echo ms=$(( (e-s)/1000000 ))
-            sleep 2
-            echo left=$(ls -A | grep -v '^.tmp-' | wc -l)"#
+            touch /workspace/junk-ready-{n}
+            while [ ! -e /workspace/junk-checked-{n} ]; do sleep 0.2; done
+            echo left-inside=$(ls -A | grep -v '^.tmp-' | wc -l)"#
         );
-        let r = inside(env, &ws, &cfg, &junk);
+        let child = env.lz(&ws, &["run", "--", "sh", "-c", &junk]).config_home(&cfg).spawn();
+        let ready = ws.join(format!("junk-ready-{n}"));
+        assert!(
+            eventually(Duration::from_secs(600), || ready.exists()),
+            "junk script never got through"
+        );
+        // What is left in the host's mailbox: the sandbox's own view of it
+        // may be cached (and gVisor keeps FIFOs to itself).
+        let host_requests = env
+            .runtime_root()
+            .join(env.domain_id("default", &ws))
+            .join("mailbox/requests");
+        let mut left = Vec::new();
+        let cleared = eventually(Duration::from_secs(10), || {
+            left = std::fs::read_dir(&host_requests)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| !n.starts_with(".tmp-"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            left.is_empty()
+        });
+        std::fs::write(ws.join(format!("junk-checked-{n}")), "").unwrap();
+        let o = child.wait_with_output().unwrap();
+        let r = crate::harness::Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        };
         eprintln!("{n} junk entries of each kind: {}", r.stdout.replace('\n', " "));
         assert!(r.stdout.contains("rc=0"), "{r:?}");
-        assert!(r.stdout.contains("left=0"), "junk not removed: {r:?}");
+        assert!(
+            cleared,
+            "junk left in the host mailbox: {} entries, e.g. {:?}",
+            left.len(),
+            &left[..left.len().min(5)]
+        );
     }
 }
 
@@ -347,8 +402,12 @@ fn a_host_command_dies_with_a_killed_coordinator() {
         "host command never ran"
     );
     let id = env.domain_id("default", &ws);
-    let hc = json_number(&env.lz(&ws, &["ps", "--json"]).config_home(&cfg).run().stdout, &id, "coordinator_pid")
-        .expect("coordinator pid");
+    let hc = json_number(
+        &env.lz(&ws, &["ps", "--json"]).config_home(&cfg).run().stdout,
+        &id,
+        "coordinator_pid",
+    )
+    .expect("coordinator pid");
     Command::new("kill").args(["-9", &hc.to_string()]).status().unwrap();
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
@@ -369,7 +428,11 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let rules = rule(&["ls"], false, "")
         + &rule(&["git", "status"], false, "cwd = \"bare\"\n")
-        + &rule(&["git", "status", "--short"], false, "cwd = \"bare\"\nharden_git = false\n");
+        + &rule(
+            &["git", "status", "--short"],
+            false,
+            "cwd = \"bare\"\nharden_git = false\n",
+        );
     let (ws, cfg) = setup(env, "esc2rules", "", &rules);
     // Another directory: not auto-approved (and with no terminal, denied).
     let r = inside(
@@ -396,7 +459,12 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     assert!(!marker.exists(), "host git ran the sandbox's fsmonitor: {r:?}");
     assert!(audit(env, &ws).contains("auto-approved"), "{}", audit(env, &ws));
     // Control: the rule that opts out of hardening shows the attack is real.
-    let r = inside(env, &ws, &cfg, "cd /workspace/bare; lazaret-escalate -- git status --short; echo rc=$?");
+    let r = inside(
+        env,
+        &ws,
+        &cfg,
+        "cd /workspace/bare; lazaret-escalate -- git status --short; echo rc=$?",
+    );
     eprintln!("unhardened control: {r:?}");
     assert!(marker.exists(), "control did not trigger the fsmonitor: {r:?}");
 
@@ -428,10 +496,7 @@ fn changed_escalation_or_network_config_refuses_the_next_join() {
     let (ws, cfg) = setup(env, "esc2fp", "", &rule(&["true"], false, ""));
     let file = cfg.join("lazaret/config.toml");
     let original = std::fs::read_to_string(&file).unwrap();
-    let _first = env
-        .lz(&ws, &["run", "--", "sleep", "120"])
-        .config_home(&cfg)
-        .spawn_bg();
+    let _first = env.lz(&ws, &["run", "--", "sleep", "120"]).config_home(&cfg).spawn_bg();
     let sock = env.runtime_root().join(env.domain_id("default", &ws)).join("hc.sock");
     assert!(eventually(Duration::from_secs(120), || sock.exists()));
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&cfg).run();
@@ -444,7 +509,10 @@ fn changed_escalation_or_network_config_refuses_the_next_join() {
         env.write(&file, &changed);
         let r = env.lz(&ws, &["run", "--", "true"]).config_home(&cfg).run();
         assert_ne!(r.code, 0, "{changed}: {r:?}");
-        assert!(r.stderr.contains("changed since this Domain started"), "{changed}: {r:?}");
+        assert!(
+            r.stderr.contains("changed since this Domain started"),
+            "{changed}: {r:?}"
+        );
     }
     env.write(&file, &original);
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&cfg).run();
