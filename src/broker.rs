@@ -293,9 +293,14 @@ impl Broker {
         if !junk.is_empty() {
             let mut progress = false;
             for (p, dir) in &junk {
-                // remove_dir_all never follows symlinks inside the tree.
+                // remove_dir_all never follows symlinks inside the tree. A
+                // directory the sandbox made unwritable (we own it on the
+                // host) is opened up first, never through a symlink.
                 let removed = if *dir {
-                    std::fs::remove_dir_all(p)
+                    std::fs::remove_dir_all(p).or_else(|_| {
+                        sys::chmod_nofollow(p, 0o700)?;
+                        std::fs::remove_dir_all(p)
+                    })
                 } else {
                     std::fs::remove_file(p)
                 };
@@ -682,21 +687,15 @@ pub fn prompt_text(profile: &str, session: &str, req: &Request, host_cwd: &str, 
 /// The question; answers are whole lines.
 pub const PROMPT_QUESTION: &str = "run it? type yes, no or edit, then Enter: ";
 
-/// Removes a mailbox tree, including directories the sandbox made
-/// unreadable or unwritable (we own them on the host, so we may chmod
-/// them). Never follows a symlink.
+/// Removes a mailbox tree without following symlinks. A subtree the
+/// sandbox made unreadable may stay behind (it is in the host-private
+/// runtime directory, and `quarantine/` is never visible to the sandbox).
 pub fn remove_tree(p: &Path) {
-    let Ok(md) = std::fs::symlink_metadata(p) else { return };
-    if md.file_type().is_dir() {
-        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
-        if let Ok(rd) = std::fs::read_dir(p) {
-            for e in rd.flatten() {
-                remove_tree(&e.path());
-            }
+    let _ = std::fs::set_permissions(p.join("results"), std::fs::Permissions::from_mode(0o700));
+    if let Err(e) = std::fs::remove_dir_all(p) {
+        if e.kind() != io::ErrorKind::NotFound {
+            log::warn!("escalation: could not remove all of {}: {e}", p.display());
         }
-        let _ = std::fs::remove_dir(p);
-    } else {
-        let _ = std::fs::remove_file(p);
     }
 }
 
