@@ -31,8 +31,9 @@ use crate::trust::{Role, TrustAnchor};
 /// burst of any size drains without waiting for another event while the
 /// event loop stays responsive.
 const SCAN_MAX: usize = 256;
-/// Most junk entries removed in one scan.
-const JUNK_MAX: usize = 4096;
+/// Most junk entries removed in one scan: small, so a flood of junk is
+/// removed over several short passes and a request waits at most one.
+const JUNK_MAX: usize = 1024;
 /// A `.tmp-*` file older than this is abandoned and removed. Generous: a
 /// writer inside a loaded sandbox can be slow, and a young one costs only a
 /// `stat` per scan, never a place in it.
