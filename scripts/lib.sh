@@ -47,7 +47,8 @@ bench_as_user() {
     cd "$here/.."
     local user=${LAZARET_TEST_USER:-lazaret-test}
     ensure_user "$user" >/dev/null
-    cargo build --release --locked 2>&1 | tail -n 1
+    use_cargo "$PWD"
+    cargo build --release --locked
     local bindir
     bindir=$(stage_binaries "$user")
     install -m 0755 "scripts/$script" "$bindir/$script"
@@ -56,4 +57,32 @@ bench_as_user() {
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
         LAZARET_BIN="$bindir/lazaret" bash "$bindir/$script" "$@"
+}
+
+# use_cargo: puts a cargo on PATH that can build Lazaret, or says exactly
+# what to do and fails. Under sudo, root's PATH usually has no cargo: the
+# invoking user's rustup toolchain (~/.cargo/bin) is used then.
+use_cargo() {
+    local repo=$1 h min have
+    if ! command -v cargo >/dev/null 2>&1; then
+        for h in ${SUDO_USER:+"$(getent passwd "$SUDO_USER" | cut -d: -f6)"} "${HOME:-}"; do
+            if [ -n "$h" ] && [ -x "$h/.cargo/bin/cargo" ]; then
+                export PATH="$h/.cargo/bin:$PATH"
+                export RUSTUP_HOME=${RUSTUP_HOME:-$h/.rustup}
+                break
+            fi
+        done
+    fi
+    min=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "no cargo found (PATH=$PATH${SUDO_USER:+, nor in ~$SUDO_USER/.cargo/bin})." >&2
+        echo "Lazaret needs Rust $min or newer: install rustup (https://rustup.rs, or 'sudo apt-get install rustup' on Debian 13+), then 'rustup default stable', and run this again." >&2
+        return 1
+    fi
+    have=$(cargo --version | awk '{print $2}')
+    if [ "$(printf '%s\n%s\n' "$min" "$have" | sort -V | head -n1)" != "$min" ]; then
+        echo "$(command -v cargo) is version $have; Lazaret needs Rust $min or newer (rust-version in Cargo.toml)." >&2
+        echo "Debian's packaged Rust is older: install rustup (https://rustup.rs), then 'rustup default stable' (or 'rustup update'), and run this again." >&2
+        return 1
+    fi
 }

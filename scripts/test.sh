@@ -17,8 +17,9 @@ ensure_user "$user"
 export LAZARET_TEST_USER=$user
 
 # The test-only fault switch (LAZARET_FAULT) is compiled in for the tests.
-echo "test.sh: building"
-cargo build --release --locked --features fault-injection 2>&1 | tail -n 3
+use_cargo "$PWD"
+echo "test.sh: building (release; the first build takes a few minutes)"
+cargo build --release --locked --features fault-injection
 
 # The integration tests need the binaries where the test user can read them.
 bindir=$(stage_binaries "$user")

@@ -32,7 +32,7 @@ const USAGE: &str = "\
 usage: lazaret <command> [options]
 
 commands:
-  run [--profile P] [--workspace DIR] [-- CMD ARGS...]
+  run [-p P] [-w DIR] [-q] [CMD ARGS...]
                        open a shell (or run CMD) in the Domain's sandbox
   ps [--json]          list running Domains and their sessions
   stop [--profile P] [--workspace DIR]
@@ -49,9 +49,15 @@ commands:
                        show persistent changes (metadata only) / check them
   state reset [DOMAIN] (--path P | --all) [--yes] [--json]
                        empty persistent state (asks first unless --yes)
+  state unhide [DOMAIN] (--path P | --all) [--json]
+                       forget hidden ignored host files (docs/git.md)
                        DOMAIN: [--profile P] [--workspace DIR] | --domain ID
   doctor [--json]      check host prerequisites and print fixes
-  version              print the version
+  version              print the version (also -V, --version)
+  help [CMD]           this text, or CMD's usage (also CMD --help)
+
+options may be written --opt=value; -p, -w and -q stand for --profile,
+--workspace and --quiet
 ";
 
 /// A failure of the CLI: a message and an exit code.
@@ -106,10 +112,16 @@ usage_from!(
 );
 
 pub fn main() -> i32 {
+    // Every helper (debootstrap's chroot, newuidmap, ip, ...) is found on
+    // one PATH: the caller's plus the sbin directories.
+    crate::hostenv::set_helper_path();
     let mut raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let cmd = raw.first().and_then(|a| a.to_str()).map(String::from);
     if cmd.is_some() {
         raw.remove(0);
+    }
+    if let Some(code) = public_preamble(cmd.as_deref(), &raw) {
+        return code;
     }
     // The internal roles log to stderr (the coordinator log file).
     if matches!(cmd.as_deref(), Some("__coordinator") | Some("__supervisor")) {
@@ -125,17 +137,26 @@ pub fn main() -> i32 {
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
         Some("state") => refuse_root().and_then(|()| crate::state::cmd(raw).map_err(Failure::from)),
-        Some("version") | Some("--version") => {
+        Some("version") | Some("--version") | Some("-V") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
             if cfg!(feature = "fault-injection") {
                 println!("built with fault-injection (LAZARET_FAULT): for tests only");
             }
             Ok(0)
         }
-        Some("help") | Some("--help") | Some("-h") => {
-            print!("{USAGE}");
-            Ok(0)
-        }
+        Some("help") | Some("--help") | Some("-h") => match raw.first().and_then(|a| a.to_str()) {
+            None => {
+                print!("{USAGE}");
+                Ok(0)
+            }
+            Some(c) => match crate::usage::of(c) {
+                Some(u) => {
+                    print!("{u}");
+                    Ok(0)
+                }
+                None => Err(Failure::usage(format!("unknown command {c:?}: see `lazaret help`"))),
+            },
+        },
         Some("__coordinator") => internal_coordinator(raw),
         Some("__supervisor") => internal_supervisor(raw),
         Some("__state-helper") => Ok(crate::statefs::helper_main(raw)),
@@ -146,9 +167,31 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(f) => {
             restore_terminal();
+            let f = plain_failure(f);
             eprintln!("lazaret: {}", f.msg);
             f.code
         }
+    }
+}
+
+/// The one place a failure's message and exit code are settled before they
+/// are shown: a full disk under the storage root or the runtime dir is
+/// said as "no space left on DEVICE (PATH)" whatever step hit it.
+fn plain_failure(f: Failure) -> Failure {
+    if f.code == EXIT_USAGE {
+        return f;
+    }
+    let mut roots = Vec::new();
+    if let Ok(s) = paths::storage_root() {
+        roots.push(s);
+    }
+    if let Ok(cfg) = config::load(&config::config_path()) {
+        roots.push(paths::runtime_root(cfg.runtime_dir.as_deref()));
+    }
+    let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+    Failure {
+        code: f.code,
+        msg: crate::nospace::explain(&f.msg, &refs),
     }
 }
 
@@ -187,6 +230,7 @@ struct Resolved {
 fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
     let cfg = config::load(&config::config_path())?;
     let name = profile.unwrap_or_else(|| "default".into());
+    warn_broken_profiles(&cfg, Some(&name));
     let profile = cfg.profile(&name)?.clone();
     let dir = match workspace {
         Some(w) => {
@@ -206,6 +250,7 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
     config::check_location(&cfg.path, &workspace, &profile.volumes)?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    check_workspace_root(&workspace, &storage, &runtime, &cfg.path)?;
     paths::ensure_private_dir(&storage)?;
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
@@ -220,17 +265,28 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
     })
 }
 
+/// Workspace-root safety (see `domain::check_workspace_root`).
+fn check_workspace_root(workspace: &Path, storage: &Path, runtime: &Path, config: &Path) -> Result<(), Failure> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    let mut keep: Vec<(&'static str, &Path)> = vec![
+        ("the Lazaret storage root", storage),
+        ("the Lazaret runtime dir", runtime),
+        ("the Lazaret config file", config),
+    ];
+    if let Some(h) = &home {
+        keep.push(("your home directory", h));
+    }
+    Ok(domain::check_workspace_root(workspace, &keep)?)
+}
+
 // ---- run ------------------------------------------------------------------------
 
 fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let (opts, cmd) = match raw.iter().position(|a| a == "--") {
-        Some(i) => (raw[..i].to_vec(), raw[i + 1..].to_vec()),
-        None => (raw, Vec::new()),
-    };
+    let (opts, cmd) = crate::usage::split_run(raw);
     let mut args = pico_args::Arguments::from_vec(opts);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
-    let quiet = args.contains("--quiet");
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
+    let quiet = args.contains(["-q", "--quiet"]);
     finish_args(args)?;
     let argv: Vec<String> = cmd
         .into_iter()
@@ -242,11 +298,14 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     refuse_root()?;
     let r = resolve(profile, workspace)?;
     // A network policy the config cannot yield is bad input too.
-    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
+    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
-    // A missing image is bad input, reported before anything starts.
+    preflight(&r)?;
+    // A missing image is bad input, reported before anything starts; a
+    // published Domain already runs on its prepared lower and needs none.
     if matches!(r.profile.image, ImageSource::Default)
         && !image::images_dir(&r.storage).join("default/index.json").exists()
+        && !r.paths.socket().exists()
     {
         return Err(Failure::usage(format!(
             "the default image is not built yet: run `lazaret image build` (it goes to {})",
@@ -488,6 +547,11 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
     let mut prompt: Option<Prompt> = None;
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
     loop {
+        // Frames read ahead with Welcome (or in one read with others) are
+        // acted on before waiting for more: poll cannot see them.
+        if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+            return Ok(code);
+        }
         let mut fds = vec![
             sys::PollFd::new(sock, libc::POLLIN),
             sys::PollFd::new(signals, libc::POLLIN),
@@ -542,46 +606,65 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
             }
         }
         if fds[0].readable() {
-            if let Err(e) = reader.fill(stream) {
+            let filled = reader.fill(stream);
+            // Everything already received is shown before end-of-file is
+            // reported: the Exit frame may be in the same read as the EOF.
+            if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+                return Ok(code);
+            }
+            if let Err(e) = filled {
                 restore_terminal();
                 return Err(Failure::runtime(format!(
                     "lost the connection to the coordinator ({e}); the session is gone"
                 )));
             }
-            loop {
-                match reader.next::<ServerMsg>() {
-                    Ok(Some(ServerMsg::Stdout(d))) => {
-                        let _ = sys::write_all(1, &d);
-                    }
-                    Ok(Some(ServerMsg::Stderr(d))) => {
-                        let _ = sys::write_all(2, &d);
-                    }
-                    Ok(Some(ServerMsg::Exit { code })) => return Ok(code),
-                    Ok(Some(ServerMsg::Prompt { request_id, text })) => {
-                        prompt = Some(Prompt::show(request_id, &text));
-                    }
-                    Ok(Some(ServerMsg::PromptEnd { request_id, text })) => {
-                        if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
-                            prompt = None;
-                        }
-                        let _ = sys::write_all(1, text.as_bytes());
-                    }
-                    Ok(Some(ServerMsg::Closing { reason })) => {
+        }
+    }
+}
+
+/// Acts on every whole frame buffered in `reader`. `Some(code)` once the
+/// session's Exit frame is read.
+fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool) -> Result<Option<i32>, Failure> {
+    loop {
+        match reader.next::<ServerMsg>() {
+            Ok(Some(ServerMsg::Stdout(d))) => {
+                // Our reader is gone (`lazaret run -- yes | head -1`): end
+                // as a shell pipeline member does, 128+SIGPIPE; the
+                // coordinator ends the session when we leave.
+                if let Err(e) = sys::write_all(1, &d) {
+                    if e.raw_os_error() == Some(libc::EPIPE) {
                         restore_terminal();
-                        if tty {
-                            eprint!("\r\n");
-                        }
-                        return Err(Failure::runtime(format!("session closed: {reason}")));
+                        return Ok(Some(128 + libc::SIGPIPE));
                     }
-                    Ok(Some(other)) => {
-                        return Err(Failure::runtime(format!(
-                            "unexpected message from the coordinator: {other:?}"
-                        )))
-                    }
-                    Ok(None) => break,
-                    Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
                 }
             }
+            Ok(Some(ServerMsg::Stderr(d))) => {
+                let _ = sys::write_all(2, &d);
+            }
+            Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
+            Ok(Some(ServerMsg::Prompt { request_id, text })) => {
+                *prompt = Some(Prompt::show(request_id, &text));
+            }
+            Ok(Some(ServerMsg::PromptEnd { request_id, text })) => {
+                if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
+                    *prompt = None;
+                }
+                let _ = sys::write_all(1, text.as_bytes());
+            }
+            Ok(Some(ServerMsg::Closing { reason })) => {
+                restore_terminal();
+                if tty {
+                    eprint!("\r\n");
+                }
+                return Err(Failure::runtime(format!("session closed: {reason}")));
+            }
+            Ok(Some(other)) => {
+                return Err(Failure::runtime(format!(
+                    "unexpected message from the coordinator: {other:?}"
+                )))
+            }
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
         }
     }
 }
@@ -609,6 +692,7 @@ fn query_status(sock: &Path) -> Option<ipc::StatusInfo> {
 
 fn runtime_root_for_queries() -> Result<PathBuf, Failure> {
     let cfg = config::load(&config::config_path())?;
+    warn_broken_profiles(&cfg, None);
     Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
 }
 
@@ -637,11 +721,11 @@ fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         for st in &all {
             println!(
                 "{}  {}  {}  generation {}  {}  coordinator {} (pid {})  supervisor pid {}  runsc pid {}",
-                st.domain_id,
-                st.profile,
-                st.workspace,
+                crate::display::escape(&st.domain_id),
+                crate::display::escape(&st.profile),
+                crate::display::escape(&st.workspace),
                 st.generation,
-                st.phase,
+                crate::display::escape(&st.phase),
                 st.coordinator_id,
                 st.coordinator_pid,
                 st.supervisor_pid,
@@ -650,8 +734,8 @@ fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             for s in &st.sessions {
                 println!(
                     "    session {}  {}  client pid {}  exec pid {}{}",
-                    s.session_id,
-                    s.argv0,
+                    crate::display::escape(&s.session_id),
+                    crate::display::escape(&s.argv0),
                     s.client_pid,
                     s.exec_pid,
                     if s.tty { "  tty" } else { "" }
@@ -704,8 +788,8 @@ fn status_json(all: &[ipc::StatusInfo]) -> String {
 
 fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     finish_args(args)?;
     refuse_root()?;
     let r = resolve(profile, workspace)?;
@@ -774,7 +858,7 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     match sub.as_ref().and_then(|s| s.to_str()) {
         Some("build") => {
             let mut args = pico_args::Arguments::from_vec(raw);
-            let quiet = args.contains("--quiet");
+            let quiet = args.contains(["-q", "--quiet"]);
             let if_missing = args.contains("--if-missing");
             finish_args(args)?;
             refuse_root()?;
@@ -817,8 +901,8 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         return Err(Failure::usage("`lazaret net` needs a command: show"));
     }
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let json = args.contains("--json");
     finish_args(args)?;
     let r = resolve(profile, workspace)?;
@@ -833,6 +917,103 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         json,
     )
     .map_err(Failure::usage)
+}
+
+/// Before a public command runs: `CMD --help` prints its usage (exit 0);
+/// commands that only print get the default SIGPIPE, so `| head` ends them
+/// quietly (status 141) instead of a panic on EPIPE; the config's broken
+/// profiles are named once for commands that need no profile.
+fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32> {
+    let cmd = cmd?;
+    if matches!(cmd, "-h" | "--help" | "-V" | "--version") {
+        sigpipe_default();
+        return None;
+    }
+    let usage = crate::usage::of(cmd)?;
+    let opts: &[std::ffi::OsString] = if cmd == "run" {
+        &crate::usage::split_run(raw.to_vec()).0
+    } else {
+        raw
+    };
+    if cmd != "help" && crate::usage::wants_help(opts) {
+        sigpipe_default();
+        print!("{usage}");
+        return Some(0);
+    }
+    if cmd != "run" {
+        sigpipe_default();
+    }
+    if matches!(cmd, "image" | "state") {
+        if let Ok(cfg) = config::load(&config::config_path()) {
+            warn_broken_profiles(&cfg, None);
+        }
+    }
+    None
+}
+
+/// The default action for SIGPIPE: a closed reader ends the process the
+/// way it ends `cat` (Rust ignores SIGPIPE, and `println!` then panics on
+/// EPIPE, which the release profile turns into an abort).
+fn sigpipe_default() {
+    // SAFETY: setting a signal disposition before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Prints one warning per broken profile other than `except`, once per
+/// process.
+fn warn_broken_profiles(cfg: &config::Config, except: Option<&str>) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    for w in cfg.warnings(except) {
+        eprintln!("lazaret: {w}");
+    }
+}
+
+/// Bad input a `run` can be refused for before anything starts (exit 2): a
+/// volume whose host path does not exist, an image path that is not there.
+fn preflight(r: &Resolved) -> Result<(), Failure> {
+    if let Some(v) = crate::guestsetup::missing_volume(&r.profile.volumes) {
+        return Err(Failure::usage(format!(
+            "{}: profile {:?}: volume host path {} (for {}) does not exist: create it or fix `volumes`",
+            r.cfg.path.display(),
+            r.profile.name,
+            v.host.display(),
+            v.guest
+        )));
+    }
+    // Where a volume may be mounted is known once the lower exists (the
+    // coordinator checks again after preparing it).
+    if matches!(r.profile.image, ImageSource::Default) && !r.profile.volumes.is_empty() {
+        let layout = image::images_dir(&r.storage).join("default");
+        if let Ok(digest) = image::manifest_digest(&layout, image::DEFAULT_TAG) {
+            let rootfs = image::lowers_dir(&r.storage).join(image::artifact_id(&digest)).join("rootfs");
+            if rootfs.is_dir() {
+                crate::guestsetup::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist)
+                    .map_err(|e| Failure::usage(format!("{}: profile {:?}: {e}", r.cfg.path.display(), r.profile.name)))?;
+            }
+        }
+    }
+    match &r.profile.image {
+        ImageSource::Oci { path, .. } if !path.join("index.json").is_file() => Err(Failure::usage(format!(
+            "{}: profile {:?}: image {}: {} is not an OCI layout (no index.json): fix `image`",
+            r.cfg.path.display(),
+            r.profile.name,
+            r.profile.image,
+            path.display()
+        ))),
+        ImageSource::DockerArchive(file) if !file.is_file() => Err(Failure::usage(format!(
+            "{}: profile {:?}: image {}: {} is not a file: fix `image`",
+            r.cfg.path.display(),
+            r.profile.name,
+            r.profile.image,
+            file.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn cmd_doctor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {

@@ -21,6 +21,8 @@
 //! env = { KEY = "value" }
 //! isolate_ignored = true
 //! ipv6 = false
+//! caps = ["CHOWN", "SETUID"]            # optional; narrows DEFAULT_CAPS
+//! git_identity = true
 //! [profiles.NAME.network]
 //! allow = ["198.18.0.0/15"]
 //! deny = []
@@ -56,6 +58,24 @@ pub const DEFAULT_COMMAND: &[&str] = &["/bin/bash", "-l"];
 pub const DEFAULT_PERSIST: &[&str] = &["/usr", "/etc", "/var", "/opt", "/root", "/home"];
 /// Guest paths owned by lazaret; `persist` and volume targets may not be or lie under them.
 pub const RESERVED_GUEST_PATHS: &[&str] = &["/workspace", "/.lazaret", "/proc", "/dev", "/sys"];
+/// The sandbox's capabilities unless a profile narrows them (`caps`): the
+/// container-default set minus what would reach past gVisor's own kernel.
+/// Never CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN or CAP_SYS_PTRACE; see
+/// docs/threat-model.md for why each one is here.
+pub const DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+    "CAP_MKNOD",
+];
 
 const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "profiles"];
 const NETWORK_KEYS: &[&str] = &["default_deny"];
@@ -70,6 +90,8 @@ const PROFILE_KEYS: &[&str] = &[
     "isolate_ignored",
     "ipv6",
     "network",
+    "caps",
+    "git_identity",
 ];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
 
@@ -91,6 +113,9 @@ pub struct Config {
     pub escalation: Escalation,
     /// Always contains [`DEFAULT_PROFILE`].
     pub profiles: BTreeMap<String, Profile>,
+    /// Profiles the file defines wrongly, with the first error of each: only
+    /// that profile is unusable (`profile` returns its error).
+    pub broken_profiles: BTreeMap<String, ConfigError>,
 }
 
 /// Host-command escalation settings.
@@ -149,6 +174,11 @@ pub struct Profile {
     /// `network.mode`: `true` for `"slirp"` (the default), `false` for
     /// `"none"` (loopback only, no helper).
     pub network: bool,
+    /// Capabilities of sandboxed processes (`CAP_*`), a subset of
+    /// [`DEFAULT_CAPS`] in that order.
+    pub caps: Vec<String>,
+    /// Whether the host's Git identity is visible inside (`/etc/gitconfig`).
+    pub git_identity: bool,
 }
 
 /// Where the root filesystem image comes from.
@@ -368,11 +398,25 @@ impl Config {
             default_deny: None,
             escalation: Escalation::default(),
             profiles,
+            broken_profiles: BTreeMap::new(),
         }
+    }
+
+    /// One line per broken profile other than `except`, each naming the file
+    /// and line of its error.
+    pub fn warnings(&self, except: Option<&str>) -> Vec<String> {
+        self.broken_profiles
+            .iter()
+            .filter(|(n, _)| Some(n.as_str()) != except)
+            .map(|(n, e)| format!("warning: profile {:?} is unusable until fixed: {e}", n))
+            .collect()
     }
 
     /// Looks up a profile; unknown names are an error naming the file and the known profiles.
     pub fn profile(&self, name: &str) -> Result<&Profile, ConfigError> {
+        if let Some(e) = self.broken_profiles.get(name) {
+            return Err(e.clone());
+        }
         self.profiles.get(name).ok_or_else(|| ConfigError::UnknownProfile {
             path: self.path.clone(),
             name: name.to_string(),
@@ -397,6 +441,8 @@ impl Profile {
             isolate_ignored: true,
             dns: Vec::new(),
             network: true,
+            caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
+            git_identity: true,
         }
     }
 
@@ -451,6 +497,12 @@ impl Profile {
         }
         if !self.network {
             put("network", &["none"]);
+        }
+        if self.caps.iter().map(String::as_str).ne(DEFAULT_CAPS.iter().copied()) {
+            put("caps", &self.caps.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.git_identity {
+            put("git_identity", &["false"]);
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
@@ -958,8 +1010,17 @@ impl Schema<'_> {
                         quote(name),
                     ));
                 }
-                let profile = self.profile(name, pitem, &key)?;
-                cfg.profiles.insert(name.clone(), profile);
+                // A wrong profile breaks only itself: the others, and the
+                // commands that need no profile, keep working.
+                match self.profile(name, pitem, &key) {
+                    Ok(profile) => {
+                        cfg.profiles.insert(name.clone(), profile);
+                    }
+                    Err(e) => {
+                        cfg.profiles.remove(name);
+                        cfg.broken_profiles.insert(name.clone(), e);
+                    }
+                }
             }
         }
         Ok(cfg)
@@ -1174,7 +1235,42 @@ impl Schema<'_> {
                 };
             }
         }
+        if let Some(i) = t.get("caps") {
+            p.caps = self.caps(i, &k("caps"))?;
+        }
+        if let Some(i) = t.get("git_identity") {
+            p.git_identity = self.boolean(i, &k("git_identity"))?;
+        }
         Ok(p)
+    }
+
+    /// `caps`: names from [`DEFAULT_CAPS`], with or without `CAP_`; kept
+    /// in the order of [`DEFAULT_CAPS`].
+    fn caps(&self, item: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+        let expected = format!(
+            "an array of capabilities from: {}",
+            DEFAULT_CAPS
+                .iter()
+                .map(|c| c.trim_start_matches("CAP_"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut seen: Vec<(usize, String)> = Vec::new();
+        for (line, s) in self.strings(item, key, &expected)? {
+            let name = format!("CAP_{}", s.trim_start_matches("CAP_").to_ascii_uppercase());
+            if !DEFAULT_CAPS.contains(&name.as_str()) {
+                return Err(self.invalid(line, key, expected.clone(), quote(s)));
+            }
+            if let Some((first_line, _)) = seen.iter().find(|(_, c)| *c == name) {
+                return Err(self.duplicate(line, *first_line, key, s));
+            }
+            seen.push((line, name));
+        }
+        Ok(DEFAULT_CAPS
+            .iter()
+            .filter(|c| seen.iter().any(|(_, s)| s == *c))
+            .map(|c| c.to_string())
+            .collect())
     }
 
     fn duplicate(&self, line: usize, first_line: usize, key: &str, value: &str) -> ConfigError {
@@ -2023,6 +2119,7 @@ mod tests {
 
     fn ok(text: &str) -> Config {
         match parse(Path::new(FILE), text) {
+            Ok(c) if !c.broken_profiles.is_empty() => panic!("unexpected error: {:?}", c.broken_profiles),
             Ok(c) => c,
             Err(e) => panic!("unexpected error: {}", e),
         }
@@ -2031,6 +2128,8 @@ mod tests {
     /// The error message; fails the test if parsing succeeds.
     fn err(text: &str) -> String {
         match parse(Path::new(FILE), text) {
+            // A wrong profile is reported as that profile's error.
+            Ok(c) if !c.broken_profiles.is_empty() => c.broken_profiles.values().next().unwrap().to_string(),
             Ok(c) => panic!("expected an error, got {:?}", c),
             Err(e) => e.to_string(),
         }
@@ -3050,5 +3149,37 @@ deny = ["::/0"]
             }
         }
         assert!(errors > 1000, "mutations should mostly fail ({} did)", errors);
+    }
+
+    #[test]
+    fn a_broken_profile_breaks_only_itself() {
+        let c = parse(Path::new(FILE), "[profiles.a]\nipv6 = false\n[profiles.b]\ncomand = [\"sh\"]\n").unwrap();
+        assert!(c.profile("a").is_ok());
+        assert!(c.profile("default").is_ok());
+        let e = c.profile("b").unwrap_err().to_string();
+        assert_has(&e, &[FILE, ":4:", "profiles.b.comand", "unknown key"]);
+        let w = c.warnings(Some("a"));
+        assert_eq!(w.len(), 1);
+        assert_has(&w[0], &["profile \"b\"", ":4:"]);
+        assert!(c.warnings(Some("b")).is_empty());
+        // Outside a profile an error still fails the whole file.
+        assert!(parse(Path::new(FILE), "runtime_dir = \"rel\"\n[profiles.a]\n").is_err());
+    }
+
+    #[test]
+    fn caps_narrow_the_default_set_and_never_widen_it() {
+        let c = ok("[profiles.d]\ncaps = [\"setuid\", \"CAP_CHOWN\"]\n");
+        assert_eq!(c.profile("d").unwrap().caps, ["CAP_CHOWN", "CAP_SETUID"]);
+        assert_eq!(c.profile("default").unwrap().caps.len(), DEFAULT_CAPS.len());
+        for bad in ["NET_ADMIN", "CAP_NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "ALL"] {
+            let e = err(&format!("[profiles.d]\ncaps = [\"{bad}\"]\n"));
+            assert_has(&e, &[":2:", "profiles.d.caps", "expected an array of capabilities from: CHOWN"]);
+        }
+        assert_has(&err("[profiles.d]\ncaps = [\"KILL\", \"CAP_KILL\"]\n"), &["listed twice"]);
+        assert!(!ok("[profiles.d]\ngit_identity = false\n").profile("d").unwrap().git_identity);
+        assert_ne!(
+            ok("[profiles.d]\ncaps = [\"KILL\"]\n").profile("d").unwrap().fingerprint(),
+            Profile::builtin("d").fingerprint()
+        );
     }
 }

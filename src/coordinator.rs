@@ -186,6 +186,7 @@ struct Coordinator {
     runsc_args: Vec<String>,
     sup: Option<Supervisor>,
     runsc_pid: i32,
+    runsc_start: u64,
     owned_rows: Vec<i64>,
     listener: Option<UnixListener>,
     signals: OwnedFd,
@@ -228,7 +229,15 @@ impl Coordinator {
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
         let dp = DomainPaths::new(&storage, &runtime, &domain_id);
         dp.ensure().map_err(|e| e.to_string())?;
-        let mut store = Store::open(&dp.store()).map_err(|e| e.to_string())?;
+        let mut store = match Store::open(&dp.store()) {
+            Ok(s) => s,
+            Err(e) => {
+                // A Domain root that never got a store (a full disk) is not
+                // left behind as an empty, nameless Domain.
+                let _ = std::fs::remove_dir(&dp.root);
+                return Err(e.to_string());
+            }
+        };
         recover(&store, &dp);
 
         let generation = store
@@ -258,6 +267,7 @@ impl Coordinator {
             sandbox_id,
             sup: None,
             runsc_pid: 0,
+            runsc_start: 0,
             owned_rows: Vec::new(),
             listener: None,
             signals,
@@ -327,6 +337,13 @@ impl Coordinator {
             crate::anchor::prepare_generation(&self.paths.root, &gen_dir, &lower.rootfs(), &self.profile.persist)
                 .map_err(|e| e.to_string())?;
         binds.extend(self.net.binds());
+        // The profile's volumes (over any persistent path they lie under),
+        // and the host's Git identity as read-only system config.
+        crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
+        binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
+        if self.profile.git_identity {
+            binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
+        }
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {
@@ -383,6 +400,7 @@ impl Coordinator {
             hostname: "lazaret".into(),
             binds,
             netns: self.net.sandbox_netns(),
+            caps: self.profile.caps.clone(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -479,6 +497,7 @@ impl Coordinator {
         let rpid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
         let rstart: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
         self.runsc_pid = rpid;
+        self.runsc_start = rstart;
         let row = self
             .store
             .record_intent(self.generation, "process", "runsc-run")
@@ -662,6 +681,14 @@ impl Coordinator {
         let mut line = String::new();
         let n = sup.status.read_line(&mut line).unwrap_or(0);
         let line = line.trim().to_string();
+        if let Some(name) = line.strip_prefix("helper-died ") {
+            // Publication is withdrawn at once (teardown starts on the next
+            // turn of the loop); every session is told which helper died.
+            log::warn!("supervisor: helper {name} died");
+            self.phase = "failed";
+            self.stop_reason = Some(helper_died_reason(name));
+            return;
+        }
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
@@ -848,12 +875,20 @@ impl Coordinator {
                 }
             }
             (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
+            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == libc::SIGQUIT => {
+                // SIGQUIT goes to the guest session, never to `runsc exec`:
+                // Go's runtime would answer it with a goroutine dump on the
+                // user's terminal and exit 2.
+                let pid = self.sessions.get(&s).and_then(Self::guest_pid);
+                if let Some(pid) = pid {
+                    if let Ok(c) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), "3"]) {
+                        self.helpers.push(c);
+                    }
+                }
+            }
             (true, Some(s), ClientMsg::Signal(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
-                    if matches!(
-                        sig as i32,
-                        libc::SIGINT | libc::SIGQUIT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP
-                    ) {
+                    if matches!(sig as i32, libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP) {
                         // runsc exec forwards what it receives to its guest process.
                         let _ = sys::kill(sess.exec.id() as i32, sig as i32);
                     }
@@ -1116,6 +1151,9 @@ impl Coordinator {
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
         let mut env = plan::session_env(&self.profile.env, term);
+        if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
+            env.push(crate::guestsetup::git_env());
+        }
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.
@@ -1137,10 +1175,11 @@ impl Coordinator {
             }
         }
         let spec = plan::SessionPlan {
-            argv: argv.clone(),
+            argv: plan::guarded_argv(&argv),
             env,
             cwd,
             terminal: tty.is_some(),
+            caps: self.profile.caps.clone(),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
         // The spec carries the session's key: it goes through a pipe, never
@@ -1396,6 +1435,16 @@ impl Coordinator {
                     break;
                 }
             }
+            // `runsc exec` says 128 (and prints its own error) when the
+            // sandbox went away under it: that is not the command's status.
+            if code >= 128 && self.sandbox_lost(code) {
+                self.phase = "failed";
+                let reason = self.stop_reason.get_or_insert_with(sandbox_lost_reason).clone();
+                let conn = self.sessions[&k].conn;
+                self.send(conn, &ServerMsg::Closing { reason });
+                self.close_session(k, None);
+                continue;
+            }
             self.close_session(k, Some(code));
         }
         if let Some(sup) = self.sup.as_mut() {
@@ -1405,6 +1454,34 @@ impl Coordinator {
                 self.stop_reason
                     .get_or_insert_with(|| "the sandbox stopped unexpectedly".into());
             }
+        }
+    }
+
+    /// Whether the sandbox is gone, given that a session's `runsc exec`
+    /// just exited with `code`. The attached `runsc run` exits right after
+    /// its sandbox; a short grace covers the order of the two exits.
+    fn sandbox_lost(&mut self, code: i32) -> bool {
+        let grace = if code == 128 {
+            Duration::from_millis(1000)
+        } else {
+            Duration::from_millis(200)
+        };
+        let deadline = Instant::now() + grace;
+        loop {
+            // The supervisor gone takes the sandbox with it (PDEATHSIG).
+            let sup_gone = self
+                .sup
+                .as_mut()
+                .is_some_and(|s| matches!(s.child.try_wait(), Ok(Some(_))));
+            let runsc_gone = self.runsc_pid > 0
+                && (!sys::same_process(self.runsc_pid, self.runsc_start) || is_zombie(self.runsc_pid));
+            if sup_gone || runsc_gone {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -1503,6 +1580,9 @@ impl Coordinator {
         // pid by start time and kill only an exact match.
         if let Ok(list) = self.store.unreleased() {
             for o in list.iter().filter(|o| o.generation == self.generation) {
+                if o.kind == "runsc-container" {
+                    remove_runsc_state(&self.paths.runsc_root(), &o.name);
+                }
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
                     if sys::same_process(pid, st) {
                         log::warn!("{} (pid {pid}) outlived teardown: killing it", o.name);
@@ -1529,6 +1609,28 @@ impl Coordinator {
         self.conns.clear();
         log::info!("generation {} {final_phase}", self.generation);
     }
+}
+
+/// Whether `pid` has exited but is not reaped yet (state `Z` or `X`).
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| st.rfind(')').map(|i| st[i + 1..].trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
+fn sandbox_lost_reason() -> String {
+    "the sandbox stopped unexpectedly (it was killed or crashed), so this Domain was stopped; \
+     run `lazaret run` again to start it afresh"
+        .into()
+}
+
+/// The one sentence a session is told when a helper of its generation died.
+fn helper_died_reason(name: &str) -> String {
+    format!(
+        "the sandbox's helper {} died, so this Domain was stopped; run `lazaret run` again to start it afresh",
+        crate::display::escape(name)
+    )
 }
 
 fn read_status_line(r: &mut io::BufReader<File>, fd: RawFd, deadline: Instant) -> Result<String, String> {
@@ -1618,6 +1720,20 @@ fn recover(store: &Store, dp: &DomainPaths) {
                 );
                 let _ = sys::kill(pid, libc::SIGKILL);
             }
+            ("process", Some(pid), Some(_)) => {
+                log::info!(
+                    "recovery: {} (pid {pid}) of generation {} is gone (pid absent or reused: not touched)",
+                    o.name,
+                    o.generation
+                );
+            }
+            ("process", _, _) => {
+                log::info!(
+                    "recovery: {} of generation {} was only an intent (no pid recorded): nothing to stop",
+                    o.name,
+                    o.generation
+                );
+            }
             ("host-command", Some(pid), Some(st)) => {
                 let pgid = store.owned_pgid(o.row).ok().flatten().unwrap_or(pid);
                 let n = escbroker::kill_recorded(pid, st, pgid);
@@ -1629,19 +1745,14 @@ fn recover(store: &Store, dp: &DomainPaths) {
                     );
                 }
             }
-            ("runsc-container", _, _) => {
-                let root = dp.runsc_root();
-                if let Ok(rd) = std::fs::read_dir(&root) {
-                    for e in rd.flatten() {
-                        let n = e.file_name().to_string_lossy().to_string();
-                        if n.starts_with(&format!("{}_", o.name)) || n == format!("runsc-{}.sock", o.name) {
-                            log::warn!("recovery: removing runsc state {n}");
-                            let _ = std::fs::remove_file(e.path());
-                        }
-                    }
-                }
+            ("runsc-container", _, _) => remove_runsc_state(&dp.runsc_root(), &o.name),
+            (kind, _, _) => {
+                log::warn!(
+                    "recovery: refusing to touch {kind} {:?} of generation {}: not a kind this lazaret owns",
+                    o.name,
+                    o.generation
+                );
             }
-            _ => {}
         }
         let _ = store.release(o.row);
     }
@@ -1652,6 +1763,69 @@ fn recover(store: &Store, dp: &DomainPaths) {
         }
     }
     let _ = std::fs::remove_dir_all(dp.gen_dir());
+    // `domain.json` temp files a dead coordinator was writing.
+    if let Ok(rd) = std::fs::read_dir(&dp.root) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if crate::state::is_meta_temp(&n) && e.file_type().is_ok_and(|t| t.is_file()) {
+                log::info!("recovery: removing {n}");
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    // Publication temp sockets of dead generations (`hc.sock.N`).
+    if let Ok(rd) = std::fs::read_dir(&dp.run) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.strip_prefix("hc.sock.")
+                .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    match store.prune_history(KEEP_GENERATIONS) {
+        Ok(0) => {}
+        Ok(n) => log::info!("store: forgot {n} old generations (keeping the last {KEEP_GENERATIONS})"),
+        Err(e) => log::warn!("store: pruning history: {e}"),
+    }
+}
+
+/// How many generations (with their sessions) the store remembers.
+const KEEP_GENERATIONS: u64 = 100;
+
+/// Whether `file` in a runsc root is state of container `id`: runsc names
+/// them `ID_sandbox:ID.state` / `.lock` and the control socket `runsc-ID.sock`.
+pub fn is_runsc_state_of(file: &str, id: &str) -> bool {
+    let Some(rest) = file.strip_prefix(id).and_then(|r| r.strip_prefix('_')) else {
+        return file == format!("runsc-{id}.sock");
+    };
+    let stem = rest.strip_suffix(".state").or_else(|| rest.strip_suffix(".lock"));
+    stem.is_some_and(|s| !s.contains('/') && !s.is_empty())
+}
+
+/// Removes runsc's state for container `id` by its recorded name, only
+/// regular files and sockets (never what a symlink points at).
+fn remove_runsc_state(root: &Path, id: &str) {
+    // A recorded id is ours only if it has the shape we mint.
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        log::warn!("recovery: refusing runsc state of {id:?}: not a container id this lazaret mints");
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        if !is_runsc_state_of(&n, id) {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_file() || std::os::unix::fs::FileTypeExt::is_socket(&t) => {
+                log::info!("removing runsc state {n}");
+                let _ = std::fs::remove_file(e.path());
+            }
+            _ => log::warn!("recovery: refusing to remove {n}: not a regular file or socket"),
+        }
+    }
 }
 
 /// Opens the coordinator log for the spawning CLI (stderr of the HC).
@@ -1661,4 +1835,31 @@ pub fn open_log(path: &Path) -> io::Result<File> {
         .append(true)
         .mode(0o600)
         .open(path)
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::is_runsc_state_of;
+
+    #[test]
+    fn runsc_state_is_matched_by_exact_container_id() {
+        let id = "lz-0123abcd-beef";
+        for ours in [
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.state",
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.lock",
+            "runsc-lz-0123abcd-beef.sock",
+        ] {
+            assert!(is_runsc_state_of(ours, id), "{ours}");
+        }
+        for not_ours in [
+            "lz-0123abcd-beef2_sandbox:lz-0123abcd-beef2.state",
+            "lz-0123abcd-bee_sandbox:x.state",
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.state.tmp",
+            "lz-0123abcd-beef_.state",
+            "runsc-lz-0123abcd-beef.sock.old",
+            "lz-0123abcd-beef",
+        ] {
+            assert!(!is_runsc_state_of(not_ours, id), "{not_ours}");
+        }
+    }
 }

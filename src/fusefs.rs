@@ -71,9 +71,20 @@ const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Side {
+pub(crate) enum Side {
     Host,
     Store,
+}
+
+/// Host workspace files stay the developer's: the sandbox's root holds
+/// CAP_CHOWN, but a `chown` to any id other than its own (0 here, the
+/// developer on the host) would hand host files to a subordinate id the
+/// developer cannot edit as. The Domain's own storage may be chowned.
+fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+    if side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0)) {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
 }
 
 struct Node {
@@ -146,6 +157,10 @@ pub struct View {
     watch: Option<Arc<Watches>>,
     /// The kernel does handle-less opens (set at FUSE init).
     no_open: AtomicBool,
+    /// Host identities hidden during this session (beyond the rules'
+    /// snapshot), and the sticky file they are added to.
+    more_hidden: Mutex<std::collections::HashSet<(u64, u64)>>,
+    sticky_path: Option<PathBuf>,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -277,12 +292,16 @@ impl View {
     pub fn new(host: &Path, store: Option<(&Path, IgnoreRules)>, sentry: Sentry) -> io::Result<View> {
         let (host_fd, _) = open_root(host)?;
         let root_st = rustix::fs::fstat(&host_fd)?;
-        let (store, rules) = match store {
+        let (store, rules, sticky_path) = match store {
             Some((dir, rules)) => {
                 std::fs::create_dir_all(dir)?;
-                (Some(open_root(dir)?), Some(rules))
+                (
+                    Some(open_root(dir)?),
+                    Some(rules),
+                    Some(crate::ignored::sticky_file(dir)),
+                )
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let mut nodes = HashMap::new();
         let mut root = Node::new(Side::Host, PathBuf::new(), &root_st);
@@ -316,6 +335,8 @@ impl View {
             })),
             watch,
             no_open: AtomicBool::new(false),
+            more_hidden: Mutex::new(Default::default()),
+            sticky_path,
         })
     }
 
@@ -442,7 +463,7 @@ impl View {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
             if write && (n.protected || self.sentry.is_protected(&n.rel)) {
-                log::warn!("git sentry: refused writing {}", n.rel.display());
+                log::warn!("git sentry: refused writing {}", crate::display::escape_path(&n.rel));
                 return Err(Errno::EPERM);
             }
             match &n.fd {
@@ -546,7 +567,7 @@ impl View {
 
     /// Where a child of a directory on `parent_side` lives when created.
     fn target_side(&self, parent_side: Side, rel: &Path, dir: bool) -> Side {
-        if parent_side == Side::Store || self.ignored(rel, dir) {
+        if self.is_domain_side(parent_side, rel, dir) {
             Side::Store
         } else {
             Side::Host
@@ -574,6 +595,14 @@ impl View {
         if maybe && rules.is_ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
         }
+        if self.is_hidden_host(&st) {
+            // A hidden host file under a name the rules do not match (an
+            // ancestor was renamed, or .gitignore edited): Domain-side.
+            return match self.stat(Side::Store, rel) {
+                Ok(sst) => Ok((Side::Store, sst)),
+                Err(_) => Err(Errno::ENOENT),
+            };
+        }
         Ok((Side::Host, st))
     }
 
@@ -598,7 +627,7 @@ impl View {
         let (pside, prel, _) = self.node(parent)?;
         let rel = prel.join(name);
         if self.sentry.is_protected(&rel) {
-            log::warn!("git sentry: refused creating {}", rel.display());
+            log::warn!("git sentry: refused creating {}", crate::display::escape_path(&rel));
             return Err(Errno::EPERM);
         }
         let side = self.target_side(pside, &rel, dir);
@@ -694,7 +723,7 @@ impl View {
             (1, FileType::Directory, OsString::from("..")),
         ];
         let mut seen = std::collections::HashSet::new();
-        let mut read = |s: Side, keep: &dyn Fn(&Path, bool) -> bool| -> Result<(), Errno> {
+        let mut read = |s: Side, keep: &dyn Fn(&Path, bool, u64) -> bool| -> Result<(), Errno> {
             let d = self.dir(s, rel)?;
             let fd = rustix::fs::openat(
                 &d,
@@ -720,7 +749,7 @@ impl View {
                     _ => FileType::RegularFile,
                 };
                 let child = rel.join(&name);
-                if !keep(&child, ft == FileType::Directory) || !seen.insert(name.clone()) {
+                if !keep(&child, ft == FileType::Directory, ent.ino()) || !seen.insert(name.clone()) {
                     continue;
                 }
                 let ino =
@@ -730,11 +759,14 @@ impl View {
             Ok(())
         };
         match (side, &self.rules) {
-            (Side::Store, _) | (Side::Host, None) => read(side, &|_, _| true)?,
+            (Side::Store, _) | (Side::Host, None) => read(side, &|_, _, _| true)?,
             (Side::Host, Some(rules)) => {
                 // The store's ignored entries first, so they win over the host's.
-                let _ = read(Side::Store, &|p, d| rules.is_ignored(p, d));
-                read(Side::Host, &|p, d| !rules.is_ignored(p, d))?;
+                let _ = read(Side::Store, &|p, d, _| rules.is_ignored(p, d) || self.hidden_host_at(p));
+                let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
+                read(Side::Host, &|p, d, ino| {
+                    !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino)
+                })?;
             }
         }
         Ok(out)
@@ -847,9 +879,13 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused changing attributes of {}", rel.display());
+                log::warn!(
+                    "git sentry: refused changing attributes of {}",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
+            host_owner_stays(side, uid, gid)?;
             if let Some((f, w)) = self.cached_fd(ino) {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {
@@ -1009,7 +1045,7 @@ impl Filesystem for View {
         if self.sentry.in_git_dir(&rel) {
             log::warn!(
                 "git sentry: refused a symlink inside a Git directory: {}",
-                rel.display()
+                crate::display::escape_path(&rel)
             );
             return reply.error(Errno::EPERM);
         }
@@ -1038,7 +1074,11 @@ impl Filesystem for View {
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
             if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
-                log::warn!("git sentry: refused renaming {} to {}", from.display(), to.display());
+                log::warn!(
+                    "git sentry: refused renaming {} to {}",
+                    crate::display::escape_path(&from),
+                    crate::display::escape_path(&to)
+                );
                 return Err(Errno::EPERM);
             }
             let dir = is_dir(&st);
@@ -1064,6 +1104,15 @@ impl Filesystem for View {
             if side == Side::Store {
                 self.scaffold(&nprel)?;
             }
+            let host_dirs = side == Side::Host && self.rules.is_some();
+            if host_dirs && dir {
+                self.hide_below(&from)?;
+            }
+            if host_dirs && flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                if self.stat(Side::Host, &to).is_ok_and(|st| is_dir(&st)) {
+                    self.hide_below(&to)?;
+                }
+            }
             let d1 = self.dir(side, &prel)?;
             let d2 = self.dir(side, &nprel)?;
             let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
@@ -1078,6 +1127,9 @@ impl Filesystem for View {
                 self.renamed(side, &tmp, &from);
             } else {
                 self.renamed(side, &from, &to);
+                if host_dirs && dir {
+                    self.store_follows(&from, &to);
+                }
             }
             Ok(())
         })();
@@ -1091,7 +1143,10 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused a hard link to {}", rel.display());
+                log::warn!(
+                    "git sentry: refused a hard link to {}",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
             let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
@@ -1132,7 +1187,10 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected && writes(flags.0) {
-                log::warn!("git sentry: refused opening {} for writing", rel.display());
+                log::warn!(
+                    "git sentry: refused opening {} for writing",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
             let p = if rel.as_os_str().is_empty() {
@@ -1343,7 +1401,7 @@ impl View {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
             if self.sentry.is_protected(&rel) {
-                log::warn!("git sentry: refused removing {}", rel.display());
+                log::warn!("git sentry: refused removing {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
             let (side, _) = self.find(pside, &rel)?;
@@ -1367,12 +1425,155 @@ impl View {
     }
 }
 
+// ---- ignored paths: what is Domain-side ------------------------------------
+//
+// A path is Domain-side (served from the ignored store, never the host
+// workspace) when the rules snapshot ignores it, or when the host file at
+// that name is one whose identity (st_dev, st_ino) is hidden: ignored when
+// the Domain first saw it (sticky across generations), or found ignored
+// below a host directory the sandbox renamed. Deciding by identity is what
+// keeps `/config/master.key` hidden after `mv config c2`.
+
+/// Most entries one directory rename may scan for hidden files; beyond it
+/// the rename answers EXDEV (`mv` then copies what it can see).
+const HIDE_SCAN_MAX: usize = 200_000;
+
+impl View {
+    /// True when the entry at view path `rel` (a directory when `dir`),
+    /// whose parent is on `parent_side`, is Domain-side: it lives in the
+    /// ignored store and creating, renaming or linking it must not touch
+    /// the host workspace.
+    pub(crate) fn is_domain_side(&self, parent_side: Side, rel: &Path, dir: bool) -> bool {
+        if parent_side == Side::Store {
+            return true;
+        }
+        if self.rules.is_none() {
+            return false;
+        }
+        self.ignored(rel, dir) || self.hidden_host_at(rel)
+    }
+
+    /// True when the host file with this identity is hidden.
+    fn is_hidden_id(&self, dev: u64, ino: u64) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.is_hidden_id(dev, ino))
+            || self.more_hidden.lock().unwrap().contains(&(dev, ino))
+    }
+
+    fn is_hidden_host(&self, st: &rustix::fs::Stat) -> bool {
+        self.rules.is_some() && self.is_hidden_id(st.st_dev, st.st_ino)
+    }
+
+    /// True when the host has an entry at `rel` and it is hidden.
+    fn hidden_host_at(&self, rel: &Path) -> bool {
+        self.stat(Side::Host, rel).is_ok_and(|st| self.is_hidden_host(&st))
+    }
+
+    /// Hides one host identity for the rest of the session and later
+    /// generations.
+    fn hide_id(&self, dev: u64, ino: u64, rel: &Path) {
+        if self.is_hidden_id(dev, ino) {
+            return;
+        }
+        self.more_hidden.lock().unwrap().insert((dev, ino));
+        if let Some(p) = &self.sticky_path {
+            let e = crate::ignored::StickyEntry {
+                dev,
+                ino,
+                rel: rel.to_path_buf(),
+            };
+            if let Err(err) = crate::ignored::append_sticky(p, &e) {
+                log::warn!("ignored paths: {err}");
+            }
+        }
+    }
+
+    /// Before host directory `rel` moves: everything below it that is
+    /// hidden now (by the rules at its current name, or by identity) is
+    /// hidden by identity, so no new name reveals it.
+    fn hide_below(&self, rel: &Path) -> Result<(), Errno> {
+        let rules = match &self.rules {
+            Some(r) => r,
+            None => return Ok(()),
+        };
+        let mut found = Vec::new();
+        let mut stack = vec![rel.to_path_buf()];
+        let mut seen = 0usize;
+        while let Some(d) = stack.pop() {
+            let fd = self.dir(Side::Host, &d)?;
+            let dev = rustix::fs::fstat(&fd).map_err(errno)?.st_dev;
+            let rd = rustix::fs::openat(
+                &fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            let mut dir = rustix::fs::Dir::read_from(&rd).map_err(errno)?;
+            while let Some(ent) = dir.read() {
+                let ent = ent.map_err(errno)?;
+                let name = OsStr::from_bytes(ent.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                seen += 1;
+                if seen > HIDE_SCAN_MAX {
+                    log::warn!(
+                        "ignored paths: {} is too large to rename through the view (EXDEV)",
+                        crate::display::escape_path(rel)
+                    );
+                    return Err(Errno::EXDEV);
+                }
+                let child = d.join(name);
+                let is_d = ent.file_type() == rustix::fs::FileType::Directory;
+                if rules.is_ignored(&child, is_d) || self.is_hidden_id(dev, ent.ino()) {
+                    found.push((dev, ent.ino(), child));
+                } else if is_d && name != ".git" {
+                    stack.push(child);
+                }
+            }
+        }
+        for (dev, ino, child) in found {
+            self.hide_id(dev, ino, &child);
+        }
+        Ok(())
+    }
+
+    /// After host directory `from` moved to `to`: the store's entries kept
+    /// under `from` (what the sandbox wrote at ignored names there) move too.
+    fn store_follows(&self, from: &Path, to: &Path) {
+        if self.stat(Side::Store, from).is_err() {
+            return;
+        }
+        let (fp, fname) = split(from);
+        let (tp, tname) = split(to);
+        let r = self.scaffold(tp).and_then(|()| {
+            let d1 = self.dir(Side::Store, fp)?;
+            let d2 = self.dir(Side::Store, tp)?;
+            rustix::fs::renameat(&d1, fname, &d2, tname).map_err(errno)
+        });
+        match r {
+            Ok(()) => self.renamed(Side::Store, from, to),
+            Err(e) => log::warn!(
+                "ignored paths: the Domain's entries under {} stay there after the rename ({e:?})",
+                crate::display::escape_path(from)
+            ),
+        }
+    }
+}
+
 // ---- mounting ------------------------------------------------------------
 
 /// A served view; dropping it stops serving (the mount goes with the
 /// supervisor's mount namespace).
 pub struct Served {
     _session: fuser::BackgroundSession,
+}
+
+impl Served {
+    /// The session's server loop returned: the connection is gone.
+    pub fn ended(&self) -> bool {
+        self._session.guard.is_finished()
+    }
 }
 
 /// Mounts `view` at `mountpoint` (in the caller's mount namespace, where it
@@ -1481,8 +1682,11 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         let store = match &v.store {
             Some(dir) => {
                 let layout = crate::gitsentry::discover(&v.source).map_err(|e| e.to_string())?;
-                let rules =
-                    IgnoreRules::load(&v.source, layout.git_dir(), layout.common_dir()).map_err(|e| e.to_string())?;
+                let sticky = crate::ignored::sticky_file(dir);
+                let previous = crate::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
+                let rules = IgnoreRules::load(&v.source, layout.git_dir(), layout.common_dir(), &previous)
+                    .map_err(|e| e.to_string())?;
+                crate::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
                 Some((dir.as_path(), rules))
             }
             None => None,

@@ -37,7 +37,7 @@ pub const DEFAULT_PACKAGES: &[&str] = &[
 ];
 pub const DEFAULT_TAG: &str = "latest";
 /// Bumped when the preparer's output layout changes.
-const PREPARER: &str = "umoci-unpack-rootless-v3";
+const PREPARER: &str = "umoci-unpack-rootless-v4";
 
 #[derive(Debug)]
 pub enum ImageError {
@@ -57,6 +57,29 @@ pub enum ImageError {
     Io(PathBuf, io::Error),
     NoMirror,
     NoRelease,
+    /// The filesystem holding this path ran out of space.
+    NoSpace(PathBuf),
+    /// The filesystem holding this path has less free space than the step needs.
+    NoRoom { path: PathBuf, needs: u64, free: u64 },
+}
+
+/// Free space the default image build needs at its peak (downloaded
+/// packages, the debootstrap tree and the OCI layout side by side).
+const BUILD_NEEDS: u64 = 400 << 20;
+
+/// `e` as [`ImageError::NoSpace`] when `path`'s filesystem is full or the
+/// error says so (checked before the failed step's files are removed).
+fn no_space_or(e: ImageError, path: &Path) -> ImageError {
+    let said = match &e {
+        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        ImageError::Tool { log, .. } => crate::nospace::mentions(log),
+        _ => false,
+    };
+    if said || crate::nospace::is_full(path) {
+        ImageError::NoSpace(path.to_path_buf())
+    } else {
+        e
+    }
 }
 
 impl fmt::Display for ImageError {
@@ -88,6 +111,14 @@ impl fmt::Display for ImageError {
                 "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d"
             ),
             ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
+            ImageError::NoSpace(p) => write!(f, "{}: free space there and try again", crate::nospace::message(p)),
+            ImageError::NoRoom { path, needs, free } => write!(
+                f,
+                "{} for the image build: it needs about {} MiB there, {} MiB are free; free space there and try again",
+                crate::nospace::message(path),
+                needs >> 20,
+                free >> 20
+            ),
         }
     }
 }
@@ -265,6 +296,7 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     progress.step("preparing image (unpacking layers)");
     let result = unpack_into(layout, tag, &tmp, &digest);
     if let Err(e) = result {
+        let e = no_space_or(e, &lowers);
         remove_tree(&tmp);
         return Err(e);
     }
@@ -345,7 +377,7 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     for d in ["workspace", ".lazaret/mailbox/requests", ".lazaret/mailbox/results"] {
         real_dir(&rootfs, d)?;
     }
-    for f in [".lazaret/init", "usr/local/bin/lazaret-escalate"] {
+    for f in [".lazaret/init", ".lazaret/gitconfig", "usr/local/bin/lazaret-escalate"] {
         real_file(&rootfs, f)?;
     }
     let marker = tmp.join(ARTIFACT_MARKER);
@@ -462,10 +494,19 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
     let codename = host_codename()?;
     let mirror = find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?;
     let images = images_dir(storage);
-    std::fs::create_dir_all(&images).map_err(|e| ImageError::Io(images.clone(), e))?;
+    std::fs::create_dir_all(&images).map_err(|e| no_space_or(ImageError::Io(images.clone(), e), &images))?;
+    // Said before minutes of downloading: the build cannot fit.
+    let free = crate::nospace::free_bytes(&images).unwrap_or(u64::MAX);
+    if free < BUILD_NEEDS {
+        return Err(ImageError::NoRoom {
+            path: images,
+            needs: BUILD_NEEDS,
+            free,
+        });
+    }
     let work = images.join(format!(".build-{}-{}", std::process::id(), random_id(4)));
-    std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
-    let result = build_in(&work, &codename, &mirror, progress);
+    std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
+    let result = build_in(&work, &codename, &mirror, progress).map_err(|e| no_space_or(e, &images));
     let final_layout = images.join("default");
     let outcome = result.and_then(|()| {
         let old = images.join(format!(".old-{}", random_id(4)));
@@ -546,12 +587,17 @@ chmod -R a+rX,u+w oci
     log.extend_from_slice(&errs);
     let _ = std::fs::write(&log_path, &log);
     if !status.success() {
+        // Said before the partial tree is removed, while the disk is full.
+        let full = crate::nospace::is_full(work) || crate::nospace::mentions(&String::from_utf8_lossy(&log));
         // The namespace's files belong to subordinate ids; remove them from
         // inside a namespace again.
         let _ = Command::new("unshare")
             .args(["--map-auto", "--map-root-user", "--", "rm", "-rf"])
             .arg(work.join("rootfs"))
             .status();
+        if full {
+            return Err(ImageError::NoSpace(work.parent().unwrap_or(work).to_path_buf()));
+        }
         return Err(ImageError::Tool {
             tool: "image build",
             status: status.to_string(),

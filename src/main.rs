@@ -16,10 +16,13 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
+mod guestsetup;
+mod hostenv;
 mod ignored;
 mod image;
 mod ipc;
 mod netcli;
+mod nospace;
 mod netns;
 mod netpolicy;
 mod netrole;
@@ -31,6 +34,7 @@ mod store;
 mod supervisor;
 mod sys;
 mod trust;
+mod usage;
 
 fn main() {
     std::process::exit(cli::main());

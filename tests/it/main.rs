@@ -11,8 +11,12 @@ mod harness;
 
 mod escalation;
 mod escalation_v2;
+mod faults;
+mod first_minutes;
 mod foundation;
 mod git;
 mod net;
+mod net_v2;
 mod sessions;
 mod state;
+mod view_v2;
