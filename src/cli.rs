@@ -545,7 +545,7 @@ fn hello(r: &Resolved) -> ClientMsg {
         version: ipc::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: r.profile.name.clone(),
-        fingerprint: r.profile.fingerprint(),
+        fingerprint: config::join_fingerprint(&r.cfg, &r.profile),
     }
 }
 
@@ -723,11 +723,13 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
             }
             Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
             Ok(Some(ServerMsg::Prompt { request_id, text })) => {
+                *prompt = Some(Prompt::show(request_id, &text));
+            }
+            Ok(Some(ServerMsg::PromptEnd { request_id, text })) => {
+                if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
+                    *prompt = None;
+                }
                 let _ = sys::write_all(1, text.as_bytes());
-                *prompt = Some(Prompt {
-                    request_id,
-                    editing: None,
-                });
             }
             Ok(Some(ServerMsg::Closing { reason })) => {
                 restore_terminal();
@@ -1133,15 +1135,46 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 }
 
 /// An escalation prompt being answered in the developer's terminal (raw
-/// mode): `a` approves, `d` or Ctrl-C denies, `e` edits the command.
+/// mode). Only deliberate answers count: typeahead is flushed when the
+/// prompt is drawn and keystrokes in the next [`PROMPT_GRACE`] are
+/// discarded; an answer is a whole line that is exactly `y`/`yes`,
+/// `n`/`no` or `e`/`edit`, anything else asks again; an edited command is
+/// shown in full and needs its own `yes`. Ctrl-C denies.
 struct Prompt {
     request_id: String,
-    editing: Option<String>,
+    /// Keystrokes read before this instant are discarded.
+    ignore_until: Instant,
+    stage: PromptStage,
+    line: String,
 }
+
+enum PromptStage {
+    Ask,
+    Edit,
+    Confirm(Vec<String>),
+}
+
+/// How long after the prompt appears keystrokes are thrown away.
+const PROMPT_GRACE: Duration = Duration::from_millis(500);
+/// Longest answer line kept.
+const PROMPT_LINE_MAX: usize = 8192;
 
 impl Prompt {
     fn say(s: &str) {
         let _ = sys::write_all(1, s.as_bytes());
+    }
+
+    /// Draws the prompt (the text starts by resetting the terminal state)
+    /// and throws away whatever was typed before it.
+    fn show(request_id: String, text: &str) -> Prompt {
+        Self::say(text);
+        let _ = sys::flush_input(0);
+        Prompt {
+            request_id,
+            ignore_until: Instant::now() + PROMPT_GRACE,
+            stage: PromptStage::Ask,
+            line: String::new(),
+        }
     }
 
     fn decide(&self, verdict: u8, argv: Vec<String>, word: &str) -> ClientMsg {
@@ -1155,48 +1188,85 @@ impl Prompt {
 
     /// Consumes keystrokes; returns the decision once there is one.
     fn feed(&mut self, bytes: &[u8]) -> Option<ClientMsg> {
+        if Instant::now() < self.ignore_until {
+            return None;
+        }
         let text = String::from_utf8_lossy(bytes).into_owned();
         for c in text.chars() {
-            match self.editing.as_mut() {
-                None => match c {
-                    'a' | 'A' => return Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
-                    'd' | 'D' | '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
-                    'e' | 'E' => {
-                        Self::say("edit\r\ncommand to run instead: ");
-                        self.editing = Some(String::new());
+            match c {
+                '\r' | '\n' => {
+                    let line = std::mem::take(&mut self.line);
+                    Self::say("\r\n");
+                    if let Some(d) = self.enter(&line) {
+                        return Some(d);
                     }
-                    _ => {}
-                },
-                Some(line) => match c {
-                    '\r' | '\n' => match crate::escalation::split_words(line) {
-                        Some(argv) if !argv.is_empty() => {
-                            return Some(self.decide(ipc::VERDICT_EDIT, argv, ""));
-                        }
-                        _ => {
-                            Self::say("\r\nunbalanced quotes or empty command; command to run instead: ");
-                            line.clear();
-                        }
-                    },
-                    '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
-                    '\u{7f}' | '\u{8}' => {
-                        if line.pop().is_some() {
-                            Self::say("\u{8} \u{8}");
-                        }
+                }
+                '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
+                '\u{7f}' | '\u{8}' => {
+                    if self.line.pop().is_some() {
+                        Self::say("\u{8} \u{8}");
                     }
-                    '\u{15}' => {
-                        for _ in 0..line.chars().count() {
-                            Self::say("\u{8} \u{8}");
-                        }
-                        line.clear();
+                }
+                '\u{15}' => {
+                    for _ in 0..self.line.chars().count() {
+                        Self::say("\u{8} \u{8}");
                     }
-                    c if !c.is_control() => {
-                        line.push(c);
-                        Self::say(&c.to_string());
-                    }
-                    _ => {}
-                },
+                    self.line.clear();
+                }
+                c if !crate::display::is_unsafe(c) && self.line.len() < PROMPT_LINE_MAX => {
+                    self.line.push(c);
+                    Self::say(&c.to_string());
+                }
+                _ => {}
             }
         }
         None
+    }
+
+    /// A whole line was entered.
+    fn enter(&mut self, line: &str) -> Option<ClientMsg> {
+        use crate::escalation::{parse_answer, quote_argv, split_words, Answer};
+        match &self.stage {
+            PromptStage::Ask => match parse_answer(line) {
+                Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
+                Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                Some(Answer::Edit) => {
+                    Self::say("command to run instead: ");
+                    self.stage = PromptStage::Edit;
+                    None
+                }
+                None => {
+                    Self::say("please type yes, no or edit (the whole word), then Enter: ");
+                    None
+                }
+            },
+            PromptStage::Edit => match split_words(line) {
+                Some(argv) if !argv.is_empty() => {
+                    Self::say(&format!(
+                        "\x1b[2Kedited command: {}\r\n\x1b[2Krun the edited command? type yes or no, then Enter: ",
+                        quote_argv(&argv)
+                    ));
+                    self.stage = PromptStage::Confirm(argv);
+                    None
+                }
+                _ => {
+                    Self::say("unbalanced quotes or empty command; command to run instead: ");
+                    None
+                }
+            },
+            PromptStage::Confirm(argv) => match parse_answer(line) {
+                Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_EDIT, argv.clone(), "approved (edited)")),
+                Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                Some(Answer::Edit) => {
+                    Self::say("command to run instead: ");
+                    self.stage = PromptStage::Edit;
+                    None
+                }
+                None => {
+                    Self::say("please type yes or no (the whole word), then Enter: ");
+                    None
+                }
+            },
+        }
     }
 }

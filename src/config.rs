@@ -79,8 +79,8 @@ pub const DEFAULT_CAPS: &[&str] = &[
 
 const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "profiles"];
 const NETWORK_KEYS: &[&str] = &["default_deny"];
-const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve"];
-const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args"];
+const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
+const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
 const PROFILE_KEYS: &[&str] = &[
     "image",
     "command",
@@ -121,11 +121,23 @@ pub struct Config {
 }
 
 /// Host-command escalation settings.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Escalation {
     /// Off unless the file says `enabled = true`.
     pub enabled: bool,
     pub auto_approve: Vec<AutoRule>,
+    /// How long an accepted request waits for a decision before it expires.
+    pub prompt_timeout_s: u64,
+}
+
+impl Default for Escalation {
+    fn default() -> Escalation {
+        Escalation {
+            enabled: false,
+            auto_approve: Vec::new(),
+            prompt_timeout_s: crate::escalation::DEFAULT_PROMPT_TIMEOUT_SECS,
+        }
+    }
 }
 
 /// A command line that is approved without asking.
@@ -135,6 +147,11 @@ pub struct AutoRule {
     pub argv: Vec<String>,
     /// Whether extra arguments after `argv` are still approved.
     pub allow_trailing_args: bool,
+    /// The only working directory the rule approves, relative to the
+    /// workspace ("" = its root).
+    pub cwd: String,
+    /// Host Git runs with [`crate::escalation::GIT_HARDENING`] unless false.
+    pub harden_git: bool,
 }
 
 /// One agent profile, with built-in defaults filled in.
@@ -578,6 +595,37 @@ impl Profile {
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }
+}
+
+/// The fingerprint a session's configuration must match to join a running
+/// Domain: the profile's, plus everything of `[escalation]` and the global
+/// `[network]` section, which the coordinator also applies.
+pub fn join_fingerprint(cfg: &Config, profile: &Profile) -> String {
+    let mut buf = Vec::new();
+    put_field(&mut buf, profile.fingerprint().as_bytes());
+    let e = &cfg.escalation;
+    put_field(&mut buf, if e.enabled { b"escalation-on" } else { b"escalation-off" });
+    put_field(&mut buf, e.prompt_timeout_s.to_string().as_bytes());
+    for r in &e.auto_approve {
+        put_field(&mut buf, b"rule");
+        put_field(&mut buf, r.argv.len().to_string().as_bytes());
+        for a in &r.argv {
+            put_field(&mut buf, a.as_bytes());
+        }
+        put_field(&mut buf, &[r.allow_trailing_args as u8, r.harden_git as u8]);
+        put_field(&mut buf, r.cwd.as_bytes());
+    }
+    match &cfg.default_deny {
+        None => put_field(&mut buf, b"default-deny-builtin"),
+        Some(list) => {
+            put_field(&mut buf, b"default-deny");
+            for p in list {
+                put_field(&mut buf, p.to_string().as_bytes());
+            }
+        }
+    }
+    let digest = openssl::sha::sha256(&buf);
+    digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
 }
 
 /// Appends `len:bytes,` so concatenations are unambiguous.
@@ -1073,6 +1121,17 @@ impl Schema<'_> {
         if let Some(i) = t.get("enabled") {
             esc.enabled = self.boolean(i, "escalation.enabled")?;
         }
+        if let Some(i) = t.get("prompt_timeout_s") {
+            let max = crate::escalation::MAX_PROMPT_TIMEOUT_SECS;
+            let expected = format!("a whole number of seconds in 1..={max}");
+            esc.prompt_timeout_s = match &i.val {
+                Val::Int(n) if (1..=max as i64).contains(n) => *n as u64,
+                Val::Int(n) => {
+                    return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, n.to_string()))
+                }
+                other => return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, got(other))),
+            };
+        }
         if let Some(i) = t.get("auto_approve") {
             const EXPECTED: &str = "an array of tables ([[escalation.auto_approve]])";
             let rules = match &i.val {
@@ -1106,13 +1165,53 @@ impl Schema<'_> {
             }
             _ => {}
         }
+        // SR-8: a command that needs a shell is never auto-approved.
+        if let Some(runner) = crate::escalation::command_runner(argv[0].1) {
+            return Err(self.invalid(
+                argv[0].0,
+                &argv_key,
+                format!(
+                    "a program that does not run a command string ({runner:?} is a shell, interpreter or \
+                     command wrapper; such commands must be approved by the developer each time)"
+                ),
+                quote(argv[0].1),
+            ));
+        }
         let allow_trailing_args = match t.get("allow_trailing_args") {
             Some(i) => self.boolean(i, &format!("{}.allow_trailing_args", key))?,
             None => false,
         };
+        let cwd = match t.get("cwd") {
+            Some(i) => {
+                let ck = format!("{}.cwd", key);
+                const EXPECTED: &str = "a directory relative to the workspace, without \"..\"";
+                let s = self.string(i, &ck, EXPECTED)?;
+                let rel = Path::new(s);
+                if !rel
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+                {
+                    return Err(self.invalid(i.line, &ck, EXPECTED, quote(s)));
+                }
+                rel.components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("/")
+            }
+            None => String::new(),
+        };
+        let harden_git = match t.get("harden_git") {
+            Some(i) => self.boolean(i, &format!("{}.harden_git", key))?,
+            None => true,
+        };
         Ok(AutoRule {
             argv: argv.into_iter().map(|(_, s)| s.to_string()).collect(),
             allow_trailing_args,
+            cwd,
+            harden_git,
         })
     }
 
@@ -2331,8 +2430,9 @@ enabled = true
 [[escalation.auto_approve]]
 argv = ["git", "--version"]
 [[escalation.auto_approve]]
-argv = ["make"]
+argv = ["gh", "pr", "view"]
 allow_trailing_args = true
+cwd = "./sub/dir"
 
 [profiles.dev]
 image = "oci:/srv/images/dev:latest"
@@ -2354,11 +2454,15 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             vec![
                 AutoRule {
                     argv: vec!["git".into(), "--version".into()],
-                    allow_trailing_args: false
+                    allow_trailing_args: false,
+                    cwd: String::new(),
+                    harden_git: true,
                 },
                 AutoRule {
-                    argv: vec!["make".into()],
-                    allow_trailing_args: true
+                    argv: vec!["gh".into(), "pr".into(), "view".into()],
+                    allow_trailing_args: true,
+                    cwd: "sub/dir".into(),
+                    harden_git: true,
                 },
             ]
         );
@@ -2438,7 +2542,7 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         );
         assert_has(
             &err("[[escalation.auto_approve]]\nargv = [\"a\"]\n[[escalation.auto_approve]]\nargv = [\"b\"]\ntrailing = true\n"),
-            &[":5: escalation.auto_approve[1].trailing: unknown key; expected one of: argv, allow_trailing_args"],
+            &[":5: escalation.auto_approve[1].trailing: unknown key; expected one of: argv, allow_trailing_args, cwd, harden_git"],
         );
         assert_has(
             &err("[profiles.dev.network]\nalow = []\n"),
@@ -2720,6 +2824,46 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             &err("[[escalation.auto_approve]]\nargv = [\"a\"]\nallow_trailing_args = 1\n"),
             &[":3: escalation.auto_approve[0].allow_trailing_args: expected a boolean"],
         );
+        for prog in ["sh", "bash", "/bin/dash", "python3", "perl", "env"] {
+            assert_has(
+                &err(&format!(
+                    "[[escalation.auto_approve]]\nargv = [{prog:?}, \"-c\", \"x\"]\n"
+                )),
+                &[":2: escalation.auto_approve[0].argv: expected a program that does not run a command string"],
+            );
+        }
+        assert_has(
+            &err("[[escalation.auto_approve]]\nargv = [\"git\"]\ncwd = \"../x\"\n"),
+            &[":3: escalation.auto_approve[0].cwd: expected a directory relative to the workspace"],
+        );
+        assert_has(
+            &err("[escalation]\nprompt_timeout_s = 0\n"),
+            &[":2: escalation.prompt_timeout_s: expected a whole number of seconds"],
+        );
+        let c = ok(
+            "[escalation]\nprompt_timeout_s = 7\n[[escalation.auto_approve]]\nargv = [\"git\"]\nharden_git = false\n",
+        );
+        assert_eq!(c.escalation.prompt_timeout_s, 7);
+        assert!(!c.escalation.auto_approve[0].harden_git);
+        assert_eq!(ok("").escalation.prompt_timeout_s, 300);
+    }
+
+    #[test]
+    fn join_fingerprint_covers_escalation_and_global_network() {
+        let base = ok("[escalation]\nenabled = true\n");
+        let fp = |c: &Config| join_fingerprint(c, c.profile("default").unwrap());
+        let mut seen = std::collections::HashSet::new();
+        seen.insert(fp(&base));
+        for v in [
+            "",
+            "[escalation]\nenabled = true\nprompt_timeout_s = 5\n",
+            "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"git\"]\n",
+            "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"git\"]\ncwd = \"a\"\n",
+            "[escalation]\nenabled = true\n[network]\ndefault_deny = [\"10.0.0.0/8\"]\n",
+        ] {
+            assert!(seen.insert(fp(&ok(v))), "{v:?} collides");
+        }
+        assert_eq!(fp(&base), fp(&ok("[escalation]\nenabled = true\n")));
     }
 
     #[test]

@@ -210,6 +210,14 @@ struct Coordinator {
     /// The resource limits that apply, and the generation's cgroup.
     limits: crate::cgroup::Effective,
     cgroup: Option<crate::cgroup::DomainCgroup>,
+    /// What a joining session's configuration must match
+    /// ([`config::join_fingerprint`]).
+    join_fp: String,
+    /// Accepted escalation requests waiting for a decision, by id: when
+    /// they expire.
+    esc_deadlines: HashMap<String, Instant>,
+    /// Store rows of running host commands, by request id.
+    host_rows: HashMap<String, i64>,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -223,6 +231,7 @@ impl Coordinator {
         let net = NetRole::new(&cfg, &profile)?;
         let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
         let limits = crate::cgroup::Effective::for_host(&limits);
+        let profile_for_fp = profile.clone();
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
@@ -284,6 +293,9 @@ impl Coordinator {
             net,
             limits,
             cgroup: None,
+            join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
+            esc_deadlines: HashMap::new(),
+            host_rows: HashMap::new(),
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -665,9 +677,19 @@ impl Coordinator {
                 }
             }
             let (mut fds, tokens) = self.poll_set();
-            let timeout_ms = self.broker.as_ref().and_then(|b| b.next_deadline()).map_or(1000, |d| {
+            let next = self
+                .broker
+                .as_ref()
+                .and_then(|b| b.next_deadline())
+                .into_iter()
+                .chain(self.esc_deadlines.values().copied())
+                .min();
+            let mut timeout_ms = next.map_or(1000, |d| {
                 d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i32
             });
+            if self.broker.as_ref().is_some_and(|b| b.backlog) {
+                timeout_ms = 0;
+            }
             if let Err(e) = sys::poll(&mut fds, timeout_ms) {
                 log::error!("poll: {e}");
                 return 1;
@@ -680,6 +702,11 @@ impl Coordinator {
             if let Some(b) = self.broker.as_mut() {
                 b.reap();
             }
+            if self.broker.as_ref().is_some_and(|b| b.backlog) {
+                self.mailbox();
+            }
+            self.expire_requests();
+            self.sync_host_rows();
         }
     }
 
@@ -907,7 +934,7 @@ impl Coordinator {
                     );
                 }
                 let observer = profile.is_empty() && fingerprint.is_empty();
-                let mine = self.profile.fingerprint();
+                let mine = self.join_fp.clone();
                 // A client whose configuration differs may still stop the
                 // Domain (that is how it picks up the new configuration),
                 // but may not open a session in it.
@@ -1037,12 +1064,16 @@ impl Coordinator {
             })
         };
         let ask = b.scan(&lookup);
+        let patience = Duration::from_secs(b.prompt_timeout_s());
         self.broker = Some(b);
+        self.sync_host_rows();
         for (sid, req) in ask {
             let Some((&k, s)) = self.sessions.iter_mut().find(|(_, s)| s.id == sid) else {
                 continue;
             };
             if s.tty {
+                // The request deadline: accepted now, decided in time or expired.
+                self.esc_deadlines.insert(req.id.clone(), Instant::now() + patience);
                 s.queue.push_back(req);
                 self.next_prompt(k);
             } else if let Some(b) = self.broker.as_mut() {
@@ -1063,7 +1094,15 @@ impl Coordinator {
             return;
         }
         let Some(req) = s.queue.pop_front() else { return };
-        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req);
+        let (cwd, timeout) = match &self.broker {
+            Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
+            None => (String::new(), 0),
+        };
+        let left = self
+            .esc_deadlines
+            .get(&req.id)
+            .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
+        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req, &cwd, left);
         let msg = ServerMsg::Prompt {
             request_id: req.id.clone(),
             text,
@@ -1081,16 +1120,18 @@ impl Coordinator {
             return;
         }
         let req = s.prompt.take().unwrap();
+        self.esc_deadlines.remove(&req.id);
         if let Some(b) = self.broker.as_mut() {
             match verdict {
                 ipc::VERDICT_APPROVE => {
                     b.decided(&req, "approved by the developer");
-                    let argv = req.argv.clone();
+                    let argv = escalation::harden_git(&req.argv);
                     b.start(req, argv, "approved by the developer".into());
                 }
                 ipc::VERDICT_EDIT if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS => {
                     let why = format!("edited by the developer to: {}", escalation::quote_argv(&argv));
                     b.decided(&req, &why);
+                    let argv = escalation::harden_git(&argv);
                     b.start(req, argv, why);
                 }
                 _ => {
@@ -1100,6 +1141,86 @@ impl Coordinator {
             }
         }
         self.next_prompt(skey);
+        self.sync_host_rows();
+    }
+
+    /// Ends every request whose deadline passed without a decision, queued
+    /// or on screen: `expired`, audited, nothing runs.
+    fn expire_requests(&mut self) {
+        let now = Instant::now();
+        if !self.esc_deadlines.values().any(|d| *d <= now) {
+            return;
+        }
+        let keys: Vec<u64> = self.sessions.keys().copied().collect();
+        for k in keys {
+            let Some(s) = self.sessions.get_mut(&k) else { continue };
+            let late = |r: &Request| self.esc_deadlines.get(&r.id).is_some_and(|d| *d <= now);
+            let mut gone: Vec<Request> = Vec::new();
+            let mut keep = VecDeque::new();
+            for r in s.queue.drain(..) {
+                if late(&r) {
+                    gone.push(r);
+                } else {
+                    keep.push_back(r);
+                }
+            }
+            s.queue = keep;
+            let mut shown = None;
+            if s.prompt.as_ref().is_some_and(late) {
+                shown = s.prompt.take();
+            }
+            let conn = s.conn;
+            if let Some(r) = &shown {
+                let text = format!(
+                    "\r\nlazaret: no decision within {} s: the request expired and nothing ran\r\n",
+                    self.escalation.prompt_timeout_s
+                );
+                self.send(
+                    conn,
+                    &ServerMsg::PromptEnd {
+                        request_id: r.id.clone(),
+                        text,
+                    },
+                );
+            }
+            for r in gone.iter().chain(shown.iter()) {
+                self.esc_deadlines.remove(&r.id);
+                if let Some(b) = self.broker.as_mut() {
+                    let why = format!("expired: no decision within {} s", b.prompt_timeout_s());
+                    b.refuse(r, Status::Expired, &why);
+                }
+            }
+            if shown.is_some() {
+                self.next_prompt(k);
+            }
+        }
+        // A deadline whose request is no longer waiting anywhere is dropped,
+        // so a past deadline never keeps the event loop spinning.
+        self.esc_deadlines.retain(|_, d| *d > now);
+    }
+
+    /// Makes the durable record of host commands match the broker's: a row
+    /// (pid, start time, process group) per running command, released when
+    /// it ends, so recovery after a crash kills exactly them.
+    fn sync_host_rows(&mut self) {
+        let Some(b) = self.broker.as_mut() else { return };
+        let events: Vec<escbroker::HostEvent> = b.events.drain(..).collect();
+        for e in events {
+            match e {
+                escbroker::HostEvent::Started { id, pid, start_time } => {
+                    if let Ok(row) = self.store.record_intent(self.generation, "host-command", &id) {
+                        let _ = self.store.set_owned_pid(row, pid, start_time);
+                        let _ = self.store.set_owned_pgid(row, pid);
+                        self.host_rows.insert(id, row);
+                    }
+                }
+                escbroker::HostEvent::Ended { id } => {
+                    if let Some(row) = self.host_rows.remove(&id) {
+                        let _ = self.store.release(row);
+                    }
+                }
+            }
+        }
     }
 
     // ---- sessions ---------------------------------------------------------------
@@ -1161,7 +1282,10 @@ impl Coordinator {
                 cert_der = c.cert.to_der()?;
                 c.export()
             }) {
-                Ok(cred) => env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV)),
+                Ok(cred) => {
+                    env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV));
+                    env.push(format!("{}={}", escalation::PROMPT_TIMEOUT_ENV, b.prompt_timeout_s()));
+                }
                 Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
             }
         }
@@ -1486,6 +1610,7 @@ impl Coordinator {
         if let Some(b) = self.broker.as_mut() {
             b.cancel_session(&s.id);
             for req in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
+                self.esc_deadlines.remove(&req.id);
                 b.refuse(&req, Status::Cancelled, "the requesting session ended");
             }
         }
@@ -1551,7 +1676,7 @@ impl Coordinator {
             mailbox.join("results"),
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         );
-        let _ = std::fs::remove_dir_all(&mailbox);
+        escbroker::remove_tree(&mailbox);
         for mut h in self.helpers.drain(..) {
             let _ = h.kill();
             let _ = h.wait();
@@ -1732,6 +1857,17 @@ fn recover(store: &Store, dp: &DomainPaths) {
                     o.name,
                     o.generation
                 );
+            }
+            ("host-command", Some(pid), Some(st)) => {
+                let pgid = store.owned_pgid(o.row).ok().flatten().unwrap_or(pid);
+                let n = escbroker::kill_recorded(pid, st, pgid);
+                if n > 0 {
+                    log::warn!(
+                        "recovery: killed host command {} (pid {pid}) of generation {}",
+                        o.name,
+                        o.generation
+                    );
+                }
             }
             ("runsc-container", _, _) => {
                 crate::cgroup::remove_leftover(&crate::cgroup::detect(), &o.name);

@@ -67,6 +67,9 @@ const MIGRATIONS: &[&str] = &[
         probe TEXT NOT NULL,
         recorded_at INTEGER NOT NULL
     );",
+    // 4: the process group of an owned process (host commands run by the
+    // escalation broker lead their own group).
+    "ALTER TABLE owned ADD COLUMN pgid INTEGER;",
 ];
 
 #[derive(Debug)]
@@ -399,6 +402,20 @@ impl Store {
             params![row, pid, start_time as i64],
         )?;
         Ok(())
+    }
+
+    pub fn set_owned_pgid(&self, row: i64, pgid: i32) -> Result<()> {
+        self.conn
+            .execute("UPDATE owned SET pgid = ?2 WHERE rowid = ?1", params![row, pgid])?;
+        Ok(())
+    }
+
+    pub fn owned_pgid(&self, row: i64) -> Result<Option<i32>> {
+        Ok(self
+            .conn
+            .query_row("SELECT pgid FROM owned WHERE rowid = ?1", [row], |r| r.get(0))
+            .optional()?
+            .flatten())
     }
 
     pub fn release(&self, row: i64) -> Result<()> {

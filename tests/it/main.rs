@@ -10,6 +10,7 @@
 mod harness;
 
 mod escalation;
+mod escalation_v2;
 mod faults;
 mod first_minutes;
 mod foundation;
