@@ -55,6 +55,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
+use crate::gitshape;
 use crate::ignored::IgnoreRules;
 
 /// How long the kernel may cache entries and attributes under a host
@@ -141,6 +142,8 @@ pub struct View {
     store: Option<(OwnedFd, u64)>,
     rules: Option<IgnoreRules>,
     sentry: Sentry,
+    /// Hook locations from host Git's configuration, as view paths.
+    hooks: Vec<PathBuf>,
     t: Arc<Mutex<Tables>>,
     /// None when inotify is unavailable: everything host-side uses `TTL`.
     watch: Option<Arc<Watches>>,
@@ -303,6 +306,7 @@ impl View {
             store,
             rules,
             sentry,
+            hooks: Vec::new(),
             t: Arc::new(Mutex::new(Tables {
                 nodes,
                 by_key: HashMap::new(),
@@ -364,7 +368,10 @@ impl View {
         if n.gone {
             return Err(Errno::ENOENT);
         }
-        Ok((n.side, n.rel.clone(), n.protected || self.sentry.is_protected(&n.rel)))
+        let (side, rel, sticky) = (n.side, n.rel.clone(), n.protected);
+        drop(t);
+        let protected = sticky || self.protected_at(side, &rel);
+        Ok((side, rel, protected))
     }
 
     /// Registers one kernel lookup of the entry at `rel` and returns its
@@ -382,7 +389,7 @@ impl View {
                 }
             }
         }
-        let protected = self.sentry.is_protected(rel);
+        let protected = self.protected_at(side, rel);
         let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
         let existing = t.by_key.get(&key).copied();
@@ -441,7 +448,7 @@ impl View {
         let (side, rel, want) = {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-            if write && (n.protected || self.sentry.is_protected(&n.rel)) {
+            if write && (n.protected || self.protected_at(n.side, &n.rel)) {
                 log::warn!("git sentry: refused writing {}", n.rel.display());
                 return Err(Errno::EPERM);
             }
@@ -546,7 +553,7 @@ impl View {
 
     /// Where a child of a directory on `parent_side` lives when created.
     fn target_side(&self, parent_side: Side, rel: &Path, dir: bool) -> Side {
-        if parent_side == Side::Store || self.ignored(rel, dir) {
+        if parent_side == Side::Store || self.ignored(rel, dir) || (self.store.is_some() && self.git_domain_side(rel)) {
             Side::Store
         } else {
             Side::Host
@@ -558,6 +565,9 @@ impl View {
     fn find(&self, parent_side: Side, rel: &Path) -> Result<(Side, rustix::fs::Stat), Errno> {
         if parent_side == Side::Store {
             return Ok((Side::Store, self.stat(Side::Store, rel)?));
+        }
+        if let Some(st) = self.git_store_entry(rel) {
+            return Ok((Side::Store, st));
         }
         let Some(rules) = &self.rules else {
             return Ok((Side::Host, self.stat(Side::Host, rel)?));
@@ -597,11 +607,11 @@ impl View {
     fn prepare_new(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(Side, PathBuf, OwnedFd), Errno> {
         let (pside, prel, _) = self.node(parent)?;
         let rel = prel.join(name);
-        if self.sentry.is_protected(&rel) {
+        let side = self.target_side(pside, &rel, dir);
+        if side == Side::Host && (self.protected_at(Side::Host, &rel) || self.git_refused(&rel)) {
             log::warn!("git sentry: refused creating {}", rel.display());
             return Err(Errno::EPERM);
         }
-        let side = self.target_side(pside, &rel, dir);
         if side == Side::Store && pside == Side::Host {
             self.scaffold(&prel)?;
         }
@@ -730,10 +740,17 @@ impl View {
             Ok(())
         };
         match (side, &self.rules) {
-            (Side::Store, _) | (Side::Host, None) => read(side, &|_, _| true)?,
+            (Side::Store, _) => read(side, &|_, _| true)?,
+            (Side::Host, None) => {
+                // Domain-side Git entries first, so they win over the host's.
+                if self.store.is_some() {
+                    let _ = read(Side::Store, &|p, _| gitshape_candidate(p));
+                }
+                read(side, &|_, _| true)?
+            }
             (Side::Host, Some(rules)) => {
                 // The store's ignored entries first, so they win over the host's.
-                let _ = read(Side::Store, &|p, d| rules.is_ignored(p, d));
+                let _ = read(Side::Store, &|p, d| rules.is_ignored(p, d) || gitshape_candidate(p));
                 read(Side::Host, &|p, d| !rules.is_ignored(p, d))?;
             }
         }
@@ -1006,7 +1023,7 @@ impl Filesystem for View {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        if self.sentry.in_git_dir(&rel) {
+        if side == Side::Host && self.in_host_git_dir(&rel) {
             log::warn!(
                 "git sentry: refused a symlink inside a Git directory: {}",
                 rel.display()
@@ -1037,21 +1054,35 @@ impl Filesystem for View {
             let (side, st) = self.find(pside, &from)?;
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
-            if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
+            let dir = is_dir(&st);
+            let nside = self.target_side(npside, &to, dir);
+            if sticky
+                || self.protected_at(side, &from)
+                || (nside == Side::Host && (self.protected_at(Side::Host, &to) || self.git_refused(&to)))
+            {
                 log::warn!("git sentry: refused renaming {} to {}", from.display(), to.display());
                 return Err(Errno::EPERM);
             }
-            let dir = is_dir(&st);
             let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-            let git = self.sentry.in_git_dir(&from) || self.sentry.in_git_dir(&to);
-            if git && link && self.sentry.in_git_dir(&to) {
+            let git_from = side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
+            let git_to = nside == Side::Host && (self.sentry.in_git_dir(&to) || ((dir || link) && self.in_host_git_dir(&to)));
+            let git = git_from || git_to;
+            if git && link && git_to {
                 return Err(Errno::EPERM);
             }
             if git && dir {
                 return Err(Errno::EXDEV);
             }
-            let nside = self.target_side(npside, &to, dir);
             if nside != side {
+                if side == Side::Host
+                    && nside == Side::Store
+                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && !flags.contains(RenameFlags::RENAME_EXCHANGE)
+                    && self.git_domain_side(&to)
+                {
+                    // A lock file renamed onto a Domain-side Git name.
+                    return self.move_file_to_store(id, &from, &to, &nprel, newname, flags);
+                }
                 return Err(Errno::EXDEV);
             }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -1342,11 +1373,11 @@ impl View {
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
-            if self.sentry.is_protected(&rel) {
+            let (side, _) = self.find(pside, &rel)?;
+            if self.protected_at(side, &rel) {
                 log::warn!("git sentry: refused removing {}", rel.display());
                 return Err(Errno::EPERM);
             }
-            let (side, _) = self.find(pside, &rel)?;
             let id = self.known(side, &rel).unwrap_or(u64::MAX);
             if self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected) {
                 return Err(Errno::EPERM);
@@ -1489,7 +1520,8 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
         let view = View::new(&v.source, store, sentry)
-            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?;
+            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?
+            .with_hooks(v.protect.clone());
         served.push(serve(view, &v.mountpoint).map_err(|e| {
             format!(
                 "serving the workspace view at {}: {e} (run `lazaret doctor`: /dev/fuse must be usable)",
@@ -1498,4 +1530,169 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         })?);
     }
     Ok(served)
+}
+
+// ---- repository shapes (src/gitshape.rs) ----------------------------------
+
+/// Names whose entry may be Domain-side for the shape rule: `.git`, the
+/// shape names, and children of a `worktrees/` or `modules/` directory. No
+/// syscall: a lookup of such a name also checks the store.
+fn gitshape_candidate(rel: &Path) -> bool {
+    let (parent, name) = split(rel);
+    gitshape::is_dotgit(name)
+        || gitshape::is_shape_name(name)
+        || parent.file_name().is_some_and(|p| p == "worktrees" || p == "modules")
+}
+
+impl View {
+    /// Hook locations read from host Git's configuration (view paths):
+    /// read-only inside.
+    pub fn with_hooks(mut self, hooks: Vec<PathBuf>) -> View {
+        self.hooks = hooks;
+        self
+    }
+
+    /// True when the sandbox may not change the entry at `rel` on `side`:
+    /// the Git Sentry's names, host hook locations, and the sensitive paths
+    /// of any host directory that is a repository shape now (made before or
+    /// during the session). The store is the Domain's own: never protected.
+    fn protected_at(&self, side: Side, rel: &Path) -> bool {
+        side == Side::Host
+            && (self.sentry.is_protected(rel)
+                || self.hooks.iter().any(|h| rel.starts_with(h))
+                || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a)))
+    }
+
+    fn host_has(&self, rel: &Path) -> bool {
+        self.stat(Side::Host, rel).is_ok()
+    }
+
+    /// The host directory `dir` is a repository shape (`gitshape::is_shape`).
+    fn host_shape(&self, dir: &Path) -> bool {
+        gitshape::is_shape(&|n| self.host_has(&dir.join(n)))
+    }
+
+    /// `rel` lies inside a host Git directory: a `.git` or a shape ancestor.
+    fn in_host_git_dir(&self, rel: &Path) -> bool {
+        if self.sentry.in_git_dir(rel) {
+            return true;
+        }
+        let mut p = rel.parent();
+        while let Some(d) = p {
+            if self.host_shape(d) {
+                return true;
+            }
+            p = d.parent();
+        }
+        false
+    }
+
+    /// True when a new entry at `rel` (its parent on the host) must not be
+    /// made on the host: a `.git` the host lacks, a new linked worktree or
+    /// submodule Git directory, or the name completing a repository shape.
+    fn git_domain_side(&self, rel: &Path) -> bool {
+        let (parent, name) = split(rel);
+        if !gitshape_candidate(rel) {
+            return false;
+        }
+        if gitshape::is_dotgit(name) {
+            return !self.host_has(rel);
+        }
+        let slot = gitshape::is_new_gitdir_slot(rel, &|p| {
+            self.sentry.in_git_dir(p) || p.parent().is_some_and(|g| self.host_shape(g))
+        });
+        if slot {
+            return !self.host_has(rel);
+        }
+        gitshape::is_shape_name(name)
+            && !self.host_shape(parent)
+            && gitshape::completes_shape(name, &|n| self.host_has(&parent.join(n)))
+    }
+
+    /// A Domain-side Git entry is wanted but the view has no store (ignored
+    /// isolation off, or a common-directory view): refuse.
+    fn git_refused(&self, rel: &Path) -> bool {
+        self.store.is_none() && self.git_domain_side(rel)
+    }
+
+    /// The store's entry for a Domain-side Git name under a host parent.
+    fn git_store_entry(&self, rel: &Path) -> Option<rustix::fs::Stat> {
+        if self.store.is_none() || !gitshape_candidate(rel) {
+            return None;
+        }
+        self.stat(Side::Store, rel).ok()
+    }
+
+    /// Renames a host regular file onto a Domain-side Git name (Git's
+    /// `HEAD.lock` to `HEAD` completing a shape): copies it into the store
+    /// under a temporary name, renames that into place, removes the host
+    /// file. The node follows the file to the store.
+    fn move_file_to_store(
+        &self,
+        id: u64,
+        from: &Path,
+        to: &Path,
+        nprel: &Path,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        use std::io::{Read, Write};
+        self.scaffold(nprel)?;
+        let d2 = self.dir(Side::Store, nprel)?;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) && rustix::fs::statat(&d2, newname, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        let mut src = self.open_path(Side::Host, from, false)?;
+        let mode = rustix::fs::fstat(&src).map_err(errno)?.st_mode & 0o7777;
+        let mut tmp_name = newname.to_os_string();
+        tmp_name.push(format!(".lazaret-move-{id}"));
+        let fd = rustix::fs::openat2(
+            &d2,
+            &tmp_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(mode),
+            resolve(),
+        )
+        .map_err(errno)?;
+        let mut dst = File::from(fd);
+        let mut buf = Vec::new();
+        src.read_to_end(&mut buf).map_err(errno)?;
+        if let Err(e) = dst.write_all(&buf) {
+            let _ = rustix::fs::unlinkat(&d2, &tmp_name, AtFlags::empty());
+            return Err(errno(e));
+        }
+        drop(dst);
+        self.pin(Side::Store, to);
+        rustix::fs::renameat(&d2, &tmp_name, &d2, newname).map_err(errno)?;
+        let (fparent, fname) = split(from);
+        let d1 = self.dir(Side::Host, fparent)?;
+        rustix::fs::unlinkat(&d1, fname, AtFlags::empty()).map_err(errno)?;
+        let st = self.stat(Side::Store, to)?;
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        if let Some(old) = t.by_key.remove(&(Side::Store, to.to_path_buf())) {
+            if let Some(n) = t.nodes.get_mut(&old) {
+                n.gone = true;
+            }
+        }
+        if t.by_key.get(&(Side::Host, from.to_path_buf())) == Some(&id) {
+            t.by_key.remove(&(Side::Host, from.to_path_buf()));
+        }
+        if let Some(n) = t.nodes.get_mut(&id) {
+            if n.fd.is_some() {
+                if n.pinned {
+                    t.pinned_fds -= 1;
+                } else {
+                    t.cached_fds -= 1;
+                }
+            }
+            n.fd = None;
+            n.pinned = false;
+            n.side = Side::Store;
+            n.rel = to.to_path_buf();
+            n.host_ino = st.st_ino;
+            t.by_key.insert((Side::Store, to.to_path_buf()), id);
+        }
+        Ok(())
+    }
 }

@@ -16,6 +16,7 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
+mod gitshape;
 mod ignored;
 mod image;
 mod ipc;
