@@ -744,13 +744,13 @@ impl View {
             (Side::Host, None) => {
                 // Domain-side Git entries first, so they win over the host's.
                 if self.store.is_some() {
-                    let _ = read(Side::Store, &|p, _| gitshape_candidate(p));
+                    let _ = read(Side::Store, &|p, _| self.git_store_entry(p).is_some());
                 }
                 read(side, &|_, _| true)?
             }
             (Side::Host, Some(rules)) => {
                 // The store's ignored entries first, so they win over the host's.
-                let _ = read(Side::Store, &|p, d| rules.is_ignored(p, d) || gitshape_candidate(p));
+                let _ = read(Side::Store, &|p, d| rules.is_ignored(p, d) || self.git_store_entry(p).is_some());
                 read(Side::Host, &|p, d| !rules.is_ignored(p, d))?;
             }
         }
@@ -1056,7 +1056,12 @@ impl Filesystem for View {
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
             let dir = is_dir(&st);
             let nside = self.target_side(npside, &to, dir);
+            // A host repository itself keeps its name, as `.git` does.
+            let moves_repo = side == Side::Host
+                && ((dir && self.host_shape(&from))
+                    || (flags.contains(RenameFlags::RENAME_EXCHANGE) && self.host_shape(&to)));
             if sticky
+                || moves_repo
                 || self.protected_at(side, &from)
                 || (nside == Side::Host && (self.protected_at(Side::Host, &to) || self.git_refused(&to)))
             {
@@ -1539,9 +1544,18 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
 /// syscall: a lookup of such a name also checks the store.
 fn gitshape_candidate(rel: &Path) -> bool {
     let (parent, name) = split(rel);
-    gitshape::is_dotgit(name)
+    is_cow_config(rel)
+        || gitshape::is_dotgit(name)
         || gitshape::is_shape_name(name)
         || parent.file_name().is_some_and(|p| p == "worktrees" || p == "modules")
+}
+
+/// `DIR/.git/config`: Git's own rewrites of it (`config.lock` renamed onto
+/// it, as `git config` and `git submodule init` do) land in a Domain-side
+/// copy; the host file never changes.
+fn is_cow_config(rel: &Path) -> bool {
+    let (parent, name) = split(rel);
+    name == "config" && parent.file_name().is_some_and(|p| p == ".git")
 }
 
 impl View {
@@ -1559,7 +1573,11 @@ impl View {
     fn protected_at(&self, side: Side, rel: &Path) -> bool {
         side == Side::Host
             && (self.sentry.is_protected(rel)
-                || self.hooks.iter().any(|h| rel.starts_with(h))
+                || self.hooks.iter().any(|h| {
+                    // The location and its ancestors (a renamed ancestor
+                    // would let another directory take its place).
+                    rel.starts_with(h) || (!rel.as_os_str().is_empty() && h.starts_with(rel))
+                })
                 || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a)))
     }
 
@@ -1595,6 +1613,9 @@ impl View {
         if !gitshape_candidate(rel) {
             return false;
         }
+        if is_cow_config(rel) {
+            return true;
+        }
         if gitshape::is_dotgit(name) {
             return !self.host_has(rel);
         }
@@ -1616,11 +1637,15 @@ impl View {
     }
 
     /// The store's entry for a Domain-side Git name under a host parent.
+    /// A name the host has is the host's (the store may hold a directory of
+    /// that name as scaffolding for deeper entries), except `.git/config`'s
+    /// Domain-side copy.
     fn git_store_entry(&self, rel: &Path) -> Option<rustix::fs::Stat> {
         if self.store.is_none() || !gitshape_candidate(rel) {
             return None;
         }
-        self.stat(Side::Store, rel).ok()
+        let st = self.stat(Side::Store, rel).ok()?;
+        (is_cow_config(rel) || !self.host_has(rel)).then_some(st)
     }
 
     /// Renames a host regular file onto a Domain-side Git name (Git's

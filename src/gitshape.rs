@@ -68,9 +68,10 @@ pub fn is_new_gitdir_slot(rel: &Path, in_git_dir: &dyn Fn(&Path) -> bool) -> boo
 /// The directories that, if they are Git directories, make `rel` one of
 /// their protected paths: for `D/config`, `D/config.worktree`,
 /// `D/commondir`, `D/gitdir`, `D/hooks/**`, `D/objects/info/alternates`,
-/// `D/objects/info/http-alternates`, `D/info/exclude`, `D/worktrees/N`
-/// (and its files), `D/modules/**` the candidate is `D`. The view checks each
-/// candidate on the host (`is_shape`) at access time.
+/// `D/objects/info/http-alternates`, `D/info/exclude` and `D/worktrees/N`
+/// the candidate is `D` (a worktree's or submodule's own files anchor at
+/// its own Git directory, itself a shape). The view checks each candidate
+/// on the host (`is_shape`) at access time.
 pub fn sensitive_anchors(rel: &Path) -> Vec<PathBuf> {
     let comps: Vec<&OsStr> = rel.iter().collect();
     let n = comps.len();
@@ -83,7 +84,8 @@ pub fn sensitive_anchors(rel: &Path) -> Vec<PathBuf> {
         }
     }
     for (i, c) in comps.iter().enumerate() {
-        if eq(c, "hooks") || eq(c, "modules") || (eq(c, "worktrees") && i + 1 < n) {
+        // `D/modules/NAME` is a Git directory itself: its files anchor there.
+        if eq(c, "hooks") || (eq(c, "worktrees") && i + 2 == n) {
             out.push(anchor(i));
         }
     }
@@ -175,10 +177,10 @@ mod tests {
         assert_eq!(a("x/hooks/pre-commit"), vec![PathBuf::from("x")]);
         assert_eq!(a("x/objects/info/alternates"), vec![PathBuf::from("x")]);
         assert_eq!(a("x/info/exclude"), vec![PathBuf::from("x")]);
-        assert_eq!(
-            a("x/worktrees/w/commondir"),
-            vec![PathBuf::from("x"), PathBuf::from("x/worktrees/w")]
-        );
+        assert_eq!(a("x/worktrees/w/commondir"), vec![PathBuf::from("x/worktrees/w")]);
+        assert_eq!(a("x/worktrees/w"), vec![PathBuf::from("x")]);
+        assert_eq!(a("x/modules/m/config"), vec![PathBuf::from("x/modules/m")]);
+        assert!(a("x/modules/m/HEAD").is_empty() && a(".git/modules").is_empty());
         assert_eq!(a("config"), vec![PathBuf::new()]);
         assert!(a("src/main.rs").is_empty());
         assert!(a("x/worktrees").is_empty());

@@ -12,6 +12,7 @@ mod harness;
 mod escalation;
 mod foundation;
 mod git;
+mod git_v2;
 mod net;
 mod sessions;
 mod state;
