@@ -144,6 +144,9 @@ pub struct View {
     sentry: Sentry,
     /// Hook locations from host Git's configuration, as view paths.
     hooks: Vec<PathBuf>,
+    /// Serialises deciding and making entries with repository-shape names,
+    /// so two concurrent creates cannot complete a shape together.
+    shape_lock: Mutex<()>,
     t: Arc<Mutex<Tables>>,
     /// None when inotify is unavailable: everything host-side uses `TTL`.
     watch: Option<Arc<Watches>>,
@@ -307,6 +310,7 @@ impl View {
             rules,
             sentry,
             hooks: Vec::new(),
+            shape_lock: Mutex::new(()),
             t: Arc::new(Mutex::new(Tables {
                 nodes,
                 by_key: HashMap::new(),
@@ -988,6 +992,7 @@ impl Filesystem for View {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, false) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -1000,6 +1005,7 @@ impl Filesystem for View {
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -1019,6 +1025,7 @@ impl Filesystem for View {
     }
 
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -1046,6 +1053,7 @@ impl Filesystem for View {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _shape = self.shape_guard(newname);
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let (npside, nprel, _) = self.node(newparent)?;
@@ -1130,6 +1138,7 @@ impl Filesystem for View {
                 log::warn!("git sentry: refused a hard link to {}", rel.display());
                 return Err(Errno::EPERM);
             }
+            let _shape = self.shape_guard(newname);
             let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
             if nside != side {
                 return Err(Errno::EXDEV);
@@ -1345,6 +1354,7 @@ impl Filesystem for View {
         reply: ReplyCreate,
     ) {
         let r = (|| {
+            let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
             let no_open = self.no_open.load(Ordering::Relaxed);
             let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
@@ -1564,6 +1574,13 @@ impl View {
     pub fn with_hooks(mut self, hooks: Vec<PathBuf>) -> View {
         self.hooks = hooks;
         self
+    }
+
+    /// Held from the side decision to the creation of an entry named `name`
+    /// when it is a `.git` or shape name.
+    fn shape_guard(&self, name: &OsStr) -> Option<std::sync::MutexGuard<'_, ()>> {
+        (gitshape::is_dotgit(name) || gitshape::is_shape_name(name))
+            .then(|| self.shape_lock.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// True when the sandbox may not change the entry at `rel` on `side`:
