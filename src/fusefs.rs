@@ -7,6 +7,12 @@
 //!   unlink, link and symlink is checked against `gitsentry::Sentry` and
 //!   refused with EPERM when it would touch a protected Git path. This also
 //!   stops *creating* `.git/commondir`, which a read-only bind cannot.
+//! - **Repository shapes** (SR-4, `gitshape`): a `.git` the host lacks, a
+//!   new linked-worktree or submodule Git directory, and the name that would
+//!   complete a repository shape in a host directory are made in the store,
+//!   so the host never gains a Git directory of the sandbox's making; the
+//!   sensitive names of host shapes and host Git's hook locations are
+//!   protected at access time.
 //! - **Ignored Workspace State** (SR-13): paths the snapshot of ignore rules
 //!   (`ignored::IgnoreRules`) matches resolve into the Domain's ignored store
 //!   instead of the host workspace, including paths created during the

@@ -369,3 +369,54 @@ fn hooks_path_inside_the_workspace_is_read_only() {
     assert_eq!(mode & 0o7777, 0o755, "hook mode changed");
     assert!(!ws.join(".githooks/post-commit").exists() && !ws.join(".gh2").exists());
 }
+
+#[test]
+fn host_submodule_git_dirs_are_protected_like_dot_git() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let lib = repo(env, "v2sublib", &[("lib.txt", "lib\n")]);
+    let ws = repo(env, "v2sub", &[("a.txt", "one\n")]);
+    let r = host(
+        env,
+        &ws,
+        &["git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", &lib.to_string_lossy(), "lib"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    git_ok(env, &ws, &["commit", "-q", "-m", "add lib"]);
+    let marker = ws.with_extension("marker");
+    let m = marker.display().to_string();
+    let cfg_before = std::fs::read(ws.join(".git/modules/lib/config")).unwrap();
+    let hook = format!("#!/bin/sh\ntouch {m}\n");
+    let attempts = [
+        "cat evil.cfg >> .git/modules/lib/config".to_string(),
+        "cp evil.cfg .git/modules/lib/config".to_string(),
+        format!("printf {} > .git/modules/lib/hooks/post-checkout", sh_quote(&hook)),
+        "echo /workspace/s1 > .git/modules/lib/commondir".to_string(),
+        "echo /workspace/x > .git/modules/lib/objects/info/alternates".to_string(),
+        "mkdir -p s1/objects s1/refs && cp evil.cfg s1/config && echo 'ref: refs/heads/main' > s1/HEAD".to_string(),
+        "echo 'gitdir: /workspace/s1' > lib/.git".to_string(),
+        "rm -f lib/.git".to_string(),
+        "mv lib/.git lib/.git-x".to_string(),
+        "mv .git/modules/lib .git/modules/lib-x".to_string(),
+        "cd lib && git config core.pager 'touch M'".to_string(),
+    ];
+    let mut script = format!("printf {} > evil.cfg\n", sh_quote(&poison(&m)));
+    for (i, a) in attempts.iter().enumerate() {
+        let a = a.replace("touch M", &format!("touch {m}"));
+        script.push_str(&format!("( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded\"\n"));
+    }
+    script.push_str("git -C lib status --porcelain && echo lib-ok\nexit 0\n");
+    let r = inside(env, &ws, &script);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("lib-ok"), "{r:?}");
+    wait_domain_down(env, &ws);
+    assert_eq!(std::fs::read(ws.join(".git/modules/lib/config")).unwrap(), cfg_before);
+    let lib_wt = ws.join("lib");
+    git_ok(env, &lib_wt, &["status"]);
+    let _ = git_tty(env, &lib_wt, "log -1");
+    git_ok(env, &lib_wt, &["fetch", "-q", &lib.to_string_lossy()]);
+    git_ok(env, &lib_wt, &["commit", "-q", "--allow-empty", "-m", "host-in-lib"]);
+    let r = host(env, &ws, &["git", "-c", "protocol.file.allow=always", "submodule", "update"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!marker.exists(), "host git in the submodule ran a sandbox-chosen command");
+}
