@@ -415,7 +415,11 @@ fn host_submodule_git_dirs_are_protected_like_dot_git() {
     git_ok(env, &lib_wt, &["status"]);
     let _ = git_tty(env, &lib_wt, "log -1");
     git_ok(env, &lib_wt, &["fetch", "-q", &lib.to_string_lossy()]);
-    git_ok(env, &lib_wt, &["commit", "-q", "--allow-empty", "-m", "host-in-lib"]);
+    git_ok(
+        env,
+        &lib_wt,
+        &["-c", "user.name=Host", "-c", "user.email=host@example.test", "commit", "-q", "--allow-empty", "-m", "host-in-lib"],
+    );
     let r = host(env, &ws, &["git", "-c", "protocol.file.allow=always", "submodule", "update"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!marker.exists(), "host git in the submodule ran a sandbox-chosen command");
