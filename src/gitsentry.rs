@@ -18,7 +18,8 @@
 //!   view, see `gitshape`): the entry itself, `config.worktree`,
 //!   `commondir`, `gitdir`, `hooks/**`;
 //! - every `.git` entry at any depth of the workspace (file or directory),
-//!   including one that does not exist yet: creating it is refused.
+//!   on the host (one the host lacks is made Domain-side by the view, see
+//!   `gitshape`; without a store, creating it is refused).
 //!
 //! Inside a Git directory, symlinks cannot be created and directories cannot
 //! be renamed in or out (a swapped `objects/info` or `hooks` directory would
