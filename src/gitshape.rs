@@ -79,7 +79,10 @@ pub fn sensitive_anchors(rel: &Path) -> Vec<PathBuf> {
     let anchor = |k: usize| comps[..k].iter().collect::<PathBuf>();
     if n >= 1 {
         let last = comps[n - 1];
-        if ["config", "config.worktree", "commondir", "gitdir"].iter().any(|s| eq(last, s)) {
+        if ["config", "config.worktree", "commondir", "gitdir"]
+            .iter()
+            .any(|s| eq(last, s))
+        {
             out.push(anchor(n - 1));
         }
     }
@@ -141,7 +144,12 @@ mod tests {
     fn no_creation_order_completes_a_host_shape() {
         let names = ["HEAD", "objects", "refs", "commondir"];
         for mask in 1u32..16 {
-            let chosen: Vec<&str> = names.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, n)| *n).collect();
+            let chosen: Vec<&str> = names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, n)| *n)
+                .collect();
             // all permutations of `chosen`
             let mut perms = vec![vec![]];
             for _ in 0..chosen.len() {

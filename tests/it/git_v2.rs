@@ -97,7 +97,14 @@ fn host_bare(env: &Env, src: &Path, dir: &Path) {
     let r = host(
         env,
         Path::new("/"),
-        &["git", "clone", "-q", "--bare", &src.to_string_lossy(), &dir.to_string_lossy()],
+        &[
+            "git",
+            "clone",
+            "-q",
+            "--bare",
+            &src.to_string_lossy(),
+            &dir.to_string_lossy(),
+        ],
     );
     assert_eq!(r.code, 0, "{r:?}");
 }
@@ -118,7 +125,12 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
     git_ok(
         env,
         &ws,
-        &["update-index", "--add", "--cacheinfo", &format!("160000,{},lib", lib_head.trim())],
+        &[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{},lib", lib_head.trim()),
+        ],
     );
     git_ok(env, &ws, &["add", ".gitmodules"]);
     git_ok(env, &ws, &["commit", "-q", "-m", "submodule"]);
@@ -164,7 +176,11 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
     }
     for d in ["sub", "dep", "bare.git"] {
         let top = git_ok(env, &ws.join(d), &["rev-parse", "--absolute-git-dir"]);
-        assert_eq!(Path::new(top.trim()), ws.join(".git"), "host git in {d} found another repository");
+        assert_eq!(
+            Path::new(top.trim()),
+            ws.join(".git"),
+            "host git in {d} found another repository"
+        );
     }
     git_ok(env, &ws.join("sub"), &["status"]);
     let tty = git_tty(env, &ws.join("sub"), "log -1");
@@ -262,12 +278,29 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
         assert!(!marker.exists(), "host git in {d} ran a sandbox-chosen command");
     }
     let fix = ws.join("vendor/fix.git");
-    assert_eq!(std::fs::read(fix.join("config")).unwrap(), fix_cfg, "vendored config changed");
-    for p in ["hooks/post-update", "hooks-x", "objects/info/alternates", "commondir", "config.worktree"] {
-        assert!(std::fs::symlink_metadata(fix.join(p)).is_err(), "vendor/fix.git/{p} exists");
+    assert_eq!(
+        std::fs::read(fix.join("config")).unwrap(),
+        fix_cfg,
+        "vendored config changed"
+    );
+    for p in [
+        "hooks/post-update",
+        "hooks-x",
+        "objects/info/alternates",
+        "commondir",
+        "config.worktree",
+    ] {
+        assert!(
+            std::fs::symlink_metadata(fix.join(p)).is_err(),
+            "vendor/fix.git/{p} exists"
+        );
     }
     let _ = git_tty(env, &fix, "log -1");
-    git_ok(env, &fix, &["fetch", "-q", &ws.to_string_lossy(), "main:refs/heads/fetched"]);
+    git_ok(
+        env,
+        &fix,
+        &["fetch", "-q", &ws.to_string_lossy(), "main:refs/heads/fetched"],
+    );
     git_ok(env, &ws, &["status"]);
     let _ = git_tty(env, &ws, "log -1");
     git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
@@ -302,8 +335,15 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
     let mut child = env.lz(&ws, &["run", "--", "sh", "-c", &script]).spawn();
     // Once the Domain runs, the user adds a worktree on the host.
     let sock = env.runtime_root().join(env.domain_id("default", &ws)).join("hc.sock");
-    assert!(eventually(Duration::from_secs(120), || sock.exists()), "Domain did not start");
-    git_ok(env, &ws, &["worktree", "add", "-q", &late.to_string_lossy(), "-b", "late"]);
+    assert!(
+        eventually(Duration::from_secs(120), || sock.exists()),
+        "Domain did not start"
+    );
+    git_ok(
+        env,
+        &ws,
+        &["worktree", "add", "-q", &late.to_string_lossy(), "-b", "late"],
+    );
     env.write(&go, "");
     let out = child.wait_with_output().unwrap();
     let r = Run {
@@ -312,14 +352,20 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     };
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("late"), "the new worktree was not visible inside: {r:?}");
+    assert!(
+        r.stdout.contains("late"),
+        "the new worktree was not visible inside: {r:?}"
+    );
     for w in ["wrote-config-worktree", "wrote-commondir", "wrote-gitdir", "moved"] {
         assert!(!r.stdout.contains(w), "{w}: {r:?}");
     }
     git_ok(env, &late, &["status"]);
     let _ = git_tty(env, &late, "log -1");
     git_ok(env, &late, &["commit", "-q", "--allow-empty", "-m", "host-in-late"]);
-    assert!(!marker.exists(), "host git in the late worktree ran a sandbox-chosen command");
+    assert!(
+        !marker.exists(),
+        "host git in the late worktree ran a sandbox-chosen command"
+    );
     assert!(!ws.join(".git/worktrees/late/config.worktree").exists());
     assert!(!ws.join(".git/worktrees/late/hooks").exists());
     let _ = std::fs::remove_dir_all(&late);
@@ -342,11 +388,20 @@ fn hooks_path_inside_the_workspace_is_read_only() {
     let attempts = [
         format!("printf {} > .githooks/pre-commit", sh_quote(&hook)),
         format!("printf {} >> .githooks/pre-commit", sh_quote(&format!("touch {m}\n"))),
-        format!("printf {} > .githooks/post-commit && chmod +x .githooks/post-commit", sh_quote(&hook)),
+        format!(
+            "printf {} > .githooks/post-commit && chmod +x .githooks/post-commit",
+            sh_quote(&hook)
+        ),
         "rm -f .githooks/pre-commit".to_string(),
         "chmod 777 .githooks/pre-commit".to_string(),
-        format!("mv .githooks .gh2 && mkdir .githooks && printf {} > .githooks/pre-commit && chmod +x .githooks/pre-commit", sh_quote(&hook)),
-        format!("printf {} > x && chmod +x x && mv x .githooks/pre-commit", sh_quote(&hook)),
+        format!(
+            "mv .githooks .gh2 && mkdir .githooks && printf {} > .githooks/pre-commit && chmod +x .githooks/pre-commit",
+            sh_quote(&hook)
+        ),
+        format!(
+            "printf {} > x && chmod +x x && mv x .githooks/pre-commit",
+            sh_quote(&hook)
+        ),
         "ln -sf /workspace/x .githooks/post-commit".to_string(),
     ];
     let mut script = String::new();
@@ -358,14 +413,24 @@ fn hooks_path_inside_the_workspace_is_read_only() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("committed"), "{r:?}");
     // gVisor reports a refused chmod (attempt 4) as done; the host mode is what counts.
-    let succeeded: Vec<&str> = r.stdout.lines().filter(|l| l.contains("succeeded") && !l.contains("attempt 4 ")).collect();
+    let succeeded: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("succeeded") && !l.contains("attempt 4 "))
+        .collect();
     assert!(succeeded.is_empty(), "{r:?}");
     wait_domain_down(env, &ws);
     git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
     assert!(!marker.exists(), "host commit ran a hook the sandbox wrote");
-    assert_eq!(std::fs::read_to_string(ws.join(".githooks/pre-commit")).unwrap(), "#!/bin/sh\nexit 0\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".githooks/pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(ws.join(".githooks/pre-commit")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(ws.join(".githooks/pre-commit"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o7777, 0o755, "hook mode changed");
     assert!(!ws.join(".githooks/post-commit").exists() && !ws.join(".gh2").exists());
 }
@@ -379,7 +444,16 @@ fn host_submodule_git_dirs_are_protected_like_dot_git() {
     let r = host(
         env,
         &ws,
-        &["git", "-c", "protocol.file.allow=always", "submodule", "add", "-q", &lib.to_string_lossy(), "lib"],
+        &[
+            "git",
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &lib.to_string_lossy(),
+            "lib",
+        ],
     );
     assert_eq!(r.code, 0, "{r:?}");
     git_ok(env, &ws, &["commit", "-q", "-m", "add lib"]);
@@ -418,9 +492,26 @@ fn host_submodule_git_dirs_are_protected_like_dot_git() {
     git_ok(
         env,
         &lib_wt,
-        &["-c", "user.name=Host", "-c", "user.email=host@example.test", "commit", "-q", "--allow-empty", "-m", "host-in-lib"],
+        &[
+            "-c",
+            "user.name=Host",
+            "-c",
+            "user.email=host@example.test",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "host-in-lib",
+        ],
     );
-    let r = host(env, &ws, &["git", "-c", "protocol.file.allow=always", "submodule", "update"]);
+    let r = host(
+        env,
+        &ws,
+        &["git", "-c", "protocol.file.allow=always", "submodule", "update"],
+    );
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(!marker.exists(), "host git in the submodule ran a sandbox-chosen command");
+    assert!(
+        !marker.exists(),
+        "host git in the submodule ran a sandbox-chosen command"
+    );
 }
