@@ -48,6 +48,16 @@ impl Check {
         }
     }
 
+    /// Passes, but prints its fix: a hardening the user should apply.
+    fn warning(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
     fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
         Check {
             name,
@@ -114,6 +124,7 @@ pub fn checks() -> Vec<Check> {
     out.push(check_xdg_runtime_dir(&target));
     out.push(check_config());
     out.push(check_resource_limits());
+    out.push(check_git_bare_repository(std::process::Command::new("git")));
     out
 }
 
@@ -145,6 +156,38 @@ fn check_resource_limits() -> Check {
             fix.clone(),
         ),
         _ => Check::pass("resource-limits", m.describe()),
+    }
+}
+
+/// Host Git should not take a bare repository found by discovery as one
+/// (`safe.bareRepository = explicit`): a second line of defence behind the
+/// workspace view's shape rule (docs/git.md).
+fn check_git_bare_repository(mut git: std::process::Command) -> Check {
+    let out = git
+        .args(["config", "--get", "safe.bareRepository"])
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let value = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Err(_) => return Check::pass("git-safe-bare-repository", "no host git"),
+    };
+    git_bare_repository_check(&value)
+}
+
+fn git_bare_repository_check(value: &str) -> Check {
+    if value.eq_ignore_ascii_case("explicit") {
+        Check::pass("git-safe-bare-repository", "safe.bareRepository = explicit")
+    } else {
+        Check::warning(
+            "git-safe-bare-repository",
+            format!(
+                "host git takes a bare repository it finds as one (safe.bareRepository is {})",
+                if value.is_empty() { "unset" } else { "not `explicit`" }
+            ),
+            "git config --global safe.bareRepository explicit",
+        )
     }
 }
 
@@ -1035,9 +1078,13 @@ fn check_xdg_runtime_dir(t: &Target) -> Check {
 fn to_text(checks: &[Check]) -> String {
     let mut out = String::new();
     for c in checks {
-        let tag = if c.ok { "ok  " } else { "FAIL" };
+        let tag = match (c.ok, c.fix.is_some()) {
+            (true, false) => "ok  ",
+            (true, true) => "warn",
+            (false, _) => "FAIL",
+        };
         out.push_str(&format!("{tag} {}: {}\n", c.name, c.detail));
-        if !c.ok {
+        if !c.ok || c.fix.is_some() {
             if let Some(fix) = &c.fix {
                 out.push_str(&format!("  fix: {fix}\n"));
             }
@@ -1094,6 +1141,15 @@ fn to_json(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warns_without_safe_bare_repository() {
+        let w = git_bare_repository_check("");
+        assert!(w.ok && w.fix.as_deref() == Some("git config --global safe.bareRepository explicit"));
+        assert!(to_text(&[w]).starts_with("warn git-safe-bare-repository"));
+        assert!(git_bare_repository_check("all").fix.is_some());
+        assert!(git_bare_repository_check("explicit").fix.is_none());
+    }
 
     #[test]
     fn runsc_date_debian_format() {

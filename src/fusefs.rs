@@ -7,6 +7,12 @@
 //!   unlink, link and symlink is checked against `gitsentry::Sentry` and
 //!   refused with EPERM when it would touch a protected Git path. This also
 //!   stops *creating* `.git/commondir`, which a read-only bind cannot.
+//! - **Repository shapes** (SR-4, `gitshape`): a `.git` the host lacks, a
+//!   new linked-worktree or submodule Git directory, and the name that would
+//!   complete a repository shape in a host directory are made in the store,
+//!   so the host never gains a Git directory of the sandbox's making; the
+//!   sensitive names of host shapes and host Git's hook locations are
+//!   protected at access time.
 //! - **Ignored Workspace State** (SR-13): paths the snapshot of ignore rules
 //!   (`ignored::IgnoreRules`) matches resolve into the Domain's ignored store
 //!   instead of the host workspace, including paths created during the
@@ -55,6 +61,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
+use crate::gitshape;
 use crate::ignored::IgnoreRules;
 
 /// How long the kernel may cache entries and attributes under a host
@@ -152,6 +159,11 @@ pub struct View {
     store: Option<(OwnedFd, u64)>,
     rules: Option<IgnoreRules>,
     sentry: Sentry,
+    /// Hook locations from host Git's configuration, as view paths.
+    hooks: Vec<PathBuf>,
+    /// Serialises deciding and making entries with repository-shape names,
+    /// so two concurrent creates cannot complete a shape together.
+    shape_lock: Mutex<()>,
     t: Arc<Mutex<Tables>>,
     /// None when inotify is unavailable: everything host-side uses `TTL`.
     watch: Option<Arc<Watches>>,
@@ -322,6 +334,8 @@ impl View {
             store,
             rules,
             sentry,
+            hooks: Vec::new(),
+            shape_lock: Mutex::new(()),
             t: Arc::new(Mutex::new(Tables {
                 nodes,
                 by_key: HashMap::new(),
@@ -385,7 +399,10 @@ impl View {
         if n.gone {
             return Err(Errno::ENOENT);
         }
-        Ok((n.side, n.rel.clone(), n.protected || self.sentry.is_protected(&n.rel)))
+        let (side, rel, sticky) = (n.side, n.rel.clone(), n.protected);
+        drop(t);
+        let protected = sticky || self.protected_at(side, &rel);
+        Ok((side, rel, protected))
     }
 
     /// Registers one kernel lookup of the entry at `rel` and returns its
@@ -403,7 +420,7 @@ impl View {
                 }
             }
         }
-        let protected = self.sentry.is_protected(rel);
+        let protected = self.protected_at(side, rel);
         let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
         let existing = t.by_key.get(&key).copied();
@@ -462,7 +479,7 @@ impl View {
         let (side, rel, want) = {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-            if write && (n.protected || self.sentry.is_protected(&n.rel)) {
+            if write && (n.protected || self.protected_at(n.side, &n.rel)) {
                 log::warn!("git sentry: refused writing {}", crate::display::escape_path(&n.rel));
                 return Err(Errno::EPERM);
             }
@@ -567,7 +584,7 @@ impl View {
 
     /// Where a child of a directory on `parent_side` lives when created.
     fn target_side(&self, parent_side: Side, rel: &Path, dir: bool) -> Side {
-        if self.is_domain_side(parent_side, rel, dir) {
+        if self.is_domain_side(parent_side, rel, dir) || (self.store.is_some() && self.git_domain_side(rel)) {
             Side::Store
         } else {
             Side::Host
@@ -579,6 +596,9 @@ impl View {
     fn find(&self, parent_side: Side, rel: &Path) -> Result<(Side, rustix::fs::Stat), Errno> {
         if parent_side == Side::Store {
             return Ok((Side::Store, self.stat(Side::Store, rel)?));
+        }
+        if let Some(st) = self.git_store_entry(rel) {
+            return Ok((Side::Store, st));
         }
         let Some(rules) = &self.rules else {
             return Ok((Side::Host, self.stat(Side::Host, rel)?));
@@ -626,11 +646,11 @@ impl View {
     fn prepare_new(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(Side, PathBuf, OwnedFd), Errno> {
         let (pside, prel, _) = self.node(parent)?;
         let rel = prel.join(name);
-        if self.sentry.is_protected(&rel) {
+        let side = self.target_side(pside, &rel, dir);
+        if side == Side::Host && (self.protected_at(Side::Host, &rel) || self.git_refused(&rel)) {
             log::warn!("git sentry: refused creating {}", crate::display::escape_path(&rel));
             return Err(Errno::EPERM);
         }
-        let side = self.target_side(pside, &rel, dir);
         if side == Side::Store && pside == Side::Host {
             self.scaffold(&prel)?;
         }
@@ -759,10 +779,19 @@ impl View {
             Ok(())
         };
         match (side, &self.rules) {
-            (Side::Store, _) | (Side::Host, None) => read(side, &|_, _, _| true)?,
+            (Side::Store, _) => read(side, &|_, _, _| true)?,
+            (Side::Host, None) => {
+                // Domain-side Git entries first, so they win over the host's.
+                if self.store.is_some() {
+                    let _ = read(Side::Store, &|p, _, _| self.git_store_entry(p).is_some());
+                }
+                read(side, &|_, _, _| true)?
+            }
             (Side::Host, Some(rules)) => {
-                // The store's ignored entries first, so they win over the host's.
-                let _ = read(Side::Store, &|p, d, _| rules.is_ignored(p, d) || self.hidden_host_at(p));
+                // The store's ignored and Git entries first, so they win over the host's.
+                let _ = read(Side::Store, &|p, d, _| {
+                    rules.is_ignored(p, d) || self.hidden_host_at(p) || self.git_store_entry(p).is_some()
+                });
                 let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
                 read(Side::Host, &|p, d, ino| {
                     !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino)
@@ -1007,6 +1036,7 @@ impl Filesystem for View {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, false) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -1019,6 +1049,7 @@ impl Filesystem for View {
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -1038,11 +1069,12 @@ impl Filesystem for View {
     }
 
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        if self.sentry.in_git_dir(&rel) {
+        if side == Side::Host && self.in_host_git_dir(&rel) {
             log::warn!(
                 "git sentry: refused a symlink inside a Git directory: {}",
                 crate::display::escape_path(&rel)
@@ -1065,6 +1097,7 @@ impl Filesystem for View {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _shape = self.shape_guard(newname);
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let (npside, nprel, _) = self.node(newparent)?;
@@ -1073,7 +1106,17 @@ impl Filesystem for View {
             let (side, st) = self.find(pside, &from)?;
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
-            if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
+            let dir = is_dir(&st);
+            let nside = self.target_side(npside, &to, dir);
+            // A host repository itself keeps its name, as `.git` does.
+            let moves_repo = side == Side::Host
+                && ((dir && self.host_shape(&from))
+                    || (flags.contains(RenameFlags::RENAME_EXCHANGE) && self.host_shape(&to)));
+            if sticky
+                || moves_repo
+                || self.protected_at(side, &from)
+                || (nside == Side::Host && (self.protected_at(Side::Host, &to) || self.git_refused(&to)))
+            {
                 log::warn!(
                     "git sentry: refused renaming {} to {}",
                     crate::display::escape_path(&from),
@@ -1081,17 +1124,26 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
-            let dir = is_dir(&st);
             let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-            let git = self.sentry.in_git_dir(&from) || self.sentry.in_git_dir(&to);
-            if git && link && self.sentry.in_git_dir(&to) {
+            let git_from = side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
+            let git_to = nside == Side::Host && (self.sentry.in_git_dir(&to) || ((dir || link) && self.in_host_git_dir(&to)));
+            let git = git_from || git_to;
+            if git && link && git_to {
                 return Err(Errno::EPERM);
             }
             if git && dir {
                 return Err(Errno::EXDEV);
             }
-            let nside = self.target_side(npside, &to, dir);
             if nside != side {
+                if side == Side::Host
+                    && nside == Side::Store
+                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && !flags.contains(RenameFlags::RENAME_EXCHANGE)
+                    && self.git_domain_side(&to)
+                {
+                    // A lock file renamed onto a Domain-side Git name.
+                    return self.move_file_to_store(id, &from, &to, &nprel, newname, flags);
+                }
                 return Err(Errno::EXDEV);
             }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -1149,6 +1201,7 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
+            let _shape = self.shape_guard(newname);
             let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
             if nside != side {
                 return Err(Errno::EXDEV);
@@ -1367,6 +1420,7 @@ impl Filesystem for View {
         reply: ReplyCreate,
     ) {
         let r = (|| {
+            let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
             let no_open = self.no_open.load(Ordering::Relaxed);
             let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
@@ -1400,11 +1454,11 @@ impl View {
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
-            if self.sentry.is_protected(&rel) {
+            let (side, _) = self.find(pside, &rel)?;
+            if self.protected_at(side, &rel) {
                 log::warn!("git sentry: refused removing {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
-            let (side, _) = self.find(pside, &rel)?;
             let id = self.known(side, &rel).unwrap_or(u64::MAX);
             if self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected) {
                 return Err(Errno::EPERM);
@@ -1693,7 +1747,8 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
         let view = View::new(&v.source, store, sentry)
-            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?;
+            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?
+            .with_hooks(v.protect.clone());
         served.push(serve(view, &v.mountpoint).map_err(|e| {
             format!(
                 "serving the workspace view at {}: {e} (run `lazaret doctor`: /dev/fuse must be usable)",
@@ -1702,4 +1757,196 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         })?);
     }
     Ok(served)
+}
+
+// ---- repository shapes (src/gitshape.rs) ----------------------------------
+
+/// Names whose entry may be Domain-side for the shape rule: `.git`, the
+/// shape names, and children of a `worktrees/` or `modules/` directory. No
+/// syscall: a lookup of such a name also checks the store.
+fn gitshape_candidate(rel: &Path) -> bool {
+    let (parent, name) = split(rel);
+    is_cow_config(rel)
+        || gitshape::is_dotgit(name)
+        || gitshape::is_shape_name(name)
+        || parent.file_name().is_some_and(|p| p == "worktrees" || p == "modules")
+}
+
+/// `DIR/.git/config`: Git's own rewrites of it (`config.lock` renamed onto
+/// it, as `git config` and `git submodule init` do) land in a Domain-side
+/// copy; the host file never changes.
+fn is_cow_config(rel: &Path) -> bool {
+    let (parent, name) = split(rel);
+    name == "config" && parent.file_name().is_some_and(|p| p == ".git")
+}
+
+impl View {
+    /// Hook locations read from host Git's configuration (view paths):
+    /// read-only inside.
+    pub fn with_hooks(mut self, hooks: Vec<PathBuf>) -> View {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Held from the side decision to the creation of an entry named `name`
+    /// when it is a `.git` or shape name.
+    fn shape_guard(&self, name: &OsStr) -> Option<std::sync::MutexGuard<'_, ()>> {
+        (gitshape::is_dotgit(name) || gitshape::is_shape_name(name))
+            .then(|| self.shape_lock.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// True when the sandbox may not change the entry at `rel` on `side`:
+    /// the Git Sentry's names, host hook locations, and the sensitive paths
+    /// of any host directory that is a repository shape now (made before or
+    /// during the session). The store is the Domain's own: never protected.
+    fn protected_at(&self, side: Side, rel: &Path) -> bool {
+        side == Side::Host
+            && (self.sentry.is_protected(rel)
+                || self.hooks.iter().any(|h| {
+                    // The location and its ancestors (a renamed ancestor
+                    // would let another directory take its place).
+                    rel.starts_with(h) || (!rel.as_os_str().is_empty() && h.starts_with(rel))
+                })
+                || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a)))
+    }
+
+    fn host_has(&self, rel: &Path) -> bool {
+        self.stat(Side::Host, rel).is_ok()
+    }
+
+    /// The host directory `dir` is a repository shape (`gitshape::is_shape`).
+    fn host_shape(&self, dir: &Path) -> bool {
+        gitshape::is_shape(&|n| self.host_has(&dir.join(n)))
+    }
+
+    /// `rel` lies inside a host Git directory: a `.git` or a shape ancestor.
+    fn in_host_git_dir(&self, rel: &Path) -> bool {
+        if self.sentry.in_git_dir(rel) {
+            return true;
+        }
+        let mut p = rel.parent();
+        while let Some(d) = p {
+            if self.host_shape(d) {
+                return true;
+            }
+            p = d.parent();
+        }
+        false
+    }
+
+    /// True when a new entry at `rel` (its parent on the host) must not be
+    /// made on the host: a `.git` the host lacks, a new linked worktree or
+    /// submodule Git directory, or the name completing a repository shape.
+    fn git_domain_side(&self, rel: &Path) -> bool {
+        let (parent, name) = split(rel);
+        if !gitshape_candidate(rel) {
+            return false;
+        }
+        if is_cow_config(rel) {
+            return true;
+        }
+        if gitshape::is_dotgit(name) {
+            return !self.host_has(rel);
+        }
+        let slot = gitshape::is_new_gitdir_slot(rel, &|p| {
+            self.sentry.in_git_dir(p) || p.parent().is_some_and(|g| self.host_shape(g))
+        });
+        if slot {
+            return !self.host_has(rel);
+        }
+        gitshape::is_shape_name(name)
+            && !self.host_shape(parent)
+            && gitshape::completes_shape(name, &|n| self.host_has(&parent.join(n)))
+    }
+
+    /// A Domain-side Git entry is wanted but the view has no store (ignored
+    /// isolation off, or a common-directory view): refuse.
+    fn git_refused(&self, rel: &Path) -> bool {
+        self.store.is_none() && self.git_domain_side(rel)
+    }
+
+    /// The store's entry for a Domain-side Git name under a host parent.
+    /// A name the host has is the host's (the store may hold a directory of
+    /// that name as scaffolding for deeper entries), except `.git/config`'s
+    /// Domain-side copy.
+    fn git_store_entry(&self, rel: &Path) -> Option<rustix::fs::Stat> {
+        if self.store.is_none() || !gitshape_candidate(rel) {
+            return None;
+        }
+        let st = self.stat(Side::Store, rel).ok()?;
+        (is_cow_config(rel) || !self.host_has(rel)).then_some(st)
+    }
+
+    /// Renames a host regular file onto a Domain-side Git name (Git's
+    /// `HEAD.lock` to `HEAD` completing a shape): copies it into the store
+    /// under a temporary name, renames that into place, removes the host
+    /// file. The node follows the file to the store.
+    fn move_file_to_store(
+        &self,
+        id: u64,
+        from: &Path,
+        to: &Path,
+        nprel: &Path,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        use std::io::{Read, Write};
+        self.scaffold(nprel)?;
+        let d2 = self.dir(Side::Store, nprel)?;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) && rustix::fs::statat(&d2, newname, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        let mut src = self.open_path(Side::Host, from, false)?;
+        let mode = rustix::fs::fstat(&src).map_err(errno)?.st_mode & 0o7777;
+        let mut tmp_name = newname.to_os_string();
+        tmp_name.push(format!(".lazaret-move-{id}"));
+        let fd = rustix::fs::openat2(
+            &d2,
+            &tmp_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(mode),
+            resolve(),
+        )
+        .map_err(errno)?;
+        let mut dst = File::from(fd);
+        let mut buf = Vec::new();
+        src.read_to_end(&mut buf).map_err(errno)?;
+        if let Err(e) = dst.write_all(&buf) {
+            let _ = rustix::fs::unlinkat(&d2, &tmp_name, AtFlags::empty());
+            return Err(errno(e));
+        }
+        drop(dst);
+        self.pin(Side::Store, to);
+        rustix::fs::renameat(&d2, &tmp_name, &d2, newname).map_err(errno)?;
+        let (fparent, fname) = split(from);
+        let d1 = self.dir(Side::Host, fparent)?;
+        rustix::fs::unlinkat(&d1, fname, AtFlags::empty()).map_err(errno)?;
+        let st = self.stat(Side::Store, to)?;
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        if let Some(old) = t.by_key.remove(&(Side::Store, to.to_path_buf())) {
+            if let Some(n) = t.nodes.get_mut(&old) {
+                n.gone = true;
+            }
+        }
+        if t.by_key.get(&(Side::Host, from.to_path_buf())) == Some(&id) {
+            t.by_key.remove(&(Side::Host, from.to_path_buf()));
+        }
+        if let Some(n) = t.nodes.get_mut(&id) {
+            if n.fd.is_some() {
+                if n.pinned {
+                    t.pinned_fds -= 1;
+                } else {
+                    t.cached_fds -= 1;
+                }
+            }
+            n.fd = None;
+            n.pinned = false;
+            n.side = Side::Store;
+            n.rel = to.to_path_buf();
+            n.host_ino = st.st_ino;
+            t.by_key.insert((Side::Store, to.to_path_buf()), id);
+        }
+        Ok(())
+    }
 }

@@ -17,6 +17,7 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
+mod gitshape;
 mod guestsetup;
 mod hostenv;
 mod ignored;

@@ -15,6 +15,7 @@ mod faults;
 mod first_minutes;
 mod foundation;
 mod git;
+mod git_v2;
 mod limits;
 mod net;
 mod net_v2;
