@@ -152,12 +152,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgMount> {
             let post: Vec<&str> = post.split(' ').collect();
             let fstype = *post.first()?;
             let (root, mp) = (*pre.get(3)?, *pre.get(4)?);
-            let mountpoint = PathBuf::from(unescape_mount(mp));
+            let mountpoint = PathBuf::from(crate::nospace::unescape_mountinfo(mp));
             match fstype {
                 "cgroup2" => Some(CgMount {
                     v2: true,
                     controllers: Vec::new(),
-                    root: unescape_mount(root),
+                    root: crate::nospace::unescape_mountinfo(root),
                     mountpoint,
                 }),
                 "cgroup" => Some(CgMount {
@@ -168,29 +168,13 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgMount> {
                         .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains('='))
                         .map(String::from)
                         .collect(),
-                    root: unescape_mount(root),
+                    root: crate::nospace::unescape_mountinfo(root),
                     mountpoint,
                 }),
                 _ => None,
             }
         })
         .collect()
-}
-
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push(((b[i + 1] - b'0') << 6) | ((b[i + 2] - b'0') << 3) | (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The directory of `path` (a cgroup path) under `m`, when `m` covers it.

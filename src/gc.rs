@@ -219,24 +219,6 @@ fn dirs() -> Result<(PathBuf, PathBuf)> {
     Ok((storage, paths::runtime_root(cfg.runtime_dir.as_deref())))
 }
 
-fn dir_size(p: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![p.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
-        for e in rd.flatten() {
-            if let Ok(md) = e.path().symlink_metadata() {
-                use std::os::unix::fs::MetadataExt;
-                total += md.blocks() * 512;
-                if md.is_dir() {
-                    stack.push(e.path());
-                }
-            }
-        }
-    }
-    total
-}
-
 /// `images/import-*` layouts with their state and disk use.
 fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
     let dir = image::images_dir(storage);
@@ -254,7 +236,7 @@ fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
             p.join("index.json").is_file(),
             crate::sys::same_process,
         );
-        out.push((name, st, dir_size(&p)));
+        out.push((name, st, crate::cgroup::disk_use(&p)));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
@@ -270,7 +252,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     // Image layouts (the built default and imports) and their disk use.
     let default = image::images_dir(&storage).join("default");
     if default.is_dir() {
-        let size = dir_size(&default);
+        let size = crate::cgroup::disk_use(&default);
         arr.push(Json::Obj(vec![
             ("kind", Json::s("image")),
             ("name", Json::s("default")),
@@ -303,7 +285,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     for it in &items {
         match it {
             Item::Artifact { id, digest, source } => {
-                let size = dir_size(&lowers.join(id));
+                let size = crate::cgroup::disk_use(&lowers.join(id));
                 let (doms, act) = l.by_artifact.get(id).cloned().unwrap_or_default();
                 arr.push(Json::Obj(vec![
                     ("kind", Json::s("artifact")),

@@ -61,7 +61,7 @@ pub fn device_in(mountinfo: &str, path: &Path) -> Option<String> {
     for line in mountinfo.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let Some(mp) = f.get(4) else { continue };
-        let mp = unescape(mp);
+        let mp = unescape_mountinfo(mp);
         let Some(dash) = f.iter().position(|x| *x == "-") else {
             continue;
         };
@@ -69,9 +69,9 @@ pub fn device_in(mountinfo: &str, path: &Path) -> Option<String> {
         if path.starts_with(&mp) && best.as_ref().map_or(true, |(l, _)| mp.len() >= *l) {
             let fstype = f.get(dash + 1).copied().unwrap_or("");
             let dev = if source.starts_with('/') || fstype == *source {
-                unescape(source)
+                unescape_mountinfo(source)
             } else {
-                format!("{} ({fstype})", unescape(source))
+                format!("{} ({fstype})", unescape_mountinfo(source))
             };
             best = Some((mp.len(), dev));
         }
@@ -80,7 +80,7 @@ pub fn device_in(mountinfo: &str, path: &Path) -> Option<String> {
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> String {
+pub fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
