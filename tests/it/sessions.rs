@@ -199,6 +199,18 @@ fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
     t.enter();
     std::thread::sleep(Duration::from_millis(500));
     t.cmd(&["send-keys", "-t", "t", "C-c"]);
+    // Type only once the shell is back at its prompt: keys typed while
+    // bash restores the terminal after the interrupted job may be
+    // discarded by the line discipline, as on any terminal.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let s = t.capture();
+            let last = s.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            last.trim_end().ends_with('#') && !last.contains("sleep 100")
+        }),
+        "no prompt after Ctrl-C: the session ended?\n{}",
+        t.capture()
+    );
     t.send("echo alive-$((20+22))");
     t.enter();
     assert!(
