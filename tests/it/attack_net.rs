@@ -206,3 +206,72 @@ fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
         "a destination reached something: {r:?}"
     );
 }
+
+/// A descriptor the caller of `lazaret run` left open (here a pipe's write
+/// end at fd 9, as a shell's `exec 9>…` or a tool's job pipe would be) must
+/// not live on in the coordinator, the supervisor, slirp4netns or runsc:
+/// they outlive the client, so whoever waits for that pipe's end (or holds
+/// a lock through it) would wait for the Domain.
+#[test]
+fn a_callers_open_descriptor_does_not_leak_into_the_domains_processes() {
+    use std::os::unix::process::CommandExt;
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("atknet-fds-ws");
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds, both close-on-exec.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/self/fd/{}", fds[1])).unwrap().ino()
+    };
+    let marker = format!("pipe:[{ino}]");
+    let mut cmd = env
+        .lz(&ws, &["run", "--", "sh", "-c", "echo started; sleep 5"])
+        .command();
+    let w = fds[1];
+    // SAFETY: dup2 only, between fork and exec; it clears close-on-exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(w, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut l = String::new();
+    let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut l);
+    let mut holders = Vec::new();
+    if l.trim() == "started" {
+        for (pid, uids, cmdline) in harness::processes() {
+            if pid == child.id() as i32 || uids.first() != Some(&env.uid) {
+                continue;
+            }
+            let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if std::fs::read_link(e.path())
+                    .map(|t| t.to_string_lossy() == marker)
+                    .unwrap_or(false)
+                {
+                    holders.push(format!("{pid} {cmdline}"));
+                }
+            }
+        }
+    }
+    let _ = child.wait();
+    // SAFETY: closing the two fds this test opened.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    assert_eq!(l.trim(), "started", "the session did not start");
+    assert!(holders.is_empty(), "the caller's fd 9 leaked into: {holders:#?}");
+}
