@@ -492,6 +492,9 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
             sys::reset_signals();
             sys::setsid()?;
             sys::install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])?;
+            // Nothing the caller left open (a lock, a pipe someone waits
+            // on) may live on in the coordinator and its helpers.
+            sys::close_fds_from(3, &[coordinator::LOCK_FD, coordinator::START_FD]);
             match sys::fork()? {
                 0 => Ok(()),
                 _ => sys::exit_now(0),

@@ -21,13 +21,13 @@ pub fn show(
     published: bool,
     json: bool,
 ) -> Result<i32, String> {
-    let host = if profile.network {
-        netrole::host_ipv4_addrs()?
+    let (host, nets) = if profile.network {
+        (netrole::host_ipv4_addrs()?, netrole::host_local_nets()?)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
-    let policy =
-        netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile, &host).map_err(|e| e.to_string())?;
+    let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
+        .map_err(|e| e.to_string())?;
     let readiness = if published {
         std::fs::read_to_string(gen_dir.join(netrole::READINESS_FILE))
             .ok()

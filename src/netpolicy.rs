@@ -254,6 +254,21 @@ pub fn derive(
     profile: &Profile,
     host_addrs: &[Ipv4Addr],
 ) -> Result<Policy, NetError> {
+    derive_with_host_nets(file, default_deny, profile, host_addrs, &[])
+}
+
+/// [`derive`], plus a deny for each prefix the host's kernel treats as its
+/// own (`host_nets`: the `local` routes of every table, which include
+/// "AnyIP" routes such as `local 198.18.201.0/24 dev lo` that no interface
+/// carries; see [`host_net_denies`]). A service bound on `0.0.0.0` answers
+/// on every such address, so each is denied like an interface address.
+pub fn derive_with_host_nets(
+    file: &std::path::Path,
+    default_deny: Option<&[Prefix]>,
+    profile: &Profile,
+    host_addrs: &[Ipv4Addr],
+    host_nets: &[Prefix],
+) -> Result<Policy, NetError> {
     let err_ctx = || (file.to_path_buf(), profile.name.clone());
     if profile.ipv6 {
         let (file, profile) = err_ctx();
@@ -290,8 +305,8 @@ pub fn derive(
             });
         }
     }
-    for a in host_denies(host_addrs) {
-        let p = host(a);
+    let host_prefixes = host_denies(host_addrs).into_iter().map(host);
+    for p in host_prefixes.chain(host_net_denies(host_nets)) {
         if !denies.iter().any(|r| r.prefix == p) {
             denies.push(Rule {
                 prefix: p,
@@ -435,6 +450,34 @@ pub fn host_denies(addrs: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
         .filter(|a| !contains(&link, *a))
         .collect();
     out.sort();
+    out.dedup();
+    out
+}
+
+/// The host's `local` route prefixes that get a deny: IPv4 only, none
+/// inside loopback (`127.0.0.0/8`, closed by `--disable-host-loopback`)
+/// or the sandbox–router link; `/32`s that [`host_denies`] would leave out
+/// (slirp4netns's gateway and DNS forwarder) are left out here too. A
+/// prefix is masked to its network address. Sorted, without duplicates.
+pub fn host_net_denies(nets: &[Prefix]) -> Vec<Prefix> {
+    let link = pfx(ROUTER_LINK);
+    let mut out: Vec<Prefix> = Vec::new();
+    for p in nets {
+        let Some((net, len)) = v4(p) else { continue };
+        let mask = if len == 0 { 0 } else { u32::MAX << (32 - len as u32) };
+        let a = Ipv4Addr::from(net & mask);
+        if a.is_loopback() || contains(&link, a) {
+            continue;
+        }
+        if len == 32 && (a == SLIRP_GATEWAY || a == SLIRP_DNS || a.is_unspecified()) {
+            continue;
+        }
+        out.push(Prefix {
+            addr: IpAddr::V4(a),
+            len,
+        });
+    }
+    out.sort_by_key(|p| (v4(p), p.len));
     out.dedup();
     out
 }
@@ -1418,6 +1461,34 @@ mod tests {
         let pol = derive(Path::new("/c.toml"), None, &pr, &host).unwrap();
         assert_eq!(pol.decide(a("192.168.1.20")), Action::Allow);
         assert_eq!(pol.decide(a("192.168.1.21")), Action::Deny);
+    }
+
+    #[test]
+    fn local_route_prefixes_of_the_host_are_denied() {
+        // An "AnyIP" route (`local 198.18.201.0/24 dev lo`): every address in
+        // it is the host's, though no interface carries it.
+        let nets = [
+            p("127.0.0.0/8"),
+            p("127.0.0.1/32"),
+            p("198.18.201.0/24"),
+            p("10.0.2.2/32"),
+            p("169.254.255.1/32"),
+            p("198.18.201.0/24"),
+        ];
+        assert_eq!(host_net_denies(&nets), vec![p("198.18.201.0/24")]);
+        let mut pr = prof();
+        pr.allow = vec![p("198.18.0.0/15")];
+        let pol = derive_with_host_nets(Path::new("/c.toml"), None, &pr, &[], &nets).unwrap();
+        assert_eq!(
+            pol.decide(a("198.18.201.9")),
+            Action::Deny,
+            "a broad allow does not open it"
+        );
+        assert_eq!(pol.rule_for(a("198.18.201.9")).source, Source::HostAddress);
+        assert_eq!(pol.decide(a("198.18.202.9")), Action::Allow);
+        pr.allow = vec![p("198.18.201.0/24")];
+        let pol = derive_with_host_nets(Path::new("/c.toml"), None, &pr, &[], &nets).unwrap();
+        assert_eq!(pol.decide(a("198.18.201.9")), Action::Allow, "an exact allow opens it");
     }
 
     #[test]

@@ -71,15 +71,69 @@ pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, String> {
     Ok(out)
 }
 
+/// Every IPv4 prefix the host's kernel delivers locally: the `local`
+/// routes of all its route tables (`ip -4 route show table all type
+/// local`). This is what makes an address the host's: it covers interface
+/// addresses and also "AnyIP" routes (`ip route add local P dev lo`) that
+/// no interface carries and `getifaddrs` does not list. Fails closed.
+pub fn host_local_nets() -> Result<Vec<crate::config::Prefix>, String> {
+    let out = Command::new(netns::tool("ip"))
+        .args(["-4", "-o", "route", "show", "table", "all", "type", "local"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot list the host's local routes (install iproute2): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cannot list the host's local routes: ip: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    parse_local_routes(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Parses `ip -4 -o route show table all type local` (`local DEST …`).
+pub fn parse_local_routes(text: &str) -> Result<Vec<crate::config::Prefix>, String> {
+    let mut nets = Vec::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut f = l.split_whitespace();
+        let dest = match (f.next(), f.next()) {
+            (Some("local"), Some(d)) => d,
+            _ => return Err(format!("cannot read the host's local route {l:?}")),
+        };
+        let dest = if dest.contains('/') {
+            dest.to_string()
+        } else {
+            format!("{dest}/32")
+        };
+        // The kernel prints canonical prefixes, host bits may be set by
+        // the user; keep the length and mask it in the policy.
+        let (a, len) = dest.split_once('/').unwrap();
+        let addr: std::net::Ipv4Addr = a
+            .parse()
+            .map_err(|_| format!("cannot read the host's local route {l:?}"))?;
+        let len: u8 = len
+            .parse()
+            .ok()
+            .filter(|n| *n <= 32)
+            .ok_or_else(|| format!("cannot read the host's local route {l:?}"))?;
+        nets.push(crate::config::Prefix {
+            addr: std::net::IpAddr::V4(addr),
+            len,
+        });
+    }
+    Ok(nets)
+}
+
 impl NetRole {
     pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, String> {
-        let host = if profile.network {
-            host_ipv4_addrs()?
+        let (host, nets) = if profile.network {
+            (host_ipv4_addrs()?, host_local_nets()?)
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
-        let policy =
-            netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile, &host).map_err(|e| e.to_string())?;
+        let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
+            .map_err(|e| e.to_string())?;
         for w in &policy.warnings {
             log::warn!("network policy: {w}");
         }
@@ -318,4 +372,25 @@ pub fn parse_readiness(text: &str) -> Vec<(String, String)> {
 /// The guest init path, for the probe command.
 pub fn probe_binary() -> &'static str {
     plan::GUEST_INIT
+}
+
+#[cfg(test)]
+mod local_route_tests {
+    use super::parse_local_routes;
+
+    #[test]
+    fn local_routes_are_parsed_and_garbage_fails_closed() {
+        let text = "local 127.0.0.0/8 dev lo table local proto kernel scope host src 127.0.0.1 \n\
+                    local 192.0.2.2 dev eth0 table local proto kernel scope host src 192.0.2.2 \n\
+                    local 198.18.201.0/24 dev lo table local scope host \n";
+        let nets: Vec<String> = parse_local_routes(text)
+            .unwrap()
+            .iter()
+            .map(|p| format!("{}/{}", p.addr, p.len))
+            .collect();
+        assert_eq!(nets, ["127.0.0.0/8", "192.0.2.2/32", "198.18.201.0/24"]);
+        assert!(parse_local_routes("unicast 1.2.3.4 dev x\n").is_err());
+        assert!(parse_local_routes("local 1.2.3.4/33 dev x\n").is_err());
+        assert!(parse_local_routes("").unwrap().is_empty());
+    }
 }

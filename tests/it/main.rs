@@ -9,6 +9,7 @@
 
 mod harness;
 
+mod attack_net;
 mod escalation;
 mod escalation_v2;
 mod faults;
