@@ -69,6 +69,11 @@ pub struct IgnoreRules {
     hidden: HashSet<(u64, u64)>,
     /// The records behind `hidden`, for persisting.
     sticky: Vec<StickyEntry>,
+    /// The paths of earlier generations' hidden entries: ignored whatever
+    /// the rules now say, so a host file *replaced* at such a path (an
+    /// editor's write-aside-and-rename, a regenerated credential: a new
+    /// inode) stays hidden after the sandbox emptied the `.gitignore`.
+    names: HashSet<PathBuf>,
 }
 
 impl IgnoreRules {
@@ -89,6 +94,7 @@ impl IgnoreRules {
             opaque: HashSet::new(),
             hidden: HashSet::new(),
             sticky: Vec::new(),
+            names: HashSet::new(),
         }
     }
 
@@ -145,6 +151,7 @@ impl IgnoreRules {
             opaque,
             hidden: HashSet::new(),
             sticky: Vec::new(),
+            names: previous.iter().map(|e| e.rel.clone()).collect(),
         };
         let prev: HashSet<(u64, u64)> = previous.iter().map(|e| (e.dev, e.ino)).collect();
         // Entries the rules match, before tracked content is taken out.
@@ -281,6 +288,9 @@ impl IgnoreRules {
 
     /// The ignore rules alone for one path (no parent-directory logic).
     fn matches_rules(&self, rel: &Path, is_dir: bool) -> bool {
+        if self.names.contains(rel) {
+            return true;
+        }
         let abs = self.root.join(rel);
         let mut dir = rel.parent();
         while let Some(d) = dir {
@@ -891,6 +901,14 @@ mod tests {
         let env = std::fs::metadata(d.join(".env")).unwrap();
         assert!(r2.is_hidden_id(env.dev(), env.ino()));
         assert!(r2.sticky().iter().any(|e| e.rel == Path::new("c2/master.key")));
+        // Replaced on the host at the same path (a new inode, rules still
+        // emptied): hidden by its path.
+        std::fs::write(d.join(".env.tmp"), "v2").unwrap();
+        std::fs::rename(d.join(".env.tmp"), d.join(".env")).unwrap();
+        let r2 = IgnoreRules::load(&d, None, None, r2.sticky()).unwrap();
+        let env2 = std::fs::metadata(d.join(".env")).unwrap();
+        assert!(r2.is_hidden_id(env2.dev(), env2.ino()));
+        assert!(r2.is_ignored(Path::new(".env"), false));
         // Deleted on the host: forgotten.
         std::fs::remove_file(d.join(".env")).unwrap();
         let r3 = IgnoreRules::load(&d, None, None, r2.sticky()).unwrap();
