@@ -9,6 +9,7 @@
 
 mod harness;
 
+mod attack_view;
 mod escalation;
 mod faults;
 mod first_minutes;
