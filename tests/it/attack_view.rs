@@ -136,3 +136,41 @@ fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emp
     );
     wait_domain_down(env, &ws);
 }
+
+/// A workspace *inside* Lazaret's own directories: from the storage root's
+/// `images/` the sandbox would rewrite the image every Domain starts from
+/// (and from `domains/` other Domains' state and hidden sets); from the
+/// runtime dir, other Domains' control sockets. Refused with exit 2.
+#[test]
+fn workspace_inside_lazarets_own_directories_is_refused() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let base = env.dir("atk-inside");
+    let data = base.join("data");
+    let images = data.join("lazaret/images/default");
+    std::fs::create_dir_all(&images).unwrap();
+    let rt = base.join("rt");
+    let rt_proj = rt.join("lazaret/proj");
+    std::fs::create_dir_all(&rt_proj).unwrap();
+    let _ = Command::new("chown")
+        .args(["-R", &format!("{}:{}", env.uid, env.gid)])
+        .arg(&base)
+        .status();
+    for d in [&data.join("lazaret"), &rt, &rt.join("lazaret")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let marker = "MARKER-INSIDE-0721";
+    for (cwd, var, val) in [
+        (&images, "XDG_DATA_HOME", &data),
+        (&rt_proj, "XDG_RUNTIME_DIR", &rt),
+    ] {
+        let r = env
+            .lz(cwd, &["run", "--", "sh", "-c", &format!("echo {marker}; touch /workspace/{marker}")])
+            .env(var, val.to_str().unwrap())
+            .run();
+        assert_eq!(r.code, 2, "{cwd:?}: {r:?}");
+        assert!(r.stderr.contains("lies inside"), "{r:?}");
+        assert!(!r.stdout.contains(marker), "the sandbox ran: {r:?}");
+        assert!(!cwd.join(marker).exists(), "the sandbox wrote inside {cwd:?}");
+    }
+}
