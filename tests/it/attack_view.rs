@@ -174,3 +174,24 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
         assert!(!cwd.join(marker).exists(), "the sandbox wrote inside {cwd:?}");
     }
 }
+
+/// Known open: the sandbox empties `.gitignore` (the edit reaches the host);
+/// a secret the developer creates *afterwards* at a formerly ignored path
+/// was never hidden, so no identity or path is sticky for it, and the next
+/// generation shows it. Needs the previous generation's rules to be sticky
+/// too (or `.gitignore` edits from inside to stay Domain-side).
+#[test]
+#[ignore = "open: rules emptied from inside reveal a secret created later on the host"]
+fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(env, "atk-late", &[(".gitignore", ".env\n")]);
+    let r = inside(env, &ws, "cd /workspace; : > .gitignore; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    wait_domain_down(env, &ws);
+    env.write(&ws.join(".env"), "MARKER-LATE-0731\n");
+    let r = inside(env, &ws, "cd /workspace; cat .env; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(!r.stdout.contains("MARKER-LATE"), "a later secret is readable inside: {r:?}");
+    wait_domain_down(env, &ws);
+}
