@@ -146,9 +146,9 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let base = env.dir("atk-inside");
-    let data = base.join("data");
-    let images = data.join("lazaret/images/default");
-    std::fs::create_dir_all(&images).unwrap();
+    // The test user's real Storage Root (it holds the built image).
+    let images = env.home.join(".local/share/lazaret/images");
+    assert!(images.join("default").is_dir(), "no image at {images:?}");
     let rt = base.join("rt");
     let rt_proj = rt.join("lazaret/proj");
     std::fs::create_dir_all(&rt_proj).unwrap();
@@ -156,18 +156,16 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
         .args(["-R", &format!("{}:{}", env.uid, env.gid)])
         .arg(&base)
         .status();
-    for d in [&data.join("lazaret"), &rt, &rt.join("lazaret")] {
+    for d in [&rt, &rt.join("lazaret")] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
     let marker = "MARKER-INSIDE-0721";
-    for (cwd, var, val) in [
-        (&images, "XDG_DATA_HOME", &data),
-        (&rt_proj, "XDG_RUNTIME_DIR", &rt),
-    ] {
-        let r = env
-            .lz(cwd, &["run", "--", "sh", "-c", &format!("echo {marker}; touch /workspace/{marker}")])
-            .env(var, val.to_str().unwrap())
-            .run();
+    for (cwd, rt_env) in [(&images, None), (&rt_proj, Some(&rt))] {
+        let mut lz = env.lz(cwd, &["run", "--", "sh", "-c", &format!("echo {marker}; touch /workspace/{marker}")]);
+        if let Some(rt) = rt_env {
+            lz = lz.env("XDG_RUNTIME_DIR", rt.to_str().unwrap());
+        }
+        let r = lz.run();
         assert_eq!(r.code, 2, "{cwd:?}: {r:?}");
         assert!(r.stderr.contains("lies inside"), "{r:?}");
         assert!(!r.stdout.contains(marker), "the sandbox ran: {r:?}");
