@@ -1700,9 +1700,13 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
                 let layout = crate::gitsentry::discover(&v.source).map_err(|e| e.to_string())?;
                 let sticky = crate::ignored::sticky_file(dir);
                 let previous = crate::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
-                let rules = IgnoreRules::load(&v.source, layout.git_dir(), layout.common_dir(), &previous)
-                    .map_err(|e| e.to_string())?;
+                let hist_file = crate::ignored::rules_history_file(dir);
+                let history = crate::ignored::read_rules_history(&hist_file).map_err(|e| e.to_string())?;
+                let rules =
+                    IgnoreRules::load_with_history(&v.source, layout.git_dir(), layout.common_dir(), &previous, &history)
+                        .map_err(|e| e.to_string())?;
                 crate::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
+                crate::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(|e| e.to_string())?;
                 Some((dir.as_path(), rules))
             }
             None => None,

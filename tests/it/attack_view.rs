@@ -173,13 +173,11 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
     }
 }
 
-/// Known open: the sandbox empties `.gitignore` (the edit reaches the host);
-/// a secret the developer creates *afterwards* at a formerly ignored path
-/// was never hidden, so no identity or path is sticky for it, and the next
-/// generation shows it. Needs the previous generation's rules to be sticky
-/// too (or `.gitignore` edits from inside to stay Domain-side).
+/// The sandbox empties `.gitignore` (the edit reaches the host); a secret
+/// the developer creates *afterwards* at a formerly ignored path was never
+/// hidden, so no identity or path is sticky for it: the rules texts of
+/// earlier generations are remembered and still apply.
 #[test]
-#[ignore = "open: rules emptied from inside reveal a secret created later on the host"]
 fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
