@@ -211,7 +211,10 @@ mod tests {
         let e = check_workspace_root(&store.join("images"), &[("the Lazaret storage root", store.as_path())])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("lies inside") && e.contains(&store.display().to_string()), "{e}");
+        assert!(
+            e.contains("lies inside") && e.contains(&store.display().to_string()),
+            "{e}"
+        );
         let e = check_workspace_root(Path::new("/tmp"), &[]).unwrap_err().to_string();
         assert!(e.contains("/tmp"), "{e}");
         let _ = std::fs::remove_dir_all(&base);

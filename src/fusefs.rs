@@ -970,8 +970,11 @@ impl Filesystem for View {
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
                         if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
                             let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
-                            std::fs::set_permissions(proc, std::fs::Permissions::from_mode(host_mode(side, m, is_dir(&st))))
-                                .map_err(errno)?;
+                            std::fs::set_permissions(
+                                proc,
+                                std::fs::Permissions::from_mode(host_mode(side, m, is_dir(&st))),
+                            )
+                            .map_err(errno)?;
                         }
                     }
                     Err(e) => return Err(errno(e)),
@@ -1027,7 +1030,13 @@ impl Filesystem for View {
             Err(e) => return reply.error(e),
         };
         let ft = rustix::fs::FileType::from_raw_mode(mode);
-        match rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(host_mode(side, mode, false)), rdev as u64) {
+        match rustix::fs::mknodat(
+            &d,
+            name,
+            ft,
+            Mode::from_raw_mode(host_mode(side, mode, false)),
+            rdev as u64,
+        ) {
             Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
             Err(e) => reply.error(errno(e)),
         }
@@ -1390,8 +1399,14 @@ impl Filesystem for View {
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
             }
-            let fd = rustix::fs::openat2(&d, name, fl, Mode::from_raw_mode(host_mode(side, mode, false)), resolve())
-                .map_err(errno)?;
+            let fd = rustix::fs::openat2(
+                &d,
+                name,
+                fl,
+                Mode::from_raw_mode(host_mode(side, mode, false)),
+                resolve(),
+            )
+            .map_err(errno)?;
             let a = self.remember(side, &rel)?;
             let ttl = self.ttl(side, &rel);
             let f = Arc::new(File::from(fd));
@@ -1702,9 +1717,14 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
                 let previous = crate::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
                 let hist_file = crate::ignored::rules_history_file(dir);
                 let history = crate::ignored::read_rules_history(&hist_file).map_err(|e| e.to_string())?;
-                let rules =
-                    IgnoreRules::load_with_history(&v.source, layout.git_dir(), layout.common_dir(), &previous, &history)
-                        .map_err(|e| e.to_string())?;
+                let rules = IgnoreRules::load_with_history(
+                    &v.source,
+                    layout.git_dir(),
+                    layout.common_dir(),
+                    &previous,
+                    &history,
+                )
+                .map_err(|e| e.to_string())?;
                 crate::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
                 crate::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(|e| e.to_string())?;
                 Some((dir.as_path(), rules))

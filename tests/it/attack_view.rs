@@ -161,7 +161,16 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
     }
     let marker = "MARKER-INSIDE-0721";
     for (cwd, rt_env) in [(&images, None), (&rt_proj, Some(&rt))] {
-        let mut lz = env.lz(cwd, &["run", "--", "sh", "-c", &format!("echo {marker}; touch /workspace/{marker}")]);
+        let mut lz = env.lz(
+            cwd,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {marker}; touch /workspace/{marker}"),
+            ],
+        );
         if let Some(rt) = rt_env {
             lz = lz.env("XDG_RUNTIME_DIR", rt.to_str().unwrap());
         }
@@ -188,6 +197,9 @@ fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
     env.write(&ws.join(".env"), "MARKER-LATE-0731\n");
     let r = inside(env, &ws, "cd /workspace; cat .env; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
-    assert!(!r.stdout.contains("MARKER-LATE"), "a later secret is readable inside: {r:?}");
+    assert!(
+        !r.stdout.contains("MARKER-LATE"),
+        "a later secret is readable inside: {r:?}"
+    );
     wait_domain_down(env, &ws);
 }
