@@ -24,6 +24,14 @@ pub enum DomainError {
         what: &'static str,
         path: PathBuf,
     },
+    /// The workspace lies inside a directory of Lazaret's own (the storage
+    /// root, the runtime dir): the sandbox would write images, other
+    /// Domains' state or control files.
+    Inside {
+        workspace: PathBuf,
+        what: &'static str,
+        path: PathBuf,
+    },
 }
 
 impl fmt::Display for DomainError {
@@ -47,6 +55,13 @@ impl fmt::Display for DomainError {
                 f,
                 "the workspace {} contains {what} {}: refusing it (the sandbox would read and write it); \
                  run in a project directory below it, or move {what} outside the workspace",
+                crate::display::escape_path(workspace),
+                crate::display::escape_path(path)
+            ),
+            DomainError::Inside { workspace, what, path } => write!(
+                f,
+                "the workspace {} lies inside {what} {}: refusing it (the sandbox would read and write Lazaret's own files there); \
+                 run in a project directory outside it",
                 crate::display::escape_path(workspace),
                 crate::display::escape_path(path)
             ),
@@ -103,8 +118,18 @@ pub fn check_workspace_root(workspace: &Path, keep: &[(&'static str, &Path)]) ->
         return Err(DomainError::WorldWritable(workspace.to_path_buf()));
     }
     for (what, p) in keep {
-        if resolve_lexically(p).starts_with(workspace) {
+        let r = resolve_lexically(p);
+        if r.starts_with(workspace) {
             return Err(DomainError::Contains {
+                workspace: workspace.to_path_buf(),
+                what,
+                path: p.to_path_buf(),
+            });
+        }
+        // Below Lazaret's own directories (`what` names them "the Lazaret
+        // ..."; below $HOME is where projects live).
+        if what.starts_with("the Lazaret") && r.is_dir() && workspace.starts_with(&r) {
+            return Err(DomainError::Inside {
                 workspace: workspace.to_path_buf(),
                 what,
                 path: p.to_path_buf(),
@@ -180,6 +205,16 @@ mod tests {
         assert!(check_workspace_root(&home.join("proj"), &keep).is_ok());
         let store = home.join("proj/.local/share/lazaret");
         assert!(check_workspace_root(&home.join("proj"), &[("the storage root", store.as_path())]).is_err());
+        // A workspace inside Lazaret's own directories.
+        std::fs::create_dir_all(home.join("store/images")).unwrap();
+        let store = home.join("store");
+        let e = check_workspace_root(&store.join("images"), &[("the Lazaret storage root", store.as_path())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("lies inside") && e.contains(&store.display().to_string()),
+            "{e}"
+        );
         let e = check_workspace_root(Path::new("/tmp"), &[]).unwrap_err().to_string();
         assert!(e.contains("/tmp"), "{e}");
         let _ = std::fs::remove_dir_all(&base);

@@ -94,6 +94,20 @@ fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> Result<()
     Ok(())
 }
 
+/// Host workspace modes stay ones the developer would grant: no
+/// set-user-ID or set-group-ID file (any local user who can reach the
+/// workspace could run it as the developer) and nothing writable by every
+/// user. The sandbox holds FOWNER and FSETID, so the view strips these bits
+/// itself; the Domain's own storage keeps any mode.
+fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
+    let m = mode & 0o7777;
+    if side != Side::Host {
+        return m;
+    }
+    let strip = libc::S_ISUID | libc::S_IWOTH | if dir { 0 } else { libc::S_ISGID };
+    m & !strip
+}
+
 struct Node {
     side: Side,
     rel: PathBuf,
@@ -923,7 +937,8 @@ impl Filesystem for View {
                     wf.set_len(sz).map_err(errno)?;
                 }
                 if let Some(m) = mode {
-                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(m & 0o7777)).map_err(errno)?;
+                    let d = is_dir(&rustix::fs::fstat(&*f).map_err(errno)?);
+                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(host_mode(side, m, d))).map_err(errno)?;
                 }
                 if uid.is_some() || gid.is_some() {
                     nix::unistd::fchown(
@@ -984,8 +999,11 @@ impl Filesystem for View {
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
                         if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
                             let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
-                            std::fs::set_permissions(proc, std::fs::Permissions::from_mode(m & 0o7777))
-                                .map_err(errno)?;
+                            std::fs::set_permissions(
+                                proc,
+                                std::fs::Permissions::from_mode(host_mode(side, m, is_dir(&st))),
+                            )
+                            .map_err(errno)?;
                         }
                     }
                     Err(e) => return Err(errno(e)),
@@ -1042,7 +1060,13 @@ impl Filesystem for View {
             Err(e) => return reply.error(e),
         };
         let ft = rustix::fs::FileType::from_raw_mode(mode);
-        match rustix::fs::mknodat(&d, name, ft, Mode::from_raw_mode(mode & 0o7777), rdev as u64) {
+        match rustix::fs::mknodat(
+            &d,
+            name,
+            ft,
+            Mode::from_raw_mode(host_mode(side, mode, false)),
+            rdev as u64,
+        ) {
             Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
             Err(e) => reply.error(errno(e)),
         }
@@ -1054,7 +1078,7 @@ impl Filesystem for View {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(mode & 0o7777)) {
+        match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
             Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
             Err(e) => reply.error(errno(e)),
         }
@@ -1429,7 +1453,14 @@ impl Filesystem for View {
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
             }
-            let fd = rustix::fs::openat2(&d, name, fl, Mode::from_raw_mode(mode & 0o7777), resolve()).map_err(errno)?;
+            let fd = rustix::fs::openat2(
+                &d,
+                name,
+                fl,
+                Mode::from_raw_mode(host_mode(side, mode, false)),
+                resolve(),
+            )
+            .map_err(errno)?;
             let a = self.remember(side, &rel)?;
             let ttl = self.ttl(side, &rel);
             let f = Arc::new(File::from(fd));
@@ -1738,9 +1769,18 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
                 let layout = crate::gitsentry::discover(&v.source).map_err(|e| e.to_string())?;
                 let sticky = crate::ignored::sticky_file(dir);
                 let previous = crate::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
-                let rules = IgnoreRules::load(&v.source, layout.git_dir(), layout.common_dir(), &previous)
-                    .map_err(|e| e.to_string())?;
+                let hist_file = crate::ignored::rules_history_file(dir);
+                let history = crate::ignored::read_rules_history(&hist_file).map_err(|e| e.to_string())?;
+                let rules = IgnoreRules::load_with_history(
+                    &v.source,
+                    layout.git_dir(),
+                    layout.common_dir(),
+                    &previous,
+                    &history,
+                )
+                .map_err(|e| e.to_string())?;
                 crate::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
+                crate::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(|e| e.to_string())?;
                 Some((dir.as_path(), rules))
             }
             None => None,

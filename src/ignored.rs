@@ -16,7 +16,7 @@
 //! index entry (its content is then already in the object store the sandbox
 //! can read). Anything else that matches is redirected.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -69,6 +69,18 @@ pub struct IgnoreRules {
     hidden: HashSet<(u64, u64)>,
     /// The records behind `hidden`, for persisting.
     sticky: Vec<StickyEntry>,
+    /// The paths of earlier generations' hidden entries: ignored whatever
+    /// the rules now say, so a host file *replaced* at such a path (an
+    /// editor's write-aside-and-rename, a regenerated credential: a new
+    /// inode) stays hidden after the sandbox emptied the `.gitignore`.
+    names: HashSet<PathBuf>,
+    /// Rules files of earlier generations (`DOMAIN_ROOT/ignored.rules`)
+    /// that differ from today's: a path any of them ignores is ignored, so
+    /// a `.gitignore` emptied from inside reveals no host file created
+    /// later at a formerly ignored path.
+    history: Vec<(PathBuf, Gitignore)>,
+    /// Every rules text this load used or remembered, for persisting.
+    texts: Vec<(PathBuf, Vec<u8>)>,
 }
 
 impl IgnoreRules {
@@ -89,6 +101,9 @@ impl IgnoreRules {
             opaque: HashSet::new(),
             hidden: HashSet::new(),
             sticky: Vec::new(),
+            names: HashSet::new(),
+            history: Vec::new(),
+            texts: Vec::new(),
         }
     }
 
@@ -104,6 +119,18 @@ impl IgnoreRules {
         git_dir: Option<&Path>,
         common: Option<&Path>,
         previous: &[StickyEntry],
+    ) -> Result<IgnoreRules, IgnoredError> {
+        Self::load_with_history(root, git_dir, common, previous, &[])
+    }
+
+    /// `load`, also applying the rules texts of earlier generations
+    /// (`read_rules_history`); `rules_history()` is what to persist next.
+    pub fn load_with_history(
+        root: &Path,
+        git_dir: Option<&Path>,
+        common: Option<&Path>,
+        previous: &[StickyEntry],
+        history: &[(PathBuf, Vec<u8>)],
     ) -> Result<IgnoreRules, IgnoredError> {
         let root_fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| IgnoredError::Walk(root.to_path_buf(), e.into()))?;
@@ -145,7 +172,34 @@ impl IgnoreRules {
             opaque,
             hidden: HashSet::new(),
             sticky: Vec::new(),
+            names: previous.iter().map(|e| e.rel.clone()).collect(),
+            history: Vec::new(),
+            texts: Vec::new(),
         };
+        // Today's rules files, read before the walk uses the history.
+        let mut today: HashMap<PathBuf, Vec<u8>> = HashMap::new();
+        {
+            let mut b = RULES_TOTAL_MAX;
+            for (dir, _) in history {
+                if let RulesFile::Text(t) = read_rules_file(Some(root_fd.as_fd()), &dir.join(".gitignore"), &mut b) {
+                    today.insert(dir.clone(), t);
+                }
+            }
+        }
+        for (dir, text) in history {
+            // The oldest texts (the user's own) are kept; past the bound,
+            // newer ones are not remembered.
+            if !rules.remember_text(dir, text) {
+                continue;
+            }
+            if today.get(dir) == Some(text) {
+                continue;
+            }
+            match build_matcher(&root.join(dir), text) {
+                Ok(m) => rules.history.push((dir.clone(), m)),
+                Err(why) => rules.make_opaque(dir, &why),
+            }
+        }
         let prev: HashSet<(u64, u64)> = previous.iter().map(|e| (e.dev, e.ino)).collect();
         // Entries the rules match, before tracked content is taken out.
         let mut candidates: Vec<(PathBuf, u64, u64, bool)> = Vec::new();
@@ -161,6 +215,7 @@ impl IgnoreRules {
                     RulesFile::Text(t) => match build_matcher(&abs, &t) {
                         Ok(m) => {
                             rules.per_dir.insert(dir.clone(), m);
+                            rules.remember_text(&dir, &t);
                         }
                         Err(why) => rules.make_opaque(&dir, &why),
                     },
@@ -262,6 +317,26 @@ impl IgnoreRules {
         self.hidden.contains(&(dev, ino))
     }
 
+    /// Adds a rules text to remember; false when already there or past
+    /// `HISTORY_MAX` (then it is not remembered).
+    fn remember_text(&mut self, dir: &Path, text: &[u8]) -> bool {
+        if self.texts.iter().any(|(d, t)| d == dir && t == text) {
+            return false;
+        }
+        let used: usize = self.texts.iter().map(|(_, t)| t.len()).sum();
+        if used + text.len() > HISTORY_MAX {
+            return false;
+        }
+        self.texts.push((dir.to_path_buf(), text.to_vec()));
+        true
+    }
+
+    /// The rules texts to remember for the next load: earlier ones and
+    /// today's, oldest first.
+    pub fn rules_history(&self) -> &[(PathBuf, Vec<u8>)] {
+        &self.texts
+    }
+
     /// The hidden identities and where they were seen at load.
     pub fn sticky(&self) -> &[StickyEntry] {
         &self.sticky
@@ -281,6 +356,14 @@ impl IgnoreRules {
 
     /// The ignore rules alone for one path (no parent-directory logic).
     fn matches_rules(&self, rel: &Path, is_dir: bool) -> bool {
+        if self.names.contains(rel) {
+            return true;
+        }
+        for (d, gi) in &self.history {
+            if rel.starts_with(d) && matches!(gi.matched(self.root.join(rel), is_dir), Match::Ignore(_)) {
+                return true;
+            }
+        }
         let abs = self.root.join(rel);
         let mut dir = rel.parent();
         while let Some(d) = dir {
@@ -352,6 +435,8 @@ impl IgnoreRules {
 /// Bound on one rules file, and on all of them together.
 pub const RULES_MAX: u64 = 1 << 20;
 const RULES_TOTAL_MAX: u64 = 16 << 20;
+/// Bound on the remembered rules texts of all generations together.
+const HISTORY_MAX: usize = 4 << 20;
 
 fn matcher(root: &Path, text: &str) -> Gitignore {
     build_matcher(root, text.as_bytes()).expect("test rules build")
@@ -579,6 +664,54 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
+}
+
+/// `DOMAIN_ROOT/ignored.rules`: the rules texts of earlier generations.
+pub fn rules_history_file(store: &Path) -> PathBuf {
+    store.with_file_name("ignored.rules")
+}
+
+/// Reads the remembered rules texts (`DIRHEX TEXTHEX` lines). Missing is
+/// empty; unreadable or malformed is an error (the Domain does not start
+/// rather than forget).
+pub fn read_rules_history(path: &Path) -> Result<Vec<(PathBuf, Vec<u8>)>, IgnoredError> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(IgnoredError::Store(path.to_path_buf(), e)),
+    };
+    let bad = || {
+        IgnoredError::Store(
+            path.to_path_buf(),
+            io::Error::new(io::ErrorKind::InvalidData, "malformed line"),
+        )
+    };
+    let mut out = Vec::new();
+    for line in data.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
+        let line = std::str::from_utf8(line).map_err(|_| bad())?;
+        let (d, t) = line.split_once(' ').ok_or_else(bad)?;
+        let (d, t) = (unhex(d).ok_or_else(bad)?, unhex(t).ok_or_else(bad)?);
+        out.push((PathBuf::from(std::ffi::OsStr::from_bytes(&d)), t));
+    }
+    Ok(out)
+}
+
+/// Replaces the remembered rules texts (written aside, then renamed over).
+pub fn write_rules_history(path: &Path, texts: &[(PathBuf, Vec<u8>)]) -> Result<(), IgnoredError> {
+    let tmp = path.with_extension("rules.tmp");
+    let text: String = texts
+        .iter()
+        .map(|(d, t)| {
+            format!(
+                "{} {}\n",
+                crate::domain::hex(d.as_os_str().as_bytes()),
+                crate::domain::hex(t)
+            )
+        })
+        .collect();
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| IgnoredError::Store(path.to_path_buf(), e))
 }
 
 /// Replaces the sticky set (written aside, then renamed over).
@@ -891,12 +1024,42 @@ mod tests {
         let env = std::fs::metadata(d.join(".env")).unwrap();
         assert!(r2.is_hidden_id(env.dev(), env.ino()));
         assert!(r2.sticky().iter().any(|e| e.rel == Path::new("c2/master.key")));
+        // Replaced on the host at the same path (a new inode, rules still
+        // emptied): hidden by its path.
+        std::fs::write(d.join(".env.tmp"), "v2").unwrap();
+        std::fs::rename(d.join(".env.tmp"), d.join(".env")).unwrap();
+        let r2 = IgnoreRules::load(&d, None, None, r2.sticky()).unwrap();
+        let env2 = std::fs::metadata(d.join(".env")).unwrap();
+        assert!(r2.is_hidden_id(env2.dev(), env2.ino()));
+        assert!(r2.is_ignored(Path::new(".env"), false));
         // Deleted on the host: forgotten.
         std::fs::remove_file(d.join(".env")).unwrap();
         let r3 = IgnoreRules::load(&d, None, None, r2.sticky()).unwrap();
         assert_eq!(r3.sticky().len(), 1);
         std::fs::write(&f, "1 2 zz\n").unwrap();
         assert!(read_sticky(&f).is_err(), "malformed is an error, not empty");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn rules_emptied_between_generations_still_hide_later_files() {
+        let d = scratch("history");
+        std::fs::write(d.join(".gitignore"), ".env\n").unwrap();
+        let r = IgnoreRules::load_with_history(&d, None, None, &[], &[]).unwrap();
+        let f = d.join("ignored.rules");
+        write_rules_history(&f, r.rules_history()).unwrap();
+        // From inside: rules emptied. Later the host creates .env.
+        std::fs::write(d.join(".gitignore"), "").unwrap();
+        let h = read_rules_history(&f).unwrap();
+        assert_eq!(h, r.rules_history());
+        let r2 = IgnoreRules::load_with_history(&d, None, None, &[], &h).unwrap();
+        write_rules_history(&f, r2.rules_history()).unwrap();
+        std::fs::write(d.join(".env"), "secret").unwrap();
+        let r3 = IgnoreRules::load_with_history(&d, None, None, &[], &read_rules_history(&f).unwrap()).unwrap();
+        assert!(r3.is_ignored(Path::new(".env"), false));
+        assert!(!r3.is_ignored(Path::new("src.rs"), false));
+        std::fs::write(&f, "zz\n").unwrap();
+        assert!(read_rules_history(&f).is_err(), "malformed is an error, not empty");
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -1071,6 +1071,14 @@ fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
         .into_iter()
         .partition(|e| rel.as_ref().is_none_or(|r| e.rel.starts_with(r)));
     crate::ignored::write_sticky(&file, &kept).map_err(|e| StateError::Failed(e.to_string()))?;
+    // Un-hiding on purpose also forgets the remembered rules of earlier
+    // generations: the next start applies the rules as they are then.
+    let hist = crate::ignored::rules_history_file(&s.paths.ignored_dir());
+    match std::fs::remove_file(&hist) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StateError::Failed(format!("{}: {e}", hist.display()))),
+    }
     let names: Vec<String> = gone.iter().map(|e| crate::display::escape_path(&e.rel)).collect();
     if json {
         println!(

@@ -10,6 +10,7 @@
 mod harness;
 
 mod attack_net;
+mod attack_view;
 mod escalation;
 mod escalation_v2;
 mod faults;

@@ -1,0 +1,205 @@
+//! Attacks on the workspace view found by trying them from inside: each
+//! performs the attack and proves with a marker on the host that it did not
+//! work.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{eventually, Env, Run, GLOBAL};
+use crate::require_env;
+
+fn git(env: &Env, dir: &Path, args: &[&str]) {
+    let pre = env.as_user();
+    let o = Command::new(&pre[0])
+        .args(&pre[1..])
+        .arg("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env_clear()
+        .envs(env.base_env())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "host git {args:?}: {o:?}");
+}
+
+fn repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let ws = env.dir(name);
+    git(env, &ws, &["init", "-q", "-b", "main"]);
+    git(env, &ws, &["config", "user.name", "Host"]);
+    git(env, &ws, &["config", "user.email", "host@example.test"]);
+    env.write(&ws.join("README"), "hello\n");
+    for (p, c) in files {
+        env.write(&ws.join(p), c);
+    }
+    git(env, &ws, &["add", "-A"]);
+    git(env, &ws, &["commit", "-q", "-m", "initial"]);
+    ws
+}
+
+fn inside(env: &Env, ws: &Path, script: &str) -> Run {
+    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
+}
+
+fn wait_domain_down(env: &Env, ws: &Path) {
+    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
+    assert!(
+        eventually(Duration::from_secs(20), || !sock.exists()),
+        "Domain still published"
+    );
+}
+
+/// The sandbox's root holds FOWNER and FSETID: `chmod 4755` (or a create
+/// with set-id bits) on a host workspace file would leave a set-user-ID
+/// program of the developer's on the host, which any local user who can
+/// reach the workspace runs as the developer. A world-writable directory
+/// would let any local user plant files in the workspace.
+#[test]
+fn sandbox_cannot_make_setid_or_world_writable_host_files() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(env, "atk-setid", &[]);
+    let r = inside(
+        env,
+        &ws,
+        "cd /workspace; printf '#!/bin/sh\\nid\\n' > s1; chmod 4755 s1; \
+         printf x > s2; chmod 6711 s2; printf x > s3; chmod g+s,g+x s3; \
+         mkdir d1; chmod 2777 d1; mkdir d2; chmod 1777 d2; \
+         python3 -c 'import os; os.close(os.open(\"s4\", os.O_CREAT|os.O_WRONLY, 0o6755)); os.mkdir(\"d3\", 0o7777)'; \
+         echo done",
+    );
+    assert!(r.stdout.contains("done"), "{r:?}");
+    for f in ["s1", "s2", "s3", "s4"] {
+        let m = std::fs::metadata(ws.join(f)).unwrap().permissions().mode();
+        assert_eq!(m & 0o6000, 0, "{f} has a set-id bit on the host: {m:o}");
+        assert_eq!(m & 0o002, 0, "{f} is world-writable on the host: {m:o}");
+    }
+    assert_eq!(
+        std::fs::metadata(ws.join("s1")).unwrap().permissions().mode() & 0o777,
+        0o755,
+        "the rest of the mode still applies"
+    );
+    for d in ["d1", "d2", "d3"] {
+        let m = std::fs::metadata(ws.join(d)).unwrap().permissions().mode();
+        assert_eq!(m & 0o4002, 0, "{d} is world-writable or setuid on the host: {m:o}");
+    }
+    wait_domain_down(env, &ws);
+}
+
+/// The sandbox empties `.gitignore` (the edit reaches the host); later the
+/// developer saves `.env` the way editors do (write aside, rename over: a
+/// new inode) or regenerates a credential. The new host file must stay
+/// hidden in the next generation: the hidden path is sticky, not only the
+/// old inode.
+#[test]
+fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emptied() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(
+        env,
+        "atk-replace",
+        &[(".gitignore", ".env\n"), ("secrets/.gitignore", "*\n!.gitignore\n")],
+    );
+    env.write(&ws.join(".env"), "MARKER-OLD-0711\n");
+    env.write(&ws.join("secrets/api.txt"), "MARKER-OLD-0712\n");
+    let r = inside(
+        env,
+        &ws,
+        "cd /workspace; cat .env secrets/api.txt; : > .gitignore; rm -f secrets/.gitignore; echo done",
+    );
+    assert!(r.stdout.contains("done") && !r.stdout.contains("MARKER-OLD"), "{r:?}");
+    wait_domain_down(env, &ws);
+    assert_eq!(std::fs::read_to_string(ws.join(".gitignore")).unwrap(), "");
+    // The developer replaces both files on the host.
+    env.write(&ws.join(".env.tmp"), "MARKER-NEW-0713\n");
+    std::fs::rename(ws.join(".env.tmp"), ws.join(".env")).unwrap();
+    std::fs::remove_file(ws.join("secrets/api.txt")).unwrap();
+    env.write(&ws.join("secrets/api.txt"), "MARKER-NEW-0714\n");
+    let r = inside(
+        env,
+        &ws,
+        "cd /workspace; cat .env secrets/api.txt; ls -a . secrets; echo pwned > .env; echo done",
+    );
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(
+        !r.stdout.contains("MARKER-NEW") && !r.stderr.contains("MARKER-NEW"),
+        "a replaced secret is readable inside: {r:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".env")).unwrap(),
+        "MARKER-NEW-0713\n",
+        "host .env written from inside"
+    );
+    wait_domain_down(env, &ws);
+}
+
+/// A workspace *inside* Lazaret's own directories: from the storage root's
+/// `images/` the sandbox would rewrite the image every Domain starts from
+/// (and from `domains/` other Domains' state and hidden sets); from the
+/// runtime dir, other Domains' control sockets. Refused with exit 2.
+#[test]
+fn workspace_inside_lazarets_own_directories_is_refused() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let base = env.dir("atk-inside");
+    // The test user's real Storage Root (it holds the built image).
+    let images = env.home.join(".local/share/lazaret/images");
+    assert!(images.join("default").is_dir(), "no image at {images:?}");
+    let rt = base.join("rt");
+    let rt_proj = rt.join("lazaret/proj");
+    std::fs::create_dir_all(&rt_proj).unwrap();
+    let _ = Command::new("chown")
+        .args(["-R", &format!("{}:{}", env.uid, env.gid)])
+        .arg(&base)
+        .status();
+    for d in [&rt, &rt.join("lazaret")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let marker = "MARKER-INSIDE-0721";
+    for (cwd, rt_env) in [(&images, None), (&rt_proj, Some(&rt))] {
+        let mut lz = env.lz(
+            cwd,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {marker}; touch /workspace/{marker}"),
+            ],
+        );
+        if let Some(rt) = rt_env {
+            lz = lz.env("XDG_RUNTIME_DIR", rt.to_str().unwrap());
+        }
+        let r = lz.run();
+        assert_eq!(r.code, 2, "{cwd:?}: {r:?}");
+        assert!(r.stderr.contains("lies inside"), "{r:?}");
+        assert!(!r.stdout.contains(marker), "the sandbox ran: {r:?}");
+        assert!(!cwd.join(marker).exists(), "the sandbox wrote inside {cwd:?}");
+    }
+}
+
+/// The sandbox empties `.gitignore` (the edit reaches the host); a secret
+/// the developer creates *afterwards* at a formerly ignored path was never
+/// hidden, so no identity or path is sticky for it: the rules texts of
+/// earlier generations are remembered and still apply.
+#[test]
+fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(env, "atk-late", &[(".gitignore", ".env\n")]);
+    let r = inside(env, &ws, "cd /workspace; : > .gitignore; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    wait_domain_down(env, &ws);
+    env.write(&ws.join(".env"), "MARKER-LATE-0731\n");
+    let r = inside(env, &ws, "cd /workspace; cat .env; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(
+        !r.stdout.contains("MARKER-LATE"),
+        "a later secret is readable inside: {r:?}"
+    );
+    wait_domain_down(env, &ws);
+}
