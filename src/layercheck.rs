@@ -448,6 +448,7 @@ mod tests {
         let mut t = header("opt/lz/", 0, b'5');
         t.extend(header("opt/lz/edited.txt", 3, b'0'));
         t.extend(b"v1\n".iter().copied());
+        t.extend(vec![0u8; 509]);
         t.extend(header("opt/lz/untouched.txt", 3, b'0'));
         t.extend(b"v1\n".iter().copied());
         assert_eq!(t.len(), 2051);
@@ -483,7 +484,7 @@ mod tests {
         // Entries hidden after a single zero block.
         let mut hidden = t.clone();
         hidden.extend(vec![0u8; 512]);
-        hidden.extend(header("late", 1 << 40, b'0'));
+        hidden.extend(header("late", 1 << 32, b'0'));
         assert!(scan(&hidden[..], 1 << 20).is_err());
     }
 
