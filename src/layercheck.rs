@@ -182,7 +182,10 @@ fn octal(field: &[u8]) -> io::Result<u64> {
         return Ok(v);
     }
     let start = field.iter().position(|&b| b != b' ' && b != 0).unwrap_or(field.len());
-    let end = field.iter().rposition(|&b| b != b' ' && b != 0).map_or(start, |e| e + 1);
+    let end = field
+        .iter()
+        .rposition(|&b| b != b' ' && b != 0)
+        .map_or(start, |e| e + 1);
     let digits = &field[start..end.max(start)];
     if digits.is_empty() {
         return Ok(0);
@@ -216,7 +219,12 @@ fn block(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
             Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "tar stream ends inside a block")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "tar stream ends inside a block",
+                ))
+            }
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -332,7 +340,10 @@ pub fn scan(mut r: impl Read, limit: u64) -> io::Result<Scan> {
         let mut name = long_name.take().unwrap_or_else(|| cstr(&hdr[0..100]));
         let mut size = stored;
         let mut real = 0u64;
-        let num = |v: &str| v.parse::<u64>().map_err(|_| invalid("malformed number in a PAX record"));
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| invalid("malformed number in a PAX record"))
+        };
         for (k, v) in next_pax.drain(..) {
             match k.as_str() {
                 "path" | "GNU.sparse.name" => name = v,
