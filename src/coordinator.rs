@@ -619,6 +619,15 @@ impl Coordinator {
         })
     }
 
+    /// The one sentence for a sandbox that went away on its own: the limit
+    /// it hit when the generation's cgroup counted an OOM kill or a fork
+    /// refused at the pids limit, else the generic lost-sandbox sentence.
+    /// Every path that reports a lost sandbox asks this, before teardown
+    /// removes the cgroup.
+    fn lost_reason(&self) -> String {
+        self.oom_reason().unwrap_or_else(sandbox_lost_reason)
+    }
+
     /// FR-18/FR-20 before publication: observed readiness and the probe
     /// from inside the sandbox; records the readiness fingerprint.
     fn verify_network(&mut self) -> Result<(), String> {
@@ -798,16 +807,15 @@ impl Coordinator {
             // turn of the loop); every session is told which helper died.
             log::warn!("supervisor: helper {name} died");
             self.phase = "failed";
-            self.stop_reason = Some(helper_died_reason(name));
+            // A helper the kernel killed at the memory limit (or that could
+            // not fork at the pids limit) reports that limit instead.
+            self.stop_reason = Some(self.oom_reason().unwrap_or_else(|| helper_died_reason(name)));
             return;
         }
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
-            self.stop_reason = Some(
-                self.oom_reason()
-                    .unwrap_or_else(|| "the sandbox stopped unexpectedly".into()),
-            );
+            self.stop_reason = Some(self.lost_reason());
         }
     }
 
@@ -1554,7 +1562,10 @@ impl Coordinator {
             // sandbox went away under it: that is not the command's status.
             if code >= 128 && self.sandbox_lost(code) {
                 self.phase = "failed";
-                let reason = self.stop_reason.get_or_insert_with(sandbox_lost_reason).clone();
+                if self.stop_reason.is_none() {
+                    self.stop_reason = Some(self.lost_reason());
+                }
+                let reason = self.stop_reason.clone().unwrap_or_else(sandbox_lost_reason);
                 let conn = self.sessions[&k].conn;
                 self.send(conn, &ServerMsg::Closing { reason });
                 self.close_session(k, None);
@@ -1566,8 +1577,9 @@ impl Coordinator {
             if let Ok(Some(st)) = sup.child.try_wait() {
                 log::warn!("supervisor exited: {st}");
                 self.phase = "failed";
-                self.stop_reason
-                    .get_or_insert_with(|| "the sandbox stopped unexpectedly".into());
+                if self.stop_reason.is_none() {
+                    self.stop_reason = Some(self.lost_reason());
+                }
             }
         }
     }

@@ -160,17 +160,89 @@ pub enum Scan {
     Over { total: u64, biggest: String },
 }
 
-fn octal(field: &[u8]) -> u64 {
-    // GNU base-256 for large values.
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// A numeric header field as Go's archive/tar (umoci) reads it: GNU
+/// base-256 when the high bit is set (negative values refused), else octal
+/// with spaces and NULs trimmed at both ends; anything else is an error.
+fn octal(field: &[u8]) -> io::Result<u64> {
     if field.first().is_some_and(|b| b & 0x80 != 0) {
-        let mut v: u64 = (field[0] & 0x7f) as u64;
-        for &b in &field[1..] {
-            v = v.saturating_mul(256).saturating_add(b as u64);
+        if field[0] & 0x40 != 0 {
+            return Err(invalid("negative number in a tar header"));
         }
-        return v;
+        let mut v: u64 = (field[0] & 0x3f) as u64;
+        for &b in &field[1..] {
+            v = v
+                .checked_mul(256)
+                .and_then(|v| v.checked_add(b as u64))
+                .ok_or_else(|| invalid("number out of range in a tar header"))?;
+        }
+        return Ok(v);
     }
-    let s: String = field.iter().take_while(|&&b| b != 0).map(|&b| b as char).collect();
-    u64::from_str_radix(s.trim(), 8).unwrap_or(0)
+    let start = field.iter().position(|&b| b != b' ' && b != 0).unwrap_or(field.len());
+    let end = field
+        .iter()
+        .rposition(|&b| b != b' ' && b != 0)
+        .map_or(start, |e| e + 1);
+    let digits = &field[start..end.max(start)];
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    std::str::from_utf8(digits)
+        .ok()
+        .filter(|d| d.bytes().all(|b| (b'0'..=b'7').contains(&b)))
+        .and_then(|d| u64::from_str_radix(d, 8).ok())
+        .ok_or_else(|| invalid("malformed number in a tar header"))
+}
+
+/// The header checksum (field at 148..156) matches the block, counted with
+/// unsigned or signed bytes as tar implementations do: garbage is refused.
+fn checksum_ok(hdr: &[u8; 512]) -> bool {
+    let Ok(want) = octal(&hdr[148..156]) else {
+        return false;
+    };
+    let (mut unsigned, mut signed) = (0u64, 0i64);
+    for (i, &b) in hdr.iter().enumerate() {
+        let b = if (148..156).contains(&i) { b' ' } else { b };
+        unsigned += b as u64;
+        signed += (b as i8) as i64;
+    }
+    want == unsigned || want as i64 == signed
+}
+
+/// Reads one 512-byte block. `Ok(false)` when the stream ended exactly
+/// before it (a clean end); a partial block is an error.
+fn block(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "tar stream ends inside a block",
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// The padding after `n` bytes of entry data. Like Go's archive/tar, a
+/// stream that ends right after the data (no padding, no end-of-archive
+/// blocks) has ended; a stream that ends inside the padding has not.
+fn padding(r: &mut impl Read, n: u64) -> io::Result<bool> {
+    let pad = (512 - n % 512) % 512;
+    if pad == 0 {
+        return Ok(true);
+    }
+    let mut buf = [0u8; 512];
+    block(r, &mut buf[..pad as usize])
 }
 
 fn cstr(field: &[u8]) -> String {
@@ -217,6 +289,12 @@ fn skip(r: &mut impl Read, mut n: u64) -> io::Result<()> {
 
 /// Reads tar headers from `r` and adds up the expanded size of the
 /// entries, stopping as soon as it exceeds `limit`.
+///
+/// It accepts what umoci (Go's archive/tar) unpacks: a stream may end
+/// before a header, after one zero block, or right after an entry's data
+/// without its padding. A header with a bad checksum or malformed number,
+/// a short entry, a stream ending inside a block or padding, or a zero
+/// block followed by a non-zero one is an error.
 pub fn scan(mut r: impl Read, limit: u64) -> io::Result<Scan> {
     let mut total: u64 = 0;
     let mut biggest = (0u64, String::new());
@@ -224,34 +302,36 @@ pub fn scan(mut r: impl Read, limit: u64) -> io::Result<Scan> {
     let mut long_name: Option<String> = None;
     let mut hdr = [0u8; 512];
     loop {
-        match r.read_exact(&mut hdr) {
-            Ok(()) => {}
-            // A stream that ends without the two zero blocks still ends.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(e) => return Err(e),
-        }
-        if hdr.iter().all(|&b| b == 0) {
+        if !block(&mut r, &mut hdr)? {
             break;
         }
-        let stored = octal(&hdr[124..136]);
+        if hdr.iter().all(|&b| b == 0) {
+            // End of archive: a second zero block or the end of the stream.
+            if block(&mut r, &mut hdr)? && hdr.iter().any(|&b| b != 0) {
+                return Err(invalid("data after an end-of-archive block"));
+            }
+            break;
+        }
+        if !checksum_ok(&hdr) {
+            return Err(invalid("tar header checksum mismatch"));
+        }
+        let stored = octal(&hdr[124..136])?;
         let typ = hdr[156];
-        let padded = stored.div_ceil(512).saturating_mul(512);
         match typ {
             b'x' | b'g' | b'L' | b'K' => {
                 // Metadata records: bounded, read in full.
                 if stored > 1 << 20 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "oversized tar metadata record",
-                    ));
+                    return Err(invalid("oversized tar metadata record"));
                 }
-                let mut data = vec![0u8; padded as usize];
+                let mut data = vec![0u8; stored as usize];
                 r.read_exact(&mut data)?;
-                data.truncate(stored as usize);
                 match typ {
                     b'x' => next_pax = pax(&data),
                     b'L' => long_name = Some(cstr(&data)),
                     _ => {}
+                }
+                if !padding(&mut r, stored)? {
+                    break;
                 }
                 continue;
             }
@@ -260,19 +340,31 @@ pub fn scan(mut r: impl Read, limit: u64) -> io::Result<Scan> {
         let mut name = long_name.take().unwrap_or_else(|| cstr(&hdr[0..100]));
         let mut size = stored;
         let mut real = 0u64;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| invalid("malformed number in a PAX record"))
+        };
         for (k, v) in next_pax.drain(..) {
             match k.as_str() {
                 "path" | "GNU.sparse.name" => name = v,
-                "size" => size = v.parse().unwrap_or(size),
-                "GNU.sparse.realsize" | "GNU.sparse.size" => real = real.max(v.parse().unwrap_or(0)),
+                "size" => size = num(&v)?,
+                "GNU.sparse.realsize" | "GNU.sparse.size" => real = real.max(num(&v)?),
                 _ => {}
             }
         }
         if typ == b'S' {
-            // Old GNU sparse: the real size sits in the header.
-            real = real.max(octal(&hdr[483..495]));
+            // Old GNU sparse: the real size sits in the header, and more
+            // of the sparse map may follow in extension blocks.
+            real = real.max(octal(&hdr[483..495])?);
+            let mut extended = hdr[482] != 0;
+            let mut ext = [0u8; 512];
+            while extended {
+                if !block(&mut r, &mut ext)? {
+                    return Err(invalid("tar stream ends inside a sparse map"));
+                }
+                extended = ext[504] != 0;
+            }
         }
-        let padded = size.div_ceil(512).saturating_mul(512);
         let expanded = size.max(real);
         // Directories, links and devices occupy no data.
         let counts = matches!(typ, b'0' | 0 | b'7' | b'S');
@@ -290,7 +382,10 @@ pub fn scan(mut r: impl Read, limit: u64) -> io::Result<Scan> {
                 biggest: biggest.1,
             });
         }
-        skip(&mut r, padded)?;
+        skip(&mut r, size)?;
+        if !padding(&mut r, size)? {
+            break;
+        }
     }
     Ok(Scan::Within(total))
 }
@@ -305,7 +400,14 @@ mod tests {
         let s = format!("{:011o}\0", size);
         h[124..136].copy_from_slice(s.as_bytes());
         h[156] = typ;
+        seal(&mut h);
         h
+    }
+
+    fn seal(h: &mut [u8]) {
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| b as u32).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
     }
 
     fn record(k: &str, v: &str) -> String {
@@ -347,5 +449,77 @@ mod tests {
         let b = Bound::default();
         assert_eq!(b.for_compressed(1 << 30), 20 << 30);
         assert_eq!(b.for_compressed(4 << 30), 32 << 30);
+    }
+
+    /// umoci insert writes layers that end right after the last file's
+    /// data: no padding, no end-of-archive blocks. umoci unpacks them, so
+    /// the check accepts them and still counts what they hold.
+    #[test]
+    fn a_stream_ending_after_unpadded_data_is_accepted() {
+        let mut t = header("opt/lz/", 0, b'5');
+        t.extend(header("opt/lz/edited.txt", 3, b'0'));
+        t.extend(b"v1\n".iter().copied());
+        t.extend(vec![0u8; 509]);
+        t.extend(header("opt/lz/untouched.txt", 3, b'0'));
+        t.extend(b"v1\n".iter().copied());
+        assert_eq!(t.len(), 2051);
+        assert_eq!(scan(&t[..], 1 << 20).unwrap(), Scan::Within(512 + (3 + 512) * 2));
+        // The bound still holds for such a stream.
+        assert!(matches!(scan(&t[..], 600).unwrap(), Scan::Over { .. }));
+        // One zero block, then the end: also an end.
+        let mut one = t[..512].to_vec();
+        one.extend(vec![0u8; 512]);
+        assert_eq!(scan(&one[..], 1 << 20).unwrap(), Scan::Within(512));
+    }
+
+    #[test]
+    fn truncated_or_garbage_streams_fail_closed() {
+        let mut t = header("a", 1000, b'0');
+        t.extend(vec![1u8; 1024]);
+        // Ends inside the data, inside the padding, inside a header.
+        for cut in [512 + 999, 512 + 1001, 512 + 1024 + 100] {
+            let mut s = t.clone();
+            if cut > s.len() {
+                s.extend(header("b", 0, b'0'));
+            }
+            s.truncate(cut);
+            assert!(scan(&s[..], 1 << 20).is_err(), "cut at {cut}");
+        }
+        // Garbage: not a tar header.
+        let junk: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        assert!(scan(&junk[..], 1 << 20).is_err());
+        // A flipped byte breaks the checksum.
+        let mut bad = t.clone();
+        bad[130] ^= 1;
+        assert!(scan(&bad[..], 1 << 20).is_err());
+        // Entries hidden after a single zero block.
+        let mut hidden = t.clone();
+        hidden.extend(vec![0u8; 512]);
+        hidden.extend(header("late", 1 << 32, b'0'));
+        assert!(scan(&hidden[..], 1 << 20).is_err());
+    }
+
+    /// Old GNU sparse with extension blocks: the map blocks are skipped,
+    /// not read as headers, and the real size counts.
+    #[test]
+    fn old_gnu_sparse_with_extension_blocks_counts_the_real_size() {
+        let mut h = header("sparse", 512, b'S');
+        h[483..495].copy_from_slice(format!("{:011o}\0", 5u64 << 30).as_bytes());
+        h[482] = 1;
+        seal(&mut h);
+        let mut t = h;
+        let mut ext = vec![0u8; 512];
+        ext[504] = 1;
+        t.extend(ext);
+        t.extend(vec![7u8; 512]);
+        t.extend(vec![0u8; 1024]);
+        match scan(&t[..], 1 << 30).unwrap() {
+            Scan::Over { total, biggest } => {
+                assert!(total >= 5 << 30);
+                assert_eq!(biggest, "sparse");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(scan(&t[..], 6 << 30).unwrap(), Scan::Within(_)));
     }
 }
