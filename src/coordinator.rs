@@ -1411,6 +1411,14 @@ impl Coordinator {
 
     fn session_output(&mut self, skey: u64, err: bool, readable: bool) {
         let Some(s) = self.sessions.get_mut(&skey) else { return };
+        // INVARIANT: nothing the session writes reaches its terminal after
+        // a prompt is drawn and before it is decided. The poll set is built
+        // before the round, so a request taken from the mailbox earlier in
+        // the same round must stop this read (output such as a screen clear
+        // would otherwise follow, and wipe, the prompt).
+        if s.prompt.is_some() {
+            return;
+        }
         let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
         let Some(fd) = fd else { return };
         let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
