@@ -224,6 +224,36 @@ fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
     format!("{what}: {e}")
 }
 
+/// Most bytes of already-written session output sent ahead of a prompt.
+const PROMPT_FLUSH_MAX: usize = 64 * 1024;
+
+/// Reads what the session's output and error streams hold right now (they
+/// are non-blocking), up to `max` bytes, as frames for its client.
+fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
+    let mut out = Vec::new();
+    let mut left = max;
+    for (fd, err) in [(s.output.as_ref(), false), (s.errout.as_ref(), true)] {
+        let Some(fd) = fd else { continue };
+        while left > 0 {
+            let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK.min(left)];
+            match sys::read(fd.as_raw_fd(), &mut buf) {
+                Ok(n) if n > 0 => {
+                    buf.truncate(n);
+                    left -= n;
+                    out.push(if err {
+                        ServerMsg::Stderr(buf)
+                    } else {
+                        ServerMsg::Stdout(buf)
+                    });
+                }
+                // Empty, end of file or an error: the normal path sees it.
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
 impl Coordinator {
     fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, String> {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
@@ -1116,7 +1146,15 @@ impl Coordinator {
             text,
         };
         let conn = s.conn;
+        // Output the session wrote before it asked (a screen clear just
+        // before `lazaret-escalate`) goes out first, so it cannot land
+        // after the prompt and wipe it or what ends it; bounded, so a
+        // session that keeps writing cannot hold the prompt back.
+        let pending = pending_output(s, PROMPT_FLUSH_MAX);
         s.prompt = Some(req);
+        for m in &pending {
+            self.send(conn, m);
+        }
         self.send(conn, &msg);
     }
 
@@ -1419,6 +1457,14 @@ impl Coordinator {
 
     fn session_output(&mut self, skey: u64, err: bool, readable: bool) {
         let Some(s) = self.sessions.get_mut(&skey) else { return };
+        // INVARIANT: nothing the session writes reaches its terminal after
+        // a prompt is drawn and before it is decided. The poll set is built
+        // before the round, so a request taken from the mailbox earlier in
+        // the same round must stop this read (output such as a screen clear
+        // would otherwise follow, and wipe, the prompt).
+        if s.prompt.is_some() {
+            return;
+        }
         let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
         let Some(fd) = fd else { return };
         let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];

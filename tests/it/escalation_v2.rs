@@ -427,6 +427,28 @@ fn a_host_command_dies_with_a_killed_coordinator() {
     assert_eq!(r.stdout.trim(), "recovered", "{r:?}");
 }
 
+/// Runs `script` with `sh -c` on the host, as the test user, in `dir`, with
+/// no system or global Git config (so nothing there hardens host Git).
+fn host_sh(env: &Env, dir: &Path, script: &str) -> crate::harness::Run {
+    let pre = env.as_user();
+    let o = Command::new(&pre[0])
+        .args(&pre[1..])
+        .args(["sh", "-c", script])
+        .current_dir(dir)
+        .env_clear()
+        .envs(env.base_env())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap_or(dir))
+        .output()
+        .unwrap();
+    crate::harness::Run {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
 #[test]
 fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let env = require_env!();
@@ -439,6 +461,25 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
             "cwd = \"bare\"\nharden_git = false\n",
         );
     let (ws, cfg) = setup(env, "esc2rules", "", &rules);
+    // Host Git ignores a repository shape in its cwd: an implicit bare
+    // repository whose fsmonitor runs a command. The sandbox cannot leave
+    // such a shape on the host (the view keeps Git dirs it makes
+    // Domain-side), so the hostile shape is planted on the host, as the
+    // user, before the Domain starts: the strongest case, a shape that
+    // exists at start and that the sandbox can reach and name as its cwd.
+    let bare = ws.join("bare");
+    let b = bare.display().to_string();
+    let plant = format!(
+        "set -e; git init -q --bare {q}; mkdir {q}/wt; \
+         git -C {q} config core.worktree wt; git -C {q} config core.bare false; \
+         git -C {q} config core.fsmonitor 'touch fsmon-ran; false'; \
+         git -C {q} config core.hooksPath {q}/hooks",
+        q = sh_quote(&b)
+    );
+    let p = host_sh(env, &ws, &plant);
+    assert_eq!(p.code, 0, "planting the host shape: {p:?}");
+    let marker = bare.join("wt/fsmon-ran");
+
     // Another directory: not auto-approved (and with no terminal, denied).
     let r = inside(
         env,
@@ -451,17 +492,39 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     assert_eq!(lines.first(), Some(&"rc=126"), "{r:?}");
     assert_eq!(lines.get(1), Some(&"rc=0"), "{r:?}");
 
-    // Host Git ignores a repository shape the sandbox made in its cwd: an
-    // implicit bare repository whose fsmonitor runs a command.
-    let shape = "set -e; git init -q --bare /workspace/bare; mkdir /workspace/bare/wt; \
-                 git -C /workspace/bare config core.worktree wt; git -C /workspace/bare config core.bare false; \
-                 git -C /workspace/bare config core.fsmonitor 'touch fsmon-ran; false'; \
-                 git -C /workspace/bare config core.hooksPath /workspace/bare/hooks; \
-                 cd /workspace/bare; rc=0; lazaret-escalate -- git status || rc=$?; echo rc=$rc";
+    // The sandbox itself cannot make such a shape on the host: the same
+    // steps inside leave no repository host Git would take.
+    let shape = "git init -q --bare /workspace/bare2; mkdir -p /workspace/bare2/wt; \
+                 git -C /workspace/bare2 config core.worktree wt; git -C /workspace/bare2 config core.bare false; \
+                 git -C /workspace/bare2 config core.fsmonitor 'touch fsmon-ran; false'; echo made";
     let r = inside(env, &ws, &cfg, shape);
-    let marker = ws.join("bare/wt/fsmon-ran");
+    assert!(r.stdout.contains("made"), "{r:?}");
+    let b2 = ws.join("bare2");
+    let host_shape = b2.join("HEAD").exists()
+        && (b2.join("commondir").exists() || (b2.join("objects").exists() && b2.join("refs").exists()));
+    assert!(
+        !host_shape && !b2.join(".git").exists(),
+        "the sandbox left a repository shape on the host"
+    );
+    let h = host_sh(env, &ws, "cd bare2 && git status; echo rc=$?");
+    assert!(
+        !h.stdout.contains("rc=0"),
+        "unhardened host git took the sandbox's shape: {h:?}"
+    );
+    assert!(
+        !b2.join("wt/fsmon-ran").exists(),
+        "host git ran the sandbox's fsmonitor: {h:?}"
+    );
+
+    // Broker-run host Git, hardened, ignores the hostile shape in its cwd.
+    let r = inside(
+        env,
+        &ws,
+        &cfg,
+        "cd /workspace/bare; rc=0; lazaret-escalate -- git status || rc=$?; echo rc=$rc",
+    );
     assert!(r.stdout.contains("rc="), "{r:?}");
-    assert!(!marker.exists(), "host git ran the sandbox's fsmonitor: {r:?}");
+    assert!(!marker.exists(), "host git ran the planted fsmonitor: {r:?}");
     assert!(audit(env, &ws).contains("auto-approved"), "{}", audit(env, &ws));
     // Control: the rule that opts out of hardening shows the attack is real.
     let r = inside(
