@@ -34,9 +34,13 @@ usage: lazaret <command> [options]
 commands:
   run [--profile P] [--workspace DIR] [-- CMD ARGS...]
                        open a shell (or run CMD) in the Domain's sandbox
-  ps [--json]          list running Domains and their sessions
-  stop [--profile P] [--workspace DIR]
-                       stop a running Domain (its sessions are told why)
+  ps [--json]          list running Domains: ID prefix, age, sessions, ports
+  stop [ID | --all | --profile P --workspace DIR]
+                       stop running Domains (their sessions are told why)
+  exec ID [-- CMD ARGS...]
+                       join a running Domain by ID (prefix) from anywhere
+  rm [ID | --profile P --workspace DIR] [--yes] [--json]
+                       delete a stopped Domain's state (asks first)
   image build [--quiet] [--if-missing]
                        build the default base image (debootstrap + umoci)
   net show [--profile P] [--workspace DIR] [--json]
@@ -62,13 +66,13 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn usage(msg: impl Into<String>) -> Failure {
+    pub(crate) fn usage(msg: impl Into<String>) -> Failure {
         Failure {
             code: EXIT_USAGE,
             msg: msg.into(),
         }
     }
-    fn runtime(msg: impl Into<String>) -> Failure {
+    pub(crate) fn runtime(msg: impl Into<String>) -> Failure {
         Failure {
             code: EXIT_FAILURE,
             msg: msg.into(),
@@ -119,8 +123,10 @@ pub fn main() -> i32 {
     }
     let result = match cmd.as_deref() {
         Some("run") => cmd_run(raw),
-        Some("ps") => cmd_ps(raw),
-        Some("stop") => cmd_stop(raw),
+        Some("ps") => crate::lifecycle::cmd_ps(raw),
+        Some("stop") => crate::lifecycle::cmd_stop(raw),
+        Some("rm") => crate::lifecycle::cmd_rm(raw),
+        Some("exec") => crate::lifecycle::cmd_exec(raw),
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
@@ -152,7 +158,7 @@ pub fn main() -> i32 {
     }
 }
 
-fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
+pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
     let rest = args.finish();
     if let Some(a) = rest.first() {
         return Err(Failure::usage(format!(
@@ -164,7 +170,7 @@ fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
 }
 
 /// Lazaret never runs a sandbox as host root (SR-1).
-fn refuse_root() -> Result<(), Failure> {
+pub(crate) fn refuse_root() -> Result<(), Failure> {
     if sys::geteuid() == 0 || sys::getuid() == 0 {
         return Err(Failure::usage(
             "refusing to run as root: Lazaret runs sandboxes rootless; run it as your normal user \
@@ -175,16 +181,16 @@ fn refuse_root() -> Result<(), Failure> {
 }
 
 /// Everything a command needs to know about one Domain.
-struct Resolved {
-    cfg: config::Config,
-    profile: config::Profile,
-    workspace: PathBuf,
-    domain_id: String,
-    storage: PathBuf,
-    paths: DomainPaths,
+pub(crate) struct Resolved {
+    pub(crate) cfg: config::Config,
+    pub(crate) profile: config::Profile,
+    pub(crate) workspace: PathBuf,
+    pub(crate) domain_id: String,
+    pub(crate) storage: PathBuf,
+    pub(crate) paths: DomainPaths,
 }
 
-fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
+pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
     let cfg = config::load(&config::config_path())?;
     let name = profile.unwrap_or_else(|| "default".into());
     let profile = cfg.profile(&name)?.clone();
@@ -265,7 +271,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     Err(Failure::runtime("the Domain kept stopping while joining it; try again"))
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     Exited(i32),
     Retry,
 }
@@ -410,7 +416,7 @@ fn hello(r: &Resolved) -> ClientMsg {
     }
 }
 
-fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Outcome, Failure> {
+pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Outcome, Failure> {
     let tty = sys::isatty(0) && sys::isatty(1);
     let size = if tty {
         sys::get_winsize(0).or_else(|| sys::get_winsize(1))
@@ -582,187 +588,6 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
             }
         }
     }
-}
-
-// ---- ps / stop ----------------------------------------------------------------------
-
-/// Asks a published coordinator for its status.
-fn query_status(sock: &Path) -> Option<ipc::StatusInfo> {
-    let mut s = UnixStream::connect(sock).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    // A Hello without profile is an observer's: it may only ask for status.
-    let hello = ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
-        client_id: domain::random_id(8),
-        profile: String::new(),
-        fingerprint: String::new(),
-    };
-    ipc::send(&mut s, &hello).ok()?;
-    ipc::send(&mut s, &ClientMsg::Status).ok()?;
-    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
-        ServerMsg::Status(st) => Some(st),
-        _ => None,
-    }
-}
-
-fn runtime_root_for_queries() -> Result<PathBuf, Failure> {
-    let cfg = config::load(&config::config_path())?;
-    Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
-}
-
-fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let mut args = pico_args::Arguments::from_vec(raw);
-    let json = args.contains("--json");
-    finish_args(args)?;
-    let root = runtime_root_for_queries()?;
-    let mut all = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(&root) {
-        for e in rd.flatten() {
-            let sock = e.path().join("hc.sock");
-            if sock.exists() {
-                if let Some(st) = query_status(&sock) {
-                    all.push(st);
-                }
-            }
-        }
-    }
-    all.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
-    if json {
-        println!("{}", status_json(&all));
-    } else if all.is_empty() {
-        println!("no running Domains");
-    } else {
-        for st in &all {
-            println!(
-                "{}  {}  {}  generation {}  {}  coordinator {} (pid {})  supervisor pid {}  runsc pid {}",
-                st.domain_id,
-                st.profile,
-                st.workspace,
-                st.generation,
-                st.phase,
-                st.coordinator_id,
-                st.coordinator_pid,
-                st.supervisor_pid,
-                st.runsc_pid
-            );
-            for s in &st.sessions {
-                println!(
-                    "    session {}  {}  client pid {}  exec pid {}{}",
-                    s.session_id,
-                    s.argv0,
-                    s.client_pid,
-                    s.exec_pid,
-                    if s.tty { "  tty" } else { "" }
-                );
-            }
-        }
-    }
-    Ok(0)
-}
-
-fn status_json(all: &[ipc::StatusInfo]) -> String {
-    use crate::plan::Json;
-    Json::Arr(
-        all.iter()
-            .map(|st| {
-                Json::Obj(vec![
-                    ("domain_id", Json::s(&st.domain_id)),
-                    ("profile", Json::s(&st.profile)),
-                    ("workspace", Json::s(&st.workspace)),
-                    ("generation", Json::Num(st.generation as i64)),
-                    ("phase", Json::s(&st.phase)),
-                    ("coordinator_id", Json::s(&st.coordinator_id)),
-                    ("coordinator_pid", Json::Num(st.coordinator_pid as i64)),
-                    ("supervisor_pid", Json::Num(st.supervisor_pid as i64)),
-                    ("runsc_pid", Json::Num(st.runsc_pid as i64)),
-                    ("sandbox_id", Json::s(&st.sandbox_id)),
-                    (
-                        "sessions",
-                        Json::Arr(
-                            st.sessions
-                                .iter()
-                                .map(|s| {
-                                    Json::Obj(vec![
-                                        ("session_id", Json::s(&s.session_id)),
-                                        ("argv0", Json::s(&s.argv0)),
-                                        ("client_pid", Json::Num(s.client_pid as i64)),
-                                        ("exec_pid", Json::Num(s.exec_pid as i64)),
-                                        ("tty", Json::Bool(s.tty)),
-                                    ])
-                                })
-                                .collect(),
-                        ),
-                    ),
-                ])
-            })
-            .collect(),
-    )
-    .render()
-}
-
-fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
-    finish_args(args)?;
-    refuse_root()?;
-    let r = resolve(profile, workspace)?;
-    let mut s = match UnixStream::connect(r.paths.socket()) {
-        Ok(s) => s,
-        Err(_) => {
-            println!(
-                "Domain {} ({} on {}) is not running",
-                r.domain_id,
-                r.profile.name,
-                r.workspace.display()
-            );
-            return Ok(0);
-        }
-    };
-    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
-    ipc::send(&mut s, &hello(&r)).map_err(lost)?;
-    ipc::send(
-        &mut s,
-        &ClientMsg::Stop {
-            reason: "the Domain was stopped with `lazaret stop`".into(),
-        },
-    )
-    .map_err(lost)?;
-    // The coordinator answers a Stop only by closing; anything else is a refusal.
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    match FrameReader::default().recv::<ServerMsg>(&mut s) {
-        Ok(ServerMsg::Refused { reason }) => {
-            return Err(Failure::runtime(format!("the coordinator refused: {reason}")))
-        }
-        Ok(other) => {
-            return Err(Failure::runtime(format!(
-                "unexpected reply from the coordinator: {other:?}"
-            )))
-        }
-        Err(_) => {}
-    }
-    // Wait for the socket to go away: teardown has begun.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while r.paths.socket().exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // And for the lock to be free: teardown has finished.
-    // The coordinator unlinks the lock file as its last act; a crashed one
-    // leaves it unlocked.
-    while Instant::now() < deadline && r.paths.lock().exists() {
-        if let Ok(Some(_)) = try_domain_lock(&r.paths.lock()) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // INVARIANT: never unlink the lock file here: only its holder may.
-    println!(
-        "stopped Domain {} ({} on {})",
-        r.domain_id,
-        r.profile.name,
-        r.workspace.display()
-    );
-    Ok(0)
 }
 
 // ---- image / doctor ------------------------------------------------------------------

@@ -872,6 +872,13 @@ impl Coordinator {
                     tty: s.tty,
                 })
                 .collect(),
+            started_at: crate::state::now() - self.published_at.elapsed().as_secs() as i64,
+            pending_escalations: self
+                .sessions
+                .values()
+                .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
+                .sum(),
+            ports: Vec::new(),
         }
     }
 

@@ -18,6 +18,7 @@ mod gc;
 mod gitsentry;
 mod ignored;
 mod image;
+mod lifecycle;
 mod ipc;
 mod netcli;
 mod netns;

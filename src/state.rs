@@ -177,7 +177,7 @@ struct Selected {
     storage: PathBuf,
 }
 
-fn is_domain_id(s: &str) -> bool {
+pub(crate) fn is_domain_id(s: &str) -> bool {
     s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
@@ -339,7 +339,7 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
 // ---- what is on disk --------------------------------------------------------------------
 
 /// Keys present under `anchor/` (real directories with a key's name).
-fn keys_on_disk(root: &Path) -> Vec<String> {
+pub(crate) fn keys_on_disk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
         for e in rd.flatten() {
@@ -353,7 +353,7 @@ fn keys_on_disk(root: &Path) -> Vec<String> {
     out
 }
 
-fn trash_on_disk(root: &Path) -> Vec<String> {
+pub(crate) fn trash_on_disk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
         for e in rd.flatten() {
@@ -410,7 +410,7 @@ fn header_human(s: &Selected, active: bool) -> String {
 }
 
 /// Guest path of a key for display.
-fn guest(key: &str) -> String {
+pub(crate) fn guest(key: &str) -> String {
     anchor::key_path(key).unwrap_or_else(|| key.to_string())
 }
 

@@ -9,6 +9,7 @@
 
 mod harness;
 
+mod agent;
 mod escalation;
 mod foundation;
 mod git;

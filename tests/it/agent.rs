@@ -1,0 +1,112 @@
+//! Agent-ready: lifecycle commands (ps header and ages, stop by ID prefix
+//! and --all, rm, exec by ID), host environment by name, port forwards and
+//! housekeeping.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::require_env;
+
+fn domain_root(env: &Env, id: &str) -> PathBuf {
+    env.home.join(".local/share/lazaret/domains").join(id)
+}
+
+fn running(env: &Env, ws: &Path, id: &str) -> bool {
+    env.ps_json(ws).contains(id)
+}
+
+/// Acceptance 5: `ps` shows a header and ages; `stop ID` works with the
+/// prefix `ps` prints; `stop --all` stops every Domain; `rm` deletes a
+/// stopped Domain's state and refuses a running one; `exec ID` joins a
+/// running Domain from anywhere.
+#[test]
+fn lifecycle_ps_stop_rm_exec() {
+    let env = require_env!();
+    // `stop --all` stops every Domain of the user: nothing else may run.
+    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let a = env.dir("lc-a");
+    let b = env.dir("lc-b");
+    let (ida, idb) = (env.domain_id("default", &a), env.domain_id("default", &b));
+
+    // Some persistent state for A, then A stops by itself.
+    let r = env
+        .lz(&a, &["run", "--", "sh", "-c", "echo kept > /root/lc-marker"])
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let root_a = domain_root(env, &ida);
+    assert!(root_a.join("store.sqlite").exists(), "A has state");
+
+    let _sa = env.lz(&a, &["run", "--", "sleep", "100"]).spawn_bg();
+    let _sb = env.lz(&b, &["run", "--", "sleep", "100"]).spawn_bg();
+    assert!(eventually(Duration::from_secs(60), || running(env, &a, &ida)
+        && running(env, &b, &idb)));
+
+    let ps = env.lz(&a, &["ps"]).run();
+    assert_eq!(ps.code, 0, "{ps:?}");
+    let head = ps.stdout.lines().next().unwrap_or("");
+    for col in ["DOMAIN", "PROFILE", "AGE", "SESSIONS", "ESCALATIONS", "PORTS", "WORKSPACE"] {
+        assert!(head.contains(col), "header lacks {col}: {ps:?}");
+    }
+    let row_a = ps.stdout.lines().find(|l| l.starts_with(&ida[..12])).expect("row for A");
+    assert!(!row_a.contains(&ida), "ps prints the ID prefix: {row_a}");
+    assert!(row_a.contains("sleep") && row_a.contains("default"), "{row_a}");
+    let age = row_a.split_whitespace().nth(3).unwrap_or("");
+    assert!(
+        age.ends_with('s') || age.ends_with('m'),
+        "age column: {age:?} in {row_a}"
+    );
+    assert!(ps.stdout.contains(&idb[..12]), "{ps:?}");
+    let json = env.ps_json(&a);
+    assert!(json_number(&json, &ida, "started_at").unwrap_or(0) > 1_600_000_000, "{json}");
+    assert_eq!(json_number(&json, &ida, "pending_escalations"), Some(0), "{json}");
+
+    // rm refuses a running Domain and leaves its state alone.
+    let r = env.lz(&a, &["rm", "--yes"]).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("running"), "{r:?}");
+    assert!(root_a.join("store.sqlite").exists());
+
+    // exec by ID prefix, from a directory that is no workspace.
+    env.write(&a.join("hello.txt"), "hi from the workspace");
+    let r = env
+        .lz(&env.home, &["exec", &ida[..8], "--", "cat", "/workspace/hello.txt"])
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("hi from the workspace"), "{r:?}");
+    let r = env.lz(&env.home, &["exec", "ffffffffffff", "--", "true"]).run();
+    assert_eq!(r.code, 2, "unknown ID: {r:?}");
+
+    // stop by the prefix ps prints.
+    let r = env.lz(&env.home, &["stop", &ida[..12]]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(&format!("stopped Domain {ida}")), "{r:?}");
+    assert!(eventually(Duration::from_secs(10), || !running(env, &a, &ida)));
+    assert!(running(env, &b, &idb), "B still runs");
+
+    // rm of the stopped Domain: shows what goes, then deletes it.
+    let r = env.lz(&a, &["rm"]).run();
+    assert_eq!(r.code, 2, "no --yes and no terminal: {r:?}");
+    assert!(root_a.exists());
+    let r = env.lz(&a, &["rm", "--yes"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("/root") && r.stderr.contains("store"), "{r:?}");
+    assert!(!root_a.exists(), "Domain Root removed");
+    let list = env.lz(&a, &["state", "list"]).run();
+    assert!(!list.stdout.contains(&ida), "{list:?}");
+    // The workspace is untouched.
+    assert!(a.join("hello.txt").exists());
+
+    // A new run starts from scratch: the marker is gone.
+    let r = env
+        .lz(&a, &["run", "--", "sh", "-c", "test -e /root/lc-marker && echo present || echo absent"])
+        .run();
+    assert!(r.stdout.contains("absent"), "{r:?}");
+
+    // stop --all.
+    let r = env.lz(&env.home, &["stop", "--all"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(&format!("stopped Domain {idb}")), "{r:?}");
+    let ps = env.lz(&a, &["ps"]).run();
+    assert!(ps.stdout.contains("no running Domains"), "{ps:?}");
+}
