@@ -32,12 +32,13 @@ const USAGE: &str = "\
 usage: lazaret <command> [options]
 
 commands:
-  run [--profile P] [--workspace DIR] [-- CMD ARGS...]
-                       open a shell (or run CMD) in the Domain's sandbox
+  run [--profile P] [--workspace DIR] [-e KEY[=VALUE]]... [-- CMD ARGS...]
+                       open a shell (or run CMD) in the Domain's sandbox;
+                       -e passes a host variable to this session only
   ps [--json]          list running Domains: ID prefix, age, sessions, ports
   stop [ID | --all | --profile P --workspace DIR]
                        stop running Domains (their sessions are told why)
-  exec ID [-- CMD ARGS...]
+  exec ID [-e KEY[=VALUE]]... [-- CMD ARGS...]
                        join a running Domain by ID (prefix) from anywhere
   rm [ID | --profile P --workspace DIR] [--yes] [--json]
                        delete a stopped Domain's state (asks first)
@@ -188,6 +189,8 @@ pub(crate) struct Resolved {
     pub(crate) domain_id: String,
     pub(crate) storage: PathBuf,
     pub(crate) paths: DomainPaths,
+    /// Host variables this client passes to its session (never logged).
+    pub(crate) pass: Vec<(String, String)>,
 }
 
 pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
@@ -216,6 +219,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
     let paths = DomainPaths::new(&storage, &runtime, &domain_id);
+    let pass = crate::hostenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     Ok(Resolved {
         cfg,
         profile,
@@ -223,6 +227,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         domain_id,
         storage,
         paths,
+        pass,
     })
 }
 
@@ -237,6 +242,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let profile: Option<String> = args.opt_value_from_str("--profile")?;
     let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
     let quiet = args.contains("--quiet");
+    let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
     finish_args(args)?;
     let argv: Vec<String> = cmd
         .into_iter()
@@ -246,7 +252,8 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         })
         .collect::<Result<_, _>>()?;
     refuse_root()?;
-    let r = resolve(profile, workspace)?;
+    let mut r = resolve(profile, workspace)?;
+    r.pass = crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     // A network policy the config cannot yield is bad input too.
     crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -427,6 +434,7 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
     if let Ok(t) = std::env::var("TERM") {
         env.push(("TERM".to_string(), t));
     }
+    env.extend(r.pass.iter().cloned());
     let cwd = std::env::current_dir()
         .unwrap_or_default()
         .to_string_lossy()

@@ -67,6 +67,7 @@ const PROFILE_KEYS: &[&str] = &[
     "persist",
     "volumes",
     "env",
+    "pass_env",
     "isolate_ignored",
     "ipv6",
     "network",
@@ -122,6 +123,10 @@ pub struct Profile {
     pub volumes: Vec<Volume>,
     /// Sorted by key, keys unique.
     pub env: Vec<(String, String)>,
+    /// `pass_env`: names of host environment variables each client passes
+    /// to its own session (values are read by the client, never stored).
+    /// Client-side only: not part of the fingerprint.
+    pub pass_env: Vec<String>,
     pub allow: Vec<Prefix>,
     pub deny: Vec<Prefix>,
     pub ipv6: bool,
@@ -374,6 +379,7 @@ impl Profile {
             persist: DEFAULT_PERSIST.iter().map(|s| s.to_string()).collect(),
             volumes: Vec::new(),
             env: Vec::new(),
+            pass_env: Vec::new(),
             allow: Vec::new(),
             deny: Vec::new(),
             ipv6: false,
@@ -1038,6 +1044,9 @@ impl Schema<'_> {
             }
             p.env = env.into_iter().collect();
         }
+        if let Some(i) = t.get("pass_env") {
+            p.pass_env = self.pass_env(i, &k("pass_env"))?;
+        }
         if let Some(i) = t.get("isolate_ignored") {
             p.isolate_ignored = self.boolean(i, &k("isolate_ignored"))?;
         }
@@ -1078,6 +1087,22 @@ impl Schema<'_> {
         Ok(p)
     }
 
+    /// `pass_env`: unique variable names, none of Lazaret's own.
+    fn pass_env(&self, i: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+        const EXPECTED: &str = "an array of environment variable names matching [A-Za-z_][A-Za-z0-9_]* (not LAZARET_*)";
+        let mut seen: Vec<(usize, &str)> = Vec::new();
+        for (line, name) in self.strings(i, key, EXPECTED)? {
+            if !valid_env_name(name) || is_reserved_env(name) {
+                return Err(self.invalid(line, key, EXPECTED, quote(name)));
+            }
+            if let Some((first_line, _)) = seen.iter().find(|(_, q)| *q == name) {
+                return Err(self.duplicate(line, *first_line, key, name));
+            }
+            seen.push((line, name));
+        }
+        Ok(seen.into_iter().map(|(_, s)| s.to_string()).collect())
+    }
+
     fn duplicate(&self, line: usize, first_line: usize, key: &str, value: &str) -> ConfigError {
         ConfigError::Duplicate {
             path: self.file.to_path_buf(),
@@ -1097,6 +1122,11 @@ pub fn valid_profile_name(name: &str) -> bool {
         && b[0].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Variables Lazaret sets in every session itself; nothing passes them.
+pub fn is_reserved_env(name: &str) -> bool {
+    name.starts_with("LAZARET_")
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`
@@ -2396,6 +2426,27 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             &err("[profiles.d]\nenv = { A = { B = \"x\" } }\n"),
             &[":2: profiles.d.env.A: expected a string, got a table"],
         );
+    }
+
+    #[test]
+    fn pass_env_names() {
+        let c = ok("[profiles.d]\npass_env = [\"ANTHROPIC_API_KEY\", \"_X\"]\n");
+        assert_eq!(c.profiles["d"].pass_env, ["ANTHROPIC_API_KEY", "_X"]);
+        assert_eq!(
+            c.profiles["d"].fingerprint(),
+            ok("[profiles.d]\n").profiles["d"].fingerprint(),
+            "client-side only"
+        );
+        assert_has(
+            &err("[profiles.d]\npass_env = [\"A=B\"]\n"),
+            &[":2: profiles.d.pass_env: expected an array of environment variable names"],
+        );
+        assert_has(
+            &err("[profiles.d]\npass_env = [\"LAZARET_SESSION\"]\n"),
+            &["profiles.d.pass_env", "not LAZARET_*"],
+        );
+        assert_has(&err("[profiles.d]\npass_env = [\"A\", \"A\"]\n"), &["profiles.d.pass_env"]);
+        assert_has(&err("[profiles.d]\npass_env = \"A\"\n"), &["profiles.d.pass_env"]);
     }
 
     #[test]

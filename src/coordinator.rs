@@ -994,7 +994,8 @@ impl Coordinator {
         } else {
             argv
         };
-        let term = env.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
+        let env_in = env;
+        let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
         let id = random_id(8);
         let (client_id, peer_pid) = {
@@ -1002,6 +1003,10 @@ impl Coordinator {
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
         let mut env = plan::session_env(&self.profile.env, term);
+        // Host variables this client passed by name: this session only.
+        // INVARIANT: their values go into the spec pipe and nowhere else
+        // (no argv, no store row, no log line).
+        plan::override_env(&mut env, &crate::hostenv::accepted(&env_in));
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.

@@ -349,6 +349,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         None => (raw, Vec::new()),
     };
     let mut args = pico_args::Arguments::from_vec(opts);
+    let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
     let id: Option<String> = args.opt_free_from_str()?;
     cli::finish_args(args)?;
     let Some(id) = id else {
@@ -372,7 +373,8 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // The Domain's own profile and workspace, resolved as `run` would: a
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
-    let r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
+    let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
+    r.pass = crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     if r.domain_id != st.domain_id {
         return Err(Failure::runtime(format!(
             "Domain {} does not match its profile and workspace any more: stop it and start it again",

@@ -16,6 +16,7 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
+mod hostenv;
 mod ignored;
 mod image;
 mod lifecycle;

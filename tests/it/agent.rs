@@ -12,6 +12,18 @@ fn domain_root(env: &Env, id: &str) -> PathBuf {
     env.home.join(".local/share/lazaret/domains").join(id)
 }
 
+/// Waits for a background CLI and returns its stdout.
+trait WaitOut {
+    fn wait_with_output_ref(self) -> String;
+}
+
+impl WaitOut for std::process::Child {
+    fn wait_with_output_ref(self) -> String {
+        let o = self.wait_with_output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
 fn running(env: &Env, ws: &Path, id: &str) -> bool {
     env.ps_json(ws).contains(id)
 }
@@ -109,4 +121,107 @@ fn lifecycle_ps_stop_rm_exec() {
     assert!(r.stdout.contains(&format!("stopped Domain {idb}")), "{r:?}");
     let ps = env.lz(&a, &["ps"]).run();
     assert!(ps.stdout.contains("no running Domains"), "{ps:?}");
+}
+
+/// A workspace and a config home with `config` (TOML).
+fn setup(env: &Env, name: &str, config: &str) -> (PathBuf, PathBuf) {
+    let base = env.dir(name);
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+    let cfg = base.join("cfg");
+    env.write(&cfg.join("lazaret/config.toml"), config);
+    (ws, cfg)
+}
+
+fn unique(tag: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{tag}-{t:x}-{}", std::process::id())
+}
+
+/// Acceptance 3: `pass_env` and `-e` reach the session that asked (and no
+/// other); the values are absent from every host process's argv but the
+/// client's own literal `-e KEY=VALUE`, from the store and from
+/// coordinator.log.
+#[test]
+fn host_env_by_name_reaches_only_its_session() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(
+        env,
+        "hostenv",
+        "[profiles.pe]\npass_env = [\"LZ_PASS_A\", \"LZ_UNSET_Z\"]\n",
+    );
+    let id = env.domain_id("pe", &ws);
+    let (va, vb, vc) = (unique("passA"), unique("flagB"), unique("litC"));
+    let script = "echo A=$LZ_PASS_A; echo B=$LZ_FLAG_B; echo C=$LZ_LIT_C; echo Z=${LZ_UNSET_Z-unset}; \
+                  echo done > /workspace/first-ready; sleep 8";
+    let lit = format!("LZ_LIT_C={vc}");
+    let first = env
+        .lz(&ws, &["run", "--profile", "pe", "-e", "LZ_FLAG_B", "-e", &lit, "--", "sh", "-c", script])
+        .config_home(&cfg)
+        .env("LZ_PASS_A", &va)
+        .env("LZ_FLAG_B", &vb)
+        .spawn();
+    assert!(eventually(Duration::from_secs(60), || ws.join("first-ready").exists()));
+
+    // A second session in the same Domain asked for nothing: it sees nothing.
+    let second = env
+        .lz(&ws, &["run", "--profile", "pe", "--", "sh", "-c", "echo A=$LZ_PASS_A B=$LZ_FLAG_B C=$LZ_LIT_C"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(second.code, 0, "{second:?}");
+    assert!(second.stdout.contains("A= B= C="), "{second:?}");
+
+    // No host process carries a value in its argv, except the literal
+    // `-e KEY=VALUE` on the client's own command line, which the user typed.
+    let client_pid = first.id() as i32;
+    for (pid, _, cmd) in processes() {
+        assert!(!cmd.contains(&va) && !cmd.contains(&vb), "pid {pid}: {cmd}");
+        if cmd.contains(&vc) {
+            let is_client = pid == client_pid || cmd.starts_with("setpriv") || cmd.contains("lazaret run --profile pe");
+            assert!(is_client && !cmd.contains("coordinator") && !cmd.contains("runsc"), "pid {pid}: {cmd}");
+        }
+    }
+    let log = std::fs::read(env.runtime_root().join(&id).join("coordinator.log")).unwrap_or_default();
+    let log = String::from_utf8_lossy(&log);
+    assert!(!log.is_empty(), "the coordinator log exists while the Domain runs");
+    for v in [&va, &vb, &vc] {
+        assert!(!log.contains(v.as_str()), "coordinator.log: {log}");
+    }
+    let out = first.wait_with_output_ref();
+    assert!(out.contains(&format!("A={va}")) && out.contains(&format!("B={vb}")), "{out}");
+    assert!(out.contains(&format!("C={vc}")) && out.contains("Z=unset"), "{out}");
+
+    // The store: its file bytes (freed pages included) and a dump.
+    let root = domain_root(env, &id);
+    for f in ["store.sqlite", "store.sqlite-wal"] {
+        let bytes = std::fs::read(root.join(f)).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        for v in [&va, &vb, &vc] {
+            assert!(!text.contains(v.as_str()), "{f} holds a value");
+        }
+    }
+    let dump = std::process::Command::new("sqlite3")
+        .arg(root.join("store.sqlite"))
+        .arg(".dump")
+        .output();
+    if let Ok(d) = dump {
+        let d = String::from_utf8_lossy(&d.stdout);
+        assert!(d.contains("CREATE TABLE"), "{d}");
+        for v in [&va, &vb, &vc] {
+            assert!(!d.contains(v.as_str()), "store dump holds a value");
+        }
+    }
+
+    // Bad input is exit 2 and names the flag.
+    let r = env
+        .lz(&ws, &["run", "--profile", "pe", "-e", "LZ_NOT_SET_ANYWHERE", "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("LZ_NOT_SET_ANYWHERE"), "{r:?}");
 }
