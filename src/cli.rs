@@ -32,9 +32,11 @@ const USAGE: &str = "\
 usage: lazaret <command> [options]
 
 commands:
-  run [--profile P] [--workspace DIR] [-e KEY[=VALUE]]... [-- CMD ARGS...]
+  run [--profile P] [--workspace DIR] [-e KEY[=VALUE]]...
+      [--publish [ADDR:]HOSTPORT:GUESTPORT]... [-- CMD ARGS...]
                        open a shell (or run CMD) in the Domain's sandbox;
-                       -e passes a host variable to this session only
+                       -e passes a host variable to this session only;
+                       --publish forwards a host port (127.0.0.1 by default)
   ps [--json]          list running Domains: ID prefix, age, sessions, ports
   stop [ID | --all | --profile P --workspace DIR]
                        stop running Domains (their sessions are told why)
@@ -191,6 +193,8 @@ pub(crate) struct Resolved {
     pub(crate) paths: DomainPaths,
     /// Host variables this client passes to its session (never logged).
     pub(crate) pass: Vec<(String, String)>,
+    /// `--publish` forwards for a Domain this client starts.
+    pub(crate) publish: Vec<crate::ports::PortForward>,
 }
 
 pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
@@ -228,6 +232,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         storage,
         paths,
         pass,
+        publish: Vec::new(),
     })
 }
 
@@ -243,7 +248,15 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
     let quiet = args.contains("--quiet");
     let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
+    let publish: Vec<String> = args.values_from_str("--publish")?;
     finish_args(args)?;
+    let publish = publish
+        .iter()
+        .map(|p| {
+            p.parse::<crate::ports::PortForward>()
+                .map_err(|e| Failure::usage(format!("--publish {:?}: expected {e}", crate::display::escape(p))))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let argv: Vec<String> = cmd
         .into_iter()
         .map(|a| {
@@ -254,6 +267,8 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
     r.pass = crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
+    r.publish = publish;
     // A network policy the config cannot yield is bad input too.
     crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -270,6 +285,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // was going down as we joined. Start over (a bounded number of times).
     for _ in 0..5 {
         let stream = connect_or_start(&r, quiet)?;
+        crate::lifecycle::check_published(&r)?;
         match session(stream, &r, argv.clone())? {
             Outcome::Exited(code) => return Ok(code),
             Outcome::Retry => std::thread::sleep(Duration::from_millis(20)),
@@ -355,6 +371,7 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .arg(&r.workspace)
         .arg("--config")
         .arg(&r.cfg.path)
+        .args(r.publish.iter().flat_map(|p| ["--publish".to_string(), p.to_string()]))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log));
@@ -681,6 +698,7 @@ fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         profile: args.value_from_str("--profile")?,
         workspace: args.value_from_str("--workspace")?,
         config: args.value_from_str("--config")?,
+        publish: args.values_from_str("--publish")?,
     };
     finish_args(args)?;
     Ok(coordinator::main(a))

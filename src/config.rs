@@ -68,6 +68,7 @@ const PROFILE_KEYS: &[&str] = &[
     "volumes",
     "env",
     "pass_env",
+    "ports",
     "isolate_ignored",
     "ipv6",
     "network",
@@ -127,6 +128,8 @@ pub struct Profile {
     /// to its own session (values are read by the client, never stored).
     /// Client-side only: not part of the fingerprint.
     pub pass_env: Vec<String>,
+    /// `ports`: host port forwards into the Domain (loopback by default).
+    pub ports: Vec<crate::ports::PortForward>,
     pub allow: Vec<Prefix>,
     pub deny: Vec<Prefix>,
     pub ipv6: bool,
@@ -380,6 +383,7 @@ impl Profile {
             volumes: Vec::new(),
             env: Vec::new(),
             pass_env: Vec::new(),
+            ports: Vec::new(),
             allow: Vec::new(),
             deny: Vec::new(),
             ipv6: false,
@@ -440,6 +444,10 @@ impl Profile {
         }
         if !self.network {
             put("network", &["none"]);
+        }
+        if !self.ports.is_empty() {
+            let ports: Vec<String> = self.ports.iter().map(|p| p.to_string()).collect();
+            put("ports", &ports.iter().map(String::as_str).collect::<Vec<_>>());
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
@@ -1046,6 +1054,20 @@ impl Schema<'_> {
         }
         if let Some(i) = t.get("pass_env") {
             p.pass_env = self.pass_env(i, &k("pass_env"))?;
+        }
+        if let Some(i) = t.get("ports") {
+            let key = k("ports");
+            const EXPECTED: &str = "an array of \"[ADDR:]HOSTPORT:GUESTPORT\" strings";
+            let mut seen: Vec<(usize, crate::ports::PortForward)> = Vec::new();
+            for (line, s) in self.strings(i, &key, EXPECTED)? {
+                let f: crate::ports::PortForward =
+                    s.parse().map_err(|e: String| self.invalid(line, &key, e, quote(s)))?;
+                if let Some((first_line, _)) = seen.iter().find(|(_, q)| q.addr == f.addr && q.host == f.host) {
+                    return Err(self.duplicate(line, *first_line, &key, &format!("host port {}:{}", f.addr, f.host)));
+                }
+                seen.push((line, f));
+            }
+            p.ports = seen.into_iter().map(|(_, f)| f).collect();
         }
         if let Some(i) = t.get("isolate_ignored") {
             p.isolate_ignored = self.boolean(i, &k("isolate_ignored"))?;
@@ -2429,6 +2451,21 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
     }
 
     #[test]
+    fn port_forwards() {
+        let c = ok("[profiles.d]\nports = [\"127.0.0.1:3000:3000\", \"18000:8000\"]\n");
+        assert_eq!(c.profiles["d"].ports.len(), 2);
+        assert_eq!(c.profiles["d"].ports[1].to_string(), "127.0.0.1:18000:8000");
+        assert_has(
+            &err("[profiles.d]\nports = [\"3000\"]\n"),
+            &[":2: profiles.d.ports: expected \"[ADDR:]HOSTPORT:GUESTPORT\""],
+        );
+        assert_has(
+            &err("[profiles.d]\nports = [\"3000:1\", \"127.0.0.1:3000:2\"]\n"),
+            &["profiles.d.ports", "host port 127.0.0.1:3000"],
+        );
+    }
+
+    #[test]
     fn pass_env_names() {
         let c = ok("[profiles.d]\npass_env = [\"ANTHROPIC_API_KEY\", \"_X\"]\n");
         assert_eq!(c.profiles["d"].pass_env, ["ANTHROPIC_API_KEY", "_X"]);
@@ -2732,6 +2769,7 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             |p| p.isolate_ignored = false,
             |p| p.dns.push(pfx("198.18.0.2/32")),
             |p| p.network = false,
+            |p| p.ports.push("18000:8000".parse().unwrap()),
         ];
         let mut seen = BTreeSet::new();
         seen.insert(base.fingerprint());

@@ -52,6 +52,8 @@ pub struct Args {
     pub profile: String,
     pub workspace: PathBuf,
     pub config: PathBuf,
+    /// `--publish` forwards of the CLI that started the Domain.
+    pub publish: Vec<crate::ports::PortForward>,
 }
 
 /// Startup reports to the CLI that spawned us: `progress …`, `ready`,
@@ -203,6 +205,8 @@ struct Coordinator {
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
     net: NetRole,
+    /// Host port forwards (profile `ports` and `--publish`).
+    ports: Vec<crate::ports::PortForward>,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -214,6 +218,13 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
+        let ports = crate::ports::merge(&profile.ports, &args.publish)?;
+        if !ports.is_empty() && !profile.network {
+            return Err(format!(
+                "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
+                profile.name
+            ));
+        }
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
@@ -264,6 +275,7 @@ impl Coordinator {
             broker: None,
             host_tokens: Vec::new(),
             net,
+            ports,
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -377,6 +389,7 @@ impl Coordinator {
         self.start_supervisor()?;
         report.progress("probing the network");
         self.verify_network()?;
+        self.forward_ports(report)?;
         self.publish()
     }
 
@@ -494,6 +507,23 @@ impl Coordinator {
             self.runsc_pid,
             cmd,
         )
+    }
+
+    /// Host port forwards through slirp4netns's API socket; the list goes
+    /// to `gen/ports` for `net show`.
+    fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), String> {
+        if self.ports.is_empty() {
+            return Ok(());
+        }
+        report.progress("forwarding ports");
+        let gen_dir = self.paths.gen_dir();
+        crate::ports::install(
+            &gen_dir.join(crate::ports::API_SOCKET),
+            &self.ports,
+            crate::netpolicy::SLIRP_GUEST,
+        )?;
+        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(gen_dir.join(crate::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
     }
 
     /// Makes the generation joinable: the socket appears at its published
@@ -878,7 +908,7 @@ impl Coordinator {
                 .values()
                 .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
                 .sum(),
-            ports: Vec::new(),
+            ports: self.ports.iter().map(|p| p.to_string()).collect(),
         }
     }
 

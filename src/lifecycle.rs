@@ -392,6 +392,31 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     }
 }
 
+/// After joining: the Domain forwards every `--publish` port this client
+/// asked for (a Domain started without them keeps its forwards).
+pub fn check_published(r: &cli::Resolved) -> Result<(), Failure> {
+    if r.publish.is_empty() {
+        return Ok(());
+    }
+    let st = query_status(&r.paths.socket()).ok_or_else(|| Failure::runtime("cannot ask the Domain for its ports"))?;
+    let missing: Vec<String> = r
+        .publish
+        .iter()
+        .map(|p| p.to_string())
+        .filter(|p| !st.ports.contains(p))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Failure::usage(format!(
+            "Domain {} is already running without --publish {}: its forwards are fixed when it starts; \
+             run `lazaret stop {}` and try again",
+            st.domain_id,
+            missing.join(", "),
+            &st.domain_id[..ID_PREFIX_LEN]
+        )));
+    }
+    Ok(())
+}
+
 // ---- rm ---------------------------------------------------------------------------
 
 pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {

@@ -27,6 +27,7 @@ mod netpolicy;
 mod netrole;
 mod paths;
 mod plan;
+mod ports;
 mod state;
 mod statefs;
 mod store;

@@ -138,6 +138,11 @@ fn start_slirp(enforce_path: &Path, custom_dns: bool) -> Result<(Child, u64), St
     if custom_dns {
         cmd.arg("--disable-dns");
     }
+    // Host port forwards are added through it (crate::ports).
+    cmd.arg(format!(
+        "--api-socket={}",
+        enforce_path.with_file_name(crate::ports::API_SOCKET).display()
+    ));
     cmd.arg(enforce_path)
         .arg(netpolicy::TAP)
         .stdin(Stdio::null())

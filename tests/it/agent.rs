@@ -225,3 +225,115 @@ fn host_env_by_name_reaches_only_its_session() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("LZ_NOT_SET_ANYWHERE"), "{r:?}");
 }
+
+/// A free TCP port on 127.0.0.1 at or above `from`.
+fn free_port(from: u16) -> u16 {
+    (from..from + 500)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok() && !listening(*p).iter().any(|_| true))
+        .expect("a free port")
+}
+
+/// Local addresses (hex, as in /proc/net/tcp) listening on `port`.
+fn listening(port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for l in text.lines().skip(1) {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            if cols.len() > 3 && cols[3] == "0A" {
+                if let Some((addr, p)) = cols[1].split_once(':') {
+                    if u16::from_str_radix(p, 16) == Ok(port) {
+                        out.push(addr.to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn http_get(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n");
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    r
+}
+
+/// A tiny HTTP server on guest port 8000 (the default image has no
+/// http.server): answers `hello-guest`.
+const GUEST_SERVER: &str = r#"
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8000)); s.listen(5)
+open("/workspace/listening", "w").write("1")
+while True:
+    c, a = s.accept(); c.recv(4096)
+    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 12\r\n\r\nhello-guest\n"); c.close()
+"#;
+
+/// Acceptance 4: a server on guest port 8000 answers on host loopback
+/// through a profile `ports` entry and `--publish`; nothing listens on a
+/// non-loopback host address; the forwards are gone after teardown.
+#[test]
+fn ports_forward_host_loopback_into_the_domain() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let p1 = free_port(18000);
+    let p2 = free_port(p1 + 1);
+    let (ws, cfg) = setup(env, "ports", &format!("[profiles.web]\nports = [\"{p1}:8000\"]\n"));
+    let id = env.domain_id("web", &ws);
+    env.write(&ws.join("srv.py"), GUEST_SERVER);
+    let publish = format!("{p2}:8000");
+    let _server = env
+        .lz(&ws, &["run", "--profile", "web", "--publish", &publish, "--", "python3", "/workspace/srv.py"])
+        .config_home(&cfg)
+        .spawn_bg();
+    assert!(eventually(Duration::from_secs(60), || ws.join("listening").exists()));
+    for p in [p1, p2] {
+        let r = http_get(p);
+        assert!(r.contains("200 OK") && r.contains("hello-guest"), "port {p}: {r:?}");
+        let addrs = listening(p);
+        assert!(!addrs.is_empty(), "port {p} listens");
+        assert!(
+            addrs.iter().all(|a| a == "0100007F"),
+            "port {p} listens on a non-loopback address: {addrs:?}"
+        );
+    }
+    let ps = env.lz(&ws, &["ps"]).config_home(&cfg).run();
+    assert!(ps.stdout.contains(&format!("127.0.0.1:{p1}:8000")), "{ps:?}");
+    assert!(ps.stdout.contains(&format!("127.0.0.1:{p2}:8000")), "{ps:?}");
+    let net = env
+        .lz(&ws, &["net", "show", "--profile", "web", "--json"])
+        .config_home(&cfg)
+        .run();
+    assert!(net.stdout.contains(&format!("\"127.0.0.1:{p2}:8000\"")), "{net:?}");
+
+    // Joining with a forward the running Domain lacks is refused.
+    let p3 = free_port(p2 + 1);
+    let r = env
+        .lz(&ws, &["run", "--profile", "web", "--publish", &format!("{p3}:8000"), "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("already running without --publish"), "{r:?}");
+
+    let r = env.lz(&ws, &["stop", &id[..12]]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    for p in [p1, p2] {
+        assert!(
+            eventually(Duration::from_secs(10), || listening(p).is_empty()),
+            "port {p} still listens after teardown"
+        );
+        assert!(http_get(p).is_empty());
+    }
+
+    // Bad input: exit 2 naming the flag.
+    let r = env.lz(&ws, &["run", "--publish", "99999:1", "--", "true"]).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("--publish"), "{r:?}");
+}
