@@ -49,8 +49,10 @@ commands:
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
   image list [--json]  list prepared lowers, their leases and foreign dirs
-  image prune [--dry-run] [--json]
-                       delete prepared lowers no Domain leases
+  image prune [--dry-run] [--all] [--json]
+                       delete prepared lowers no Domain leases (the lowers
+                       of images a profile uses stay unless --all) and
+                       interrupted builds
   state list [--json]  list Domains with persistent state
   state inspect|verify [DOMAIN] [--json]
                        show persistent changes (metadata only) / check them
@@ -317,6 +319,8 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
                 )))
             }
         }
+        // A coordinator that just stopped removes the runtime dir.
+        r.paths.ensure()?;
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
             start_coordinator(r, lock, &mut progress)?;
             continue;
@@ -337,14 +341,20 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
 
 /// The Domain lock, if we win it on the file that is still at its path.
 pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
-    let f = std::fs::OpenOptions::new()
+    let f = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| Failure::runtime(format!("cannot open the Domain lock {}: {e}", path.display())))?;
+    {
+        Ok(f) => f,
+        // The runtime dir was removed by a coordinator that just stopped:
+        // not won; the caller recreates the dir and tries again.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Failure::runtime(format!("cannot open the Domain lock {}: {e}", path.display()))),
+    };
     if !sys::try_lock_exclusive(&f).map_err(|e| Failure::runtime(format!("flock {}: {e}", path.display())))? {
         return Ok(None);
     }
@@ -643,12 +653,13 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             let mut args = pico_args::Arguments::from_vec(raw);
             let json = args.contains("--json");
             let dry_run = sub == "prune" && args.contains("--dry-run");
+            let all = sub == "prune" && args.contains("--all");
             finish_args(args)?;
             refuse_root()?;
             let r = if sub == "list" {
                 crate::gc::cmd_list(json)
             } else {
-                crate::gc::cmd_prune(json, dry_run)
+                crate::gc::cmd_prune(json, dry_run, all)
             };
             r.map_err(Failure::from)
         }

@@ -106,6 +106,10 @@ pub fn main(args: Args) -> i32 {
     // The lock file goes last, while we still hold the lock; a CLI that
     // locked the old inode notices it is unlinked and retries.
     let _ = std::fs::remove_file(paths.lock());
+    // The Domain's runtime dir goes too when nothing is left in it (a CLI
+    // that arrives now recreates it; see `cli::connect_or_start`).
+    let _ = std::fs::remove_dir(paths.runsc_root());
+    let _ = std::fs::remove_dir(&paths.run);
     drop(lock);
     code
 }

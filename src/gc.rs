@@ -237,10 +237,17 @@ fn dir_size(p: &Path) -> u64 {
     total
 }
 
+/// What the current configuration's profiles refer to (kept by prune).
+fn referenced(storage: &Path) -> Result<crate::imagegc::Referenced> {
+    let cfg = crate::config::load(&crate::config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
+    Ok(crate::imagegc::referenced(&cfg, storage))
+}
+
 pub fn cmd_list(json: bool) -> Result<i32> {
     let (storage, runtime) = dirs()?;
     let items = scan(&storage);
     let l = leases(&storage, &runtime);
+    let refs = referenced(&storage)?;
     let lowers = image::lowers_dir(&storage);
     let mut arr = Vec::new();
     let mut out = String::new();
@@ -257,13 +264,18 @@ pub fn cmd_list(json: bool) -> Result<i32> {
                     ("bytes", Json::Num(size as i64)),
                     ("leased_by", Json::strs(&doms.iter().collect::<Vec<_>>())),
                     ("active", Json::strs(&act.iter().collect::<Vec<_>>())),
+                    ("profiles", Json::strs(refs.artifacts.get(id).map_or(&[][..], |v| v))),
                 ]));
                 out.push_str(&format!(
-                    "{id}  {:>8}  {} lease(s), {} active  {}\n",
+                    "{id}  {:>8}  {} lease(s), {} active  {}{}\n",
                     human_size(size),
                     doms.len(),
                     act.len(),
-                    &digest[..digest.len().min(19)]
+                    &digest[..digest.len().min(19)],
+                    refs.artifacts
+                        .get(id)
+                        .map(|p| format!("  image of profile {}", p.join(", ")))
+                        .unwrap_or_default()
                 ));
             }
             Item::Preparing { name, live } => {
@@ -291,6 +303,37 @@ pub fn cmd_list(json: bool) -> Result<i32> {
             }
         }
     }
+    for it in crate::imagegc::scan(&storage, &refs.imports) {
+        let (kind, what) = match &it {
+            crate::imagegc::ImageItem::Build { live: true, .. } => ("build", "image build in progress".to_string()),
+            crate::imagegc::ImageItem::Build { live: false, .. } => {
+                ("build", "interrupted image build (builder is gone): `image prune` removes it".to_string())
+            }
+            crate::imagegc::ImageItem::Old { .. } => {
+                ("old", "old image left by an interrupted rebuild: `image prune` removes it".to_string())
+            }
+            crate::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => {
+                ("import", "imported image no profile uses: `image prune` removes it".to_string())
+            }
+            crate::imagegc::ImageItem::Import { profiles, .. } => {
+                ("import", format!("imported image of profile {}", profiles.join(", ")))
+            }
+        };
+        let path = image::images_dir(&storage).join(it.name());
+        let size = dir_size(&path);
+        arr.push(Json::Obj(vec![
+            ("kind", Json::s(kind)),
+            ("name", Json::s(it.name())),
+            ("path", Json::s(path.to_string_lossy())),
+            ("bytes", Json::Num(size as i64)),
+            ("removable", Json::Bool(it.removable())),
+        ]));
+        out.push_str(&format!(
+            "images/{}  {:>8}  {what}\n",
+            crate::statefs::fit(it.name(), 40),
+            human_size(size)
+        ));
+    }
     if json {
         println!("{}", Json::Arr(arr).render());
     } else if out.is_empty() {
@@ -301,7 +344,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     Ok(0)
 }
 
-pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
+pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
     let (storage, runtime) = dirs()?;
     let gc = open_gc_lock(&storage).map_err(|e| StateError::Failed(format!("lowers lock: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -319,6 +362,7 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
     }
     let items = scan(&storage);
     let l = leases(&storage, &runtime);
+    let refs = referenced(&storage)?;
     if !l.unknown.is_empty() {
         return Err(StateError::InUse(format!(
             "not pruning: the leases of some Domains cannot be read ({}); fix or stop them and retry",
@@ -332,6 +376,11 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
         match it {
             Item::Artifact { id, .. } => {
                 if l.by_artifact.contains_key(id) {
+                    kept.push(id.clone());
+                    continue;
+                }
+                // The next `run` of a profile would unpack it again.
+                if !all && refs.artifacts.contains_key(id) {
                     kept.push(id.clone());
                     continue;
                 }
@@ -350,6 +399,16 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
             }
             Item::Preparing { name, live: true } => kept.push(name.clone()),
             Item::Foreign(_) => {}
+        }
+    }
+    for it in crate::imagegc::scan(&storage, &refs.imports) {
+        if it.removable() {
+            if !dry_run {
+                crate::imagegc::remove(&storage, &it);
+            }
+            removed.push(format!("images/{}", it.name()));
+        } else if let crate::imagegc::ImageItem::Build { .. } = it {
+            kept.push(format!("images/{}", it.name()));
         }
     }
     let foreign: Vec<String> = items
@@ -376,7 +435,7 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
             println!("{verb} {r}");
         }
         for k in &kept {
-            println!("kept {k} (leased or being prepared)");
+            println!("kept {k} (leased, an image a profile uses, or being prepared)");
         }
         for f in &foreign {
             println!("left {f} alone (not Lazaret's)");

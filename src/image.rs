@@ -158,8 +158,7 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
                 ImageSource::Docker(r) => format!("docker://{r}"),
                 _ => unreachable!(),
             };
-            let name = format!("import-{}", hex(&openssl::sha::sha256(src.as_bytes())[..8]));
-            let layout = images_dir(storage).join(name);
+            let layout = import_layout(storage, &src);
             progress.step(&format!("importing {src}"));
             std::fs::create_dir_all(images_dir(storage)).map_err(|e| ImageError::Io(images_dir(storage), e))?;
             run_tool(
@@ -174,6 +173,12 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
             Ok((layout, DEFAULT_TAG.to_string()))
         }
     }
+}
+
+/// Where a non-OCI source (`docker-archive:FILE`, `docker://REF`, in
+/// skopeo's spelling) is imported to.
+pub fn import_layout(storage: &Path, skopeo_src: &str) -> PathBuf {
+    images_dir(storage).join(format!("import-{}", hex(&openssl::sha::sha256(skopeo_src.as_bytes())[..8])))
 }
 
 #[derive(DeJson)]
@@ -460,10 +465,19 @@ fn apt_sources() -> Vec<(String, String)> {
 /// only once the new one is complete).
 pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> {
     let codename = host_codename()?;
-    let mirror = find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?;
+    // LAZARET_IMAGE_MIRROR overrides the mirror apt uses (a local mirror or
+    // cache; the tests point it at a server of their own).
+    let mirror = match std::env::var("LAZARET_IMAGE_MIRROR") {
+        Ok(m) if m.starts_with("http://") || m.starts_with("https://") || m.starts_with("file:/") => m,
+        _ => find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?,
+    };
     let images = images_dir(storage);
     std::fs::create_dir_all(&images).map_err(|e| ImageError::Io(images.clone(), e))?;
-    let work = images.join(format!(".build-{}-{}", std::process::id(), random_id(4)));
+    // pid + start time name the live builder (`image prune` removes only
+    // the trees of builders that are gone).
+    let pid = std::process::id() as i32;
+    let start = crate::sys::proc_start_time(pid).unwrap_or(0);
+    let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
     let result = build_in(&work, &codename, &mirror, progress);
     let final_layout = images.join("default");

@@ -268,13 +268,26 @@ fn wait_stopped(run: &Path, deadline: Instant) {
     }
     // The coordinator unlinks the lock file as its last act; a crashed one
     // leaves it unlocked.
-    while Instant::now() < deadline && lock.exists() {
-        if let Ok(Some(_)) = cli::try_domain_lock(&lock) {
-            break;
-        }
+    while Instant::now() < deadline && !lock_free(&lock) {
         std::thread::sleep(Duration::from_millis(20));
     }
     // INVARIANT: never unlink the lock file here: only its holder may.
+}
+
+/// Whether nobody holds the Domain lock at `path`. Never creates the
+/// file (a waiter must not leave a lock file behind in a runtime dir the
+/// coordinator is about to remove).
+fn lock_free(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+        Ok(f) => matches!(crate::sys::try_lock_exclusive(&f), Ok(true)),
+    }
 }
 
 pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {

@@ -19,6 +19,7 @@ mod gitsentry;
 mod hostenv;
 mod ignored;
 mod image;
+mod imagegc;
 mod lifecycle;
 mod ipc;
 mod netcli;

@@ -310,6 +310,8 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
     // down (or starting): wait a little for it, never while published.
     let deadline = std::time::Instant::now() + wait;
     let lock = loop {
+        // A coordinator that just stopped may have removed the runtime dir.
+        let _ = paths::ensure_private_dir(&p.run);
         if let Some(l) = crate::cli::try_domain_lock(&p.lock()).map_err(|f| StateError::Failed(f.msg))? {
             break l;
         }

@@ -337,3 +337,93 @@ fn ports_forward_host_loopback_into_the_domain() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("--publish"), "{r:?}");
 }
+
+/// Acceptance 6: `image prune` after a run keeps the lower the default
+/// profile uses; an interrupted build (SIGINT to its process group, as a
+/// terminal's Ctrl-C) is listed by `image list` and removed by `prune`; a
+/// stopped Domain leaves no runtime dir behind.
+#[test]
+fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("hk");
+    let id = env.domain_id("default", &ws);
+    let r = env.lz(&ws, &["run", "--", "true"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    // The runtime dir of the stopped Domain is gone.
+    let run = env.runtime_root().join(&id);
+    assert!(
+        eventually(Duration::from_secs(10), || !run.exists()),
+        "runtime dir left: {:?}",
+        std::fs::read_dir(&run).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
+    let lowers = env.home.join(".local/share/lazaret/lowers");
+    let arts = || -> Vec<String> {
+        std::fs::read_dir(&lowers)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.len() == 24)
+            .collect()
+    };
+    let meta = std::fs::read_to_string(domain_root(env, &id).join("domain.json")).unwrap();
+    let art = meta.split("\"artifact\":\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    assert!(arts().contains(&art), "{art} in {:?}", arts());
+    let r = env.lz(&ws, &["image", "prune", "--json"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(arts().contains(&art), "the default profile's lower survives prune: {r:?}");
+    let l = env.lz(&ws, &["image", "list", "--json"]).run();
+    assert!(l.stdout.contains(r#""profiles":["default"]"#), "{l:?}");
+
+    // An interrupted build, in a storage root of its own, against a mirror
+    // on loopback that never answers (no packet leaves the machine).
+    let data = env.dir("hk-data");
+    let mirror = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = mirror.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in mirror.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let mut cmd = env
+        .lz(&ws, &["image", "build"])
+        .env("XDG_DATA_HOME", &data.display().to_string())
+        .env("LAZARET_IMAGE_MIRROR", &format!("http://127.0.0.1:{port}/debian"))
+        .command();
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let images = data.join("lazaret/images");
+    let build = || -> Option<String> {
+        std::fs::read_dir(&images)
+            .ok()?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .find(|n| n.starts_with(".build-"))
+    };
+    assert!(eventually(Duration::from_secs(30), || build().is_some()), "no .build-* appeared");
+    std::thread::sleep(Duration::from_millis(500));
+    let pg = child.id();
+    let _ = std::process::Command::new("kill").args(["-INT", "--", &format!("-{pg}")]).status();
+    let st = child.wait().unwrap();
+    assert!(!st.success());
+    // Nothing of that build runs any more.
+    assert!(eventually(Duration::from_secs(10), || processes_mentioning(&data.display().to_string()).is_empty()));
+    let name = build().expect("the interrupted build is left on disk");
+    let with_data = |args: &[&str]| {
+        env.lz(&ws, args)
+            .env("XDG_DATA_HOME", &data.display().to_string())
+            .run()
+    };
+    let l = with_data(&["image", "list"]);
+    assert!(l.stdout.contains(&name) && l.stdout.contains("interrupted image build"), "{l:?}");
+    let l = with_data(&["image", "list", "--json"]);
+    assert!(l.stdout.contains(r#""kind":"build""#) && l.stdout.contains(r#""removable":true"#), "{l:?}");
+    let p = with_data(&["image", "prune"]);
+    assert_eq!(p.code, 0, "{p:?}");
+    assert!(p.stdout.contains(&name), "{p:?}");
+    assert!(build().is_none(), "pruned: {p:?}");
+}
