@@ -44,8 +44,9 @@ commands:
                        join a running Domain by ID (prefix) from anywhere
   rm [ID | --profile P --workspace DIR] [--yes] [--json]
                        delete a stopped Domain's state (asks first)
-  image build [--quiet] [--if-missing]
-                       build the default base image (debootstrap + umoci)
+  image build [NAME] [--quiet] [--if-missing]
+                       build the default image, or the recipe [images.NAME]
+                       (built-in: dev); an unchanged recipe is not rebuilt
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
   image list [--json]  list prepared lowers, their leases and foreign dirs
@@ -282,6 +283,14 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             "the default image is not built yet: run `lazaret image build` (it goes to {})",
             image::images_dir(&r.storage).join("default").display()
         )));
+    }
+    if let ImageSource::Named(n) = &r.profile.image {
+        if !image::images_dir(&r.storage).join(n).join("index.json").exists() {
+            return Err(Failure::usage(format!(
+                "the image {n} of profile {} is not built yet: run `lazaret image build {n}`",
+                r.profile.name
+            )));
+        }
     }
     // A connection that closes before Welcome opened nothing: the Domain
     // was going down as we joined. Start over (a bounded number of times).
@@ -634,8 +643,12 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             let mut args = pico_args::Arguments::from_vec(raw);
             let quiet = args.contains("--quiet");
             let if_missing = args.contains("--if-missing");
+            let name: Option<String> = args.opt_free_from_str()?;
             finish_args(args)?;
             refuse_root()?;
+            if let Some(name) = name.filter(|n| n != "default") {
+                return crate::lifecycle::build_recipe(&name, quiet, if_missing);
+            }
             let storage = paths::storage_root()?;
             paths::ensure_private_dir(&storage)?;
             let layout = image::images_dir(&storage).join("default");

@@ -62,13 +62,18 @@ pub enum ImageError {
 impl fmt::Display for ImageError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
-            ImageError::NotBuilt(p) => {
-                write!(
+            ImageError::NotBuilt(p) => match p.file_name().map(|n| n.to_string_lossy()) {
+                Some(n) if n != "default" => write!(
+                    f,
+                    "the image {n} is not built yet ({}): run `lazaret image build {n}`",
+                    p.display()
+                ),
+                _ => write!(
                     f,
                     "the default image is not built yet ({}): run `lazaret image build`",
                     p.display()
-                )
-            }
+                ),
+            },
             ImageError::MissingLayout(p) => {
                 write!(f, "image layout {} does not exist or has no index.json", p.display())
             }
@@ -146,6 +151,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
     match source {
         ImageSource::Default => {
             let layout = images_dir(storage).join("default");
+            if !layout.join("index.json").exists() {
+                return Err(ImageError::NotBuilt(layout));
+            }
+            Ok((layout, DEFAULT_TAG.to_string()))
+        }
+        ImageSource::Named(n) => {
+            let layout = images_dir(storage).join(n);
             if !layout.join("index.json").exists() {
                 return Err(ImageError::NotBuilt(layout));
             }
@@ -464,7 +476,36 @@ fn apt_sources() -> Vec<(String, String)> {
 /// Builds the default image into `images/default` (replacing an older one
 /// only once the new one is complete).
 pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> {
-    let codename = host_codename()?;
+    let packages: Vec<String> = DEFAULT_PACKAGES.iter().map(|s| s.to_string()).collect();
+    build_image(storage, "default", None, &packages, None, progress)
+}
+
+/// The file in a recipe image's layout that names the recipe it was built
+/// from ([`crate::config::Recipe::fingerprint`]).
+pub const RECIPE_FILE: &str = "lazaret-recipe";
+
+/// The recipe fingerprint a built image records, if any.
+pub fn built_recipe(storage: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(images_dir(storage).join(name).join(RECIPE_FILE))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Builds `images/NAME` from a Debian suite (the host's when `None`) and
+/// packages, replacing an older one only once the new one is complete, and
+/// records `recipe` (a fingerprint) in it.
+pub fn build_image(
+    storage: &Path,
+    name: &str,
+    suite: Option<&str>,
+    packages: &[String],
+    recipe: Option<&str>,
+    progress: &mut Progress,
+) -> Result<String> {
+    let codename = match suite {
+        Some(s) => s.to_string(),
+        None => host_codename()?,
+    };
     // LAZARET_IMAGE_MIRROR overrides the mirror apt uses (a local mirror or
     // cache; the tests point it at a server of their own).
     let mirror = match std::env::var("LAZARET_IMAGE_MIRROR") {
@@ -479,8 +520,11 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
-    let result = build_in(&work, &codename, &mirror, progress);
-    let final_layout = images.join("default");
+    let result = build_in(&work, &codename, &mirror, &packages.join(","), progress);
+    if let (Ok(()), Some(r)) = (&result, recipe) {
+        let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
+    }
+    let final_layout = images.join(name);
     let outcome = result.and_then(|()| {
         let old = images.join(format!(".old-{}", random_id(4)));
         let had_old = final_layout.exists();
@@ -502,7 +546,7 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
 /// subordinate mapping (`unshare --map-auto`); `container=lxc` makes
 /// debootstrap bind device nodes instead of calling mknod, which a user
 /// namespace forbids.
-fn build_in(work: &Path, codename: &str, mirror: &str, progress: &mut Progress) -> Result<()> {
+fn build_in(work: &Path, codename: &str, mirror: &str, packages: &str, progress: &mut Progress) -> Result<()> {
     let script = r#"set -e
 cd "$1"
 /usr/sbin/debootstrap --variant=minbase --include="$4" "$2" rootfs "$3"
@@ -530,7 +574,7 @@ chmod -R a+rX,u+w oci
             "lazaret-build",
         ])
         .arg(work)
-        .args([codename, mirror, &DEFAULT_PACKAGES.join(",")])
+        .args([codename, mirror, packages])
         .env("container", "lxc")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -544,13 +588,13 @@ chmod -R a+rX,u+w oci
         buf
     });
     let mut log = Vec::new();
-    progress.step("building the default image (debootstrap)");
+    progress.step("building the image (debootstrap)");
     for line in BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map_while(|l| l.ok())
     {
         if let Some(msg) = line.strip_prefix("I: ") {
-            progress.step(&format!("building the default image: {msg}"));
+            progress.step(&format!("building the image: {msg}"));
         }
         log.extend_from_slice(line.as_bytes());
         log.push(b'\n');

@@ -104,6 +104,7 @@ fn alive(pid: i32, start: Option<u64>) -> bool {
 fn layout_of(storage: &Path, source: &ImageSource) -> (PathBuf, String) {
     match source {
         ImageSource::Default => (image::images_dir(storage).join("default"), image::DEFAULT_TAG.into()),
+        ImageSource::Named(n) => (image::images_dir(storage).join(n), image::DEFAULT_TAG.into()),
         ImageSource::Oci { path, tag } => (path.clone(), tag.clone()),
         ImageSource::DockerArchive(p) => (
             image::import_layout(storage, &format!("docker-archive:{}", p.display())),

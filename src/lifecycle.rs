@@ -430,6 +430,50 @@ pub fn check_published(r: &cli::Resolved) -> Result<(), Failure> {
     Ok(())
 }
 
+// ---- image build NAME ----------------------------------------------------------
+
+/// `lazaret image build NAME`: builds the recipe `[images.NAME]` into
+/// `images/NAME`. A recipe identical to the one the image was built from
+/// is not rebuilt, so the image's digest changes only when the recipe does.
+pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failure> {
+    let cfg = config::load(&config::config_path())?;
+    let recipe = cfg.images.get(name).ok_or_else(|| {
+        Failure::usage(format!(
+            "no image recipe {:?} in {}: known recipes: {} (define [images.NAME])",
+            escape(name),
+            cfg.path.display(),
+            cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let storage = paths::storage_root()?;
+    paths::ensure_private_dir(&storage)?;
+    let layout = crate::image::images_dir(&storage).join(name);
+    let built = layout.join("index.json").exists();
+    if if_missing && built {
+        return Ok(0);
+    }
+    let host = match &recipe.suite {
+        Some(s) => s.clone(),
+        None => crate::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
+    };
+    let fp = recipe.fingerprint(&host);
+    if built && crate::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
+        let digest = crate::image::manifest_digest(&layout, crate::image::DEFAULT_TAG)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        if !quiet {
+            println!("image {name} is up to date with its recipe: {digest}");
+        }
+        return Ok(0);
+    }
+    let mut progress = crate::image::Progress::new(quiet);
+    let digest = crate::image::build_image(&storage, name, Some(&host), &recipe.packages, Some(&fp), &mut progress)
+        .map_err(|e| Failure::runtime(e.to_string()))?;
+    if !quiet {
+        println!("built the image {name} {digest}");
+    }
+    Ok(0)
+}
+
 // ---- rm ---------------------------------------------------------------------------
 
 pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
