@@ -427,3 +427,50 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     assert!(p.stdout.contains(&name), "{p:?}");
     assert!(build().is_none(), "pruned: {p:?}");
 }
+
+/// The stand-in agent of docs/agents.md's profile shape, end to end: the
+/// profile's command starts with no CMD, gets its key by name and
+/// `IS_SANDBOX`, keeps its credential directory under the persisted /root
+/// across a restart, and `rm` deletes that login with the Domain.
+#[test]
+fn a_stand_in_agent_profile_runs_end_to_end() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (ws, cfg) = setup(
+        env,
+        "standin",
+        "[profiles.standin]\ncommand = [\"sh\", \"/workspace/agent.sh\"]\npass_env = [\"STANDIN_API_KEY\"]\n\
+         env = { IS_SANDBOX = \"1\" }\n",
+    );
+    env.write(
+        &ws.join("agent.sh"),
+        r#"set -e
+test "$STANDIN_API_KEY" = "sk-standin-123" || { echo "bad key: '$STANDIN_API_KEY'"; exit 3; }
+test "$IS_SANDBOX" = 1 || { echo "IS_SANDBOX unset"; exit 4; }
+if [ -f /root/.standin/credentials ]; then echo "login kept: $(cat /root/.standin/credentials)"
+else mkdir -p /root/.standin && echo token-1 > /root/.standin/credentials && echo "logged in"; fi
+echo "edited by the agent" > /workspace/agent-was-here
+echo "standin ok"
+"#,
+    );
+    let run = || {
+        env.lz(&ws, &["run", "--profile", "standin"])
+            .config_home(&cfg)
+            .env("STANDIN_API_KEY", "sk-standin-123")
+            .run()
+    };
+    let r = run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("logged in") && r.stdout.contains("standin ok"), "{r:?}");
+    assert_eq!(owner(&ws.join("agent-was-here")), env.uid, "workspace files are the user's");
+    let r = run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("login kept: token-1"), "the credential dir persists: {r:?}");
+    // Without the key in the environment the agent sees none.
+    let r = env.lz(&ws, &["run", "--profile", "standin"]).config_home(&cfg).run();
+    assert_eq!(r.code, 3, "{r:?}");
+    let r = env.lz(&ws, &["rm", "--profile", "standin", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = run();
+    assert!(r.stdout.contains("logged in"), "rm deleted the login: {r:?}");
+}
