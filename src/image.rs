@@ -520,7 +520,14 @@ pub fn build_image(
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
-    let result = build_in(&work, &codename, &mirror, &packages.join(","), progress);
+    // The base packages go through debootstrap, the rest through apt.
+    let base: Vec<&str> = DEFAULT_PACKAGES.iter().copied().filter(|p| packages.iter().any(|q| q == p)).collect();
+    let extra: Vec<&str> = packages
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !DEFAULT_PACKAGES.contains(p))
+        .collect();
+    let result = build_in(&work, &codename, &mirror, &base.join(","), &extra.join(","), progress);
     if let (Ok(()), Some(r)) = (&result, recipe) {
         let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
     }
@@ -546,10 +553,27 @@ pub fn build_image(
 /// subordinate mapping (`unshare --map-auto`); `container=lxc` makes
 /// debootstrap bind device nodes instead of calling mknod, which a user
 /// namespace forbids.
-fn build_in(work: &Path, codename: &str, mirror: &str, packages: &str, progress: &mut Progress) -> Result<()> {
+fn build_in(
+    work: &Path,
+    codename: &str,
+    mirror: &str,
+    packages: &str,
+    extra: &str,
+    progress: &mut Progress,
+) -> Result<()> {
     let script = r#"set -e
 cd "$1"
 /usr/sbin/debootstrap --variant=minbase --include="$4" "$2" rootfs "$3"
+if [ -n "$5" ]; then
+  # debootstrap's own resolver cannot install packages with deep
+  # dependency trees (npm): apt inside the new root does.
+  echo "I: installing $5"
+  cp /etc/resolv.conf rootfs/etc/resolv.conf
+  chroot rootfs /usr/bin/apt-get update -q
+  DEBIAN_FRONTEND=noninteractive chroot rootfs /usr/bin/apt-get install -y -q --no-install-recommends $(echo "$5" | tr , ' ')
+  chroot rootfs /usr/bin/apt-get clean
+  : > rootfs/etc/resolv.conf
+fi
 rm -rf rootfs/debootstrap rootfs/var/cache/apt/archives/*.deb rootfs/var/lib/apt/lists/*_Packages
 echo "I: packing into an OCI layout"
 umoci init --layout oci
@@ -574,7 +598,7 @@ chmod -R a+rX,u+w oci
             "lazaret-build",
         ])
         .arg(work)
-        .args([codename, mirror, packages])
+        .args([codename, mirror, packages, extra])
         .env("container", "lxc")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
