@@ -284,6 +284,10 @@ impl Drop for Maintenance {
         // Like the coordinator: unlink while still holding it.
         if self.lock.is_some() {
             let _ = std::fs::remove_file(&self.path);
+            // And the Domain's runtime dir, if that left it empty.
+            if let Some(run) = self.path.parent() {
+                let _ = std::fs::remove_dir(run);
+            }
         }
         self.lock = None;
     }

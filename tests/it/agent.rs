@@ -372,6 +372,7 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     let r = env.lz(&ws, &["image", "prune", "--json"]).run();
     assert_eq!(r.code, 0, "{r:?}");
     assert!(arts().contains(&art), "the default profile's lower survives prune: {r:?}");
+    assert!(!run.exists(), "prune leaves no runtime dir behind");
     let l = env.lz(&ws, &["image", "list", "--json"]).run();
     assert!(l.stdout.contains(r#""profiles":["default"]"#), "{l:?}");
 
