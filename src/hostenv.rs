@@ -115,7 +115,9 @@ mod tests {
     fn bad_flags_are_errors() {
         assert!(resolve(&[], &["UNSET".into()], env).unwrap_err().contains("not set"));
         assert!(resolve(&[], &["9X=1".into()], env).unwrap_err().contains("KEY=VALUE"));
-        assert!(resolve(&[], &["LAZARET_SESSION=x".into()], env).unwrap_err().contains("LAZARET_"));
+        assert!(resolve(&[], &["LAZARET_SESSION=x".into()], env)
+            .unwrap_err()
+            .contains("LAZARET_"));
         assert!(resolve(&[], &["=x".into()], env).is_err());
         assert!(resolve(&[], &[format!("BIG={}", "x".repeat(MAX_VALUE + 1))], env).is_err());
     }

@@ -140,7 +140,10 @@ pub fn referenced(cfg: &Config, storage: &Path) -> Referenced {
             }
         }
         if let Ok(digest) = image::manifest_digest(&layout, &tag) {
-            r.artifacts.entry(image::artifact_id(&digest)).or_default().push(name.clone());
+            r.artifacts
+                .entry(image::artifact_id(&digest))
+                .or_default()
+                .push(name.clone());
         }
     }
     r
@@ -198,17 +201,26 @@ mod tests {
         assert_eq!(parse_build(".build-x-ab12cd34"), None);
         assert_eq!(parse_build(".build-42-777-zz"), None);
         assert_eq!(
-            classify(".build-42-777-ab12cd34", true, |p, s| p == 42 && s == Some(777), &imports),
+            classify(
+                ".build-42-777-ab12cd34",
+                true,
+                |p, s| p == 42 && s == Some(777),
+                &imports
+            ),
             Some(ImageItem::Build {
                 name: ".build-42-777-ab12cd34".into(),
                 live: true
             })
         );
-        assert!(classify(".build-42-777-ab12cd34", true, dead, &imports).unwrap().removable());
+        assert!(classify(".build-42-777-ab12cd34", true, dead, &imports)
+            .unwrap()
+            .removable());
         assert!(classify(".old-ab12cd34", true, dead, &imports).unwrap().removable());
         let used = classify("import-0123456789abcdef", true, dead, &imports).unwrap();
         assert!(!used.removable());
-        assert!(classify("import-fedcba9876543210", true, dead, &imports).unwrap().removable());
+        assert!(classify("import-fedcba9876543210", true, dead, &imports)
+            .unwrap()
+            .removable());
         for foreign in ["default", "mine", ".old-../x", "import-x", ".build-1-2-3-4"] {
             assert_eq!(classify(foreign, true, dead, &imports), None, "{foreign}");
         }

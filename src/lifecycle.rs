@@ -75,7 +75,9 @@ fn running(root: &Path) -> Vec<StatusInfo> {
 
 /// The one ID among `ids` that starts with `prefix` (pure).
 pub fn match_prefix<'a>(prefix: &str, ids: &'a [String], what: &str) -> Result<&'a str, Failure> {
-    if prefix.is_empty() || prefix.len() > 20 || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    if prefix.is_empty()
+        || prefix.len() > 20
+        || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     {
         return Err(Failure::usage(format!(
             "{:?} is not a Domain ID: expected lowercase hex digits, a prefix of the ID `lazaret ps` or `lazaret state list` prints",
@@ -326,7 +328,8 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
         let dir = match workspace {
             Some(w) => w,
-            None => std::env::current_dir().map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+            None => std::env::current_dir()
+                .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
         };
         let ws = domain::canonical_workspace(&dir)?;
         let id = domain::domain_id(&name, &ws);
@@ -387,7 +390,8 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
     let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
-    r.pass = crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    r.pass =
+        crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     if r.domain_id != st.domain_id {
         return Err(Failure::runtime(format!(
             "Domain {} does not match its profile and workspace any more: stop it and start it again",
@@ -500,7 +504,8 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
             let dir = match workspace {
                 Some(w) => w,
-                None => std::env::current_dir().map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+                None => std::env::current_dir()
+                    .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
             };
             domain::domain_id(&name, &domain::canonical_workspace(&dir)?)
         }
@@ -534,12 +539,18 @@ fn domains_with_state(storage: &Path) -> Vec<String> {
 
 /// Names under the Domain Root `rm` deletes with host rights once the
 /// uppers and ignored state are gone (everything there is Lazaret's own).
-const STORE_FILES: &[&str] = &["store.sqlite", "store.sqlite-wal", "store.sqlite-shm", "store.sqlite-journal"];
+const STORE_FILES: &[&str] = &[
+    "store.sqlite",
+    "store.sqlite-wal",
+    "store.sqlite-shm",
+    "store.sqlite-journal",
+];
 
 fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i32, StateError> {
     // Refuses a running Domain (published or locked by a coordinator).
     let lock = state::lock_for_maintenance(dp, id)?;
-    crate::anchor::finish_reset(&dp.root).map_err(|e| StateError::Failed(format!("finishing an interrupted reset: {e}")))?;
+    crate::anchor::finish_reset(&dp.root)
+        .map_err(|e| StateError::Failed(format!("finishing an interrupted reset: {e}")))?;
     let meta = state::read_meta(&dp.root).unwrap_or_default();
     let keys = state::keys_on_disk(&dp.root);
     let ignored = dp.root.join(state::IGNORED_DIR);
@@ -558,7 +569,13 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
         });
     }
     let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Failed)?;
-    let size_of = |k: &str| sizes.sizes.iter().find(|(n, _, _)| n == k).map_or((0, 0), |s| (s.1, s.2));
+    let size_of = |k: &str| {
+        sizes
+            .sizes
+            .iter()
+            .find(|(n, _, _)| n == k)
+            .map_or((0, 0), |s| (s.1, s.2))
+    };
     let store_bytes: u64 = STORE_FILES
         .iter()
         .filter_map(|f| std::fs::symlink_metadata(dp.root.join(f)).ok())
@@ -568,7 +585,11 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
         let mut out = format!(
             "rm deletes Domain {id} ({} on {}):\n",
             escape(if meta.profile.is_empty() { "?" } else { &meta.profile }),
-            escape(if meta.workspace.is_empty() { "?" } else { &meta.workspace })
+            escape(if meta.workspace.is_empty() {
+                "?"
+            } else {
+                &meta.workspace
+            })
         );
         for k in &keys {
             let (n, b) = size_of(k);
@@ -580,7 +601,10 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
         }
         if has_ignored {
             let (n, b) = size_of(state::IGNORED_DIR);
-            out.push_str(&format!("  ignored workspace state  ({n} entries, {})\n", human_size(b)));
+            out.push_str(&format!(
+                "  ignored workspace state  ({n} entries, {})\n",
+                human_size(b)
+            ));
         }
         out.push_str(&format!(
             "  store and metadata  ({})  {}\n",
@@ -693,9 +717,18 @@ mod tests {
     fn prefixes_resolve_uniquely() {
         let ids = vec!["abcdef0123456789abcd".to_string(), "abd0000000000000000".to_string()];
         assert_eq!(match_prefix("abc", &ids, "running").unwrap(), ids[0]);
-        assert!(match_prefix("ab", &ids, "running").unwrap_err().msg.contains("ambiguous"));
-        assert!(match_prefix("ff", &ids, "running").unwrap_err().msg.contains("lazaret ps"));
-        assert!(match_prefix("../x", &ids, "running").unwrap_err().msg.contains("not a Domain ID"));
+        assert!(match_prefix("ab", &ids, "running")
+            .unwrap_err()
+            .msg
+            .contains("ambiguous"));
+        assert!(match_prefix("ff", &ids, "running")
+            .unwrap_err()
+            .msg
+            .contains("lazaret ps"));
+        assert!(match_prefix("../x", &ids, "running")
+            .unwrap_err()
+            .msg
+            .contains("not a Domain ID"));
         assert!(match_prefix("", &ids, "running").is_err());
         assert_eq!(match_prefix("abcdef0123456789abcd", &ids, "running").unwrap(), ids[0]);
     }
@@ -705,7 +738,10 @@ mod tests {
         let t = ps_table(&[st("0123456789abcdef0123", 1000, &["bash", "sleep"])], 1000 + 3700);
         let mut lines = t.lines();
         let head = lines.next().unwrap();
-        assert!(head.starts_with("DOMAIN") && head.contains("AGE") && head.contains("ESCALATIONS"), "{t}");
+        assert!(
+            head.starts_with("DOMAIN") && head.contains("AGE") && head.contains("ESCALATIONS"),
+            "{t}"
+        );
         let row = lines.next().unwrap();
         assert!(row.starts_with("0123456789ab "), "{row}");
         assert!(!row.contains("0123456789abc"), "prefix only: {row}");

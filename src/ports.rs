@@ -81,7 +81,10 @@ pub fn merge(profile: &[PortForward], extra: &[PortForward]) -> Result<Vec<PortF
             if q == p {
                 continue;
             }
-            return Err(format!("host port {}:{} is forwarded twice ({q} and {p})", p.addr, p.host));
+            return Err(format!(
+                "host port {}:{} is forwarded twice ({q} and {p})",
+                p.addr, p.host
+            ));
         }
         out.push(*p);
     }
@@ -124,7 +127,10 @@ pub fn install(api_socket: &Path, forwards: &[PortForward], guest_addr: Ipv4Addr
         let mut reply = String::new();
         let _ = s.take(64 * 1024).read_to_string(&mut reply);
         parse_reply(&reply).map_err(|e| {
-            format!("cannot forward host port {}:{} to guest port {}: {e}", p.addr, p.host, p.guest)
+            format!(
+                "cannot forward host port {}:{} to guest port {}: {e}",
+                p.addr, p.host, p.guest
+            )
         })?;
         log::info!("forwarding host {}:{} to guest port {}", p.addr, p.host, p.guest);
     }
@@ -142,7 +148,19 @@ mod tests {
         assert_eq!(p.to_string(), "127.0.0.1:18000:8000");
         let p: PortForward = "0.0.0.0:3000:3000".parse().unwrap();
         assert_eq!(p.addr, Ipv4Addr::UNSPECIFIED);
-        for bad in ["", "80", "0:80", "80:0", "65536:1", "a:1", "1:2:3:4", "localhost:1:2", "+1:2", "1 :2", "::1:2:3"] {
+        for bad in [
+            "",
+            "80",
+            "0:80",
+            "80:0",
+            "65536:1",
+            "a:1",
+            "1:2:3:4",
+            "localhost:1:2",
+            "+1:2",
+            "1 :2",
+            "::1:2:3",
+        ] {
             assert!(bad.parse::<PortForward>().is_err(), "{bad:?}");
         }
     }

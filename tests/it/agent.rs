@@ -57,10 +57,22 @@ fn lifecycle_ps_stop_rm_exec() {
     let ps = env.lz(&a, &["ps"]).run();
     assert_eq!(ps.code, 0, "{ps:?}");
     let head = ps.stdout.lines().next().unwrap_or("");
-    for col in ["DOMAIN", "PROFILE", "AGE", "SESSIONS", "ESCALATIONS", "PORTS", "WORKSPACE"] {
+    for col in [
+        "DOMAIN",
+        "PROFILE",
+        "AGE",
+        "SESSIONS",
+        "ESCALATIONS",
+        "PORTS",
+        "WORKSPACE",
+    ] {
         assert!(head.contains(col), "header lacks {col}: {ps:?}");
     }
-    let row_a = ps.stdout.lines().find(|l| l.starts_with(&ida[..12])).expect("row for A");
+    let row_a = ps
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&ida[..12]))
+        .expect("row for A");
     assert!(!row_a.contains(&ida), "ps prints the ID prefix: {row_a}");
     assert!(row_a.contains("sleep") && row_a.contains("default"), "{row_a}");
     let age = row_a.split_whitespace().nth(3).unwrap_or("");
@@ -70,7 +82,10 @@ fn lifecycle_ps_stop_rm_exec() {
     );
     assert!(ps.stdout.contains(&idb[..12]), "{ps:?}");
     let json = env.ps_json(&a);
-    assert!(json_number(&json, &ida, "started_at").unwrap_or(0) > 1_600_000_000, "{json}");
+    assert!(
+        json_number(&json, &ida, "started_at").unwrap_or(0) > 1_600_000_000,
+        "{json}"
+    );
     assert_eq!(json_number(&json, &ida, "pending_escalations"), Some(0), "{json}");
 
     // rm refuses a running Domain and leaves its state alone.
@@ -111,7 +126,16 @@ fn lifecycle_ps_stop_rm_exec() {
 
     // A new run starts from scratch: the marker is gone.
     let r = env
-        .lz(&a, &["run", "--", "sh", "-c", "test -e /root/lc-marker && echo present || echo absent"])
+        .lz(
+            &a,
+            &[
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "test -e /root/lc-marker && echo present || echo absent",
+            ],
+        )
         .run();
     assert!(r.stdout.contains("absent"), "{r:?}");
 
@@ -161,7 +185,22 @@ fn host_env_by_name_reaches_only_its_session() {
                   echo done > /workspace/first-ready; sleep 8";
     let lit = format!("LZ_LIT_C={vc}");
     let first = env
-        .lz(&ws, &["run", "--profile", "pe", "-e", "LZ_FLAG_B", "-e", &lit, "--", "sh", "-c", script])
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "pe",
+                "-e",
+                "LZ_FLAG_B",
+                "-e",
+                &lit,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+        )
         .config_home(&cfg)
         .env("LZ_PASS_A", &va)
         .env("LZ_FLAG_B", &vb)
@@ -170,7 +209,18 @@ fn host_env_by_name_reaches_only_its_session() {
 
     // A second session in the same Domain asked for nothing: it sees nothing.
     let second = env
-        .lz(&ws, &["run", "--profile", "pe", "--", "sh", "-c", "echo A=$LZ_PASS_A B=$LZ_FLAG_B C=$LZ_LIT_C"])
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "pe",
+                "--",
+                "sh",
+                "-c",
+                "echo A=$LZ_PASS_A B=$LZ_FLAG_B C=$LZ_LIT_C",
+            ],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(second.code, 0, "{second:?}");
@@ -183,7 +233,10 @@ fn host_env_by_name_reaches_only_its_session() {
         assert!(!cmd.contains(&va) && !cmd.contains(&vb), "pid {pid}: {cmd}");
         if cmd.contains(&vc) {
             let is_client = pid == client_pid || cmd.starts_with("setpriv") || cmd.contains("lazaret run --profile pe");
-            assert!(is_client && !cmd.contains("coordinator") && !cmd.contains("runsc"), "pid {pid}: {cmd}");
+            assert!(
+                is_client && !cmd.contains("coordinator") && !cmd.contains("runsc"),
+                "pid {pid}: {cmd}"
+            );
         }
     }
     let log = std::fs::read(env.runtime_root().join(&id).join("coordinator.log")).unwrap_or_default();
@@ -193,7 +246,10 @@ fn host_env_by_name_reaches_only_its_session() {
         assert!(!log.contains(v.as_str()), "coordinator.log: {log}");
     }
     let out = first.wait_with_output_ref();
-    assert!(out.contains(&format!("A={va}")) && out.contains(&format!("B={vb}")), "{out}");
+    assert!(
+        out.contains(&format!("A={va}")) && out.contains(&format!("B={vb}")),
+        "{out}"
+    );
     assert!(out.contains(&format!("C={vc}")) && out.contains("Z=unset"), "{out}");
 
     // The store: its file bytes (freed pages included) and a dump.
@@ -219,7 +275,10 @@ fn host_env_by_name_reaches_only_its_session() {
 
     // Bad input is exit 2 and names the flag.
     let r = env
-        .lz(&ws, &["run", "--profile", "pe", "-e", "LZ_NOT_SET_ANYWHERE", "--", "true"])
+        .lz(
+            &ws,
+            &["run", "--profile", "pe", "-e", "LZ_NOT_SET_ANYWHERE", "--", "true"],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 2, "{r:?}");
@@ -290,7 +349,19 @@ fn ports_forward_host_loopback_into_the_domain() {
     env.write(&ws.join("srv.py"), GUEST_SERVER);
     let publish = format!("{p2}:8000");
     let _server = env
-        .lz(&ws, &["run", "--profile", "web", "--publish", &publish, "--", "python3", "/workspace/srv.py"])
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "web",
+                "--publish",
+                &publish,
+                "--",
+                "python3",
+                "/workspace/srv.py",
+            ],
+        )
         .config_home(&cfg)
         .spawn_bg();
     assert!(eventually(Duration::from_secs(60), || ws.join("listening").exists()));
@@ -316,7 +387,18 @@ fn ports_forward_host_loopback_into_the_domain() {
     // Joining with a forward the running Domain lacks is refused.
     let p3 = free_port(p2 + 1);
     let r = env
-        .lz(&ws, &["run", "--profile", "web", "--publish", &format!("{p3}:8000"), "--", "true"])
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "web",
+                "--publish",
+                &format!("{p3}:8000"),
+                "--",
+                "true",
+            ],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 2, "{r:?}");
@@ -367,11 +449,21 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
             .collect()
     };
     let meta = std::fs::read_to_string(domain_root(env, &id).join("domain.json")).unwrap();
-    let art = meta.split("\"artifact\":\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let art = meta
+        .split("\"artifact\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
     assert!(arts().contains(&art), "{art} in {:?}", arts());
     let r = env.lz(&ws, &["image", "prune", "--json"]).run();
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(arts().contains(&art), "the default profile's lower survives prune: {r:?}");
+    assert!(
+        arts().contains(&art),
+        "the default profile's lower survives prune: {r:?}"
+    );
     assert!(!run.exists(), "prune leaves no runtime dir behind");
     let l = env.lz(&ws, &["image", "list", "--json"]).run();
     assert!(l.stdout.contains(r#""profiles":["default"]"#), "{l:?}");
@@ -405,14 +497,22 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
             .map(|e| e.file_name().to_string_lossy().to_string())
             .find(|n| n.starts_with(".build-"))
     };
-    assert!(eventually(Duration::from_secs(30), || build().is_some()), "no .build-* appeared");
+    assert!(
+        eventually(Duration::from_secs(30), || build().is_some()),
+        "no .build-* appeared"
+    );
     std::thread::sleep(Duration::from_millis(500));
     let pg = child.id();
-    let _ = std::process::Command::new("kill").args(["-INT", "--", &format!("-{pg}")]).status();
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", "--", &format!("-{pg}")])
+        .status();
     let st = child.wait().unwrap();
     assert!(!st.success());
     // Nothing of that build runs any more.
-    assert!(eventually(Duration::from_secs(10), || processes_mentioning(&data.display().to_string()).is_empty()));
+    assert!(eventually(Duration::from_secs(10), || processes_mentioning(
+        &data.display().to_string()
+    )
+    .is_empty()));
     let name = build().expect("the interrupted build is left on disk");
     let with_data = |args: &[&str]| {
         env.lz(&ws, args)
@@ -420,9 +520,15 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
             .run()
     };
     let l = with_data(&["image", "list"]);
-    assert!(l.stdout.contains(&name) && l.stdout.contains("interrupted image build"), "{l:?}");
+    assert!(
+        l.stdout.contains(&name) && l.stdout.contains("interrupted image build"),
+        "{l:?}"
+    );
     let l = with_data(&["image", "list", "--json"]);
-    assert!(l.stdout.contains(r#""kind":"build""#) && l.stdout.contains(r#""removable":true"#), "{l:?}");
+    assert!(
+        l.stdout.contains(r#""kind":"build""#) && l.stdout.contains(r#""removable":true"#),
+        "{l:?}"
+    );
     let p = with_data(&["image", "prune"]);
     assert_eq!(p.code, 0, "{p:?}");
     assert!(p.stdout.contains(&name), "{p:?}");
@@ -462,15 +568,28 @@ echo "standin ok"
     };
     let r = run();
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("logged in") && r.stdout.contains("standin ok"), "{r:?}");
-    assert_eq!(owner(&ws.join("agent-was-here")), env.uid, "workspace files are the user's");
+    assert!(
+        r.stdout.contains("logged in") && r.stdout.contains("standin ok"),
+        "{r:?}"
+    );
+    assert_eq!(
+        owner(&ws.join("agent-was-here")),
+        env.uid,
+        "workspace files are the user's"
+    );
     let r = run();
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("login kept: token-1"), "the credential dir persists: {r:?}");
+    assert!(
+        r.stdout.contains("login kept: token-1"),
+        "the credential dir persists: {r:?}"
+    );
     // Without the key in the environment the agent sees none.
     let r = env.lz(&ws, &["run", "--profile", "standin"]).config_home(&cfg).run();
     assert_eq!(r.code, 3, "{r:?}");
-    let r = env.lz(&ws, &["rm", "--profile", "standin", "--yes"]).config_home(&cfg).run();
+    let r = env
+        .lz(&ws, &["rm", "--profile", "standin", "--yes"])
+        .config_home(&cfg)
+        .run();
     assert_eq!(r.code, 0, "{r:?}");
     let r = run();
     assert!(r.stdout.contains("logged in"), "rm deleted the login: {r:?}");
