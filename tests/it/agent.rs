@@ -594,3 +594,90 @@ echo "standin ok"
     let r = run();
     assert!(r.stdout.contains("logged in"), "rm deleted the login: {r:?}");
 }
+
+/// Acceptance 1 (and 4 with the real http.server), when the `dev` image is
+/// built for the test user (`lazaret image build dev` needs the Debian
+/// mirror, which tests never contact): the tools agents need are there,
+/// and building the unchanged recipe again keeps the digest. The rebuild
+/// runs against a mirror on a closed loopback port, so it could not fetch
+/// anything even if it tried.
+#[test]
+fn the_dev_image_has_node_npm_python_and_curl() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let dev = env.home.join(".local/share/lazaret/images/dev/index.json");
+    if !dev.exists() {
+        if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
+            panic!("the dev image is not built for {} and LAZARET_MUST_WORK=1", env.user);
+        }
+        eprintln!(
+            "skipping: the dev image is not built for {} (lazaret image build dev)",
+            env.user
+        );
+        return;
+    }
+    let (ws, cfg) = setup(env, "devimg", "[profiles.dev]\nimage = \"dev\"\n");
+    let r = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "dev",
+                "--",
+                "sh",
+                "-c",
+                "node --version && npm --version && python3 -c 'import json; print(\"json-ok\")' && curl --version",
+            ],
+        )
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.starts_with('v') && r.stdout.contains("json-ok") && r.stdout.contains("curl "),
+        "{r:?}"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let before = std::fs::read_to_string(&dev).unwrap();
+    let r = env
+        .lz(&ws, &["image", "build", "dev"])
+        .config_home(&cfg)
+        .env("LAZARET_IMAGE_MIRROR", &format!("http://127.0.0.1:{port}/debian"))
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("up to date"), "{r:?}");
+    assert_eq!(std::fs::read_to_string(&dev).unwrap(), before, "same digest");
+
+    // python3 -m http.server on guest port 8000, published on the host.
+    let hp = free_port(18000);
+    let publish = format!("{hp}:8000");
+    let _srv = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "dev",
+                "--publish",
+                &publish,
+                "--",
+                "python3",
+                "-m",
+                "http.server",
+                "8000",
+            ],
+        )
+        .config_home(&cfg)
+        .spawn_bg();
+    assert!(
+        eventually(Duration::from_secs(90), || http_get(hp).contains("200 OK")),
+        "http.server answers on 127.0.0.1:{hp}"
+    );
+    assert!(listening(hp).iter().all(|a| a == "0100007F"), "{:?}", listening(hp));
+    let id = env.domain_id("dev", &ws);
+    let r = env.lz(&ws, &["stop", &id[..12]]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(eventually(Duration::from_secs(10), || listening(hp).is_empty()));
+}
