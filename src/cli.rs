@@ -226,7 +226,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
     let paths = DomainPaths::new(&storage, &runtime, &domain_id);
-    let pass = crate::hostenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    let pass = crate::passenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     Ok(Resolved {
         cfg,
         profile,
@@ -269,7 +269,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .collect::<Result<_, _>>()?;
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
-    r.pass = crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    r.pass = crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
     r.publish = publish;
     // A network policy the config cannot yield is bad input too.

@@ -1040,7 +1040,7 @@ impl Coordinator {
         // Host variables this client passed by name: this session only.
         // INVARIANT: their values go into the spec pipe and nowhere else
         // (no argv, no store row, no log line).
-        plan::override_env(&mut env, &crate::hostenv::accepted(&env_in));
+        plan::override_env(&mut env, &crate::passenv::accepted(&env_in));
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.

@@ -391,7 +391,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // coordinator, as for `run`.
     let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
     r.pass =
-        crate::hostenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+        crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     if r.domain_id != st.domain_id {
         return Err(Failure::runtime(format!(
             "Domain {} does not match its profile and workspace any more: stop it and start it again",

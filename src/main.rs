@@ -16,7 +16,7 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
-mod hostenv;
+mod passenv;
 mod ignored;
 mod image;
 mod imagegc;
