@@ -7,8 +7,11 @@
 //! credential, drops it into the Escalation Mailbox by atomic rename, waits
 //! for the correlated result, prints the host command's output and exits
 //! with its status — or 126 denied, 124 timed out, 130 cancelled, 125
-//! failed, 2 usage.
+//! failed, 123 expired (nobody decided in time), 2 usage.
 
+#[path = "../src/display.rs"]
+#[allow(dead_code)]
+mod display;
 #[path = "../src/escalation.rs"]
 #[allow(dead_code)]
 mod escalation;
@@ -214,7 +217,23 @@ fn main() {
     // Poll briskly while an auto-approved answer is likely, then relax:
     // a human decision takes seconds.
     let started = std::time::Instant::now();
+    // The coordinator ends every request (a decision, expiry after the
+    // prompt timeout, the command's own timeout); this deadline only
+    // covers a coordinator that is gone.
+    let prompt_timeout = std::env::var(PROMPT_TIMEOUT_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(DEFAULT_PROMPT_TIMEOUT_SECS)
+        .min(MAX_PROMPT_TIMEOUT_SECS);
+    let deadline = Duration::from_secs(prompt_timeout + timeout + 30);
     let data = loop {
+        if started.elapsed() > deadline {
+            let _ = std::fs::remove_file(&fin);
+            die(
+                EXIT_EXPIRED,
+                &format!("expired: no answer from the host within {} s", deadline.as_secs()),
+            );
+        }
         match std::fs::read(&res) {
             Ok(d) if !d.is_empty() => break d,
             _ => std::thread::sleep(if started.elapsed() < Duration::from_secs(2) {

@@ -10,6 +10,10 @@
 //!   `init signal-group PGID SIG`   signal one guest process group
 //!   `init probe KEY=VALUE...`      the pre-publication network probe (FR-20),
 //!                                  from the sandbox's own network view
+//!   `init exec -- CMD ARGS...`     every session's command: execs CMD (found
+//!                                  on the session's PATH) in place; a missing
+//!                                  command exits 127, one that cannot be
+//!                                  executed 126, as a shell reports them
 
 use std::io::Write;
 
@@ -22,12 +26,50 @@ fn main() {
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
         ["probe", rest @ ..] => probe::run(rest),
+        ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");
             2
         }
     };
     std::process::exit(code);
+}
+
+/// Replaces this process with `argv` (argv[0] == `cmd`, looked up on
+/// `PATH` unless it has a `/`). Returns only on failure: 127 when there is
+/// no such command, 126 when it exists but cannot be executed.
+fn exec_command(cmd: &str, argv: &[String]) -> i32 {
+    use std::ffi::CString;
+    let shown: String = cmd.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+    let Ok(c_argv) = argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>() else {
+        eprintln!("lazaret: {shown}: an argument contains a NUL byte");
+        return 126;
+    };
+    let mut ptrs: Vec<*const libc::c_char> = c_argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // Rust ignores SIGPIPE in its own processes; the command gets the default.
+    // SAFETY: resetting a signal disposition and execvp with NUL-terminated
+    // strings and a NULL-terminated pointer array that outlive the call.
+    let errno = unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::execvp(ptrs[0], ptrs.as_ptr());
+        *libc::__errno_location()
+    };
+    match errno {
+        libc::ENOENT | libc::ENOTDIR if !cmd.contains('/') => {
+            eprintln!("lazaret: {shown}: command not found");
+            127
+        }
+        libc::ENOENT | libc::ENOTDIR => {
+            eprintln!("lazaret: {shown}: no such file or directory");
+            127
+        }
+        e => {
+            let text = std::io::Error::from_raw_os_error(e);
+            eprintln!("lazaret: {shown}: cannot execute: {text}");
+            126
+        }
+    }
 }
 
 extern "C" fn noop(_: libc::c_int) {}

@@ -2,26 +2,40 @@
 //! the Host Coordinator through `runsc exec … /.lazaret/init probe`.
 //!
 //! Arguments (built by `netpolicy::Policy::probe_args`):
-//!   `reject-src=A` `helper-src=G`  source addresses that identify the path
-//!   `deny=ADDR@PREFIX`             route decision must be the reject path
-//!   `allow=ADDR@PREFIX`            route decision must be the helper path
-//!   `resolver=ADDR`                route decision must be the helper path
+//!   `sandbox-src=S`                the sandbox's address on its only NIC
+//!   `deny=ADDR@PREFIX`             a TCP connect with IP TTL 1 must be refused
+//!                                  at once by the router (a RST)
+//!   `allow=ADDR@PREFIX`            route decision must leave through the NIC
+//!   `resolver=ADDR`                route decision must leave through the NIC
 //!   `dns-query=ADDR`               a DNS query to ADDR must be answered
-//!   `reject-live=B`                TCP connect to B must be refused at once
+//!   `router-live=R`                TCP connect to the router must be refused at once
 //!   `helper-live=GW`               TCP connect to GW must be answered at once
 //!                                  (RST or ICMP unreachable from slirp4netns)
 //!   `ipv6-off=ADDR`                no IPv6 route to ADDR
 //!
+//! Where a deny is enforced: the sandbox's only route leads to the
+//! router namespace, whose kernel refuses denied destinations with a local
+//! route (RST). The deny check proves that from here: a SYN with TTL 1 is
+//! answered by the router's own TCP (refused) when the router holds the
+//! deny; were the route missing, the router would forward it, the TTL would
+//! expire *in the router* (ICMP time exceeded, which gVisor ignores), and
+//! the check times out — no packet of the probe ever leaves the router.
+//! Multicast destinations are never forwarded by the router (no multicast
+//! routing); for those only the route decision is checked here, the
+//! router's own lookup is in the supervisor's attestation.
+//!
 //! A route decision is a UDP `connect()` followed by `getsockname()`: no
-//! packet is sent, and the source address names the interface the sandbox
-//! would use. The live checks only ever send to the reject namespace's own
-//! address and to slirp4netns's gateway (host loopback is disabled, so it
-//! refuses), never to a denied or public destination. One line per check on
-//! stdout: `ok CHECK: DETAIL` or `FAIL CHECK: DETAIL`; exit 1 on any FAIL.
+//! packet is sent. The live checks only send to the router's own address,
+//! to slirp4netns's gateway (host loopback is disabled, so it refuses) and
+//! TTL-1 SYNs that cannot pass the router. One line per check on stdout:
+//! `ok CHECK: DETAIL` or `FAIL CHECK: DETAIL`; exit 1 on any FAIL.
 
 use std::io::ErrorKind;
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
+
+/// How long a TTL-1 SYN may take to be refused by the router.
+const DENY_WAIT: Duration = Duration::from_millis(500);
 
 struct Out {
     failed: bool,
@@ -61,6 +75,75 @@ fn refused_fast(addr: IpAddr, icmp_ok: bool) -> Result<Duration, String> {
     }
 }
 
+/// A TCP connect to `addr` port 9 with IP TTL 1: `Ok(elapsed)` if refused
+/// (RST), else what happened instead.
+fn refused_at_router(addr: Ipv4Addr) -> Result<Duration, String> {
+    let t = Instant::now();
+    // SAFETY: plain socket syscalls on a descriptor this function owns and closes.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
+        if fd < 0 {
+            return Err(format!("socket: {}", std::io::Error::last_os_error()));
+        }
+        let close = |r: Result<Duration, String>| {
+            libc::close(fd);
+            r
+        };
+        let ttl: libc::c_int = 1;
+        if libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_TTL,
+            (&ttl as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) != 0
+        {
+            return close(Err(format!("IP_TTL: {}", std::io::Error::last_os_error())));
+        }
+        let mut sa: libc::sockaddr_in = std::mem::zeroed();
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_port = 9u16.to_be();
+        sa.sin_addr.s_addr = u32::from(addr).to_be();
+        let r = libc::connect(
+            fd,
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let mut err = if r == 0 { 0 } else { *libc::__errno_location() };
+        if err == libc::EINPROGRESS {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let n = libc::poll(&mut p, 1, DENY_WAIT.as_millis() as libc::c_int);
+            if n == 0 {
+                return close(Err(format!(
+                    "not refused within {} ms (the router forwarded it; TTL 1 ended it there)",
+                    DENY_WAIT.as_millis()
+                )));
+            }
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            );
+        }
+        match err {
+            libc::ECONNREFUSED => close(Ok(t.elapsed())),
+            0 => close(Err("connected, expected a refusal".into())),
+            e => close(Err(format!("{}", std::io::Error::from_raw_os_error(e)))),
+        }
+    }
+}
+
 fn dns_query(addr: IpAddr) -> Result<Duration, String> {
     let t = Instant::now();
     let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
@@ -85,8 +168,7 @@ fn dns_query(addr: IpAddr) -> Result<Duration, String> {
 
 pub fn run(args: &[&str]) -> i32 {
     let mut out = Out { failed: false };
-    let mut reject_src: Option<IpAddr> = None;
-    let mut helper_src: Option<IpAddr> = None;
+    let mut sandbox_src: Option<IpAddr> = None;
     for a in args {
         let Some((k, v)) = a.split_once('=') else {
             eprintln!("probe: bad argument {a:?}");
@@ -97,57 +179,57 @@ pub fn run(args: &[&str]) -> i32 {
             eprintln!("probe: bad address in {a:?}");
             return 2;
         };
-        let path_name = |src: IpAddr| {
-            if Some(src) == reject_src {
-                format!("{src} (reject path)")
-            } else if Some(src) == helper_src {
-                format!("{src} (network helper)")
-            } else {
-                format!("{src} (unknown path)")
+        let check = if prefix.is_empty() {
+            format!("{k} {addr}")
+        } else {
+            format!("{k} {addr} ({prefix})")
+        };
+        let via_nic = |src: std::io::Result<IpAddr>| -> Result<IpAddr, String> {
+            match src {
+                Ok(s) if Some(s) == sandbox_src => Ok(s),
+                Ok(s) => Err(format!("routed via {s}, expected the router link {sandbox_src:?}")),
+                Err(e) => Err(format!("no route: {e}")),
             }
         };
         match k {
-            "reject-src" => reject_src = Some(addr),
-            "helper-src" => helper_src = Some(addr),
-            "deny" | "allow" | "resolver" => {
-                let (want, want_name) = if k == "deny" {
-                    (reject_src, "the reject path")
-                } else {
-                    (helper_src, "the network helper")
+            "sandbox-src" => sandbox_src = Some(addr),
+            "allow" | "resolver" => match via_nic(route_source(addr)) {
+                Ok(s) => out.ok(&check, format!("routed via {s} to the router, forwarded there")),
+                Err(e) => out.fail(&check, e),
+            },
+            "deny" => {
+                let IpAddr::V4(v4) = addr else {
+                    out.fail(&check, "not IPv4".into());
+                    continue;
                 };
-                let check = if prefix.is_empty() {
-                    format!("{k} {addr}")
-                } else {
-                    format!("{k} {addr} ({prefix})")
-                };
-                match route_source(addr) {
-                    Ok(src) if Some(src) == want => out.ok(&check, format!("routed via {}", path_name(src))),
-                    Ok(src) => out.fail(&check, format!("routed via {}, expected {want_name}", path_name(src))),
-                    Err(e) => out.fail(&check, format!("no route: {e}, expected {want_name}")),
+                if v4.is_multicast() || v4.is_broadcast() {
+                    // The router never forwards these (no multicast routing);
+                    // its own lookup is attested by the supervisor.
+                    match route_source(addr) {
+                        Err(_) => out.ok(&check, "no route in the sandbox".into()),
+                        Ok(_) => out.ok(&check, "multicast: the router never forwards it".into()),
+                    }
+                    continue;
+                }
+                // Only behind the router does TTL 1 keep the SYN here.
+                if let Err(e) = via_nic(route_source(addr)) {
+                    out.fail(&check, format!("not sent: {e}"));
+                    continue;
+                }
+                match refused_at_router(v4) {
+                    Ok(d) => out.ok(&check, format!("refused by the router in {} ms (TTL 1)", d.as_millis())),
+                    Err(e) => out.fail(&check, format!("not refused by the router: {e}")),
                 }
             }
             "dns-query" => match dns_query(addr) {
                 Ok(d) => out.ok(&format!("dns {addr}"), format!("answered in {} ms", d.as_millis())),
                 Err(e) => out.fail(&format!("dns {addr}"), e),
             },
-            "reject-live" | "helper-live" => {
-                let name = if k == "reject-live" {
-                    "reject path"
-                } else {
-                    "network helper"
-                };
-                // The route decision first: an answer must come over the
-                // interface the policy names, not from a missing route.
-                let want = if k == "reject-live" { reject_src } else { helper_src };
-                match route_source(addr) {
-                    Ok(src) if Some(src) == want => {}
-                    other => {
-                        out.fail(
-                            &format!("{name} live"),
-                            format!("{addr}: no route via the {name}: {other:?}"),
-                        );
-                        continue;
-                    }
+            "router-live" | "helper-live" => {
+                let name = if k == "router-live" { "router" } else { "network helper" };
+                if let Err(e) = via_nic(route_source(addr)) {
+                    out.fail(&format!("{name} live"), format!("{addr}: {e}"));
+                    continue;
                 }
                 match refused_fast(addr, k == "helper-live") {
                     Ok(d) if d < Duration::from_millis(500) => out.ok(

@@ -24,10 +24,13 @@
 (*    certificate, a previous generation's certificate, oversize record).  *)
 (*  - Failures never remove physical resources.  Only the ordered          *)
 (*    dismantling steps do, and only for resources with a durable intent.  *)
-(*  - A coordinator crash releases the flock (the kernel does that) and    *)
-(*    kills the coordinator's host-command children (a refinement          *)
-(*    obligation: they run under parent-death coupling).  Everything else  *)
-(*    is left for the next lock holder to recover.                         *)
+(*  - A coordinator crash releases the flock (the kernel does that).  Its  *)
+(*    host commands are coupled to it (parent-death signal) and recorded   *)
+(*    durably (pid, start time, process group); the model lets them        *)
+(*    survive the crash as `stray` (a descendant may outlive the signal)   *)
+(*    and makes recovery kill exactly the recorded ones before the Domain  *)
+(*    can be Absent or published again.  Everything else is left for the   *)
+(*    next lock holder to recover.                                         *)
 (***************************************************************************)
 EXTENDS Naturals, FiniteSets
 
@@ -98,7 +101,7 @@ Creds == {"Signed", "Forged"}
 NoCred == "NoCred"
 
 Approvals == {"None", "Auto", "Developer"}
-Outcomes == {"Completed", "Denied", "TimedOut", "Cancelled", "Failed"}
+Outcomes == {"Completed", "Denied", "TimedOut", "Expired", "Cancelled", "Failed"}
 
 ReqPhases == {"Unused", "Rejected", "Accepted", "Prompting",
               "Executing", "Resolved", "Delivered", "Abandoned"}
@@ -123,6 +126,7 @@ VARIABLES
     hc,          \* set of CLIs whose spawned Host Coordinator is alive
     storeOwner,  \* process that has the durable store open
     crashes,     \* coordinator crashes so far (bounded by MaxCrashes)
+    stray,       \* requests whose (recorded) host command outlived a crashed coordinator
     compIds,     \* [Roles -> id] minted for the current (or last) generation
     domainCfg,   \* configuration fingerprint of the current generation
     \* --- resources ---
@@ -151,7 +155,7 @@ VARIABLES
     outcome,     \* [Requests -> Outcomes \cup {"None"}]
     host         \* set of requests whose host command is running
 
-lifeVars == <<phase, lock, hc, storeOwner, crashes, compIds, domainCfg>>
+lifeVars == <<phase, lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
 resVars  == <<lease, artifact, intent, res, trust, policy, netAttest, probed, published>>
 sessVars == <<cli, connected, reg, term>>
 reqVars  == <<reqPhase, reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy, outcome, host>>
@@ -267,6 +271,7 @@ Init ==
     /\ hc = {}
     /\ storeOwner = NoCli
     /\ crashes = 0
+    /\ stray = {}
     /\ compIds = [x \in Roles |-> NoId]
     /\ domainCfg = NoCfg
     /\ lease = FALSE
@@ -310,7 +315,7 @@ TakeLock(c) ==
     /\ hc' = hc \cup {c}
     /\ cli' = [cli EXCEPT ![c] = "Spawning"]
     /\ phase' = IF phase = "Absent" THEN "Starting" ELSE "Recovering"
-    /\ UNCHANGED <<storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<storeOwner, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED resVars
     /\ UNCHANGED <<connected, reg, term>>
     /\ UNCHANGED reqVars
@@ -392,7 +397,7 @@ OpenStore ==
     /\ lock \in hc
     /\ storeOwner = NoCli
     /\ storeOwner' = lock
-    /\ UNCHANGED <<phase, lock, hc, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<phase, lock, hc, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED resVars
     /\ UNCHANGED sessVars
     /\ UNCHANGED reqVars
@@ -405,7 +410,7 @@ MintGeneration ==
     /\ domainCfg = NoCfg
     /\ domainCfg' = ConfigOf(lock)
     /\ compIds' = FreshIds
-    /\ UNCHANGED <<phase, lock, hc, storeOwner, crashes>>
+    /\ UNCHANGED <<phase, lock, hc, storeOwner, crashes, stray>>
     /\ UNCHANGED resVars
     /\ UNCHANGED sessVars
     /\ UNCHANGED reqVars
@@ -529,7 +534,7 @@ Publish ==
     /\ phase' = "Ready"
     /\ published' = TRUE
     /\ cli' = [c \in CLIs |-> IF cli[c] = "Spawning" THEN "Idle" ELSE cli[c]]
-    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED <<lease, artifact, intent, res, trust, policy, netAttest, probed>>
     /\ UNCHANGED <<connected, reg, term>>
     /\ UNCHANGED reqVars
@@ -574,7 +579,7 @@ BeginTeardown ==
     /\ cli' = [c \in CLIs |-> IF cli[c] = "Connected" THEN "Idle" ELSE cli[c]]
     /\ connected' = {}
     /\ CloseMailbox
-    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
     /\ UNCHANGED <<reg, term>>
 
@@ -587,7 +592,7 @@ StopCommand ==
     /\ trust' = FALSE
     /\ CloseAllSessions("Done")
     /\ CloseMailbox
-    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
 
 \* A failing coordinator that is still alive starts recovering.
@@ -595,7 +600,7 @@ BeginRecovery ==
     /\ phase = "Failed"
     /\ CoordinatorAlive
     /\ phase' = "Recovering"
-    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED resVars
     /\ UNCHANGED sessVars
     /\ UNCHANGED reqVars
@@ -640,6 +645,7 @@ FinishDismantle ==
     /\ NoIntents
     /\ ~lease
     /\ ~policy /\ netAttest = NoId /\ ~probed
+    /\ stray = {}
     /\ phase' = "Absent"
     /\ lock' = NoCli
     /\ hc' = {}
@@ -654,7 +660,7 @@ FinishDismantle ==
     /\ runCmd' = [r \in Requests |-> NoCmd]
     /\ decidedBy' = [r \in Requests |-> NoCli]
     /\ outcome' = [r \in Requests |-> "None"]
-    /\ UNCHANGED <<crashes, compIds>>
+    /\ UNCHANGED <<crashes, compIds, stray>>
     /\ UNCHANGED resVars
     /\ UNCHANGED <<connected, reg, term>>
     /\ UNCHANGED host
@@ -780,7 +786,10 @@ EndEarly(r, o) ==
     /\ UNCHANGED resVars
     /\ UNCHANGED <<cli, connected, reg>>
 
-Expire(r) == EndEarly(r, "TimedOut")
+\* The coordinator's deadline: a request still waiting for a decision
+\* (Accepted or Prompting) expires after prompt_timeout_s without anything
+\* running; a running host command is killed at its own timeout.
+Expire(r) == EndEarly(r, IF reqPhase[r] = "Executing" THEN "TimedOut" ELSE "Expired")
 Cancel(r) == EndEarly(r, "Cancelled")
 
 \* The correlated result record is written to the mailbox for the session
@@ -812,16 +821,19 @@ FailDomain ==
     /\ trust' = FALSE
     /\ CloseAllSessions("Done")
     /\ CloseMailbox
-    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED <<lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
 
 \* The Host Coordinator process dies.  The kernel releases the flock and the
-\* socket stops answering; its children die by parent-death coupling.  Every
-\* other resource stays as it was, recorded by its intent.
+\* socket stops answering.  Its running host commands may outlive it (a
+\* descendant escapes the parent-death signal): they become `stray`, each
+\* with its durable record.  Every other resource stays as it was,
+\* recorded by its intent.
 CrashCoordinator ==
     /\ CoordinatorAlive
     /\ crashes < MaxCrashes
     /\ crashes' = crashes + 1
+    /\ stray' = host
     /\ phase' = "Failed"
     /\ hc' = {}
     /\ lock' = NoCli
@@ -832,6 +844,28 @@ CrashCoordinator ==
     /\ CloseMailbox
     /\ UNCHANGED <<compIds, domainCfg>>
     /\ UNCHANGED <<lease, artifact, intent, res, policy, netAttest, probed>>
+
+\* Parent-death coupling: a stray host command dies by itself.  Not fair.
+ParentDeath(r) ==
+    /\ r \in stray
+    /\ stray' = stray \ {r}
+    /\ UNCHANGED <<phase, lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED resVars
+    /\ UNCHANGED sessVars
+    /\ UNCHANGED reqVars
+
+\* Recovery kills exactly the host commands its durable records name
+\* (pid verified by start time, then the process group), before any other
+\* recovery step completes the Domain.
+KillRecordedHostCommands ==
+    /\ phase = "Recovering"
+    /\ HcHoldsStore
+    /\ stray # {}
+    /\ stray' = {}
+    /\ UNCHANGED <<phase, lock, hc, storeOwner, crashes, compIds, domainCfg>>
+    /\ UNCHANGED resVars
+    /\ UNCHANGED sessVars
+    /\ UNCHANGED reqVars
 
 \* Garbage collection of a prepared lower no lease protects.
 ReclaimLower ==
@@ -855,7 +889,7 @@ CoordinatorStep ==
     \/ ProbeNetwork \/ Publish
     \/ BeginTeardown \/ BeginRecovery
     \/ \E k \in Res : Dismantle(k)
-    \/ ReleaseLease \/ FinishDismantle
+    \/ ReleaseLease \/ FinishDismantle \/ KillRecordedHostCommands
     \/ \E c \in CLIs : Register(c)
 
 \* What the coordinator does for accepted requests by itself: prompt,
@@ -879,6 +913,7 @@ EscalationStep(r) ==
 
 EnvironmentStep ==
     \/ StopCommand \/ FailDomain \/ CrashCoordinator \/ ReclaimLower
+    \/ \E r \in Requests : ParentDeath(r)
 
 Next ==
     \/ CoordinatorStep
@@ -914,6 +949,7 @@ TypeOK ==
     /\ hc \subseteq CLIs
     /\ storeOwner \in CLIs \cup {NoCli}
     /\ crashes \in 0..MaxCrashes
+    /\ stray \subseteq Requests
     /\ compIds \in [Roles -> ComponentIds \cup {NoId}]
     /\ domainCfg \in {"A", "B", NoCfg}
     /\ lease \in BOOLEAN
@@ -1058,6 +1094,18 @@ NoOrphanHostProcess ==
           /\ CoordinatorAlive
           /\ phase = "Ready"
     /\ \A r \in Requests : reqPhase[r] = "Executing" => r \in host
+    \* Host commands that outlived a crashed coordinator exist only while the
+    \* Domain is failed or being recovered, never next to a published or new
+    \* generation, and never once it is Absent.
+    /\ stray # {} => phase \in {"Failed", "Recovering"} /\ ~published
+    /\ stray \cap host = {}
+
+\* Nothing runs before a decision: a request waiting for one (queued or on
+\* screen) has no approval and no host command; an expired request never ran.
+NoExecutionWithoutDecision ==
+    \A r \in Requests :
+        /\ reqPhase[r] \in {"Accepted", "Prompting"} => approval[r] = "None" /\ r \notin host
+        /\ outcome[r] = "Expired" => r \notin host
 
 \* The State Anchor is mounted only over a leased, prepared lower, by a
 \* recorded owner, and never while the Domain is Absent.
@@ -1087,7 +1135,7 @@ AbsentIsClean ==
         /\ NoIntents /\ \A k \in Res : ~res[k]
         /\ ~lease /\ ~trust /\ ~policy /\ netAttest = NoId /\ ~probed
         /\ storeOwner = NoCli
-        /\ host = {}
+        /\ host = {} /\ stray = {}
 
 FailedDomainIsolation ==
     phase \in {"Failed", "Recovering"} =>

@@ -8,7 +8,14 @@
 # test host namespace on 198.18.0.0/15 behind a veth; no packet leaves the
 # machine), then runs lazaret as the test user.
 #
-#   scripts/bench-net.sh [ROUNDS]
+# With BENCH_BASELINE_BIN=DIR (a directory holding another build's lazaret,
+# lazaret-init and lazaret-escalate, readable by the test user), the same
+# invocation measures that build too, interleaved round by round, and
+# prints both sets of ratios and after/before: how a change (for example
+# the router hop) moves cold start and throughput on the same machine
+# under the same load.
+#
+#   [BENCH_BASELINE_BIN=DIR] scripts/bench-net.sh [ROUNDS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-7}
@@ -70,12 +77,21 @@ cd "$work/ws"
 as_user "$lz" run --quiet --profile default -- true   # warm: prepares the lower
 as_user "$lz" run --quiet --profile none -- true
 
-net=(); none=()
+base=${BENCH_BASELINE_BIN:-}
+if [ -n "$base" ]; then
+    [ -x "$base/lazaret" ] && [ -x "$base/lazaret-init" ] || { echo "bench-net.sh: no lazaret build in $base" >&2; exit 2; }
+    as_user "$base/lazaret" run --quiet --profile default -- true
+    as_user "$base/lazaret" run --quiet --profile none -- true
+fi
+# cold LZ PROFILE: milliseconds of one `lazaret run -- true`.
+cold() { local t0 t1; t0=$(ms); as_user "$1" run --quiet --profile "$2" -- true; t1=$(ms); echo $(( (t1 - t0) / 1000000 )); }
+
+net=(); none=(); bnet=(); bnone=()
 for _ in $(seq "$rounds"); do
-    t0=$(ms); as_user "$lz" run --quiet --profile default -- true; t1=$(ms)
-    net+=($(( (t1 - t0) / 1000000 )))
-    t0=$(ms); as_user "$lz" run --quiet --profile none -- true; t1=$(ms)
-    none+=($(( (t1 - t0) / 1000000 )))
+    net+=($(cold "$lz" default)); none+=($(cold "$lz" none))
+    if [ -n "$base" ]; then
+        bnet+=($(cold "$base/lazaret" default)); bnone+=($(cold "$base/lazaret" none))
+    fi
 done
 netm=$(printf '%s\n' "${net[@]}" | median)
 nonem=$(printf '%s\n' "${none[@]}" | median)
@@ -93,10 +109,13 @@ s.shutdown(socket.SHUT_WR); got = int(s.recv(64)); dt = time.monotonic() - t
 assert got == n, (got, n)
 print("%.1f" % (n / dt / (1 << 20)))
 '
-sbx=(); hst=()
+sbx=(); hst=(); bsbx=()
 for _ in $(seq 3); do
     sbx+=($(as_user "$lz" run --quiet --profile default -- python3 -c "$send" "$thip" "$mib"))
     hst+=($(/usr/bin/python3 -c "$send" "$thip" "$mib"))
+    if [ -n "$base" ]; then
+        bsbx+=($(as_user "$base/lazaret" run --quiet --profile default -- python3 -c "$send" "$thip" "$mib"))
+    fi
 done
 sbxm=$(printf '%s\n' "${sbx[@]}" | median)
 hstm=$(printf '%s\n' "${hst[@]}" | median)
@@ -108,3 +127,15 @@ awk -v a="$netm" -v b="$nonem" 'BEGIN { printf "ratio network/none: %.2fx (+%d m
 echo "TCP sandbox -> test host: median ${sbxm} MiB/s"
 echo "TCP host    -> test host: median ${hstm} MiB/s"
 awk -v a="$sbxm" -v b="$hstm" 'BEGIN { printf "ratio sandbox/host: %.3f\n", a / b }'
+if [ -n "$base" ]; then
+    bnetm=$(printf '%s\n' "${bnet[@]}" | median)
+    bnonem=$(printf '%s\n' "${bnone[@]}" | median)
+    bsbxm=$(printf '%s\n' "${bsbx[@]}" | median)
+    echo "baseline ($base):"
+    echo "  cold start network: median ${bnetm} ms, none: median ${bnonem} ms"
+    awk -v a="$bnetm" -v b="$bnonem" 'BEGIN { printf "  ratio network/none: %.2fx (+%d ms)\n", a / b, a - b }'
+    echo "  TCP sandbox -> test host: median ${bsbxm} MiB/s"
+    awk -v a="$bsbxm" -v b="$hstm" 'BEGIN { printf "  ratio sandbox/host: %.3f\n", a / b }'
+    awk -v a="$netm" -v b="$bnetm" -v c="$nonem" -v d="$bnonem" -v e="$sbxm" -v f="$bsbxm" 'BEGIN {
+        printf "this build / baseline: cold start with network %.3f, without %.3f; sandbox throughput %.3f\n", a / b, c / d, e / f }'
+fi

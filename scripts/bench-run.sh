@@ -119,3 +119,29 @@ echo "lazaret run -- true (cold Domain, network.mode = none):          median ${
 echo "raw runsc run (same bundle, userns): median ${rawm} ms"
 awk -v a="$nnm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(no network)/raw: %.2fx (target <= 1.5x)\n", a / b }'
 awk -v a="$lzm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(network)/raw(no network): %.2fx\n", a / b }'
+
+# Resource limits: the same cold start inside a delegated cgroup, with
+# explicit limits (a per-generation cgroup is created, written, joined and
+# removed), against the same start where no cgroup is available (limits
+# off, one warning). cgroup v1 only: the user moves its own process in.
+if [ -n "${LAZARET_BENCH_CGROUPS:-}" ]; then
+    mkdir -p "$work/lim/lazaret"
+    printf '[profiles.default.limits]\nmemory = "2GiB"\npids = 4096\ncpus = 2.0\n' > "$work/lim/lazaret/config.toml"
+    in_cgroup() { (for d in $LAZARET_BENCH_CGROUPS; do echo "$BASHPID" > "$d/cgroup.procs"; done; exec "$@"); }
+    lim=(); nolim=()
+    for i in $(seq "$rounds"); do
+        settle
+        t0=$(ms); in_cgroup env XDG_CONFIG_HOME="$work/lim" "$lz" run --quiet -- true; t1=$(ms)
+        lim+=($(( (t1 - t0) / 1000000 )))
+        settle
+        t0=$(ms); "$lz" run --quiet -- true 2>/dev/null; t1=$(ms)
+        nolim+=($(( (t1 - t0) / 1000000 )))
+    done
+    limm=$(printf '%s\n' "${lim[@]}" | median)
+    nolimm=$(printf '%s\n' "${nolim[@]}" | median)
+    echo "lazaret run -- true (cold, limits in a delegated cgroup): median ${limm} ms"
+    echo "lazaret run -- true (cold, no cgroup, no limits):         median ${nolimm} ms"
+    awk -v a="$limm" -v b="$nolimm" 'BEGIN { printf "cold ratio limits/no limits: %.3fx (target < 1.05x)\n", a / b }'
+else
+    echo "limits: no delegated cgroup for this user (run as root so bench_as_user prepares one); skipped"
+fi

@@ -65,8 +65,8 @@ SRC
     fi
 fi
 
-pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap git tmux iproute2 procps
-      util-linux ca-certificates pkg-config libssl-dev python3 hyperfine)
+pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap arch-test wget gpgv git tmux iproute2
+      procps util-linux ca-certificates pkg-config libssl-dev python3 hyperfine)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

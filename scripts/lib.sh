@@ -47,13 +47,85 @@ bench_as_user() {
     cd "$here/.."
     local user=${LAZARET_TEST_USER:-lazaret-test}
     ensure_user "$user" >/dev/null
-    cargo build --release --locked 2>&1 | tail -n 1
+    use_cargo "$PWD"
+    cargo build --release --locked
     local bindir
     bindir=$(stage_binaries "$user")
+    # A cgroup the user may use (cgroup v1: the user can move its own
+    # processes into it), without moving the benchmark itself.
+    delegate_cgroup "$user" nomove >/dev/null 2>&1 || true
     install -m 0755 "scripts/$script" "$bindir/$script"
     install -m 0644 scripts/lib.sh "$bindir/lib.sh"
     run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        LAZARET_BIN="$bindir/lazaret" bash "$bindir/$script" "$@"
+        LAZARET_BIN="$bindir/lazaret" LAZARET_BENCH_CGROUPS="${DELEGATED_DIRS:-}" bash "$bindir/$script" "$@"
+}
+
+# delegate_cgroup USER: as systemd's Delegate= would, gives USER a cgroup
+# of its own below this shell's and moves this shell into it, so that
+# everything started from here (tests, run_as) can create per-Domain
+# children with memory, pids and cpu limits. cgroup v1 (one directory in
+# each of the memory, pids, cpu and cpuacct hierarchies) or v2 (a
+# directory with the controllers enabled for its children, and a leaf for
+# this shell). Prints what it did; returns 1 when it cannot.
+delegate_cgroup() {
+    local u=$1 name="lazaret-$1" gid move=${2:-move}
+    # The directories made (v1), for a caller that moves processes itself.
+    DELEGATED_DIRS=""
+    gid=$(id -g "$u")
+    if grep -q ' - cgroup cgroup ' /proc/self/mountinfo; then
+        local ctl mnt cur dir
+        for ctl in memory pids cpu cpuacct; do
+            mnt=$(awk -v c="$ctl" '$0 ~ / - cgroup cgroup / { n=split($NF, o, ","); for (i=1;i<=n;i++) if (o[i]==c) print $5 }' /proc/self/mountinfo | head -n1)
+            [ -n "$mnt" ] || { [ "$ctl" = cpuacct ] && continue; echo "delegate_cgroup: no $ctl hierarchy" >&2; return 1; }
+            cur=$(awk -F: -v c="$ctl" '{ n=split($2, o, ","); for (i=1;i<=n;i++) if (o[i]==c) print $3 }' /proc/self/cgroup | head -n1)
+            # Already inside the user's delegated cgroup: reuse it.
+            case "$cur" in */"$name") dir="$mnt$cur" ;; *) dir="$mnt${cur%/}/$name" ;; esac
+            mkdir -p "$dir"
+            chown "$u:$gid" "$dir" "$dir/cgroup.procs" "$dir/tasks"
+            DELEGATED_DIRS="$DELEGATED_DIRS $dir"
+            [ "$move" = nomove ] || echo "$BASHPID" > "$dir/cgroup.procs"
+        done
+        echo "delegated cgroup (v1) for $u: $name in memory, pids, cpu, cpuacct"
+        return 0
+    fi
+    local mnt cur base
+    mnt=$(awk '$0 ~ / - cgroup2 / { print $5; exit }' /proc/self/mountinfo)
+    [ -n "$mnt" ] || { echo "delegate_cgroup: no cgroup hierarchy" >&2; return 1; }
+    cur=$(awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup)
+    case "$cur" in */"$name"/shell) base="$mnt${cur%/shell}" ;; *) base="$mnt$(dirname "$cur" | sed 's|^/$||')/$name" ;; esac
+    mkdir -p "$base/shell"
+    echo "$BASHPID" > "$base/shell/cgroup.procs"
+    echo "+memory +pids +cpu" > "$base/cgroup.subtree_control"
+    chown -R "$u:$gid" "$base"
+    echo "delegated cgroup (v2) for $u: $base"
+}
+
+# use_cargo: puts a cargo on PATH that can build Lazaret, or says exactly
+# what to do and fails. Under sudo, root's PATH usually has no cargo: the
+# invoking user's rustup toolchain (~/.cargo/bin) is used then.
+use_cargo() {
+    local repo=$1 h min have
+    if ! command -v cargo >/dev/null 2>&1; then
+        for h in ${SUDO_USER:+"$(getent passwd "$SUDO_USER" | cut -d: -f6)"} "${HOME:-}"; do
+            if [ -n "$h" ] && [ -x "$h/.cargo/bin/cargo" ]; then
+                export PATH="$h/.cargo/bin:$PATH"
+                export RUSTUP_HOME=${RUSTUP_HOME:-$h/.rustup}
+                break
+            fi
+        done
+    fi
+    min=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$repo/Cargo.toml")
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "no cargo found (PATH=$PATH${SUDO_USER:+, nor in ~$SUDO_USER/.cargo/bin})." >&2
+        echo "Lazaret needs Rust $min or newer: install rustup (https://rustup.rs, or 'sudo apt-get install rustup' on Debian 13+), then 'rustup default stable', and run this again." >&2
+        return 1
+    fi
+    have=$(cargo --version | awk '{print $2}')
+    if [ "$(printf '%s\n%s\n' "$min" "$have" | sort -V | head -n1)" != "$min" ]; then
+        echo "$(command -v cargo) is version $have; Lazaret needs Rust $min or newer (rust-version in Cargo.toml)." >&2
+        echo "Debian's packaged Rust is older: install rustup (https://rustup.rs), then 'rustup default stable' (or 'rustup update'), and run this again." >&2
+        return 1
+    fi
 }

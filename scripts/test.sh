@@ -17,8 +17,9 @@ ensure_user "$user"
 export LAZARET_TEST_USER=$user
 
 # The test-only fault switch (LAZARET_FAULT) is compiled in for the tests.
-echo "test.sh: building"
-cargo build --release --locked --features fault-injection 2>&1 | tail -n 3
+use_cargo "$PWD"
+echo "test.sh: building (release; the first build takes a few minutes)"
+cargo build --release --locked --features fault-injection
 
 # The integration tests need the binaries where the test user can read them.
 bindir=$(stage_binaries "$user")
@@ -33,6 +34,10 @@ fi
 warm=$(run_as "$user" mktemp -d)
 (cd "$warm" && run_as "$user" "$bindir/lazaret" run --quiet -- true) || { echo "test.sh: a first sandbox did not start" >&2; exit 1; }
 rm -rf "$warm"
+
+# Resource limits are enforced with cgroups: give the test user a
+# delegated cgroup, as systemd's Delegate= would, and run the tests in it.
+delegate_cgroup "$user" || echo "test.sh: no delegated cgroup; resource-limit tests will skip or fail" >&2
 
 echo "test.sh: running tests"
 cargo test --release --locked --features fault-injection -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"

@@ -400,10 +400,26 @@ pub fn ensure_layout(domain_root: &Path, gen_dir: &Path, mounts: &[AnchorMount])
     for m in mounts {
         mkdir_private(&m.key_dir)?;
         mkdir_private(&m.upper())?;
+        upper_mode_from_lower(m)?;
         mkdir_private(&m.work())?;
         mkdir_private(&m.target)?;
     }
     Ok(())
+}
+
+/// The merged directory shows the upper's mode: give the upper the mode of
+/// the image's directory (0755 when the image has none), so `/usr`, `/etc`
+/// ... stay searchable by the sandbox's non-root users (apt's `_apt`,
+/// `su nobody`). The upper itself stays private on the host: its parent
+/// `anchor/KEY` is 0700.
+fn upper_mode_from_lower(m: &AnchorMount) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::symlink_metadata(&m.lower) {
+        Ok(md) if md.is_dir() => md.permissions().mode() & 0o7777,
+        _ => 0o755,
+    };
+    std::fs::set_permissions(m.upper(), std::fs::Permissions::from_mode(mode))
+        .map_err(|e| AnchorError::Io(m.upper(), e))
 }
 
 pub fn recorded_driver(key_dir: &Path) -> Option<Driver> {
@@ -431,14 +447,15 @@ fn record_driver(key_dir: &Path, d: Driver) -> Result<()> {
 }
 
 /// The driver preferred for fresh uppers: `LAZARET_OVERLAY_DRIVER`
-/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else
-/// fuse-overlayfs: the spec's driver, and on `scripts/bench-state.sh` the
-/// kernel overlay was not faster under gVisor (docs/state.md).
+/// (`kernel` or `fuse`, a benchmarking and troubleshooting knob), else the
+/// kernel overlay: it reports ENOSPC/EDQUOT to the writer faithfully, where
+/// fuse-overlayfs acknowledged fsync'd writes the upper could not hold
+/// (docs/state.md). An upper keeps the driver that first mounted it.
 pub fn preferred_driver() -> Driver {
     std::env::var("LAZARET_OVERLAY_DRIVER")
         .ok()
         .and_then(|v| Driver::parse(&v))
-        .unwrap_or(Driver::Fuse)
+        .unwrap_or(Driver::Kernel)
 }
 
 /// Everything the coordinator does for the State Anchor of one generation:
@@ -665,9 +682,14 @@ fn write_file_durable(p: &Path, data: &str) -> io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    f.write_all(data.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, p)?;
+    // A write that fails (a full disk) leaves nothing behind: the temp
+    // file is ours and was never renamed into place.
+    let written = f.write_all(data.as_bytes()).and_then(|_| f.sync_all());
+    drop(f);
+    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, p)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     sync_dir(p.parent().unwrap_or(Path::new("/")))
 }
 
@@ -750,6 +772,12 @@ pub fn finish_reset(domain_root: &Path) -> io::Result<bool> {
         }
     }
     let jp = anchor.join(JOURNAL);
+    // A journal that never got written in full (a full disk) was never
+    // renamed into place: the reset did not begin.
+    let tmp = jp.with_extension("tmp");
+    if std::fs::symlink_metadata(&tmp).is_ok_and(|m| m.is_file()) {
+        let _ = std::fs::remove_file(&tmp);
+    }
     let md = match std::fs::symlink_metadata(&jp) {
         Ok(md) => md,
         Err(_) => return Ok(false),

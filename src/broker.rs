@@ -26,8 +26,25 @@ use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
 use crate::trust::{Role, TrustAnchor};
 
-/// Most requests waiting in one scan; the rest wait for the next event.
-const SCAN_MAX: usize = 64;
+/// Most well-formed requests handled in one scan; the rest are handled
+/// by the next one, which the coordinator runs at once (`backlog`), so a
+/// burst of any size drains without waiting for another event while the
+/// event loop stays responsive.
+const SCAN_MAX: usize = 256;
+/// Most junk entries removed in one scan: small, so a flood of junk is
+/// removed over several short passes and a request waits at most one.
+const JUNK_MAX: usize = 1024;
+/// A `.tmp-*` file older than this is abandoned and removed. Generous: a
+/// writer inside a loaded sandbox can be slow, and a young one costs only a
+/// `stat` per scan, never a place in it.
+const TMP_GRACE: Duration = Duration::from_secs(120);
+
+/// Host-command lifecycle, for the coordinator's durable record.
+#[derive(Debug)]
+pub enum HostEvent {
+    Started { id: String, pid: i32, start_time: u64 },
+    Ended { id: String },
+}
 
 /// What the coordinator knows of a registered session.
 pub struct SessionView {
@@ -94,10 +111,17 @@ pub struct Broker {
     workspace: PathBuf,
     requests: PathBuf,
     results: PathBuf,
+    /// Host-only: junk that could not be removed is moved here.
+    quarantine: PathBuf,
+    quarantined: u64,
     inotify: OwnedFd,
     seen: HashSet<String>,
     runs: HashMap<String, HostRun>,
     audit: File,
+    /// More well-formed requests are waiting than one scan handled.
+    pub backlog: bool,
+    /// Started and ended host commands since the coordinator last looked.
+    pub events: Vec<HostEvent>,
 }
 
 fn io_msg(what: &Path, e: io::Error) -> String {
@@ -113,10 +137,11 @@ impl Broker {
         mailbox: &Path,
         audit_log: &Path,
     ) -> Result<Broker, String> {
-        let _ = std::fs::remove_dir_all(mailbox);
+        remove_tree(mailbox);
         let requests = mailbox.join("requests");
         let results = mailbox.join("results");
-        for d in [&requests, &results] {
+        let quarantine = mailbox.join("quarantine");
+        for d in [&requests, &results, &quarantine] {
             std::fs::create_dir_all(d).map_err(|e| io_msg(d, e))?;
         }
         std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_msg(mailbox, e))?;
@@ -137,10 +162,14 @@ impl Broker {
             workspace: workspace.to_path_buf(),
             requests,
             results,
+            quarantine,
+            quarantined: 0,
             inotify,
             seen: HashSet::new(),
             runs: HashMap::new(),
             audit,
+            backlog: false,
+            events: Vec::new(),
         })
     }
 
@@ -164,25 +193,69 @@ impl Broker {
 
     /// Reads every waiting request. Returns the accepted ones that need a
     /// human, keyed by session; auto-approved ones are started here.
+    ///
+    /// Only well-formed entries (a regular file named `<32 hex>.req`) are
+    /// read, and only they count against [`SCAN_MAX`]; everything else the
+    /// sandbox can put there (abandoned temporary files, directories,
+    /// FIFOs, sockets, symlinks, other names) is removed without being
+    /// opened. A result is written only for a record whose signature and
+    /// session binding were verified: a forged record naming someone
+    /// else's request id leaves that request alone.
     pub fn scan(&mut self, session: &dyn Fn(&str) -> Option<SessionView>) -> Vec<(String, Request)> {
         let mut buf = [0u8; 4096];
         while sys::read(self.inotify.as_raw_fd(), &mut buf)
             .map(|n| n > 0)
             .unwrap_or(false)
         {}
-        let mut names: Vec<String> = match std::fs::read_dir(&self.requests) {
-            Ok(rd) => rd
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
+        let rd = match std::fs::read_dir(&self.requests) {
+            Ok(rd) => rd,
             Err(_) => return Vec::new(),
         };
+        let mut names: Vec<String> = Vec::new();
+        let mut junk: Vec<(PathBuf, bool)> = Vec::new();
+        let mut bad_named: Vec<(String, &'static str)> = Vec::new();
+        let now = std::time::SystemTime::now();
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Ok(ft) = e.file_type() else { continue };
+            let name_ok = name.to_str().is_some_and(well_formed_name);
+            if name_ok && ft.is_file() {
+                names.push(name.to_string_lossy().into_owned());
+                continue;
+            }
+            if junk.len() >= JUNK_MAX {
+                continue; // the next scan removes the rest
+            }
+            let is_tmp = name.as_encoded_bytes().starts_with(b".tmp-");
+            if is_tmp && ft.is_file() {
+                // Being written; its rename brings it back. Abandoned ones go.
+                let young = e
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_none_or(|age| age < TMP_GRACE);
+                if young {
+                    continue;
+                }
+            }
+            if name_ok {
+                bad_named.push((
+                    name.to_string_lossy().into_owned(),
+                    if ft.is_symlink() {
+                        "cannot open: a symlink"
+                    } else {
+                        "not a regular file"
+                    },
+                ));
+            }
+            junk.push((e.path(), ft.is_dir()));
+        }
         names.sort();
+        // Requests past SCAN_MAX are left for the next scan, which runs at once.
+        self.backlog = names.len() > SCAN_MAX;
         let mut ask = Vec::new();
         for name in names.into_iter().take(SCAN_MAX) {
-            if name.starts_with(".tmp-") {
-                continue; // being written; its rename brings it back
-            }
             let path = self.requests.join(&name);
             let data = self.take(&path);
             // INVARIANT: the record is gone from the mailbox before it is
@@ -190,37 +263,62 @@ impl Broker {
             let _ = std::fs::remove_file(&path);
             let verdict = data.and_then(|d| self.accept(&name, &d, session));
             match verdict {
-                Ok((req, client)) => match self.auto_rule(&req.argv) {
-                    Some(rule) => {
+                Ok((req, client)) => match self.auto_rule(&req) {
+                    Some((rule, harden)) => {
                         let why = format!("auto-approved by rule {rule}");
                         self.audit(format!(
-                            "request={} session={} client={client} argv={} decision=\"{why}\"",
+                            "request={} session={} client={client} cwd={} argv={} decision=\"{why}\"",
                             req.id,
                             req.session,
+                            escalation::quote_argv(&[req.cwd.clone()]),
                             escalation::quote_argv(&req.argv)
                         ));
-                        let argv = req.argv.clone();
+                        let argv = if harden {
+                            escalation::harden_git(&req.argv)
+                        } else {
+                            req.argv.clone()
+                        };
                         self.start(req, argv, why);
                     }
                     None => ask.push((req.session.clone(), req)),
                 },
-                Err((id, reason)) => {
+                Err((_, reason)) => {
+                    // INVARIANT: no result for a record that failed
+                    // verification; its id may be another session's.
                     log::warn!("escalation: rejected {name}: {reason}");
                     self.audit(format!("rejected file={name} reason=\"{reason}\""));
-                    if let Some(id) = id {
-                        self.write_result(&Outcome {
-                            id,
-                            status: Status::Failed,
-                            argv: Vec::new(),
-                            reason: format!("rejected: {reason}"),
-                            stdout: Vec::new(),
-                            stderr: Vec::new(),
-                            stdout_truncated: false,
-                            stderr_truncated: false,
-                        });
-                    }
                 }
             }
+        }
+        // Only now, so no amount of junk delays a legitimate request.
+        if !junk.is_empty() {
+            let mut progress = false;
+            for (p, dir) in &junk {
+                // remove_dir_all never follows symlinks inside the tree. A
+                // directory the sandbox made unwritable (we own it on the
+                // host) is opened up first, never through a symlink.
+                let removed = if *dir {
+                    std::fs::remove_dir_all(p).or_else(|_| {
+                        sys::chmod_nofollow(p, 0o700)?;
+                        std::fs::remove_dir_all(p)
+                    })
+                } else {
+                    std::fs::remove_file(p)
+                };
+                // What cannot be removed (a tree the sandbox made unreadable)
+                // is moved out of the sandbox's reach, so it never comes back.
+                let moved = removed.is_err() && {
+                    self.quarantined += 1;
+                    std::fs::rename(p, self.quarantine.join(self.quarantined.to_string())).is_ok()
+                };
+                progress |= removed.is_ok() || moved;
+            }
+            // Rescan at once only while the junk is going away.
+            self.backlog |= progress && junk.len() >= JUNK_MAX;
+            for (name, why) in bad_named {
+                self.audit(format!("rejected file={name} reason=\"{why}\""));
+            }
+            log::warn!("escalation: removed {} junk entries from the mailbox", junk.len());
         }
         ask
     }
@@ -279,14 +377,33 @@ impl Broker {
         Ok((req, client))
     }
 
-    fn auto_rule(&self, argv: &[String]) -> Option<usize> {
+    /// The first rule matching both the argv and, by what the directory
+    /// is on the host, the working directory; with its Git hardening.
+    fn auto_rule(&self, req: &Request) -> Option<(usize, bool)> {
         if !self.config.enabled {
             return None;
         }
-        self.config
-            .auto_approve
-            .iter()
-            .position(|r| escalation::rule_matches(&r.argv, r.allow_trailing_args, argv))
+        let cwd = self.host_cwd(&req.cwd)?;
+        self.config.auto_approve.iter().enumerate().find_map(|(n, r)| {
+            (escalation::rule_matches(&r.argv, r.allow_trailing_args, &req.argv)
+                && self.host_cwd(&r.cwd).is_some_and(|rc| rc == cwd))
+            .then_some((n, r.harden_git))
+        })
+    }
+
+    /// The host directory a request would run in, for the prompt.
+    pub fn host_cwd_display(&self, rel: &str) -> String {
+        match self.host_cwd(rel) {
+            Some(p) => crate::display::escape_path(&p),
+            None => format!(
+                "(outside the workspace: {})",
+                escalation::neutralize(&format!("{}/{rel}", self.workspace.display()))
+            ),
+        }
+    }
+
+    pub fn prompt_timeout_s(&self) -> u64 {
+        self.config.prompt_timeout_s
     }
 
     /// Answers a request without running anything.
@@ -328,7 +445,7 @@ impl Broker {
             return None;
         }
         let p = std::fs::canonicalize(self.workspace.join(rel)).ok()?;
-        p.starts_with(&self.workspace).then_some(p)
+        (p.starts_with(&self.workspace) && p.is_dir()).then_some(p)
     }
 
     /// Runs an approved command on the host.
@@ -351,11 +468,19 @@ impl Broker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: only async-signal-safe calls before exec: the command
-        // becomes its own process group so a cancel reaches all of it.
+        // becomes its own session and process group so a cancel reaches all
+        // of it, and dies with the coordinator (checked against the race
+        // where the coordinator died before the signal was armed).
+        let parent = sys::getpid();
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 sys::reset_signals();
-                sys::setsid()
+                sys::setsid()?;
+                sys::set_parent_death_signal(libc::SIGKILL)?;
+                if sys::getppid() != parent {
+                    sys::exit_now(127);
+                }
+                Ok(())
             });
         }
         let mut child = match cmd.spawn() {
@@ -373,6 +498,11 @@ impl Broker {
         let _ = sys::set_nonblocking(out.as_raw_fd(), true);
         let _ = sys::set_nonblocking(err.as_raw_fd(), true);
         let pgid = child.id() as i32;
+        self.events.push(HostEvent::Started {
+            id: req.id.clone(),
+            pid: pgid,
+            start_time: sys::proc_start_time(pgid).unwrap_or(0),
+        });
         let deadline = Instant::now() + Duration::from_secs(req.timeout_secs.min(escalation::MAX_TIMEOUT_SECS));
         self.runs.insert(
             req.id.clone(),
@@ -443,12 +573,14 @@ impl Broker {
         let _ = sys::killpg(r.pgid, libc::SIGKILL);
         let _ = r.child.kill();
         let _ = r.child.wait();
+        self.events.push(HostEvent::Ended { id: id.to_string() });
         r.out.pump();
         r.err.pump();
         let reason = match &status {
             Status::Completed(_) => r.decision.clone(),
             Status::TimedOut => format!("killed after {} s ({})", r.req.timeout_secs, r.decision),
             Status::Cancelled => "the requesting session ended".into(),
+            Status::Expired => "no decision in time".into(),
             _ => r.decision.clone(),
         };
         self.audit(format!(
@@ -510,29 +642,111 @@ impl Broker {
     }
 }
 
-/// The prompt shown in the requesting session's terminal.
-pub fn prompt_text(profile: &str, session: &str, req: &Request) -> String {
-    let cwd = if req.cwd.is_empty() {
-        "/workspace".to_string()
-    } else {
-        format!("/workspace/{}", req.cwd)
-    };
+/// Puts the terminal into a known state before the prompt is drawn, so
+/// nothing the sandbox wrote (scroll region, origin mode, alternate
+/// screen, colours, hidden cursor, a graphics character set) can hide or
+/// fake it: soft reset (DECSTR), full-screen scroll region, origin mode
+/// off, main screen, SGR reset, cursor shown, ASCII character set, then
+/// the bottom line of the screen, where the prompt scrolls everything above
+/// it up.
+pub const TERMINAL_RESET: &str =
+    "\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
+
+/// The prompt shown in the requesting session's terminal. `host_cwd` is
+/// the host directory the command would run in (already escaped).
+pub fn prompt_text(profile: &str, session: &str, req: &Request, host_cwd: &str, timeout_s: u64) -> String {
     let why = if req.justification.is_empty() {
         "(none given)".to_string()
     } else {
         req.justification.clone()
     };
-    format!(
-        "\r\n\x1b[1m-- lazaret: the sandbox asks to run a command on the host --\x1b[0m\r\n\
-         profile: {}   session: {}\r\n\
-         command: {}\r\n\
-         cwd:     {}\r\n\
-         why:     {}\r\n\
-         [a]pprove  [d]eny  [e]dit? ",
-        escalation::neutralize(profile),
-        escalation::neutralize(session),
-        escalation::quote_argv(&req.argv),
-        escalation::neutralize(&cwd),
-        escalation::neutralize(&why),
-    )
+    let lines = [
+        "\x1b[1m-- lazaret: the sandbox asks to run a command on the host --\x1b[0m".to_string(),
+        format!(
+            "profile: {}   session: {}",
+            escalation::neutralize(profile),
+            escalation::neutralize(session)
+        ),
+        format!("command: {}", escalation::quote_argv(&req.argv)),
+        format!("cwd:     {host_cwd}"),
+        format!("why:     {}", escalation::neutralize(&why)),
+        format!("(no answer within {timeout_s} s denies it)"),
+    ];
+    let mut out = String::from(TERMINAL_RESET);
+    out.push_str("\r\n");
+    for l in lines {
+        // Each line starts on a cleared line: nothing drawn before shows through.
+        out.push_str("\x1b[2K");
+        out.push_str(&l);
+        out.push_str("\r\n");
+    }
+    out.push_str("\x1b[2K");
+    out.push_str(PROMPT_QUESTION);
+    out
+}
+
+/// The question; answers are whole lines.
+pub const PROMPT_QUESTION: &str = "run it? type yes, no or edit, then Enter: ";
+
+/// Removes a mailbox tree without following symlinks. A subtree the
+/// sandbox made unreadable may stay behind (it is in the host-private
+/// runtime directory, and `quarantine/` is never visible to the sandbox).
+pub fn remove_tree(p: &Path) {
+    let _ = std::fs::set_permissions(p.join("results"), std::fs::Permissions::from_mode(0o700));
+    if let Err(e) = std::fs::remove_dir_all(p) {
+        if e.kind() != io::ErrorKind::NotFound {
+            log::warn!("escalation: could not remove all of {}: {e}", p.display());
+        }
+    }
+}
+
+/// A request file's name: `<32 lowercase hex>.req`.
+fn well_formed_name(n: &str) -> bool {
+    n.len() == 36 && n.ends_with(".req") && n[..32].bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Recovery after a coordinator crash: kills exactly the host command
+/// recorded as (`pid`, `start_time`, `pgid`). The leader is verified by its
+/// start time; if the leader is gone, its process group and session id
+/// cannot have been reused while any member lives, so the members still
+/// carrying that group (and started no earlier) are ours. A pid now used by
+/// a different process means the group is gone: nothing is killed.
+pub fn kill_recorded(pid: i32, start_time: u64, pgid: i32) -> usize {
+    if pid <= 0 || pgid <= 0 {
+        return 0;
+    }
+    if sys::same_process(pid, start_time) {
+        let _ = sys::killpg(pgid, libc::SIGKILL);
+        return 1;
+    }
+    if sys::proc_start_time(pid).is_some() {
+        return 0; // the pid was reused: not ours
+    }
+    let mut n = 0;
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            // Fields after the command name: state ppid pgrp session ...
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let (Some(pg), Some(st)) = (
+                f.get(2).and_then(|v| v.parse::<i32>().ok()),
+                sys::parse_start_time(&stat),
+            ) else {
+                continue;
+            };
+            if pg == pgid && st >= start_time {
+                let _ = sys::kill(p, libc::SIGKILL);
+                n += 1;
+            }
+        }
+    }
+    n
 }

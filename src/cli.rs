@@ -32,21 +32,22 @@ const USAGE: &str = "\
 usage: lazaret <command> [options]
 
 commands:
-  run [--profile P] [--workspace DIR] [-e KEY[=VALUE]]...
-      [--publish [ADDR:]HOSTPORT:GUESTPORT]... [-- CMD ARGS...]
+  run [-p P] [-w DIR] [-q] [--memory SIZE] [--pids N] [--cpus N]
+      [-e KEY[=VALUE]]... [--publish [ADDR:]HOSTPORT:GUESTPORT]... [CMD ARGS...]
                        open a shell (or run CMD) in the Domain's sandbox;
                        -e passes a host variable to this session only;
                        --publish forwards a host port (127.0.0.1 by default)
   ps [--json]          list running Domains: ID prefix, age, sessions, ports
-  stop [ID | --all | --profile P --workspace DIR]
+  stop [ID | --all | -p P -w DIR]
                        stop running Domains (their sessions are told why)
   exec ID [-e KEY[=VALUE]]... [-- CMD ARGS...]
                        join a running Domain by ID (prefix) from anywhere
-  rm [ID | --profile P --workspace DIR] [--yes] [--json]
+  rm [ID | -p P -w DIR] [--yes] [--json]
                        delete a stopped Domain's state (asks first)
   image build [NAME] [--quiet] [--if-missing]
-                       build the default image, or the recipe [images.NAME]
-                       (built-in: dev); an unchanged recipe is not rebuilt
+                       build the default image (debootstrap + umoci), or the
+                       recipe [images.NAME] (built-in: dev); an unchanged
+                       recipe is not rebuilt
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
   image list [--json]  list prepared lowers, their leases and foreign dirs
@@ -59,9 +60,15 @@ commands:
                        show persistent changes (metadata only) / check them
   state reset [DOMAIN] (--path P | --all) [--yes] [--json]
                        empty persistent state (asks first unless --yes)
+  state unhide [DOMAIN] (--path P | --all) [--json]
+                       forget hidden ignored host files (docs/git.md)
                        DOMAIN: [--profile P] [--workspace DIR] | --domain ID
   doctor [--json]      check host prerequisites and print fixes
-  version              print the version
+  version              print the version (also -V, --version)
+  help [CMD]           this text, or CMD's usage (also CMD --help)
+
+options may be written --opt=value; -p, -w and -q stand for --profile,
+--workspace and --quiet
 ";
 
 /// A failure of the CLI: a message and an exit code.
@@ -116,10 +123,16 @@ usage_from!(
 );
 
 pub fn main() -> i32 {
+    // Every helper (debootstrap's chroot, newuidmap, ip, ...) is found on
+    // one PATH: the caller's plus the sbin directories.
+    crate::hostenv::set_helper_path();
     let mut raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let cmd = raw.first().and_then(|a| a.to_str()).map(String::from);
     if cmd.is_some() {
         raw.remove(0);
+    }
+    if let Some(code) = public_preamble(cmd.as_deref(), &raw) {
+        return code;
     }
     // The internal roles log to stderr (the coordinator log file).
     if matches!(cmd.as_deref(), Some("__coordinator") | Some("__supervisor")) {
@@ -137,17 +150,26 @@ pub fn main() -> i32 {
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
         Some("state") => refuse_root().and_then(|()| crate::state::cmd(raw).map_err(Failure::from)),
-        Some("version") | Some("--version") => {
+        Some("version") | Some("--version") | Some("-V") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
             if cfg!(feature = "fault-injection") {
                 println!("built with fault-injection (LAZARET_FAULT): for tests only");
             }
             Ok(0)
         }
-        Some("help") | Some("--help") | Some("-h") => {
-            print!("{USAGE}");
-            Ok(0)
-        }
+        Some("help") | Some("--help") | Some("-h") => match raw.first().and_then(|a| a.to_str()) {
+            None => {
+                print!("{USAGE}");
+                Ok(0)
+            }
+            Some(c) => match crate::usage::of(c) {
+                Some(u) => {
+                    print!("{u}");
+                    Ok(0)
+                }
+                None => Err(Failure::usage(format!("unknown command {c:?}: see `lazaret help`"))),
+            },
+        },
         Some("__coordinator") => internal_coordinator(raw),
         Some("__supervisor") => internal_supervisor(raw),
         Some("__state-helper") => Ok(crate::statefs::helper_main(raw)),
@@ -158,9 +180,31 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(f) => {
             restore_terminal();
+            let f = plain_failure(f);
             eprintln!("lazaret: {}", f.msg);
             f.code
         }
+    }
+}
+
+/// The one place a failure's message and exit code are settled before they
+/// are shown: a full disk under the storage root or the runtime dir is
+/// said as "no space left on DEVICE (PATH)" whatever step hit it.
+fn plain_failure(f: Failure) -> Failure {
+    if f.code == EXIT_USAGE {
+        return f;
+    }
+    let mut roots = Vec::new();
+    if let Ok(s) = paths::storage_root() {
+        roots.push(s);
+    }
+    if let Ok(cfg) = config::load(&config::config_path()) {
+        roots.push(paths::runtime_root(cfg.runtime_dir.as_deref()));
+    }
+    let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+    Failure {
+        code: f.code,
+        msg: crate::nospace::explain(&f.msg, &refs),
     }
 }
 
@@ -198,11 +242,14 @@ pub(crate) struct Resolved {
     pub(crate) pass: Vec<(String, String)>,
     /// `--publish` forwards for a Domain this client starts.
     pub(crate) publish: Vec<crate::ports::PortForward>,
+    /// `--memory/--pids/--cpus` for a Domain this CLI starts.
+    pub(crate) limit_overrides: String,
 }
 
 pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
     let cfg = config::load(&config::config_path())?;
     let name = profile.unwrap_or_else(|| "default".into());
+    warn_broken_profiles(&cfg, Some(&name));
     let profile = cfg.profile(&name)?.clone();
     let dir = match workspace {
         Some(w) => {
@@ -222,6 +269,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
     config::check_location(&cfg.path, &workspace, &profile.volumes)?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    check_workspace_root(&workspace, &storage, &runtime, &cfg.path)?;
     paths::ensure_private_dir(&storage)?;
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
@@ -236,20 +284,73 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         paths,
         pass,
         publish: Vec::new(),
+        limit_overrides: String::new(),
     })
+}
+
+/// Workspace-root safety (see `domain::check_workspace_root`).
+fn check_workspace_root(workspace: &Path, storage: &Path, runtime: &Path, config: &Path) -> Result<(), Failure> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    let mut keep: Vec<(&'static str, &Path)> = vec![
+        ("the Lazaret storage root", storage),
+        ("the Lazaret runtime dir", runtime),
+        ("the Lazaret config file", config),
+    ];
+    if let Some(h) = &home {
+        keep.push(("your home directory", h));
+    }
+    Ok(domain::check_workspace_root(workspace, &keep)?)
+}
+
+/// `--memory SIZE`, `--pids N`, `--cpus N` of `lazaret run`.
+fn limit_flags(args: &mut pico_args::Arguments) -> Result<config::Limits, Failure> {
+    let mut l = config::Limits::default();
+    if let Some(v) = args.opt_value_from_str::<_, String>("--memory")? {
+        l.memory = Some(config::parse_size(&v).ok().filter(|m| *m >= 64 << 20).ok_or_else(|| {
+            Failure::usage(format!(
+                "--memory {v:?}: expected a size of at least 64MiB like \"4GiB\""
+            ))
+        })?);
+    }
+    if let Some(v) = args.opt_value_from_str::<_, String>("--pids")? {
+        l.pids = Some(
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| (32..=4_194_304).contains(n))
+                .ok_or_else(|| Failure::usage(format!("--pids {v:?}: expected an integer between 32 and 4194304")))?,
+        );
+    }
+    if let Some(v) = args.opt_value_from_str::<_, String>("--cpus")? {
+        l.cpu_millis = Some(config::parse_cpus(&v).map_err(|e| Failure::usage(format!("--cpus {v:?}: expected {e}")))?);
+    }
+    Ok(l)
+}
+
+/// Explicit limits need a cgroup mechanism: refuse (exit 2) with the fix
+/// when there is none, before anything starts.
+fn check_limits(r: &Resolved) -> Result<(), Failure> {
+    let explicit = r.profile.limits.explicit() || !r.limit_overrides.is_empty();
+    if !explicit {
+        return Ok(());
+    }
+    match crate::cgroup::detect() {
+        crate::cgroup::Mechanism::Unavailable { why, fix } => Err(Failure::usage(format!(
+            "profile {:?} sets resource limits but they cannot be enforced here: {why}. Fix: {fix} (see `lazaret doctor`)",
+            r.profile.name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 // ---- run ------------------------------------------------------------------------
 
 fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let (opts, cmd) = match raw.iter().position(|a| a == "--") {
-        Some(i) => (raw[..i].to_vec(), raw[i + 1..].to_vec()),
-        None => (raw, Vec::new()),
-    };
+    let (opts, cmd) = crate::usage::split_run(raw);
     let mut args = pico_args::Arguments::from_vec(opts);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
-    let quiet = args.contains("--quiet");
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
+    let quiet = args.contains(["-q", "--quiet"]);
+    let overrides = limit_flags(&mut args)?;
     let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
     let publish: Vec<String> = args.values_from_str("--publish")?;
     finish_args(args)?;
@@ -272,12 +373,17 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     r.pass = crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
     r.publish = publish;
+    r.limit_overrides = crate::cgroup::encode_overrides(&overrides);
+    check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
-    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile)
+    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
-    // A missing image is bad input, reported before anything starts.
+    preflight(&r)?;
+    // A missing image is bad input, reported before anything starts; a
+    // published Domain already runs on its prepared lower and needs none.
     if matches!(r.profile.image, ImageSource::Default)
         && !image::images_dir(&r.storage).join("default/index.json").exists()
+        && !r.paths.socket().exists()
     {
         return Err(Failure::usage(format!(
             "the default image is not built yet: run `lazaret image build` (it goes to {})",
@@ -331,6 +437,8 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
         // A coordinator that just stopped removes the runtime dir.
         r.paths.ensure()?;
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
+            check_disk(r)?;
+            warn_unlimited(r);
             start_coordinator(r, lock, &mut progress)?;
             continue;
         }
@@ -376,6 +484,33 @@ pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
     Ok(same.then_some(f))
 }
 
+/// The profile's `disk` cap on persisted state, checked at each start
+/// (rootless quotas are not available: this is the enforcement point).
+fn check_disk(r: &Resolved) -> Result<(), Failure> {
+    if r.profile.limits.disk.is_none() {
+        return Ok(());
+    }
+    let used = crate::cgroup::persisted_use(&r.paths.root);
+    match crate::cgroup::disk_verdict(used, r.profile.limits.disk, &r.profile.name) {
+        crate::cgroup::DiskVerdict::Ok => Ok(()),
+        crate::cgroup::DiskVerdict::Warn(m) => {
+            eprintln!("lazaret: warning: {m}");
+            Ok(())
+        }
+        crate::cgroup::DiskVerdict::Refuse(m) => Err(Failure::runtime(m)),
+    }
+}
+
+/// Once per Domain start: nothing bounds the sandbox here.
+fn warn_unlimited(r: &Resolved) {
+    if let crate::cgroup::Mechanism::Unavailable { why, fix } = crate::cgroup::detect() {
+        eprintln!(
+            "lazaret: warning: no resource limits for Domain {} ({why}); a runaway agent can exhaust this machine's memory, processes and CPU. Fix: {fix}",
+            &r.domain_id[..8]
+        );
+    }
+}
+
 fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot locate lazaret: {e}")))?;
     let (start_rd, start_wr) = sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?;
@@ -391,6 +526,11 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .arg("--config")
         .arg(&r.cfg.path)
         .args(r.publish.iter().flat_map(|p| ["--publish".to_string(), p.to_string()]))
+        .args(if r.limit_overrides.is_empty() {
+            vec![]
+        } else {
+            vec!["--limits".to_string(), r.limit_overrides.clone()]
+        })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log));
@@ -455,7 +595,7 @@ fn hello(r: &Resolved) -> ClientMsg {
         version: ipc::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: r.profile.name.clone(),
-        fingerprint: r.profile.fingerprint(),
+        fingerprint: config::join_fingerprint(&r.cfg, &r.profile),
     }
 }
 
@@ -538,6 +678,11 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
     let mut prompt: Option<Prompt> = None;
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
     loop {
+        // Frames read ahead with Welcome (or in one read with others) are
+        // acted on before waiting for more: poll cannot see them.
+        if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+            return Ok(code);
+        }
         let mut fds = vec![
             sys::PollFd::new(sock, libc::POLLIN),
             sys::PollFd::new(signals, libc::POLLIN),
@@ -592,44 +737,65 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
             }
         }
         if fds[0].readable() {
-            if let Err(e) = reader.fill(stream) {
+            let filled = reader.fill(stream);
+            // Everything already received is shown before end-of-file is
+            // reported: the Exit frame may be in the same read as the EOF.
+            if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+                return Ok(code);
+            }
+            if let Err(e) = filled {
                 restore_terminal();
                 return Err(Failure::runtime(format!(
                     "lost the connection to the coordinator ({e}); the session is gone"
                 )));
             }
-            loop {
-                match reader.next::<ServerMsg>() {
-                    Ok(Some(ServerMsg::Stdout(d))) => {
-                        let _ = sys::write_all(1, &d);
-                    }
-                    Ok(Some(ServerMsg::Stderr(d))) => {
-                        let _ = sys::write_all(2, &d);
-                    }
-                    Ok(Some(ServerMsg::Exit { code })) => return Ok(code),
-                    Ok(Some(ServerMsg::Prompt { request_id, text })) => {
-                        let _ = sys::write_all(1, text.as_bytes());
-                        prompt = Some(Prompt {
-                            request_id,
-                            editing: None,
-                        });
-                    }
-                    Ok(Some(ServerMsg::Closing { reason })) => {
+        }
+    }
+}
+
+/// Acts on every whole frame buffered in `reader`. `Some(code)` once the
+/// session's Exit frame is read.
+fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool) -> Result<Option<i32>, Failure> {
+    loop {
+        match reader.next::<ServerMsg>() {
+            Ok(Some(ServerMsg::Stdout(d))) => {
+                // Our reader is gone (`lazaret run -- yes | head -1`): end
+                // as a shell pipeline member does, 128+SIGPIPE; the
+                // coordinator ends the session when we leave.
+                if let Err(e) = sys::write_all(1, &d) {
+                    if e.raw_os_error() == Some(libc::EPIPE) {
                         restore_terminal();
-                        if tty {
-                            eprint!("\r\n");
-                        }
-                        return Err(Failure::runtime(format!("session closed: {reason}")));
+                        return Ok(Some(128 + libc::SIGPIPE));
                     }
-                    Ok(Some(other)) => {
-                        return Err(Failure::runtime(format!(
-                            "unexpected message from the coordinator: {other:?}"
-                        )))
-                    }
-                    Ok(None) => break,
-                    Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
                 }
             }
+            Ok(Some(ServerMsg::Stderr(d))) => {
+                let _ = sys::write_all(2, &d);
+            }
+            Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
+            Ok(Some(ServerMsg::Prompt { request_id, text })) => {
+                *prompt = Some(Prompt::show(request_id, &text));
+            }
+            Ok(Some(ServerMsg::PromptEnd { request_id, text })) => {
+                if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
+                    *prompt = None;
+                }
+                let _ = sys::write_all(1, text.as_bytes());
+            }
+            Ok(Some(ServerMsg::Closing { reason })) => {
+                restore_terminal();
+                if tty {
+                    eprint!("\r\n");
+                }
+                return Err(Failure::runtime(format!("session closed: {reason}")));
+            }
+            Ok(Some(other)) => {
+                return Err(Failure::runtime(format!(
+                    "unexpected message from the coordinator: {other:?}"
+                )))
+            }
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
         }
     }
 }
@@ -641,7 +807,7 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     match sub.as_ref().and_then(|s| s.to_str()) {
         Some("build") => {
             let mut args = pico_args::Arguments::from_vec(raw);
-            let quiet = args.contains("--quiet");
+            let quiet = args.contains(["-q", "--quiet"]);
             let if_missing = args.contains("--if-missing");
             let name: Option<String> = args.opt_free_from_str()?;
             finish_args(args)?;
@@ -689,8 +855,8 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         return Err(Failure::usage("`lazaret net` needs a command: show"));
     }
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let json = args.contains("--json");
     finish_args(args)?;
     let r = resolve(profile, workspace)?;
@@ -705,6 +871,106 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         json,
     )
     .map_err(Failure::usage)
+}
+
+/// Before a public command runs: `CMD --help` prints its usage (exit 0);
+/// commands that only print get the default SIGPIPE, so `| head` ends them
+/// quietly (status 141) instead of a panic on EPIPE; the config's broken
+/// profiles are named once for commands that need no profile.
+fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32> {
+    let cmd = cmd?;
+    if matches!(cmd, "-h" | "--help" | "-V" | "--version") {
+        sigpipe_default();
+        return None;
+    }
+    let usage = crate::usage::of(cmd)?;
+    let opts: &[std::ffi::OsString] = if cmd == "run" {
+        &crate::usage::split_run(raw.to_vec()).0
+    } else if cmd == "exec" {
+        // `exec ID -- CMD --help` asks CMD.
+        &raw[..raw.iter().position(|a| a == "--").unwrap_or(raw.len())]
+    } else {
+        raw
+    };
+    if cmd != "help" && crate::usage::wants_help(opts) {
+        sigpipe_default();
+        print!("{usage}");
+        return Some(0);
+    }
+    if cmd != "run" {
+        sigpipe_default();
+    }
+    if matches!(cmd, "image" | "state") {
+        if let Ok(cfg) = config::load(&config::config_path()) {
+            warn_broken_profiles(&cfg, None);
+        }
+    }
+    None
+}
+
+/// The default action for SIGPIPE: a closed reader ends the process the
+/// way it ends `cat` (Rust ignores SIGPIPE, and `println!` then panics on
+/// EPIPE, which the release profile turns into an abort).
+fn sigpipe_default() {
+    // SAFETY: setting a signal disposition before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Prints one warning per broken profile other than `except`, once per
+/// process.
+pub(crate) fn warn_broken_profiles(cfg: &config::Config, except: Option<&str>) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    for w in cfg.warnings(except) {
+        eprintln!("lazaret: {w}");
+    }
+}
+
+/// Bad input a `run` can be refused for before anything starts (exit 2): a
+/// volume whose host path does not exist, an image path that is not there.
+fn preflight(r: &Resolved) -> Result<(), Failure> {
+    if let Some(v) = crate::guestsetup::missing_volume(&r.profile.volumes) {
+        return Err(Failure::usage(format!(
+            "{}: profile {:?}: volume host path {} (for {}) does not exist: create it or fix `volumes`",
+            r.cfg.path.display(),
+            r.profile.name,
+            v.host.display(),
+            v.guest
+        )));
+    }
+    // Where a volume may be mounted is known once the lower exists (the
+    // coordinator checks again after preparing it).
+    if matches!(r.profile.image, ImageSource::Default) && !r.profile.volumes.is_empty() {
+        let layout = image::images_dir(&r.storage).join("default");
+        if let Ok(digest) = image::manifest_digest(&layout, image::DEFAULT_TAG) {
+            let rootfs = image::lowers_dir(&r.storage).join(image::artifact_id(&digest)).join("rootfs");
+            if rootfs.is_dir() {
+                crate::guestsetup::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist)
+                    .map_err(|e| Failure::usage(format!("{}: profile {:?}: {e}", r.cfg.path.display(), r.profile.name)))?;
+            }
+        }
+    }
+    match &r.profile.image {
+        ImageSource::Oci { path, .. } if !path.join("index.json").is_file() => Err(Failure::usage(format!(
+            "{}: profile {:?}: image {}: {} is not an OCI layout (no index.json): fix `image`",
+            r.cfg.path.display(),
+            r.profile.name,
+            r.profile.image,
+            path.display()
+        ))),
+        ImageSource::DockerArchive(file) if !file.is_file() => Err(Failure::usage(format!(
+            "{}: profile {:?}: image {}: {} is not a file: fix `image`",
+            r.cfg.path.display(),
+            r.profile.name,
+            r.profile.image,
+            file.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn cmd_doctor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -723,6 +989,7 @@ fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         workspace: args.value_from_str("--workspace")?,
         config: args.value_from_str("--config")?,
         publish: args.values_from_str("--publish")?,
+        limits: args.opt_value_from_str("--limits")?,
     };
     finish_args(args)?;
     Ok(coordinator::main(a))
@@ -739,21 +1006,53 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         net_plan: args.opt_value_from_str("--net-plan")?,
         views: args.opt_value_from_str("--views")?,
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
+        scratch: args.opt_value_from_str("--scratch")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))
 }
 
 /// An escalation prompt being answered in the developer's terminal (raw
-/// mode): `a` approves, `d` or Ctrl-C denies, `e` edits the command.
+/// mode). Only deliberate answers count: typeahead is flushed when the
+/// prompt is drawn and keystrokes in the next [`PROMPT_GRACE`] are
+/// discarded; an answer is a whole line that is exactly `y`/`yes`,
+/// `n`/`no` or `e`/`edit`, anything else asks again; an edited command is
+/// shown in full and needs its own `yes`. Ctrl-C denies.
 struct Prompt {
     request_id: String,
-    editing: Option<String>,
+    /// Keystrokes read before this instant are discarded.
+    ignore_until: Instant,
+    stage: PromptStage,
+    line: String,
 }
+
+enum PromptStage {
+    Ask,
+    Edit,
+    Confirm(Vec<String>),
+}
+
+/// How long after the prompt appears keystrokes are thrown away.
+const PROMPT_GRACE: Duration = Duration::from_millis(500);
+/// Longest answer line kept.
+const PROMPT_LINE_MAX: usize = 8192;
 
 impl Prompt {
     fn say(s: &str) {
         let _ = sys::write_all(1, s.as_bytes());
+    }
+
+    /// Draws the prompt (the text starts by resetting the terminal state)
+    /// and throws away whatever was typed before it.
+    fn show(request_id: String, text: &str) -> Prompt {
+        Self::say(text);
+        let _ = sys::flush_input(0);
+        Prompt {
+            request_id,
+            ignore_until: Instant::now() + PROMPT_GRACE,
+            stage: PromptStage::Ask,
+            line: String::new(),
+        }
     }
 
     fn decide(&self, verdict: u8, argv: Vec<String>, word: &str) -> ClientMsg {
@@ -767,48 +1066,85 @@ impl Prompt {
 
     /// Consumes keystrokes; returns the decision once there is one.
     fn feed(&mut self, bytes: &[u8]) -> Option<ClientMsg> {
+        if Instant::now() < self.ignore_until {
+            return None;
+        }
         let text = String::from_utf8_lossy(bytes).into_owned();
         for c in text.chars() {
-            match self.editing.as_mut() {
-                None => match c {
-                    'a' | 'A' => return Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
-                    'd' | 'D' | '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
-                    'e' | 'E' => {
-                        Self::say("edit\r\ncommand to run instead: ");
-                        self.editing = Some(String::new());
+            match c {
+                '\r' | '\n' => {
+                    let line = std::mem::take(&mut self.line);
+                    Self::say("\r\n");
+                    if let Some(d) = self.enter(&line) {
+                        return Some(d);
                     }
-                    _ => {}
-                },
-                Some(line) => match c {
-                    '\r' | '\n' => match crate::escalation::split_words(line) {
-                        Some(argv) if !argv.is_empty() => {
-                            return Some(self.decide(ipc::VERDICT_EDIT, argv, ""));
-                        }
-                        _ => {
-                            Self::say("\r\nunbalanced quotes or empty command; command to run instead: ");
-                            line.clear();
-                        }
-                    },
-                    '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
-                    '\u{7f}' | '\u{8}' => {
-                        if line.pop().is_some() {
-                            Self::say("\u{8} \u{8}");
-                        }
+                }
+                '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
+                '\u{7f}' | '\u{8}' => {
+                    if self.line.pop().is_some() {
+                        Self::say("\u{8} \u{8}");
                     }
-                    '\u{15}' => {
-                        for _ in 0..line.chars().count() {
-                            Self::say("\u{8} \u{8}");
-                        }
-                        line.clear();
+                }
+                '\u{15}' => {
+                    for _ in 0..self.line.chars().count() {
+                        Self::say("\u{8} \u{8}");
                     }
-                    c if !c.is_control() => {
-                        line.push(c);
-                        Self::say(&c.to_string());
-                    }
-                    _ => {}
-                },
+                    self.line.clear();
+                }
+                c if !crate::display::is_unsafe(c) && self.line.len() < PROMPT_LINE_MAX => {
+                    self.line.push(c);
+                    Self::say(&c.to_string());
+                }
+                _ => {}
             }
         }
         None
+    }
+
+    /// A whole line was entered.
+    fn enter(&mut self, line: &str) -> Option<ClientMsg> {
+        use crate::escalation::{parse_answer, quote_argv, split_words, Answer};
+        match &self.stage {
+            PromptStage::Ask => match parse_answer(line) {
+                Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
+                Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                Some(Answer::Edit) => {
+                    Self::say("command to run instead: ");
+                    self.stage = PromptStage::Edit;
+                    None
+                }
+                None => {
+                    Self::say("please type yes, no or edit (the whole word), then Enter: ");
+                    None
+                }
+            },
+            PromptStage::Edit => match split_words(line) {
+                Some(argv) if !argv.is_empty() => {
+                    Self::say(&format!(
+                        "\x1b[2Kedited command: {}\r\n\x1b[2Krun the edited command? type yes or no, then Enter: ",
+                        quote_argv(&argv)
+                    ));
+                    self.stage = PromptStage::Confirm(argv);
+                    None
+                }
+                _ => {
+                    Self::say("unbalanced quotes or empty command; command to run instead: ");
+                    None
+                }
+            },
+            PromptStage::Confirm(argv) => match parse_answer(line) {
+                Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_EDIT, argv.clone(), "approved (edited)")),
+                Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                Some(Answer::Edit) => {
+                    Self::say("command to run instead: ");
+                    self.stage = PromptStage::Edit;
+                    None
+                }
+                None => {
+                    Self::say("please type yes or no (the whole word), then Enter: ");
+                    None
+                }
+            },
+        }
     }
 }

@@ -21,6 +21,8 @@
 //! env = { KEY = "value" }
 //! isolate_ignored = true
 //! ipv6 = false
+//! caps = ["CHOWN", "SETUID"]            # optional; narrows DEFAULT_CAPS
+//! git_identity = true
 //! [profiles.NAME.network]
 //! allow = ["198.18.0.0/15"]
 //! deny = []
@@ -56,6 +58,24 @@ pub const DEFAULT_COMMAND: &[&str] = &["/bin/bash", "-l"];
 pub const DEFAULT_PERSIST: &[&str] = &["/usr", "/etc", "/var", "/opt", "/root", "/home"];
 /// Guest paths owned by lazaret; `persist` and volume targets may not be or lie under them.
 pub const RESERVED_GUEST_PATHS: &[&str] = &["/workspace", "/.lazaret", "/proc", "/dev", "/sys"];
+/// The sandbox's capabilities unless a profile narrows them (`caps`): the
+/// container-default set minus what would reach past gVisor's own kernel.
+/// Never CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN or CAP_SYS_PTRACE; see
+/// docs/threat-model.md for why each one is here.
+pub const DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+    "CAP_MKNOD",
+];
 
 const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "images", "profiles"];
 const IMAGE_KEYS: &[&str] = &["base", "packages"];
@@ -77,8 +97,8 @@ pub const DEV_PACKAGES: &[&str] = &[
     "build-essential",
 ];
 const NETWORK_KEYS: &[&str] = &["default_deny"];
-const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve"];
-const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args"];
+const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
+const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
 const PROFILE_KEYS: &[&str] = &[
     "image",
     "command",
@@ -90,7 +110,11 @@ const PROFILE_KEYS: &[&str] = &[
     "isolate_ignored",
     "ipv6",
     "network",
+    "caps",
+    "git_identity",
+    "limits",
 ];
+const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
 
 // ---------------------------------------------------------------------------
@@ -111,6 +135,9 @@ pub struct Config {
     pub escalation: Escalation,
     /// Always contains [`DEFAULT_PROFILE`].
     pub profiles: BTreeMap<String, Profile>,
+    /// Profiles the file defines wrongly, with the first error of each: only
+    /// that profile is unusable (`profile` returns its error).
+    pub broken_profiles: BTreeMap<String, ConfigError>,
     /// `[images.NAME]` recipes; always contains the built-in `dev`.
     pub images: BTreeMap<String, Recipe>,
 }
@@ -150,11 +177,23 @@ pub fn valid_image_name(name: &str) -> bool {
 }
 
 /// Host-command escalation settings.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Escalation {
     /// Off unless the file says `enabled = true`.
     pub enabled: bool,
     pub auto_approve: Vec<AutoRule>,
+    /// How long an accepted request waits for a decision before it expires.
+    pub prompt_timeout_s: u64,
+}
+
+impl Default for Escalation {
+    fn default() -> Escalation {
+        Escalation {
+            enabled: false,
+            auto_approve: Vec::new(),
+            prompt_timeout_s: crate::escalation::DEFAULT_PROMPT_TIMEOUT_SECS,
+        }
+    }
 }
 
 /// A command line that is approved without asking.
@@ -164,6 +203,11 @@ pub struct AutoRule {
     pub argv: Vec<String>,
     /// Whether extra arguments after `argv` are still approved.
     pub allow_trailing_args: bool,
+    /// The only working directory the rule approves, relative to the
+    /// workspace ("" = its root).
+    pub cwd: String,
+    /// Host Git runs with [`crate::escalation::GIT_HARDENING`] unless false.
+    pub harden_git: bool,
 }
 
 /// One agent profile, with built-in defaults filled in.
@@ -194,6 +238,84 @@ pub struct Profile {
     /// `network.mode`: `true` for `"slirp"` (the default), `false` for
     /// `"none"` (loopback only, no helper).
     pub network: bool,
+    /// Capabilities of sandboxed processes (`CAP_*`), a subset of
+    /// [`DEFAULT_CAPS`] in that order.
+    pub caps: Vec<String>,
+    /// Whether the host's Git identity is visible inside (`/etc/gitconfig`).
+    pub git_identity: bool,
+    /// `[profiles.NAME.limits]`: what the user set; unset keys take the
+    /// host-derived defaults (`cgroup::Effective`).
+    pub limits: Limits,
+}
+
+/// Resource limits as configured; `None` means "the default".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Limits {
+    /// Bytes.
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
+    /// Thousandths of a CPU (`cpus = 0.5` is 500).
+    pub cpu_millis: Option<u64>,
+    /// Bytes: the cap on persisted state (uppers + ignored), checked at start.
+    pub disk: Option<u64>,
+    /// Bytes: an image layer may expand to max(8x its compressed size,
+    /// this); default 20 GiB.
+    pub image_layer: Option<u64>,
+}
+
+impl Limits {
+    /// Whether any of memory, pids or cpus was set explicitly (the ones a
+    /// cgroup enforces).
+    pub fn explicit(&self) -> bool {
+        self.memory.is_some() || self.pids.is_some() || self.cpu_millis.is_some()
+    }
+}
+
+/// Parses `"4GiB"`, `"256MiB"`, `"512M"`, `"1024"` (bytes); binary units.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    const EXPECTED: &str = "a size like \"4GiB\", \"256MiB\" or a number of bytes";
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| EXPECTED.to_string())?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "K" | "KiB" | "k" => 1 << 10,
+        "M" | "MiB" => 1 << 20,
+        "G" | "GiB" => 1 << 30,
+        "T" | "TiB" => 1 << 40,
+        _ => return Err(EXPECTED.to_string()),
+    };
+    n.checked_mul(mult)
+        .filter(|v| *v > 0)
+        .ok_or_else(|| EXPECTED.to_string())
+}
+
+/// Formats bytes the way limits are written (`4GiB`, `256MiB`, `1.5GiB`).
+pub fn format_size(b: u64) -> String {
+    const UNITS: &[(&str, u64)] = &[("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (u, m) in UNITS {
+        if b >= *m {
+            return if b % m == 0 {
+                format!("{}{}", b / m, u)
+            } else {
+                format!("{:.1}{}", b as f64 / *m as f64, u)
+            };
+        }
+    }
+    format!("{b}B")
+}
+
+/// Parses a CPU count (`2`, `0.5`) into thousandths; 0.01..=1024.
+pub fn parse_cpus(s: &str) -> Result<u64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| "a number of CPUs like 2 or 0.5".to_string())?;
+    if !(0.01..=1024.0).contains(&v) {
+        return Err("a number of CPUs between 0.01 and 1024".into());
+    }
+    Ok((v * 1000.0).round() as u64)
 }
 
 /// Where the root filesystem image comes from.
@@ -426,11 +548,25 @@ impl Config {
             escalation: Escalation::default(),
             profiles,
             images,
+            broken_profiles: BTreeMap::new(),
         }
+    }
+
+    /// One line per broken profile other than `except`, each naming the file
+    /// and line of its error.
+    pub fn warnings(&self, except: Option<&str>) -> Vec<String> {
+        self.broken_profiles
+            .iter()
+            .filter(|(n, _)| Some(n.as_str()) != except)
+            .map(|(n, e)| format!("warning: profile {:?} is unusable until fixed: {e}", n))
+            .collect()
     }
 
     /// Looks up a profile; unknown names are an error naming the file and the known profiles.
     pub fn profile(&self, name: &str) -> Result<&Profile, ConfigError> {
+        if let Some(e) = self.broken_profiles.get(name) {
+            return Err(e.clone());
+        }
         self.profiles.get(name).ok_or_else(|| ConfigError::UnknownProfile {
             path: self.path.clone(),
             name: name.to_string(),
@@ -457,6 +593,9 @@ impl Profile {
             isolate_ignored: true,
             dns: Vec::new(),
             network: true,
+            caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
+            git_identity: true,
+            limits: Limits::default(),
         }
     }
 
@@ -516,9 +655,58 @@ impl Profile {
             let ports: Vec<String> = self.ports.iter().map(|p| p.to_string()).collect();
             put("ports", &ports.iter().map(String::as_str).collect::<Vec<_>>());
         }
+        if self.caps.iter().map(String::as_str).ne(DEFAULT_CAPS.iter().copied()) {
+            put("caps", &self.caps.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.git_identity {
+            put("git_identity", &["false"]);
+        }
+        let l = &self.limits;
+        for (tag, v) in [
+            ("memory", l.memory),
+            ("pids", l.pids),
+            ("cpus", l.cpu_millis),
+            ("disk", l.disk),
+            ("image_layer", l.image_layer),
+        ] {
+            if let Some(v) = v {
+                put(&format!("limits.{tag}"), &[&v.to_string()]);
+            }
+        }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }
+}
+
+/// The fingerprint a session's configuration must match to join a running
+/// Domain: the profile's, plus everything of `[escalation]` and the global
+/// `[network]` section, which the coordinator also applies.
+pub fn join_fingerprint(cfg: &Config, profile: &Profile) -> String {
+    let mut buf = Vec::new();
+    put_field(&mut buf, profile.fingerprint().as_bytes());
+    let e = &cfg.escalation;
+    put_field(&mut buf, if e.enabled { b"escalation-on" } else { b"escalation-off" });
+    put_field(&mut buf, e.prompt_timeout_s.to_string().as_bytes());
+    for r in &e.auto_approve {
+        put_field(&mut buf, b"rule");
+        put_field(&mut buf, r.argv.len().to_string().as_bytes());
+        for a in &r.argv {
+            put_field(&mut buf, a.as_bytes());
+        }
+        put_field(&mut buf, &[r.allow_trailing_args as u8, r.harden_git as u8]);
+        put_field(&mut buf, r.cwd.as_bytes());
+    }
+    match &cfg.default_deny {
+        None => put_field(&mut buf, b"default-deny-builtin"),
+        Some(list) => {
+            put_field(&mut buf, b"default-deny");
+            for p in list {
+                put_field(&mut buf, p.to_string().as_bytes());
+            }
+        }
+    }
+    let digest = openssl::sha::sha256(&buf);
+    digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
 }
 
 /// Appends `len:bytes,` so concatenations are unambiguous.
@@ -1011,22 +1199,34 @@ impl Schema<'_> {
                         quote(name),
                     ));
                 }
-                let profile = self.profile(name, pitem, &key)?;
-                if let ImageSource::Named(n) = &profile.image {
-                    if !cfg.images.contains_key(n) {
-                        let line = self.table(pitem, &key)?.get("image").map_or(pitem.line, |i| i.line);
-                        return Err(self.invalid(
-                            line,
-                            &join_key(&key, "image"),
-                            format!(
-                                "an image recipe name defined as [images.NAME] (known: {})",
-                                cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
-                            ),
-                            quote(n),
-                        ));
+                // A wrong profile breaks only itself: the others, and the
+                // commands that need no profile, keep working.
+                let profile = self.profile(name, pitem, &key).and_then(|profile| {
+                    if let ImageSource::Named(n) = &profile.image {
+                        if !cfg.images.contains_key(n) {
+                            let line = self.table(pitem, &key)?.get("image").map_or(pitem.line, |i| i.line);
+                            return Err(self.invalid(
+                                line,
+                                &join_key(&key, "image"),
+                                format!(
+                                    "an image recipe name defined as [images.NAME] (known: {})",
+                                    cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
+                                ),
+                                quote(n),
+                            ));
+                        }
+                    }
+                    Ok(profile)
+                });
+                match profile {
+                    Ok(profile) => {
+                        cfg.profiles.insert(name.clone(), profile);
+                    }
+                    Err(e) => {
+                        cfg.profiles.remove(name);
+                        cfg.broken_profiles.insert(name.clone(), e);
                     }
                 }
-                cfg.profiles.insert(name.clone(), profile);
             }
         }
         Ok(cfg)
@@ -1038,6 +1238,17 @@ impl Schema<'_> {
         let mut esc = Escalation::default();
         if let Some(i) = t.get("enabled") {
             esc.enabled = self.boolean(i, "escalation.enabled")?;
+        }
+        if let Some(i) = t.get("prompt_timeout_s") {
+            let max = crate::escalation::MAX_PROMPT_TIMEOUT_SECS;
+            let expected = format!("a whole number of seconds in 1..={max}");
+            esc.prompt_timeout_s = match &i.val {
+                Val::Int(n) if (1..=max as i64).contains(n) => *n as u64,
+                Val::Int(n) => {
+                    return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, n.to_string()))
+                }
+                other => return Err(self.invalid(i.line, "escalation.prompt_timeout_s", expected, got(other))),
+            };
         }
         if let Some(i) = t.get("auto_approve") {
             const EXPECTED: &str = "an array of tables ([[escalation.auto_approve]])";
@@ -1072,13 +1283,53 @@ impl Schema<'_> {
             }
             _ => {}
         }
+        // SR-8: a command that needs a shell is never auto-approved.
+        if let Some(runner) = crate::escalation::command_runner(argv[0].1) {
+            return Err(self.invalid(
+                argv[0].0,
+                &argv_key,
+                format!(
+                    "a program that does not run a command string ({runner:?} is a shell, interpreter or \
+                     command wrapper; such commands must be approved by the developer each time)"
+                ),
+                quote(argv[0].1),
+            ));
+        }
         let allow_trailing_args = match t.get("allow_trailing_args") {
             Some(i) => self.boolean(i, &format!("{}.allow_trailing_args", key))?,
             None => false,
         };
+        let cwd = match t.get("cwd") {
+            Some(i) => {
+                let ck = format!("{}.cwd", key);
+                const EXPECTED: &str = "a directory relative to the workspace, without \"..\"";
+                let s = self.string(i, &ck, EXPECTED)?;
+                let rel = Path::new(s);
+                if !rel
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+                {
+                    return Err(self.invalid(i.line, &ck, EXPECTED, quote(s)));
+                }
+                rel.components()
+                    .filter_map(|c| match c {
+                        Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("/")
+            }
+            None => String::new(),
+        };
+        let harden_git = match t.get("harden_git") {
+            Some(i) => self.boolean(i, &format!("{}.harden_git", key))?,
+            None => true,
+        };
         Ok(AutoRule {
             argv: argv.into_iter().map(|(_, s)| s.to_string()).collect(),
             allow_trailing_args,
+            cwd,
+            harden_git,
         })
     }
 
@@ -1207,6 +1458,15 @@ impl Schema<'_> {
                 };
             }
         }
+        if let Some(i) = t.get("caps") {
+            p.caps = self.caps(i, &k("caps"))?;
+        }
+        if let Some(i) = t.get("git_identity") {
+            p.git_identity = self.boolean(i, &k("git_identity"))?;
+        }
+        if let Some(i) = t.get("limits") {
+            p.limits = self.limits(i, &k("limits"))?;
+        }
         Ok(p)
     }
 
@@ -1265,6 +1525,74 @@ impl Schema<'_> {
             seen.push((line, name));
         }
         Ok(seen.into_iter().map(|(_, s)| s.to_string()).collect())
+    }
+
+    /// `caps`: names from [`DEFAULT_CAPS`], with or without `CAP_`; kept
+    /// in the order of [`DEFAULT_CAPS`].
+    fn caps(&self, item: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+        let expected = format!(
+            "an array of capabilities from: {}",
+            DEFAULT_CAPS
+                .iter()
+                .map(|c| c.trim_start_matches("CAP_"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut seen: Vec<(usize, String)> = Vec::new();
+        for (line, s) in self.strings(item, key, &expected)? {
+            let name = format!("CAP_{}", s.trim_start_matches("CAP_").to_ascii_uppercase());
+            if !DEFAULT_CAPS.contains(&name.as_str()) {
+                return Err(self.invalid(line, key, expected.clone(), quote(s)));
+            }
+            if let Some((first_line, _)) = seen.iter().find(|(_, c)| *c == name) {
+                return Err(self.duplicate(line, *first_line, key, s));
+            }
+            seen.push((line, name));
+        }
+        Ok(DEFAULT_CAPS
+            .iter()
+            .filter(|c| seen.iter().any(|(_, s)| s == *c))
+            .map(|c| c.to_string())
+            .collect())
+    }
+
+    /// `[profiles.NAME.limits]`: sizes as strings, pids an integer, cpus a number.
+    fn limits(&self, item: &Item, key: &str) -> Result<Limits, ConfigError> {
+        let t = self.table(item, key)?;
+        self.known_keys(t, key, PROFILE_LIMITS_KEYS)?;
+        let mut l = Limits::default();
+        for (name, slot) in [
+            ("memory", &mut l.memory),
+            ("disk", &mut l.disk),
+            ("image_layer", &mut l.image_layer),
+        ] {
+            if let Some(i) = t.get(name) {
+                let k = join_key(key, name);
+                let s = self.string(i, &k, "a size string like \"4GiB\"")?;
+                let v = parse_size(s).map_err(|e| self.invalid(i.line, &k, e, quote(s)))?;
+                if name == "memory" && v < (64 << 20) {
+                    return Err(self.invalid(i.line, &k, "at least \"64MiB\"", quote(s)));
+                }
+                *slot = Some(v);
+            }
+        }
+        if let Some(i) = t.get("pids") {
+            let k = join_key(key, "pids");
+            l.pids = Some(match &i.val {
+                Val::Int(n) if (32..=4_194_304).contains(n) => *n as u64,
+                other => return Err(self.invalid(i.line, &k, "an integer between 32 and 4194304", got(other))),
+            });
+        }
+        if let Some(i) = t.get("cpus") {
+            let k = join_key(key, "cpus");
+            let v = match &i.val {
+                Val::Int(n) => parse_cpus(&n.to_string()),
+                Val::Float(f) => parse_cpus(&f.to_string()),
+                _ => Err("a number of CPUs like 2 or 0.5".to_string()),
+            };
+            l.cpu_millis = Some(v.map_err(|e| self.invalid(i.line, &k, e, got(&i.val)))?);
+        }
+        Ok(l)
     }
 
     fn duplicate(&self, line: usize, first_line: usize, key: &str, value: &str) -> ConfigError {
@@ -2118,6 +2446,7 @@ mod tests {
 
     fn ok(text: &str) -> Config {
         match parse(Path::new(FILE), text) {
+            Ok(c) if !c.broken_profiles.is_empty() => panic!("unexpected error: {:?}", c.broken_profiles),
             Ok(c) => c,
             Err(e) => panic!("unexpected error: {}", e),
         }
@@ -2126,6 +2455,8 @@ mod tests {
     /// The error message; fails the test if parsing succeeds.
     fn err(text: &str) -> String {
         match parse(Path::new(FILE), text) {
+            // A wrong profile is reported as that profile's error.
+            Ok(c) if !c.broken_profiles.is_empty() => c.broken_profiles.values().next().unwrap().to_string(),
             Ok(c) => panic!("expected an error, got {:?}", c),
             Err(e) => e.to_string(),
         }
@@ -2296,8 +2627,9 @@ enabled = true
 [[escalation.auto_approve]]
 argv = ["git", "--version"]
 [[escalation.auto_approve]]
-argv = ["make"]
+argv = ["gh", "pr", "view"]
 allow_trailing_args = true
+cwd = "./sub/dir"
 
 [profiles.dev]
 image = "oci:/srv/images/dev:latest"
@@ -2319,11 +2651,15 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             vec![
                 AutoRule {
                     argv: vec!["git".into(), "--version".into()],
-                    allow_trailing_args: false
+                    allow_trailing_args: false,
+                    cwd: String::new(),
+                    harden_git: true,
                 },
                 AutoRule {
-                    argv: vec!["make".into()],
-                    allow_trailing_args: true
+                    argv: vec!["gh".into(), "pr".into(), "view".into()],
+                    allow_trailing_args: true,
+                    cwd: "sub/dir".into(),
+                    harden_git: true,
                 },
             ]
         );
@@ -2403,7 +2739,7 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         );
         assert_has(
             &err("[[escalation.auto_approve]]\nargv = [\"a\"]\n[[escalation.auto_approve]]\nargv = [\"b\"]\ntrailing = true\n"),
-            &[":5: escalation.auto_approve[1].trailing: unknown key; expected one of: argv, allow_trailing_args"],
+            &[":5: escalation.auto_approve[1].trailing: unknown key; expected one of: argv, allow_trailing_args, cwd, harden_git"],
         );
         assert_has(
             &err("[profiles.dev.network]\nalow = []\n"),
@@ -2747,6 +3083,46 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             &err("[[escalation.auto_approve]]\nargv = [\"a\"]\nallow_trailing_args = 1\n"),
             &[":3: escalation.auto_approve[0].allow_trailing_args: expected a boolean"],
         );
+        for prog in ["sh", "bash", "/bin/dash", "python3", "perl", "env"] {
+            assert_has(
+                &err(&format!(
+                    "[[escalation.auto_approve]]\nargv = [{prog:?}, \"-c\", \"x\"]\n"
+                )),
+                &[":2: escalation.auto_approve[0].argv: expected a program that does not run a command string"],
+            );
+        }
+        assert_has(
+            &err("[[escalation.auto_approve]]\nargv = [\"git\"]\ncwd = \"../x\"\n"),
+            &[":3: escalation.auto_approve[0].cwd: expected a directory relative to the workspace"],
+        );
+        assert_has(
+            &err("[escalation]\nprompt_timeout_s = 0\n"),
+            &[":2: escalation.prompt_timeout_s: expected a whole number of seconds"],
+        );
+        let c = ok(
+            "[escalation]\nprompt_timeout_s = 7\n[[escalation.auto_approve]]\nargv = [\"git\"]\nharden_git = false\n",
+        );
+        assert_eq!(c.escalation.prompt_timeout_s, 7);
+        assert!(!c.escalation.auto_approve[0].harden_git);
+        assert_eq!(ok("").escalation.prompt_timeout_s, 300);
+    }
+
+    #[test]
+    fn join_fingerprint_covers_escalation_and_global_network() {
+        let base = ok("[escalation]\nenabled = true\n");
+        let fp = |c: &Config| join_fingerprint(c, c.profile("default").unwrap());
+        let mut seen = std::collections::HashSet::new();
+        seen.insert(fp(&base));
+        for v in [
+            "",
+            "[escalation]\nenabled = true\nprompt_timeout_s = 5\n",
+            "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"git\"]\n",
+            "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"git\"]\ncwd = \"a\"\n",
+            "[escalation]\nenabled = true\n[network]\ndefault_deny = [\"10.0.0.0/8\"]\n",
+        ] {
+            assert!(seen.insert(fp(&ok(v))), "{v:?} collides");
+        }
+        assert_eq!(fp(&base), fp(&ok("[escalation]\nenabled = true\n")));
     }
 
     #[test]
@@ -3163,5 +3539,37 @@ deny = ["::/0"]
             }
         }
         assert!(errors > 1000, "mutations should mostly fail ({} did)", errors);
+    }
+
+    #[test]
+    fn a_broken_profile_breaks_only_itself() {
+        let c = parse(Path::new(FILE), "[profiles.a]\nipv6 = false\n[profiles.b]\ncomand = [\"sh\"]\n").unwrap();
+        assert!(c.profile("a").is_ok());
+        assert!(c.profile("default").is_ok());
+        let e = c.profile("b").unwrap_err().to_string();
+        assert_has(&e, &[FILE, ":4:", "profiles.b.comand", "unknown key"]);
+        let w = c.warnings(Some("a"));
+        assert_eq!(w.len(), 1);
+        assert_has(&w[0], &["profile \"b\"", ":4:"]);
+        assert!(c.warnings(Some("b")).is_empty());
+        // Outside a profile an error still fails the whole file.
+        assert!(parse(Path::new(FILE), "runtime_dir = \"rel\"\n[profiles.a]\n").is_err());
+    }
+
+    #[test]
+    fn caps_narrow_the_default_set_and_never_widen_it() {
+        let c = ok("[profiles.d]\ncaps = [\"setuid\", \"CAP_CHOWN\"]\n");
+        assert_eq!(c.profile("d").unwrap().caps, ["CAP_CHOWN", "CAP_SETUID"]);
+        assert_eq!(c.profile("default").unwrap().caps.len(), DEFAULT_CAPS.len());
+        for bad in ["NET_ADMIN", "CAP_NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "ALL"] {
+            let e = err(&format!("[profiles.d]\ncaps = [\"{bad}\"]\n"));
+            assert_has(&e, &[":2:", "profiles.d.caps", "expected an array of capabilities from: CHOWN"]);
+        }
+        assert_has(&err("[profiles.d]\ncaps = [\"KILL\", \"CAP_KILL\"]\n"), &["listed twice"]);
+        assert!(!ok("[profiles.d]\ngit_identity = false\n").profile("d").unwrap().git_identity);
+        assert_ne!(
+            ok("[profiles.d]\ncaps = [\"KILL\"]\n").profile("d").unwrap().fingerprint(),
+            Profile::builtin("d").fingerprint()
+        );
     }
 }

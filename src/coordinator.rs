@@ -54,6 +54,9 @@ pub struct Args {
     pub config: PathBuf,
     /// `--publish` forwards of the CLI that started the Domain.
     pub publish: Vec<crate::ports::PortForward>,
+    /// `--memory/--pids/--cpus` from the CLI that started this Domain
+    /// (`cgroup::encode_overrides`).
+    pub limits: Option<String>,
 }
 
 /// Startup reports to the CLI that spawned us: `progress …`, `ready`,
@@ -192,6 +195,7 @@ struct Coordinator {
     runsc_args: Vec<String>,
     sup: Option<Supervisor>,
     runsc_pid: i32,
+    runsc_start: u64,
     owned_rows: Vec<i64>,
     listener: Option<UnixListener>,
     signals: OwnedFd,
@@ -211,6 +215,17 @@ struct Coordinator {
     net: NetRole,
     /// Host port forwards (profile `ports` and `--publish`).
     ports: Vec<crate::ports::PortForward>,
+    /// The resource limits that apply, and the generation's cgroup.
+    limits: crate::cgroup::Effective,
+    cgroup: Option<crate::cgroup::DomainCgroup>,
+    /// What a joining session's configuration must match
+    /// ([`config::join_fingerprint`]).
+    join_fp: String,
+    /// Accepted escalation requests waiting for a decision, by id: when
+    /// they expire.
+    esc_deadlines: HashMap<String, Instant>,
+    /// Store rows of running host commands, by request id.
+    host_rows: HashMap<String, i64>,
 }
 
 fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
@@ -229,12 +244,23 @@ impl Coordinator {
                 profile.name
             ));
         }
+        let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::cgroup::Effective::for_host(&limits);
+        let profile_for_fp = profile.clone();
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
         let dp = DomainPaths::new(&storage, &runtime, &domain_id);
         dp.ensure().map_err(|e| e.to_string())?;
-        let mut store = Store::open(&dp.store()).map_err(|e| e.to_string())?;
+        let mut store = match Store::open(&dp.store()) {
+            Ok(s) => s,
+            Err(e) => {
+                // A Domain root that never got a store (a full disk) is not
+                // left behind as an empty, nameless Domain.
+                let _ = std::fs::remove_dir(&dp.root);
+                return Err(e.to_string());
+            }
+        };
         recover(&store, &dp);
 
         let generation = store
@@ -264,6 +290,7 @@ impl Coordinator {
             sandbox_id,
             sup: None,
             runsc_pid: 0,
+            runsc_start: 0,
             owned_rows: Vec::new(),
             listener: None,
             signals,
@@ -280,6 +307,11 @@ impl Coordinator {
             host_tokens: Vec::new(),
             net,
             ports,
+            limits,
+            cgroup: None,
+            join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
+            esc_deadlines: HashMap::new(),
+            host_rows: HashMap::new(),
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();
@@ -311,7 +343,15 @@ impl Coordinator {
         self.store
             .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
-        let lower = image::prepare(storage, &layout, &tag, &mut quiet).map_err(|e| e.to_string())?;
+        let bound = crate::layercheck::Bound {
+            floor: self
+                .profile
+                .limits
+                .image_layer
+                .unwrap_or(crate::layercheck::DEFAULT_FLOOR),
+            ..Default::default()
+        };
+        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
         drop(gc);
 
         report.progress("starting sandbox");
@@ -331,6 +371,13 @@ impl Coordinator {
             crate::anchor::prepare_generation(&self.paths.root, &gen_dir, &lower.rootfs(), &self.profile.persist)
                 .map_err(|e| e.to_string())?;
         binds.extend(self.net.binds());
+        // The profile's volumes (over any persistent path they lie under),
+        // and the host's Git identity as read-only system config.
+        crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
+        binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
+        if self.profile.git_identity {
+            binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
+        }
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {
@@ -380,6 +427,7 @@ impl Coordinator {
         )
         .map_err(|e| e.to_string())?;
         binds.extend(views.binds.iter().cloned());
+        binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: views.workspace_source.clone(),
@@ -387,6 +435,7 @@ impl Coordinator {
             hostname: "lazaret".into(),
             binds,
             netns: self.net.sandbox_netns(),
+            caps: self.profile.caps.clone(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -406,9 +455,23 @@ impl Coordinator {
             .record_intent(self.generation, "process", "supervisor")
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
-        let mut cmd = Command::new(&exe);
-        cmd.arg0("lazaret:[supervisor]")
-            .arg("__supervisor")
+        // Resource limits: the supervisor joins the generation's cgroup
+        // before it execs, so runsc and the sandbox are born inside.
+        self.cgroup = self.make_cgroup()?;
+        let join: Vec<i32> = self.cgroup.as_ref().map(|c| c.procs_fds()).unwrap_or_default();
+        let mut cmd = match self.cgroup.as_ref().and_then(|c| c.systemd_unit.clone()) {
+            Some(unit) => {
+                let mut c = Command::new("systemd-run");
+                c.args(crate::cgroup::systemd_run_args(&unit, &self.limits)).arg(&exe);
+                c
+            }
+            None => {
+                let mut c = Command::new(&exe);
+                c.arg0("lazaret:[supervisor]");
+                c
+            }
+        };
+        cmd.arg("__supervisor")
             .arg("--runsc-root")
             .arg(self.paths.runsc_root())
             .arg("--bundle")
@@ -420,6 +483,8 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("views"))
             .arg("--anchor-plan")
             .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
+            .arg("--scratch")
+            .arg(self.paths.root.join("scratch/overlay"))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -427,6 +492,7 @@ impl Coordinator {
         unsafe {
             cmd.pre_exec(move || {
                 sys::reset_signals();
+                crate::cgroup::join_raw(&join)?;
                 sys::install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])?;
                 sys::set_parent_death_signal(libc::SIGKILL)
             });
@@ -484,6 +550,7 @@ impl Coordinator {
         let rpid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
         let rstart: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
         self.runsc_pid = rpid;
+        self.runsc_start = rstart;
         let row = self
             .store
             .record_intent(self.generation, "process", "runsc-run")
@@ -491,6 +558,82 @@ impl Coordinator {
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
         Ok(())
+    }
+
+    /// Non-persisted writes go to disk in the Domain Root, not to host
+    /// RAM: `scratch/overlay` holds runsc's file-backed root overlay
+    /// (`plan::with_scratch_overlay`), and `scratch/tmp` is bound at `/tmp`
+    /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
+    /// profile already mounts something at `/tmp`. Emptied at every start:
+    /// a crashed generation's leftovers go first.
+    fn prepare_scratch(&self, binds: &[plan::BindMount]) -> Result<Option<plan::BindMount>, String> {
+        let dir = self.paths.root.join("scratch");
+        // remove_dir_all never follows symlinks the sandbox left in tmp.
+        let _ = std::fs::remove_dir_all(&dir);
+        paths::ensure_private_dir(&dir.join("overlay")).map_err(|e| e.to_string())?;
+        if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
+            return Ok(None);
+        }
+        let tmp = dir.join("tmp");
+        std::fs::create_dir(&tmp).map_err(|e| io_msg("creating scratch/tmp", e))?;
+        // /tmp semantics inside; the Domain Root (0700) keeps others out.
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .map_err(|e| io_msg("chmod scratch/tmp", e))?;
+        Ok(Some(plan::BindMount {
+            guest: "/tmp".into(),
+            host: tmp,
+            read_only: false,
+        }))
+    }
+
+    /// The generation's cgroup with the Domain's limits; `None` (after a
+    /// warning in the log) when no mechanism exists and only defaults apply.
+    fn make_cgroup(&mut self) -> Result<Option<crate::cgroup::DomainCgroup>, String> {
+        let mech = crate::cgroup::detect();
+        match crate::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
+            Ok(c) => {
+                log::info!("resource limits: {} via {}", self.limits.describe(), mech.describe());
+                Ok(Some(c))
+            }
+            Err(e) if !self.limits.explicit => {
+                log::warn!("running without resource limits: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// "out of memory (limit 4GiB)" once the kernel OOM-killed something
+    /// in the Domain's cgroup.
+    /// "process limit reached (pids 200)" when forks failed at the limit
+    /// and the sandbox is gone.
+    fn oom_reason(&self) -> Option<String> {
+        let c = self.cgroup.as_ref()?;
+        let (oom, pids) = (c.oom_kills() > 0, c.pids_max_events() > 0);
+        if !oom && !pids {
+            return None;
+        }
+        // Only when the limit took the sandbox down: runsc run is gone.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", self.runsc_pid))
+                .map(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('Z') || r.starts_with('X'))
+                })
+                .unwrap_or(true)
+        };
+        while !gone() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(if oom {
+            format!("out of memory (limit {})", config::format_size(self.limits.memory))
+        } else {
+            format!("process limit reached (pids {})", self.limits.pids)
+        })
     }
 
     /// FR-18/FR-20 before publication: observed readiness and the probe
@@ -524,7 +667,10 @@ impl Coordinator {
         crate::ports::install(
             &gen_dir.join(crate::ports::API_SOCKET),
             &self.ports,
-            crate::netpolicy::SLIRP_GUEST,
+            // slirp4netns's own guest (10.0.2.100) is the router's tap0
+            // now: forwards go to the sandbox's address, which the router
+            // answers ARP for on tap0 and routes to lzr1.
+            crate::netpolicy::SANDBOX_ADDR,
         )?;
         let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
         std::fs::write(gen_dir.join(crate::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
@@ -568,9 +714,19 @@ impl Coordinator {
                 }
             }
             let (mut fds, tokens) = self.poll_set();
-            let timeout_ms = self.broker.as_ref().and_then(|b| b.next_deadline()).map_or(1000, |d| {
+            let next = self
+                .broker
+                .as_ref()
+                .and_then(|b| b.next_deadline())
+                .into_iter()
+                .chain(self.esc_deadlines.values().copied())
+                .min();
+            let mut timeout_ms = next.map_or(1000, |d| {
                 d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i32
             });
+            if self.broker.as_ref().is_some_and(|b| b.backlog) {
+                timeout_ms = 0;
+            }
             if let Err(e) = sys::poll(&mut fds, timeout_ms) {
                 log::error!("poll: {e}");
                 return 1;
@@ -583,6 +739,11 @@ impl Coordinator {
             if let Some(b) = self.broker.as_mut() {
                 b.reap();
             }
+            if self.broker.as_ref().is_some_and(|b| b.backlog) {
+                self.mailbox();
+            }
+            self.expire_requests();
+            self.sync_host_rows();
         }
     }
 
@@ -669,10 +830,21 @@ impl Coordinator {
         let mut line = String::new();
         let n = sup.status.read_line(&mut line).unwrap_or(0);
         let line = line.trim().to_string();
+        if let Some(name) = line.strip_prefix("helper-died ") {
+            // Publication is withdrawn at once (teardown starts on the next
+            // turn of the loop); every session is told which helper died.
+            log::warn!("supervisor: helper {name} died");
+            self.phase = "failed";
+            self.stop_reason = Some(helper_died_reason(name));
+            return;
+        }
         if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
             log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
             self.phase = "failed";
-            self.stop_reason = Some("the sandbox stopped unexpectedly".into());
+            self.stop_reason = Some(
+                self.oom_reason()
+                    .unwrap_or_else(|| "the sandbox stopped unexpectedly".into()),
+            );
         }
     }
 
@@ -799,7 +971,7 @@ impl Coordinator {
                     );
                 }
                 let observer = profile.is_empty() && fingerprint.is_empty();
-                let mine = self.profile.fingerprint();
+                let mine = self.join_fp.clone();
                 // A client whose configuration differs may still stop the
                 // Domain (that is how it picks up the new configuration),
                 // but may not open a session in it.
@@ -855,12 +1027,20 @@ impl Coordinator {
                 }
             }
             (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
+            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == libc::SIGQUIT => {
+                // SIGQUIT goes to the guest session, never to `runsc exec`:
+                // Go's runtime would answer it with a goroutine dump on the
+                // user's terminal and exit 2.
+                let pid = self.sessions.get(&s).and_then(Self::guest_pid);
+                if let Some(pid) = pid {
+                    if let Ok(c) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), "3"]) {
+                        self.helpers.push(c);
+                    }
+                }
+            }
             (true, Some(s), ClientMsg::Signal(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
-                    if matches!(
-                        sig as i32,
-                        libc::SIGINT | libc::SIGQUIT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP
-                    ) {
+                    if matches!(sig as i32, libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP) {
                         // runsc exec forwards what it receives to its guest process.
                         let _ = sys::kill(sess.exec.id() as i32, sig as i32);
                     }
@@ -928,12 +1108,16 @@ impl Coordinator {
             })
         };
         let ask = b.scan(&lookup);
+        let patience = Duration::from_secs(b.prompt_timeout_s());
         self.broker = Some(b);
+        self.sync_host_rows();
         for (sid, req) in ask {
             let Some((&k, s)) = self.sessions.iter_mut().find(|(_, s)| s.id == sid) else {
                 continue;
             };
             if s.tty {
+                // The request deadline: accepted now, decided in time or expired.
+                self.esc_deadlines.insert(req.id.clone(), Instant::now() + patience);
                 s.queue.push_back(req);
                 self.next_prompt(k);
             } else if let Some(b) = self.broker.as_mut() {
@@ -954,7 +1138,15 @@ impl Coordinator {
             return;
         }
         let Some(req) = s.queue.pop_front() else { return };
-        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req);
+        let (cwd, timeout) = match &self.broker {
+            Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
+            None => (String::new(), 0),
+        };
+        let left = self
+            .esc_deadlines
+            .get(&req.id)
+            .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
+        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req, &cwd, left);
         let msg = ServerMsg::Prompt {
             request_id: req.id.clone(),
             text,
@@ -972,16 +1164,18 @@ impl Coordinator {
             return;
         }
         let req = s.prompt.take().unwrap();
+        self.esc_deadlines.remove(&req.id);
         if let Some(b) = self.broker.as_mut() {
             match verdict {
                 ipc::VERDICT_APPROVE => {
                     b.decided(&req, "approved by the developer");
-                    let argv = req.argv.clone();
+                    let argv = escalation::harden_git(&req.argv);
                     b.start(req, argv, "approved by the developer".into());
                 }
                 ipc::VERDICT_EDIT if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS => {
                     let why = format!("edited by the developer to: {}", escalation::quote_argv(&argv));
                     b.decided(&req, &why);
+                    let argv = escalation::harden_git(&argv);
                     b.start(req, argv, why);
                 }
                 _ => {
@@ -991,6 +1185,86 @@ impl Coordinator {
             }
         }
         self.next_prompt(skey);
+        self.sync_host_rows();
+    }
+
+    /// Ends every request whose deadline passed without a decision, queued
+    /// or on screen: `expired`, audited, nothing runs.
+    fn expire_requests(&mut self) {
+        let now = Instant::now();
+        if !self.esc_deadlines.values().any(|d| *d <= now) {
+            return;
+        }
+        let keys: Vec<u64> = self.sessions.keys().copied().collect();
+        for k in keys {
+            let Some(s) = self.sessions.get_mut(&k) else { continue };
+            let late = |r: &Request| self.esc_deadlines.get(&r.id).is_some_and(|d| *d <= now);
+            let mut gone: Vec<Request> = Vec::new();
+            let mut keep = VecDeque::new();
+            for r in s.queue.drain(..) {
+                if late(&r) {
+                    gone.push(r);
+                } else {
+                    keep.push_back(r);
+                }
+            }
+            s.queue = keep;
+            let mut shown = None;
+            if s.prompt.as_ref().is_some_and(late) {
+                shown = s.prompt.take();
+            }
+            let conn = s.conn;
+            if let Some(r) = &shown {
+                let text = format!(
+                    "\r\nlazaret: no decision within {} s: the request expired and nothing ran\r\n",
+                    self.escalation.prompt_timeout_s
+                );
+                self.send(
+                    conn,
+                    &ServerMsg::PromptEnd {
+                        request_id: r.id.clone(),
+                        text,
+                    },
+                );
+            }
+            for r in gone.iter().chain(shown.iter()) {
+                self.esc_deadlines.remove(&r.id);
+                if let Some(b) = self.broker.as_mut() {
+                    let why = format!("expired: no decision within {} s", b.prompt_timeout_s());
+                    b.refuse(r, Status::Expired, &why);
+                }
+            }
+            if shown.is_some() {
+                self.next_prompt(k);
+            }
+        }
+        // A deadline whose request is no longer waiting anywhere is dropped,
+        // so a past deadline never keeps the event loop spinning.
+        self.esc_deadlines.retain(|_, d| *d > now);
+    }
+
+    /// Makes the durable record of host commands match the broker's: a row
+    /// (pid, start time, process group) per running command, released when
+    /// it ends, so recovery after a crash kills exactly them.
+    fn sync_host_rows(&mut self) {
+        let Some(b) = self.broker.as_mut() else { return };
+        let events: Vec<escbroker::HostEvent> = b.events.drain(..).collect();
+        for e in events {
+            match e {
+                escbroker::HostEvent::Started { id, pid, start_time } => {
+                    if let Ok(row) = self.store.record_intent(self.generation, "host-command", &id) {
+                        let _ = self.store.set_owned_pid(row, pid, start_time);
+                        let _ = self.store.set_owned_pgid(row, pid);
+                        self.host_rows.insert(id, row);
+                    }
+                }
+                escbroker::HostEvent::Ended { id } => {
+                    if let Some(row) = self.host_rows.remove(&id) {
+                        let _ = self.store.release(row);
+                    }
+                }
+            }
+        }
     }
 
     // ---- sessions ---------------------------------------------------------------
@@ -1037,6 +1311,9 @@ impl Coordinator {
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
         let mut env = plan::session_env(&self.profile.env, term);
+        if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
+            env.push(crate::guestsetup::git_env());
+        }
         // Host variables this client passed by name: this session only.
         // INVARIANT: their values go into the spec pipe and nowhere else
         // (no argv, no store row, no log line).
@@ -1054,15 +1331,19 @@ impl Coordinator {
                 cert_der = c.cert.to_der()?;
                 c.export()
             }) {
-                Ok(cred) => env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV)),
+                Ok(cred) => {
+                    env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV));
+                    env.push(format!("{}={}", escalation::PROMPT_TIMEOUT_ENV, b.prompt_timeout_s()));
+                }
                 Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
             }
         }
         let spec = plan::SessionPlan {
-            argv: argv.clone(),
+            argv: plan::guarded_argv(&argv),
             env,
             cwd,
             terminal: tty.is_some(),
+            caps: self.profile.caps.clone(),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
         // The spec carries the session's key: it goes through a pipe, never
@@ -1318,6 +1599,16 @@ impl Coordinator {
                     break;
                 }
             }
+            // `runsc exec` says 128 (and prints its own error) when the
+            // sandbox went away under it: that is not the command's status.
+            if code >= 128 && self.sandbox_lost(code) {
+                self.phase = "failed";
+                let reason = self.stop_reason.get_or_insert_with(sandbox_lost_reason).clone();
+                let conn = self.sessions[&k].conn;
+                self.send(conn, &ServerMsg::Closing { reason });
+                self.close_session(k, None);
+                continue;
+            }
             self.close_session(k, Some(code));
         }
         if let Some(sup) = self.sup.as_mut() {
@@ -1327,6 +1618,34 @@ impl Coordinator {
                 self.stop_reason
                     .get_or_insert_with(|| "the sandbox stopped unexpectedly".into());
             }
+        }
+    }
+
+    /// Whether the sandbox is gone, given that a session's `runsc exec`
+    /// just exited with `code`. The attached `runsc run` exits right after
+    /// its sandbox; a short grace covers the order of the two exits.
+    fn sandbox_lost(&mut self, code: i32) -> bool {
+        let grace = if code == 128 {
+            Duration::from_millis(1000)
+        } else {
+            Duration::from_millis(200)
+        };
+        let deadline = Instant::now() + grace;
+        loop {
+            // The supervisor gone takes the sandbox with it (PDEATHSIG).
+            let sup_gone = self
+                .sup
+                .as_mut()
+                .is_some_and(|s| matches!(s.child.try_wait(), Ok(Some(_))));
+            let runsc_gone = self.runsc_pid > 0
+                && (!sys::same_process(self.runsc_pid, self.runsc_start) || is_zombie(self.runsc_pid));
+            if sup_gone || runsc_gone {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -1340,6 +1659,7 @@ impl Coordinator {
         if let Some(b) = self.broker.as_mut() {
             b.cancel_session(&s.id);
             for req in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
+                self.esc_deadlines.remove(&req.id);
                 b.refuse(&req, Status::Cancelled, "the requesting session ended");
             }
         }
@@ -1347,7 +1667,13 @@ impl Coordinator {
             c.session = None;
             c.closing = true;
         }
-        if let Some(code) = code {
+        // A session that ended because the kernel OOM-killed the sandbox
+        // learns why, instead of a bare exit code.
+        let oom = code.and_then(|_| self.oom_reason());
+        if let Some(reason) = oom {
+            self.stop_reason.get_or_insert_with(|| reason.clone());
+            self.send(s.conn, &ServerMsg::Closing { reason });
+        } else if let Some(code) = code {
             self.send(s.conn, &ServerMsg::Exit { code });
         } else {
             self.conn_flush(s.conn);
@@ -1399,7 +1725,7 @@ impl Coordinator {
             mailbox.join("results"),
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         );
-        let _ = std::fs::remove_dir_all(&mailbox);
+        escbroker::remove_tree(&mailbox);
         for mut h in self.helpers.drain(..) {
             let _ = h.kill();
             let _ = h.wait();
@@ -1420,10 +1746,16 @@ impl Coordinator {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+        if let Some(mut c) = self.cgroup.take() {
+            c.remove();
+        }
         // Never assume a process vanished with its parent: check each owned
         // pid by start time and kill only an exact match.
         if let Ok(list) = self.store.unreleased() {
             for o in list.iter().filter(|o| o.generation == self.generation) {
+                if o.kind == "runsc-container" {
+                    remove_runsc_state(&self.paths.runsc_root(), &o.name);
+                }
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
                     if sys::same_process(pid, st) {
                         log::warn!("{} (pid {pid}) outlived teardown: killing it", o.name);
@@ -1450,6 +1782,28 @@ impl Coordinator {
         self.conns.clear();
         log::info!("generation {} {final_phase}", self.generation);
     }
+}
+
+/// Whether `pid` has exited but is not reaped yet (state `Z` or `X`).
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| st.rfind(')').map(|i| st[i + 1..].trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
+fn sandbox_lost_reason() -> String {
+    "the sandbox stopped unexpectedly (it was killed or crashed), so this Domain was stopped; \
+     run `lazaret run` again to start it afresh"
+        .into()
+}
+
+/// The one sentence a session is told when a helper of its generation died.
+fn helper_died_reason(name: &str) -> String {
+    format!(
+        "the sandbox's helper {} died, so this Domain was stopped; run `lazaret run` again to start it afresh",
+        crate::display::escape(name)
+    )
 }
 
 fn read_status_line(r: &mut io::BufReader<File>, fd: RawFd, deadline: Instant) -> Result<String, String> {
@@ -1539,19 +1893,42 @@ fn recover(store: &Store, dp: &DomainPaths) {
                 );
                 let _ = sys::kill(pid, libc::SIGKILL);
             }
-            ("runsc-container", _, _) => {
-                let root = dp.runsc_root();
-                if let Ok(rd) = std::fs::read_dir(&root) {
-                    for e in rd.flatten() {
-                        let n = e.file_name().to_string_lossy().to_string();
-                        if n.starts_with(&format!("{}_", o.name)) || n == format!("runsc-{}.sock", o.name) {
-                            log::warn!("recovery: removing runsc state {n}");
-                            let _ = std::fs::remove_file(e.path());
-                        }
-                    }
+            ("process", Some(pid), Some(_)) => {
+                log::info!(
+                    "recovery: {} (pid {pid}) of generation {} is gone (pid absent or reused: not touched)",
+                    o.name,
+                    o.generation
+                );
+            }
+            ("process", _, _) => {
+                log::info!(
+                    "recovery: {} of generation {} was only an intent (no pid recorded): nothing to stop",
+                    o.name,
+                    o.generation
+                );
+            }
+            ("host-command", Some(pid), Some(st)) => {
+                let pgid = store.owned_pgid(o.row).ok().flatten().unwrap_or(pid);
+                let n = escbroker::kill_recorded(pid, st, pgid);
+                if n > 0 {
+                    log::warn!(
+                        "recovery: killed host command {} (pid {pid}) of generation {}",
+                        o.name,
+                        o.generation
+                    );
                 }
             }
-            _ => {}
+            ("runsc-container", _, _) => {
+                crate::cgroup::remove_leftover(&crate::cgroup::detect(), &o.name);
+                remove_runsc_state(&dp.runsc_root(), &o.name);
+            }
+            (kind, _, _) => {
+                log::warn!(
+                    "recovery: refusing to touch {kind} {:?} of generation {}: not a kind this lazaret owns",
+                    o.name,
+                    o.generation
+                );
+            }
         }
         let _ = store.release(o.row);
     }
@@ -1562,6 +1939,69 @@ fn recover(store: &Store, dp: &DomainPaths) {
         }
     }
     let _ = std::fs::remove_dir_all(dp.gen_dir());
+    // `domain.json` temp files a dead coordinator was writing.
+    if let Ok(rd) = std::fs::read_dir(&dp.root) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if crate::state::is_meta_temp(&n) && e.file_type().is_ok_and(|t| t.is_file()) {
+                log::info!("recovery: removing {n}");
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    // Publication temp sockets of dead generations (`hc.sock.N`).
+    if let Ok(rd) = std::fs::read_dir(&dp.run) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.strip_prefix("hc.sock.")
+                .is_some_and(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    match store.prune_history(KEEP_GENERATIONS) {
+        Ok(0) => {}
+        Ok(n) => log::info!("store: forgot {n} old generations (keeping the last {KEEP_GENERATIONS})"),
+        Err(e) => log::warn!("store: pruning history: {e}"),
+    }
+}
+
+/// How many generations (with their sessions) the store remembers.
+const KEEP_GENERATIONS: u64 = 100;
+
+/// Whether `file` in a runsc root is state of container `id`: runsc names
+/// them `ID_sandbox:ID.state` / `.lock` and the control socket `runsc-ID.sock`.
+pub fn is_runsc_state_of(file: &str, id: &str) -> bool {
+    let Some(rest) = file.strip_prefix(id).and_then(|r| r.strip_prefix('_')) else {
+        return file == format!("runsc-{id}.sock");
+    };
+    let stem = rest.strip_suffix(".state").or_else(|| rest.strip_suffix(".lock"));
+    stem.is_some_and(|s| !s.contains('/') && !s.is_empty())
+}
+
+/// Removes runsc's state for container `id` by its recorded name, only
+/// regular files and sockets (never what a symlink points at).
+fn remove_runsc_state(root: &Path, id: &str) {
+    // A recorded id is ours only if it has the shape we mint.
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        log::warn!("recovery: refusing runsc state of {id:?}: not a container id this lazaret mints");
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(root) else { return };
+    for e in rd.flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        if !is_runsc_state_of(&n, id) {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_file() || std::os::unix::fs::FileTypeExt::is_socket(&t) => {
+                log::info!("removing runsc state {n}");
+                let _ = std::fs::remove_file(e.path());
+            }
+            _ => log::warn!("recovery: refusing to remove {n}: not a regular file or socket"),
+        }
+    }
 }
 
 /// Opens the coordinator log for the spawning CLI (stderr of the HC).
@@ -1571,4 +2011,31 @@ pub fn open_log(path: &Path) -> io::Result<File> {
         .append(true)
         .mode(0o600)
         .open(path)
+}
+
+#[cfg(test)]
+mod recovery_tests {
+    use super::is_runsc_state_of;
+
+    #[test]
+    fn runsc_state_is_matched_by_exact_container_id() {
+        let id = "lz-0123abcd-beef";
+        for ours in [
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.state",
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.lock",
+            "runsc-lz-0123abcd-beef.sock",
+        ] {
+            assert!(is_runsc_state_of(ours, id), "{ours}");
+        }
+        for not_ours in [
+            "lz-0123abcd-beef2_sandbox:lz-0123abcd-beef2.state",
+            "lz-0123abcd-bee_sandbox:x.state",
+            "lz-0123abcd-beef_sandbox:lz-0123abcd-beef.state.tmp",
+            "lz-0123abcd-beef_.state",
+            "runsc-lz-0123abcd-beef.sock.old",
+            "lz-0123abcd-beef",
+        ] {
+            assert!(!is_runsc_state_of(not_ours, id), "{not_ours}");
+        }
+    }
 }

@@ -20,8 +20,7 @@ const SUBID_COUNT: u64 = 65536;
 const SUBID_FLOOR: u64 = 100000;
 /// Highest id shadow-utils accepts (`(uid_t)-1` is reserved).
 const SUBID_MAX: u64 = 4_294_967_294;
-/// Directories searched after `$PATH`: sudo and normal users see different
-/// PATHs, and some tools (debootstrap) live in sbin.
+/// Where a helper that is not on the `PATH` may be, to name it in the fix.
 const FALLBACK_DIRS: &[&str] = &[
     "/usr/local/sbin",
     "/usr/local/bin",
@@ -29,15 +28,6 @@ const FALLBACK_DIRS: &[&str] = &[
     "/usr/bin",
     "/sbin",
     "/bin",
-];
-/// Host tools that only need to be present: (check name and program, package).
-const TOOLS: &[(&str, &str)] = &[
-    ("slirp4netns", "slirp4netns"),
-    ("fuse-overlayfs", "fuse-overlayfs"),
-    ("umoci", "umoci"),
-    ("skopeo", "skopeo"),
-    ("debootstrap", "debootstrap"),
-    ("git", "git"),
 ];
 
 /// The result of one check.
@@ -55,6 +45,16 @@ impl Check {
             ok: true,
             detail: detail.into(),
             fix: None,
+        }
+    }
+
+    /// Passes, but prints its fix: a hardening the user should apply.
+    fn warning(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            name,
+            ok: true,
+            detail: detail.into(),
+            fix: Some(fix.into()),
         }
     }
 
@@ -118,11 +118,77 @@ pub fn checks() -> Vec<Check> {
         check_device("dev-fuse", "/dev/fuse", (10, 229), &target),
         check_runsc(),
     ];
-    for &(tool, pkg) in TOOLS {
-        out.push(check_tool(tool, pkg));
+    for h in crate::hostenv::HELPERS {
+        out.push(check_tool(h.prog, h.package, h.used_by));
     }
     out.push(check_xdg_runtime_dir(&target));
+    out.push(check_config());
+    out.push(check_resource_limits());
+    out.push(check_git_bare_repository(std::process::Command::new("git")));
     out
+}
+
+/// The config file parses and every profile in it is valid.
+fn check_config() -> Check {
+    let path = crate::config::config_path();
+    match crate::config::load(&path) {
+        Err(e) => Check::fail("config", e.to_string(), format!("correct {}", path.display())),
+        Ok(cfg) => match cfg.broken_profiles.values().next() {
+            Some(e) => Check::fail(
+                "config",
+                e.to_string(),
+                format!("correct {} (only that profile is unusable until then)", path.display()),
+            ),
+            None if cfg.exists => Check::pass("config", format!("{} is valid", path.display())),
+            None => Check::pass("config", format!("no {} (built-in defaults)", path.display())),
+        },
+    }
+}
+
+/// Which cgroup mechanism would bound a Domain started from here
+/// (`cgroup::detect`), or why none and the exact fix.
+fn check_resource_limits() -> Check {
+    let m = crate::cgroup::detect();
+    match &m {
+        crate::cgroup::Mechanism::Unavailable { why, fix } => Check::fail(
+            "resource-limits",
+            format!("no mechanism to enforce memory/pids/cpus limits: {why}; profiles that set [limits] are refused"),
+            fix.clone(),
+        ),
+        _ => Check::pass("resource-limits", m.describe()),
+    }
+}
+
+/// Host Git should not take a bare repository found by discovery as one
+/// (`safe.bareRepository = explicit`): a second line of defence behind the
+/// workspace view's shape rule (docs/git.md).
+fn check_git_bare_repository(mut git: std::process::Command) -> Check {
+    let out = git
+        .args(["config", "--get", "safe.bareRepository"])
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let value = match out {
+        Ok(o) => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Err(_) => return Check::pass("git-safe-bare-repository", "no host git"),
+    };
+    git_bare_repository_check(&value)
+}
+
+fn git_bare_repository_check(value: &str) -> Check {
+    if value.eq_ignore_ascii_case("explicit") {
+        Check::pass("git-safe-bare-repository", "safe.bareRepository = explicit")
+    } else {
+        Check::warning(
+            "git-safe-bare-repository",
+            format!(
+                "host git takes a bare repository it finds as one (safe.bareRepository is {})",
+                if value.is_empty() { "unset" } else { "not `explicit`" }
+            ),
+            "git config --global safe.bareRepository explicit",
+        )
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -387,23 +453,33 @@ fn check_subid(name: &'static str, path: &str, contents: Option<&str>, flag: &st
 // ---------------------------------------------------------------------------
 // newuidmap / newgidmap
 
-/// Finds an executable in `$PATH`, then in [`FALLBACK_DIRS`]; the flag says
-/// whether it was found through `$PATH`.
+/// Finds an executable on the `PATH` Lazaret runs its helpers with (the
+/// caller's plus the sbin directories, see `hostenv`). A program that is
+/// only in one of [`FALLBACK_DIRS`] is not found: Lazaret would not find it
+/// either.
 fn find_program(prog: &str) -> Option<(PathBuf, bool)> {
-    let path_dirs: Vec<PathBuf> = env::var_os("PATH")
-        .map(|p| env::split_paths(&p).filter(|d| d.is_absolute()).collect())
-        .unwrap_or_default();
-    for dir in &path_dirs {
-        let cand = dir.join(prog);
-        if is_executable(&cand) {
-            return Some((cand, true));
-        }
-    }
+    crate::hostenv::find(prog).map(|p| (p, true))
+}
+
+/// Where `prog` is when it is not on the `PATH`, to say so in the fix.
+fn find_off_path(prog: &str) -> Option<PathBuf> {
     FALLBACK_DIRS
         .iter()
         .map(|d| Path::new(d).join(prog))
         .find(|c| is_executable(c))
-        .map(|c| (c, false))
+}
+
+/// The fix for a helper that is not on the `PATH`.
+fn missing_fix(prog: &str, pkg: &str) -> String {
+    match find_off_path(prog) {
+        Some(p) => format!(
+            "{} is not on your PATH: add {} to PATH (export PATH=\"$PATH:{}\")",
+            p.display(),
+            p.parent().unwrap_or(Path::new("/")).display(),
+            p.parent().unwrap_or(Path::new("/")).display()
+        ),
+        None => format!("sudo apt-get install {pkg}"),
+    }
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -427,7 +503,7 @@ fn has_file_caps(path: &Path) -> bool {
 
 fn check_idmap(prog: &'static str) -> Check {
     let Some((path, in_path)) = find_program(prog) else {
-        return Check::fail(prog, format!("{prog} not found"), "sudo apt-get install uidmap");
+        return Check::fail(prog, format!("{prog} not found on {}", path_text()), missing_fix(prog, "uidmap"));
     };
     let loc = describe_location(&path, in_path);
     let meta = match fs::metadata(&path) {
@@ -833,7 +909,8 @@ fn check_runsc() -> Check {
     let codename = read_optional("/etc/os-release").and_then(|c| os_release_codename(&c));
     let fix = runsc_fix(codename.as_deref());
     let Some((path, in_path)) = find_program("runsc") else {
-        return Check::fail("runsc", "runsc not found", fix);
+        let fix = if find_off_path("runsc").is_some() { missing_fix("runsc", "runsc") } else { fix };
+        return Check::fail("runsc", format!("runsc not found on {}", path_text()), fix);
     };
     let loc = describe_location(&path, in_path);
     let out = match Command::new(&path).arg("--version").stdin(Stdio::null()).output() {
@@ -865,11 +942,20 @@ fn check_runsc() -> Check {
 // ---------------------------------------------------------------------------
 // plain tools
 
-fn check_tool(tool: &'static str, pkg: &str) -> Check {
+fn check_tool(tool: &'static str, pkg: &str, used_by: &str) -> Check {
     match find_program(tool) {
         Some((path, in_path)) => Check::pass(tool, format!("found {}", describe_location(&path, in_path))),
-        None => Check::fail(tool, format!("{tool} not found"), format!("sudo apt-get install {pkg}")),
+        None => Check::fail(
+            tool,
+            format!("{tool} (needed for {used_by}) not found on {}", path_text()),
+            missing_fix(tool, pkg),
+        ),
     }
+}
+
+/// `PATH=...` as Lazaret uses it, for messages.
+fn path_text() -> String {
+    format!("PATH={}", env::var_os("PATH").unwrap_or_default().to_string_lossy())
 }
 
 // ---------------------------------------------------------------------------
@@ -992,9 +1078,13 @@ fn check_xdg_runtime_dir(t: &Target) -> Check {
 fn to_text(checks: &[Check]) -> String {
     let mut out = String::new();
     for c in checks {
-        let tag = if c.ok { "ok  " } else { "FAIL" };
+        let tag = match (c.ok, c.fix.is_some()) {
+            (true, false) => "ok  ",
+            (true, true) => "warn",
+            (false, _) => "FAIL",
+        };
         out.push_str(&format!("{tag} {}: {}\n", c.name, c.detail));
-        if !c.ok {
+        if !c.ok || c.fix.is_some() {
             if let Some(fix) = &c.fix {
                 out.push_str(&format!("  fix: {fix}\n"));
             }
@@ -1051,6 +1141,15 @@ fn to_json(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warns_without_safe_bare_repository() {
+        let w = git_bare_repository_check("");
+        assert!(w.ok && w.fix.as_deref() == Some("git config --global safe.bareRepository explicit"));
+        assert!(to_text(&[w]).starts_with("warn git-safe-bare-repository"));
+        assert!(git_bare_repository_check("all").fix.is_some());
+        assert!(git_bare_repository_check("explicit").fix.is_none());
+    }
 
     #[test]
     fn runsc_date_debian_format() {

@@ -9,6 +9,21 @@ pub enum DomainError {
     Workspace(PathBuf, io::Error),
     NotDirectory(PathBuf),
     Root,
+    /// The workspace (or the `.git` that made it the workspace) belongs to
+    /// another user.
+    NotOwned {
+        path: PathBuf,
+        owner: u32,
+    },
+    /// A world-writable directory (such as /tmp) as the workspace root.
+    WorldWritable(PathBuf),
+    /// The workspace is, or contains, something of the user's own or of
+    /// Lazaret's that the sandbox must not reach.
+    Contains {
+        workspace: PathBuf,
+        what: &'static str,
+        path: PathBuf,
+    },
 }
 
 impl fmt::Display for DomainError {
@@ -17,6 +32,24 @@ impl fmt::Display for DomainError {
             DomainError::Workspace(p, e) => write!(f, "workspace {}: {e}", p.display()),
             DomainError::NotDirectory(p) => write!(f, "workspace {} is not a directory", p.display()),
             DomainError::Root => write!(f, "the workspace cannot be the filesystem root"),
+            DomainError::NotOwned { path, owner } => write!(
+                f,
+                "{} is owned by uid {owner}, not by you: refusing it as (part of) the workspace; \
+                 run in a directory you own (or remove a stray `.git` you did not make)",
+                crate::display::escape_path(path)
+            ),
+            DomainError::WorldWritable(p) => write!(
+                f,
+                "{} is writable by every user: refusing it as the workspace; make a directory of your own (e.g. `mkdir ~/work && cd ~/work`)",
+                crate::display::escape_path(p)
+            ),
+            DomainError::Contains { workspace, what, path } => write!(
+                f,
+                "the workspace {} contains {what} {}: refusing it (the sandbox would read and write it); \
+                 run in a project directory below it, or move {what} outside the workspace",
+                crate::display::escape_path(workspace),
+                crate::display::escape_path(path)
+            ),
         }
     }
 }
@@ -32,7 +65,14 @@ pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, DomainError> {
     }
     let mut cur = real.as_path();
     let top = loop {
-        if std::fs::symlink_metadata(cur.join(".git")).is_ok() {
+        if let Ok(md) = std::fs::symlink_metadata(cur.join(".git")) {
+            use std::os::unix::fs::MetadataExt;
+            if md.uid() != crate::sys::getuid() {
+                return Err(DomainError::NotOwned {
+                    path: cur.join(".git"),
+                    owner: md.uid(),
+                });
+            }
             break cur.to_path_buf();
         }
         match cur.parent() {
@@ -44,6 +84,57 @@ pub fn canonical_workspace(dir: &Path) -> Result<PathBuf, DomainError> {
         return Err(DomainError::Root);
     }
     Ok(top)
+}
+
+/// Workspace-root safety, after `canonical_workspace`: the workspace is a
+/// directory of the user's own, not writable by everyone, and is not (and
+/// does not contain) `$HOME` or any of `keep` (what: path pairs such as the
+/// Storage Root, the runtime dir, the config file).
+pub fn check_workspace_root(workspace: &Path, keep: &[(&'static str, &Path)]) -> Result<(), DomainError> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(workspace).map_err(|e| DomainError::Workspace(workspace.to_path_buf(), e))?;
+    if md.uid() != crate::sys::getuid() {
+        return Err(DomainError::NotOwned {
+            path: workspace.to_path_buf(),
+            owner: md.uid(),
+        });
+    }
+    if md.mode() & 0o002 != 0 {
+        return Err(DomainError::WorldWritable(workspace.to_path_buf()));
+    }
+    for (what, p) in keep {
+        if resolve_lexically(p).starts_with(workspace) {
+            return Err(DomainError::Contains {
+                workspace: workspace.to_path_buf(),
+                what,
+                path: p.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `p` with its longest existing ancestor canonicalized and the rest
+/// appended (paths that do not exist yet still compare).
+fn resolve_lexically(p: &Path) -> PathBuf {
+    let mut head = p.to_path_buf();
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(c) = head.canonicalize() {
+            let mut out = c;
+            for t in tail.iter().rev() {
+                out.push(t);
+            }
+            return out;
+        }
+        match (head.file_name().map(|n| n.to_os_string()), head.parent()) {
+            (Some(n), Some(parent)) => {
+                tail.push(n);
+                head = parent.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 /// Deterministic Domain ID: truncated SHA-256 over the profile name and the
@@ -71,6 +162,28 @@ pub fn random_id(bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workspace_roots_that_swallow_too_much_are_refused() {
+        let base = std::env::temp_dir().join(format!("lz-wsroot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("home/proj")).unwrap();
+        let home = base.join("home");
+        let home = home.canonicalize().unwrap();
+        let keep = [("your home directory", home.as_path())];
+        let e = check_workspace_root(&home, &keep).unwrap_err().to_string();
+        assert!(
+            e.contains(&home.display().to_string()) && e.contains("home directory"),
+            "{e}"
+        );
+        assert!(check_workspace_root(&base.canonicalize().unwrap(), &keep).is_err());
+        assert!(check_workspace_root(&home.join("proj"), &keep).is_ok());
+        let store = home.join("proj/.local/share/lazaret");
+        assert!(check_workspace_root(&home.join("proj"), &[("the storage root", store.as_path())]).is_err());
+        let e = check_workspace_root(Path::new("/tmp"), &[]).unwrap_err().to_string();
+        assert!(e.contains("/tmp"), "{e}");
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn domain_id_is_stable_and_separates_profiles() {

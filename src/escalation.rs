@@ -27,6 +27,14 @@ pub const EXIT_TIMED_OUT: i32 = 124;
 pub const EXIT_FAILED: i32 = 125;
 pub const EXIT_DENIED: i32 = 126;
 pub const EXIT_CANCELLED: i32 = 130;
+pub const EXIT_EXPIRED: i32 = 123;
+
+/// Default and largest `[escalation] prompt_timeout_s`: how long an
+/// accepted request may wait for the developer's decision.
+pub const DEFAULT_PROMPT_TIMEOUT_SECS: u64 = 300;
+pub const MAX_PROMPT_TIMEOUT_SECS: u64 = 86_400;
+/// Environment variable telling the client how long a decision may take.
+pub const PROMPT_TIMEOUT_ENV: &str = "LAZARET_ESCALATION_PROMPT_TIMEOUT";
 
 /// Guest paths of the mailbox.
 pub const GUEST_REQUESTS: &str = "/.lazaret/mailbox/requests";
@@ -255,6 +263,8 @@ pub enum Status {
     TimedOut,
     Cancelled,
     Failed,
+    /// Nobody decided within `prompt_timeout_s`; nothing ran.
+    Expired,
 }
 
 impl Status {
@@ -265,6 +275,7 @@ impl Status {
             Status::TimedOut => "timed-out",
             Status::Cancelled => "cancelled",
             Status::Failed => "failed",
+            Status::Expired => "expired",
         }
     }
     /// What `lazaret-escalate` exits with.
@@ -275,6 +286,7 @@ impl Status {
             Status::TimedOut => EXIT_TIMED_OUT,
             Status::Cancelled => EXIT_CANCELLED,
             Status::Failed => EXIT_FAILED,
+            Status::Expired => EXIT_EXPIRED,
         }
     }
 }
@@ -339,6 +351,7 @@ impl Outcome {
             "timed-out" => Status::TimedOut,
             "cancelled" => Status::Cancelled,
             "failed" => Status::Failed,
+            "expired" => Status::Expired,
             _ => return Err(RecordError::BadValue("status")),
         };
         let reason = unescape(l.field("reason")?).ok_or(RecordError::BadValue("reason"))?;
@@ -391,6 +404,127 @@ fn b64_decode(s: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// Programs that run a command string (shells, interpreters, and wrappers
+/// that run another program): never auto-approved (SR-8). Matched on the
+/// base name without a version suffix (`python3.12` is `python`).
+const COMMAND_RUNNERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "mksh",
+    "pdksh",
+    "yash",
+    "fish",
+    "csh",
+    "tcsh",
+    "ash",
+    "busybox",
+    "toybox",
+    "rbash",
+    "python",
+    "pypy",
+    "perl",
+    "ruby",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "php",
+    "lua",
+    "luajit",
+    "tclsh",
+    "wish",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "env",
+    "xargs",
+    "nohup",
+    "timeout",
+    "nice",
+    "ionice",
+    "setsid",
+    "stdbuf",
+    "time",
+    "sudo",
+    "doas",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "flock",
+    "watch",
+    "script",
+    "expect",
+    "ssh",
+    "osascript",
+    "pwsh",
+    "powershell",
+    "eval",
+    "exec",
+    "command",
+    "builtin",
+    "find",
+    "make",
+    "sed",
+];
+
+/// `Some(name)` when `program` is a shell or interpreter that runs a
+/// command string, or a wrapper that runs another program.
+pub fn command_runner(program: &str) -> Option<&'static str> {
+    let base = program.rsplit('/').next().unwrap_or(program);
+    let stem = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
+    COMMAND_RUNNERS.iter().copied().find(|r| *r == base || *r == stem)
+}
+
+/// Configuration given to host Git on its command line, ahead of the
+/// repository's own: implicit bare repositories (a shape the sandbox can
+/// create in the workspace) are refused, no fsmonitor command runs, no hook
+/// runs.
+pub const GIT_HARDENING: &[&str] = &[
+    "-c",
+    "safe.bareRepository=explicit",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+];
+
+/// The argv the broker runs: host Git gets [`GIT_HARDENING`].
+pub fn harden_git(argv: &[String]) -> Vec<String> {
+    let base = argv[0].rsplit('/').next().unwrap_or(&argv[0]);
+    if base != "git" {
+        return argv.to_vec();
+    }
+    let mut v = vec![argv[0].clone()];
+    v.extend(GIT_HARDENING.iter().map(|s| s.to_string()));
+    v.extend(argv[1..].iter().cloned());
+    v
+}
+
+/// A decision typed at the prompt: a whole line that is exactly one of
+/// the documented answers; anything else is `None` and the prompt asks
+/// again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    Yes,
+    No,
+    Edit,
+}
+
+pub fn parse_answer(line: &str) -> Option<Answer> {
+    match line.trim_matches(' ') {
+        "y" | "yes" | "Y" | "YES" | "Yes" => Some(Answer::Yes),
+        "n" | "no" | "N" | "NO" | "No" => Some(Answer::No),
+        "e" | "edit" | "E" | "EDIT" | "Edit" => Some(Answer::Edit),
+        _ => None,
+    }
+}
+
 // ---- rules and display -------------------------------------------------------------
 
 /// An auto-approval rule matches its argv exactly, or as a prefix when it
@@ -403,18 +537,12 @@ pub fn rule_matches(rule_argv: &[String], allow_trailing: bool, argv: &[String])
     }
 }
 
-/// Replaces control characters (terminal escapes included) with visible
-/// `\xNN` forms so a prompt cannot be repainted by what it displays.
+/// Makes sandbox-chosen text safe to print: every Cc and Cf character
+/// (terminal escapes, bidi overrides, zero-width characters) and the
+/// backslash become visible escapes (`\\x1b`, `\\u{202e}`, `\\\\`), so a
+/// prompt can be neither repainted nor reordered by what it displays.
 pub fn neutralize(s: &str) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        if c.is_control() {
-            out.push_str(&format!("\\x{:02x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::display::escape(s)
 }
 
 /// Shell-quotes an argv for display, neutralising control characters.
@@ -575,6 +703,49 @@ mod tests {
         let q = quote_argv(&["echo".into(), "a b".into(), "\u{1b}[2J".into(), "it's".into()]);
         assert_eq!(q, r"echo 'a b' '\x1b[2J' 'it'\''s'");
         assert!(!q.contains('\u{1b}'));
+        let q = quote_argv(&["x\u{202e}y".into(), "a\\x1b".into(), "\u{200b}".into()]);
+        assert_eq!(q, r"'x\u{202e}y' 'a\\x1b' '\u{200b}'");
+    }
+
+    #[test]
+    fn shells_and_interpreters_are_recognised() {
+        for p in [
+            "sh",
+            "/bin/bash",
+            "python3",
+            "python3.12",
+            "perl",
+            "env",
+            "/usr/bin/env",
+            "zsh",
+            "node",
+        ] {
+            assert!(command_runner(p).is_some(), "{p}");
+        }
+        for p in ["git", "gh", "ls", "echo", "true", "cargo", "shellcheck"] {
+            assert!(command_runner(p).is_none(), "{p}");
+        }
+    }
+
+    #[test]
+    fn git_is_hardened_and_nothing_else_is() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let g = harden_git(&v(&["git", "status"]));
+        assert_eq!(g[0], "git");
+        assert_eq!(g.last().unwrap(), "status");
+        assert!(g.contains(&"safe.bareRepository=explicit".to_string()));
+        assert_eq!(harden_git(&v(&["ls", "-l"])), v(&["ls", "-l"]));
+    }
+
+    #[test]
+    fn only_whole_documented_answers_decide() {
+        assert_eq!(parse_answer("y"), Some(Answer::Yes));
+        assert_eq!(parse_answer("yes"), Some(Answer::Yes));
+        assert_eq!(parse_answer("no"), Some(Answer::No));
+        assert_eq!(parse_answer("edit"), Some(Answer::Edit));
+        for l in ["a", "aaaa", "ye", "yess", "make tests pass", "e x", "", "approve"] {
+            assert_eq!(parse_answer(l), None, "{l}");
+        }
     }
 
     #[test]

@@ -7,6 +7,12 @@
 //!   unlink, link and symlink is checked against `gitsentry::Sentry` and
 //!   refused with EPERM when it would touch a protected Git path. This also
 //!   stops *creating* `.git/commondir`, which a read-only bind cannot.
+//! - **Repository shapes** (SR-4, `gitshape`): a `.git` the host lacks, a
+//!   new linked-worktree or submodule Git directory, and the name that would
+//!   complete a repository shape in a host directory are made in the store,
+//!   so the host never gains a Git directory of the sandbox's making; the
+//!   sensitive names of host shapes and host Git's hook locations are
+//!   protected at access time.
 //! - **Ignored Workspace State** (SR-13): paths the snapshot of ignore rules
 //!   (`ignored::IgnoreRules`) matches resolve into the Domain's ignored store
 //!   instead of the host workspace, including paths created during the
@@ -55,6 +61,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
+use crate::gitshape;
 use crate::ignored::IgnoreRules;
 
 /// How long the kernel may cache entries and attributes under a host
@@ -71,9 +78,20 @@ const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Side {
+pub(crate) enum Side {
     Host,
     Store,
+}
+
+/// Host workspace files stay the developer's: the sandbox's root holds
+/// CAP_CHOWN, but a `chown` to any id other than its own (0 here, the
+/// developer on the host) would hand host files to a subordinate id the
+/// developer cannot edit as. The Domain's own storage may be chowned.
+fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+    if side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0)) {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
 }
 
 struct Node {
@@ -141,11 +159,20 @@ pub struct View {
     store: Option<(OwnedFd, u64)>,
     rules: Option<IgnoreRules>,
     sentry: Sentry,
+    /// Hook locations from host Git's configuration, as view paths.
+    hooks: Vec<PathBuf>,
+    /// Serialises deciding and making entries with repository-shape names,
+    /// so two concurrent creates cannot complete a shape together.
+    shape_lock: Mutex<()>,
     t: Arc<Mutex<Tables>>,
     /// None when inotify is unavailable: everything host-side uses `TTL`.
     watch: Option<Arc<Watches>>,
     /// The kernel does handle-less opens (set at FUSE init).
     no_open: AtomicBool,
+    /// Host identities hidden during this session (beyond the rules'
+    /// snapshot), and the sticky file they are added to.
+    more_hidden: Mutex<std::collections::HashSet<(u64, u64)>>,
+    sticky_path: Option<PathBuf>,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -277,12 +304,16 @@ impl View {
     pub fn new(host: &Path, store: Option<(&Path, IgnoreRules)>, sentry: Sentry) -> io::Result<View> {
         let (host_fd, _) = open_root(host)?;
         let root_st = rustix::fs::fstat(&host_fd)?;
-        let (store, rules) = match store {
+        let (store, rules, sticky_path) = match store {
             Some((dir, rules)) => {
                 std::fs::create_dir_all(dir)?;
-                (Some(open_root(dir)?), Some(rules))
+                (
+                    Some(open_root(dir)?),
+                    Some(rules),
+                    Some(crate::ignored::sticky_file(dir)),
+                )
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let mut nodes = HashMap::new();
         let mut root = Node::new(Side::Host, PathBuf::new(), &root_st);
@@ -303,6 +334,8 @@ impl View {
             store,
             rules,
             sentry,
+            hooks: Vec::new(),
+            shape_lock: Mutex::new(()),
             t: Arc::new(Mutex::new(Tables {
                 nodes,
                 by_key: HashMap::new(),
@@ -316,6 +349,8 @@ impl View {
             })),
             watch,
             no_open: AtomicBool::new(false),
+            more_hidden: Mutex::new(Default::default()),
+            sticky_path,
         })
     }
 
@@ -364,7 +399,10 @@ impl View {
         if n.gone {
             return Err(Errno::ENOENT);
         }
-        Ok((n.side, n.rel.clone(), n.protected || self.sentry.is_protected(&n.rel)))
+        let (side, rel, sticky) = (n.side, n.rel.clone(), n.protected);
+        drop(t);
+        let protected = sticky || self.protected_at(side, &rel);
+        Ok((side, rel, protected))
     }
 
     /// Registers one kernel lookup of the entry at `rel` and returns its
@@ -382,7 +420,7 @@ impl View {
                 }
             }
         }
-        let protected = self.sentry.is_protected(rel);
+        let protected = self.protected_at(side, rel);
         let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
         let existing = t.by_key.get(&key).copied();
@@ -441,8 +479,8 @@ impl View {
         let (side, rel, want) = {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-            if write && (n.protected || self.sentry.is_protected(&n.rel)) {
-                log::warn!("git sentry: refused writing {}", n.rel.display());
+            if write && (n.protected || self.protected_at(n.side, &n.rel)) {
+                log::warn!("git sentry: refused writing {}", crate::display::escape_path(&n.rel));
                 return Err(Errno::EPERM);
             }
             match &n.fd {
@@ -546,7 +584,7 @@ impl View {
 
     /// Where a child of a directory on `parent_side` lives when created.
     fn target_side(&self, parent_side: Side, rel: &Path, dir: bool) -> Side {
-        if parent_side == Side::Store || self.ignored(rel, dir) {
+        if self.is_domain_side(parent_side, rel, dir) || (self.store.is_some() && self.git_domain_side(rel)) {
             Side::Store
         } else {
             Side::Host
@@ -558,6 +596,9 @@ impl View {
     fn find(&self, parent_side: Side, rel: &Path) -> Result<(Side, rustix::fs::Stat), Errno> {
         if parent_side == Side::Store {
             return Ok((Side::Store, self.stat(Side::Store, rel)?));
+        }
+        if let Some(st) = self.git_store_entry(rel) {
+            return Ok((Side::Store, st));
         }
         let Some(rules) = &self.rules else {
             return Ok((Side::Host, self.stat(Side::Host, rel)?));
@@ -573,6 +614,14 @@ impl View {
         let st = self.stat(Side::Host, rel)?;
         if maybe && rules.is_ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
+        }
+        if self.is_hidden_host(&st) {
+            // A hidden host file under a name the rules do not match (an
+            // ancestor was renamed, or .gitignore edited): Domain-side.
+            return match self.stat(Side::Store, rel) {
+                Ok(sst) => Ok((Side::Store, sst)),
+                Err(_) => Err(Errno::ENOENT),
+            };
         }
         Ok((Side::Host, st))
     }
@@ -597,11 +646,11 @@ impl View {
     fn prepare_new(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(Side, PathBuf, OwnedFd), Errno> {
         let (pside, prel, _) = self.node(parent)?;
         let rel = prel.join(name);
-        if self.sentry.is_protected(&rel) {
-            log::warn!("git sentry: refused creating {}", rel.display());
+        let side = self.target_side(pside, &rel, dir);
+        if side == Side::Host && (self.protected_at(Side::Host, &rel) || self.git_refused(&rel)) {
+            log::warn!("git sentry: refused creating {}", crate::display::escape_path(&rel));
             return Err(Errno::EPERM);
         }
-        let side = self.target_side(pside, &rel, dir);
         if side == Side::Store && pside == Side::Host {
             self.scaffold(&prel)?;
         }
@@ -694,7 +743,7 @@ impl View {
             (1, FileType::Directory, OsString::from("..")),
         ];
         let mut seen = std::collections::HashSet::new();
-        let mut read = |s: Side, keep: &dyn Fn(&Path, bool) -> bool| -> Result<(), Errno> {
+        let mut read = |s: Side, keep: &dyn Fn(&Path, bool, u64) -> bool| -> Result<(), Errno> {
             let d = self.dir(s, rel)?;
             let fd = rustix::fs::openat(
                 &d,
@@ -720,7 +769,7 @@ impl View {
                     _ => FileType::RegularFile,
                 };
                 let child = rel.join(&name);
-                if !keep(&child, ft == FileType::Directory) || !seen.insert(name.clone()) {
+                if !keep(&child, ft == FileType::Directory, ent.ino()) || !seen.insert(name.clone()) {
                     continue;
                 }
                 let ino =
@@ -730,11 +779,23 @@ impl View {
             Ok(())
         };
         match (side, &self.rules) {
-            (Side::Store, _) | (Side::Host, None) => read(side, &|_, _| true)?,
+            (Side::Store, _) => read(side, &|_, _, _| true)?,
+            (Side::Host, None) => {
+                // Domain-side Git entries first, so they win over the host's.
+                if self.store.is_some() {
+                    let _ = read(Side::Store, &|p, _, _| self.git_store_entry(p).is_some());
+                }
+                read(side, &|_, _, _| true)?
+            }
             (Side::Host, Some(rules)) => {
-                // The store's ignored entries first, so they win over the host's.
-                let _ = read(Side::Store, &|p, d| rules.is_ignored(p, d));
-                read(Side::Host, &|p, d| !rules.is_ignored(p, d))?;
+                // The store's ignored and Git entries first, so they win over the host's.
+                let _ = read(Side::Store, &|p, d, _| {
+                    rules.is_ignored(p, d) || self.hidden_host_at(p) || self.git_store_entry(p).is_some()
+                });
+                let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
+                read(Side::Host, &|p, d, ino| {
+                    !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino)
+                })?;
             }
         }
         Ok(out)
@@ -847,9 +908,13 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused changing attributes of {}", rel.display());
+                log::warn!(
+                    "git sentry: refused changing attributes of {}",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
+            host_owner_stays(side, uid, gid)?;
             if let Some((f, w)) = self.cached_fd(ino) {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {
@@ -971,6 +1036,7 @@ impl Filesystem for View {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, false) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -983,6 +1049,7 @@ impl Filesystem for View {
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
@@ -1002,14 +1069,15 @@ impl Filesystem for View {
     }
 
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        if self.sentry.in_git_dir(&rel) {
+        if side == Side::Host && self.in_host_git_dir(&rel) {
             log::warn!(
                 "git sentry: refused a symlink inside a Git directory: {}",
-                rel.display()
+                crate::display::escape_path(&rel)
             );
             return reply.error(Errno::EPERM);
         }
@@ -1029,6 +1097,7 @@ impl Filesystem for View {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _shape = self.shape_guard(newname);
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let (npside, nprel, _) = self.node(newparent)?;
@@ -1037,21 +1106,44 @@ impl Filesystem for View {
             let (side, st) = self.find(pside, &from)?;
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
-            if sticky || self.sentry.is_protected(&from) || self.sentry.is_protected(&to) {
-                log::warn!("git sentry: refused renaming {} to {}", from.display(), to.display());
+            let dir = is_dir(&st);
+            let nside = self.target_side(npside, &to, dir);
+            // A host repository itself keeps its name, as `.git` does.
+            let moves_repo = side == Side::Host
+                && ((dir && self.host_shape(&from))
+                    || (flags.contains(RenameFlags::RENAME_EXCHANGE) && self.host_shape(&to)));
+            if sticky
+                || moves_repo
+                || self.protected_at(side, &from)
+                || (nside == Side::Host && (self.protected_at(Side::Host, &to) || self.git_refused(&to)))
+            {
+                log::warn!(
+                    "git sentry: refused renaming {} to {}",
+                    crate::display::escape_path(&from),
+                    crate::display::escape_path(&to)
+                );
                 return Err(Errno::EPERM);
             }
-            let dir = is_dir(&st);
             let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-            let git = self.sentry.in_git_dir(&from) || self.sentry.in_git_dir(&to);
-            if git && link && self.sentry.in_git_dir(&to) {
+            let git_from = side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
+            let git_to = nside == Side::Host && (self.sentry.in_git_dir(&to) || ((dir || link) && self.in_host_git_dir(&to)));
+            let git = git_from || git_to;
+            if git && link && git_to {
                 return Err(Errno::EPERM);
             }
             if git && dir {
                 return Err(Errno::EXDEV);
             }
-            let nside = self.target_side(npside, &to, dir);
             if nside != side {
+                if side == Side::Host
+                    && nside == Side::Store
+                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && !flags.contains(RenameFlags::RENAME_EXCHANGE)
+                    && self.git_domain_side(&to)
+                {
+                    // A lock file renamed onto a Domain-side Git name.
+                    return self.move_file_to_store(id, &from, &to, &nprel, newname, flags);
+                }
                 return Err(Errno::EXDEV);
             }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -1063,6 +1155,15 @@ impl Filesystem for View {
             }
             if side == Side::Store {
                 self.scaffold(&nprel)?;
+            }
+            let host_dirs = side == Side::Host && self.rules.is_some();
+            if host_dirs && dir {
+                self.hide_below(&from)?;
+            }
+            if host_dirs && flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                if self.stat(Side::Host, &to).is_ok_and(|st| is_dir(&st)) {
+                    self.hide_below(&to)?;
+                }
             }
             let d1 = self.dir(side, &prel)?;
             let d2 = self.dir(side, &nprel)?;
@@ -1078,6 +1179,9 @@ impl Filesystem for View {
                 self.renamed(side, &tmp, &from);
             } else {
                 self.renamed(side, &from, &to);
+                if host_dirs && dir {
+                    self.store_follows(&from, &to);
+                }
             }
             Ok(())
         })();
@@ -1091,9 +1195,13 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
-                log::warn!("git sentry: refused a hard link to {}", rel.display());
+                log::warn!(
+                    "git sentry: refused a hard link to {}",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
+            let _shape = self.shape_guard(newname);
             let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
             if nside != side {
                 return Err(Errno::EXDEV);
@@ -1132,7 +1240,10 @@ impl Filesystem for View {
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected && writes(flags.0) {
-                log::warn!("git sentry: refused opening {} for writing", rel.display());
+                log::warn!(
+                    "git sentry: refused opening {} for writing",
+                    crate::display::escape_path(&rel)
+                );
                 return Err(Errno::EPERM);
             }
             let p = if rel.as_os_str().is_empty() {
@@ -1309,6 +1420,7 @@ impl Filesystem for View {
         reply: ReplyCreate,
     ) {
         let r = (|| {
+            let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
             let no_open = self.no_open.load(Ordering::Relaxed);
             let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
@@ -1342,11 +1454,11 @@ impl View {
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
-            if self.sentry.is_protected(&rel) {
-                log::warn!("git sentry: refused removing {}", rel.display());
+            let (side, _) = self.find(pside, &rel)?;
+            if self.protected_at(side, &rel) {
+                log::warn!("git sentry: refused removing {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
             }
-            let (side, _) = self.find(pside, &rel)?;
             let id = self.known(side, &rel).unwrap_or(u64::MAX);
             if self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected) {
                 return Err(Errno::EPERM);
@@ -1367,12 +1479,155 @@ impl View {
     }
 }
 
+// ---- ignored paths: what is Domain-side ------------------------------------
+//
+// A path is Domain-side (served from the ignored store, never the host
+// workspace) when the rules snapshot ignores it, or when the host file at
+// that name is one whose identity (st_dev, st_ino) is hidden: ignored when
+// the Domain first saw it (sticky across generations), or found ignored
+// below a host directory the sandbox renamed. Deciding by identity is what
+// keeps `/config/master.key` hidden after `mv config c2`.
+
+/// Most entries one directory rename may scan for hidden files; beyond it
+/// the rename answers EXDEV (`mv` then copies what it can see).
+const HIDE_SCAN_MAX: usize = 200_000;
+
+impl View {
+    /// True when the entry at view path `rel` (a directory when `dir`),
+    /// whose parent is on `parent_side`, is Domain-side: it lives in the
+    /// ignored store and creating, renaming or linking it must not touch
+    /// the host workspace.
+    pub(crate) fn is_domain_side(&self, parent_side: Side, rel: &Path, dir: bool) -> bool {
+        if parent_side == Side::Store {
+            return true;
+        }
+        if self.rules.is_none() {
+            return false;
+        }
+        self.ignored(rel, dir) || self.hidden_host_at(rel)
+    }
+
+    /// True when the host file with this identity is hidden.
+    fn is_hidden_id(&self, dev: u64, ino: u64) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.is_hidden_id(dev, ino))
+            || self.more_hidden.lock().unwrap().contains(&(dev, ino))
+    }
+
+    fn is_hidden_host(&self, st: &rustix::fs::Stat) -> bool {
+        self.rules.is_some() && self.is_hidden_id(st.st_dev, st.st_ino)
+    }
+
+    /// True when the host has an entry at `rel` and it is hidden.
+    fn hidden_host_at(&self, rel: &Path) -> bool {
+        self.stat(Side::Host, rel).is_ok_and(|st| self.is_hidden_host(&st))
+    }
+
+    /// Hides one host identity for the rest of the session and later
+    /// generations.
+    fn hide_id(&self, dev: u64, ino: u64, rel: &Path) {
+        if self.is_hidden_id(dev, ino) {
+            return;
+        }
+        self.more_hidden.lock().unwrap().insert((dev, ino));
+        if let Some(p) = &self.sticky_path {
+            let e = crate::ignored::StickyEntry {
+                dev,
+                ino,
+                rel: rel.to_path_buf(),
+            };
+            if let Err(err) = crate::ignored::append_sticky(p, &e) {
+                log::warn!("ignored paths: {err}");
+            }
+        }
+    }
+
+    /// Before host directory `rel` moves: everything below it that is
+    /// hidden now (by the rules at its current name, or by identity) is
+    /// hidden by identity, so no new name reveals it.
+    fn hide_below(&self, rel: &Path) -> Result<(), Errno> {
+        let rules = match &self.rules {
+            Some(r) => r,
+            None => return Ok(()),
+        };
+        let mut found = Vec::new();
+        let mut stack = vec![rel.to_path_buf()];
+        let mut seen = 0usize;
+        while let Some(d) = stack.pop() {
+            let fd = self.dir(Side::Host, &d)?;
+            let dev = rustix::fs::fstat(&fd).map_err(errno)?.st_dev;
+            let rd = rustix::fs::openat(
+                &fd,
+                ".",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)?;
+            let mut dir = rustix::fs::Dir::read_from(&rd).map_err(errno)?;
+            while let Some(ent) = dir.read() {
+                let ent = ent.map_err(errno)?;
+                let name = OsStr::from_bytes(ent.file_name().to_bytes());
+                if name == "." || name == ".." {
+                    continue;
+                }
+                seen += 1;
+                if seen > HIDE_SCAN_MAX {
+                    log::warn!(
+                        "ignored paths: {} is too large to rename through the view (EXDEV)",
+                        crate::display::escape_path(rel)
+                    );
+                    return Err(Errno::EXDEV);
+                }
+                let child = d.join(name);
+                let is_d = ent.file_type() == rustix::fs::FileType::Directory;
+                if rules.is_ignored(&child, is_d) || self.is_hidden_id(dev, ent.ino()) {
+                    found.push((dev, ent.ino(), child));
+                } else if is_d && name != ".git" {
+                    stack.push(child);
+                }
+            }
+        }
+        for (dev, ino, child) in found {
+            self.hide_id(dev, ino, &child);
+        }
+        Ok(())
+    }
+
+    /// After host directory `from` moved to `to`: the store's entries kept
+    /// under `from` (what the sandbox wrote at ignored names there) move too.
+    fn store_follows(&self, from: &Path, to: &Path) {
+        if self.stat(Side::Store, from).is_err() {
+            return;
+        }
+        let (fp, fname) = split(from);
+        let (tp, tname) = split(to);
+        let r = self.scaffold(tp).and_then(|()| {
+            let d1 = self.dir(Side::Store, fp)?;
+            let d2 = self.dir(Side::Store, tp)?;
+            rustix::fs::renameat(&d1, fname, &d2, tname).map_err(errno)
+        });
+        match r {
+            Ok(()) => self.renamed(Side::Store, from, to),
+            Err(e) => log::warn!(
+                "ignored paths: the Domain's entries under {} stay there after the rename ({e:?})",
+                crate::display::escape_path(from)
+            ),
+        }
+    }
+}
+
 // ---- mounting ------------------------------------------------------------
 
 /// A served view; dropping it stops serving (the mount goes with the
 /// supervisor's mount namespace).
 pub struct Served {
     _session: fuser::BackgroundSession,
+}
+
+impl Served {
+    /// The session's server loop returned: the connection is gone.
+    pub fn ended(&self) -> bool {
+        self._session.guard.is_finished()
+    }
 }
 
 /// Mounts `view` at `mountpoint` (in the caller's mount namespace, where it
@@ -1481,15 +1736,19 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         let store = match &v.store {
             Some(dir) => {
                 let layout = crate::gitsentry::discover(&v.source).map_err(|e| e.to_string())?;
-                let rules =
-                    IgnoreRules::load(&v.source, layout.git_dir(), layout.common_dir()).map_err(|e| e.to_string())?;
+                let sticky = crate::ignored::sticky_file(dir);
+                let previous = crate::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
+                let rules = IgnoreRules::load(&v.source, layout.git_dir(), layout.common_dir(), &previous)
+                    .map_err(|e| e.to_string())?;
+                crate::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
                 Some((dir.as_path(), rules))
             }
             None => None,
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
         let view = View::new(&v.source, store, sentry)
-            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?;
+            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?
+            .with_hooks(v.protect.clone());
         served.push(serve(view, &v.mountpoint).map_err(|e| {
             format!(
                 "serving the workspace view at {}: {e} (run `lazaret doctor`: /dev/fuse must be usable)",
@@ -1498,4 +1757,196 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
         })?);
     }
     Ok(served)
+}
+
+// ---- repository shapes (src/gitshape.rs) ----------------------------------
+
+/// Names whose entry may be Domain-side for the shape rule: `.git`, the
+/// shape names, and children of a `worktrees/` or `modules/` directory. No
+/// syscall: a lookup of such a name also checks the store.
+fn gitshape_candidate(rel: &Path) -> bool {
+    let (parent, name) = split(rel);
+    is_cow_config(rel)
+        || gitshape::is_dotgit(name)
+        || gitshape::is_shape_name(name)
+        || parent.file_name().is_some_and(|p| p == "worktrees" || p == "modules")
+}
+
+/// `DIR/.git/config`: Git's own rewrites of it (`config.lock` renamed onto
+/// it, as `git config` and `git submodule init` do) land in a Domain-side
+/// copy; the host file never changes.
+fn is_cow_config(rel: &Path) -> bool {
+    let (parent, name) = split(rel);
+    name == "config" && parent.file_name().is_some_and(|p| p == ".git")
+}
+
+impl View {
+    /// Hook locations read from host Git's configuration (view paths):
+    /// read-only inside.
+    pub fn with_hooks(mut self, hooks: Vec<PathBuf>) -> View {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Held from the side decision to the creation of an entry named `name`
+    /// when it is a `.git` or shape name.
+    fn shape_guard(&self, name: &OsStr) -> Option<std::sync::MutexGuard<'_, ()>> {
+        (gitshape::is_dotgit(name) || gitshape::is_shape_name(name))
+            .then(|| self.shape_lock.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// True when the sandbox may not change the entry at `rel` on `side`:
+    /// the Git Sentry's names, host hook locations, and the sensitive paths
+    /// of any host directory that is a repository shape now (made before or
+    /// during the session). The store is the Domain's own: never protected.
+    fn protected_at(&self, side: Side, rel: &Path) -> bool {
+        side == Side::Host
+            && (self.sentry.is_protected(rel)
+                || self.hooks.iter().any(|h| {
+                    // The location and its ancestors (a renamed ancestor
+                    // would let another directory take its place).
+                    rel.starts_with(h) || (!rel.as_os_str().is_empty() && h.starts_with(rel))
+                })
+                || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a)))
+    }
+
+    fn host_has(&self, rel: &Path) -> bool {
+        self.stat(Side::Host, rel).is_ok()
+    }
+
+    /// The host directory `dir` is a repository shape (`gitshape::is_shape`).
+    fn host_shape(&self, dir: &Path) -> bool {
+        gitshape::is_shape(&|n| self.host_has(&dir.join(n)))
+    }
+
+    /// `rel` lies inside a host Git directory: a `.git` or a shape ancestor.
+    fn in_host_git_dir(&self, rel: &Path) -> bool {
+        if self.sentry.in_git_dir(rel) {
+            return true;
+        }
+        let mut p = rel.parent();
+        while let Some(d) = p {
+            if self.host_shape(d) {
+                return true;
+            }
+            p = d.parent();
+        }
+        false
+    }
+
+    /// True when a new entry at `rel` (its parent on the host) must not be
+    /// made on the host: a `.git` the host lacks, a new linked worktree or
+    /// submodule Git directory, or the name completing a repository shape.
+    fn git_domain_side(&self, rel: &Path) -> bool {
+        let (parent, name) = split(rel);
+        if !gitshape_candidate(rel) {
+            return false;
+        }
+        if is_cow_config(rel) {
+            return true;
+        }
+        if gitshape::is_dotgit(name) {
+            return !self.host_has(rel);
+        }
+        let slot = gitshape::is_new_gitdir_slot(rel, &|p| {
+            self.sentry.in_git_dir(p) || p.parent().is_some_and(|g| self.host_shape(g))
+        });
+        if slot {
+            return !self.host_has(rel);
+        }
+        gitshape::is_shape_name(name)
+            && !self.host_shape(parent)
+            && gitshape::completes_shape(name, &|n| self.host_has(&parent.join(n)))
+    }
+
+    /// A Domain-side Git entry is wanted but the view has no store (ignored
+    /// isolation off, or a common-directory view): refuse.
+    fn git_refused(&self, rel: &Path) -> bool {
+        self.store.is_none() && self.git_domain_side(rel)
+    }
+
+    /// The store's entry for a Domain-side Git name under a host parent.
+    /// A name the host has is the host's (the store may hold a directory of
+    /// that name as scaffolding for deeper entries), except `.git/config`'s
+    /// Domain-side copy.
+    fn git_store_entry(&self, rel: &Path) -> Option<rustix::fs::Stat> {
+        if self.store.is_none() || !gitshape_candidate(rel) {
+            return None;
+        }
+        let st = self.stat(Side::Store, rel).ok()?;
+        (is_cow_config(rel) || !self.host_has(rel)).then_some(st)
+    }
+
+    /// Renames a host regular file onto a Domain-side Git name (Git's
+    /// `HEAD.lock` to `HEAD` completing a shape): copies it into the store
+    /// under a temporary name, renames that into place, removes the host
+    /// file. The node follows the file to the store.
+    fn move_file_to_store(
+        &self,
+        id: u64,
+        from: &Path,
+        to: &Path,
+        nprel: &Path,
+        newname: &OsStr,
+        flags: RenameFlags,
+    ) -> Result<(), Errno> {
+        use std::io::{Read, Write};
+        self.scaffold(nprel)?;
+        let d2 = self.dir(Side::Store, nprel)?;
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) && rustix::fs::statat(&d2, newname, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        let mut src = self.open_path(Side::Host, from, false)?;
+        let mode = rustix::fs::fstat(&src).map_err(errno)?.st_mode & 0o7777;
+        let mut tmp_name = newname.to_os_string();
+        tmp_name.push(format!(".lazaret-move-{id}"));
+        let fd = rustix::fs::openat2(
+            &d2,
+            &tmp_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::from_raw_mode(mode),
+            resolve(),
+        )
+        .map_err(errno)?;
+        let mut dst = File::from(fd);
+        let mut buf = Vec::new();
+        src.read_to_end(&mut buf).map_err(errno)?;
+        if let Err(e) = dst.write_all(&buf) {
+            let _ = rustix::fs::unlinkat(&d2, &tmp_name, AtFlags::empty());
+            return Err(errno(e));
+        }
+        drop(dst);
+        self.pin(Side::Store, to);
+        rustix::fs::renameat(&d2, &tmp_name, &d2, newname).map_err(errno)?;
+        let (fparent, fname) = split(from);
+        let d1 = self.dir(Side::Host, fparent)?;
+        rustix::fs::unlinkat(&d1, fname, AtFlags::empty()).map_err(errno)?;
+        let st = self.stat(Side::Store, to)?;
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        if let Some(old) = t.by_key.remove(&(Side::Store, to.to_path_buf())) {
+            if let Some(n) = t.nodes.get_mut(&old) {
+                n.gone = true;
+            }
+        }
+        if t.by_key.get(&(Side::Host, from.to_path_buf())) == Some(&id) {
+            t.by_key.remove(&(Side::Host, from.to_path_buf()));
+        }
+        if let Some(n) = t.nodes.get_mut(&id) {
+            if n.fd.is_some() {
+                if n.pinned {
+                    t.pinned_fds -= 1;
+                } else {
+                    t.cached_fds -= 1;
+                }
+            }
+            n.fd = None;
+            n.pinned = false;
+            n.side = Side::Store;
+            n.rel = to.to_path_buf();
+            n.host_ino = st.st_ino;
+            t.by_key.insert((Side::Store, to.to_path_buf()), id);
+        }
+        Ok(())
+    }
 }

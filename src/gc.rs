@@ -243,6 +243,29 @@ fn referenced(storage: &Path) -> Result<crate::imagegc::Referenced> {
     Ok(crate::imagegc::referenced(&cfg, storage))
 }
 
+/// `images/import-*` layouts with their state and disk use.
+fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
+    let dir = image::images_dir(storage);
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(&dir) else { return out };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.starts_with("import-") || !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        let p = dir.join(&name);
+        let marker = std::fs::read_to_string(p.join(image::IMPORT_MARKER)).ok();
+        let st = image::import_state(
+            marker.as_deref(),
+            p.join("index.json").is_file(),
+            crate::sys::same_process,
+        );
+        out.push((name, st, dir_size(&p)));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
 pub fn cmd_list(json: bool) -> Result<i32> {
     let (storage, runtime) = dirs()?;
     let items = scan(&storage);
@@ -251,6 +274,44 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     let lowers = image::lowers_dir(&storage);
     let mut arr = Vec::new();
     let mut out = String::new();
+    // Image layouts (the built default and imports) and their disk use.
+    let default = image::images_dir(&storage).join("default");
+    if default.is_dir() {
+        let size = dir_size(&default);
+        arr.push(Json::Obj(vec![
+            ("kind", Json::s("image")),
+            ("name", Json::s("default")),
+            ("bytes", Json::Num(size as i64)),
+        ]));
+        out.push_str(&format!("image default  {:>8}\n", human_size(size)));
+    }
+    for (name, st, size) in imports(&storage) {
+        let state = match st {
+            image::ImportState::Complete => "imported",
+            image::ImportState::Importing => "importing",
+            image::ImportState::Failed => "failed",
+        };
+        arr.push(Json::Obj(vec![
+            ("kind", Json::s("import")),
+            ("name", Json::s(&name)),
+            ("state", Json::s(state)),
+            ("bytes", Json::Num(size as i64)),
+        ]));
+        let users = match refs.imports.get(&name) {
+            Some(p) => format!("  image of profile {}", p.join(", ")),
+            None if st == image::ImportState::Complete => "  no profile uses it".to_string(),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "image {name}  {:>8}  {state}{}{users}\n",
+            human_size(size),
+            if st == image::ImportState::Failed || (st == image::ImportState::Complete && users.contains("no profile")) {
+                " (`lazaret image prune` removes it)"
+            } else {
+                ""
+            }
+        ));
+    }
     for it in &items {
         match it {
             Item::Artifact { id, digest, source } => {
@@ -304,6 +365,10 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         }
     }
     for it in crate::imagegc::scan(&storage, &refs.imports) {
+        // Imports are listed above, with their import state.
+        if let crate::imagegc::ImageItem::Import { .. } = it {
+            continue;
+        }
         let (kind, what) = match &it {
             crate::imagegc::ImageItem::Build { live: true, .. } => ("build", "image build in progress".to_string()),
             crate::imagegc::ImageItem::Build { live: false, .. } => {
@@ -372,6 +437,20 @@ pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
     let lowers = image::lowers_dir(&storage);
     let mut removed = Vec::new();
     let mut kept = Vec::new();
+    // Failed imports go; an import in progress stays even when no profile
+    // refers to it (yet).
+    let mut import_done = std::collections::BTreeSet::new();
+    for (name, st, _) in imports(&storage) {
+        if st == image::ImportState::Failed {
+            if !dry_run {
+                image::remove_tree(&image::images_dir(&storage).join(&name));
+            }
+            removed.push(name.clone());
+        }
+        if st != image::ImportState::Complete {
+            import_done.insert(name);
+        }
+    }
     for it in &items {
         match it {
             Item::Artifact { id, .. } => {
@@ -402,6 +481,9 @@ pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
         }
     }
     for it in crate::imagegc::scan(&storage, &refs.imports) {
+        if import_done.contains(it.name()) {
+            continue;
+        }
         if it.removable() {
             if !dry_run {
                 crate::imagegc::remove(&storage, &it);

@@ -13,10 +13,13 @@
 //! - `config`, `config.worktree`, `commondir`, `gitdir`, `hooks/**`,
 //!   `objects/info/alternates`, `objects/info/http-alternates`, `info/exclude`;
 //! - under `modules/**` (submodule Git directories): the same names;
-//! - under `worktrees/NAME/` for worktrees that existed at start:
-//!   the entry itself, `config.worktree`, `commondir`, `gitdir`, `hooks/**`;
+//! - under `worktrees/NAME/` for every worktree the host has (made before
+//!   or during the session; the sandbox's own are kept Domain-side by the
+//!   view, see `gitshape`): the entry itself, `config.worktree`,
+//!   `commondir`, `gitdir`, `hooks/**`;
 //! - every `.git` entry at any depth of the workspace (file or directory),
-//!   including one that does not exist yet: creating it is refused.
+//!   on the host (one the host lacks is made Domain-side by the view, see
+//!   `gitshape`; without a store, creating it is refused).
 //!
 //! Inside a Git directory, symlinks cannot be created and directories cannot
 //! be renamed in or out (a swapped `objects/info` or `hooks` directory would
@@ -191,7 +194,9 @@ pub struct Sentry {
     /// dir); otherwise it is a workspace whose `.git` entries are protected.
     root_is_git_dir: bool,
     /// Names under `worktrees/` that existed when the view started, as view
-    /// paths (`.git/worktrees/NAME` or `worktrees/NAME`).
+    /// paths (`.git/worktrees/NAME` or `worktrees/NAME`). Informational: every
+    /// host worktree is protected, whenever it appeared.
+    #[allow(dead_code)]
     existing_worktrees: HashSet<PathBuf>,
 }
 
@@ -255,7 +260,7 @@ impl Sentry {
         if !self.root_is_git_dir && rel.file_name().is_some_and(|n| n == ".git") {
             return true;
         }
-        let Some((prefix, sub)) = self.git_split(rel) else {
+        let Some((_, sub)) = self.git_split(rel) else {
             return false;
         };
         if sub.is_empty() {
@@ -272,8 +277,9 @@ impl Sentry {
                     || sub.len() >= 3 && sub[sub.len() - 3..] == ["objects", "info", "alternates"]
             }
             "worktrees" if sub.len() >= 2 => {
-                let wt = prefix.join("worktrees").join(sub[1]);
-                self.existing_worktrees.contains(&wt) && (sub.len() == 2 || sensitive(&sub[2..]))
+                // Any host worktree, also one added after the view started:
+                // the view serves the sandbox's own worktrees Domain-side.
+                sub.len() == 2 || sensitive(&sub[2..])
             }
             _ => false,
         }
@@ -304,6 +310,9 @@ pub struct ViewSpec {
     pub store: Option<PathBuf>,
     /// The view's root is a Git directory (a linked worktree's common dir).
     pub git_root: bool,
+    /// View paths host Git reads configuration or hooks from (its effective
+    /// `core.hooksPath`, config files included from the workspace): read-only.
+    pub protect: Vec<PathBuf>,
 }
 
 /// What the coordinator needs: the views, the bind source for `/workspace`
@@ -334,6 +343,7 @@ pub fn plan_views(
         mountpoint: ws_mnt.clone(),
         store: ignored_store.map(Path::to_path_buf),
         git_root: false,
+        protect: Vec::new(),
     }];
     let mut binds = Vec::new();
     if let GitLayout::Linked {
@@ -346,6 +356,7 @@ pub fn plan_views(
             mountpoint: mnt.clone(),
             store: None,
             git_root: true,
+            protect: Vec::new(),
         });
         binds.push(crate::plan::BindMount {
             guest: common.to_string_lossy().into_owned(),
@@ -365,7 +376,8 @@ pub fn plan_views(
 /// supervisor.
 pub fn prepare_views(workspace: &Path, gen_dir: &Path, ignored_store: Option<&Path>) -> Result<ViewPlan, GitError> {
     let layout = discover(workspace)?;
-    let plan = plan_views(workspace, &layout, gen_dir, ignored_store)?;
+    let mut plan = plan_views(workspace, &layout, gen_dir, ignored_store)?;
+    plan.views[0].protect = host_git_protected(workspace)?;
     let io = |p: &Path, e| GitError::Read(p.to_path_buf(), e);
     for v in &plan.views {
         std::fs::create_dir_all(&v.mountpoint).map_err(|e| io(&v.mountpoint, e))?;
@@ -394,13 +406,28 @@ pub fn render_views(views: &[ViewSpec]) -> String {
                 .map(|s| s.display().to_string())
                 .unwrap_or_else(|| "-".into())
         ));
+        for p in &v.protect {
+            out.push_str(&format!("protect\t{}\n", p.display()));
+        }
     }
     out
 }
 
 pub fn parse_views(text: &str) -> Option<Vec<ViewSpec>> {
-    text.lines()
-        .map(|l| {
+    let mut views: Vec<ViewSpec> = Vec::new();
+    for l in text.lines() {
+        if let Some(p) = l.strip_prefix("protect\t") {
+            views.last_mut()?.protect.push(PathBuf::from(p));
+            continue;
+        }
+        views.push(parse_view_line(l)?);
+    }
+    Some(views)
+}
+
+fn parse_view_line(l: &str) -> Option<ViewSpec> {
+    {
+        {
             let f: Vec<&str> = l.split('\t').collect();
             if f.len() != 5 || f[0] != "view" {
                 return None;
@@ -414,9 +441,97 @@ pub fn parse_views(text: &str) -> Option<Vec<ViewSpec>> {
                 source: PathBuf::from(f[2]),
                 mountpoint: PathBuf::from(f[3]),
                 store: (f[4] != "-").then(|| PathBuf::from(f[4])),
+                protect: Vec::new(),
             })
-        })
-        .collect()
+        }
+    }
+}
+
+/// What host Git reads from inside the workspace besides `.git`: its
+/// effective `core.hooksPath` and every configuration file it includes
+/// (`git config --list --show-origin` run on the host as the user, which
+/// reads configuration and runs nothing). Returned as view paths. Without a
+/// host `git` there is nothing to protect. A path Lazaret cannot express
+/// fails the start.
+pub fn host_git_protected(workspace: &Path) -> Result<Vec<PathBuf>, GitError> {
+    let run = |args: &[&str]| -> Option<Vec<u8>> {
+        let o = std::process::Command::new("git")
+            .arg("-C")
+            .arg(workspace)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        o.status.success().then_some(o.stdout)
+    };
+    let mut found = Vec::new();
+    if let Some(out) = run(&["config", "--path", "--get", "core.hooksPath"]) {
+        let v = String::from_utf8_lossy(&out).trim_end_matches('\n').to_string();
+        if !v.is_empty() {
+            found.push(workspace.join(v));
+        }
+    }
+    if let Some(out) = run(&["config", "--list", "--show-origin", "-z"]) {
+        found.extend(config_origins(&out).into_iter().map(|p| workspace.join(p)));
+    }
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let mut rels = Vec::new();
+    for p in found {
+        let real = canonical_prefix(&normalize(&p));
+        if let Ok(rel) = real.strip_prefix(&ws) {
+            if rel.starts_with(".git") {
+                continue;
+            }
+            if rel.to_string_lossy().contains(['\t', '\n']) {
+                return Err(GitError::UnsafePath(real.clone()));
+            }
+            if !rels.contains(&rel.to_path_buf()) {
+                rels.push(rel.to_path_buf());
+            }
+        }
+    }
+    Ok(rels)
+}
+
+/// The `file:` origins of `git config --list --show-origin -z` output
+/// (records: `ORIGIN\0KEY\nVALUE\0`).
+fn config_origins(out: &[u8]) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut v = Vec::new();
+    for (i, rec) in out.split(|&b| b == 0).enumerate() {
+        if i % 2 == 0 {
+            if let Some(p) = rec.strip_prefix(b"file:") {
+                let p = PathBuf::from(std::ffi::OsStr::from_bytes(p));
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// `p` with its longest existing prefix resolved (symlinks included).
+fn canonical_prefix(p: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = p.to_path_buf();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(&cur) {
+            let mut out = c;
+            for r in rest.iter().rev() {
+                out.push(r);
+            }
+            return out;
+        }
+        match (cur.file_name().map(|n| n.to_os_string()), cur.parent()) {
+            (Some(n), Some(par)) => {
+                rest.push(n);
+                cur = par.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -477,9 +592,6 @@ mod tests {
             ".git/packed-refs",
             ".git/rebase-merge/done",
             ".git/refs/stash",
-            ".git/worktrees/new",
-            ".git/worktrees/new/commondir",
-            ".git/worktrees/new/gitdir",
             ".git/worktrees/old/HEAD",
             ".git/worktrees/old/index",
         ] {
@@ -495,6 +607,7 @@ mod tests {
         assert!(s.is_protected(Path::new("commondir")));
         assert!(s.is_protected(Path::new("worktrees/wt/gitdir")));
         assert!(s.is_protected(Path::new("worktrees/wt")));
+        assert!(s.is_protected(Path::new("worktrees/late/commondir")), "added on the host later");
         assert!(!s.is_protected(Path::new("worktrees/wt/HEAD")));
         assert!(!s.is_protected(Path::new("refs/heads/main")));
         assert!(s.in_git_dir(Path::new("objects")));
@@ -535,6 +648,19 @@ mod tests {
         assert_eq!(p.binds[0].guest, "/h/m/.git");
         assert_eq!(parse_views(&render_views(&p.views)).unwrap(), p.views);
         assert!(plan_views(Path::new("/h/a\tb"), &GitLayout::None, Path::new("/r"), None).is_err());
+    }
+
+    #[test]
+    fn protected_paths_round_trip_and_config_origins() {
+        let mut p = plan_views(Path::new("/h/ws"), &GitLayout::None, Path::new("/r/gen"), None).unwrap();
+        p.views[0].protect = vec![PathBuf::from(".githooks"), PathBuf::from("team/gitconfig")];
+        assert_eq!(parse_views(&render_views(&p.views)).unwrap(), p.views);
+        assert!(parse_views("protect\tx\n").is_none(), "protect before any view");
+        let out = b"file:/home/u/.gitconfig\0user.name\nU\0file:.git/config\0core.bare\nfalse\0command line:\0a.b\nc\0file:/home/u/.gitconfig\0x.y\nz\0";
+        assert_eq!(
+            config_origins(out),
+            vec![PathBuf::from("/home/u/.gitconfig"), PathBuf::from(".git/config")]
+        );
     }
 
     #[test]

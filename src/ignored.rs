@@ -19,8 +19,12 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
@@ -55,6 +59,16 @@ pub struct IgnoreRules {
     verified: HashSet<PathBuf>,
     /// Every ancestor directory of a `verified` path.
     verified_dirs: HashSet<PathBuf>,
+    /// Directories whose `.gitignore` could not be read or understood
+    /// safely (a symlink, not a regular file, too large, unreadable, a rule
+    /// that does not build): everything below them is ignored.
+    opaque: HashSet<PathBuf>,
+    /// Host identities `(st_dev, st_ino)` of everything hidden: what the
+    /// rules ignored at load, and what was hidden in earlier generations
+    /// (`Sticky`). The view hides these under any name.
+    hidden: HashSet<(u64, u64)>,
+    /// The records behind `hidden`, for persisting.
+    sticky: Vec<StickyEntry>,
 }
 
 impl IgnoreRules {
@@ -72,49 +86,121 @@ impl IgnoreRules {
             exclude: matcher(root, exclude),
             verified: HashSet::new(),
             verified_dirs: HashSet::new(),
+            opaque: HashSet::new(),
+            hidden: HashSet::new(),
+            sticky: Vec::new(),
         }
     }
 
     /// Reads the rules of the workspace at `root`. `common` and `git_dir` are
-    /// the repository's directories (None outside a repository).
-    pub fn load(root: &Path, git_dir: Option<&Path>, common: Option<&Path>) -> Result<IgnoreRules, IgnoredError> {
-        let mut exclude_text = String::new();
+    /// the repository's directories (None outside a repository). `previous`
+    /// are the identities hidden in earlier generations (see `Sticky`).
+    ///
+    /// Fails closed: a `.gitignore` that is a symlink, not a regular file,
+    /// larger than `RULES_MAX`, unreadable, or holds a rule that does not
+    /// build makes everything below its directory ignored (logged).
+    pub fn load(
+        root: &Path,
+        git_dir: Option<&Path>,
+        common: Option<&Path>,
+        previous: &[StickyEntry],
+    ) -> Result<IgnoreRules, IgnoredError> {
+        let root_fd = rustix::fs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| IgnoredError::Walk(root.to_path_buf(), e.into()))?;
+        let mut budget = RULES_TOTAL_MAX;
+        let mut opaque = HashSet::new();
+        let mut exclude_text = Vec::new();
+        let mut excludes = Vec::new();
         if let Some(c) = common {
-            exclude_text.push_str(&std::fs::read_to_string(c.join("info/exclude")).unwrap_or_default());
-            exclude_text.push('\n');
+            excludes.push(c.join("info/exclude"));
         }
-        if let Some(g) = global_excludes_file() {
-            exclude_text.push_str(&std::fs::read_to_string(g).unwrap_or_default());
+        excludes.extend(global_excludes_file());
+        for f in excludes {
+            match read_rules_file(None, &f, &mut budget) {
+                RulesFile::Missing => {}
+                RulesFile::Text(t) => {
+                    exclude_text.extend_from_slice(strip_bom(&t));
+                    exclude_text.push(b'\n');
+                }
+                RulesFile::Refused(why) => {
+                    log::warn!(
+                        "ignored paths: {} {why}: the whole workspace is treated as ignored",
+                        crate::display::escape_path(&f)
+                    );
+                    opaque.insert(PathBuf::new());
+                }
+            }
         }
+        let exclude = build_matcher(root, &exclude_text).unwrap_or_else(|e| {
+            log::warn!("ignored paths: the exclude files {e}: the whole workspace is treated as ignored");
+            opaque.insert(PathBuf::new());
+            Gitignore::empty()
+        });
         let mut rules = IgnoreRules {
             root: root.to_path_buf(),
             per_dir: Default::default(),
-            exclude: matcher(root, &exclude_text),
+            exclude,
             verified: HashSet::new(),
             verified_dirs: HashSet::new(),
+            opaque,
+            hidden: HashSet::new(),
+            sticky: Vec::new(),
         };
+        let prev: HashSet<(u64, u64)> = previous.iter().map(|e| (e.dev, e.ino)).collect();
+        // Entries the rules match, before tracked content is taken out.
+        let mut candidates: Vec<(PathBuf, u64, u64, bool)> = Vec::new();
         // Walk top-down; an ignored directory's .gitignore files do not count.
-        let mut stack = vec![PathBuf::new()];
-        while let Some(dir) = stack.pop() {
+        // Below an opaque directory the walk only looks for earlier hidden
+        // identities (so they are not forgotten while it is opaque).
+        let mut stack = vec![(PathBuf::new(), rules.opaque.contains(Path::new("")))];
+        while let Some((dir, in_opaque)) = stack.pop() {
             let abs = root.join(&dir);
-            if let Ok(text) = std::fs::read_to_string(abs.join(".gitignore")) {
-                rules.per_dir.insert(dir.clone(), matcher(&abs, &text));
+            if !in_opaque {
+                match read_rules_file(Some(root_fd.as_fd()), &dir.join(".gitignore"), &mut budget) {
+                    RulesFile::Missing => {}
+                    RulesFile::Text(t) => match build_matcher(&abs, &t) {
+                        Ok(m) => {
+                            rules.per_dir.insert(dir.clone(), m);
+                        }
+                        Err(why) => rules.make_opaque(&dir, &why),
+                    },
+                    RulesFile::Refused(why) => rules.make_opaque(&dir, &why),
+                }
             }
+            let in_opaque = in_opaque || rules.opaque.contains(&dir);
             let rd = match std::fs::read_dir(&abs) {
                 Ok(rd) => rd,
                 Err(e) if dir.as_os_str().is_empty() => return Err(IgnoredError::Walk(abs, e)),
                 Err(_) => continue,
             };
+            let dev = std::fs::symlink_metadata(&abs).map(|m| m.dev()).unwrap_or(0);
             for e in rd.flatten() {
                 let name = e.file_name();
                 if name == ".git" {
                     continue;
                 }
-                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    let child = dir.join(&name);
-                    if !rules.matches_rules(&child, true) {
-                        stack.push(child);
+                let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+                let child = dir.join(&name);
+                // The identity the view will see (lstat, not d_ino, which
+                // differs on some filesystems).
+                let (dev, ino) = match e.metadata() {
+                    Ok(m) => (m.dev(), m.ino()),
+                    Err(_) => (dev, e.ino()),
+                };
+                if prev.contains(&(dev, ino)) {
+                    rules.hide(child, dev, ino);
+                    continue;
+                }
+                if in_opaque {
+                    if is_dir {
+                        stack.push((child, true));
                     }
+                    continue;
+                }
+                if rules.matches_rules(&child, is_dir) {
+                    candidates.push((child, dev, ino, is_dir));
+                } else if is_dir {
+                    stack.push((child, false));
                 }
             }
         }
@@ -127,15 +213,58 @@ impl IgnoreRules {
                     if !rules.matches_any_prefix(&path) {
                         continue;
                     }
-                    if let Ok(content) = std::fs::read(root.join(&path)) {
-                        if blob_id(&content, sha256) == oid {
-                            rules.add_verified(path);
-                        }
+                    if hash_beneath(root_fd.as_fd(), &path, sha256).as_deref() == Some(&oid[..]) {
+                        rules.add_verified(path);
                     }
                 }
             }
         }
+        // Rule-matched entries are hidden unless kept as verified tracked
+        // content; below a kept directory, whatever is not kept is hidden.
+        let mut stack = candidates;
+        while let Some((rel, dev, ino, is_dir)) = stack.pop() {
+            if !rules.is_ignored(&rel, is_dir) {
+                if is_dir && rules.verified_dirs.contains(&rel) {
+                    if let Ok(rd) = std::fs::read_dir(root.join(&rel)) {
+                        for e in rd.flatten() {
+                            if let Ok(m) = e.metadata() {
+                                stack.push((rel.join(e.file_name()), m.dev(), m.ino(), m.is_dir()));
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            rules.hide(rel, dev, ino);
+        }
         Ok(rules)
+    }
+
+    fn make_opaque(&mut self, dir: &Path, why: &str) {
+        log::warn!(
+            "ignored paths: {}/.gitignore {why}: everything under {}/ is treated as ignored",
+            crate::display::escape_path(&self.root.join(dir)),
+            crate::display::escape_path(&self.root.join(dir))
+        );
+        self.opaque.insert(dir.to_path_buf());
+    }
+
+    /// Hides the host file with identity `(dev, ino)`, now at `rel`, under
+    /// any name, for this and later generations.
+    fn hide(&mut self, rel: PathBuf, dev: u64, ino: u64) {
+        if self.hidden.insert((dev, ino)) {
+            self.sticky.push(StickyEntry { dev, ino, rel });
+        }
+    }
+
+    /// True when the host file with this identity is hidden.
+    pub fn is_hidden_id(&self, dev: u64, ino: u64) -> bool {
+        self.hidden.contains(&(dev, ino))
+    }
+
+    /// The hidden identities and where they were seen at load.
+    pub fn sticky(&self) -> &[StickyEntry] {
+        &self.sticky
     }
 
     fn add_verified(&mut self, path: PathBuf) {
@@ -187,6 +316,15 @@ impl IgnoreRules {
         if comps.iter().any(|c| c.as_os_str() == ".git") {
             return false;
         }
+        if !self.opaque.is_empty() {
+            let mut d = rel.parent();
+            while let Some(p) = d {
+                if self.opaque.contains(p) {
+                    return true;
+                }
+                d = p.parent();
+            }
+        }
         let mut prefix = PathBuf::new();
         // Below a matching directory kept only for its tracked content,
         // everything else is ignored, as Git never looks inside it.
@@ -211,12 +349,256 @@ impl IgnoreRules {
     }
 }
 
+/// Bound on one rules file, and on all of them together.
+pub const RULES_MAX: u64 = 1 << 20;
+const RULES_TOTAL_MAX: u64 = 16 << 20;
+
 fn matcher(root: &Path, text: &str) -> Gitignore {
-    let mut b = GitignoreBuilder::new(root);
-    for line in text.lines() {
-        let _ = b.add_line(None, line);
+    build_matcher(root, text.as_bytes()).expect("test rules build")
+}
+
+fn strip_bom(b: &[u8]) -> &[u8] {
+    b.strip_prefix(b"\xef\xbb\xbf").unwrap_or(b)
+}
+
+/// The matcher for one rules file, read as Git reads it: bytes, a leading
+/// UTF-8 BOM dropped, lines split at LF (a CR before it dropped). A line
+/// that is not UTF-8 keeps its valid part and matches any single byte where
+/// an invalid one stands (a superset of Git's byte-exact match); a negated
+/// one is dropped (fewer exceptions hide more). A rule that does not build
+/// is an error: the caller hides everything it would have governed.
+fn build_matcher(dir: &Path, data: &[u8]) -> Result<Gitignore, String> {
+    let data = strip_bom(data);
+    let mut b = GitignoreBuilder::new(dir);
+    for raw in data.split(|&c| c == b'\n') {
+        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+        let line: std::borrow::Cow<str> = match std::str::from_utf8(raw) {
+            Ok(l) => l.into(),
+            Err(_) if raw.first() == Some(&b'!') => continue,
+            Err(_) if raw.contains(&b'[') => {
+                return Err(format!(
+                    "has a non-UTF-8 rule with a character class ({})",
+                    crate::display::escape_bytes(raw)
+                ))
+            }
+            Err(_) => widen_invalid(raw).into(),
+        };
+        if let Err(e) = b.add_line(None, &line) {
+            if line.starts_with('!') {
+                continue;
+            }
+            return Err(format!(
+                "has a rule that does not build ({}: {})",
+                crate::display::escape(&line),
+                crate::display::escape(&e.to_string())
+            ));
+        }
     }
-    b.build().unwrap_or_else(|_| Gitignore::empty())
+    b.build()
+        .map_err(|e| format!("does not build ({})", crate::display::escape(&e.to_string())))
+}
+
+/// A non-UTF-8 rule as a glob: every invalid byte becomes `?` (one byte,
+/// never `/`). A backslash escaping the byte is dropped with it.
+fn widen_invalid(raw: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in raw.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for _ in chunk.invalid() {
+            let slashes = out.chars().rev().take_while(|&c| c == '\\').count();
+            if slashes % 2 == 1 {
+                out.pop();
+            }
+            out.push('?');
+        }
+    }
+    out
+}
+
+enum RulesFile {
+    Missing,
+    Text(Vec<u8>),
+    Refused(String),
+}
+
+/// Reads a rules file: beneath `root` without following a symlink at any
+/// step (a workspace `.gitignore`), or at an absolute path (`info/exclude`,
+/// the global excludes file: the user's own), and only when it is a regular
+/// file of at most `RULES_MAX` bytes and within the remaining `budget`.
+fn read_rules_file(root: Option<BorrowedFd>, path: &Path, budget: &mut u64) -> RulesFile {
+    use std::io::Read;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = match root {
+        Some(r) => rustix::fs::openat2(
+            r,
+            path,
+            flags,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        ),
+        // The user's own files outside the workspace (a dotfiles manager's
+        // symlink is fine): still regular and bounded.
+        None => rustix::fs::open(path, flags - OFlags::NOFOLLOW, Mode::empty()),
+    };
+    let fd = match fd {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return RulesFile::Missing,
+        Err(rustix::io::Errno::LOOP) => return RulesFile::Refused("is a symbolic link".into()),
+        Err(e) => return RulesFile::Refused(format!("cannot be opened ({e})")),
+    };
+    let st = match rustix::fs::fstat(&fd) {
+        Ok(st) => st,
+        Err(e) => return RulesFile::Refused(format!("cannot be read ({e})")),
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return RulesFile::Refused("is not a regular file".into());
+    }
+    let limit = RULES_MAX.min(*budget);
+    if st.st_size as u64 > limit {
+        return RulesFile::Refused(format!("is {} bytes, over the limit of {} bytes", st.st_size, limit));
+    }
+    let mut data = Vec::new();
+    if let Err(e) = std::fs::File::from(fd).take(limit + 1).read_to_end(&mut data) {
+        return RulesFile::Refused(format!("cannot be read ({e})"));
+    }
+    if data.len() as u64 > limit {
+        return RulesFile::Refused(format!("grew over the limit of {limit} bytes while read"));
+    }
+    *budget -= data.len() as u64;
+    RulesFile::Text(data)
+}
+
+/// Git's blob id of the regular file at `rel` beneath `root` (no symlinks
+/// followed), hashed as it is read.
+fn hash_beneath(root: BorrowedFd, rel: &Path, sha256: bool) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let fd = rustix::fs::openat2(
+        root,
+        rel,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    let header = format!("blob {}\0", st.st_size);
+    let mut f = std::fs::File::from(fd);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut total = 0u64;
+    let mut h1 = openssl::sha::Sha1::new();
+    let mut h2 = openssl::sha::Sha256::new();
+    if sha256 {
+        h2.update(header.as_bytes())
+    } else {
+        h1.update(header.as_bytes())
+    }
+    loop {
+        let n = f.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        if sha256 {
+            h2.update(&buf[..n])
+        } else {
+            h1.update(&buf[..n])
+        }
+    }
+    if total != st.st_size as u64 {
+        return None;
+    }
+    Some(if sha256 {
+        h2.finish().to_vec()
+    } else {
+        h1.finish().to_vec()
+    })
+}
+
+/// One hidden host identity and the view path it had when last seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StickyEntry {
+    pub dev: u64,
+    pub ino: u64,
+    pub rel: PathBuf,
+}
+
+/// `DOMAIN_ROOT/ignored.sticky`, next to the store `DOMAIN_ROOT/ignored`
+/// (outside it: the sandbox writes the store).
+pub fn sticky_file(store: &Path) -> PathBuf {
+    store.with_file_name("ignored.sticky")
+}
+
+/// Reads the sticky set. Missing is empty; anything else unreadable or
+/// malformed is an error (the Domain does not start rather than forget).
+pub fn read_sticky(path: &Path) -> Result<Vec<StickyEntry>, IgnoredError> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(IgnoredError::Store(path.to_path_buf(), e)),
+    };
+    let bad = || {
+        IgnoredError::Store(
+            path.to_path_buf(),
+            io::Error::new(io::ErrorKind::InvalidData, "malformed line"),
+        )
+    };
+    let mut out = Vec::new();
+    for line in data.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
+        let line = std::str::from_utf8(line).map_err(|_| bad())?;
+        let mut it = line.split(' ');
+        let (Some(dev), Some(ino), Some(hexpath), None) = (it.next(), it.next(), it.next(), it.next()) else {
+            return Err(bad());
+        };
+        let path = unhex(hexpath).ok_or_else(bad)?;
+        out.push(StickyEntry {
+            dev: dev.parse().map_err(|_| bad())?,
+            ino: ino.parse().map_err(|_| bad())?,
+            rel: PathBuf::from(std::ffi::OsStr::from_bytes(&path)),
+        });
+    }
+    Ok(out)
+}
+
+fn sticky_line(e: &StickyEntry) -> String {
+    format!(
+        "{} {} {}\n",
+        e.dev,
+        e.ino,
+        crate::domain::hex(e.rel.as_os_str().as_bytes())
+    )
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Replaces the sticky set (written aside, then renamed over).
+pub fn write_sticky(path: &Path, entries: &[StickyEntry]) -> Result<(), IgnoredError> {
+    let tmp = path.with_extension("sticky.tmp");
+    let text: String = entries.iter().map(sticky_line).collect();
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| IgnoredError::Store(path.to_path_buf(), e))
+}
+
+/// Adds one entry to the sticky set (a file hidden during a session).
+pub fn append_sticky(path: &Path, e: &StickyEntry) -> Result<(), IgnoredError> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(sticky_line(e).as_bytes()))
+        .map_err(|err| IgnoredError::Store(path.to_path_buf(), err))
 }
 
 /// `core.excludesFile`'s default location: `$XDG_CONFIG_HOME/git/ignore`,
@@ -230,6 +612,7 @@ fn global_excludes_file() -> Option<PathBuf> {
 }
 
 /// Git's object id of a blob with this content.
+#[allow(dead_code)] // the reference for `hash_beneath`, in tests
 pub fn blob_id(content: &[u8], sha256: bool) -> Vec<u8> {
     let mut data = format!("blob {}\0", content.len()).into_bytes();
     data.extend_from_slice(content);
@@ -432,6 +815,103 @@ mod tests {
             crate::domain::hex(&blob_id(b"hello", false)),
             "b6fc4c620b67d95f953a5c1c1230aaab5db5a1b0"
         );
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lz-ign-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn bom_and_non_utf8_rules_still_hide() {
+        let r = IgnoreRules::from_texts(Path::new("/w"), &[], "");
+        let _ = r;
+        let m = build_matcher(
+            Path::new("/w"),
+            b"\xef\xbb\xbf.env\nsecret-\xff.txt\n!\xfe.env\r\nkey\\\xfe\n",
+        )
+        .unwrap();
+        let ig = |p: &[u8]| {
+            matches!(
+                m.matched(Path::new(std::ffi::OsStr::from_bytes(p)), false),
+                Match::Ignore(_)
+            )
+        };
+        assert!(ig(b"/w/.env"), "BOM stripped");
+        assert!(ig(b"/w/secret-\xff.txt"), "non-UTF-8 line kept");
+        assert!(ig(b"/w/key\xfe"), "escaped invalid byte");
+        assert!(!ig(b"/w/other"));
+        assert!(build_matcher(Path::new("/w"), b"a[\xff]\n").is_err(), "fails closed");
+    }
+
+    #[test]
+    fn unsafe_gitignore_files_make_their_directory_opaque() {
+        let d = scratch("opaque");
+        std::fs::create_dir_all(d.join("a")).unwrap();
+        std::fs::create_dir_all(d.join("b")).unwrap();
+        std::fs::create_dir_all(d.join("c")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("a/.gitignore")).unwrap();
+        std::fs::write(d.join("b/.gitignore"), vec![b'x'; (RULES_MAX + 1) as usize]).unwrap();
+        std::fs::create_dir(d.join("c/.gitignore")).unwrap();
+        std::fs::write(d.join(".gitignore"), "\u{feff}.env\n").unwrap();
+        std::fs::write(d.join("a/x"), "x").unwrap();
+        let r = IgnoreRules::load(&d, None, None, &[]).unwrap();
+        assert!(r.is_ignored(Path::new("a/x"), false));
+        assert!(r.is_ignored(Path::new("b/y"), false));
+        assert!(r.is_ignored(Path::new("c/z"), false));
+        assert!(!r.is_ignored(Path::new("a"), true), "the directory itself stays");
+        assert!(r.is_ignored(Path::new(".env"), false));
+        assert!(!r.is_ignored(Path::new("src/main.rs"), false));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn hidden_identities_are_sticky_across_rule_edits_and_renames() {
+        use std::os::unix::fs::MetadataExt;
+        let d = scratch("sticky");
+        std::fs::create_dir_all(d.join("config")).unwrap();
+        std::fs::write(d.join("config/master.key"), "k").unwrap();
+        std::fs::write(d.join(".env"), "e").unwrap();
+        std::fs::write(d.join(".gitignore"), "/config/master.key\n.env\n").unwrap();
+        let r = IgnoreRules::load(&d, None, None, &[]).unwrap();
+        let md = std::fs::metadata(d.join("config/master.key")).unwrap();
+        assert!(r.is_hidden_id(md.dev(), md.ino()));
+        assert_eq!(r.sticky().len(), 2);
+        let f = d.join("ignored.sticky");
+        write_sticky(&f, r.sticky()).unwrap();
+        let prev = read_sticky(&f).unwrap();
+        assert_eq!(prev, r.sticky());
+        // From inside: rules emptied, directory renamed.
+        std::fs::write(d.join(".gitignore"), "").unwrap();
+        std::fs::rename(d.join("config"), d.join("c2")).unwrap();
+        let r2 = IgnoreRules::load(&d, None, None, &prev).unwrap();
+        assert!(r2.is_hidden_id(md.dev(), md.ino()));
+        let env = std::fs::metadata(d.join(".env")).unwrap();
+        assert!(r2.is_hidden_id(env.dev(), env.ino()));
+        assert!(r2.sticky().iter().any(|e| e.rel == Path::new("c2/master.key")));
+        // Deleted on the host: forgotten.
+        std::fs::remove_file(d.join(".env")).unwrap();
+        let r3 = IgnoreRules::load(&d, None, None, r2.sticky()).unwrap();
+        assert_eq!(r3.sticky().len(), 1);
+        std::fs::write(&f, "1 2 zz\n").unwrap();
+        assert!(read_sticky(&f).is_err(), "malformed is an error, not empty");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn hashes_regular_files_only() {
+        let d = scratch("hash");
+        std::fs::write(d.join("f"), "hello").unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("z")).unwrap();
+        let root = rustix::fs::open(&d, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        assert_eq!(
+            hash_beneath(root.as_fd(), Path::new("f"), false),
+            Some(blob_id(b"hello", false))
+        );
+        assert_eq!(hash_beneath(root.as_fd(), Path::new("z"), false), None);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

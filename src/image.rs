@@ -37,7 +37,7 @@ pub const DEFAULT_PACKAGES: &[&str] = &[
 ];
 pub const DEFAULT_TAG: &str = "latest";
 /// Bumped when the preparer's output layout changes.
-const PREPARER: &str = "umoci-unpack-rootless-v3";
+const PREPARER: &str = "umoci-unpack-rootless-v4";
 
 #[derive(Debug)]
 pub enum ImageError {
@@ -57,6 +57,31 @@ pub enum ImageError {
     Io(PathBuf, io::Error),
     NoMirror,
     NoRelease,
+    /// A layer would expand beyond its bound, or cannot be read as tar.
+    Layer(crate::layercheck::LayerError),
+    /// The filesystem holding this path ran out of space.
+    NoSpace(PathBuf),
+    /// The filesystem holding this path has less free space than the step needs.
+    NoRoom { path: PathBuf, needs: u64, free: u64 },
+}
+
+/// Free space the default image build needs at its peak (downloaded
+/// packages, the debootstrap tree and the OCI layout side by side).
+const BUILD_NEEDS: u64 = 400 << 20;
+
+/// `e` as [`ImageError::NoSpace`] when `path`'s filesystem is full or the
+/// error says so (checked before the failed step's files are removed).
+fn no_space_or(e: ImageError, path: &Path) -> ImageError {
+    let said = match &e {
+        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        ImageError::Tool { log, .. } => crate::nospace::mentions(log),
+        _ => false,
+    };
+    if said || crate::nospace::is_full(path) {
+        ImageError::NoSpace(path.to_path_buf())
+    } else {
+        e
+    }
 }
 
 impl fmt::Display for ImageError {
@@ -93,6 +118,15 @@ impl fmt::Display for ImageError {
                 "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d"
             ),
             ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
+            ImageError::NoSpace(p) => write!(f, "{}: free space there and try again", crate::nospace::message(p)),
+            ImageError::NoRoom { path, needs, free } => write!(
+                f,
+                "{} for the image build: it needs about {} MiB there, {} MiB are free; free space there and try again",
+                crate::nospace::message(path),
+                needs >> 20,
+                free >> 20
+            ),
+            ImageError::Layer(e) => write!(f, "{e}"),
         }
     }
 }
@@ -172,7 +206,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
             };
             let layout = import_layout(storage, &src);
             progress.step(&format!("importing {src}"));
-            std::fs::create_dir_all(images_dir(storage)).map_err(|e| ImageError::Io(images_dir(storage), e))?;
+            std::fs::create_dir_all(&layout).map_err(|e| ImageError::Io(layout.clone(), e))?;
+            // The importer's pid + start time: `image list` tells a live
+            // import from a failed one, `image prune` removes failed ones.
+            let marker = layout.join(IMPORT_MARKER);
+            let pid = std::process::id() as i32;
+            let start = crate::sys::proc_start_time(pid).unwrap_or(0);
+            std::fs::write(&marker, format!("{pid} {start}\n")).map_err(|e| ImageError::Io(marker.clone(), e))?;
             run_tool(
                 "skopeo",
                 Command::new("skopeo").args([
@@ -181,7 +221,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
                     &src,
                     &format!("oci:{}:{DEFAULT_TAG}", layout.display()),
                 ]),
-            )?;
+            )
+            .inspect_err(|_| {
+                // Failed at once, not only once this process is gone.
+                let _ = std::fs::write(&marker, "failed\n");
+            })?;
+            // A failed import keeps its marker (and is listed as failed).
+            let _ = std::fs::remove_file(&marker);
             Ok((layout, DEFAULT_TAG.to_string()))
         }
     }
@@ -258,9 +304,48 @@ impl Prepared {
 }
 
 const ARTIFACT_MARKER: &str = "lazaret-artifact";
+/// In `images/import-*` while an import runs (or after it failed).
+pub const IMPORT_MARKER: &str = "lazaret-import";
+
+/// State of an `images/import-*` layout: complete, being imported by a
+/// live process, or failed (its importer is gone). Pure given `alive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportState {
+    Complete,
+    Importing,
+    Failed,
+}
+
+pub fn import_state(marker: Option<&str>, has_index: bool, alive: impl Fn(i32, u64) -> bool) -> ImportState {
+    match marker {
+        Some(m) => {
+            let mut f = m.split_whitespace();
+            let pid = f.next().and_then(|v| v.parse().ok());
+            let start = f.next().and_then(|v| v.parse().ok());
+            match (pid, start) {
+                (Some(p), Some(s)) if alive(p, s) => ImportState::Importing,
+                _ => ImportState::Failed,
+            }
+        }
+        None if has_index => ImportState::Complete,
+        None => ImportState::Failed,
+    }
+}
 
 /// Prepares (or reuses) the lower for `layout:tag`.
+#[allow(dead_code)]
 pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
+    prepare_bounded(storage, layout, tag, progress, crate::layercheck::Bound::default())
+}
+
+/// [`prepare`] with the bound on each layer's expanded size.
+pub fn prepare_bounded(
+    storage: &Path,
+    layout: &Path,
+    tag: &str,
+    progress: &mut Progress,
+    bound: crate::layercheck::Bound,
+) -> Result<Prepared> {
     let digest = manifest_digest(layout, tag)?;
     let artifact = artifact_id(&digest);
     let lowers = lowers_dir(storage);
@@ -273,6 +358,11 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     if is_finished(&dir, &digest) {
         return Ok(done);
     }
+    // Bounded preparation: every layer's expanded size is checked from its
+    // tar headers before anything is unpacked, so a refused image leaves
+    // no partial lower.
+    progress.step("checking image layers");
+    crate::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).
@@ -282,6 +372,7 @@ pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress
     progress.step("preparing image (unpacking layers)");
     let result = unpack_into(layout, tag, &tmp, &digest);
     if let Err(e) = result {
+        let e = no_space_or(e, &lowers);
         remove_tree(&tmp);
         return Err(e);
     }
@@ -362,7 +453,7 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     for d in ["workspace", ".lazaret/mailbox/requests", ".lazaret/mailbox/results"] {
         real_dir(&rootfs, d)?;
     }
-    for f in [".lazaret/init", "usr/local/bin/lazaret-escalate"] {
+    for f in [".lazaret/init", ".lazaret/gitconfig", "usr/local/bin/lazaret-escalate"] {
         real_file(&rootfs, f)?;
     }
     let marker = tmp.join(ARTIFACT_MARKER);
@@ -513,13 +604,22 @@ pub fn build_image(
         _ => find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?,
     };
     let images = images_dir(storage);
-    std::fs::create_dir_all(&images).map_err(|e| ImageError::Io(images.clone(), e))?;
+    std::fs::create_dir_all(&images).map_err(|e| no_space_or(ImageError::Io(images.clone(), e), &images))?;
+    // Said before minutes of downloading: the build cannot fit.
+    let free = crate::nospace::free_bytes(&images).unwrap_or(u64::MAX);
+    if free < BUILD_NEEDS {
+        return Err(ImageError::NoRoom {
+            path: images,
+            needs: BUILD_NEEDS,
+            free,
+        });
+    }
     // pid + start time name the live builder (`image prune` removes only
     // the trees of builders that are gone).
     let pid = std::process::id() as i32;
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
-    std::fs::create_dir(&work).map_err(|e| ImageError::Io(work.clone(), e))?;
+    std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
     // The base packages go through debootstrap, the rest through apt.
     let base: Vec<&str> = DEFAULT_PACKAGES.iter().copied().filter(|p| packages.iter().any(|q| q == p)).collect();
     let extra: Vec<&str> = packages
@@ -527,7 +627,8 @@ pub fn build_image(
         .map(String::as_str)
         .filter(|p| !DEFAULT_PACKAGES.contains(p))
         .collect();
-    let result = build_in(&work, &codename, &mirror, &base.join(","), &extra.join(","), progress);
+    let result = build_in(&work, &codename, &mirror, &base.join(","), &extra.join(","), progress)
+        .map_err(|e| no_space_or(e, &images));
     if let (Ok(()), Some(r)) = (&result, recipe) {
         let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
     }
@@ -628,12 +729,17 @@ chmod -R a+rX,u+w oci
     log.extend_from_slice(&errs);
     let _ = std::fs::write(&log_path, &log);
     if !status.success() {
+        // Said before the partial tree is removed, while the disk is full.
+        let full = crate::nospace::is_full(work) || crate::nospace::mentions(&String::from_utf8_lossy(&log));
         // The namespace's files belong to subordinate ids; remove them from
         // inside a namespace again.
         let _ = Command::new("unshare")
             .args(["--map-auto", "--map-root-user", "--", "rm", "-rf"])
             .arg(work.join("rootfs"))
             .status();
+        if full {
+            return Err(ImageError::NoSpace(work.parent().unwrap_or(work).to_path_buf()));
+        }
         return Err(ImageError::Tool {
             tool: "image build",
             status: status.to_string(),

@@ -124,6 +124,12 @@ pub enum ServerMsg {
         request_id: String,
         text: String,
     },
+    /// The prompt for `request_id` ended without an answer (it expired):
+    /// show `text` and stop taking keystrokes as its answer.
+    PromptEnd {
+        request_id: String,
+        text: String,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -394,6 +400,7 @@ impl Message for ServerMsg {
             }
             ServerMsg::Closing { reason } => Enc::new(7).str(reason).finish(),
             ServerMsg::Prompt { request_id, text } => Enc::new(8).str(request_id).str(text).finish(),
+            ServerMsg::PromptEnd { request_id, text } => Enc::new(9).str(request_id).str(text).finish(),
         }
     }
 
@@ -441,6 +448,10 @@ impl Message for ServerMsg {
             }
             7 => ServerMsg::Closing { reason: d.str()? },
             8 => ServerMsg::Prompt {
+                request_id: d.str()?,
+                text: d.str()?,
+            },
+            9 => ServerMsg::PromptEnd {
                 request_id: d.str()?,
                 text: d.str()?,
             },
@@ -601,6 +612,10 @@ mod tests {
             ServerMsg::Prompt {
                 request_id: "r".into(),
                 text: "approve?".into(),
+            },
+            ServerMsg::PromptEnd {
+                request_id: "r".into(),
+                text: "expired".into(),
             },
         ]
     }

@@ -27,6 +27,7 @@ pub const ID_PREFIX_LEN: usize = 12;
 
 fn runtime_root() -> Result<PathBuf, Failure> {
     let cfg = config::load(&config::config_path())?;
+    cli::warn_broken_profiles(&cfg, None);
     Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
 }
 
@@ -294,8 +295,8 @@ fn lock_free(path: &Path) -> bool {
 
 pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let all = args.contains("--all");
     let id: Option<String> = args.opt_free_from_str()?;
     cli::finish_args(args)?;
@@ -482,8 +483,8 @@ pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Fa
 
 pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str("--profile")?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str("--workspace")?;
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let yes = args.contains("--yes");
     let json = args.contains("--json");
     let id: Option<String> = args.opt_free_from_str()?;

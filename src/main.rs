@@ -3,6 +3,7 @@
 
 mod anchor;
 mod broker;
+mod cgroup;
 mod cli;
 mod config;
 mod coordinator;
@@ -16,13 +17,18 @@ mod fusefs;
 mod fusewatch;
 mod gc;
 mod gitsentry;
+mod gitshape;
+mod guestsetup;
+mod hostenv;
 mod passenv;
 mod ignored;
 mod image;
 mod imagegc;
 mod lifecycle;
 mod ipc;
+mod layercheck;
 mod netcli;
+mod nospace;
 mod netns;
 mod netpolicy;
 mod netrole;
@@ -35,6 +41,7 @@ mod store;
 mod supervisor;
 mod sys;
 mod trust;
+mod usage;
 
 fn main() {
     std::process::exit(cli::main());

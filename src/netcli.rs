@@ -21,7 +21,13 @@ pub fn show(
     published: bool,
     json: bool,
 ) -> Result<i32, String> {
-    let policy = netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile).map_err(|e| e.to_string())?;
+    let host = if profile.network {
+        netrole::host_ipv4_addrs()?
+    } else {
+        Vec::new()
+    };
+    let policy =
+        netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile, &host).map_err(|e| e.to_string())?;
     let readiness = if published {
         std::fs::read_to_string(gen_dir.join(netrole::READINESS_FILE))
             .ok()
@@ -76,7 +82,7 @@ pub fn show(
     println!(
         "Domain {domain_id} (profile {} on {})",
         profile.name,
-        workspace.display()
+        crate::display::escape_path(workspace)
     );
     print!("{}", policy.describe());
     if ports.is_empty() {
@@ -95,6 +101,7 @@ pub fn show(
         Some(kv) => {
             println!("readiness: attested and probed before publication");
             for (k, v) in kv {
+                let (k, v) = (crate::display::escape(&k), crate::display::escape(&v));
                 if k == "probe" {
                     println!("  probe {v}");
                 } else {

@@ -1,14 +1,24 @@
 //! The Network Sidecar role's install path, run by the Runtime Supervisor
-//! (SPEC §9): the generation's enforcement and reject network namespaces,
-//! the veth between them, slirp4netns, the routes of the install plan, and
-//! the read-back of what the kernel actually holds (FR-18).
+//! (SPEC §9): the generation's sandbox and router network namespaces, the
+//! veth between them, slirp4netns on the router, the routes of the install
+//! plan, and the read-back of what the kernel actually holds (FR-18).
+//!
+//! Topology (docs/network.md): gVisor runs in the *sandbox namespace*,
+//! whose only NIC is `lzr0` with one route, `default via 169.254.255.2`.
+//! `lzr1`, the other end, is in the *router namespace*, together with
+//! slirp4netns's `tap0`. The router forwards between them (`ip_forward`,
+//! proxy ARP on `tap0` so slirp4netns can answer the sandbox's address) and
+//! its main table is the policy: denied prefixes are `local` routes, so the
+//! router's own kernel answers a TCP connect with a RST. gVisor only ever
+//! owns `lzr0`; nothing the sandbox does to its own routes reaches the
+//! router's table.
 //!
 //! Route and link changes shell out to iproute2 (`ip -batch -`, one process
 //! per namespace and step) rather than speaking rtnetlink: the commands are
-//! the ones PLATFORM §4 verified, they are easy to read in a log, and the
-//! read-back parses `ip route` output that a human can compare. Namespaces
-//! are joined with `setns` in the child before exec (the supervisor is
-//! root of the user namespace that owns both namespaces).
+//! the ones PLATFORM §4 and §10 verified, they are easy to read in a log,
+//! and the read-back parses `ip route` output that a human can compare.
+//! Namespaces are joined with `setns` in the child before exec (the
+//! supervisor is root of the user namespace that owns both namespaces).
 //!
 //! Neither namespace has a holder process: each is created by a thread that
 //! unshares and opens `/proc/thread-self/ns/net`, then bind-mounted onto a
@@ -27,20 +37,24 @@ use crate::netpolicy::{self, Fault, Plan, RouteKind};
 use crate::sys;
 
 /// Where the namespaces are bound, relative to the generation directory.
-pub const ENFORCE_FILE: &str = "netns-enforce";
-pub const REJECT_FILE: &str = "netns-reject";
+pub const SANDBOX_FILE: &str = "netns-sandbox";
+pub const ROUTER_FILE: &str = "netns-router";
 /// slirp4netns finds its ready pipe here.
 const SLIRP_READY_FD: i32 = 3;
 const SLIRP_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The installed network of one generation.
 pub struct Network {
-    pub enforce: OwnedFd,
-    pub reject: OwnedFd,
+    /// The namespace runsc (and so gVisor) runs in.
+    pub sandbox: OwnedFd,
+    /// The enforcement hop: forwards to slirp4netns or refuses.
+    pub router: OwnedFd,
     pub slirp: Child,
     pub slirp_start: u64,
+    /// Identity of the sandbox namespace.
     pub inode: u64,
-    pub enforce_path: PathBuf,
+    /// Identity of the router namespace.
+    pub router_inode: u64,
 }
 
 /// First existing path of a host tool (the supervisor's PATH may lack sbin).
@@ -107,12 +121,14 @@ fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// IPv6 off for every interface that exists or will be created (PLATFORM
-/// §4: then no inet6 address is left for gVisor to take).
-fn disable_ipv6(ns: &OwnedFd, mask_core: bool) -> Result<(), String> {
+/// Writes `value` to each `/proc/sys/net/...` file of `ns` (paths relative
+/// to `/proc/sys/net/`); with `mask_core`, then masks `/proc/sys/net/core`.
+fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool) -> Result<(), String> {
+    let settings: Vec<(String, String)> = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     sys::in_netns(ns.as_raw_fd(), move || {
-        for f in ["all", "default"] {
-            std::fs::write(format!("/proc/sys/net/ipv6/conf/{f}/disable_ipv6"), "1")?;
+        for (k, v) in &settings {
+            std::fs::write(format!("/proc/sys/net/{k}"), v)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{k}: {e}")))?;
         }
         if mask_core {
             // runsc ≤ 20240729 takes any netns in which this directory has
@@ -122,10 +138,59 @@ fn disable_ipv6(ns: &OwnedFd, mask_core: bool) -> Result<(), String> {
         }
         Ok(())
     })
-    .map_err(|e| format!("configuring the network namespace: {e}"))
+    .map_err(|e| format!("{what}: {e}"))
 }
 
-fn start_slirp(enforce_path: &Path, custom_dns: bool) -> Result<(Child, u64), String> {
+/// `ETHTOOL_STSO` (linux/ethtool.h): set TCP segmentation offload.
+const ETHTOOL_STSO: u32 = 0x1f;
+
+/// Sets one legacy ethtool flag (`ETHTOOL_S*`) of interface `name` in `ns`.
+fn ethtool_set(ns: &OwnedFd, name: &str, cmd: u32, on: bool) -> Result<(), String> {
+    let owned = name.to_string();
+    sys::in_netns(ns.as_raw_fd(), move || {
+        let name = owned;
+        #[repr(C)]
+        struct EthtoolValue {
+            cmd: u32,
+            data: u32,
+        }
+        let mut val = EthtoolValue {
+            cmd,
+            data: u32::from(on),
+        };
+        // SAFETY: a datagram socket this closure owns and closes; the ifreq
+        // is zeroed, carries a NUL-terminated name and points at `val`,
+        // which outlives the ioctl.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
+                ifr.ifr_name[i] = b as libc::c_char;
+            }
+            ifr.ifr_ifru.ifru_data = (&mut val as *mut EthtoolValue).cast();
+            let r = libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr);
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            if r != 0 {
+                return Err(e);
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| format!("ethtool on {name}: {e}"))
+}
+
+/// IPv6 off for every interface that exists or will be created (PLATFORM
+/// §4: then no inet6 address is left for gVisor to take).
+const IPV6_OFF: [(&str, &str); 2] = [
+    ("ipv6/conf/all/disable_ipv6", "1"),
+    ("ipv6/conf/default/disable_ipv6", "1"),
+];
+
+fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), String> {
     let (rd, wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let mut cmd = Command::new(tool("slirp4netns"));
     cmd.args([
@@ -141,9 +206,9 @@ fn start_slirp(enforce_path: &Path, custom_dns: bool) -> Result<(Child, u64), St
     // Host port forwards are added through it (crate::ports).
     cmd.arg(format!(
         "--api-socket={}",
-        enforce_path.with_file_name(crate::ports::API_SOCKET).display()
+        router_path.with_file_name(crate::ports::API_SOCKET).display()
     ));
-    cmd.arg(enforce_path)
+    cmd.arg(router_path)
         .arg(netpolicy::TAP)
         .stdin(Stdio::null())
         .stdout(Stdio::null());
@@ -178,52 +243,72 @@ fn start_slirp(enforce_path: &Path, custom_dns: bool) -> Result<(Child, u64), St
 
 /// Prepares the generation's network as the plan says, reporting
 /// `slirp PID START` as soon as the helper exists (so the coordinator owns
-/// it exactly), then reads back what was installed. Returns the network
-/// and a line for the coordinator's readiness record.
+/// it exactly), then reads back what was installed.
 pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn Fn(&str)) -> Result<Network, String> {
-    let enforce = sys::new_netns().map_err(|e| format!("creating the enforcement network namespace: {e}"))?;
-    let reject = sys::new_netns().map_err(|e| format!("creating the reject network namespace: {e}"))?;
-    let enforce_path = gen_dir.join(ENFORCE_FILE);
-    let reject_path = gen_dir.join(REJECT_FILE);
-    bind_ns(&enforce, &enforce_path)?;
-    bind_ns(&reject, &reject_path)?;
-    disable_ipv6(&enforce, true)?;
-    disable_ipv6(&reject, false)?;
-    let (l, p) = (netpolicy::REJECT_LOCAL, netpolicy::REJECT_PEER);
+    let sandbox = sys::new_netns().map_err(|e| format!("creating the sandbox network namespace: {e}"))?;
+    let router = sys::new_netns().map_err(|e| format!("creating the router network namespace: {e}"))?;
+    let router_path = gen_dir.join(ROUTER_FILE);
+    bind_ns(&sandbox, &gen_dir.join(SANDBOX_FILE))?;
+    bind_ns(&router, &router_path)?;
+    sysctls(&sandbox, "configuring the sandbox network namespace", &IPV6_OFF, true)?;
+    let mut router_conf = IPV6_OFF.to_vec();
+    router_conf.extend([
+        ("ipv4/ip_forward", "1"),
+        // Refusals of UDP (port unreachable) must not turn into time-outs.
+        ("ipv4/icmp_ratelimit", "0"),
+        // Denied destinations are the router's own: it must not answer pings for them.
+        ("ipv4/icmp_echo_ignore_all", "1"),
+        // No source-routed packets, no redirects towards the sandbox.
+        ("ipv4/conf/all/accept_source_route", "0"),
+        ("ipv4/conf/default/accept_source_route", "0"),
+        ("ipv4/conf/all/send_redirects", "0"),
+        ("ipv4/conf/default/send_redirects", "0"),
+    ]);
+    sysctls(&router, "configuring the router network namespace", &router_conf, false)?;
+    let (s, r) = (netpolicy::SANDBOX_ADDR, netpolicy::ROUTER_ADDR);
+    let (sif, rif, mtu) = (netpolicy::SANDBOX_IF, netpolicy::ROUTER_IF, netpolicy::MTU);
     ip_batch(
-        &enforce,
-        "creating the reject link",
+        &sandbox,
+        "creating the router link",
         &[
             format!(
-                "link add {} type veth peer name {} netns {}",
-                netpolicy::REJECT_IF,
-                netpolicy::REJECT_PEER_IF,
-                reject_path.display()
+                "link add {sif} type veth peer name {rif} netns {}",
+                router_path.display()
             ),
-            format!("addr add {l}/30 dev {}", netpolicy::REJECT_IF),
-            format!("link set {} up", netpolicy::REJECT_IF),
+            format!("addr add {s}/30 dev {sif}"),
+            format!("link set {sif} mtu {mtu} up"),
         ],
     )?;
     ip_batch(
-        &reject,
-        "preparing the reject namespace",
+        &router,
+        "preparing the router namespace",
         &[
             "link set lo up".into(),
-            format!("addr add {p}/30 dev {}", netpolicy::REJECT_PEER_IF),
-            format!("link set {} up", netpolicy::REJECT_PEER_IF),
-            // Everything terminates on loopback unicast: no listener, RST.
-            "route add local 0.0.0.0/0 dev lo".into(),
+            format!("addr add {r}/30 dev {rif}"),
+            format!("link set {rif} mtu {mtu} up"),
         ],
     )?;
-    let (slirp, slirp_start) = start_slirp(&enforce_path, plan.custom_dns)?;
+    // TSO off on gVisor's NIC: with it on, runsc hands the kernel 64 KiB
+    // GSO packets, which cost about a third of the throughput through the
+    // router and tap0 (no offloads); off, gVisor segments itself, as it did
+    // on slirp4netns's tap0 (scripts/bench-net.sh). Performance only.
+    if let Err(e) = ethtool_set(&sandbox, sif, ETHTOOL_STSO, false) {
+        log::warn!("network: cannot turn TSO off on {sif} (throughput may suffer): {e}");
+    }
+    ip_batch(
+        &sandbox,
+        "routing the sandbox to the router",
+        &[format!("route add default via {r} dev {sif}")],
+    )?;
+    let (slirp, slirp_start) = start_slirp(&router_path, plan.custom_dns)?;
     report(&format!("slirp {} {slirp_start}", slirp.id()));
     let mut net = Network {
-        inode: sys::fd_inode(enforce.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,
-        enforce,
-        reject,
+        inode: sys::fd_inode(sandbox.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,
+        router_inode: sys::fd_inode(router.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,
+        sandbox,
+        router,
         slirp,
         slirp_start,
-        enforce_path,
     };
     let result = install_routes(&net, plan, fault);
     if let Err(e) = result {
@@ -234,6 +319,18 @@ pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn F
 }
 
 fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<(), String> {
+    // slirp4netns answers ARP only for its own network: the router answers
+    // for the sandbox's address on tap0 (at once, not after proxy_delay).
+    let tap = netpolicy::TAP;
+    sysctls(
+        &net.router,
+        "configuring the router's tap0",
+        &[
+            (&format!("ipv4/conf/{tap}/proxy_arp"), "1"),
+            (&format!("ipv4/neigh/{tap}/proxy_delay"), "0"),
+        ],
+        false,
+    )?;
     // `replace`: slirp4netns already added the default route.
     let mut cmds = Vec::new();
     let mut expected = plan.clone();
@@ -248,7 +345,10 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
         .map(|r| r.prefix);
     for r in &plan.routes {
         if fault.is_some() && Some(r.prefix) == victim {
-            log::warn!("fault injection: not installing the deny route for {}", r.prefix);
+            log::warn!(
+                "fault injection: not installing the deny route for {} in the router",
+                r.prefix
+            );
             if fault == Some(Fault::SkipOneDeny) {
                 expected.routes.retain(|x| x.prefix != r.prefix);
             }
@@ -256,25 +356,70 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
         }
         cmds.push(format!("route replace {}", r.ip_args().join(" ")));
     }
-    ip_batch(&net.enforce, "installing the network policy", &cmds)?;
+    ip_batch(&net.router, "installing the network policy in the router", &cmds)?;
     attest(net, &expected)
 }
 
-/// FR-18 from observed state: the kernel's route table against the plan,
-/// the reject table, no IPv6 address, and the helper alive.
+/// The router's own route lookups for `plan` (a packet from the sandbox
+/// arriving on lzr1), each checked against its planned decision.
+fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
+    let lookups = plan.lookups();
+    let from = netpolicy::SANDBOX_ADDR;
+    let cmds: Vec<String> = lookups
+        .iter()
+        .map(|(a, _)| format!("route get {a} from {from} iif {}", netpolicy::ROUTER_IF))
+        .collect();
+    let mut cmd = Command::new(tool("ip"));
+    cmd.args(["-o", "-force", "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    sys::command_in_netns(&mut cmd, net.router.as_raw_fd());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run ip: {e}"))?;
+    let _ = child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all((cmds.join("\n") + "\n").as_bytes());
+    let out = child.wait_with_output().map_err(|e| format!("ip route get: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let errors = String::from_utf8_lossy(&out.stderr);
+    for (addr, route) in &lookups {
+        // One line per answered lookup: `[TYPE] ADDR from …`.
+        let a = addr.to_string();
+        let line = text.lines().find(|l| {
+            let f: Vec<&str> = l.split_whitespace().take(2).collect();
+            f.first() == Some(&a.as_str()) || f.get(1) == Some(&a.as_str())
+        });
+        let result = match line {
+            Some(l) => netpolicy::verify_lookup(*addr, route.kind, Ok(l)),
+            None => netpolicy::verify_lookup(*addr, route.kind, Err(errors.trim())),
+        };
+        result.map_err(|e| format!("network readiness: route for {}: {e}", route.prefix))?;
+    }
+    Ok(lookups.len())
+}
+
+/// FR-18 from observed state: the router's table against the plan and its
+/// own decision for a sample of every planned route, the sandbox's table,
+/// no IPv6 address, and the helper alive.
 fn attest(net: &Network, expected: &Plan) -> Result<(), String> {
-    let routes = ip_show(&net.enforce, &["-4", "route", "show"])?;
+    let routes = ip_show(&net.router, &["-4", "route", "show", "table", "main"])?;
     expected
         .verify_routes(&routes)
         .map_err(|e| format!("network readiness: {e}"))?;
-    let local = ip_show(&net.reject, &["-4", "route", "show", "table", "local"])?;
-    netpolicy::verify_reject_table(&local).map_err(|e| format!("network readiness: {e}"))?;
-    let v6 = ip_show(&net.enforce, &["-6", "-o", "addr", "show"])?;
-    if !v6.trim().is_empty() {
-        return Err(format!(
-            "network readiness: IPv6 addresses remain in the enforcement namespace: {}",
-            v6.trim()
-        ));
+    let n = attest_lookups(net, expected)?;
+    log::info!("network readiness: the router's own lookups agree with the plan for {n} routes");
+    let sroutes = ip_show(&net.sandbox, &["-4", "route", "show"])?;
+    netpolicy::verify_sandbox_routes(&sroutes).map_err(|e| format!("network readiness: {e}"))?;
+    for (ns, name) in [(&net.sandbox, "sandbox"), (&net.router, "router")] {
+        let v6 = ip_show(ns, &["-6", "-o", "addr", "show"])?;
+        if !v6.trim().is_empty() {
+            return Err(format!(
+                "network readiness: IPv6 addresses remain in the {name} namespace: {}",
+                v6.trim()
+            ));
+        }
     }
     if !sys::same_process(net.slirp.id() as i32, net.slirp_start) {
         return Err("network readiness: slirp4netns is not running".into());

@@ -1,29 +1,39 @@
 //! The derived network policy (FR-19) and everything about it that is pure:
-//! derivation from trusted config, the install plan handed to the Runtime
-//! Supervisor, the read-back check of installed routes (FR-18), the probe's
-//! sample addresses (FR-20), digests and the readiness fingerprint.
+//! derivation from trusted config (and the host's own addresses), the
+//! install plan handed to the Runtime Supervisor, the read-back checks of
+//! installed routes (FR-18), the router's route-lookup attestation, the
+//! probe's sample addresses (FR-20), digests and the readiness fingerprint.
 //!
-//! Representation (PLATFORM §4). gVisor copies into its netstack only routes
-//! whose device is a non-loopback NIC, with their gateway; routes on `lo` and
-//! `local`/`unreachable`/`blackhole` routes are silently dropped, so a deny
-//! written that way fails open. So every route here names a NIC:
+//! Where a decision is enforced (docs/network.md). The sandbox (gVisor's
+//! netstack) has one NIC, `lzr0`, and one route: `default via
+//! 169.254.255.2`. Its other end, `lzr1`, lives in the generation's
+//! **router namespace**, a plain host-kernel network namespace that also
+//! holds slirp4netns's `tap0` and forwards between them. The policy is the
+//! router's main route table:
 //!
 //! * `helper` routes go `via 10.0.2.2 dev tap0` (slirp4netns);
-//! * `reject` routes go `via 169.254.255.2 dev lzr0`, a veth into the
-//!   generation's reject namespace whose only route is
-//!   `local 0.0.0.0/0 dev lo`: packets terminate on loopback unicast, no
-//!   listener answers, the sandbox gets a RST (connection refused) at once.
+//! * `reject` routes are `local P dev lo table main`: the router takes the
+//!   packet for itself, nothing listens, a TCP connect gets a RST
+//!   (connection refused) at once, UDP gets an ICMP port unreachable.
 //!
-//! slirp4netns's own network `10.0.2.0/24` (tap0's connected route, kept:
-//! gVisor resolves the gateway only inside the NIC's subnet) lies inside the
-//! `10.0.0.0/8` deny and is more specific, so it would open all of it.
-//! More specific reject routes close it again except for exactly the
-//! gateway `10.0.2.2` (the next hop; host loopback is disabled, so it
-//! refuses connections) and the DNS forwarder `10.0.2.3` when it is the
-//! Domain's resolver: `10.0.2.0/31`, `10.0.2.4/30`, `10.0.2.8/29`, …,
-//! `10.0.2.128/25` (and `10.0.2.3/32` with custom resolvers).
-//! Longest prefix wins, as in every route table; an allow and a deny of the
-//! very same prefix end as deny, with a warning.
+//! The sandbox can change gVisor's routes (a nested user namespace gives it
+//! CAP_NET_ADMIN inside gVisor), but every packet it sends still arrives at
+//! `lzr1` and is routed by the router's kernel, which it cannot configure.
+//! Reject routes sit in the main table (not `local`, which is consulted
+//! before main) so the longest prefix decides across allows and denies.
+//!
+//! slirp4netns's own network `10.0.2.0/24` (tap0's connected route in the
+//! router) lies inside the `10.0.0.0/8` deny and is more specific, so by
+//! itself it would open all of it. More specific reject routes close it
+//! again except for exactly the gateway `10.0.2.2` (the next hop; host
+//! loopback is disabled, so it refuses connections) and the DNS forwarder
+//! `10.0.2.3` when it is the Domain's resolver: `10.0.2.0/31`,
+//! `10.0.2.4/30`, `10.0.2.8/29`, …, `10.0.2.128/25` (and `10.0.2.3/32`
+//! with custom resolvers). Every IPv4 address of the host's interfaces at
+//! Domain start is denied with a `/32` (slirp4netns connects from the host,
+//! so a service bound on `0.0.0.0` would otherwise be reachable); a profile
+//! `allow` of exactly that `/32` opens it. Longest prefix wins; an allow
+//! and a deny of the very same prefix end as deny, with a warning.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -32,18 +42,20 @@ use std::path::PathBuf;
 use crate::config::{Prefix, Profile};
 use crate::plan::Json;
 
-/// slirp4netns's fixed addresses (`--configure`, default `--cidr`).
+/// slirp4netns's fixed addresses (`--configure`, default `--cidr`). `tap0`
+/// and the guest address `10.0.2.100` are the router's.
 pub const TAP: &str = "tap0";
 pub const SLIRP_GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 100);
 pub const SLIRP_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 pub const SLIRP_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 pub const MTU: u32 = 65520;
-/// The veth into the reject namespace: our end, the reject end.
-pub const REJECT_IF: &str = "lzr0";
-pub const REJECT_PEER_IF: &str = "lzr1";
-pub const REJECT_LOCAL: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 1);
-pub const REJECT_PEER: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 2);
-pub const REJECT_LINK: &str = "169.254.255.0/30";
+/// The veth between the sandbox and the router: the sandbox's end (gVisor's
+/// only NIC) and the router's end, with their addresses.
+pub const SANDBOX_IF: &str = "lzr0";
+pub const ROUTER_IF: &str = "lzr1";
+pub const SANDBOX_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 1);
+pub const ROUTER_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 255, 2);
+pub const ROUTER_LINK: &str = "169.254.255.0/30";
 pub const SLIRP_NET: &str = "10.0.2.0/24";
 /// A global IPv6 destination for the IPv6 route-decision check.
 pub const IPV6_SAMPLE: &str = "2000::1";
@@ -99,8 +111,10 @@ pub enum Source {
     SlirpRest,
     /// Everything not matched by a more specific rule.
     Default,
-    /// The reject veth's own /30 (a kernel route, not installed by us).
-    RejectLink,
+    /// The sandbox–router link's own /30 (a kernel route, not installed by us).
+    RouterLink,
+    /// An IPv4 address of the host's interfaces at Domain start.
+    HostAddress,
 }
 
 impl Source {
@@ -116,7 +130,10 @@ impl Source {
             }
             Source::SlirpRest => "slirp4netns network, except gateway and DNS".into(),
             Source::Default => "everything else".into(),
-            Source::RejectLink => "reject link".into(),
+            Source::RouterLink => "link between the sandbox and the router".into(),
+            Source::HostAddress => {
+                "an address of this host (at Domain start): services bound on 0.0.0.0 would be reachable".into()
+            }
         }
     }
 }
@@ -126,6 +143,18 @@ pub struct Rule {
     pub prefix: Prefix,
     pub action: Action,
     pub source: Source,
+}
+
+impl Rule {
+    /// Where the decision for this rule is enforced, for `lazaret net show`.
+    pub fn enforced_at(&self) -> &'static str {
+        match (&self.source, self.action) {
+            (Source::RouterLink, _) => "router link",
+            (Source::SlirpNet, _) => "router: forwarded",
+            (_, Action::Deny) => "router: refused",
+            (_, Action::Allow) => "router: forwarded",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,8 +245,15 @@ fn host(a: Ipv4Addr) -> Prefix {
 }
 
 /// Derives the policy from trusted config only: the default deny list (or
-/// its replacement), the profile's allow/deny/dns/mode/ipv6.
-pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: &Profile) -> Result<Policy, NetError> {
+/// its replacement), the profile's allow/deny/dns/mode/ipv6, plus a `/32`
+/// deny for each IPv4 address of the host's interfaces (`host_addrs`, read
+/// at Domain start; see [`host_denies`]).
+pub fn derive(
+    file: &std::path::Path,
+    default_deny: Option<&[Prefix]>,
+    profile: &Profile,
+    host_addrs: &[Ipv4Addr],
+) -> Result<Policy, NetError> {
     let err_ctx = || (file.to_path_buf(), profile.name.clone());
     if profile.ipv6 {
         let (file, profile) = err_ctx();
@@ -251,6 +287,16 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
                 prefix: p,
                 action: Action::Deny,
                 source,
+            });
+        }
+    }
+    for a in host_denies(host_addrs) {
+        let p = host(a);
+        if !denies.iter().any(|r| r.prefix == p) {
+            denies.push(Rule {
+                prefix: p,
+                action: Action::Deny,
+                source: Source::HostAddress,
             });
         }
     }
@@ -312,6 +358,12 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
                     rules.retain(|r| r.prefix != a.prefix);
                     rules.push(a);
                 }
+                Source::ProfileAllow if d.source == Source::HostAddress => {
+                    // Opening one of the host's own addresses on purpose
+                    // (a local dev database): only an allow of exactly it.
+                    rules.retain(|r| r.prefix != a.prefix);
+                    rules.push(a);
+                }
                 _ => warnings.push(format!(
                     "{} is both allowed ({}) and denied ({}): it is denied",
                     a.prefix,
@@ -335,7 +387,7 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
     }
     // The kernel routes of the two links, and the rest of slirp's network.
     for (p, action, source) in [
-        (pfx(REJECT_LINK), Action::Deny, Source::RejectLink),
+        (pfx(ROUTER_LINK), Action::Deny, Source::RouterLink),
         (pfx(SLIRP_NET), Action::Allow, Source::SlirpNet),
     ] {
         rules.retain(|r| r.prefix != p);
@@ -367,6 +419,24 @@ pub fn derive(file: &std::path::Path, default_deny: Option<&[Prefix]>, profile: 
         ignored_v6,
         warnings,
     })
+}
+
+/// The host addresses that get a `/32` deny: every IPv4 address of the
+/// host's interfaces except loopback (`127.0.0.0/8` is the sandbox's own
+/// loopback; the host's is closed by `--disable-host-loopback`), the
+/// addresses slirp4netns answers itself (gateway, DNS forwarder: never the
+/// host) and the sandbox–router link. Sorted, without duplicates.
+pub fn host_denies(addrs: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+    let link = pfx(ROUTER_LINK);
+    let mut out: Vec<Ipv4Addr> = addrs
+        .iter()
+        .copied()
+        .filter(|a| !a.is_loopback() && *a != SLIRP_GATEWAY && *a != SLIRP_DNS && !a.is_unspecified())
+        .filter(|a| !contains(&link, *a))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The prefixes that cover `p` except the addresses in `keep`, as few and
@@ -419,7 +489,7 @@ impl Policy {
     pub fn routes(&self) -> Vec<PlanRoute> {
         self.rules
             .iter()
-            .filter(|r| !matches!(r.source, Source::RejectLink | Source::SlirpNet))
+            .filter(|r| !matches!(r.source, Source::RouterLink | Source::SlirpNet))
             .map(|r| PlanRoute {
                 prefix: r.prefix,
                 kind: match r.action {
@@ -459,7 +529,7 @@ impl Policy {
     pub fn samples(&self) -> Vec<Sample> {
         let mut out = Vec::new();
         for r in &self.rules {
-            if matches!(r.source, Source::RejectLink | Source::SlirpNet) {
+            if matches!(r.source, Source::RouterLink | Source::SlirpNet) {
                 continue;
             }
             let Some((net, len)) = v4(&r.prefix) else { continue };
@@ -497,9 +567,8 @@ impl Policy {
     pub fn probe_args(&self) -> Vec<String> {
         let mut a = vec![
             "probe".to_string(),
-            format!("reject-src={REJECT_LOCAL}"),
-            format!("helper-src={SLIRP_GUEST}"),
-            format!("reject-live={REJECT_PEER}"),
+            format!("sandbox-src={SANDBOX_ADDR}"),
+            format!("router-live={ROUTER_ADDR}"),
             format!("helper-live={SLIRP_GATEWAY}"),
             format!("ipv6-off={IPV6_SAMPLE}"),
         ];
@@ -533,14 +602,22 @@ impl Policy {
                 Action::Deny => "DENY ",
             };
             s.push_str(&format!(
-                "  {what} {:<18} {}\n",
+                "  {what} {:<18} [{}] {}\n",
                 r.prefix.to_string(),
+                r.enforced_at(),
                 r.source.describe()
             ));
         }
+        s.push_str(
+            "enforced by the host kernel in the Domain's router namespace, between the sandbox and \
+             slirp4netns:\n  [router: refused] a local route there: TCP connects get a RST at once, UDP an ICMP \
+             port unreachable; nothing is forwarded\n  [router: forwarded] routed to slirp4netns (tap0)\n  \
+             [router link] the sandbox's own link (169.254.255.0/30): only the sandbox and the router\n\
+             the sandbox (gVisor) has one route, to the router, and cannot configure the router, \
+             whatever it does to its own routes\n",
+        );
         s.push_str(&format!(
-            "denied destinations are routed to a reject namespace: connects are refused at once\n\
-             DNS resolvers: {}{}\n",
+            "DNS resolvers: {}{}\n",
             self.resolvers
                 .iter()
                 .map(|r| r.to_string())
@@ -581,6 +658,7 @@ impl Policy {
                                     Json::s(if r.action == Action::Allow { "allow" } else { "deny" }),
                                 ),
                                 ("source", Json::s(r.source.describe())),
+                                ("enforced_at", Json::s(r.enforced_at())),
                             ])
                         })
                         .collect(),
@@ -608,9 +686,9 @@ pub struct Sample {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteKind {
-    /// `P via 10.0.2.2 dev tap0`
+    /// In the router: `P via 10.0.2.2 dev tap0` (forwarded to slirp4netns).
     Helper,
-    /// `P via 169.254.255.2 dev lzr0`
+    /// In the router: `local P dev lo table main` (refused there).
     Reject,
 }
 
@@ -621,12 +699,19 @@ pub struct PlanRoute {
 }
 
 impl PlanRoute {
-    /// `ip route add` arguments after `add`.
+    /// `ip route replace` arguments for the router namespace.
     pub fn ip_args(&self) -> Vec<String> {
         let p = self.prefix.to_string();
         match self.kind {
             RouteKind::Helper => vec![p, "via".into(), SLIRP_GATEWAY.to_string(), "dev".into(), TAP.into()],
-            RouteKind::Reject => vec![p, "via".into(), REJECT_PEER.to_string(), "dev".into(), REJECT_IF.into()],
+            RouteKind::Reject => vec![
+                "local".into(),
+                p,
+                "dev".into(),
+                "lo".into(),
+                "table".into(),
+                "main".into(),
+            ],
         }
     }
 
@@ -645,7 +730,7 @@ pub struct Plan {
     pub routes: Vec<PlanRoute>,
 }
 
-const PLAN_MAGIC: &str = "lazaret-netplan 1";
+const PLAN_MAGIC: &str = "lazaret-netplan 2";
 
 impl Plan {
     pub fn render(&self) -> String {
@@ -662,7 +747,7 @@ impl Plan {
     pub fn parse(text: &str) -> Result<Plan, String> {
         let mut lines = text.lines();
         if lines.next() != Some(PLAN_MAGIC) {
-            return Err("not a lazaret network plan (version 1)".into());
+            return Err("not a lazaret network plan (version 2)".into());
         }
         let mut plan = Plan {
             enabled: false,
@@ -715,88 +800,181 @@ impl Plan {
         Ok(plan)
     }
 
-    /// Compares `ip -4 route show` output of the enforcement namespace with
-    /// the plan: every planned route present with its device and gateway,
-    /// nothing else but the reject link's kernel route.
+    /// Compares `ip -4 route show table main` output of the router
+    /// namespace with the plan: every planned route present in its form
+    /// (reject: `local P dev lo`; helper: `P via 10.0.2.2 dev tap0`),
+    /// nothing else but the two links' kernel routes.
     pub fn verify_routes(&self, ip_route: &str) -> Result<(), String> {
-        let mut seen: Vec<(Prefix, Option<String>, Option<String>)> = Vec::new();
+        // (prefix, kind, via, dev)
+        let mut seen: Vec<(Prefix, Option<RouteKind>, Option<String>, Option<String>)> = Vec::new();
         for line in ip_route.lines().filter(|l| !l.trim().is_empty()) {
             let f: Vec<&str> = line.split_whitespace().collect();
-            let mut i = 0;
-            if matches!(f.first(), Some(&"unicast")) {
-                i = 1;
-            }
+            let (local, i) = match f.first() {
+                Some(&"unicast") => (false, 1),
+                Some(&"local") => (true, 1),
+                _ => (false, 0),
+            };
             let Some(dst) = f.get(i) else { continue };
             if matches!(
                 *dst,
-                "local" | "unreachable" | "blackhole" | "prohibit" | "throw" | "broadcast" | "multicast" | "nat"
+                "local"
+                    | "unreachable"
+                    | "blackhole"
+                    | "prohibit"
+                    | "throw"
+                    | "broadcast"
+                    | "multicast"
+                    | "nat"
+                    | "anycast"
             ) {
-                return Err(format!(
-                    "unexpected {dst} route in the enforcement namespace (gVisor ignores it): {line}"
-                ));
+                return Err(format!("unexpected {dst} route in the router namespace: {line}"));
             }
-            let prefix: Prefix = if *dst == "default" {
-                pfx("0.0.0.0/0")
-            } else if dst.contains('/') {
-                dst.parse().map_err(|_| format!("cannot read route {line:?}"))?
-            } else {
-                format!("{dst}/32")
-                    .parse()
-                    .map_err(|_| format!("cannot read route {line:?}"))?
-            };
+            let prefix = parse_dst(dst).ok_or_else(|| format!("cannot read route {line:?}"))?;
             let after = |k: &str| {
                 f.iter()
                     .position(|x| *x == k)
                     .and_then(|p| f.get(p + 1))
                     .map(|s| s.to_string())
             };
-            seen.push((prefix, after("via"), after("dev")));
-        }
-        let want = |r: &PlanRoute| -> (Option<String>, Option<String>) {
-            match r.kind {
-                RouteKind::Helper => (Some(SLIRP_GATEWAY.to_string()), Some(TAP.into())),
-                RouteKind::Reject => (Some(REJECT_PEER.to_string()), Some(REJECT_IF.into())),
+            let (via, dev) = (after("via"), after("dev"));
+            let kind = if local {
+                (dev.as_deref() == Some("lo") && via.is_none()).then_some(RouteKind::Reject)
+            } else {
+                (via.as_deref() == Some(&SLIRP_GATEWAY.to_string()) && dev.as_deref() == Some(TAP))
+                    .then_some(RouteKind::Helper)
+            };
+            if seen.iter().any(|(p, ..)| *p == prefix) {
+                return Err(format!("two routes for {prefix} in the router namespace"));
             }
-        };
+            seen.push((prefix, kind, via, dev));
+        }
         for r in &self.routes {
-            let (via, dev) = want(r);
-            match seen.iter().find(|(p, _, _)| *p == r.prefix) {
+            match seen.iter().find(|(p, ..)| *p == r.prefix) {
                 None => return Err(format!("route for {} ({}) is missing", r.prefix, r.word())),
-                Some((_, v, d)) if *v != via || *d != dev => {
+                Some((_, k, via, dev)) if *k != Some(r.kind) => {
                     return Err(format!(
-                        "route for {} goes via {} dev {}, expected {}",
+                        "route for {} goes {}via {} dev {}, expected {}",
                         r.prefix,
-                        v.as_deref().unwrap_or("-"),
-                        d.as_deref().unwrap_or("-"),
-                        r.ip_args()[1..].join(" ")
+                        if k == &Some(RouteKind::Reject) { "local " } else { "" },
+                        via.as_deref().unwrap_or("-"),
+                        dev.as_deref().unwrap_or("-"),
+                        r.ip_args().join(" ")
                     ))
                 }
                 Some(_) => {}
             }
         }
-        for (p, via, dev) in &seen {
+        for (p, kind, via, dev) in &seen {
             let planned = self.routes.iter().any(|r| r.prefix == *p);
             let kernel_link = via.is_none()
-                && ((*p == pfx(REJECT_LINK) && dev.as_deref() == Some(REJECT_IF))
+                && kind.is_none()
+                && ((*p == pfx(ROUTER_LINK) && dev.as_deref() == Some(ROUTER_IF))
                     || (*p == pfx(SLIRP_NET) && dev.as_deref() == Some(TAP)));
             if !planned && !kernel_link {
-                return Err(format!("unexpected route for {p} in the enforcement namespace"));
+                return Err(format!("unexpected route for {p} in the router namespace"));
             }
         }
         Ok(())
     }
+
+    /// Addresses for the router's own route lookup (`ip route get ADDR from
+    /// 169.254.255.1 iif lzr1`, the kernel's decision for a packet from the
+    /// sandbox): one per planned route, decided by that very route. Never
+    /// the router's or the sandbox's own address.
+    pub fn lookups(&self) -> Vec<(Ipv4Addr, &PlanRoute)> {
+        let kernel = [pfx(ROUTER_LINK), pfx(SLIRP_NET)];
+        let decider = |a: Ipv4Addr| -> Option<Prefix> {
+            self.routes
+                .iter()
+                .map(|r| r.prefix)
+                .chain(kernel)
+                .filter(|p| contains(p, a))
+                .max_by_key(|p| p.len)
+        };
+        let mut out = Vec::new();
+        for r in &self.routes {
+            let Some((net, len)) = v4(&r.prefix) else { continue };
+            let size: u64 = 1u64 << (32 - len as u32);
+            let last = (net as u64 + size - 1) as u32;
+            let mut cands = vec![
+                net.saturating_add(1).min(last),
+                (net as u64 + size / 2 + 1).min(last as u64) as u32,
+            ];
+            cands.push(last.saturating_sub(1).max(net));
+            cands.push(net);
+            if let Some(a) = cands
+                .into_iter()
+                .map(Ipv4Addr::from)
+                .find(|a| *a != SLIRP_GUEST && *a != ROUTER_ADDR && *a != SANDBOX_ADDR && decider(*a) == Some(r.prefix))
+            {
+                out.push((a, r));
+            }
+        }
+        out
+    }
 }
 
-/// The reject namespace's table must send everything to loopback unicast.
-pub fn verify_reject_table(ip_route_local: &str) -> Result<(), String> {
-    if ip_route_local
-        .lines()
-        .any(|l| l.split_whitespace().take(4).collect::<Vec<_>>() == ["local", "default", "dev", "lo"])
-    {
-        Ok(())
+fn parse_dst(dst: &str) -> Option<Prefix> {
+    if dst == "default" {
+        Some(pfx("0.0.0.0/0"))
+    } else if dst.contains('/') {
+        dst.parse().ok()
     } else {
-        Err("the reject namespace has no `local default dev lo` route".into())
+        format!("{dst}/32").parse().ok()
     }
+}
+
+/// The router's decision for one lookup (`ip route get` output, or its
+/// error): a reject must not leave through tap0 (a local route; the kernel
+/// also takes multicast for itself or refuses it, and refuses martians); a
+/// helper route must leave through tap0.
+pub fn verify_lookup(addr: Ipv4Addr, kind: RouteKind, out: Result<&str, &str>) -> Result<(), String> {
+    let first = |o: &str| o.lines().next().unwrap_or("").trim().to_string();
+    let forwarded = |o: &str| {
+        let f: Vec<&str> = o.split_whitespace().collect();
+        f.windows(2).any(|w| w == ["dev", TAP]) && !matches!(f.first(), Some(&"local") | Some(&"multicast"))
+    };
+    match (kind, out) {
+        (RouteKind::Reject, Ok(o)) if forwarded(o) => Err(format!(
+            "the router forwards {addr} to the network helper ({}), expected a refusal",
+            first(o)
+        )),
+        (RouteKind::Reject, Ok(o)) if o.starts_with("local ") || o.starts_with("multicast ") => Ok(()),
+        (RouteKind::Reject, Ok(o)) => Err(format!(
+            "the router's decision for {addr} is not a refusal: {}",
+            first(o)
+        )),
+        // The kernel refuses to route it at all (martian or multicast).
+        (RouteKind::Reject, Err(_)) => Ok(()),
+        (RouteKind::Helper, Ok(o)) if forwarded(o) => Ok(()),
+        (RouteKind::Helper, Ok(o)) => Err(format!(
+            "the router does not forward {addr} to the network helper: {}",
+            first(o)
+        )),
+        (RouteKind::Helper, Err(e)) => Err(format!("the router has no route for {addr}: {}", e.trim())),
+    }
+}
+
+/// The sandbox namespace's table before gVisor takes it: its link and one
+/// default route to the router, nothing else.
+pub fn verify_sandbox_routes(ip_route: &str) -> Result<(), String> {
+    let mut default = false;
+    for line in ip_route.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let ok_default = f.len() >= 5 && f[..5] == ["default", "via", &ROUTER_ADDR.to_string(), "dev", SANDBOX_IF];
+        let ok_link = f.len() >= 3 && f[0] == ROUTER_LINK && f[1..3] == ["dev", SANDBOX_IF];
+        if ok_default {
+            default = true;
+        } else if !ok_link {
+            return Err(format!("unexpected route in the sandbox's namespace: {line}"));
+        }
+    }
+    if !default {
+        return Err(format!(
+            "the sandbox's namespace has no default route via {ROUTER_ADDR}"
+        ));
+    }
+    Ok(())
 }
 
 // ---- readiness ------------------------------------------------------------------------
@@ -806,7 +984,8 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// FR-18: digest over Domain ID, generation, config fingerprint, Network
-/// Sidecar ID, policy digest and netns identity (length-prefixed fields).
+/// Sidecar ID, policy digest and the identities of the sandbox's and the
+/// router's network namespaces (length-prefixed fields).
 pub fn readiness_fingerprint(
     domain_id: &str,
     generation: u64,
@@ -814,16 +993,18 @@ pub fn readiness_fingerprint(
     sidecar_id: &str,
     policy_digest: &str,
     netns_inode: u64,
+    router_inode: u64,
 ) -> String {
     let mut buf = Vec::new();
     for f in [
-        "lazaret-net-readiness-v1",
+        "lazaret-net-readiness-v2",
         domain_id,
         &generation.to_string(),
         config_fp,
         sidecar_id,
         policy_digest,
         &netns_inode.to_string(),
+        &router_inode.to_string(),
     ] {
         buf.extend_from_slice(f.len().to_string().as_bytes());
         buf.push(b':');
@@ -837,9 +1018,9 @@ pub fn readiness_fingerprint(
 /// with the `fault-injection` cargo feature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
-    /// The installer skips one deny route (192.168.0.0/16 when planned)
-    /// and its self-check is blind to it: only the pre-publication probe
-    /// can catch it.
+    /// The installer skips one deny route in the router (192.168.0.0/16
+    /// when planned) and its self-check (route read-back and route lookups)
+    /// is blind to it: only the pre-publication probe can catch it.
     SkipOneDeny,
     /// The installer skips one deny route; the route read-back catches it.
     SkipOneDenyVisible,
@@ -871,7 +1052,7 @@ mod tests {
         Profile::builtin("dev")
     }
     fn derive_ok(dd: Option<&[Prefix]>, pr: &Profile) -> Policy {
-        derive(Path::new("/c.toml"), dd, pr).unwrap()
+        derive(Path::new("/c.toml"), dd, pr, &[]).unwrap()
     }
 
     #[test]
@@ -958,12 +1139,12 @@ mod tests {
         let mut pr = prof();
         pr.dns = vec![p("198.18.0.2/32")];
         pr.deny = vec![p("198.18.0.2/32")];
-        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+        let e = derive(Path::new("/c.toml"), None, &pr, &[]).unwrap_err().to_string();
         assert!(e.contains("/c.toml") && e.contains("resolver 198.18.0.2"), "{e}");
         for d in ["10.0.2.2/32", "10.0.2.0/25"] {
             let mut pr = prof();
             pr.deny = vec![p(d)];
-            let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+            let e = derive(Path::new("/c.toml"), None, &pr, &[]).unwrap_err().to_string();
             assert!(e.contains("gateway"), "{e}");
         }
     }
@@ -1045,14 +1226,14 @@ mod tests {
     fn ipv6_true_and_ipv6_allows_are_errors() {
         let mut pr = prof();
         pr.ipv6 = true;
-        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+        let e = derive(Path::new("/c.toml"), None, &pr, &[]).unwrap_err().to_string();
         assert!(
             e.contains("not supported yet") && e.contains("profiles.dev.ipv6"),
             "{e}"
         );
         let mut pr = prof();
         pr.allow = vec![p("2001:db8::/32")];
-        let e = derive(Path::new("/c.toml"), None, &pr).unwrap_err().to_string();
+        let e = derive(Path::new("/c.toml"), None, &pr, &[]).unwrap_err().to_string();
         assert!(e.contains("IPv6 is disabled"), "{e}");
     }
 
@@ -1066,10 +1247,10 @@ mod tests {
             kind: RouteKind::Reject
         }));
         let ten = routes.iter().find(|r| r.prefix == p("10.0.0.0/8")).unwrap();
-        assert_eq!(ten.ip_args().join(" "), "10.0.0.0/8 via 169.254.255.2 dev lzr0");
+        assert_eq!(ten.ip_args().join(" "), "local 10.0.0.0/8 dev lo table main");
         let def = routes.iter().find(|r| r.prefix == p("0.0.0.0/0")).unwrap();
         assert_eq!(def.ip_args().join(" "), "0.0.0.0/0 via 10.0.2.2 dev tap0");
-        assert!(routes.iter().all(|r| r.prefix != p(REJECT_LINK)));
+        assert!(routes.iter().all(|r| r.prefix != p(ROUTER_LINK)));
     }
 
     #[test]
@@ -1081,14 +1262,14 @@ mod tests {
         assert_eq!(Plan::parse(&plan.render()).unwrap(), plan);
         for bad in [
             "",
-            "lazaret-netplan 2\n",
-            "lazaret-netplan 1\nmode slirp\nipv6 disabled\n",
-            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute 10.0.0.0/8 open\n",
-            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute 10.0.0.1/8 reject\n",
-            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute fd00::/8 reject\n",
-            "lazaret-netplan 1\nmode slirp\nipv6 enabled\ndns slirp\n",
-            "lazaret-netplan 1\nmode slirp\nmode none\nipv6 disabled\ndns slirp\n",
-            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\nroute 1.0.0.0/8 reject\nroute 1.0.0.0/8 helper\n",
+            "lazaret-netplan 1\nmode slirp\nipv6 disabled\ndns slirp\n",
+            "lazaret-netplan 2\nmode slirp\nipv6 disabled\n",
+            "lazaret-netplan 2\nmode slirp\nipv6 disabled\ndns slirp\nroute 10.0.0.0/8 open\n",
+            "lazaret-netplan 2\nmode slirp\nipv6 disabled\ndns slirp\nroute 10.0.0.1/8 reject\n",
+            "lazaret-netplan 2\nmode slirp\nipv6 disabled\ndns slirp\nroute fd00::/8 reject\n",
+            "lazaret-netplan 2\nmode slirp\nipv6 enabled\ndns slirp\n",
+            "lazaret-netplan 2\nmode slirp\nmode none\nipv6 disabled\ndns slirp\n",
+            "lazaret-netplan 2\nmode slirp\nipv6 disabled\ndns slirp\nroute 1.0.0.0/8 reject\nroute 1.0.0.0/8 helper\n",
         ] {
             assert!(Plan::parse(bad).is_err(), "{bad:?}");
         }
@@ -1104,17 +1285,17 @@ mod tests {
     fn ip_output(pol: &Policy) -> String {
         let mut s = String::new();
         for r in pol.routes() {
-            let mut args = r.ip_args();
-            let dst = match args[0].as_str() {
+            let dst = match r.prefix.to_string().as_str() {
                 "0.0.0.0/0" => "default".to_string(),
                 d if d.ends_with("/32") => d.trim_end_matches("/32").to_string(),
                 d => d.to_string(),
             };
-            args[0] = dst;
-            s.push_str(&args.join(" "));
-            s.push_str(" \n");
+            match r.kind {
+                RouteKind::Reject => s.push_str(&format!("local {dst} dev lo scope host \n")),
+                RouteKind::Helper => s.push_str(&format!("{dst} via 10.0.2.2 dev tap0 \n")),
+            }
         }
-        s.push_str("169.254.255.0/30 dev lzr0 proto kernel scope link src 169.254.255.1 \n");
+        s.push_str("169.254.255.0/30 dev lzr1 proto kernel scope link src 169.254.255.2 \n");
         s.push_str("10.0.2.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
         s
     }
@@ -1128,23 +1309,31 @@ mod tests {
         // A missing deny.
         let missing: String = good
             .lines()
-            .filter(|l| !l.starts_with("192.168.0.0/16"))
+            .filter(|l| !l.starts_with("local 192.168.0.0/16"))
             .map(|l| format!("{l}\n"))
             .collect();
         let e = plan.verify_routes(&missing).unwrap_err();
         assert!(e.contains("192.168.0.0/16 (reject) is missing"), "{e}");
         // A deny that leads to the helper instead.
         let wrong = good.replace(
-            "192.168.0.0/16 via 169.254.255.2 dev lzr0",
+            "local 192.168.0.0/16 dev lo scope host",
             "192.168.0.0/16 via 10.0.2.2 dev tap0",
         );
         assert!(plan
             .verify_routes(&wrong)
             .unwrap_err()
             .contains("goes via 10.0.2.2 dev tap0"));
-        // A route gVisor silently ignores.
-        let lo = format!("{good}unreachable 172.16.0.0/12 \n");
-        assert!(plan.verify_routes(&lo).unwrap_err().contains("gVisor ignores"));
+        // An allow turned into a refusal, and a deny of another kind.
+        let wrong = good.replace("default via 10.0.2.2 dev tap0", "local default dev lo scope host");
+        assert!(plan
+            .verify_routes(&wrong)
+            .unwrap_err()
+            .contains("route for 0.0.0.0/0 goes local"));
+        let lo = good.replace("local 172.16.0.0/12 dev lo scope host", "unreachable 172.16.0.0/12");
+        assert!(plan
+            .verify_routes(&lo)
+            .unwrap_err()
+            .contains("unexpected unreachable route"));
         // Anything extra.
         let extra = format!("{good}10.0.3.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
         assert!(plan
@@ -1156,8 +1345,79 @@ mod tests {
             .verify_routes(&extra)
             .unwrap_err()
             .contains("unexpected route for 10.0.2.0/25"));
-        assert!(verify_reject_table("local default dev lo scope host \n").is_ok());
-        assert!(verify_reject_table("broadcast 127.255.255.255 dev lo\n").is_err());
+        // The sandbox's table: its link and one default route to the router.
+        let sb = "default via 169.254.255.2 dev lzr0 \n169.254.255.0/30 dev lzr0 proto kernel scope link src 169.254.255.1 \n";
+        verify_sandbox_routes(sb).unwrap();
+        assert!(verify_sandbox_routes("169.254.255.0/30 dev lzr0 proto kernel scope link \n").is_err());
+        assert!(verify_sandbox_routes(&format!("{sb}10.0.0.0/8 via 169.254.255.2 dev lzr0\n")).is_err());
+    }
+
+    #[test]
+    fn router_lookups_cover_every_route_and_judge_the_kernel_decision() {
+        let mut pr = prof();
+        pr.deny = vec![p("198.18.0.0/15")];
+        pr.allow = vec![p("198.18.0.1/32")];
+        let pol = derive_ok(None, &pr);
+        let plan = pol.plan();
+        let l = plan.lookups();
+        assert_eq!(l.len(), plan.routes.len(), "one lookup per route: {l:?}");
+        for (a, r) in &l {
+            assert_eq!(pol.rule_for(*a).prefix, r.prefix, "{a} is decided by {}", r.prefix);
+            assert!(*a != SLIRP_GUEST && *a != ROUTER_ADDR && *a != SANDBOX_ADDR);
+        }
+        let a: Ipv4Addr = "10.1.2.3".parse().unwrap();
+        let local = "local 10.1.2.3 from 169.254.255.1 dev lo \\    cache <local> iif lzr1";
+        let fwd = "10.1.2.3 from 169.254.255.1 via 10.0.2.2 dev tap0 \\    cache iif lzr1";
+        assert!(verify_lookup(a, RouteKind::Reject, Ok(local)).is_ok());
+        assert!(verify_lookup(a, RouteKind::Reject, Err("RTNETLINK answers: Invalid argument")).is_ok());
+        assert!(verify_lookup(a, RouteKind::Reject, Ok(fwd))
+            .unwrap_err()
+            .contains("forwards 10.1.2.3 to the network helper"));
+        assert!(verify_lookup(a, RouteKind::Helper, Ok(fwd)).is_ok());
+        assert!(verify_lookup(a, RouteKind::Helper, Ok(local)).is_err());
+        assert!(verify_lookup(a, RouteKind::Helper, Err("x")).is_err());
+    }
+
+    #[test]
+    fn host_addresses_are_denied_and_an_exact_allow_opens_one() {
+        let host = [
+            a("192.0.2.2"),
+            a("127.0.0.1"),
+            a("198.18.7.1"),
+            a("10.0.2.2"),
+            a("192.0.2.2"),
+        ];
+        assert_eq!(host_denies(&host), vec![a("192.0.2.2"), a("198.18.7.1")]);
+        let mut pr = prof();
+        pr.allow = vec![p("198.18.0.0/15")];
+        let pol = derive(Path::new("/c.toml"), None, &pr, &host).unwrap();
+        assert_eq!(
+            pol.decide(a("198.18.7.1")),
+            Action::Deny,
+            "a broad allow does not open it"
+        );
+        assert_eq!(pol.rule_for(a("198.18.7.1")).source, Source::HostAddress);
+        assert_eq!(pol.decide(a("198.18.7.2")), Action::Allow);
+        assert_eq!(pol.decide(a("192.0.2.2")), Action::Deny);
+        assert!(pol.describe().contains("an address of this host"), "{}", pol.describe());
+        assert_ne!(pol.digest(), derive_ok(None, &pr).digest());
+        // An exact allow opens it, without a warning; a profile deny of the
+        // same /32 still wins (equal prefix = deny).
+        pr.allow = vec![p("198.18.7.1/32")];
+        let pol = derive(Path::new("/c.toml"), None, &pr, &host).unwrap();
+        assert_eq!(pol.decide(a("198.18.7.1")), Action::Allow);
+        assert!(pol.warnings.is_empty(), "{:?}", pol.warnings);
+        pr.deny = vec![p("198.18.7.1/32")];
+        let pol = derive(Path::new("/c.toml"), None, &pr, &host).unwrap();
+        assert_eq!(pol.decide(a("198.18.7.1")), Action::Deny);
+        assert_eq!(pol.warnings.len(), 1);
+        // A host address inside a default deny: the /32 allow opens only it.
+        let host = [a("192.168.1.20")];
+        let mut pr = prof();
+        pr.allow = vec![p("192.168.1.20/32")];
+        let pol = derive(Path::new("/c.toml"), None, &pr, &host).unwrap();
+        assert_eq!(pol.decide(a("192.168.1.20")), Action::Allow);
+        assert_eq!(pol.decide(a("192.168.1.21")), Action::Deny);
     }
 
     #[test]
@@ -1170,7 +1430,7 @@ mod tests {
         for r in pol
             .rules
             .iter()
-            .filter(|r| r.action == Action::Deny && r.source != Source::RejectLink)
+            .filter(|r| r.action == Action::Deny && r.source != Source::RouterLink)
         {
             assert!(s.iter().any(|x| x.prefix == r.prefix), "no sample for {}", r.prefix);
         }
@@ -1203,16 +1463,17 @@ mod tests {
         pr.deny = vec![p("198.18.5.0/24")];
         assert_ne!(pol.digest(), derive_ok(None, &pr).digest());
         assert_eq!(pol.digest(), derive_ok(None, &prof()).digest());
-        let f = readiness_fingerprint("d", 1, "c", "s", "p", 7);
+        let f = readiness_fingerprint("d", 1, "c", "s", "p", 7, 9);
         assert_eq!(f.len(), 64);
         for g in [
-            readiness_fingerprint("e", 1, "c", "s", "p", 7),
-            readiness_fingerprint("d", 2, "c", "s", "p", 7),
-            readiness_fingerprint("d", 1, "x", "s", "p", 7),
-            readiness_fingerprint("d", 1, "c", "x", "p", 7),
-            readiness_fingerprint("d", 1, "c", "s", "x", 7),
-            readiness_fingerprint("d", 1, "c", "s", "p", 8),
-            readiness_fingerprint("d1", 1, "", "s", "p", 7),
+            readiness_fingerprint("e", 1, "c", "s", "p", 7, 9),
+            readiness_fingerprint("d", 2, "c", "s", "p", 7, 9),
+            readiness_fingerprint("d", 1, "x", "s", "p", 7, 9),
+            readiness_fingerprint("d", 1, "c", "x", "p", 7, 9),
+            readiness_fingerprint("d", 1, "c", "s", "x", 7, 9),
+            readiness_fingerprint("d", 1, "c", "s", "p", 8, 9),
+            readiness_fingerprint("d", 1, "c", "s", "p", 7, 8),
+            readiness_fingerprint("d1", 1, "", "s", "p", 7, 9),
         ] {
             assert_ne!(f, g);
         }
@@ -1223,6 +1484,11 @@ mod tests {
         let pol = derive_ok(None, &prof());
         let d = pol.describe();
         assert!(d.contains("DENY  10.0.0.0/8"), "{d}");
+        assert!(
+            d.contains("[router: refused]") && d.contains("[router: forwarded]"),
+            "{d}"
+        );
+        assert!(pol.to_json().render().contains("\"enforced_at\""));
         assert!(d.contains("cloud metadata"), "{d}");
         assert!(d.contains("IPv6: disabled"), "{d}");
         assert!(pol.to_json().render().contains("\"digest\""));

@@ -35,11 +35,51 @@ pub struct NetRole {
     slirp_row: Option<i64>,
     slirp: Option<(i32, u64)>,
     netns_inode: Option<u64>,
+    router_inode: Option<u64>,
+}
+
+/// Every IPv4 address configured on the host's interfaces now (the
+/// coordinator runs in the host's network namespace). Fails closed: a
+/// Domain whose host addresses cannot be listed does not start.
+pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, String> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below and only read.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(format!(
+            "cannot list the host's network addresses (getifaddrs): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr whose family says its type.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if fam == libc::AF_INET {
+                // SAFETY: the family is AF_INET, so it is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
 }
 
 impl NetRole {
     pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, String> {
-        let policy = netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile).map_err(|e| e.to_string())?;
+        let host = if profile.network {
+            host_ipv4_addrs()?
+        } else {
+            Vec::new()
+        };
+        let policy =
+            netpolicy::derive(&cfg.path, cfg.default_deny.as_deref(), profile, &host).map_err(|e| e.to_string())?;
         for w in &policy.warnings {
             log::warn!("network policy: {w}");
         }
@@ -50,6 +90,7 @@ impl NetRole {
             slirp_row: None,
             slirp: None,
             netns_inode: None,
+            router_inode: None,
         })
     }
 
@@ -73,7 +114,7 @@ impl NetRole {
 
     /// The namespace path for `config.json`, when the Domain has a network.
     pub fn sandbox_netns(&self) -> Option<PathBuf> {
-        self.policy.enabled.then(|| self.gen_dir.join(netns::ENFORCE_FILE))
+        self.policy.enabled.then(|| self.gen_dir.join(netns::SANDBOX_FILE))
     }
 
     pub fn binds(&self) -> Vec<BindMount> {
@@ -100,7 +141,8 @@ impl NetRole {
         Ok(Some(row))
     }
 
-    /// Handles `slirp PID START` and `net-ready INODE`; false for any other line.
+    /// Handles `slirp PID START` and `net-ready INODE ROUTER_INODE`; false
+    /// for any other line.
     pub fn status_line(&mut self, line: &str, store: &Store) -> bool {
         let mut f = line.split_whitespace();
         match f.next() {
@@ -115,6 +157,7 @@ impl NetRole {
             }
             Some("net-ready") => {
                 self.netns_inode = f.next().and_then(|v| v.parse().ok());
+                self.router_inode = f.next().and_then(|v| v.parse().ok());
                 true
             }
             _ => false,
@@ -134,10 +177,13 @@ impl NetRole {
         runsc_pid: i32,
         probe_cmd: impl FnOnce() -> Result<Command, String>,
     ) -> Result<(), String> {
-        let (inode, probe) = if self.policy.enabled {
+        let (inode, router_inode, probe) = if self.policy.enabled {
             let inode = self
                 .netns_inode
                 .ok_or("the supervisor did not attest network readiness")?;
+            let router_inode = self
+                .router_inode
+                .ok_or("the supervisor did not attest the router namespace")?;
             match self.slirp {
                 Some((pid, start)) if sys::same_process(pid, start) => {}
                 _ => return Err("network readiness: slirp4netns is not running".into()),
@@ -150,16 +196,24 @@ impl NetRole {
             }
             let mut cmd = probe_cmd()?;
             cmd.args(self.policy.probe_args());
-            (inode, run_probe(cmd)?)
+            (inode, router_inode, run_probe(cmd)?)
         } else {
             (
                 ns_inode(supervisor_pid)?,
+                0,
                 "skipped: network.mode = \"none\"".to_string(),
             )
         };
         let digest = self.policy.digest();
-        let fingerprint =
-            netpolicy::readiness_fingerprint(domain_id, generation, config_fp, &self.sidecar_id, &digest, inode);
+        let fingerprint = netpolicy::readiness_fingerprint(
+            domain_id,
+            generation,
+            config_fp,
+            &self.sidecar_id,
+            &digest,
+            inode,
+            router_inode,
+        );
         let r = NetworkReadiness {
             generation,
             sidecar_id: self.sidecar_id.clone(),
@@ -169,7 +223,25 @@ impl NetRole {
             probe,
         };
         store.record_network_readiness(&r).map_err(|e| e.to_string())?;
-        let summary = readiness_text(&r, self.slirp.map(|s| s.0));
+        let mut summary = readiness_text(&r, self.slirp.map(|s| s.0));
+        if self.policy.enabled {
+            summary.push_str(&format!(
+                "router-netns-inode {router_inode}\nenforced-at router namespace (host kernel): {} \
+                 refused, {} forwarded to slirp4netns; the sandbox has one route, to the router\n",
+                self.policy
+                    .plan()
+                    .routes
+                    .iter()
+                    .filter(|r| r.kind == netpolicy::RouteKind::Reject)
+                    .count(),
+                self.policy
+                    .plan()
+                    .routes
+                    .iter()
+                    .filter(|r| r.kind == netpolicy::RouteKind::Helper)
+                    .count(),
+            ));
+        }
         let _ = std::fs::write(self.gen_dir.join(READINESS_FILE), summary);
         log::info!("network ready: fingerprint {}", r.fingerprint);
         Ok(())

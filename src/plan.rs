@@ -11,9 +11,21 @@ pub const GUEST_INIT: &str = "/.lazaret/init";
 pub const GUEST_WORKSPACE: &str = "/workspace";
 pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Capabilities of every sandboxed process: runsc's defaults. Never
-/// CAP_NET_ADMIN (SR-5): with it the sandbox could reroute around denies.
-pub const CAPS: &[&str] = &["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"];
+/// Capabilities no sandboxed process ever gets, whatever the profile says
+/// (the profile can only narrow `config::DEFAULT_CAPS`). CAP_NET_ADMIN
+/// (SR-5) would let the sandbox reroute around denies; CAP_NET_RAW forge
+/// packets; CAP_SYS_ADMIN and CAP_SYS_PTRACE widen gVisor's own attack
+/// surface. See docs/threat-model.md.
+pub const FORBIDDEN_CAPS: &[&str] = &["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"];
+
+/// The guest command runs through Lazaret's init (`init exec`), which
+/// execs it and reports a missing or non-executable command the way a
+/// shell does (127, 126) instead of runsc's internal error.
+pub fn guarded_argv(argv: &[String]) -> Vec<String> {
+    let mut v = vec![GUEST_INIT.to_string(), "exec".to_string(), "--".to_string()];
+    v.extend(argv.iter().cloned());
+    v
+}
 
 // ---- a minimal JSON writer -------------------------------------------
 
@@ -82,8 +94,13 @@ pub fn quote(out: &mut String, s: &str) {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+            // Control and format (bidi) characters never reach a terminal
+            // raw, even through `--json` (still the same string to a parser).
+            c if crate::display::is_unsafe(c) => {
+                let mut buf = [0u16; 2];
+                for u in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{:04x}", u);
+                }
             }
             c => out.push(c),
         }
@@ -110,16 +127,24 @@ pub struct SandboxPlan {
     pub hostname: String,
     /// Configured volumes and later control mounts.
     pub binds: Vec<BindMount>,
-    /// The prepared enforcement network namespace to join (a path in the
+    /// The prepared sandbox network namespace (behind the router) to join (a path in the
     /// supervisor's mount namespace), when the Domain has a network.
     pub netns: Option<PathBuf>,
+    /// The profile's capabilities (a subset of `config::DEFAULT_CAPS`).
+    pub caps: Vec<String>,
 }
 
-fn caps() -> Json {
+fn caps(set: &[String]) -> Json {
+    // Defence in depth: the config already refuses these.
+    let set: Vec<&str> = set
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !FORBIDDEN_CAPS.contains(c))
+        .collect();
     Json::Obj(vec![
-        ("bounding", Json::strs(CAPS)),
-        ("effective", Json::strs(CAPS)),
-        ("permitted", Json::strs(CAPS)),
+        ("bounding", Json::strs(&set)),
+        ("effective", Json::strs(&set)),
+        ("permitted", Json::strs(&set)),
     ])
 }
 
@@ -184,7 +209,7 @@ pub fn sandbox_config(p: &SandboxPlan) -> String {
                 ("args", Json::strs(&[GUEST_INIT])),
                 ("env", Json::strs(&[GUEST_PATH])),
                 ("cwd", Json::s("/")),
-                ("capabilities", caps()),
+                ("capabilities", caps(&p.caps)),
                 ("rlimits", Json::Arr(vec![rlimit_nofile()])),
                 ("noNewPrivileges", Json::Bool(true)),
             ]),
@@ -236,6 +261,8 @@ pub struct SessionPlan {
     pub env: Vec<String>,
     pub cwd: String,
     pub terminal: bool,
+    /// The profile's capabilities.
+    pub caps: Vec<String>,
 }
 
 /// The process spec for `runsc exec --process`.
@@ -246,7 +273,7 @@ pub fn process_spec(s: &SessionPlan) -> String {
         ("args", Json::strs(&s.argv)),
         ("env", Json::strs(&s.env)),
         ("cwd", Json::s(&s.cwd)),
-        ("capabilities", caps()),
+        ("capabilities", caps(&s.caps)),
         ("rlimits", Json::Arr(vec![rlimit_nofile()])),
         ("noNewPrivileges", Json::Bool(true)),
     ])
@@ -307,8 +334,24 @@ pub fn runsc_global_args(runsc_root: &Path) -> Vec<String> {
     ]
 }
 
+/// The same flags with the root filesystem's writes kept in a file-backed
+/// store in `dir` (on disk, in the Domain Root) instead of sandbox memory:
+/// a write-heavy agent then costs disk, not host RAM. The prepared lower
+/// is still never written.
+pub fn with_scratch_overlay(args: &[String], dir: &Path) -> Vec<String> {
+    args.iter()
+        .map(|a| {
+            if a.starts_with("--overlay2=") {
+                format!("--overlay2=root:dir={}", dir.display())
+            } else {
+                a.clone()
+            }
+        })
+        .collect()
+}
+
 /// The same flags with gVisor's own network stack in the prepared
-/// enforcement namespace instead of loopback only.
+/// sandbox network namespace instead of loopback only.
 pub fn with_sandbox_network(args: &[String]) -> Vec<String> {
     args.iter()
         .map(|a| {
@@ -372,6 +415,7 @@ mod tests {
             hostname: "lazaret".into(),
             binds: vec![],
             netns: None,
+            caps: crate::config::DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
         }
     }
 
@@ -388,6 +432,8 @@ mod tests {
         assert!(c.contains(r#""args":["/.lazaret/init"]"#));
         assert!(!c.contains("\"user\",") && !c.contains("uidMappings"));
         assert!(!c.contains("NET_ADMIN") && !c.contains("SYS_ADMIN"));
+        assert!(!c.contains("NET_RAW") && !c.contains("SYS_PTRACE"));
+        assert!(c.contains("CAP_CHOWN") && c.contains("CAP_SETUID") && c.contains("CAP_MKNOD"));
         assert!(c.contains(r#""terminal":false"#));
         assert!(!c.contains(r#""network""#), "no network namespace without a network");
         let c = sandbox_config(&SandboxPlan {
@@ -408,7 +454,9 @@ mod tests {
             env: vec!["TERM=xterm".into()],
             cwd: "/workspace".into(),
             terminal: true,
+            caps: vec!["CAP_CHOWN".into(), "CAP_NET_ADMIN".into()],
         });
+        assert!(s.contains(r#""bounding":["CAP_CHOWN"]"#), "{s}");
         assert!(s.contains(r#""args":["sh","-c","echo \"a\\b\"\n\u001b"]"#), "{s}");
         assert!(s.contains(r#""terminal":true"#));
     }

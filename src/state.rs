@@ -116,9 +116,21 @@ pub fn write_meta(root: &Path, m: &DomainMeta) -> io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)?;
-    f.write_all(m.render().as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &p)
+    // A write that fails (a full disk) leaves no temp file behind.
+    let written = f.write_all(m.render().as_bytes()).and_then(|_| f.sync_all());
+    drop(f);
+    let done = written.and_then(|_| std::fs::rename(&tmp, &p));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
+}
+
+/// Whether `name` is a `domain.json` temp file of [`write_meta`]; one found
+/// while holding the Domain lock is a dead coordinator's leftover.
+pub fn is_meta_temp(name: &str) -> bool {
+    name.strip_prefix(&format!(".{META_FILE}."))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Reads `domain.json` without following a symlink, capped at 64 KiB.
@@ -236,8 +248,8 @@ fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Option<String
 fn domain_args(args: &mut pico_args::Arguments) -> Result<(Option<String>, Option<PathBuf>, Option<String>)> {
     let u = |e: pico_args::Error| StateError::Usage(e.to_string());
     Ok((
-        args.opt_value_from_str("--profile").map_err(u)?,
-        args.opt_value_from_str("--workspace").map_err(u)?,
+        args.opt_value_from_str(["-p", "--profile"]).map_err(u)?,
+        args.opt_value_from_str(["-w", "--workspace"]).map_err(u)?,
         args.opt_value_from_str("--domain").map_err(u)?,
     ))
 }
@@ -465,8 +477,22 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
             };
             reset(select(p, w, d)?, scope, yes, json)
         }
+        Some("unhide") => {
+            let (p, w, d) = domain_args(&mut args)?;
+            let all = args.contains("--all");
+            let path: Option<PathBuf> = args
+                .opt_value_from_os_str("--path", |v| Ok::<_, std::convert::Infallible>(PathBuf::from(v)))
+                .map_err(|e| StateError::Usage(e.to_string()))?;
+            finish(args)?;
+            if path.is_some() == all {
+                return Err(StateError::Usage(
+                    "say what to un-hide: --path P (a workspace path, relative or absolute) or --all".into(),
+                ));
+            }
+            unhide(select(p, w, d)?, path, json)
+        }
         Some(other) => Err(StateError::Usage(format!(
-            "unknown state command {other:?}: expected list, inspect, verify or reset"
+            "unknown state command {other:?}: expected list, inspect, verify, reset or unhide"
         ))),
         None => Err(StateError::Usage(
             "`lazaret state` needs a command: list, inspect, verify or reset".into(),
@@ -754,7 +780,7 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
             "{}: {}: {}\n",
             f.level,
             fit(&entry_guest_path(&f.key, &f.path), 40),
-            f.message
+            crate::display::escape(&f.message)
         ));
     }
     print!("{out}");
@@ -776,10 +802,35 @@ fn clean_trash(s: &Selected) -> Result<Vec<String>> {
 /// every directory a real one.
 fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
+    // The Domain root and its store must be readable and sound, or
+    // nothing below can be vouched for.
+    if let Err(e) = std::fs::read_dir(root) {
+        out.push((
+            "error".into(),
+            root.display().to_string(),
+            format!("cannot be read ({e})"),
+        ));
+        return out;
+    }
+    if let Err(e) = crate::store::check_file(&root.join("store.sqlite")) {
+        out.push((
+            "error".into(),
+            root.join("store.sqlite").display().to_string(),
+            e.to_string(),
+        ));
+    }
     let anchor = anchor::anchor_dir(root);
     let md = match std::fs::symlink_metadata(&anchor) {
         Ok(md) => md,
-        Err(_) => return out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(e) => {
+            out.push((
+                "error".into(),
+                anchor.display().to_string(),
+                format!("cannot be read ({e})"),
+            ));
+            return out;
+        }
     };
     if !md.is_dir() {
         out.push((
@@ -788,6 +839,13 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
             "is not a real directory (a symlink?)".into(),
         ));
         return out;
+    }
+    if let Err(e) = std::fs::read_dir(&anchor) {
+        out.push((
+            "error".into(),
+            anchor.display().to_string(),
+            format!("cannot be read ({e})"),
+        ));
     }
     if let Ok(rd) = std::fs::read_dir(&anchor) {
         for e in rd.flatten() {
@@ -892,7 +950,7 @@ fn verify(s: Selected, json: bool) -> Result<i32> {
             out.push_str("finished a reset that was interrupted\n");
         }
         for (l, p, m) in &findings {
-            out.push_str(&format!("{l}: {}: {m}\n", fit(p, 50)));
+            out.push_str(&format!("{l}: {}: {}\n", fit(p, 50), crate::display::escape(m)));
         }
         out.push_str(&format!(
             "{}: {entries} entries in {} persistent path(s), {errors} error(s)\n",
@@ -998,6 +1056,38 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
         }
         for l in &leftovers {
             println!("warning: could not delete the old state {l}");
+        }
+    }
+    Ok(0)
+}
+
+/// `lazaret state unhide`: forgets hidden host identities (the sticky
+/// hidden set of ignored paths, docs/git.md) at or below a workspace path,
+/// or all of them. The rules still apply at the next start: change them on
+/// the host first.
+fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
+    let _lock = lock_for_maintenance(&s.paths, &s.id)?;
+    let file = crate::ignored::sticky_file(&s.paths.ignored_dir());
+    let entries = crate::ignored::read_sticky(&file).map_err(|e| StateError::Failed(e.to_string()))?;
+    let rel = path.map(|p| {
+        let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+        p.strip_prefix(&ws).map(Path::to_path_buf).unwrap_or(p)
+    });
+    let (gone, kept): (Vec<_>, Vec<_>) = entries
+        .into_iter()
+        .partition(|e| rel.as_ref().is_none_or(|r| e.rel.starts_with(r)));
+    crate::ignored::write_sticky(&file, &kept).map_err(|e| StateError::Failed(e.to_string()))?;
+    let names: Vec<String> = gone.iter().map(|e| crate::display::escape_path(&e.rel)).collect();
+    if json {
+        println!(
+            "{}",
+            Json::Obj(vec![("domain_id", Json::s(&s.id)), ("unhidden", Json::strs(&names))]).render()
+        );
+    } else if names.is_empty() {
+        println!("nothing hidden there");
+    } else {
+        for n in &names {
+            println!("un-hidden (if the rules no longer ignore it): {n}");
         }
     }
     Ok(0)

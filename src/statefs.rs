@@ -799,7 +799,11 @@ pub fn human_size(b: u64) -> String {
 }
 
 /// A path shortened to `max` characters with an ellipsis in the middle.
+/// `s` for the terminal: control and bidi characters escaped (it may be a
+/// name the sandbox chose), then shortened to `max` characters.
 pub fn fit(s: &str, max: usize) -> String {
+    let escaped = crate::display::escape(s);
+    let s = escaped.as_str();
     let n = s.chars().count();
     if n <= max || max < 5 {
         return s.to_string();

@@ -67,12 +67,25 @@ const MIGRATIONS: &[&str] = &[
         probe TEXT NOT NULL,
         recorded_at INTEGER NOT NULL
     );",
+    // 4: the process group of an owned process (host commands run by the
+    // escalation broker lead their own group).
+    "ALTER TABLE owned ADD COLUMN pgid INTEGER;",
 ];
 
 #[derive(Debug)]
 pub enum StoreError {
     Open(PathBuf, rusqlite::Error),
-    NewerSchema { path: PathBuf, found: i64, known: i64 },
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    /// The file is not a store this lazaret can trust: empty, damaged, or
+    /// with a schema version no lazaret writes.
+    Damaged {
+        path: PathBuf,
+        what: String,
+    },
     Sql(rusqlite::Error),
 }
 
@@ -84,6 +97,14 @@ impl fmt::Display for StoreError {
                 f,
                 "store {} has schema version {found}, newer than this lazaret knows ({known}): \
                  refusing to use it; upgrade lazaret",
+                path.display()
+            ),
+            StoreError::Damaged { path, what } => write!(
+                f,
+                "store {} {what}: refusing to use it; restore it from a backup, or move it aside \
+                 (`mv {} {}.bad`) to start this Domain over with an empty history",
+                path.display(),
+                path.display(),
                 path.display()
             ),
             StoreError::Sql(e) => write!(f, "store: {e}"),
@@ -125,6 +146,105 @@ pub struct NetworkReadiness {
     pub probe: String,
 }
 
+/// Checks a store file without changing it (for `lazaret state verify`):
+/// absent is fine (never started); empty, damaged or of a schema version no
+/// lazaret of this kind writes is an error naming the file and the fix.
+pub fn check_file(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::Open(path.to_path_buf(), rusqlite_io(e))),
+        Ok(m) if !m.is_file() => {
+            return Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                what: "is not a regular file".into(),
+            })
+        }
+        Ok(m) if m.len() == 0 => {
+            return Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                what: "is empty".into(),
+            })
+        }
+        Ok(_) => {}
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| damaged_or_sql(path, e))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    let store = Store { conn };
+    store.check(path)?;
+    let found: i64 = store
+        .conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| damaged_or_sql(path, e))?;
+    let known = MIGRATIONS.len() as i64;
+    if found < 0 {
+        return Err(StoreError::Damaged {
+            path: path.to_path_buf(),
+            what: format!("has schema version {found}, which no lazaret writes"),
+        });
+    }
+    if found > known {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    Ok(())
+}
+
+/// Builds a new, migrated store at `<path>.new` and renames it to `path`.
+fn create(path: &Path) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = PathBuf::from(tmp);
+    // A leftover from a start that died half-way is this Domain's own
+    // (the caller holds the Domain lock) and was never in use.
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = tmp.as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+    let built = (|| {
+        let conn = Connection::open(&tmp).map_err(|e| StoreError::Open(tmp.clone(), e))?;
+        let mut store = Store::configure(conn, &tmp)?;
+        store.migrate(&tmp)?;
+        // Closing checkpoints the WAL into the file and removes it.
+        store.conn.close().map_err(|(_, e)| StoreError::Open(tmp.clone(), e))?;
+        let io = |e: std::io::Error| StoreError::Open(path.to_path_buf(), rusqlite_io(e));
+        std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    })();
+    if let Err(e) = built {
+        // A full disk leaves nothing half-built behind.
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = tmp.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        return Err(e);
+    }
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+fn rusqlite_io(e: std::io::Error) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+}
+
+/// SQLite's "this is not a usable database" errors become [`StoreError::Damaged`].
+fn damaged_or_sql(path: &Path, e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseCorrupt) | Some(rusqlite::ErrorCode::NotADatabase) => StoreError::Damaged {
+            path: path.to_path_buf(),
+            what: format!("is damaged ({e})"),
+        },
+        _ => StoreError::Open(path.to_path_buf(), e),
+    }
+}
+
 fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -135,22 +255,73 @@ fn now() -> i64 {
 impl Store {
     /// Opens (creating if needed) and migrates the store. The caller must
     /// hold the Domain lock.
+    ///
+    /// A new store is built under a temporary name and renamed into place
+    /// once migrated, so a file at `path` is always one a lazaret finished
+    /// writing: an empty or damaged one is refused, never re-created.
     pub fn open(path: &Path) -> Result<Store> {
-        let conn = Connection::open(path).map_err(|e| StoreError::Open(path.to_path_buf(), e))?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        // WAL keeps every transaction atomic across a crash with fewer
-        // fsyncs than the rollback journal; startup writes several rows.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let mut store = Store { conn };
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.len() == 0 => {
+                return Err(StoreError::Damaged {
+                    path: path.to_path_buf(),
+                    what: "is empty".into(),
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path)?,
+            Err(e) => return Err(StoreError::Open(path.to_path_buf(), rusqlite_io(e))),
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| StoreError::Open(path.to_path_buf(), e))?;
+        let mut store = Store::configure(conn, path)?;
+        store.check(path)?;
         store.migrate(path)?;
         Ok(store)
     }
 
+    fn configure(conn: Connection, path: &Path) -> Result<Store> {
+        let damaged = |e: rusqlite::Error| damaged_or_sql(path, e);
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(damaged)?;
+        // WAL keeps every transaction atomic across a crash with fewer
+        // fsyncs than the rollback journal; startup writes several rows.
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(damaged)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(damaged)?;
+        Ok(Store { conn })
+    }
+
+    /// Fails closed on a damaged file before anything reads a row from it.
+    fn check(&self, path: &Path) -> Result<()> {
+        let verdict: String = self
+            .conn
+            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+            .map_err(|e| damaged_or_sql(path, e))?;
+        if verdict != "ok" {
+            return Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                what: format!("is damaged ({verdict})"),
+            });
+        }
+        Ok(())
+    }
+
     fn migrate(&mut self, path: &Path) -> Result<()> {
         let known = MIGRATIONS.len() as i64;
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
-        let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Exclusive)
+            .map_err(|e| damaged_or_sql(path, e))?;
+        let found: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|e| damaged_or_sql(path, e))?;
+        if found < 0 {
+            return Err(StoreError::Damaged {
+                path: path.to_path_buf(),
+                what: format!("has schema version {found}, which no lazaret writes"),
+            });
+        }
         if found > known {
             return Err(StoreError::NewerSchema {
                 path: path.to_path_buf(),
@@ -159,7 +330,7 @@ impl Store {
             });
         }
         for sql in &MIGRATIONS[found as usize..] {
-            tx.execute_batch(sql)?;
+            tx.execute_batch(sql).map_err(|e| damaged_or_sql(path, e))?;
         }
         tx.pragma_update(None, "user_version", known)?;
         tx.commit()?;
@@ -231,6 +402,20 @@ impl Store {
             params![row, pid, start_time as i64],
         )?;
         Ok(())
+    }
+
+    pub fn set_owned_pgid(&self, row: i64, pgid: i32) -> Result<()> {
+        self.conn
+            .execute("UPDATE owned SET pgid = ?2 WHERE rowid = ?1", params![row, pgid])?;
+        Ok(())
+    }
+
+    pub fn owned_pgid(&self, row: i64) -> Result<Option<i32>> {
+        Ok(self
+            .conn
+            .query_row("SELECT pgid FROM owned WHERE rowid = ?1", [row], |r| r.get(0))
+            .optional()?
+            .flatten())
     }
 
     pub fn release(&self, row: i64) -> Result<()> {
@@ -350,6 +535,28 @@ impl Store {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
+    /// Forgets ended generations older than the last `keep`, with their
+    /// sessions, components, readiness records and released rows; returns
+    /// how many generations went. Unfinished generations and anything still
+    /// owned or leased stay.
+    pub fn prune_history(&self, keep: u64) -> Result<usize> {
+        let tx = self.conn.unchecked_transaction()?;
+        let cutoff: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(number), 0) - ?1 FROM generations",
+            [keep as i64],
+            |r| r.get(0),
+        )?;
+        let old = "SELECT number FROM generations g WHERE number <= ?1 AND ended_at IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM owned o WHERE o.generation = g.number AND o.released = 0)
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.generation = g.number AND l.released = 0)";
+        for table in ["sessions", "components", "owned", "leases", "network_readiness"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE generation IN ({old})"), [cutoff])?;
+        }
+        let n = tx.execute(&format!("DELETE FROM generations WHERE number IN ({old})"), [cutoff])?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     pub fn max_generation(&self) -> Result<u64> {
         let n: i64 = self
             .conn
@@ -431,5 +638,100 @@ mod tests {
         let c = Connection::open(&p).unwrap();
         let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(v, 99);
+    }
+
+    fn refused(p: &Path) -> String {
+        match Store::open(p) {
+            Ok(_) => panic!("{} must be refused", p.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn hostile_schema_versions_fail_closed_with_path_and_fix() {
+        for v in [-1i64, MIGRATIONS.len() as i64 + 1, 99, i32::MIN as i64] {
+            let p = scratch(&format!("ver{v}"));
+            {
+                let c = Connection::open(&p).unwrap();
+                c.pragma_update(None, "user_version", v).unwrap();
+            }
+            let e = refused(&p);
+            assert!(e.contains(&p.display().to_string()), "{e}");
+            assert!(e.contains("upgrade lazaret") || e.contains("mv "), "{e}");
+        }
+    }
+
+    #[test]
+    fn empty_and_damaged_stores_are_refused_not_recreated() {
+        let p = scratch("empty");
+        std::fs::write(&p, b"").unwrap();
+        let e = refused(&p);
+        assert!(e.contains("is empty") && e.contains(&p.display().to_string()), "{e}");
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0, "left as found");
+
+        let p = scratch("garbage");
+        std::fs::write(&p, vec![0x5a; 8192]).unwrap();
+        let e = refused(&p);
+        assert!(e.contains("damaged") && e.contains(".bad"), "{e}");
+
+        // A page overwritten in the middle of a real store.
+        let p = scratch("page");
+        {
+            let mut s = Store::open(&p).unwrap();
+            for i in 0..200 {
+                let g = s.begin_generation("default", &format!("/w/{i:0100}"), "f").unwrap();
+                s.set_phase(g, "stopped").unwrap();
+            }
+        }
+        let mut bytes = std::fs::read(&p).unwrap();
+        assert!(bytes.len() > 3 * 4096);
+        for b in &mut bytes[4096..2 * 4096] {
+            *b = 0xa5;
+        }
+        std::fs::write(&p, &bytes).unwrap();
+        let e = refused(&p);
+        assert!(e.contains("damaged") && e.contains(&p.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn a_new_store_appears_only_complete() {
+        let p = scratch("fresh");
+        let mut tmp = p.as_os_str().to_owned();
+        tmp.push(".new");
+        std::fs::write(PathBuf::from(&tmp), b"half-written").unwrap();
+        drop(Store::open(&p).unwrap());
+        assert!(!PathBuf::from(&tmp).exists());
+        assert!(std::fs::metadata(&p).unwrap().len() > 0);
+    }
+
+    #[test]
+    fn history_is_bounded_and_keeps_what_is_still_owned() {
+        let p = scratch("history");
+        let mut s = Store::open(&p).unwrap();
+        for i in 1..=150u64 {
+            let g = s.begin_generation("default", "/w", "f").unwrap();
+            s.open_session(g, &format!("s{i}"), "c", 1, "sh").unwrap();
+            s.close_session(&format!("s{i}"), Some(0)).unwrap();
+            let row = s.record_intent(g, "process", "supervisor").unwrap();
+            if i != 10 {
+                s.release(row).unwrap();
+                s.set_phase(g, "stopped").unwrap();
+            }
+        }
+        assert_eq!(s.prune_history(100).unwrap(), 49);
+        let count = |sql: &str| -> i64 { s.conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT COUNT(*) FROM generations"), 101);
+        assert_eq!(count("SELECT COUNT(*) FROM sessions"), 101);
+        assert_eq!(
+            count("SELECT MIN(number) FROM generations"),
+            10,
+            "still-owned generation kept"
+        );
+        assert_eq!(
+            s.begin_generation("default", "/w", "f").unwrap(),
+            151,
+            "numbers never reused"
+        );
+        assert_eq!(s.prune_history(100).unwrap(), 1, "one more generation, one fewer kept");
     }
 }

@@ -8,19 +8,20 @@
 //!    coordinator to write the id maps (newuidmap/newgidmap need a pid
 //!    outside the namespace); wait for them;
 //! 3. become root of the namespace; make mounts private; with a network,
-//!    install it (`netns::install`: enforcement + reject namespaces,
-//!    slirp4netns, routes, read-back; reports `slirp …` and `net-ready …`);
+//!    install it (`netns::install`: sandbox + router namespaces,
+//!    slirp4netns on the router, the router's routes, read-back and the
+//!    router's own route lookups; reports `slirp …` and `net-ready …`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
 //!    20240729 would otherwise think it is in the host network namespace,
 //!    PLATFORM §2);
-//! 4. start `runsc run` (non-detached, PDEATHSIG, in the enforcement
+//! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
 //! 5. report `ready PID START` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
 //! Wire format to the coordinator: one line per event on the status pipe
-//! (`userns`, `slirp PID START`, `net-ready INODE`, `ready PID START`,
+//! (`userns`, `slirp PID START`, `net-ready INODE ROUTER_INODE`, `ready PID START`,
 //! `exited CODE`, `stopped`, `error TEXT`).
 //! From the coordinator, on the lease pipe: `mapped` then EOF at the end.
 
@@ -51,6 +52,8 @@ pub struct Args {
     pub views: Option<PathBuf>,
     /// The State Anchor's mount plan (`anchor::render_plan`).
     pub anchor_plan: Option<PathBuf>,
+    /// Where runsc keeps the root filesystem's non-persisted writes.
+    pub scratch: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -65,6 +68,15 @@ fn fail(msg: String) -> i32 {
 
 pub fn main(mut args: Args) -> i32 {
     sys::set_thread_name("lz-supervisor");
+    // INVARIANT: the lease and status pipes are ours alone; runsc,
+    // slirp4netns and fuse-overlayfs must not inherit them (an inherited
+    // lease would outlive us, an inherited status pipe would hide our EOF).
+    for fd in [LEASE_FD, STATUS_FD] {
+        if let Err(e) = sys::set_cloexec(fd, true) {
+            eprintln!("lazaret:[supervisor]: fd {fd}: {e}");
+            return 1;
+        }
+    }
     let plan = match args.net_plan.as_ref().map(std::fs::read_to_string) {
         None => None,
         Some(Ok(text)) => match netpolicy::Plan::parse(&text) {
@@ -73,6 +85,9 @@ pub fn main(mut args: Args) -> i32 {
         },
         Some(Err(e)) => return fail(format!("reading the network plan: {e}")),
     };
+    if let Some(dir) = &args.scratch {
+        args.runsc_args = plan::with_scratch_overlay(&args.runsc_args, dir);
+    }
     let parent = sys::getppid();
     if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
         return fail(format!("prctl(PR_SET_PDEATHSIG): {e}"));
@@ -81,8 +96,8 @@ pub fn main(mut args: Args) -> i32 {
         return 1;
     }
     // With a network, the supervisor stays in the host network namespace
-    // (slirp4netns must, to reach the outside) and prepares the enforcement
-    // namespace as a child of its user namespace; without one, it keeps a
+    // (slirp4netns must, to reach the outside) and prepares the sandbox and
+    // router namespaces as children of its user namespace; without one, it keeps a
     // private empty netns of its own.
     let flags = if plan.is_some() {
         libc::CLONE_NEWUSER | libc::CLONE_NEWNS
@@ -114,7 +129,7 @@ pub fn main(mut args: Args) -> i32 {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
         match netns::install(plan, &gen_dir, netpolicy::fault(), &status) {
             Ok(n) => {
-                status(&format!("net-ready {}", n.inode));
+                status(&format!("net-ready {} {}", n.inode, n.router_inode));
                 net = Some(n);
             }
             Err(e) => return fail(e),
@@ -127,7 +142,7 @@ pub fn main(mut args: Args) -> i32 {
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
-    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.enforce.as_raw_fd())) {
+    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_raw_fd())) {
         Ok(v) => v,
         Err(e) => {
             if let Some(n) = &mut net {
@@ -136,7 +151,16 @@ pub fn main(mut args: Args) -> i32 {
             return fail(e);
         }
     };
-    let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner());
+    let watch = |fuse: &mut Vec<Child>, net: &mut Option<netns::Network>| -> Option<String> {
+        let mut helpers: Vec<(&str, &mut Child)> = fuse.iter_mut().map(|c| ("fuse-overlayfs", c)).collect();
+        if let Some(n) = net.as_mut() {
+            helpers.push(("slirp4netns", &mut n.slirp));
+        }
+        dead_helper(&mut helpers, &_views)
+    };
+    let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner(), &mut || {
+        watch(&mut anchor_daemons, &mut net)
+    });
     // The network goes after the sandbox (SPEC §5 teardown order).
     if let Some(n) = &mut net {
         netns::stop_slirp(n);
@@ -177,7 +201,8 @@ fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), Stri
             sys::set_parent_death_signal(libc::SIGKILL)?;
             if let Some(ns) = netns {
                 // runsc itself, its gofer and the sandbox all live in the
-                // enforcement namespace; never in the host's.
+                // sandbox network namespace (behind the router); never in
+                // the host's.
                 sys::setns(ns, libc::CLONE_NEWNET)?;
             }
             Ok(())
@@ -189,7 +214,33 @@ fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), Stri
     Ok((child, ready_rd))
 }
 
-fn supervise(args: &Args, child: &mut Child, ready: OwnedFd, lease: std::fs::File) -> i32 {
+/// How often the helpers are checked besides SIGCHLD (a FUSE session
+/// ends without one).
+const HELPER_CHECK: Duration = Duration::from_millis(250);
+
+/// The first helper found dead, by name: an exited child (reaped here, so
+/// none stays a zombie) or a workspace view whose FUSE session ended (its
+/// connection was aborted or its device closed).
+pub fn dead_helper(children: &mut [(&str, &mut Child)], views: &[crate::fusefs::Served]) -> Option<String> {
+    for (name, c) in children.iter_mut() {
+        let pid = c.id();
+        if let Ok(Some(st)) = c.try_wait() {
+            return Some(format!("{name} (pid {pid}, {st})"));
+        }
+    }
+    if views.iter().any(|v| v.ended()) {
+        return Some("the workspace view's FUSE session".into());
+    }
+    None
+}
+
+fn supervise(
+    args: &Args,
+    child: &mut Child,
+    ready: OwnedFd,
+    lease: std::fs::File,
+    dead_helper: &mut dyn FnMut() -> Option<String>,
+) -> i32 {
     let sig = match sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]) {
         Ok(s) => s,
         Err(e) => return fail(format!("signal pipe: {e}")),
@@ -204,8 +255,16 @@ fn supervise(args: &Args, child: &mut Child, ready: OwnedFd, lease: std::fs::Fil
         if let Some(r) = &ready {
             fds.push(sys::PollFd::new(r.as_raw_fd(), libc::POLLIN));
         }
-        if sys::poll(&mut fds, -1).is_err() {
+        if sys::poll(&mut fds, HELPER_CHECK.as_millis() as i32).is_err() {
             continue;
+        }
+        // A generation with a dead helper is broken (a lost overlay, view or
+        // network): report which one and stop the sandbox.
+        if let Some(name) = dead_helper() {
+            eprintln!("lazaret:[supervisor]: helper {name} died; stopping the sandbox");
+            status(&format!("helper-died {}", name.replace('\n', " ")));
+            stop_sandbox(args, child);
+            return 1;
         }
         if fds[0].readable() {
             // Any byte or EOF on the lease means: stop.

@@ -469,6 +469,22 @@ pub fn set_winsize(fd: RawFd, size: WinSize) -> io::Result<()> {
     cvt(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }).map(|_| ())
 }
 
+/// chmod without following a symlink in the last component (it fails on a
+/// symlink instead).
+pub fn chmod_nofollow(path: &Path, mode: u32) -> io::Result<()> {
+    let p = cpath(path)?;
+    // SAFETY: p is a valid NUL-terminated path.
+    cvt(unsafe { libc::fchmodat(libc::AT_FDCWD, p.as_ptr(), mode as libc::mode_t, libc::AT_SYMLINK_NOFOLLOW) })
+        .map(|_| ())
+}
+
+/// Discards input the terminal has received but nobody has read yet
+/// (typeahead), so it cannot answer a question asked after it was typed.
+pub fn flush_input(fd: RawFd) -> io::Result<()> {
+    // SAFETY: tcflush takes an fd and a constant.
+    cvt(unsafe { libc::tcflush(fd, libc::TCIFLUSH) }).map(|_| ())
+}
+
 pub fn isatty(fd: RawFd) -> bool {
     // SAFETY: isatty takes an fd.
     unsafe { libc::isatty(fd) == 1 }

@@ -95,15 +95,25 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     // Approve: output and status come back to the asking client.
     a.send("clear; lazaret-escalate --justification 'need the host' -- sh -c 'echo from-host; exit 3'; echo rc=$?");
     a.enter();
-    assert!(a.wait_for("[a]pprove", Duration::from_secs(10)), "{}", pane_text(&a));
+    assert!(
+        a.wait_for("type yes, no or edit", Duration::from_secs(10)),
+        "{}",
+        pane_text(&a)
+    );
     let shown = pane_text(&a);
     assert!(
         shown.contains("profile: default") && shown.contains("need the host"),
         "{shown}"
     );
     assert!(shown.contains("sh -c 'echo from-host; exit 3'"), "{shown}");
-    assert!(!pane_text(&b).contains("[a]pprove"), "the other session saw the prompt");
-    a.send("a");
+    assert!(
+        !pane_text(&b).contains("type yes, no or edit"),
+        "the other session saw the prompt"
+    );
+    // Keystrokes in the first 500 ms after the prompt appears are discarded.
+    std::thread::sleep(Duration::from_millis(700));
+    a.send("yes");
+    a.enter();
     assert!(a.wait_for("rc=3", Duration::from_secs(10)), "{}", pane_text(&a));
     assert!(pane_text(&a).contains("from-host"));
 
@@ -115,7 +125,9 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
         "{}",
         pane_text(&a)
     );
-    a.send("d");
+    std::thread::sleep(Duration::from_millis(700));
+    a.send("no");
+    a.enter();
     assert!(a.wait_for("rc=126", Duration::from_secs(10)), "{}", pane_text(&a));
 
     // Edit: the edited command is what runs and what is reported.
@@ -126,13 +138,22 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
         "{}",
         pane_text(&a)
     );
-    a.send("e");
+    std::thread::sleep(Duration::from_millis(700));
+    a.send("edit");
+    a.enter();
     assert!(
         a.wait_for("command to run instead", Duration::from_secs(5)),
         "{}",
         pane_text(&a)
     );
     a.send(&format!("touch {}", marker.display()));
+    a.enter();
+    assert!(
+        a.wait_for("run the edited command?", Duration::from_secs(5)),
+        "{}",
+        pane_text(&a)
+    );
+    a.send("yes");
     a.enter();
     assert!(a.wait_for("rc=0", Duration::from_secs(10)), "{}", pane_text(&a));
     assert!(marker.exists(), "the edited command did not run");
@@ -263,7 +284,11 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
     a.send("lazaret-escalate -- cat /etc/hostname");
     a.enter();
-    assert!(a.wait_for("[a]pprove", Duration::from_secs(10)), "{}", a.capture());
+    assert!(
+        a.wait_for("type yes, no or edit", Duration::from_secs(10)),
+        "{}",
+        a.capture()
+    );
     // Session B is answered at once while A's prompt is up.
     let t = Instant::now();
     let r = env
@@ -293,7 +318,9 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     );
     eprintln!("host group gone after {:?}", t.elapsed());
     assert!(audit(env, &ws).contains("result=cancelled"));
-    a.send("d");
+    std::thread::sleep(Duration::from_millis(700));
+    a.send("no");
+    a.enter();
     a.send("exit");
     a.enter();
 }

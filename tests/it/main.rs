@@ -11,8 +11,15 @@ mod harness;
 
 mod agent;
 mod escalation;
+mod escalation_v2;
+mod faults;
+mod first_minutes;
 mod foundation;
 mod git;
+mod git_v2;
+mod limits;
 mod net;
+mod net_v2;
 mod sessions;
 mod state;
+mod view_v2;

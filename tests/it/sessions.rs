@@ -287,6 +287,22 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     )
     .is_some()));
     let hc = json_number(&env.ps_json(&ws), &id, "coordinator_pid").unwrap();
+    let ps = env.ps_json(&ws);
+    let sandbox = ps[ps.find("\"sandbox_id\":\"").unwrap() + 14..]
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let runsc_root = env.runtime_root().join(&id).join("runsc");
+    let state_of_dead = || -> Vec<String> {
+        std::fs::read_dir(&runsc_root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.contains(&sandbox))
+            .collect()
+    };
     Command::new("kill").args(["-9", &hc.to_string()]).status().unwrap();
     let t = Instant::now();
     let out = other.wait_with_output().unwrap();
@@ -307,9 +323,20 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
             .all(|(_, _, c)| !(c.contains("supervisor") || c.starts_with("runsc")))
     });
     assert!(gone, "left after {:?}: {:?}", t.elapsed(), env.domain_processes(&ws));
+    // The dead generation left runsc state only recovery can remove.
+    assert!(
+        !state_of_dead().is_empty(),
+        "nothing left to recover in {}",
+        runsc_root.display()
+    );
     // The next run recovers and works.
     let r = env.lz(&ws, &["run", "--", "echo", "recovered"]).run();
     assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        state_of_dead().is_empty(),
+        "recovery left the dead generation's runsc state: {:?}",
+        state_of_dead()
+    );
 }
 
 /// Sends raw bytes to the Domain socket as the test user; returns what

@@ -1,0 +1,171 @@
+//! What makes the sandbox feel like a development box, planned on the
+//! host: the profile's volumes as bundle binds, and the host's Git
+//! identity as a read-only system-level Git config.
+//!
+//! The Git identity file is written into the generation directory (host
+//! side, never inside the sandbox's reach) and bound read-only at
+//! [`GUEST_GITCONFIG`]; sessions get `GIT_CONFIG_SYSTEM` pointing at it. It
+//! first includes the image's own `/etc/gitconfig`, so the image's system
+//! settings still apply, and then sets the identity, which wins.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::config::Volume;
+use crate::plan::BindMount;
+
+/// Where the generated Git config appears inside the sandbox.
+pub const GUEST_GITCONFIG: &str = "/.lazaret/gitconfig";
+/// The Git keys copied from the host, when set there.
+pub const GIT_KEYS: &[&str] = &["user.name", "user.email", "init.defaultBranch"];
+
+/// The profile's volumes, in configuration order, as bundle binds.
+pub fn volume_binds(volumes: &[Volume]) -> Vec<BindMount> {
+    volumes
+        .iter()
+        .map(|v| BindMount {
+            guest: v.guest.clone(),
+            host: v.host.clone(),
+            read_only: v.read_only,
+        })
+        .collect()
+}
+
+/// runsc creates a missing mount point on the host, inside whatever backs
+/// its parent: in the prepared lower that would change the image every
+/// Domain shares. So a volume's guest path must lie under one of the
+/// profile's `persist` paths (its mount point is then made in the
+/// Domain's own persistent layer), or already exist in the image as real
+/// directories all the way (no symlink).
+pub fn check_volume_targets(rootfs: &Path, volumes: &[Volume], persist: &[String]) -> Result<(), String> {
+    for v in volumes {
+        let under_persist = persist
+            .iter()
+            .any(|p| Path::new(&v.guest).starts_with(p) && v.guest != *p);
+        if under_persist || exists_real(rootfs, &v.guest) {
+            continue;
+        }
+        return Err(format!(
+            "volume {}:{}: {} does not exist in the image and is not under a persist path ({}): \
+             choose a guest path under one of them (e.g. /root/...), or one the image has",
+            v.host.display(),
+            v.guest,
+            v.guest,
+            persist.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `guest` exists under `rootfs` with no symlink on the way.
+fn exists_real(rootfs: &Path, guest: &str) -> bool {
+    let mut cur = rootfs.to_path_buf();
+    for part in guest.split('/').filter(|p| !p.is_empty()) {
+        cur.push(part);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(md) if md.file_type().is_symlink() => return false,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// The first volume whose host path does not exist.
+pub fn missing_volume(volumes: &[Volume]) -> Option<&Volume> {
+    volumes.iter().find(|v| std::fs::symlink_metadata(&v.host).is_err())
+}
+
+/// The host's effective value of `key` at user and system level (never a
+/// repository's own config: the command runs in `/`, outside any repo).
+fn host_git_value(key: &str) -> Option<String> {
+    let out = Command::new("git")
+        .args(["config", "--get", key])
+        .current_dir("/")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_CONFIG_PARAMETERS")
+        .env_remove("GIT_CONFIG_COUNT")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v = String::from_utf8(out.stdout).ok()?;
+    let v = v.strip_suffix('\n').unwrap_or(&v);
+    (!v.is_empty() && !v.contains('\n')).then(|| v.to_string())
+}
+
+/// Renders the generated Git config for `values` ((key, value) pairs).
+pub fn render_gitconfig(values: &[(&str, String)]) -> String {
+    let mut out = String::from(
+        "# Written by Lazaret: the host's Git identity (read-only).\n[include]\n\tpath = /etc/gitconfig\n",
+    );
+    for (key, value) in values {
+        let Some((section, name)) = key.split_once('.') else {
+            continue;
+        };
+        out.push_str(&format!("[{section}]\n\t{name} = {}\n", quote_value(value)));
+    }
+    out
+}
+
+/// A Git config value in double quotes with `"` and `\` escaped; control
+/// characters are dropped (a value never spans lines).
+fn quote_value(v: &str) -> String {
+    let mut s = String::from("\"");
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\t' => s.push_str("\\t"),
+            c if c.is_control() => {}
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+/// Writes `DIR/gitconfig` with the host's identity; returns its bind.
+pub fn git_identity_bind(gen_dir: &Path) -> std::io::Result<BindMount> {
+    let values: Vec<(&str, String)> = GIT_KEYS
+        .iter()
+        .filter_map(|k| host_git_value(k).map(|v| (*k, v)))
+        .collect();
+    let path: PathBuf = gen_dir.join("gitconfig");
+    std::fs::write(&path, render_gitconfig(&values))?;
+    Ok(BindMount {
+        guest: GUEST_GITCONFIG.into(),
+        host: path,
+        read_only: true,
+    })
+}
+
+/// The session variable that makes Git read the generated file as its
+/// system config.
+pub fn git_env() -> String {
+    format!("GIT_CONFIG_SYSTEM={GUEST_GITCONFIG}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitconfig_quotes_and_never_breaks_lines() {
+        let s = render_gitconfig(&[
+            ("user.name", "A \"B\" \\ C\n[core]\n\thooksPath = /x".into()),
+            ("init.defaultBranch", "main".into()),
+        ]);
+        assert!(
+            s.contains("[user]\n\tname = \"A \\\"B\\\" \\\\ C[core]\\thooksPath = /x\"\n"),
+            "{s}"
+        );
+        assert!(s.contains("[init]\n\tdefaultBranch = \"main\"\n"), "{s}");
+        assert!(s.starts_with("# Written by Lazaret"));
+        assert_eq!(s.lines().filter(|l| l.starts_with('[')).count(), 3, "{s}");
+    }
+}

@@ -1,0 +1,219 @@
+//! Per-command usage texts and the small argument conventions shared by
+//! every public command: `lazaret help CMD`, `lazaret CMD --help`, and
+//! `lazaret run [OPTIONS] CMD ARGS...` without `--`.
+
+use std::ffi::OsString;
+
+pub const RUN: &str = "\
+usage: lazaret run [OPTIONS] [--] [CMD ARGS...]
+
+Opens the profile's command (a login shell unless configured) in the sandbox
+of (profile, workspace), or runs CMD there. Joins the running sandbox when
+there is one. The exit status is the command's: 127 when CMD is not found
+inside, 126 when it cannot be executed.
+
+options:
+  -p, --profile P      the profile from config.toml (default: default)
+  -w, --workspace DIR  the workspace (default: the current directory, or its
+                       Git repository's top level)
+  -q, --quiet          no progress output while the sandbox starts
+  --memory SIZE        memory limit of a new Domain (\"4GiB\"; docs/limits.md)
+  --pids N             process limit of a new Domain
+  --cpus N             CPU limit of a new Domain (2, 0.5)
+  -e, --env KEY[=VALUE]
+                       pass a host variable (KEY: its value here) to this
+                       session only; never in argv, the store or logs
+  --publish [ADDR:]HOSTPORT:GUESTPORT
+                       forward a host port (127.0.0.1 unless ADDR) to a port
+                       of a new Domain (docs/agents.md); `-p` is --profile
+  -h, --help           this text
+
+`--` is needed only when CMD starts with `-`. Options may also be written
+as --opt=value.
+";
+
+pub const PS: &str = "\
+usage: lazaret ps [--json]
+
+Lists running Domains: ID prefix, profile, workspace, age, sessions,
+pending escalations and published ports.
+";
+
+pub const STOP: &str = "\
+usage: lazaret stop [ID | --all | -p P -w DIR]
+
+Stops the Domain with ID (a prefix as `lazaret ps` prints it), every
+running Domain (--all), or the Domain of (profile, workspace); its
+sessions are told why.
+
+options:
+  -p, --profile P      the profile (default: default)
+  -w, --workspace DIR  the workspace (default: the current directory)
+";
+
+pub const EXEC: &str = "\
+usage: lazaret exec ID [-e KEY[=VALUE]]... [-- CMD ARGS...]
+
+Joins the running Domain with ID (a prefix as `lazaret ps` prints it) from
+any directory: a session running the profile's command, or CMD.
+";
+
+pub const RM: &str = "\
+usage: lazaret rm [ID | -p P -w DIR] [--yes] [--json]
+
+Deletes a stopped Domain's state (upper, ignored state, store) after showing
+what goes; asks first unless --yes. Refuses a running Domain.
+";
+
+pub const IMAGE: &str = "\
+usage: lazaret image build [NAME] [-q] [--if-missing]
+       lazaret image list [--json]
+       lazaret image prune [--all] [--dry-run] [--json]
+
+build   builds the default base image (debootstrap of the host's Debian
+        release + umoci), or the recipe [images.NAME] (built-in: dev);
+        takes a minute or more; an unchanged recipe is not rebuilt
+        -q, --quiet     no progress output
+        --if-missing    do nothing when the image exists
+list    lists prepared lowers, their leases, interrupted builds and imports
+prune   deletes prepared lowers no Domain leases (keeping those of images a
+        profile refers to unless --all), interrupted builds, failed imports
+";
+
+pub const NET: &str = "\
+usage: lazaret net show [-p P] [-w DIR] [--json]
+
+Shows the Domain's derived network policy and its readiness.
+";
+
+pub const STATE: &str = "\
+usage: lazaret state list [--json]
+       lazaret state inspect|verify [DOMAIN] [--json]
+       lazaret state reset [DOMAIN] (--path P | --all) [--yes] [--json]
+
+DOMAIN is [-p P] [-w DIR] or --domain ID.
+list      Domains with persistent state
+inspect   persistent changes (metadata only)
+verify    checks persistent state
+reset     empties persistent state (asks first unless --yes)
+";
+
+pub const DOCTOR: &str = "\
+usage: lazaret doctor [--json]
+
+Checks the host prerequisites, every helper program on the PATH Lazaret
+uses, and the config file; prints the fix for each problem. Exits 1 when
+something needs fixing.
+";
+
+pub const VERSION: &str = "\
+usage: lazaret version   (or lazaret -V, lazaret --version)
+";
+
+pub const HELP: &str = "\
+usage: lazaret help [CMD]   (or lazaret CMD --help)
+";
+
+/// The usage text of a public command.
+pub fn of(cmd: &str) -> Option<&'static str> {
+    Some(match cmd {
+        "run" => RUN,
+        "ps" => PS,
+        "stop" => STOP,
+        "exec" => EXEC,
+        "rm" => RM,
+        "image" => IMAGE,
+        "net" => NET,
+        "state" => STATE,
+        "doctor" => DOCTOR,
+        "version" => VERSION,
+        "help" => HELP,
+        _ => return None,
+    })
+}
+
+/// Options of `run` that take a value (the next argument, unless written
+/// as `--opt=value`).
+const RUN_VALUE_OPTS: &[&str] = &[
+    "-p",
+    "--profile",
+    "-w",
+    "--workspace",
+    "--memory",
+    "--pids",
+    "--cpus",
+    "-e",
+    "--env",
+    "--publish",
+];
+
+/// Splits `run`'s arguments into its options and the command: the command
+/// starts after `--`, or at the first argument that is neither an option
+/// nor an option's value.
+pub fn split_run(raw: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
+    let mut i = 0;
+    while i < raw.len() {
+        let a = raw[i].to_string_lossy();
+        if a == "--" {
+            let mut opts = raw;
+            let cmd = opts.split_off(i + 1);
+            opts.pop();
+            return (opts, cmd);
+        }
+        if !a.starts_with('-') || a == "-" {
+            let mut opts = raw;
+            let cmd = opts.split_off(i);
+            return (opts, cmd);
+        }
+        i += if RUN_VALUE_OPTS.contains(&a.as_ref()) { 2 } else { 1 };
+    }
+    (raw, Vec::new())
+}
+
+/// Whether the options ask for help.
+pub fn wants_help(opts: &[OsString]) -> bool {
+    opts.iter().any(|a| a == "--help" || a == "-h")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn run_command_starts_at_first_non_option() {
+        assert_eq!(split_run(v(&["ls", "-l", "/"])), (v(&[]), v(&["ls", "-l", "/"])));
+        assert_eq!(
+            split_run(v(&["-p", "dev", "-q", "ls", "--help"])),
+            (v(&["-p", "dev", "-q"]), v(&["ls", "--help"]))
+        );
+        assert_eq!(
+            split_run(v(&["--profile=dev", "--", "-x"])),
+            (v(&["--profile=dev"]), v(&["-x"]))
+        );
+        assert_eq!(
+            split_run(v(&["-w", "/a", "--quiet"])),
+            (v(&["-w", "/a", "--quiet"]), v(&[]))
+        );
+        assert_eq!(split_run(v(&["--", "--"])), (v(&[]), v(&["--"])));
+        assert_eq!(
+            split_run(v(&["-e", "K", "--publish", "18000:8000", "python3"])),
+            (v(&["-e", "K", "--publish", "18000:8000"]), v(&["python3"]))
+        );
+        assert!(wants_help(&split_run(v(&["-q", "--help"])).0));
+        assert!(!wants_help(&split_run(v(&["ls", "--help"])).0));
+    }
+
+    #[test]
+    fn every_command_has_usage() {
+        for c in [
+            "run", "ps", "stop", "exec", "rm", "image", "net", "state", "doctor", "version", "help",
+        ] {
+            assert!(of(c).unwrap().starts_with("usage: lazaret"), "{c}");
+        }
+        assert!(RUN.contains("--profile"));
+    }
+}

@@ -1,0 +1,391 @@
+//! Workspace view v2, ignored-path half: ignored host files stay hidden
+//! through renames of any ancestor, links, hostile `.gitignore` files and
+//! `.gitignore` edits from inside (next generations included); the
+//! workspace root cannot swallow what is not the user's; names the sandbox
+//! chose never reach the terminal raw (SR-13, FR-9).
+//!
+//! Every attack uses a marker: secret content that must never be readable
+//! from inside, and the host file must be unchanged afterwards.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::{eventually, json_number, Env, Run, GLOBAL};
+use crate::require_env;
+
+/// Host `git -C dir ARGS` as the test user, no system or global config.
+fn git(env: &Env, dir: &Path, args: &[&str]) -> Run {
+    let pre = env.as_user();
+    let o = Command::new(&pre[0])
+        .args(&pre[1..])
+        .arg("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env_clear()
+        .envs(env.base_env())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    let r = Run {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    assert_eq!(r.code, 0, "host git {args:?}: {r:?}");
+    r
+}
+
+/// A repository with one commit of `files`, owned by the test user.
+fn repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let ws = env.dir(name);
+    git(env, &ws, &["init", "-q", "-b", "main"]);
+    git(env, &ws, &["config", "user.name", "Host"]);
+    git(env, &ws, &["config", "user.email", "host@example.test"]);
+    env.write(&ws.join("README"), "hello\n");
+    for (p, c) in files {
+        env.write(&ws.join(p), c);
+    }
+    git(env, &ws, &["add", "-A"]);
+    git(env, &ws, &["commit", "-q", "-m", "initial"]);
+    ws
+}
+
+fn inside(env: &Env, ws: &Path, script: &str) -> Run {
+    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
+}
+
+fn wait_domain_down(env: &Env, ws: &Path) {
+    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
+    assert!(
+        eventually(Duration::from_secs(20), || !sock.exists()),
+        "Domain still published"
+    );
+}
+
+fn no_marker(r: &Run, marker: &str) {
+    assert!(
+        !r.stdout.contains(marker) && !r.stderr.contains(marker),
+        "{marker} readable inside: {r:?}"
+    );
+}
+
+/// The host file (wherever a rename may have put it) still has `content`.
+fn host_unchanged(ws: &Path, candidates: &[&str], content: &str) {
+    let found: Vec<String> = candidates
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(ws.join(p)).ok())
+        .collect();
+    assert!(
+        !found.is_empty() && found.iter().all(|c| c == content),
+        "host file changed or lost: {found:?}"
+    );
+}
+
+#[test]
+fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(
+        env,
+        "v2-rename",
+        &[
+            (".gitignore", "/config/master.key\n.env\n"),
+            ("config/app.toml", "app\n"),
+            ("secrets/.gitignore", "*\n!.gitignore\n"),
+        ],
+    );
+    env.write(&ws.join("config/master.key"), "MARKER-MASTER-0451\n");
+    env.write(&ws.join("secrets/api.txt"), "MARKER-API-0452\n");
+    env.write(&ws.join(".env"), "MARKER-ENV-0453\n");
+
+    // Generation 1: rename every ancestor, follow symlinks, try hard links,
+    // write under the new names, rename back.
+    let r = inside(
+        env,
+        &ws,
+        "cat config/master.key secrets/api.txt .env; \
+         mv config c2 && echo RENAMED-1 && cat c2/master.key; ls -a c2; echo pwned > c2/master.key; \
+         mv secrets s2 && echo RENAMED-2 && cat s2/api.txt; ls -a s2; echo pwned > s2/api.txt; \
+         ln -s c2 lnk; cat lnk/master.key; ln c2/master.key hard; cat hard; \
+         mkdir outer && mv s2 outer/s3 && cat outer/s3/api.txt; mv outer/s3 s2; rmdir outer; \
+         mv c2 config; mv s2 secrets; rm -f lnk; cat config/master.key; echo done",
+    );
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(
+        r.stdout.contains("RENAMED-1") && r.stdout.contains("RENAMED-2") && r.stdout.contains("app.toml"),
+        "the renames themselves must work: {r:?}"
+    );
+    assert!(r.stdout.contains("pwned"), "the sandbox's own copy is readable: {r:?}");
+    for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
+        no_marker(&r, m);
+    }
+    host_unchanged(&ws, &["config/master.key", "c2/master.key"], "MARKER-MASTER-0451\n");
+    host_unchanged(
+        &ws,
+        &["secrets/api.txt", "s2/api.txt", "outer/s3/api.txt"],
+        "MARKER-API-0452\n",
+    );
+    host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
+    wait_domain_down(env, &ws);
+
+    // Generation 2: un-ignore everything from inside, and move the
+    // directories again (the move persists on the host).
+    let r = inside(
+        env,
+        &ws,
+        ": > .gitignore; rm -f secrets/.gitignore; mv config c3 && mv secrets s4 && echo MOVED; \
+         cat c3/master.key s4/api.txt .env; echo done",
+    );
+    assert!(r.stdout.contains("done") && r.stdout.contains("MOVED"), "{r:?}");
+    for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
+        no_marker(&r, m);
+    }
+    wait_domain_down(env, &ws);
+
+    // Generation 3: the rules no longer match anything, the names are new;
+    // the host files are still hidden (sticky, by identity).
+    let r = inside(
+        env,
+        &ws,
+        "cat c3/master.key s4/api.txt .env; ls -a c3 s4; grep -r MARKER . ; \
+         echo pwned > .env; echo pwned > c3/master.key; echo done",
+    );
+    assert!(r.stdout.contains("done"), "{r:?}");
+    for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
+        no_marker(&r, m);
+    }
+    assert!(
+        ws.join("c3").is_dir() && ws.join("s4").is_dir(),
+        "the moves reached the host"
+    );
+    host_unchanged(&ws, &["c3/master.key"], "MARKER-MASTER-0451\n");
+    host_unchanged(&ws, &["s4/api.txt"], "MARKER-API-0452\n");
+    host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
+    wait_domain_down(env, &ws);
+}
+
+#[test]
+fn hostile_gitignore_files_fail_closed() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("v2-hostile");
+    // A BOM before the only rule; a non-UTF-8 line before a rule; a rules
+    // file over the size limit; a symlinked one; a FIFO.
+    std::fs::write(ws.join(".gitignore"), b"\xef\xbb\xbf.env\n").unwrap();
+    std::fs::create_dir_all(ws.join("latin")).unwrap();
+    std::fs::write(ws.join("latin/.gitignore"), b"caf\xe9\nsecret.txt\n").unwrap();
+    std::fs::create_dir_all(ws.join("big")).unwrap();
+    std::fs::write(ws.join("big/.gitignore"), vec![b'#'; 2 << 20]).unwrap();
+    std::fs::create_dir_all(ws.join("sym")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", ws.join("sym/.gitignore")).unwrap();
+    std::fs::create_dir_all(ws.join("fifo")).unwrap();
+    nix_mkfifo(&ws.join("fifo/.gitignore"));
+    env.write(&ws.join(".env"), "MARKER-BOM-0461\n");
+    env.write(&ws.join("latin/secret.txt"), "MARKER-LATIN-0462\n");
+    env.write(&ws.join("big/secret.txt"), "MARKER-BIG-0463\n");
+    env.write(&ws.join("sym/secret.txt"), "MARKER-SYM-0464\n");
+    env.write(&ws.join("fifo/secret.txt"), "MARKER-FIFO-0465\n");
+    env.write(&ws.join("visible.txt"), "plain\n");
+    let _ = Command::new("chown")
+        .args(["-R", &format!("{}:{}", env.uid, env.gid)])
+        .arg(&ws)
+        .status();
+    let r = inside(
+        env,
+        &ws,
+        "cat .env latin/secret.txt big/secret.txt sym/secret.txt fifo/secret.txt visible.txt; \
+         echo x > big/secret.txt; echo done",
+    );
+    assert!(r.stdout.contains("done") && r.stdout.contains("plain"), "{r:?}");
+    for m in ["MARKER-BOM", "MARKER-LATIN", "MARKER-BIG", "MARKER-SYM", "MARKER-FIFO"] {
+        no_marker(&r, m);
+    }
+    host_unchanged(&ws, &["big/secret.txt"], "MARKER-BIG-0463\n");
+    wait_domain_down(env, &ws);
+    let log = std::fs::read_to_string(
+        env.runtime_root()
+            .join(env.domain_id("default", &ws))
+            .join("coordinator.log"),
+    )
+    .unwrap_or_default();
+    assert!(
+        log.contains("big/.gitignore") && log.contains("treated as ignored"),
+        "the oversized .gitignore is not reported in coordinator.log:\n{log}"
+    );
+}
+
+fn nix_mkfifo(p: &Path) {
+    let st = Command::new("mkfifo").arg(p).status().unwrap();
+    assert!(st.success());
+}
+
+/// VmHWM of `pid` in KiB.
+fn vm_hwm(pid: i64) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let l = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    l.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(env, "v2-zero", &[(".gitignore", ".env\n"), ("pkg/a.txt", "a\n")]);
+    env.write(&ws.join(".env"), "MARKER-ZERO-0471\n");
+    // From inside: the root .gitignore becomes a symlink to /dev/zero and
+    // pkg gets a 100 MiB one.
+    let r = inside(
+        env,
+        &ws,
+        "rm .gitignore && ln -s /dev/zero .gitignore && \
+         head -c 104857600 /dev/zero > pkg/.gitignore && echo planted",
+    );
+    assert!(r.stdout.contains("planted"), "{r:?}");
+    wait_domain_down(env, &ws);
+    assert!(std::fs::symlink_metadata(ws.join(".gitignore"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    let bg = env
+        .lz(&ws, &["run", "--", "sh", "-c", "cat .env; echo started; sleep 30"])
+        .spawn_bg();
+    let id = env.domain_id("default", &ws);
+    let mut pid = None;
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            pid = json_number(&env.ps_json(&ws), &id, "supervisor_pid").filter(|p| *p > 0);
+            pid.is_some()
+        }),
+        "the next start did not succeed"
+    );
+    // Let it settle, then read its peak.
+    std::thread::sleep(Duration::from_secs(3));
+    let hwm = vm_hwm(pid.unwrap()).expect("supervisor status");
+    println!("supervisor VmHWM after planted /dev/zero and 100 MiB .gitignore: {hwm} KiB");
+    assert!(hwm < 100 * 1024, "supervisor peak RSS {hwm} KiB");
+    drop(bg);
+    let _ = env.lz(&ws, &["stop"]).run();
+    wait_domain_down(env, &ws);
+    // And a plain run still works, the host .env still hidden.
+    let r = inside(env, &ws, "cat .env; echo ok");
+    assert!(r.stdout.contains("ok"), "{r:?}");
+    no_marker(&r, "MARKER-ZERO");
+    wait_domain_down(env, &ws);
+}
+
+#[test]
+fn workspace_roots_that_are_not_the_users_or_swallow_too_much_are_refused() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let refused = |cwd: &Path, extra: &[(&str, &str)], needle: &str| {
+        let mut lz = env.lz(cwd, &["run", "--", "true"]);
+        for (k, v) in extra {
+            lz = lz.env(k, v);
+        }
+        let r = lz.run();
+        assert_eq!(r.code, 2, "{needle}: {r:?}");
+        assert!(r.stderr.contains(needle), "message does not name {needle}: {r:?}");
+    };
+    // $HOME itself, and /tmp (world-writable).
+    refused(&env.home, &[], &env.home.display().to_string());
+    refused(Path::new("/tmp"), &[], "/tmp");
+    // Another world-writable directory.
+    let ww = env.dir("v2-worldw");
+    std::fs::set_permissions(&ww, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    refused(&ww, &[], &ww.display().to_string());
+    // An ancestor .git made by another user (root here).
+    let shared = env.dir("v2-shared");
+    std::fs::create_dir(shared.join(".git")).unwrap();
+    let proj = shared.join("proj");
+    std::fs::create_dir(&proj).unwrap();
+    env.chown(&proj);
+    refused(&proj, &[], &shared.join(".git").display().to_string());
+    // A workspace holding the storage root or the runtime dir.
+    let ws = env.dir("v2-holds");
+    let data = ws.join("data");
+    refused(
+        &ws,
+        &[("XDG_DATA_HOME", data.to_str().unwrap())],
+        &data.display().to_string(),
+    );
+    let rt = ws.join("rt");
+    std::fs::create_dir(&rt).unwrap();
+    env.chown(&rt);
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o700)).unwrap();
+    refused(
+        &ws,
+        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+        &rt.display().to_string(),
+    );
+    // The workspace itself owned by another user.
+    let theirs = env.dir("v2-theirs");
+    std::os::unix::fs::chown(&theirs, Some(0), Some(0)).unwrap();
+    refused(&theirs, &[], &theirs.display().to_string());
+    assert!(!ws.join("data").exists(), "storage created inside a refused workspace");
+}
+
+#[test]
+fn names_the_sandbox_chose_reach_stdout_escaped() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = env.dir("v2-names");
+    let r = inside(
+        env,
+        &ws,
+        "mkdir -p /usr/local/bin && touch \"/usr/local/bin/$(printf 'a\\033[2Jb\\342\\200\\256c\\033]0;t\\007')\" && echo made",
+    );
+    assert!(r.stdout.contains("made"), "{r:?}");
+    wait_domain_down(env, &ws);
+    for args in [
+        &["state", "inspect"][..],
+        &["state", "inspect", "--json"],
+        &["state", "list"],
+        &["state", "list", "--json"],
+        &["state", "verify"],
+        &["state", "verify", "--json"],
+        &["ps"],
+        &["ps", "--json"],
+    ] {
+        let r = env.lz(&ws, args).run();
+        for bad in ['\u{1b}', '\u{202e}', '\u{7}', '\u{9b}'] {
+            assert!(
+                !r.stdout.contains(bad) && !r.stderr.contains(bad),
+                "{args:?} printed a raw {:?}: {r:?}",
+                bad
+            );
+        }
+        if args == ["state", "inspect"] {
+            assert!(r.stdout.contains("a\\x1b[2Jb\\u{202e}c"), "{r:?}");
+        }
+    }
+}
+
+#[test]
+fn the_user_unhides_on_purpose_with_state_unhide() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = repo(env, "v2-unhide", &[(".gitignore", ".env\n")]);
+    env.write(&ws.join(".env"), "MARKER-UNHIDE-0481\n");
+    let r = inside(env, &ws, "cat .env; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    no_marker(&r, "MARKER-UNHIDE");
+    wait_domain_down(env, &ws);
+    // The user stops ignoring it on the host: still hidden (sticky) ...
+    env.write(&ws.join(".gitignore"), "");
+    let r = inside(env, &ws, "cat .env; echo done");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    no_marker(&r, "MARKER-UNHIDE");
+    wait_domain_down(env, &ws);
+    // ... until they say so.
+    let r = env.lz(&ws, &["state", "unhide", "--path", ".env"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains(".env"), "{r:?}");
+    let r = inside(env, &ws, "cat .env");
+    assert!(r.stdout.contains("MARKER-UNHIDE-0481"), "{r:?}");
+    wait_domain_down(env, &ws);
+}
