@@ -285,6 +285,26 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         ]));
         out.push_str(&format!("image default  {:>8}\n", human_size(size)));
     }
+    // Images built from `[images.NAME]` recipes.
+    let mut recipes: Vec<String> = std::fs::read_dir(image::images_dir(&storage))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| crate::config::valid_image_name(n) && !n.starts_with("import-"))
+                .filter(|n| image::built_recipe(&storage, n).is_some())
+                .collect()
+        })
+        .unwrap_or_default();
+    recipes.sort();
+    for name in recipes {
+        let size = dir_size(&image::images_dir(&storage).join(&name));
+        arr.push(Json::Obj(vec![
+            ("kind", Json::s("image")),
+            ("name", Json::s(&name)),
+            ("bytes", Json::Num(size as i64)),
+        ]));
+        out.push_str(&format!("image {}  {:>8}\n", crate::statefs::fit(&name, 40), human_size(size)));
+    }
     for (name, st, size) in imports(&storage) {
         let state = match st {
             image::ImportState::Complete => "imported",

@@ -6,8 +6,11 @@
 //! takes `add_hostfwd` requests. The coordinator sends one per forward after
 //! the network is attested and before it publishes the Domain: a forward
 //! that cannot be added (port in use, privileged port) fails the start.
-//! slirp4netns connects each accepted connection to the guest's address on
-//! its own network (10.0.2.100, gVisor's NIC) at the guest port. The
+//! slirp4netns connects each accepted connection to the sandbox's address
+//! (169.254.255.1, gVisor's NIC) at the guest port: slirp4netns's own guest
+//! address (10.0.2.100) is the router namespace's tap0, and the router
+//! answers ARP for the sandbox's address on tap0 and routes it to the
+//! sandbox's link (docs/network.md). The
 //! listening sockets belong to slirp4netns, so they close when it stops at
 //! teardown: nothing is left to remove.
 //!

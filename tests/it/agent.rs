@@ -335,6 +335,20 @@ while True:
     c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 12\r\n\r\nhello-guest\n"); c.close()
 "#;
 
+/// Connects to each ADDR PORT pair (5 s each), prints `ADDR ok` or
+/// `ADDR err ERRNO`.
+const PROBE: &str = r#"
+import socket, sys
+a = sys.argv[1:]
+for i in range(0, len(a), 2):
+    s = socket.socket(); s.settimeout(5)
+    try:
+        s.connect((a[i], int(a[i + 1]))); print(a[i], "ok")
+    except OSError as e:
+        print(a[i], "err", e.errno)
+    s.close()
+"#;
+
 /// Acceptance 4: a server on guest port 8000 answers on host loopback
 /// through a profile `ports` entry and `--publish`; nothing listens on a
 /// non-loopback host address; the forwards are gone after teardown.
@@ -375,6 +389,26 @@ fn ports_forward_host_loopback_into_the_domain() {
             "port {p} listens on a non-loopback address: {addrs:?}"
         );
     }
+    // The forwards are inbound only: from inside the same Domain the
+    // router still refuses denied destinations (its tap0 side, the old
+    // slirp guest address, a LAN, cloud metadata), and the forwarded host
+    // port is not reachable through slirp4netns's gateway.
+    let p1s = p1.to_string();
+    let r = env
+        .lz(
+            &ws,
+            &[
+                "run", "--profile", "web", "--", "python3", "-c", PROBE, "10.0.2.100", "8000", "192.168.0.1", "80",
+                "169.254.169.254", "80", "10.0.2.2", &p1s,
+            ],
+        )
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    for a in ["10.0.2.100", "192.168.0.1", "169.254.169.254"] {
+        assert!(r.stdout.contains(&format!("{a} err 111\n")), "{a} must be refused: {r:?}");
+    }
+    assert!(!r.stdout.contains("10.0.2.2 ok"), "host loopback reached through the gateway: {r:?}");
     let ps = env.lz(&ws, &["ps"]).config_home(&cfg).run();
     assert!(ps.stdout.contains(&format!("127.0.0.1:{p1}:8000")), "{ps:?}");
     assert!(ps.stdout.contains(&format!("127.0.0.1:{p2}:8000")), "{ps:?}");
