@@ -160,6 +160,11 @@ struct Session {
     /// Escalation requests waiting for the developer, and the one shown.
     queue: VecDeque<Request>,
     prompt: Option<Request>,
+    /// A trailing piece of the stream `runsc exec` writes its own errors
+    /// to (stderr pipe, or the PTY) that has runsc's error shape: held
+    /// back until more output shows it was the command's, or the session
+    /// ends (stream is `true` for the stderr pipe).
+    held: Option<(bool, Vec<u8>)>,
 }
 
 /// One closed token set for the event loop.
@@ -1327,6 +1332,7 @@ impl Coordinator {
                         cert_der,
                         queue: VecDeque::new(),
                         prompt: None,
+                        held: None,
                     },
                 );
                 self.had_session = true;
@@ -1423,12 +1429,26 @@ impl Coordinator {
             Ok(n) if n > 0 => {
                 buf.truncate(n);
                 let conn = s.conn;
-                let msg = if err {
-                    ServerMsg::Stderr(buf)
-                } else {
-                    ServerMsg::Stdout(buf)
-                };
-                self.send(conn, &msg);
+                // runsc's own stream: the stderr pipe, or the PTY.
+                let runsc_stream = err || s.tty;
+                let mut chunks = Vec::new();
+                if let Some((held_err, held)) = s.held.take() {
+                    // More output followed: what was held was the command's.
+                    chunks.push((held_err, held));
+                }
+                if runsc_stream {
+                    if let Some(at) = runsc_error_at(&buf, &self.sandbox_id) {
+                        s.held = Some((err, buf.split_off(at)));
+                    }
+                }
+                chunks.push((err, buf));
+                for (e, data) in chunks {
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let msg = if e { ServerMsg::Stderr(data) } else { ServerMsg::Stdout(data) };
+                    self.send(conn, &msg);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
             _ => {
@@ -1554,6 +1574,15 @@ impl Coordinator {
             // sandbox went away under it: that is not the command's status.
             if code >= 128 && self.sandbox_lost(code) {
                 self.phase = "failed";
+                // runsc's own account of the loss goes to the log, not to
+                // the user: the Closing sentence says it plainly.
+                if let Some((_, held)) = self.sessions.get_mut(&k).and_then(|s| s.held.take()) {
+                    log::warn!(
+                        "session {}: runsc exec: {}",
+                        self.sessions[&k].id,
+                        crate::display::escape_bytes(held.trim_ascii_end())
+                    );
+                }
                 let reason = self.stop_reason.get_or_insert_with(sandbox_lost_reason).clone();
                 let conn = self.sessions[&k].conn;
                 self.send(conn, &ServerMsg::Closing { reason });
@@ -1620,6 +1649,12 @@ impl Coordinator {
         }
         // A session that ended because the kernel OOM-killed the sandbox
         // learns why, instead of a bare exit code.
+        if let Some((err, held)) = s.held.take() {
+            if code.is_some() {
+                let msg = if err { ServerMsg::Stderr(held) } else { ServerMsg::Stdout(held) };
+                self.send(s.conn, &msg);
+            }
+        }
         let oom = code.and_then(|_| self.oom_reason());
         if let Some(reason) = oom {
             self.stop_reason.get_or_insert_with(|| reason.clone());
@@ -1741,6 +1776,29 @@ fn is_zombie(pid: i32) -> bool {
         .ok()
         .and_then(|st| st.rfind(')').map(|i| st[i + 1..].trim_start().starts_with(['Z', 'X'])))
         .unwrap_or(false)
+}
+
+/// Where, in a chunk of the stream `runsc exec` writes its errors to, a
+/// trailing run of lines in runsc's own error shape begins (a line naming
+/// this sandbox as `sandbox "ID"`, a `urpc method "` failure, or runsc's
+/// `waiting on pid` prefix), if the chunk ends with one. Bounded: only a
+/// short tail is ever held back.
+fn runsc_error_at(buf: &[u8], sandbox_id: &str) -> Option<usize> {
+    const MAX_HELD: usize = 4096;
+    let quoted = format!("sandbox \"{sandbox_id}\"");
+    let shaped = |line: &[u8]| {
+        let l = String::from_utf8_lossy(line);
+        l.starts_with("waiting on pid ") || l.contains("urpc method \"") || l.contains(&quoted)
+    };
+    let mut start = 0;
+    while start < buf.len() {
+        let end = buf[start..].iter().position(|&b| b == b'\n').map_or(buf.len(), |i| start + i + 1);
+        if shaped(&buf[start..end]) {
+            return (buf.len() - start <= MAX_HELD).then_some(start);
+        }
+        start = end;
+    }
+    None
 }
 
 fn sandbox_lost_reason() -> String {
@@ -1988,5 +2046,26 @@ mod recovery_tests {
         ] {
             assert!(!is_runsc_state_of(not_ours, id), "{not_ours}");
         }
+    }
+}
+
+#[cfg(test)]
+mod runsc_error_tests {
+    use super::runsc_error_at;
+
+    #[test]
+    fn holds_only_a_trailing_runsc_error() {
+        let id = "lz-158c3fa2-c0e66783";
+        let line = format!(
+            "waiting on pid 3: waiting on PID 3 in sandbox \"{id}\": urpc method \"containerManager.WaitPID\" failed: EOF\n"
+        );
+        assert_eq!(runsc_error_at(line.as_bytes(), id), Some(0));
+        let mixed = format!("guest said this\n{line}");
+        assert_eq!(runsc_error_at(mixed.as_bytes(), id), Some(16));
+        let other = "error: sandbox \"lz-other\" is fine\n";
+        assert_eq!(runsc_error_at(other.as_bytes(), id), None);
+        assert_eq!(runsc_error_at(b"plain guest stderr\npartial", id), None);
+        let big = format!("{line}{}", "x".repeat(5000));
+        assert_eq!(runsc_error_at(big.as_bytes(), id), None);
     }
 }
