@@ -1446,7 +1446,11 @@ impl Coordinator {
                     if data.is_empty() {
                         continue;
                     }
-                    let msg = if e { ServerMsg::Stderr(data) } else { ServerMsg::Stdout(data) };
+                    let msg = if e {
+                        ServerMsg::Stderr(data)
+                    } else {
+                        ServerMsg::Stdout(data)
+                    };
                     self.send(conn, &msg);
                 }
             }
@@ -1651,7 +1655,11 @@ impl Coordinator {
         // learns why, instead of a bare exit code.
         if let Some((err, held)) = s.held.take() {
             if code.is_some() {
-                let msg = if err { ServerMsg::Stderr(held) } else { ServerMsg::Stdout(held) };
+                let msg = if err {
+                    ServerMsg::Stderr(held)
+                } else {
+                    ServerMsg::Stdout(held)
+                };
                 self.send(s.conn, &msg);
             }
         }
@@ -1792,7 +1800,10 @@ fn runsc_error_at(buf: &[u8], sandbox_id: &str) -> Option<usize> {
     };
     let mut start = 0;
     while start < buf.len() {
-        let end = buf[start..].iter().position(|&b| b == b'\n').map_or(buf.len(), |i| start + i + 1);
+        let end = buf[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |i| start + i + 1);
         if shaped(&buf[start..end]) {
             return (buf.len() - start <= MAX_HELD).then_some(start);
         }
