@@ -163,8 +163,8 @@ struct Session {
     /// A trailing piece of the stream `runsc exec` writes its own errors
     /// to (stderr pipe, or the PTY) that has runsc's error shape: held
     /// back until more output shows it was the command's, or the session
-    /// ends (stream is `true` for the stderr pipe).
-    held: Option<(bool, Vec<u8>)>,
+    /// ends (stream is `true` for the stderr pipe), or `HELD_MAX_AGE` passed.
+    held: Option<(bool, Vec<u8>, Instant)>,
 }
 
 /// One closed token set for the event loop.
@@ -712,6 +712,28 @@ impl Coordinator {
             }
             self.expire_requests();
             self.sync_host_rows();
+            self.release_held();
+        }
+    }
+
+    /// `runsc exec` writes its error just before it exits, and the exit is
+    /// reaped within moments: a held line still there after
+    /// `HELD_MAX_AGE` was the command's own and goes out as it was.
+    fn release_held(&mut self) {
+        let mut out = Vec::new();
+        for s in self.sessions.values_mut() {
+            if s.held.as_ref().is_some_and(|h| h.2.elapsed() > HELD_MAX_AGE) {
+                let (err, data, _) = s.held.take().unwrap();
+                out.push((s.conn, err, data));
+            }
+        }
+        for (conn, err, data) in out {
+            let msg = if err {
+                ServerMsg::Stderr(data)
+            } else {
+                ServerMsg::Stdout(data)
+            };
+            self.send(conn, &msg);
         }
     }
 
@@ -1432,13 +1454,13 @@ impl Coordinator {
                 // runsc's own stream: the stderr pipe, or the PTY.
                 let runsc_stream = err || s.tty;
                 let mut chunks = Vec::new();
-                if let Some((held_err, held)) = s.held.take() {
+                if let Some((held_err, held, _)) = s.held.take() {
                     // More output followed: what was held was the command's.
                     chunks.push((held_err, held));
                 }
                 if runsc_stream {
                     if let Some(at) = runsc_error_at(&buf, &self.sandbox_id) {
-                        s.held = Some((err, buf.split_off(at)));
+                        s.held = Some((err, buf.split_off(at), Instant::now()));
                     }
                 }
                 chunks.push((err, buf));
@@ -1580,7 +1602,7 @@ impl Coordinator {
                 self.phase = "failed";
                 // runsc's own account of the loss goes to the log, not to
                 // the user: the Closing sentence says it plainly.
-                if let Some((_, held)) = self.sessions.get_mut(&k).and_then(|s| s.held.take()) {
+                if let Some((_, held, _)) = self.sessions.get_mut(&k).and_then(|s| s.held.take()) {
                     log::warn!(
                         "session {}: runsc exec: {}",
                         self.sessions[&k].id,
@@ -1653,7 +1675,7 @@ impl Coordinator {
         }
         // A session that ended because the kernel OOM-killed the sandbox
         // learns why, instead of a bare exit code.
-        if let Some((err, held)) = s.held.take() {
+        if let Some((err, held, _)) = s.held.take() {
             if code.is_some() {
                 let msg = if err {
                     ServerMsg::Stderr(held)
@@ -1786,17 +1808,34 @@ fn is_zombie(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// How long a line in runsc's error shape may be held back while the
+/// session's `runsc exec` is still running.
+const HELD_MAX_AGE: Duration = Duration::from_secs(3);
+
 /// Where, in a chunk of the stream `runsc exec` writes its errors to, a
 /// trailing run of lines in runsc's own error shape begins (a line naming
-/// this sandbox as `sandbox "ID"`, a `urpc method "` failure, or runsc's
-/// `waiting on pid` prefix), if the chunk ends with one. Bounded: only a
+/// this sandbox as `sandbox "ID"` or `container "ID"`, a `urpc method "`
+/// failure, or one of `runsc exec`'s fatal-error prefixes), if the chunk
+/// ends with one. Bounded: only a
 /// short tail is ever held back.
 fn runsc_error_at(buf: &[u8], sandbox_id: &str) -> Option<usize> {
     const MAX_HELD: usize = 4096;
-    let quoted = format!("sandbox \"{sandbox_id}\"");
+    // The prefixes `runsc exec` puts on its fatal errors (runsc 20240729).
+    const PREFIXES: [&str; 5] = [
+        "waiting on pid ",
+        "executing processes for container: ",
+        "loading sandbox: ",
+        "loading container: ",
+        "getting processes for container: ",
+    ];
+    let sandbox = format!("sandbox \"{sandbox_id}\"");
+    let container = format!("container \"{sandbox_id}\"");
     let shaped = |line: &[u8]| {
         let l = String::from_utf8_lossy(line);
-        l.starts_with("waiting on pid ") || l.contains("urpc method \"") || l.contains(&quoted)
+        PREFIXES.iter().any(|p| l.starts_with(p))
+            || l.contains("urpc method \"")
+            || l.contains(&sandbox)
+            || l.contains(&container)
     };
     let mut start = 0;
     while start < buf.len() {
@@ -2073,6 +2112,9 @@ mod runsc_error_tests {
         assert_eq!(runsc_error_at(line.as_bytes(), id), Some(0));
         let mixed = format!("guest said this\n{line}");
         assert_eq!(runsc_error_at(mixed.as_bytes(), id), Some(16));
+        let early = "executing processes for container: executing command \"/.lazaret/init exec -- sleep 600\" \
+                     in sandbox: connecting to control server at PID 27185: connection refused\n";
+        assert_eq!(runsc_error_at(early.as_bytes(), id), Some(0));
         let other = "error: sandbox \"lz-other\" is fine\n";
         assert_eq!(runsc_error_at(other.as_bytes(), id), None);
         assert_eq!(runsc_error_at(b"plain guest stderr\npartial", id), None);
