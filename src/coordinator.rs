@@ -166,6 +166,11 @@ struct Session {
     /// Escalation requests waiting for the developer, and the one shown.
     queue: VecDeque<Request>,
     prompt: Option<Request>,
+    /// A trailing piece of the stream `runsc exec` writes its own errors
+    /// to (stderr pipe, or the PTY) that has runsc's error shape: held
+    /// back until more output shows it was the command's, or the session
+    /// ends (stream is `true` for the stderr pipe), or `HELD_MAX_AGE` passed.
+    held: Option<(bool, Vec<u8>, Instant)>,
 }
 
 /// One closed token set for the event loop.
@@ -783,6 +788,28 @@ impl Coordinator {
             }
             self.expire_requests();
             self.sync_host_rows();
+            self.release_held();
+        }
+    }
+
+    /// `runsc exec` writes its error just before it exits, and the exit is
+    /// reaped within moments: a held line still there after
+    /// `HELD_MAX_AGE` was the command's own and goes out as it was.
+    fn release_held(&mut self) {
+        let mut out = Vec::new();
+        for s in self.sessions.values_mut() {
+            if s.held.as_ref().is_some_and(|h| h.2.elapsed() > HELD_MAX_AGE) {
+                let (err, data, _) = s.held.take().unwrap();
+                out.push((s.conn, err, data));
+            }
+        }
+        for (conn, err, data) in out {
+            let msg = if err {
+                ServerMsg::Stderr(data)
+            } else {
+                ServerMsg::Stdout(data)
+            };
+            self.send(conn, &msg);
         }
     }
 
@@ -1422,6 +1449,7 @@ impl Coordinator {
                         cert_der,
                         queue: VecDeque::new(),
                         prompt: None,
+                        held: None,
                     },
                 );
                 self.had_session = true;
@@ -1526,12 +1554,30 @@ impl Coordinator {
             Ok(n) if n > 0 => {
                 buf.truncate(n);
                 let conn = s.conn;
-                let msg = if err {
-                    ServerMsg::Stderr(buf)
-                } else {
-                    ServerMsg::Stdout(buf)
-                };
-                self.send(conn, &msg);
+                // runsc's own stream: the stderr pipe, or the PTY.
+                let runsc_stream = err || s.tty;
+                let mut chunks = Vec::new();
+                if let Some((held_err, held, _)) = s.held.take() {
+                    // More output followed: what was held was the command's.
+                    chunks.push((held_err, held));
+                }
+                if runsc_stream {
+                    if let Some(at) = runsc_error_at(&buf, &self.sandbox_id) {
+                        s.held = Some((err, buf.split_off(at), Instant::now()));
+                    }
+                }
+                chunks.push((err, buf));
+                for (e, data) in chunks {
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let msg = if e {
+                        ServerMsg::Stderr(data)
+                    } else {
+                        ServerMsg::Stdout(data)
+                    };
+                    self.send(conn, &msg);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
             _ => {
@@ -1657,6 +1703,15 @@ impl Coordinator {
             // sandbox went away under it: that is not the command's status.
             if code >= 128 && self.sandbox_lost(code) {
                 self.phase = "failed";
+                // runsc's own account of the loss goes to the log, not to
+                // the user: the Closing sentence says it plainly.
+                if let Some((_, held, _)) = self.sessions.get_mut(&k).and_then(|s| s.held.take()) {
+                    log::warn!(
+                        "session {}: runsc exec: {}",
+                        self.sessions[&k].id,
+                        crate::display::escape_bytes(held.trim_ascii_end())
+                    );
+                }
                 if self.stop_reason.is_none() {
                     self.stop_reason = Some(self.lost_reason());
                 }
@@ -1727,6 +1782,16 @@ impl Coordinator {
         }
         // A session that ended because the kernel OOM-killed the sandbox
         // learns why, instead of a bare exit code.
+        if let Some((err, held, _)) = s.held.take() {
+            if code.is_some() {
+                let msg = if err {
+                    ServerMsg::Stderr(held)
+                } else {
+                    ServerMsg::Stdout(held)
+                };
+                self.send(s.conn, &msg);
+            }
+        }
         let oom = code.and_then(|_| self.oom_reason());
         if let Some(reason) = oom {
             self.stop_reason.get_or_insert_with(|| reason.clone());
@@ -1848,6 +1913,49 @@ fn is_zombie(pid: i32) -> bool {
         .ok()
         .and_then(|st| st.rfind(')').map(|i| st[i + 1..].trim_start().starts_with(['Z', 'X'])))
         .unwrap_or(false)
+}
+
+/// How long a line in runsc's error shape may be held back while the
+/// session's `runsc exec` is still running.
+const HELD_MAX_AGE: Duration = Duration::from_secs(3);
+
+/// Where, in a chunk of the stream `runsc exec` writes its errors to, a
+/// trailing run of lines in runsc's own error shape begins (a line naming
+/// this sandbox as `sandbox "ID"` or `container "ID"`, a `urpc method "`
+/// failure, or one of `runsc exec`'s fatal-error prefixes), if the chunk
+/// ends with one. Bounded: only a
+/// short tail is ever held back.
+fn runsc_error_at(buf: &[u8], sandbox_id: &str) -> Option<usize> {
+    const MAX_HELD: usize = 4096;
+    // The prefixes `runsc exec` puts on its fatal errors (runsc 20240729).
+    const PREFIXES: [&str; 5] = [
+        "waiting on pid ",
+        "executing processes for container: ",
+        "loading sandbox: ",
+        "loading container: ",
+        "getting processes for container: ",
+    ];
+    let sandbox = format!("sandbox \"{sandbox_id}\"");
+    let container = format!("container \"{sandbox_id}\"");
+    let shaped = |line: &[u8]| {
+        let l = String::from_utf8_lossy(line);
+        PREFIXES.iter().any(|p| l.starts_with(p))
+            || l.contains("urpc method \"")
+            || l.contains(&sandbox)
+            || l.contains(&container)
+    };
+    let mut start = 0;
+    while start < buf.len() {
+        let end = buf[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(buf.len(), |i| start + i + 1);
+        if shaped(&buf[start..end]) {
+            return (buf.len() - start <= MAX_HELD).then_some(start);
+        }
+        start = end;
+    }
+    None
 }
 
 fn sandbox_lost_reason() -> String {
@@ -2095,5 +2203,29 @@ mod recovery_tests {
         ] {
             assert!(!is_runsc_state_of(not_ours, id), "{not_ours}");
         }
+    }
+}
+
+#[cfg(test)]
+mod runsc_error_tests {
+    use super::runsc_error_at;
+
+    #[test]
+    fn holds_only_a_trailing_runsc_error() {
+        let id = "lz-158c3fa2-c0e66783";
+        let line = format!(
+            "waiting on pid 3: waiting on PID 3 in sandbox \"{id}\": urpc method \"containerManager.WaitPID\" failed: EOF\n"
+        );
+        assert_eq!(runsc_error_at(line.as_bytes(), id), Some(0));
+        let mixed = format!("guest said this\n{line}");
+        assert_eq!(runsc_error_at(mixed.as_bytes(), id), Some(16));
+        let early = "executing processes for container: executing command \"/.lazaret/init exec -- sleep 600\" \
+                     in sandbox: connecting to control server at PID 27185: connection refused\n";
+        assert_eq!(runsc_error_at(early.as_bytes(), id), Some(0));
+        let other = "error: sandbox \"lz-other\" is fine\n";
+        assert_eq!(runsc_error_at(other.as_bytes(), id), None);
+        assert_eq!(runsc_error_at(b"plain guest stderr\npartial", id), None);
+        let big = format!("{line}{}", "x".repeat(5000));
+        assert_eq!(runsc_error_at(big.as_bytes(), id), None);
     }
 }

@@ -248,14 +248,15 @@ fn a_killed_sandbox_exits_125_with_one_sentence() {
     let out = hold.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
-    // The last line is Lazaret's one sentence. (`runsc exec` prints its own
-    // error on the session's stderr before it exits; that line cannot be
-    // told apart from the command's stderr, so it is not filtered.)
-    let last = err.trim_end().lines().last().unwrap_or("");
+    // Exactly one line, Lazaret's sentence: runsc's own error (`urpc method
+    // "containerManager.WaitPID" failed: EOF`) goes to the coordinator log.
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
     assert!(
-        last.starts_with("lazaret: ") && last.contains("the sandbox stopped unexpectedly"),
+        lines[0].starts_with("lazaret: ") && lines[0].contains("the sandbox stopped unexpectedly"),
         "{err}"
     );
+    assert!(!err.contains("urpc") && !err.contains("runsc"), "{err}");
     let r = env.lz(&ws, &["run", "--", "echo", "fresh"]).run();
     assert_eq!(r.code, 0, "{r:?}");
 }
