@@ -965,10 +965,11 @@ impl Coordinator {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    c.out.clear();
-                    c.closing = true;
-                    break;
+                Err(e) => {
+                    // The client is gone. A closing connection is no longer
+                    // read, so its end-of-file would never be seen: its
+                    // session ends here, as on any other client loss.
+                    return self.drop_conn(key, &format!("writing to the client: {e}"));
                 }
             }
         }
