@@ -9,7 +9,6 @@
 
 mod harness;
 
-mod agent;
 mod attack_net;
 mod attack_view;
 mod escalation;
