@@ -300,6 +300,8 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     .is_some()));
     let hc = json_number(&env.ps_json(&ws), &id, "coordinator_pid").unwrap();
     let ps = env.ps_json(&ws);
+    // This Domain's object: other tests' Domains may be listed first.
+    let ps = &ps[ps[..ps.find(&id).unwrap()].rfind('{').unwrap()..];
     let sandbox = ps[ps.find("\"sandbox_id\":\"").unwrap() + 14..]
         .split('"')
         .next()
