@@ -41,7 +41,11 @@ fn main() {
 fn exec_command(cmd: &str, argv: &[String]) -> i32 {
     use std::ffi::CString;
     let shown: String = cmd.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
-    let Ok(c_argv) = argv.iter().map(|a| CString::new(a.as_bytes())).collect::<Result<Vec<_>, _>>() else {
+    let Ok(c_argv) = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+    else {
         eprintln!("lazaret: {shown}: an argument contains a NUL byte");
         return 126;
     };

@@ -1073,10 +1073,13 @@ fn preflight(r: &Resolved) -> Result<(), Failure> {
     if matches!(r.profile.image, ImageSource::Default) && !r.profile.volumes.is_empty() {
         let layout = image::images_dir(&r.storage).join("default");
         if let Ok(digest) = image::manifest_digest(&layout, image::DEFAULT_TAG) {
-            let rootfs = image::lowers_dir(&r.storage).join(image::artifact_id(&digest)).join("rootfs");
+            let rootfs = image::lowers_dir(&r.storage)
+                .join(image::artifact_id(&digest))
+                .join("rootfs");
             if rootfs.is_dir() {
-                crate::guestsetup::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist)
-                    .map_err(|e| Failure::usage(format!("{}: profile {:?}: {e}", r.cfg.path.display(), r.profile.name)))?;
+                crate::guestsetup::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist).map_err(
+                    |e| Failure::usage(format!("{}: profile {:?}: {e}", r.cfg.path.display(), r.profile.name)),
+                )?;
             }
         }
     }

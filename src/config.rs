@@ -3283,7 +3283,11 @@ deny = ["::/0"]
 
     #[test]
     fn a_broken_profile_breaks_only_itself() {
-        let c = parse(Path::new(FILE), "[profiles.a]\nipv6 = false\n[profiles.b]\ncomand = [\"sh\"]\n").unwrap();
+        let c = parse(
+            Path::new(FILE),
+            "[profiles.a]\nipv6 = false\n[profiles.b]\ncomand = [\"sh\"]\n",
+        )
+        .unwrap();
         assert!(c.profile("a").is_ok());
         assert!(c.profile("default").is_ok());
         let e = c.profile("b").unwrap_err().to_string();
@@ -3303,12 +3307,30 @@ deny = ["::/0"]
         assert_eq!(c.profile("default").unwrap().caps.len(), DEFAULT_CAPS.len());
         for bad in ["NET_ADMIN", "CAP_NET_RAW", "SYS_ADMIN", "SYS_PTRACE", "ALL"] {
             let e = err(&format!("[profiles.d]\ncaps = [\"{bad}\"]\n"));
-            assert_has(&e, &[":2:", "profiles.d.caps", "expected an array of capabilities from: CHOWN"]);
+            assert_has(
+                &e,
+                &[
+                    ":2:",
+                    "profiles.d.caps",
+                    "expected an array of capabilities from: CHOWN",
+                ],
+            );
         }
-        assert_has(&err("[profiles.d]\ncaps = [\"KILL\", \"CAP_KILL\"]\n"), &["listed twice"]);
-        assert!(!ok("[profiles.d]\ngit_identity = false\n").profile("d").unwrap().git_identity);
+        assert_has(
+            &err("[profiles.d]\ncaps = [\"KILL\", \"CAP_KILL\"]\n"),
+            &["listed twice"],
+        );
+        assert!(
+            !ok("[profiles.d]\ngit_identity = false\n")
+                .profile("d")
+                .unwrap()
+                .git_identity
+        );
         assert_ne!(
-            ok("[profiles.d]\ncaps = [\"KILL\"]\n").profile("d").unwrap().fingerprint(),
+            ok("[profiles.d]\ncaps = [\"KILL\"]\n")
+                .profile("d")
+                .unwrap()
+                .fingerprint(),
             Profile::builtin("d").fingerprint()
         );
     }

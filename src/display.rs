@@ -75,7 +75,10 @@ mod tests {
     fn controls_bidi_and_bad_bytes_are_visible() {
         assert_eq!(escape("a\x1b[2Jb"), "a\\x1b[2Jb");
         assert_eq!(escape("x\u{202e}y\u{2066}"), "x\\u{202e}y\\u{2066}");
-        assert_eq!(escape("\u{200b}\u{feff}\u{2028}\u{85}"), "\\u{200b}\\u{feff}\\u{2028}\\x85");
+        assert_eq!(
+            escape("\u{200b}\u{feff}\u{2028}\u{85}"),
+            "\\u{200b}\\u{feff}\\u{2028}\\x85"
+        );
         assert_eq!(escape("a\\x1b"), "a\\\\x1b");
         assert_eq!(escape_bytes(b"n\xff\x07\xc3\xa9"), "n\\xff\\x07\u{e9}");
         assert_eq!(escape("plain-name_1.txt é 日本"), "plain-name_1.txt é 日本");

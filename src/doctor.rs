@@ -503,7 +503,11 @@ fn has_file_caps(path: &Path) -> bool {
 
 fn check_idmap(prog: &'static str) -> Check {
     let Some((path, in_path)) = find_program(prog) else {
-        return Check::fail(prog, format!("{prog} not found on {}", path_text()), missing_fix(prog, "uidmap"));
+        return Check::fail(
+            prog,
+            format!("{prog} not found on {}", path_text()),
+            missing_fix(prog, "uidmap"),
+        );
     };
     let loc = describe_location(&path, in_path);
     let meta = match fs::metadata(&path) {
@@ -909,7 +913,11 @@ fn check_runsc() -> Check {
     let codename = read_optional("/etc/os-release").and_then(|c| os_release_codename(&c));
     let fix = runsc_fix(codename.as_deref());
     let Some((path, in_path)) = find_program("runsc") else {
-        let fix = if find_off_path("runsc").is_some() { missing_fix("runsc", "runsc") } else { fix };
+        let fix = if find_off_path("runsc").is_some() {
+            missing_fix("runsc", "runsc")
+        } else {
+            fix
+        };
         return Check::fail("runsc", format!("runsc not found on {}", path_text()), fix);
     };
     let loc = describe_location(&path, in_path);

@@ -1149,8 +1149,10 @@ impl Filesystem for View {
                 return Err(Errno::EPERM);
             }
             let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
-            let git_from = side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
-            let git_to = nside == Side::Host && (self.sentry.in_git_dir(&to) || ((dir || link) && self.in_host_git_dir(&to)));
+            let git_from =
+                side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
+            let git_to =
+                nside == Side::Host && (self.sentry.in_git_dir(&to) || ((dir || link) && self.in_host_git_dir(&to)));
             let git = git_from || git_to;
             if git && link && git_to {
                 return Err(Errno::EPERM);
@@ -1933,7 +1935,9 @@ impl View {
         use std::io::{Read, Write};
         self.scaffold(nprel)?;
         let d2 = self.dir(Side::Store, nprel)?;
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) && rustix::fs::statat(&d2, newname, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+        if flags.contains(RenameFlags::RENAME_NOREPLACE)
+            && rustix::fs::statat(&d2, newname, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+        {
             return Err(Errno::EEXIST);
         }
         let mut src = self.open_path(Side::Host, from, false)?;

@@ -607,7 +607,10 @@ mod tests {
         assert!(s.is_protected(Path::new("commondir")));
         assert!(s.is_protected(Path::new("worktrees/wt/gitdir")));
         assert!(s.is_protected(Path::new("worktrees/wt")));
-        assert!(s.is_protected(Path::new("worktrees/late/commondir")), "added on the host later");
+        assert!(
+            s.is_protected(Path::new("worktrees/late/commondir")),
+            "added on the host later"
+        );
         assert!(!s.is_protected(Path::new("worktrees/wt/HEAD")));
         assert!(!s.is_protected(Path::new("refs/heads/main")));
         assert!(s.in_git_dir(Path::new("objects")));

@@ -62,7 +62,11 @@ pub enum ImageError {
     /// The filesystem holding this path ran out of space.
     NoSpace(PathBuf),
     /// The filesystem holding this path has less free space than the step needs.
-    NoRoom { path: PathBuf, needs: u64, free: u64 },
+    NoRoom {
+        path: PathBuf,
+        needs: u64,
+        free: u64,
+    },
 }
 
 /// Free space the default image build needs at its peak (downloaded

@@ -474,8 +474,15 @@ pub fn set_winsize(fd: RawFd, size: WinSize) -> io::Result<()> {
 pub fn chmod_nofollow(path: &Path, mode: u32) -> io::Result<()> {
     let p = cpath(path)?;
     // SAFETY: p is a valid NUL-terminated path.
-    cvt(unsafe { libc::fchmodat(libc::AT_FDCWD, p.as_ptr(), mode as libc::mode_t, libc::AT_SYMLINK_NOFOLLOW) })
-        .map(|_| ())
+    cvt(unsafe {
+        libc::fchmodat(
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            mode as libc::mode_t,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(|_| ())
 }
 
 /// Discards input the terminal has received but nobody has read yet
