@@ -52,7 +52,7 @@ unshare --map-root-user --mount -- sh -c '
     mkdir "$1/a" "$1/l" "$1/u" "$1/w" "$1/m"
     "$2" calls "$1/a" "$3" 5
     fuse-overlayfs -o lowerdir="$1/l",upperdir="$1/u",workdir="$1/w" "$1/m" 2>/dev/null
-    "$2" calls "$1/m" "$3" 5 plain-only | sed "s/^plain /FUSE (fuse-overlayfs)/"
+    "$2" calls "$1/m" "$3" 5 plain-only | sed -E "s/^plain {23}/FUSE (fuse-overlayfs)       /"
     fusermount3 -u "$1/m" 2>/dev/null || umount "$1/m"' sh "$work" "$proto" "$files"
 
 echo
@@ -61,7 +61,17 @@ ws="$work/ws"; mkdir -p "$ws"; cd "$ws"
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
 git init -q -b main
 git config user.name bench; git config user.email bench@example.test
-mkdir src && echo keep > src/keep && printf 'ign/\n' > .gitignore
+mkdir src && echo keep > src/keep && printf 'ign/\n.env\n' > .gitignore
+echo SECRET-TOKEN > .env
+# Section 4: what the filter can and cannot enforce.
+cat > .guar.sh <<'EOF'
+cd /workspace
+echo "  read the host's ignored .env: $(cat .env 2>&1)"
+(echo evil > .git/commondir) 2>/dev/null; echo "  create .git/commondir: rc=$?"
+(echo x >> .git/config) 2>/dev/null; echo "  append to .git/config: rc=$?"
+(mv .git .git-x) 2>/dev/null; echo "  mv .git .git-x: rc=$?"
+(mkdir -p sub && cd sub && git init -q .) 2>/dev/null; echo "  git init in sub/: rc=$?"
+EOF
 cat > .bench.sh <<EOF
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ms() { local t=\${EPOCHREALTIME/./}; echo \$(( t / 1000 )); }
@@ -78,12 +88,12 @@ EOF
 git add -A && git commit -q -m bench
 
 mkdir -p "$work/bundle"
-raw() { # raw VARIANT PREFIX [notify]
-    python3 - "$work/bundle/config.json" "$2" <<'EOF'
+raw() { # raw VARIANT PREFIX [notify|trace] [SCRIPT]
+    python3 - "$work/bundle/config.json" "$2" "${4:-.bench.sh}" <<'EOF'
 import json, sys
-p, prefix = sys.argv[1], sys.argv[2]
+p, prefix, script = sys.argv[1], sys.argv[2], sys.argv[3]
 c = json.load(open(p))
-c["process"]["args"] = ["/bin/bash", "/workspace/.bench.sh", prefix]
+c["process"]["args"] = ["/bin/bash", "/workspace/" + script, prefix]
 json.dump(c, open(p, "w"))
 EOF
     local wrap="" trace=""
@@ -161,3 +171,12 @@ echo "workspace calls, by syscall (sample of the first 20000 notifications):"
 grep -F '/workspace' "$work/notify-tr.log" | awk '{print $3, $4, $5}' | sort | uniq -c | sort -rn | head
 echo "a stretch of the workspace calls (tar creating files):"
 grep -F '/workspace' "$work/notify-tr.log" | sed -n '301,316p' | cut -c1-160
+
+echo
+echo "== 4. guarantees with a plain bind + the filter (prototype policy: refuse"
+echo "   config, commondir and .git as names; the view's full policy would be"
+echo "   decided the same way, by the directory's identity and the name) =="
+raw guar.out gu notify .guar.sh
+cat "$work/guar.out"
+echo "  on the host: .git/commondir $(test -e "$ws/.git/commondir" && echo exists || echo absent)," \
+    ".git $(test -d "$ws/.git" && echo in place || echo moved), sub/.git $(test -e "$ws/sub/.git" && echo exists || echo absent)"

@@ -269,7 +269,8 @@ impl Supervisor {
         // (dirfd, path pointer) for the *at calls this prototype decides
         // on; others are just counted and continued.
         let (dirfd, path) = match nr {
-            NR_OPENAT | 258 | 263 | 259 | 260 | 268 | 280 => (n.args[0] as i32, n.args[1]),
+            // renameat/renameat2/linkat: the source (dirfd, name).
+            NR_OPENAT | 258 | 263 | 259 | 260 | 268 | 280 | 264 | 316 | 265 => (n.args[0] as i32, n.args[1]),
             NR_OPEN | 83 | 87 | 84 | 85 | 90 => (AT_FDCWD, n.args[0]),
             _ => (i32::MIN, 0),
         };
@@ -299,7 +300,9 @@ impl Supervisor {
                         if let Some(t) = stat_id(dir, name, AT_SYMLINK_NOFOLLOW) {
                             refuse = self.hidden.contains_key(&t);
                         }
-                        refuse |= name.to_bytes() == b"config" || name.to_bytes() == b"commondir";
+                        // Stand-in for the view's policy: a few protected
+                        // names (any directory on the guarded device).
+                        refuse |= matches!(name.to_bytes(), b"config" | b"commondir" | b".git");
                     }
                 }
             }
