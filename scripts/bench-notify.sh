@@ -51,8 +51,8 @@ unshare --map-root-user --mount -- sh -c '
     mount -t tmpfs -o size=512m t "$1"
     mkdir "$1/a" "$1/l" "$1/u" "$1/w" "$1/m"
     "$2" calls "$1/a" "$3" 5
-    fuse-overlayfs -o lowerdir="$1/l",upperdir="$1/u",workdir="$1/w" "$1/m" 2>/dev/null
-    "$2" calls "$1/m" "$3" 5 plain-only | sed -E "s/^plain {23}/FUSE (fuse-overlayfs)       /"
+    fuse-overlayfs -o timeout=0,lowerdir="$1/l",upperdir="$1/u",workdir="$1/w" "$1/m" 2>/dev/null
+    "$2" calls "$1/m" "$3" 5 plain-only | sed -E "s/^plain {17}/FUSE (fuse-overlayfs) /"
     fusermount3 -u "$1/m" 2>/dev/null || umount "$1/m"' sh "$work" "$proto" "$files"
 
 echo

@@ -77,8 +77,8 @@ const NR_OPENAT: u32 = 257;
 /// family, chown family, truncate family, xattr writes, utime family,
 /// fallocate, io_uring_setup.
 const ALWAYS: &[u32] = &[
-    437, 85, 83, 258, 133, 259, 82, 264, 316, 87, 263, 84, 88, 266, 86, 265, 90, 91, 268, 452, 92, 93, 94, 260,
-    76, 77, 188, 189, 190, 197, 198, 199, 280, 132, 235, 261, 285, 425,
+    437, 85, 83, 258, 133, 259, 82, 264, 316, 87, 263, 84, 88, 266, 86, 265, 90, 91, 268, 452, 92, 93, 94, 260, 76, 77,
+    188, 189, 190, 197, 198, 199, 280, 132, 235, 261, 285, 425,
 ];
 
 #[repr(C)]
@@ -148,9 +148,19 @@ fn filter() -> Vec<SockFilter> {
     }
     p.push(ins(RET, 0, 0, RET_ALLOW));
     p.push(ins(LD, 0, 0, 24)); // args[1] (low half): open's flags
-    p.push(ins(JSET, rel(open_chk + 1, notify), rel(open_chk + 1, allow), MUTATING_OPEN));
+    p.push(ins(
+        JSET,
+        rel(open_chk + 1, notify),
+        rel(open_chk + 1, allow),
+        MUTATING_OPEN,
+    ));
     p.push(ins(LD, 0, 0, 32)); // args[2]: openat's flags
-    p.push(ins(JSET, rel(openat_chk + 1, notify), rel(openat_chk + 1, allow), MUTATING_OPEN));
+    p.push(ins(
+        JSET,
+        rel(openat_chk + 1, notify),
+        rel(openat_chk + 1, allow),
+        MUTATING_OPEN,
+    ));
     p.push(ins(RET, 0, 0, RET_USER_NOTIF));
     p.push(ins(RET, 0, 0, RET_ALLOW));
     p
@@ -159,7 +169,10 @@ fn filter() -> Vec<SockFilter> {
 /// Installs the filter on the calling thread; returns the listener fd.
 fn install() -> c_int {
     let p = filter();
-    let prog = SockFprog { len: p.len() as u16, filter: p.as_ptr() };
+    let prog = SockFprog {
+        len: p.len() as u16,
+        filter: p.as_ptr(),
+    };
     // NEW_LISTENER | WAIT_KILLABLE_RECV: once the supervisor has received a
     // notification, only a fatal signal interrupts the waiting thread (Go's
     // preemption signals would otherwise restart the call, and with it the
@@ -322,7 +335,9 @@ impl Supervisor {
             *self.stats.entry((comm.clone(), n.nr)).or_default() += 1;
             if self.samples < 20000 {
                 self.samples += 1;
-                let target = std::fs::read_link(&dir_path).map(|p| p.display().to_string()).unwrap_or_default();
+                let target = std::fs::read_link(&dir_path)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
                 let _ = writeln!(
                     log,
                     "pid {} {} nr {} dirfd {} -> {:?} name {:?} a2 {:#x}",
@@ -340,7 +355,13 @@ impl Supervisor {
                     self.respond(n.id, 0, -errno(), 0);
                 } else {
                     let cloexec = (n.args[2] as c_int & O_CLOEXEC) as u32;
-                    let a = AddFd { id: n.id, flags: ADDFD_FLAG_SEND, srcfd: fd as u32, newfd: 0, newfd_flags: cloexec };
+                    let a = AddFd {
+                        id: n.id,
+                        flags: ADDFD_FLAG_SEND,
+                        srcfd: fd as u32,
+                        newfd: 0,
+                        newfd_flags: cloexec,
+                    };
                     unsafe { ioctl(self.listener, NOTIF_ADDFD, &a as *const AddFd) };
                     unsafe { close(fd) };
                 }
@@ -386,7 +407,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// One round: N file creates and N mkdirs in a fresh subdirectory, ns/call.
-fn round(dir: &str, tag: &str, r: usize, n: usize) -> (f64, f64, f64) {
+fn round(dir: &str, tag: &str, r: usize, n: usize) -> (f64, f64, f64, f64) {
     let sub = CString::new(format!("{dir}/{tag}{r}")).unwrap();
     unsafe { mkdirat(AT_FDCWD, sub.as_ptr(), 0o755) };
     let d = unsafe { open(sub.as_ptr(), O_PATH | O_CLOEXEC | 0o200000) };
@@ -412,15 +433,26 @@ fn round(dir: &str, tag: &str, r: usize, n: usize) -> (f64, f64, f64) {
         unsafe { close(fd) };
     }
     let ropen = t.elapsed().as_nanos() as f64 / n as f64;
+    // A stat by name: never filtered; through FUSE with `timeout=0`, one
+    // LOOKUP round trip each.
+    let t = Instant::now();
+    for nm in &names {
+        stat_id(d, nm, AT_SYMLINK_NOFOLLOW);
+    }
+    let lstat = t.elapsed().as_nanos() as f64 / n as f64;
     unsafe { close(d) };
-    (create, mkdir, ropen)
+    (create, mkdir, ropen, lstat)
 }
 
-fn report(label: &str, rs: Vec<(f64, f64, f64)>) {
-    let c = median(rs.iter().map(|r| r.0).collect());
-    let m = median(rs.iter().map(|r| r.1).collect());
-    let o = median(rs.iter().map(|r| r.2).collect());
-    println!("{label:<28} create+close {:>7.1} us   mkdirat {:>7.1} us   read-only open+close {:>6.1} us", c / 1e3, m / 1e3, o / 1e3);
+fn report(label: &str, rs: Vec<(f64, f64, f64, f64)>) {
+    let m = |f: fn(&(f64, f64, f64, f64)) -> f64| median(rs.iter().map(f).collect()) / 1e3;
+    println!(
+        "{label:<22} create+close {:>6.1} us  mkdirat {:>6.1} us  read-only open+close {:>6.1} us  fstatat {:>6.1} us",
+        m(|r| r.0),
+        m(|r| r.1),
+        m(|r| r.2),
+        m(|r| r.3)
+    );
 }
 
 fn calls(dir: &str, n: usize, rounds: usize, plain_only: bool) {
@@ -440,7 +472,7 @@ fn calls(dir: &str, n: usize, rounds: usize, plain_only: bool) {
             recv_u64(go_rd);
             let rs: Vec<_> = (0..rounds).map(|r| round(dir, mode, r, n)).collect();
             for r in rs {
-                for v in [r.0, r.1, r.2] {
+                for v in [r.0, r.1, r.2, r.3] {
                     send_u64(res_wr, v.to_bits());
                 }
             }
@@ -473,7 +505,11 @@ fn calls(dir: &str, n: usize, rounds: usize, plain_only: bool) {
             }
         }
         send_u64(go_wr, 1);
-        let mut pfd = PollFd { fd: listener, events: 1, revents: 0 };
+        let mut pfd = PollFd {
+            fd: listener,
+            events: 1,
+            revents: 0,
+        };
         loop {
             pfd.revents = 0;
             unsafe { poll(&mut pfd, 1, -1) };
@@ -489,7 +525,8 @@ fn calls(dir: &str, n: usize, rounds: usize, plain_only: bool) {
             let a = f64::from_bits(recv_u64(res_rd).unwrap());
             let b = f64::from_bits(recv_u64(res_rd).unwrap());
             let c = f64::from_bits(recv_u64(res_rd).unwrap());
-            rs.push((a, b, c));
+            let e = f64::from_bits(recv_u64(res_rd).unwrap());
+            rs.push((a, b, c, e));
         }
         report(mode, rs);
         for fd in [to_sup, from_child, go_rd, go_wr, res_rd, res_wr, listener] {
@@ -535,7 +572,11 @@ fn supervise(log: &str, cmd: &[String]) -> i32 {
     };
     let t = Instant::now();
     let mut total = 0u64;
-    let mut pfd = PollFd { fd: listener, events: 1, revents: 0 };
+    let mut pfd = PollFd {
+        fd: listener,
+        events: 1,
+        revents: 0,
+    };
     loop {
         pfd.revents = 0;
         let r = unsafe { poll(&mut pfd, 1, 200) };
@@ -548,14 +589,21 @@ fn supervise(log: &str, cmd: &[String]) -> i32 {
             break; // POLLHUP: nothing under the filter is left
         }
         let mut st = 0;
-        if unsafe { waitpid(pid, &mut st, 1 /* WNOHANG */) } == pid {
+        if unsafe {
+            waitpid(pid, &mut st, 1 /* WNOHANG */)
+        } == pid
+        {
             break;
         }
     }
     let mut st = 0;
     unsafe { waitpid(pid, &mut st, 0) };
     let log = sup.log.as_mut().unwrap();
-    let _ = writeln!(log, "--- {total} notifications in {:?}; by process and syscall:", t.elapsed());
+    let _ = writeln!(
+        log,
+        "--- {total} notifications in {:?}; by process and syscall:",
+        t.elapsed()
+    );
     for ((comm, nr), c) in &sup.stats {
         let _ = writeln!(log, "{comm:>16} nr {nr:>4}: {c}");
     }
