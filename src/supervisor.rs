@@ -12,8 +12,7 @@
 //!    slirp4netns on the router, the router's routes, read-back and the
 //!    router's own route lookups; reports `slirp …` and `net-ready …`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
-//!    20240729 would otherwise think it is in the host network namespace,
-//!    PLATFORM §2);
+//!    20240729 would otherwise think it is in the host network namespace);
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
@@ -161,7 +160,7 @@ pub fn main(mut args: Args) -> i32 {
     let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner(), &mut || {
         watch(&mut anchor_daemons, &mut net)
     });
-    // The network goes after the sandbox (SPEC §5 teardown order).
+    // The network goes after the sandbox (teardown order).
     if let Some(n) = &mut net {
         netns::stop_slirp(n);
     }
