@@ -21,7 +21,7 @@
 //! Names come from `getdents`, never from the upper's contents.
 //!
 //! The helper reports in frames on its stdout (`wire::helper::HelperMsg`)
-//! and takes `HelperCmd::Mapped` on its stdin; operations come as argv.
+//! and takes `HelperCmd::Mapped` (with the operations) on its stdin.
 
 use std::ffi::{CStr, CString};
 use std::io::{self, Write};
@@ -112,7 +112,7 @@ pub fn collect_report(msgs: Vec<HelperMsg>) -> Report {
 
 /// One operation for the helper. Names are relative to `DOMAIN_ROOT/anchor`
 /// (or to the Domain Root for `Size` of `ignored`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Walk `KEY/upper` against the lower at the key's guest path.
     Walk { key: String, driver: Driver },
@@ -121,14 +121,6 @@ pub enum Op {
     Size { name: String, in_root: bool },
     /// Delete `anchor/NAME`, a `.trash-*` tree.
     Remove { name: String },
-}
-
-fn op_args(op: &Op) -> Vec<String> {
-    match op {
-        Op::Walk { key, driver } => vec!["walk".into(), key.clone(), driver.name().into()],
-        Op::Size { name, in_root } => vec![if *in_root { "size-root" } else { "size" }.into(), name.clone()],
-        Op::Remove { name } => vec!["remove".into(), name.clone()],
-    }
 }
 
 /// Runs `ops` in a fresh state helper and returns what it reported.
@@ -142,9 +134,6 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
     cmd.arg("__state-helper").arg("--root").arg(domain_root);
     if let Some(l) = lower_rootfs {
         cmd.arg("--lower").arg(l);
-    }
-    for op in ops {
-        cmd.args(op_args(op));
     }
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -165,7 +154,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         let _ = child.wait();
         return Err(e);
     }
-    let _ = crate::ipc::send(&mut stdin, &HelperCmd::Mapped);
+    let _ = crate::ipc::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
     drop(stdin);
     let report = out.wait_for_report();
     let st = child.wait().map_err(|e| format!("state helper: {e}"))?;
@@ -221,7 +210,8 @@ fn write_helper_maps(pid: i32) -> Result<(), String> {
 
 // ---- the helper ----------------------------------------------------------------------
 
-/// `lazaret __state-helper --root DR [--lower ROOTFS] OP…`.
+/// `lazaret __state-helper --root DR [--lower ROOTFS]`; the operations
+/// arrive with `HelperCmd::Mapped`.
 pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     crate::sys::set_thread_name("lz-state-helper");
     let mut args: Vec<String> = raw.into_iter().map(|a| a.to_string_lossy().to_string()).collect();
@@ -249,9 +239,9 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     }
     let _ = crate::ipc::send(&mut out, &HelperMsg::Userns);
     let _ = out.flush();
-    if !crate::wire::helper::wait_for_mapped(&mut io::stdin()) {
+    let Some(ops) = crate::wire::helper::wait_for_mapped(&mut io::stdin()) else {
         return 1;
-    }
+    };
     let fail = |out: &mut io::StdoutLock, message: String| {
         let _ = crate::ipc::send(out, &HelperMsg::Failed { message });
         1
@@ -272,17 +262,19 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     let lower_fd = lower
         .as_deref()
         .and_then(|l| rustix::fs::open(l, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok());
-    let mut i = 0;
-    while i < args.len() {
-        let op = args[i].as_str();
-        let name = args.get(i + 1).cloned().unwrap_or_default();
+    if let Some(extra) = args.first() {
+        return fail(&mut out, format!("unexpected argument {extra:?}"));
+    }
+    for op in ops {
+        let name = match &op {
+            Op::Walk { key, .. } => key.clone(),
+            Op::Size { name, .. } | Op::Remove { name } => name.clone(),
+        };
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return fail(&mut out, format!("bad name {name:?}"));
         }
         match op {
-            "walk" => {
-                let driver = args.get(i + 2).and_then(|d| Driver::parse(d)).unwrap_or(Driver::Kernel);
-                i += 3;
+            Op::Walk { driver, .. } => {
                 let Some(a) = &anchor_fd else { continue };
                 let Some(guest) = anchor::key_path(&name) else {
                     return fail(&mut out, format!("bad key {name:?}"));
@@ -314,13 +306,8 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     }
                 }
             }
-            "size" | "size-root" => {
-                i += 2;
-                let base = if op == "size" {
-                    anchor_fd.as_ref()
-                } else {
-                    Some(&root_fd)
-                };
+            Op::Size { in_root, .. } => {
+                let base = if !in_root { anchor_fd.as_ref() } else { Some(&root_fd) };
                 let (n, b) = match base.and_then(|d| rustix::fs::openat(d, name.as_str(), dirflags, Mode::empty()).ok())
                 {
                     Some(fd) => tree_size(fd, 0),
@@ -328,8 +315,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                 };
                 size(&mut out, name, n, b);
             }
-            "remove" => {
-                i += 2;
+            Op::Remove { .. } => {
                 if !name.starts_with(anchor::TRASH_PREFIX) {
                     return fail(&mut out, format!("refusing to remove {name:?}: not a trash directory"));
                 }
@@ -339,7 +325,6 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                 };
                 let _ = crate::ipc::send(&mut out, &HelperMsg::Removed { name, error: res.err() });
             }
-            other => return fail(&mut out, format!("unknown operation {other:?}")),
         }
     }
     0

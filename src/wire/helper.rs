@@ -2,13 +2,15 @@
 //! it (`statefs::run_helper`): [`HelperMsg`] on the helper's stdout,
 //! [`HelperCmd`] on its stdin. Order: `Userns` (or `NoUserns`), then
 //! `Mapped` from the parent, then the report (`Entry`, `Finding`, `Size`,
-//! `Removed`) and EOF; `Failed` at any point ends it.
+//! `Removed`) and EOF; `Failed` at any point ends it. The operations
+//! travel with `Mapped`.
 
 use std::io::Read;
 
 use super::{dec_opt_u32, enc_opt_u32, Message, ReadError, UnexpectedMessage};
+use crate::anchor::Driver;
 use crate::ipc::{Dec, DecodeError, Enc, FrameReader};
-use crate::statefs::{Entry, Finding, Kind};
+use crate::statefs::{Entry, Finding, Kind, Op};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HelperMsg {
@@ -30,8 +32,9 @@ pub enum HelperMsg {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HelperCmd {
-    /// The id maps are written: become root of the namespace and work.
-    Mapped,
+    /// The id maps are written: become root of the namespace and carry
+    /// out `ops` in order.
+    Mapped { ops: Vec<Op> },
 }
 
 fn kind_byte(k: Kind) -> u8 {
@@ -142,14 +145,49 @@ impl Message for HelperMsg {
 impl Message for HelperCmd {
     fn encode(&self) -> Vec<u8> {
         match self {
-            HelperCmd::Mapped => Enc::new(1).finish(),
+            HelperCmd::Mapped { ops } => {
+                let mut e = Enc::new(1);
+                e.u32(ops.len() as u32);
+                for op in ops {
+                    match op {
+                        Op::Walk { key, driver } => e.u8(1).str(key).u8(match driver {
+                            Driver::Kernel => 1,
+                            Driver::Fuse => 2,
+                        }),
+                        Op::Size { name, in_root } => e.u8(2).str(name).u8(*in_root as u8),
+                        Op::Remove { name } => e.u8(3).str(name),
+                    };
+                }
+                e.finish()
+            }
         }
     }
 
     fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
         let mut d = Dec::new(payload);
         let m = match d.u8()? {
-            1 => HelperCmd::Mapped,
+            1 => {
+                let mut ops = Vec::new();
+                for _ in 0..d.count()? {
+                    ops.push(match d.u8()? {
+                        1 => Op::Walk {
+                            key: d.str()?,
+                            driver: match d.u8()? {
+                                1 => Driver::Kernel,
+                                2 => Driver::Fuse,
+                                _ => return Err(DecodeError::BadValue("driver")),
+                            },
+                        },
+                        2 => Op::Size {
+                            name: d.str()?,
+                            in_root: d.flag()?,
+                        },
+                        3 => Op::Remove { name: d.str()? },
+                        _ => return Err(DecodeError::BadValue("operation")),
+                    });
+                }
+                HelperCmd::Mapped { ops }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -200,9 +238,13 @@ impl<R: Read> HelperReceiver<R> {
     }
 }
 
-/// The helper's end of its stdin, step 1: wait for `Mapped`.
-pub fn wait_for_mapped(stdin: &mut impl Read) -> bool {
-    matches!(FrameReader::default().recv::<HelperCmd>(stdin), Ok(HelperCmd::Mapped))
+/// The helper's end of its stdin, step 1: wait for `Mapped` and its
+/// operations. EOF or a malformed frame: `None`.
+pub fn wait_for_mapped(stdin: &mut impl Read) -> Option<Vec<Op>> {
+    match FrameReader::default().recv::<HelperCmd>(stdin) {
+        Ok(HelperCmd::Mapped { ops }) => Some(ops),
+        Err(_) => None,
+    }
 }
 
 #[cfg(test)]
@@ -249,7 +291,24 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn samples_cmd() -> Vec<HelperCmd> {
-        vec![HelperCmd::Mapped]
+        vec![
+            HelperCmd::Mapped { ops: vec![] },
+            HelperCmd::Mapped {
+                ops: vec![
+                    Op::Walk {
+                        key: "home%2fagent".into(),
+                        driver: Driver::Fuse,
+                    },
+                    Op::Size {
+                        name: "ignored".into(),
+                        in_root: true,
+                    },
+                    Op::Remove {
+                        name: ".trash-usr-1".into(),
+                    },
+                ],
+            },
+        ]
     }
 
     fn stream(msgs: &[HelperMsg]) -> Vec<u8> {
@@ -283,8 +342,10 @@ pub(crate) mod tests {
             HelperReceiver::new(&s[..]).wait_for_userns().unwrap_err(),
             "expected Userns, received NoUserns"
         );
-        assert!(wait_for_mapped(&mut &HelperCmd::Mapped.encode()[..]));
-        assert!(!wait_for_mapped(&mut &b"mapped\n"[..]));
-        assert!(!wait_for_mapped(&mut &b""[..]));
+        let cmd = &samples_cmd()[1];
+        let HelperCmd::Mapped { ops } = cmd;
+        assert_eq!(wait_for_mapped(&mut &cmd.encode()[..]).as_ref(), Some(ops));
+        assert_eq!(wait_for_mapped(&mut &b"mapped\n"[..]), None);
+        assert_eq!(wait_for_mapped(&mut &b""[..]), None);
     }
 }
