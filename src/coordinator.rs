@@ -52,6 +52,8 @@ pub struct Args {
     pub profile: String,
     pub workspace: PathBuf,
     pub config: PathBuf,
+    /// `--publish` forwards of the CLI that started the Domain.
+    pub publish: Vec<crate::ports::PortForward>,
     /// `--memory/--pids/--cpus` from the CLI that started this Domain
     /// (`cgroup::encode_overrides`).
     pub limits: Option<String>,
@@ -107,6 +109,10 @@ pub fn main(args: Args) -> i32 {
     // The lock file goes last, while we still hold the lock; a CLI that
     // locked the old inode notices it is unlinked and retries.
     let _ = std::fs::remove_file(paths.lock());
+    // The Domain's runtime dir goes too when nothing is left in it (a CLI
+    // that arrives now recreates it; see `cli::connect_or_start`).
+    let _ = std::fs::remove_dir(paths.runsc_root());
+    let _ = std::fs::remove_dir(&paths.run);
     drop(lock);
     code
 }
@@ -212,6 +218,8 @@ struct Coordinator {
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
     net: NetRole,
+    /// Host port forwards (profile `ports` and `--publish`).
+    ports: Vec<crate::ports::PortForward>,
     /// The resource limits that apply, and the generation's cgroup.
     limits: crate::cgroup::Effective,
     cgroup: Option<crate::cgroup::DomainCgroup>,
@@ -264,6 +272,13 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
+        let ports = crate::ports::merge(&profile.ports, &args.publish)?;
+        if !ports.is_empty() && !profile.network {
+            return Err(format!(
+                "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
+                profile.name
+            ));
+        }
         let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
         let limits = crate::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
@@ -326,6 +341,7 @@ impl Coordinator {
             broker: None,
             host_tokens: Vec::new(),
             net,
+            ports,
             limits,
             cgroup: None,
             join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
@@ -461,6 +477,7 @@ impl Coordinator {
         self.start_supervisor()?;
         report.progress("probing the network");
         self.verify_network()?;
+        self.forward_ports(report)?;
         self.publish()
     }
 
@@ -681,6 +698,26 @@ impl Coordinator {
             self.runsc_pid,
             cmd,
         )
+    }
+
+    /// Host port forwards through slirp4netns's API socket; the list goes
+    /// to `gen/ports` for `net show`.
+    fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), String> {
+        if self.ports.is_empty() {
+            return Ok(());
+        }
+        report.progress("forwarding ports");
+        let gen_dir = self.paths.gen_dir();
+        crate::ports::install(
+            &gen_dir.join(crate::ports::API_SOCKET),
+            &self.ports,
+            // slirp4netns's own guest (10.0.2.100) is the router's tap0
+            // now: forwards go to the sandbox's address, which the router
+            // answers ARP for on tap0 and routes to lzr1.
+            crate::netpolicy::SANDBOX_ADDR,
+        )?;
+        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(gen_dir.join(crate::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
     }
 
     /// Makes the generation joinable: the socket appears at its published
@@ -1115,6 +1152,13 @@ impl Coordinator {
                     tty: s.tty,
                 })
                 .collect(),
+            started_at: crate::state::now() - self.published_at.elapsed().as_secs() as i64,
+            pending_escalations: self
+                .sessions
+                .values()
+                .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
+                .sum(),
+            ports: self.ports.iter().map(|p| p.to_string()).collect(),
         }
     }
 
@@ -1332,7 +1376,8 @@ impl Coordinator {
         } else {
             argv
         };
-        let term = env.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
+        let env_in = env;
+        let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
         let id = random_id(8);
         let (client_id, peer_pid) = {
@@ -1343,6 +1388,10 @@ impl Coordinator {
         if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
             env.push(crate::guestsetup::git_env());
         }
+        // Host variables this client passed by name: this session only.
+        // INVARIANT: their values go into the spec pipe and nowhere else
+        // (no argv, no store row, no log line).
+        plan::override_env(&mut env, &crate::passenv::accepted(&env_in));
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.

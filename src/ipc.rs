@@ -11,7 +11,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 /// Bumped on any incompatible change; the handshake refuses a mismatch.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest payload accepted in either direction.
 pub const MAX_FRAME_LEN: usize = 256 * 1024;
 /// Largest chunk of terminal or pipe data sent in one frame.
@@ -88,6 +88,12 @@ pub struct StatusInfo {
     pub runsc_pid: i32,
     pub sandbox_id: String,
     pub sessions: Vec<SessionInfo>,
+    /// Unix seconds when the generation was published.
+    pub started_at: i64,
+    /// Escalation requests waiting for a developer's decision.
+    pub pending_escalations: u32,
+    /// Host port forwards, `ADDR:HOSTPORT:GUESTPORT`.
+    pub ports: Vec<String>,
 }
 
 /// Host Coordinator → Client CLI.
@@ -389,6 +395,7 @@ impl Message for ServerMsg {
                         .str(&x.argv0)
                         .u8(x.tty as u8);
                 }
+                e.u64(s.started_at as u64).u32(s.pending_escalations).strs(&s.ports);
                 e.finish()
             }
             ServerMsg::Closing { reason } => Enc::new(7).str(reason).finish(),
@@ -423,6 +430,7 @@ impl Message for ServerMsg {
                     runsc_pid: d.i32()?,
                     sandbox_id: d.str()?,
                     sessions: Vec::new(),
+                    ..Default::default()
                 };
                 for _ in 0..d.count()? {
                     s.sessions.push(SessionInfo {
@@ -433,6 +441,9 @@ impl Message for ServerMsg {
                         tty: d.flag()?,
                     });
                 }
+                s.started_at = d.u64()? as i64;
+                s.pending_escalations = d.u32()?;
+                s.ports = d.strs()?;
                 ServerMsg::Status(s)
             }
             7 => ServerMsg::Closing { reason: d.str()? },
@@ -592,6 +603,9 @@ mod tests {
                     tty: true,
                     ..Default::default()
                 }],
+                started_at: 1_700_000_000,
+                pending_escalations: 2,
+                ports: vec!["127.0.0.1:18000:8000".into()],
                 ..Default::default()
             }),
             ServerMsg::Closing { reason: "stop".into() },

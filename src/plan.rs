@@ -310,6 +310,14 @@ pub fn session_env(profile_env: &[(String, String)], term: Option<&str>) -> Vec<
     env
 }
 
+/// Sets `vars` in `env`, replacing earlier entries of the same names.
+pub fn override_env(env: &mut Vec<String>, vars: &[(String, String)]) {
+    for (k, v) in vars {
+        env.retain(|e| !e.starts_with(&format!("{k}=")));
+        env.push(format!("{k}={v}"));
+    }
+}
+
 // ---- runsc argv --------------------------------------------------------------
 
 /// Global flags for every runsc invocation of a Domain. Same flags for run,

@@ -9,6 +9,7 @@
 
 mod harness;
 
+mod agent;
 mod attack_net;
 mod attack_view;
 mod escalation;
