@@ -33,14 +33,15 @@ usage: lazaret <command> [options]
 
 commands:
   run [-p P] [-w DIR] [-q] [--memory SIZE] [--pids N] [--cpus N]
-      [-e KEY[=VALUE]]... [--publish [ADDR:]HOSTPORT:GUESTPORT]... [CMD ARGS...]
-                       open a shell (or run CMD) in the Domain's sandbox;
+      [-e KEY[=VALUE]]... [--publish [ADDR:]HOSTPORT:GUESTPORT]... [--root]
+      [CMD ARGS...]    open a shell (or run CMD) in the Domain's sandbox;
                        -e passes a host variable to this session only;
-                       --publish forwards a host port (127.0.0.1 by default)
+                       --publish forwards a host port (127.0.0.1 by default);
+                       --root runs as root when the profile names a user
   ps [--json]          list running Domains: ID prefix, age, sessions, ports
   stop [ID | --all | -p P -w DIR]
                        stop running Domains (their sessions are told why)
-  exec ID [-e KEY[=VALUE]]... [-- CMD ARGS...]
+  exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
                        join a running Domain by ID (prefix) from anywhere
   rm [ID | -p P -w DIR] [--yes] [--json]
                        delete a stopped Domain's state (asks first)
@@ -244,6 +245,9 @@ pub(crate) struct Resolved {
     pub(crate) publish: Vec<crate::ports::PortForward>,
     /// `--memory/--pids/--cpus` for a Domain this CLI starts.
     pub(crate) limit_overrides: String,
+    /// `--root`: this client's session runs as root even when the profile
+    /// names a `user`.
+    pub(crate) root: bool,
 }
 
 pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
@@ -285,6 +289,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         pass,
         publish: Vec::new(),
         limit_overrides: String::new(),
+        root: false,
     })
 }
 
@@ -353,6 +358,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let overrides = limit_flags(&mut args)?;
     let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
     let publish: Vec<String> = args.values_from_str("--publish")?;
+    let as_root = args.contains("--root");
     finish_args(args)?;
     let publish = publish
         .iter()
@@ -373,6 +379,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     r.pass = crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
     r.publish = publish;
+    r.root = as_root;
     r.limit_overrides = crate::cgroup::encode_overrides(&overrides);
     check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
@@ -633,6 +640,7 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         } else {
             None
         },
+        root: r.root,
     };
     if ipc::send(&mut stream, &open).is_err() {
         return Ok(Outcome::Retry);

@@ -113,6 +113,7 @@ const PROFILE_KEYS: &[&str] = &[
     "caps",
     "git_identity",
     "limits",
+    "user",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
@@ -246,6 +247,27 @@ pub struct Profile {
     /// `[profiles.NAME.limits]`: what the user set; unset keys take the
     /// host-derived defaults (`cgroup::Effective`).
     pub limits: Limits,
+    /// `user`: the unprivileged guest user (uid [`GUEST_USER_UID`], home
+    /// `/home/NAME`) sessions run as; `None`: root.
+    pub user: Option<String>,
+}
+
+/// The guest uid and gid of a profile's `user`.
+pub const GUEST_USER_UID: u32 = 1000;
+
+/// A guest user name: `[a-z_][a-z0-9_-]{0,31}`, not `root`.
+pub fn valid_user_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && name != "root"
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
+}
+
+/// The home of guest user `name`.
+pub fn guest_home(name: &str) -> String {
+    format!("/home/{name}")
 }
 
 /// Resource limits as configured; `None` means "the default".
@@ -596,6 +618,7 @@ impl Profile {
             caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
             git_identity: true,
             limits: Limits::default(),
+            user: None,
         }
     }
 
@@ -672,6 +695,9 @@ impl Profile {
             if let Some(v) = v {
                 put(&format!("limits.{tag}"), &[&v.to_string()]);
             }
+        }
+        if let Some(u) = &self.user {
+            put("user", &[u]);
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
@@ -1466,6 +1492,25 @@ impl Schema<'_> {
         }
         if let Some(i) = t.get("limits") {
             p.limits = self.limits(i, &k("limits"))?;
+        }
+        if let Some(i) = t.get("user") {
+            let key = k("user");
+            const EXPECTED: &str = "a user name matching [a-z_][a-z0-9_-]{0,31}, not \"root\"";
+            let name = self.string(i, &key, EXPECTED)?;
+            if !valid_user_name(name) {
+                return Err(self.invalid(i.line, &key, EXPECTED, quote(name)));
+            }
+            // The home keeps the user's logins and tools across restarts.
+            let home = guest_home(name);
+            if !p.persist.iter().any(|q| Path::new(&home).starts_with(q)) {
+                return Err(self.invalid(
+                    i.line,
+                    &key,
+                    format!("a user whose home {home} lies under a persist path (add \"/home\" to persist)"),
+                    quote(name),
+                ));
+            }
+            p.user = Some(name.to_string());
         }
         Ok(p)
     }

@@ -409,7 +409,17 @@ impl Coordinator {
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
         crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
-        binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
+        let mut volume_views = Vec::new();
+        for mut b in crate::guestsetup::volume_binds(&self.profile.volumes) {
+            // A profile `user` sees its volume directories through a view
+            // that shows the developer's files as its own.
+            if self.profile.user.is_some() && b.host.is_dir() {
+                let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
+                volume_views.push((b.host.clone(), mnt.clone()));
+                b.host = mnt;
+            }
+            binds.push(b);
+        }
         if self.profile.git_identity {
             binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
         }
@@ -459,8 +469,10 @@ impl Coordinator {
                 .isolate_ignored
                 .then(|| self.paths.ignored_dir())
                 .as_deref(),
+            self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
         )
         .map_err(|e| e.to_string())?;
+        gitsentry::add_volume_views(&gen_dir, &volume_views).map_err(|e| e.to_string())?;
         binds.extend(views.binds.iter().cloned());
         binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
@@ -477,6 +489,7 @@ impl Coordinator {
         self.start_supervisor()?;
         report.progress("probing the network");
         self.verify_network()?;
+        self.setup_user()?;
         self.forward_ports(report)?;
         self.publish()
     }
@@ -698,6 +711,31 @@ impl Coordinator {
             self.runsc_pid,
             cmd,
         )
+    }
+
+    /// The profile's `user`: its passwd entry and home inside (made once;
+    /// both persist by default), before any session starts. Fails the start
+    /// when the image's ids conflict.
+    fn setup_user(&mut self) -> Result<(), String> {
+        let Some(name) = self.profile.user.clone() else {
+            return Ok(());
+        };
+        let mut cmd = self.runsc_in_ns()?;
+        cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
+        cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("lazaret: user "))
+                .map(|l| crate::display::escape(l.trim_start_matches("lazaret: ")))
+                .unwrap_or_else(|| "the guest could not create it".into());
+            log::warn!("user setup failed: {}", crate::display::escape(&text));
+            return Err(format!("profile {} user {name}: {line}", self.profile.name));
+        }
+        Ok(())
     }
 
     /// Host port forwards through slirp4netns's API socket; the list goes
@@ -1061,7 +1099,17 @@ impl Coordinator {
             (true, None, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) if self.conns[&key].observer => {
                 self.drop_conn(key, "an observer connection may only ask for status")
             }
-            (true, None, ClientMsg::Open { argv, env, cwd, tty }) => self.open_session(key, argv, env, cwd, tty),
+            (
+                true,
+                None,
+                ClientMsg::Open {
+                    argv,
+                    env,
+                    cwd,
+                    tty,
+                    root,
+                },
+            ) => self.open_session(key, argv, env, cwd, tty, root),
             (true, None, ClientMsg::Status) => {
                 let st = self.status();
                 self.send(key, &ServerMsg::Status(st));
@@ -1370,6 +1418,7 @@ impl Coordinator {
         env: Vec<(String, String)>,
         cwd: String,
         tty: Option<ipc::WinSize>,
+        root: bool,
     ) {
         let argv = if argv.is_empty() {
             self.profile.command.clone()
@@ -1384,7 +1433,9 @@ impl Coordinator {
             let c = &self.conns[&key];
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
-        let mut env = plan::session_env(&self.profile.env, term);
+        // The profile's `user` runs every session but `--root` ones.
+        let user = self.profile.user.clone().filter(|_| !root);
+        let mut env = plan::session_env_for(user.as_deref(), &self.profile.env, term);
         if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
             env.push(crate::guestsetup::git_env());
         }
@@ -1418,6 +1469,7 @@ impl Coordinator {
             cwd,
             terminal: tty.is_some(),
             caps: self.profile.caps.clone(),
+            user: user.as_ref().map(|_| (config::GUEST_USER_UID, config::GUEST_USER_UID)),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
         // The spec carries the session's key: it goes through a pipe, never

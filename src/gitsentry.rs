@@ -373,8 +373,14 @@ pub fn plan_views(
 
 /// The coordinator's part: discovers the layout, plans the views, creates
 /// their mount points and the ignored store, and writes `GEN/views` for the
-/// supervisor.
-pub fn prepare_views(workspace: &Path, gen_dir: &Path, ignored_store: Option<&Path>) -> Result<ViewPlan, GitError> {
+/// supervisor. `owner` is the guest id the developer appears as (the profile `user`'s,
+/// or 0).
+pub fn prepare_views(
+    workspace: &Path,
+    gen_dir: &Path,
+    ignored_store: Option<&Path>,
+    owner: u32,
+) -> Result<ViewPlan, GitError> {
     let layout = discover(workspace)?;
     let mut plan = plan_views(workspace, &layout, gen_dir, ignored_store)?;
     plan.views[0].protect = host_git_protected(workspace)?;
@@ -388,8 +394,38 @@ pub fn prepare_views(workspace: &Path, gen_dir: &Path, ignored_store: Option<&Pa
         }
     }
     let f = gen_dir.join("views");
-    std::fs::write(&f, render_views(&plan.views)).map_err(|e| io(&f, e))?;
+    let mut text = render_views(&plan.views);
+    if owner != 0 {
+        text.push_str(&format!("owner\t{owner}\n"));
+    }
+    std::fs::write(&f, text).map_err(|e| io(&f, e))?;
     Ok(plan)
+}
+
+/// Adds plain views (no ignored store, no host Git protections beyond the
+/// view's own) of the volume directories `volumes` as (host dir, mount
+/// point) to `GEN/views`, written by [`prepare_views`] before: a profile
+/// `user` owns its volumes inside as it owns the workspace.
+pub fn add_volume_views(gen_dir: &Path, volumes: &[(PathBuf, PathBuf)]) -> Result<(), GitError> {
+    let io = |p: &Path, e| GitError::Read(p.to_path_buf(), e);
+    let mut text = String::new();
+    for (src, mnt) in volumes {
+        if src.to_string_lossy().contains(['\t', '\n']) {
+            return Err(GitError::UnsafePath(src.clone()));
+        }
+        std::fs::create_dir_all(mnt).map_err(|e| io(mnt, e))?;
+        text.push_str(&render_views(&[ViewSpec {
+            source: src.clone(),
+            mountpoint: mnt.clone(),
+            store: None,
+            git_root: false,
+            protect: Vec::new(),
+        }]));
+    }
+    let f = gen_dir.join("views");
+    let mut all = std::fs::read_to_string(&f).map_err(|e| io(&f, e))?;
+    all.push_str(&text);
+    std::fs::write(&f, all).map_err(|e| io(&f, e))
 }
 
 /// The supervisor's `--views` file: one tab-separated line per view.
@@ -413,9 +449,20 @@ pub fn render_views(views: &[ViewSpec]) -> String {
     out
 }
 
+/// The `owner\tUID` line of a `--views` file: the guest id the developer
+/// appears as in every view (0 when absent).
+pub fn views_owner(text: &str) -> u32 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("owner\t")?.parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn parse_views(text: &str) -> Option<Vec<ViewSpec>> {
     let mut views: Vec<ViewSpec> = Vec::new();
     for l in text.lines() {
+        if l.starts_with("owner\t") {
+            continue;
+        }
         if let Some(p) = l.strip_prefix("protect\t") {
             views.last_mut()?.protect.push(PathBuf::from(p));
             continue;

@@ -41,6 +41,8 @@ pub enum ClientMsg {
         env: Vec<(String, String)>,
         cwd: String,
         tty: Option<WinSize>,
+        /// `--root`: run as root even when the profile names a `user`.
+        root: bool,
     },
     Stdin(Vec<u8>),
     StdinEof,
@@ -296,7 +298,13 @@ impl Message for ClientMsg {
                 .str(profile)
                 .str(fingerprint)
                 .finish(),
-            ClientMsg::Open { argv, env, cwd, tty } => {
+            ClientMsg::Open {
+                argv,
+                env,
+                cwd,
+                tty,
+                root,
+            } => {
                 let mut e = Enc::new(2);
                 e.strs(argv).u32(env.len() as u32);
                 for (k, v) in env {
@@ -307,6 +315,7 @@ impl Message for ClientMsg {
                     Some(w) => e.u8(1).winsize(*w),
                     None => e.u8(0),
                 };
+                e.u8(*root as u8);
                 e.finish()
             }
             ClientMsg::Stdin(d) => Enc::new(3).bytes(d).finish(),
@@ -338,7 +347,14 @@ impl Message for ClientMsg {
                 let env = (0..n).map(|_| Ok((d.str()?, d.str()?))).collect::<Result<_, _>>()?;
                 let cwd = d.str()?;
                 let tty = if d.flag()? { Some(d.winsize()?) } else { None };
-                ClientMsg::Open { argv, env, cwd, tty }
+                let root = d.flag()?;
+                ClientMsg::Open {
+                    argv,
+                    env,
+                    cwd,
+                    tty,
+                    root,
+                }
             }
             3 => ClientMsg::Stdin(d.bytes()?),
             4 => ClientMsg::StdinEof,
@@ -561,12 +577,14 @@ mod tests {
                 env: vec![("TERM".into(), "xterm".into())],
                 cwd: "/workspace/src".into(),
                 tty: Some(WinSize { rows: 40, cols: 132 }),
+                root: false,
             },
             ClientMsg::Open {
                 argv: vec![],
                 env: vec![],
                 cwd: String::new(),
                 tty: None,
+                root: true,
             },
             ClientMsg::Stdin(vec![0, 1, 2, 255]),
             ClientMsg::StdinEof,

@@ -367,6 +367,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     };
     let mut args = pico_args::Arguments::from_vec(opts);
     let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
+    let as_root = args.contains("--root");
     let id: Option<String> = args.opt_free_from_str()?;
     cli::finish_args(args)?;
     let Some(id) = id else {
@@ -393,6 +394,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
     r.pass =
         crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    r.root = as_root;
     if r.domain_id != st.domain_id {
         return Err(Failure::runtime(format!(
             "Domain {} does not match its profile and workspace any more: stop it and start it again",

@@ -26,6 +26,7 @@ options:
   --publish [ADDR:]HOSTPORT:GUESTPORT
                        forward a host port (127.0.0.1 unless ADDR) to a port
                        of a new Domain (docs/agents.md); `-p` is --profile
+  --root               run as root when the profile names a `user`
   -h, --help           this text
 
 `--` is needed only when CMD starts with `-`. Options may also be written
@@ -52,10 +53,11 @@ options:
 ";
 
 pub const EXEC: &str = "\
-usage: lazaret exec ID [-e KEY[=VALUE]]... [-- CMD ARGS...]
+usage: lazaret exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
 
 Joins the running Domain with ID (a prefix as `lazaret ps` prints it) from
-any directory: a session running the profile's command, or CMD.
+any directory: a session running the profile's command, or CMD. --root runs
+it as root when the profile names a `user`.
 ";
 
 pub const RM: &str = "\
