@@ -48,7 +48,11 @@ fn append(path: &str, line: &str) -> Result<(), String> {
         .open(path)
         .map_err(|e| format!("cannot write {path}: {e}"))?;
     let text = std::fs::read(path).unwrap_or_default();
-    let sep = if text.is_empty() || text.ends_with(b"\n") { "" } else { "\n" };
+    let sep = if text.is_empty() || text.ends_with(b"\n") {
+        ""
+    } else {
+        "\n"
+    };
     f.write_all(format!("{sep}{line}\n").as_bytes())
         .map_err(|e| format!("cannot write {path}: {e}"))
 }
@@ -66,7 +70,11 @@ fn setup(name: &str, uid: u32) -> Result<(), String> {
                     "uid {uid} is already the image's user {other:?}: set `user = \"{other}\"` in the profile"
                 ));
             }
-            let shell = if Path::new("/bin/bash").exists() { "/bin/bash" } else { "/bin/sh" };
+            let shell = if Path::new("/bin/bash").exists() {
+                "/bin/bash"
+            } else {
+                "/bin/sh"
+            };
             append("/etc/passwd", &format!("{name}:x:{uid}:{uid}::{home}:{shell}"))?;
             if Path::new("/etc/shadow").exists() {
                 append("/etc/shadow", &format!("{name}:!:::::::"))?;

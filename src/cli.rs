@@ -376,7 +376,8 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .collect::<Result<_, _>>()?;
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
-    r.pass = crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    r.pass =
+        crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
     r.publish = publish;
     r.root = as_root;
@@ -477,7 +478,12 @@ pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
         // The runtime dir was removed by a coordinator that just stopped:
         // not won; the caller recreates the dir and tries again.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Failure::runtime(format!("cannot open the Domain lock {}: {e}", path.display()))),
+        Err(e) => {
+            return Err(Failure::runtime(format!(
+                "cannot open the Domain lock {}: {e}",
+                path.display()
+            )))
+        }
     };
     if !sys::try_lock_exclusive(&f).map_err(|e| Failure::runtime(format!("flock {}: {e}", path.display())))? {
         return Ok(None);

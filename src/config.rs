@@ -262,7 +262,8 @@ pub fn valid_user_name(name: &str) -> bool {
         && b.len() <= 32
         && name != "root"
         && (b[0].is_ascii_lowercase() || b[0] == b'_')
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
 }
 
 /// The home of guest user `name`.
@@ -1529,7 +1530,9 @@ impl Schema<'_> {
             let s = self.string(i, &bkey, EXPECTED)?;
             match s.strip_prefix("debian:") {
                 Some(suite)
-                    if !suite.is_empty() && suite.len() <= 32 && suite.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') =>
+                    if !suite.is_empty()
+                        && suite.len() <= 32
+                        && suite.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') =>
                 {
                     r.suite = Some(suite.to_string())
                 }
@@ -1544,7 +1547,8 @@ impl Schema<'_> {
                 let ok = b.len() >= 2
                     && b.len() <= 100
                     && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-                    && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'+' | b'.' | b'-'));
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'+' | b'.' | b'-'));
                 if !ok {
                     return Err(self.invalid(line, &pkey, EXPECTED, quote(p)));
                 }
@@ -2987,7 +2991,10 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         assert_ne!(fp, d.images["dev"].fingerprint("bookworm"));
         assert_has(
             &err("[profiles.d]\nimage = \"nope\"\n"),
-            &[":2: profiles.d.image: expected an image recipe name defined as [images.NAME]", "\"nope\""],
+            &[
+                ":2: profiles.d.image: expected an image recipe name defined as [images.NAME]",
+                "\"nope\"",
+            ],
         );
         assert_has(&err("[images.default]\n"), &["images.default: expected an image name"]);
         assert_has(
@@ -3030,7 +3037,10 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             &err("[profiles.d]\npass_env = [\"LAZARET_SESSION\"]\n"),
             &["profiles.d.pass_env", "not LAZARET_*"],
         );
-        assert_has(&err("[profiles.d]\npass_env = [\"A\", \"A\"]\n"), &["profiles.d.pass_env"]);
+        assert_has(
+            &err("[profiles.d]\npass_env = [\"A\", \"A\"]\n"),
+            &["profiles.d.pass_env"],
+        );
         assert_has(&err("[profiles.d]\npass_env = \"A\"\n"), &["profiles.d.pass_env"]);
     }
 
@@ -3067,8 +3077,14 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             assert_eq!(want.to_string(), s, "display round-trips");
         }
         for (bad, expected) in [
-            ("debian", "expected an image recipe name defined as [images.NAME] (known: dev)"),
-            ("Debian", "expected one of \"default\", an [images.NAME] recipe name, \"oci:/ABS/PATH:TAG\""),
+            (
+                "debian",
+                "expected an image recipe name defined as [images.NAME] (known: dev)",
+            ),
+            (
+                "Debian",
+                "expected one of \"default\", an [images.NAME] recipe name, \"oci:/ABS/PATH:TAG\"",
+            ),
             (
                 "oci:/srv/img",
                 "expected \"oci:PATH:TAG\" with an absolute PATH and a non-empty TAG",

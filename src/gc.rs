@@ -285,7 +285,11 @@ pub fn cmd_list(json: bool) -> Result<i32> {
             ("name", Json::s(&name)),
             ("bytes", Json::Num(size as i64)),
         ]));
-        out.push_str(&format!("image {}  {:>8}\n", crate::statefs::fit(&name, 40), human_size(size)));
+        out.push_str(&format!(
+            "image {}  {:>8}\n",
+            crate::statefs::fit(&name, 40),
+            human_size(size)
+        ));
     }
     for (name, st, size) in imports(&storage) {
         let state = match st {
@@ -307,7 +311,8 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         out.push_str(&format!(
             "image {name}  {:>8}  {state}{}{users}\n",
             human_size(size),
-            if st == image::ImportState::Failed || (st == image::ImportState::Complete && users.contains("no profile")) {
+            if st == image::ImportState::Failed || (st == image::ImportState::Complete && users.contains("no profile"))
+            {
                 " (`lazaret image prune` removes it)"
             } else {
                 ""
@@ -373,15 +378,18 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         }
         let (kind, what) = match &it {
             crate::imagegc::ImageItem::Build { live: true, .. } => ("build", "image build in progress".to_string()),
-            crate::imagegc::ImageItem::Build { live: false, .. } => {
-                ("build", "interrupted image build (builder is gone): `image prune` removes it".to_string())
-            }
-            crate::imagegc::ImageItem::Old { .. } => {
-                ("old", "old image left by an interrupted rebuild: `image prune` removes it".to_string())
-            }
-            crate::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => {
-                ("import", "imported image no profile uses: `image prune` removes it".to_string())
-            }
+            crate::imagegc::ImageItem::Build { live: false, .. } => (
+                "build",
+                "interrupted image build (builder is gone): `image prune` removes it".to_string(),
+            ),
+            crate::imagegc::ImageItem::Old { .. } => (
+                "old",
+                "old image left by an interrupted rebuild: `image prune` removes it".to_string(),
+            ),
+            crate::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => (
+                "import",
+                "imported image no profile uses: `image prune` removes it".to_string(),
+            ),
             crate::imagegc::ImageItem::Import { profiles, .. } => {
                 ("import", format!("imported image of profile {}", profiles.join(", ")))
             }

@@ -240,7 +240,10 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
 /// Where a non-OCI source (`docker-archive:FILE`, `docker://REF`, in
 /// skopeo's spelling) is imported to.
 pub fn import_layout(storage: &Path, skopeo_src: &str) -> PathBuf {
-    images_dir(storage).join(format!("import-{}", hex(&openssl::sha::sha256(skopeo_src.as_bytes())[..8])))
+    images_dir(storage).join(format!(
+        "import-{}",
+        hex(&openssl::sha::sha256(skopeo_src.as_bytes())[..8])
+    ))
 }
 
 #[derive(DeJson)]
@@ -625,7 +628,11 @@ pub fn build_image(
     let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
     // The base packages go through debootstrap, the rest through apt.
-    let base: Vec<&str> = DEFAULT_PACKAGES.iter().copied().filter(|p| packages.iter().any(|q| q == p)).collect();
+    let base: Vec<&str> = DEFAULT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| packages.iter().any(|q| q == p))
+        .collect();
     let extra: Vec<&str> = packages
         .iter()
         .map(String::as_str)

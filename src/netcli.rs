@@ -40,7 +40,11 @@ pub fn show(
         .then(|| std::fs::read_to_string(gen_dir.join(crate::ports::PORTS_FILE)).ok())
         .flatten()
     {
-        Some(t) => t.lines().map(|l| crate::display::escape(l.trim())).filter(|l| !l.is_empty()).collect(),
+        Some(t) => t
+            .lines()
+            .map(|l| crate::display::escape(l.trim()))
+            .filter(|l| !l.is_empty())
+            .collect(),
         None => profile.ports.iter().map(|p| p.to_string()).collect(),
     };
     if json {

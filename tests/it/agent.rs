@@ -398,17 +398,36 @@ fn ports_forward_host_loopback_into_the_domain() {
         .lz(
             &ws,
             &[
-                "run", "--profile", "web", "--", "python3", "-c", PROBE, "10.0.2.100", "8000", "192.168.0.1", "80",
-                "169.254.169.254", "80", "10.0.2.2", &p1s,
+                "run",
+                "--profile",
+                "web",
+                "--",
+                "python3",
+                "-c",
+                PROBE,
+                "10.0.2.100",
+                "8000",
+                "192.168.0.1",
+                "80",
+                "169.254.169.254",
+                "80",
+                "10.0.2.2",
+                &p1s,
             ],
         )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 0, "{r:?}");
     for a in ["10.0.2.100", "192.168.0.1", "169.254.169.254"] {
-        assert!(r.stdout.contains(&format!("{a} err 111\n")), "{a} must be refused: {r:?}");
+        assert!(
+            r.stdout.contains(&format!("{a} err 111\n")),
+            "{a} must be refused: {r:?}"
+        );
     }
-    assert!(!r.stdout.contains("10.0.2.2 ok"), "host loopback reached through the gateway: {r:?}");
+    assert!(
+        !r.stdout.contains("10.0.2.2 ok"),
+        "host loopback reached through the gateway: {r:?}"
+    );
     let ps = env.lz(&ws, &["ps"]).config_home(&cfg).run();
     assert!(ps.stdout.contains(&format!("127.0.0.1:{p1}:8000")), "{ps:?}");
     assert!(ps.stdout.contains(&format!("127.0.0.1:{p2}:8000")), "{ps:?}");
