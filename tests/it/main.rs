@@ -10,6 +10,7 @@
 mod harness;
 
 mod agent;
+mod agent_v2;
 mod attack_net;
 mod attack_view;
 mod escalation;
