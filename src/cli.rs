@@ -546,7 +546,11 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(log));
+        .stderr(Stdio::from(log))
+        // Only what Lazaret and its helpers read: passed keys and the rest
+        // of the caller's environment stay out of long-lived processes.
+        .env_clear()
+        .envs(crate::passenv::coordinator_env(std::env::vars_os(), &r.pass));
     let (l, s) = (lock.as_raw_fd(), start_wr.as_raw_fd());
     // SAFETY: between fork and exec only async-signal-safe calls; the extra
     // fork detaches the coordinator so it is never our zombie.

@@ -2978,6 +2978,26 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
     }
 
     #[test]
+    fn profile_user() {
+        let c = ok("[profiles.a]\nuser = \"dev\"\n");
+        assert_eq!(c.profiles["a"].user.as_deref(), Some("dev"));
+        assert_eq!(c.profiles["default"].user, None);
+        assert_ne!(c.profiles["a"].fingerprint(), Profile::builtin("a").fingerprint());
+        for bad in ["root", "Dev", "1x", "a b", ""] {
+            assert_has(
+                &err(&format!("[profiles.a]\nuser = {bad:?}\n")),
+                &[":2: profiles.a.user: expected a user name matching"],
+            );
+        }
+        assert_has(
+            &err("[profiles.a]\nuser = \"dev\"\npersist = [\"/usr\"]\n"),
+            &["profiles.a.user: expected a user whose home /home/dev lies under a persist path"],
+        );
+        let c = ok("[profiles.a]\nuser = \"dev\"\npersist = [\"/home/dev\"]\n");
+        assert_eq!(c.profiles["a"].user.as_deref(), Some("dev"));
+    }
+
+    #[test]
     fn image_recipes() {
         let c = ok("[images.web]\nbase = \"debian:bookworm\"\npackages = [\"nodejs\", \"curl\", \"nodejs\"]\n[profiles.d]\nimage = \"web\"\n");
         assert_eq!(c.images["web"].suite.as_deref(), Some("bookworm"));

@@ -80,6 +80,58 @@ pub fn accepted(env: &[(String, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// What of the client's environment the coordinator starts with (and the
+/// supervisor, runsc and the helpers after it, which inherit it): only what
+/// Lazaret and its helpers read. Everything else, the passed variables
+/// (`passed`) included, stays with the client, so a key passed by name is
+/// never in the environment of a long-lived host process (escalated host
+/// commands get a fixed environment of their own).
+pub const COORDINATOR_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_RUNTIME_DIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REGISTRY_AUTH_FILE",
+    "DOCKER_CONFIG",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+];
+
+/// The coordinator's environment (pure): the [`COORDINATOR_ENV`] names and
+/// Lazaret's own `LAZARET_*` switches from `vars`, minus every name in
+/// `passed`.
+pub fn coordinator_env(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    passed: &[(String, String)],
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    vars.into_iter()
+        .filter(|(k, _)| {
+            let name = k.to_string_lossy();
+            (COORDINATOR_ENV.contains(&name.as_ref()) || name.starts_with("LAZARET_"))
+                && !passed.iter().any(|(p, _)| *p == name)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +172,22 @@ mod tests {
             .contains("LAZARET_"));
         assert!(resolve(&[], &["=x".into()], env).is_err());
         assert!(resolve(&[], &[format!("BIG={}", "x".repeat(MAX_VALUE + 1))], env).is_err());
+    }
+
+    #[test]
+    fn the_coordinator_starts_without_passed_or_unknown_variables() {
+        let vars = [
+            ("PATH", "/bin"),
+            ("HOME", "/h"),
+            ("ANTHROPIC_API_KEY", "sk"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("LAZARET_FAULT", "x"),
+            ("HTTPS_PROXY", "p"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let got = coordinator_env(vars, &[("HTTPS_PROXY".into(), "p".into())]);
+        let names: Vec<String> = got.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["PATH", "HOME", "LAZARET_FAULT"]);
     }
 
     #[test]

@@ -239,6 +239,25 @@ fn host_env_by_name_reaches_only_its_session() {
             );
         }
     }
+    // Nor its environment: the coordinator starts with only what Lazaret
+    // needs, so no long-lived helper (coordinator, supervisor, runsc,
+    // slirp4netns, fuse-overlayfs) holds a passed value.
+    let mut helpers = 0;
+    for (pid, uids, cmd) in processes() {
+        if pid == client_pid || !uids.contains(&env.uid) || cmd.contains("lazaret run") {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let environ = String::from_utf8_lossy(&environ);
+        helpers += usize::from(cmd.contains("coordinator"));
+        for v in [&va, &vb, &vc] {
+            assert!(
+                !environ.contains(v.as_str()),
+                "pid {pid} ({cmd}) has a value in its environment"
+            );
+        }
+    }
+    assert!(helpers > 0, "the coordinator runs as the test user");
     let log = std::fs::read(env.runtime_root().join(&id).join("coordinator.log")).unwrap_or_default();
     let log = String::from_utf8_lossy(&log);
     assert!(!log.is_empty(), "the coordinator log exists while the Domain runs");

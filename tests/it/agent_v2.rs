@@ -134,7 +134,17 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
         .spawn_bg();
     assert!(eventually(Duration::from_secs(60), || env.ps_json(&ws).contains(&id)));
     let r = env
-        .lz(&env.home, &["exec", &id[..12], "--", "sh", "-c", "id -u; cat $HOME/keep; ls -ld $HOME"])
+        .lz(
+            &env.home,
+            &[
+                "exec",
+                &id[..12],
+                "--",
+                "sh",
+                "-c",
+                "id -u; cat $HOME/keep; ls -ld $HOME",
+            ],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -200,8 +210,15 @@ echo "standin ok"
     };
     let r = run();
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("logged in") && r.stdout.contains("standin ok"), "{r:?}");
-    assert_eq!(owner(&ws.join("agent-was-here")), env.uid, "workspace files are the user's");
+    assert!(
+        r.stdout.contains("logged in") && r.stdout.contains("standin ok"),
+        "{r:?}"
+    );
+    assert_eq!(
+        owner(&ws.join("agent-was-here")),
+        env.uid,
+        "workspace files are the user's"
+    );
     assert_eq!(owner(&creds.join("token")), env.uid, "the token is the user's file");
     assert_eq!(std::fs::read_to_string(creds.join("token")).unwrap(), "token-1\n");
     // A restart (the Domain stopped when the agent exited): the login stays.
