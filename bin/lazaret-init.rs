@@ -10,6 +10,8 @@
 //!   `init signal-group PGID SIG`   signal one guest process group
 //!   `init probe KEY=VALUE...`      the pre-publication network probe (FR-20),
 //!                                  from the sandbox's own network view
+//!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
+//!                                  home, made when missing (bin/usersetup.rs)
 //!   `init exec -- CMD ARGS...`     every session's command: execs CMD (found
 //!                                  on the session's PATH) in place; a missing
 //!                                  command exits 127, one that cannot be
@@ -18,6 +20,7 @@
 use std::io::Write;
 
 mod probe;
+mod usersetup;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,6 +29,7 @@ fn main() {
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
         ["probe", rest @ ..] => probe::run(rest),
+        ["user-setup", name, uid] => usersetup::run(name, uid),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");

@@ -54,6 +54,8 @@ pub struct Args {
     pub profile: String,
     pub workspace: PathBuf,
     pub config: PathBuf,
+    /// `--publish` forwards of the CLI that started the Domain.
+    pub publish: Vec<crate::ports::PortForward>,
     /// `--memory/--pids/--cpus` from the CLI that started this Domain
     /// (`cgroup::encode_overrides`).
     pub limits: Option<String>,
@@ -111,6 +113,10 @@ pub fn main(args: Args) -> i32 {
     // The lock file goes last, while we still hold the lock; a CLI that
     // locked the old inode notices it is unlinked and retries.
     let _ = std::fs::remove_file(paths.lock());
+    // The Domain's runtime dir goes too when nothing is left in it (a CLI
+    // that arrives now recreates it; see `cli::connect_or_start`).
+    let _ = std::fs::remove_dir(paths.runsc_root());
+    let _ = std::fs::remove_dir(&paths.run);
     drop(lock);
     code
 }
@@ -216,6 +222,8 @@ struct Coordinator {
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
     net: NetRole,
+    /// Host port forwards (profile `ports` and `--publish`).
+    ports: Vec<crate::ports::PortForward>,
     /// The resource limits that apply, and the generation's cgroup.
     limits: crate::cgroup::Effective,
     cgroup: Option<crate::cgroup::DomainCgroup>,
@@ -268,6 +276,13 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
+        let ports = crate::ports::merge(&profile.ports, &args.publish)?;
+        if !ports.is_empty() && !profile.network {
+            return Err(format!(
+                "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
+                profile.name
+            ));
+        }
         let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
         let limits = crate::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
@@ -330,6 +345,7 @@ impl Coordinator {
             broker: None,
             host_tokens: Vec::new(),
             net,
+            ports,
             limits,
             cgroup: None,
             join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
@@ -397,7 +413,17 @@ impl Coordinator {
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
         crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
-        binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
+        let mut volume_views = Vec::new();
+        for mut b in crate::guestsetup::volume_binds(&self.profile.volumes) {
+            // A profile `user` sees its volume directories through a view
+            // that shows the developer's files as its own.
+            if self.profile.user.is_some() && b.host.is_dir() {
+                let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
+                volume_views.push((b.host.clone(), mnt.clone()));
+                b.host = mnt;
+            }
+            binds.push(b);
+        }
         if self.profile.git_identity {
             binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
         }
@@ -447,8 +473,10 @@ impl Coordinator {
                 .isolate_ignored
                 .then(|| self.paths.ignored_dir())
                 .as_deref(),
+            self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
         )
         .map_err(|e| e.to_string())?;
+        gitsentry::add_volume_views(&gen_dir, &volume_views).map_err(|e| e.to_string())?;
         binds.extend(views.binds.iter().cloned());
         binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
@@ -465,6 +493,8 @@ impl Coordinator {
         self.start_supervisor()?;
         report.progress("probing the network");
         self.verify_network()?;
+        self.setup_user()?;
+        self.forward_ports(report)?;
         self.publish()
     }
 
@@ -679,6 +709,51 @@ impl Coordinator {
             self.runsc_pid,
             cmd,
         )
+    }
+
+    /// The profile's `user`: its passwd entry and home inside (made once;
+    /// both persist by default), before any session starts. Fails the start
+    /// when the image's ids conflict.
+    fn setup_user(&mut self) -> Result<(), String> {
+        let Some(name) = self.profile.user.clone() else {
+            return Ok(());
+        };
+        let mut cmd = self.runsc_in_ns()?;
+        cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
+        cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("lazaret: user "))
+                .map(|l| crate::display::escape(l.trim_start_matches("lazaret: ")))
+                .unwrap_or_else(|| "the guest could not create it".into());
+            log::warn!("user setup failed: {}", crate::display::escape(&text));
+            return Err(format!("profile {} user {name}: {line}", self.profile.name));
+        }
+        Ok(())
+    }
+
+    /// Host port forwards through slirp4netns's API socket; the list goes
+    /// to `gen/ports` for `net show`.
+    fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), String> {
+        if self.ports.is_empty() {
+            return Ok(());
+        }
+        report.progress("forwarding ports");
+        let gen_dir = self.paths.gen_dir();
+        crate::ports::install(
+            &gen_dir.join(crate::ports::API_SOCKET),
+            &self.ports,
+            // slirp4netns's own guest (10.0.2.100) is the router's tap0
+            // now: forwards go to the sandbox's address, which the router
+            // answers ARP for on tap0 and routes to lzr1.
+            crate::netpolicy::SANDBOX_ADDR,
+        )?;
+        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(gen_dir.join(crate::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
     }
 
     /// Makes the generation joinable: the socket appears at its published
@@ -1029,7 +1104,17 @@ impl Coordinator {
             (true, None, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) if self.conns[&key].observer => {
                 self.drop_conn(key, "an observer connection may only ask for status")
             }
-            (true, None, ClientMsg::Open { argv, env, cwd, tty }) => self.open_session(key, argv, env, cwd, tty),
+            (
+                true,
+                None,
+                ClientMsg::Open {
+                    argv,
+                    env,
+                    cwd,
+                    tty,
+                    root,
+                },
+            ) => self.open_session(key, argv, env, cwd, tty, root),
             (true, None, ClientMsg::Status) => {
                 let st = self.status();
                 self.send(key, &ServerMsg::Status(st));
@@ -1119,6 +1204,13 @@ impl Coordinator {
                     tty: s.tty,
                 })
                 .collect(),
+            started_at: crate::state::now() - self.published_at.elapsed().as_secs() as i64,
+            pending_escalations: self
+                .sessions
+                .values()
+                .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
+                .sum(),
+            ports: self.ports.iter().map(|p| p.to_string()).collect(),
         }
     }
 
@@ -1330,23 +1422,31 @@ impl Coordinator {
         env: Vec<(String, String)>,
         cwd: String,
         tty: Option<ipc::WinSize>,
+        root: bool,
     ) {
         let argv = if argv.is_empty() {
             self.profile.command.clone()
         } else {
             argv
         };
-        let term = env.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
+        let env_in = env;
+        let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
         let id = random_id(8);
         let (client_id, peer_pid) = {
             let c = &self.conns[&key];
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
-        let mut env = plan::session_env(&self.profile.env, term);
+        // The profile's `user` runs every session but `--root` ones.
+        let user = self.profile.user.clone().filter(|_| !root);
+        let mut env = plan::session_env_for(user.as_deref(), &self.profile.env, term);
         if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
             env.push(crate::guestsetup::git_env());
         }
+        // Host variables this client passed by name: this session only.
+        // INVARIANT: their values go into the spec pipe and nowhere else
+        // (no argv, no store row, no log line).
+        plan::override_env(&mut env, &crate::passenv::accepted(&env_in));
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.
@@ -1373,6 +1473,7 @@ impl Coordinator {
             cwd,
             terminal: tty.is_some(),
             caps: self.profile.caps.clone(),
+            user: user.as_ref().map(|_| (config::GUEST_USER_UID, config::GUEST_USER_UID)),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
         // The spec carries the session's key: it goes through a pipe, never

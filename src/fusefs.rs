@@ -48,7 +48,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -81,6 +81,35 @@ const FOREIGN_BIT: u64 = 1 << 61;
 pub(crate) enum Side {
     Host,
     Store,
+}
+
+/// The guest uid (and gid) the developer appears as: 0 (root), or the
+/// profile `user`'s id ([`crate::config::GUEST_USER_UID`]). Files owned by
+/// the developer (id 0 in the supervisor's user namespace) are shown with
+/// it, and a `chown` to it stores the developer, so a session of that user
+/// owns the workspace it edits and the host user owns what it writes. One
+/// value per supervisor process (it serves one Domain), set before any view
+/// is served.
+static GUEST_OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Sets [`GUEST_OWNER`] (the supervisor, from its `--views` file).
+pub fn set_guest_owner(id: u32) {
+    GUEST_OWNER.store(id, Ordering::Relaxed);
+}
+
+/// The id the sandbox sees for a stored owner id.
+fn shown_id(id: u32) -> u32 {
+    if id == 0 {
+        GUEST_OWNER.load(Ordering::Relaxed)
+    } else {
+        id
+    }
+}
+
+/// The owner id stored for one the sandbox asks for.
+fn stored_id(id: Option<u32>) -> Option<u32> {
+    let owner = GUEST_OWNER.load(Ordering::Relaxed);
+    id.map(|i| if owner != 0 && i == owner { 0 } else { i })
 }
 
 /// Host workspace files stay the developer's: the sandbox's root holds
@@ -235,8 +264,8 @@ fn attr(ino: u64, st: &rustix::fs::Stat) -> FileAttr {
         kind: kind(st.st_mode),
         perm: (st.st_mode & 0o7777) as u16,
         nlink: st.st_nlink as u32,
-        uid: st.st_uid,
-        gid: st.st_gid,
+        uid: shown_id(st.st_uid),
+        gid: shown_id(st.st_gid),
         rdev: st.st_rdev as u32,
         blksize: st.st_blksize as u32,
         flags: 0,
@@ -919,6 +948,7 @@ impl Filesystem for View {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
@@ -1758,11 +1788,12 @@ fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
 /// every view. Called as root of the supervisor's user namespace, before
 /// runsc starts.
 pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
-    let specs = crate::wire::plan::read_views(file).map_err(|e| format!("reading the views: {e}"))?;
+    let (owner, specs) = crate::wire::plan::read_views(file).map_err(|e| format!("reading the views: {e}"))?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
     // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
     crate::sys::raise_nofile();
+    set_guest_owner(owner);
     let mut served = Vec::new();
     for v in specs {
         let store = match &v.store {

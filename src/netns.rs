@@ -203,6 +203,11 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
     if custom_dns {
         cmd.arg("--disable-dns");
     }
+    // Host port forwards are added through it (crate::ports).
+    cmd.arg(format!(
+        "--api-socket={}",
+        router_path.with_file_name(crate::ports::API_SOCKET).display()
+    ));
     cmd.arg(router_path)
         .arg(netpolicy::TAP)
         .stdin(Stdio::null())

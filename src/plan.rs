@@ -261,19 +261,28 @@ pub struct SessionPlan {
     pub env: Vec<String>,
     pub cwd: String,
     pub terminal: bool,
-    /// The profile's capabilities.
+    /// The profile's capabilities (root sessions only).
     pub caps: Vec<String>,
+    /// The profile's `user` as (uid, gid), or `None` for root.
+    pub user: Option<(u32, u32)>,
 }
 
-/// The process spec for `runsc exec --process`.
+/// The process spec for `runsc exec --process`. A session of the profile's
+/// `user` has no capability at all (nothing effective, permitted or in the
+/// bounding set) and no new privileges.
 pub fn process_spec(s: &SessionPlan) -> String {
+    let (uid, gid) = s.user.unwrap_or((0, 0));
+    let caps_set: &[String] = if s.user.is_some() { &[] } else { &s.caps };
     Json::Obj(vec![
         ("terminal", Json::Bool(s.terminal)),
-        ("user", Json::Obj(vec![("uid", Json::Num(0)), ("gid", Json::Num(0))])),
+        (
+            "user",
+            Json::Obj(vec![("uid", Json::Num(uid.into())), ("gid", Json::Num(gid.into()))]),
+        ),
         ("args", Json::strs(&s.argv)),
         ("env", Json::strs(&s.env)),
         ("cwd", Json::s(&s.cwd)),
-        ("capabilities", caps(&s.caps)),
+        ("capabilities", caps(caps_set)),
         ("rlimits", Json::Arr(vec![rlimit_nofile()])),
         ("noNewPrivileges", Json::Bool(true)),
     ])
@@ -292,14 +301,20 @@ pub fn guest_cwd(workspace: &Path, cwd: &Path) -> String {
     }
 }
 
-/// The session environment: fixed basics, the profile's env, then TERM
+/// The session environment: fixed basics (`HOME`, and `USER`/`LOGNAME` for
+/// the profile's guest `user`; `None`: root), the profile's env, then TERM
 /// from the client. Nothing else of the host environment crosses over.
-pub fn session_env(profile_env: &[(String, String)], term: Option<&str>) -> Vec<String> {
-    let mut env = vec![
-        GUEST_PATH.to_string(),
-        "HOME=/root".to_string(),
-        "LANG=C.UTF-8".to_string(),
-    ];
+pub fn session_env_for(user: Option<&str>, profile_env: &[(String, String)], term: Option<&str>) -> Vec<String> {
+    let mut env = vec![GUEST_PATH.to_string()];
+    match user {
+        Some(u) => {
+            env.push(format!("HOME={}", crate::config::guest_home(u)));
+            env.push(format!("USER={u}"));
+            env.push(format!("LOGNAME={u}"));
+        }
+        None => env.push("HOME=/root".to_string()),
+    }
+    env.push("LANG=C.UTF-8".to_string());
     if let Some(t) = term {
         env.push(format!("TERM={t}"));
     }
@@ -308,6 +323,14 @@ pub fn session_env(profile_env: &[(String, String)], term: Option<&str>) -> Vec<
         env.push(format!("{k}={v}"));
     }
     env
+}
+
+/// Sets `vars` in `env`, replacing earlier entries of the same names.
+pub fn override_env(env: &mut Vec<String>, vars: &[(String, String)]) {
+    for (k, v) in vars {
+        env.retain(|e| !e.starts_with(&format!("{k}=")));
+        env.push(format!("{k}={v}"));
+    }
 }
 
 // ---- runsc argv --------------------------------------------------------------
@@ -447,10 +470,31 @@ mod tests {
             cwd: "/workspace".into(),
             terminal: true,
             caps: vec!["CAP_CHOWN".into(), "CAP_NET_ADMIN".into()],
+            user: None,
         });
         assert!(s.contains(r#""bounding":["CAP_CHOWN"]"#), "{s}");
         assert!(s.contains(r#""args":["sh","-c","echo \"a\\b\"\n\u001b"]"#), "{s}");
         assert!(s.contains(r#""terminal":true"#));
+        assert!(s.contains(r#""user":{"uid":0,"gid":0}"#), "{s}");
+    }
+
+    #[test]
+    fn a_user_session_has_its_ids_and_no_capability() {
+        let s = process_spec(&SessionPlan {
+            argv: vec!["id".into()],
+            env: session_env_for(Some("dev"), &[], None),
+            cwd: "/workspace".into(),
+            terminal: false,
+            caps: vec!["CAP_CHOWN".into(), "CAP_DAC_OVERRIDE".into()],
+            user: Some((1000, 1000)),
+        });
+        assert!(s.contains(r#""user":{"uid":1000,"gid":1000}"#), "{s}");
+        assert!(
+            s.contains(r#""capabilities":{"bounding":[],"effective":[],"permitted":[]}"#),
+            "{s}"
+        );
+        assert!(s.contains(r#""noNewPrivileges":true"#), "{s}");
+        assert!(s.contains("\"HOME=/home/dev\",\"USER=dev\",\"LOGNAME=dev\""), "{s}");
     }
 
     #[test]
@@ -464,7 +508,8 @@ mod tests {
 
     #[test]
     fn env_is_built_from_trusted_parts_only() {
-        let env = session_env(
+        let env = session_env_for(
+            None,
             &[("HOME".into(), "/home/a".into()), ("X".into(), "1".into())],
             Some("xterm-256color"),
         );

@@ -189,7 +189,7 @@ struct Selected {
     storage: PathBuf,
 }
 
-fn is_domain_id(s: &str) -> bool {
+pub(crate) fn is_domain_id(s: &str) -> bool {
     s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
@@ -296,6 +296,10 @@ impl Drop for Maintenance {
         // Like the coordinator: unlink while still holding it.
         if self.lock.is_some() {
             let _ = std::fs::remove_file(&self.path);
+            // And the Domain's runtime dir, if that left it empty.
+            if let Some(run) = self.path.parent() {
+                let _ = std::fs::remove_dir(run);
+            }
         }
         self.lock = None;
     }
@@ -322,6 +326,8 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
     // down (or starting): wait a little for it, never while published.
     let deadline = std::time::Instant::now() + wait;
     let lock = loop {
+        // A coordinator that just stopped may have removed the runtime dir.
+        let _ = paths::ensure_private_dir(&p.run);
         if let Some(l) = crate::cli::try_domain_lock(&p.lock()).map_err(|f| StateError::Failed(f.msg))? {
             break l;
         }
@@ -351,7 +357,7 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
 // ---- what is on disk --------------------------------------------------------------------
 
 /// Keys present under `anchor/` (real directories with a key's name).
-fn keys_on_disk(root: &Path) -> Vec<String> {
+pub(crate) fn keys_on_disk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
         for e in rd.flatten() {
@@ -365,7 +371,7 @@ fn keys_on_disk(root: &Path) -> Vec<String> {
     out
 }
 
-fn trash_on_disk(root: &Path) -> Vec<String> {
+pub(crate) fn trash_on_disk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
         for e in rd.flatten() {
@@ -422,7 +428,7 @@ fn header_human(s: &Selected, active: bool) -> String {
 }
 
 /// Guest path of a key for display.
-fn guest(key: &str) -> String {
+pub(crate) fn guest(key: &str) -> String {
     anchor::key_path(key).unwrap_or_else(|| key.to_string())
 }
 
