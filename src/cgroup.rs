@@ -56,6 +56,14 @@ impl Effective {
         Effective::new(l, host_memory().unwrap_or(8 << 30))
     }
 
+    /// The guest's own task limit (RLIMIT_NPROC for the sandbox's
+    /// processes, enforced by gVisor's sentry): sized so a guest flood
+    /// stops inside the sandbox well before the host cgroup's `pids.max`,
+    /// which stays the backstop. See [`guest_tasks`].
+    pub fn guest_tasks(&self) -> u64 {
+        guest_tasks(self.pids)
+    }
+
     pub fn describe(&self) -> String {
         format!(
             "memory {}, pids {}, cpus {}",
@@ -67,6 +75,26 @@ impl Effective {
             }
         )
     }
+}
+
+/// Host tasks kept back, before any guest task, for runsc, the sentry's
+/// and the gofer's threads, slirp4netns, fuse-overlayfs and the
+/// supervisor (an idle Domain uses about 50).
+pub const HOST_TASK_RESERVE: u64 = 80;
+
+/// Host tasks one guest task may cost under gVisor's systrap platform
+/// (measured: about two — the task's stub thread and a share of stub
+/// processes and sentry threads), with margin.
+pub const HOST_TASKS_PER_GUEST_TASK: u64 = 3;
+
+/// The guest task limit for a host `pids` limit: what is left after the
+/// reserve, divided by the host cost of a guest task, and at least 16 so
+/// a shell and a few commands always fit. gVisor counts every task
+/// (thread) of a uid against RLIMIT_NPROC and refuses `fork`/`clone` with
+/// EAGAIN beyond it; the sandbox's processes never hold CAP_SYS_ADMIN or
+/// CAP_SYS_RESOURCE, which would exempt them.
+pub fn guest_tasks(pids: u64) -> u64 {
+    (pids.saturating_sub(HOST_TASK_RESERVE) / HOST_TASKS_PER_GUEST_TASK).max(16)
 }
 
 /// Applies `--memory/--pids/--cpus` given on the command line (encoded by
@@ -510,6 +538,12 @@ impl DomainCgroup {
             self.procs.push(procs.into());
         }
         Ok(())
+    }
+
+    /// Closes the `cgroup.procs` files once the supervisor has joined;
+    /// the directories stay for the counters and teardown.
+    pub fn close_procs(&mut self) {
+        self.procs.clear();
     }
 
     /// Raw fds of the `cgroup.procs` files, for [`join_raw`] after fork.

@@ -455,6 +455,7 @@ impl Coordinator {
             binds,
             netns: self.net.sandbox_netns(),
             caps: self.profile.caps.clone(),
+            nproc: self.limits.guest_tasks(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -516,6 +517,10 @@ impl Coordinator {
             });
         }
         let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
+        // The supervisor joined between fork and exec (or failed to start).
+        if let Some(c) = self.cgroup.as_mut() {
+            c.close_procs();
+        }
         drop(lease_rd);
         drop(status_wr);
         let pid = child.id() as i32;
