@@ -54,6 +54,10 @@ pub struct Args {
     pub anchor_plan: Option<PathBuf>,
     /// Where runsc keeps the root filesystem's non-persisted writes.
     pub scratch: Option<PathBuf>,
+    /// A `/proc/meminfo` with the Domain's memory limit as `MemTotal`
+    /// (`cgroup::meminfo_view`), bound over ours so runsc tells the
+    /// sentry that total.
+    pub meminfo: Option<PathBuf>,
 }
 
 fn status(line: &str) {
@@ -117,6 +121,11 @@ pub fn main(mut args: Args) -> i32 {
     }
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
+    }
+    if let Some(m) = &args.meminfo {
+        if let Err(e) = sys::mount(&m.to_string_lossy(), "/proc/meminfo".as_ref(), "", libc::MS_BIND, None) {
+            return fail(format!("binding {} over /proc/meminfo: {e}", m.display()));
+        }
     }
     // The State Anchor is mounted here, in our mount namespace, before runsc.
     let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::anchor::mount_all) {

@@ -299,14 +299,24 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     let b = env
         .lz(
             &ws,
-            &["run", "--quiet", "--", "sh", "-c", "/bin/echo joined-$((6*7)) && : > /workspace/.joined"],
+            &[
+                "run",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
+            ],
         )
         .run();
     let out = a.wait_with_output_keep();
     let (samples, refused) = (count.finish(), refused.finish());
     eprintln!("session: {out}");
     assert!(flooded, "the flooded session never got usable again: {out}");
-    assert!(out.contains("usable-42"), "the shell was not usable after the flood: {out}");
+    assert!(
+        out.contains("usable-42"),
+        "the shell was not usable after the flood: {out}"
+    );
     assert!(out.contains("a-done"), "the first session did not finish: {out}");
     assert_eq!(b.code, 0, "a new session could not join: {b:?}");
     assert!(b.stdout.contains("joined-42"), "{b:?}");
@@ -324,6 +334,36 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     // The guest's own limit held first: the host cgroup never refused a fork.
     let refused = refused.iter().map(|s| s.1).max().unwrap_or(0);
     assert_eq!(refused, 0, "the host pids limit was reached ({refused} forks refused)");
+}
+
+#[test]
+fn the_guest_sees_the_memory_limit_as_its_total_memory() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    if !delegated(env, "limits::meminfo") {
+        return;
+    }
+    let base = env.dir("lim-meminfo");
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+    let cfg = config(env, &base, "[profiles.default.limits]\nmemory = \"256MiB\"\n");
+    let r = env
+        .lz(&ws, &["run", "--quiet", "--", "sh", "-c", "head -n 1 /proc/meminfo"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let kib: u64 = r
+        .stdout
+        .strip_prefix("MemTotal:")
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no MemTotal: {r:?}"));
+    eprintln!("guest MemTotal: {kib} kB");
+    assert!(
+        kib > 0 && kib <= 256 * 1024,
+        "guest MemTotal {kib} kB with a 256MiB limit"
+    );
 }
 
 #[test]
