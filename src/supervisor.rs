@@ -13,7 +13,8 @@
 //!    router's own route lookups; reports `slirp …` and `net-ready …`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
 //!    20240729 would otherwise think it is in the host network namespace,
-//!    PLATFORM §2);
+//!    PLATFORM §2); with `--meminfo`, bind the Domain's meminfo view over
+//!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
