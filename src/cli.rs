@@ -1025,6 +1025,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         views: args.opt_value_from_str("--views")?,
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
         scratch: args.opt_value_from_str("--scratch")?,
+        meminfo: args.opt_value_from_str("--meminfo")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

@@ -487,6 +487,7 @@ impl Coordinator {
             binds,
             netns: self.net.sandbox_netns(),
             caps: self.profile.caps.clone(),
+            nproc: self.limits.guest_tasks(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
@@ -537,6 +538,7 @@ impl Coordinator {
             .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
+            .args(self.meminfo_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -550,6 +552,10 @@ impl Coordinator {
             });
         }
         let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
+        // The supervisor joined between fork and exec (or failed to start).
+        if let Some(c) = self.cgroup.as_mut() {
+            c.close_procs();
+        }
         drop(lease_rd);
         drop(status_wr);
         let pid = child.id() as i32;
@@ -630,6 +636,26 @@ impl Coordinator {
             host: tmp,
             read_only: false,
         }))
+    }
+
+    /// `--meminfo PATH` for the supervisor when the memory limit is
+    /// enforced: runsc then gives the sentry that total, and the guest's
+    /// `/proc/meminfo` shows the limit instead of the host's RAM.
+    fn meminfo_args(&self) -> Vec<std::ffi::OsString> {
+        if self.cgroup.is_none() {
+            return Vec::new();
+        }
+        let view = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|h| crate::cgroup::meminfo_view(&h, self.limits.memory));
+        let path = self.paths.gen_dir().join("meminfo");
+        match view.map(|v| std::fs::write(&path, v)) {
+            Some(Ok(())) => vec!["--meminfo".into(), path.into()],
+            _ => {
+                log::warn!("the guest will see the host's total memory: /proc/meminfo unreadable or unwritable");
+                Vec::new()
+            }
+        }
     }
 
     /// The generation's cgroup with the Domain's limits; `None` (after a

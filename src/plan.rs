@@ -132,6 +132,9 @@ pub struct SandboxPlan {
     pub netns: Option<PathBuf>,
     /// The profile's capabilities (a subset of `config::DEFAULT_CAPS`).
     pub caps: Vec<String>,
+    /// RLIMIT_NPROC for every process in the sandbox (runsc applies the
+    /// root spec's rlimits to `runsc exec` processes too).
+    pub nproc: u64,
 }
 
 fn caps(set: &[String]) -> Json {
@@ -210,7 +213,7 @@ pub fn sandbox_config(p: &SandboxPlan) -> String {
                 ("env", Json::strs(&[GUEST_PATH])),
                 ("cwd", Json::s("/")),
                 ("capabilities", caps(&p.caps)),
-                ("rlimits", Json::Arr(vec![rlimit_nofile()])),
+                ("rlimits", Json::Arr(vec![rlimit_nofile(), rlimit_nproc(p.nproc)])),
                 ("noNewPrivileges", Json::Bool(true)),
             ]),
         ),
@@ -251,6 +254,16 @@ fn rlimit_nofile() -> Json {
         ("type", Json::s("RLIMIT_NOFILE")),
         ("hard", Json::Num(65536)),
         ("soft", Json::Num(65536)),
+    ])
+}
+
+/// The guest's own task limit: gVisor refuses a fork beyond it with
+/// EAGAIN (see `cgroup::guest_tasks`).
+fn rlimit_nproc(n: u64) -> Json {
+    Json::Obj(vec![
+        ("type", Json::s("RLIMIT_NPROC")),
+        ("hard", Json::Num(n.min(i64::MAX as u64) as i64)),
+        ("soft", Json::Num(n.min(i64::MAX as u64) as i64)),
     ])
 }
 
@@ -431,6 +444,7 @@ mod tests {
             binds: vec![],
             netns: None,
             caps: crate::config::DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
+            nproc: 2709,
         }
     }
 
@@ -450,6 +464,7 @@ mod tests {
         assert!(!c.contains("NET_RAW") && !c.contains("SYS_PTRACE"));
         assert!(c.contains("CAP_CHOWN") && c.contains("CAP_SETUID") && c.contains("CAP_MKNOD"));
         assert!(c.contains(r#""terminal":false"#));
+        assert!(c.contains(r#"{"type":"RLIMIT_NPROC","hard":2709,"soft":2709}"#), "{c}");
         assert!(!c.contains(r#""network""#), "no network namespace without a network");
         let c = sandbox_config(&SandboxPlan {
             netns: Some("/run/g/netns-enforce".into()),

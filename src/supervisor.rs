@@ -13,7 +13,8 @@
 //!    router's own route lookups; reports `Slirp` and `NetReady`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
 //!    20240729 would otherwise think it is in the host network namespace,
-//!    PLATFORM §2);
+//!    PLATFORM §2); with `--meminfo`, bind the Domain's meminfo view over
+//!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
@@ -54,6 +55,10 @@ pub struct Args {
     pub anchor_plan: Option<PathBuf>,
     /// Where runsc keeps the root filesystem's non-persisted writes.
     pub scratch: Option<PathBuf>,
+    /// A `/proc/meminfo` with the Domain's memory limit as `MemTotal`
+    /// (`cgroup::meminfo_view`), bound over ours so runsc tells the
+    /// sentry that total.
+    pub meminfo: Option<PathBuf>,
 }
 
 fn status(msg: &StatusMsg) {
@@ -113,6 +118,11 @@ pub fn main(mut args: Args) -> i32 {
     }
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
+    }
+    if let Some(m) = &args.meminfo {
+        if let Err(e) = sys::mount(&m.to_string_lossy(), "/proc/meminfo".as_ref(), "", libc::MS_BIND, None) {
+            return fail(format!("binding {} over /proc/meminfo: {e}", m.display()));
+        }
     }
     // The State Anchor is mounted here, in our mount namespace, before runsc.
     let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::anchor::mount_all) {
