@@ -161,10 +161,24 @@ pub fn fd_inode(fd: impl AsFd) -> io::Result<u64> {
     Ok(rustix::fs::fstat(fd)?.st_ino)
 }
 
-/// Peer credentials of a connected Unix socket: (pid, uid).
+/// Peer credentials of a connected Unix socket: (pid, uid). The pid is 0
+/// when the peer is in a pid namespace that cannot see it (libc, not
+/// rustix's `UCred`, whose pid may not be 0).
 pub fn peer_uid(fd: impl AsFd) -> io::Result<(i32, u32)> {
-    let c = rustix::net::sockopt::get_socket_peercred(fd)?;
-    Ok((rustix::process::Pid::as_raw(Some(c.pid)), c.uid.as_raw()))
+    // SAFETY: cred is zero-initialised (a valid ucred) and cred and len are
+    // valid out pointers of the right size.
+    unsafe {
+        let mut cred: libc::ucred = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        cvt(libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut _ as *mut libc::c_void,
+            &mut len,
+        ))?;
+        Ok((cred.pid, cred.uid))
+    }
 }
 
 /// A non-blocking inotify instance watching `dir` for files that were
