@@ -181,7 +181,6 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
     drop(wr);
     let start = sys::proc_start_time(child.id() as i32).unwrap_or(0);
     let deadline = Instant::now() + SLIRP_READY_TIMEOUT;
-    let mut p = [sys::PollFd::new(&rd, sys::POLLIN)];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -189,7 +188,7 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
             let _ = child.wait();
             return Err("slirp4netns did not become ready in 10 s".into());
         }
-        if sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) > 0 {
+        if sys::wait_readable(&rd, left.min(Duration::from_secs(1))).unwrap_or(false) {
             break;
         }
     }
