@@ -22,7 +22,6 @@
 //! Pure parts (parsing `/proc/self/cgroup` and mountinfo, the values
 //! written) are separate from the thin syscall layer (mkdir, write).
 
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -308,11 +307,7 @@ impl Mechanism {
 }
 
 fn writable(p: &Path) -> bool {
-    let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: c is a valid NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    crate::sys::writable(p)
 }
 
 fn user_name() -> String {
@@ -577,7 +572,8 @@ impl DomainCgroup {
         self.procs.clear();
     }
 
-    /// Raw fds of the `cgroup.procs` files, for [`join_raw`] after fork.
+    /// Raw fds of the `cgroup.procs` files, written after fork
+    /// (`sys::ChildSetup::write_each`).
     pub fn procs_fds(&self) -> Vec<i32> {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()
     }
@@ -642,19 +638,6 @@ pub fn oom_kills_in(dir: &Path, v2: bool) -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes "0" (the calling process) to each fd: only async-signal-safe
-/// calls, for use between fork and exec.
-pub fn join_raw(fds: &[i32]) -> std::io::Result<()> {
-    for &fd in fds {
-        // SAFETY: write(2) on an fd we own with a static buffer.
-        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-        if n != 1 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// v2: make memory, pids and cpu available to children of `dir`.
 fn enable_controllers(dir: &Path) -> Result<(), String> {
     let p = dir.join("cgroup.subtree_control");
@@ -682,7 +665,7 @@ trait CloexecExt {
 
 impl CloexecExt for std::fs::OpenOptions {
     fn custom_flags_cloexec(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_CLOEXEC)
+        std::os::unix::fs::OpenOptionsExt::custom_flags(self, crate::sys::O_CLOEXEC)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -471,7 +471,7 @@ pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(sys::O_CLOEXEC | sys::O_NOFOLLOW)
         .open(path)
     {
         Ok(f) => f,
@@ -552,22 +552,16 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .env_clear()
         .envs(crate::passenv::coordinator_env(std::env::vars_os(), &r.pass));
     let (l, s) = (lock.as_raw_fd(), start_wr.as_raw_fd());
-    // SAFETY: between fork and exec only async-signal-safe calls; the extra
-    // fork detaches the coordinator so it is never our zombie.
-    unsafe {
-        cmd.pre_exec(move || {
-            sys::reset_signals();
-            sys::setsid()?;
-            sys::install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])?;
-            // Nothing the caller left open (a lock, a pipe someone waits
-            // on) may live on in the coordinator and its helpers.
-            sys::close_fds_from(3, &[coordinator::LOCK_FD, coordinator::START_FD]);
-            match sys::fork()? {
-                0 => Ok(()),
-                _ => sys::exit_now(0),
-            }
-        });
-    }
+    // The extra fork detaches the coordinator so it is never our zombie.
+    sys::ChildSetup::new()
+        .reset_signals()
+        .setsid()
+        .install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])
+        // Nothing the caller left open (a lock, a pipe someone waits
+        // on) may live on in the coordinator and its helpers.
+        .close_fds_from(3, &[coordinator::LOCK_FD, coordinator::START_FD])
+        .detach()
+        .apply(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::runtime(format!("cannot start the coordinator: {e}")))?;
@@ -612,9 +606,9 @@ fn hello(r: &Resolved) -> ClientMsg {
 }
 
 pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Outcome, Failure> {
-    let tty = sys::isatty(0) && sys::isatty(1);
+    let tty = sys::isatty(sys::STDIN) && sys::isatty(sys::STDOUT);
     let size = if tty {
-        sys::get_winsize(0).or_else(|| sys::get_winsize(1))
+        sys::get_winsize(sys::STDIN).or_else(|| sys::get_winsize(sys::STDOUT))
     } else {
         None
     };
@@ -663,31 +657,39 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
     }
     let signals = sys::signal_pipe(&[
-        libc::SIGWINCH,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGTSTP,
-        libc::SIGTERM,
-        libc::SIGHUP,
+        sys::SIGWINCH,
+        sys::SIGINT,
+        sys::SIGQUIT,
+        sys::SIGTSTP,
+        sys::SIGTERM,
+        sys::SIGHUP,
     ])
     .map_err(|e| Failure::runtime(format!("signal pipe: {e}")))?;
     if tty {
-        let mode = sys::TermMode::make_raw(0).map_err(|e| Failure::runtime(format!("cannot set raw mode: {e}")))?;
+        let mode =
+            sys::TermMode::make_raw(sys::STDIN).map_err(|e| Failure::runtime(format!("cannot set raw mode: {e}")))?;
         *SAVED_TERM.lock().unwrap() = Some(mode);
         std::panic::set_hook(Box::new(|info| {
             restore_terminal();
             eprintln!("lazaret: internal error: {info}");
         }));
     }
-    let code = pump(&mut stream, &mut reader, signals.as_raw_fd(), tty);
+    let code = pump(&mut stream, &mut reader, signals.as_fd(), tty);
     restore_terminal();
     code.map(Outcome::Exited)
 }
 
+/// What the client's session loop waits on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PumpEvent {
+    Coordinator,
+    Signals,
+    Stdin,
+}
+
 /// Moves bytes between the terminal and the coordinator until the session
 /// ends. Returns the session's exit status.
-fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: bool) -> Result<i32, Failure> {
-    let sock = stream.as_raw_fd();
+fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'_>, tty: bool) -> Result<i32, Failure> {
     let mut stdin_open = true;
     let mut prompt: Option<Prompt> = None;
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
@@ -697,24 +699,23 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
         if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
             return Ok(code);
         }
-        let mut fds = vec![
-            sys::PollFd::new(sock, libc::POLLIN),
-            sys::PollFd::new(signals, libc::POLLIN),
-        ];
+        let mut fds = sys::PollSet::new();
+        fds.read(&*stream, PumpEvent::Coordinator);
+        fds.read(signals, PumpEvent::Signals);
         if stdin_open {
-            fds.push(sys::PollFd::new(0, libc::POLLIN));
+            fds.read(sys::STDIN, PumpEvent::Stdin);
         }
-        sys::poll(&mut fds, -1).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
-        if fds[1].readable() {
+        fds.wait(None).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
+        if fds.is_readable(PumpEvent::Signals) {
             for sig in sys::drain_signals(signals) {
                 let msg = match sig {
-                    libc::SIGWINCH => sys::get_winsize(0).map(|w| {
+                    sys::SIGWINCH => sys::get_winsize(sys::STDIN).map(|w| {
                         ClientMsg::Resize(ipc::WinSize {
                             rows: w.rows,
                             cols: w.cols,
                         })
                     }),
-                    libc::SIGTERM | libc::SIGHUP => {
+                    sys::SIGTERM | sys::SIGHUP => {
                         restore_terminal();
                         return Ok(128 + sig);
                     }
@@ -725,8 +726,8 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
                 }
             }
         }
-        if stdin_open && fds[2].readable() {
-            match sys::read(0, &mut buf) {
+        if stdin_open && fds.is_readable(PumpEvent::Stdin) {
+            match sys::read(sys::STDIN, &mut buf) {
                 Ok(0) => {
                     stdin_open = false;
                     let _ = ipc::send(stream, &ClientMsg::StdinEof);
@@ -750,7 +751,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
                 }
             }
         }
-        if fds[0].readable() {
+        if fds.is_readable(PumpEvent::Coordinator) {
             let filled = reader.fill(stream);
             // Everything already received is shown before end-of-file is
             // reported: the Exit frame may be in the same read as the EOF.
@@ -776,15 +777,15 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
                 // Our reader is gone (`lazaret run -- yes | head -1`): end
                 // as a shell pipeline member does, 128+SIGPIPE; the
                 // coordinator ends the session when we leave.
-                if let Err(e) = sys::write_all(1, &d) {
-                    if e.raw_os_error() == Some(libc::EPIPE) {
+                if let Err(e) = sys::write_all(sys::STDOUT, &d) {
+                    if e.raw_os_error() == Some(sys::EPIPE) {
                         restore_terminal();
-                        return Ok(Some(128 + libc::SIGPIPE));
+                        return Ok(Some(128 + sys::SIGPIPE));
                     }
                 }
             }
             Ok(Some(ServerMsg::Stderr(d))) => {
-                let _ = sys::write_all(2, &d);
+                let _ = sys::write_all(sys::STDERR, &d);
             }
             Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
             Ok(Some(ServerMsg::Prompt { request_id, text })) => {
@@ -794,7 +795,7 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
                 if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
                     *prompt = None;
                 }
-                let _ = sys::write_all(1, text.as_bytes());
+                let _ = sys::write_all(sys::STDOUT, text.as_bytes());
             }
             Ok(Some(ServerMsg::Closing { reason })) => {
                 restore_terminal();
@@ -927,10 +928,7 @@ fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32>
 /// way it ends `cat` (Rust ignores SIGPIPE, and `println!` then panics on
 /// EPIPE, which the release profile turns into an abort).
 fn sigpipe_default() {
-    // SAFETY: setting a signal disposition before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    sys::default_signal(sys::SIGPIPE);
 }
 
 /// Prints one warning per broken profile other than `except`, once per
@@ -1058,14 +1056,14 @@ const PROMPT_LINE_MAX: usize = 8192;
 
 impl Prompt {
     fn say(s: &str) {
-        let _ = sys::write_all(1, s.as_bytes());
+        let _ = sys::write_all(sys::STDOUT, s.as_bytes());
     }
 
     /// Draws the prompt (the text starts by resetting the terminal state)
     /// and throws away whatever was typed before it.
     fn show(request_id: String, text: &str) -> Prompt {
         Self::say(text);
-        let _ = sys::flush_input(0);
+        let _ = sys::flush_input(sys::STDIN);
         Prompt {
             request_id,
             ignore_until: Instant::now() + PROMPT_GRACE,

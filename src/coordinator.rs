@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -78,12 +78,15 @@ impl Reporter {
 
 pub fn main(args: Args) -> i32 {
     sys::set_thread_name("lz-coordinator");
-    sys::ignore_signal(libc::SIGPIPE);
-    // SAFETY: both fds were handed to us by the spawning CLI and nothing
-    // else in this process owns them.
-    let (lock, start) = unsafe { (File::from_raw_fd(LOCK_FD), File::from_raw_fd(START_FD)) };
-    let _ = sys::set_cloexec(LOCK_FD, true);
-    let _ = sys::set_cloexec(START_FD, true);
+    sys::ignore_signal(sys::SIGPIPE);
+    // Both fds were handed to us by the spawning CLI and nothing else in
+    // this process owns them.
+    let (lock, start) = match (sys::take_inherited(LOCK_FD), sys::take_inherited(START_FD)) {
+        (Ok(l), Ok(s)) => (File::from(l), File::from(s)),
+        _ => return 1,
+    };
+    let _ = sys::set_cloexec(&lock, true);
+    let _ = sys::set_cloexec(&start, true);
     let mut report = Reporter(Some(start));
     match sys::try_lock_exclusive(&lock) {
         Ok(true) => {}
@@ -127,7 +130,6 @@ struct Supervisor {
     child: Child,
     lease: Option<OwnedFd>,
     status: StatusReceiver,
-    status_fd: RawFd,
     userns: File,
     mntns: File,
 }
@@ -253,7 +255,7 @@ fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
         let Some(fd) = fd else { continue };
         while left > 0 {
             let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK.min(left)];
-            match sys::read(fd.as_raw_fd(), &mut buf) {
+            match sys::read(&fd, &mut buf) {
                 Ok(n) if n > 0 => {
                     buf.truncate(n);
                     left -= n;
@@ -315,7 +317,7 @@ impl Coordinator {
             .map_err(|e| e.to_string())?;
         log::info!("domain {domain_id} generation {generation} coordinator {coordinator_id}");
 
-        let signals = sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        let signals = sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP])
             .map_err(|e| io_msg("signal pipe", e))?;
         let mut hc = Coordinator {
             domain_id,
@@ -542,15 +544,12 @@ impl Coordinator {
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
-        // SAFETY: only async-signal-safe syscalls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                sys::reset_signals();
-                crate::cgroup::join_raw(&join)?;
-                sys::install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])?;
-                sys::set_parent_death_signal(libc::SIGKILL)
-            });
-        }
+        sys::ChildSetup::new()
+            .reset_signals()
+            .write_each(&join, b"0") // joins the generation's cgroups
+            .install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])
+            .parent_death_signal(sys::SIGKILL)
+            .apply(&mut cmd);
         let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
         // The supervisor joined between fork and exec (or failed to start).
         if let Some(c) = self.cgroup.as_mut() {
@@ -562,7 +561,6 @@ impl Coordinator {
         let _ = self
             .store
             .set_owned_pid(row, pid, sys::proc_start_time(pid).unwrap_or(0));
-        let status_fd = status_rd.as_raw_fd();
         let mut status = StatusReceiver::new(File::from(status_rd));
         let deadline = Instant::now() + SANDBOX_START_TIMEOUT;
 
@@ -581,12 +579,11 @@ impl Coordinator {
         if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
             self.owned_rows.push(row);
         }
-        crate::wire::send_fd(lease_wr.as_raw_fd(), &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
+        crate::wire::send_fd(&lease_wr, &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
         self.sup = Some(Supervisor {
             child,
             lease: Some(lease_wr),
             status,
-            status_fd,
             userns,
             mntns,
         });
@@ -819,7 +816,7 @@ impl Coordinator {
                     continue;
                 }
             }
-            let (mut fds, tokens) = self.poll_set();
+            let mut fds = self.poll_set();
             let next = self
                 .broker
                 .as_ref()
@@ -833,14 +830,12 @@ impl Coordinator {
             if self.broker.as_ref().is_some_and(|b| b.backlog) {
                 timeout_ms = 0;
             }
-            if let Err(e) = sys::poll(&mut fds, timeout_ms) {
+            if let Err(e) = fds.wait(Some(Duration::from_millis(timeout_ms as u64))) {
                 log::error!("poll: {e}");
                 return 1;
             }
-            for (fd, tok) in fds.iter().zip(tokens) {
-                if fd.readable() || fd.writable() || fd.hangup() {
-                    self.dispatch(tok, fd);
-                }
+            for (tok, fd) in fds.ready().collect::<Vec<_>>() {
+                self.dispatch(tok, &fd);
             }
             if let Some(b) = self.broker.as_mut() {
                 b.reap();
@@ -875,34 +870,30 @@ impl Coordinator {
         }
     }
 
-    fn poll_set(&mut self) -> (Vec<sys::PollFd>, Vec<Token>) {
-        let mut fds = Vec::new();
-        let mut toks = Vec::new();
-        let mut add = |fd: RawFd, ev: libc::c_short, t: Token| {
-            fds.push(sys::PollFd::new(fd, ev));
-            toks.push(t);
-        };
-        add(self.signals.as_raw_fd(), libc::POLLIN, Token::Signals);
+    fn poll_set(&mut self) -> sys::PollSet<Token> {
+        let mut set = sys::PollSet::new();
+        let mut add = |fd: std::os::fd::BorrowedFd<'_>, ev: sys::PollEvents, t: Token| set.add(fd, ev, t);
+        add(self.signals.as_fd(), sys::POLLIN, Token::Signals);
         if let Some(l) = &self.listener {
-            add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
+            add(l.as_fd(), sys::POLLIN, Token::Listener);
         }
         if let Some(s) = &self.sup {
-            add(s.status_fd, libc::POLLIN, Token::SupervisorStatus);
+            add(s.status.fd(), sys::POLLIN, Token::SupervisorStatus);
         }
         let mut host_tokens = Vec::new();
         if let Some(b) = &self.broker {
-            add(b.inotify_fd(), libc::POLLIN, Token::Mailbox);
+            add(b.inotify_fd(), sys::POLLIN, Token::Mailbox);
             for (fd, id) in b.poll_fds() {
-                add(fd, libc::POLLIN, Token::HostOutput(host_tokens.len()));
+                add(fd, sys::POLLIN, Token::HostOutput(host_tokens.len()));
                 host_tokens.push(id);
             }
         }
         for (&k, c) in &self.conns {
             if !c.closing {
-                add(c.stream.as_raw_fd(), libc::POLLIN, Token::ConnRead(k));
+                add(c.stream.as_fd(), sys::POLLIN, Token::ConnRead(k));
             }
             if !c.out.is_empty() {
-                add(c.stream.as_raw_fd(), libc::POLLOUT, Token::ConnWrite(k));
+                add(c.stream.as_fd(), sys::POLLOUT, Token::ConnWrite(k));
             }
         }
         for (&k, s) in &self.sessions {
@@ -910,27 +901,27 @@ impl Coordinator {
             // While an escalation prompt is up, the session's output waits.
             if backlog < CONN_OUT_MAX && s.prompt.is_none() {
                 if let Some(o) = &s.output {
-                    add(o.as_raw_fd(), libc::POLLIN, Token::SessionOut(k));
+                    add(o.as_fd(), sys::POLLIN, Token::SessionOut(k));
                 }
                 if let Some(o) = &s.errout {
-                    add(o.as_raw_fd(), libc::POLLIN, Token::SessionErr(k));
+                    add(o.as_fd(), sys::POLLIN, Token::SessionErr(k));
                 }
             }
             if let Some(i) = &s.input {
                 if !s.pending_in.is_empty() {
-                    add(i.as_raw_fd(), libc::POLLOUT, Token::SessionIn(k));
+                    add(i.as_fd(), sys::POLLOUT, Token::SessionIn(k));
                 }
             }
         }
         self.host_tokens = host_tokens;
-        (fds, toks)
+        set
     }
 
     fn dispatch(&mut self, tok: Token, fd: &sys::PollFd) {
         match tok {
             Token::Signals => {
-                for s in sys::drain_signals(self.signals.as_raw_fd()) {
-                    if s == libc::SIGCHLD {
+                for s in sys::drain_signals(&self.signals) {
+                    if s == sys::SIGCHLD {
                         self.reap();
                     } else {
                         self.stop_reason = Some(format!("the coordinator received signal {s}"));
@@ -987,7 +978,7 @@ impl Coordinator {
             let Some(l) = &self.listener else { return };
             let Ok((stream, _)) = l.accept() else { return };
             // INVARIANT: only our own uid may talk to the coordinator.
-            let (pid, uid) = match sys::peer_uid(stream.as_raw_fd()) {
+            let (pid, uid) = match sys::peer_uid(&stream) {
                 Ok(v) => v,
                 Err(_) => continue,
             };
@@ -1172,7 +1163,7 @@ impl Coordinator {
                 }
             }
             (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
-            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == libc::SIGQUIT => {
+            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == sys::SIGQUIT => {
                 // SIGQUIT goes to the guest session, never to `runsc exec`:
                 // Go's runtime would answer it with a goroutine dump on the
                 // user's terminal and exit 2.
@@ -1185,7 +1176,7 @@ impl Coordinator {
             }
             (true, Some(s), ClientMsg::Signal(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
-                    if matches!(sig as i32, libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP) {
+                    if matches!(sig as i32, sys::SIGINT | sys::SIGTSTP | sys::SIGTERM | sys::SIGHUP) {
                         // runsc exec forwards what it receives to its guest process.
                         let _ = sys::kill(sess.exec.id() as i32, sig as i32);
                     }
@@ -1425,19 +1416,15 @@ impl Coordinator {
     /// namespaces, where runsc's state and the sandbox live.
     fn runsc_in_ns(&self) -> Result<Command, String> {
         let sup = self.sup.as_ref().ok_or("the sandbox is not running")?;
-        let (u, m) = (sup.userns.as_raw_fd(), sup.mntns.as_raw_fd());
         let mut cmd = Command::new("runsc");
         cmd.args(&self.runsc_args);
-        // SAFETY: only async-signal-safe syscalls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                sys::reset_signals();
-                sys::setns(u, libc::CLONE_NEWUSER)?;
-                sys::setns(m, libc::CLONE_NEWNS)?;
-                sys::chdir(Path::new("/"))?;
-                sys::set_parent_death_signal(libc::SIGKILL)
-            });
-        }
+        sys::ChildSetup::new()
+            .reset_signals()
+            .setns(&sup.userns, sys::CLONE_NEWUSER)
+            .setns(&sup.mntns, sys::CLONE_NEWNS)
+            .chdir(Path::new("/"))
+            .parent_death_signal(sys::SIGKILL)
+            .apply(&mut cmd);
         Ok(cmd)
     }
 
@@ -1563,7 +1550,7 @@ impl Coordinator {
         }
         let (spec_rd, spec_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
         // Fits the pipe buffer: the write cannot block.
-        sys::write_all(spec_wr.as_raw_fd(), spec).map_err(|e| io_msg("pipe", e))?;
+        sys::write_all(&spec_wr, spec).map_err(|e| io_msg("pipe", e))?;
         drop(spec_wr);
         let sp = spec_rd.as_raw_fd();
         let mut cmd = self.runsc_in_ns()?;
@@ -1578,30 +1565,20 @@ impl Coordinator {
             }))
             .map_err(|e| io_msg("openpty", e))?;
             let s = slave.as_raw_fd();
-            // SAFETY: async-signal-safe syscalls only; runs before the
-            // namespace hook installed by runsc_in_ns.
-            unsafe {
-                cmd.pre_exec(move || {
-                    sys::setsid()?;
-                    sys::install_fds(&[(s, 0), (s, 1), (s, 2), (sp, 3)])?;
-                    sys::set_controlling_tty(0)
-                });
-            }
+            sys::ChildSetup::new()
+                .setsid()
+                .install_fds(&[(s, 0), (s, 1), (s, 2), (sp, 3)])
+                .controlling_tty(0)
+                .apply(&mut cmd);
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
             drop(slave);
             drop(spec_rd);
-            sys::set_nonblocking(master.as_raw_fd(), true).map_err(|e| io_msg("pty", e))?;
+            sys::set_nonblocking(&master, true).map_err(|e| io_msg("pty", e))?;
             let out = master.try_clone().map_err(|e| io_msg("pty", e))?;
             Ok((child, master, out, None))
         } else {
-            // SAFETY: setsid and dup2 are async-signal-safe.
-            unsafe {
-                cmd.pre_exec(move || {
-                    sys::setsid()?;
-                    sys::install_fds(&[(sp, 3)])
-                });
-            }
+            sys::ChildSetup::new().setsid().install_fds(&[(sp, 3)]).apply(&mut cmd);
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
             let mut child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
             drop(spec_rd);
@@ -1609,7 +1586,7 @@ impl Coordinator {
             let o: OwnedFd = child.stdout.take().unwrap().into();
             let e: OwnedFd = child.stderr.take().unwrap().into();
             for fd in [&i, &o, &e] {
-                sys::set_nonblocking(fd.as_raw_fd(), true).map_err(|e| io_msg("pipe", e))?;
+                sys::set_nonblocking(&fd, true).map_err(|e| io_msg("pipe", e))?;
             }
             Ok((child, i, o, Some(e)))
         }
@@ -1628,11 +1605,7 @@ impl Coordinator {
         let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
         let Some(fd) = fd else { return };
         let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
-        let r = if readable {
-            sys::read(fd.as_raw_fd(), &mut buf)
-        } else {
-            Ok(0)
-        };
+        let r = if readable { sys::read(&fd, &mut buf) } else { Ok(0) };
         match r {
             Ok(n) if n > 0 => {
                 buf.truncate(n);
@@ -1684,7 +1657,7 @@ impl Coordinator {
             return;
         };
         while !s.pending_in.is_empty() {
-            match sys::write(fd.as_raw_fd(), &s.pending_in) {
+            match sys::write(&fd, &s.pending_in) {
                 Ok(n) => {
                     s.pending_in.drain(..n);
                 }
@@ -1699,7 +1672,7 @@ impl Coordinator {
         if s.eof_after_input && s.pending_in.is_empty() {
             if s.tty {
                 // A terminal has no EOF of its own; ^D at line start is it.
-                let _ = sys::write(fd.as_raw_fd(), &[4]);
+                let _ = sys::write(&fd, &[4]);
             } else {
                 s.input = None;
             }
@@ -1721,7 +1694,7 @@ impl Coordinator {
         if let Some(fd) = &s.input {
             if s.tty {
                 let _ = sys::set_winsize(
-                    fd.as_raw_fd(),
+                    fd,
                     sys::WinSize {
                         rows: w.rows,
                         cols: w.cols,
@@ -1741,7 +1714,7 @@ impl Coordinator {
             return;
         }
         let Some(pid) = Self::guest_pid(s) else { return };
-        if let Ok(child) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), &libc::SIGWINCH.to_string()]) {
+        if let Ok(child) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), &sys::SIGWINCH.to_string()]) {
             self.helpers.push(child);
         }
         if let Some(s) = self.sessions.get_mut(&skey) {
@@ -1938,18 +1911,8 @@ impl Coordinator {
         }
         if let Some(mut sup) = self.sup.take() {
             sup.lease = None; // EOF: the supervisor stops the sandbox.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Ok(Some(_)) = sup.child.try_wait() {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    log::warn!("supervisor did not stop in time: killing it");
-                    let _ = sup.child.kill();
-                    let _ = sup.child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
+            if sys::wait_deadline(&mut sup.child, Duration::from_secs(10)).is_none() {
+                log::warn!("supervisor did not stop in time: killed it");
             }
         }
         if let Some(mut c) = self.cgroup.take() {
@@ -1965,7 +1928,7 @@ impl Coordinator {
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
                     if sys::same_process(pid, st) {
                         log::warn!("{} (pid {pid}) outlived teardown: killing it", o.name);
-                        let _ = sys::kill(pid, libc::SIGKILL);
+                        let _ = sys::kill(pid, sys::SIGKILL);
                     }
                 }
                 let _ = self.store.release(o.row);
@@ -2112,7 +2075,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
                     o.name,
                     o.generation
                 );
-                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::kill(pid, sys::SIGKILL);
             }
             ("process", Some(pid), Some(_)) => {
                 log::info!(

@@ -63,6 +63,7 @@ use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
 use crate::gitshape;
 use crate::ignored::IgnoreRules;
+use crate::sys;
 
 /// How long the kernel may cache entries and attributes under a host
 /// directory that is not watched: host-side edits show up within this time.
@@ -133,7 +134,7 @@ fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
     if side != Side::Host {
         return m;
     }
-    let strip = libc::S_ISUID | libc::S_IWOTH | if dir { 0 } else { libc::S_ISGID };
+    let strip = sys::S_ISUID | sys::S_IWOTH | if dir { 0 } else { sys::S_ISGID };
     m & !strip
 }
 
@@ -165,7 +166,7 @@ impl Node {
             protected: false,
             lookups: 0,
             dir: is_dir(st),
-            regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+            regular: st.st_mode & sys::S_IFMT == sys::S_IFREG,
             host_ino: st.st_ino,
             fd: None,
             pinned: false,
@@ -233,13 +234,13 @@ fn open_root(p: &Path) -> io::Result<(OwnedFd, u64)> {
 }
 
 fn kind(mode: u32) -> FileType {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        libc::S_IFIFO => FileType::NamedPipe,
-        libc::S_IFSOCK => FileType::Socket,
-        libc::S_IFCHR => FileType::CharDevice,
-        libc::S_IFBLK => FileType::BlockDevice,
+    match mode & sys::S_IFMT {
+        sys::S_IFDIR => FileType::Directory,
+        sys::S_IFLNK => FileType::Symlink,
+        sys::S_IFIFO => FileType::NamedPipe,
+        sys::S_IFSOCK => FileType::Socket,
+        sys::S_IFCHR => FileType::CharDevice,
+        sys::S_IFBLK => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
 }
@@ -322,16 +323,16 @@ fn negative() -> FileAttr {
 /// CAP_FSETID, which would keep them.
 fn kill_priv(f: impl AsFd) -> Result<(), Errno> {
     let mode = rustix::fs::fstat(&f).map_err(errno)?.st_mode;
-    let sgid = libc::S_ISGID | libc::S_IXGRP;
-    if mode & libc::S_ISUID != 0 || mode & sgid == sgid {
-        let keep = mode & 0o7777 & !libc::S_ISUID & !(if mode & sgid == sgid { libc::S_ISGID } else { 0 });
+    let sgid = sys::S_ISGID | sys::S_IXGRP;
+    if mode & sys::S_ISUID != 0 || mode & sgid == sgid {
+        let keep = mode & 0o7777 & !sys::S_ISUID & !(if mode & sgid == sgid { sys::S_ISGID } else { 0 });
         rustix::fs::fchmod(&f, Mode::from_raw_mode(keep)).map_err(errno)?;
     }
     Ok(())
 }
 
 fn is_dir(st: &rustix::fs::Stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+    st.st_mode & sys::S_IFMT == sys::S_IFDIR
 }
 
 fn split(rel: &Path) -> (&Path, &OsStr) {
@@ -846,12 +847,12 @@ impl View {
 }
 
 fn open_flags(flags: i32) -> OFlags {
-    let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_NONBLOCK | libc::O_SYNC | libc::O_DSYNC | libc::O_TRUNC;
+    let keep = sys::O_ACCMODE | sys::O_APPEND | sys::O_NONBLOCK | sys::O_SYNC | sys::O_DSYNC | sys::O_TRUNC;
     OFlags::from_bits_retain((flags & keep) as u32) | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 fn writes(flags: i32) -> bool {
-    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+    flags & sys::O_ACCMODE != sys::O_RDONLY || flags & sys::O_TRUNC != 0
 }
 
 impl Filesystem for View {
@@ -971,12 +972,7 @@ impl Filesystem for View {
                     rustix::fs::fchmod(&*f, Mode::from_raw_mode(host_mode(side, m, d))).map_err(errno)?;
                 }
                 if uid.is_some() || gid.is_some() {
-                    nix::unistd::fchown(
-                        f.as_raw_fd(),
-                        uid.map(nix::unistd::Uid::from_raw),
-                        gid.map(nix::unistd::Gid::from_raw),
-                    )
-                    .map_err(|e| Errno::from_i32(e as i32))?;
+                    sys::fchown(&*f, uid, gid).map_err(errno)?;
                 }
                 if atime.is_some() || mtime.is_some() {
                     rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
@@ -1027,7 +1023,7 @@ impl Filesystem for View {
                     Ok(fd) => {
                         use std::os::unix::fs::PermissionsExt;
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
-                        if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+                        if st.st_mode & sys::S_IFMT != sys::S_IFLNK {
                             let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
                             std::fs::set_permissions(
                                 proc,
@@ -1040,14 +1036,7 @@ impl Filesystem for View {
                 }
             }
             if uid.is_some() || gid.is_some() {
-                nix::unistd::fchownat(
-                    Some(d.as_raw_fd()),
-                    target,
-                    uid.map(nix::unistd::Uid::from_raw),
-                    gid.map(nix::unistd::Gid::from_raw),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| Errno::from_i32(e as i32))?;
+                sys::lchownat(&d, target, uid, gid).map_err(errno)?;
             }
             if atime.is_some() || mtime.is_some() {
                 let times = timestamps(atime, mtime);
@@ -1178,7 +1167,7 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
-            let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
+            let link = st.st_mode & sys::S_IFMT == sys::S_IFLNK;
             let git_from =
                 side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
             let git_to =
@@ -1193,7 +1182,7 @@ impl Filesystem for View {
             if nside != side {
                 if side == Side::Host
                     && nside == Side::Store
-                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_mode & sys::S_IFMT == sys::S_IFREG
                     && !flags.contains(RenameFlags::RENAME_EXCHANGE)
                     && self.git_domain_side(&to)
                 {
@@ -1479,7 +1468,7 @@ impl Filesystem for View {
             let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
             let no_open = self.no_open.load(Ordering::Relaxed);
-            let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
+            let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & sys::O_EXCL) as u32);
             if no_open {
                 // The fd becomes the node's cached fd: readable and writable,
                 // positioned writes (the kernel computes append offsets).
@@ -1702,7 +1691,7 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         "lazaret",
         mountpoint,
         "fuse",
-        libc::MS_NOSUID | libc::MS_NODEV,
+        sys::MS_NOSUID | sys::MS_NODEV,
         Some(&data),
     )?;
     let mut cfg = fuser::Config::default();
@@ -1742,7 +1731,7 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
             }
         };
         for ev in &events {
-            if ev.mask & libc::IN_IGNORED != 0 {
+            if ev.mask & sys::IN_IGNORED != 0 {
                 w.dropped(ev.wd);
             }
         }

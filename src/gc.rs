@@ -44,7 +44,7 @@ fn open_gc_lock(storage: &Path) -> std::io::Result<File> {
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_CLOEXEC | crate::sys::O_NOFOLLOW)
         .open(lowers.join(GC_LOCK))
 }
 
@@ -135,7 +135,7 @@ fn scan(storage: &Path) -> Vec<Item> {
         let marker = if is_dir {
             std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(crate::sys::O_NOFOLLOW)
                 .open(lowers.join(&n).join("lazaret-artifact"))
                 .ok()
                 .and_then(|f| {

@@ -77,7 +77,7 @@ const BUILD_NEEDS: u64 = 400 << 20;
 /// error says so (checked before the failed step's files are removed).
 fn no_space_or(e: ImageError, path: &Path) -> ImageError {
     let said = match &e {
-        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(crate::sys::ENOSPC) | Some(crate::sys::EDQUOT)),
         ImageError::Tool { log, .. } => crate::nospace::mentions(log),
         _ => false,
     };
@@ -146,7 +146,7 @@ pub struct Progress {
 impl Progress {
     pub fn new(quiet: bool) -> Progress {
         Progress {
-            on: !quiet && crate::sys::isatty(2),
+            on: !quiet && crate::sys::isatty(crate::sys::STDERR),
             shown: false,
         }
     }
@@ -434,7 +434,7 @@ fn real_file(root: &Path, rel: &str) -> Result<()> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_NOFOLLOW)
         .open(&p)
         .map(drop)
         .map_err(|e| ImageError::Io(p, e))

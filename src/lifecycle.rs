@@ -286,7 +286,7 @@ fn lock_free(path: &Path) -> bool {
     match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_CLOEXEC | crate::sys::O_NOFOLLOW)
         .open(path)
     {
         Err(e) => e.kind() == io::ErrorKind::NotFound,
@@ -619,7 +619,7 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
         eprint!("{out}");
     }
     if !yes {
-        if !crate::sys::isatty(0) {
+        if !crate::sys::isatty(crate::sys::STDIN) {
             return Err(StateError::Usage(
                 "not removing: confirm with --yes (stdin is not a terminal)".into(),
             ));

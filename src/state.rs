@@ -105,25 +105,13 @@ pub fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// Writes `domain.json` atomically (temp file, rename). Coordinator only.
+/// Writes `domain.json` atomically and durably (temp file, fsync, rename,
+/// fsync of the directory). Coordinator only.
 pub fn write_meta(root: &Path, m: &DomainMeta) -> io::Result<()> {
     let p = root.join(META_FILE);
     let tmp = root.join(format!(".{META_FILE}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
     // A write that fails (a full disk) leaves no temp file behind.
-    let written = f.write_all(m.render().as_bytes()).and_then(|_| f.sync_all());
-    drop(f);
-    let done = written.and_then(|_| std::fs::rename(&tmp, &p));
-    if done.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    done
+    crate::sys::write_durable(&p, &tmp, m.render().as_bytes(), 0o600)
 }
 
 /// Whether `name` is a `domain.json` temp file of [`write_meta`]; one found
@@ -137,7 +125,7 @@ pub fn is_meta_temp(name: &str) -> bool {
 pub fn read_meta(root: &Path) -> Option<DomainMeta> {
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_NOFOLLOW)
         .open(root.join(META_FILE))
         .ok()?;
     if !f.metadata().ok()?.is_file() {
@@ -1025,7 +1013,7 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
         eprint!("{out}");
     }
     if !yes {
-        if !crate::sys::isatty(0) {
+        if !crate::sys::isatty(crate::sys::STDIN) {
             return Err(StateError::Usage(
                 "not resetting: confirm with --yes (stdin is not a terminal)".into(),
             ));
