@@ -10,6 +10,8 @@
 //!   `init signal-group PGID SIG`   signal one guest process group
 //!   `init probe KEY=VALUE...`      the pre-publication network probe,
 //!                                  from the sandbox's own network view
+//!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
+//!                                  home, made when missing (bin/usersetup.rs)
 //!   `init exec -- CMD ARGS...`     every session's command: execs CMD (found
 //!                                  on the session's PATH) in place; a missing
 //!                                  command exits 127, one that cannot be
@@ -18,6 +20,12 @@
 use std::io::Write;
 
 mod probe;
+mod usersetup;
+// The crate's syscall layer, shared by path: every `unsafe` and `libc::`
+// of this binary lives there too. Most of it is for the `lazaret` binary.
+#[path = "../src/sys/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod sys;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -26,6 +34,7 @@ fn main() {
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
         ["probe", rest @ ..] => probe::run(rest),
+        ["user-setup", name, uid] => usersetup::run(name, uid),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");
@@ -49,22 +58,14 @@ fn exec_command(cmd: &str, argv: &[String]) -> i32 {
         eprintln!("lazaret: {shown}: an argument contains a NUL byte");
         return 126;
     };
-    let mut ptrs: Vec<*const libc::c_char> = c_argv.iter().map(|a| a.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
     // Rust ignores SIGPIPE in its own processes; the command gets the default.
-    // SAFETY: resetting a signal disposition and execvp with NUL-terminated
-    // strings and a NULL-terminated pointer array that outlive the call.
-    let errno = unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::execvp(ptrs[0], ptrs.as_ptr());
-        *libc::__errno_location()
-    };
+    let errno = sys::guest::exec_path(&c_argv).raw_os_error().unwrap_or(0);
     match errno {
-        libc::ENOENT | libc::ENOTDIR if !cmd.contains('/') => {
+        sys::ENOENT | sys::ENOTDIR if !cmd.contains('/') => {
             eprintln!("lazaret: {shown}: command not found");
             127
         }
-        libc::ENOENT | libc::ENOTDIR => {
+        sys::ENOENT | sys::ENOTDIR => {
             eprintln!("lazaret: {shown}: no such file or directory");
             127
         }
@@ -76,43 +77,21 @@ fn exec_command(cmd: &str, argv: &[String]) -> i32 {
     }
 }
 
-extern "C" fn noop(_: libc::c_int) {}
-
 fn run_init() -> i32 {
-    // SAFETY: signal masks and handlers are set before any child exists;
-    // the handler does nothing, it only interrupts sigsuspend.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        libc::signal(libc::SIGCHLD, noop as *const () as usize);
-        libc::signal(libc::SIGTERM, noop as *const () as usize);
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
-    }
+    // Set before any child exists: SIGCHLD and SIGTERM stay pending until
+    // they interrupt the wait below.
+    sys::guest::block_for_suspend(&[sys::SIGCHLD, sys::SIGTERM], &[sys::SIGINT, sys::SIGHUP]);
     let mut out = std::io::stdout();
     let _ = out.write_all(b"ready\n");
     let _ = out.flush();
-    // SAFETY: closing our own stdout; nothing else uses it afterwards.
-    unsafe {
-        libc::close(1);
-    }
+    // Our stdout is closed: nothing else uses it afterwards.
+    drop(sys::take_inherited(1));
     loop {
-        // SAFETY: waitpid/sigpending/sigsuspend with valid pointers.
-        unsafe {
-            let mut status = 0;
-            while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
-            let mut pending: libc::sigset_t = std::mem::zeroed();
-            libc::sigpending(&mut pending);
-            if libc::sigismember(&pending, libc::SIGTERM) == 1 {
-                return 0;
-            }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigsuspend(&empty);
+        sys::guest::reap_exited_children();
+        if sys::guest::signal_pending(sys::SIGTERM) {
+            return 0;
         }
+        sys::guest::suspend_until_signal();
     }
 }
 
@@ -124,18 +103,14 @@ fn signal_session(sid: &str, sig: &str) -> i32 {
     let (Some(sid), Some(sig)) = (parse(sid), parse(sig)) else {
         return 2;
     };
-    // SAFETY: getpid cannot fail.
-    let me = unsafe { libc::getpid() };
+    let me = sys::getpid();
     let Ok(rd) = std::fs::read_dir("/proc") else { return 1 };
     for e in rd.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(parse) else {
             continue;
         };
-        // SAFETY: getsid/kill take plain integers.
-        unsafe {
-            if pid != 1 && pid != me && libc::getsid(pid) == sid {
-                libc::kill(pid, sig);
-            }
+        if pid != 1 && pid != me && sys::guest::getsid(pid) == Some(sid) {
+            let _ = sys::kill(pid, sig);
         }
     }
     0
@@ -148,12 +123,9 @@ fn signal_group(pgid: &str, sig: &str) -> i32 {
     if pgid == 1 {
         return 2;
     }
-    // SAFETY: kill takes plain integers.
-    unsafe {
-        if libc::kill(-pgid, sig) == 0 {
-            0
-        } else {
-            1
-        }
+    if sys::killpg(pgid, sig).is_ok() {
+        0
+    } else {
+        1
     }
 }

@@ -79,68 +79,16 @@ fn refused_fast(addr: IpAddr, icmp_ok: bool) -> Result<Duration, String> {
 /// (RST), else what happened instead.
 fn refused_at_router(addr: Ipv4Addr) -> Result<Duration, String> {
     let t = Instant::now();
-    // SAFETY: plain socket syscalls on a descriptor this function owns and closes.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_INET,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        );
-        if fd < 0 {
-            return Err(format!("socket: {}", std::io::Error::last_os_error()));
-        }
-        let close = |r: Result<Duration, String>| {
-            libc::close(fd);
-            r
-        };
-        let ttl: libc::c_int = 1;
-        if libc::setsockopt(
-            fd,
-            libc::IPPROTO_IP,
-            libc::IP_TTL,
-            (&ttl as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) != 0
-        {
-            return close(Err(format!("IP_TTL: {}", std::io::Error::last_os_error())));
-        }
-        let mut sa: libc::sockaddr_in = std::mem::zeroed();
-        sa.sin_family = libc::AF_INET as libc::sa_family_t;
-        sa.sin_port = 9u16.to_be();
-        sa.sin_addr.s_addr = u32::from(addr).to_be();
-        let r = libc::connect(
-            fd,
-            (&sa as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        );
-        let mut err = if r == 0 { 0 } else { *libc::__errno_location() };
-        if err == libc::EINPROGRESS {
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            let n = libc::poll(&mut p, 1, DENY_WAIT.as_millis() as libc::c_int);
-            if n == 0 {
-                return close(Err(format!(
-                    "not refused within {} ms (the router forwarded it; TTL 1 ended it there)",
-                    DENY_WAIT.as_millis()
-                )));
-            }
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            );
-        }
-        match err {
-            libc::ECONNREFUSED => close(Ok(t.elapsed())),
-            0 => close(Err("connected, expected a refusal".into())),
-            e => close(Err(format!("{}", std::io::Error::from_raw_os_error(e)))),
-        }
+    let target = std::net::SocketAddrV4::new(addr, 9);
+    match crate::sys::guest::connect_with_ttl(target, 1, DENY_WAIT) {
+        Err(e) => Err(format!("socket: {e}")),
+        Ok(None) => Err(format!(
+            "not refused within {} ms (the router forwarded it; TTL 1 ended it there)",
+            DENY_WAIT.as_millis()
+        )),
+        Ok(Some(Err(e))) if e.kind() == ErrorKind::ConnectionRefused => Ok(t.elapsed()),
+        Ok(Some(Ok(()))) => Err("connected, expected a refusal".into()),
+        Ok(Some(Err(e))) => Err(format!("{e}")),
     }
 }
 

@@ -30,6 +30,26 @@ if ! run_as "$user" "$bindir/lazaret" image build --quiet --if-missing; then
     exit 1
 fi
 
+# The `dev` image agents use (tests/fixtures/agents: the recipe
+# docs/agents.md documents). The first build downloads its Debian packages
+# and takes several minutes; an unchanged recipe is not rebuilt.
+fixture=$(run_as "$user" mktemp -d)
+install -d -o "$user" -m 0700 "$fixture/lazaret"
+install -o "$user" -m 0600 tests/fixtures/agents/lazaret/config.toml "$fixture/lazaret/config.toml"
+echo "test.sh: building the dev image for $user (the first time takes several minutes)"
+build_start=$SECONDS
+( while sleep 60; do echo "test.sh: still building the dev image ($((SECONDS - build_start)) s)"; done ) &
+heartbeat=$!
+if ! run_as "$user" env XDG_CONFIG_HOME="$fixture" "$bindir/lazaret" image build dev; then
+    kill "$heartbeat" 2>/dev/null || true
+    echo "test.sh: building the dev image for $user failed" >&2
+    exit 1
+fi
+kill "$heartbeat" 2>/dev/null || true
+wait "$heartbeat" 2>/dev/null || true
+echo "test.sh: the dev image is ready ($((SECONDS - build_start)) s)"
+rm -rf "$fixture"
+
 # Prepare the lower once, so tests do not all wait on the first unpack.
 warm=$(run_as "$user" mktemp -d)
 (cd "$warm" && run_as "$user" "$bindir/lazaret" run --quiet -- true) || { echo "test.sh: a first sandbox did not start" >&2; exit 1; }

@@ -33,9 +33,9 @@
 //! record opaque directories differently.
 
 use std::fmt;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -397,16 +397,7 @@ pub fn recorded_driver(key_dir: &Path) -> Option<Driver> {
 fn record_driver(key_dir: &Path, d: Driver) -> Result<()> {
     let p = key_dir.join("driver");
     let tmp = key_dir.join(".driver.tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| AnchorError::Io(tmp.clone(), e))?;
-    writeln!(f, "{}", d.name()).map_err(|e| AnchorError::Io(tmp.clone(), e))?;
-    std::fs::rename(&tmp, &p).map_err(|e| AnchorError::Io(p, e))
+    crate::sys::write_durable(&p, &tmp, format!("{}\n", d.name()).as_bytes(), 0o600).map_err(|e| AnchorError::Io(p, e))
 }
 
 /// The driver preferred for fresh uppers: `LAZARET_OVERLAY_DRIVER`
@@ -629,30 +620,16 @@ pub fn parse_journal(text: &str) -> Option<Vec<ResetStep>> {
 pub fn fault_point(name: &str) {
     #[cfg(feature = "fault-injection")]
     if std::env::var("LAZARET_FAULT").as_deref() == Ok(name) {
-        let _ = crate::sys::kill(crate::sys::getpid(), libc::SIGKILL);
+        let _ = crate::sys::kill(crate::sys::getpid(), crate::sys::SIGKILL);
     }
     #[cfg(not(feature = "fault-injection"))]
     let _ = name;
 }
 
 fn write_file_durable(p: &Path, data: &str) -> io::Result<()> {
-    let tmp = p.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
     // A write that fails (a full disk) leaves nothing behind: the temp
     // file is ours and was never renamed into place.
-    let written = f.write_all(data.as_bytes()).and_then(|_| f.sync_all());
-    drop(f);
-    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, p)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    sync_dir(p.parent().unwrap_or(Path::new("/")))
+    crate::sys::write_durable(p, &p.with_extension("tmp"), data.as_bytes(), 0o600)
 }
 
 fn sync_dir(d: &Path) -> io::Result<()> {

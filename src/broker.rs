@@ -14,9 +14,8 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -71,7 +70,7 @@ impl Capture {
         let Some(fd) = &self.fd else { return };
         let mut buf = [0u8; 65536];
         loop {
-            match sys::read(fd.as_raw_fd(), &mut buf) {
+            match sys::read(&fd, &mut buf) {
                 Ok(0) => {
                     self.fd = None;
                     return;
@@ -179,8 +178,8 @@ impl Broker {
     pub fn results_dir(&self) -> &Path {
         &self.results
     }
-    pub fn inotify_fd(&self) -> RawFd {
-        self.inotify.as_raw_fd()
+    pub fn inotify_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.inotify)
     }
 
     fn audit(&mut self, line: String) {
@@ -203,10 +202,7 @@ impl Broker {
     /// else's request id leaves that request alone.
     pub fn scan(&mut self, session: &dyn Fn(&str) -> Option<SessionView>) -> Vec<(String, Request)> {
         let mut buf = [0u8; 4096];
-        while sys::read(self.inotify.as_raw_fd(), &mut buf)
-            .map(|n| n > 0)
-            .unwrap_or(false)
-        {}
+        while sys::read(&self.inotify, &mut buf).map(|n| n > 0).unwrap_or(false) {}
         let rd = match std::fs::read_dir(&self.requests) {
             Ok(rd) => rd,
             Err(_) => return Vec::new(),
@@ -467,22 +463,16 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        // SAFETY: only async-signal-safe calls before exec: the command
-        // becomes its own session and process group so a cancel reaches all
-        // of it, and dies with the coordinator (checked against the race
-        // where the coordinator died before the signal was armed).
-        let parent = sys::getpid();
-        unsafe {
-            cmd.pre_exec(move || {
-                sys::reset_signals();
-                sys::setsid()?;
-                sys::set_parent_death_signal(libc::SIGKILL)?;
-                if sys::getppid() != parent {
-                    sys::exit_now(127);
-                }
-                Ok(())
-            });
-        }
+        // The command becomes its own session and process group so a
+        // cancel reaches all of it, and dies with the coordinator (checked
+        // against the race where the coordinator died before the signal
+        // was armed).
+        sys::ChildSetup::new()
+            .reset_signals()
+            .setsid()
+            .parent_death_signal(sys::SIGKILL)
+            .exit_unless_parent(sys::getpid())
+            .apply(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -495,8 +485,8 @@ impl Broker {
         };
         let out: OwnedFd = child.stdout.take().unwrap().into();
         let err: OwnedFd = child.stderr.take().unwrap().into();
-        let _ = sys::set_nonblocking(out.as_raw_fd(), true);
-        let _ = sys::set_nonblocking(err.as_raw_fd(), true);
+        let _ = sys::set_nonblocking(&out, true);
+        let _ = sys::set_nonblocking(&err, true);
         let pgid = child.id() as i32;
         self.events.push(HostEvent::Started {
             id: req.id.clone(),
@@ -520,12 +510,12 @@ impl Broker {
     }
 
     /// Output fds of running host commands, tagged by request id.
-    pub fn poll_fds(&self) -> Vec<(RawFd, String)> {
+    pub fn poll_fds(&self) -> Vec<(std::os::fd::BorrowedFd<'_>, String)> {
         let mut v = Vec::new();
         for (id, r) in &self.runs {
             for c in [&r.out, &r.err] {
                 if let Some(fd) = &c.fd {
-                    v.push((fd.as_raw_fd(), id.clone()));
+                    v.push((std::os::fd::AsFd::as_fd(fd), id.clone()));
                 }
             }
         }
@@ -570,7 +560,7 @@ impl Broker {
     fn finish(&mut self, id: &str, status: Status) {
         let Some(mut r) = self.runs.remove(id) else { return };
         // INVARIANT: no host process outlives its request.
-        let _ = sys::killpg(r.pgid, libc::SIGKILL);
+        let _ = sys::killpg(r.pgid, sys::SIGKILL);
         let _ = r.child.kill();
         let _ = r.child.wait();
         self.events.push(HostEvent::Ended { id: id.to_string() });
@@ -631,7 +621,7 @@ impl Broker {
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(sys::O_NOFOLLOW)
             .open(&tmp)
             .and_then(|mut f| f.write_all(o.encode().as_bytes()))
             .and_then(|()| std::fs::rename(&tmp, &fin));
@@ -716,7 +706,7 @@ pub fn kill_recorded(pid: i32, start_time: u64, pgid: i32) -> usize {
         return 0;
     }
     if sys::same_process(pid, start_time) {
-        let _ = sys::killpg(pgid, libc::SIGKILL);
+        let _ = sys::killpg(pgid, sys::SIGKILL);
         return 1;
     }
     if sys::proc_start_time(pid).is_some() {
@@ -743,7 +733,7 @@ pub fn kill_recorded(pid: i32, start_time: u64, pgid: i32) -> usize {
                 continue;
             };
             if pg == pgid && st >= start_time {
-                let _ = sys::kill(p, libc::SIGKILL);
+                let _ = sys::kill(p, sys::SIGKILL);
                 n += 1;
             }
         }

@@ -22,7 +22,6 @@
 //! Pure parts (parsing `/proc/self/cgroup` and mountinfo, the values
 //! written) are separate from the thin syscall layer (mkdir, write).
 
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -56,6 +55,14 @@ impl Effective {
         Effective::new(l, host_memory().unwrap_or(8 << 30))
     }
 
+    /// The guest's own task limit (RLIMIT_NPROC for the sandbox's
+    /// processes, enforced by gVisor's sentry): sized so a guest flood
+    /// stops inside the sandbox well before the host cgroup's `pids.max`,
+    /// which stays the backstop. See [`guest_tasks`].
+    pub fn guest_tasks(&self) -> u64 {
+        guest_tasks(self.pids)
+    }
+
     pub fn describe(&self) -> String {
         format!(
             "memory {}, pids {}, cpus {}",
@@ -67,6 +74,57 @@ impl Effective {
             }
         )
     }
+}
+
+/// Host tasks kept back, before any guest task, for runsc, the sentry's
+/// and the gofer's threads, slirp4netns, fuse-overlayfs and the
+/// supervisor (an idle Domain uses about 50).
+pub const HOST_TASK_RESERVE: u64 = 80;
+
+/// Host tasks one guest task may cost under gVisor's systrap platform
+/// (measured: about two — the task's stub thread and a share of stub
+/// processes and sentry threads), with margin.
+pub const HOST_TASKS_PER_GUEST_TASK: u64 = 3;
+
+/// The guest task limit for a host `pids` limit: what is left after the
+/// reserve, divided by the host cost of a guest task, and at least 16 so
+/// a shell and a few commands always fit. gVisor counts every task
+/// (thread) of a uid against RLIMIT_NPROC and refuses `fork`/`clone` with
+/// EAGAIN beyond it; the sandbox's processes never hold CAP_SYS_ADMIN or
+/// CAP_SYS_RESOURCE, which would exempt them.
+pub fn guest_tasks(pids: u64) -> u64 {
+    (pids.saturating_sub(HOST_TASK_RESERVE) / HOST_TASKS_PER_GUEST_TASK).max(16)
+}
+
+/// The `/proc/meminfo` runsc should read in the supervisor's mount
+/// namespace: the host's, with `MemTotal` (and `MemFree`, `MemAvailable`)
+/// no larger than the Domain's memory limit. runsc 20240729 derives the
+/// sentry's total memory (`runsc boot --total-memory`) from `MemTotal`
+/// when it manages no cgroup itself (`--ignore-cgroups`), so the guest's
+/// `/proc/meminfo` then shows the limit. `None` when the host text has no
+/// parsable `MemTotal`.
+pub fn meminfo_view(host: &str, limit: u64) -> Option<String> {
+    let kib = |l: &str| -> Option<u64> {
+        let v = l.split_once(':')?.1.trim();
+        v.strip_suffix("kB").unwrap_or(v).trim().parse().ok()
+    };
+    let total = host.lines().find(|l| l.starts_with("MemTotal:")).and_then(kib)?;
+    let cap = total.min(limit / 1024);
+    let mut out = String::new();
+    for l in host.lines() {
+        let key = l.split_once(':').map(|(k, _)| k).unwrap_or("");
+        match (key, kib(l)) {
+            ("MemTotal" | "MemFree" | "MemAvailable", Some(v)) => {
+                let k = format!("{key}:");
+                out.push_str(&format!("{k:<16}{:>8} kB\n", v.min(cap)));
+            }
+            _ => {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Applies `--memory/--pids/--cpus` given on the command line (encoded by
@@ -249,11 +307,7 @@ impl Mechanism {
 }
 
 fn writable(p: &Path) -> bool {
-    let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: c is a valid NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    crate::sys::writable(p)
 }
 
 fn user_name() -> String {
@@ -512,7 +566,14 @@ impl DomainCgroup {
         Ok(())
     }
 
-    /// Raw fds of the `cgroup.procs` files, for [`join_raw`] after fork.
+    /// Closes the `cgroup.procs` files once the supervisor has joined;
+    /// the directories stay for the counters and teardown.
+    pub fn close_procs(&mut self) {
+        self.procs.clear();
+    }
+
+    /// Raw fds of the `cgroup.procs` files, written after fork
+    /// (`sys::ChildSetup::write_each`).
     pub fn procs_fds(&self) -> Vec<i32> {
         self.procs.iter().map(|f| f.as_raw_fd()).collect()
     }
@@ -577,19 +638,6 @@ pub fn oom_kills_in(dir: &Path, v2: bool) -> u64 {
         .unwrap_or(0)
 }
 
-/// Writes "0" (the calling process) to each fd: only async-signal-safe
-/// calls, for use between fork and exec.
-pub fn join_raw(fds: &[i32]) -> std::io::Result<()> {
-    for &fd in fds {
-        // SAFETY: write(2) on an fd we own with a static buffer.
-        let n = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
-        if n != 1 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// v2: make memory, pids and cpu available to children of `dir`.
 fn enable_controllers(dir: &Path) -> Result<(), String> {
     let p = dir.join("cgroup.subtree_control");
@@ -617,7 +665,7 @@ trait CloexecExt {
 
 impl CloexecExt for std::fs::OpenOptions {
     fn custom_flags_cloexec(&mut self) -> &mut Self {
-        std::os::unix::fs::OpenOptionsExt::custom_flags(self, libc::O_CLOEXEC)
+        std::os::unix::fs::OpenOptionsExt::custom_flags(self, crate::sys::O_CLOEXEC)
     }
 }
 
@@ -803,5 +851,31 @@ mod disk_tests {
         assert_eq!(disk_verdict(89, Some(100), "p"), DiskVerdict::Ok);
         assert!(matches!(disk_verdict(90, Some(100), "p"), DiskVerdict::Warn(_)));
         assert!(matches!(disk_verdict(100, Some(100), "p"), DiskVerdict::Refuse(m) if m.contains("state reset")));
+    }
+
+    #[test]
+    fn meminfo_view_caps_total_free_and_available() {
+        let host = "MemTotal:       24683652 kB\nMemFree:        20000000 kB\nMemAvailable:     100000 kB\nBuffers:            1234 kB\n";
+        let v = meminfo_view(host, 256 << 20).unwrap();
+        assert!(v.starts_with("MemTotal:         262144 kB\n"), "{v}");
+        assert!(v.contains("MemFree:          262144 kB\n"), "{v}");
+        assert!(v.contains("MemAvailable:     100000 kB\n"), "{v}");
+        assert!(v.contains("Buffers:            1234 kB\n"), "{v}");
+        // A limit above the host's RAM changes nothing but the spacing.
+        assert!(meminfo_view(host, 64 << 30)
+            .unwrap()
+            .starts_with("MemTotal:       24683652 kB"));
+        assert_eq!(meminfo_view("Buffers: 1 kB\n", 1 << 30), None);
+        assert_eq!(meminfo_view("MemTotal: lots\n", 1 << 30), None);
+    }
+
+    #[test]
+    fn guest_tasks_leave_the_host_limit_a_margin() {
+        assert_eq!(guest_tasks(200), 40);
+        assert_eq!(guest_tasks(8192), 2704);
+        assert_eq!(guest_tasks(10), 16);
+        for p in [200u64, 500, 4096, 8192, 100_000] {
+            assert!(HOST_TASK_RESERVE + HOST_TASKS_PER_GUEST_TASK * guest_tasks(p) <= p);
+        }
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -32,18 +32,30 @@ const USAGE: &str = "\
 usage: lazaret <command> [options]
 
 commands:
-  run [-p P] [-w DIR] [-q] [--memory SIZE] [--pids N] [--cpus N] [CMD ARGS...]
-                       open a shell (or run CMD) in the Domain's sandbox
-  ps [--json]          list running Domains and their sessions
-  stop [--profile P] [--workspace DIR]
-                       stop a running Domain (its sessions are told why)
-  image build [--quiet] [--if-missing]
-                       build the default base image (debootstrap + umoci)
+  run [-p P] [-w DIR] [-q] [--memory SIZE] [--pids N] [--cpus N]
+      [-e KEY[=VALUE]]... [--publish [ADDR:]HOSTPORT:GUESTPORT]... [--root]
+      [CMD ARGS...]    open a shell (or run CMD) in the Domain's sandbox;
+                       -e passes a host variable to this session only;
+                       --publish forwards a host port (127.0.0.1 by default);
+                       --root runs as root when the profile names a user
+  ps [--json]          list running Domains: ID prefix, age, sessions, ports
+  stop [ID | --all | -p P -w DIR]
+                       stop running Domains (their sessions are told why)
+  exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
+                       join a running Domain by ID (prefix) from anywhere
+  rm [ID | -p P -w DIR] [--yes] [--json]
+                       delete a stopped Domain's state (asks first)
+  image build [NAME] [--quiet] [--if-missing]
+                       build the default image (debootstrap + umoci), or the
+                       recipe [images.NAME] (built-in: dev); an unchanged
+                       recipe is not rebuilt
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
   image list [--json]  list prepared lowers, their leases and foreign dirs
-  image prune [--dry-run] [--json]
-                       delete prepared lowers no Domain leases
+  image prune [--dry-run] [--all] [--json]
+                       delete prepared lowers no Domain leases (the lowers
+                       of images a profile uses stay unless --all) and
+                       interrupted builds
   state list [--json]  list Domains with persistent state
   state inspect|verify [DOMAIN] [--json]
                        show persistent changes (metadata only) / check them
@@ -68,13 +80,13 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn usage(msg: impl Into<String>) -> Failure {
+    pub(crate) fn usage(msg: impl Into<String>) -> Failure {
         Failure {
             code: EXIT_USAGE,
             msg: msg.into(),
         }
     }
-    fn runtime(msg: impl Into<String>) -> Failure {
+    pub(crate) fn runtime(msg: impl Into<String>) -> Failure {
         Failure {
             code: EXIT_FAILURE,
             msg: msg.into(),
@@ -131,8 +143,10 @@ pub fn main() -> i32 {
     }
     let result = match cmd.as_deref() {
         Some("run") => cmd_run(raw),
-        Some("ps") => cmd_ps(raw),
-        Some("stop") => cmd_stop(raw),
+        Some("ps") => crate::lifecycle::cmd_ps(raw),
+        Some("stop") => crate::lifecycle::cmd_stop(raw),
+        Some("rm") => crate::lifecycle::cmd_rm(raw),
+        Some("exec") => crate::lifecycle::cmd_exec(raw),
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
@@ -195,7 +209,7 @@ fn plain_failure(f: Failure) -> Failure {
     }
 }
 
-fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
+pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
     let rest = args.finish();
     if let Some(a) = rest.first() {
         return Err(Failure::usage(format!(
@@ -207,7 +221,7 @@ fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
 }
 
 /// Lazaret never runs a sandbox as host root.
-fn refuse_root() -> Result<(), Failure> {
+pub(crate) fn refuse_root() -> Result<(), Failure> {
     if sys::geteuid() == 0 || sys::getuid() == 0 {
         return Err(Failure::usage(
             "refusing to run as root: Lazaret runs sandboxes rootless; run it as your normal user \
@@ -218,18 +232,25 @@ fn refuse_root() -> Result<(), Failure> {
 }
 
 /// Everything a command needs to know about one Domain.
-struct Resolved {
-    cfg: config::Config,
-    profile: config::Profile,
-    workspace: PathBuf,
-    domain_id: String,
-    storage: PathBuf,
-    paths: DomainPaths,
+pub(crate) struct Resolved {
+    pub(crate) cfg: config::Config,
+    pub(crate) profile: config::Profile,
+    pub(crate) workspace: PathBuf,
+    pub(crate) domain_id: String,
+    pub(crate) storage: PathBuf,
+    pub(crate) paths: DomainPaths,
+    /// Host variables this client passes to its session (never logged).
+    pub(crate) pass: Vec<(String, String)>,
+    /// `--publish` forwards for a Domain this client starts.
+    pub(crate) publish: Vec<crate::ports::PortForward>,
     /// `--memory/--pids/--cpus` for a Domain this CLI starts.
-    limit_overrides: String,
+    pub(crate) limit_overrides: String,
+    /// `--root`: this client's session runs as root even when the profile
+    /// names a `user`.
+    pub(crate) root: bool,
 }
 
-fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
+pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
     let cfg = config::load(&config::config_path())?;
     let name = profile.unwrap_or_else(|| "default".into());
     warn_broken_profiles(&cfg, Some(&name));
@@ -257,6 +278,7 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
     let paths = DomainPaths::new(&storage, &runtime, &domain_id);
+    let pass = crate::passenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     Ok(Resolved {
         cfg,
         profile,
@@ -264,7 +286,10 @@ fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolv
         domain_id,
         storage,
         paths,
+        pass,
+        publish: Vec::new(),
         limit_overrides: String::new(),
+        root: false,
     })
 }
 
@@ -331,7 +356,17 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let quiet = args.contains(["-q", "--quiet"]);
     let overrides = limit_flags(&mut args)?;
+    let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
+    let publish: Vec<String> = args.values_from_str("--publish")?;
+    let as_root = args.contains("--root");
     finish_args(args)?;
+    let publish = publish
+        .iter()
+        .map(|p| {
+            p.parse::<crate::ports::PortForward>()
+                .map_err(|e| Failure::usage(format!("--publish {:?}: expected {e}", crate::display::escape(p))))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let argv: Vec<String> = cmd
         .into_iter()
         .map(|a| {
@@ -341,6 +376,11 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .collect::<Result<_, _>>()?;
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
+    r.pass =
+        crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
+    r.publish = publish;
+    r.root = as_root;
     r.limit_overrides = crate::cgroup::encode_overrides(&overrides);
     check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
@@ -358,10 +398,19 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             image::images_dir(&r.storage).join("default").display()
         )));
     }
+    if let ImageSource::Named(n) = &r.profile.image {
+        if !image::images_dir(&r.storage).join(n).join("index.json").exists() {
+            return Err(Failure::usage(format!(
+                "the image {n} of profile {} is not built yet: run `lazaret image build {n}`",
+                r.profile.name
+            )));
+        }
+    }
     // A connection that closes before Welcome opened nothing: the Domain
     // was going down as we joined. Start over (a bounded number of times).
     for _ in 0..5 {
         let stream = connect_or_start(&r, quiet)?;
+        crate::lifecycle::check_published(&r)?;
         match session(stream, &r, argv.clone())? {
             Outcome::Exited(code) => return Ok(code),
             Outcome::Retry => std::thread::sleep(Duration::from_millis(20)),
@@ -370,7 +419,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     Err(Failure::runtime("the Domain kept stopping while joining it; try again"))
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     Exited(i32),
     Retry,
 }
@@ -393,6 +442,8 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
                 )))
             }
         }
+        // A coordinator that just stopped removes the runtime dir.
+        r.paths.ensure()?;
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
             check_disk(r)?;
             warn_unlimited(r);
@@ -415,14 +466,25 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
 
 /// The Domain lock, if we win it on the file that is still at its path.
 pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
-    let f = std::fs::OpenOptions::new()
+    let f = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(sys::O_CLOEXEC | sys::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| Failure::runtime(format!("cannot open the Domain lock {}: {e}", path.display())))?;
+    {
+        Ok(f) => f,
+        // The runtime dir was removed by a coordinator that just stopped:
+        // not won; the caller recreates the dir and tries again.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Failure::runtime(format!(
+                "cannot open the Domain lock {}: {e}",
+                path.display()
+            )))
+        }
+    };
     if !sys::try_lock_exclusive(&f).map_err(|e| Failure::runtime(format!("flock {}: {e}", path.display())))? {
         return Ok(None);
     }
@@ -476,6 +538,7 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .arg(&r.workspace)
         .arg("--config")
         .arg(&r.cfg.path)
+        .args(r.publish.iter().flat_map(|p| ["--publish".to_string(), p.to_string()]))
         .args(if r.limit_overrides.is_empty() {
             vec![]
         } else {
@@ -483,24 +546,22 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::from(log));
+        .stderr(Stdio::from(log))
+        // Only what Lazaret and its helpers read: passed keys and the rest
+        // of the caller's environment stay out of long-lived processes.
+        .env_clear()
+        .envs(crate::passenv::coordinator_env(std::env::vars_os(), &r.pass));
     let (l, s) = (lock.as_raw_fd(), start_wr.as_raw_fd());
-    // SAFETY: between fork and exec only async-signal-safe calls; the extra
-    // fork detaches the coordinator so it is never our zombie.
-    unsafe {
-        cmd.pre_exec(move || {
-            sys::reset_signals();
-            sys::setsid()?;
-            sys::install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])?;
-            // Nothing the caller left open (a lock, a pipe someone waits
-            // on) may live on in the coordinator and its helpers.
-            sys::close_fds_from(3, &[coordinator::LOCK_FD, coordinator::START_FD]);
-            match sys::fork()? {
-                0 => Ok(()),
-                _ => sys::exit_now(0),
-            }
-        });
-    }
+    // The extra fork detaches the coordinator so it is never our zombie.
+    sys::ChildSetup::new()
+        .reset_signals()
+        .setsid()
+        .install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])
+        // Nothing the caller left open (a lock, a pipe someone waits
+        // on) may live on in the coordinator and its helpers.
+        .close_fds_from(3, &[coordinator::LOCK_FD, coordinator::START_FD])
+        .detach()
+        .apply(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::runtime(format!("cannot start the coordinator: {e}")))?;
@@ -544,10 +605,10 @@ fn hello(r: &Resolved) -> ClientMsg {
     }
 }
 
-fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Outcome, Failure> {
-    let tty = sys::isatty(0) && sys::isatty(1);
+pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Outcome, Failure> {
+    let tty = sys::isatty(sys::STDIN) && sys::isatty(sys::STDOUT);
     let size = if tty {
-        sys::get_winsize(0).or_else(|| sys::get_winsize(1))
+        sys::get_winsize(sys::STDIN).or_else(|| sys::get_winsize(sys::STDOUT))
     } else {
         None
     };
@@ -555,6 +616,7 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Ou
     if let Ok(t) = std::env::var("TERM") {
         env.push(("TERM".to_string(), t));
     }
+    env.extend(r.pass.iter().cloned());
     let cwd = std::env::current_dir()
         .unwrap_or_default()
         .to_string_lossy()
@@ -574,6 +636,7 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Ou
         } else {
             None
         },
+        root: r.root,
     };
     if ipc::send(&mut stream, &open).is_err() {
         return Ok(Outcome::Retry);
@@ -594,31 +657,39 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Ou
         Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
     }
     let signals = sys::signal_pipe(&[
-        libc::SIGWINCH,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGTSTP,
-        libc::SIGTERM,
-        libc::SIGHUP,
+        sys::SIGWINCH,
+        sys::SIGINT,
+        sys::SIGQUIT,
+        sys::SIGTSTP,
+        sys::SIGTERM,
+        sys::SIGHUP,
     ])
     .map_err(|e| Failure::runtime(format!("signal pipe: {e}")))?;
     if tty {
-        let mode = sys::TermMode::make_raw(0).map_err(|e| Failure::runtime(format!("cannot set raw mode: {e}")))?;
+        let mode =
+            sys::TermMode::make_raw(sys::STDIN).map_err(|e| Failure::runtime(format!("cannot set raw mode: {e}")))?;
         *SAVED_TERM.lock().unwrap() = Some(mode);
         std::panic::set_hook(Box::new(|info| {
             restore_terminal();
             eprintln!("lazaret: internal error: {info}");
         }));
     }
-    let code = pump(&mut stream, &mut reader, signals.as_raw_fd(), tty);
+    let code = pump(&mut stream, &mut reader, signals.as_fd(), tty);
     restore_terminal();
     code.map(Outcome::Exited)
 }
 
+/// What the client's session loop waits on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PumpEvent {
+    Coordinator,
+    Signals,
+    Stdin,
+}
+
 /// Moves bytes between the terminal and the coordinator until the session
 /// ends. Returns the session's exit status.
-fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: bool) -> Result<i32, Failure> {
-    let sock = stream.as_raw_fd();
+fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'_>, tty: bool) -> Result<i32, Failure> {
     let mut stdin_open = true;
     let mut prompt: Option<Prompt> = None;
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
@@ -628,24 +699,23 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
         if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
             return Ok(code);
         }
-        let mut fds = vec![
-            sys::PollFd::new(sock, libc::POLLIN),
-            sys::PollFd::new(signals, libc::POLLIN),
-        ];
+        let mut fds = sys::PollSet::new();
+        fds.read(&*stream, PumpEvent::Coordinator);
+        fds.read(signals, PumpEvent::Signals);
         if stdin_open {
-            fds.push(sys::PollFd::new(0, libc::POLLIN));
+            fds.read(sys::STDIN, PumpEvent::Stdin);
         }
-        sys::poll(&mut fds, -1).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
-        if fds[1].readable() {
+        fds.wait(None).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
+        if fds.is_readable(PumpEvent::Signals) {
             for sig in sys::drain_signals(signals) {
                 let msg = match sig {
-                    libc::SIGWINCH => sys::get_winsize(0).map(|w| {
+                    sys::SIGWINCH => sys::get_winsize(sys::STDIN).map(|w| {
                         ClientMsg::Resize(ipc::WinSize {
                             rows: w.rows,
                             cols: w.cols,
                         })
                     }),
-                    libc::SIGTERM | libc::SIGHUP => {
+                    sys::SIGTERM | sys::SIGHUP => {
                         restore_terminal();
                         return Ok(128 + sig);
                     }
@@ -656,8 +726,8 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
                 }
             }
         }
-        if stdin_open && fds[2].readable() {
-            match sys::read(0, &mut buf) {
+        if stdin_open && fds.is_readable(PumpEvent::Stdin) {
+            match sys::read(sys::STDIN, &mut buf) {
                 Ok(0) => {
                     stdin_open = false;
                     let _ = ipc::send(stream, &ClientMsg::StdinEof);
@@ -681,7 +751,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: RawFd, tty: 
                 }
             }
         }
-        if fds[0].readable() {
+        if fds.is_readable(PumpEvent::Coordinator) {
             let filled = reader.fill(stream);
             // Everything already received is shown before end-of-file is
             // reported: the Exit frame may be in the same read as the EOF.
@@ -707,15 +777,15 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
                 // Our reader is gone (`lazaret run -- yes | head -1`): end
                 // as a shell pipeline member does, 128+SIGPIPE; the
                 // coordinator ends the session when we leave.
-                if let Err(e) = sys::write_all(1, &d) {
-                    if e.raw_os_error() == Some(libc::EPIPE) {
+                if let Err(e) = sys::write_all(sys::STDOUT, &d) {
+                    if e.raw_os_error() == Some(sys::EPIPE) {
                         restore_terminal();
-                        return Ok(Some(128 + libc::SIGPIPE));
+                        return Ok(Some(128 + sys::SIGPIPE));
                     }
                 }
             }
             Ok(Some(ServerMsg::Stderr(d))) => {
-                let _ = sys::write_all(2, &d);
+                let _ = sys::write_all(sys::STDERR, &d);
             }
             Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
             Ok(Some(ServerMsg::Prompt { request_id, text })) => {
@@ -725,7 +795,7 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
                 if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
                     *prompt = None;
                 }
-                let _ = sys::write_all(1, text.as_bytes());
+                let _ = sys::write_all(sys::STDOUT, text.as_bytes());
             }
             Ok(Some(ServerMsg::Closing { reason })) => {
                 restore_terminal();
@@ -746,189 +816,6 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
     }
 }
 
-// ---- ps / stop ----------------------------------------------------------------------
-
-/// Asks a published coordinator for its status.
-fn query_status(sock: &Path) -> Option<ipc::StatusInfo> {
-    let mut s = UnixStream::connect(sock).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    // A Hello without profile is an observer's: it may only ask for status.
-    let hello = ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
-        client_id: domain::random_id(8),
-        profile: String::new(),
-        fingerprint: String::new(),
-    };
-    ipc::send(&mut s, &hello).ok()?;
-    ipc::send(&mut s, &ClientMsg::Status).ok()?;
-    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
-        ServerMsg::Status(st) => Some(st),
-        _ => None,
-    }
-}
-
-fn runtime_root_for_queries() -> Result<PathBuf, Failure> {
-    let cfg = config::load(&config::config_path())?;
-    warn_broken_profiles(&cfg, None);
-    Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
-}
-
-fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let mut args = pico_args::Arguments::from_vec(raw);
-    let json = args.contains("--json");
-    finish_args(args)?;
-    let root = runtime_root_for_queries()?;
-    let mut all = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(&root) {
-        for e in rd.flatten() {
-            let sock = e.path().join("hc.sock");
-            if sock.exists() {
-                if let Some(st) = query_status(&sock) {
-                    all.push(st);
-                }
-            }
-        }
-    }
-    all.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
-    if json {
-        println!("{}", status_json(&all));
-    } else if all.is_empty() {
-        println!("no running Domains");
-    } else {
-        for st in &all {
-            println!(
-                "{}  {}  {}  generation {}  {}  coordinator {} (pid {})  supervisor pid {}  runsc pid {}",
-                crate::display::escape(&st.domain_id),
-                crate::display::escape(&st.profile),
-                crate::display::escape(&st.workspace),
-                st.generation,
-                crate::display::escape(&st.phase),
-                st.coordinator_id,
-                st.coordinator_pid,
-                st.supervisor_pid,
-                st.runsc_pid
-            );
-            for s in &st.sessions {
-                println!(
-                    "    session {}  {}  client pid {}  exec pid {}{}",
-                    crate::display::escape(&s.session_id),
-                    crate::display::escape(&s.argv0),
-                    s.client_pid,
-                    s.exec_pid,
-                    if s.tty { "  tty" } else { "" }
-                );
-            }
-        }
-    }
-    Ok(0)
-}
-
-fn status_json(all: &[ipc::StatusInfo]) -> String {
-    use crate::plan::Json;
-    Json::Arr(
-        all.iter()
-            .map(|st| {
-                Json::Obj(vec![
-                    ("domain_id", Json::s(&st.domain_id)),
-                    ("profile", Json::s(&st.profile)),
-                    ("workspace", Json::s(&st.workspace)),
-                    ("generation", Json::Num(st.generation as i64)),
-                    ("phase", Json::s(&st.phase)),
-                    ("coordinator_id", Json::s(&st.coordinator_id)),
-                    ("coordinator_pid", Json::Num(st.coordinator_pid as i64)),
-                    ("supervisor_pid", Json::Num(st.supervisor_pid as i64)),
-                    ("runsc_pid", Json::Num(st.runsc_pid as i64)),
-                    ("sandbox_id", Json::s(&st.sandbox_id)),
-                    (
-                        "sessions",
-                        Json::Arr(
-                            st.sessions
-                                .iter()
-                                .map(|s| {
-                                    Json::Obj(vec![
-                                        ("session_id", Json::s(&s.session_id)),
-                                        ("argv0", Json::s(&s.argv0)),
-                                        ("client_pid", Json::Num(s.client_pid as i64)),
-                                        ("exec_pid", Json::Num(s.exec_pid as i64)),
-                                        ("tty", Json::Bool(s.tty)),
-                                    ])
-                                })
-                                .collect(),
-                        ),
-                    ),
-                ])
-            })
-            .collect(),
-    )
-    .render()
-}
-
-fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
-    finish_args(args)?;
-    refuse_root()?;
-    let r = resolve(profile, workspace)?;
-    let mut s = match UnixStream::connect(r.paths.socket()) {
-        Ok(s) => s,
-        Err(_) => {
-            println!(
-                "Domain {} ({} on {}) is not running",
-                r.domain_id,
-                r.profile.name,
-                r.workspace.display()
-            );
-            return Ok(0);
-        }
-    };
-    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
-    ipc::send(&mut s, &hello(&r)).map_err(lost)?;
-    ipc::send(
-        &mut s,
-        &ClientMsg::Stop {
-            reason: "the Domain was stopped with `lazaret stop`".into(),
-        },
-    )
-    .map_err(lost)?;
-    // The coordinator answers a Stop only by closing; anything else is a refusal.
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    match FrameReader::default().recv::<ServerMsg>(&mut s) {
-        Ok(ServerMsg::Refused { reason }) => {
-            return Err(Failure::runtime(format!("the coordinator refused: {reason}")))
-        }
-        Ok(other) => {
-            return Err(Failure::runtime(format!(
-                "unexpected reply from the coordinator ({})",
-                crate::wire::UnexpectedMessage::of("Welcome", &other)
-            )))
-        }
-        Err(_) => {}
-    }
-    // Wait for the socket to go away: teardown has begun.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while r.paths.socket().exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // And for the lock to be free: teardown has finished.
-    // The coordinator unlinks the lock file as its last act; a crashed one
-    // leaves it unlocked.
-    while Instant::now() < deadline && r.paths.lock().exists() {
-        if let Ok(Some(_)) = try_domain_lock(&r.paths.lock()) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // INVARIANT: never unlink the lock file here: only its holder may.
-    println!(
-        "stopped Domain {} ({} on {})",
-        r.domain_id,
-        r.profile.name,
-        r.workspace.display()
-    );
-    Ok(0)
-}
-
 // ---- image / doctor ------------------------------------------------------------------
 
 fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -938,8 +825,12 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             let mut args = pico_args::Arguments::from_vec(raw);
             let quiet = args.contains(["-q", "--quiet"]);
             let if_missing = args.contains("--if-missing");
+            let name: Option<String> = args.opt_free_from_str()?;
             finish_args(args)?;
             refuse_root()?;
+            if let Some(name) = name.filter(|n| n != "default") {
+                return crate::lifecycle::build_recipe(&name, quiet, if_missing);
+            }
             let storage = paths::storage_root()?;
             paths::ensure_private_dir(&storage)?;
             let layout = image::images_dir(&storage).join("default");
@@ -957,12 +848,13 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             let mut args = pico_args::Arguments::from_vec(raw);
             let json = args.contains("--json");
             let dry_run = sub == "prune" && args.contains("--dry-run");
+            let all = sub == "prune" && args.contains("--all");
             finish_args(args)?;
             refuse_root()?;
             let r = if sub == "list" {
                 crate::gc::cmd_list(json)
             } else {
-                crate::gc::cmd_prune(json, dry_run)
+                crate::gc::cmd_prune(json, dry_run, all)
             };
             r.map_err(Failure::from)
         }
@@ -1010,6 +902,9 @@ fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32>
     let usage = crate::usage::of(cmd)?;
     let opts: &[std::ffi::OsString] = if cmd == "run" {
         &crate::usage::split_run(raw.to_vec()).0
+    } else if cmd == "exec" {
+        // `exec ID -- CMD --help` asks CMD.
+        &raw[..raw.iter().position(|a| a == "--").unwrap_or(raw.len())]
     } else {
         raw
     };
@@ -1033,15 +928,12 @@ fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32>
 /// way it ends `cat` (Rust ignores SIGPIPE, and `println!` then panics on
 /// EPIPE, which the release profile turns into an abort).
 fn sigpipe_default() {
-    // SAFETY: setting a signal disposition before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    sys::default_signal(sys::SIGPIPE);
 }
 
 /// Prints one warning per broken profile other than `except`, once per
 /// process.
-fn warn_broken_profiles(cfg: &config::Config, except: Option<&str>) {
+pub(crate) fn warn_broken_profiles(cfg: &config::Config, except: Option<&str>) {
     static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if DONE.swap(true, std::sync::atomic::Ordering::Relaxed) {
         return;
@@ -1112,6 +1004,7 @@ fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         profile: args.value_from_str("--profile")?,
         workspace: args.value_from_str("--workspace")?,
         config: args.value_from_str("--config")?,
+        publish: args.values_from_str("--publish")?,
         limits: args.opt_value_from_str("--limits")?,
     };
     finish_args(args)?;
@@ -1130,6 +1023,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         views: args.opt_value_from_str("--views")?,
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
         scratch: args.opt_value_from_str("--scratch")?,
+        meminfo: args.opt_value_from_str("--meminfo")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))
@@ -1162,14 +1056,14 @@ const PROMPT_LINE_MAX: usize = 8192;
 
 impl Prompt {
     fn say(s: &str) {
-        let _ = sys::write_all(1, s.as_bytes());
+        let _ = sys::write_all(sys::STDOUT, s.as_bytes());
     }
 
     /// Draws the prompt (the text starts by resetting the terminal state)
     /// and throws away whatever was typed before it.
     fn show(request_id: String, text: &str) -> Prompt {
         Self::say(text);
-        let _ = sys::flush_input(0);
+        let _ = sys::flush_input(sys::STDIN);
         Prompt {
             request_id,
             ignore_until: Instant::now() + PROMPT_GRACE,

@@ -77,7 +77,25 @@ pub const DEFAULT_CAPS: &[&str] = &[
     "CAP_MKNOD",
 ];
 
-const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "profiles"];
+const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "images", "profiles"];
+const IMAGE_KEYS: &[&str] = &["base", "packages"];
+/// The built-in `dev` image recipe: what coding agents and their dev
+/// servers need on top of the default image.
+pub const DEV_PACKAGES: &[&str] = &[
+    "bash",
+    "coreutils",
+    "procps",
+    "ncurses-base",
+    "ca-certificates",
+    "git",
+    "curl",
+    "less",
+    "vim-tiny",
+    "python3",
+    "nodejs",
+    "npm",
+    "build-essential",
+];
 const NETWORK_KEYS: &[&str] = &["default_deny"];
 const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
 const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
@@ -87,12 +105,15 @@ const PROFILE_KEYS: &[&str] = &[
     "persist",
     "volumes",
     "env",
+    "pass_env",
+    "ports",
     "isolate_ignored",
     "ipv6",
     "network",
     "caps",
     "git_identity",
     "limits",
+    "user",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
@@ -118,6 +139,42 @@ pub struct Config {
     /// Profiles the file defines wrongly, with the first error of each: only
     /// that profile is unusable (`profile` returns its error).
     pub broken_profiles: BTreeMap<String, ConfigError>,
+    /// `[images.NAME]` recipes; always contains the built-in `dev`.
+    pub images: BTreeMap<String, Recipe>,
+}
+
+/// An image recipe: a debootstrap of a Debian suite with packages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recipe {
+    /// The Debian suite (`base = "debian:SUITE"`); `None`: the host's.
+    pub suite: Option<String>,
+    /// Package names (sorted, unique).
+    pub packages: Vec<String>,
+}
+
+impl Recipe {
+    /// Identity of the recipe: a rebuild of the same recipe is skipped, so
+    /// the image's digest changes only when the recipe does.
+    pub fn fingerprint(&self, host_suite: &str) -> String {
+        let mut buf = Vec::new();
+        put_field(&mut buf, b"lazaret-recipe-v1");
+        put_field(&mut buf, self.suite.as_deref().unwrap_or(host_suite).as_bytes());
+        for p in &self.packages {
+            put_field(&mut buf, p.as_bytes());
+        }
+        crate::domain::hex(&openssl::sha::sha256(&buf)[..8])
+    }
+}
+
+/// `[a-z0-9][a-z0-9_.-]{0,63}`, not `default` (the built-in image).
+pub fn valid_image_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && name != "default"
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'.' | b'-'))
 }
 
 /// Host-command escalation settings.
@@ -166,6 +223,12 @@ pub struct Profile {
     pub volumes: Vec<Volume>,
     /// Sorted by key, keys unique.
     pub env: Vec<(String, String)>,
+    /// `pass_env`: names of host environment variables each client passes
+    /// to its own session (values are read by the client, never stored).
+    /// Client-side only: not part of the fingerprint.
+    pub pass_env: Vec<String>,
+    /// `ports`: host port forwards into the Domain (loopback by default).
+    pub ports: Vec<crate::ports::PortForward>,
     pub allow: Vec<Prefix>,
     pub deny: Vec<Prefix>,
     pub ipv6: bool,
@@ -184,6 +247,28 @@ pub struct Profile {
     /// `[profiles.NAME.limits]`: what the user set; unset keys take the
     /// host-derived defaults (`cgroup::Effective`).
     pub limits: Limits,
+    /// `user`: the unprivileged guest user (uid [`GUEST_USER_UID`], home
+    /// `/home/NAME`) sessions run as; `None`: root.
+    pub user: Option<String>,
+}
+
+/// The guest uid and gid of a profile's `user`.
+pub const GUEST_USER_UID: u32 = 1000;
+
+/// A guest user name: `[a-z_][a-z0-9_-]{0,31}`, not `root`.
+pub fn valid_user_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && name != "root"
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
+}
+
+/// The home of guest user `name`.
+pub fn guest_home(name: &str) -> String {
+    format!("/home/{name}")
 }
 
 /// Resource limits as configured; `None` means "the default".
@@ -267,6 +352,8 @@ pub enum ImageSource {
     DockerArchive(PathBuf),
     /// `"docker://REF"`: a registry reference (stored without the `docker://` prefix).
     Docker(String),
+    /// `"NAME"`: the image built from the recipe `[images.NAME]`.
+    Named(String),
 }
 
 /// A bind mount from the host into the guest.
@@ -466,6 +553,16 @@ impl Config {
     pub fn builtin(path: &Path) -> Config {
         let mut profiles = BTreeMap::new();
         profiles.insert(DEFAULT_PROFILE.to_string(), Profile::builtin(DEFAULT_PROFILE));
+        let mut images = BTreeMap::new();
+        let mut dev: Vec<String> = DEV_PACKAGES.iter().map(|s| s.to_string()).collect();
+        dev.sort();
+        images.insert(
+            "dev".to_string(),
+            Recipe {
+                suite: None,
+                packages: dev,
+            },
+        );
         Config {
             path: path.to_path_buf(),
             exists: false,
@@ -473,6 +570,7 @@ impl Config {
             default_deny: None,
             escalation: Escalation::default(),
             profiles,
+            images,
             broken_profiles: BTreeMap::new(),
         }
     }
@@ -510,6 +608,8 @@ impl Profile {
             persist: DEFAULT_PERSIST.iter().map(|s| s.to_string()).collect(),
             volumes: Vec::new(),
             env: Vec::new(),
+            pass_env: Vec::new(),
+            ports: Vec::new(),
             allow: Vec::new(),
             deny: Vec::new(),
             ipv6: false,
@@ -519,6 +619,7 @@ impl Profile {
             caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
             git_identity: true,
             limits: Limits::default(),
+            user: None,
         }
     }
 
@@ -574,6 +675,10 @@ impl Profile {
         if !self.network {
             put("network", &["none"]);
         }
+        if !self.ports.is_empty() {
+            let ports: Vec<String> = self.ports.iter().map(|p| p.to_string()).collect();
+            put("ports", &ports.iter().map(String::as_str).collect::<Vec<_>>());
+        }
         if self.caps.iter().map(String::as_str).ne(DEFAULT_CAPS.iter().copied()) {
             put("caps", &self.caps.iter().map(String::as_str).collect::<Vec<_>>());
         }
@@ -591,6 +696,9 @@ impl Profile {
             if let Some(v) = v {
                 put(&format!("limits.{tag}"), &[&v.to_string()]);
             }
+        }
+        if let Some(u) = &self.user {
+            put("user", &[u]);
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
@@ -642,7 +750,7 @@ impl FromStr for ImageSource {
 
     fn from_str(s: &str) -> Result<Self, String> {
         const FORMS: &str =
-            "one of \"default\", \"oci:/ABS/PATH:TAG\", \"docker-archive:/ABS/FILE\" or \"docker://REF\"";
+            "one of \"default\", an [images.NAME] recipe name, \"oci:/ABS/PATH:TAG\", \"docker-archive:/ABS/FILE\" or \"docker://REF\"";
         if s == "default" {
             return Ok(ImageSource::Default);
         }
@@ -671,6 +779,9 @@ impl FromStr for ImageSource {
                 Err("\"docker://REF\" with a non-empty REF without spaces".into())
             };
         }
+        if valid_image_name(s) {
+            return Ok(ImageSource::Named(s.to_string()));
+        }
         Err(FORMS.into())
     }
 }
@@ -683,6 +794,7 @@ impl fmt::Display for ImageSource {
             ImageSource::Oci { path, tag } => write!(f, "oci:{}:{}", path.display(), tag),
             ImageSource::DockerArchive(p) => write!(f, "docker-archive:{}", p.display()),
             ImageSource::Docker(r) => write!(f, "docker://{}", r),
+            ImageSource::Named(n) => f.write_str(n),
         }
     }
 }
@@ -1086,6 +1198,22 @@ impl Schema<'_> {
         if let Some(item) = root.get("escalation") {
             cfg.escalation = self.escalation(item)?;
         }
+        if let Some(item) = root.get("images") {
+            let t = self.table(item, "images")?;
+            for (name, iitem) in &t.entries {
+                let key = join_key("images", name);
+                if !valid_image_name(name) {
+                    return Err(self.invalid(
+                        iitem.line,
+                        &key,
+                        "an image name matching [a-z0-9][a-z0-9_.-]{0,63}, not \"default\"",
+                        quote(name),
+                    ));
+                }
+                let recipe = self.recipe(iitem, &key)?;
+                cfg.images.insert(name.clone(), recipe);
+            }
+        }
         if let Some(item) = root.get("profiles") {
             let t = self.table(item, "profiles")?;
             for (name, pitem) in &t.entries {
@@ -1100,7 +1228,24 @@ impl Schema<'_> {
                 }
                 // A wrong profile breaks only itself: the others, and the
                 // commands that need no profile, keep working.
-                match self.profile(name, pitem, &key) {
+                let profile = self.profile(name, pitem, &key).and_then(|profile| {
+                    if let ImageSource::Named(n) = &profile.image {
+                        if !cfg.images.contains_key(n) {
+                            let line = self.table(pitem, &key)?.get("image").map_or(pitem.line, |i| i.line);
+                            return Err(self.invalid(
+                                line,
+                                &join_key(&key, "image"),
+                                format!(
+                                    "an image recipe name defined as [images.NAME] (known: {})",
+                                    cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
+                                ),
+                                quote(n),
+                            ));
+                        }
+                    }
+                    Ok(profile)
+                });
+                match profile {
                     Ok(profile) => {
                         cfg.profiles.insert(name.clone(), profile);
                     }
@@ -1286,6 +1431,23 @@ impl Schema<'_> {
             }
             p.env = env.into_iter().collect();
         }
+        if let Some(i) = t.get("pass_env") {
+            p.pass_env = self.pass_env(i, &k("pass_env"))?;
+        }
+        if let Some(i) = t.get("ports") {
+            let key = k("ports");
+            const EXPECTED: &str = "an array of \"[ADDR:]HOSTPORT:GUESTPORT\" strings";
+            let mut seen: Vec<(usize, crate::ports::PortForward)> = Vec::new();
+            for (line, s) in self.strings(i, &key, EXPECTED)? {
+                let f: crate::ports::PortForward =
+                    s.parse().map_err(|e: String| self.invalid(line, &key, e, quote(s)))?;
+                if let Some((first_line, _)) = seen.iter().find(|(_, q)| q.addr == f.addr && q.host == f.host) {
+                    return Err(self.duplicate(line, *first_line, &key, &format!("host port {}:{}", f.addr, f.host)));
+                }
+                seen.push((line, f));
+            }
+            p.ports = seen.into_iter().map(|(_, f)| f).collect();
+        }
         if let Some(i) = t.get("isolate_ignored") {
             p.isolate_ignored = self.boolean(i, &k("isolate_ignored"))?;
         }
@@ -1332,7 +1494,86 @@ impl Schema<'_> {
         if let Some(i) = t.get("limits") {
             p.limits = self.limits(i, &k("limits"))?;
         }
+        if let Some(i) = t.get("user") {
+            let key = k("user");
+            const EXPECTED: &str = "a user name matching [a-z_][a-z0-9_-]{0,31}, not \"root\"";
+            let name = self.string(i, &key, EXPECTED)?;
+            if !valid_user_name(name) {
+                return Err(self.invalid(i.line, &key, EXPECTED, quote(name)));
+            }
+            // The home keeps the user's logins and tools across restarts.
+            let home = guest_home(name);
+            if !p.persist.iter().any(|q| Path::new(&home).starts_with(q)) {
+                return Err(self.invalid(
+                    i.line,
+                    &key,
+                    format!("a user whose home {home} lies under a persist path (add \"/home\" to persist)"),
+                    quote(name),
+                ));
+            }
+            p.user = Some(name.to_string());
+        }
         Ok(p)
+    }
+
+    /// `[images.NAME]`: `base = "debian:SUITE"`, `packages = [...]`.
+    fn recipe(&self, item: &Item, key: &str) -> Result<Recipe, ConfigError> {
+        let t = self.table(item, key)?;
+        self.known_keys(t, key, IMAGE_KEYS)?;
+        let mut r = Recipe {
+            suite: None,
+            packages: Vec::new(),
+        };
+        if let Some(i) = t.get("base") {
+            let bkey = join_key(key, "base");
+            const EXPECTED: &str = "\"debian:SUITE\" (a Debian suite such as bookworm)";
+            let s = self.string(i, &bkey, EXPECTED)?;
+            match s.strip_prefix("debian:") {
+                Some(suite)
+                    if !suite.is_empty()
+                        && suite.len() <= 32
+                        && suite.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') =>
+                {
+                    r.suite = Some(suite.to_string())
+                }
+                _ => return Err(self.invalid(i.line, &bkey, EXPECTED, quote(s))),
+            }
+        }
+        if let Some(i) = t.get("packages") {
+            let pkey = join_key(key, "packages");
+            const EXPECTED: &str = "an array of Debian package names matching [a-z0-9][a-z0-9+.-]+";
+            for (line, p) in self.strings(i, &pkey, EXPECTED)? {
+                let b = p.as_bytes();
+                let ok = b.len() >= 2
+                    && b.len() <= 100
+                    && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'+' | b'.' | b'-'));
+                if !ok {
+                    return Err(self.invalid(line, &pkey, EXPECTED, quote(p)));
+                }
+                r.packages.push(p.to_string());
+            }
+            r.packages.sort();
+            r.packages.dedup();
+        }
+        Ok(r)
+    }
+
+    /// `pass_env`: unique variable names, none of Lazaret's own.
+    fn pass_env(&self, i: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+        const EXPECTED: &str = "an array of environment variable names matching [A-Za-z_][A-Za-z0-9_]* (not LAZARET_*)";
+        let mut seen: Vec<(usize, &str)> = Vec::new();
+        for (line, name) in self.strings(i, key, EXPECTED)? {
+            if !valid_env_name(name) || is_reserved_env(name) {
+                return Err(self.invalid(line, key, EXPECTED, quote(name)));
+            }
+            if let Some((first_line, _)) = seen.iter().find(|(_, q)| *q == name) {
+                return Err(self.duplicate(line, *first_line, key, name));
+            }
+            seen.push((line, name));
+        }
+        Ok(seen.into_iter().map(|(_, s)| s.to_string()).collect())
     }
 
     /// `caps`: names from [`DEFAULT_CAPS`], with or without `CAP_`; kept
@@ -1422,6 +1663,11 @@ pub fn valid_profile_name(name: &str) -> bool {
         && b[0].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+/// Variables Lazaret sets in every session itself; nothing passes them.
+pub fn is_reserved_env(name: &str) -> bool {
+    name.starts_with("LAZARET_")
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`
@@ -2524,7 +2770,7 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
         assert_eq!(
             err("\nruntime_dri = \"/x\"\n"),
             format!(
-                "{}:2: runtime_dri: unknown key; expected one of: runtime_dir, network, escalation, profiles",
+                "{}:2: runtime_dri: unknown key; expected one of: runtime_dir, network, escalation, images, profiles",
                 FILE
             )
         );
@@ -2732,6 +2978,93 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
     }
 
     #[test]
+    fn profile_user() {
+        let c = ok("[profiles.a]\nuser = \"dev\"\n");
+        assert_eq!(c.profiles["a"].user.as_deref(), Some("dev"));
+        assert_eq!(c.profiles["default"].user, None);
+        assert_ne!(c.profiles["a"].fingerprint(), Profile::builtin("a").fingerprint());
+        for bad in ["root", "Dev", "1x", "a b", ""] {
+            assert_has(
+                &err(&format!("[profiles.a]\nuser = {bad:?}\n")),
+                &[":2: profiles.a.user: expected a user name matching"],
+            );
+        }
+        assert_has(
+            &err("[profiles.a]\nuser = \"dev\"\npersist = [\"/usr\"]\n"),
+            &["profiles.a.user: expected a user whose home /home/dev lies under a persist path"],
+        );
+        let c = ok("[profiles.a]\nuser = \"dev\"\npersist = [\"/home/dev\"]\n");
+        assert_eq!(c.profiles["a"].user.as_deref(), Some("dev"));
+    }
+
+    #[test]
+    fn image_recipes() {
+        let c = ok("[images.web]\nbase = \"debian:bookworm\"\npackages = [\"nodejs\", \"curl\", \"nodejs\"]\n[profiles.d]\nimage = \"web\"\n");
+        assert_eq!(c.images["web"].suite.as_deref(), Some("bookworm"));
+        assert_eq!(c.images["web"].packages, ["curl", "nodejs"]);
+        assert_eq!(c.profiles["d"].image, ImageSource::Named("web".into()));
+        assert!(c.images.contains_key("dev"), "the built-in dev recipe");
+        let d = ok("[profiles.d]\nimage = \"dev\"\n");
+        assert!(d.images["dev"].packages.contains(&"nodejs".to_string()));
+        let fp = c.images["web"].fingerprint("bookworm");
+        assert_eq!(fp, c.images["web"].fingerprint("trixie"), "explicit suite");
+        assert_ne!(fp, d.images["dev"].fingerprint("bookworm"));
+        assert_has(
+            &err("[profiles.d]\nimage = \"nope\"\n"),
+            &[
+                ":2: profiles.d.image: expected an image recipe name defined as [images.NAME]",
+                "\"nope\"",
+            ],
+        );
+        assert_has(&err("[images.default]\n"), &["images.default: expected an image name"]);
+        assert_has(
+            &err("[images.x]\nbase = \"ubuntu:jammy\"\n"),
+            &[":2: images.x.base: expected \"debian:SUITE\""],
+        );
+        assert_has(&err("[images.x]\npackages = [\"a b\"]\n"), &["images.x.packages"]);
+        assert_has(&err("[images.x]\nsuite = \"x\"\n"), &["images.x.suite: unknown key"]);
+    }
+
+    #[test]
+    fn port_forwards() {
+        let c = ok("[profiles.d]\nports = [\"127.0.0.1:3000:3000\", \"18000:8000\"]\n");
+        assert_eq!(c.profiles["d"].ports.len(), 2);
+        assert_eq!(c.profiles["d"].ports[1].to_string(), "127.0.0.1:18000:8000");
+        assert_has(
+            &err("[profiles.d]\nports = [\"3000\"]\n"),
+            &[":2: profiles.d.ports: expected \"[ADDR:]HOSTPORT:GUESTPORT\""],
+        );
+        assert_has(
+            &err("[profiles.d]\nports = [\"3000:1\", \"127.0.0.1:3000:2\"]\n"),
+            &["profiles.d.ports", "host port 127.0.0.1:3000"],
+        );
+    }
+
+    #[test]
+    fn pass_env_names() {
+        let c = ok("[profiles.d]\npass_env = [\"ANTHROPIC_API_KEY\", \"_X\"]\n");
+        assert_eq!(c.profiles["d"].pass_env, ["ANTHROPIC_API_KEY", "_X"]);
+        assert_eq!(
+            c.profiles["d"].fingerprint(),
+            ok("[profiles.d]\n").profiles["d"].fingerprint(),
+            "client-side only"
+        );
+        assert_has(
+            &err("[profiles.d]\npass_env = [\"A=B\"]\n"),
+            &[":2: profiles.d.pass_env: expected an array of environment variable names"],
+        );
+        assert_has(
+            &err("[profiles.d]\npass_env = [\"LAZARET_SESSION\"]\n"),
+            &["profiles.d.pass_env", "not LAZARET_*"],
+        );
+        assert_has(
+            &err("[profiles.d]\npass_env = [\"A\", \"A\"]\n"),
+            &["profiles.d.pass_env"],
+        );
+        assert_has(&err("[profiles.d]\npass_env = \"A\"\n"), &["profiles.d.pass_env"]);
+    }
+
+    #[test]
     fn image_sources() {
         let cases = [
             ("default", ImageSource::Default),
@@ -2764,7 +3097,14 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             assert_eq!(want.to_string(), s, "display round-trips");
         }
         for (bad, expected) in [
-            ("debian", "expected one of \"default\", \"oci:/ABS/PATH:TAG\""),
+            (
+                "debian",
+                "expected an image recipe name defined as [images.NAME] (known: dev)",
+            ),
+            (
+                "Debian",
+                "expected one of \"default\", an [images.NAME] recipe name, \"oci:/ABS/PATH:TAG\"",
+            ),
             (
                 "oci:/srv/img",
                 "expected \"oci:PATH:TAG\" with an absolute PATH and a non-empty TAG",
@@ -3054,6 +3394,7 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             |p| p.isolate_ignored = false,
             |p| p.dns.push(pfx("198.18.0.2/32")),
             |p| p.network = false,
+            |p| p.ports.push("18000:8000".parse().unwrap()),
         ];
         let mut seen = BTreeSet::new();
         seen.insert(base.fingerprint());

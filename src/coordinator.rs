@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -54,6 +54,8 @@ pub struct Args {
     pub profile: String,
     pub workspace: PathBuf,
     pub config: PathBuf,
+    /// `--publish` forwards of the CLI that started the Domain.
+    pub publish: Vec<crate::ports::PortForward>,
     /// `--memory/--pids/--cpus` from the CLI that started this Domain
     /// (`cgroup::encode_overrides`).
     pub limits: Option<String>,
@@ -76,12 +78,15 @@ impl Reporter {
 
 pub fn main(args: Args) -> i32 {
     sys::set_thread_name("lz-coordinator");
-    sys::ignore_signal(libc::SIGPIPE);
-    // SAFETY: both fds were handed to us by the spawning CLI and nothing
-    // else in this process owns them.
-    let (lock, start) = unsafe { (File::from_raw_fd(LOCK_FD), File::from_raw_fd(START_FD)) };
-    let _ = sys::set_cloexec(LOCK_FD, true);
-    let _ = sys::set_cloexec(START_FD, true);
+    sys::ignore_signal(sys::SIGPIPE);
+    // Both fds were handed to us by the spawning CLI and nothing else in
+    // this process owns them.
+    let (lock, start) = match (sys::take_inherited(LOCK_FD), sys::take_inherited(START_FD)) {
+        (Ok(l), Ok(s)) => (File::from(l), File::from(s)),
+        _ => return 1,
+    };
+    let _ = sys::set_cloexec(&lock, true);
+    let _ = sys::set_cloexec(&start, true);
     let mut report = Reporter(Some(start));
     match sys::try_lock_exclusive(&lock) {
         Ok(true) => {}
@@ -111,6 +116,10 @@ pub fn main(args: Args) -> i32 {
     // The lock file goes last, while we still hold the lock; a CLI that
     // locked the old inode notices it is unlinked and retries.
     let _ = std::fs::remove_file(paths.lock());
+    // The Domain's runtime dir goes too when nothing is left in it (a CLI
+    // that arrives now recreates it; see `cli::connect_or_start`).
+    let _ = std::fs::remove_dir(paths.runsc_root());
+    let _ = std::fs::remove_dir(&paths.run);
     drop(lock);
     code
 }
@@ -121,7 +130,6 @@ struct Supervisor {
     child: Child,
     lease: Option<OwnedFd>,
     status: StatusReceiver,
-    status_fd: RawFd,
     userns: File,
     mntns: File,
 }
@@ -216,6 +224,8 @@ struct Coordinator {
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
     net: NetRole,
+    /// Host port forwards (profile `ports` and `--publish`).
+    ports: Vec<crate::ports::PortForward>,
     /// The resource limits that apply, and the generation's cgroup.
     limits: crate::cgroup::Effective,
     cgroup: Option<crate::cgroup::DomainCgroup>,
@@ -245,7 +255,7 @@ fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
         let Some(fd) = fd else { continue };
         while left > 0 {
             let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK.min(left)];
-            match sys::read(fd.as_raw_fd(), &mut buf) {
+            match sys::read(&fd, &mut buf) {
                 Ok(n) if n > 0 => {
                     buf.truncate(n);
                     left -= n;
@@ -268,6 +278,13 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
+        let ports = crate::ports::merge(&profile.ports, &args.publish)?;
+        if !ports.is_empty() && !profile.network {
+            return Err(format!(
+                "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
+                profile.name
+            ));
+        }
         let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
         let limits = crate::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
@@ -300,7 +317,7 @@ impl Coordinator {
             .map_err(|e| e.to_string())?;
         log::info!("domain {domain_id} generation {generation} coordinator {coordinator_id}");
 
-        let signals = sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+        let signals = sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP])
             .map_err(|e| io_msg("signal pipe", e))?;
         let mut hc = Coordinator {
             domain_id,
@@ -330,6 +347,7 @@ impl Coordinator {
             broker: None,
             host_tokens: Vec::new(),
             net,
+            ports,
             limits,
             cgroup: None,
             join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
@@ -397,7 +415,17 @@ impl Coordinator {
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
         crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
-        binds.extend(crate::guestsetup::volume_binds(&self.profile.volumes));
+        let mut volume_views = Vec::new();
+        for mut b in crate::guestsetup::volume_binds(&self.profile.volumes) {
+            // A profile `user` sees its volume directories through a view
+            // that shows the developer's files as its own.
+            if self.profile.user.is_some() && b.host.is_dir() {
+                let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
+                volume_views.push((b.host.clone(), mnt.clone()));
+                b.host = mnt;
+            }
+            binds.push(b);
+        }
         if self.profile.git_identity {
             binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
         }
@@ -447,8 +475,10 @@ impl Coordinator {
                 .isolate_ignored
                 .then(|| self.paths.ignored_dir())
                 .as_deref(),
+            self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
         )
         .map_err(|e| e.to_string())?;
+        gitsentry::add_volume_views(&gen_dir, &volume_views).map_err(|e| e.to_string())?;
         binds.extend(views.binds.iter().cloned());
         binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
@@ -459,12 +489,15 @@ impl Coordinator {
             binds,
             netns: self.net.sandbox_netns(),
             caps: self.profile.caps.clone(),
+            nproc: self.limits.guest_tasks(),
         };
         std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
             .map_err(|e| io_msg("writing config.json", e))?;
         self.start_supervisor()?;
         report.progress("probing the network");
         self.verify_network()?;
+        self.setup_user()?;
+        self.forward_ports(report)?;
         self.publish()
     }
 
@@ -507,26 +540,27 @@ impl Coordinator {
             .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
+            .args(self.meminfo_args())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
-        // SAFETY: only async-signal-safe syscalls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                sys::reset_signals();
-                crate::cgroup::join_raw(&join)?;
-                sys::install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])?;
-                sys::set_parent_death_signal(libc::SIGKILL)
-            });
-        }
+        sys::ChildSetup::new()
+            .reset_signals()
+            .write_each(&join, b"0") // joins the generation's cgroups
+            .install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])
+            .parent_death_signal(sys::SIGKILL)
+            .apply(&mut cmd);
         let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
+        // The supervisor joined between fork and exec (or failed to start).
+        if let Some(c) = self.cgroup.as_mut() {
+            c.close_procs();
+        }
         drop(lease_rd);
         drop(status_wr);
         let pid = child.id() as i32;
         let _ = self
             .store
             .set_owned_pid(row, pid, sys::proc_start_time(pid).unwrap_or(0));
-        let status_fd = status_rd.as_raw_fd();
         let mut status = StatusReceiver::new(File::from(status_rd));
         let deadline = Instant::now() + SANDBOX_START_TIMEOUT;
 
@@ -545,12 +579,11 @@ impl Coordinator {
         if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
             self.owned_rows.push(row);
         }
-        crate::wire::send_fd(lease_wr.as_raw_fd(), &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
+        crate::wire::send_fd(&lease_wr, &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
         self.sup = Some(Supervisor {
             child,
             lease: Some(lease_wr),
             status,
-            status_fd,
             userns,
             mntns,
         });
@@ -600,6 +633,26 @@ impl Coordinator {
             host: tmp,
             read_only: false,
         }))
+    }
+
+    /// `--meminfo PATH` for the supervisor when the memory limit is
+    /// enforced: runsc then gives the sentry that total, and the guest's
+    /// `/proc/meminfo` shows the limit instead of the host's RAM.
+    fn meminfo_args(&self) -> Vec<std::ffi::OsString> {
+        if self.cgroup.is_none() {
+            return Vec::new();
+        }
+        let view = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|h| crate::cgroup::meminfo_view(&h, self.limits.memory));
+        let path = self.paths.gen_dir().join("meminfo");
+        match view.map(|v| std::fs::write(&path, v)) {
+            Some(Ok(())) => vec!["--meminfo".into(), path.into()],
+            _ => {
+                log::warn!("the guest will see the host's total memory: /proc/meminfo unreadable or unwritable");
+                Vec::new()
+            }
+        }
     }
 
     /// The generation's cgroup with the Domain's limits; `None` (after a
@@ -681,6 +734,51 @@ impl Coordinator {
         )
     }
 
+    /// The profile's `user`: its passwd entry and home inside (made once;
+    /// both persist by default), before any session starts. Fails the start
+    /// when the image's ids conflict.
+    fn setup_user(&mut self) -> Result<(), String> {
+        let Some(name) = self.profile.user.clone() else {
+            return Ok(());
+        };
+        let mut cmd = self.runsc_in_ns()?;
+        cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
+        cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("lazaret: user "))
+                .map(|l| crate::display::escape(l.trim_start_matches("lazaret: ")))
+                .unwrap_or_else(|| "the guest could not create it".into());
+            log::warn!("user setup failed: {}", crate::display::escape(&text));
+            return Err(format!("profile {} user {name}: {line}", self.profile.name));
+        }
+        Ok(())
+    }
+
+    /// Host port forwards through slirp4netns's API socket; the list goes
+    /// to `gen/ports` for `net show`.
+    fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), String> {
+        if self.ports.is_empty() {
+            return Ok(());
+        }
+        report.progress("forwarding ports");
+        let gen_dir = self.paths.gen_dir();
+        crate::ports::install(
+            &gen_dir.join(crate::ports::API_SOCKET),
+            &self.ports,
+            // slirp4netns's own guest (10.0.2.100) is the router's tap0
+            // now: forwards go to the sandbox's address, which the router
+            // answers ARP for on tap0 and routes to lzr1.
+            crate::netpolicy::SANDBOX_ADDR,
+        )?;
+        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(gen_dir.join(crate::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
+    }
+
     /// Makes the generation joinable: the socket appears at its published
     /// path by rename, only now that everything is ready.
     fn publish(&mut self) -> Result<(), String> {
@@ -718,7 +816,7 @@ impl Coordinator {
                     continue;
                 }
             }
-            let (mut fds, tokens) = self.poll_set();
+            let mut fds = self.poll_set();
             let next = self
                 .broker
                 .as_ref()
@@ -732,14 +830,12 @@ impl Coordinator {
             if self.broker.as_ref().is_some_and(|b| b.backlog) {
                 timeout_ms = 0;
             }
-            if let Err(e) = sys::poll(&mut fds, timeout_ms) {
+            if let Err(e) = fds.wait(Some(Duration::from_millis(timeout_ms as u64))) {
                 log::error!("poll: {e}");
                 return 1;
             }
-            for (fd, tok) in fds.iter().zip(tokens) {
-                if fd.readable() || fd.writable() || fd.hangup() {
-                    self.dispatch(tok, fd);
-                }
+            for (tok, fd) in fds.ready().collect::<Vec<_>>() {
+                self.dispatch(tok, &fd);
             }
             if let Some(b) = self.broker.as_mut() {
                 b.reap();
@@ -774,34 +870,30 @@ impl Coordinator {
         }
     }
 
-    fn poll_set(&mut self) -> (Vec<sys::PollFd>, Vec<Token>) {
-        let mut fds = Vec::new();
-        let mut toks = Vec::new();
-        let mut add = |fd: RawFd, ev: libc::c_short, t: Token| {
-            fds.push(sys::PollFd::new(fd, ev));
-            toks.push(t);
-        };
-        add(self.signals.as_raw_fd(), libc::POLLIN, Token::Signals);
+    fn poll_set(&mut self) -> sys::PollSet<Token> {
+        let mut set = sys::PollSet::new();
+        let mut add = |fd: std::os::fd::BorrowedFd<'_>, ev: sys::PollEvents, t: Token| set.add(fd, ev, t);
+        add(self.signals.as_fd(), sys::POLLIN, Token::Signals);
         if let Some(l) = &self.listener {
-            add(l.as_raw_fd(), libc::POLLIN, Token::Listener);
+            add(l.as_fd(), sys::POLLIN, Token::Listener);
         }
         if let Some(s) = &self.sup {
-            add(s.status_fd, libc::POLLIN, Token::SupervisorStatus);
+            add(s.status.fd(), sys::POLLIN, Token::SupervisorStatus);
         }
         let mut host_tokens = Vec::new();
         if let Some(b) = &self.broker {
-            add(b.inotify_fd(), libc::POLLIN, Token::Mailbox);
+            add(b.inotify_fd(), sys::POLLIN, Token::Mailbox);
             for (fd, id) in b.poll_fds() {
-                add(fd, libc::POLLIN, Token::HostOutput(host_tokens.len()));
+                add(fd, sys::POLLIN, Token::HostOutput(host_tokens.len()));
                 host_tokens.push(id);
             }
         }
         for (&k, c) in &self.conns {
             if !c.closing {
-                add(c.stream.as_raw_fd(), libc::POLLIN, Token::ConnRead(k));
+                add(c.stream.as_fd(), sys::POLLIN, Token::ConnRead(k));
             }
             if !c.out.is_empty() {
-                add(c.stream.as_raw_fd(), libc::POLLOUT, Token::ConnWrite(k));
+                add(c.stream.as_fd(), sys::POLLOUT, Token::ConnWrite(k));
             }
         }
         for (&k, s) in &self.sessions {
@@ -809,27 +901,27 @@ impl Coordinator {
             // While an escalation prompt is up, the session's output waits.
             if backlog < CONN_OUT_MAX && s.prompt.is_none() {
                 if let Some(o) = &s.output {
-                    add(o.as_raw_fd(), libc::POLLIN, Token::SessionOut(k));
+                    add(o.as_fd(), sys::POLLIN, Token::SessionOut(k));
                 }
                 if let Some(o) = &s.errout {
-                    add(o.as_raw_fd(), libc::POLLIN, Token::SessionErr(k));
+                    add(o.as_fd(), sys::POLLIN, Token::SessionErr(k));
                 }
             }
             if let Some(i) = &s.input {
                 if !s.pending_in.is_empty() {
-                    add(i.as_raw_fd(), libc::POLLOUT, Token::SessionIn(k));
+                    add(i.as_fd(), sys::POLLOUT, Token::SessionIn(k));
                 }
             }
         }
         self.host_tokens = host_tokens;
-        (fds, toks)
+        set
     }
 
     fn dispatch(&mut self, tok: Token, fd: &sys::PollFd) {
         match tok {
             Token::Signals => {
-                for s in sys::drain_signals(self.signals.as_raw_fd()) {
-                    if s == libc::SIGCHLD {
+                for s in sys::drain_signals(&self.signals) {
+                    if s == sys::SIGCHLD {
                         self.reap();
                     } else {
                         self.stop_reason = Some(format!("the coordinator received signal {s}"));
@@ -886,7 +978,7 @@ impl Coordinator {
             let Some(l) = &self.listener else { return };
             let Ok((stream, _)) = l.accept() else { return };
             // INVARIANT: only our own uid may talk to the coordinator.
-            let (pid, uid) = match sys::peer_uid(stream.as_raw_fd()) {
+            let (pid, uid) = match sys::peer_uid(&stream) {
                 Ok(v) => v,
                 Err(_) => continue,
             };
@@ -1029,7 +1121,17 @@ impl Coordinator {
             (true, None, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) if self.conns[&key].observer => {
                 self.drop_conn(key, "an observer connection may only ask for status")
             }
-            (true, None, ClientMsg::Open { argv, env, cwd, tty }) => self.open_session(key, argv, env, cwd, tty),
+            (
+                true,
+                None,
+                ClientMsg::Open {
+                    argv,
+                    env,
+                    cwd,
+                    tty,
+                    root,
+                },
+            ) => self.open_session(key, argv, env, cwd, tty, root),
             (true, None, ClientMsg::Status) => {
                 let st = self.status();
                 self.send(key, &ServerMsg::Status(st));
@@ -1061,7 +1163,7 @@ impl Coordinator {
                 }
             }
             (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
-            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == libc::SIGQUIT => {
+            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == sys::SIGQUIT => {
                 // SIGQUIT goes to the guest session, never to `runsc exec`:
                 // Go's runtime would answer it with a goroutine dump on the
                 // user's terminal and exit 2.
@@ -1074,7 +1176,7 @@ impl Coordinator {
             }
             (true, Some(s), ClientMsg::Signal(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
-                    if matches!(sig as i32, libc::SIGINT | libc::SIGTSTP | libc::SIGTERM | libc::SIGHUP) {
+                    if matches!(sig as i32, sys::SIGINT | sys::SIGTSTP | sys::SIGTERM | sys::SIGHUP) {
                         // runsc exec forwards what it receives to its guest process.
                         let _ = sys::kill(sess.exec.id() as i32, sig as i32);
                     }
@@ -1119,6 +1221,13 @@ impl Coordinator {
                     tty: s.tty,
                 })
                 .collect(),
+            started_at: crate::state::now() - self.published_at.elapsed().as_secs() as i64,
+            pending_escalations: self
+                .sessions
+                .values()
+                .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
+                .sum(),
+            ports: self.ports.iter().map(|p| p.to_string()).collect(),
         }
     }
 
@@ -1307,19 +1416,15 @@ impl Coordinator {
     /// namespaces, where runsc's state and the sandbox live.
     fn runsc_in_ns(&self) -> Result<Command, String> {
         let sup = self.sup.as_ref().ok_or("the sandbox is not running")?;
-        let (u, m) = (sup.userns.as_raw_fd(), sup.mntns.as_raw_fd());
         let mut cmd = Command::new("runsc");
         cmd.args(&self.runsc_args);
-        // SAFETY: only async-signal-safe syscalls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                sys::reset_signals();
-                sys::setns(u, libc::CLONE_NEWUSER)?;
-                sys::setns(m, libc::CLONE_NEWNS)?;
-                sys::chdir(Path::new("/"))?;
-                sys::set_parent_death_signal(libc::SIGKILL)
-            });
-        }
+        sys::ChildSetup::new()
+            .reset_signals()
+            .setns(&sup.userns, sys::CLONE_NEWUSER)
+            .setns(&sup.mntns, sys::CLONE_NEWNS)
+            .chdir(Path::new("/"))
+            .parent_death_signal(sys::SIGKILL)
+            .apply(&mut cmd);
         Ok(cmd)
     }
 
@@ -1330,23 +1435,31 @@ impl Coordinator {
         env: Vec<(String, String)>,
         cwd: String,
         tty: Option<ipc::WinSize>,
+        root: bool,
     ) {
         let argv = if argv.is_empty() {
             self.profile.command.clone()
         } else {
             argv
         };
-        let term = env.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
+        let env_in = env;
+        let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
         let id = random_id(8);
         let (client_id, peer_pid) = {
             let c = &self.conns[&key];
             (c.hello.clone().unwrap_or_default(), c.peer_pid)
         };
-        let mut env = plan::session_env(&self.profile.env, term);
+        // The profile's `user` runs every session but `--root` ones.
+        let user = self.profile.user.clone().filter(|_| !root);
+        let mut env = plan::session_env_for(user.as_deref(), &self.profile.env, term);
         if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
             env.push(crate::guestsetup::git_env());
         }
+        // Host variables this client passed by name: this session only.
+        // INVARIANT: their values go into the spec pipe and nowhere else
+        // (no argv, no store row, no log line).
+        plan::override_env(&mut env, &crate::passenv::accepted(&env_in));
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.
@@ -1373,6 +1486,7 @@ impl Coordinator {
             cwd,
             terminal: tty.is_some(),
             caps: self.profile.caps.clone(),
+            user: user.as_ref().map(|_| (config::GUEST_USER_UID, config::GUEST_USER_UID)),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
         // The spec carries the session's key: it goes through a pipe, never
@@ -1436,7 +1550,7 @@ impl Coordinator {
         }
         let (spec_rd, spec_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
         // Fits the pipe buffer: the write cannot block.
-        sys::write_all(spec_wr.as_raw_fd(), spec).map_err(|e| io_msg("pipe", e))?;
+        sys::write_all(&spec_wr, spec).map_err(|e| io_msg("pipe", e))?;
         drop(spec_wr);
         let sp = spec_rd.as_raw_fd();
         let mut cmd = self.runsc_in_ns()?;
@@ -1451,30 +1565,20 @@ impl Coordinator {
             }))
             .map_err(|e| io_msg("openpty", e))?;
             let s = slave.as_raw_fd();
-            // SAFETY: async-signal-safe syscalls only; runs before the
-            // namespace hook installed by runsc_in_ns.
-            unsafe {
-                cmd.pre_exec(move || {
-                    sys::setsid()?;
-                    sys::install_fds(&[(s, 0), (s, 1), (s, 2), (sp, 3)])?;
-                    sys::set_controlling_tty(0)
-                });
-            }
+            sys::ChildSetup::new()
+                .setsid()
+                .install_fds(&[(s, 0), (s, 1), (s, 2), (sp, 3)])
+                .controlling_tty(0)
+                .apply(&mut cmd);
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
             let child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
             drop(slave);
             drop(spec_rd);
-            sys::set_nonblocking(master.as_raw_fd(), true).map_err(|e| io_msg("pty", e))?;
+            sys::set_nonblocking(&master, true).map_err(|e| io_msg("pty", e))?;
             let out = master.try_clone().map_err(|e| io_msg("pty", e))?;
             Ok((child, master, out, None))
         } else {
-            // SAFETY: setsid and dup2 are async-signal-safe.
-            unsafe {
-                cmd.pre_exec(move || {
-                    sys::setsid()?;
-                    sys::install_fds(&[(sp, 3)])
-                });
-            }
+            sys::ChildSetup::new().setsid().install_fds(&[(sp, 3)]).apply(&mut cmd);
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
             let mut child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
             drop(spec_rd);
@@ -1482,7 +1586,7 @@ impl Coordinator {
             let o: OwnedFd = child.stdout.take().unwrap().into();
             let e: OwnedFd = child.stderr.take().unwrap().into();
             for fd in [&i, &o, &e] {
-                sys::set_nonblocking(fd.as_raw_fd(), true).map_err(|e| io_msg("pipe", e))?;
+                sys::set_nonblocking(&fd, true).map_err(|e| io_msg("pipe", e))?;
             }
             Ok((child, i, o, Some(e)))
         }
@@ -1501,11 +1605,7 @@ impl Coordinator {
         let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
         let Some(fd) = fd else { return };
         let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
-        let r = if readable {
-            sys::read(fd.as_raw_fd(), &mut buf)
-        } else {
-            Ok(0)
-        };
+        let r = if readable { sys::read(&fd, &mut buf) } else { Ok(0) };
         match r {
             Ok(n) if n > 0 => {
                 buf.truncate(n);
@@ -1557,7 +1657,7 @@ impl Coordinator {
             return;
         };
         while !s.pending_in.is_empty() {
-            match sys::write(fd.as_raw_fd(), &s.pending_in) {
+            match sys::write(&fd, &s.pending_in) {
                 Ok(n) => {
                     s.pending_in.drain(..n);
                 }
@@ -1572,7 +1672,7 @@ impl Coordinator {
         if s.eof_after_input && s.pending_in.is_empty() {
             if s.tty {
                 // A terminal has no EOF of its own; ^D at line start is it.
-                let _ = sys::write(fd.as_raw_fd(), &[4]);
+                let _ = sys::write(&fd, &[4]);
             } else {
                 s.input = None;
             }
@@ -1594,7 +1694,7 @@ impl Coordinator {
         if let Some(fd) = &s.input {
             if s.tty {
                 let _ = sys::set_winsize(
-                    fd.as_raw_fd(),
+                    fd,
                     sys::WinSize {
                         rows: w.rows,
                         cols: w.cols,
@@ -1614,7 +1714,7 @@ impl Coordinator {
             return;
         }
         let Some(pid) = Self::guest_pid(s) else { return };
-        if let Ok(child) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), &libc::SIGWINCH.to_string()]) {
+        if let Ok(child) = self.in_sandbox_tool(&["signal-session", &pid.to_string(), &sys::SIGWINCH.to_string()]) {
             self.helpers.push(child);
         }
         if let Some(s) = self.sessions.get_mut(&skey) {
@@ -1811,18 +1911,8 @@ impl Coordinator {
         }
         if let Some(mut sup) = self.sup.take() {
             sup.lease = None; // EOF: the supervisor stops the sandbox.
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                if let Ok(Some(_)) = sup.child.try_wait() {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    log::warn!("supervisor did not stop in time: killing it");
-                    let _ = sup.child.kill();
-                    let _ = sup.child.wait();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(5));
+            if sys::wait_deadline(&mut sup.child, Duration::from_secs(10)).is_none() {
+                log::warn!("supervisor did not stop in time: killed it");
             }
         }
         if let Some(mut c) = self.cgroup.take() {
@@ -1838,7 +1928,7 @@ impl Coordinator {
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
                     if sys::same_process(pid, st) {
                         log::warn!("{} (pid {pid}) outlived teardown: killing it", o.name);
-                        let _ = sys::kill(pid, libc::SIGKILL);
+                        let _ = sys::kill(pid, sys::SIGKILL);
                     }
                 }
                 let _ = self.store.release(o.row);
@@ -1985,7 +2075,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
                     o.name,
                     o.generation
                 );
-                let _ = sys::kill(pid, libc::SIGKILL);
+                let _ = sys::kill(pid, sys::SIGKILL);
             }
             ("process", Some(pid), Some(_)) => {
                 log::info!(

@@ -592,7 +592,8 @@ fn check_userns(t: &Target) -> Check {
     } else {
         match probe {
             ProbeResult::Failed {
-                errno: libc::ENOSPC, ..
+                errno: crate::sys::ENOSPC,
+                ..
             } => "too many user namespaces: raise user.max_user_namespaces, or end stale sandboxes".into(),
             _ => "unprivileged user namespaces are blocked by the environment (e.g. a container's \
                   seccomp or lsm policy); run lazaret on a host or vm that allows them"
@@ -622,11 +623,11 @@ enum ProbeResult {
     Error(String),
 }
 
-const STEP_SETGROUPS: u8 = 1;
-const STEP_SETGID: u8 = 2;
-const STEP_SETUID: u8 = 3;
-const STEP_USERNS: u8 = 4;
-const STEP_MNT_NET: u8 = 5;
+const STEP_SETGROUPS: u8 = crate::sys::NS_STEP_SETGROUPS;
+const STEP_SETGID: u8 = crate::sys::NS_STEP_SETGID;
+const STEP_SETUID: u8 = crate::sys::NS_STEP_SETUID;
+const STEP_USERNS: u8 = crate::sys::NS_STEP_USERNS;
+const STEP_MNT_NET: u8 = crate::sys::NS_STEP_MNT_NET;
 
 fn probe_step_name(step: u8) -> &'static str {
     match step {
@@ -644,130 +645,24 @@ fn probe_step_name(step: u8) -> &'static str {
 /// (what the supervisor does). AppArmor's userns restriction lets the first
 /// unshare succeed but denies the second, so both are tried.
 fn userns_probe(drop_to: Option<(u32, u32)>) -> ProbeResult {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: `fds` is a valid, writable array of two c_ints for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return ProbeResult::Error(format!("pipe2: {}", err_text(&io::Error::last_os_error())));
-    }
-    let (rd, wr) = (fds[0], fds[1]);
-    // SAFETY: the child runs only `probe_child`, which makes raw system calls
-    // (no allocation, locks or unwinding) and ends with `_exit`, so forking a
-    // possibly multi-threaded process is sound.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // SAFETY: we are the freshly forked child; see `probe_child`.
-        unsafe { probe_child(wr, drop_to) }
-    }
-    // SAFETY: `wr` is our own pipe end, not used after this.
-    unsafe { libc::close(wr) };
-    if pid < 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: `rd` is our own pipe end, not used after this.
-        unsafe { libc::close(rd) };
-        return ProbeResult::Error(format!("fork: {}", err_text(&e)));
-    }
-
-    let mut buf = [0u8; 5];
-    let mut got = 0usize;
-    while got < buf.len() {
-        // SAFETY: `buf[got..]` is valid for writes of `buf.len() - got` bytes.
-        let n = unsafe { libc::read(rd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        if n <= 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    // SAFETY: `rd` is our own pipe end, not used after this.
-    unsafe { libc::close(rd) };
-
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: `pid` is our child and `status` is a valid out pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if r == pid {
-            break;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return ProbeResult::Error(format!("waitpid: {}", err_text(&e)));
-        }
-    }
-
-    if got == buf.len() {
-        let errno = i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]);
-        return ProbeResult::Failed { step: buf[0], errno };
-    }
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
-        ProbeResult::Ok
-    } else if libc::WIFSIGNALED(status) {
-        ProbeResult::Error(format!("probe child killed by signal {}", libc::WTERMSIG(status)))
-    } else {
-        ProbeResult::Error(format!("probe child exited with status {}", libc::WEXITSTATUS(status)))
-    }
-}
-
-/// Body of the probe child. Exits 0 on success; on failure writes
-/// `[step, errno as 4 native-endian bytes]` to `wr` and exits 1.
-///
-/// # Safety
-/// Must only be called in the child right after `fork`; never returns.
-unsafe fn probe_child(wr: libc::c_int, drop_to: Option<(u32, u32)>) -> ! {
-    // Raw syscalls rather than the libc wrappers: glibc's set*id wrappers
-    // broadcast to all threads, which is not something to rely on after fork.
-    if let Some((uid, gid)) = drop_to {
-        // SAFETY: plain system calls with integer / null arguments.
-        unsafe {
-            if libc::syscall(libc::SYS_setgroups, 0 as libc::c_long, std::ptr::null::<libc::gid_t>()) != 0 {
-                probe_fail(wr, STEP_SETGROUPS);
-            }
-            let g = gid as libc::c_long;
-            if libc::syscall(libc::SYS_setresgid, g, g, g) != 0 {
-                probe_fail(wr, STEP_SETGID);
-            }
-            let u = uid as libc::c_long;
-            if libc::syscall(libc::SYS_setresuid, u, u, u) != 0 {
-                probe_fail(wr, STEP_SETUID);
-            }
-        }
-    }
-    // SAFETY: unshare only changes this (single-threaded) child's namespaces.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-            probe_fail(wr, STEP_USERNS);
-        }
-        if libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET) != 0 {
-            probe_fail(wr, STEP_MNT_NET);
-        }
-        libc::_exit(0)
-    }
-}
-
-/// # Safety
-/// Only for the probe child: reads errno, writes to `wr`, and `_exit`s.
-unsafe fn probe_fail(wr: libc::c_int, step: u8) -> ! {
-    // SAFETY: errno is thread-local and readable; `msg` is a valid stack
-    // buffer; write and _exit are async-signal-safe.
-    unsafe {
-        let e = (*libc::__errno_location()).to_ne_bytes();
-        let msg = [step, e[0], e[1], e[2], e[3]];
-        libc::write(wr, msg.as_ptr().cast(), msg.len());
-        libc::_exit(1)
+    match crate::sys::probe_namespaces(drop_to) {
+        Ok(crate::sys::NsProbe::Ok) => ProbeResult::Ok,
+        Ok(crate::sys::NsProbe::Failed { step, errno }) => ProbeResult::Failed { step, errno },
+        Ok(crate::sys::NsProbe::Died(what)) => ProbeResult::Error(what),
+        Err(e) => ProbeResult::Error(format!("pipe, fork or wait: {}", err_text(&e))),
     }
 }
 
 /// `EPERM (operation not permitted)`.
 fn errno_text(errno: i32) -> String {
     let name = match errno {
-        libc::EPERM => "EPERM",
-        libc::EACCES => "EACCES",
-        libc::EINVAL => "EINVAL",
-        libc::ENOSPC => "ENOSPC",
-        libc::ENOMEM => "ENOMEM",
-        libc::ENOSYS => "ENOSYS",
-        libc::EUSERS => "EUSERS",
+        crate::sys::EPERM => "EPERM",
+        crate::sys::EACCES => "EACCES",
+        crate::sys::EINVAL => "EINVAL",
+        crate::sys::ENOSPC => "ENOSPC",
+        crate::sys::ENOMEM => "ENOMEM",
+        crate::sys::ENOSYS => "ENOSYS",
+        crate::sys::EUSERS => "EUSERS",
         _ => return err_text(&io::Error::from_raw_os_error(errno)),
     };
     format!("{name} ({})", err_text(&io::Error::from_raw_os_error(errno)))
@@ -1346,9 +1241,9 @@ mod tests {
 
     #[test]
     fn error_text_is_lowercase_without_suffix() {
-        assert_eq!(errno_text(libc::EPERM), "EPERM (operation not permitted)");
+        assert_eq!(errno_text(crate::sys::EPERM), "EPERM (operation not permitted)");
         assert_eq!(
-            err_text(&io::Error::from_raw_os_error(libc::ENOENT)),
+            err_text(&io::Error::from_raw_os_error(crate::sys::ENOENT)),
             "no such file or directory"
         );
     }

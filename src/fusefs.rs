@@ -48,7 +48,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -63,6 +63,7 @@ use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
 use crate::gitshape;
 use crate::ignored::IgnoreRules;
+use crate::sys;
 
 /// How long the kernel may cache entries and attributes under a host
 /// directory that is not watched: host-side edits show up within this time.
@@ -81,6 +82,35 @@ const FOREIGN_BIT: u64 = 1 << 61;
 pub(crate) enum Side {
     Host,
     Store,
+}
+
+/// The guest uid (and gid) the developer appears as: 0 (root), or the
+/// profile `user`'s id ([`crate::config::GUEST_USER_UID`]). Files owned by
+/// the developer (id 0 in the supervisor's user namespace) are shown with
+/// it, and a `chown` to it stores the developer, so a session of that user
+/// owns the workspace it edits and the host user owns what it writes. One
+/// value per supervisor process (it serves one Domain), set before any view
+/// is served.
+static GUEST_OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Sets [`GUEST_OWNER`] (the supervisor, from its `--views` file).
+pub fn set_guest_owner(id: u32) {
+    GUEST_OWNER.store(id, Ordering::Relaxed);
+}
+
+/// The id the sandbox sees for a stored owner id.
+fn shown_id(id: u32) -> u32 {
+    if id == 0 {
+        GUEST_OWNER.load(Ordering::Relaxed)
+    } else {
+        id
+    }
+}
+
+/// The owner id stored for one the sandbox asks for.
+fn stored_id(id: Option<u32>) -> Option<u32> {
+    let owner = GUEST_OWNER.load(Ordering::Relaxed);
+    id.map(|i| if owner != 0 && i == owner { 0 } else { i })
 }
 
 /// Host workspace files stay the developer's: the sandbox's root holds
@@ -104,7 +134,7 @@ fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
     if side != Side::Host {
         return m;
     }
-    let strip = libc::S_ISUID | libc::S_IWOTH | if dir { 0 } else { libc::S_ISGID };
+    let strip = sys::S_ISUID | sys::S_IWOTH | if dir { 0 } else { sys::S_ISGID };
     m & !strip
 }
 
@@ -136,7 +166,7 @@ impl Node {
             protected: false,
             lookups: 0,
             dir: is_dir(st),
-            regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+            regular: st.st_mode & sys::S_IFMT == sys::S_IFREG,
             host_ino: st.st_ino,
             fd: None,
             pinned: false,
@@ -204,13 +234,13 @@ fn open_root(p: &Path) -> io::Result<(OwnedFd, u64)> {
 }
 
 fn kind(mode: u32) -> FileType {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        libc::S_IFIFO => FileType::NamedPipe,
-        libc::S_IFSOCK => FileType::Socket,
-        libc::S_IFCHR => FileType::CharDevice,
-        libc::S_IFBLK => FileType::BlockDevice,
+    match mode & sys::S_IFMT {
+        sys::S_IFDIR => FileType::Directory,
+        sys::S_IFLNK => FileType::Symlink,
+        sys::S_IFIFO => FileType::NamedPipe,
+        sys::S_IFSOCK => FileType::Socket,
+        sys::S_IFCHR => FileType::CharDevice,
+        sys::S_IFBLK => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
 }
@@ -235,8 +265,8 @@ fn attr(ino: u64, st: &rustix::fs::Stat) -> FileAttr {
         kind: kind(st.st_mode),
         perm: (st.st_mode & 0o7777) as u16,
         nlink: st.st_nlink as u32,
-        uid: st.st_uid,
-        gid: st.st_gid,
+        uid: shown_id(st.st_uid),
+        gid: shown_id(st.st_gid),
         rdev: st.st_rdev as u32,
         blksize: st.st_blksize as u32,
         flags: 0,
@@ -293,16 +323,16 @@ fn negative() -> FileAttr {
 /// CAP_FSETID, which would keep them.
 fn kill_priv(f: impl AsFd) -> Result<(), Errno> {
     let mode = rustix::fs::fstat(&f).map_err(errno)?.st_mode;
-    let sgid = libc::S_ISGID | libc::S_IXGRP;
-    if mode & libc::S_ISUID != 0 || mode & sgid == sgid {
-        let keep = mode & 0o7777 & !libc::S_ISUID & !(if mode & sgid == sgid { libc::S_ISGID } else { 0 });
+    let sgid = sys::S_ISGID | sys::S_IXGRP;
+    if mode & sys::S_ISUID != 0 || mode & sgid == sgid {
+        let keep = mode & 0o7777 & !sys::S_ISUID & !(if mode & sgid == sgid { sys::S_ISGID } else { 0 });
         rustix::fs::fchmod(&f, Mode::from_raw_mode(keep)).map_err(errno)?;
     }
     Ok(())
 }
 
 fn is_dir(st: &rustix::fs::Stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+    st.st_mode & sys::S_IFMT == sys::S_IFDIR
 }
 
 fn split(rel: &Path) -> (&Path, &OsStr) {
@@ -817,12 +847,12 @@ impl View {
 }
 
 fn open_flags(flags: i32) -> OFlags {
-    let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_NONBLOCK | libc::O_SYNC | libc::O_DSYNC | libc::O_TRUNC;
+    let keep = sys::O_ACCMODE | sys::O_APPEND | sys::O_NONBLOCK | sys::O_SYNC | sys::O_DSYNC | sys::O_TRUNC;
     OFlags::from_bits_retain((flags & keep) as u32) | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 fn writes(flags: i32) -> bool {
-    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+    flags & sys::O_ACCMODE != sys::O_RDONLY || flags & sys::O_TRUNC != 0
 }
 
 impl Filesystem for View {
@@ -919,6 +949,7 @@ impl Filesystem for View {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
@@ -941,12 +972,7 @@ impl Filesystem for View {
                     rustix::fs::fchmod(&*f, Mode::from_raw_mode(host_mode(side, m, d))).map_err(errno)?;
                 }
                 if uid.is_some() || gid.is_some() {
-                    nix::unistd::fchown(
-                        f.as_raw_fd(),
-                        uid.map(nix::unistd::Uid::from_raw),
-                        gid.map(nix::unistd::Gid::from_raw),
-                    )
-                    .map_err(|e| Errno::from_i32(e as i32))?;
+                    sys::fchown(&*f, uid, gid).map_err(errno)?;
                 }
                 if atime.is_some() || mtime.is_some() {
                     rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
@@ -997,7 +1023,7 @@ impl Filesystem for View {
                     Ok(fd) => {
                         use std::os::unix::fs::PermissionsExt;
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
-                        if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+                        if st.st_mode & sys::S_IFMT != sys::S_IFLNK {
                             let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
                             std::fs::set_permissions(
                                 proc,
@@ -1010,14 +1036,7 @@ impl Filesystem for View {
                 }
             }
             if uid.is_some() || gid.is_some() {
-                nix::unistd::fchownat(
-                    Some(d.as_raw_fd()),
-                    target,
-                    uid.map(nix::unistd::Uid::from_raw),
-                    gid.map(nix::unistd::Gid::from_raw),
-                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| Errno::from_i32(e as i32))?;
+                sys::lchownat(&d, target, uid, gid).map_err(errno)?;
             }
             if atime.is_some() || mtime.is_some() {
                 let times = timestamps(atime, mtime);
@@ -1148,7 +1167,7 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
-            let link = st.st_mode & libc::S_IFMT == libc::S_IFLNK;
+            let link = st.st_mode & sys::S_IFMT == sys::S_IFLNK;
             let git_from =
                 side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
             let git_to =
@@ -1163,7 +1182,7 @@ impl Filesystem for View {
             if nside != side {
                 if side == Side::Host
                     && nside == Side::Store
-                    && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                    && st.st_mode & sys::S_IFMT == sys::S_IFREG
                     && !flags.contains(RenameFlags::RENAME_EXCHANGE)
                     && self.git_domain_side(&to)
                 {
@@ -1449,7 +1468,7 @@ impl Filesystem for View {
             let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
             let no_open = self.no_open.load(Ordering::Relaxed);
-            let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & libc::O_EXCL) as u32);
+            let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & sys::O_EXCL) as u32);
             if no_open {
                 // The fd becomes the node's cached fd: readable and writable,
                 // positioned writes (the kernel computes append offsets).
@@ -1672,7 +1691,7 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         "lazaret",
         mountpoint,
         "fuse",
-        libc::MS_NOSUID | libc::MS_NODEV,
+        sys::MS_NOSUID | sys::MS_NODEV,
         Some(&data),
     )?;
     let mut cfg = fuser::Config::default();
@@ -1712,7 +1731,7 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
             }
         };
         for ev in &events {
-            if ev.mask & libc::IN_IGNORED != 0 {
+            if ev.mask & sys::IN_IGNORED != 0 {
                 w.dropped(ev.wd);
             }
         }
@@ -1758,11 +1777,12 @@ fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
 /// every view. Called as root of the supervisor's user namespace, before
 /// runsc starts.
 pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
-    let specs = crate::wire::plan::read_views(file).map_err(|e| format!("reading the views: {e}"))?;
+    let (owner, specs) = crate::wire::plan::read_views(file).map_err(|e| format!("reading the views: {e}"))?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
     // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
     crate::sys::raise_nofile();
+    set_guest_owner(owner);
     let mut served = Vec::new();
     for v in specs {
         let store = match &v.store {

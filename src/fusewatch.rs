@@ -16,7 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,17 +26,17 @@ use crate::sys;
 
 /// What a watched directory reports: its entries appearing, going or moving,
 /// and its children's content or attributes changing.
-const MASK: u32 = libc::IN_CREATE
-    | libc::IN_DELETE
-    | libc::IN_MOVED_FROM
-    | libc::IN_MOVED_TO
-    | libc::IN_MODIFY
-    | libc::IN_ATTRIB
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_EXCL_UNLINK;
+const MASK: u32 = sys::IN_CREATE
+    | sys::IN_DELETE
+    | sys::IN_MOVED_FROM
+    | sys::IN_MOVED_TO
+    | sys::IN_MODIFY
+    | sys::IN_ATTRIB
+    | sys::IN_CLOSE_WRITE
+    | sys::IN_EXCL_UNLINK;
 
 /// Masks that change a directory's entries (and so its listing and mtime).
-const ENTRY_CHANGE: u32 = libc::IN_CREATE | libc::IN_DELETE | libc::IN_MOVED_FROM | libc::IN_MOVED_TO;
+const ENTRY_CHANGE: u32 = sys::IN_CREATE | sys::IN_DELETE | sys::IN_MOVED_FROM | sys::IN_MOVED_TO;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -98,7 +98,7 @@ pub fn plan(
         }
     };
     for ev in events {
-        if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+        if ev.mask & sys::IN_Q_OVERFLOW != 0 {
             return vec![Inval::All];
         }
         if ev.name.is_empty() {
@@ -172,7 +172,7 @@ impl Watches {
         if self.is_watched(rel) {
             return true;
         }
-        match sys::inotify_watch_fd(self.fd.as_raw_fd(), dir.as_raw_fd(), MASK) {
+        match sys::inotify_watch_fd(&self.fd, dir, MASK) {
             Ok(wd) => {
                 let mut m = self.map.lock().unwrap();
                 if let Some(old) = m.by_wd.insert(wd, rel.to_path_buf()) {
@@ -204,7 +204,7 @@ impl Watches {
         let mut m = self.map.lock().unwrap();
         if let Some(wd) = m.by_rel.remove(rel) {
             m.by_wd.remove(&wd);
-            sys::inotify_unwatch(self.fd.as_raw_fd(), wd);
+            sys::inotify_unwatch(&self.fd, wd);
         }
     }
 
@@ -248,7 +248,7 @@ impl Watches {
     pub fn read(&self) -> io::Result<Vec<Event>> {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            match sys::read(self.fd.as_raw_fd(), &mut buf) {
+            match sys::read(&self.fd, &mut buf) {
                 Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => return Ok(parse(&buf[..n])),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -282,17 +282,17 @@ mod tests {
 
     #[test]
     fn parses_records_and_drops_a_truncated_tail() {
-        let mut b = record(3, libc::IN_CREATE, "a.txt");
-        b.extend(record(4, libc::IN_DELETE_SELF, ""));
+        let mut b = record(3, sys::IN_CREATE, "a.txt");
+        b.extend(record(4, sys::IN_DELETE_SELF, ""));
         let full = b.len();
-        b.extend(record(5, libc::IN_MODIFY, "long-name-here"));
+        b.extend(record(5, sys::IN_MODIFY, "long-name-here"));
         let evs = parse(&b[..b.len() - 3]);
         assert_eq!(evs.len(), 2);
         assert_eq!(
             evs[0],
             Event {
                 wd: 3,
-                mask: libc::IN_CREATE,
+                mask: sys::IN_CREATE,
                 name: "a.txt".into()
             }
         );
@@ -322,12 +322,12 @@ mod tests {
         };
         // A content change: only the file's inode.
         assert_eq!(
-            plan(&[ev(2, libc::IN_MODIFY, "a.rs")], &dir_of, &node_of),
+            plan(&[ev(2, sys::IN_MODIFY, "a.rs")], &dir_of, &node_of),
             vec![Inval::Inode(11)]
         );
         // A new name: the entry and the directory (listing, mtime); no node yet.
         assert_eq!(
-            plan(&[ev(2, libc::IN_CREATE, "b.rs")], &dir_of, &node_of),
+            plan(&[ev(2, sys::IN_CREATE, "b.rs")], &dir_of, &node_of),
             vec![
                 Inval::Entry {
                     parent: 10,
@@ -337,9 +337,9 @@ mod tests {
             ]
         );
         // A removal of a known file: entry, directory and the file; repeats collapse.
-        let del = ev(2, libc::IN_DELETE, "a.rs");
+        let del = ev(2, sys::IN_DELETE, "a.rs");
         assert_eq!(
-            plan(&[del.clone(), del, ev(2, libc::IN_ATTRIB, "a.rs")], &dir_of, &node_of),
+            plan(&[del.clone(), del, ev(2, sys::IN_ATTRIB, "a.rs")], &dir_of, &node_of),
             vec![
                 Inval::Entry {
                     parent: 10,
@@ -351,7 +351,7 @@ mod tests {
         );
         // Root directory, unknown watch, self events.
         assert_eq!(
-            plan(&[ev(1, libc::IN_MOVED_TO, "src")], &dir_of, &node_of),
+            plan(&[ev(1, sys::IN_MOVED_TO, "src")], &dir_of, &node_of),
             vec![
                 Inval::Entry {
                     parent: 1,
@@ -361,12 +361,12 @@ mod tests {
                 Inval::Inode(10)
             ]
         );
-        assert!(plan(&[ev(9, libc::IN_CREATE, "x")], &dir_of, &node_of).is_empty());
-        assert!(plan(&[ev(2, libc::IN_DELETE_SELF, "")], &dir_of, &node_of).is_empty());
+        assert!(plan(&[ev(9, sys::IN_CREATE, "x")], &dir_of, &node_of).is_empty());
+        assert!(plan(&[ev(2, sys::IN_DELETE_SELF, "")], &dir_of, &node_of).is_empty());
         // Overflow: everything.
         assert_eq!(
             plan(
-                &[ev(2, libc::IN_MODIFY, "a.rs"), ev(-1, libc::IN_Q_OVERFLOW, "")],
+                &[ev(2, sys::IN_MODIFY, "a.rs"), ev(-1, sys::IN_Q_OVERFLOW, "")],
                 &dir_of,
                 &node_of
             ),

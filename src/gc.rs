@@ -44,7 +44,7 @@ fn open_gc_lock(storage: &Path) -> std::io::Result<File> {
         .write(true)
         .create(true)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_CLOEXEC | crate::sys::O_NOFOLLOW)
         .open(lowers.join(GC_LOCK))
 }
 
@@ -135,7 +135,7 @@ fn scan(storage: &Path) -> Vec<Item> {
         let marker = if is_dir {
             std::fs::OpenOptions::new()
                 .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(crate::sys::O_NOFOLLOW)
                 .open(lowers.join(&n).join("lazaret-artifact"))
                 .ok()
                 .and_then(|f| {
@@ -219,6 +219,12 @@ fn dirs() -> Result<(PathBuf, PathBuf)> {
     Ok((storage, paths::runtime_root(cfg.runtime_dir.as_deref())))
 }
 
+/// What the current configuration's profiles refer to (kept by prune).
+fn referenced(storage: &Path) -> Result<crate::imagegc::Referenced> {
+    let cfg = crate::config::load(&crate::config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
+    Ok(crate::imagegc::referenced(&cfg, storage))
+}
+
 /// `images/import-*` layouts with their state and disk use.
 fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
     let dir = image::images_dir(storage);
@@ -246,6 +252,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     let (storage, runtime) = dirs()?;
     let items = scan(&storage);
     let l = leases(&storage, &runtime);
+    let refs = referenced(&storage)?;
     let lowers = image::lowers_dir(&storage);
     let mut arr = Vec::new();
     let mut out = String::new();
@@ -260,6 +267,30 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         ]));
         out.push_str(&format!("image default  {:>8}\n", human_size(size)));
     }
+    // Images built from `[images.NAME]` recipes.
+    let mut recipes: Vec<String> = std::fs::read_dir(image::images_dir(&storage))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| crate::config::valid_image_name(n) && !n.starts_with("import-"))
+                .filter(|n| image::built_recipe(&storage, n).is_some())
+                .collect()
+        })
+        .unwrap_or_default();
+    recipes.sort();
+    for name in recipes {
+        let size = crate::cgroup::disk_use(&image::images_dir(&storage).join(&name));
+        arr.push(Json::Obj(vec![
+            ("kind", Json::s("image")),
+            ("name", Json::s(&name)),
+            ("bytes", Json::Num(size as i64)),
+        ]));
+        out.push_str(&format!(
+            "image {}  {:>8}\n",
+            crate::statefs::fit(&name, 40),
+            human_size(size)
+        ));
+    }
     for (name, st, size) in imports(&storage) {
         let state = match st {
             image::ImportState::Complete => "imported",
@@ -272,10 +303,16 @@ pub fn cmd_list(json: bool) -> Result<i32> {
             ("state", Json::s(state)),
             ("bytes", Json::Num(size as i64)),
         ]));
+        let users = match refs.imports.get(&name) {
+            Some(p) => format!("  image of profile {}", p.join(", ")),
+            None if st == image::ImportState::Complete => "  no profile uses it".to_string(),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "image {name}  {:>8}  {state}{}\n",
+            "image {name}  {:>8}  {state}{}{users}\n",
             human_size(size),
-            if st == image::ImportState::Failed {
+            if st == image::ImportState::Failed || (st == image::ImportState::Complete && users.contains("no profile"))
+            {
                 " (`lazaret image prune` removes it)"
             } else {
                 ""
@@ -295,13 +332,18 @@ pub fn cmd_list(json: bool) -> Result<i32> {
                     ("bytes", Json::Num(size as i64)),
                     ("leased_by", Json::strs(&doms.iter().collect::<Vec<_>>())),
                     ("active", Json::strs(&act.iter().collect::<Vec<_>>())),
+                    ("profiles", Json::strs(refs.artifacts.get(id).map_or(&[][..], |v| v))),
                 ]));
                 out.push_str(&format!(
-                    "{id}  {:>8}  {} lease(s), {} active  {}\n",
+                    "{id}  {:>8}  {} lease(s), {} active  {}{}\n",
                     human_size(size),
                     doms.len(),
                     act.len(),
-                    &digest[..digest.len().min(19)]
+                    &digest[..digest.len().min(19)],
+                    refs.artifacts
+                        .get(id)
+                        .map(|p| format!("  image of profile {}", p.join(", ")))
+                        .unwrap_or_default()
                 ));
             }
             Item::Preparing { name, live } => {
@@ -329,6 +371,44 @@ pub fn cmd_list(json: bool) -> Result<i32> {
             }
         }
     }
+    for it in crate::imagegc::scan(&storage, &refs.imports) {
+        // Imports are listed above, with their import state.
+        if let crate::imagegc::ImageItem::Import { .. } = it {
+            continue;
+        }
+        let (kind, what) = match &it {
+            crate::imagegc::ImageItem::Build { live: true, .. } => ("build", "image build in progress".to_string()),
+            crate::imagegc::ImageItem::Build { live: false, .. } => (
+                "build",
+                "interrupted image build (builder is gone): `image prune` removes it".to_string(),
+            ),
+            crate::imagegc::ImageItem::Old { .. } => (
+                "old",
+                "old image left by an interrupted rebuild: `image prune` removes it".to_string(),
+            ),
+            crate::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => (
+                "import",
+                "imported image no profile uses: `image prune` removes it".to_string(),
+            ),
+            crate::imagegc::ImageItem::Import { profiles, .. } => {
+                ("import", format!("imported image of profile {}", profiles.join(", ")))
+            }
+        };
+        let path = image::images_dir(&storage).join(it.name());
+        let size = crate::cgroup::disk_use(&path);
+        arr.push(Json::Obj(vec![
+            ("kind", Json::s(kind)),
+            ("name", Json::s(it.name())),
+            ("path", Json::s(path.to_string_lossy())),
+            ("bytes", Json::Num(size as i64)),
+            ("removable", Json::Bool(it.removable())),
+        ]));
+        out.push_str(&format!(
+            "images/{}  {:>8}  {what}\n",
+            crate::statefs::fit(it.name(), 40),
+            human_size(size)
+        ));
+    }
     if json {
         println!("{}", Json::Arr(arr).render());
     } else if out.is_empty() {
@@ -339,7 +419,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     Ok(0)
 }
 
-pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
+pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
     let (storage, runtime) = dirs()?;
     let gc = open_gc_lock(&storage).map_err(|e| StateError::Failed(format!("lowers lock: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -357,6 +437,7 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
     }
     let items = scan(&storage);
     let l = leases(&storage, &runtime);
+    let refs = referenced(&storage)?;
     if !l.unknown.is_empty() {
         return Err(StateError::InUse(format!(
             "not pruning: the leases of some Domains cannot be read ({}); fix or stop them and retry",
@@ -366,18 +447,29 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
     let lowers = image::lowers_dir(&storage);
     let mut removed = Vec::new();
     let mut kept = Vec::new();
+    // Failed imports go; an import in progress stays even when no profile
+    // refers to it (yet).
+    let mut import_done = std::collections::BTreeSet::new();
     for (name, st, _) in imports(&storage) {
         if st == image::ImportState::Failed {
             if !dry_run {
                 image::remove_tree(&image::images_dir(&storage).join(&name));
             }
-            removed.push(name);
+            removed.push(name.clone());
+        }
+        if st != image::ImportState::Complete {
+            import_done.insert(name);
         }
     }
     for it in &items {
         match it {
             Item::Artifact { id, .. } => {
                 if l.by_artifact.contains_key(id) {
+                    kept.push(id.clone());
+                    continue;
+                }
+                // The next `run` of a profile would unpack it again.
+                if !all && refs.artifacts.contains_key(id) {
                     kept.push(id.clone());
                     continue;
                 }
@@ -396,6 +488,19 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
             }
             Item::Preparing { name, live: true } => kept.push(name.clone()),
             Item::Foreign(_) => {}
+        }
+    }
+    for it in crate::imagegc::scan(&storage, &refs.imports) {
+        if import_done.contains(it.name()) {
+            continue;
+        }
+        if it.removable() {
+            if !dry_run {
+                crate::imagegc::remove(&storage, &it);
+            }
+            removed.push(format!("images/{}", it.name()));
+        } else if let crate::imagegc::ImageItem::Build { .. } = it {
+            kept.push(format!("images/{}", it.name()));
         }
     }
     let foreign: Vec<String> = items
@@ -422,7 +527,7 @@ pub fn cmd_prune(json: bool, dry_run: bool) -> Result<i32> {
             println!("{verb} {r}");
         }
         for k in &kept {
-            println!("kept {k} (leased or being prepared)");
+            println!("kept {k} (leased, an image a profile uses, or being prepared)");
         }
         for f in &foreign {
             println!("left {f} alone (not Lazaret's)");

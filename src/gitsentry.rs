@@ -373,8 +373,14 @@ pub fn plan_views(
 
 /// The coordinator's part: discovers the layout, plans the views, creates
 /// their mount points and the ignored store, and writes `GEN/views` for the
-/// supervisor.
-pub fn prepare_views(workspace: &Path, gen_dir: &Path, ignored_store: Option<&Path>) -> Result<ViewPlan, GitError> {
+/// supervisor. `owner` is the guest id the developer appears as (the profile `user`'s,
+/// or 0).
+pub fn prepare_views(
+    workspace: &Path,
+    gen_dir: &Path,
+    ignored_store: Option<&Path>,
+    owner: u32,
+) -> Result<ViewPlan, GitError> {
     let layout = discover(workspace)?;
     let mut plan = plan_views(workspace, &layout, gen_dir, ignored_store)?;
     plan.views[0].protect = host_git_protected(workspace)?;
@@ -388,8 +394,35 @@ pub fn prepare_views(workspace: &Path, gen_dir: &Path, ignored_store: Option<&Pa
         }
     }
     let f = gen_dir.join("views");
-    crate::wire::plan::write_plan(&f, &crate::wire::plan::PlanMsg::Views(plan.views.clone())).map_err(|e| io(&f, e))?;
+    let msg = crate::wire::plan::PlanMsg::Views {
+        owner,
+        views: plan.views.clone(),
+    };
+    crate::wire::plan::write_plan(&f, &msg).map_err(|e| io(&f, e))?;
     Ok(plan)
+}
+
+/// Adds plain views (no ignored store, no host Git protections beyond the
+/// view's own) of the volume directories `volumes` as (host dir, mount
+/// point) to `GEN/views`, written by [`prepare_views`] before: a profile
+/// `user` owns its volumes inside as it owns the workspace.
+pub fn add_volume_views(gen_dir: &Path, volumes: &[(PathBuf, PathBuf)]) -> Result<(), GitError> {
+    let io = |p: &Path, e| GitError::Read(p.to_path_buf(), e);
+    let f = gen_dir.join("views");
+    let (owner, mut views) = crate::wire::plan::read_views(&f)
+        .map_err(|e| GitError::Read(f.clone(), std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    for (src, mnt) in volumes {
+        std::fs::create_dir_all(mnt).map_err(|e| io(mnt, e))?;
+        views.push(ViewSpec {
+            source: src.clone(),
+            mountpoint: mnt.clone(),
+            store: None,
+            git_root: false,
+            protect: Vec::new(),
+        });
+    }
+    let msg = crate::wire::plan::PlanMsg::Views { owner, views };
+    crate::wire::plan::write_plan(&f, &msg).map_err(|e| io(&f, e))
 }
 
 /// What host Git reads from inside the workspace besides `.git`: its
@@ -572,9 +605,12 @@ mod tests {
 
     fn views_round_trip(v: &[ViewSpec]) -> Vec<ViewSpec> {
         use crate::wire::plan::PlanMsg;
-        let bytes = crate::ipc::Message::encode(&PlanMsg::Views(v.to_vec()));
+        let bytes = crate::ipc::Message::encode(&PlanMsg::Views {
+            owner: 0,
+            views: v.to_vec(),
+        });
         match crate::wire::decode_one::<PlanMsg>(&bytes).unwrap() {
-            PlanMsg::Views(v) => v,
+            PlanMsg::Views { views, .. } => views,
             other => panic!("{other:?}"),
         }
     }

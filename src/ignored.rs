@@ -535,7 +535,7 @@ fn read_rules_file(root: Option<BorrowedFd>, path: &Path, budget: &mut u64) -> R
         Ok(st) => st,
         Err(e) => return RulesFile::Refused(format!("cannot be read ({e})")),
     };
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    if st.st_mode & crate::sys::S_IFMT != crate::sys::S_IFREG {
         return RulesFile::Refused("is not a regular file".into());
     }
     let limit = RULES_MAX.min(*budget);
@@ -566,7 +566,7 @@ fn hash_beneath(root: BorrowedFd, rel: &Path, sha256: bool) -> Option<Vec<u8>> {
     )
     .ok()?;
     let st = rustix::fs::fstat(&fd).ok()?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+    if st.st_mode & crate::sys::S_IFMT != crate::sys::S_IFREG {
         return None;
     }
     let header = format!("blob {}\0", st.st_size);

@@ -77,7 +77,7 @@ const BUILD_NEEDS: u64 = 400 << 20;
 /// error says so (checked before the failed step's files are removed).
 fn no_space_or(e: ImageError, path: &Path) -> ImageError {
     let said = match &e {
-        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)),
+        ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(crate::sys::ENOSPC) | Some(crate::sys::EDQUOT)),
         ImageError::Tool { log, .. } => crate::nospace::mentions(log),
         _ => false,
     };
@@ -91,13 +91,18 @@ fn no_space_or(e: ImageError, path: &Path) -> ImageError {
 impl fmt::Display for ImageError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
-            ImageError::NotBuilt(p) => {
-                write!(
+            ImageError::NotBuilt(p) => match p.file_name().map(|n| n.to_string_lossy()) {
+                Some(n) if n != "default" => write!(
+                    f,
+                    "the image {n} is not built yet ({}): run `lazaret image build {n}`",
+                    p.display()
+                ),
+                _ => write!(
                     f,
                     "the default image is not built yet ({}): run `lazaret image build`",
                     p.display()
-                )
-            }
+                ),
+            },
             ImageError::MissingLayout(p) => {
                 write!(f, "image layout {} does not exist or has no index.json", p.display())
             }
@@ -141,7 +146,7 @@ pub struct Progress {
 impl Progress {
     pub fn new(quiet: bool) -> Progress {
         Progress {
-            on: !quiet && crate::sys::isatty(2),
+            on: !quiet && crate::sys::isatty(crate::sys::STDERR),
             shown: false,
         }
     }
@@ -189,6 +194,13 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
             }
             Ok((layout, DEFAULT_TAG.to_string()))
         }
+        ImageSource::Named(n) => {
+            let layout = images_dir(storage).join(n);
+            if !layout.join("index.json").exists() {
+                return Err(ImageError::NotBuilt(layout));
+            }
+            Ok((layout, DEFAULT_TAG.to_string()))
+        }
         ImageSource::Oci { path, tag } => Ok((path.clone(), tag.clone())),
         ImageSource::DockerArchive(_) | ImageSource::Docker(_) => {
             let src = match source {
@@ -196,8 +208,7 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
                 ImageSource::Docker(r) => format!("docker://{r}"),
                 _ => unreachable!(),
             };
-            let name = format!("import-{}", hex(&openssl::sha::sha256(src.as_bytes())[..8]));
-            let layout = images_dir(storage).join(name);
+            let layout = import_layout(storage, &src);
             progress.step(&format!("importing {src}"));
             std::fs::create_dir_all(&layout).map_err(|e| ImageError::Io(layout.clone(), e))?;
             // The importer's pid + start time: `image list` tells a live
@@ -224,6 +235,15 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
             Ok((layout, DEFAULT_TAG.to_string()))
         }
     }
+}
+
+/// Where a non-OCI source (`docker-archive:FILE`, `docker://REF`, in
+/// skopeo's spelling) is imported to.
+pub fn import_layout(storage: &Path, skopeo_src: &str) -> PathBuf {
+    images_dir(storage).join(format!(
+        "import-{}",
+        hex(&openssl::sha::sha256(skopeo_src.as_bytes())[..8])
+    ))
 }
 
 #[derive(DeJson)]
@@ -414,7 +434,7 @@ fn real_file(root: &Path, rel: &str) -> Result<()> {
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_NOFOLLOW)
         .open(&p)
         .map(drop)
         .map_err(|e| ImageError::Io(p, e))
@@ -554,8 +574,42 @@ fn apt_sources() -> Vec<(String, String)> {
 /// Builds the default image into `images/default` (replacing an older one
 /// only once the new one is complete).
 pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> {
-    let codename = host_codename()?;
-    let mirror = find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?;
+    let packages: Vec<String> = DEFAULT_PACKAGES.iter().map(|s| s.to_string()).collect();
+    build_image(storage, "default", None, &packages, None, progress)
+}
+
+/// The file in a recipe image's layout that names the recipe it was built
+/// from ([`crate::config::Recipe::fingerprint`]).
+pub const RECIPE_FILE: &str = "lazaret-recipe";
+
+/// The recipe fingerprint a built image records, if any.
+pub fn built_recipe(storage: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(images_dir(storage).join(name).join(RECIPE_FILE))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Builds `images/NAME` from a Debian suite (the host's when `None`) and
+/// packages, replacing an older one only once the new one is complete, and
+/// records `recipe` (a fingerprint) in it.
+pub fn build_image(
+    storage: &Path,
+    name: &str,
+    suite: Option<&str>,
+    packages: &[String],
+    recipe: Option<&str>,
+    progress: &mut Progress,
+) -> Result<String> {
+    let codename = match suite {
+        Some(s) => s.to_string(),
+        None => host_codename()?,
+    };
+    // LAZARET_IMAGE_MIRROR overrides the mirror apt uses (a local mirror or
+    // cache; the tests point it at a server of their own).
+    let mirror = match std::env::var("LAZARET_IMAGE_MIRROR") {
+        Ok(m) if m.starts_with("http://") || m.starts_with("https://") || m.starts_with("file:/") => m,
+        _ => find_mirror(&apt_sources(), &codename).ok_or(ImageError::NoMirror)?,
+    };
     let images = images_dir(storage);
     std::fs::create_dir_all(&images).map_err(|e| no_space_or(ImageError::Io(images.clone(), e), &images))?;
     // Said before minutes of downloading: the build cannot fit.
@@ -567,10 +621,29 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
             free,
         });
     }
-    let work = images.join(format!(".build-{}-{}", std::process::id(), random_id(4)));
+    // pid + start time name the live builder (`image prune` removes only
+    // the trees of builders that are gone).
+    let pid = std::process::id() as i32;
+    let start = crate::sys::proc_start_time(pid).unwrap_or(0);
+    let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
-    let result = build_in(&work, &codename, &mirror, progress).map_err(|e| no_space_or(e, &images));
-    let final_layout = images.join("default");
+    // The base packages go through debootstrap, the rest through apt.
+    let base: Vec<&str> = DEFAULT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| packages.iter().any(|q| q == p))
+        .collect();
+    let extra: Vec<&str> = packages
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !DEFAULT_PACKAGES.contains(p))
+        .collect();
+    let result = build_in(&work, &codename, &mirror, &base.join(","), &extra.join(","), progress)
+        .map_err(|e| no_space_or(e, &images));
+    if let (Ok(()), Some(r)) = (&result, recipe) {
+        let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
+    }
+    let final_layout = images.join(name);
     let outcome = result.and_then(|()| {
         let old = images.join(format!(".old-{}", random_id(4)));
         let had_old = final_layout.exists();
@@ -592,10 +665,27 @@ pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> 
 /// subordinate mapping (`unshare --map-auto`); `container=lxc` makes
 /// debootstrap bind device nodes instead of calling mknod, which a user
 /// namespace forbids.
-fn build_in(work: &Path, codename: &str, mirror: &str, progress: &mut Progress) -> Result<()> {
+fn build_in(
+    work: &Path,
+    codename: &str,
+    mirror: &str,
+    packages: &str,
+    extra: &str,
+    progress: &mut Progress,
+) -> Result<()> {
     let script = r#"set -e
 cd "$1"
 /usr/sbin/debootstrap --variant=minbase --include="$4" "$2" rootfs "$3"
+if [ -n "$5" ]; then
+  # debootstrap's own resolver cannot install packages with deep
+  # dependency trees (npm): apt inside the new root does.
+  echo "I: installing $5"
+  cp /etc/resolv.conf rootfs/etc/resolv.conf
+  chroot rootfs /usr/bin/apt-get update -q
+  DEBIAN_FRONTEND=noninteractive chroot rootfs /usr/bin/apt-get install -y -q --no-install-recommends $(echo "$5" | tr , ' ')
+  chroot rootfs /usr/bin/apt-get clean
+  : > rootfs/etc/resolv.conf
+fi
 rm -rf rootfs/debootstrap rootfs/var/cache/apt/archives/*.deb rootfs/var/lib/apt/lists/*_Packages
 echo "I: packing into an OCI layout"
 umoci init --layout oci
@@ -620,7 +710,7 @@ chmod -R a+rX,u+w oci
             "lazaret-build",
         ])
         .arg(work)
-        .args([codename, mirror, &DEFAULT_PACKAGES.join(",")])
+        .args([codename, mirror, packages, extra])
         .env("container", "lxc")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -634,13 +724,13 @@ chmod -R a+rX,u+w oci
         buf
     });
     let mut log = Vec::new();
-    progress.step("building the default image (debootstrap)");
+    progress.step("building the image (debootstrap)");
     for line in BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map_while(|l| l.ok())
     {
         if let Some(msg) = line.strip_prefix("I: ") {
-            progress.step(&format!("building the default image: {msg}"));
+            progress.step(&format!("building the image: {msg}"));
         }
         log.extend_from_slice(line.as_bytes());
         log.push(b'\n');

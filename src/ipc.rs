@@ -11,7 +11,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 /// Bumped on any incompatible change; the handshake refuses a mismatch.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest payload accepted in either direction.
 pub const MAX_FRAME_LEN: usize = 256 * 1024;
 /// Largest chunk of terminal or pipe data sent in one frame.
@@ -41,6 +41,8 @@ pub enum ClientMsg {
         env: Vec<(String, String)>,
         cwd: String,
         tty: Option<WinSize>,
+        /// `--root`: run as root even when the profile names a `user`.
+        root: bool,
     },
     Stdin(Vec<u8>),
     StdinEof,
@@ -88,6 +90,12 @@ pub struct StatusInfo {
     pub runsc_pid: i32,
     pub sandbox_id: String,
     pub sessions: Vec<SessionInfo>,
+    /// Unix seconds when the generation was published.
+    pub started_at: i64,
+    /// Escalation requests waiting for a developer's decision.
+    pub pending_escalations: u32,
+    /// Host port forwards, `ADDR:HOSTPORT:GUESTPORT`.
+    pub ports: Vec<String>,
 }
 
 /// Host Coordinator → Client CLI.
@@ -300,7 +308,13 @@ impl Message for ClientMsg {
                 .str(profile)
                 .str(fingerprint)
                 .finish(),
-            ClientMsg::Open { argv, env, cwd, tty } => {
+            ClientMsg::Open {
+                argv,
+                env,
+                cwd,
+                tty,
+                root,
+            } => {
                 let mut e = Enc::new(2);
                 e.strs(argv).u32(env.len() as u32);
                 for (k, v) in env {
@@ -311,6 +325,7 @@ impl Message for ClientMsg {
                     Some(w) => e.u8(1).winsize(*w),
                     None => e.u8(0),
                 };
+                e.u8(*root as u8);
                 e.finish()
             }
             ClientMsg::Stdin(d) => Enc::new(3).bytes(d).finish(),
@@ -342,7 +357,14 @@ impl Message for ClientMsg {
                 let env = (0..n).map(|_| Ok((d.str()?, d.str()?))).collect::<Result<_, _>>()?;
                 let cwd = d.str()?;
                 let tty = if d.flag()? { Some(d.winsize()?) } else { None };
-                ClientMsg::Open { argv, env, cwd, tty }
+                let root = d.flag()?;
+                ClientMsg::Open {
+                    argv,
+                    env,
+                    cwd,
+                    tty,
+                    root,
+                }
             }
             3 => ClientMsg::Stdin(d.bytes()?),
             4 => ClientMsg::StdinEof,
@@ -413,6 +435,7 @@ impl Message for ServerMsg {
                         .str(&x.argv0)
                         .u8(x.tty as u8);
                 }
+                e.u64(s.started_at as u64).u32(s.pending_escalations).strs(&s.ports);
                 e.finish()
             }
             ServerMsg::Closing { reason } => Enc::new(7).str(reason).finish(),
@@ -447,6 +470,7 @@ impl Message for ServerMsg {
                     runsc_pid: d.i32()?,
                     sandbox_id: d.str()?,
                     sessions: Vec::new(),
+                    ..Default::default()
                 };
                 for _ in 0..d.count()? {
                     s.sessions.push(SessionInfo {
@@ -457,6 +481,9 @@ impl Message for ServerMsg {
                         tty: d.flag()?,
                     });
                 }
+                s.started_at = d.u64()? as i64;
+                s.pending_escalations = d.u32()?;
+                s.ports = d.strs()?;
                 ServerMsg::Status(s)
             }
             7 => ServerMsg::Closing { reason: d.str()? },
@@ -593,12 +620,14 @@ mod tests {
                 env: vec![("TERM".into(), "xterm".into())],
                 cwd: "/workspace/src".into(),
                 tty: Some(WinSize { rows: 40, cols: 132 }),
+                root: false,
             },
             ClientMsg::Open {
                 argv: vec![],
                 env: vec![],
                 cwd: String::new(),
                 tty: None,
+                root: true,
             },
             ClientMsg::Stdin(vec![0, 1, 2, 255]),
             ClientMsg::StdinEof,
@@ -635,6 +664,9 @@ mod tests {
                     tty: true,
                     ..Default::default()
                 }],
+                started_at: 1_700_000_000,
+                pending_escalations: 2,
+                ports: vec!["127.0.0.1:18000:8000".into()],
                 ..Default::default()
             }),
             ServerMsg::Closing { reason: "stop".into() },

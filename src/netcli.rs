@@ -35,6 +35,18 @@ pub fn show(
     } else {
         None
     };
+    // Host port forwards: the installed ones while running, else the profile's.
+    let ports: Vec<String> = match published
+        .then(|| std::fs::read_to_string(gen_dir.join(crate::ports::PORTS_FILE)).ok())
+        .flatten()
+    {
+        Some(t) => t
+            .lines()
+            .map(|l| crate::display::escape(l.trim()))
+            .filter(|l| !l.is_empty())
+            .collect(),
+        None => profile.ports.iter().map(|p| p.to_string()).collect(),
+    };
     if json {
         let ready = match &readiness {
             None => Json::Null,
@@ -65,6 +77,7 @@ pub fn show(
             ("workspace", Json::s(workspace.to_string_lossy())),
             ("running", Json::Bool(published)),
             ("policy", policy.to_json()),
+            ("ports", Json::strs(&ports)),
             ("readiness", ready),
         ]);
         println!("{}", out.render());
@@ -76,6 +89,16 @@ pub fn show(
         crate::display::escape_path(workspace)
     );
     print!("{}", policy.describe());
+    if ports.is_empty() {
+        println!("port forwards: none");
+    } else {
+        println!("port forwards (host ADDR:PORT -> guest port), by slirp4netns:");
+        for p in &ports {
+            if let Some((host, guest)) = p.rsplit_once(':') {
+                println!("  {host} -> {guest}");
+            }
+        }
+    }
     match readiness {
         None if published => println!("readiness: the Domain is starting; not attested yet"),
         None => println!("readiness: the Domain is not running (the policy above applies when it starts)"),

@@ -78,7 +78,7 @@ pub fn tool(name: &str) -> PathBuf {
 fn bind_ns(fd: &OwnedFd, target: &Path) -> Result<(), String> {
     std::fs::File::create(target).map_err(|e| format!("creating {}: {e}", target.display()))?;
     let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    sys::mount(&src, target, "", libc::MS_BIND, None)
+    sys::mount(&src, target, "", sys::MS_BIND, None)
         .map_err(|e| format!("binding the network namespace to {}: {e}", target.display()))
 }
 
@@ -89,7 +89,7 @@ fn ip_batch(ns: &OwnedFd, what: &str, cmds: &[String]) -> Result<(), String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    sys::command_in_netns(&mut cmd, ns.as_raw_fd());
+    sys::command_in_netns(&mut cmd, &ns);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("{what}: cannot run ip (install iproute2): {e}"))?;
@@ -109,7 +109,7 @@ fn ip_batch(ns: &OwnedFd, what: &str, cmds: &[String]) -> Result<(), String> {
 fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(tool("ip"));
     cmd.args(args).stdin(Stdio::null());
-    sys::command_in_netns(&mut cmd, ns.as_raw_fd());
+    sys::command_in_netns(&mut cmd, &ns);
     let out = cmd.output().map_err(|e| format!("cannot run ip: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -125,7 +125,7 @@ fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
 /// to `/proc/sys/net/`); with `mask_core`, then masks `/proc/sys/net/core`.
 fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool) -> Result<(), String> {
     let settings: Vec<(String, String)> = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    sys::in_netns(ns.as_raw_fd(), move || {
+    sys::in_netns(&ns, move || {
         for (k, v) in &settings {
             std::fs::write(format!("/proc/sys/net/{k}"), v)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("{k}: {e}")))?;
@@ -147,40 +147,7 @@ const ETHTOOL_STSO: u32 = 0x1f;
 /// Sets one legacy ethtool flag (`ETHTOOL_S*`) of interface `name` in `ns`.
 fn ethtool_set(ns: &OwnedFd, name: &str, cmd: u32, on: bool) -> Result<(), String> {
     let owned = name.to_string();
-    sys::in_netns(ns.as_raw_fd(), move || {
-        let name = owned;
-        #[repr(C)]
-        struct EthtoolValue {
-            cmd: u32,
-            data: u32,
-        }
-        let mut val = EthtoolValue {
-            cmd,
-            data: u32::from(on),
-        };
-        // SAFETY: a datagram socket this closure owns and closes; the ifreq
-        // is zeroed, carries a NUL-terminated name and points at `val`,
-        // which outlives the ioctl.
-        unsafe {
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let mut ifr: libc::ifreq = std::mem::zeroed();
-            for (i, b) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
-                ifr.ifr_name[i] = b as libc::c_char;
-            }
-            ifr.ifr_ifru.ifru_data = (&mut val as *mut EthtoolValue).cast();
-            let r = libc::ioctl(fd, libc::SIOCETHTOOL, &mut ifr);
-            let e = std::io::Error::last_os_error();
-            libc::close(fd);
-            if r != 0 {
-                return Err(e);
-            }
-        }
-        Ok(())
-    })
-    .map_err(|e| format!("ethtool on {name}: {e}"))
+    sys::in_netns(ns, move || sys::ethtool_set(&owned, cmd, on)).map_err(|e| format!("ethtool on {name}: {e}"))
 }
 
 /// IPv6 off for every interface that exists or will be created:
@@ -203,18 +170,22 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
     if custom_dns {
         cmd.arg("--disable-dns");
     }
+    // Host port forwards are added through it (crate::ports).
+    cmd.arg(format!(
+        "--api-socket={}",
+        router_path.with_file_name(crate::ports::API_SOCKET).display()
+    ));
     cmd.arg(router_path)
         .arg(netpolicy::TAP)
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    sys::command_coupled(&mut cmd, vec![(wr.as_raw_fd(), SLIRP_READY_FD)]);
+    sys::command_coupled(&mut cmd, &[(wr.as_raw_fd(), SLIRP_READY_FD)]);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start slirp4netns (install slirp4netns; run `lazaret doctor`): {e}"))?;
     drop(wr);
     let start = sys::proc_start_time(child.id() as i32).unwrap_or(0);
     let deadline = Instant::now() + SLIRP_READY_TIMEOUT;
-    let mut p = [sys::PollFd::new(rd.as_raw_fd(), libc::POLLIN)];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -222,7 +193,7 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
             let _ = child.wait();
             return Err("slirp4netns did not become ready in 10 s".into());
         }
-        if sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) > 0 {
+        if sys::wait_readable(&rd, left.min(Duration::from_secs(1))).unwrap_or(false) {
             break;
         }
     }
@@ -306,8 +277,8 @@ pub fn install(
         start: slirp_start,
     });
     let mut net = Network {
-        inode: sys::fd_inode(sandbox.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,
-        router_inode: sys::fd_inode(router.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,
+        inode: sys::fd_inode(&sandbox).map_err(|e| format!("netns identity: {e}"))?,
+        router_inode: sys::fd_inode(&router).map_err(|e| format!("netns identity: {e}"))?,
         sandbox,
         router,
         slirp,
@@ -377,7 +348,7 @@ fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    sys::command_in_netns(&mut cmd, net.router.as_raw_fd());
+    sys::command_in_netns(&mut cmd, &net.router);
     let mut child = cmd.spawn().map_err(|e| format!("cannot run ip: {e}"))?;
     let _ = child
         .stdin

@@ -14,7 +14,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::config::{Config, Profile};
 use crate::domain::random_id;
@@ -44,33 +44,7 @@ pub struct NetRole {
 /// coordinator runs in the host's network namespace). Fails closed: a
 /// Domain whose host addresses cannot be listed does not start.
 pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, String> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below and only read.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(format!(
-            "cannot list the host's network addresses (getifaddrs): {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: ifa_addr points to a sockaddr whose family says its type.
-            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            if fam == libc::AF_INET {
-                // SAFETY: the family is AF_INET, so it is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    crate::sys::ipv4_addrs().map_err(|e| format!("cannot list the host's network addresses (getifaddrs): {e}"))
 }
 
 /// Every IPv4 prefix the host's kernel delivers locally: the `local`
@@ -315,18 +289,7 @@ fn run_probe(mut cmd: Command) -> Result<String, String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("network probe: cannot run runsc exec: {e}"))?;
-    let deadline = Instant::now() + PROBE_TIMEOUT;
-    let status = loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let status = crate::sys::wait_deadline(&mut child, PROBE_TIMEOUT);
     let mut out = String::new();
     let mut err = String::new();
     let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut out));

@@ -132,6 +132,9 @@ pub struct SandboxPlan {
     pub netns: Option<PathBuf>,
     /// The profile's capabilities (a subset of `config::DEFAULT_CAPS`).
     pub caps: Vec<String>,
+    /// RLIMIT_NPROC for every process in the sandbox (runsc applies the
+    /// root spec's rlimits to `runsc exec` processes too).
+    pub nproc: u64,
 }
 
 fn caps(set: &[String]) -> Json {
@@ -210,7 +213,7 @@ pub fn sandbox_config(p: &SandboxPlan) -> String {
                 ("env", Json::strs(&[GUEST_PATH])),
                 ("cwd", Json::s("/")),
                 ("capabilities", caps(&p.caps)),
-                ("rlimits", Json::Arr(vec![rlimit_nofile()])),
+                ("rlimits", Json::Arr(vec![rlimit_nofile(), rlimit_nproc(p.nproc)])),
                 ("noNewPrivileges", Json::Bool(true)),
             ]),
         ),
@@ -254,6 +257,16 @@ fn rlimit_nofile() -> Json {
     ])
 }
 
+/// The guest's own task limit: gVisor refuses a fork beyond it with
+/// EAGAIN (see `cgroup::guest_tasks`).
+fn rlimit_nproc(n: u64) -> Json {
+    Json::Obj(vec![
+        ("type", Json::s("RLIMIT_NPROC")),
+        ("hard", Json::Num(n.min(i64::MAX as u64) as i64)),
+        ("soft", Json::Num(n.min(i64::MAX as u64) as i64)),
+    ])
+}
+
 #[derive(Clone, Debug)]
 pub struct SessionPlan {
     pub argv: Vec<String>,
@@ -261,19 +274,28 @@ pub struct SessionPlan {
     pub env: Vec<String>,
     pub cwd: String,
     pub terminal: bool,
-    /// The profile's capabilities.
+    /// The profile's capabilities (root sessions only).
     pub caps: Vec<String>,
+    /// The profile's `user` as (uid, gid), or `None` for root.
+    pub user: Option<(u32, u32)>,
 }
 
-/// The process spec for `runsc exec --process`.
+/// The process spec for `runsc exec --process`. A session of the profile's
+/// `user` has no capability at all (nothing effective, permitted or in the
+/// bounding set) and no new privileges.
 pub fn process_spec(s: &SessionPlan) -> String {
+    let (uid, gid) = s.user.unwrap_or((0, 0));
+    let caps_set: &[String] = if s.user.is_some() { &[] } else { &s.caps };
     Json::Obj(vec![
         ("terminal", Json::Bool(s.terminal)),
-        ("user", Json::Obj(vec![("uid", Json::Num(0)), ("gid", Json::Num(0))])),
+        (
+            "user",
+            Json::Obj(vec![("uid", Json::Num(uid.into())), ("gid", Json::Num(gid.into()))]),
+        ),
         ("args", Json::strs(&s.argv)),
         ("env", Json::strs(&s.env)),
         ("cwd", Json::s(&s.cwd)),
-        ("capabilities", caps(&s.caps)),
+        ("capabilities", caps(caps_set)),
         ("rlimits", Json::Arr(vec![rlimit_nofile()])),
         ("noNewPrivileges", Json::Bool(true)),
     ])
@@ -292,14 +314,20 @@ pub fn guest_cwd(workspace: &Path, cwd: &Path) -> String {
     }
 }
 
-/// The session environment: fixed basics, the profile's env, then TERM
+/// The session environment: fixed basics (`HOME`, and `USER`/`LOGNAME` for
+/// the profile's guest `user`; `None`: root), the profile's env, then TERM
 /// from the client. Nothing else of the host environment crosses over.
-pub fn session_env(profile_env: &[(String, String)], term: Option<&str>) -> Vec<String> {
-    let mut env = vec![
-        GUEST_PATH.to_string(),
-        "HOME=/root".to_string(),
-        "LANG=C.UTF-8".to_string(),
-    ];
+pub fn session_env_for(user: Option<&str>, profile_env: &[(String, String)], term: Option<&str>) -> Vec<String> {
+    let mut env = vec![GUEST_PATH.to_string()];
+    match user {
+        Some(u) => {
+            env.push(format!("HOME={}", crate::config::guest_home(u)));
+            env.push(format!("USER={u}"));
+            env.push(format!("LOGNAME={u}"));
+        }
+        None => env.push("HOME=/root".to_string()),
+    }
+    env.push("LANG=C.UTF-8".to_string());
     if let Some(t) = term {
         env.push(format!("TERM={t}"));
     }
@@ -308,6 +336,14 @@ pub fn session_env(profile_env: &[(String, String)], term: Option<&str>) -> Vec<
         env.push(format!("{k}={v}"));
     }
     env
+}
+
+/// Sets `vars` in `env`, replacing earlier entries of the same names.
+pub fn override_env(env: &mut Vec<String>, vars: &[(String, String)]) {
+    for (k, v) in vars {
+        env.retain(|e| !e.starts_with(&format!("{k}=")));
+        env.push(format!("{k}={v}"));
+    }
 }
 
 // ---- runsc argv --------------------------------------------------------------
@@ -408,6 +444,7 @@ mod tests {
             binds: vec![],
             netns: None,
             caps: crate::config::DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
+            nproc: 2709,
         }
     }
 
@@ -427,6 +464,7 @@ mod tests {
         assert!(!c.contains("NET_RAW") && !c.contains("SYS_PTRACE"));
         assert!(c.contains("CAP_CHOWN") && c.contains("CAP_SETUID") && c.contains("CAP_MKNOD"));
         assert!(c.contains(r#""terminal":false"#));
+        assert!(c.contains(r#"{"type":"RLIMIT_NPROC","hard":2709,"soft":2709}"#), "{c}");
         assert!(!c.contains(r#""network""#), "no network namespace without a network");
         let c = sandbox_config(&SandboxPlan {
             netns: Some("/run/g/netns-enforce".into()),
@@ -447,10 +485,31 @@ mod tests {
             cwd: "/workspace".into(),
             terminal: true,
             caps: vec!["CAP_CHOWN".into(), "CAP_NET_ADMIN".into()],
+            user: None,
         });
         assert!(s.contains(r#""bounding":["CAP_CHOWN"]"#), "{s}");
         assert!(s.contains(r#""args":["sh","-c","echo \"a\\b\"\n\u001b"]"#), "{s}");
         assert!(s.contains(r#""terminal":true"#));
+        assert!(s.contains(r#""user":{"uid":0,"gid":0}"#), "{s}");
+    }
+
+    #[test]
+    fn a_user_session_has_its_ids_and_no_capability() {
+        let s = process_spec(&SessionPlan {
+            argv: vec!["id".into()],
+            env: session_env_for(Some("dev"), &[], None),
+            cwd: "/workspace".into(),
+            terminal: false,
+            caps: vec!["CAP_CHOWN".into(), "CAP_DAC_OVERRIDE".into()],
+            user: Some((1000, 1000)),
+        });
+        assert!(s.contains(r#""user":{"uid":1000,"gid":1000}"#), "{s}");
+        assert!(
+            s.contains(r#""capabilities":{"bounding":[],"effective":[],"permitted":[]}"#),
+            "{s}"
+        );
+        assert!(s.contains(r#""noNewPrivileges":true"#), "{s}");
+        assert!(s.contains("\"HOME=/home/dev\",\"USER=dev\",\"LOGNAME=dev\""), "{s}");
     }
 
     #[test]
@@ -464,7 +523,8 @@ mod tests {
 
     #[test]
     fn env_is_built_from_trusted_parts_only() {
-        let env = session_env(
+        let env = session_env_for(
+            None,
             &[("HOME".into(), "/home/a".into()), ("X".into(), "1".into())],
             Some("xterm-256color"),
         );

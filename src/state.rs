@@ -105,25 +105,13 @@ pub fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// Writes `domain.json` atomically (temp file, rename). Coordinator only.
+/// Writes `domain.json` atomically and durably (temp file, fsync, rename,
+/// fsync of the directory). Coordinator only.
 pub fn write_meta(root: &Path, m: &DomainMeta) -> io::Result<()> {
     let p = root.join(META_FILE);
     let tmp = root.join(format!(".{META_FILE}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
     // A write that fails (a full disk) leaves no temp file behind.
-    let written = f.write_all(m.render().as_bytes()).and_then(|_| f.sync_all());
-    drop(f);
-    let done = written.and_then(|_| std::fs::rename(&tmp, &p));
-    if done.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    done
+    crate::sys::write_durable(&p, &tmp, m.render().as_bytes(), 0o600)
 }
 
 /// Whether `name` is a `domain.json` temp file of [`write_meta`]; one found
@@ -137,7 +125,7 @@ pub fn is_meta_temp(name: &str) -> bool {
 pub fn read_meta(root: &Path) -> Option<DomainMeta> {
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(crate::sys::O_NOFOLLOW)
         .open(root.join(META_FILE))
         .ok()?;
     if !f.metadata().ok()?.is_file() {
@@ -189,7 +177,7 @@ struct Selected {
     storage: PathBuf,
 }
 
-fn is_domain_id(s: &str) -> bool {
+pub(crate) fn is_domain_id(s: &str) -> bool {
     s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
@@ -296,6 +284,10 @@ impl Drop for Maintenance {
         // Like the coordinator: unlink while still holding it.
         if self.lock.is_some() {
             let _ = std::fs::remove_file(&self.path);
+            // And the Domain's runtime dir, if that left it empty.
+            if let Some(run) = self.path.parent() {
+                let _ = std::fs::remove_dir(run);
+            }
         }
         self.lock = None;
     }
@@ -322,6 +314,8 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
     // down (or starting): wait a little for it, never while published.
     let deadline = std::time::Instant::now() + wait;
     let lock = loop {
+        // A coordinator that just stopped may have removed the runtime dir.
+        let _ = paths::ensure_private_dir(&p.run);
         if let Some(l) = crate::cli::try_domain_lock(&p.lock()).map_err(|f| StateError::Failed(f.msg))? {
             break l;
         }
@@ -351,7 +345,7 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
 // ---- what is on disk --------------------------------------------------------------------
 
 /// Keys present under `anchor/` (real directories with a key's name).
-fn keys_on_disk(root: &Path) -> Vec<String> {
+pub(crate) fn keys_on_disk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
         for e in rd.flatten() {
@@ -365,7 +359,7 @@ fn keys_on_disk(root: &Path) -> Vec<String> {
     out
 }
 
-fn trash_on_disk(root: &Path) -> Vec<String> {
+pub(crate) fn trash_on_disk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
         for e in rd.flatten() {
@@ -422,7 +416,7 @@ fn header_human(s: &Selected, active: bool) -> String {
 }
 
 /// Guest path of a key for display.
-fn guest(key: &str) -> String {
+pub(crate) fn guest(key: &str) -> String {
     anchor::key_path(key).unwrap_or_else(|| key.to_string())
 }
 
@@ -1019,7 +1013,7 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
         eprint!("{out}");
     }
     if !yes {
-        if !crate::sys::isatty(0) {
+        if !crate::sys::isatty(crate::sys::STDIN) {
             return Err(StateError::Usage(
                 "not resetting: confirm with --yes (stdin is not a terminal)".into(),
             ));

@@ -233,7 +233,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     let lower = take("--lower");
     let stdout = io::stdout();
     let mut out = stdout.lock();
-    if crate::sys::unshare(libc::CLONE_NEWUSER).is_err() {
+    if crate::sys::unshare(crate::sys::CLONE_NEWUSER).is_err() {
         let _ = crate::ipc::send(&mut out, &HelperMsg::NoUserns);
         return 1;
     }

@@ -13,6 +13,8 @@
 //!    router's own route lookups; reports `Slirp` and `NetReady`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
 //!    20240729 would otherwise think it is in the host network namespace);
+//!    with `--meminfo`, bind the Domain's meminfo view over
+//!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
@@ -24,10 +26,10 @@
 //! are `wire::plan::PlanMsg` files.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::netns;
 use crate::netpolicy;
@@ -53,10 +55,14 @@ pub struct Args {
     pub anchor_plan: Option<PathBuf>,
     /// Where runsc keeps the root filesystem's non-persisted writes.
     pub scratch: Option<PathBuf>,
+    /// A `/proc/meminfo` with the Domain's memory limit as `MemTotal`
+    /// (`cgroup::meminfo_view`), bound over ours so runsc tells the
+    /// sentry that total.
+    pub meminfo: Option<PathBuf>,
 }
 
 fn status(msg: &StatusMsg) {
-    let _ = crate::wire::send_fd(STATUS_FD, msg);
+    let _ = crate::wire::send_fd(sys::borrow_inherited(STATUS_FD), msg);
 }
 
 fn fail(message: String) -> i32 {
@@ -71,7 +77,7 @@ pub fn main(mut args: Args) -> i32 {
     // slirp4netns and fuse-overlayfs must not inherit them (an inherited
     // lease would outlive us, an inherited status pipe would hide our EOF).
     for fd in [LEASE_FD, STATUS_FD] {
-        if let Err(e) = sys::set_cloexec(fd, true) {
+        if let Err(e) = sys::set_cloexec(sys::borrow_inherited(fd), true) {
             eprintln!("lazaret:[supervisor]: fd {fd}: {e}");
             return 1;
         }
@@ -85,7 +91,7 @@ pub fn main(mut args: Args) -> i32 {
         args.runsc_args = plan::with_scratch_overlay(&args.runsc_args, dir);
     }
     let parent = sys::getppid();
-    if let Err(e) = sys::set_parent_death_signal(libc::SIGKILL) {
+    if let Err(e) = sys::set_parent_death_signal(sys::SIGKILL) {
         return fail(format!("prctl(PR_SET_PDEATHSIG): {e}"));
     }
     if parent == 1 || sys::getppid() != parent {
@@ -96,22 +102,30 @@ pub fn main(mut args: Args) -> i32 {
     // router namespaces as children of its user namespace; without one, it keeps a
     // private empty netns of its own.
     let flags = if plan.is_some() {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS
+        sys::CLONE_NEWUSER | sys::CLONE_NEWNS
     } else {
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET
+        sys::CLONE_NEWUSER | sys::CLONE_NEWNS | sys::CLONE_NEWNET
     };
     if let Err(e) = sys::unshare(flags) {
         return fail(format!("unshare(user, mount, net): {e} (run `lazaret doctor`)"));
     }
     status(&StatusMsg::Userns);
-    // SAFETY: LEASE_FD was handed to us by the coordinator and nothing else owns it.
-    let lease = unsafe { OwnedFd::from_raw_fd(LEASE_FD) };
+    // LEASE_FD was handed to us by the coordinator and nothing else owns it.
+    let lease = match sys::take_inherited(LEASE_FD) {
+        Ok(fd) => fd,
+        Err(e) => return fail(format!("the lease pipe (fd {LEASE_FD}): {e}")),
+    };
     let mut lease = std::fs::File::from(lease);
     if let Err(e) = crate::wire::supervisor::wait_for_mapped(&mut lease) {
         return fail(e);
     }
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
+    }
+    if let Some(m) = &args.meminfo {
+        if let Err(e) = sys::mount(&m.to_string_lossy(), "/proc/meminfo".as_ref(), "", sys::MS_BIND, None) {
+            return fail(format!("binding {} over /proc/meminfo: {e}", m.display()));
+        }
     }
     // The State Anchor is mounted here, in our mount namespace, before runsc.
     let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::anchor::mount_all) {
@@ -140,7 +154,7 @@ pub fn main(mut args: Args) -> i32 {
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
-    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_raw_fd())) {
+    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_fd())) {
         Ok(v) => v,
         Err(e) => {
             if let Some(n) = &mut net {
@@ -173,7 +187,7 @@ pub fn main(mut args: Args) -> i32 {
 
 fn prepare_namespace(mask_core: bool) -> Result<(), String> {
     sys::become_ns_root().map_err(|e| format!("setresuid in the user namespace: {e}"))?;
-    sys::mount("none", "/".as_ref(), "", libc::MS_REC | libc::MS_PRIVATE, None)
+    sys::mount("none", "/".as_ref(), "", sys::MS_REC | sys::MS_PRIVATE, None)
         .map_err(|e| format!("making mounts private: {e}"))?;
     if mask_core {
         sys::mount("lzmask", "/proc/sys/net/core".as_ref(), "tmpfs", 0, Some("size=16k"))
@@ -182,7 +196,7 @@ fn prepare_namespace(mask_core: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), String> {
+fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd), String> {
     let (ready_rd, ready_wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let mut cmd = Command::new("runsc");
     cmd.args(&args.runsc_args)
@@ -192,24 +206,26 @@ fn start_runsc(args: &Args, netns: Option<i32>) -> Result<(Child, OwnedFd), Stri
         .arg(&args.container_id)
         .stdin(Stdio::null())
         .stdout(Stdio::from(ready_wr));
-    // SAFETY: the closure only makes async-signal-safe syscalls.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            sys::reset_signals();
-            sys::set_parent_death_signal(libc::SIGKILL)?;
-            if let Some(ns) = netns {
-                // runsc itself, its gofer and the sandbox all live in the
-                // sandbox network namespace (behind the router); never in
-                // the host's.
-                sys::setns(ns, libc::CLONE_NEWNET)?;
-            }
-            Ok(())
-        });
+    let mut setup = sys::ChildSetup::new().reset_signals().parent_death_signal(sys::SIGKILL);
+    if let Some(ns) = netns {
+        // runsc itself, its gofer and the sandbox all live in the
+        // sandbox network namespace (behind the router); never in
+        // the host's.
+        setup = setup.setns(ns, sys::CLONE_NEWNET);
     }
+    setup.apply(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start runsc: {e} (run `lazaret doctor`)"))?;
     Ok((child, ready_rd))
+}
+
+/// What the supervisor's loop waits on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Lease,
+    Signals,
+    Ready,
 }
 
 /// How often the helpers are checked besides SIGCHLD (a FUSE session
@@ -239,21 +255,20 @@ fn supervise(
     lease: std::fs::File,
     dead_helper: &mut dyn FnMut() -> Option<String>,
 ) -> i32 {
-    let sig = match sys::signal_pipe(&[libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP]) {
+    let sig = match sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP]) {
         Ok(s) => s,
         Err(e) => return fail(format!("signal pipe: {e}")),
     };
     let mut ready = Some(std::fs::File::from(ready));
     let mut reported = false;
     loop {
-        let mut fds = vec![
-            sys::PollFd::new(lease.as_raw_fd(), libc::POLLIN),
-            sys::PollFd::new(sig.as_raw_fd(), libc::POLLIN),
-        ];
+        let mut fds = sys::PollSet::new();
+        fds.read(&lease, Wake::Lease);
+        fds.read(&sig, Wake::Signals);
         if let Some(r) = &ready {
-            fds.push(sys::PollFd::new(r.as_raw_fd(), libc::POLLIN));
+            fds.read(r, Wake::Ready);
         }
-        if sys::poll(&mut fds, HELPER_CHECK.as_millis() as i32).is_err() {
+        if fds.wait(Some(HELPER_CHECK)).is_err() {
             continue;
         }
         // A generation with a dead helper is broken (a lost overlay, view or
@@ -264,13 +279,13 @@ fn supervise(
             stop_sandbox(args, child);
             return 1;
         }
-        if fds[0].readable() {
+        if fds.is_readable(Wake::Lease) {
             // Any byte or EOF on the lease means: stop.
             break;
         }
-        if fds[1].readable() {
-            let sigs = sys::drain_signals(sig.as_raw_fd());
-            if sigs.iter().any(|&s| s != libc::SIGCHLD) {
+        if fds.is_readable(Wake::Signals) {
+            let sigs = sys::drain_signals(&sig);
+            if sigs.iter().any(|&s| s != sys::SIGCHLD) {
                 break;
             }
             if let Ok(Some(st)) = child.try_wait() {
@@ -281,7 +296,7 @@ fn supervise(
                 return if reported { 0 } else { 1 };
             }
         }
-        if fds.len() > 2 && fds[2].readable() {
+        if fds.is_readable(Wake::Ready) {
             let mut buf = [0u8; 64];
             let n = ready.as_mut().map(|r| r.read(&mut buf).unwrap_or(0)).unwrap_or(0);
             if n == 0 {
@@ -317,18 +332,7 @@ fn stop_sandbox(args: &Args, child: &mut Child) {
         runsc(args).args(["kill", "--all", &args.container_id, "KILL"]),
         Duration::from_secs(5),
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    sys::wait_deadline(child, Duration::from_secs(3));
     delete_state(args);
 }
 
@@ -353,16 +357,5 @@ fn delete_state(args: &Args) {
 /// Runs a short runsc command, killing it if it outlives `limit`.
 pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Option<std::process::ExitStatus> {
     let mut child = cmd.stderr(Stdio::null()).spawn().ok()?;
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            return Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    sys::wait_deadline(&mut child, limit)
 }

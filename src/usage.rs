@@ -20,6 +20,13 @@ options:
   --memory SIZE        memory limit of a new Domain (\"4GiB\"; docs/limits.md)
   --pids N             process limit of a new Domain
   --cpus N             CPU limit of a new Domain (2, 0.5)
+  -e, --env KEY[=VALUE]
+                       pass a host variable (KEY: its value here) to this
+                       session only; never in argv, the store or logs
+  --publish [ADDR:]HOSTPORT:GUESTPORT
+                       forward a host port (127.0.0.1 unless ADDR) to a port
+                       of a new Domain (docs/agents.md); `-p` is --profile
+  --root               run as root when the profile names a `user`
   -h, --help           this text
 
 `--` is needed only when CMD starts with `-`. Options may also be written
@@ -29,30 +36,50 @@ as --opt=value.
 pub const PS: &str = "\
 usage: lazaret ps [--json]
 
-Lists running Domains, their processes and their sessions.
+Lists running Domains: ID prefix, profile, workspace, age, sessions,
+pending escalations and published ports.
 ";
 
 pub const STOP: &str = "\
-usage: lazaret stop [-p P] [-w DIR]
+usage: lazaret stop [ID | --all | -p P -w DIR]
 
-Stops the Domain of (profile, workspace); its sessions are told why.
+Stops the Domain with ID (a prefix as `lazaret ps` prints it), every
+running Domain (--all), or the Domain of (profile, workspace); its
+sessions are told why.
 
 options:
   -p, --profile P      the profile (default: default)
   -w, --workspace DIR  the workspace (default: the current directory)
 ";
 
+pub const EXEC: &str = "\
+usage: lazaret exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
+
+Joins the running Domain with ID (a prefix as `lazaret ps` prints it) from
+any directory: a session running the profile's command, or CMD. --root runs
+it as root when the profile names a `user`.
+";
+
+pub const RM: &str = "\
+usage: lazaret rm [ID | -p P -w DIR] [--yes] [--json]
+
+Deletes a stopped Domain's state (upper, ignored state, store) after showing
+what goes; asks first unless --yes. Refuses a running Domain.
+";
+
 pub const IMAGE: &str = "\
-usage: lazaret image build [-q] [--if-missing]
+usage: lazaret image build [NAME] [-q] [--if-missing]
        lazaret image list [--json]
-       lazaret image prune [--dry-run] [--json]
+       lazaret image prune [--all] [--dry-run] [--json]
 
 build   builds the default base image (debootstrap of the host's Debian
-        release + umoci); takes a minute or two
+        release + umoci), or the recipe [images.NAME] (built-in: dev);
+        takes a minute or more; an unchanged recipe is not rebuilt
         -q, --quiet     no progress output
         --if-missing    do nothing when the image exists
-list    lists prepared lowers, their leases and foreign directories
-prune   deletes prepared lowers no Domain leases
+list    lists prepared lowers, their leases, interrupted builds and imports
+prune   deletes prepared lowers no Domain leases (keeping those of images a
+        profile refers to unless --all), interrupted builds, failed imports
 ";
 
 pub const NET: &str = "\
@@ -95,6 +122,8 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "run" => RUN,
         "ps" => PS,
         "stop" => STOP,
+        "exec" => EXEC,
+        "rm" => RM,
         "image" => IMAGE,
         "net" => NET,
         "state" => STATE,
@@ -107,7 +136,18 @@ pub fn of(cmd: &str) -> Option<&'static str> {
 
 /// Options of `run` that take a value (the next argument, unless written
 /// as `--opt=value`).
-const RUN_VALUE_OPTS: &[&str] = &["-p", "--profile", "-w", "--workspace", "--memory", "--pids", "--cpus"];
+const RUN_VALUE_OPTS: &[&str] = &[
+    "-p",
+    "--profile",
+    "-w",
+    "--workspace",
+    "--memory",
+    "--pids",
+    "--cpus",
+    "-e",
+    "--env",
+    "--publish",
+];
 
 /// Splits `run`'s arguments into its options and the command: the command
 /// starts after `--`, or at the first argument that is neither an option
@@ -161,6 +201,10 @@ mod tests {
             (v(&["-w", "/a", "--quiet"]), v(&[]))
         );
         assert_eq!(split_run(v(&["--", "--"])), (v(&[]), v(&["--"])));
+        assert_eq!(
+            split_run(v(&["-e", "K", "--publish", "18000:8000", "python3"])),
+            (v(&["-e", "K", "--publish", "18000:8000"]), v(&["python3"]))
+        );
         assert!(wants_help(&split_run(v(&["-q", "--help"])).0));
         assert!(!wants_help(&split_run(v(&["ls", "--help"])).0));
     }
@@ -168,7 +212,7 @@ mod tests {
     #[test]
     fn every_command_has_usage() {
         for c in [
-            "run", "ps", "stop", "image", "net", "state", "doctor", "version", "help",
+            "run", "ps", "stop", "exec", "rm", "image", "net", "state", "doctor", "version", "help",
         ] {
             assert!(of(c).unwrap().starts_with("usage: lazaret"), "{c}");
         }

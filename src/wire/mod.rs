@@ -149,7 +149,7 @@ pub fn read_rest<M: Message>(reader: &mut FrameReader, r: &mut impl Read) -> Res
 }
 
 /// Writes one message to a raw fd (pipes handed over by number).
-pub fn send_fd<M: Message>(fd: std::os::fd::RawFd, msg: &M) -> io::Result<()> {
+pub fn send_fd<M: Message>(fd: impl std::os::fd::AsFd, msg: &M) -> io::Result<()> {
     crate::sys::write_all(fd, &msg.encode())
 }
 

@@ -16,8 +16,9 @@ use crate::netpolicy::{Plan, PlanRoute, RouteKind};
 pub enum PlanMsg {
     /// The network install plan (`netpolicy::Policy::plan`).
     Network(Plan),
-    /// The workspace views to serve (`gitsentry::prepare_views`).
-    Views(Vec<ViewSpec>),
+    /// The workspace views to serve (`gitsentry::prepare_views`) and the
+    /// guest id the developer appears as in them (0, or a profile `user`'s).
+    Views { owner: u32, views: Vec<ViewSpec> },
     /// The State Anchor's mounts (`anchor::prepare_generation`).
     Anchor { prefer: Driver, mounts: Vec<AnchorMount> },
 }
@@ -79,9 +80,9 @@ impl Message for PlanMsg {
                 }
                 e.finish()
             }
-            PlanMsg::Views(views) => {
+            PlanMsg::Views { owner, views } => {
                 let mut e = Enc::new(2);
-                e.u32(views.len() as u32);
+                e.u32(*owner).u32(views.len() as u32);
                 for v in views {
                     e.u8(v.git_root as u8);
                     enc_path(&mut e, &v.source);
@@ -134,6 +135,7 @@ impl Message for PlanMsg {
                 })
             }
             2 => {
+                let owner = d.u32()?;
                 let mut views = Vec::new();
                 for _ in 0..d.count()? {
                     let git_root = d.flag()?;
@@ -149,7 +151,7 @@ impl Message for PlanMsg {
                         protect,
                     });
                 }
-                PlanMsg::Views(views)
+                PlanMsg::Views { owner, views }
             }
             3 => {
                 let prefer = dec_driver(&mut d)?;
@@ -185,7 +187,7 @@ impl Message for PlanMsg {
     fn name(&self) -> &'static str {
         match self {
             PlanMsg::Network(_) => "Network",
-            PlanMsg::Views(_) => "Views",
+            PlanMsg::Views { .. } => "Views",
             PlanMsg::Anchor { .. } => "Anchor",
         }
     }
@@ -208,10 +210,10 @@ pub fn read_network(path: &Path) -> Result<Plan, String> {
     }
 }
 
-/// The supervisor's side: the views in `path`.
-pub fn read_views(path: &Path) -> Result<Vec<ViewSpec>, String> {
+/// The supervisor's side: the view owner and the views in `path`.
+pub fn read_views(path: &Path) -> Result<(u32, Vec<ViewSpec>), String> {
     match super::read_one::<PlanMsg>(path)? {
-        PlanMsg::Views(v) => Ok(v),
+        PlanMsg::Views { owner, views } => Ok((owner, views)),
         m => Err(unexpected(path, "Views", &m)),
     }
 }
@@ -250,22 +252,25 @@ pub(crate) mod tests {
                 custom_dns: true,
                 routes: vec![],
             }),
-            PlanMsg::Views(vec![
-                ViewSpec {
-                    source: PathBuf::from(std::ffi::OsStr::from_bytes(b"/home/u/p\t\n\xff")),
-                    mountpoint: "/run/g/view-workspace".into(),
-                    store: Some("/d/ignored".into()),
-                    git_root: false,
-                    protect: vec![".githooks".into(), "conf/x".into()],
-                },
-                ViewSpec {
-                    source: "/home/u/repo/.git".into(),
-                    mountpoint: "/run/g/view-common".into(),
-                    store: None,
-                    git_root: true,
-                    protect: vec![],
-                },
-            ]),
+            PlanMsg::Views {
+                owner: 1000,
+                views: vec![
+                    ViewSpec {
+                        source: PathBuf::from(std::ffi::OsStr::from_bytes(b"/home/u/p\t\n\xff")),
+                        mountpoint: "/run/g/view-workspace".into(),
+                        store: Some("/d/ignored".into()),
+                        git_root: false,
+                        protect: vec![".githooks".into(), "conf/x".into()],
+                    },
+                    ViewSpec {
+                        source: "/home/u/repo/.git".into(),
+                        mountpoint: "/run/g/view-common".into(),
+                        store: None,
+                        git_root: true,
+                        protect: vec![],
+                    },
+                ],
+            },
             PlanMsg::Anchor {
                 prefer: Driver::Fuse,
                 mounts: vec![AnchorMount {

@@ -7,7 +7,7 @@
 //!   maps are written; then nothing until EOF, which means stop.
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsFd;
 use std::time::Instant;
 
 use super::{dec_pid, Message, ReadError, UnexpectedMessage};
@@ -154,8 +154,8 @@ impl StatusReceiver {
         }
     }
 
-    pub fn fd(&self) -> RawFd {
-        self.pipe.as_raw_fd()
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.pipe.as_fd()
     }
 
     /// The next message, waiting until `deadline`.
@@ -172,8 +172,7 @@ impl StatusReceiver {
             if left.is_zero() {
                 return Err(StatusError::TimedOut);
             }
-            let mut p = [crate::sys::PollFd::new(self.fd(), libc::POLLIN)];
-            if crate::sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) > 0 {
+            if crate::sys::wait_readable(&self.pipe, left.min(std::time::Duration::from_secs(1))).unwrap_or(false) {
                 self.reader.fill(&mut self.pipe).map_err(StatusError::Read)?;
             }
         }
@@ -376,11 +375,11 @@ pub(crate) mod tests {
     #[test]
     fn mapped_or_nothing() {
         let (r, w) = crate::sys::pipe().unwrap();
-        crate::wire::send_fd(w.as_raw_fd(), &LeaseMsg::Mapped).unwrap();
+        crate::wire::send_fd(&w, &LeaseMsg::Mapped).unwrap();
         drop(w);
         assert!(wait_for_mapped(&mut File::from(r)).is_ok());
         let (r, w) = crate::sys::pipe().unwrap();
-        crate::sys::write_all(w.as_raw_fd(), b"mapped\n").unwrap();
+        crate::sys::write_all(&w, b"mapped\n").unwrap();
         drop(w);
         assert!(wait_for_mapped(&mut File::from(r)).is_err());
         let (r, w) = crate::sys::pipe().unwrap();

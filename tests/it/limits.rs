@@ -255,6 +255,14 @@ impl WaitKeep for harness::Bg {
     }
 }
 
+/// `pids.events` "max N": forks the host cgroup refused.
+fn pids_refused(p: &Path) -> Option<u64> {
+    std::fs::read_to_string(p.join("pids.events"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("max ").and_then(|v| v.trim().parse().ok()))
+}
+
 #[test]
 fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     let env = require_env!();
@@ -267,33 +275,95 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     std::fs::create_dir(&ws).unwrap();
     env.chown(&ws);
     let domain = env.domain_id("default", &ws);
-    let count = Sampler::start(move || read_u64(&domain_cgroup("pids", &domain)?.join("pids.current")));
-    let r = env
+    let d2 = domain.clone();
+    let count = Sampler::start(move || read_u64(&domain_cgroup("pids", &d2)?.join("pids.current")));
+    let d3 = domain.clone();
+    let refused = Sampler::start(move || pids_refused(&domain_cgroup("pids", &d3)?));
+    // The runaway: a child shell starting 400 background sleeps (dash gives
+    // up at the first refused fork). Then the session's own shell counts
+    // the guest's processes with builtins only, ends the sleeps, waits
+    // until they are gone, forks again, and holds the Domain until a
+    // second session has joined.
+    let flood = "sh -c 'i=0; while [ $i -lt 400 ]; do sleep 120 & i=$((i+1)); done' 2>/dev/null; \
+                 set -- /proc/[0-9]*; echo guest-procs-$#; \
+                 trap '' TERM; kill -TERM 0; \
+                 i=0; while set -- /proc/[0-9]*; [ $# -gt 8 ] && [ $i -lt 200000 ]; do i=$((i+1)); done; \
+                 /bin/echo usable-$((6*7)); : > /workspace/.flooded; \
+                 i=0; while [ ! -e /workspace/.joined ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
+                 echo a-done";
+    let a = env
+        .lz(&ws, &["run", "--quiet", "--pids", "200", "--", "sh", "-c", flood])
+        .spawn_bg();
+    let flooded = harness::eventually(Duration::from_secs(180), || ws.join(".flooded").exists());
+    // A new session joins the same Domain and runs a command.
+    let b = env
         .lz(
             &ws,
             &[
                 "run",
                 "--quiet",
-                "--pids",
-                "200",
                 "--",
                 "sh",
                 "-c",
-                "i=0; while [ $i -lt 400 ]; do sleep 60 2>/dev/null & i=$((i+1)); done 2>/dev/null; \
-                 sleep 2; echo usable-$((6*7)); kill $(jobs -p) 2>/dev/null; exit 0",
+                "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
             ],
         )
         .run();
-    let samples = count.finish();
-    // Under runsc 20240729 a guest fork the host refuses can take the
-    // sandbox down; then the Domain says which limit it hit.
-    let usable = r.stdout.contains("usable-42");
-    let ended = r.code == 125 && r.stderr.contains("process limit reached (pids 200)");
-    eprintln!("shell usable: {usable}; Domain ended at the limit: {ended}");
-    assert!(usable || ended, "neither usable nor a clear end: {r:?}");
+    let out = a.wait_with_output_keep();
+    let (samples, refused) = (count.finish(), refused.finish());
+    eprintln!("session: {out}");
+    assert!(flooded, "the flooded session never got usable again: {out}");
+    assert!(
+        out.contains("usable-42"),
+        "the shell was not usable after the flood: {out}"
+    );
+    assert!(out.contains("a-done"), "the first session did not finish: {out}");
+    assert_eq!(b.code, 0, "a new session could not join: {b:?}");
+    assert!(b.stdout.contains("joined-42"), "{b:?}");
+    let guest: u64 = out
+        .split("guest-procs-")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("guest process count");
     let max = samples.iter().map(|s| s.1).max().unwrap_or(0);
+    eprintln!("guest processes at the limit: {guest}; host tasks peak: {max}");
+    assert!(guest < 300, "{guest} guest processes");
     assert!(max > 0, "never saw the Domain's pids cgroup");
     assert!(max < 300, "{max} host processes/threads");
+    // The guest's own limit held first: the host cgroup never refused a fork.
+    let refused = refused.iter().map(|s| s.1).max().unwrap_or(0);
+    assert_eq!(refused, 0, "the host pids limit was reached ({refused} forks refused)");
+}
+
+#[test]
+fn the_guest_sees_the_memory_limit_as_its_total_memory() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    if !delegated(env, "limits::meminfo") {
+        return;
+    }
+    let base = env.dir("lim-meminfo");
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+    let cfg = config(env, &base, "[profiles.default.limits]\nmemory = \"256MiB\"\n");
+    let r = env
+        .lz(&ws, &["run", "--quiet", "--", "sh", "-c", "head -n 1 /proc/meminfo"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let kib: u64 = r
+        .stdout
+        .strip_prefix("MemTotal:")
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no MemTotal: {r:?}"));
+    eprintln!("guest MemTotal: {kib} kB");
+    assert!(
+        kib > 0 && kib <= 256 * 1024,
+        "guest MemTotal {kib} kB with a 256MiB limit"
+    );
 }
 
 #[test]

@@ -9,6 +9,8 @@
 
 mod harness;
 
+mod agent;
+mod agent_v2;
 mod attack_net;
 mod attack_view;
 mod escalation;

@@ -438,7 +438,7 @@ fn ps_and_stop_report_and_end_a_domain() {
     assert!(eventually(Duration::from_secs(20), || env.ps_json(&ws).contains(&id)));
     let human = env.lz(&ws, &["ps"]).run();
     assert!(
-        human.stdout.contains(&id) && human.stdout.contains("sleep"),
+        human.stdout.contains(&id[..12]) && human.stdout.contains("sleep"),
         "{human:?}"
     );
     let r = env.lz(&ws, &["stop"]).run();

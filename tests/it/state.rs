@@ -441,8 +441,12 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
         eventually(Duration::from_secs(30), || !lock.exists()),
         "teardown did not finish"
     );
-    // None leased: reclaimed; the foreign dir and the live preparer survive.
+    // None leased: kept while a profile uses the image, reclaimed with
+    // --all; the foreign dir and the live preparer survive.
     let r = plz(env, &p, &a, &["image", "prune", "--json"]).run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(artifacts(()), arts, "the default profile's lower is kept: {r:?}");
+    let r = plz(env, &p, &a, &["image", "prune", "--all", "--json"]).run();
     assert_eq!(r.code, 0, "{r:?}");
     assert!(artifacts(()).is_empty(), "unleased artifact reclaimed: {r:?}");
     assert_eq!(std::fs::read_to_string(foreign.join("file")).unwrap(), "mine\n");

@@ -1,0 +1,136 @@
+//! `init user-setup NAME UID`: makes the profile's unprivileged user exist
+//! in the guest, run as root before the Domain's first session. Idempotent:
+//! an existing entry of NAME with UID is kept, a missing one is appended to
+//! `/etc/passwd`, `/etc/group` (and `/etc/shadow` when the image has one),
+//! and the home `/home/NAME` is made (from `/etc/skel`) when missing. Both
+//! live under persisted paths by default, so this happens once per Domain.
+//! Written without the image's tools (an image need not have `useradd`).
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+pub fn run(name: &str, uid: &str) -> i32 {
+    let Ok(uid) = uid.parse::<u32>() else { return 2 };
+    let valid = !name.is_empty()
+        && name.len() <= 32
+        && name != "root"
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
+    if !valid || uid == 0 {
+        return 2;
+    }
+    match setup(name, uid) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("lazaret: user {name}: {e}");
+            1
+        }
+    }
+}
+
+/// (name, id) of the entries of a passwd- or group-style file.
+fn entries(text: &str) -> Vec<(String, u32)> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            Some((f.first()?.to_string(), f.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn append(path: &str, line: &str) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| format!("cannot write {path}: {e}"))?;
+    let text = std::fs::read(path).unwrap_or_default();
+    let sep = if text.is_empty() || text.ends_with(b"\n") {
+        ""
+    } else {
+        "\n"
+    };
+    f.write_all(format!("{sep}{line}\n").as_bytes())
+        .map_err(|e| format!("cannot write {path}: {e}"))
+}
+
+fn setup(name: &str, uid: u32) -> Result<(), String> {
+    let home = format!("/home/{name}");
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let users = entries(&passwd);
+    match users.iter().find(|(n, _)| n == name) {
+        Some((_, id)) if *id == uid => {}
+        Some((_, id)) => return Err(format!("the image has this user with uid {id}, not {uid}")),
+        None => {
+            if let Some((other, _)) = users.iter().find(|(_, id)| *id == uid) {
+                return Err(format!(
+                    "uid {uid} is already the image's user {other:?}: set `user = \"{other}\"` in the profile"
+                ));
+            }
+            let shell = if Path::new("/bin/bash").exists() {
+                "/bin/bash"
+            } else {
+                "/bin/sh"
+            };
+            append("/etc/passwd", &format!("{name}:x:{uid}:{uid}::{home}:{shell}"))?;
+            if Path::new("/etc/shadow").exists() {
+                append("/etc/shadow", &format!("{name}:!:::::::"))?;
+            }
+        }
+    }
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let groups = entries(&group);
+    if !groups.iter().any(|(n, id)| n == name || *id == uid) {
+        append("/etc/group", &format!("{name}:x:{uid}:"))?;
+    }
+    let _ = std::fs::DirBuilder::new().mode(0o755).create("/home");
+    match std::fs::symlink_metadata(&home) {
+        Ok(md) if md.is_dir() => {
+            // A volume under the home makes runsc create the home as root
+            // before this runs: the home itself is the user's.
+            use std::os::unix::fs::{MetadataExt, PermissionsExt};
+            if md.uid() == 0 {
+                chown(&home, uid)?;
+                let _ = std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755));
+            }
+        }
+        Ok(_) => return Err(format!("{home} exists and is not a directory")),
+        Err(_) => {
+            std::fs::DirBuilder::new()
+                .mode(0o755)
+                .create(&home)
+                .map_err(|e| format!("cannot create {home}: {e}"))?;
+            copy_skel(Path::new("/etc/skel"), Path::new(&home), uid);
+            chown(&home, uid)?;
+        }
+    }
+    Ok(())
+}
+
+fn chown(path: &str, uid: u32) -> Result<(), String> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).map_err(|e| format!("cannot chown {path}: {e}"))
+}
+
+/// Regular files and directories of `/etc/skel` (no symlinks followed).
+fn copy_skel(from: &Path, to: &Path, uid: u32) {
+    let Ok(rd) = std::fs::read_dir(from) else { return };
+    for e in rd.flatten() {
+        let Ok(ft) = e.file_type() else { continue };
+        let dest = to.join(e.file_name());
+        if ft.is_dir() {
+            if std::fs::create_dir(&dest).is_ok() {
+                copy_skel(&e.path(), &dest, uid);
+            }
+        } else if ft.is_file() {
+            if std::fs::copy(e.path(), &dest).is_err() {
+                continue;
+            }
+        } else {
+            continue;
+        }
+        let _ = std::os::unix::fs::lchown(&dest, Some(uid), Some(uid));
+    }
+}

@@ -1,0 +1,759 @@
+//! Lifecycle commands of the Client CLI: `ps`, `stop ID|--all`, `rm` and
+//! `exec ID`. Running Domains are found through the runtime dir (one
+//! directory per Domain ID with a published `hc.sock`) and asked for their
+//! status as status-only observers; Domains with state are found in the
+//! Storage Root. A Domain is named on the command line by its ID or any
+//! unique prefix of it (as `ps` prints it), or by `--profile`/`--workspace`.
+
+use std::io::{self, BufRead, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::cli::{self, Failure, Outcome};
+use crate::config;
+use crate::display::escape;
+use crate::domain;
+use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, StatusInfo};
+use crate::paths::{self, DomainPaths};
+use crate::plan::Json;
+use crate::state::{self, StateError};
+use crate::statefs::{self, human_size, Op};
+
+/// How many hex digits of a Domain ID `ps` prints.
+pub const ID_PREFIX_LEN: usize = 12;
+
+// ---- finding Domains ----------------------------------------------------------
+
+fn runtime_root() -> Result<PathBuf, Failure> {
+    let cfg = config::load(&config::config_path())?;
+    cli::warn_broken_profiles(&cfg, None);
+    Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
+}
+
+/// Asks a published coordinator for its status.
+pub fn query_status(sock: &Path) -> Option<StatusInfo> {
+    let mut s = UnixStream::connect(sock).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    // A Hello without profile is an observer's: it may only ask for status.
+    let hello = ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: String::new(),
+        fingerprint: String::new(),
+    };
+    ipc::send(&mut s, &hello).ok()?;
+    ipc::send(&mut s, &ClientMsg::Status).ok()?;
+    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
+        ServerMsg::Status(st) => Some(st),
+        _ => None,
+    }
+}
+
+/// Every running Domain of the user that answers, sorted by ID.
+fn running(root: &Path) -> Vec<StatusInfo> {
+    let mut all = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if !state::is_domain_id(&name) {
+                continue;
+            }
+            let sock = e.path().join("hc.sock");
+            if sock.exists() {
+                if let Some(st) = query_status(&sock) {
+                    // The answer must be about the Domain whose directory it came from.
+                    if st.domain_id == name {
+                        all.push(st);
+                    }
+                }
+            }
+        }
+    }
+    all.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
+    all
+}
+
+/// The one ID among `ids` that starts with `prefix` (pure).
+pub fn match_prefix<'a>(prefix: &str, ids: &'a [String], what: &str) -> Result<&'a str, Failure> {
+    if prefix.is_empty()
+        || prefix.len() > 20
+        || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(Failure::usage(format!(
+            "{:?} is not a Domain ID: expected lowercase hex digits, a prefix of the ID `lazaret ps` or `lazaret state list` prints",
+            escape(prefix)
+        )));
+    }
+    let hits: Vec<&String> = ids.iter().filter(|i| i.starts_with(prefix)).collect();
+    match hits.as_slice() {
+        [one] => Ok(one.as_str()),
+        [] => Err(Failure::usage(format!(
+            "no {what} Domain has an ID starting with {prefix}: see `lazaret {}`",
+            if what == "running" { "ps" } else { "state list" }
+        ))),
+        many => Err(Failure::usage(format!(
+            "{prefix} is ambiguous: it starts the IDs {}; give more digits",
+            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+// ---- ps ---------------------------------------------------------------------------
+
+/// `45s`, `12m`, `3h`, `2d`.
+pub fn age(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// The `ps` table (pure): a header and one row per Domain.
+pub fn ps_table(all: &[StatusInfo], now: i64) -> String {
+    let head = [
+        "DOMAIN",
+        "PROFILE",
+        "STATUS",
+        "AGE",
+        "SESSIONS",
+        "ESCALATIONS",
+        "PORTS",
+        "WORKSPACE",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    for st in all {
+        let cmds: Vec<String> = st.sessions.iter().map(|s| escape(&s.argv0)).collect();
+        let sessions = if cmds.is_empty() {
+            "0".to_string()
+        } else {
+            format!("{} ({})", cmds.len(), cmds.join(","))
+        };
+        rows.push(vec![
+            st.domain_id[..st.domain_id.len().min(ID_PREFIX_LEN)].to_string(),
+            escape(&st.profile),
+            escape(&st.phase),
+            age(now - st.started_at),
+            sessions,
+            st.pending_escalations.to_string(),
+            if st.ports.is_empty() {
+                "-".into()
+            } else {
+                st.ports.iter().map(|p| escape(p)).collect::<Vec<_>>().join(",")
+            },
+            escape(&st.workspace),
+        ]);
+    }
+    let n = head.len();
+    let widths: Vec<usize> = (0..n)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == n {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let json = args.contains("--json");
+    cli::finish_args(args)?;
+    let all = running(&runtime_root()?);
+    if json {
+        println!("{}", status_json(&all));
+    } else if all.is_empty() {
+        println!("no running Domains");
+    } else {
+        print!("{}", ps_table(&all, state::now()));
+    }
+    Ok(0)
+}
+
+fn status_json(all: &[StatusInfo]) -> String {
+    Json::Arr(
+        all.iter()
+            .map(|st| {
+                Json::Obj(vec![
+                    ("domain_id", Json::s(&st.domain_id)),
+                    ("profile", Json::s(&st.profile)),
+                    ("workspace", Json::s(&st.workspace)),
+                    ("generation", Json::Num(st.generation as i64)),
+                    ("phase", Json::s(&st.phase)),
+                    ("coordinator_id", Json::s(&st.coordinator_id)),
+                    ("coordinator_pid", Json::Num(st.coordinator_pid as i64)),
+                    ("supervisor_pid", Json::Num(st.supervisor_pid as i64)),
+                    ("runsc_pid", Json::Num(st.runsc_pid as i64)),
+                    ("sandbox_id", Json::s(&st.sandbox_id)),
+                    ("started_at", Json::Num(st.started_at)),
+                    ("age_seconds", Json::Num((state::now() - st.started_at).max(0))),
+                    ("pending_escalations", Json::Num(st.pending_escalations as i64)),
+                    ("ports", Json::strs(&st.ports)),
+                    (
+                        "sessions",
+                        Json::Arr(
+                            st.sessions
+                                .iter()
+                                .map(|s| {
+                                    Json::Obj(vec![
+                                        ("session_id", Json::s(&s.session_id)),
+                                        ("argv0", Json::s(&s.argv0)),
+                                        ("client_pid", Json::Num(s.client_pid as i64)),
+                                        ("exec_pid", Json::Num(s.exec_pid as i64)),
+                                        ("tty", Json::Bool(s.tty)),
+                                    ])
+                                })
+                                .collect(),
+                        ),
+                    ),
+                ])
+            })
+            .collect(),
+    )
+    .render()
+}
+
+// ---- stop -------------------------------------------------------------------------
+
+/// Sends Stop to the Domain published at `run/hc.sock`. `Ok(false)`: not
+/// running. The coordinator lets any client of our uid stop a Domain, also
+/// one whose configuration differs (that is how it picks up a new one).
+fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
+    let mut s = match UnixStream::connect(run.join("hc.sock")) {
+        Ok(s) => s,
+        Err(_) => return Ok(false),
+    };
+    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
+    let hello = ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: profile.to_string(),
+        fingerprint: "stop".into(),
+    };
+    ipc::send(&mut s, &hello).map_err(lost)?;
+    ipc::send(
+        &mut s,
+        &ClientMsg::Stop {
+            reason: "the Domain was stopped with `lazaret stop`".into(),
+        },
+    )
+    .map_err(lost)?;
+    // The coordinator answers a Stop only by closing; anything else is a refusal.
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    match FrameReader::default().recv::<ServerMsg>(&mut s) {
+        Ok(ServerMsg::Refused { reason }) => Err(Failure::runtime(format!("the coordinator refused: {reason}"))),
+        Ok(other) => Err(Failure::runtime(format!(
+            "unexpected reply from the coordinator ({})",
+            crate::wire::UnexpectedMessage::of("Welcome", &other)
+        ))),
+        Err(_) => Ok(true),
+    }
+}
+
+/// Waits until the Domain's socket is gone (teardown began) and its lock
+/// is free (teardown finished), up to `deadline`.
+fn wait_stopped(run: &Path, deadline: Instant) {
+    let sock = run.join("hc.sock");
+    let lock = run.join("lock");
+    while sock.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The coordinator unlinks the lock file as its last act; a crashed one
+    // leaves it unlocked.
+    while Instant::now() < deadline && !lock_free(&lock) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // INVARIANT: never unlink the lock file here: only its holder may.
+}
+
+/// Whether nobody holds the Domain lock at `path`. Never creates the
+/// file (a waiter must not leave a lock file behind in a runtime dir the
+/// coordinator is about to remove).
+fn lock_free(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(crate::sys::O_CLOEXEC | crate::sys::O_NOFOLLOW)
+        .open(path)
+    {
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+        Ok(f) => matches!(crate::sys::try_lock_exclusive(&f), Ok(true)),
+    }
+}
+
+pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
+    let all = args.contains("--all");
+    let id: Option<String> = args.opt_free_from_str()?;
+    cli::finish_args(args)?;
+    cli::refuse_root()?;
+    let root = runtime_root()?;
+    paths::ensure_private_dir(&root)?;
+    let by_name = profile.is_some() || workspace.is_some();
+    if [all, id.is_some(), by_name].iter().filter(|b| **b).count() > 1 {
+        return Err(Failure::usage(
+            "name the Domain one way: ID, --all, or --profile/--workspace",
+        ));
+    }
+    let targets: Vec<(String, String, String)> = if all || id.is_some() {
+        let live = running(&root);
+        let ids: Vec<String> = live.iter().map(|s| s.domain_id.clone()).collect();
+        let chosen: Vec<&StatusInfo> = match &id {
+            Some(p) => {
+                let one = match_prefix(p, &ids, "running")?;
+                live.iter().filter(|s| s.domain_id == one).collect()
+            }
+            None => live.iter().collect(),
+        };
+        chosen
+            .into_iter()
+            .map(|s| (s.domain_id.clone(), s.profile.clone(), s.workspace.clone()))
+            .collect()
+    } else {
+        // The Domain ID is derived: the profile need not be valid in the
+        // current configuration to stop what runs under its name.
+        let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
+        let dir = match workspace {
+            Some(w) => w,
+            None => std::env::current_dir()
+                .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+        };
+        let ws = domain::canonical_workspace(&dir)?;
+        let id = domain::domain_id(&name, &ws);
+        vec![(id, name, ws.to_string_lossy().into_owned())]
+    };
+    if targets.is_empty() {
+        println!("no running Domains");
+        return Ok(0);
+    }
+    // Ask every Domain first, then wait for them together.
+    let mut asked = Vec::new();
+    for (id, profile, ws) in targets {
+        let run = root.join(&id);
+        if send_stop(&run, &profile)? {
+            asked.push((id, profile, ws));
+        } else {
+            println!("Domain {id} ({} on {}) is not running", escape(&profile), escape(&ws));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for (id, profile, ws) in asked {
+        wait_stopped(&root.join(&id), deadline);
+        println!("stopped Domain {id} ({} on {})", escape(&profile), escape(&ws));
+    }
+    Ok(0)
+}
+
+// ---- exec -------------------------------------------------------------------------
+
+pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let (opts, cmd) = match raw.iter().position(|a| a == "--") {
+        Some(i) => (raw[..i].to_vec(), raw[i + 1..].to_vec()),
+        None => (raw, Vec::new()),
+    };
+    let mut args = pico_args::Arguments::from_vec(opts);
+    let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
+    let as_root = args.contains("--root");
+    let id: Option<String> = args.opt_free_from_str()?;
+    cli::finish_args(args)?;
+    let Some(id) = id else {
+        return Err(Failure::usage(
+            "`lazaret exec` needs a Domain ID (as `lazaret ps` prints it): lazaret exec ID [-- CMD ARGS...]",
+        ));
+    };
+    let argv: Vec<String> = cmd
+        .into_iter()
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
+        })
+        .collect::<Result<_, _>>()?;
+    cli::refuse_root()?;
+    let root = runtime_root()?;
+    let live = running(&root);
+    let ids: Vec<String> = live.iter().map(|s| s.domain_id.clone()).collect();
+    let one = match_prefix(&id, &ids, "running")?;
+    let st = live.iter().find(|s| s.domain_id == one).unwrap();
+    // The Domain's own profile and workspace, resolved as `run` would: a
+    // profile changed since the Domain started is refused by its
+    // coordinator, as for `run`.
+    let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
+    r.pass =
+        crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    r.root = as_root;
+    if r.domain_id != st.domain_id {
+        return Err(Failure::runtime(format!(
+            "Domain {} does not match its profile and workspace any more: stop it and start it again",
+            st.domain_id
+        )));
+    }
+    let stream = UnixStream::connect(r.paths.socket())
+        .map_err(|_| Failure::usage(format!("Domain {} is not running any more", st.domain_id)))?;
+    match cli::session(stream, &r, argv)? {
+        Outcome::Exited(code) => Ok(code),
+        Outcome::Retry => Err(Failure::runtime(format!(
+            "Domain {} stopped while joining it",
+            st.domain_id
+        ))),
+    }
+}
+
+/// After joining: the Domain forwards every `--publish` port this client
+/// asked for (a Domain started without them keeps its forwards).
+pub fn check_published(r: &cli::Resolved) -> Result<(), Failure> {
+    if r.publish.is_empty() {
+        return Ok(());
+    }
+    let st = query_status(&r.paths.socket()).ok_or_else(|| Failure::runtime("cannot ask the Domain for its ports"))?;
+    let missing: Vec<String> = r
+        .publish
+        .iter()
+        .map(|p| p.to_string())
+        .filter(|p| !st.ports.contains(p))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Failure::usage(format!(
+            "Domain {} is already running without --publish {}: its forwards are fixed when it starts; \
+             run `lazaret stop {}` and try again",
+            st.domain_id,
+            missing.join(", "),
+            &st.domain_id[..ID_PREFIX_LEN]
+        )));
+    }
+    Ok(())
+}
+
+// ---- image build NAME ----------------------------------------------------------
+
+/// `lazaret image build NAME`: builds the recipe `[images.NAME]` into
+/// `images/NAME`. A recipe identical to the one the image was built from
+/// is not rebuilt, so the image's digest changes only when the recipe does.
+pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failure> {
+    let cfg = config::load(&config::config_path())?;
+    let recipe = cfg.images.get(name).ok_or_else(|| {
+        Failure::usage(format!(
+            "no image recipe {:?} in {}: known recipes: {} (define [images.NAME])",
+            escape(name),
+            cfg.path.display(),
+            cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let storage = paths::storage_root()?;
+    paths::ensure_private_dir(&storage)?;
+    let layout = crate::image::images_dir(&storage).join(name);
+    let built = layout.join("index.json").exists();
+    if if_missing && built {
+        return Ok(0);
+    }
+    let host = match &recipe.suite {
+        Some(s) => s.clone(),
+        None => crate::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
+    };
+    let fp = recipe.fingerprint(&host);
+    if built && crate::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
+        let digest = crate::image::manifest_digest(&layout, crate::image::DEFAULT_TAG)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        if !quiet {
+            println!("image {name} is up to date with its recipe: {digest}");
+        }
+        return Ok(0);
+    }
+    let mut progress = crate::image::Progress::new(quiet);
+    let digest = crate::image::build_image(&storage, name, Some(&host), &recipe.packages, Some(&fp), &mut progress)
+        .map_err(|e| Failure::runtime(e.to_string()))?;
+    if !quiet {
+        println!("built the image {name} {digest}");
+    }
+    Ok(0)
+}
+
+// ---- rm ---------------------------------------------------------------------------
+
+pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
+    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
+    let yes = args.contains("--yes");
+    let json = args.contains("--json");
+    let id: Option<String> = args.opt_free_from_str()?;
+    cli::finish_args(args)?;
+    cli::refuse_root()?;
+    let cfg = config::load(&config::config_path())?;
+    let storage = paths::storage_root()?;
+    let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    let id = match id {
+        Some(p) => {
+            if profile.is_some() || workspace.is_some() {
+                return Err(Failure::usage("name the Domain one way: ID or --profile/--workspace"));
+            }
+            let ids = domains_with_state(&storage);
+            match_prefix(&p, &ids, "stored")?.to_string()
+        }
+        None => {
+            let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
+            let dir = match workspace {
+                Some(w) => w,
+                None => std::env::current_dir()
+                    .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+            };
+            domain::domain_id(&name, &domain::canonical_workspace(&dir)?)
+        }
+    };
+    let dp = DomainPaths::new(&storage, &runtime, &id);
+    match std::fs::symlink_metadata(&dp.root) {
+        Ok(md) if md.is_dir() => {}
+        _ => {
+            return Err(Failure::usage(format!(
+                "Domain {id} has no state to remove (no {}): see `lazaret state list`",
+                dp.root.display()
+            )))
+        }
+    }
+    remove_domain(&dp, &id, yes, json).map_err(Failure::from)
+}
+
+fn domains_with_state(storage: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(storage.join("domains"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|n| state::is_domain_id(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// Names under the Domain Root `rm` deletes with host rights once the
+/// uppers and ignored state are gone (everything there is Lazaret's own).
+const STORE_FILES: &[&str] = &[
+    "store.sqlite",
+    "store.sqlite-wal",
+    "store.sqlite-shm",
+    "store.sqlite-journal",
+];
+
+fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i32, StateError> {
+    // Refuses a running Domain (published or locked by a coordinator).
+    let lock = state::lock_for_maintenance(dp, id)?;
+    crate::anchor::finish_reset(&dp.root)
+        .map_err(|e| StateError::Failed(format!("finishing an interrupted reset: {e}")))?;
+    let meta = state::read_meta(&dp.root).unwrap_or_default();
+    let keys = state::keys_on_disk(&dp.root);
+    let ignored = dp.root.join(state::IGNORED_DIR);
+    let has_ignored = std::fs::symlink_metadata(&ignored).map(|m| m.is_dir()).unwrap_or(false);
+    let mut ops: Vec<Op> = keys
+        .iter()
+        .map(|k| Op::Size {
+            name: k.clone(),
+            in_root: false,
+        })
+        .collect();
+    if has_ignored {
+        ops.push(Op::Size {
+            name: state::IGNORED_DIR.into(),
+            in_root: true,
+        });
+    }
+    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Failed)?;
+    let size_of = |k: &str| {
+        sizes
+            .sizes
+            .iter()
+            .find(|(n, _, _)| n == k)
+            .map_or((0, 0), |s| (s.1, s.2))
+    };
+    let store_bytes: u64 = STORE_FILES
+        .iter()
+        .filter_map(|f| std::fs::symlink_metadata(dp.root.join(f)).ok())
+        .map(|m| m.len())
+        .sum();
+    if !json || !yes {
+        let mut out = format!(
+            "rm deletes Domain {id} ({} on {}):\n",
+            escape(if meta.profile.is_empty() { "?" } else { &meta.profile }),
+            escape(if meta.workspace.is_empty() {
+                "?"
+            } else {
+                &meta.workspace
+            })
+        );
+        for k in &keys {
+            let (n, b) = size_of(k);
+            out.push_str(&format!(
+                "  persistent {}  ({n} entries, {})\n",
+                state::guest(k),
+                human_size(b)
+            ));
+        }
+        if has_ignored {
+            let (n, b) = size_of(state::IGNORED_DIR);
+            out.push_str(&format!(
+                "  ignored workspace state  ({n} entries, {})\n",
+                human_size(b)
+            ));
+        }
+        out.push_str(&format!(
+            "  store and metadata  ({})  {}\n",
+            human_size(store_bytes),
+            dp.root.display()
+        ));
+        out.push_str("kept: the workspace, images and prepared lowers\n");
+        eprint!("{out}");
+    }
+    if !yes {
+        if !crate::sys::isatty(crate::sys::STDIN) {
+            return Err(StateError::Usage(
+                "not removing: confirm with --yes (stdin is not a terminal)".into(),
+            ));
+        }
+        eprint!("remove? [y/N] ");
+        let _ = io::stderr().flush();
+        let mut line = String::new();
+        let _ = io::stdin().lock().read_line(&mut line);
+        if !matches!(line.trim(), "y" | "Y" | "yes") {
+            eprintln!("not removed");
+            return Ok(1);
+        }
+    }
+    // 1. Uppers and ignored state become trash in anchor/ (renames within
+    //    the Domain Root), then the state helper deletes them inside a user
+    //    namespace, where files of any subordinate id can be removed.
+    let anchor = crate::anchor::anchor_dir(&dp.root);
+    let nonce = domain::random_id(4);
+    let fail = |what: &str, e: io::Error| StateError::Failed(format!("{what}: {e}"));
+    if !keys.is_empty() || has_ignored {
+        paths::ensure_private_dir(&anchor).map_err(|e| StateError::Failed(e.to_string()))?;
+    }
+    for k in &keys {
+        let to = anchor.join(format!("{}{k}-{nonce}", crate::anchor::TRASH_PREFIX));
+        std::fs::rename(anchor.join(k), to).map_err(|e| fail(k, e))?;
+    }
+    if has_ignored {
+        let to = anchor.join(format!("{}ignored-{nonce}", crate::anchor::TRASH_PREFIX));
+        std::fs::rename(&ignored, to).map_err(|e| fail("ignored", e))?;
+    }
+    let trash = state::trash_on_disk(&dp.root);
+    let ops: Vec<Op> = trash.iter().map(|t| Op::Remove { name: t.clone() }).collect();
+    let r = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Failed)?;
+    let left: Vec<String> = r
+        .removed
+        .into_iter()
+        .filter_map(|(n, res)| res.err().map(|e| format!("{n}: {e}")))
+        .collect();
+    if !left.is_empty() {
+        return Err(StateError::Failed(format!(
+            "could not delete all persistent state ({}); the Domain stays listed: retry `lazaret rm`",
+            left.join("; ")
+        )));
+    }
+    // 2. What is left is Lazaret's own host files: the store first, the
+    //    metadata (which names the Domain in `state list`) with the rest.
+    for f in STORE_FILES {
+        let _ = std::fs::remove_file(dp.root.join(f));
+    }
+    std::fs::remove_dir_all(&dp.root).map_err(|e| fail(&dp.root.display().to_string(), e))?;
+    // 3. The runtime dir: the lock goes with the Maintenance guard.
+    drop(lock);
+    let _ = std::fs::remove_dir(dp.runsc_root());
+    let _ = std::fs::remove_dir(&dp.run);
+    if json {
+        println!(
+            "{}",
+            Json::Obj(vec![
+                ("domain_id", Json::s(id)),
+                ("profile", Json::s(&meta.profile)),
+                ("workspace", Json::s(&meta.workspace)),
+                (
+                    "removed",
+                    Json::strs(&keys.iter().map(|k| state::guest(k)).collect::<Vec<_>>()),
+                ),
+                ("ignored", Json::Bool(has_ignored)),
+            ])
+            .render()
+        );
+    } else {
+        println!("removed Domain {id}");
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(id: &str, started: i64, argv0: &[&str]) -> StatusInfo {
+        StatusInfo {
+            domain_id: id.into(),
+            profile: "default".into(),
+            workspace: "/home/u/p\u{1b}[2J".into(),
+            phase: "ready".into(),
+            started_at: started,
+            sessions: argv0
+                .iter()
+                .map(|a| ipc::SessionInfo {
+                    argv0: a.to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn prefixes_resolve_uniquely() {
+        let ids = vec!["abcdef0123456789abcd".to_string(), "abd0000000000000000".to_string()];
+        assert_eq!(match_prefix("abc", &ids, "running").unwrap(), ids[0]);
+        assert!(match_prefix("ab", &ids, "running")
+            .unwrap_err()
+            .msg
+            .contains("ambiguous"));
+        assert!(match_prefix("ff", &ids, "running")
+            .unwrap_err()
+            .msg
+            .contains("lazaret ps"));
+        assert!(match_prefix("../x", &ids, "running")
+            .unwrap_err()
+            .msg
+            .contains("not a Domain ID"));
+        assert!(match_prefix("", &ids, "running").is_err());
+        assert_eq!(match_prefix("abcdef0123456789abcd", &ids, "running").unwrap(), ids[0]);
+    }
+
+    #[test]
+    fn ps_table_has_header_ages_and_escapes() {
+        let t = ps_table(&[st("0123456789abcdef0123", 1000, &["bash", "sleep"])], 1000 + 3700);
+        let mut lines = t.lines();
+        let head = lines.next().unwrap();
+        assert!(
+            head.starts_with("DOMAIN") && head.contains("AGE") && head.contains("ESCALATIONS"),
+            "{t}"
+        );
+        let row = lines.next().unwrap();
+        assert!(row.starts_with("0123456789ab "), "{row}");
+        assert!(!row.contains("0123456789abc"), "prefix only: {row}");
+        assert!(row.contains(" 1h ") && row.contains("2 (bash,sleep)"), "{row}");
+        assert!(!t.contains('\u{1b}'), "escaped: {t}");
+        assert_eq!(age(59), "59s");
+        assert_eq!(age(120), "2m");
+        assert_eq!(age(2 * 86_400 + 5), "2d");
+        assert_eq!(age(-5), "0s");
+    }
+}

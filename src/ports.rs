@@ -1,0 +1,195 @@
+//! Host port forwards into a Domain (`ports = [...]` in a profile,
+//! `--publish` on `lazaret run`).
+//!
+//! slirp4netns runs in the host's network namespace, so it can listen on a
+//! host address; its API socket (`--api-socket`, in the generation dir)
+//! takes `add_hostfwd` requests. The coordinator sends one per forward after
+//! the network is attested and before it publishes the Domain: a forward
+//! that cannot be added (port in use, privileged port) fails the start.
+//! slirp4netns connects each accepted connection to the sandbox's address
+//! (169.254.255.1, gVisor's NIC) at the guest port: slirp4netns's own guest
+//! address (10.0.2.100) is the router namespace's tap0, and the router
+//! answers ARP for the sandbox's address on tap0 and routes it to the
+//! sandbox's link (docs/network.md). The
+//! listening sockets belong to slirp4netns, so they close when it stops at
+//! teardown: nothing is left to remove.
+//!
+//! Forwards listen on 127.0.0.1 unless the entry names another address.
+
+use std::fmt;
+use std::io::{Read, Write};
+use std::net::Ipv4Addr;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Name of the slirp4netns API socket in the generation dir.
+pub const API_SOCKET: &str = "slirp.sock";
+/// The installed forwards, one per line, for `net show` (generation dir).
+pub const PORTS_FILE: &str = "ports";
+
+/// One TCP forward: `ADDR:HOSTPORT` on the host to `GUESTPORT` in the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortForward {
+    pub addr: Ipv4Addr,
+    pub host: u16,
+    pub guest: u16,
+}
+
+impl FromStr for PortForward {
+    /// A phrase describing what was expected.
+    type Err = String;
+
+    /// `[ADDR:]HOSTPORT:GUESTPORT`, ADDR an IPv4 address (127.0.0.1 when
+    /// left out), ports 1..=65535.
+    fn from_str(s: &str) -> Result<Self, String> {
+        const FORM: &str = "\"[ADDR:]HOSTPORT:GUESTPORT\" (ADDR an IPv4 address, 127.0.0.1 by default; ports 1-65535)";
+        let parts: Vec<&str> = s.split(':').collect();
+        let (addr, host, guest) = match parts.as_slice() {
+            [h, g] => (Ipv4Addr::LOCALHOST, *h, *g),
+            [a, h, g] => (a.parse::<Ipv4Addr>().map_err(|_| FORM.to_string())?, *h, *g),
+            _ => return Err(FORM.into()),
+        };
+        let port = |p: &str| -> Result<u16, String> {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 5 {
+                return Err(FORM.into());
+            }
+            match p.parse::<u32>() {
+                Ok(n) if (1..=65535).contains(&n) => Ok(n as u16),
+                _ => Err(FORM.into()),
+            }
+        };
+        Ok(PortForward {
+            addr,
+            host: port(host)?,
+            guest: port(guest)?,
+        })
+    }
+}
+
+impl fmt::Display for PortForward {
+    /// The config-file spelling, always with the address.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.addr, self.host, self.guest)
+    }
+}
+
+/// The forwards of a Domain: the profile's, then `--publish` ones; a later
+/// entry for the same host address and port is refused (pure).
+pub fn merge(profile: &[PortForward], extra: &[PortForward]) -> Result<Vec<PortForward>, String> {
+    let mut out: Vec<PortForward> = Vec::new();
+    for p in profile.iter().chain(extra) {
+        if let Some(q) = out.iter().find(|q| q.addr == p.addr && q.host == p.host) {
+            if q == p {
+                continue;
+            }
+            return Err(format!(
+                "host port {}:{} is forwarded twice ({q} and {p})",
+                p.addr, p.host
+            ));
+        }
+        out.push(*p);
+    }
+    Ok(out)
+}
+
+/// The `add_hostfwd` request for one forward (pure).
+pub fn request(p: &PortForward, guest_addr: Ipv4Addr) -> String {
+    format!(
+        "{{\"execute\": \"add_hostfwd\", \"arguments\": {{\"proto\": \"tcp\", \"host_addr\": \"{}\", \"host_port\": {}, \"guest_addr\": \"{guest_addr}\", \"guest_port\": {}}}}}",
+        p.addr, p.host, p.guest
+    )
+}
+
+/// Reads slirp4netns's answer (pure): `Ok` for `{"return": …}`, the
+/// error's description otherwise.
+pub fn parse_reply(text: &str) -> Result<(), String> {
+    let t = text.trim();
+    if t.starts_with("{\"return\"") || t.starts_with("{ \"return\"") {
+        return Ok(());
+    }
+    let desc = t
+        .split("\"desc\"")
+        .nth(1)
+        .and_then(|r| r.split('"').nth(1))
+        .unwrap_or(t);
+    Err(crate::display::escape(desc))
+}
+
+/// Asks slirp4netns to add every forward. Each request is one connection.
+pub fn install(api_socket: &Path, forwards: &[PortForward], guest_addr: Ipv4Addr) -> Result<(), String> {
+    for p in forwards {
+        let mut s = UnixStream::connect(api_socket)
+            .map_err(|e| format!("cannot reach slirp4netns's API socket {}: {e}", api_socket.display()))?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+        s.set_write_timeout(Some(Duration::from_secs(5))).ok();
+        s.write_all(request(p, guest_addr).as_bytes())
+            .map_err(|e| format!("forwarding {p}: {e}"))?;
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut reply = String::new();
+        let _ = s.take(64 * 1024).read_to_string(&mut reply);
+        parse_reply(&reply).map_err(|e| {
+            format!(
+                "cannot forward host port {}:{} to guest port {}: {e}",
+                p.addr, p.host, p.guest
+            )
+        })?;
+        log::info!("forwarding host {}:{} to guest port {}", p.addr, p.host, p.guest);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms() {
+        let p: PortForward = "18000:8000".parse().unwrap();
+        assert_eq!((p.addr, p.host, p.guest), (Ipv4Addr::LOCALHOST, 18000, 8000));
+        assert_eq!(p.to_string(), "127.0.0.1:18000:8000");
+        let p: PortForward = "0.0.0.0:3000:3000".parse().unwrap();
+        assert_eq!(p.addr, Ipv4Addr::UNSPECIFIED);
+        for bad in [
+            "",
+            "80",
+            "0:80",
+            "80:0",
+            "65536:1",
+            "a:1",
+            "1:2:3:4",
+            "localhost:1:2",
+            "+1:2",
+            "1 :2",
+            "::1:2:3",
+        ] {
+            assert!(bad.parse::<PortForward>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn merge_refuses_two_targets_for_one_host_port() {
+        let a: PortForward = "3000:3000".parse().unwrap();
+        let b: PortForward = "3000:4000".parse().unwrap();
+        let c: PortForward = "127.0.0.2:3000:4000".parse().unwrap();
+        assert_eq!(merge(&[a], &[a, c]).unwrap(), vec![a, c]);
+        assert!(merge(&[a], &[b]).unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn request_and_reply() {
+        let p: PortForward = "18000:8000".parse().unwrap();
+        let r = request(&p, Ipv4Addr::new(10, 0, 2, 100));
+        assert_eq!(
+            r,
+            r#"{"execute": "add_hostfwd", "arguments": {"proto": "tcp", "host_addr": "127.0.0.1", "host_port": 18000, "guest_addr": "10.0.2.100", "guest_port": 8000}}"#
+        );
+        assert!(parse_reply("{\"return\": {\"id\": 1}}\n").is_ok());
+        assert_eq!(
+            parse_reply("{\"error\": {\"desc\": \"bad request: add_hostfwd: slirp_add_hostfwd failed\"}}"),
+            Err("bad request: add_hostfwd: slirp_add_hostfwd failed".into())
+        );
+        assert!(parse_reply("").is_err());
+    }
+}
