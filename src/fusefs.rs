@@ -59,6 +59,7 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
+use crate::fusecount::{Counts, Op};
 use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
 use crate::gitshape;
@@ -187,6 +188,8 @@ pub struct View {
     /// snapshot), and the sticky file they are added to.
     more_hidden: Mutex<std::collections::HashSet<(u64, u64)>>,
     sticky_path: Option<PathBuf>,
+    /// Requests answered, per opcode (src/fusecount.rs).
+    counts: Arc<Counts>,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -365,6 +368,7 @@ impl View {
             no_open: AtomicBool::new(false),
             more_hidden: Mutex::new(Default::default()),
             sticky_path,
+            counts: Arc::default(),
         })
     }
 
@@ -827,6 +831,7 @@ fn writes(flags: i32) -> bool {
 
 impl Filesystem for View {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counts.add(Op::Lookup);
         let mut negative_ttl = None;
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
@@ -847,6 +852,7 @@ impl Filesystem for View {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counts.add(Op::Getattr);
         if let Some(f) = fh.and_then(|fh| self.file(fh).ok()) {
             match rustix::fs::fstat(&*f) {
                 Ok(st) => {
@@ -870,6 +876,7 @@ impl Filesystem for View {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.counts.add(Op::Forget);
         if ino.0 == 1 {
             return;
         }
@@ -919,6 +926,7 @@ impl Filesystem for View {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.counts.add(Op::Setattr);
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
@@ -1032,6 +1040,7 @@ impl Filesystem for View {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counts.add(Op::Readlink);
         let r = (|| {
             let (side, rel, _) = self.node(ino)?;
             let (parent, name) = split(&rel);
@@ -1054,6 +1063,7 @@ impl Filesystem for View {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.add(Op::Mknod);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, false) {
             Ok(v) => v,
@@ -1073,6 +1083,7 @@ impl Filesystem for View {
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.counts.add(Op::Mkdir);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
             Ok(v) => v,
@@ -1085,14 +1096,17 @@ impl Filesystem for View {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Unlink);
         self.remove(parent, name, false, reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Rmdir);
         self.remove(parent, name, true, reply)
     }
 
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.counts.add(Op::Symlink);
         let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
             Ok(v) => v,
@@ -1121,6 +1135,7 @@ impl Filesystem for View {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(Op::Rename);
         let _shape = self.shape_guard(newname);
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
@@ -1218,6 +1233,7 @@ impl Filesystem for View {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.counts.add(Op::Link);
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
@@ -1259,6 +1275,7 @@ impl Filesystem for View {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(Op::Open);
         if self.no_open.load(Ordering::Relaxed) {
             // The kernel takes this as "opens need no round trip" from now on.
             return reply.error(Errno::ENOSYS);
@@ -1298,6 +1315,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        self.counts.add(Op::Read);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
@@ -1330,6 +1348,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.counts.add(Op::Write);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
             kill_priv(&*f)?;
             f.write_all_at(data, offset).map_err(errno)
@@ -1340,6 +1359,7 @@ impl Filesystem for View {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
+        self.counts.add(Op::Flush);
         // Nothing is buffered here; the kernel stops sending FLUSH.
         reply.error(Errno::ENOSYS)
     }
@@ -1354,11 +1374,13 @@ impl Filesystem for View {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(Op::Release);
         self.t.lock().unwrap().handles.remove(&fh.0);
         reply.ok()
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.counts.add(Op::Fsync);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             if datasync {
                 f.sync_data().map_err(errno)
@@ -1373,6 +1395,7 @@ impl Filesystem for View {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(Op::Opendir);
         match self.node(ino) {
             Ok(_) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(Vec::new())));
@@ -1388,6 +1411,7 @@ impl Filesystem for View {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.counts.add(Op::Readdir);
         if offset == 0 {
             // A reader that rewinds an open directory (gVisor keeps its
             // directory fds) must see the directory as it is now.
@@ -1411,15 +1435,18 @@ impl Filesystem for View {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.counts.add(Op::Releasedir);
         self.t.lock().unwrap().handles.remove(&fh.0);
         reply.ok()
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.counts.add(Op::Fsyncdir);
         reply.ok()
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counts.add(Op::Statfs);
         match rustix::fs::fstatvfs(&self.host) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
@@ -1445,6 +1472,7 @@ impl Filesystem for View {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counts.add(Op::Create);
         let r = (|| {
             let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
@@ -1654,6 +1682,14 @@ impl View {
 /// supervisor's mount namespace).
 pub struct Served {
     _session: fuser::BackgroundSession,
+    counts: Arc<Counts>,
+    mountpoint: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.counts.write_out(&self.mountpoint);
+    }
 }
 
 impl Served {
@@ -1679,6 +1715,7 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
     cfg.n_threads = Some(2);
     cfg.clone_fd = true;
     let watched = view.watch.clone().map(|w| (w, view.t.clone()));
+    let counts = view.counts.clone();
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
     if let Some((w, t)) = watched {
         let notifier = session.notifier();
@@ -1688,6 +1725,8 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
     }
     Ok(Served {
         _session: session.spawn()?,
+        counts,
+        mountpoint: mountpoint.to_path_buf(),
     })
 }
 
