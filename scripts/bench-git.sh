@@ -43,7 +43,7 @@ for d in $(seq 0 $(( files / per_dir - 1 ))); do
 done
 printf 'ign/\n' > .gitignore
 # .bench.sh SIDE ROUND [ONLY]: the workloads, timed with bash's clock (no
-# process started per reading). ONLY (read, unpack, unpack-ign, none) runs
+# process started per reading). ONLY (read, unpack, unpack-ign, write, none) runs
 # one workload untimed, for the request counts.
 cat > .bench.sh <<'EOF'
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -58,6 +58,7 @@ case $only in
     read) cat $reads >/dev/null; exit 0 ;;
     unpack) mkdir -p trk/$tag && tar -xf /tmp/files.tar -C trk/$tag; exit 0 ;;
     unpack-ign) mkdir -p ign/$tag && tar -xf /tmp/files.tar -C ign/$tag; exit 0 ;;
+    write) mkdir -p wr && dd if=/dev/zero of=wr/$tag bs=1M count=200 conv=fsync status=none; exit 0 ;;
 esac
 t0=$(ms); cat $reads >/dev/null; t1=$(ms); echo "read $((t1 - t0))"
 git status --porcelain >/dev/null
@@ -111,7 +112,7 @@ EOF
     unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
         mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
         runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" "bench-git-$2"' \
-        sh "$work" "$*" | tr -d '\r'
+        sh "$work" "$1$2" | tr -d '\r'
 }
 
 : > "$work/lz.out"; : > "$work/raw.out"
@@ -128,10 +129,9 @@ done
 count() {
     local f="$work/counts.$1"
     LAZARET_VIEW_COUNTS=$f run_lz count "$1" "$1" >/dev/null
-    awk '{n += $3} END {print n + 0}' "$f" 2>/dev/null || echo 0
 }
 echo "counting FUSE requests" >&2
-c0=$(count none); cu=$(count unpack); ci=$(count unpack-ign); cr=$(count read)
+for w in none unpack unpack-ign read write; do count "$w"; done
 ops() {
     awk 'FNR == NR {b[$2] += $3; next} {a[$2] += $3} END {for (o in a) if (a[o] - b[o] > 0) printf " %s %d", o, a[o] - b[o]}' \
         "$work/counts.none" "$work/counts.$1" 2>/dev/null
@@ -145,14 +145,17 @@ row() {
         'BEGIN { printf "%-44s lazaret %6s ms  raw %6s ms  ratio %.2fx (target <= %s)\n", l, a, b, (b > 0 ? a / b : 0), t }'
 }
 echo "rounds: $rounds (interleaved), tracked files: $files; load: $(uptime | sed 's/.*load average: //')"
-"$lz" run --quiet -- rm -rf /workspace/ign /workspace/trk >/dev/null 2>&1 || true
+"$lz" run --quiet -- rm -rf /workspace/ign /workspace/trk /workspace/wr >/dev/null 2>&1 || true
 row status "git status (~$files tracked files)" 1.1x
 row unpack "unpack 5000 files into a tracked dir" 2.0x
 row unpack-ign "unpack 5000 files into an ignored dir" 1.5x
 row write "write 200 MiB with fsync" 1.2x
 row read "read 1100 small tracked files" 1.1x
-awk -v u="$cu" -v i="$ci" -v r="$cr" -v z="$c0" 'BEGIN {
-    printf "FUSE requests per created file: tracked %.2f, ignored %.2f; per read file: %.2f\n", (u - z) / 5000, (i - z) / 5000, (r - z) / 1100 }'
+# Requests a workload added over the run that does nothing.
+total() { awk 'FNR == NR {b += $3; next} {a += $3} END {print a - b}' "$work/counts.none" "$work/counts.$1" 2>/dev/null || echo 0; }
+awk -v u="$(total unpack)" -v i="$(total unpack-ign)" -v r="$(total read)" -v w="$(total write)" 'BEGIN {
+    printf "FUSE requests per created file: tracked %.2f, ignored %.2f; per read file: %.2f; per MiB written: %.2f\n", u / 5000, i / 5000, r / 1100, w / 200 }'
 echo "  tracked unpack:$(ops unpack)"
 echo "  ignored unpack:$(ops unpack-ign)"
 echo "  reads:$(ops read)"
+echo "  200 MiB write:$(ops write)"
