@@ -49,7 +49,7 @@ cat > .bench.sh <<'EOF'
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ms() { local t=${EPOCHREALTIME/./}; echo $(( t / 1000 )); }
 tag=$1$2 only=${3:-}
-mkdir -p /tmp/src && cd /tmp/src
+rm -rf /tmp/src /tmp/files.tar; mkdir -p /tmp/src && cd /tmp/src
 for d in $(seq 0 49); do mkdir d$d; for f in $(seq 0 99); do echo $d$f > d$d/f$f; done; done
 tar -cf /tmp/files.tar . && cd /workspace
 reads=$(for d in $(seq 100 110); do echo src/d$d/*; done)
