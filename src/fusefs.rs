@@ -126,6 +126,31 @@ struct Node {
     /// Kept until the kernel forgets the node: the path no longer leads to
     /// the file (unlinked or replaced through the view).
     pinned: bool,
+    /// The attributes last sent to the kernel for this node.
+    told: Option<Told>,
+    /// Made by the view (mkdir, mknod, symlink, link, an exclusive create)
+    /// and its host IN_CREATE not seen yet.
+    made_here: bool,
+}
+
+/// What the kernel caches of a file's attributes, as compared by the
+/// watcher: an attribute event after which the file still stats exactly as
+/// last told changed nothing the kernel holds.
+type Told = [i64; 10];
+
+fn told(st: &rustix::fs::Stat) -> Told {
+    [
+        st.st_ino as i64,
+        st.st_mode as i64,
+        st.st_uid as i64,
+        st.st_gid as i64,
+        st.st_size as i64,
+        st.st_nlink as i64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ]
 }
 
 impl Node {
@@ -141,6 +166,8 @@ impl Node {
             host_ino: st.st_ino,
             fd: None,
             pinned: false,
+            told: None,
+            made_here: false,
         }
     }
 }
@@ -462,7 +489,23 @@ impl View {
         let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.protected |= protected;
         n.lookups += 1;
+        n.told = Some(told(&st));
         Ok(attr(id, &st))
+    }
+
+    /// Records the attributes about to be sent for node `id`.
+    fn note(&self, id: u64, st: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.told = Some(told(st));
+        }
+    }
+
+    /// Node `id` was just made through the view: its host IN_CREATE tells
+    /// the kernel nothing it does not know (src/fusewatch.rs).
+    fn made(&self, id: u64) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.made_here = true;
+        }
     }
 
     /// How long the kernel may keep what it learns about `rel`.
@@ -679,7 +722,10 @@ impl View {
     fn entry_reply(&self, side: Side, rel: &Path, d: &OwnedFd, name: &OsStr, reply: ReplyEntry) {
         let _ = (d, name);
         match self.remember(side, rel) {
-            Ok(a) => reply.entry(&self.ttl(side, rel), &a, Generation(0)),
+            Ok(a) => {
+                self.made(a.ino.0);
+                reply.entry(&self.ttl(side, rel), &a, Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -857,6 +903,7 @@ impl Filesystem for View {
             match rustix::fs::fstat(&*f) {
                 Ok(st) => {
                     let ttl = self.node(ino).map_or(TTL, |(side, rel, _)| self.ttl(side, &rel));
+                    self.note(ino.0, &st);
                     return reply.attr(&ttl, &attr(ino.0, &st));
                 }
                 Err(e) => return reply.error(errno(e)),
@@ -870,7 +917,10 @@ impl Filesystem for View {
             None => self.node_stat(ino),
         };
         match r {
-            Ok((side, rel, st)) => reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st)),
+            Ok((side, rel, st)) => {
+                self.note(ino.0, &st);
+                reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1034,7 +1084,10 @@ impl Filesystem for View {
             Ok((self.stat(side, &rel)?, self.ttl(side, &rel)))
         })();
         match r {
-            Ok((st, ttl)) => reply.attr(&ttl, &attr(ino.0, &st)),
+            Ok((st, ttl)) => {
+                self.note(ino.0, &st);
+                reply.attr(&ttl, &attr(ino.0, &st))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1483,15 +1536,20 @@ impl Filesystem for View {
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
             }
-            let fd = rustix::fs::openat2(
-                &d,
-                name,
-                fl,
-                Mode::from_raw_mode(host_mode(side, mode, false)),
-                resolve(),
-            )
-            .map_err(errno)?;
+            let mode = Mode::from_raw_mode(host_mode(side, mode, false));
+            // Exclusive first, so the view knows whether it made the file.
+            let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
+                Ok(fd) => (fd, true),
+                Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => (
+                    rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?,
+                    false,
+                ),
+                Err(e) => return Err(errno(e)),
+            };
             let a = self.remember(side, &rel)?;
+            if made {
+                self.made(a.ino.0);
+            }
             let ttl = self.ttl(side, &rel);
             let f = Arc::new(File::from(fd));
             if no_open {
@@ -1714,14 +1772,17 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
     let mut cfg = fuser::Config::default();
     cfg.n_threads = Some(2);
     cfg.clone_fd = true;
-    let watched = view.watch.clone().map(|w| (w, view.t.clone()));
+    let watched = match &view.watch {
+        Some(w) => Some((w.clone(), view.t.clone(), view.host.try_clone()?)),
+        None => None,
+    };
     let counts = view.counts.clone();
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
-    if let Some((w, t)) = watched {
+    if let Some((w, t, host)) = watched {
         let notifier = session.notifier();
         std::thread::Builder::new()
             .name("view-watch".into())
-            .spawn(move || watch_loop(&w, &t, &notifier))?;
+            .spawn(move || watch_loop(&w, &t, &host, &notifier))?;
     }
     Ok(Served {
         _session: session.spawn()?,
@@ -1733,7 +1794,7 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
 /// The watcher thread: host-side changes become kernel invalidations. Never
 /// holds the tables while notifying (the kernel may wait for a request the
 /// server threads are answering).
-fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
+fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::Notifier) {
     let node_of = |rel: &Path| -> Option<u64> {
         if rel.as_os_str().is_empty() {
             return Some(1);
@@ -1755,12 +1816,72 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
                 w.dropped(ev.wd);
             }
         }
+        let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
         let plan = crate::fusewatch::plan(&events, &|wd| w.dir_of(wd), &node_of);
         if plan.contains(&Inval::All) {
             invalidate(&crate::fusewatch::plan_all(&all_nodes(t)), notifier);
         } else {
             invalidate(&plan, notifier);
         }
+    }
+}
+
+/// Whether host event `ev` tells the kernel nothing it does not hold:
+/// - an attribute change after which the file stats exactly as the view
+///   last told the kernel (typically the view's own chown, chmod or utimes,
+///   answered with the new attributes);
+/// - the creation of a name the view itself just made (the kernel got the
+///   entry in the reply, and dropped the directory's cached attributes and
+///   listing itself), still the same host file.
+///
+/// Anything else, or anything that cannot be checked, is invalidated.
+fn already_known(ev: &crate::fusewatch::Event, w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
+    let m = ev.mask & !libc::IN_ISDIR;
+    if ev.name.is_empty() || (m != libc::IN_ATTRIB && m != libc::IN_CREATE) {
+        return false;
+    }
+    let Some(dir) = w.dir_of(ev.wd) else { return false };
+    let rel = dir.join(&ev.name);
+    let key = (Side::Host, rel);
+    let (id, was, made, host_ino) = {
+        let t = t.lock().unwrap();
+        let Some(&id) = t.by_key.get(&key) else { return false };
+        match t.nodes.get(&id) {
+            Some(n) if !n.gone => (id, n.told, n.made_here, n.host_ino),
+            _ => return false,
+        }
+    };
+    let p = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir.as_path()
+    };
+    let st = match rustix::fs::openat2(
+        host,
+        p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve(),
+    )
+    .and_then(|d| rustix::fs::statat(&d, ev.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW))
+    {
+        Ok(st) => st,
+        Err(_) => return false,
+    };
+    if m == libc::IN_ATTRIB {
+        return was == Some(told(&st));
+    }
+    if !made || st.st_ino != host_ino {
+        return false;
+    }
+    // Once per creation: a later IN_CREATE of the name is the host's.
+    let mut t = t.lock().unwrap();
+    match t.nodes.get_mut(&id) {
+        Some(n) if n.made_here => {
+            n.made_here = false;
+            true
+        }
+        _ => false,
     }
 }
 
