@@ -30,6 +30,9 @@
 //!   watched with inotify (a host-side change invalidates exactly what it
 //!   touched), for 1 s elsewhere; store-side entries change only through
 //!   the view, which the kernel sees;
+//! - the view's own changes come back from inotify too; those that leave
+//!   the kernel's cache true (attributes exactly as last replied, a name
+//!   the view just made) are not invalidated (`already_known`);
 //! - opens are handle-less (`FUSE_NO_OPEN_SUPPORT`: the first OPEN answers
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
