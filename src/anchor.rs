@@ -292,49 +292,12 @@ pub fn plan_mounts(persist: &[String], lower_kinds: &[LowerKind], l: &Layout) ->
     Ok(out)
 }
 
-/// The plan file handed to the supervisor: one tab-separated line per
-/// mount, `GUEST LOWER KEYDIR TARGET`. Paths never hold tabs or newlines
-/// (`plan_mounts` refuses control characters).
-pub fn render_plan(mounts: &[AnchorMount], prefer: Driver) -> String {
-    let mut s = format!("lazaret-anchor-plan v1 {}\n", prefer.name());
-    for m in mounts {
-        s.push_str(&format!(
-            "{}\t{}\t{}\t{}\n",
-            m.guest,
-            m.lower.display(),
-            m.key_dir.display(),
-            m.target.display()
-        ));
+/// The plan file handed to the supervisor (`wire::plan::PlanMsg::Anchor`).
+pub fn plan_message(mounts: &[AnchorMount], prefer: Driver) -> crate::wire::plan::PlanMsg {
+    crate::wire::plan::PlanMsg::Anchor {
+        prefer,
+        mounts: mounts.to_vec(),
     }
-    s
-}
-
-pub fn parse_plan(text: &str) -> Result<(Driver, Vec<AnchorMount>)> {
-    let mut lines = text.lines();
-    let head = lines.next().unwrap_or("");
-    let prefer = head
-        .strip_prefix("lazaret-anchor-plan v1 ")
-        .and_then(Driver::parse)
-        .ok_or_else(|| AnchorError::BadPlan(format!("header {head:?}")))?;
-    let mut out = Vec::new();
-    for line in lines {
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 4 || !f.iter().all(|p| p.starts_with('/')) {
-            return Err(AnchorError::BadPlan(format!("line {line:?}")));
-        }
-        let key_dir = PathBuf::from(f[2]);
-        out.push(AnchorMount {
-            guest: f[0].to_string(),
-            key: key_dir
-                .file_name()
-                .map(|n| n.to_string_lossy().to_string())
-                .unwrap_or_default(),
-            lower: f[1].into(),
-            key_dir,
-            target: f[3].into(),
-        });
-    }
-    Ok((prefer, out))
 }
 
 // ---- the coordinator's side ---------------------------------------------------
@@ -482,7 +445,7 @@ pub fn prepare_generation(
     let mounts = plan_mounts(persist, &kinds, &l)?;
     ensure_layout(domain_root, gen_dir, &mounts)?;
     let plan_file = plan_path(gen_dir);
-    std::fs::write(&plan_file, render_plan(&mounts, preferred_driver()))
+    crate::wire::plan::write_plan(&plan_file, &plan_message(&mounts, preferred_driver()))
         .map_err(|e| AnchorError::Io(plan_file.clone(), e))?;
     Ok(mounts
         .iter()
@@ -505,8 +468,7 @@ pub fn plan_path(gen_dir: &Path) -> PathBuf {
 /// starts. Returns the fuse-overlayfs daemons it started (children with
 /// PDEATHSIG), which the supervisor stops after runsc.
 pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
-    let text = std::fs::read_to_string(plan_file).map_err(|e| AnchorError::Io(plan_file.to_path_buf(), e))?;
-    let (prefer, mounts) = parse_plan(&text)?;
+    let (prefer, mounts) = crate::wire::plan::read_anchor(plan_file).map_err(AnchorError::BadPlan)?;
     let mut daemons = Vec::new();
     // The fuse daemons start together and are then waited for in turn, so
     // their mounts overlap instead of queueing behind each other.
@@ -847,8 +809,14 @@ mod tests {
             "lowerdir=/s/lowers/A/rootfs/usr,upperdir=/s/domains/D/anchor/usr/upper,\
              workdir=/s/domains/D/anchor/usr/work,userxattr,index=off,redirect_dir=nofollow,metacopy=off"
         );
-        let text = render_plan(&m, Driver::Kernel);
-        assert_eq!(parse_plan(&text).unwrap(), (Driver::Kernel, m));
+        let bytes = crate::ipc::Message::encode(&plan_message(&m, Driver::Kernel));
+        assert_eq!(
+            crate::wire::decode_one::<crate::wire::plan::PlanMsg>(&bytes).unwrap(),
+            crate::wire::plan::PlanMsg::Anchor {
+                prefer: Driver::Kernel,
+                mounts: m
+            }
+        );
     }
 
     #[test]
@@ -875,7 +843,18 @@ mod tests {
             plan_mounts(&p(&["/usr"]), &[LowerKind::Dir], &l2),
             Err(AnchorError::UnsafePath(_))
         ));
-        assert!(parse_plan("lazaret-anchor-plan v1 kernel\n/usr\trel\t/a\t/b\n").is_err());
+        let rel = plan_message(
+            &[AnchorMount {
+                guest: "/usr".into(),
+                key: "a".into(),
+                lower: "rel".into(),
+                key_dir: "/a".into(),
+                target: "/b".into(),
+            }],
+            Driver::Kernel,
+        );
+        let bytes = crate::ipc::Message::encode(&rel);
+        assert!(crate::wire::decode_one::<crate::wire::plan::PlanMsg>(&bytes).is_err());
     }
 
     #[test]

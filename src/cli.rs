@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufRead};
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
@@ -507,28 +507,20 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
     let _ = child.wait();
     drop(start_wr);
     drop(lock);
-    let mut lines = io::BufReader::new(File::from(start_rd)).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(p) = line.strip_prefix("progress ") {
-                    progress.step(p);
-                } else if line == "ready" {
-                    progress.done();
-                    return Ok(());
-                } else if let Some(e) = line.strip_prefix("error ") {
-                    progress.done();
-                    return Err(Failure::runtime(e.to_string()));
-                }
-            }
-            _ => {
-                progress.done();
-                return Err(Failure::runtime(format!(
-                    "the coordinator exited during startup; see {}",
-                    r.paths.log().display()
-                )));
-            }
-        }
+    let mut start = crate::wire::start::StartReceiver::new(File::from(start_rd));
+    let result = start.wait_for_ready(|p| progress.step(p));
+    progress.done();
+    match result {
+        Ok(()) => Ok(()),
+        Err(crate::wire::start::StartError::Failed(e)) => Err(Failure::runtime(e)),
+        Err(crate::wire::start::StartError::Read(e)) => Err(Failure::runtime(format!(
+            "the coordinator exited during startup{}; see {}",
+            match e {
+                ipc::ReadError::Closed => String::new(),
+                e => format!(" ({e})"),
+            },
+            r.paths.log().display()
+        ))),
     }
 }
 
@@ -592,7 +584,8 @@ fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -> Result<Ou
         Ok(ServerMsg::Refused { reason }) => return Err(Failure::usage(reason)),
         Ok(other) => {
             return Err(Failure::runtime(format!(
-                "unexpected reply from the coordinator: {other:?}"
+                "unexpected reply from the coordinator ({})",
+                crate::wire::UnexpectedMessage::of("Welcome", &other)
             )))
         }
         // Closed (or reset) before Welcome: the Domain was stopping.
@@ -743,7 +736,8 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
             }
             Ok(Some(other)) => {
                 return Err(Failure::runtime(format!(
-                    "unexpected message from the coordinator: {other:?}"
+                    "unexpected message from the coordinator: {}",
+                    ipc::Message::name(&other)
                 )))
             }
             Ok(None) => return Ok(None),
@@ -905,7 +899,8 @@ fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         }
         Ok(other) => {
             return Err(Failure::runtime(format!(
-                "unexpected reply from the coordinator: {other:?}"
+                "unexpected reply from the coordinator ({})",
+                crate::wire::UnexpectedMessage::of("Welcome", &other)
             )))
         }
         Err(_) => {}

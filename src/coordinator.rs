@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -36,6 +36,8 @@ use crate::store::Store;
 use crate::supervisor;
 use crate::sys;
 use crate::trust::{Role, TrustAnchor};
+use crate::wire::start::StartMsg;
+use crate::wire::supervisor::{LeaseMsg, StatusMsg, StatusReceiver};
 
 /// The Domain lock and the startup-report pipe arrive as these fds.
 pub const LOCK_FD: RawFd = 3;
@@ -57,18 +59,18 @@ pub struct Args {
     pub limits: Option<String>,
 }
 
-/// Startup reports to the CLI that spawned us: `progress …`, `ready`,
-/// `error …`. Closed once startup ends.
+/// Startup reports to the CLI that spawned us (`wire::start::StartMsg`).
+/// Closed once startup ends.
 struct Reporter(Option<File>);
 
 impl Reporter {
-    fn send(&mut self, line: &str) {
+    fn send(&mut self, msg: StartMsg) {
         if let Some(f) = &mut self.0 {
-            let _ = writeln!(f, "{}", line.replace('\n', " | "));
+            let _ = ipc::send(f, &msg);
         }
     }
     fn progress(&mut self, msg: &str) {
-        self.send(&format!("progress {msg}"));
+        self.send(StartMsg::Progress { step: msg.into() });
     }
 }
 
@@ -84,7 +86,9 @@ pub fn main(args: Args) -> i32 {
     match sys::try_lock_exclusive(&lock) {
         Ok(true) => {}
         _ => {
-            report.send("error the coordinator does not hold the Domain lock");
+            report.send(StartMsg::Failed {
+                reason: "the coordinator does not hold the Domain lock".into(),
+            });
             return 1;
         }
     }
@@ -92,11 +96,11 @@ pub fn main(args: Args) -> i32 {
         Ok(hc) => hc,
         Err(msg) => {
             log::error!("startup failed: {msg}");
-            report.send(&format!("error {msg}"));
+            report.send(StartMsg::Failed { reason: msg });
             return 1;
         }
     };
-    report.send("ready");
+    report.send(StartMsg::Ready);
     report.0 = None;
     let code = hc.run();
     hc.teardown();
@@ -116,7 +120,7 @@ pub fn main(args: Args) -> i32 {
 struct Supervisor {
     child: Child,
     lease: Option<OwnedFd>,
-    status: io::BufReader<File>,
+    status: StatusReceiver,
     status_fd: RawFd,
     userns: File,
     mntns: File,
@@ -523,14 +527,11 @@ impl Coordinator {
             .store
             .set_owned_pid(row, pid, sys::proc_start_time(pid).unwrap_or(0));
         let status_fd = status_rd.as_raw_fd();
-        let mut status = io::BufReader::new(File::from(status_rd));
+        let mut status = StatusReceiver::new(File::from(status_rd));
         let deadline = Instant::now() + SANDBOX_START_TIMEOUT;
 
         // 1. The supervisor unshared its user namespace: write the id maps.
-        let line = read_status_line(&mut status, status_fd, deadline)?;
-        if line != "userns" {
-            return Err(supervisor_error(&line));
-        }
+        status.wait_for_userns(deadline).map_err(|e| e.to_string())?;
         if let Err(e) = write_id_maps(pid) {
             return Err(e);
         }
@@ -544,7 +545,7 @@ impl Coordinator {
         if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
             self.owned_rows.push(row);
         }
-        sys::write_all(lease_wr.as_raw_fd(), b"mapped\n").map_err(|e| io_msg("lease pipe", e))?;
+        crate::wire::send_fd(lease_wr.as_raw_fd(), &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
         self.sup = Some(Supervisor {
             child,
             lease: Some(lease_wr),
@@ -556,17 +557,14 @@ impl Coordinator {
 
         // 2. runsc run is up and the init printed ready.
         let sup = self.sup.as_mut().unwrap();
-        let mut line = read_status_line(&mut sup.status, sup.status_fd, deadline)?;
         // The network is installed and attested before runsc starts.
-        while self.net.status_line(&line, &self.store) {
-            line = read_status_line(&mut sup.status, sup.status_fd, deadline)?;
-        }
-        let mut f = line.split_whitespace();
-        if f.next() != Some("ready") {
-            return Err(supervisor_error(&line));
-        }
-        let rpid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let rstart: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let (net, store) = (&mut self.net, &self.store);
+        let (rpid, rstart) = sup
+            .status
+            .wait_for_ready(deadline, |m| {
+                net.status_msg(m, store);
+            })
+            .map_err(|e| e.to_string())?;
         self.runsc_pid = rpid;
         self.runsc_start = rstart;
         let row = self
@@ -856,23 +854,30 @@ impl Coordinator {
 
     fn supervisor_event(&mut self) {
         let Some(sup) = self.sup.as_mut() else { return };
-        let mut line = String::new();
-        let n = sup.status.read_line(&mut line).unwrap_or(0);
-        let line = line.trim().to_string();
-        if let Some(name) = line.strip_prefix("helper-died ") {
-            // Publication is withdrawn at once (teardown starts on the next
-            // turn of the loop); every session is told which helper died.
-            log::warn!("supervisor: helper {name} died");
-            self.phase = "failed";
-            // A helper the kernel killed at the memory limit (or that could
-            // not fork at the pids limit) reports that limit instead.
-            self.stop_reason = Some(self.oom_reason().unwrap_or_else(|| helper_died_reason(name)));
-            return;
-        }
-        if n == 0 || line.starts_with("exited") || line.starts_with("error") || line == "stopped" {
-            log::warn!("supervisor: {}", if n == 0 { "exited" } else { &line });
+        for msg in sup.status.read_available() {
+            let why = match msg {
+                Ok(StatusMsg::HelperDied { name }) => {
+                    // Publication is withdrawn at once (teardown starts on the next
+                    // turn of the loop); every session is told which helper died.
+                    log::warn!("supervisor: helper {name} died");
+                    self.phase = "failed";
+                    // A helper the kernel killed at the memory limit (or that could
+                    // not fork at the pids limit) reports that limit instead.
+                    self.stop_reason = Some(self.oom_reason().unwrap_or_else(|| helper_died_reason(&name)));
+                    return;
+                }
+                Ok(StatusMsg::Exited { code }) => format!("runsc run exited ({code})"),
+                Ok(StatusMsg::Error { message }) => format!("error {message}"),
+                Ok(StatusMsg::Stopped) => "stopped".into(),
+                Err(ipc::ReadError::Closed) => "exited".into(),
+                // Fail closed: a report that does not decode ends the Domain.
+                Err(e) => format!("unreadable report ({e})"),
+                Ok(_) => continue,
+            };
+            log::warn!("supervisor: {why}");
             self.phase = "failed";
             self.stop_reason = Some(self.lost_reason());
+            return;
         }
     }
 
@@ -1085,8 +1090,7 @@ impl Coordinator {
                 },
             ) => self.decision(s, request_id, verdict, argv),
             (_, _, m) => {
-                let name = format!("{m:?}");
-                let name = name.split(['(', ' ', '{']).next().unwrap_or("?").to_string();
+                let name = ipc::Message::name(&m);
                 self.drop_conn(key, &format!("unexpected message {name} in this state"));
             }
         }
@@ -1922,34 +1926,6 @@ fn helper_died_reason(name: &str) -> String {
         "the sandbox's helper {} died, so this Domain was stopped; run `lazaret run` again to start it afresh",
         crate::display::escape(name)
     )
-}
-
-fn read_status_line(r: &mut io::BufReader<File>, fd: RawFd, deadline: Instant) -> Result<String, String> {
-    loop {
-        if !r.buffer().is_empty() {
-            break;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err("the sandbox did not start in time".into());
-        }
-        let mut p = [sys::PollFd::new(fd, libc::POLLIN)];
-        if sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) > 0 {
-            break;
-        }
-    }
-    let mut line = String::new();
-    match r.read_line(&mut line) {
-        Ok(0) | Err(_) => Err("the supervisor exited during startup".into()),
-        Ok(_) => Ok(line.trim().to_string()),
-    }
-}
-
-fn supervisor_error(line: &str) -> String {
-    match line.strip_prefix("error ") {
-        Some(e) => e.to_string(),
-        None => format!("unexpected supervisor report {line:?}"),
-    }
 }
 
 /// The user's name, from /etc/passwd (no NSS in a static binary).

@@ -1921,12 +1921,11 @@ fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
 /// every view. Called as root of the supervisor's user namespace, before
 /// runsc starts.
 pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+    let specs = crate::wire::plan::read_views(file).map_err(|e| format!("reading the views: {e}"))?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
     // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
     crate::sys::raise_nofile();
-    let specs = crate::gitsentry::parse_views(&text).ok_or_else(|| format!("{} is malformed", file.display()))?;
     let mut served = Vec::new();
     for v in specs {
         let store = match &v.store {

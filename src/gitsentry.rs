@@ -388,63 +388,8 @@ pub fn prepare_views(workspace: &Path, gen_dir: &Path, ignored_store: Option<&Pa
         }
     }
     let f = gen_dir.join("views");
-    std::fs::write(&f, render_views(&plan.views)).map_err(|e| io(&f, e))?;
+    crate::wire::plan::write_plan(&f, &crate::wire::plan::PlanMsg::Views(plan.views.clone())).map_err(|e| io(&f, e))?;
     Ok(plan)
-}
-
-/// The supervisor's `--views` file: one tab-separated line per view.
-pub fn render_views(views: &[ViewSpec]) -> String {
-    let mut out = String::new();
-    for v in views {
-        out.push_str(&format!(
-            "view\t{}\t{}\t{}\t{}\n",
-            if v.git_root { "git" } else { "workspace" },
-            v.source.display(),
-            v.mountpoint.display(),
-            v.store
-                .as_ref()
-                .map(|s| s.display().to_string())
-                .unwrap_or_else(|| "-".into())
-        ));
-        for p in &v.protect {
-            out.push_str(&format!("protect\t{}\n", p.display()));
-        }
-    }
-    out
-}
-
-pub fn parse_views(text: &str) -> Option<Vec<ViewSpec>> {
-    let mut views: Vec<ViewSpec> = Vec::new();
-    for l in text.lines() {
-        if let Some(p) = l.strip_prefix("protect\t") {
-            views.last_mut()?.protect.push(PathBuf::from(p));
-            continue;
-        }
-        views.push(parse_view_line(l)?);
-    }
-    Some(views)
-}
-
-fn parse_view_line(l: &str) -> Option<ViewSpec> {
-    {
-        {
-            let f: Vec<&str> = l.split('\t').collect();
-            if f.len() != 5 || f[0] != "view" {
-                return None;
-            }
-            Some(ViewSpec {
-                git_root: match f[1] {
-                    "git" => true,
-                    "workspace" => false,
-                    _ => return None,
-                },
-                source: PathBuf::from(f[2]),
-                mountpoint: PathBuf::from(f[3]),
-                store: (f[4] != "-").then(|| PathBuf::from(f[4])),
-                protect: Vec::new(),
-            })
-        }
-    }
 }
 
 /// What host Git reads from inside the workspace besides `.git`: its
@@ -625,6 +570,15 @@ mod tests {
         assert!(!s.in_git_dir(Path::new("src/a")));
     }
 
+    fn views_round_trip(v: &[ViewSpec]) -> Vec<ViewSpec> {
+        use crate::wire::plan::PlanMsg;
+        let bytes = crate::ipc::Message::encode(&PlanMsg::Views(v.to_vec()));
+        match crate::wire::decode_one::<PlanMsg>(&bytes).unwrap() {
+            PlanMsg::Views(v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn plans_views_for_plain_and_linked_workspaces() {
         let p = plan_views(
@@ -638,7 +592,7 @@ mod tests {
         .unwrap();
         assert_eq!(p.workspace_source, PathBuf::from("/r/gen/view-workspace"));
         assert!(p.binds.is_empty());
-        assert_eq!(parse_views(&render_views(&p.views)).unwrap(), p.views);
+        assert_eq!(views_round_trip(&p.views), p.views);
         let linked = GitLayout::Linked {
             git_dir: "/h/m/.git/worktrees/w".into(),
             common: "/h/m/.git".into(),
@@ -649,7 +603,7 @@ mod tests {
         assert_eq!(p.views.len(), 2);
         assert!(p.views[1].git_root && p.views[1].source == Path::new("/real/m/.git"));
         assert_eq!(p.binds[0].guest, "/h/m/.git");
-        assert_eq!(parse_views(&render_views(&p.views)).unwrap(), p.views);
+        assert_eq!(views_round_trip(&p.views), p.views);
         assert!(plan_views(Path::new("/h/a\tb"), &GitLayout::None, Path::new("/r"), None).is_err());
     }
 
@@ -657,8 +611,7 @@ mod tests {
     fn protected_paths_round_trip_and_config_origins() {
         let mut p = plan_views(Path::new("/h/ws"), &GitLayout::None, Path::new("/r/gen"), None).unwrap();
         p.views[0].protect = vec![PathBuf::from(".githooks"), PathBuf::from("team/gitconfig")];
-        assert_eq!(parse_views(&render_views(&p.views)).unwrap(), p.views);
-        assert!(parse_views("protect\tx\n").is_none(), "protect before any view");
+        assert_eq!(views_round_trip(&p.views), p.views);
         let out = b"file:/home/u/.gitconfig\0user.name\nU\0file:.git/config\0core.bare\nfalse\0command line:\0a.b\nc\0file:/home/u/.gitconfig\0x.y\nz\0";
         assert_eq!(
             config_origins(out),

@@ -135,6 +135,8 @@ pub enum DecodeError {
     BadUtf8,
     TrailingBytes(usize),
     BadFlag(u8),
+    /// A field outside what its message allows (named).
+    BadValue(&'static str),
 }
 
 impl fmt::Display for DecodeError {
@@ -147,67 +149,73 @@ impl fmt::Display for DecodeError {
             DecodeError::BadUtf8 => write!(f, "string field is not UTF-8"),
             DecodeError::TrailingBytes(n) => write!(f, "{n} unexpected bytes after the message"),
             DecodeError::BadFlag(b) => write!(f, "flag byte {b} is neither 0 nor 1"),
+            DecodeError::BadValue(what) => write!(f, "field {what} holds a value its message does not allow"),
         }
     }
 }
 
 // ---- field encoding ------------------------------------------------------
+//
+// Shared with every other process edge (`crate::wire`): one codec.
 
-struct Enc(Vec<u8>);
+pub(crate) struct Enc(Vec<u8>);
 
 impl Enc {
-    fn new(tag: u8) -> Enc {
+    pub(crate) fn new(tag: u8) -> Enc {
         Enc(vec![0, 0, 0, 0, tag])
     }
-    fn u8(&mut self, v: u8) -> &mut Self {
+    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
         self.0.push(v);
         self
     }
-    fn u16(&mut self, v: u16) -> &mut Self {
+    pub(crate) fn u16(&mut self, v: u16) -> &mut Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn u32(&mut self, v: u32) -> &mut Self {
+    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn i32(&mut self, v: i32) -> &mut Self {
+    pub(crate) fn i32(&mut self, v: i32) -> &mut Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn u64(&mut self, v: u64) -> &mut Self {
+    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn bytes(&mut self, v: &[u8]) -> &mut Self {
+    pub(crate) fn bytes(&mut self, v: &[u8]) -> &mut Self {
         self.u32(v.len() as u32);
         self.0.extend_from_slice(v);
         self
     }
-    fn str(&mut self, v: &str) -> &mut Self {
+    pub(crate) fn str(&mut self, v: &str) -> &mut Self {
         self.bytes(v.as_bytes())
     }
-    fn strs(&mut self, v: &[String]) -> &mut Self {
+    pub(crate) fn strs(&mut self, v: &[String]) -> &mut Self {
         self.u32(v.len() as u32);
         for s in v {
             self.str(s);
         }
         self
     }
-    fn winsize(&mut self, w: WinSize) -> &mut Self {
+    pub(crate) fn winsize(&mut self, w: WinSize) -> &mut Self {
         self.u16(w.rows).u16(w.cols)
     }
-    fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         let len = (self.0.len() - 4) as u32;
         self.0[..4].copy_from_slice(&len.to_le_bytes());
         std::mem::take(&mut self.0)
     }
 }
 
-struct Dec<'a>(&'a [u8]);
+pub(crate) struct Dec<'a>(&'a [u8]);
 
 impl<'a> Dec<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn new(payload: &'a [u8]) -> Dec<'a> {
+        Dec(payload)
+    }
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.0.len() < n {
             return Err(DecodeError::Truncated);
         }
@@ -215,53 +223,53 @@ impl<'a> Dec<'a> {
         self.0 = b;
         Ok(a)
     }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, DecodeError> {
+    pub(crate) fn u16(&mut self) -> Result<u16, DecodeError> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
     }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
     }
-    fn i32(&mut self) -> Result<i32, DecodeError> {
+    pub(crate) fn i32(&mut self) -> Result<i32, DecodeError> {
         Ok(i32::from_le_bytes(self.take(4)?.try_into().unwrap()))
     }
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
-    fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
+    pub(crate) fn bytes(&mut self) -> Result<Vec<u8>, DecodeError> {
         let n = self.u32()? as usize;
         Ok(self.take(n)?.to_vec())
     }
-    fn str(&mut self) -> Result<String, DecodeError> {
+    pub(crate) fn str(&mut self) -> Result<String, DecodeError> {
         String::from_utf8(self.bytes()?).map_err(|_| DecodeError::BadUtf8)
     }
-    fn flag(&mut self) -> Result<bool, DecodeError> {
+    pub(crate) fn flag(&mut self) -> Result<bool, DecodeError> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
             b => Err(DecodeError::BadFlag(b)),
         }
     }
-    fn count(&mut self) -> Result<u32, DecodeError> {
+    pub(crate) fn count(&mut self) -> Result<u32, DecodeError> {
         let n = self.u32()?;
         if n > MAX_ITEMS {
             return Err(DecodeError::TooManyItems(n));
         }
         Ok(n)
     }
-    fn strs(&mut self) -> Result<Vec<String>, DecodeError> {
+    pub(crate) fn strs(&mut self) -> Result<Vec<String>, DecodeError> {
         let n = self.count()?;
         (0..n).map(|_| self.str()).collect()
     }
-    fn winsize(&mut self) -> Result<WinSize, DecodeError> {
+    pub(crate) fn winsize(&mut self) -> Result<WinSize, DecodeError> {
         Ok(WinSize {
             rows: self.u16()?,
             cols: self.u16()?,
         })
     }
-    fn end(&self) -> Result<(), DecodeError> {
+    pub(crate) fn end(&self) -> Result<(), DecodeError> {
         if self.0.is_empty() {
             Ok(())
         } else {
@@ -274,6 +282,8 @@ impl<'a> Dec<'a> {
 pub trait Message: Sized {
     fn encode(&self) -> Vec<u8>;
     fn decode(payload: &[u8]) -> Result<Self, DecodeError>;
+    /// The variant's name, for errors (`UnexpectedMessage`) and logs.
+    fn name(&self) -> &'static str;
 }
 
 impl Message for ClientMsg {
@@ -349,6 +359,20 @@ impl Message for ClientMsg {
         };
         d.end()?;
         Ok(msg)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            ClientMsg::Hello { .. } => "Hello",
+            ClientMsg::Open { .. } => "Open",
+            ClientMsg::Stdin(_) => "Stdin",
+            ClientMsg::StdinEof => "StdinEof",
+            ClientMsg::Resize(_) => "Resize",
+            ClientMsg::Signal(_) => "Signal",
+            ClientMsg::Status => "Status",
+            ClientMsg::Stop { .. } => "Stop",
+            ClientMsg::Decision { .. } => "Decision",
+        }
     }
 }
 
@@ -449,6 +473,20 @@ impl Message for ServerMsg {
         d.end()?;
         Ok(msg)
     }
+
+    fn name(&self) -> &'static str {
+        match self {
+            ServerMsg::Welcome { .. } => "Welcome",
+            ServerMsg::Refused { .. } => "Refused",
+            ServerMsg::Stdout(_) => "Stdout",
+            ServerMsg::Stderr(_) => "Stderr",
+            ServerMsg::Exit { .. } => "Exit",
+            ServerMsg::Status(_) => "Status",
+            ServerMsg::Closing { .. } => "Closing",
+            ServerMsg::Prompt { .. } => "Prompt",
+            ServerMsg::PromptEnd { .. } => "PromptEnd",
+        }
+    }
 }
 
 /// Accumulates bytes read from a connection and yields whole frames.
@@ -475,6 +513,11 @@ impl fmt::Display for ReadError {
 }
 
 impl FrameReader {
+    /// No partial frame is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// Appends bytes received from the peer.
     pub fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);

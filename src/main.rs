@@ -39,6 +39,7 @@ mod supervisor;
 mod sys;
 mod trust;
 mod usage;
+mod wire;
 
 fn main() {
     std::process::exit(cli::main());

@@ -237,9 +237,14 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
 }
 
 /// Prepares the generation's network as the plan says, reporting
-/// `slirp PID START` as soon as the helper exists (so the coordinator owns
-/// it exactly), then reads back what was installed.
-pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn Fn(&str)) -> Result<Network, String> {
+/// `Slirp { pid, start }` as soon as the helper exists (so the coordinator
+/// owns it exactly), then reads back what was installed.
+pub fn install(
+    plan: &Plan,
+    gen_dir: &Path,
+    fault: Option<Fault>,
+    report: &dyn Fn(&crate::wire::supervisor::StatusMsg),
+) -> Result<Network, String> {
     let sandbox = sys::new_netns().map_err(|e| format!("creating the sandbox network namespace: {e}"))?;
     let router = sys::new_netns().map_err(|e| format!("creating the router network namespace: {e}"))?;
     let router_path = gen_dir.join(ROUTER_FILE);
@@ -296,7 +301,10 @@ pub fn install(plan: &Plan, gen_dir: &Path, fault: Option<Fault>, report: &dyn F
         &[format!("route add default via {r} dev {sif}")],
     )?;
     let (slirp, slirp_start) = start_slirp(&router_path, plan.custom_dns)?;
-    report(&format!("slirp {} {slirp_start}", slirp.id()));
+    report(&crate::wire::supervisor::StatusMsg::Slirp {
+        pid: slirp.id() as i32,
+        start: slirp_start,
+    });
     let mut net = Network {
         inode: sys::fd_inode(sandbox.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,
         router_inode: sys::fd_inode(router.as_raw_fd()).map_err(|e| format!("netns identity: {e}"))?,

@@ -8,7 +8,7 @@
 //! The coordinator calls, in order: [`NetRole::new`] (with the config),
 //! [`NetRole::prepare`] (writes `gen/netplan` and `gen/resolv.conf`),
 //! [`NetRole::record_intent`] (before the supervisor may start the helper),
-//! [`NetRole::status_line`] for each supervisor report before `ready`, then
+//! [`NetRole::status_msg`] for each supervisor report before `Ready`, then
 //! [`NetRole::verify`] before publication.
 
 use std::io::Read;
@@ -23,6 +23,8 @@ use crate::netpolicy::{self, Policy};
 use crate::plan::{self, BindMount};
 use crate::store::{NetworkReadiness, Store};
 use crate::sys;
+use crate::wire::plan::PlanMsg;
+use crate::wire::supervisor::StatusMsg;
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The readiness summary `lazaret net show` reads, in the generation dir.
@@ -158,7 +160,8 @@ impl NetRole {
         let w = |name: &str, text: String| {
             std::fs::write(gen_dir.join(name), text).map_err(|e| format!("writing {name}: {e}"))
         };
-        w("netplan", self.policy.plan().render())?;
+        crate::wire::plan::write_plan(&gen_dir.join("netplan"), &PlanMsg::Network(self.policy.plan()))
+            .map_err(|e| format!("writing netplan: {e}"))?;
         w("resolv.conf", self.policy.resolv_conf())
     }
 
@@ -195,23 +198,20 @@ impl NetRole {
         Ok(Some(row))
     }
 
-    /// Handles `slirp PID START` and `net-ready INODE ROUTER_INODE`; false
-    /// for any other line.
-    pub fn status_line(&mut self, line: &str, store: &Store) -> bool {
-        let mut f = line.split_whitespace();
-        match f.next() {
-            Some("slirp") => {
-                let pid: i32 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
-                let start: u64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    /// Handles the supervisor's `Slirp` and `NetReady` reports; false for
+    /// any other message.
+    pub fn status_msg(&mut self, msg: &StatusMsg, store: &Store) -> bool {
+        match *msg {
+            StatusMsg::Slirp { pid, start } => {
                 if let Some(row) = self.slirp_row {
                     let _ = store.set_owned_pid(row, pid, start);
                 }
                 self.slirp = Some((pid, start));
                 true
             }
-            Some("net-ready") => {
-                self.netns_inode = f.next().and_then(|v| v.parse().ok());
-                self.router_inode = f.next().and_then(|v| v.parse().ok());
+            StatusMsg::NetReady { inode, router_inode } => {
+                self.netns_inode = Some(inode);
+                self.router_inode = Some(router_inode);
                 true
             }
             _ => false,

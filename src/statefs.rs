@@ -20,13 +20,11 @@
 //! `O_NOFOLLOW`/`AT_SYMLINK_NOFOLLOW`; a symlink is an entry, never a path.
 //! Names come from `getdents`, never from the upper's contents.
 //!
-//! The helper's output is line-based, tab-separated, with `\`, tab and
-//! newline escaped in names:
-//! `E KEY KIND TYPE MODE UID GID SIZE PATH`, `F KEY LEVEL PATH MESSAGE`,
-//! `S KEY ENTRIES BYTES`, `R NAME ok|MESSAGE`, `Z NAME BYTES`.
+//! The helper reports in frames on its stdout (`wire::helper::HelperMsg`)
+//! and takes `HelperCmd::Mapped` (with the operations) on its stdin.
 
 use std::ffi::{CStr, CString};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -35,6 +33,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
 use crate::anchor::{self, Driver};
 use crate::plan;
+use crate::wire::helper::{HelperCmd, HelperMsg, HelperReceiver};
 
 /// Helper namespace id of guest uid/gid 1.
 pub const SUB_BASE: u32 = 100_001;
@@ -58,15 +57,6 @@ impl Kind {
             Kind::Deleted => "deleted",
             Kind::Opaque => "opaque",
         }
-    }
-    fn parse(s: &str) -> Option<Kind> {
-        Some(match s {
-            "added" => Kind::Added,
-            "modified" => Kind::Modified,
-            "deleted" => Kind::Deleted,
-            "opaque" => Kind::Opaque,
-            _ => return None,
-        })
     }
 }
 
@@ -103,61 +93,16 @@ pub struct Report {
     pub removed: Vec<(String, Result<(), String>)>,
 }
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\t', "\\t").replace('\n', "\\n")
-}
-
-fn unesc(s: &str) -> String {
-    let mut out = String::new();
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c == '\\' {
-            match it.next() {
-                Some('t') => out.push('\t'),
-                Some('n') => out.push('\n'),
-                Some(o) => out.push(o),
-                None => {}
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Parses the helper's output.
-pub fn parse_report(text: &str) -> Report {
+/// Gathers the helper's report (`wire::helper::HelperMsg`).
+pub fn collect_report(msgs: Vec<HelperMsg>) -> Report {
     let mut r = Report::default();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split('\t').collect();
-        match f.as_slice() {
-            ["E", key, kind, ft, mode, uid, gid, size, path] => {
-                if let Some(kind) = Kind::parse(kind) {
-                    r.entries.push(Entry {
-                        key: unesc(key),
-                        kind,
-                        ftype: ft.to_string(),
-                        mode: u32::from_str_radix(mode, 8).unwrap_or(0),
-                        uid: uid.parse().ok(),
-                        gid: gid.parse().ok(),
-                        size: size.parse().unwrap_or(0),
-                        path: unesc(path),
-                    });
-                }
-            }
-            ["F", key, level, path, msg] => r.findings.push(Finding {
-                key: unesc(key),
-                level: level.to_string(),
-                path: unesc(path),
-                message: unesc(msg),
-            }),
-            ["S", key, n, bytes] => r
-                .sizes
-                .push((unesc(key), n.parse().unwrap_or(0), bytes.parse().unwrap_or(0))),
-            ["R", name, res] => r
-                .removed
-                .push((unesc(name), if *res == "ok" { Ok(()) } else { Err(unesc(res)) })),
-            _ => {}
+    for m in msgs {
+        match m {
+            HelperMsg::Entry(e) => r.entries.push(e),
+            HelperMsg::Finding(f) => r.findings.push(f),
+            HelperMsg::Size { key, entries, bytes } => r.sizes.push((key, entries, bytes)),
+            HelperMsg::Removed { name, error } => r.removed.push((name, error.map_or(Ok(()), Err))),
+            HelperMsg::Userns | HelperMsg::NoUserns | HelperMsg::Failed { .. } => {}
         }
     }
     r
@@ -167,7 +112,7 @@ pub fn parse_report(text: &str) -> Report {
 
 /// One operation for the helper. Names are relative to `DOMAIN_ROOT/anchor`
 /// (or to the Domain Root for `Size` of `ignored`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
     /// Walk `KEY/upper` against the lower at the key's guest path.
     Walk { key: String, driver: Driver },
@@ -176,14 +121,6 @@ pub enum Op {
     Size { name: String, in_root: bool },
     /// Delete `anchor/NAME`, a `.trash-*` tree.
     Remove { name: String },
-}
-
-fn op_args(op: &Op) -> Vec<String> {
-    match op {
-        Op::Walk { key, driver } => vec!["walk".into(), key.clone(), driver.name().into()],
-        Op::Size { name, in_root } => vec![if *in_root { "size-root" } else { "size" }.into(), name.clone()],
-        Op::Remove { name } => vec!["remove".into(), name.clone()],
-    }
 }
 
 /// Runs `ops` in a fresh state helper and returns what it reported.
@@ -198,24 +135,18 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
     if let Some(l) = lower_rootfs {
         cmd.arg("--lower").arg(l);
     }
-    for op in ops {
-        cmd.args(op_args(op));
-    }
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     crate::sys::kill_with_parent(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| format!("cannot start the state helper: {e}"))?;
     let mut stdin = child.stdin.take().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    let _ = out.read_line(&mut line);
-    if line.trim() != "userns" {
+    let mut out = HelperReceiver::new(child.stdout.take().unwrap());
+    if let Err(said) = out.wait_for_userns() {
         let _ = child.kill();
         let _ = child.wait();
         return Err(format!(
-            "the state helper could not create a user namespace ({}): run `lazaret doctor`",
-            line.trim()
+            "the state helper could not create a user namespace ({said}): run `lazaret doctor`"
         ));
     }
     if let Err(e) = write_helper_maps(child.id() as i32) {
@@ -223,21 +154,25 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         let _ = child.wait();
         return Err(e);
     }
-    let _ = stdin.write_all(b"mapped\n");
+    let _ = crate::ipc::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
     drop(stdin);
-    let mut text = String::new();
-    let _ = out.read_to_string(&mut text);
+    let report = out.wait_for_report();
     let st = child.wait().map_err(|e| format!("state helper: {e}"))?;
-    if !st.success() {
+    let failed = report.as_ref().ok().and_then(|msgs| {
+        msgs.iter().find_map(|m| match m {
+            HelperMsg::Failed { message } => Some(message.clone()),
+            _ => None,
+        })
+    });
+    if !st.success() || failed.is_some() {
         return Err(format!(
             "the state helper failed ({st}){}",
-            text.lines()
-                .find_map(|l| l.strip_prefix("X\t"))
-                .map(|m| format!(": {}", unesc(m)))
-                .unwrap_or_default()
+            failed.map(|m| format!(": {m}")).unwrap_or_default()
         ));
     }
-    Ok(parse_report(&text))
+    // Fail closed: a report that does not decode is no report.
+    let msgs = report.map_err(|e| format!("the state helper's report is unreadable: {e}"))?;
+    Ok(collect_report(msgs))
 }
 
 fn write_helper_maps(pid: i32) -> Result<(), String> {
@@ -275,7 +210,8 @@ fn write_helper_maps(pid: i32) -> Result<(), String> {
 
 // ---- the helper ----------------------------------------------------------------------
 
-/// `lazaret __state-helper --root DR [--lower ROOTFS] OP…`.
+/// `lazaret __state-helper --root DR [--lower ROOTFS]`; the operations
+/// arrive with `HelperCmd::Mapped`.
 pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     crate::sys::set_thread_name("lz-state-helper");
     let mut args: Vec<String> = raw.into_iter().map(|a| a.to_string_lossy().to_string()).collect();
@@ -286,30 +222,33 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
         Some(v)
     };
     let Some(root) = take("--root") else {
-        println!("X\tmissing --root");
+        let _ = crate::ipc::send(
+            &mut io::stdout(),
+            &HelperMsg::Failed {
+                message: "missing --root".into(),
+            },
+        );
         return 2;
     };
     let lower = take("--lower");
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if crate::sys::unshare(libc::CLONE_NEWUSER).is_err() {
-        let _ = writeln!(out, "no-userns");
+        let _ = crate::ipc::send(&mut out, &HelperMsg::NoUserns);
         return 1;
     }
-    let _ = writeln!(out, "userns");
+    let _ = crate::ipc::send(&mut out, &HelperMsg::Userns);
     let _ = out.flush();
-    let mut line = String::new();
-    if io::stdin().read_line(&mut line).unwrap_or(0) == 0 || line.trim() != "mapped" {
+    let Some(ops) = crate::wire::helper::wait_for_mapped(&mut io::stdin()) else {
         return 1;
-    }
-    if let Err(e) = crate::sys::become_ns_root() {
-        let _ = writeln!(out, "X\tsetresuid: {e}");
-        return 1;
-    }
-    let fail = |out: &mut io::StdoutLock, msg: String| {
-        let _ = writeln!(out, "X\t{}", esc(&msg));
+    };
+    let fail = |out: &mut io::StdoutLock, message: String| {
+        let _ = crate::ipc::send(out, &HelperMsg::Failed { message });
         1
     };
+    if let Err(e) = crate::sys::become_ns_root() {
+        return fail(&mut out, format!("setresuid: {e}"));
+    }
     let dirflags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let root_fd = match rustix::fs::open(root.as_str(), dirflags, Mode::empty()) {
         Ok(f) => f,
@@ -323,17 +262,19 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     let lower_fd = lower
         .as_deref()
         .and_then(|l| rustix::fs::open(l, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok());
-    let mut i = 0;
-    while i < args.len() {
-        let op = args[i].as_str();
-        let name = args.get(i + 1).cloned().unwrap_or_default();
+    if let Some(extra) = args.first() {
+        return fail(&mut out, format!("unexpected argument {extra:?}"));
+    }
+    for op in ops {
+        let name = match &op {
+            Op::Walk { key, .. } => key.clone(),
+            Op::Size { name, .. } | Op::Remove { name } => name.clone(),
+        };
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
             return fail(&mut out, format!("bad name {name:?}"));
         }
         match op {
-            "walk" => {
-                let driver = args.get(i + 2).and_then(|d| Driver::parse(d)).unwrap_or(Driver::Kernel);
-                i += 3;
+            Op::Walk { driver, .. } => {
                 let Some(a) = &anchor_fd else { continue };
                 let Some(guest) = anchor::key_path(&name) else {
                     return fail(&mut out, format!("bad key {name:?}"));
@@ -352,12 +293,10 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     Ok(u) => {
                         let lower_dir = lower_fd.as_ref().and_then(|l| open_path_nofollow(l, &guest));
                         w.walk(u, lower_dir);
-                        let (n, b) = (w.entries, w.bytes);
-                        let _ = writeln!(out, "S\t{}\t{n}\t{b}", esc(&name));
+                        let (entries, bytes) = (w.entries, w.bytes);
+                        size(&mut out, name, entries, bytes);
                     }
-                    Err(rustix::io::Errno::NOENT) => {
-                        let _ = writeln!(out, "S\t{}\t0\t0", esc(&name));
-                    }
+                    Err(rustix::io::Errno::NOENT) => size(&mut out, name, 0, 0),
                     Err(e) => {
                         w.finding(
                             "error",
@@ -367,22 +306,16 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     }
                 }
             }
-            "size" | "size-root" => {
-                i += 2;
-                let base = if op == "size" {
-                    anchor_fd.as_ref()
-                } else {
-                    Some(&root_fd)
-                };
+            Op::Size { in_root, .. } => {
+                let base = if !in_root { anchor_fd.as_ref() } else { Some(&root_fd) };
                 let (n, b) = match base.and_then(|d| rustix::fs::openat(d, name.as_str(), dirflags, Mode::empty()).ok())
                 {
                     Some(fd) => tree_size(fd, 0),
                     None => (0, 0),
                 };
-                let _ = writeln!(out, "S\t{}\t{n}\t{b}", esc(&name));
+                size(&mut out, name, n, b);
             }
-            "remove" => {
-                i += 2;
+            Op::Remove { .. } => {
                 if !name.starts_with(anchor::TRASH_PREFIX) {
                     return fail(&mut out, format!("refusing to remove {name:?}: not a trash directory"));
                 }
@@ -390,16 +323,15 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     Some(a) => remove_tree_at(a, &name),
                     None => Ok(()),
                 };
-                let r = match res {
-                    Ok(()) => "ok".to_string(),
-                    Err(e) => esc(&e),
-                };
-                let _ = writeln!(out, "R\t{}\t{r}", esc(&name));
+                let _ = crate::ipc::send(&mut out, &HelperMsg::Removed { name, error: res.err() });
             }
-            other => return fail(&mut out, format!("unknown operation {other:?}")),
         }
     }
     0
+}
+
+fn size(out: &mut io::StdoutLock, key: String, entries: u64, bytes: u64) {
+    let _ = crate::ipc::send(out, &HelperMsg::Size { key, entries, bytes });
 }
 
 fn open_path_nofollow(base: &OwnedFd, guest: &str) -> Option<OwnedFd> {
@@ -494,22 +426,27 @@ const OVL_KNOWN: &[&str] = &[
 
 impl Walker<'_, '_> {
     fn finding(&mut self, level: &str, path: &str, msg: &str) {
-        let _ = writeln!(self.out, "F\t{}\t{level}\t{}\t{}", esc(&self.key), esc(path), esc(msg));
+        let f = Finding {
+            key: self.key.clone(),
+            level: level.into(),
+            path: path.into(),
+            message: msg.into(),
+        };
+        let _ = crate::ipc::send(self.out, &HelperMsg::Finding(f));
     }
 
     fn entry(&mut self, kind: Kind, ft: &str, st: &Stat, path: &str) {
-        let id = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
-        let _ = writeln!(
-            self.out,
-            "E\t{}\t{}\t{ft}\t{:o}\t{}\t{}\t{}\t{}",
-            esc(&self.key),
-            kind.name(),
-            st.st_mode & 0o7777,
-            id(guest_id(st.st_uid)),
-            id(guest_id(st.st_gid)),
-            st.st_size,
-            esc(path)
-        );
+        let e = Entry {
+            key: self.key.clone(),
+            kind,
+            ftype: ft.into(),
+            mode: st.st_mode & 0o7777,
+            uid: guest_id(st.st_uid),
+            gid: guest_id(st.st_gid),
+            size: st.st_size as u64,
+            path: path.into(),
+        };
+        let _ = crate::ipc::send(self.out, &HelperMsg::Entry(e));
     }
 
     /// Checks one entry's metadata; returns whether its xattrs mark an
@@ -820,19 +757,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn report_lines_round_trip_with_odd_names() {
-        let text = "E\tusr\tadded\tfile\t755\t0\t-\t12\tlocal/bin/a\\tb\\nc\\\\d\n\
-                    F\tetc\terror\tx\tbad thing\nS\tusr\t3\t4096\nR\t.trash-usr-1\tok\nnoise\n";
-        let r = parse_report(text);
+    fn report_frames_collect_with_odd_names() {
+        use crate::wire::helper::tests::samples;
+        let r = collect_report(samples());
         assert_eq!(r.entries.len(), 1);
         assert_eq!(r.entries[0].path, "local/bin/a\tb\nc\\d");
         assert_eq!(r.entries[0].uid, Some(0));
         assert_eq!(r.entries[0].gid, None);
-        assert_eq!(r.entries[0].mode, 0o755);
+        assert_eq!(r.entries[0].mode, 0o4755);
         assert_eq!(r.findings[0].message, "bad thing");
         assert_eq!(r.sizes, vec![("usr".to_string(), 3, 4096)]);
         assert_eq!(r.removed[0].1, Ok(()));
-        assert_eq!(unesc(&esc("a\\t\tb\n")), "a\\t\tb\n");
+        assert_eq!(r.removed[1].1, Err("EBUSY".to_string()));
     }
 
     #[test]

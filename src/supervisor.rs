@@ -10,22 +10,21 @@
 //! 3. become root of the namespace; make mounts private; with a network,
 //!    install it (`netns::install`: sandbox + router namespaces,
 //!    slirp4netns on the router, the router's routes, read-back and the
-//!    router's own route lookups; reports `slirp …` and `net-ready …`);
+//!    router's own route lookups; reports `Slirp` and `NetReady`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
 //!    20240729 would otherwise think it is in the host network namespace,
 //!    PLATFORM §2);
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
 //!    Lazaret's init, which prints `ready`;
-//! 5. report `ready PID START` and wait. EOF on the lease pipe (coordinator
+//! 5. report `Ready { pid, start }` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
-//! Wire format to the coordinator: one line per event on the status pipe
-//! (`userns`, `slirp PID START`, `net-ready INODE ROUTER_INODE`, `ready PID START`,
-//! `exited CODE`, `stopped`, `error TEXT`).
-//! From the coordinator, on the lease pipe: `mapped` then EOF at the end.
+//! Wire format: `wire::supervisor` (`StatusMsg` frames on the status pipe,
+//! `LeaseMsg::Mapped` then EOF on the lease pipe); the plans it is handed
+//! are `wire::plan::PlanMsg` files.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,6 +34,7 @@ use crate::netns;
 use crate::netpolicy;
 use crate::plan;
 use crate::sys;
+use crate::wire::supervisor::StatusMsg;
 
 /// The lease pipe's read end and the status pipe's write end arrive as
 /// these fds.
@@ -50,19 +50,19 @@ pub struct Args {
     pub net_plan: Option<PathBuf>,
     /// The workspace views to serve (`fusefs`), written by the coordinator.
     pub views: Option<PathBuf>,
-    /// The State Anchor's mount plan (`anchor::render_plan`).
+    /// The State Anchor's mount plan (`anchor::plan_message`).
     pub anchor_plan: Option<PathBuf>,
     /// Where runsc keeps the root filesystem's non-persisted writes.
     pub scratch: Option<PathBuf>,
 }
 
-fn status(line: &str) {
-    let _ = sys::write_all(STATUS_FD, format!("{line}\n").as_bytes());
+fn status(msg: &StatusMsg) {
+    let _ = crate::wire::send_fd(STATUS_FD, msg);
 }
 
-fn fail(msg: String) -> i32 {
-    eprintln!("lazaret:[supervisor]: {msg}");
-    status(&format!("error {}", msg.replace('\n', " ")));
+fn fail(message: String) -> i32 {
+    eprintln!("lazaret:[supervisor]: {message}");
+    status(&StatusMsg::Error { message });
     1
 }
 
@@ -77,12 +77,9 @@ pub fn main(mut args: Args) -> i32 {
             return 1;
         }
     }
-    let plan = match args.net_plan.as_ref().map(std::fs::read_to_string) {
+    let plan = match args.net_plan.as_deref().map(crate::wire::plan::read_network) {
         None => None,
-        Some(Ok(text)) => match netpolicy::Plan::parse(&text) {
-            Ok(p) => Some(p).filter(|p| p.enabled),
-            Err(e) => return fail(e),
-        },
+        Some(Ok(p)) => Some(p).filter(|p| p.enabled),
         Some(Err(e)) => return fail(format!("reading the network plan: {e}")),
     };
     if let Some(dir) = &args.scratch {
@@ -107,13 +104,12 @@ pub fn main(mut args: Args) -> i32 {
     if let Err(e) = sys::unshare(flags) {
         return fail(format!("unshare(user, mount, net): {e} (run `lazaret doctor`)"));
     }
-    status("userns");
+    status(&StatusMsg::Userns);
     // SAFETY: LEASE_FD was handed to us by the coordinator and nothing else owns it.
     let lease = unsafe { OwnedFd::from_raw_fd(LEASE_FD) };
-    let mut lease_reader = BufReader::new(std::fs::File::from(lease));
-    let mut line = String::new();
-    if lease_reader.read_line(&mut line).unwrap_or(0) == 0 || line.trim() != "mapped" {
-        return fail("the coordinator did not map the user namespace".into());
+    let mut lease = std::fs::File::from(lease);
+    if let Err(e) = crate::wire::supervisor::wait_for_mapped(&mut lease) {
+        return fail(e);
     }
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
@@ -129,7 +125,10 @@ pub fn main(mut args: Args) -> i32 {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
         match netns::install(plan, &gen_dir, netpolicy::fault(), &status) {
             Ok(n) => {
-                status(&format!("net-ready {} {}", n.inode, n.router_inode));
+                status(&StatusMsg::NetReady {
+                    inode: n.inode,
+                    router_inode: n.router_inode,
+                });
                 net = Some(n);
             }
             Err(e) => return fail(e),
@@ -158,7 +157,7 @@ pub fn main(mut args: Args) -> i32 {
         }
         dead_helper(&mut helpers, &_views)
     };
-    let code = supervise(&args, &mut child, ready_rd, lease_reader.into_inner(), &mut || {
+    let code = supervise(&args, &mut child, ready_rd, lease, &mut || {
         watch(&mut anchor_daemons, &mut net)
     });
     // The network goes after the sandbox (SPEC §5 teardown order).
@@ -169,7 +168,7 @@ pub fn main(mut args: Args) -> i32 {
         let _ = d.kill();
         let _ = d.wait();
     }
-    status("stopped");
+    status(&StatusMsg::Stopped);
     code
 }
 
@@ -262,7 +261,7 @@ fn supervise(
         // network): report which one and stop the sandbox.
         if let Some(name) = dead_helper() {
             eprintln!("lazaret:[supervisor]: helper {name} died; stopping the sandbox");
-            status(&format!("helper-died {}", name.replace('\n', " ")));
+            status(&StatusMsg::HelperDied { name });
             stop_sandbox(args, child);
             return 1;
         }
@@ -278,7 +277,7 @@ fn supervise(
             if let Ok(Some(st)) = child.try_wait() {
                 let code = st.code().unwrap_or(125);
                 eprintln!("lazaret:[supervisor]: runsc run exited ({st})");
-                status(&format!("exited {code}"));
+                status(&StatusMsg::Exited { code });
                 delete_state(args);
                 return if reported { 0 } else { 1 };
             }
@@ -290,8 +289,14 @@ fn supervise(
                 ready = None;
             } else if !reported && buf[..n].starts_with(b"ready") {
                 let pid = child.id() as i32;
-                let start = sys::proc_start_time(pid).unwrap_or(0);
-                status(&format!("ready {pid} {start}"));
+                // Fail closed: the coordinator records runsc by pid and start
+                // time, never by a guessed one.
+                let Some(start) = sys::proc_start_time(pid) else {
+                    fail(format!("cannot read the start time of runsc run (pid {pid})"));
+                    stop_sandbox(args, child);
+                    return 1;
+                };
+                status(&StatusMsg::Ready { pid, start });
                 reported = true;
             }
         }

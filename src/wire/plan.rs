@@ -1,0 +1,332 @@
+//! The plans the Host Coordinator hands the Runtime Supervisor: one frame
+//! per file in the generation dir (`netplan`, `views`, `anchor.plan`),
+//! named on the supervisor's command line. The generation dir is the
+//! user's, never the sandbox's.
+
+use std::path::Path;
+
+use super::{dec_abs_path, dec_path, enc_path, Message, UnexpectedMessage};
+use crate::anchor::{AnchorMount, Driver};
+use crate::config::Prefix;
+use crate::gitsentry::ViewSpec;
+use crate::ipc::{Dec, DecodeError, Enc};
+use crate::netpolicy::{Plan, PlanRoute, RouteKind};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanMsg {
+    /// The network install plan (`netpolicy::Policy::plan`).
+    Network(Plan),
+    /// The workspace views to serve (`gitsentry::prepare_views`).
+    Views(Vec<ViewSpec>),
+    /// The State Anchor's mounts (`anchor::prepare_generation`).
+    Anchor { prefer: Driver, mounts: Vec<AnchorMount> },
+}
+
+fn enc_driver(e: &mut Enc, d: Driver) {
+    e.u8(match d {
+        Driver::Kernel => 1,
+        Driver::Fuse => 2,
+    });
+}
+
+fn dec_driver(d: &mut Dec) -> Result<Driver, DecodeError> {
+    match d.u8()? {
+        1 => Ok(Driver::Kernel),
+        2 => Ok(Driver::Fuse),
+        _ => Err(DecodeError::BadValue("driver")),
+    }
+}
+
+/// An IPv4 prefix with its host bits zero, no route twice.
+fn dec_route(d: &mut Dec, seen: &[PlanRoute]) -> Result<PlanRoute, DecodeError> {
+    let a: [u8; 4] = d.take(4)?.try_into().unwrap();
+    let len = d.u8()?;
+    let prefix = Prefix {
+        addr: std::net::Ipv4Addr::from(a).into(),
+        len,
+    };
+    if len > 32 || prefix.network() != prefix || seen.iter().any(|r| r.prefix == prefix) {
+        return Err(DecodeError::BadValue("route prefix"));
+    }
+    let kind = match d.u8()? {
+        1 => RouteKind::Helper,
+        2 => RouteKind::Reject,
+        _ => return Err(DecodeError::BadValue("route kind")),
+    };
+    Ok(PlanRoute { prefix, kind })
+}
+
+impl Message for PlanMsg {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            PlanMsg::Network(p) => {
+                let mut e = Enc::new(1);
+                e.u8(p.enabled as u8).u8(p.custom_dns as u8).u32(p.routes.len() as u32);
+                for r in &p.routes {
+                    let a = match r.prefix.addr {
+                        std::net::IpAddr::V4(a) => a.octets(),
+                        // Never planned (`Policy::routes` is IPv4 only); an
+                        // unmatchable prefix the decoder refuses.
+                        std::net::IpAddr::V6(_) => [255; 4],
+                    };
+                    for b in a {
+                        e.u8(b);
+                    }
+                    e.u8(r.prefix.len).u8(match r.kind {
+                        RouteKind::Helper => 1,
+                        RouteKind::Reject => 2,
+                    });
+                }
+                e.finish()
+            }
+            PlanMsg::Views(views) => {
+                let mut e = Enc::new(2);
+                e.u32(views.len() as u32);
+                for v in views {
+                    e.u8(v.git_root as u8);
+                    enc_path(&mut e, &v.source);
+                    enc_path(&mut e, &v.mountpoint);
+                    match &v.store {
+                        Some(s) => {
+                            e.u8(1);
+                            enc_path(&mut e, s);
+                        }
+                        None => {
+                            e.u8(0);
+                        }
+                    }
+                    e.u32(v.protect.len() as u32);
+                    for p in &v.protect {
+                        enc_path(&mut e, p);
+                    }
+                }
+                e.finish()
+            }
+            PlanMsg::Anchor { prefer, mounts } => {
+                let mut e = Enc::new(3);
+                enc_driver(&mut e, *prefer);
+                e.u32(mounts.len() as u32);
+                for m in mounts {
+                    e.str(&m.guest);
+                    enc_path(&mut e, &m.lower);
+                    enc_path(&mut e, &m.key_dir);
+                    enc_path(&mut e, &m.target);
+                }
+                e.finish()
+            }
+        }
+    }
+
+    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Dec::new(payload);
+        let m = match d.u8()? {
+            1 => {
+                let (enabled, custom_dns) = (d.flag()?, d.flag()?);
+                let mut routes = Vec::new();
+                for _ in 0..d.count()? {
+                    let r = dec_route(&mut d, &routes)?;
+                    routes.push(r);
+                }
+                PlanMsg::Network(Plan {
+                    enabled,
+                    custom_dns,
+                    routes,
+                })
+            }
+            2 => {
+                let mut views = Vec::new();
+                for _ in 0..d.count()? {
+                    let git_root = d.flag()?;
+                    let source = dec_abs_path(&mut d)?;
+                    let mountpoint = dec_abs_path(&mut d)?;
+                    let store = if d.flag()? { Some(dec_abs_path(&mut d)?) } else { None };
+                    let protect = (0..d.count()?).map(|_| dec_path(&mut d)).collect::<Result<_, _>>()?;
+                    views.push(ViewSpec {
+                        source,
+                        mountpoint,
+                        store,
+                        git_root,
+                        protect,
+                    });
+                }
+                PlanMsg::Views(views)
+            }
+            3 => {
+                let prefer = dec_driver(&mut d)?;
+                let mut mounts = Vec::new();
+                for _ in 0..d.count()? {
+                    let guest = d.str()?;
+                    if !guest.starts_with('/') {
+                        return Err(DecodeError::BadValue("guest path"));
+                    }
+                    let lower = dec_abs_path(&mut d)?;
+                    let key_dir = dec_abs_path(&mut d)?;
+                    let target = dec_abs_path(&mut d)?;
+                    let key = key_dir
+                        .file_name()
+                        .map(|n| n.to_string_lossy().to_string())
+                        .ok_or(DecodeError::BadValue("key dir"))?;
+                    mounts.push(AnchorMount {
+                        guest,
+                        key,
+                        lower,
+                        key_dir,
+                        target,
+                    });
+                }
+                PlanMsg::Anchor { prefer, mounts }
+            }
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            PlanMsg::Network(_) => "Network",
+            PlanMsg::Views(_) => "Views",
+            PlanMsg::Anchor { .. } => "Anchor",
+        }
+    }
+}
+
+/// Writes one plan file (the coordinator's side).
+pub fn write_plan(path: &Path, plan: &PlanMsg) -> std::io::Result<()> {
+    std::fs::write(path, plan.encode())
+}
+
+fn unexpected(path: &Path, expected: &'static str, m: &PlanMsg) -> String {
+    format!("{}: {}", path.display(), UnexpectedMessage::of(expected, m))
+}
+
+/// The supervisor's side: the network plan in `path`.
+pub fn read_network(path: &Path) -> Result<Plan, String> {
+    match super::read_one::<PlanMsg>(path)? {
+        PlanMsg::Network(p) => Ok(p),
+        m => Err(unexpected(path, "Network", &m)),
+    }
+}
+
+/// The supervisor's side: the views in `path`.
+pub fn read_views(path: &Path) -> Result<Vec<ViewSpec>, String> {
+    match super::read_one::<PlanMsg>(path)? {
+        PlanMsg::Views(v) => Ok(v),
+        m => Err(unexpected(path, "Views", &m)),
+    }
+}
+
+/// The supervisor's side: the State Anchor plan in `path`.
+pub fn read_anchor(path: &Path) -> Result<(Driver, Vec<AnchorMount>), String> {
+    match super::read_one::<PlanMsg>(path)? {
+        PlanMsg::Anchor { prefer, mounts } => Ok((prefer, mounts)),
+        m => Err(unexpected(path, "Anchor", &m)),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::PathBuf;
+
+    pub(crate) fn samples() -> Vec<PlanMsg> {
+        let route = |s: &str, kind| PlanRoute {
+            prefix: s.parse().unwrap(),
+            kind,
+        };
+        vec![
+            PlanMsg::Network(Plan {
+                enabled: true,
+                custom_dns: false,
+                routes: vec![
+                    route("0.0.0.0/0", RouteKind::Helper),
+                    route("10.0.0.0/8", RouteKind::Reject),
+                    route("198.18.0.7/32", RouteKind::Helper),
+                ],
+            }),
+            PlanMsg::Network(Plan {
+                enabled: false,
+                custom_dns: true,
+                routes: vec![],
+            }),
+            PlanMsg::Views(vec![
+                ViewSpec {
+                    source: PathBuf::from(std::ffi::OsStr::from_bytes(b"/home/u/p\t\n\xff")),
+                    mountpoint: "/run/g/view-workspace".into(),
+                    store: Some("/d/ignored".into()),
+                    git_root: false,
+                    protect: vec![".githooks".into(), "conf/x".into()],
+                },
+                ViewSpec {
+                    source: "/home/u/repo/.git".into(),
+                    mountpoint: "/run/g/view-common".into(),
+                    store: None,
+                    git_root: true,
+                    protect: vec![],
+                },
+            ]),
+            PlanMsg::Anchor {
+                prefer: Driver::Fuse,
+                mounts: vec![AnchorMount {
+                    guest: "/home/agent".into(),
+                    key: "home%2fagent".into(),
+                    lower: "/s/lowers/a/rootfs/home/agent".into(),
+                    key_dir: "/d/anchor/home%2fagent".into(),
+                    target: "/run/g/anchor/home%2fagent".into(),
+                }],
+            },
+            PlanMsg::Anchor {
+                prefer: Driver::Kernel,
+                mounts: vec![],
+            },
+        ]
+    }
+
+    #[test]
+    fn plans_refuse_what_the_supervisor_must_not_do() {
+        let bad_prefix = {
+            let mut e = Enc::new(1);
+            e.u8(1).u8(0).u32(1).u8(10).u8(0).u8(0).u8(1).u8(8).u8(1);
+            e.finish()
+        };
+        assert_eq!(
+            PlanMsg::decode(&bad_prefix[4..]),
+            Err(DecodeError::BadValue("route prefix")),
+            "host bits set"
+        );
+        let twice = {
+            let mut e = Enc::new(1);
+            e.u8(1).u8(0).u32(2);
+            for _ in 0..2 {
+                e.u8(10).u8(0).u8(0).u8(0).u8(8).u8(1);
+            }
+            e.finish()
+        };
+        assert_eq!(PlanMsg::decode(&twice[4..]), Err(DecodeError::BadValue("route prefix")));
+        let relative = {
+            let mut e = Enc::new(3);
+            e.u8(1).u32(1).str("/a").str("lower").str("/k/a").str("/t/a");
+            e.finish()
+        };
+        assert_eq!(
+            PlanMsg::decode(&relative[4..]),
+            Err(DecodeError::BadValue("absolute path"))
+        );
+    }
+
+    #[test]
+    fn each_reader_takes_only_its_plan() {
+        let dir = std::env::temp_dir().join(format!("lz-wire-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("netplan");
+        write_plan(&f, &samples()[0]).unwrap();
+        assert_eq!(PlanMsg::Network(read_network(&f).unwrap()), samples()[0]);
+        let e = read_views(&f).unwrap_err();
+        assert!(e.ends_with("expected Views, received Network"), "{e}");
+        assert!(read_anchor(&f).is_err());
+        std::fs::write(&f, "lazaret-netplan 2\nmode slirp\n").unwrap();
+        assert!(read_network(&f).unwrap_err().contains("malformed"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

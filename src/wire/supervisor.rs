@@ -1,0 +1,390 @@
+//! Runtime Supervisor ↔ Host Coordinator, on two pipes:
+//!
+//! - status (supervisor → coordinator): [`StatusMsg`], in this order at
+//!   startup: `Userns`, then with a network `Slirp` and `NetReady`, then
+//!   `Ready`; afterwards only `HelperDied`, `Exited`, `Stopped` or `Error`.
+//! - lease (coordinator → supervisor): [`LeaseMsg::Mapped`] once the id
+//!   maps are written; then nothing until EOF, which means stop.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Instant;
+
+use super::{dec_pid, Message, ReadError, UnexpectedMessage};
+use crate::ipc::{Dec, DecodeError, Enc, FrameReader};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StatusMsg {
+    /// The user namespace exists: write its id maps.
+    Userns,
+    /// slirp4netns runs (pid, start time), so its owner row can be exact.
+    Slirp { pid: i32, start: u64 },
+    /// The network is installed and read back: the namespaces' inodes.
+    NetReady { inode: u64, router_inode: u64 },
+    /// `runsc run` runs (pid, start time) and the guest init is ready.
+    Ready { pid: i32, start: u64 },
+    /// A helper (overlay daemon, slirp4netns, workspace view) died.
+    HelperDied { name: String },
+    /// `runsc run` exited with this code.
+    Exited { code: i32 },
+    /// The supervisor stopped the sandbox and is exiting.
+    Stopped,
+    /// The supervisor failed with this sentence.
+    Error { message: String },
+}
+
+impl Message for StatusMsg {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            StatusMsg::Userns => Enc::new(1).finish(),
+            StatusMsg::Slirp { pid, start } => Enc::new(2).i32(*pid).u64(*start).finish(),
+            StatusMsg::NetReady { inode, router_inode } => Enc::new(3).u64(*inode).u64(*router_inode).finish(),
+            StatusMsg::Ready { pid, start } => Enc::new(4).i32(*pid).u64(*start).finish(),
+            StatusMsg::HelperDied { name } => Enc::new(5).str(name).finish(),
+            StatusMsg::Exited { code } => Enc::new(6).i32(*code).finish(),
+            StatusMsg::Stopped => Enc::new(7).finish(),
+            StatusMsg::Error { message } => Enc::new(8).str(message).finish(),
+        }
+    }
+
+    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Dec::new(payload);
+        let m = match d.u8()? {
+            1 => StatusMsg::Userns,
+            2 => StatusMsg::Slirp {
+                pid: dec_pid(&mut d)?,
+                start: d.u64()?,
+            },
+            3 => StatusMsg::NetReady {
+                inode: d.u64()?,
+                router_inode: d.u64()?,
+            },
+            4 => StatusMsg::Ready {
+                pid: dec_pid(&mut d)?,
+                start: d.u64()?,
+            },
+            5 => StatusMsg::HelperDied { name: d.str()? },
+            6 => StatusMsg::Exited { code: d.i32()? },
+            7 => StatusMsg::Stopped,
+            8 => StatusMsg::Error { message: d.str()? },
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            StatusMsg::Userns => "Userns",
+            StatusMsg::Slirp { .. } => "Slirp",
+            StatusMsg::NetReady { .. } => "NetReady",
+            StatusMsg::Ready { .. } => "Ready",
+            StatusMsg::HelperDied { .. } => "HelperDied",
+            StatusMsg::Exited { .. } => "Exited",
+            StatusMsg::Stopped => "Stopped",
+            StatusMsg::Error { .. } => "Error",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseMsg {
+    /// The id maps are written: become root of the namespace and go on.
+    Mapped,
+}
+
+impl Message for LeaseMsg {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            LeaseMsg::Mapped => Enc::new(1).finish(),
+        }
+    }
+
+    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Dec::new(payload);
+        let m = match d.u8()? {
+            1 => LeaseMsg::Mapped,
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    fn name(&self) -> &'static str {
+        "Mapped"
+    }
+}
+
+/// Why a startup step did not get the message it waits for.
+#[derive(Debug)]
+pub enum StatusError {
+    /// The deadline passed.
+    TimedOut,
+    /// The pipe closed (the supervisor exited), broke, or carried a
+    /// malformed frame.
+    Read(ReadError),
+    /// The supervisor reported an error.
+    Failed(String),
+    Unexpected(UnexpectedMessage),
+}
+
+impl std::fmt::Display for StatusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            StatusError::TimedOut => write!(f, "the sandbox did not start in time"),
+            StatusError::Read(ReadError::Decode(e)) => write!(f, "malformed supervisor report: {e}"),
+            StatusError::Read(_) => write!(f, "the supervisor exited during startup"),
+            StatusError::Failed(m) => write!(f, "{m}"),
+            StatusError::Unexpected(u) => write!(f, "unexpected supervisor report ({u})"),
+        }
+    }
+}
+
+/// The coordinator's end of the status pipe.
+pub struct StatusReceiver {
+    pipe: File,
+    reader: FrameReader,
+}
+
+impl StatusReceiver {
+    pub fn new(pipe: File) -> StatusReceiver {
+        StatusReceiver {
+            pipe,
+            reader: FrameReader::default(),
+        }
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.pipe.as_raw_fd()
+    }
+
+    /// The next message, waiting until `deadline`.
+    fn recv_until(&mut self, deadline: Instant) -> Result<StatusMsg, StatusError> {
+        loop {
+            if let Some(m) = self
+                .reader
+                .next::<StatusMsg>()
+                .map_err(|e| StatusError::Read(ReadError::Decode(e)))?
+            {
+                return Ok(m);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(StatusError::TimedOut);
+            }
+            let mut p = [crate::sys::PollFd::new(self.fd(), libc::POLLIN)];
+            if crate::sys::poll(&mut p, left.as_millis().min(1000) as i32).unwrap_or(0) > 0 {
+                self.reader.fill(&mut self.pipe).map_err(StatusError::Read)?;
+            }
+        }
+    }
+
+    /// Step 1: the supervisor unshared its user namespace.
+    pub fn wait_for_userns(&mut self, deadline: Instant) -> Result<(), StatusError> {
+        match self.recv_until(deadline)? {
+            StatusMsg::Userns => Ok(()),
+            StatusMsg::Error { message } => Err(StatusError::Failed(message)),
+            m => Err(StatusError::Unexpected(UnexpectedMessage::of("Userns", &m))),
+        }
+    }
+
+    /// Step 2: `runsc run` is up and its init ready: (pid, start time).
+    /// The network reports before it (`Slirp`, `NetReady`) go to `net`.
+    pub fn wait_for_ready(
+        &mut self,
+        deadline: Instant,
+        mut net: impl FnMut(&StatusMsg),
+    ) -> Result<(i32, u64), StatusError> {
+        loop {
+            match self.recv_until(deadline)? {
+                m @ (StatusMsg::Slirp { .. } | StatusMsg::NetReady { .. }) => net(&m),
+                StatusMsg::Ready { pid, start } => return Ok((pid, start)),
+                StatusMsg::Error { message } => return Err(StatusError::Failed(message)),
+                m => return Err(StatusError::Unexpected(UnexpectedMessage::of("Ready", &m))),
+            }
+        }
+    }
+
+    /// After startup, when the pipe polled readable: reads once and
+    /// returns what arrived, in order; an error (EOF, a malformed frame)
+    /// comes last.
+    pub fn read_available(&mut self) -> Vec<Result<StatusMsg, ReadError>> {
+        let filled = self.reader.fill(&mut self.pipe);
+        let mut out = Vec::new();
+        loop {
+            match self.reader.next::<StatusMsg>() {
+                Ok(Some(m)) => out.push(Ok(m)),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(ReadError::Decode(e)));
+                    return out;
+                }
+            }
+        }
+        if let Err(e) = filled {
+            out.push(Err(e));
+        }
+        out
+    }
+}
+
+/// The supervisor's end of the lease pipe, step 1: wait for `Mapped`.
+/// EOF, a malformed frame or anything else is a refusal.
+pub fn wait_for_mapped(lease: &mut File) -> Result<(), String> {
+    match FrameReader::default().recv::<LeaseMsg>(lease) {
+        Ok(LeaseMsg::Mapped) => Ok(()),
+        Err(e) => Err(format!("the coordinator did not map the user namespace ({e})")),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    pub(crate) fn samples_status() -> Vec<StatusMsg> {
+        vec![
+            StatusMsg::Userns,
+            StatusMsg::Slirp { pid: 42, start: 7 },
+            StatusMsg::NetReady {
+                inode: 4026531840,
+                router_inode: 4026531841,
+            },
+            StatusMsg::Ready {
+                pid: i32::MAX,
+                start: u64::MAX,
+            },
+            StatusMsg::HelperDied {
+                name: "fuse-overlayfs (pid 9, signal: 9)".into(),
+            },
+            StatusMsg::Exited { code: -1 },
+            StatusMsg::Stopped,
+            StatusMsg::Error {
+                message: "unshare: EPERM\n".into(),
+            },
+        ]
+    }
+
+    pub(crate) fn samples_lease() -> Vec<LeaseMsg> {
+        vec![LeaseMsg::Mapped]
+    }
+
+    fn receiver(msgs: &[StatusMsg], raw: &[u8]) -> StatusReceiver {
+        let (r, w) = crate::sys::pipe().unwrap();
+        let mut w = File::from(w);
+        for m in msgs {
+            crate::ipc::send(&mut w, m).unwrap();
+        }
+        std::io::Write::write_all(&mut w, raw).unwrap();
+        StatusReceiver::new(File::from(r))
+    }
+
+    fn soon() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    #[test]
+    fn ready_needs_a_real_pid() {
+        // `ready PID START` used to default a missing pid to 0.
+        let zero = {
+            let mut e = Enc::new(4);
+            e.i32(0).u64(1);
+            e.finish()
+        };
+        assert_eq!(StatusMsg::decode(&zero[4..]), Err(DecodeError::BadValue("pid")));
+        let neg = {
+            let mut e = Enc::new(2);
+            e.i32(-1).u64(1);
+            e.finish()
+        };
+        assert_eq!(StatusMsg::decode(&neg[4..]), Err(DecodeError::BadValue("pid")));
+        let mut rx = receiver(&[StatusMsg::Userns], &zero);
+        rx.wait_for_userns(soon()).unwrap();
+        assert!(matches!(
+            rx.wait_for_ready(soon(), |_| {}),
+            Err(StatusError::Read(ReadError::Decode(DecodeError::BadValue("pid"))))
+        ));
+    }
+
+    #[test]
+    fn startup_steps_in_order() {
+        let mut rx = receiver(
+            &[
+                StatusMsg::Userns,
+                StatusMsg::Slirp { pid: 5, start: 6 },
+                StatusMsg::NetReady {
+                    inode: 1,
+                    router_inode: 2,
+                },
+                StatusMsg::Ready { pid: 9, start: 10 },
+            ],
+            b"",
+        );
+        rx.wait_for_userns(soon()).unwrap();
+        let mut net = Vec::new();
+        assert_eq!(rx.wait_for_ready(soon(), |m| net.push(m.clone())).unwrap(), (9, 10));
+        assert_eq!(net.len(), 2);
+    }
+
+    #[test]
+    fn out_of_order_error_eof_and_old_lines_are_refused() {
+        let mut rx = receiver(&[StatusMsg::Ready { pid: 1, start: 1 }], b"");
+        match rx.wait_for_userns(soon()) {
+            Err(StatusError::Unexpected(u)) => assert_eq!(
+                u,
+                UnexpectedMessage {
+                    expected: "Userns",
+                    received: "Ready"
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        let mut rx = receiver(&[StatusMsg::Userns, StatusMsg::Stopped], b"");
+        rx.wait_for_userns(soon()).unwrap();
+        let e = rx.wait_for_ready(soon(), |_| {}).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unexpected supervisor report (expected Ready, received Stopped)"
+        );
+        let mut rx = receiver(
+            &[StatusMsg::Error {
+                message: "no runsc".into(),
+            }],
+            b"",
+        );
+        assert_eq!(rx.wait_for_userns(soon()).unwrap_err().to_string(), "no runsc");
+        let mut rx = receiver(&[], b"");
+        assert_eq!(
+            rx.wait_for_userns(soon()).unwrap_err().to_string(),
+            "the supervisor exited during startup"
+        );
+        let mut rx = receiver(&[], b"ready 12 34\n");
+        assert!(rx.wait_for_userns(soon()).is_err());
+        let mut rx = receiver(&[StatusMsg::Stopped], b"xx");
+        let got = rx.read_available();
+        assert_eq!(got.len(), 1, "a partial frame waits for the rest");
+        assert_eq!(got[0].as_ref().unwrap(), &StatusMsg::Stopped);
+        let got = rx.read_available();
+        assert!(matches!(got[..], [Err(ReadError::Closed)]), "{got:?}");
+        let mut rx = receiver(&[], b"\x01\x00\x00\x00\x63");
+        assert!(matches!(
+            rx.read_available()[..],
+            [Err(ReadError::Decode(DecodeError::UnknownTag(0x63)))]
+        ));
+    }
+
+    #[test]
+    fn mapped_or_nothing() {
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(w.as_raw_fd(), &LeaseMsg::Mapped).unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r)).is_ok());
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::sys::write_all(w.as_raw_fd(), b"mapped\n").unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r)).is_err());
+        let (r, w) = crate::sys::pipe().unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r)).is_err());
+    }
+}
