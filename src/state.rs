@@ -22,11 +22,12 @@ use nanoserde::DeJson;
 
 use crate::anchor::{self, Driver};
 use crate::config;
+use crate::display::{fit, human_size};
 use crate::domain;
 use crate::image;
 use crate::paths::{self, DomainPaths};
 use crate::plan::Json;
-use crate::statefs::{self, fit, human_size, Kind, Op, Report};
+use crate::statefs::{self, Kind, Op, Report};
 
 pub const META_FILE: &str = "domain.json";
 /// Where the ignored-workspace-state role keeps its per-Domain storage.
@@ -278,7 +279,7 @@ pub fn is_active(p: &DomainPaths) -> bool {
     if !p.lock().exists() {
         return false;
     }
-    match crate::cli::try_domain_lock(&p.lock()) {
+    match domain::try_lock(&p.lock()) {
         Ok(Some(_f)) => false,
         _ => true,
     }
@@ -322,7 +323,7 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
     // down (or starting): wait a little for it, never while published.
     let deadline = std::time::Instant::now() + wait;
     let lock = loop {
-        if let Some(l) = crate::cli::try_domain_lock(&p.lock()).map_err(|f| StateError::Failed(f.msg))? {
+        if let Some(l) = domain::try_lock(&p.lock()).map_err(|e| StateError::Failed(e.to_string()))? {
             break l;
         }
         if published(p) {
