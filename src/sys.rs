@@ -606,7 +606,9 @@ pub fn getppid() -> i32 {
 /// # Safety
 /// The caller must be single-threaded and the child must only exec or exit.
 pub unsafe fn fork() -> io::Result<i32> {
-    cvt(libc::fork())
+    // SAFETY: the caller upholds this function's contract (single-threaded,
+    // the child only execs or exits).
+    cvt(unsafe { libc::fork() })
 }
 
 pub fn exit_now(code: i32) -> ! {
