@@ -203,14 +203,20 @@ impl fmt::Display for LockError {
 /// The Domain lock, if we win it on the file that is still at its path.
 pub fn try_lock(path: &Path) -> Result<Option<std::fs::File>, LockError> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new()
+    let f = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| LockError::Open(path.to_path_buf(), e))?;
+    {
+        Ok(f) => f,
+        // The runtime dir was removed by a coordinator that just stopped:
+        // not won; the caller recreates the dir and tries again.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LockError::Open(path.to_path_buf(), e)),
+    };
     if !crate::sys::try_lock_exclusive(&f).map_err(|e| LockError::Flock(path.to_path_buf(), e))? {
         return Ok(None);
     }
