@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# Benchmark of the workspace view (Git Sentry + ignored state, src/fusefs.rs):
-# `git status` on a generated repository of ~20,000 tracked files, and
-# unpacking ~5,000 small files into an ignored directory, inside `lazaret run`
-# against the same inside a raw runsc sandbox whose /workspace is a plain bind
-# of the host directory (bundle = the config.json Lazaret generated, workspace
-# source swapped back to the host path). Timings are taken inside the sandbox,
-# so sandbox start-up is not counted. Prints medians and ratios.
+# Benchmark of the workspace view (Git Sentry + ignored state, src/fusefs.rs)
+# against a raw runsc sandbox whose /workspace is a plain bind of the host
+# directory (bundle = the config.json Lazaret generated, workspace source
+# swapped back to the host path). Rows, each timed inside the sandbox (so
+# sandbox start-up is not counted):
+#   - read 1,100 small tracked files (first access in the sandbox);
+#   - `git status` on a repository of ~20,000 tracked files (warm);
+#   - unpack 5,000 small files into a tracked (not ignored) directory;
+#   - the same into an ignored directory;
+#   - write 200 MiB and fsync it.
+# Method: one sandbox per side and round, Lazaret and raw rounds
+# interleaved (the side going first alternates), every workload in a
+# directory of its own that is removed at the end of the run, and `sync`
+# before every run so no side pays for the other's dirty pages. Prints
+# per-row medians and the ratio Lazaret/raw, then the view's FUSE requests
+# per created and per read file (LAZARET_VIEW_COUNTS, src/fusecount.rs),
+# counted in extra runs against a run that does nothing.
 #
 #   scripts/bench-git.sh [ROUNDS] [FILES]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-rounds=${1:-7}
+rounds=${1:-5}
 files=${2:-20000}
 . "$here/lib.sh"
 
@@ -32,51 +42,61 @@ for d in $(seq 0 $(( files / per_dir - 1 ))); do
     for f in $(seq 0 $(( per_dir - 1 ))); do echo "$d $f" > "src/d$d/f$f.txt"; done
 done
 printf 'ign/\n' > .gitignore
-cat > .bench.sh <<EOF
+# .bench.sh SIDE ROUND [ONLY]: the workloads, timed with bash's clock (no
+# process started per reading). ONLY (read, unpack, unpack-ign, write, none) runs
+# one workload untimed, for the request counts.
+cat > .bench.sh <<'EOF'
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-# bash's clock: no process started per reading.
-ms() { local t=\${EPOCHREALTIME/./}; echo \$(( t / 1000 )); }
-mkdir -p /tmp/src && cd /tmp/src
-for d in \$(seq 0 49); do mkdir d\$d; for f in \$(seq 0 99); do echo \$d\$f > d\$d/f\$f; done; done
+ms() { local t=${EPOCHREALTIME/./}; echo $(( t / 1000 )); }
+tag=$1$2 only=${3:-}
+rm -rf /tmp/src /tmp/files.tar; mkdir -p /tmp/src && cd /tmp/src
+for d in $(seq 0 49); do mkdir d$d; for f in $(seq 0 99); do echo $d$f > d$d/f$f; done; done
 tar -cf /tmp/files.tar . && cd /workspace
+reads=$(for d in $(seq 100 110); do echo src/d$d/*; done)
+case $only in
+    none) exit 0 ;;
+    read) cat $reads >/dev/null; exit 0 ;;
+    unpack) mkdir -p trk/$tag && tar -xf /tmp/files.tar -C trk/$tag; exit 0 ;;
+    unpack-ign) mkdir -p ign/$tag && tar -xf /tmp/files.tar -C ign/$tag; exit 0 ;;
+    write) mkdir -p wr && dd if=/dev/zero of=wr/$tag bs=1M count=200 conv=fsync status=none; exit 0 ;;
+esac
+t0=$(ms); cat $reads >/dev/null; t1=$(ms); echo "read $((t1 - t0))"
 git status --porcelain >/dev/null
-for i in \$(seq $rounds); do
-    t0=\$(ms); git status --porcelain >/dev/null; t1=\$(ms); echo "status \$((t1 - t0))"
-done
-# A fresh directory per round and no deletion until the end: on an ext4
-# without a journal, creating inodes right after deleting thousands makes
-# the allocator skip "recently deleted" ones, a cost that would land on
-# whichever side ran after a deletion. The unpacked files are removed once
-# both sides are done.
-rm -rf ign
-for i in \$(seq $rounds); do
-    mkdir -p ign/u\$i
-    t0=\$(ms); tar -xf /tmp/files.tar -C ign/u\$i; t1=\$(ms); echo "unpack \$((t1 - t0))"
-done
+t0=$(ms); git status --porcelain >/dev/null; t1=$(ms); echo "status $((t1 - t0))"
+mkdir -p trk/$tag ign/$tag wr/$tag
+t0=$(ms); tar -xf /tmp/files.tar -C trk/$tag; t1=$(ms); echo "unpack $((t1 - t0))"
+t0=$(ms); tar -xf /tmp/files.tar -C ign/$tag; t1=$(ms); echo "unpack-ign $((t1 - t0))"
+t0=$(ms); dd if=/dev/zero of=wr/$tag/f bs=1M count=200 conv=fsync status=none; t1=$(ms); echo "write $((t1 - t0))"
+# Removed here, untimed, on both sides alike.
+rm -rf trk ign wr
 EOF
 git add -A && git commit -q -m bench
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-echo "running inside lazaret" >&2
-"$lz" run --quiet -- bash /workspace/.bench.sh > "$work/lz.out" &
+run_lz() { sync; "$lz" run --quiet -- bash /workspace/.bench.sh "$@"; }
+
+echo "warm-up run inside lazaret" >&2
+run_lz lz 0 > /dev/null &
 lzpid=$!
 # Capture the bundle Lazaret generated while the Domain is up.
 gen=""
-for _ in $(seq 600); do
+for _ in $(seq 1200); do
     gen=$(ls -d /tmp/lazaret-"$(id -u)"/*/gen/bundle 2>/dev/null | head -n1 || true)
     [ -n "$gen" ] && [ -f "$gen/config.json" ] && break
     sleep 0.05
 done
 mkdir -p "$work/bundle" "$work/root"
-cp "$gen/config.json" "$work/bundle/config.json"
+cp "$gen/config.json" "$work/bundle/template.json"
 wait "$lzpid"
 
-# Baseline: plain bind of the host workspace, the bench script as the root process.
-python3 - "$work/bundle/config.json" "$ws" <<'EOF'
+run_raw() {
+    # Baseline: plain bind of the host workspace, the bench script as the
+    # root process.
+    python3 - "$work/bundle/template.json" "$work/bundle/config.json" "$ws" "$@" <<'EOF'
 import json, sys
-p, ws = sys.argv[1], sys.argv[2]
-c = json.load(open(p))
+src, dst, ws, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+c = json.load(open(src))
 for m in c["mounts"]:
     if m["destination"] == "/workspace":
         m["source"] = ws
@@ -84,26 +104,58 @@ for m in c["mounts"]:
 # supervisor's mount namespace, resolv.conf) are gone once Lazaret exits:
 # the raw sandbox takes /usr, /etc, ... from the image rootfs instead.
 c["mounts"] = [m for m in c["mounts"] if "/gen/" not in m["source"] or m["destination"] == "/workspace"]
-c["process"]["args"] = ["/bin/bash", "/workspace/.bench.sh"]
+c["process"]["args"] = ["/bin/bash", "/workspace/.bench.sh"] + args
 c["process"]["cwd"] = "/workspace"
-json.dump(c, open(p, "w"))
+json.dump(c, open(dst, "w"))
 EOF
-echo "running in raw runsc" >&2
-unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
-    mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
-    runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" bench-git' \
-    sh "$work" > "$work/raw.out"
+    sync
+    unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
+        mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
+        runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" "bench-git-$2"' \
+        sh "$work" "$1$2" | tr -d '\r'
+}
 
-report() {
-    local what=$1 label=$2
-    local a b
+: > "$work/lz.out"; : > "$work/raw.out"
+for r in $(seq "$rounds"); do
+    echo "round $r of $rounds" >&2
+    if [ $((r % 2)) -eq 1 ]; then
+        run_lz lz "$r" >> "$work/lz.out"; run_raw raw "$r" >> "$work/raw.out"
+    else
+        run_raw raw "$r" >> "$work/raw.out"; run_lz lz "$r" >> "$work/lz.out"
+    fi
+done
+
+# FUSE requests: each workload alone, minus a run that does nothing.
+count() {
+    local f="$work/counts.$1"
+    LAZARET_VIEW_COUNTS=$f run_lz count "$1" "$1" >/dev/null
+}
+echo "counting FUSE requests" >&2
+for w in none unpack unpack-ign read write; do count "$w"; done
+ops() {
+    awk 'FNR == NR {b[$2] += $3; next} {a[$2] += $3} END {for (o in a) if (a[o] - b[o] > 0) printf " %s %d", o, a[o] - b[o]}' \
+        "$work/counts.none" "$work/counts.$1" 2>/dev/null
+}
+
+row() {
+    local what=$1 label=$2 target=$3 a b
     a=$(awk -v w="$what" '$1 == w {print $2}' "$work/lz.out" | median)
     b=$(awk -v w="$what" '$1 == w {print $2}' "$work/raw.out" | median)
-    echo "$label: lazaret median ${a} ms, raw runsc median ${b} ms"
-    awk -v a="$a" -v b="$b" -v l="$label" 'BEGIN { printf "  ratio lazaret/raw: %.2fx (target <= 1.5x)\n", a / b }'
+    awk -v a="$a" -v b="$b" -v l="$label" -v t="$target" \
+        'BEGIN { printf "%-44s lazaret %6s ms  raw %6s ms  ratio %.2fx (target <= %s)\n", l, a, b, (b > 0 ? a / b : 0), t }'
 }
-# The Domain's ignored store keeps what the sandbox unpacked: clear it.
-"$lz" run --quiet -- rm -rf /workspace/ign
-echo "rounds: $rounds, tracked files: $files, unpacked files: 5000"
-report status "git status (~$files tracked files)"
-report unpack "unpack 5000 files into an ignored dir"
+echo "rounds: $rounds (interleaved), tracked files: $files; load: $(uptime | sed 's/.*load average: //')"
+"$lz" run --quiet -- rm -rf /workspace/ign /workspace/trk /workspace/wr >/dev/null 2>&1 || true
+row status "git status (~$files tracked files)" 1.1x
+row unpack "unpack 5000 files into a tracked dir" 2.0x
+row unpack-ign "unpack 5000 files into an ignored dir" 1.5x
+row write "write 200 MiB with fsync" 1.2x
+row read "read 1100 small tracked files" 1.1x
+# Requests a workload added over the run that does nothing.
+total() { awk 'FNR == NR {b += $3; next} {a += $3} END {print a - b}' "$work/counts.none" "$work/counts.$1" 2>/dev/null || echo 0; }
+awk -v u="$(total unpack)" -v i="$(total unpack-ign)" -v r="$(total read)" -v w="$(total write)" 'BEGIN {
+    printf "FUSE requests per created file: tracked %.2f, ignored %.2f; per read file: %.2f; per MiB written: %.2f\n", u / 5000, i / 5000, r / 1100, w / 200 }'
+echo "  tracked unpack:$(ops unpack)"
+echo "  ignored unpack:$(ops unpack-ign)"
+echo "  reads:$(ops read)"
+echo "  200 MiB write:$(ops write)"

@@ -18,6 +18,11 @@ export LAZARET_TEST_USER=$user
 
 # The test-only fault switch (LAZARET_FAULT) is compiled in for the tests.
 use_cargo "$PWD"
+# Style gate: cheap, so it runs before the build.
+if ! cargo fmt --check; then
+    echo "test.sh: the source is not formatted: run \`cargo fmt\` (the diff is above)" >&2
+    exit 1
+fi
 echo "test.sh: building (release; the first build takes a few minutes)"
 cargo build --release --locked --features fault-injection
 

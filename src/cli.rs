@@ -6,7 +6,6 @@ use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -466,35 +465,7 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
 
 /// The Domain lock, if we win it on the file that is still at its path.
 pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(sys::O_CLOEXEC | sys::O_NOFOLLOW)
-        .open(path)
-    {
-        Ok(f) => f,
-        // The runtime dir was removed by a coordinator that just stopped:
-        // not won; the caller recreates the dir and tries again.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(Failure::runtime(format!(
-                "cannot open the Domain lock {}: {e}",
-                path.display()
-            )))
-        }
-    };
-    if !sys::try_lock_exclusive(&f).map_err(|e| Failure::runtime(format!("flock {}: {e}", path.display())))? {
-        return Ok(None);
-    }
-    // A coordinator unlinks the lock file at teardown while holding it: a
-    // lock on an unlinked inode is worth nothing.
-    let same = match (f.metadata(), std::fs::symlink_metadata(path)) {
-        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
-        _ => false,
-    };
-    Ok(same.then_some(f))
+    domain::try_lock(path).map_err(|e| Failure::runtime(e.to_string()))
 }
 
 /// The profile's `disk` cap on persisted state, checked at each start

@@ -2018,21 +2018,12 @@ fn helper_died_reason(name: &str) -> String {
     )
 }
 
-/// The user's name, from /etc/passwd (no NSS in a static binary).
-pub fn user_name(uid: u32) -> Option<String> {
-    let text = std::fs::read_to_string("/etc/passwd").ok()?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
-    })
-}
-
 /// Writes the supervisor's id maps with the setuid helpers: the user is 0
 /// inside, the subordinate range fills 1..=65536.
 fn write_id_maps(pid: i32) -> Result<(), String> {
     let uid = sys::getuid();
     let gid = sys::getgid();
-    let name = user_name(uid).unwrap_or_default();
+    let name = crate::hostenv::user_name(uid).unwrap_or_default();
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {

@@ -67,6 +67,41 @@ fn push_char(out: &mut String, c: char) {
     }
 }
 
+/// Human size: `0 B`, `12 KiB`, `3.4 MiB`.
+pub fn human_size(b: u64) -> String {
+    const U: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else if v < 10.0 {
+        format!("{v:.1} {}", U[i])
+    } else {
+        format!("{v:.0} {}", U[i])
+    }
+}
+
+/// A path shortened to `max` characters with an ellipsis in the middle.
+/// `s` for the terminal: control and bidi characters escaped (it may be a
+/// name the sandbox chose), then shortened to `max` characters.
+pub fn fit(s: &str, max: usize) -> String {
+    let escaped = escape(s);
+    let s = escaped.as_str();
+    let n = s.chars().count();
+    if n <= max || max < 5 {
+        return s.to_string();
+    }
+    let head = (max - 1) / 2;
+    let tail = max - 1 - head;
+    let a: String = s.chars().take(head).collect();
+    let b: String = s.chars().skip(n - tail).collect();
+    format!("{a}…{b}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -184,6 +184,51 @@ pub fn random_id(bytes: usize) -> String {
     hex(&buf)
 }
 
+/// Why the Domain lock could not be tried.
+#[derive(Debug)]
+pub enum LockError {
+    Open(PathBuf, io::Error),
+    Flock(PathBuf, io::Error),
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            LockError::Open(p, e) => write!(f, "cannot open the Domain lock {}: {e}", p.display()),
+            LockError::Flock(p, e) => write!(f, "flock {}: {e}", p.display()),
+        }
+    }
+}
+
+/// The Domain lock, if we win it on the file that is still at its path.
+pub fn try_lock(path: &Path) -> Result<Option<std::fs::File>, LockError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(crate::sys::O_CLOEXEC | crate::sys::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(f) => f,
+        // The runtime dir was removed by a coordinator that just stopped:
+        // not won; the caller recreates the dir and tries again.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(LockError::Open(path.to_path_buf(), e)),
+    };
+    if !crate::sys::try_lock_exclusive(&f).map_err(|e| LockError::Flock(path.to_path_buf(), e))? {
+        return Ok(None);
+    }
+    // A coordinator unlinks the lock file at teardown while holding it: a
+    // lock on an unlinked inode is worth nothing.
+    let same = match (f.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+        _ => false,
+    };
+    Ok(same.then_some(f))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,9 @@
 //!   watched with inotify (a host-side change invalidates exactly what it
 //!   touched), for 1 s elsewhere; store-side entries change only through
 //!   the view, which the kernel sees;
+//! - the view's own changes come back from inotify too; those that leave
+//!   the kernel's cache true (attributes exactly as last replied, a name
+//!   the view just made) are not invalidated (`already_known`);
 //! - opens are handle-less (`FUSE_NO_OPEN_SUPPORT`: the first OPEN answers
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
@@ -59,6 +62,7 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
+use crate::fusecount::{Counts, Op};
 use crate::fusewatch::{Inval, Watches};
 use crate::gitsentry::Sentry;
 use crate::gitshape;
@@ -155,6 +159,31 @@ struct Node {
     /// Kept until the kernel forgets the node: the path no longer leads to
     /// the file (unlinked or replaced through the view).
     pinned: bool,
+    /// The attributes last sent to the kernel for this node.
+    told: Option<Told>,
+    /// Made by the view (mkdir, mknod, symlink, link, an exclusive create)
+    /// and its host IN_CREATE not seen yet.
+    made_here: bool,
+}
+
+/// What the kernel caches of a file's attributes, as compared by the
+/// watcher: an attribute event after which the file still stats exactly as
+/// last told changed nothing the kernel holds.
+type Told = [i64; 10];
+
+fn told(st: &rustix::fs::Stat) -> Told {
+    [
+        st.st_ino as i64,
+        st.st_mode as i64,
+        st.st_uid as i64,
+        st.st_gid as i64,
+        st.st_size as i64,
+        st.st_nlink as i64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ]
 }
 
 impl Node {
@@ -170,6 +199,8 @@ impl Node {
             host_ino: st.st_ino,
             fd: None,
             pinned: false,
+            told: None,
+            made_here: false,
         }
     }
 }
@@ -217,6 +248,8 @@ pub struct View {
     /// snapshot), and the sticky file they are added to.
     more_hidden: Mutex<std::collections::HashSet<(u64, u64)>>,
     sticky_path: Option<PathBuf>,
+    /// Requests answered, per opcode (src/fusecount.rs).
+    counts: Arc<Counts>,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -395,6 +428,7 @@ impl View {
             no_open: AtomicBool::new(false),
             more_hidden: Mutex::new(Default::default()),
             sticky_path,
+            counts: Arc::default(),
         })
     }
 
@@ -488,7 +522,23 @@ impl View {
         let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.protected |= protected;
         n.lookups += 1;
+        n.told = Some(told(&st));
         Ok(attr(id, &st))
+    }
+
+    /// Records the attributes about to be sent for node `id`.
+    fn note(&self, id: u64, st: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.told = Some(told(st));
+        }
+    }
+
+    /// Node `id` was just made through the view: its host IN_CREATE tells
+    /// the kernel nothing it does not know (src/fusewatch.rs).
+    fn made(&self, id: u64) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.made_here = true;
+        }
     }
 
     /// How long the kernel may keep what it learns about `rel`.
@@ -705,7 +755,10 @@ impl View {
     fn entry_reply(&self, side: Side, rel: &Path, d: &OwnedFd, name: &OsStr, reply: ReplyEntry) {
         let _ = (d, name);
         match self.remember(side, rel) {
-            Ok(a) => reply.entry(&self.ttl(side, rel), &a, Generation(0)),
+            Ok(a) => {
+                self.made(a.ino.0);
+                reply.entry(&self.ttl(side, rel), &a, Generation(0))
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -857,6 +910,7 @@ fn writes(flags: i32) -> bool {
 
 impl Filesystem for View {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counts.add(Op::Lookup);
         let mut negative_ttl = None;
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
@@ -877,10 +931,12 @@ impl Filesystem for View {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counts.add(Op::Getattr);
         if let Some(f) = fh.and_then(|fh| self.file(fh).ok()) {
             match rustix::fs::fstat(&*f) {
                 Ok(st) => {
                     let ttl = self.node(ino).map_or(TTL, |(side, rel, _)| self.ttl(side, &rel));
+                    self.note(ino.0, &st);
                     return reply.attr(&ttl, &attr(ino.0, &st));
                 }
                 Err(e) => return reply.error(errno(e)),
@@ -894,12 +950,16 @@ impl Filesystem for View {
             None => self.node_stat(ino),
         };
         match r {
-            Ok((side, rel, st)) => reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st)),
+            Ok((side, rel, st)) => {
+                self.note(ino.0, &st);
+                reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.counts.add(Op::Forget);
         if ino.0 == 1 {
             return;
         }
@@ -949,6 +1009,7 @@ impl Filesystem for View {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.counts.add(Op::Setattr);
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
@@ -1045,12 +1106,16 @@ impl Filesystem for View {
             Ok((self.stat(side, &rel)?, self.ttl(side, &rel)))
         })();
         match r {
-            Ok((st, ttl)) => reply.attr(&ttl, &attr(ino.0, &st)),
+            Ok((st, ttl)) => {
+                self.note(ino.0, &st);
+                reply.attr(&ttl, &attr(ino.0, &st))
+            }
             Err(e) => reply.error(e),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counts.add(Op::Readlink);
         let r = (|| {
             let (side, rel, _) = self.node(ino)?;
             let (parent, name) = split(&rel);
@@ -1073,6 +1138,7 @@ impl Filesystem for View {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.counts.add(Op::Mknod);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, false) {
             Ok(v) => v,
@@ -1092,6 +1158,7 @@ impl Filesystem for View {
     }
 
     fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.counts.add(Op::Mkdir);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
             Ok(v) => v,
@@ -1104,14 +1171,17 @@ impl Filesystem for View {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Unlink);
         self.remove(parent, name, false, reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Rmdir);
         self.remove(parent, name, true, reply)
     }
 
     fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.counts.add(Op::Symlink);
         let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
             Ok(v) => v,
@@ -1140,6 +1210,7 @@ impl Filesystem for View {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(Op::Rename);
         let _shape = self.shape_guard(newname);
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
@@ -1237,6 +1308,7 @@ impl Filesystem for View {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.counts.add(Op::Link);
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
             if protected {
@@ -1278,6 +1350,7 @@ impl Filesystem for View {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(Op::Open);
         if self.no_open.load(Ordering::Relaxed) {
             // The kernel takes this as "opens need no round trip" from now on.
             return reply.error(Errno::ENOSYS);
@@ -1317,6 +1390,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        self.counts.add(Op::Read);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
@@ -1349,6 +1423,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.counts.add(Op::Write);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
             kill_priv(&*f)?;
             f.write_all_at(data, offset).map_err(errno)
@@ -1359,6 +1434,7 @@ impl Filesystem for View {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
+        self.counts.add(Op::Flush);
         // Nothing is buffered here; the kernel stops sending FLUSH.
         reply.error(Errno::ENOSYS)
     }
@@ -1373,11 +1449,13 @@ impl Filesystem for View {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.counts.add(Op::Release);
         self.t.lock().unwrap().handles.remove(&fh.0);
         reply.ok()
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.counts.add(Op::Fsync);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             if datasync {
                 f.sync_data().map_err(errno)
@@ -1392,6 +1470,7 @@ impl Filesystem for View {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(Op::Opendir);
         match self.node(ino) {
             Ok(_) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(Vec::new())));
@@ -1407,6 +1486,7 @@ impl Filesystem for View {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.counts.add(Op::Readdir);
         if offset == 0 {
             // A reader that rewinds an open directory (gVisor keeps its
             // directory fds) must see the directory as it is now.
@@ -1430,15 +1510,18 @@ impl Filesystem for View {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.counts.add(Op::Releasedir);
         self.t.lock().unwrap().handles.remove(&fh.0);
         reply.ok()
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.counts.add(Op::Fsyncdir);
         reply.ok()
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counts.add(Op::Statfs);
         match rustix::fs::fstatvfs(&self.host) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
@@ -1464,6 +1547,7 @@ impl Filesystem for View {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.counts.add(Op::Create);
         let r = (|| {
             let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
@@ -1474,15 +1558,20 @@ impl Filesystem for View {
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
             }
-            let fd = rustix::fs::openat2(
-                &d,
-                name,
-                fl,
-                Mode::from_raw_mode(host_mode(side, mode, false)),
-                resolve(),
-            )
-            .map_err(errno)?;
+            let mode = Mode::from_raw_mode(host_mode(side, mode, false));
+            // Exclusive first, so the view knows whether it made the file.
+            let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
+                Ok(fd) => (fd, true),
+                Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => (
+                    rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?,
+                    false,
+                ),
+                Err(e) => return Err(errno(e)),
+            };
             let a = self.remember(side, &rel)?;
+            if made {
+                self.made(a.ino.0);
+            }
             let ttl = self.ttl(side, &rel);
             let f = Arc::new(File::from(fd));
             if no_open {
@@ -1673,6 +1762,14 @@ impl View {
 /// supervisor's mount namespace).
 pub struct Served {
     _session: fuser::BackgroundSession,
+    counts: Arc<Counts>,
+    mountpoint: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.counts.write_out(&self.mountpoint);
+    }
 }
 
 impl Served {
@@ -1697,23 +1794,29 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
     let mut cfg = fuser::Config::default();
     cfg.n_threads = Some(2);
     cfg.clone_fd = true;
-    let watched = view.watch.clone().map(|w| (w, view.t.clone()));
+    let watched = match &view.watch {
+        Some(w) => Some((w.clone(), view.t.clone(), view.host.try_clone()?)),
+        None => None,
+    };
+    let counts = view.counts.clone();
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
-    if let Some((w, t)) = watched {
+    if let Some((w, t, host)) = watched {
         let notifier = session.notifier();
         std::thread::Builder::new()
             .name("view-watch".into())
-            .spawn(move || watch_loop(&w, &t, &notifier))?;
+            .spawn(move || watch_loop(&w, &t, &host, &notifier))?;
     }
     Ok(Served {
         _session: session.spawn()?,
+        counts,
+        mountpoint: mountpoint.to_path_buf(),
     })
 }
 
 /// The watcher thread: host-side changes become kernel invalidations. Never
 /// holds the tables while notifying (the kernel may wait for a request the
 /// server threads are answering).
-fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
+fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::Notifier) {
     let node_of = |rel: &Path| -> Option<u64> {
         if rel.as_os_str().is_empty() {
             return Some(1);
@@ -1735,12 +1838,72 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, notifier: &fuser::Notifier) {
                 w.dropped(ev.wd);
             }
         }
+        let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
         let plan = crate::fusewatch::plan(&events, &|wd| w.dir_of(wd), &node_of);
         if plan.contains(&Inval::All) {
             invalidate(&crate::fusewatch::plan_all(&all_nodes(t)), notifier);
         } else {
             invalidate(&plan, notifier);
         }
+    }
+}
+
+/// Whether host event `ev` tells the kernel nothing it does not hold:
+/// - an attribute change after which the file stats exactly as the view
+///   last told the kernel (typically the view's own chown, chmod or utimes,
+///   answered with the new attributes);
+/// - the creation of a name the view itself just made (the kernel got the
+///   entry in the reply, and dropped the directory's cached attributes and
+///   listing itself), still the same host file.
+///
+/// Anything else, or anything that cannot be checked, is invalidated.
+fn already_known(ev: &crate::fusewatch::Event, w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
+    let m = ev.mask & !crate::sys::IN_ISDIR;
+    if ev.name.is_empty() || (m != crate::sys::IN_ATTRIB && m != crate::sys::IN_CREATE) {
+        return false;
+    }
+    let Some(dir) = w.dir_of(ev.wd) else { return false };
+    let rel = dir.join(&ev.name);
+    let key = (Side::Host, rel);
+    let (id, was, made, host_ino) = {
+        let t = t.lock().unwrap();
+        let Some(&id) = t.by_key.get(&key) else { return false };
+        match t.nodes.get(&id) {
+            Some(n) if !n.gone => (id, n.told, n.made_here, n.host_ino),
+            _ => return false,
+        }
+    };
+    let p = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir.as_path()
+    };
+    let st = match rustix::fs::openat2(
+        host,
+        p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve(),
+    )
+    .and_then(|d| rustix::fs::statat(&d, ev.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW))
+    {
+        Ok(st) => st,
+        Err(_) => return false,
+    };
+    if m == crate::sys::IN_ATTRIB {
+        return was == Some(told(&st));
+    }
+    if !made || st.st_ino != host_ino {
+        return false;
+    }
+    // Once per creation: a later IN_CREATE of the name is the host's.
+    let mut t = t.lock().unwrap();
+    match t.nodes.get_mut(&id) {
+        Some(n) if n.made_here => {
+            n.made_here = false;
+            true
+        }
+        _ => false,
     }
 }
 

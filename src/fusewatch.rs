@@ -10,8 +10,10 @@
 //! A directory that cannot be watched (the user's inotify limit) keeps the
 //! short timeout; an event queue overflow invalidates everything.
 //!
-//! The planner (`plan`) is pure: events in, invalidations out. The syscalls
-//! are in `sys`.
+//! The view drops, before planning, the events that change nothing the
+//! kernel holds (`fusefs::already_known`: its own chown/chmod/utimes and
+//! creates). The planner (`plan`) is pure: events in, invalidations out.
+//! The syscalls are in `sys`.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;

@@ -7,6 +7,9 @@
 //! `PATH` once at startup; every child (coordinator, supervisor, runsc,
 //! debootstrap, umoci, ...) inherits it, and `lazaret doctor` checks the
 //! helpers on exactly that `PATH`.
+//!
+//! Also the host facts every role reads the same way: the user's name
+//! from /etc/passwd.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -85,6 +88,15 @@ fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p)
         .map(|m| m.is_file() && m.mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+/// The user's name, from /etc/passwd (no NSS in a static binary).
+pub fn user_name(uid: u32) -> Option<String> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+    })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod domain;
 // Shared with the lazaret-escalate binary, which uses the other half.
 #[allow(dead_code)]
 mod escalation;
+mod fusecount;
 mod fusefs;
 mod fusewatch;
 mod gc;

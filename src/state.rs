@@ -22,11 +22,12 @@ use nanoserde::DeJson;
 
 use crate::anchor::{self, Driver};
 use crate::config;
+use crate::display::{fit, human_size};
 use crate::domain;
 use crate::image;
 use crate::paths::{self, DomainPaths};
 use crate::plan::Json;
-use crate::statefs::{self, fit, human_size, Kind, Op, Report};
+use crate::statefs::{self, Kind, Op, Report};
 
 pub const META_FILE: &str = "domain.json";
 /// Where the ignored-workspace-state role keeps its per-Domain storage.
@@ -266,7 +267,7 @@ pub fn is_active(p: &DomainPaths) -> bool {
     if !p.lock().exists() {
         return false;
     }
-    match crate::cli::try_domain_lock(&p.lock()) {
+    match domain::try_lock(&p.lock()) {
         Ok(Some(_f)) => false,
         _ => true,
     }
@@ -316,7 +317,7 @@ pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Resu
     let lock = loop {
         // A coordinator that just stopped may have removed the runtime dir.
         let _ = paths::ensure_private_dir(&p.run);
-        if let Some(l) = crate::cli::try_domain_lock(&p.lock()).map_err(|f| StateError::Failed(f.msg))? {
+        if let Some(l) = domain::try_lock(&p.lock()).map_err(|e| StateError::Failed(e.to_string()))? {
             break l;
         }
         if published(p) {

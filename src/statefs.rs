@@ -178,7 +178,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
 fn write_helper_maps(pid: i32) -> Result<(), String> {
     let uid = crate::sys::getuid();
     let gid = crate::sys::getgid();
-    let name = crate::coordinator::user_name(uid).unwrap_or_default();
+    let name = crate::hostenv::user_name(uid).unwrap_or_default();
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
@@ -717,40 +717,10 @@ fn empty_dir(top: &OwnedFd, dir: &OwnedFd, depth: usize, moved: &mut u64) -> io:
     Ok(empty)
 }
 
-/// Human size: `0 B`, `12 KiB`, `3.4 MiB`.
-pub fn human_size(b: u64) -> String {
-    const U: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else if v < 10.0 {
-        format!("{v:.1} {}", U[i])
-    } else {
-        format!("{v:.0} {}", U[i])
-    }
-}
-
-/// A path shortened to `max` characters with an ellipsis in the middle.
-/// `s` for the terminal: control and bidi characters escaped (it may be a
-/// name the sandbox chose), then shortened to `max` characters.
-pub fn fit(s: &str, max: usize) -> String {
-    let escaped = crate::display::escape(s);
-    let s = escaped.as_str();
-    let n = s.chars().count();
-    if n <= max || max < 5 {
-        return s.to_string();
-    }
-    let head = (max - 1) / 2;
-    let tail = max - 1 - head;
-    let a: String = s.chars().take(head).collect();
-    let b: String = s.chars().skip(n - tail).collect();
-    format!("{a}…{b}")
-}
+/// Moved to [`crate::display`]; kept so callers of `statefs::fit` and
+/// `statefs::human_size` still build.
+#[allow(unused_imports)]
+pub use crate::display::{fit, human_size};
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,8 @@ use super::cvt;
 pub use libc::IN_DELETE_SELF;
 /// inotify event bits.
 pub use libc::{
-    IN_ATTRIB, IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_EXCL_UNLINK, IN_IGNORED, IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO,
-    IN_Q_OVERFLOW,
+    IN_ATTRIB, IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_EXCL_UNLINK, IN_IGNORED, IN_ISDIR, IN_MODIFY, IN_MOVED_FROM,
+    IN_MOVED_TO, IN_Q_OVERFLOW,
 };
 
 /// Standard input, output and error as borrowed fds.
