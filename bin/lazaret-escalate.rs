@@ -9,15 +9,7 @@
 //! with its status — or 126 denied, 124 timed out, 130 cancelled, 125
 //! failed, 123 expired (nobody decided in time), 2 usage.
 
-#[path = "../src/display.rs"]
-#[allow(dead_code)]
-mod display;
-#[path = "../src/escalation.rs"]
-#[allow(dead_code)]
-mod escalation;
-#[path = "../src/trust.rs"]
-#[allow(dead_code)]
-mod trust;
+use lazaret::{escalation, trust};
 
 use std::io::Write;
 use std::path::Path;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the workspace view (Git Sentry + ignored state, src/fusefs.rs)
+# Benchmark of the workspace view (Git Sentry + ignored state, src/view/fs.rs)
 # against a raw runsc sandbox whose /workspace is a plain bind of the host
 # directory (bundle = the config.json Lazaret generated, workspace source
 # swapped back to the host path). Rows, each timed inside the sandbox (so
@@ -14,7 +14,7 @@
 # directory of its own that is removed at the end of the run, and `sync`
 # before every run so no side pays for the other's dirty pages. Prints
 # per-row medians and the ratio Lazaret/raw, then the view's FUSE requests
-# per created and per read file (LAZARET_VIEW_COUNTS, src/fusecount.rs),
+# per created and per read file (LAZARET_VIEW_COUNTS, src/view/counts.rs),
 # counted in extra runs against a run that does nothing.
 #
 #   scripts/bench-git.sh [ROUNDS] [FILES]

@@ -57,5 +57,6 @@ fn cpath(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
+pub mod hostenv;
 #[cfg(test)]
 mod tests;

@@ -8,9 +8,56 @@
 use std::io::Read;
 
 use super::{dec_opt_u32, enc_opt_u32, Message, ReadError, UnexpectedMessage};
-use crate::anchor::Driver;
-use crate::ipc::{Dec, DecodeError, Enc, FrameReader};
-use crate::statefs::{Entry, Finding, Kind, Op};
+use crate::wire::client::{Dec, DecodeError, Enc, FrameReader};
+use crate::wire::plan::Driver;
+
+// The report's vocabulary (`storage::statefs` re-exports it and adds the
+// helper's behaviour); here so that this edge depends on nothing above it.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Added,
+    Modified,
+    Deleted,
+    Opaque,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: String,
+    pub kind: Kind,
+    /// `file`, `dir`, `symlink`, `fifo`, `socket`, `whiteout`, `other`.
+    pub ftype: String,
+    pub mode: u32,
+    /// Guest ids; `None` for an owner outside the user's ranges.
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: u64,
+    /// Path below the persistent path (`local/bin/tool`).
+    pub path: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub key: String,
+    /// `error` or `warning`.
+    pub level: String,
+    pub path: String,
+    pub message: String,
+}
+
+/// One operation for the helper. Names are relative to `DOMAIN_ROOT/anchor`
+/// (or to the Domain Root for `Size` of `ignored`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Walk `KEY/upper` against the lower at the key's guest path.
+    Walk { key: String, driver: Driver },
+    /// Total size of `anchor/NAME` (or of the Domain Root's `NAME` when
+    /// `in_root`).
+    Size { name: String, in_root: bool },
+    /// Delete `anchor/NAME`, a `.trash-*` tree.
+    Remove { name: String },
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HelperMsg {

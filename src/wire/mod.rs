@@ -1,7 +1,7 @@
 //! Every process edge speaks framed messages: one codec, one closed message
 //! enum per edge, step-named receivers.
 //!
-//! The framing and field codec are `crate::ipc`'s (`u32 LE length` +
+//! The framing and field codec are `crate::wire::client`'s (`u32 LE length` +
 //! `u8 tag` + fields, bounded lengths, no trailing bytes); the Client CLI ↔
 //! Host Coordinator enums live there too. This module holds the other
 //! edges:
@@ -19,6 +19,7 @@
 //! (fail closed); a well-formed message that the receiving step does not
 //! expect is an [`UnexpectedMessage`].
 
+pub mod client;
 pub mod helper;
 pub mod plan;
 pub mod start;
@@ -27,8 +28,8 @@ pub mod supervisor;
 use std::fmt;
 use std::io::{self, Read};
 
-use crate::ipc::{Dec, Enc};
-pub use crate::ipc::{DecodeError, FrameReader, Message, ReadError};
+use crate::wire::client::{Dec, Enc};
+pub use crate::wire::client::{DecodeError, FrameReader, Message, ReadError};
 
 /// A well-formed message that the receiving step did not expect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,7 +104,7 @@ pub fn decode_one<M: Message>(buf: &[u8]) -> Result<M, DecodeError> {
         return Err(DecodeError::Truncated);
     }
     let len = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
-    if len > crate::ipc::MAX_FRAME_LEN {
+    if len > crate::wire::client::MAX_FRAME_LEN {
         return Err(DecodeError::FrameTooLarge(len));
     }
     if buf.len() < 4 + len || len == 0 {
@@ -119,7 +120,7 @@ pub fn decode_one<M: Message>(buf: &[u8]) -> Result<M, DecodeError> {
 pub fn read_one<M: Message>(path: &std::path::Path) -> Result<M, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut buf = Vec::new();
-    f.take(crate::ipc::MAX_FRAME_LEN as u64 + 5)
+    f.take(crate::wire::client::MAX_FRAME_LEN as u64 + 5)
         .read_to_end(&mut buf)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     decode_one(&buf).map_err(|e| format!("{} is malformed: {e}", path.display()))

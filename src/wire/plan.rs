@@ -6,11 +6,71 @@
 use std::path::Path;
 
 use super::{dec_abs_path, dec_path, enc_path, Message, UnexpectedMessage};
-use crate::anchor::{AnchorMount, Driver};
+use std::path::PathBuf;
+
 use crate::config::Prefix;
-use crate::gitsentry::ViewSpec;
-use crate::ipc::{Dec, DecodeError, Enc};
-use crate::netpolicy::{Plan, PlanRoute, RouteKind};
+use crate::wire::client::{Dec, DecodeError, Enc};
+
+// The plans' vocabulary. Their behaviour lives with the roles that plan
+// and install them (`net::policy`, `storage::anchor`, `view::sentry`
+// re-export them and add methods); the types are here so that this edge
+// depends on nothing above it.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteKind {
+    /// In the router: `P via 10.0.2.2 dev tap0` (forwarded to slirp4netns).
+    Helper,
+    /// In the router: `local P dev lo table main` (refused there).
+    Reject,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanRoute {
+    pub prefix: Prefix,
+    pub kind: RouteKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub enabled: bool,
+    pub custom_dns: bool,
+    pub routes: Vec<PlanRoute>,
+}
+
+/// The State Anchor's overlay driver for one persisted path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    Kernel,
+    Fuse,
+}
+
+/// One persisted path's overlay (`storage::anchor::prepare_generation`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnchorMount {
+    pub guest: String,
+    pub key: String,
+    /// Lower directory (the image's tree at `guest`, or an empty dir).
+    pub lower: PathBuf,
+    /// `anchor/KEY`: holds `upper`, `work` and `driver`.
+    pub key_dir: PathBuf,
+    /// Mount point in the generation dir, bound at `guest` in the bundle.
+    pub target: PathBuf,
+}
+
+/// One FUSE view: `source` on the host, served at `mountpoint` (a directory
+/// in the generation dir, visible only in the supervisor's mount namespace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewSpec {
+    pub source: PathBuf,
+    pub mountpoint: PathBuf,
+    /// The ignored store (workspace view with `isolate_ignored`).
+    pub store: Option<PathBuf>,
+    /// The view's root is a Git directory (a linked worktree's common dir).
+    pub git_root: bool,
+    /// View paths host Git reads configuration or hooks from (its effective
+    /// `core.hooksPath`, config files included from the workspace): read-only.
+    pub protect: Vec<PathBuf>,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlanMsg {

@@ -10,15 +10,16 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cli::{self, Failure, Outcome};
+use crate::client::cli::{self, Failure, Outcome};
 use crate::config;
 use crate::display::escape;
+use crate::display::human_size;
 use crate::domain;
-use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, StatusInfo};
-use crate::paths::{self, DomainPaths};
 use crate::plan::Json;
-use crate::state::{self, StateError};
-use crate::statefs::{self, human_size, Op};
+use crate::storage::paths::{self, DomainPaths};
+use crate::storage::state::{self, StateError};
+use crate::storage::statefs::{self, Op};
+use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, StatusInfo};
 
 /// How many hex digits of a Domain ID `ps` prints.
 pub const ID_PREFIX_LEN: usize = 12;
@@ -393,8 +394,8 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
     let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
-    r.pass =
-        crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())
+        .map_err(Failure::usage)?;
     r.root = as_root;
     if r.domain_id != st.domain_id {
         return Err(Failure::runtime(format!(
@@ -455,27 +456,28 @@ pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Fa
     })?;
     let storage = paths::storage_root()?;
     paths::ensure_private_dir(&storage)?;
-    let layout = crate::image::images_dir(&storage).join(name);
+    let layout = crate::storage::image::images_dir(&storage).join(name);
     let built = layout.join("index.json").exists();
     if if_missing && built {
         return Ok(0);
     }
     let host = match &recipe.suite {
         Some(s) => s.clone(),
-        None => crate::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
+        None => crate::storage::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
     };
     let fp = recipe.fingerprint(&host);
-    if built && crate::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
-        let digest = crate::image::manifest_digest(&layout, crate::image::DEFAULT_TAG)
+    if built && crate::storage::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
+        let digest = crate::storage::image::manifest_digest(&layout, crate::storage::image::DEFAULT_TAG)
             .map_err(|e| Failure::runtime(e.to_string()))?;
         if !quiet {
             println!("image {name} is up to date with its recipe: {digest}");
         }
         return Ok(0);
     }
-    let mut progress = crate::image::Progress::new(quiet);
-    let digest = crate::image::build_image(&storage, name, Some(&host), &recipe.packages, Some(&fp), &mut progress)
-        .map_err(|e| Failure::runtime(e.to_string()))?;
+    let mut progress = crate::storage::image::Progress::new(quiet);
+    let digest =
+        crate::storage::image::build_image(&storage, name, Some(&host), &recipe.packages, Some(&fp), &mut progress)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
     if !quiet {
         println!("built the image {name} {digest}");
     }
@@ -553,7 +555,7 @@ const STORE_FILES: &[&str] = &[
 fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i32, StateError> {
     // Refuses a running Domain (published or locked by a coordinator).
     let lock = state::lock_for_maintenance(dp, id)?;
-    crate::anchor::finish_reset(&dp.root)
+    crate::storage::anchor::finish_reset(&dp.root)
         .map_err(|e| StateError::Failed(format!("finishing an interrupted reset: {e}")))?;
     let meta = state::read_meta(&dp.root).unwrap_or_default();
     let keys = state::keys_on_disk(&dp.root);
@@ -636,18 +638,18 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
     // 1. Uppers and ignored state become trash in anchor/ (renames within
     //    the Domain Root), then the state helper deletes them inside a user
     //    namespace, where files of any subordinate id can be removed.
-    let anchor = crate::anchor::anchor_dir(&dp.root);
+    let anchor = crate::storage::anchor::anchor_dir(&dp.root);
     let nonce = domain::random_id(4);
     let fail = |what: &str, e: io::Error| StateError::Failed(format!("{what}: {e}"));
     if !keys.is_empty() || has_ignored {
         paths::ensure_private_dir(&anchor).map_err(|e| StateError::Failed(e.to_string()))?;
     }
     for k in &keys {
-        let to = anchor.join(format!("{}{k}-{nonce}", crate::anchor::TRASH_PREFIX));
+        let to = anchor.join(format!("{}{k}-{nonce}", crate::storage::anchor::TRASH_PREFIX));
         std::fs::rename(anchor.join(k), to).map_err(|e| fail(k, e))?;
     }
     if has_ignored {
-        let to = anchor.join(format!("{}ignored-{nonce}", crate::anchor::TRASH_PREFIX));
+        let to = anchor.join(format!("{}ignored-{nonce}", crate::storage::anchor::TRASH_PREFIX));
         std::fs::rename(&ignored, to).map_err(|e| fail("ignored", e))?;
     }
     let trash = state::trash_on_disk(&dp.root);

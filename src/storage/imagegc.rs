@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::config::{Config, ImageSource};
-use crate::image;
+use crate::storage::image;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ImageItem {

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::netpolicy::{self, Fault, Plan, RouteKind};
+use crate::net::policy::{self as netpolicy, Fault, Plan, RouteKind};
 use crate::sys;
 
 /// Where the namespaces are bound, relative to the generation directory.
@@ -170,10 +170,10 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
     if custom_dns {
         cmd.arg("--disable-dns");
     }
-    // Host port forwards are added through it (crate::ports).
+    // Host port forwards are added through it (crate::config::ports).
     cmd.arg(format!(
         "--api-socket={}",
-        router_path.with_file_name(crate::ports::API_SOCKET).display()
+        router_path.with_file_name(crate::config::ports::API_SOCKET).display()
     ));
     cmd.arg(router_path)
         .arg(netpolicy::TAP)

@@ -11,6 +11,9 @@
 //! component ids → lower prepared and leased → bundle → supervisor
 //! (namespaces, runsc) → ready → publish. Nothing is joinable before publish.
 
+pub mod broker;
+pub mod trust;
+
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
@@ -22,20 +25,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::broker::{self as escbroker, Broker, SessionView};
 use crate::config::{self, Profile};
+use crate::coordinator::broker::{self as escbroker, Broker, SessionView};
+use crate::coordinator::trust::{Role, TrustAnchor};
 use crate::domain::{self, random_id};
 use crate::escalation::{self, Request, Status};
-use crate::gitsentry;
-use crate::image;
-use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
-use crate::netrole::NetRole;
-use crate::paths::{self, DomainPaths};
+use crate::net::sidecar::NetRole;
 use crate::plan;
-use crate::store::Store;
+use crate::storage::image;
+use crate::storage::paths::{self, DomainPaths};
+use crate::storage::store::Store;
 use crate::supervisor;
 use crate::sys;
-use crate::trust::{Role, TrustAnchor};
+use crate::view::sentry as gitsentry;
+use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
 use crate::wire::start::StartMsg;
 use crate::wire::supervisor::{LeaseMsg, StatusMsg, StatusReceiver};
 
@@ -55,7 +58,7 @@ pub struct Args {
     pub workspace: PathBuf,
     pub config: PathBuf,
     /// `--publish` forwards of the CLI that started the Domain.
-    pub publish: Vec<crate::ports::PortForward>,
+    pub publish: Vec<crate::config::ports::PortForward>,
     /// `--memory/--pids/--cpus` from the CLI that started this Domain
     /// (`cgroup::encode_overrides`).
     pub limits: Option<String>,
@@ -225,10 +228,10 @@ struct Coordinator {
     /// The Network Sidecar role of this generation.
     net: NetRole,
     /// Host port forwards (profile `ports` and `--publish`).
-    ports: Vec<crate::ports::PortForward>,
+    ports: Vec<crate::config::ports::PortForward>,
     /// The resource limits that apply, and the generation's cgroup.
-    limits: crate::cgroup::Effective,
-    cgroup: Option<crate::cgroup::DomainCgroup>,
+    limits: crate::storage::cgroup::Effective,
+    cgroup: Option<crate::storage::cgroup::DomainCgroup>,
     /// What a joining session's configuration must match
     /// ([`config::join_fingerprint`]).
     join_fp: String,
@@ -278,15 +281,15 @@ impl Coordinator {
         let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
         let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
         let net = NetRole::new(&cfg, &profile)?;
-        let ports = crate::ports::merge(&profile.ports, &args.publish)?;
+        let ports = crate::config::ports::merge(&profile.ports, &args.publish)?;
         if !ports.is_empty() && !profile.network {
             return Err(format!(
                 "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
                 profile.name
             ));
         }
-        let limits = crate::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
-        let limits = crate::cgroup::Effective::for_host(&limits);
+        let limits = crate::storage::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::storage::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
@@ -369,10 +372,10 @@ impl Coordinator {
         // never reclaims an artifact a generation depends on. The lowers
         // lock (shared) keeps `image prune` out until the artifact is named
         // in domain.json and leased.
-        let gc = crate::gc::lock_shared(storage)?;
+        let gc = crate::storage::gc::lock_shared(storage)?;
         let digest = image::manifest_digest(&layout, &tag).map_err(|e| e.to_string())?;
         let artifact = image::artifact_id(&digest);
-        crate::state::record_domain(
+        crate::storage::state::record_domain(
             &self.paths.root,
             &self.domain_id,
             &self.profile,
@@ -384,12 +387,12 @@ impl Coordinator {
         self.store
             .lease(self.generation, &artifact, &digest)
             .map_err(|e| e.to_string())?;
-        let bound = crate::layercheck::Bound {
+        let bound = crate::storage::layercheck::Bound {
             floor: self
                 .profile
                 .limits
                 .image_layer
-                .unwrap_or(crate::layercheck::DEFAULT_FLOOR),
+                .unwrap_or(crate::storage::layercheck::DEFAULT_FLOOR),
             ..Default::default()
         };
         let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
@@ -408,15 +411,19 @@ impl Coordinator {
         }
         self.net.prepare(&self.store, self.generation, &gen_dir)?;
         // The State Anchor: one persistent overlay per `persist` path.
-        let mut binds =
-            crate::anchor::prepare_generation(&self.paths.root, &gen_dir, &lower.rootfs(), &self.profile.persist)
-                .map_err(|e| e.to_string())?;
+        let mut binds = crate::storage::anchor::prepare_generation(
+            &self.paths.root,
+            &gen_dir,
+            &lower.rootfs(),
+            &self.profile.persist,
+        )
+        .map_err(|e| e.to_string())?;
         binds.extend(self.net.binds());
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
-        crate::guestsetup::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
+        crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
         let mut volume_views = Vec::new();
-        for mut b in crate::guestsetup::volume_binds(&self.profile.volumes) {
+        for mut b in crate::plan::guest::volume_binds(&self.profile.volumes) {
             // A profile `user` sees its volume directories through a view
             // that shows the developer's files as its own.
             if self.profile.user.is_some() && b.host.is_dir() {
@@ -427,7 +434,7 @@ impl Coordinator {
             binds.push(b);
         }
         if self.profile.git_identity {
-            binds.push(crate::guestsetup::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
+            binds.push(crate::plan::guest::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
         }
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
@@ -517,7 +524,8 @@ impl Coordinator {
         let mut cmd = match self.cgroup.as_ref().and_then(|c| c.systemd_unit.clone()) {
             Some(unit) => {
                 let mut c = Command::new("systemd-run");
-                c.args(crate::cgroup::systemd_run_args(&unit, &self.limits)).arg(&exe);
+                c.args(crate::storage::cgroup::systemd_run_args(&unit, &self.limits))
+                    .arg(&exe);
                 c
             }
             None => {
@@ -537,7 +545,7 @@ impl Coordinator {
             .arg("--views")
             .arg(self.paths.gen_dir().join("views"))
             .arg("--anchor-plan")
-            .arg(crate::anchor::plan_path(&self.paths.gen_dir()))
+            .arg(crate::storage::anchor::plan_path(&self.paths.gen_dir()))
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
             .args(self.meminfo_args())
@@ -644,7 +652,7 @@ impl Coordinator {
         }
         let view = std::fs::read_to_string("/proc/meminfo")
             .ok()
-            .and_then(|h| crate::cgroup::meminfo_view(&h, self.limits.memory));
+            .and_then(|h| crate::storage::cgroup::meminfo_view(&h, self.limits.memory));
         let path = self.paths.gen_dir().join("meminfo");
         match view.map(|v| std::fs::write(&path, v)) {
             Some(Ok(())) => vec!["--meminfo".into(), path.into()],
@@ -657,9 +665,9 @@ impl Coordinator {
 
     /// The generation's cgroup with the Domain's limits; `None` (after a
     /// warning in the log) when no mechanism exists and only defaults apply.
-    fn make_cgroup(&mut self) -> Result<Option<crate::cgroup::DomainCgroup>, String> {
-        let mech = crate::cgroup::detect();
-        match crate::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
+    fn make_cgroup(&mut self) -> Result<Option<crate::storage::cgroup::DomainCgroup>, String> {
+        let mech = crate::storage::cgroup::detect();
+        match crate::storage::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
             Ok(c) => {
                 log::info!("resource limits: {} via {}", self.limits.describe(), mech.describe());
                 Ok(Some(c))
@@ -767,16 +775,16 @@ impl Coordinator {
         }
         report.progress("forwarding ports");
         let gen_dir = self.paths.gen_dir();
-        crate::ports::install(
-            &gen_dir.join(crate::ports::API_SOCKET),
+        crate::config::ports::install(
+            &gen_dir.join(crate::config::ports::API_SOCKET),
             &self.ports,
             // slirp4netns's own guest (10.0.2.100) is the router's tap0
             // now: forwards go to the sandbox's address, which the router
             // answers ARP for on tap0 and routes to lzr1.
-            crate::netpolicy::SANDBOX_ADDR,
+            crate::net::policy::SANDBOX_ADDR,
         )?;
         let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
-        std::fs::write(gen_dir.join(crate::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
+        std::fs::write(gen_dir.join(crate::config::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
     }
 
     /// Makes the generation joinable: the socket appears at its published
@@ -1221,7 +1229,7 @@ impl Coordinator {
                     tty: s.tty,
                 })
                 .collect(),
-            started_at: crate::state::now() - self.published_at.elapsed().as_secs() as i64,
+            started_at: crate::storage::state::now() - self.published_at.elapsed().as_secs() as i64,
             pending_escalations: self
                 .sessions
                 .values()
@@ -1454,12 +1462,12 @@ impl Coordinator {
         let user = self.profile.user.clone().filter(|_| !root);
         let mut env = plan::session_env_for(user.as_deref(), &self.profile.env, term);
         if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
-            env.push(crate::guestsetup::git_env());
+            env.push(crate::plan::guest::git_env());
         }
         // Host variables this client passed by name: this session only.
         // INVARIANT: their values go into the spec pipe and nowhere else
         // (no argv, no store row, no log line).
-        plan::override_env(&mut env, &crate::passenv::accepted(&env_in));
+        plan::override_env(&mut env, &crate::config::passenv::accepted(&env_in));
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.
@@ -1935,7 +1943,7 @@ impl Coordinator {
             }
         }
         let _ = self.store.release_leases(self.generation);
-        crate::state::touch_domain(&self.paths.root);
+        crate::storage::state::touch_domain(&self.paths.root);
         let _ = std::fs::remove_dir_all(self.paths.gen_dir());
         let final_phase = if self.phase == "failed" { "failed" } else { "stopped" };
         let _ = self.store.set_phase(self.generation, final_phase);
@@ -2023,7 +2031,7 @@ fn helper_died_reason(name: &str) -> String {
 fn write_id_maps(pid: i32) -> Result<(), String> {
     let uid = sys::getuid();
     let gid = sys::getgid();
-    let name = crate::hostenv::user_name(uid).unwrap_or_default();
+    let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
@@ -2050,7 +2058,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
     let Ok(mut list) = store.unreleased() else { return };
     // Recovery order: the sandbox first, then the network helper,
     // then the supervisor that held the namespaces and mounts.
-    let rank = |o: &crate::store::Owned| match (o.kind.as_str(), o.name.as_str()) {
+    let rank = |o: &crate::storage::store::Owned| match (o.kind.as_str(), o.name.as_str()) {
         ("process", "runsc-run") => 0,
         ("runsc-container", _) => 1,
         ("process", "supervisor") => 3,
@@ -2094,7 +2102,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
                 }
             }
             ("runsc-container", _, _) => {
-                crate::cgroup::remove_leftover(&crate::cgroup::detect(), &o.name);
+                crate::storage::cgroup::remove_leftover(&crate::storage::cgroup::detect(), &o.name);
                 remove_runsc_state(&dp.runsc_root(), &o.name);
             }
             (kind, _, _) => {
@@ -2118,7 +2126,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
     if let Ok(rd) = std::fs::read_dir(&dp.root) {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().to_string();
-            if crate::state::is_meta_temp(&n) && e.file_type().is_ok_and(|t| t.is_file()) {
+            if crate::storage::state::is_meta_temp(&n) && e.file_type().is_ok_and(|t| t.is_file()) {
                 log::info!("recovery: removing {n}");
                 let _ = std::fs::remove_file(e.path());
             }

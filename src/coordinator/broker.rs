@@ -21,9 +21,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::Escalation;
+use crate::coordinator::trust::{Role, TrustAnchor};
 use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
-use crate::trust::{Role, TrustAnchor};
 
 /// Most well-formed requests handled in one scan; the rest are handled
 /// by the next one, which the coordinator runs at once (`backlog`), so a

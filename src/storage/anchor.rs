@@ -50,11 +50,7 @@ pub const NEW_PREFIX: &str = ".new-";
 /// so nothing in the upper can point elsewhere.
 pub const KERNEL_OPTS: &str = "userxattr,index=off,redirect_dir=nofollow,metacopy=off";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Driver {
-    Kernel,
-    Fuse,
-}
+pub use crate::wire::plan::{AnchorMount, Driver};
 
 impl Driver {
     pub fn name(self) -> &'static str {
@@ -185,18 +181,6 @@ pub enum LowerKind {
     Missing,
     Symlink,
     Other,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AnchorMount {
-    pub guest: String,
-    pub key: String,
-    /// Lower directory (the image's tree at `guest`, or an empty dir).
-    pub lower: PathBuf,
-    /// `anchor/KEY`: holds `upper`, `work` and `driver`.
-    pub key_dir: PathBuf,
-    /// Mount point in the generation dir, bound at `guest` in the bundle.
-    pub target: PathBuf,
 }
 
 impl AnchorMount {
@@ -652,7 +636,7 @@ fn create_empty_key(anchor: &Path, key: &str) -> io::Result<()> {
 /// Carries out a reset of `steps` (the caller holds the Domain lock and has
 /// checked nothing uses the state). Crash-consistent: the journal is
 /// written first, and [`finish_reset`] completes any reset it finds. Trash
-/// is left for [`crate::state`] to delete inside a user namespace.
+/// is left for [`crate::storage::state`] to delete inside a user namespace.
 pub fn reset(domain_root: &Path, steps: &[ResetStep]) -> io::Result<()> {
     let anchor = anchor_dir(domain_root);
     write_file_durable(&anchor.join(JOURNAL), &render_journal(steps))?;
@@ -786,7 +770,7 @@ mod tests {
             "lowerdir=/s/lowers/A/rootfs/usr,upperdir=/s/domains/D/anchor/usr/upper,\
              workdir=/s/domains/D/anchor/usr/work,userxattr,index=off,redirect_dir=nofollow,metacopy=off"
         );
-        let bytes = crate::ipc::Message::encode(&plan_message(&m, Driver::Kernel));
+        let bytes = crate::wire::client::Message::encode(&plan_message(&m, Driver::Kernel));
         assert_eq!(
             crate::wire::decode_one::<crate::wire::plan::PlanMsg>(&bytes).unwrap(),
             crate::wire::plan::PlanMsg::Anchor {
@@ -830,7 +814,7 @@ mod tests {
             }],
             Driver::Kernel,
         );
-        let bytes = crate::ipc::Message::encode(&rel);
+        let bytes = crate::wire::client::Message::encode(&rel);
         assert!(crate::wire::decode_one::<crate::wire::plan::PlanMsg>(&bytes).is_err());
     }
 

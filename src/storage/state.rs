@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 
 use nanoserde::DeJson;
 
-use crate::anchor::{self, Driver};
 use crate::config;
 use crate::display::{fit, human_size};
 use crate::domain;
-use crate::image;
-use crate::paths::{self, DomainPaths};
 use crate::plan::Json;
-use crate::statefs::{self, Kind, Op, Report};
+use crate::storage::anchor::{self, Driver};
+use crate::storage::image;
+use crate::storage::paths::{self, DomainPaths};
+use crate::storage::statefs::{self, Kind, Op, Report};
 
 pub const META_FILE: &str = "domain.json";
 /// Where the ignored-workspace-state role keeps its per-Domain storage.
@@ -801,7 +801,7 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
         ));
         return out;
     }
-    if let Err(e) = crate::store::check_file(&root.join("store.sqlite")) {
+    if let Err(e) = crate::storage::store::check_file(&root.join("store.sqlite")) {
         out.push((
             "error".into(),
             root.join("store.sqlite").display().to_string(),
@@ -1056,8 +1056,8 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
 /// the host first.
 fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
-    let file = crate::ignored::sticky_file(&s.paths.ignored_dir());
-    let entries = crate::ignored::read_sticky(&file).map_err(|e| StateError::Failed(e.to_string()))?;
+    let file = crate::view::ignored::sticky_file(&s.paths.ignored_dir());
+    let entries = crate::view::ignored::read_sticky(&file).map_err(|e| StateError::Failed(e.to_string()))?;
     let rel = path.map(|p| {
         let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
         p.strip_prefix(&ws).map(Path::to_path_buf).unwrap_or(p)
@@ -1065,10 +1065,10 @@ fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
     let (gone, kept): (Vec<_>, Vec<_>) = entries
         .into_iter()
         .partition(|e| rel.as_ref().is_none_or(|r| e.rel.starts_with(r)));
-    crate::ignored::write_sticky(&file, &kept).map_err(|e| StateError::Failed(e.to_string()))?;
+    crate::view::ignored::write_sticky(&file, &kept).map_err(|e| StateError::Failed(e.to_string()))?;
     // Un-hiding on purpose also forgets the remembered rules of earlier
     // generations: the next start applies the rules as they are then.
-    let hist = crate::ignored::rules_history_file(&s.paths.ignored_dir());
+    let hist = crate::view::ignored::rules_history_file(&s.paths.ignored_dir());
     match std::fs::remove_file(&hist) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -31,8 +31,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::netns;
-use crate::netpolicy;
+use crate::net::install as netns;
+use crate::net::policy;
 use crate::plan;
 use crate::sys;
 use crate::wire::supervisor::StatusMsg;
@@ -128,7 +128,7 @@ pub fn main(mut args: Args) -> i32 {
         }
     }
     // The State Anchor is mounted here, in our mount namespace, before runsc.
-    let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::anchor::mount_all) {
+    let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::storage::anchor::mount_all) {
         None => Vec::new(),
         Some(Ok(d)) => d,
         Some(Err(e)) => return fail(e.to_string()),
@@ -136,7 +136,7 @@ pub fn main(mut args: Args) -> i32 {
     let mut net = None;
     if let Some(plan) = &plan {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
-        match netns::install(plan, &gen_dir, netpolicy::fault(), &status) {
+        match netns::install(plan, &gen_dir, policy::fault(), &status) {
             Ok(n) => {
                 status(&StatusMsg::NetReady {
                     inode: n.inode,
@@ -149,7 +149,7 @@ pub fn main(mut args: Args) -> i32 {
         args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
     }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
-    let _views = match args.views.as_deref().map(crate::fusefs::start_views) {
+    let _views = match args.views.as_deref().map(crate::view::fs::start_views) {
         Some(Err(e)) => return fail(e),
         Some(Ok(v)) => v,
         None => Vec::new(),
@@ -235,7 +235,7 @@ const HELPER_CHECK: Duration = Duration::from_millis(250);
 /// The first helper found dead, by name: an exited child (reaped here, so
 /// none stays a zombie) or a workspace view whose FUSE session ended (its
 /// connection was aborted or its device closed).
-pub fn dead_helper(children: &mut [(&str, &mut Child)], views: &[crate::fusefs::Served]) -> Option<String> {
+pub fn dead_helper(children: &mut [(&str, &mut Child)], views: &[crate::view::fs::Served]) -> Option<String> {
     for (name, c) in children.iter_mut() {
         let pid = c.id();
         if let Ok(Some(st)) = c.try_wait() {

@@ -41,6 +41,9 @@
 // Consumers of this module are being written concurrently.
 #![allow(dead_code)]
 
+pub mod passenv;
+pub mod ports;
+
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt;
@@ -228,7 +231,7 @@ pub struct Profile {
     /// Client-side only: not part of the fingerprint.
     pub pass_env: Vec<String>,
     /// `ports`: host port forwards into the Domain (loopback by default).
-    pub ports: Vec<crate::ports::PortForward>,
+    pub ports: Vec<crate::config::ports::PortForward>,
     pub allow: Vec<Prefix>,
     pub deny: Vec<Prefix>,
     pub ipv6: bool,
@@ -1437,9 +1440,9 @@ impl Schema<'_> {
         if let Some(i) = t.get("ports") {
             let key = k("ports");
             const EXPECTED: &str = "an array of \"[ADDR:]HOSTPORT:GUESTPORT\" strings";
-            let mut seen: Vec<(usize, crate::ports::PortForward)> = Vec::new();
+            let mut seen: Vec<(usize, crate::config::ports::PortForward)> = Vec::new();
             for (line, s) in self.strings(i, &key, EXPECTED)? {
-                let f: crate::ports::PortForward =
+                let f: crate::config::ports::PortForward =
                     s.parse().map_err(|e: String| self.invalid(line, &key, e, quote(s)))?;
                 if let Some((first_line, _)) = seen.iter().find(|(_, q)| q.addr == f.addr && q.host == f.host) {
                     return Err(self.duplicate(line, *first_line, &key, &format!("host port {}:{}", f.addr, f.host)));

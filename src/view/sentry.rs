@@ -300,20 +300,7 @@ fn sensitive(sub: &[&str]) -> bool {
 
 // ---- the views the supervisor serves ----------------------------------------
 
-/// One FUSE view: `source` on the host, served at `mountpoint` (a directory
-/// in the generation dir, visible only in the supervisor's mount namespace).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ViewSpec {
-    pub source: PathBuf,
-    pub mountpoint: PathBuf,
-    /// The ignored store (workspace view with `isolate_ignored`).
-    pub store: Option<PathBuf>,
-    /// The view's root is a Git directory (a linked worktree's common dir).
-    pub git_root: bool,
-    /// View paths host Git reads configuration or hooks from (its effective
-    /// `core.hooksPath`, config files included from the workspace): read-only.
-    pub protect: Vec<PathBuf>,
-}
+pub use crate::wire::plan::ViewSpec;
 
 /// What the coordinator needs: the views, the bind source for `/workspace`
 /// and extra binds for the sandbox bundle.
@@ -605,7 +592,7 @@ mod tests {
 
     fn views_round_trip(v: &[ViewSpec]) -> Vec<ViewSpec> {
         use crate::wire::plan::PlanMsg;
-        let bytes = crate::ipc::Message::encode(&PlanMsg::Views {
+        let bytes = crate::wire::client::Message::encode(&PlanMsg::Views {
             owner: 0,
             views: v.to_vec(),
         });

@@ -58,7 +58,7 @@ pub enum ImageError {
     NoMirror,
     NoRelease,
     /// A layer would expand beyond its bound, or cannot be read as tar.
-    Layer(crate::layercheck::LayerError),
+    Layer(crate::storage::layercheck::LayerError),
     /// The filesystem holding this path ran out of space.
     NoSpace(PathBuf),
     /// The filesystem holding this path has less free space than the step needs.
@@ -78,10 +78,10 @@ const BUILD_NEEDS: u64 = 400 << 20;
 fn no_space_or(e: ImageError, path: &Path) -> ImageError {
     let said = match &e {
         ImageError::Io(_, io) => matches!(io.raw_os_error(), Some(crate::sys::ENOSPC) | Some(crate::sys::EDQUOT)),
-        ImageError::Tool { log, .. } => crate::nospace::mentions(log),
+        ImageError::Tool { log, .. } => crate::storage::nospace::mentions(log),
         _ => false,
     };
-    if said || crate::nospace::is_full(path) {
+    if said || crate::storage::nospace::is_full(path) {
         ImageError::NoSpace(path.to_path_buf())
     } else {
         e
@@ -122,11 +122,15 @@ impl fmt::Display for ImageError {
                 "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d"
             ),
             ImageError::NoRelease => write!(f, "cannot read VERSION_CODENAME from /etc/os-release"),
-            ImageError::NoSpace(p) => write!(f, "{}: free space there and try again", crate::nospace::message(p)),
+            ImageError::NoSpace(p) => write!(
+                f,
+                "{}: free space there and try again",
+                crate::storage::nospace::message(p)
+            ),
             ImageError::NoRoom { path, needs, free } => write!(
                 f,
                 "{} for the image build: it needs about {} MiB there, {} MiB are free; free space there and try again",
-                crate::nospace::message(path),
+                crate::storage::nospace::message(path),
                 needs >> 20,
                 free >> 20
             ),
@@ -342,7 +346,13 @@ pub fn import_state(marker: Option<&str>, has_index: bool, alive: impl Fn(i32, u
 /// Prepares (or reuses) the lower for `layout:tag`.
 #[allow(dead_code)]
 pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
-    prepare_bounded(storage, layout, tag, progress, crate::layercheck::Bound::default())
+    prepare_bounded(
+        storage,
+        layout,
+        tag,
+        progress,
+        crate::storage::layercheck::Bound::default(),
+    )
 }
 
 /// [`prepare`] with the bound on each layer's expanded size.
@@ -351,7 +361,7 @@ pub fn prepare_bounded(
     layout: &Path,
     tag: &str,
     progress: &mut Progress,
-    bound: crate::layercheck::Bound,
+    bound: crate::storage::layercheck::Bound,
 ) -> Result<Prepared> {
     let digest = manifest_digest(layout, tag)?;
     let artifact = artifact_id(&digest);
@@ -369,7 +379,7 @@ pub fn prepare_bounded(
     // tar headers before anything is unpacked, so a refused image leaves
     // no partial lower.
     progress.step("checking image layers");
-    crate::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
+    crate::storage::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).
@@ -613,7 +623,7 @@ pub fn build_image(
     let images = images_dir(storage);
     std::fs::create_dir_all(&images).map_err(|e| no_space_or(ImageError::Io(images.clone(), e), &images))?;
     // Said before minutes of downloading: the build cannot fit.
-    let free = crate::nospace::free_bytes(&images).unwrap_or(u64::MAX);
+    let free = crate::storage::nospace::free_bytes(&images).unwrap_or(u64::MAX);
     if free < BUILD_NEEDS {
         return Err(ImageError::NoRoom {
             path: images,
@@ -741,7 +751,8 @@ chmod -R a+rX,u+w oci
     let _ = std::fs::write(&log_path, &log);
     if !status.success() {
         // Said before the partial tree is removed, while the disk is full.
-        let full = crate::nospace::is_full(work) || crate::nospace::mentions(&String::from_utf8_lossy(&log));
+        let full =
+            crate::storage::nospace::is_full(work) || crate::storage::nospace::mentions(&String::from_utf8_lossy(&log));
         // The namespace's files belong to subordinate ids; remove them from
         // inside a namespace again.
         let _ = Command::new("unshare")

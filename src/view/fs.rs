@@ -24,7 +24,7 @@
 //! fresh id per file the kernel looks up; a node remembers its host inode
 //! number and refuses (ESTALE) once its path names another file.
 //!
-//! Caching (src/fusewatch.rs): `git status` stats every tracked file, and
+//! Caching (src/view/watch.rs): `git status` stats every tracked file, and
 //! gVisor opens a host fd for each, so the view avoids per-file round trips:
 //! - entries and attributes are cached for an hour under host directories
 //!   watched with inotify (a host-side change invalidates exactly what it
@@ -62,12 +62,12 @@ use fuser::{
 };
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
-use crate::fusecount::{Counts, Op};
-use crate::fusewatch::{Inval, Watches};
-use crate::gitsentry::Sentry;
-use crate::gitshape;
-use crate::ignored::IgnoreRules;
 use crate::sys;
+use crate::view::counts::{Counts, Op};
+use crate::view::gitshape;
+use crate::view::ignored::IgnoreRules;
+use crate::view::sentry::Sentry;
+use crate::view::watch::{Inval, Watches};
 
 /// How long the kernel may cache entries and attributes under a host
 /// directory that is not watched: host-side edits show up within this time.
@@ -248,7 +248,7 @@ pub struct View {
     /// snapshot), and the sticky file they are added to.
     more_hidden: Mutex<std::collections::HashSet<(u64, u64)>>,
     sticky_path: Option<PathBuf>,
-    /// Requests answered, per opcode (src/fusecount.rs).
+    /// Requests answered, per opcode (src/view/counts.rs).
     counts: Arc<Counts>,
 }
 
@@ -387,7 +387,7 @@ impl View {
                 (
                     Some(open_root(dir)?),
                     Some(rules),
-                    Some(crate::ignored::sticky_file(dir)),
+                    Some(crate::view::ignored::sticky_file(dir)),
                 )
             }
             None => (None, None, None),
@@ -534,7 +534,7 @@ impl View {
     }
 
     /// Node `id` was just made through the view: its host IN_CREATE tells
-    /// the kernel nothing it does not know (src/fusewatch.rs).
+    /// the kernel nothing it does not know (src/view/watch.rs).
     fn made(&self, id: u64) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.made_here = true;
@@ -1671,12 +1671,12 @@ impl View {
         }
         self.more_hidden.lock().unwrap().insert((dev, ino));
         if let Some(p) = &self.sticky_path {
-            let e = crate::ignored::StickyEntry {
+            let e = crate::view::ignored::StickyEntry {
                 dev,
                 ino,
                 rel: rel.to_path_buf(),
             };
-            if let Err(err) = crate::ignored::append_sticky(p, &e) {
+            if let Err(err) = crate::view::ignored::append_sticky(p, &e) {
                 log::warn!("ignored paths: {err}");
             }
         }
@@ -1829,7 +1829,7 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::
             Err(e) => {
                 log::warn!("workspace view: watcher stopped ({e}); host edits show up within 1 s");
                 w.set_unhealthy();
-                invalidate(&crate::fusewatch::plan_all(&all_nodes(t)), notifier);
+                invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
                 return;
             }
         };
@@ -1839,9 +1839,9 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::
             }
         }
         let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
-        let plan = crate::fusewatch::plan(&events, &|wd| w.dir_of(wd), &node_of);
+        let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
         if plan.contains(&Inval::All) {
-            invalidate(&crate::fusewatch::plan_all(&all_nodes(t)), notifier);
+            invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
         } else {
             invalidate(&plan, notifier);
         }
@@ -1857,7 +1857,7 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::
 ///   listing itself), still the same host file.
 ///
 /// Anything else, or anything that cannot be checked, is invalidated.
-fn already_known(ev: &crate::fusewatch::Event, w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
+fn already_known(ev: &crate::view::watch::Event, w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
     let m = ev.mask & !crate::sys::IN_ISDIR;
     if ev.name.is_empty() || (m != crate::sys::IN_ATTRIB && m != crate::sys::IN_CREATE) {
         return false;
@@ -1950,11 +1950,11 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
     for v in specs {
         let store = match &v.store {
             Some(dir) => {
-                let layout = crate::gitsentry::discover(&v.source).map_err(|e| e.to_string())?;
-                let sticky = crate::ignored::sticky_file(dir);
-                let previous = crate::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
-                let hist_file = crate::ignored::rules_history_file(dir);
-                let history = crate::ignored::read_rules_history(&hist_file).map_err(|e| e.to_string())?;
+                let layout = crate::view::sentry::discover(&v.source).map_err(|e| e.to_string())?;
+                let sticky = crate::view::ignored::sticky_file(dir);
+                let previous = crate::view::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
+                let hist_file = crate::view::ignored::rules_history_file(dir);
+                let history = crate::view::ignored::read_rules_history(&hist_file).map_err(|e| e.to_string())?;
                 let rules = IgnoreRules::load_with_history(
                     &v.source,
                     layout.git_dir(),
@@ -1963,8 +1963,9 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
                     &history,
                 )
                 .map_err(|e| e.to_string())?;
-                crate::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
-                crate::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(|e| e.to_string())?;
+                crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
+                crate::view::ignored::write_rules_history(&hist_file, rules.rules_history())
+                    .map_err(|e| e.to_string())?;
                 Some((dir.as_path(), rules))
             }
             None => None,
@@ -1983,7 +1984,7 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
     Ok(served)
 }
 
-// ---- repository shapes (src/gitshape.rs) ----------------------------------
+// ---- repository shapes (src/view/gitshape.rs) ----------------------------------
 
 /// Names whose entry may be Domain-side for the shape rule: `.git`, the
 /// shape names, and children of a `worktrees/` or `modules/` directory. No

@@ -118,7 +118,7 @@ pub fn checks() -> Vec<Check> {
         check_device("dev-fuse", "/dev/fuse", (10, 229), &target),
         check_runsc(),
     ];
-    for h in crate::hostenv::HELPERS {
+    for h in crate::sys::hostenv::HELPERS {
         out.push(check_tool(h.prog, h.package, h.used_by));
     }
     out.push(check_xdg_runtime_dir(&target));
@@ -148,9 +148,9 @@ fn check_config() -> Check {
 /// Which cgroup mechanism would bound a Domain started from here
 /// (`cgroup::detect`), or why none and the exact fix.
 fn check_resource_limits() -> Check {
-    let m = crate::cgroup::detect();
+    let m = crate::storage::cgroup::detect();
     match &m {
-        crate::cgroup::Mechanism::Unavailable { why, fix } => Check::fail(
+        crate::storage::cgroup::Mechanism::Unavailable { why, fix } => Check::fail(
             "resource-limits",
             format!("no mechanism to enforce memory/pids/cpus limits: {why}; profiles that set [limits] are refused"),
             fix.clone(),
@@ -458,7 +458,7 @@ fn check_subid(name: &'static str, path: &str, contents: Option<&str>, flag: &st
 /// only in one of [`FALLBACK_DIRS`] is not found: Lazaret would not find it
 /// either.
 fn find_program(prog: &str) -> Option<(PathBuf, bool)> {
-    crate::hostenv::find(prog).map(|p| (p, true))
+    crate::sys::hostenv::find(prog).map(|p| (p, true))
 }
 
 /// Where `prog` is when it is not on the `PATH`, to say so in the fix.

@@ -2,6 +2,8 @@
 //! spec, runsc's argv and the user-namespace id maps. No syscalls here; the
 //! coordinator and supervisor carry the plans out.
 
+pub mod guest;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 

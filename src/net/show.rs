@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use crate::config::{Config, Profile};
-use crate::netpolicy;
-use crate::netrole;
+use crate::net::policy as netpolicy;
+use crate::net::sidecar;
 use crate::plan::Json;
 
 pub fn show(
@@ -22,22 +22,22 @@ pub fn show(
     json: bool,
 ) -> Result<i32, String> {
     let (host, nets) = if profile.network {
-        (netrole::host_ipv4_addrs()?, netrole::host_local_nets()?)
+        (sidecar::host_ipv4_addrs()?, sidecar::host_local_nets()?)
     } else {
         (Vec::new(), Vec::new())
     };
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
         .map_err(|e| e.to_string())?;
     let readiness = if published {
-        std::fs::read_to_string(gen_dir.join(netrole::READINESS_FILE))
+        std::fs::read_to_string(gen_dir.join(sidecar::READINESS_FILE))
             .ok()
-            .map(|t| netrole::parse_readiness(&t))
+            .map(|t| sidecar::parse_readiness(&t))
     } else {
         None
     };
     // Host port forwards: the installed ones while running, else the profile's.
     let ports: Vec<String> = match published
-        .then(|| std::fs::read_to_string(gen_dir.join(crate::ports::PORTS_FILE)).ok())
+        .then(|| std::fs::read_to_string(gen_dir.join(crate::config::ports::PORTS_FILE)).ok())
         .flatten()
     {
         Some(t) => t

@@ -727,19 +727,7 @@ pub struct Sample {
 
 // ---- the install plan (HC → RS) ---------------------------------------------------
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RouteKind {
-    /// In the router: `P via 10.0.2.2 dev tap0` (forwarded to slirp4netns).
-    Helper,
-    /// In the router: `local P dev lo table main` (refused there).
-    Reject,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlanRoute {
-    pub prefix: Prefix,
-    pub kind: RouteKind,
-}
+pub use crate::wire::plan::{Plan, PlanRoute, RouteKind};
 
 impl PlanRoute {
     /// `ip route replace` arguments for the router namespace.
@@ -764,13 +752,6 @@ impl PlanRoute {
             RouteKind::Reject => "reject",
         }
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
-    pub enabled: bool,
-    pub custom_dns: bool,
-    pub routes: Vec<PlanRoute>,
 }
 
 const PLAN_MAGIC: &str = "lazaret-netplan 2";
@@ -1244,7 +1225,7 @@ mod tests {
 
     #[test]
     fn plan_round_trips_through_the_wire() {
-        use crate::ipc::Message;
+        use crate::wire::client::Message;
         use crate::wire::plan::PlanMsg;
         let rt = |p: Plan| match crate::wire::decode_one::<PlanMsg>(&PlanMsg::Network(p).encode()) {
             Ok(PlanMsg::Network(p)) => p,

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use crate::config::{self, ImageSource};
 use crate::coordinator;
 use crate::domain;
-use crate::image;
-use crate::ipc::{self, ClientMsg, FrameReader, ServerMsg};
-use crate::paths::{self, DomainPaths};
+use crate::storage::image;
+use crate::storage::paths::{self, DomainPaths};
 use crate::supervisor;
 use crate::sys;
+use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg};
 
 /// Exit codes of Lazaret's own failures (a session's exit status is the
 /// sandboxed command's).
@@ -106,8 +106,8 @@ macro_rules! usage_from {
         }
     )*};
 }
-impl From<crate::state::StateError> for Failure {
-    fn from(e: crate::state::StateError) -> Failure {
+impl From<crate::storage::state::StateError> for Failure {
+    fn from(e: crate::storage::state::StateError) -> Failure {
         Failure {
             code: e.code(),
             msg: e.to_string(),
@@ -125,7 +125,7 @@ usage_from!(
 pub fn main() -> i32 {
     // Every helper (debootstrap's chroot, newuidmap, ip, ...) is found on
     // one PATH: the caller's plus the sbin directories.
-    crate::hostenv::set_helper_path();
+    crate::sys::hostenv::set_helper_path();
     let mut raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let cmd = raw.first().and_then(|a| a.to_str()).map(String::from);
     if cmd.is_some() {
@@ -142,14 +142,14 @@ pub fn main() -> i32 {
     }
     let result = match cmd.as_deref() {
         Some("run") => cmd_run(raw),
-        Some("ps") => crate::lifecycle::cmd_ps(raw),
-        Some("stop") => crate::lifecycle::cmd_stop(raw),
-        Some("rm") => crate::lifecycle::cmd_rm(raw),
-        Some("exec") => crate::lifecycle::cmd_exec(raw),
+        Some("ps") => crate::client::lifecycle::cmd_ps(raw),
+        Some("stop") => crate::client::lifecycle::cmd_stop(raw),
+        Some("rm") => crate::client::lifecycle::cmd_rm(raw),
+        Some("exec") => crate::client::lifecycle::cmd_exec(raw),
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
-        Some("state") => refuse_root().and_then(|()| crate::state::cmd(raw).map_err(Failure::from)),
+        Some("state") => refuse_root().and_then(|()| crate::storage::state::cmd(raw).map_err(Failure::from)),
         Some("version") | Some("--version") | Some("-V") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
             if cfg!(feature = "fault-injection") {
@@ -162,7 +162,7 @@ pub fn main() -> i32 {
                 print!("{USAGE}");
                 Ok(0)
             }
-            Some(c) => match crate::usage::of(c) {
+            Some(c) => match crate::client::usage::of(c) {
                 Some(u) => {
                     print!("{u}");
                     Ok(0)
@@ -172,7 +172,7 @@ pub fn main() -> i32 {
         },
         Some("__coordinator") => internal_coordinator(raw),
         Some("__supervisor") => internal_supervisor(raw),
-        Some("__state-helper") => Ok(crate::statefs::helper_main(raw)),
+        Some("__state-helper") => Ok(crate::storage::statefs::helper_main(raw)),
         Some(other) => Err(Failure::usage(format!("unknown command {other:?}: see `lazaret help`"))),
         None => Err(Failure::usage(format!("a command is required\n{USAGE}"))),
     };
@@ -204,7 +204,7 @@ fn plain_failure(f: Failure) -> Failure {
     let refs: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
     Failure {
         code: f.code,
-        msg: crate::nospace::explain(&f.msg, &refs),
+        msg: crate::storage::nospace::explain(&f.msg, &refs),
     }
 }
 
@@ -241,7 +241,7 @@ pub(crate) struct Resolved {
     /// Host variables this client passes to its session (never logged).
     pub(crate) pass: Vec<(String, String)>,
     /// `--publish` forwards for a Domain this client starts.
-    pub(crate) publish: Vec<crate::ports::PortForward>,
+    pub(crate) publish: Vec<crate::config::ports::PortForward>,
     /// `--memory/--pids/--cpus` for a Domain this CLI starts.
     pub(crate) limit_overrides: String,
     /// `--root`: this client's session runs as root even when the profile
@@ -277,7 +277,8 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
     let paths = DomainPaths::new(&storage, &runtime, &domain_id);
-    let pass = crate::passenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    let pass =
+        crate::config::passenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
     Ok(Resolved {
         cfg,
         profile,
@@ -337,8 +338,8 @@ fn check_limits(r: &Resolved) -> Result<(), Failure> {
     if !explicit {
         return Ok(());
     }
-    match crate::cgroup::detect() {
-        crate::cgroup::Mechanism::Unavailable { why, fix } => Err(Failure::usage(format!(
+    match crate::storage::cgroup::detect() {
+        crate::storage::cgroup::Mechanism::Unavailable { why, fix } => Err(Failure::usage(format!(
             "profile {:?} sets resource limits but they cannot be enforced here: {why}. Fix: {fix} (see `lazaret doctor`)",
             r.profile.name
         ))),
@@ -349,7 +350,7 @@ fn check_limits(r: &Resolved) -> Result<(), Failure> {
 // ---- run ------------------------------------------------------------------------
 
 fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
-    let (opts, cmd) = crate::usage::split_run(raw);
+    let (opts, cmd) = crate::client::usage::split_run(raw);
     let mut args = pico_args::Arguments::from_vec(opts);
     let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
     let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
@@ -362,7 +363,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let publish = publish
         .iter()
         .map(|p| {
-            p.parse::<crate::ports::PortForward>()
+            p.parse::<crate::config::ports::PortForward>()
                 .map_err(|e| Failure::usage(format!("--publish {:?}: expected {e}", crate::display::escape(p))))
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -375,15 +376,15 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .collect::<Result<_, _>>()?;
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
-    r.pass =
-        crate::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok()).map_err(Failure::usage)?;
-    crate::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
+    r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())
+        .map_err(Failure::usage)?;
+    crate::config::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
     r.publish = publish;
     r.root = as_root;
-    r.limit_overrides = crate::cgroup::encode_overrides(&overrides);
+    r.limit_overrides = crate::storage::cgroup::encode_overrides(&overrides);
     check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
-    crate::netpolicy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
+    crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
     preflight(&r)?;
     // A missing image is bad input, reported before anything starts; a
@@ -409,7 +410,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // was going down as we joined. Start over (a bounded number of times).
     for _ in 0..5 {
         let stream = connect_or_start(&r, quiet)?;
-        crate::lifecycle::check_published(&r)?;
+        crate::client::lifecycle::check_published(&r)?;
         match session(stream, &r, argv.clone())? {
             Outcome::Exited(code) => return Ok(code),
             Outcome::Retry => std::thread::sleep(Duration::from_millis(20)),
@@ -464,7 +465,7 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
 }
 
 /// The Domain lock, if we win it on the file that is still at its path.
-pub(crate) fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
+fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
     domain::try_lock(path).map_err(|e| Failure::runtime(e.to_string()))
 }
 
@@ -474,20 +475,20 @@ fn check_disk(r: &Resolved) -> Result<(), Failure> {
     if r.profile.limits.disk.is_none() {
         return Ok(());
     }
-    let used = crate::cgroup::persisted_use(&r.paths.root);
-    match crate::cgroup::disk_verdict(used, r.profile.limits.disk, &r.profile.name) {
-        crate::cgroup::DiskVerdict::Ok => Ok(()),
-        crate::cgroup::DiskVerdict::Warn(m) => {
+    let used = crate::storage::cgroup::persisted_use(&r.paths.root);
+    match crate::storage::cgroup::disk_verdict(used, r.profile.limits.disk, &r.profile.name) {
+        crate::storage::cgroup::DiskVerdict::Ok => Ok(()),
+        crate::storage::cgroup::DiskVerdict::Warn(m) => {
             eprintln!("lazaret: warning: {m}");
             Ok(())
         }
-        crate::cgroup::DiskVerdict::Refuse(m) => Err(Failure::runtime(m)),
+        crate::storage::cgroup::DiskVerdict::Refuse(m) => Err(Failure::runtime(m)),
     }
 }
 
 /// Once per Domain start: nothing bounds the sandbox here.
 fn warn_unlimited(r: &Resolved) {
-    if let crate::cgroup::Mechanism::Unavailable { why, fix } = crate::cgroup::detect() {
+    if let crate::storage::cgroup::Mechanism::Unavailable { why, fix } = crate::storage::cgroup::detect() {
         eprintln!(
             "lazaret: warning: no resource limits for Domain {} ({why}); a runaway agent can exhaust this machine's memory, processes and CPU. Fix: {fix}",
             &r.domain_id[..8]
@@ -521,7 +522,7 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         // Only what Lazaret and its helpers read: passed keys and the rest
         // of the caller's environment stay out of long-lived processes.
         .env_clear()
-        .envs(crate::passenv::coordinator_env(std::env::vars_os(), &r.pass));
+        .envs(crate::config::passenv::coordinator_env(std::env::vars_os(), &r.pass));
     let (l, s) = (lock.as_raw_fd(), start_wr.as_raw_fd());
     // The extra fork detaches the coordinator so it is never our zombie.
     sys::ChildSetup::new()
@@ -800,7 +801,7 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             finish_args(args)?;
             refuse_root()?;
             if let Some(name) = name.filter(|n| n != "default") {
-                return crate::lifecycle::build_recipe(&name, quiet, if_missing);
+                return crate::client::lifecycle::build_recipe(&name, quiet, if_missing);
             }
             let storage = paths::storage_root()?;
             paths::ensure_private_dir(&storage)?;
@@ -823,9 +824,9 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             finish_args(args)?;
             refuse_root()?;
             let r = if sub == "list" {
-                crate::gc::cmd_list(json)
+                crate::storage::gc::cmd_list(json)
             } else {
-                crate::gc::cmd_prune(json, dry_run, all)
+                crate::storage::gc::cmd_prune(json, dry_run, all)
             };
             r.map_err(Failure::from)
         }
@@ -848,7 +849,7 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     finish_args(args)?;
     let r = resolve(profile, workspace)?;
     let published = r.paths.socket().exists();
-    crate::netcli::show(
+    crate::net::show::show(
         &r.cfg,
         &r.profile,
         &r.domain_id,
@@ -870,16 +871,16 @@ fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32>
         sigpipe_default();
         return None;
     }
-    let usage = crate::usage::of(cmd)?;
+    let usage = crate::client::usage::of(cmd)?;
     let opts: &[std::ffi::OsString] = if cmd == "run" {
-        &crate::usage::split_run(raw.to_vec()).0
+        &crate::client::usage::split_run(raw.to_vec()).0
     } else if cmd == "exec" {
         // `exec ID -- CMD --help` asks CMD.
         &raw[..raw.iter().position(|a| a == "--").unwrap_or(raw.len())]
     } else {
         raw
     };
-    if cmd != "help" && crate::usage::wants_help(opts) {
+    if cmd != "help" && crate::client::usage::wants_help(opts) {
         sigpipe_default();
         print!("{usage}");
         return Some(0);
@@ -917,7 +918,7 @@ pub(crate) fn warn_broken_profiles(cfg: &config::Config, except: Option<&str>) {
 /// Bad input a `run` can be refused for before anything starts (exit 2): a
 /// volume whose host path does not exist, an image path that is not there.
 fn preflight(r: &Resolved) -> Result<(), Failure> {
-    if let Some(v) = crate::guestsetup::missing_volume(&r.profile.volumes) {
+    if let Some(v) = crate::plan::guest::missing_volume(&r.profile.volumes) {
         return Err(Failure::usage(format!(
             "{}: profile {:?}: volume host path {} (for {}) does not exist: create it or fix `volumes`",
             r.cfg.path.display(),
@@ -935,7 +936,7 @@ fn preflight(r: &Resolved) -> Result<(), Failure> {
                 .join(image::artifact_id(&digest))
                 .join("rootfs");
             if rootfs.is_dir() {
-                crate::guestsetup::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist).map_err(
+                crate::plan::guest::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist).map_err(
                     |e| Failure::usage(format!("{}: profile {:?}: {e}", r.cfg.path.display(), r.profile.name)),
                 )?;
             }
@@ -964,7 +965,7 @@ fn cmd_doctor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
     let json = args.contains("--json");
     finish_args(args)?;
-    Ok(crate::doctor::run(json))
+    Ok(crate::client::doctor::run(json))
 }
 
 // ---- internal roles ------------------------------------------------------------------------

@@ -25,12 +25,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::image;
-use crate::paths::{self, DomainPaths};
+use crate::display::human_size;
 use crate::plan::Json;
-use crate::state::{self, StateError};
-use crate::statefs::human_size;
-use crate::store::Store;
+use crate::storage::image;
+use crate::storage::paths::{self, DomainPaths};
+use crate::storage::state::{self, StateError};
+use crate::storage::store::Store;
 
 pub const GC_LOCK: &str = ".gc.lock";
 
@@ -220,9 +220,9 @@ fn dirs() -> Result<(PathBuf, PathBuf)> {
 }
 
 /// What the current configuration's profiles refer to (kept by prune).
-fn referenced(storage: &Path) -> Result<crate::imagegc::Referenced> {
+fn referenced(storage: &Path) -> Result<crate::storage::imagegc::Referenced> {
     let cfg = crate::config::load(&crate::config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
-    Ok(crate::imagegc::referenced(&cfg, storage))
+    Ok(crate::storage::imagegc::referenced(&cfg, storage))
 }
 
 /// `images/import-*` layouts with their state and disk use.
@@ -242,7 +242,7 @@ fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
             p.join("index.json").is_file(),
             crate::sys::same_process,
         );
-        out.push((name, st, crate::cgroup::disk_use(&p)));
+        out.push((name, st, crate::storage::cgroup::disk_use(&p)));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
@@ -259,7 +259,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     // Image layouts (the built default and imports) and their disk use.
     let default = image::images_dir(&storage).join("default");
     if default.is_dir() {
-        let size = crate::cgroup::disk_use(&default);
+        let size = crate::storage::cgroup::disk_use(&default);
         arr.push(Json::Obj(vec![
             ("kind", Json::s("image")),
             ("name", Json::s("default")),
@@ -279,7 +279,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         .unwrap_or_default();
     recipes.sort();
     for name in recipes {
-        let size = crate::cgroup::disk_use(&image::images_dir(&storage).join(&name));
+        let size = crate::storage::cgroup::disk_use(&image::images_dir(&storage).join(&name));
         arr.push(Json::Obj(vec![
             ("kind", Json::s("image")),
             ("name", Json::s(&name)),
@@ -287,7 +287,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         ]));
         out.push_str(&format!(
             "image {}  {:>8}\n",
-            crate::statefs::fit(&name, 40),
+            crate::display::fit(&name, 40),
             human_size(size)
         ));
     }
@@ -322,7 +322,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
     for it in &items {
         match it {
             Item::Artifact { id, digest, source } => {
-                let size = crate::cgroup::disk_use(&lowers.join(id));
+                let size = crate::storage::cgroup::disk_use(&lowers.join(id));
                 let (doms, act) = l.by_artifact.get(id).cloned().unwrap_or_default();
                 arr.push(Json::Obj(vec![
                     ("kind", Json::s("artifact")),
@@ -354,48 +354,50 @@ pub fn cmd_list(json: bool) -> Result<i32> {
                 ]));
                 out.push_str(&format!(
                     "{}  being prepared{}\n",
-                    crate::statefs::fit(name, 50),
+                    crate::display::fit(name, 50),
                     if *live { "" } else { " (preparer is gone)" }
                 ));
             }
             Item::Trash(n) => {
                 arr.push(Json::Obj(vec![("kind", Json::s("trash")), ("name", Json::s(n))]));
-                out.push_str(&format!("{}  being deleted\n", crate::statefs::fit(n, 60)));
+                out.push_str(&format!("{}  being deleted\n", crate::display::fit(n, 60)));
             }
             Item::Foreign(n) => {
                 arr.push(Json::Obj(vec![("kind", Json::s("foreign")), ("name", Json::s(n))]));
                 out.push_str(&format!(
                     "{}  not Lazaret's: never touched\n",
-                    crate::statefs::fit(n, 50)
+                    crate::display::fit(n, 50)
                 ));
             }
         }
     }
-    for it in crate::imagegc::scan(&storage, &refs.imports) {
+    for it in crate::storage::imagegc::scan(&storage, &refs.imports) {
         // Imports are listed above, with their import state.
-        if let crate::imagegc::ImageItem::Import { .. } = it {
+        if let crate::storage::imagegc::ImageItem::Import { .. } = it {
             continue;
         }
         let (kind, what) = match &it {
-            crate::imagegc::ImageItem::Build { live: true, .. } => ("build", "image build in progress".to_string()),
-            crate::imagegc::ImageItem::Build { live: false, .. } => (
+            crate::storage::imagegc::ImageItem::Build { live: true, .. } => {
+                ("build", "image build in progress".to_string())
+            }
+            crate::storage::imagegc::ImageItem::Build { live: false, .. } => (
                 "build",
                 "interrupted image build (builder is gone): `image prune` removes it".to_string(),
             ),
-            crate::imagegc::ImageItem::Old { .. } => (
+            crate::storage::imagegc::ImageItem::Old { .. } => (
                 "old",
                 "old image left by an interrupted rebuild: `image prune` removes it".to_string(),
             ),
-            crate::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => (
+            crate::storage::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => (
                 "import",
                 "imported image no profile uses: `image prune` removes it".to_string(),
             ),
-            crate::imagegc::ImageItem::Import { profiles, .. } => {
+            crate::storage::imagegc::ImageItem::Import { profiles, .. } => {
                 ("import", format!("imported image of profile {}", profiles.join(", ")))
             }
         };
         let path = image::images_dir(&storage).join(it.name());
-        let size = crate::cgroup::disk_use(&path);
+        let size = crate::storage::cgroup::disk_use(&path);
         arr.push(Json::Obj(vec![
             ("kind", Json::s(kind)),
             ("name", Json::s(it.name())),
@@ -405,7 +407,7 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         ]));
         out.push_str(&format!(
             "images/{}  {:>8}  {what}\n",
-            crate::statefs::fit(it.name(), 40),
+            crate::display::fit(it.name(), 40),
             human_size(size)
         ));
     }
@@ -490,16 +492,16 @@ pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
             Item::Foreign(_) => {}
         }
     }
-    for it in crate::imagegc::scan(&storage, &refs.imports) {
+    for it in crate::storage::imagegc::scan(&storage, &refs.imports) {
         if import_done.contains(it.name()) {
             continue;
         }
         if it.removable() {
             if !dry_run {
-                crate::imagegc::remove(&storage, &it);
+                crate::storage::imagegc::remove(&storage, &it);
             }
             removed.push(format!("images/{}", it.name()));
-        } else if let crate::imagegc::ImageItem::Build { .. } = it {
+        } else if let crate::storage::imagegc::ImageItem::Build { .. } = it {
             kept.push(format!("images/{}", it.name()));
         }
     }

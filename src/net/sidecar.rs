@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use crate::config::{Config, Profile};
 use crate::domain::random_id;
-use crate::netns;
-use crate::netpolicy::{self, Policy};
+use crate::net::install as netns;
+use crate::net::policy::{self as netpolicy, Policy};
 use crate::plan::{self, BindMount};
-use crate::store::{NetworkReadiness, Store};
+use crate::storage::store::{NetworkReadiness, Store};
 use crate::sys;
 use crate::wire::plan::PlanMsg;
 use crate::wire::supervisor::StatusMsg;

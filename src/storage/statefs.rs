@@ -31,8 +31,8 @@ use std::process::{Command, Stdio};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
-use crate::anchor::{self, Driver};
 use crate::plan;
+use crate::storage::anchor::{self, Driver};
 use crate::wire::helper::{HelperCmd, HelperMsg, HelperReceiver};
 
 /// Helper namespace id of guest uid/gid 1.
@@ -41,13 +41,7 @@ const MAX_DEPTH: usize = 200;
 
 // ---- what the helper reports -----------------------------------------------------
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Added,
-    Modified,
-    Deleted,
-    Opaque,
-}
+pub use crate::wire::helper::{Entry, Finding, Kind, Op};
 
 impl Kind {
     pub fn name(self) -> &'static str {
@@ -58,30 +52,6 @@ impl Kind {
             Kind::Opaque => "opaque",
         }
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
-    pub key: String,
-    pub kind: Kind,
-    /// `file`, `dir`, `symlink`, `fifo`, `socket`, `whiteout`, `other`.
-    pub ftype: String,
-    pub mode: u32,
-    /// Guest ids; `None` for an owner outside the user's ranges.
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub size: u64,
-    /// Path below the persistent path (`local/bin/tool`).
-    pub path: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    pub key: String,
-    /// `error` or `warning`.
-    pub level: String,
-    pub path: String,
-    pub message: String,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -109,19 +79,6 @@ pub fn collect_report(msgs: Vec<HelperMsg>) -> Report {
 }
 
 // ---- the parent's side -----------------------------------------------------------
-
-/// One operation for the helper. Names are relative to `DOMAIN_ROOT/anchor`
-/// (or to the Domain Root for `Size` of `ignored`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Walk `KEY/upper` against the lower at the key's guest path.
-    Walk { key: String, driver: Driver },
-    /// Total size of `anchor/NAME` (or of the Domain Root's `NAME` when
-    /// `in_root`).
-    Size { name: String, in_root: bool },
-    /// Delete `anchor/NAME`, a `.trash-*` tree.
-    Remove { name: String },
-}
 
 /// Runs `ops` in a fresh state helper and returns what it reported.
 pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -> Result<Report, String> {
@@ -154,7 +111,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         let _ = child.wait();
         return Err(e);
     }
-    let _ = crate::ipc::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
+    let _ = crate::wire::client::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
     drop(stdin);
     let report = out.wait_for_report();
     let st = child.wait().map_err(|e| format!("state helper: {e}"))?;
@@ -178,7 +135,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
 fn write_helper_maps(pid: i32) -> Result<(), String> {
     let uid = crate::sys::getuid();
     let gid = crate::sys::getgid();
-    let name = crate::hostenv::user_name(uid).unwrap_or_default();
+    let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
@@ -222,7 +179,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
         Some(v)
     };
     let Some(root) = take("--root") else {
-        let _ = crate::ipc::send(
+        let _ = crate::wire::client::send(
             &mut io::stdout(),
             &HelperMsg::Failed {
                 message: "missing --root".into(),
@@ -234,16 +191,16 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if crate::sys::unshare(crate::sys::CLONE_NEWUSER).is_err() {
-        let _ = crate::ipc::send(&mut out, &HelperMsg::NoUserns);
+        let _ = crate::wire::client::send(&mut out, &HelperMsg::NoUserns);
         return 1;
     }
-    let _ = crate::ipc::send(&mut out, &HelperMsg::Userns);
+    let _ = crate::wire::client::send(&mut out, &HelperMsg::Userns);
     let _ = out.flush();
     let Some(ops) = crate::wire::helper::wait_for_mapped(&mut io::stdin()) else {
         return 1;
     };
     let fail = |out: &mut io::StdoutLock, message: String| {
-        let _ = crate::ipc::send(out, &HelperMsg::Failed { message });
+        let _ = crate::wire::client::send(out, &HelperMsg::Failed { message });
         1
     };
     if let Err(e) = crate::sys::become_ns_root() {
@@ -323,7 +280,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     Some(a) => remove_tree_at(a, &name),
                     None => Ok(()),
                 };
-                let _ = crate::ipc::send(&mut out, &HelperMsg::Removed { name, error: res.err() });
+                let _ = crate::wire::client::send(&mut out, &HelperMsg::Removed { name, error: res.err() });
             }
         }
     }
@@ -331,7 +288,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
 }
 
 fn size(out: &mut io::StdoutLock, key: String, entries: u64, bytes: u64) {
-    let _ = crate::ipc::send(out, &HelperMsg::Size { key, entries, bytes });
+    let _ = crate::wire::client::send(out, &HelperMsg::Size { key, entries, bytes });
 }
 
 fn open_path_nofollow(base: &OwnedFd, guest: &str) -> Option<OwnedFd> {
@@ -432,7 +389,7 @@ impl Walker<'_, '_> {
             path: path.into(),
             message: msg.into(),
         };
-        let _ = crate::ipc::send(self.out, &HelperMsg::Finding(f));
+        let _ = crate::wire::client::send(self.out, &HelperMsg::Finding(f));
     }
 
     fn entry(&mut self, kind: Kind, ft: &str, st: &Stat, path: &str) {
@@ -446,7 +403,7 @@ impl Walker<'_, '_> {
             size: st.st_size as u64,
             path: path.into(),
         };
-        let _ = crate::ipc::send(self.out, &HelperMsg::Entry(e));
+        let _ = crate::wire::client::send(self.out, &HelperMsg::Entry(e));
     }
 
     /// Checks one entry's metadata; returns whether its xattrs mark an
@@ -717,14 +674,10 @@ fn empty_dir(top: &OwnedFd, dir: &OwnedFd, depth: usize, moved: &mut u64) -> io:
     Ok(empty)
 }
 
-/// Moved to [`crate::display`]; kept so callers of `statefs::fit` and
-/// `statefs::human_size` still build.
-#[allow(unused_imports)]
-pub use crate::display::{fit, human_size};
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::display::{fit, human_size};
 
     #[test]
     fn report_frames_collect_with_odd_names() {

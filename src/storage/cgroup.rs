@@ -210,12 +210,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgMount> {
             let post: Vec<&str> = post.split(' ').collect();
             let fstype = *post.first()?;
             let (root, mp) = (*pre.get(3)?, *pre.get(4)?);
-            let mountpoint = PathBuf::from(crate::nospace::unescape_mountinfo(mp));
+            let mountpoint = PathBuf::from(crate::storage::nospace::unescape_mountinfo(mp));
             match fstype {
                 "cgroup2" => Some(CgMount {
                     v2: true,
                     controllers: Vec::new(),
-                    root: crate::nospace::unescape_mountinfo(root),
+                    root: crate::storage::nospace::unescape_mountinfo(root),
                     mountpoint,
                 }),
                 "cgroup" => Some(CgMount {
@@ -226,7 +226,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<CgMount> {
                         .filter(|o| !matches!(*o, "rw" | "ro") && !o.contains('='))
                         .map(String::from)
                         .collect(),
-                    root: crate::nospace::unescape_mountinfo(root),
+                    root: crate::storage::nospace::unescape_mountinfo(root),
                     mountpoint,
                 }),
                 _ => None,
@@ -812,7 +812,7 @@ pub fn disk_use(p: &Path) -> u64 {
 
 /// The persisted state of a Domain: State Anchor uppers and ignored state.
 pub fn persisted_use(domain_root: &Path) -> u64 {
-    disk_use(&domain_root.join(crate::anchor::ANCHOR_DIR)) + disk_use(&domain_root.join("ignored"))
+    disk_use(&domain_root.join(crate::storage::anchor::ANCHOR_DIR)) + disk_use(&domain_root.join("ignored"))
 }
 
 /// What a start does about the `disk` cap: refuse at or over it, warn

@@ -1,0 +1,30 @@
+//! Lazaret's library: a daemonless CLI that runs AI coding agents inside a rootless
+//! gVisor sandbox per (agent profile, workspace). See ARCHITECTURE.md.
+//!
+//! One folder per process role (client, coordinator, supervisor), the
+//! parts they share (config, plan, wire, storage, view, net) and the thin
+//! syscall layer (sys). The binaries are thin: `src/main.rs` (the
+//! `lazaret` CLI and every host-side role) and `bin/` (the sandbox side).
+
+mod client;
+mod config;
+mod coordinator;
+pub mod display;
+mod domain;
+pub mod escalation;
+mod net;
+mod plan;
+mod storage;
+mod supervisor;
+mod sys;
+mod view;
+mod wire;
+
+/// The `lazaret` binary: parses the command line and runs it.
+pub fn main() -> i32 {
+    client::cli::main()
+}
+
+// For the sandbox-side binaries (bin/): the pure modules they share
+// (`display` and `escalation` above, and the Trust Anchor's session side).
+pub use crate::coordinator::trust;

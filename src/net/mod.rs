@@ -1,0 +1,8 @@
+//! The Network Sidecar: the derived policy (pure), its install in the
+//! generation's namespaces (Runtime Supervisor side), the coordinator's side
+//! of the role, and `lazaret net show`.
+
+pub mod install;
+pub mod policy;
+pub mod show;
+pub mod sidecar;

@@ -1,0 +1,10 @@
+//! The workspace view: the filtering FUSE filesystem the Runtime Supervisor
+//! serves at `/workspace`, its change tracking, and the rules it enforces
+//! (Git Sentry, repository shape, ignored workspace state).
+
+pub mod counts;
+pub mod fs;
+pub mod gitshape;
+pub mod ignored;
+pub mod sentry;
+pub mod watch;
