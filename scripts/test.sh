@@ -16,6 +16,15 @@ user=${LAZARET_TEST_USER:-lazaret-test}
 ensure_user "$user"
 export LAZARET_TEST_USER=$user
 
+# Earlier runs' leftovers in the dedicated test user's home: the harness's
+# workspaces and config dirs (`it-*`) and the Domains they made. Nothing
+# else of that user is touched (its images and lowers are kept).
+home=$(getent passwd "$user" | cut -d: -f6)
+if [ -n "$home" ] && [ -d "$home" ] && [ "$home" != / ]; then
+    find "$home" -maxdepth 1 -name 'it-*' -exec rm -rf {} +
+    rm -rf "$home/.local/share/lazaret/domains"
+fi
+
 # The test-only fault switch (LAZARET_FAULT) is compiled in for the tests.
 use_cargo "$PWD"
 # Style gate: cheap, so it runs before the build.
