@@ -8,7 +8,7 @@
 //! in-sandbox tool:
 //!   `init signal-session SID SIG`  signal every process of guest session SID
 //!   `init signal-group PGID SIG`   signal one guest process group
-//!   `init probe KEY=VALUE...`      the pre-publication network probe (FR-20),
+//!   `init probe KEY=VALUE...`      the pre-publication network probe,
 //!                                  from the sandbox's own network view
 //!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
 //!                                  home, made when missing (bin/usersetup.rs)

@@ -1,4 +1,4 @@
-//! The pre-publication network probe (FR-20), run inside the sandbox by
+//! The pre-publication network probe, run inside the sandbox by
 //! the Host Coordinator through `runsc exec … /.lazaret/init probe`.
 //!
 //! Arguments (built by `netpolicy::Policy::probe_args`):

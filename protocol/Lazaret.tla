@@ -2,14 +2,14 @@
 (***************************************************************************)
 (* Lifecycle and communication model of one Lazaret Domain.               *)
 (*                                                                         *)
-(* This module is normative for SPEC.md section 13.  It describes what the *)
+(* This module is normative for the Domain protocol. It describes what the *)
 (* Session Coordinator (Host Coordinator + Runtime Supervisor + attached   *)
 (* runsc), the Client CLIs, the untrusted Agent Sandbox and the developer  *)
 (* may do, in which order, and what must always (or eventually) be true.   *)
 (*                                                                         *)
 (* Scope and abstractions                                                  *)
 (*  - One Domain.  Every variable below is per Domain and no action reads  *)
-(*    another Domain's state, so cross-Domain isolation (SR-11) holds by   *)
+(*    another Domain's state, so cross-Domain isolation holds by           *)
 (*    construction; checking one Domain is enough.                         *)
 (*  - A Domain generation is not numbered.  Only one generation is live at *)
 (*    a time; the durable intent records and the prepared-lower lease      *)
@@ -390,7 +390,7 @@ Revisit(c) == Orphaned /\ Reinvoke(c)
 (*   -> policy -> readiness attestation -> sandbox -> probe -> publish    *)
 (***************************************************************************)
 
-\* Only the lock holder's coordinator opens the durable store (FR-17).
+\* Only the lock holder's coordinator opens the durable store.
 OpenStore ==
     /\ phase \in {"Starting", "Recovering"}
     /\ CoordinatorAlive
@@ -985,7 +985,7 @@ ExclusiveBootstrap ==
     /\ phase = "Absent" => lock = NoCli
     /\ \A c \in CLIs : cli[c] = "Spawning" => c = lock
 
-\* FR-17: only the lock-holding coordinator has the store open.
+\* Only the lock-holding coordinator has the store open.
 StoreOnlyByLockHolder ==
     storeOwner # NoCli => (storeOwner = lock /\ storeOwner \in hc)
 
@@ -999,7 +999,7 @@ StartupOrdering ==
     /\ phase \in {"Starting", "Ready"} /\ intent["netns"] => trust
 
 \* Enforcement netns, then helper, then policy, then attested readiness,
-\* and only then the sandbox (SR-5).
+\* and only then the sandbox.
 OrderedNetworkStartup ==
     /\ res["helper"] => res["netns"]
     /\ policy => res["netns"]
@@ -1038,7 +1038,7 @@ AuthenticatedRequestsOnly ==
         /\ reqClaim[r] = TupleOf(Owner(r))
 
 \* Generation component ids are distinct per role, never a Client CLI ID,
-\* and network readiness is keyed by the Network Sidecar role id (SR-16/17).
+\* and network readiness is keyed by the Network Sidecar role id.
 RoleIdentitySeparation ==
     /\ domainCfg # NoCfg =>
           /\ \A x, y \in Roles : x # y => compIds[x] # compIds[y]
@@ -1068,7 +1068,7 @@ HostExecutionAuthorized ==
         /\ approval[r] = "Developer" => decidedBy[r] = Owner(r)
         /\ approval[r] = "Auto" => runCmd[r] = reqCmd[r]
 
-\* SR-8: auto-approval only for an exact rule match that needs no shell.
+\* Auto-approval only for an exact rule match that needs no shell.
 AutoApprovalWithoutShell ==
     \A r \in Requests : approval[r] = "Auto" /\ reqPhase[r] = "Executing" =>
         /\ runCmd[r] = reqCmd[r]
@@ -1169,7 +1169,7 @@ ResultDeliveryConsistency ==
 (* Liveness                                                                *)
 (***************************************************************************)
 
-\* OR-2: every accepted request ends: its result is delivered, or it is
+\* Every accepted request ends: its result is delivered, or it is
 \* abandoned because its session went away.
 RequestEventuallyResolves ==
     \A r \in Requests : reqPhase[r] \in AcceptedPhases ~> reqPhase[r] \in ClosedPhases
@@ -1180,7 +1180,7 @@ RequestEventuallyResolves ==
 PromptRestoresTerminal ==
     \A c \in CLIs : term[c] \in Requests ~> term[c] \in {"Sandbox", "None"}
 
-\* FR-6: a live Domain with no session stops, unless a session arrives.
+\* A live Domain with no session stops, unless a session arrives.
 EmptyDomainStops ==
     (phase \in {"Ready", "Stopping"} /\ Registered = {})
         ~> (phase = "Absent" \/ Registered # {})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Network benchmark, one invocation (issue 6, acceptance 7):
+# Network benchmark, one invocation:
 #  1. cold start `lazaret run -- true` with the network (slirp4netns, policy,
 #     probe) vs a profile with `network.mode = "none"`;
 #  2. TCP throughput of 256 MiB over one connection, sandbox -> test host vs

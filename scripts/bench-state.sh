@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (issue 4, item 9): a rootfs-heavy workload inside one session,
+# Benchmark: a rootfs-heavy workload inside one session,
 # with the State Anchor (kernel overlayfs, and fuse-overlayfs) against the
 # bare prepared lower (`persist = []`: the whole rootfs is the lower under
 # runsc's sandbox-local memory overlay). One invocation; prints medians of
@@ -89,4 +89,4 @@ printf '%-34s %11s ms %8s %13s us %8s\n' "bare prepared lower (persist = [])" "$
 printf '%-34s %11s ms %8s %13s us %8s\n' "State Anchor, kernel overlayfs" "$kernel" "$(ratio "$kernel" "$bare")" "$kernel1" "$(ratio "$kernel1" "$bare1")"
 printf '%-34s %11s ms %8s %13s us %8s\n' "State Anchor, fuse-overlayfs" "$fuse" "$(ratio "$fuse" "$bare")" "$fuse1" "$(ratio "$fuse1" "$bare1")"
 echo "drivers recorded per profile: $drv"
-echo "default driver: fuse-overlayfs (spec), kernel overlayfs (userxattr) as fallback; target ratio <= 1.20"
+echo "default driver: kernel overlayfs (userxattr), fuse-overlayfs as fallback; target ratio <= 1.20"

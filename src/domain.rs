@@ -1,4 +1,4 @@
-//! Domains: the scope of one (profile, canonical workspace) pair (FR-1).
+//! Domains: the scope of one (profile, canonical workspace) pair.
 
 use std::fmt;
 use std::io;

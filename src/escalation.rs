@@ -405,7 +405,7 @@ fn b64_decode(s: &str) -> Option<Vec<u8>> {
 }
 
 /// Programs that run a command string (shells, interpreters, and wrappers
-/// that run another program): never auto-approved (SR-8). Matched on the
+/// that run another program): never auto-approved. Matched on the
 /// base name without a version suffix (`python3.12` is `python`).
 const COMMAND_RUNNERS: &[&str] = &[
     "sh",
@@ -528,7 +528,7 @@ pub fn parse_answer(line: &str) -> Option<Answer> {
 // ---- rules and display -------------------------------------------------------------
 
 /// An auto-approval rule matches its argv exactly, or as a prefix when it
-/// allows trailing arguments. Never a shell, never a pattern (SR-8).
+/// allows trailing arguments. Never a shell, never a pattern.
 pub fn rule_matches(rule_argv: &[String], allow_trailing: bool, argv: &[String]) -> bool {
     if allow_trailing {
         argv.len() >= rule_argv.len() && argv[..rule_argv.len()] == *rule_argv

@@ -219,7 +219,7 @@ pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Lazaret never runs a sandbox as host root (SR-1).
+/// Lazaret never runs a sandbox as host root.
 pub(crate) fn refuse_root() -> Result<(), Failure> {
     if sys::geteuid() == 0 || sys::getuid() == 0 {
         return Err(Failure::usage(
@@ -425,7 +425,7 @@ pub(crate) enum Outcome {
 }
 
 /// Joins the published coordinator, or becomes the one that starts it by
-/// winning the Domain lock. Losers wait for publication (OR-1).
+/// winning the Domain lock. Losers wait for publication.
 fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
     r.paths.ensure()?;
     let deadline = Instant::now() + Duration::from_secs(180);

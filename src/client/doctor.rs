@@ -12,7 +12,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// Oldest runsc release Lazaret supports (see PLATFORM.md §1).
+/// Oldest runsc release Lazaret supports.
 pub const MIN_RUNSC_DATE: u32 = 20240729;
 /// Size of the subordinate id range Lazaret maps (1..=65536 inside).
 const SUBID_COUNT: u64 = 65536;

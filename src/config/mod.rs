@@ -426,9 +426,9 @@ pub enum ConfigError {
         name: String,
         known: Vec<String>,
     },
-    /// SR-2: the config file is inside the workspace.
+    /// The config file is inside the workspace.
     InsideWorkspace { path: PathBuf, workspace: PathBuf },
-    /// SR-2: the config file is under a volume's host path.
+    /// The config file is under a volume's host path.
     InsideVolume {
         path: PathBuf,
         host: PathBuf,
@@ -495,7 +495,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
     Schema { file: path }.config(&root)
 }
 
-/// SR-2: refuses a config file that the sandbox could modify, i.e. one that
+/// Refuses a config file that the sandbox could modify, i.e. one that
 /// (after resolving symlinks of the existing part of each path) lies inside
 /// `workspace` or under the host path of any volume.
 pub fn check_location(config_path: &Path, workspace: &Path, volumes: &[Volume]) -> Result<(), ConfigError> {
@@ -1313,7 +1313,7 @@ impl Schema<'_> {
             }
             _ => {}
         }
-        // SR-8: a command that needs a shell is never auto-approved.
+        // A command that needs a shell is never auto-approved.
         if let Some(runner) = crate::escalation::command_runner(argv[0].1) {
             return Err(self.invalid(
                 argv[0].0,

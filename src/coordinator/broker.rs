@@ -559,7 +559,7 @@ impl Broker {
     /// Ends one run: kill its process group, reap, deliver the result.
     fn finish(&mut self, id: &str, status: Status) {
         let Some(mut r) = self.runs.remove(id) else { return };
-        // INVARIANT: no host process outlives its request (OR-3).
+        // INVARIANT: no host process outlives its request.
         let _ = sys::killpg(r.pgid, sys::SIGKILL);
         let _ = r.child.kill();
         let _ = r.child.wait();

@@ -7,7 +7,7 @@
 //! session and the `runsc exec` client behind it, and tears everything down
 //! when the last session leaves.
 //!
-//! Startup order (SPEC §5): lock → store → recover leftovers → generation +
+//! Startup order: lock → store → recover leftovers → generation +
 //! component ids → lower prepared and leased → bundle → supervisor
 //! (namespaces, runsc) → ready → publish. Nothing is joinable before publish.
 
@@ -113,7 +113,7 @@ pub fn main(args: Args) -> i32 {
     let code = hc.run();
     hc.teardown();
     let paths = hc.paths.clone();
-    // INVARIANT: the store is closed before the lock can pass on (FR-17).
+    // INVARIANT: the store is closed before the lock can pass on.
     drop(hc);
     let _ = std::fs::remove_file(paths.log());
     // The lock file goes last, while we still hold the lock; a CLI that
@@ -720,7 +720,7 @@ impl Coordinator {
         self.oom_reason().unwrap_or_else(sandbox_lost_reason)
     }
 
-    /// FR-18/FR-20 before publication: observed readiness and the probe
+    /// Before publication: observed readiness and the probe
     /// from inside the sandbox; records the readiness fingerprint.
     fn verify_network(&mut self) -> Result<(), String> {
         let sup_pid = self.sup.as_ref().map_or(0, |s| s.child.id() as i32);
@@ -1713,7 +1713,7 @@ impl Coordinator {
     }
 
     /// The guest reads the new size from its terminal but gets no SIGWINCH
-    /// by itself (PLATFORM §3): signal the session's guest processes.
+    /// by itself: signal the session's guest processes.
     fn deliver_winch(&mut self, skey: u64) {
         let Some(s) = self.sessions.get(&skey) else { return };
         if !s.winch_pending {
@@ -2054,7 +2054,7 @@ fn write_id_maps(pid: i32) -> Result<(), String> {
 /// processes whose pid *and* start time we recorded, then mark it.
 fn recover(store: &Store, dp: &DomainPaths) {
     let Ok(mut list) = store.unreleased() else { return };
-    // Recovery order (SPEC §5): the sandbox first, then the network helper,
+    // Recovery order: the sandbox first, then the network helper,
     // then the supervisor that held the namespaces and mounts.
     let rank = |o: &crate::storage::store::Owned| match (o.kind.as_str(), o.name.as_str()) {
         ("process", "runsc-run") => 0,

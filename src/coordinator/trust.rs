@@ -1,5 +1,5 @@
 //! The Trust Anchor: an ephemeral per-generation certificate authority held
-//! by the Host Coordinator in memory only (SR-9). It issues role-bound
+//! by the Host Coordinator in memory only. It issues role-bound
 //! certificates whose identity is one subjectAltName URI:
 //!
 //!   `lazaret:ROLE/DOMAIN/GENERATION/PROFILE/COMPONENT[/SESSION]`

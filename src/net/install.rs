@@ -1,7 +1,7 @@
 //! The Network Sidecar role's install path, run by the Runtime Supervisor
-//! (SPEC §9): the generation's sandbox and router network namespaces, the
+//! the generation's sandbox and router network namespaces, the
 //! veth between them, slirp4netns on the router, the routes of the install
-//! plan, and the read-back of what the kernel actually holds (FR-18).
+//! plan, and the read-back of what the kernel actually holds.
 //!
 //! Topology (docs/network.md): gVisor runs in the *sandbox namespace*,
 //! whose only NIC is `lzr0` with one route, `default via 169.254.255.2`.
@@ -15,7 +15,7 @@
 //!
 //! Route and link changes shell out to iproute2 (`ip -batch -`, one process
 //! per namespace and step) rather than speaking rtnetlink: the commands are
-//! the ones PLATFORM §4 and §10 verified, they are easy to read in a log,
+//! ones verified on the supported hosts, they are easy to read in a log,
 //! and the read-back parses `ip route` output that a human can compare.
 //! Namespaces are joined with `setns` in the child before exec (the
 //! supervisor is root of the user namespace that owns both namespaces).
@@ -132,7 +132,7 @@ fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool)
         }
         if mask_core {
             // runsc ≤ 20240729 takes any netns in which this directory has
-            // rmem_default for the host's (PLATFORM §2). The mount must be
+            // rmem_default for the host's. The mount must be
             // made from inside the namespace: /proc/sys/net is per netns.
             sys::mount("lzmask", Path::new("/proc/sys/net/core"), "tmpfs", 0, Some("size=16k"))?;
         }
@@ -150,8 +150,8 @@ fn ethtool_set(ns: &OwnedFd, name: &str, cmd: u32, on: bool) -> Result<(), Strin
     sys::in_netns(ns, move || sys::ethtool_set(&owned, cmd, on)).map_err(|e| format!("ethtool on {name}: {e}"))
 }
 
-/// IPv6 off for every interface that exists or will be created (PLATFORM
-/// §4: then no inet6 address is left for gVisor to take).
+/// IPv6 off for every interface that exists or will be created:
+/// then no inet6 address is left for gVisor to take.
 const IPV6_OFF: [(&str, &str); 2] = [
     ("ipv6/conf/all/disable_ipv6", "1"),
     ("ipv6/conf/default/disable_ipv6", "1"),
@@ -374,7 +374,7 @@ fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
     Ok(lookups.len())
 }
 
-/// FR-18 from observed state: the router's table against the plan and its
+/// Readiness from observed state: the router's table against the plan and its
 /// own decision for a sample of every planned route, the sandbox's table,
 /// no IPv6 address, and the helper alive.
 fn attest(net: &Network, expected: &Plan) -> Result<(), String> {

@@ -1,8 +1,8 @@
-//! The derived network policy (FR-19) and everything about it that is pure:
+//! The derived network policy and everything about it that is pure:
 //! derivation from trusted config (and the host's own addresses), the
 //! install plan handed to the Runtime Supervisor, the read-back checks of
-//! installed routes (FR-18), the router's route-lookup attestation, the
-//! probe's sample addresses (FR-20), digests and the readiness fingerprint.
+//! installed routes, the router's route-lookup attestation, the
+//! probe's sample addresses, digests and the readiness fingerprint.
 //!
 //! Where a decision is enforced (docs/network.md). The sandbox (gVisor's
 //! netstack) has one NIC, `lzr0`, and one route: `default via
@@ -955,7 +955,7 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// FR-18: digest over Domain ID, generation, config fingerprint, Network
+/// Digest over Domain ID, generation, config fingerprint, Network
 /// Sidecar ID, policy digest and the identities of the sandbox's and the
 /// router's network namespaces (length-prefixed fields).
 pub fn readiness_fingerprint(

@@ -1,9 +1,9 @@
-//! The Network Sidecar role on the Host Coordinator's side (SPEC §9): it
+//! The Network Sidecar role on the Host Coordinator's side: it
 //! derives the policy from trusted config, hands the install plan to the
 //! Runtime Supervisor, owns the slirp4netns record, runs the
-//! pre-publication probe inside the sandbox (FR-20) and records the network
-//! readiness fingerprint (FR-18). The Network Sidecar ID is a random role
-//! id minted here, never a helper pid (SR-17).
+//! pre-publication probe inside the sandbox and records the network
+//! readiness fingerprint. The Network Sidecar ID is a random role
+//! id minted here, never a helper pid.
 //!
 //! The coordinator calls, in order: [`NetRole::new`] (with the config),
 //! [`NetRole::prepare`] (writes `gen/netplan` and `gen/resolv.conf`),

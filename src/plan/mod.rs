@@ -14,7 +14,7 @@ pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr
 
 /// Capabilities no sandboxed process ever gets, whatever the profile says
 /// (the profile can only narrow `config::DEFAULT_CAPS`). CAP_NET_ADMIN
-/// (SR-5) would let the sandbox reroute around denies; CAP_NET_RAW forge
+/// would let the sandbox reroute around denies; CAP_NET_RAW forge
 /// packets; CAP_SYS_ADMIN and CAP_SYS_PTRACE widen gVisor's own attack
 /// surface. See docs/threat-model.md.
 pub const FORBIDDEN_CAPS: &[&str] = &["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"];
@@ -164,7 +164,7 @@ fn mount(dest: &str, typ: &str, source: &str, options: &[&str]) -> Json {
 /// The `config.json` for `runsc run`. The root process is Lazaret's init,
 /// which only reaps; sessions arrive by `runsc exec`. The root process stays
 /// terminal-neutral. No user namespace in the spec: the supervisor already
-/// runs inside one, and runsc refuses umoci's mappings (PLATFORM §2).
+/// runs inside one, and runsc refuses umoci's mappings.
 pub fn sandbox_config(p: &SandboxPlan) -> String {
     let mut mounts = vec![
         mount("/proc", "proc", "proc", &[]),

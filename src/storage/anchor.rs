@@ -1,5 +1,5 @@
 //! The State Anchor: per-Domain persistent upper layers over the prepared
-//! lower, one overlay per persistent guest path (FR-4, SPEC §8).
+//! lower, one overlay per persistent guest path.
 //!
 //! On-disk layout in the Domain Root (host-only, 0700):
 //!
@@ -25,12 +25,12 @@
 //! guest path. Everything else of the root filesystem stays in runsc's
 //! sandbox-local memory overlay and vanishes at teardown.
 //!
-//! Driver: fuse-overlayfs (the spec's; one `-f` child of the supervisor per
-//! path, with PDEATHSIG), kernel overlayfs with `userxattr` (works in a user
-//! namespace since Linux 5.11) when fuse-overlayfs cannot mount. The
-//! benchmark (docs/state.md) did not show the kernel driver faster under
-//! gVisor. An upper keeps the driver it was created with: the two record
-//! opaque directories differently.
+//! Driver: kernel overlayfs with `userxattr` (the default: it reports a full
+//! disk to the writer; works in a user namespace since Linux 5.11), else
+//! fuse-overlayfs (one `-f` child of the supervisor per path, with
+//! PDEATHSIG) when the kernel overlay cannot mount ([`preferred_driver`],
+//! docs/state.md). An upper keeps the driver it was created with: the two
+//! record opaque directories differently.
 
 use std::fmt;
 use std::io;

@@ -1,8 +1,8 @@
-//! `lazaret image list|prune`: prepared lowers and their leases (OR-7).
+//! `lazaret image list|prune`: prepared lowers and their leases.
 //!
 //! An artifact is reclaimed only when no Domain holds an unreleased lease
 //! on it. Finding that out needs every Domain's store, and only the holder
-//! of a Domain's lock may open its store (FR-17): prune takes each Domain's
+//! of a Domain's lock may open its store: prune takes each Domain's
 //! lock without blocking. A Domain whose lock is held (or that is
 //! published) is active; its artifact is the one its coordinator recorded
 //! in `domain.json` before it leased and used it.

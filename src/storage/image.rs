@@ -1,4 +1,4 @@
-//! Base images and prepared lowers (FR-22, SR-15).
+//! Base images and prepared lowers.
 //!
 //! The default image is built locally: a debootstrap minbase of the host's
 //! Debian release, run inside a user namespace with the user's subordinate

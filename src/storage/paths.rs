@@ -1,5 +1,5 @@
 //! Where Lazaret keeps things on the host, and the checks that make those
-//! places host-private (SR-10).
+//! places host-private.
 //!
 //! Storage Root (`$XDG_DATA_HOME/lazaret`, else `~/.local/share/lazaret`):
 //!   images/NAME/          OCI layouts Lazaret built (the default image)
@@ -147,7 +147,7 @@ impl DomainPaths {
     pub fn runsc_root(&self) -> PathBuf {
         self.run.join("runsc")
     }
-    /// Per-Domain storage shown at Git-ignored workspace paths (SR-13).
+    /// Per-Domain storage shown at Git-ignored workspace paths.
     pub fn ignored_dir(&self) -> PathBuf {
         self.root.join("ignored")
     }

@@ -1,8 +1,8 @@
-//! `lazaret state list|inspect|verify|reset` (FR-11, SR-14, DX-6, OR-5) and
+//! `lazaret state list|inspect|verify|reset` and
 //! the Domain metadata file they resolve Domains through.
 //!
 //! Domains are chosen by `--profile`/`--workspace` (the Domain ID is
-//! derived, FR-1) or by `--domain ID` as `list` prints it; never by a
+//! derived) or by `--domain ID` as `list` prints it; never by a
 //! filesystem path. What a Domain is (profile, workspace, persistent
 //! paths, lower) comes from `DOMAIN_ROOT/domain.json`, written only by the
 //! Host Coordinator into the host-only Domain Root.
@@ -271,7 +271,7 @@ pub fn is_active(p: &DomainPaths) -> bool {
     !matches!(domain::try_lock(&p.lock()), Ok(Some(_)))
 }
 
-/// The Domain lock, held for maintenance (SR-14): refused when a
+/// The Domain lock, held for maintenance: refused when a
 /// coordinator holds it or the Domain is published.
 pub struct Maintenance {
     lock: Option<File>,

@@ -16,7 +16,7 @@
 //! recognised. As root of that namespace the helper may read and delete
 //! whatever the sandbox could have created, and nothing else.
 //!
-//! SR-14: every lookup is `openat`/`statat` relative to a directory fd with
+//! Every lookup is `openat`/`statat` relative to a directory fd with
 //! `O_NOFOLLOW`/`AT_SYMLINK_NOFOLLOW`; a symlink is an entry, never a path.
 //! Names come from `getdents`, never from the upper's contents.
 //!

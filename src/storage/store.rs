@@ -1,8 +1,8 @@
 //! The durable store: one SQLite file per Domain Root, opened only by the
-//! process that holds the Domain's exclusive lock (FR-17).
+//! process that holds the Domain's exclusive lock.
 //!
 //! Schema changes are append-only migrations keyed by `PRAGMA user_version`;
-//! a file written by a newer Lazaret fails closed (FR-21). Ownership of an
+//! a file written by a newer Lazaret fails closed. Ownership of an
 //! external resource is recorded as an *intent* row before the resource is
 //! created, then completed with its identity (pid + start time, container
 //! id) once it exists, and marked released when it is gone.
@@ -57,7 +57,7 @@ const MIGRATIONS: &[&str] = &[
         released INTEGER NOT NULL DEFAULT 0,
         PRIMARY KEY (generation, artifact)
     );",
-    // 3: network readiness per generation (FR-18).
+    // 3: network readiness per generation.
     "CREATE TABLE network_readiness (
         generation INTEGER PRIMARY KEY REFERENCES generations(number),
         sidecar_id TEXT NOT NULL,
@@ -478,7 +478,7 @@ impl Store {
         Ok(())
     }
 
-    /// Records the generation's network readiness (FR-18): the
+    /// Records the generation's network readiness: the
     /// fingerprint and what it was computed from.
     pub fn record_network_readiness(&self, r: &NetworkReadiness) -> Result<()> {
         self.conn.execute(

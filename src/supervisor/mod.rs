@@ -12,8 +12,8 @@
 //!    slirp4netns on the router, the router's routes, read-back and the
 //!    router's own route lookups; reports `Slirp` and `NetReady`);
 //!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
-//!    20240729 would otherwise think it is in the host network namespace,
-//!    PLATFORM §2); with `--meminfo`, bind the Domain's meminfo view over
+//!    20240729 would otherwise think it is in the host network namespace);
+//!    with `--meminfo`, bind the Domain's meminfo view over
 //!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
@@ -173,7 +173,7 @@ pub fn main(mut args: Args) -> i32 {
     let code = supervise(&args, &mut child, ready_rd, lease, &mut || {
         watch(&mut anchor_daemons, &mut net)
     });
-    // The network goes after the sandbox (SPEC §5 teardown order).
+    // The network goes after the sandbox (teardown order).
     if let Some(n) = &mut net {
         netns::stop_slirp(n);
     }

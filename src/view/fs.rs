@@ -2,18 +2,18 @@
 //! Runtime Supervisor and bound into the sandbox at `/workspace` (and, for a
 //! linked worktree, at the common Git directory's own path).
 //!
-//! It does two jobs no bind layout can (PLATFORM §5, §7):
-//! - **Git Sentry** (SR-4): every create, write, truncate, chmod, rename,
+//! It does two jobs no bind layout can:
+//! - **Git Sentry**: every create, write, truncate, chmod, rename,
 //!   unlink, link and symlink is checked against `gitsentry::Sentry` and
 //!   refused with EPERM when it would touch a protected Git path. This also
 //!   stops *creating* `.git/commondir`, which a read-only bind cannot.
-//! - **Repository shapes** (SR-4, `gitshape`): a `.git` the host lacks, a
+//! - **Repository shapes** (`gitshape`): a `.git` the host lacks, a
 //!   new linked-worktree or submodule Git directory, and the name that would
 //!   complete a repository shape in a host directory are made in the store,
 //!   so the host never gains a Git directory of the sandbox's making; the
 //!   sensitive names of host shapes and host Git's hook locations are
 //!   protected at access time.
-//! - **Ignored Workspace State** (SR-13): paths the snapshot of ignore rules
+//! - **Ignored Workspace State**: paths the snapshot of ignore rules
 //!   (`ignored::IgnoreRules`) matches resolve into the Domain's ignored store
 //!   instead of the host workspace, including paths created during the
 //!   session. No mount point is ever created in the host workspace.

@@ -1,4 +1,4 @@
-//! The repository-shape rule of the workspace view (SR-4): no sequence of
+//! The repository-shape rule of the workspace view: no sequence of
 //! creates, writes, renames, links or symlinks from inside may leave, on the
 //! host, a directory host Git would take as a Git directory, other than the
 //! Git directories the host already has. Pure policy; `fusefs` applies it.

@@ -1,4 +1,4 @@
-//! Ignored Workspace State (SR-13, FR-9): which workspace paths Git ignores,
+//! Ignored Workspace State: which workspace paths Git ignores,
 //! so the workspace view (`fusefs`) shows per-Domain storage there instead of
 //! host content.
 //!
@@ -817,7 +817,7 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// Bytes and files the Domain keeps for ignored paths, for `lazaret state
-/// inspect` (SR-13). Symlinks are counted, never followed.
+/// inspect`. Symlinks are counted, never followed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[allow(dead_code)] // for `lazaret state inspect`
 pub struct Usage {

@@ -1,8 +1,8 @@
-//! Git Sentry (SR-4): the sandbox must never make host `git` honour
+//! Git Sentry: the sandbox must never make host `git` honour
 //! configuration or hooks the sandbox chose.
 //!
 //! A layout of read-only binds cannot stop a sandbox from *creating*
-//! `.git/commondir` in a writable `.git` (PLATFORM §7), so the workspace is
+//! `.git/commondir` in a writable `.git`, so the workspace is
 //! not bound directly: the Runtime Supervisor serves it through a filtering
 //! FUSE view (`fusefs`), and every mutating operation is checked here first.
 //! This module is the pure policy plus the discovery of the repository

@@ -28,7 +28,7 @@ fn running(env: &Env, ws: &Path, id: &str) -> bool {
     env.ps_json(ws).contains(id)
 }
 
-/// Acceptance 5: `ps` shows a header and ages; `stop ID` works with the
+/// `ps` shows a header and ages; `stop ID` works with the
 /// prefix `ps` prints; `stop --all` stops every Domain; `rm` deletes a
 /// stopped Domain's state and refuses a running one; `exec ID` joins a
 /// running Domain from anywhere.
@@ -166,7 +166,7 @@ fn unique(tag: &str) -> String {
     format!("{tag}-{t:x}-{}", std::process::id())
 }
 
-/// Acceptance 3: `pass_env` and `-e` reach the session that asked (and no
+/// `pass_env` and `-e` reach the session that asked (and no
 /// other); the values are absent from every host process's argv but the
 /// client's own literal `-e KEY=VALUE`, from the store and from
 /// coordinator.log.
@@ -368,7 +368,7 @@ for i in range(0, len(a), 2):
     s.close()
 "#;
 
-/// Acceptance 4: a server on guest port 8000 answers on host loopback
+/// A server on guest port 8000 answers on host loopback
 /// through a profile `ports` entry and `--publish`; nothing listens on a
 /// non-loopback host address; the forwards are gone after teardown.
 #[test]
@@ -492,7 +492,7 @@ fn ports_forward_host_loopback_into_the_domain() {
     assert!(r.stderr.contains("--publish"), "{r:?}");
 }
 
-/// Acceptance 6: `image prune` after a run keeps the lower the default
+/// `image prune` after a run keeps the lower the default
 /// profile uses; an interrupted build (SIGINT to its process group, as a
 /// terminal's Ctrl-C) is listed by `image list` and removed by `prune`; a
 /// stopped Domain leaves no runtime dir behind.
@@ -607,7 +607,7 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     assert!(build().is_none(), "pruned: {p:?}");
 }
 
-/// Acceptance 1 (and 4 with the real http.server): the `dev` image of the
+/// The `dev` image of the
 /// committed recipe (tests/fixtures/agents, which scripts/test.sh builds
 /// before the tests start; the build downloads from the Debian mirror, no
 /// test does) has the tools agents need, and building the unchanged recipe

@@ -64,7 +64,7 @@ fn the_dev_recipe_the_tests_build_is_the_documented_one() {
     }
 }
 
-/// Acceptance 2: with `user = "dev"`, `id -u` is 1000 inside (no
+/// With `user = "dev"`, `id -u` is 1000 inside (no
 /// capability, no new privileges), files the session writes to /workspace
 /// are the host user's, host files stay editable, the home survives a
 /// restart, and `--root` (run and exec) is root.
@@ -173,7 +173,7 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
     assert!(r.stderr.contains("persist"), "{r:?}");
 }
 
-/// Acceptance 7: the stand-in agent profile of docs/agents.md (fixture) on
+/// The stand-in agent profile of docs/agents.md (fixture) on
 /// the `dev` image: its command starts with no CMD as user `dev` (uid
 /// 1000), gets its key by name and `IS_SANDBOX`, reads what the host put in
 /// its credential directory (a volume) and writes a token there that

@@ -3,7 +3,7 @@
 //! carrying them, and the odd destinations the router and slirp4netns
 //! answer themselves (docs/network.md).
 //!
-//! Test safety (PLATFORM §4): no packet leaves this machine. The only
+//! Test safety: no packet leaves this machine. The only
 //! destinations are a local ("AnyIP") route the test adds to the host and
 //! checks is local before the sandbox starts, the host's own addresses,
 //! the router's and slirp4netns's own addresses, and broadcast/unspecified

@@ -1,5 +1,4 @@
-//! Host escalation: the agent asks, the developer decides (SR-7..9, FR-5,
-//! FR-10, OR-2, OR-3, DX-4).
+//! Host escalation: the agent asks, the developer decides.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,5 +1,4 @@
-//! `lazaret run`: the rootless sandbox end to end (SR-1, SR-2, SR-3, SR-10,
-//! FR-1, FR-17, FR-21, FR-22).
+//! `lazaret run`: the rootless sandbox end to end.
 
 use std::path::Path;
 use std::time::Duration;
@@ -191,7 +190,7 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("config.toml:1"), "{r:?}");
 
-    // A config file inside the workspace is refused (SR-2).
+    // A config file inside the workspace is refused.
     let inside = config(env, &ws, "[profiles.default]\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&inside).run();
     assert_eq!(r.code, 2, "{r:?}");

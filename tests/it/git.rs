@@ -1,5 +1,5 @@
 //! Git inside the sandbox, the Git Sentry, and ignored workspace state
-//! (FR-3, FR-9, SR-4, SR-13, DX-3). Host-side Git runs as the test user with
+//! Host-side Git runs as the test user with
 //! a clean environment and no system or global config, so everything it
 //! honours comes from the repository itself.
 
@@ -311,7 +311,7 @@ fn ignored_paths_show_domain_state_not_host_content() {
     assert!(!r.stdout.contains("hunter2") && !r.stdout.contains("host-module"));
     wait_domain_down(env, &ws, "default");
 
-    // Acceptance 5: no paths created by Lazaret on the host.
+    // No paths created by Lazaret on the host.
     assert_eq!(
         git_ok(env, &ws, &["status", "--ignored", "--porcelain"]),
         ignored_before

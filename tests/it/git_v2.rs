@@ -1,4 +1,4 @@
-//! Workspace view v2, Git half (SR-4): the repository-shape rule, Git
+//! Workspace view v2, Git half: the repository-shape rule, Git
 //! directories the sandbox makes kept Domain-side, host worktrees added
 //! during a session, and hook locations from host Git's configuration.
 //! Host Git runs as the test user with no system or global config (so

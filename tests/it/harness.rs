@@ -184,7 +184,7 @@ impl Env {
         PathBuf::from(format!("/tmp/lazaret-{}", self.uid))
     }
 
-    /// Domain ID as Lazaret derives it (FR-1): the test's oracle.
+    /// Domain ID as Lazaret derives it: the test's oracle.
     pub fn domain_id(&self, profile: &str, workspace: &Path) -> String {
         let ws = std::fs::canonicalize(workspace).unwrap();
         let mut data = b"lazaret-domain-v1\0".to_vec();

@@ -1,6 +1,6 @@
-//! Network enforcement (SR-5, SR-6, SR-12, FR-16, FR-18..20), issue 6.
+//! Network enforcement.
 //!
-//! Test safety (PLATFORM §4): no packet leaves this machine. The "internet"
+//! Test safety: no packet leaves this machine. The "internet"
 //! is a test host namespace the test creates as root, on a /30 inside
 //! 198.18.0.0/15, reached over a veth from the root namespace; slirp4netns
 //! forwards sandbox traffic into the root namespace's stack, which routes it
@@ -443,7 +443,7 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
     );
 
     // Host side: the sandbox and gofer run in a network namespace that is
-    // not the host's (SR-12).
+    // not the host's.
     let host_ns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();

@@ -7,7 +7,7 @@
 //! network stack) and installs more specific routes over raw netlink (the
 //! default image has no `ip`), then tries to reach the denied destination.
 //!
-//! Test safety (PLATFORM §4): no packet leaves this machine. Targets are
+//! Test safety: no packet leaves this machine. Targets are
 //! test hosts the tests build on 198.18.0.0/15 and the host's own address
 //! on a test link. Default-denied ranges are tried only with IP TTL 1: were
 //! the router to forward such a packet, the TTL would end in the router;

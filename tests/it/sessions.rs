@@ -1,5 +1,4 @@
-//! One shared sandbox per Domain, many terminals (FR-2, FR-6, FR-12–15,
-//! OR-1, OR-6, SR-16, DX-2, DX-5).
+//! One shared sandbox per Domain, many terminals.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

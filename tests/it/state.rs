@@ -1,5 +1,4 @@
-//! The State Anchor and `lazaret state …` / `lazaret image list|prune`
-//! (issue 4: FR-4, FR-11, SR-11, SR-14, OR-5, OR-7).
+//! The State Anchor and `lazaret state …` / `lazaret image list|prune`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! through renames of any ancestor, links, hostile `.gitignore` files and
 //! `.gitignore` edits from inside (next generations included); the
 //! workspace root cannot swallow what is not the user's; names the sandbox
-//! chose never reach the terminal raw (SR-13, FR-9).
+//! chose never reach the terminal raw.
 //!
 //! Every attack uses a marker: secret content that must never be readable
 //! from inside, and the host file must be unchanged afterwards.
