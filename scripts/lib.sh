@@ -129,3 +129,31 @@ use_cargo() {
         return 1
     fi
 }
+
+# use_lint_tools: makes sure `cargo fmt` and `cargo clippy` work (the test
+# suite's style and lint gates). A rustup toolchain without them (rustup's
+# "minimal" profile) gets the components, added as the toolchain's owner so
+# a user's ~/.rustup stays theirs under sudo.
+use_lint_tools() {
+    local missing=() rustup owner home
+    cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
+    cargo clippy --version >/dev/null 2>&1 || missing+=(clippy)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    rustup=$(command -v rustup || true)
+    if [ -z "$rustup" ]; then
+        echo "cargo has no ${missing[*]} and there is no rustup to add it: install Rust with rustup (https://rustup.rs), then 'rustup component add ${missing[*]}'." >&2
+        return 1
+    fi
+    echo "adding the Rust components ${missing[*]} (the style and lint gates need them)"
+    owner=$(stat -c %U "$rustup")
+    if [ "$owner" = "$(id -un)" ]; then
+        rustup component add "${missing[@]}"
+    else
+        home=$(getent passwd "$owner" | cut -d: -f6)
+        setpriv --reuid="$owner" --regid="$(id -g "$owner")" --init-groups -- \
+            env HOME="$home" RUSTUP_HOME="${RUSTUP_HOME:-$home/.rustup}" "$rustup" component add "${missing[@]}"
+    fi || {
+        echo "'rustup component add ${missing[*]}' failed (as $owner); run it, then run this again." >&2
+        return 1
+    }
+}

@@ -27,11 +27,21 @@ fi
 
 # The test-only fault switch (LAZARET_FAULT) is compiled in for the tests.
 use_cargo "$PWD"
+use_lint_tools
 # Style gate: cheap, so it runs before the build.
 if ! cargo fmt --check; then
     echo "test.sh: the source is not formatted: run \`cargo fmt\` (the diff is above)" >&2
     exit 1
 fi
+# Lint gate: clippy over every target (tests included), with the test
+# feature and without (what is dead code differs), warnings denied; the
+# [lints] table in Cargo.toml applies.
+for features in --features=fault-injection --no-default-features; do
+    if ! cargo clippy --release --locked --all-targets "$features" -- -D warnings; then
+        echo "test.sh: clippy ($features) found warnings (above): fix them (\`cargo clippy --fix\` does the mechanical ones); a local #[allow] needs a one-line reason" >&2
+        exit 1
+    fi
+done
 echo "test.sh: building (release; the first build takes a few minutes)"
 cargo build --release --locked --features fault-injection
 

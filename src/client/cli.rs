@@ -1070,7 +1070,8 @@ impl Prompt {
                 }
                 '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
                 '\u{7f}' | '\u{8}' => {
-                    if self.line.pop().is_some() {
+                    let erased = self.line.pop().is_some();
+                    if erased {
                         Self::say("\u{8} \u{8}");
                     }
                 }

@@ -322,7 +322,7 @@ pub fn format_size(b: u64) -> String {
     const UNITS: &[(&str, u64)] = &[("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (u, m) in UNITS {
         if b >= *m {
-            return if b % m == 0 {
+            return if b.is_multiple_of(*m) {
                 format!("{}{}", b / m, u)
             } else {
                 format!("{:.1}{}", b as f64 / *m as f64, u)

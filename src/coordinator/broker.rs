@@ -70,7 +70,7 @@ impl Capture {
         let Some(fd) = &self.fd else { return };
         let mut buf = [0u8; 65536];
         loop {
-            match sys::read(&fd, &mut buf) {
+            match sys::read(fd, &mut buf) {
                 Ok(0) => {
                     self.fd = None;
                     return;
@@ -266,7 +266,7 @@ impl Broker {
                             "request={} session={} client={client} cwd={} argv={} decision=\"{why}\"",
                             req.id,
                             req.session,
-                            escalation::quote_argv(&[req.cwd.clone()]),
+                            escalation::quote_argv(std::slice::from_ref(&req.cwd)),
                             escalation::quote_argv(&req.argv)
                         ));
                         let argv = if harden {

@@ -258,7 +258,7 @@ fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
         let Some(fd) = fd else { continue };
         while left > 0 {
             let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK.min(left)];
-            match sys::read(&fd, &mut buf) {
+            match sys::read(fd, &mut buf) {
                 Ok(n) if n > 0 => {
                     buf.truncate(n);
                     left -= n;
@@ -574,9 +574,7 @@ impl Coordinator {
 
         // 1. The supervisor unshared its user namespace: write the id maps.
         status.wait_for_userns(deadline).map_err(|e| e.to_string())?;
-        if let Err(e) = write_id_maps(pid) {
-            return Err(e);
-        }
+        write_id_maps(pid)?;
         let ns = |n: &str| File::open(format!("/proc/{pid}/ns/{n}")).map_err(|e| io_msg("opening namespace", e));
         let (userns, mntns) = (ns("user")?, ns("mnt")?);
         let row = self
@@ -1594,7 +1592,7 @@ impl Coordinator {
             let o: OwnedFd = child.stdout.take().unwrap().into();
             let e: OwnedFd = child.stderr.take().unwrap().into();
             for fd in [&i, &o, &e] {
-                sys::set_nonblocking(&fd, true).map_err(|e| io_msg("pipe", e))?;
+                sys::set_nonblocking(fd, true).map_err(|e| io_msg("pipe", e))?;
             }
             Ok((child, i, o, Some(e)))
         }
@@ -1613,7 +1611,7 @@ impl Coordinator {
         let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
         let Some(fd) = fd else { return };
         let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
-        let r = if readable { sys::read(&fd, &mut buf) } else { Ok(0) };
+        let r = if readable { sys::read(fd, &mut buf) } else { Ok(0) };
         match r {
             Ok(n) if n > 0 => {
                 buf.truncate(n);
@@ -1665,7 +1663,7 @@ impl Coordinator {
             return;
         };
         while !s.pending_in.is_empty() {
-            match sys::write(&fd, &s.pending_in) {
+            match sys::write(fd, &s.pending_in) {
                 Ok(n) => {
                     s.pending_in.drain(..n);
                 }
@@ -1680,7 +1678,7 @@ impl Coordinator {
         if s.eof_after_input && s.pending_in.is_empty() {
             if s.tty {
                 // A terminal has no EOF of its own; ^D at line start is it.
-                let _ = sys::write(&fd, &[4]);
+                let _ = sys::write(fd, &[4]);
             } else {
                 s.input = None;
             }

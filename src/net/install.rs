@@ -89,7 +89,7 @@ fn ip_batch(ns: &OwnedFd, what: &str, cmds: &[String]) -> Result<(), String> {
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    sys::command_in_netns(&mut cmd, &ns);
+    sys::command_in_netns(&mut cmd, ns);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("{what}: cannot run ip (install iproute2): {e}"))?;
@@ -109,7 +109,7 @@ fn ip_batch(ns: &OwnedFd, what: &str, cmds: &[String]) -> Result<(), String> {
 fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(tool("ip"));
     cmd.args(args).stdin(Stdio::null());
-    sys::command_in_netns(&mut cmd, &ns);
+    sys::command_in_netns(&mut cmd, ns);
     let out = cmd.output().map_err(|e| format!("cannot run ip: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -125,7 +125,7 @@ fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
 /// to `/proc/sys/net/`); with `mask_core`, then masks `/proc/sys/net/core`.
 fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool) -> Result<(), String> {
     let settings: Vec<(String, String)> = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    sys::in_netns(&ns, move || {
+    sys::in_netns(ns, move || {
         for (k, v) in &settings {
             std::fs::write(format!("/proc/sys/net/{k}"), v)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("{k}: {e}")))?;

@@ -523,6 +523,7 @@ impl Policy {
             .expect("0.0.0.0/0 is always a rule")
     }
 
+    #[cfg(test)] // Tests check the policy per address; the runtime installs `routes()`.
     pub fn decide(&self, addr: Ipv4Addr) -> Action {
         self.rule_for(addr).action
     }
@@ -776,7 +777,8 @@ impl Plan {
     /// nothing else but the two links' kernel routes.
     pub fn verify_routes(&self, ip_route: &str) -> Result<(), String> {
         // (prefix, kind, via, dev)
-        let mut seen: Vec<(Prefix, Option<RouteKind>, Option<String>, Option<String>)> = Vec::new();
+        type Seen = (Prefix, Option<RouteKind>, Option<String>, Option<String>);
+        let mut seen: Vec<Seen> = Vec::new();
         for line in ip_route.lines().filter(|l| !l.trim().is_empty()) {
             let f: Vec<&str> = line.split_whitespace().collect();
             let (local, i) = match f.first() {

@@ -7,8 +7,7 @@ pub mod guest;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Where Lazaret's fixed control mounts appear inside the sandbox.
-pub const GUEST_CONTROL_DIR: &str = "/.lazaret";
+/// Lazaret's fixed control mounts appear under `/.lazaret` inside the sandbox.
 pub const GUEST_INIT: &str = "/.lazaret/init";
 pub const GUEST_WORKSPACE: &str = "/workspace";
 pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

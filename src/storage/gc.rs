@@ -183,10 +183,7 @@ fn leases(storage: &Path, runtime: &Path) -> Leases {
                 ent.1.insert(id.clone());
             }
         };
-        let held = match state::lock_domain(&dp, &id, Duration::ZERO) {
-            Ok(lock) => Some(lock),
-            Err(_) => None,
-        };
+        let held = state::lock_domain(&dp, &id, Duration::ZERO).ok();
         match held {
             None => {
                 // Active: its coordinator recorded its artifact before use.

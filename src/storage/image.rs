@@ -303,9 +303,7 @@ pub fn artifact_id(digest: &str) -> String {
 
 #[derive(Clone, Debug)]
 pub struct Prepared {
-    pub artifact: String,
     pub dir: PathBuf,
-    pub digest: String,
 }
 
 impl Prepared {
@@ -367,11 +365,7 @@ pub fn prepare_bounded(
     let artifact = artifact_id(&digest);
     let lowers = lowers_dir(storage);
     let dir = lowers.join(&artifact);
-    let done = Prepared {
-        artifact: artifact.clone(),
-        dir: dir.clone(),
-        digest: digest.clone(),
-    };
+    let done = Prepared { dir: dir.clone() };
     if is_finished(&dir, &digest) {
         return Ok(done);
     }

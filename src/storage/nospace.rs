@@ -66,7 +66,7 @@ pub fn device_in(mountinfo: &str, path: &Path) -> Option<String> {
             continue;
         };
         let Some(source) = f.get(dash + 2) else { continue };
-        if path.starts_with(&mp) && best.as_ref().map_or(true, |(l, _)| mp.len() >= *l) {
+        if path.starts_with(&mp) && best.as_ref().is_none_or(|(l, _)| mp.len() >= *l) {
             let fstype = f.get(dash + 1).copied().unwrap_or("");
             let dev = if source.starts_with('/') || fstype == *source {
                 unescape_mountinfo(source)

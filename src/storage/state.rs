@@ -267,10 +267,8 @@ pub fn is_active(p: &DomainPaths) -> bool {
     if !p.lock().exists() {
         return false;
     }
-    match domain::try_lock(&p.lock()) {
-        Ok(Some(_f)) => false,
-        _ => true,
-    }
+    // Taking the lock (and dropping it at once) means no one holds it.
+    !matches!(domain::try_lock(&p.lock()), Ok(Some(_)))
 }
 
 /// The Domain lock, held for maintenance: refused when a

@@ -359,6 +359,7 @@ impl Store {
         Ok(())
     }
 
+    #[cfg(test)] // Only tests read a phase back; the runtime only sets it.
     pub fn phase(&self, generation: u64) -> Result<Option<String>> {
         Ok(self
             .conn
@@ -376,14 +377,6 @@ impl Store {
             params![generation as i64, role, id],
         )?;
         Ok(())
-    }
-
-    pub fn components(&self, generation: u64, role: &str) -> Result<Vec<String>> {
-        let mut st = self
-            .conn
-            .prepare("SELECT id FROM components WHERE generation = ?1 AND role = ?2 ORDER BY id")?;
-        let rows = st.query_map(params![generation as i64, role], |r| r.get(0))?;
-        Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
     /// Records the intent to create `kind`/`name`; returns the row to
@@ -505,6 +498,7 @@ impl Store {
         Ok(())
     }
 
+    #[cfg(test)] // Only tests read the row back; `net show` reads the summary file.
     pub fn network_readiness(&self, generation: u64) -> Result<Option<NetworkReadiness>> {
         Ok(self
             .conn
@@ -555,13 +549,6 @@ impl Store {
         let n = tx.execute(&format!("DELETE FROM generations WHERE number IN ({old})"), [cutoff])?;
         tx.commit()?;
         Ok(n)
-    }
-
-    pub fn max_generation(&self) -> Result<u64> {
-        let n: i64 = self
-            .conn
-            .query_row("SELECT COALESCE(MAX(number), 0) FROM generations", [], |r| r.get(0))?;
-        Ok(n as u64)
     }
 }
 

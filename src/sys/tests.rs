@@ -183,7 +183,7 @@ fn forbidden_uses(src: &str) -> Vec<(usize, String)> {
         let word = |w: &str| {
             line.match_indices(w).any(|(i, _)| {
                 let after = b.get(i + w.len()).copied().unwrap_or(b' ');
-                !ident_before(b, i) && !(after.is_ascii_alphanumeric() || after == b'_')
+                !(ident_before(b, i) || after.is_ascii_alphanumeric() || after == b'_')
             })
         };
         if word("unsafe") || line.match_indices("libc::").any(|(i, _)| !ident_before(b, i)) {

@@ -177,7 +177,7 @@ fn told(st: &rustix::fs::Stat) -> Told {
         st.st_mode as i64,
         st.st_uid as i64,
         st.st_gid as i64,
-        st.st_size as i64,
+        st.st_size,
         st.st_nlink as i64,
         st.st_mtime as i64,
         st.st_mtime_nsec as i64,
@@ -1276,10 +1276,11 @@ impl Filesystem for View {
             if host_dirs && dir {
                 self.hide_below(&from)?;
             }
-            if host_dirs && flags.contains(RenameFlags::RENAME_EXCHANGE) {
-                if self.stat(Side::Host, &to).is_ok_and(|st| is_dir(&st)) {
-                    self.hide_below(&to)?;
-                }
+            if host_dirs
+                && flags.contains(RenameFlags::RENAME_EXCHANGE)
+                && self.stat(Side::Host, &to).is_ok_and(|st| is_dir(&st))
+            {
+                self.hide_below(&to)?;
             }
             let d1 = self.dir(side, &prel)?;
             let d2 = self.dir(side, &nprel)?;

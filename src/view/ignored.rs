@@ -114,6 +114,7 @@ impl IgnoreRules {
     /// Fails closed: a `.gitignore` that is a symlink, not a regular file,
     /// larger than `RULES_MAX`, unreadable, or holds a rule that does not
     /// build makes everything below its directory ignored (logged).
+    #[cfg(test)] // The runtime always passes the rules history (`load_with_history`).
     pub fn load(
         root: &Path,
         git_dir: Option<&Path>,
@@ -657,7 +658,7 @@ fn sticky_line(e: &StickyEntry) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

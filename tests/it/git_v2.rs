@@ -332,7 +332,7 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
         exit 0",
         p = sh_quote(&poison(&m)),
     );
-    let mut child = env.lz(&ws, &["run", "--", "sh", "-c", &script]).spawn();
+    let child = env.lz(&ws, &["run", "--", "sh", "-c", &script]).spawn();
     // Once the Domain runs, the user adds a worktree on the host.
     let sock = env.runtime_root().join(env.domain_id("default", &ws)).join("hc.sock");
     assert!(

@@ -203,6 +203,7 @@ impl<'a> Lz<'a> {
         self.config_home = Some(dir.to_path_buf());
         self
     }
+    #[allow(dead_code)] // Harness API (what `run` feeds the CLI); no test feeds stdin at the moment.
     pub fn stdin(mut self, data: &[u8]) -> Self {
         self.stdin = data.to_vec();
         self

@@ -100,7 +100,7 @@ impl TestHost {
             host_side: at(1),
             server: None,
         };
-        let peer = format!("{}", h.ns);
+        let peer = h.ns.to_string();
         assert!(ip(&["netns", "add", &h.ns]), "ip netns add {}", h.ns);
         assert!(ip(&[
             "link", "add", &h.link, "type", "veth", "peer", "name", "eth0", "netns", &peer

@@ -20,10 +20,6 @@ fn is_empty_dir(p: &Path) -> bool {
     std::fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false)
 }
 
-fn ws_arg(ws: &Path) -> String {
-    ws.display().to_string()
-}
-
 fn sh(env: &Env, ws: &Path, script: &str) -> Run {
     env.lz(ws, &["run", "--", "sh", "-c", script]).run()
 }
