@@ -1,6 +1,7 @@
 //! Client connections: accept, framed reads and writes, and the
 //! per-connection handling of `ClientMsg`.
 
+use super::conn_state::{decide, Action, ConnState, Running, SessionInput};
 use super::*;
 
 impl Coordinator {
@@ -24,11 +25,7 @@ impl Coordinator {
                 reader: FrameReader::default(),
                 out: Vec::new(),
                 peer_pid: pid,
-                hello: None,
-                observer: false,
-                stale: None,
-                session: None,
-                closing: false,
+                state: ConnState::AwaitingHello,
             };
             self.conns.insert(key, conn);
         }
@@ -64,7 +61,7 @@ impl Coordinator {
                 }
             }
         }
-        if c.closing && c.out.is_empty() && c.session.is_none() {
+        if c.state == ConnState::Closing && c.out.is_empty() {
             self.conns.remove(&key);
         }
     }
@@ -74,7 +71,7 @@ impl Coordinator {
     pub(super) fn drop_conn(&mut self, key: u64, why: &str) {
         if let Some(c) = self.conns.get(&key) {
             log::info!("closing connection of pid {}: {why}", c.peer_pid);
-            if let Some(s) = c.session {
+            if let Some(s) = c.state.session() {
                 self.close_session(s, None);
             }
         }
@@ -99,102 +96,58 @@ impl Coordinator {
 
     pub(super) fn refuse(&mut self, key: u64, reason: String) {
         self.send(key, &ServerMsg::Refused { reason });
-        if let Some(c) = self.conns.get_mut(&key) {
-            c.closing = true;
-        }
+        self.set_state(key, ConnState::Closing);
         self.conn_flush(key);
     }
 
+    pub(super) fn set_state(&mut self, key: u64, state: ConnState) {
+        if let Some(c) = self.conns.get_mut(&key) {
+            c.state = state;
+        }
+    }
+
+    /// Performs what [`decide`] says for `msg` on connection `key`.
     pub(super) fn handle(&mut self, key: u64, msg: ClientMsg) {
-        let (has_hello, session) = match self.conns.get(&key) {
-            Some(c) => (c.hello.is_some(), c.session),
-            None => return,
+        let Some(c) = self.conns.get(&key) else { return };
+        let running = Running {
+            profile: &self.profile.name,
+            fingerprint: &self.join_fp,
         };
-        match (has_hello, session, msg) {
-            (
-                false,
-                _,
-                ClientMsg::Hello {
-                    version,
-                    client_id,
-                    profile,
-                    fingerprint,
-                },
-            ) => {
-                if version != ipc::PROTOCOL_VERSION {
-                    return self.refuse(
-                        key,
-                        format!("protocol version {version} is not {}: the coordinator runs a different lazaret; stop the Domain with `lazaret stop`", ipc::PROTOCOL_VERSION),
-                    );
-                }
-                let observer = profile.is_empty() && fingerprint.is_empty();
-                let mine = self.join_fp.clone();
-                // A client whose configuration differs may still stop the
-                // Domain (that is how it picks up the new configuration),
-                // but may not open a session in it.
-                let stale = (!observer && (profile != self.profile.name || fingerprint != mine)).then(|| {
-                    format!(
-                        "profile {profile:?} changed since this Domain started (configuration fingerprint {fingerprint} \
-                         vs running {mine}): run `lazaret stop --profile {}` to restart it with the new configuration",
-                        self.profile.name
-                    )
-                });
-                if let Some(c) = self.conns.get_mut(&key) {
-                    c.hello = Some(client_id);
-                    c.observer = observer;
-                    c.stale = stale;
-                }
-            }
-            (true, None, ClientMsg::Open { .. }) if self.conns[&key].stale.is_some() => {
-                let why = self.conns[&key].stale.clone().unwrap_or_default();
-                self.refuse(key, why)
-            }
-            (true, None, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) if self.conns[&key].observer => {
-                self.drop_conn(key, "an observer connection may only ask for status")
-            }
-            (
-                true,
-                None,
-                ClientMsg::Open {
-                    argv,
-                    env,
-                    cwd,
-                    tty,
-                    root,
-                },
-            ) => self.open_session(key, argv, env, cwd, tty, root),
-            (true, None, ClientMsg::Status) => {
+        match decide(&c.state, msg, &running) {
+            Action::Enter(state) => self.set_state(key, state),
+            Action::Refuse(why) => self.refuse(key, why),
+            Action::Drop(why) => self.drop_conn(key, &why),
+            Action::Open {
+                argv,
+                env,
+                cwd,
+                tty,
+                root,
+            } => self.open_session(key, argv, env, cwd, tty, root),
+            Action::Status => {
                 let st = self.status();
                 self.send(key, &ServerMsg::Status(st));
-                if let Some(c) = self.conns.get_mut(&key) {
-                    c.closing = true;
-                }
+                self.set_state(key, ConnState::Closing);
                 self.conn_flush(key);
             }
-            (true, None, ClientMsg::Stop { reason }) => {
-                self.stop_reason = Some(if reason.is_empty() {
-                    "stopped by `lazaret stop`".into()
-                } else {
-                    reason
-                });
-                if let Some(c) = self.conns.get_mut(&key) {
-                    c.closing = true;
-                }
+            Action::Stop(reason) => {
+                self.stop_reason = Some(reason);
+                self.set_state(key, ConnState::Closing);
             }
-            (true, Some(s), ClientMsg::Stdin(data)) => {
+            Action::Session(s, SessionInput::Stdin(data)) => {
                 if let Some(sess) = self.sessions.get_mut(&s) {
                     sess.pending_in.extend_from_slice(&data);
                     self.session_input(s);
                 }
             }
-            (true, Some(s), ClientMsg::StdinEof) => {
+            Action::Session(s, SessionInput::StdinEof) => {
                 if let Some(sess) = self.sessions.get_mut(&s) {
                     sess.eof_after_input = true;
                     self.session_input(s);
                 }
             }
-            (true, Some(s), ClientMsg::Resize(w)) => self.resize(s, w),
-            (true, Some(s), ClientMsg::Signal(sig)) if sig as i32 == sys::SIGQUIT => {
+            Action::Session(s, SessionInput::Resize(w)) => self.resize(s, w),
+            Action::Session(s, SessionInput::Quit) => {
                 // SIGQUIT goes to the guest session, never to `runsc exec`:
                 // Go's runtime would answer it with a goroutine dump on the
                 // user's terminal and exit 2.
@@ -205,27 +158,21 @@ impl Coordinator {
                     }
                 }
             }
-            (true, Some(s), ClientMsg::Signal(sig)) => {
+            Action::Session(s, SessionInput::Forward(sig)) => {
                 if let Some(sess) = self.sessions.get(&s) {
-                    if matches!(sig as i32, sys::SIGINT | sys::SIGTSTP | sys::SIGTERM | sys::SIGHUP) {
-                        // runsc exec forwards what it receives to its guest process.
-                        let _ = sys::kill(sess.exec.id() as i32, sig as i32);
-                    }
+                    // runsc exec forwards what it receives to its guest process.
+                    let _ = sys::kill(sess.exec.id() as i32, sig);
                 }
             }
-            (
-                true,
-                Some(s),
-                ClientMsg::Decision {
+            Action::Session(
+                s,
+                SessionInput::Decision {
                     request_id,
                     verdict,
                     argv,
                 },
             ) => self.decision(s, request_id, verdict, argv),
-            (_, _, m) => {
-                let name = ipc::Message::name(&m);
-                self.drop_conn(key, &format!("unexpected message {name} in this state"));
-            }
+            Action::Ignore => {}
         }
     }
 

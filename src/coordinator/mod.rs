@@ -13,6 +13,7 @@
 
 mod approvals;
 pub mod broker;
+mod conn_state;
 mod connections;
 mod sessions;
 mod startup;
@@ -147,14 +148,7 @@ struct Conn {
     reader: FrameReader,
     out: Vec<u8>,
     peer_pid: i32,
-    hello: Option<String>,
-    /// Said Hello without a profile: may ask for status only.
-    observer: bool,
-    /// Why this client's configuration does not match the running one.
-    stale: Option<String>,
-    session: Option<u64>,
-    /// Flush what is queued, then close.
-    closing: bool,
+    state: conn_state::ConnState,
 }
 
 struct Session {
@@ -342,7 +336,7 @@ impl Coordinator {
             }
         }
         for (&k, c) in &self.conns {
-            if !c.closing {
+            if c.state != conn_state::ConnState::Closing {
                 add(c.stream.as_fd(), sys::POLLIN, Token::ConnRead(k));
             }
             if !c.out.is_empty() {

@@ -1,6 +1,7 @@
 //! Sessions: `runsc exec` in the supervisor's namespaces, PTY or pipe
 //! streams to and from the client, resize, reaping, closing.
 
+use super::conn_state::ConnState;
 use super::*;
 
 impl Coordinator {
@@ -42,7 +43,11 @@ impl Coordinator {
         let id = random_id(8);
         let (client_id, peer_pid) = {
             let c = &self.conns[&key];
-            (c.hello.clone().unwrap_or_default(), c.peer_pid)
+            let client_id = match &c.state {
+                ConnState::Joined { client_id, .. } => client_id.clone(),
+                _ => String::new(),
+            };
+            (client_id, c.peer_pid)
         };
         // The profile's `user` runs every session but `--root` ones.
         let user = self.profile.user.clone().filter(|_| !root);
@@ -118,7 +123,10 @@ impl Coordinator {
                 );
                 self.had_session = true;
                 if let Some(c) = self.conns.get_mut(&key) {
-                    c.session = Some(skey);
+                    c.state = ConnState::InSession {
+                        client_id,
+                        session: skey,
+                    };
                 }
                 let welcome = ServerMsg::Welcome {
                     version: ipc::PROTOCOL_VERSION,
@@ -427,8 +435,7 @@ impl Coordinator {
             }
         }
         if let Some(c) = self.conns.get_mut(&s.conn) {
-            c.session = None;
-            c.closing = true;
+            c.state = ConnState::Closing;
         }
         // A session that ended because the kernel OOM-killed the sandbox
         // learns why, instead of a bare exit code.
