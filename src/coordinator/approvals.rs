@@ -1,0 +1,215 @@
+//! Escalation requests: mailbox intake through the broker, the prompt
+//! shown to a session's developer, decisions, expiry, host command rows.
+
+use super::*;
+
+/// Most bytes of already-written session output sent ahead of a prompt.
+pub(super) const PROMPT_FLUSH_MAX: usize = 64 * 1024;
+
+/// Reads what the session's output and error streams hold right now (they
+/// are non-blocking), up to `max` bytes, as frames for its client.
+pub(super) fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
+    let mut out = Vec::new();
+    let mut left = max;
+    for (fd, err) in [(s.output.as_ref(), false), (s.errout.as_ref(), true)] {
+        let Some(fd) = fd else { continue };
+        while left > 0 {
+            let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK.min(left)];
+            match sys::read(fd, &mut buf) {
+                Ok(n) if n > 0 => {
+                    buf.truncate(n);
+                    left -= n;
+                    out.push(if err {
+                        ServerMsg::Stderr(buf)
+                    } else {
+                        ServerMsg::Stdout(buf)
+                    });
+                }
+                // Empty, end of file or an error: the normal path sees it.
+                _ => break,
+            }
+        }
+    }
+    out
+}
+
+impl Coordinator {
+    // ---- escalation ----------------------------------------------------------------
+
+    pub(super) fn mailbox(&mut self) {
+        let Some(mut b) = self.broker.take() else { return };
+        let sessions = &self.sessions;
+        let lookup = |sid: &str| {
+            sessions.values().find(|s| s.id == sid).map(|s| SessionView {
+                client_id: s.client_id.clone(),
+                cert_der: s.cert_der.clone(),
+            })
+        };
+        let ask = b.scan(&lookup);
+        let patience = Duration::from_secs(b.prompt_timeout_s());
+        self.broker = Some(b);
+        self.sync_host_rows();
+        for (sid, req) in ask {
+            let Some((&k, s)) = self.sessions.iter_mut().find(|(_, s)| s.id == sid) else {
+                continue;
+            };
+            if s.tty {
+                // The request deadline: accepted now, decided in time or expired.
+                self.esc_deadlines.insert(req.id.clone(), Instant::now() + patience);
+                s.queue.push_back(req);
+                self.next_prompt(k);
+            } else if let Some(b) = self.broker.as_mut() {
+                b.refuse(
+                    &req,
+                    Status::Denied,
+                    "no auto-approval rule matched and the session has no terminal to ask in",
+                );
+            }
+        }
+    }
+
+    /// Shows the next waiting request in its session's terminal, one at a
+    /// time per session; other sessions are never held up by it.
+    pub(super) fn next_prompt(&mut self, skey: u64) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        if s.prompt.is_some() {
+            return;
+        }
+        let Some(req) = s.queue.pop_front() else { return };
+        let (cwd, timeout) = match &self.broker {
+            Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
+            None => (String::new(), 0),
+        };
+        let left = self
+            .esc_deadlines
+            .get(&req.id)
+            .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
+        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req, &cwd, left);
+        let msg = ServerMsg::Prompt {
+            request_id: req.id.clone(),
+            text,
+        };
+        let conn = s.conn;
+        // Output the session wrote before it asked (a screen clear just
+        // before `lazaret-escalate`) goes out first, so it cannot land
+        // after the prompt and wipe it or what ends it; bounded, so a
+        // session that keeps writing cannot hold the prompt back.
+        let pending = pending_output(s, PROMPT_FLUSH_MAX);
+        s.prompt = Some(req);
+        for m in &pending {
+            self.send(conn, m);
+        }
+        self.send(conn, &msg);
+    }
+
+    pub(super) fn decision(&mut self, skey: u64, request_id: String, verdict: u8, argv: Vec<String>) {
+        let Some(s) = self.sessions.get_mut(&skey) else { return };
+        // INVARIANT: only the session that was asked can answer, and only
+        // for the request it was shown.
+        if s.prompt.as_ref().map(|r| &r.id) != Some(&request_id) {
+            return;
+        }
+        let req = s.prompt.take().unwrap();
+        self.esc_deadlines.remove(&req.id);
+        if let Some(b) = self.broker.as_mut() {
+            match verdict {
+                ipc::VERDICT_APPROVE => {
+                    b.decided(&req, "approved by the developer");
+                    let argv = escalation::harden_git(&req.argv);
+                    b.start(req, argv, "approved by the developer".into());
+                }
+                ipc::VERDICT_EDIT if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS => {
+                    let why = format!("edited by the developer to: {}", escalation::quote_argv(&argv));
+                    b.decided(&req, &why);
+                    let argv = escalation::harden_git(&argv);
+                    b.start(req, argv, why);
+                }
+                _ => {
+                    b.decided(&req, "denied by the developer");
+                    b.refuse(&req, Status::Denied, "denied by the developer");
+                }
+            }
+        }
+        self.next_prompt(skey);
+        self.sync_host_rows();
+    }
+
+    /// Ends every request whose deadline passed without a decision, queued
+    /// or on screen: `expired`, audited, nothing runs.
+    pub(super) fn expire_requests(&mut self) {
+        let now = Instant::now();
+        if !self.esc_deadlines.values().any(|d| *d <= now) {
+            return;
+        }
+        let keys: Vec<u64> = self.sessions.keys().copied().collect();
+        for k in keys {
+            let Some(s) = self.sessions.get_mut(&k) else { continue };
+            let late = |r: &Request| self.esc_deadlines.get(&r.id).is_some_and(|d| *d <= now);
+            let mut gone: Vec<Request> = Vec::new();
+            let mut keep = VecDeque::new();
+            for r in s.queue.drain(..) {
+                if late(&r) {
+                    gone.push(r);
+                } else {
+                    keep.push_back(r);
+                }
+            }
+            s.queue = keep;
+            let mut shown = None;
+            if s.prompt.as_ref().is_some_and(late) {
+                shown = s.prompt.take();
+            }
+            let conn = s.conn;
+            if let Some(r) = &shown {
+                let text = format!(
+                    "\r\nlazaret: no decision within {} s: the request expired and nothing ran\r\n",
+                    self.escalation.prompt_timeout_s
+                );
+                self.send(
+                    conn,
+                    &ServerMsg::PromptEnd {
+                        request_id: r.id.clone(),
+                        text,
+                    },
+                );
+            }
+            for r in gone.iter().chain(shown.iter()) {
+                self.esc_deadlines.remove(&r.id);
+                if let Some(b) = self.broker.as_mut() {
+                    let why = format!("expired: no decision within {} s", b.prompt_timeout_s());
+                    b.refuse(r, Status::Expired, &why);
+                }
+            }
+            if shown.is_some() {
+                self.next_prompt(k);
+            }
+        }
+        // A deadline whose request is no longer waiting anywhere is dropped,
+        // so a past deadline never keeps the event loop spinning.
+        self.esc_deadlines.retain(|_, d| *d > now);
+    }
+
+    /// Makes the durable record of host commands match the broker's: a row
+    /// (pid, start time, process group) per running command, released when
+    /// it ends, so recovery after a crash kills exactly them.
+    pub(super) fn sync_host_rows(&mut self) {
+        let Some(b) = self.broker.as_mut() else { return };
+        let events: Vec<escbroker::HostEvent> = b.events.drain(..).collect();
+        for e in events {
+            match e {
+                escbroker::HostEvent::Started { id, pid, start_time } => {
+                    if let Ok(row) = self.store.record_intent(self.generation, "host-command", &id) {
+                        let _ = self.store.set_owned_pid(row, pid, start_time);
+                        let _ = self.store.set_owned_pgid(row, pid);
+                        self.host_rows.insert(id, row);
+                    }
+                }
+                escbroker::HostEvent::Ended { id } => {
+                    if let Some(row) = self.host_rows.remove(&id) {
+                        let _ = self.store.release(row);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! Startup of a Domain generation: lock held → store → recover leftovers →
+//! generation and ids → lower → bundle → supervisor → ready → publish.
+
+use super::teardown::recover;
+use super::*;
+
+impl Coordinator {
+    pub(super) fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, String> {
+        let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
+        let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
+        let net = NetRole::new(&cfg, &profile)?;
+        let ports = crate::config::ports::merge(&profile.ports, &args.publish)?;
+        if !ports.is_empty() && !profile.network {
+            return Err(format!(
+                "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
+                profile.name
+            ));
+        }
+        let limits = crate::storage::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::storage::cgroup::Effective::for_host(&limits);
+        let profile_for_fp = profile.clone();
+        let storage = paths::storage_root().map_err(|e| e.to_string())?;
+        let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+        let domain_id = domain::domain_id(&profile.name, &args.workspace);
+        let dp = DomainPaths::new(&storage, &runtime, &domain_id);
+        dp.ensure().map_err(|e| e.to_string())?;
+        let mut store = match Store::open(&dp.store()) {
+            Ok(s) => s,
+            Err(e) => {
+                // A Domain root that never got a store (a full disk) is not
+                // left behind as an empty, nameless Domain.
+                let _ = std::fs::remove_dir(&dp.root);
+                return Err(e.to_string());
+            }
+        };
+        recover(&store, &dp);
+
+        let generation = store
+            .begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())
+            .map_err(|e| e.to_string())?;
+        let coordinator_id = random_id(8);
+        let sandbox_id = format!("lz-{}-{}", &domain_id[..8], random_id(4));
+        store
+            .record_component(generation, "session-coordinator", &coordinator_id)
+            .map_err(|e| e.to_string())?;
+        store
+            .record_component(generation, "agent-sandbox", &sandbox_id)
+            .map_err(|e| e.to_string())?;
+        log::info!("domain {domain_id} generation {generation} coordinator {coordinator_id}");
+
+        let signals = sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP])
+            .map_err(|e| io_msg("signal pipe", e))?;
+        let mut hc = Coordinator {
+            domain_id,
+            profile,
+            workspace: args.workspace.clone(),
+            runsc_args: plan::runsc_global_args(&dp.runsc_root()),
+            paths: dp,
+            store,
+            generation,
+            coordinator_id,
+            sandbox_id,
+            sup: None,
+            runsc_pid: 0,
+            runsc_start: 0,
+            owned_rows: Vec::new(),
+            listener: None,
+            signals,
+            conns: HashMap::new(),
+            sessions: HashMap::new(),
+            helpers: Vec::new(),
+            next_key: 1,
+            had_session: false,
+            published_at: Instant::now(),
+            stop_reason: None,
+            phase: "starting",
+            escalation: cfg.escalation.clone(),
+            broker: None,
+            host_tokens: Vec::new(),
+            net,
+            ports,
+            limits,
+            cgroup: None,
+            join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
+            esc_deadlines: HashMap::new(),
+            host_rows: HashMap::new(),
+        };
+        if let Err(e) = hc.bring_up(&storage, report) {
+            hc.teardown();
+            return Err(e);
+        }
+        Ok(hc)
+    }
+
+    pub(super) fn bring_up(&mut self, storage: &Path, report: &mut Reporter) -> Result<(), String> {
+        report.progress("preparing image");
+        let mut quiet = image::Progress::new(true);
+        let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet).map_err(|e| e.to_string())?;
+        // INVARIANT: the lease is recorded before the lower is used, so GC
+        // never reclaims an artifact a generation depends on. The lowers
+        // lock (shared) keeps `image prune` out until the artifact is named
+        // in domain.json and leased.
+        let gc = crate::storage::gc::lock_shared(storage)?;
+        let digest = image::manifest_digest(&layout, &tag).map_err(|e| e.to_string())?;
+        let artifact = image::artifact_id(&digest);
+        crate::storage::state::record_domain(
+            &self.paths.root,
+            &self.domain_id,
+            &self.profile,
+            &self.workspace,
+            &artifact,
+            &digest,
+        )
+        .map_err(|e| io_msg("writing domain.json", e))?;
+        self.store
+            .lease(self.generation, &artifact, &digest)
+            .map_err(|e| e.to_string())?;
+        let bound = crate::storage::layercheck::Bound {
+            floor: self
+                .profile
+                .limits
+                .image_layer
+                .unwrap_or(crate::storage::layercheck::DEFAULT_FLOOR),
+            ..Default::default()
+        };
+        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
+        drop(gc);
+
+        report.progress("starting sandbox");
+        let gen_dir = self.paths.gen_dir();
+        let _ = std::fs::remove_dir_all(&gen_dir);
+        std::fs::create_dir_all(gen_dir.join("bundle")).map_err(|e| io_msg(&gen_dir.display().to_string(), e))?;
+        std::fs::create_dir_all(self.paths.runsc_root()).map_err(|e| io_msg("runsc root", e))?;
+        let init = std::env::current_exe()
+            .map_err(|e| io_msg("locating lazaret", e))?
+            .with_file_name("lazaret-init");
+        if !init.is_file() {
+            return Err(format!("{} is missing: reinstall lazaret", init.display()));
+        }
+        self.net.prepare(&self.store, self.generation, &gen_dir)?;
+        // The State Anchor: one persistent overlay per `persist` path.
+        let mut binds = crate::storage::anchor::prepare_generation(
+            &self.paths.root,
+            &gen_dir,
+            &lower.rootfs(),
+            &self.profile.persist,
+        )
+        .map_err(|e| e.to_string())?;
+        binds.extend(self.net.binds());
+        // The profile's volumes (over any persistent path they lie under),
+        // and the host's Git identity as read-only system config.
+        crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
+        let mut volume_views = Vec::new();
+        for mut b in crate::plan::guest::volume_binds(&self.profile.volumes) {
+            // A profile `user` sees its volume directories through a view
+            // that shows the developer's files as its own.
+            if self.profile.user.is_some() && b.host.is_dir() {
+                let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
+                volume_views.push((b.host.clone(), mnt.clone()));
+                b.host = mnt;
+            }
+            binds.push(b);
+        }
+        if self.profile.git_identity {
+            binds.push(crate::plan::guest::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
+        }
+        if self.escalation.enabled {
+            let escalate = init.with_file_name("lazaret-escalate");
+            if !escalate.is_file() {
+                return Err(format!("{} is missing: reinstall lazaret", escalate.display()));
+            }
+            let anchor = TrustAnchor::new(&self.domain_id, self.generation, &self.profile.name)
+                .map_err(|e| format!("trust anchor: {e}"))?;
+            // Role identities of this generation; their keys never leave memory.
+            for (role, id) in [
+                (Role::SessionCoordinator, &self.coordinator_id),
+                (Role::AgentSandbox, &self.sandbox_id),
+            ] {
+                anchor.issue(role, id, None).map_err(|e| format!("trust anchor: {e}"))?;
+            }
+            let broker = Broker::new(
+                anchor,
+                self.escalation.clone(),
+                &self.workspace,
+                &self.paths.run.join("mailbox"),
+                &self.paths.root.join("audit.log"),
+            )?;
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_ESCALATE.into(),
+                host: escalate,
+                read_only: true,
+            });
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_REQUESTS.into(),
+                host: broker.requests_dir().to_path_buf(),
+                read_only: false,
+            });
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_RESULTS.into(),
+                host: broker.results_dir().to_path_buf(),
+                read_only: true,
+            });
+            self.broker = Some(broker);
+        }
+        // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.
+        let views = gitsentry::prepare_views(
+            &self.workspace,
+            &gen_dir,
+            self.profile
+                .isolate_ignored
+                .then(|| self.paths.ignored_dir())
+                .as_deref(),
+            self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
+        )
+        .map_err(|e| e.to_string())?;
+        gitsentry::add_volume_views(&gen_dir, &volume_views).map_err(|e| e.to_string())?;
+        binds.extend(views.binds.iter().cloned());
+        binds.extend(self.prepare_scratch(&binds)?);
+        let plan = plan::SandboxPlan {
+            rootfs: lower.rootfs(),
+            workspace: views.workspace_source.clone(),
+            init,
+            hostname: "lazaret".into(),
+            binds,
+            netns: self.net.sandbox_netns(),
+            caps: self.profile.caps.clone(),
+            nproc: self.limits.guest_tasks(),
+        };
+        std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
+            .map_err(|e| io_msg("writing config.json", e))?;
+        self.start_supervisor()?;
+        report.progress("probing the network");
+        self.verify_network()?;
+        self.setup_user()?;
+        self.forward_ports(report)?;
+        self.publish()
+    }
+
+    pub(super) fn start_supervisor(&mut self) -> Result<(), String> {
+        let (lease_rd, lease_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
+        let (status_rd, status_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
+        let exe = std::env::current_exe().map_err(|e| io_msg("locating lazaret", e))?;
+        let row = self
+            .store
+            .record_intent(self.generation, "process", "supervisor")
+            .map_err(|e| e.to_string())?;
+        self.owned_rows.push(row);
+        // Resource limits: the supervisor joins the generation's cgroup
+        // before it execs, so runsc and the sandbox are born inside.
+        self.cgroup = self.make_cgroup()?;
+        let join: Vec<i32> = self.cgroup.as_ref().map(|c| c.procs_fds()).unwrap_or_default();
+        let mut cmd = match self.cgroup.as_ref().and_then(|c| c.systemd_unit.clone()) {
+            Some(unit) => {
+                let mut c = Command::new("systemd-run");
+                c.args(crate::storage::cgroup::systemd_run_args(&unit, &self.limits))
+                    .arg(&exe);
+                c
+            }
+            None => {
+                let mut c = Command::new(&exe);
+                c.arg0("lazaret:[supervisor]");
+                c
+            }
+        };
+        cmd.arg("__supervisor")
+            .arg("--runsc-root")
+            .arg(self.paths.runsc_root())
+            .arg("--bundle")
+            .arg(self.paths.gen_dir().join("bundle"))
+            .arg("--id")
+            .arg(&self.sandbox_id)
+            .args(self.net.supervisor_args())
+            .arg("--views")
+            .arg(self.paths.gen_dir().join("views"))
+            .arg("--anchor-plan")
+            .arg(crate::storage::anchor::plan_path(&self.paths.gen_dir()))
+            .arg("--scratch")
+            .arg(self.paths.root.join("scratch/overlay"))
+            .args(self.meminfo_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
+        sys::ChildSetup::new()
+            .reset_signals()
+            .write_each(&join, b"0") // joins the generation's cgroups
+            .install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])
+            .parent_death_signal(sys::SIGKILL)
+            .apply(&mut cmd);
+        let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
+        // The supervisor joined between fork and exec (or failed to start).
+        if let Some(c) = self.cgroup.as_mut() {
+            c.close_procs();
+        }
+        drop(lease_rd);
+        drop(status_wr);
+        let pid = child.id() as i32;
+        let _ = self
+            .store
+            .set_owned_pid(row, pid, sys::proc_start_time(pid).unwrap_or(0));
+        let mut status = StatusReceiver::new(File::from(status_rd));
+        let deadline = Instant::now() + SANDBOX_START_TIMEOUT;
+
+        // 1. The supervisor unshared its user namespace: write the id maps.
+        status.wait_for_userns(deadline).map_err(|e| e.to_string())?;
+        write_id_maps(pid)?;
+        let ns = |n: &str| File::open(format!("/proc/{pid}/ns/{n}")).map_err(|e| io_msg("opening namespace", e));
+        let (userns, mntns) = (ns("user")?, ns("mnt")?);
+        let row = self
+            .store
+            .record_intent(self.generation, "runsc-container", &self.sandbox_id)
+            .map_err(|e| e.to_string())?;
+        self.owned_rows.push(row);
+        if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
+            self.owned_rows.push(row);
+        }
+        crate::wire::send_fd(&lease_wr, &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
+        self.sup = Some(Supervisor {
+            child,
+            lease: Some(lease_wr),
+            status,
+            userns,
+            mntns,
+        });
+
+        // 2. runsc run is up and the init printed ready.
+        let sup = self.sup.as_mut().unwrap();
+        // The network is installed and attested before runsc starts.
+        let (net, store) = (&mut self.net, &self.store);
+        let (rpid, rstart) = sup
+            .status
+            .wait_for_ready(deadline, |m| {
+                net.status_msg(m, store);
+            })
+            .map_err(|e| e.to_string())?;
+        self.runsc_pid = rpid;
+        self.runsc_start = rstart;
+        let row = self
+            .store
+            .record_intent(self.generation, "process", "runsc-run")
+            .map_err(|e| e.to_string())?;
+        let _ = self.store.set_owned_pid(row, rpid, rstart);
+        self.owned_rows.push(row);
+        Ok(())
+    }
+
+    /// Non-persisted writes go to disk in the Domain Root, not to host
+    /// RAM: `scratch/overlay` holds runsc's file-backed root overlay
+    /// (`plan::with_scratch_overlay`), and `scratch/tmp` is bound at `/tmp`
+    /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
+    /// profile already mounts something at `/tmp`. Emptied at every start:
+    /// a crashed generation's leftovers go first.
+    pub(super) fn prepare_scratch(&self, binds: &[plan::BindMount]) -> Result<Option<plan::BindMount>, String> {
+        let dir = self.paths.root.join("scratch");
+        // remove_dir_all never follows symlinks the sandbox left in tmp.
+        let _ = std::fs::remove_dir_all(&dir);
+        paths::ensure_private_dir(&dir.join("overlay")).map_err(|e| e.to_string())?;
+        if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
+            return Ok(None);
+        }
+        let tmp = dir.join("tmp");
+        std::fs::create_dir(&tmp).map_err(|e| io_msg("creating scratch/tmp", e))?;
+        // /tmp semantics inside; the Domain Root (0700) keeps others out.
+        std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .map_err(|e| io_msg("chmod scratch/tmp", e))?;
+        Ok(Some(plan::BindMount {
+            guest: "/tmp".into(),
+            host: tmp,
+            read_only: false,
+        }))
+    }
+
+    /// `--meminfo PATH` for the supervisor when the memory limit is
+    /// enforced: runsc then gives the sentry that total, and the guest's
+    /// `/proc/meminfo` shows the limit instead of the host's RAM.
+    pub(super) fn meminfo_args(&self) -> Vec<std::ffi::OsString> {
+        if self.cgroup.is_none() {
+            return Vec::new();
+        }
+        let view = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|h| crate::storage::cgroup::meminfo_view(&h, self.limits.memory));
+        let path = self.paths.gen_dir().join("meminfo");
+        match view.map(|v| std::fs::write(&path, v)) {
+            Some(Ok(())) => vec!["--meminfo".into(), path.into()],
+            _ => {
+                log::warn!("the guest will see the host's total memory: /proc/meminfo unreadable or unwritable");
+                Vec::new()
+            }
+        }
+    }
+
+    /// The generation's cgroup with the Domain's limits; `None` (after a
+    /// warning in the log) when no mechanism exists and only defaults apply.
+    pub(super) fn make_cgroup(&mut self) -> Result<Option<crate::storage::cgroup::DomainCgroup>, String> {
+        let mech = crate::storage::cgroup::detect();
+        match crate::storage::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
+            Ok(c) => {
+                log::info!("resource limits: {} via {}", self.limits.describe(), mech.describe());
+                Ok(Some(c))
+            }
+            Err(e) if !self.limits.explicit => {
+                log::warn!("running without resource limits: {e}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// "out of memory (limit 4GiB)" once the kernel OOM-killed something
+    /// in the Domain's cgroup.
+    /// "process limit reached (pids 200)" when forks failed at the limit
+    /// and the sandbox is gone.
+    pub(super) fn oom_reason(&self) -> Option<String> {
+        let c = self.cgroup.as_ref()?;
+        let (oom, pids) = (c.oom_kills() > 0, c.pids_max_events() > 0);
+        if !oom && !pids {
+            return None;
+        }
+        // Only when the limit took the sandbox down: runsc run is gone.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", self.runsc_pid))
+                .map(|s| {
+                    s.rsplit_once(") ")
+                        .is_some_and(|(_, r)| r.starts_with('Z') || r.starts_with('X'))
+                })
+                .unwrap_or(true)
+        };
+        while !gone() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(if oom {
+            format!("out of memory (limit {})", config::format_size(self.limits.memory))
+        } else {
+            format!("process limit reached (pids {})", self.limits.pids)
+        })
+    }
+
+    /// The one sentence for a sandbox that went away on its own: the limit
+    /// it hit when the generation's cgroup counted an OOM kill or a fork
+    /// refused at the pids limit, else the generic lost-sandbox sentence.
+    /// Every path that reports a lost sandbox asks this, before teardown
+    /// removes the cgroup.
+    pub(super) fn lost_reason(&self) -> String {
+        self.oom_reason().unwrap_or_else(sandbox_lost_reason)
+    }
+
+    /// FR-18/FR-20 before publication: observed readiness and the probe
+    /// from inside the sandbox; records the readiness fingerprint.
+    pub(super) fn verify_network(&mut self) -> Result<(), String> {
+        let sup_pid = self.sup.as_ref().map_or(0, |s| s.child.id() as i32);
+        let cmd = || -> Result<Command, String> {
+            let mut c = self.runsc_in_ns()?;
+            c.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
+            Ok(c)
+        };
+        self.net.verify(
+            &self.store,
+            &self.domain_id,
+            self.generation,
+            &self.profile.fingerprint(),
+            sup_pid,
+            self.runsc_pid,
+            cmd,
+        )
+    }
+
+    /// The profile's `user`: its passwd entry and home inside (made once;
+    /// both persist by default), before any session starts. Fails the start
+    /// when the image's ids conflict.
+    pub(super) fn setup_user(&mut self) -> Result<(), String> {
+        let Some(name) = self.profile.user.clone() else {
+            return Ok(());
+        };
+        let mut cmd = self.runsc_in_ns()?;
+        cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
+        cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stderr);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("lazaret: user "))
+                .map(|l| crate::display::escape(l.trim_start_matches("lazaret: ")))
+                .unwrap_or_else(|| "the guest could not create it".into());
+            log::warn!("user setup failed: {}", crate::display::escape(&text));
+            return Err(format!("profile {} user {name}: {line}", self.profile.name));
+        }
+        Ok(())
+    }
+
+    /// Host port forwards through slirp4netns's API socket; the list goes
+    /// to `gen/ports` for `net show`.
+    pub(super) fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), String> {
+        if self.ports.is_empty() {
+            return Ok(());
+        }
+        report.progress("forwarding ports");
+        let gen_dir = self.paths.gen_dir();
+        crate::config::ports::install(
+            &gen_dir.join(crate::config::ports::API_SOCKET),
+            &self.ports,
+            // slirp4netns's own guest (10.0.2.100) is the router's tap0
+            // now: forwards go to the sandbox's address, which the router
+            // answers ARP for on tap0 and routes to lzr1.
+            crate::net::policy::SANDBOX_ADDR,
+        )?;
+        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(gen_dir.join(crate::config::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
+    }
+
+    /// Makes the generation joinable: the socket appears at its published
+    /// path by rename, only now that everything is ready.
+    pub(super) fn publish(&mut self) -> Result<(), String> {
+        let sock = self.paths.socket();
+        let tmp = self.paths.run.join(format!("hc.sock.{}", self.generation));
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(&sock);
+        let l = UnixListener::bind(&tmp).map_err(|e| io_msg("binding the Domain socket", e))?;
+        l.set_nonblocking(true).map_err(|e| io_msg("socket", e))?;
+        std::fs::rename(&tmp, &sock).map_err(|e| io_msg("publishing the Domain socket", e))?;
+        self.listener = Some(l);
+        self.phase = "ready";
+        self.published_at = Instant::now();
+        self.store
+            .set_phase(self.generation, "ready")
+            .map_err(|e| e.to_string())?;
+        log::info!("published generation {}", self.generation);
+        Ok(())
+    }
+}
+
+/// Writes the supervisor's id maps with the setuid helpers: the user is 0
+/// inside, the subordinate range fills 1..=65536.
+pub(super) fn write_id_maps(pid: i32) -> Result<(), String> {
+    let uid = sys::getuid();
+    let gid = sys::getgid();
+    let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
+    for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
+            format!("{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix")
+        })?;
+        let out = Command::new(tool)
+            .args(plan::id_map_args(pid, own, sub))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{tool} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
+}
