@@ -38,9 +38,6 @@
 //! keys. The reader here also records the line of every key, so semantic
 //! errors point at the right line.
 
-// Consumers of this module are being written concurrently.
-#![allow(dead_code)]
-
 pub mod passenv;
 pub mod ports;
 

@@ -710,6 +710,8 @@ pub(super) fn guest_path_problem(p: &str) -> Option<PathProblem> {
 
 impl Prefix {
     /// A prefix, or `None` when `len` is out of range or host bits are set.
+    /// Only tests build prefixes from parts; the config parses them.
+    #[cfg(test)]
     pub fn new(addr: IpAddr, len: u8) -> Option<Prefix> {
         let p = Prefix { addr, len };
         (len <= p.max_len() && p.network() == p).then_some(p)

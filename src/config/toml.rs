@@ -61,7 +61,8 @@ pub enum Val {
     Bool(bool),
     Int(i64),
     Float(f64),
-    Datetime(String),
+    /// Recognised only to be reported as the wrong type; the text is not kept.
+    Datetime,
     Array(Vec<Item>),
     Table(Table),
     /// `[[a]]` elements; each is a `Val::Table`.
@@ -76,7 +77,7 @@ impl Val {
             Val::Bool(_) => "a boolean",
             Val::Int(_) => "an integer",
             Val::Float(_) => "a float",
-            Val::Datetime(_) => "a date-time",
+            Val::Datetime => "a date-time",
             Val::Array(_) => "an array",
             Val::Table(_) => "a table",
             Val::TableArray(_) => "an array of tables",
@@ -377,7 +378,7 @@ impl Parser {
             _ => {}
         }
         if is_date(&tok) || tok.contains(':') {
-            return Ok(Val::Datetime(tok));
+            return Ok(Val::Datetime);
         }
         let digits = tok.strip_prefix(['+', '-']).unwrap_or(&tok);
         if !digits.starts_with(|c: char| c.is_ascii_digit()) {
