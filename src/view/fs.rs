@@ -2177,3 +2177,6 @@ impl View {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
