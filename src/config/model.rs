@@ -230,23 +230,20 @@ impl Limits {
 }
 
 /// Parses `"4GiB"`, `"256MiB"`, `"512M"`, `"1024"` (bytes); binary units.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    const EXPECTED: &str = "a size like \"4GiB\", \"256MiB\" or a number of bytes";
+pub fn parse_size(s: &str) -> Result<u64, ValueError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| EXPECTED.to_string())?;
+    let n: u64 = num.parse().map_err(|_| ValueError::Size)?;
     let mult: u64 = match unit.trim() {
         "" | "B" => 1,
         "K" | "KiB" | "k" => 1 << 10,
         "M" | "MiB" => 1 << 20,
         "G" | "GiB" => 1 << 30,
         "T" | "TiB" => 1 << 40,
-        _ => return Err(EXPECTED.to_string()),
+        _ => return Err(ValueError::Size),
     };
-    n.checked_mul(mult)
-        .filter(|v| *v > 0)
-        .ok_or_else(|| EXPECTED.to_string())
+    n.checked_mul(mult).filter(|v| *v > 0).ok_or(ValueError::Size)
 }
 
 /// Formats bytes the way limits are written (`4GiB`, `256MiB`, `1.5GiB`).
@@ -265,13 +262,10 @@ pub fn format_size(b: u64) -> String {
 }
 
 /// Parses a CPU count (`2`, `0.5`) into thousandths; 0.01..=1024.
-pub fn parse_cpus(s: &str) -> Result<u64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| "a number of CPUs like 2 or 0.5".to_string())?;
+pub fn parse_cpus(s: &str) -> Result<u64, ValueError> {
+    let v: f64 = s.trim().parse().map_err(|_| ValueError::Cpus)?;
     if !(0.01..=1024.0).contains(&v) {
-        return Err("a number of CPUs between 0.01 and 1024".into());
+        return Err(ValueError::CpusRange);
     }
     Ok((v * 1000.0).round() as u64)
 }
@@ -569,12 +563,9 @@ fn put_field(buf: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 impl FromStr for ImageSource {
-    /// A phrase describing what was expected.
-    type Err = String;
+    type Err = ValueError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        const FORMS: &str =
-            "one of \"default\", an [images.NAME] recipe name, \"oci:/ABS/PATH:TAG\", \"docker-archive:/ABS/FILE\" or \"docker://REF\"";
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         if s == "default" {
             return Ok(ImageSource::Default);
         }
@@ -586,27 +577,27 @@ impl FromStr for ImageSource {
                         tag: tag.to_string(),
                     })
                 }
-                _ => Err("\"oci:PATH:TAG\" with an absolute PATH and a non-empty TAG".into()),
+                _ => Err(ValueError::Oci),
             };
         }
         if let Some(rest) = s.strip_prefix("docker-archive:") {
             return if rest.starts_with('/') {
                 Ok(ImageSource::DockerArchive(PathBuf::from(rest)))
             } else {
-                Err("\"docker-archive:FILE\" with an absolute FILE".into())
+                Err(ValueError::DockerArchive)
             };
         }
         if let Some(rest) = s.strip_prefix("docker://") {
             return if !rest.is_empty() && !rest.chars().any(char::is_whitespace) {
                 Ok(ImageSource::Docker(rest.to_string()))
             } else {
-                Err("\"docker://REF\" with a non-empty REF without spaces".into())
+                Err(ValueError::Docker)
             };
         }
         if valid_image_name(s) {
             return Ok(ImageSource::Named(s.to_string()));
         }
-        Err(FORMS.into())
+        Err(ValueError::Image)
     }
 }
 
@@ -624,27 +615,22 @@ impl fmt::Display for ImageSource {
 }
 
 impl FromStr for Volume {
-    /// A phrase describing what was expected.
-    type Err = String;
+    type Err = ValueError;
 
     /// Parses `HOSTPATH:GUESTPATH[:ro|:rw]` (read-write by default).
-    fn from_str(s: &str) -> Result<Self, String> {
-        const FORM: &str = "\"HOSTPATH:GUESTPATH[:ro|:rw]\" with absolute paths";
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         let parts: Vec<&str> = s.split(':').collect();
         let (host, guest, read_only) = match parts.as_slice() {
             [h, g] => (*h, *g, false),
             [h, g, "ro"] => (*h, *g, true),
             [h, g, "rw"] => (*h, *g, false),
-            _ => return Err(FORM.into()),
+            _ => return Err(ValueError::Volume),
         };
         if !host.starts_with('/') {
-            return Err(FORM.into());
+            return Err(ValueError::Volume);
         }
         if let Some(problem) = guest_path_problem(guest) {
-            return Err(format!(
-                "\"HOSTPATH:GUESTPATH[:ro|:rw]\" with GUESTPATH {}",
-                problem.singular()
-            ));
+            return Err(ValueError::VolumeGuest(problem));
         }
         Ok(Volume {
             host: PathBuf::from(host),
@@ -664,7 +650,7 @@ impl fmt::Display for Volume {
 
 /// Why a guest path is unacceptable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum PathProblem {
+pub enum PathProblem {
     Relative,
     NotNormalized,
     Root,
@@ -768,34 +754,32 @@ fn mask(len: u8, max: u8) -> u128 {
 }
 
 impl FromStr for Prefix {
-    /// A phrase describing what was expected.
-    type Err = String;
+    type Err = ValueError;
 
     /// Parses `ADDR/LEN`; a bare address means a single host (`/32`, `/128`).
-    fn from_str(s: &str) -> Result<Self, String> {
-        const FORM: &str = "a CIDR prefix like \"10.0.0.0/8\" or \"fd00::/8\"";
+    fn from_str(s: &str) -> Result<Self, ValueError> {
         let (addr, len) = match s.split_once('/') {
             Some((a, l)) => (a, Some(l)),
             None => (s, None),
         };
-        let addr: IpAddr = addr.parse().map_err(|_| FORM.to_string())?;
+        let addr: IpAddr = addr.parse().map_err(|_| ValueError::Prefix)?;
         let max = if addr.is_ipv4() { 32u8 } else { 128u8 };
         let len = match len {
             None => max,
             Some(l) => {
                 if l.is_empty() || l.len() > 3 || !l.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(FORM.into());
+                    return Err(ValueError::Prefix);
                 }
                 match l.parse::<u8>() {
                     Ok(n) if n <= max => n,
-                    _ => return Err(format!("a prefix length between 0 and {}", max)),
+                    _ => return Err(ValueError::PrefixLength { max }),
                 }
             }
         };
         let p = Prefix { addr, len };
         let net = p.network();
         if net != p {
-            return Err(format!("a prefix whose host bits are zero, such as \"{}\"", net));
+            return Err(ValueError::HostBits { network: net });
         }
         Ok(p)
     }
@@ -874,3 +858,48 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A value that does not have the expected form; shows as the phrase
+/// describing what was expected (the "expected" part of a message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    Size,
+    Cpus,
+    CpusRange,
+    Oci,
+    DockerArchive,
+    Docker,
+    Image,
+    Volume,
+    VolumeGuest(PathProblem),
+    Prefix,
+    PrefixLength { max: u8 },
+    HostBits { network: Prefix },
+}
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueError::Size => f.write_str("a size like \"4GiB\", \"256MiB\" or a number of bytes"),
+            ValueError::Cpus => f.write_str("a number of CPUs like 2 or 0.5"),
+            ValueError::CpusRange => f.write_str("a number of CPUs between 0.01 and 1024"),
+            ValueError::Oci => f.write_str("\"oci:PATH:TAG\" with an absolute PATH and a non-empty TAG"),
+            ValueError::DockerArchive => f.write_str("\"docker-archive:FILE\" with an absolute FILE"),
+            ValueError::Docker => f.write_str("\"docker://REF\" with a non-empty REF without spaces"),
+            ValueError::Image => f.write_str(
+                "one of \"default\", an [images.NAME] recipe name, \"oci:/ABS/PATH:TAG\", \"docker-archive:/ABS/FILE\" or \"docker://REF\"",
+            ),
+            ValueError::Volume => f.write_str("\"HOSTPATH:GUESTPATH[:ro|:rw]\" with absolute paths"),
+            ValueError::VolumeGuest(problem) => {
+                write!(f, "\"HOSTPATH:GUESTPATH[:ro|:rw]\" with GUESTPATH {}", problem.singular())
+            }
+            ValueError::Prefix => f.write_str("a CIDR prefix like \"10.0.0.0/8\" or \"fd00::/8\""),
+            ValueError::PrefixLength { max } => write!(f, "a prefix length between 0 and {}", max),
+            ValueError::HostBits { network } => {
+                write!(f, "a prefix whose host bits are zero, such as \"{}\"", network)
+            }
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}

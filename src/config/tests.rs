@@ -775,7 +775,7 @@ fn prefix_parsing() {
     assert_eq!(pfx("192.0.2.1").to_string(), "192.0.2.1/32");
     assert_eq!(pfx("2001:db8::1").to_string(), "2001:db8::1/128");
     assert_eq!(pfx("::1/128").to_string(), "::1/128");
-    let e = |s: &str| s.parse::<Prefix>().unwrap_err();
+    let e = |s: &str| s.parse::<Prefix>().unwrap_err().to_string();
     assert_eq!(
         e("10.1.2.3/8"),
         "a prefix whose host bits are zero, such as \"10.0.0.0/8\""

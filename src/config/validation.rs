@@ -135,7 +135,9 @@ impl Schema<'_> {
         const EXPECTED: &str = "an array of CIDR prefixes like \"10.0.0.0/8\" or \"fd00::/8\"";
         let mut out: Vec<(usize, Prefix)> = Vec::new();
         for (line, s) in self.strings(item, key, EXPECTED)? {
-            let p: Prefix = s.parse().map_err(|e: String| self.invalid(line, key, e, quote(s)))?;
+            let p: Prefix = s
+                .parse()
+                .map_err(|e: ValueError| self.invalid(line, key, e.to_string(), quote(s)))?;
             for (first_line, q) in &out {
                 if *q == p {
                     return Err(ConfigError::Duplicate {
@@ -351,7 +353,9 @@ impl Schema<'_> {
         if let Some(i) = t.get("image") {
             let key = k("image");
             let s = self.string(i, &key, "an image string")?;
-            p.image = s.parse().map_err(|e: String| self.invalid(i.line, &key, e, quote(s)))?;
+            p.image = s
+                .parse()
+                .map_err(|e: ValueError| self.invalid(i.line, &key, e.to_string(), quote(s)))?;
         }
         if let Some(i) = t.get("command") {
             let key = k("command");
@@ -385,7 +389,9 @@ impl Schema<'_> {
             const EXPECTED: &str = "an array of \"HOSTPATH:GUESTPATH[:ro|:rw]\" strings";
             let mut seen: Vec<(usize, Volume)> = Vec::new();
             for (line, s) in self.strings(i, &key, EXPECTED)? {
-                let v: Volume = s.parse().map_err(|e: String| self.invalid(line, &key, e, quote(s)))?;
+                let v: Volume = s
+                    .parse()
+                    .map_err(|e: ValueError| self.invalid(line, &key, e.to_string(), quote(s)))?;
                 if let Some((first_line, _)) = seen.iter().find(|(_, w)| w.guest == v.guest) {
                     return Err(self.duplicate(line, *first_line, &key, &format!("guest path {}", v.guest)));
                 }
@@ -599,7 +605,7 @@ impl Schema<'_> {
             if let Some(i) = t.get(name) {
                 let k = join_key(key, name);
                 let s = self.string(i, &k, "a size string like \"4GiB\"")?;
-                let v = parse_size(s).map_err(|e| self.invalid(i.line, &k, e, quote(s)))?;
+                let v = parse_size(s).map_err(|e| self.invalid(i.line, &k, e.to_string(), quote(s)))?;
                 if name == "memory" && v < (64 << 20) {
                     return Err(self.invalid(i.line, &k, "at least \"64MiB\"", quote(s)));
                 }
@@ -618,9 +624,9 @@ impl Schema<'_> {
             let v = match &i.val {
                 Val::Int(n) => parse_cpus(&n.to_string()),
                 Val::Float(f) => parse_cpus(&f.to_string()),
-                _ => Err("a number of CPUs like 2 or 0.5".to_string()),
+                _ => Err(ValueError::Cpus),
             };
-            l.cpu_millis = Some(v.map_err(|e| self.invalid(i.line, &k, e, got(&i.val)))?);
+            l.cpu_millis = Some(v.map_err(|e| self.invalid(i.line, &k, e.to_string(), got(&i.val)))?);
         }
         Ok(l)
     }
