@@ -2178,3 +2178,6 @@ impl View {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;
