@@ -731,15 +731,17 @@ impl Coordinator {
             c.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
             Ok(c)
         };
-        self.net.verify(
-            &self.store,
-            &self.domain_id,
-            self.generation,
-            &self.profile.fingerprint(),
-            sup_pid,
-            self.runsc_pid,
-            cmd,
-        )
+        self.net
+            .verify(
+                &self.store,
+                &self.domain_id,
+                self.generation,
+                &self.profile.fingerprint(),
+                sup_pid,
+                self.runsc_pid,
+                cmd,
+            )
+            .map_err(|e| e.to_string())
     }
 
     /// The profile's `user`: its passwd entry and home inside (made once;
