@@ -676,7 +676,7 @@ impl Coordinator {
                 log::warn!("running without resource limits: {e}");
                 Ok(None)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         }
     }
 

@@ -633,7 +633,7 @@ fn walk_all(s: &Selected, keys: &[String], with_ignored: bool) -> Result<Report>
         });
     }
     let lower = lower_rootfs(s);
-    statefs::run_helper(&s.paths.root, lower.as_deref(), &ops).map_err(StateError::Failed)
+    statefs::run_helper(&s.paths.root, lower.as_deref(), &ops).map_err(|e| StateError::Failed(e.to_string()))
 }
 
 fn entry_json(e: &statefs::Entry) -> Json {
@@ -780,7 +780,7 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
 fn clean_trash(s: &Selected) -> Result<Vec<String>> {
     let trash = trash_on_disk(&s.paths.root);
     let ops: Vec<Op> = trash.iter().map(|t| Op::Remove { name: t.clone() }).collect();
-    let r = statefs::run_helper(&s.paths.root, None, &ops).map_err(StateError::Failed)?;
+    let r = statefs::run_helper(&s.paths.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
     Ok(r.removed
         .into_iter()
         .filter_map(|(n, res)| res.err().map(|e| format!("{n}: {e}")))
@@ -985,7 +985,7 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
             })
             .collect::<Vec<_>>(),
     )
-    .map_err(StateError::Failed)?;
+    .map_err(|e| StateError::Failed(e.to_string()))?;
     let size_of = |k: &str| {
         sizes
             .sizes
