@@ -34,7 +34,7 @@ use crate::net::sidecar::NetRole;
 use crate::plan;
 use crate::storage::image;
 use crate::storage::paths::{self, DomainPaths};
-use crate::storage::store::Store;
+use crate::storage::store::{OwnedKind, Phase, Store};
 use crate::supervisor;
 use crate::sys;
 use crate::view::sentry as gitsentry;
@@ -514,7 +514,7 @@ impl Coordinator {
         let exe = std::env::current_exe().map_err(|e| io_msg("locating lazaret", e))?;
         let row = self
             .store
-            .record_intent(self.generation, "process", "supervisor")
+            .record_intent(self.generation, OwnedKind::Process, "supervisor")
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
         // Resource limits: the supervisor joins the generation's cgroup
@@ -581,7 +581,7 @@ impl Coordinator {
         let (userns, mntns) = (ns("user")?, ns("mnt")?);
         let row = self
             .store
-            .record_intent(self.generation, "runsc-container", &self.sandbox_id)
+            .record_intent(self.generation, OwnedKind::RunscContainer, &self.sandbox_id)
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
         if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
@@ -610,7 +610,7 @@ impl Coordinator {
         self.runsc_start = rstart;
         let row = self
             .store
-            .record_intent(self.generation, "process", "runsc-run")
+            .record_intent(self.generation, OwnedKind::Process, "runsc-run")
             .map_err(|e| e.to_string())?;
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
@@ -803,7 +803,7 @@ impl Coordinator {
         self.phase = "ready";
         self.published_at = Instant::now();
         self.store
-            .set_phase(self.generation, "ready")
+            .set_phase(self.generation, Phase::Ready)
             .map_err(|e| e.to_string())?;
         log::info!("published generation {}", self.generation);
         Ok(())
@@ -1405,7 +1405,7 @@ impl Coordinator {
         for e in events {
             match e {
                 escbroker::HostEvent::Started { id, pid, start_time } => {
-                    if let Ok(row) = self.store.record_intent(self.generation, "host-command", &id) {
+                    if let Ok(row) = self.store.record_intent(self.generation, OwnedKind::HostCommand, &id) {
                         let _ = self.store.set_owned_pid(row, pid, start_time);
                         let _ = self.store.set_owned_pgid(row, pid);
                         self.host_rows.insert(id, row);
@@ -1898,7 +1898,7 @@ impl Coordinator {
         if self.phase != "failed" {
             self.phase = "stopping";
         }
-        let _ = self.store.set_phase(self.generation, "stopping");
+        let _ = self.store.set_phase(self.generation, Phase::Stopping);
         let keys: Vec<u64> = self.sessions.keys().copied().collect();
         for k in keys {
             let conn = self.sessions[&k].conn;
@@ -1932,7 +1932,7 @@ impl Coordinator {
         // pid by start time and kill only an exact match.
         if let Ok(list) = self.store.unreleased() {
             for o in list.iter().filter(|o| o.generation == self.generation) {
-                if o.kind == "runsc-container" {
+                if o.kind == OwnedKind::RunscContainer {
                     remove_runsc_state(&self.paths.runsc_root(), &o.name);
                 }
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
@@ -1947,7 +1947,11 @@ impl Coordinator {
         let _ = self.store.release_leases(self.generation);
         crate::storage::state::touch_domain(&self.paths.root);
         let _ = std::fs::remove_dir_all(self.paths.gen_dir());
-        let final_phase = if self.phase == "failed" { "failed" } else { "stopped" };
+        let final_phase = if self.phase == "failed" {
+            Phase::Failed
+        } else {
+            Phase::Stopped
+        };
         let _ = self.store.set_phase(self.generation, final_phase);
         // Last words to clients, bounded.
         let deadline = Instant::now() + Duration::from_millis(500);
@@ -2120,7 +2124,7 @@ fn recover(store: &Store, dp: &DomainPaths) {
     if let Ok(gens) = store.unfinished_generations() {
         for g in gens {
             let _ = store.release_leases(g);
-            let _ = store.set_phase(g, "recovered");
+            let _ = store.set_phase(g, Phase::Recovered);
         }
     }
     let _ = std::fs::remove_dir_all(dp.gen_dir());

@@ -241,7 +241,7 @@ impl NetRole {
         if !self.policy.enabled {
             return Ok(None);
         }
-        let row = store.record_intent(generation, "process", "slirp4netns")?;
+        let row = store.record_intent(generation, crate::storage::store::OwnedKind::Process, "slirp4netns")?;
         self.slirp_row = Some(row);
         Ok(Some(row))
     }
