@@ -48,8 +48,8 @@ pub enum StateError {
 impl StateError {
     pub fn code(&self) -> i32 {
         match self {
-            StateError::Usage(_) | StateError::InUse(_) => 2,
-            StateError::Failed(_) => 125,
+            StateError::Usage(_) | StateError::InUse(_) => crate::exit::Exit::Usage.code(),
+            StateError::Failed(_) => crate::exit::Exit::Failure.code(),
         }
     }
 }
@@ -63,6 +63,8 @@ impl fmt::Display for StateError {
 }
 
 type Result<T> = std::result::Result<T, StateError>;
+
+use crate::exit::Exit;
 
 fn failed(what: &str, e: impl fmt::Display) -> StateError {
     StateError::Failed(format!("{what}: {e}"))
@@ -948,7 +950,7 @@ fn verify(s: Selected, json: bool) -> Result<i32> {
         ));
         print!("{out}");
     }
-    Ok(if errors == 0 { 0 } else { 1 })
+    Ok(if errors == 0 { Exit::Success } else { Exit::Problem }.code())
 }
 
 fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32> {
