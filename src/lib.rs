@@ -12,6 +12,7 @@ mod coordinator;
 pub mod display;
 mod domain;
 pub mod escalation;
+mod exit;
 mod net;
 mod plan;
 mod storage;

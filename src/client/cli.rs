@@ -24,8 +24,8 @@ use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg};
 
 /// Exit codes of Lazaret's own failures (a session's exit status is the
 /// sandboxed command's).
-pub const EXIT_USAGE: i32 = 2;
-pub const EXIT_FAILURE: i32 = 125;
+pub const EXIT_USAGE: i32 = crate::exit::Exit::Usage.code();
+pub const EXIT_FAILURE: i32 = crate::exit::Exit::Failure.code();
 
 const USAGE: &str = "\
 usage: lazaret <command> [options]
@@ -752,7 +752,7 @@ fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool
                 if let Err(e) = sys::write_all(sys::STDOUT, &d) {
                     if e.raw_os_error() == Some(sys::EPIPE) {
                         restore_terminal();
-                        return Ok(Some(128 + sys::SIGPIPE));
+                        return Ok(Some(crate::exit::Exit::ClosedPipe.code()));
                     }
                 }
             }

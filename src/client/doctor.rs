@@ -78,9 +78,9 @@ pub fn run(json: bool) -> i32 {
         print!("{}", to_text(&checks));
     }
     if checks.iter().all(|c| c.ok) {
-        0
+        crate::exit::Exit::Success.code()
     } else {
-        1
+        crate::exit::Exit::Problem.code()
     }
 }
 

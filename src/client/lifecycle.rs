@@ -574,7 +574,7 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
             in_root: true,
         });
     }
-    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Failed)?;
+    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
     let size_of = |k: &str| {
         sizes
             .sizes
@@ -654,7 +654,7 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
     }
     let trash = state::trash_on_disk(&dp.root);
     let ops: Vec<Op> = trash.iter().map(|t| Op::Remove { name: t.clone() }).collect();
-    let r = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Failed)?;
+    let r = statefs::run_helper(&dp.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
     let left: Vec<String> = r
         .removed
         .into_iter()

@@ -198,7 +198,7 @@ impl Coordinator {
         for e in events {
             match e {
                 escbroker::HostEvent::Started { id, pid, start_time } => {
-                    if let Ok(row) = self.store.record_intent(self.generation, "host-command", &id) {
+                    if let Ok(row) = self.store.record_intent(self.generation, OwnedKind::HostCommand, &id) {
                         let _ = self.store.set_owned_pid(row, pid, start_time);
                         let _ = self.store.set_owned_pgid(row, pid);
                         self.host_rows.insert(id, row);

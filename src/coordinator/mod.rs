@@ -40,7 +40,7 @@ use crate::net::sidecar::NetRole;
 use crate::plan;
 use crate::storage::image;
 use crate::storage::paths::{self, DomainPaths};
-use crate::storage::store::Store;
+use crate::storage::store::{OwnedKind, Phase, Store};
 use crate::supervisor;
 use crate::sys;
 use crate::view::sentry as gitsentry;

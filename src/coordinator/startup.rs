@@ -242,7 +242,7 @@ impl Coordinator {
         let exe = std::env::current_exe().map_err(|e| io_msg("locating lazaret", e))?;
         let row = self
             .store
-            .record_intent(self.generation, "process", "supervisor")
+            .record_intent(self.generation, OwnedKind::Process, "supervisor")
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
         // Resource limits: the supervisor joins the generation's cgroup
@@ -307,7 +307,7 @@ impl Coordinator {
         let (userns, mntns) = (ns("user")?, ns("mnt")?);
         let row = self
             .store
-            .record_intent(self.generation, "runsc-container", &self.sandbox_id)
+            .record_intent(self.generation, OwnedKind::RunscContainer, &self.sandbox_id)
             .map_err(|e| e.to_string())?;
         self.owned_rows.push(row);
         if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
@@ -336,7 +336,7 @@ impl Coordinator {
         self.runsc_start = rstart;
         let row = self
             .store
-            .record_intent(self.generation, "process", "runsc-run")
+            .record_intent(self.generation, OwnedKind::Process, "runsc-run")
             .map_err(|e| e.to_string())?;
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
@@ -402,7 +402,7 @@ impl Coordinator {
                 log::warn!("running without resource limits: {e}");
                 Ok(None)
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -457,15 +457,17 @@ impl Coordinator {
             c.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
             Ok(c)
         };
-        self.net.verify(
-            &self.store,
-            &self.domain_id,
-            self.generation,
-            &self.profile.fingerprint(),
-            sup_pid,
-            self.runsc_pid,
-            cmd,
-        )
+        self.net
+            .verify(
+                &self.store,
+                &self.domain_id,
+                self.generation,
+                &self.profile.fingerprint(),
+                sup_pid,
+                self.runsc_pid,
+                cmd,
+            )
+            .map_err(|e| e.to_string())
     }
 
     /// The profile's `user`: its passwd entry and home inside (made once;
@@ -527,7 +529,7 @@ impl Coordinator {
         self.phase = "ready";
         self.published_at = Instant::now();
         self.store
-            .set_phase(self.generation, "ready")
+            .set_phase(self.generation, Phase::Ready)
             .map_err(|e| e.to_string())?;
         log::info!("published generation {}", self.generation);
         Ok(())

@@ -18,7 +18,7 @@ impl Coordinator {
         if self.phase != "failed" {
             self.phase = "stopping";
         }
-        let _ = self.store.set_phase(self.generation, "stopping");
+        let _ = self.store.set_phase(self.generation, Phase::Stopping);
         let keys: Vec<u64> = self.sessions.keys().copied().collect();
         for k in keys {
             let conn = self.sessions[&k].conn;
@@ -52,7 +52,7 @@ impl Coordinator {
         // pid by start time and kill only an exact match.
         if let Ok(list) = self.store.unreleased() {
             for o in list.iter().filter(|o| o.generation == self.generation) {
-                if o.kind == "runsc-container" {
+                if o.kind == OwnedKind::RunscContainer {
                     remove_runsc_state(&self.paths.runsc_root(), &o.name);
                 }
                 if let (Some(pid), Some(st)) = (o.pid, o.start_time) {
@@ -67,7 +67,11 @@ impl Coordinator {
         let _ = self.store.release_leases(self.generation);
         crate::storage::state::touch_domain(&self.paths.root);
         let _ = std::fs::remove_dir_all(self.paths.gen_dir());
-        let final_phase = if self.phase == "failed" { "failed" } else { "stopped" };
+        let final_phase = if self.phase == "failed" {
+            Phase::Failed
+        } else {
+            Phase::Stopped
+        };
         let _ = self.store.set_phase(self.generation, final_phase);
         // Last words to clients, bounded.
         let deadline = Instant::now() + Duration::from_millis(500);
@@ -149,7 +153,7 @@ pub(super) fn recover(store: &Store, dp: &DomainPaths) {
     if let Ok(gens) = store.unfinished_generations() {
         for g in gens {
             let _ = store.release_leases(g);
-            let _ = store.set_phase(g, "recovered");
+            let _ = store.set_phase(g, Phase::Recovered);
         }
     }
     let _ = std::fs::remove_dir_all(dp.gen_dir());

@@ -75,47 +75,112 @@ pub fn tool(name: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-fn bind_ns(fd: &OwnedFd, target: &Path) -> Result<(), String> {
-    std::fs::File::create(target).map_err(|e| format!("creating {}: {e}", target.display()))?;
+/// Why the network could not be installed: a variant per step, with the
+/// io error (and path) where there is one.
+#[derive(Debug)]
+pub enum InstallError {
+    /// Creating a namespace (`sandbox` or `router`).
+    NewNs(&'static str, std::io::Error),
+    /// Creating the file a namespace is bound to.
+    CreateNsFile(PathBuf, std::io::Error),
+    BindNs(PathBuf, std::io::Error),
+    /// A named step (sysctls, `ip -batch`) failed with an io error.
+    Step(&'static str, std::io::Error),
+    /// `ip -batch` could not be started for a named step.
+    IpSpawn(&'static str, std::io::Error),
+    /// `ip -batch` failed for a named step (its stderr).
+    IpFailed(&'static str, String),
+    /// `ip` could not be started.
+    RunIp(std::io::Error),
+    /// `ip ARGS` failed (its args, its stderr).
+    IpShow(String, String),
+    SlirpPipe(std::io::Error),
+    SlirpSpawn(std::io::Error),
+    SlirpTimeout,
+    SlirpExited,
+    NsIdentity(std::io::Error),
+    /// The router's own decision for a planned route is not the plan's.
+    Lookup(crate::config::Prefix, netpolicy::RouteMismatch),
+    /// The installed routes are not the plan's.
+    Readiness(netpolicy::RouteMismatch),
+    /// IPv6 addresses remain in a namespace (its name, the addresses).
+    Ipv6Remains(&'static str, String),
+    SlirpGone,
+}
+
+impl std::fmt::Display for InstallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use InstallError::*;
+        match self {
+            NewNs(which, e) => write!(f, "creating the {which} network namespace: {e}"),
+            CreateNsFile(p, e) => write!(f, "creating {}: {e}", p.display()),
+            BindNs(p, e) => write!(f, "binding the network namespace to {}: {e}", p.display()),
+            Step(what, e) => write!(f, "{what}: {e}"),
+            IpSpawn(what, e) => write!(f, "{what}: cannot run ip (install iproute2): {e}"),
+            IpFailed(what, err) => write!(f, "{what}: ip failed: {err}"),
+            RunIp(e) => write!(f, "cannot run ip: {e}"),
+            IpShow(args, err) => write!(f, "ip {args}: {err}"),
+            SlirpPipe(e) => write!(f, "pipe: {e}"),
+            SlirpSpawn(e) => write!(
+                f,
+                "cannot start slirp4netns (install slirp4netns; run `lazaret doctor`): {e}"
+            ),
+            SlirpTimeout => write!(f, "slirp4netns did not become ready in 10 s"),
+            SlirpExited => write!(
+                f,
+                "slirp4netns exited before it was ready (is /dev/net/tun usable? run `lazaret doctor`)"
+            ),
+            NsIdentity(e) => write!(f, "netns identity: {e}"),
+            Lookup(p, e) => write!(f, "network readiness: route for {p}: {e}"),
+            Readiness(e) => write!(f, "network readiness: {e}"),
+            Ipv6Remains(name, a) => write!(
+                f,
+                "network readiness: IPv6 addresses remain in the {name} namespace: {a}"
+            ),
+            SlirpGone => write!(f, "network readiness: slirp4netns is not running"),
+        }
+    }
+}
+
+impl std::error::Error for InstallError {}
+
+fn bind_ns(fd: &OwnedFd, target: &Path) -> Result<(), InstallError> {
+    std::fs::File::create(target).map_err(|e| InstallError::CreateNsFile(target.to_path_buf(), e))?;
     let src = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    sys::mount(&src, target, "", sys::MS_BIND, None)
-        .map_err(|e| format!("binding the network namespace to {}: {e}", target.display()))
+    sys::mount(&src, target, "", sys::MS_BIND, None).map_err(|e| InstallError::BindNs(target.to_path_buf(), e))
 }
 
 /// Runs `ip -batch -` in namespace `ns` with `cmds` on stdin.
-fn ip_batch(ns: &OwnedFd, what: &str, cmds: &[String]) -> Result<(), String> {
+fn ip_batch(ns: &OwnedFd, what: &'static str, cmds: &[String]) -> Result<(), InstallError> {
     let mut cmd = Command::new(tool("ip"));
     cmd.args(["-batch", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     sys::command_in_netns(&mut cmd, ns);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("{what}: cannot run ip (install iproute2): {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| InstallError::IpSpawn(what, e))?;
     let text = cmds.join("\n") + "\n";
     let _ = child.stdin.take().unwrap().write_all(text.as_bytes());
-    let out = child.wait_with_output().map_err(|e| format!("{what}: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| InstallError::Step(what, e))?;
     if !out.status.success() {
-        return Err(format!(
-            "{what}: ip failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim().replace('\n', "; ")
+        return Err(InstallError::IpFailed(
+            what,
+            String::from_utf8_lossy(&out.stderr).trim().replace('\n', "; "),
         ));
     }
     Ok(())
 }
 
 /// Output of `ip ARGS` in namespace `ns`.
-fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
+fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, InstallError> {
     let mut cmd = Command::new(tool("ip"));
     cmd.args(args).stdin(Stdio::null());
     sys::command_in_netns(&mut cmd, ns);
-    let out = cmd.output().map_err(|e| format!("cannot run ip: {e}"))?;
+    let out = cmd.output().map_err(InstallError::RunIp)?;
     if !out.status.success() {
-        return Err(format!(
-            "ip {}: {}",
+        return Err(InstallError::IpShow(
             args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -123,7 +188,7 @@ fn ip_show(ns: &OwnedFd, args: &[&str]) -> Result<String, String> {
 
 /// Writes `value` to each `/proc/sys/net/...` file of `ns` (paths relative
 /// to `/proc/sys/net/`); with `mask_core`, then masks `/proc/sys/net/core`.
-fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool) -> Result<(), String> {
+fn sysctls(ns: &OwnedFd, what: &'static str, settings: &[(&str, &str)], mask_core: bool) -> Result<(), InstallError> {
     let settings: Vec<(String, String)> = settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     sys::in_netns(ns, move || {
         for (k, v) in &settings {
@@ -138,16 +203,16 @@ fn sysctls(ns: &OwnedFd, what: &str, settings: &[(&str, &str)], mask_core: bool)
         }
         Ok(())
     })
-    .map_err(|e| format!("{what}: {e}"))
+    .map_err(|e| InstallError::Step(what, e))
 }
 
 /// `ETHTOOL_STSO` (linux/ethtool.h): set TCP segmentation offload.
 const ETHTOOL_STSO: u32 = 0x1f;
 
 /// Sets one legacy ethtool flag (`ETHTOOL_S*`) of interface `name` in `ns`.
-fn ethtool_set(ns: &OwnedFd, name: &str, cmd: u32, on: bool) -> Result<(), String> {
+fn ethtool_set(ns: &OwnedFd, name: &str, cmd: u32, on: bool) -> std::io::Result<()> {
     let owned = name.to_string();
-    sys::in_netns(ns, move || sys::ethtool_set(&owned, cmd, on)).map_err(|e| format!("ethtool on {name}: {e}"))
+    sys::in_netns(ns, move || sys::ethtool_set(&owned, cmd, on))
 }
 
 /// IPv6 off for every interface that exists or will be created:
@@ -157,8 +222,8 @@ const IPV6_OFF: [(&str, &str); 2] = [
     ("ipv6/conf/default/disable_ipv6", "1"),
 ];
 
-fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), String> {
-    let (rd, wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), InstallError> {
+    let (rd, wr) = sys::pipe().map_err(InstallError::SlirpPipe)?;
     let mut cmd = Command::new(tool("slirp4netns"));
     cmd.args([
         "--configure",
@@ -180,9 +245,7 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     sys::command_coupled(&mut cmd, &[(wr.as_raw_fd(), SLIRP_READY_FD)]);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start slirp4netns (install slirp4netns; run `lazaret doctor`): {e}"))?;
+    let mut child = cmd.spawn().map_err(InstallError::SlirpSpawn)?;
     drop(wr);
     let start = sys::proc_start_time(child.id() as i32).unwrap_or(0);
     let deadline = Instant::now() + SLIRP_READY_TIMEOUT;
@@ -191,7 +254,7 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
         if left.is_zero() {
             let _ = child.kill();
             let _ = child.wait();
-            return Err("slirp4netns did not become ready in 10 s".into());
+            return Err(InstallError::SlirpTimeout);
         }
         if sys::wait_readable(&rd, left.min(Duration::from_secs(1))).unwrap_or(false) {
             break;
@@ -202,7 +265,7 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Str
     if n == 0 {
         let _ = child.kill();
         let _ = child.wait();
-        return Err("slirp4netns exited before it was ready (is /dev/net/tun usable? run `lazaret doctor`)".into());
+        return Err(InstallError::SlirpExited);
     }
     Ok((child, start))
 }
@@ -215,9 +278,9 @@ pub fn install(
     gen_dir: &Path,
     fault: Option<Fault>,
     report: &dyn Fn(&crate::wire::supervisor::StatusMsg),
-) -> Result<Network, String> {
-    let sandbox = sys::new_netns().map_err(|e| format!("creating the sandbox network namespace: {e}"))?;
-    let router = sys::new_netns().map_err(|e| format!("creating the router network namespace: {e}"))?;
+) -> Result<Network, InstallError> {
+    let sandbox = sys::new_netns().map_err(|e| InstallError::NewNs("sandbox", e))?;
+    let router = sys::new_netns().map_err(|e| InstallError::NewNs("router", e))?;
     let router_path = gen_dir.join(ROUTER_FILE);
     bind_ns(&sandbox, &gen_dir.join(SANDBOX_FILE))?;
     bind_ns(&router, &router_path)?;
@@ -264,7 +327,7 @@ pub fn install(
     // router and tap0 (no offloads); off, gVisor segments itself, as it did
     // on slirp4netns's tap0 (scripts/bench-net.sh). Performance only.
     if let Err(e) = ethtool_set(&sandbox, sif, ETHTOOL_STSO, false) {
-        log::warn!("network: cannot turn TSO off on {sif} (throughput may suffer): {e}");
+        log::warn!("network: cannot turn TSO off on {sif} (throughput may suffer): ethtool on {sif}: {e}");
     }
     ip_batch(
         &sandbox,
@@ -277,8 +340,8 @@ pub fn install(
         start: slirp_start,
     });
     let mut net = Network {
-        inode: sys::fd_inode(&sandbox).map_err(|e| format!("netns identity: {e}"))?,
-        router_inode: sys::fd_inode(&router).map_err(|e| format!("netns identity: {e}"))?,
+        inode: sys::fd_inode(&sandbox).map_err(InstallError::NsIdentity)?,
+        router_inode: sys::fd_inode(&router).map_err(InstallError::NsIdentity)?,
         sandbox,
         router,
         slirp,
@@ -292,7 +355,7 @@ pub fn install(
     Ok(net)
 }
 
-fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<(), String> {
+fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<(), InstallError> {
     // slirp4netns answers ARP only for its own network: the router answers
     // for the sandbox's address on tap0 (at once, not after proxy_delay).
     let tap = netpolicy::TAP;
@@ -336,7 +399,7 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
 
 /// The router's own route lookups for `plan` (a packet from the sandbox
 /// arriving on lzr1), each checked against its planned decision.
-fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
+fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, InstallError> {
     let lookups = plan.lookups();
     let from = netpolicy::SANDBOX_ADDR;
     let cmds: Vec<String> = lookups
@@ -349,13 +412,15 @@ fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     sys::command_in_netns(&mut cmd, &net.router);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run ip: {e}"))?;
+    let mut child = cmd.spawn().map_err(InstallError::RunIp)?;
     let _ = child
         .stdin
         .take()
         .unwrap()
         .write_all((cmds.join("\n") + "\n").as_bytes());
-    let out = child.wait_with_output().map_err(|e| format!("ip route get: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| InstallError::Step("ip route get", e))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let errors = String::from_utf8_lossy(&out.stderr);
     for (addr, route) in &lookups {
@@ -369,7 +434,7 @@ fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
             Some(l) => netpolicy::verify_lookup(*addr, route.kind, Ok(l)),
             None => netpolicy::verify_lookup(*addr, route.kind, Err(errors.trim())),
         };
-        result.map_err(|e| format!("network readiness: route for {}: {e}", route.prefix))?;
+        result.map_err(|e| InstallError::Lookup(route.prefix, e))?;
     }
     Ok(lookups.len())
 }
@@ -377,26 +442,21 @@ fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, String> {
 /// Readiness from observed state: the router's table against the plan and its
 /// own decision for a sample of every planned route, the sandbox's table,
 /// no IPv6 address, and the helper alive.
-fn attest(net: &Network, expected: &Plan) -> Result<(), String> {
+fn attest(net: &Network, expected: &Plan) -> Result<(), InstallError> {
     let routes = ip_show(&net.router, &["-4", "route", "show", "table", "main"])?;
-    expected
-        .verify_routes(&routes)
-        .map_err(|e| format!("network readiness: {e}"))?;
+    expected.verify_routes(&routes).map_err(InstallError::Readiness)?;
     let n = attest_lookups(net, expected)?;
     log::info!("network readiness: the router's own lookups agree with the plan for {n} routes");
     let sroutes = ip_show(&net.sandbox, &["-4", "route", "show"])?;
-    netpolicy::verify_sandbox_routes(&sroutes).map_err(|e| format!("network readiness: {e}"))?;
+    netpolicy::verify_sandbox_routes(&sroutes).map_err(InstallError::Readiness)?;
     for (ns, name) in [(&net.sandbox, "sandbox"), (&net.router, "router")] {
         let v6 = ip_show(ns, &["-6", "-o", "addr", "show"])?;
         if !v6.trim().is_empty() {
-            return Err(format!(
-                "network readiness: IPv6 addresses remain in the {name} namespace: {}",
-                v6.trim()
-            ));
+            return Err(InstallError::Ipv6Remains(name, v6.trim().to_string()));
         }
     }
     if !sys::same_process(net.slirp.id() as i32, net.slirp_start) {
-        return Err("network readiness: slirp4netns is not running".into());
+        return Err(InstallError::SlirpGone);
     }
     Ok(())
 }

@@ -775,7 +775,7 @@ impl Plan {
     /// namespace with the plan: every planned route present in its form
     /// (reject: `local P dev lo`; helper: `P via 10.0.2.2 dev tap0`),
     /// nothing else but the two links' kernel routes.
-    pub fn verify_routes(&self, ip_route: &str) -> Result<(), String> {
+    pub fn verify_routes(&self, ip_route: &str) -> Result<(), RouteMismatch> {
         // (prefix, kind, via, dev)
         type Seen = (Prefix, Option<RouteKind>, Option<String>, Option<String>);
         let mut seen: Vec<Seen> = Vec::new();
@@ -799,9 +799,12 @@ impl Plan {
                     | "nat"
                     | "anycast"
             ) {
-                return Err(format!("unexpected {dst} route in the router namespace: {line}"));
+                return Err(RouteMismatch::RouteType {
+                    kind: dst.to_string(),
+                    line: line.to_string(),
+                });
             }
-            let prefix = parse_dst(dst).ok_or_else(|| format!("cannot read route {line:?}"))?;
+            let prefix = parse_dst(dst).ok_or_else(|| RouteMismatch::Unreadable(line.to_string()))?;
             let after = |k: &str| {
                 f.iter()
                     .position(|x| *x == k)
@@ -816,22 +819,21 @@ impl Plan {
                     .then_some(RouteKind::Helper)
             };
             if seen.iter().any(|(p, ..)| *p == prefix) {
-                return Err(format!("two routes for {prefix} in the router namespace"));
+                return Err(RouteMismatch::Duplicate(prefix));
             }
             seen.push((prefix, kind, via, dev));
         }
         for r in &self.routes {
             match seen.iter().find(|(p, ..)| *p == r.prefix) {
-                None => return Err(format!("route for {} ({}) is missing", r.prefix, r.word())),
+                None => return Err(RouteMismatch::Missing(r.prefix, r.word())),
                 Some((_, k, via, dev)) if *k != Some(r.kind) => {
-                    return Err(format!(
-                        "route for {} goes {}via {} dev {}, expected {}",
-                        r.prefix,
-                        if k == &Some(RouteKind::Reject) { "local " } else { "" },
-                        via.as_deref().unwrap_or("-"),
-                        dev.as_deref().unwrap_or("-"),
-                        r.ip_args().join(" ")
-                    ))
+                    return Err(RouteMismatch::Goes {
+                        prefix: r.prefix,
+                        local: k == &Some(RouteKind::Reject),
+                        via: via.clone(),
+                        dev: dev.clone(),
+                        expected: r.ip_args().join(" "),
+                    })
                 }
                 Some(_) => {}
             }
@@ -843,7 +845,7 @@ impl Plan {
                 && ((*p == pfx(ROUTER_LINK) && dev.as_deref() == Some(ROUTER_IF))
                     || (*p == pfx(SLIRP_NET) && dev.as_deref() == Some(TAP)));
             if !planned && !kernel_link {
-                return Err(format!("unexpected route for {p} in the router namespace"));
+                return Err(RouteMismatch::Extra(*p));
             }
         }
         Ok(())
@@ -896,40 +898,100 @@ fn parse_dst(dst: &str) -> Option<Prefix> {
     }
 }
 
+/// Where the installed routes or the router's own decisions differ from
+/// the plan (FR-18 read-back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteMismatch {
+    /// A route of a type the plan never installs (`unreachable`, …).
+    RouteType {
+        kind: String,
+        line: String,
+    },
+    /// A line of `ip route` output that is not a route.
+    Unreadable(String),
+    Duplicate(Prefix),
+    /// A planned route (prefix, `reject`/`helper`) is absent.
+    Missing(Prefix, &'static str),
+    /// A planned route leads elsewhere.
+    Goes {
+        prefix: Prefix,
+        local: bool,
+        via: Option<String>,
+        dev: Option<String>,
+        expected: String,
+    },
+    /// A route the plan does not have.
+    Extra(Prefix),
+    /// A refused address is forwarded to the helper (with `ip route get`'s line).
+    Forwards(Ipv4Addr, String),
+    NotRefused(Ipv4Addr, String),
+    NotForwarded(Ipv4Addr, String),
+    /// An allowed address has no route (with `ip`'s error).
+    NoRoute(Ipv4Addr, String),
+    SandboxExtra(String),
+    SandboxNoDefault,
+}
+
+impl std::fmt::Display for RouteMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use RouteMismatch::*;
+        match self {
+            RouteType { kind, line } => write!(f, "unexpected {kind} route in the router namespace: {line}"),
+            Unreadable(line) => write!(f, "cannot read route {line:?}"),
+            Duplicate(p) => write!(f, "two routes for {p} in the router namespace"),
+            Missing(p, word) => write!(f, "route for {p} ({word}) is missing"),
+            Goes {
+                prefix,
+                local,
+                via,
+                dev,
+                expected,
+            } => write!(
+                f,
+                "route for {prefix} goes {}via {} dev {}, expected {expected}",
+                if *local { "local " } else { "" },
+                via.as_deref().unwrap_or("-"),
+                dev.as_deref().unwrap_or("-"),
+            ),
+            Extra(p) => write!(f, "unexpected route for {p} in the router namespace"),
+            Forwards(a, l) => write!(
+                f,
+                "the router forwards {a} to the network helper ({l}), expected a refusal"
+            ),
+            NotRefused(a, l) => write!(f, "the router's decision for {a} is not a refusal: {l}"),
+            NotForwarded(a, l) => write!(f, "the router does not forward {a} to the network helper: {l}"),
+            NoRoute(a, e) => write!(f, "the router has no route for {a}: {e}"),
+            SandboxExtra(line) => write!(f, "unexpected route in the sandbox's namespace: {line}"),
+            SandboxNoDefault => write!(f, "the sandbox's namespace has no default route via {ROUTER_ADDR}"),
+        }
+    }
+}
+
 /// The router's decision for one lookup (`ip route get` output, or its
 /// error): a reject must not leave through tap0 (a local route; the kernel
 /// also takes multicast for itself or refuses it, and refuses martians); a
 /// helper route must leave through tap0.
-pub fn verify_lookup(addr: Ipv4Addr, kind: RouteKind, out: Result<&str, &str>) -> Result<(), String> {
+pub fn verify_lookup(addr: Ipv4Addr, kind: RouteKind, out: Result<&str, &str>) -> Result<(), RouteMismatch> {
     let first = |o: &str| o.lines().next().unwrap_or("").trim().to_string();
     let forwarded = |o: &str| {
         let f: Vec<&str> = o.split_whitespace().collect();
         f.windows(2).any(|w| w == ["dev", TAP]) && !matches!(f.first(), Some(&"local") | Some(&"multicast"))
     };
     match (kind, out) {
-        (RouteKind::Reject, Ok(o)) if forwarded(o) => Err(format!(
-            "the router forwards {addr} to the network helper ({}), expected a refusal",
-            first(o)
-        )),
+        (RouteKind::Reject, Ok(o)) if forwarded(o) => Err(RouteMismatch::Forwards(addr, first(o))),
         (RouteKind::Reject, Ok(o)) if o.starts_with("local ") || o.starts_with("multicast ") => Ok(()),
-        (RouteKind::Reject, Ok(o)) => Err(format!(
-            "the router's decision for {addr} is not a refusal: {}",
-            first(o)
-        )),
+        (RouteKind::Reject, Ok(o)) => Err(RouteMismatch::NotRefused(addr, first(o))),
         // The kernel refuses to route it at all (martian or multicast).
         (RouteKind::Reject, Err(_)) => Ok(()),
         (RouteKind::Helper, Ok(o)) if forwarded(o) => Ok(()),
-        (RouteKind::Helper, Ok(o)) => Err(format!(
-            "the router does not forward {addr} to the network helper: {}",
-            first(o)
-        )),
-        (RouteKind::Helper, Err(e)) => Err(format!("the router has no route for {addr}: {}", e.trim())),
+        (RouteKind::Helper, Ok(o)) => Err(RouteMismatch::NotForwarded(addr, first(o))),
+        (RouteKind::Helper, Err(e)) => Err(RouteMismatch::NoRoute(addr, e.trim().to_string())),
     }
 }
 
 /// The sandbox namespace's table before gVisor takes it: its link and one
 /// default route to the router, nothing else.
-pub fn verify_sandbox_routes(ip_route: &str) -> Result<(), String> {
+pub fn verify_sandbox_routes(ip_route: &str) -> Result<(), RouteMismatch> {
     let mut default = false;
     for line in ip_route.lines().filter(|l| !l.trim().is_empty()) {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -938,13 +1000,11 @@ pub fn verify_sandbox_routes(ip_route: &str) -> Result<(), String> {
         if ok_default {
             default = true;
         } else if !ok_link {
-            return Err(format!("unexpected route in the sandbox's namespace: {line}"));
+            return Err(RouteMismatch::SandboxExtra(line.to_string()));
         }
     }
     if !default {
-        return Err(format!(
-            "the sandbox's namespace has no default route via {ROUTER_ADDR}"
-        ));
+        return Err(RouteMismatch::SandboxNoDefault);
     }
     Ok(())
 }
@@ -1278,7 +1338,7 @@ mod tests {
             .filter(|l| !l.starts_with("local 192.168.0.0/16"))
             .map(|l| format!("{l}\n"))
             .collect();
-        let e = plan.verify_routes(&missing).unwrap_err();
+        let e = plan.verify_routes(&missing).unwrap_err().to_string();
         assert!(e.contains("192.168.0.0/16 (reject) is missing"), "{e}");
         // A deny that leads to the helper instead.
         let wrong = good.replace(
@@ -1288,28 +1348,33 @@ mod tests {
         assert!(plan
             .verify_routes(&wrong)
             .unwrap_err()
+            .to_string()
             .contains("goes via 10.0.2.2 dev tap0"));
         // An allow turned into a refusal, and a deny of another kind.
         let wrong = good.replace("default via 10.0.2.2 dev tap0", "local default dev lo scope host");
         assert!(plan
             .verify_routes(&wrong)
             .unwrap_err()
+            .to_string()
             .contains("route for 0.0.0.0/0 goes local"));
         let lo = good.replace("local 172.16.0.0/12 dev lo scope host", "unreachable 172.16.0.0/12");
         assert!(plan
             .verify_routes(&lo)
             .unwrap_err()
+            .to_string()
             .contains("unexpected unreachable route"));
         // Anything extra.
         let extra = format!("{good}10.0.3.0/24 dev tap0 proto kernel scope link src 10.0.2.100 \n");
         assert!(plan
             .verify_routes(&extra)
             .unwrap_err()
+            .to_string()
             .contains("unexpected route for 10.0.3.0/24"));
         let extra = format!("{good}10.0.2.0/25 via 10.0.2.2 dev tap0 \n");
         assert!(plan
             .verify_routes(&extra)
             .unwrap_err()
+            .to_string()
             .contains("unexpected route for 10.0.2.0/25"));
         // The sandbox's table: its link and one default route to the router.
         let sb = "default via 169.254.255.2 dev lzr0 \n169.254.255.0/30 dev lzr0 proto kernel scope link src 169.254.255.1 \n";
@@ -1338,6 +1403,7 @@ mod tests {
         assert!(verify_lookup(a, RouteKind::Reject, Err("RTNETLINK answers: Invalid argument")).is_ok());
         assert!(verify_lookup(a, RouteKind::Reject, Ok(fwd))
             .unwrap_err()
+            .to_string()
             .contains("forwards 10.1.2.3 to the network helper"));
         assert!(verify_lookup(a, RouteKind::Helper, Ok(fwd)).is_ok());
         assert!(verify_lookup(a, RouteKind::Helper, Ok(local)).is_err());

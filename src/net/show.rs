@@ -20,14 +20,14 @@ pub fn show(
     gen_dir: &Path,
     published: bool,
     json: bool,
-) -> Result<i32, String> {
+) -> Result<i32, sidecar::SidecarError> {
     let (host, nets) = if profile.network {
         (sidecar::host_ipv4_addrs()?, sidecar::host_local_nets()?)
     } else {
         (Vec::new(), Vec::new())
     };
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
-        .map_err(|e| e.to_string())?;
+        .map_err(sidecar::SidecarError::Policy)?;
     let readiness = if published {
         std::fs::read_to_string(gen_dir.join(sidecar::READINESS_FILE))
             .ok()

@@ -40,11 +40,92 @@ pub struct NetRole {
     router_inode: Option<u64>,
 }
 
+/// Why the network role could not derive, prepare or attest the network:
+/// a variant per step, with the io error where there is one.
+#[derive(Debug)]
+pub enum SidecarError {
+    /// `getifaddrs`.
+    HostAddrs(std::io::Error),
+    /// `ip route show … type local` could not be started.
+    RunIp(std::io::Error),
+    /// … or failed (its stderr).
+    IpFailed(String),
+    /// A line of it that is not a local route.
+    LocalRoute(String),
+    Policy(netpolicy::NetError),
+    Store(crate::storage::store::StoreError),
+    /// Writing a file of the generation dir (its name).
+    Write(&'static str, std::io::Error),
+    NotAttested,
+    RouterNotAttested,
+    SlirpGone,
+    WrongNamespace {
+        seen: u64,
+        attested: u64,
+    },
+    /// `/proc/PID/ns/net` is unreadable.
+    NsInode(i32, std::io::Error),
+    /// The probe command could not be built (the caller's sentence).
+    ProbeCommand(String),
+    ProbeSpawn(std::io::Error),
+    ProbeTimeout,
+    /// The probe's failed checks.
+    ProbeFailed(String),
+    /// The probe exited unsuccessfully (its status, its stderr).
+    ProbeCouldNotRun(std::process::ExitStatus, String),
+}
+
+impl std::fmt::Display for SidecarError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use SidecarError::*;
+        match self {
+            HostAddrs(e) => write!(f, "cannot list the host's network addresses (getifaddrs): {e}"),
+            RunIp(e) => write!(f, "cannot list the host's local routes (install iproute2): {e}"),
+            IpFailed(err) => write!(f, "cannot list the host's local routes: ip: {err}"),
+            LocalRoute(l) => write!(f, "cannot read the host's local route {l:?}"),
+            Policy(e) => write!(f, "{e}"),
+            Store(e) => write!(f, "{e}"),
+            Write(name, e) => write!(f, "writing {name}: {e}"),
+            NotAttested => write!(f, "the supervisor did not attest network readiness"),
+            RouterNotAttested => write!(f, "the supervisor did not attest the router namespace"),
+            SlirpGone => write!(f, "network readiness: slirp4netns is not running"),
+            WrongNamespace { seen, attested } => write!(
+                f,
+                "network readiness: runsc runs in network namespace {seen}, not the attested {attested}"
+            ),
+            NsInode(pid, e) => write!(
+                f,
+                "network readiness: cannot read the network namespace of pid {pid}: {e}"
+            ),
+            ProbeCommand(e) => write!(f, "{e}"),
+            ProbeSpawn(e) => write!(f, "network probe: cannot run runsc exec: {e}"),
+            ProbeTimeout => write!(f, "network probe did not finish in 20 s; the Domain is not published"),
+            ProbeFailed(checks) => write!(f, "network probe failed, the Domain is not published: {checks}"),
+            ProbeCouldNotRun(st, err) => write!(f, "network probe could not run ({st}): {err}"),
+        }
+    }
+}
+
+impl std::error::Error for SidecarError {}
+
+impl From<crate::storage::store::StoreError> for SidecarError {
+    fn from(e: crate::storage::store::StoreError) -> Self {
+        SidecarError::Store(e)
+    }
+}
+
+/// For callers that still speak in sentences.
+impl From<SidecarError> for String {
+    fn from(e: SidecarError) -> String {
+        e.to_string()
+    }
+}
+
 /// Every IPv4 address configured on the host's interfaces now (the
 /// coordinator runs in the host's network namespace). Fails closed: a
 /// Domain whose host addresses cannot be listed does not start.
-pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, String> {
-    crate::sys::ipv4_addrs().map_err(|e| format!("cannot list the host's network addresses (getifaddrs): {e}"))
+pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, SidecarError> {
+    crate::sys::ipv4_addrs().map_err(SidecarError::HostAddrs)
 }
 
 /// Every IPv4 prefix the host's kernel delivers locally: the `local`
@@ -52,30 +133,29 @@ pub fn host_ipv4_addrs() -> Result<Vec<std::net::Ipv4Addr>, String> {
 /// local`). This is what makes an address the host's: it covers interface
 /// addresses and also "AnyIP" routes (`ip route add local P dev lo`) that
 /// no interface carries and `getifaddrs` does not list. Fails closed.
-pub fn host_local_nets() -> Result<Vec<crate::config::Prefix>, String> {
+pub fn host_local_nets() -> Result<Vec<crate::config::Prefix>, SidecarError> {
     let out = Command::new(netns::tool("ip"))
         .args(["-4", "-o", "route", "show", "table", "all", "type", "local"])
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| format!("cannot list the host's local routes (install iproute2): {e}"))?;
+        .map_err(SidecarError::RunIp)?;
     if !out.status.success() {
-        return Err(format!(
-            "cannot list the host's local routes: ip: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+        return Err(SidecarError::IpFailed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
         ));
     }
     parse_local_routes(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// Parses `ip -4 -o route show table all type local` (`local DEST …`).
-pub fn parse_local_routes(text: &str) -> Result<Vec<crate::config::Prefix>, String> {
+pub fn parse_local_routes(text: &str) -> Result<Vec<crate::config::Prefix>, SidecarError> {
     let mut nets = Vec::new();
     for l in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut f = l.split_whitespace();
         let dest = match (f.next(), f.next()) {
             (Some("local"), Some(d)) => d,
-            _ => return Err(format!("cannot read the host's local route {l:?}")),
+            _ => return Err(SidecarError::LocalRoute(l.to_string())),
         };
         let dest = if dest.contains('/') {
             dest.to_string()
@@ -85,14 +165,12 @@ pub fn parse_local_routes(text: &str) -> Result<Vec<crate::config::Prefix>, Stri
         // The kernel prints canonical prefixes, host bits may be set by
         // the user; keep the length and mask it in the policy.
         let (a, len) = dest.split_once('/').unwrap();
-        let addr: std::net::Ipv4Addr = a
-            .parse()
-            .map_err(|_| format!("cannot read the host's local route {l:?}"))?;
+        let addr: std::net::Ipv4Addr = a.parse().map_err(|_| SidecarError::LocalRoute(l.to_string()))?;
         let len: u8 = len
             .parse()
             .ok()
             .filter(|n| *n <= 32)
-            .ok_or_else(|| format!("cannot read the host's local route {l:?}"))?;
+            .ok_or_else(|| SidecarError::LocalRoute(l.to_string()))?;
         nets.push(crate::config::Prefix {
             addr: std::net::IpAddr::V4(addr),
             len,
@@ -102,14 +180,14 @@ pub fn parse_local_routes(text: &str) -> Result<Vec<crate::config::Prefix>, Stri
 }
 
 impl NetRole {
-    pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, String> {
+    pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, SidecarError> {
         let (host, nets) = if profile.network {
             (host_ipv4_addrs()?, host_local_nets()?)
         } else {
             (Vec::new(), Vec::new())
         };
         let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
-            .map_err(|e| e.to_string())?;
+            .map_err(SidecarError::Policy)?;
         for w in &policy.warnings {
             log::warn!("network policy: {w}");
         }
@@ -126,16 +204,14 @@ impl NetRole {
 
     /// Records the Network Sidecar ID and writes the install plan and the
     /// sandbox's resolv.conf into the generation dir.
-    pub fn prepare(&mut self, store: &Store, generation: u64, gen_dir: &Path) -> Result<(), String> {
+    pub fn prepare(&mut self, store: &Store, generation: u64, gen_dir: &Path) -> Result<(), SidecarError> {
         self.gen_dir = gen_dir.to_path_buf();
-        store
-            .record_component(generation, "network-sidecar", &self.sidecar_id)
-            .map_err(|e| e.to_string())?;
-        let w = |name: &str, text: String| {
-            std::fs::write(gen_dir.join(name), text).map_err(|e| format!("writing {name}: {e}"))
+        store.record_component(generation, "network-sidecar", &self.sidecar_id)?;
+        let w = |name: &'static str, text: String| {
+            std::fs::write(gen_dir.join(name), text).map_err(|e| SidecarError::Write(name, e))
         };
         crate::wire::plan::write_plan(&gen_dir.join("netplan"), &PlanMsg::Network(self.policy.plan()))
-            .map_err(|e| format!("writing netplan: {e}"))?;
+            .map_err(|e| SidecarError::Write("netplan", e))?;
         w("resolv.conf", self.policy.resolv_conf())
     }
 
@@ -161,13 +237,11 @@ impl NetRole {
 
     /// Ownership intent for the helper, recorded before the supervisor is
     /// allowed to start it.
-    pub fn record_intent(&mut self, store: &Store, generation: u64) -> Result<Option<i64>, String> {
+    pub fn record_intent(&mut self, store: &Store, generation: u64) -> Result<Option<i64>, SidecarError> {
         if !self.policy.enabled {
             return Ok(None);
         }
-        let row = store
-            .record_intent(generation, "process", "slirp4netns")
-            .map_err(|e| e.to_string())?;
+        let row = store.record_intent(generation, crate::storage::store::OwnedKind::Process, "slirp4netns")?;
         self.slirp_row = Some(row);
         Ok(Some(row))
     }
@@ -196,7 +270,7 @@ impl NetRole {
     /// attested namespace, and the probe passes from the sandbox's own
     /// view. Then records the readiness fingerprint.
     #[allow(clippy::too_many_arguments)] // The Domain's identity pieces; a struct for them is out of scope here.
-    pub fn verify(
+    pub fn verify<E: std::fmt::Display>(
         &self,
         store: &Store,
         domain_id: &str,
@@ -204,26 +278,20 @@ impl NetRole {
         config_fp: &str,
         supervisor_pid: i32,
         runsc_pid: i32,
-        probe_cmd: impl FnOnce() -> Result<Command, String>,
-    ) -> Result<(), String> {
+        probe_cmd: impl FnOnce() -> Result<Command, E>,
+    ) -> Result<(), SidecarError> {
         let (inode, router_inode, probe) = if self.policy.enabled {
-            let inode = self
-                .netns_inode
-                .ok_or("the supervisor did not attest network readiness")?;
-            let router_inode = self
-                .router_inode
-                .ok_or("the supervisor did not attest the router namespace")?;
+            let inode = self.netns_inode.ok_or(SidecarError::NotAttested)?;
+            let router_inode = self.router_inode.ok_or(SidecarError::RouterNotAttested)?;
             match self.slirp {
                 Some((pid, start)) if sys::same_process(pid, start) => {}
-                _ => return Err("network readiness: slirp4netns is not running".into()),
+                _ => return Err(SidecarError::SlirpGone),
             }
             let seen = ns_inode(runsc_pid)?;
             if seen != inode {
-                return Err(format!(
-                    "network readiness: runsc runs in network namespace {seen}, not the attested {inode}"
-                ));
+                return Err(SidecarError::WrongNamespace { seen, attested: inode });
             }
-            let mut cmd = probe_cmd()?;
+            let mut cmd = probe_cmd().map_err(|e| SidecarError::ProbeCommand(e.to_string()))?;
             cmd.args(self.policy.probe_args());
             (inode, router_inode, run_probe(cmd)?)
         } else {
@@ -251,7 +319,7 @@ impl NetRole {
             fingerprint,
             probe,
         };
-        store.record_network_readiness(&r).map_err(|e| e.to_string())?;
+        store.record_network_readiness(&r)?;
         let mut summary = readiness_text(&r, self.slirp.map(|s| s.0));
         if self.policy.enabled {
             summary.push_str(&format!(
@@ -277,19 +345,17 @@ impl NetRole {
     }
 }
 
-fn ns_inode(pid: i32) -> Result<u64, String> {
+fn ns_inode(pid: i32) -> Result<u64, SidecarError> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(format!("/proc/{pid}/ns/net"))
         .map(|m| m.ino())
-        .map_err(|e| format!("network readiness: cannot read the network namespace of pid {pid}: {e}"))
+        .map_err(|e| SidecarError::NsInode(pid, e))
 }
 
 /// Runs the probe (bounded) and returns its report, or the failing checks.
-fn run_probe(mut cmd: Command) -> Result<String, String> {
+fn run_probe(mut cmd: Command) -> Result<String, SidecarError> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("network probe: cannot run runsc exec: {e}"))?;
+    let mut child = cmd.spawn().map_err(SidecarError::ProbeSpawn)?;
     let status = crate::sys::wait_deadline(&mut child, PROBE_TIMEOUT);
     let mut out = String::new();
     let mut err = String::new();
@@ -298,15 +364,9 @@ fn run_probe(mut cmd: Command) -> Result<String, String> {
     log::info!("network probe:\n{}", out.trim_end());
     let failed: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("FAIL ")).collect();
     match status {
-        None => Err("network probe did not finish in 20 s; the Domain is not published".into()),
-        Some(_) if !failed.is_empty() => Err(format!(
-            "network probe failed, the Domain is not published: {}",
-            failed.join("; ")
-        )),
-        Some(st) if !st.success() => Err(format!(
-            "network probe could not run ({st}): {}",
-            err.trim().replace('\n', " ")
-        )),
+        None => Err(SidecarError::ProbeTimeout),
+        Some(_) if !failed.is_empty() => Err(SidecarError::ProbeFailed(failed.join("; "))),
+        Some(st) if !st.success() => Err(SidecarError::ProbeCouldNotRun(st, err.trim().replace('\n', " "))),
         Some(_) => Ok(out),
     }
 }

@@ -80,11 +80,13 @@ pub enum AnchorError {
     /// A host path cannot be passed in overlay mount options.
     UnsafePath(PathBuf),
     Io(PathBuf, io::Error),
+    /// Neither overlay driver could mount it.
     Mount {
         guest: String,
-        why: String,
+        first: (Driver, MountError),
+        then: (Driver, MountError),
     },
-    BadPlan(String),
+    BadPlan(crate::wire::FileError),
     /// The upper was created by a driver that is not available now.
     DriverMismatch {
         guest: String,
@@ -111,9 +113,13 @@ impl fmt::Display for AnchorError {
                 p.display()
             ),
             AnchorError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            AnchorError::Mount { guest, why } => write!(
+            AnchorError::Mount { guest, first, then } => write!(
                 f,
-                "cannot mount the State Anchor for {guest}: {why} (run `lazaret doctor`)"
+                "cannot mount the State Anchor for {guest}: {}: {}; {}: {} (run `lazaret doctor`)",
+                first.0.name(),
+                first.1,
+                then.0.name(),
+                then.1
             ),
             AnchorError::BadPlan(why) => write!(f, "malformed State Anchor plan: {why}"),
             AnchorError::DriverMismatch { guest, recorded } => write!(
@@ -478,7 +484,8 @@ pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
                 );
                 mount_one(m, other, &mut daemons).map_err(|e2| AnchorError::Mount {
                     guest: m.guest.clone(),
-                    why: format!("{}: {e}; {}: {e2}", first.name(), other.name()),
+                    first: (first, e),
+                    then: (other, e2),
                 })?;
                 other
             }
@@ -497,17 +504,42 @@ pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
     Ok(daemons)
 }
 
-fn mount_one(m: &AnchorMount, d: Driver, daemons: &mut Vec<std::process::Child>) -> std::result::Result<(), String> {
+/// Why one overlay driver could not mount one persistent path.
+#[derive(Debug)]
+pub enum MountError {
+    /// The kernel overlay mount failed.
+    Kernel(io::Error),
+    FuseSpawn(io::Error),
+    FuseExited(std::process::ExitStatus),
+    FuseTimeout,
+}
+
+impl fmt::Display for MountError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            MountError::Kernel(e) => write!(f, "{e}"),
+            MountError::FuseSpawn(e) => write!(f, "fuse-overlayfs: {e}"),
+            MountError::FuseExited(st) => write!(f, "fuse-overlayfs exited ({st})"),
+            MountError::FuseTimeout => write!(f, "fuse-overlayfs did not mount in 10 s"),
+        }
+    }
+}
+
+fn mount_one(
+    m: &AnchorMount,
+    d: Driver,
+    daemons: &mut Vec<std::process::Child>,
+) -> std::result::Result<(), MountError> {
     match d {
         Driver::Kernel => {
-            crate::sys::mount("overlay", &m.target, "overlay", 0, Some(&m.kernel_options())).map_err(|e| e.to_string())
+            crate::sys::mount("overlay", &m.target, "overlay", 0, Some(&m.kernel_options())).map_err(MountError::Kernel)
         }
         Driver::Fuse => wait_fuse(m, spawn_fuse(m)?, daemons),
     }
 }
 
 /// Starts the fuse-overlayfs daemon for one mount (PDEATHSIG-coupled).
-fn spawn_fuse(m: &AnchorMount) -> std::result::Result<std::process::Child, String> {
+fn spawn_fuse(m: &AnchorMount) -> std::result::Result<std::process::Child, MountError> {
     let mut cmd = std::process::Command::new("fuse-overlayfs");
     cmd.arg("-f")
         .arg("-o")
@@ -516,7 +548,7 @@ fn spawn_fuse(m: &AnchorMount) -> std::result::Result<std::process::Child, Strin
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null());
     crate::sys::kill_with_parent(&mut cmd);
-    cmd.spawn().map_err(|e| format!("fuse-overlayfs: {e}"))
+    cmd.spawn().map_err(MountError::FuseSpawn)
 }
 
 /// Waits until a started daemon's mount is in place.
@@ -524,7 +556,7 @@ fn wait_fuse(
     m: &AnchorMount,
     mut child: std::process::Child,
     daemons: &mut Vec<std::process::Child>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), MountError> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         if is_mountpoint(&m.target) {
@@ -532,12 +564,12 @@ fn wait_fuse(
             return Ok(());
         }
         if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!("fuse-overlayfs exited ({st})"));
+            return Err(MountError::FuseExited(st));
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err("fuse-overlayfs did not mount in 10 s".into());
+            return Err(MountError::FuseTimeout);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }

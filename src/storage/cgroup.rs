@@ -127,19 +127,61 @@ pub fn meminfo_view(host: &str, limit: u64) -> Option<String> {
     Some(out)
 }
 
+/// Why a Domain cgroup could not be made: a variant per step, with the io
+/// error and the path.
+#[derive(Debug)]
+pub enum CgroupError {
+    /// An encoded `--memory/--pids/--cpus` override that does not parse.
+    BadOverride(String),
+    /// No mechanism (why, the fix).
+    Unavailable(String, String),
+    /// v2: enabling controllers (the `+ctl` list, the file).
+    EnableControllers(String, PathBuf, std::io::Error),
+    CreateDir(PathBuf, std::io::Error),
+    /// Writing a limit (the value, the file).
+    WriteLimit(String, PathBuf, std::io::Error),
+    OpenProcs(PathBuf, std::io::Error),
+}
+
+impl std::fmt::Display for CgroupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use CgroupError::*;
+        match self {
+            BadOverride(part) => write!(f, "bad limit override {part:?}"),
+            Unavailable(why, fix) => write!(f, "no cgroup for resource limits: {why}; fix: {fix}"),
+            EnableControllers(ctls, p, e) => write!(
+                f,
+                "enabling {ctls} in {}: {e} (a cgroup with processes of its own cannot; start lazaret from a child cgroup)",
+                p.display()
+            ),
+            CreateDir(p, e) => write!(f, "creating cgroup {}: {e}", p.display()),
+            WriteLimit(v, p, e) => write!(f, "writing {v} to {}: {e}", p.display()),
+            OpenProcs(p, e) => write!(f, "opening {}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for CgroupError {}
+
+/// For callers that still speak in sentences.
+impl From<CgroupError> for String {
+    fn from(e: CgroupError) -> String {
+        e.to_string()
+    }
+}
+
 /// Applies `--memory/--pids/--cpus` given on the command line (encoded by
 /// [`encode_overrides`]) onto a profile's limits.
-pub fn apply_overrides(mut l: Limits, enc: &str) -> Result<Limits, String> {
+pub fn apply_overrides(mut l: Limits, enc: &str) -> Result<Limits, CgroupError> {
     for part in enc.split(',').filter(|p| !p.is_empty()) {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| format!("bad limit override {part:?}"))?;
-        let n: u64 = v.parse().map_err(|_| format!("bad limit override {part:?}"))?;
+        let bad = || CgroupError::BadOverride(part.to_string());
+        let (k, v) = part.split_once('=').ok_or_else(bad)?;
+        let n: u64 = v.parse().map_err(|_| bad())?;
         match k {
             "memory" => l.memory = Some(n),
             "pids" => l.pids = Some(n),
             "cpus" => l.cpu_millis = Some(n),
-            _ => return Err(format!("bad limit override {part:?}")),
+            _ => return Err(bad()),
         }
     }
     Ok(l)
@@ -513,9 +555,9 @@ pub struct DomainCgroup {
 impl DomainCgroup {
     /// Creates `NAME` under each delegated directory and writes the limits,
     /// or plans the systemd scope. Removes what it made on error.
-    pub fn create(mech: &Mechanism, name: &str, e: &Effective) -> Result<DomainCgroup, String> {
+    pub fn create(mech: &Mechanism, name: &str, e: &Effective) -> Result<DomainCgroup, CgroupError> {
         match mech {
-            Mechanism::Unavailable { why, fix } => Err(format!("no cgroup for resource limits: {why}; fix: {fix}")),
+            Mechanism::Unavailable { why, fix } => Err(CgroupError::Unavailable(why.to_string(), fix.to_string())),
             Mechanism::SystemdScope => Ok(DomainCgroup {
                 v2: true,
                 dirs: Vec::new(),
@@ -538,13 +580,13 @@ impl DomainCgroup {
         }
     }
 
-    fn make(&mut self, v2: bool, parents: &[(String, PathBuf)], name: &str, e: &Effective) -> Result<(), String> {
+    fn make(&mut self, v2: bool, parents: &[(String, PathBuf)], name: &str, e: &Effective) -> Result<(), CgroupError> {
         for (ctl, parent) in parents {
             if v2 {
                 enable_controllers(parent)?;
             }
             let dir = parent.join(name);
-            std::fs::create_dir(&dir).map_err(|err| format!("creating cgroup {}: {err}", dir.display()))?;
+            std::fs::create_dir(&dir).map_err(|err| CgroupError::CreateDir(dir.clone(), err))?;
             self.dirs.push((ctl.clone(), dir.clone()));
             let settings = if v2 { v2_settings(e) } else { v1_settings(ctl, e) };
             for (file, value) in settings {
@@ -553,14 +595,14 @@ impl DomainCgroup {
                     Ok(()) => {}
                     // Swap accounting is optional in the kernel.
                     Err(err) if err.kind() == std::io::ErrorKind::NotFound && file.contains("sw") => {}
-                    Err(err) => return Err(format!("writing {value} to {}: {err}", p.display())),
+                    Err(err) => return Err(CgroupError::WriteLimit(value.to_string(), p, err)),
                 }
             }
             let procs = std::fs::OpenOptions::new()
                 .write(true)
                 .custom_flags_cloexec()
                 .open(dir.join("cgroup.procs"))
-                .map_err(|err| format!("opening {}: {err}", dir.join("cgroup.procs").display()))?;
+                .map_err(|err| CgroupError::OpenProcs(dir.join("cgroup.procs"), err))?;
             self.procs.push(procs.into());
         }
         Ok(())
@@ -639,7 +681,7 @@ pub fn oom_kills_in(dir: &Path, v2: bool) -> u64 {
 }
 
 /// v2: make memory, pids and cpu available to children of `dir`.
-fn enable_controllers(dir: &Path) -> Result<(), String> {
+fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     let p = dir.join("cgroup.subtree_control");
     let have = std::fs::read_to_string(&p).unwrap_or_default();
     let missing: Vec<String> = V2_REQUIRED
@@ -650,13 +692,7 @@ fn enable_controllers(dir: &Path) -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    std::fs::write(&p, missing.join(" ")).map_err(|e| {
-        format!(
-            "enabling {} in {}: {e} (a cgroup with processes of its own cannot; start lazaret from a child cgroup)",
-            missing.join(" "),
-            p.display()
-        )
-    })
+    std::fs::write(&p, missing.join(" ")).map_err(|e| CgroupError::EnableControllers(missing.join(" "), p.clone(), e))
 }
 
 trait CloexecExt {

@@ -48,17 +48,46 @@ fn open_gc_lock(storage: &Path) -> std::io::Result<File> {
         .open(lowers.join(GC_LOCK))
 }
 
+/// Why the lowers lock could not be taken shared.
+#[derive(Debug)]
+pub enum LockError {
+    /// Creating or opening the lock file.
+    Open(std::io::Error),
+    /// `flock` itself failed.
+    Lock(std::io::Error),
+    /// A prune held it past the deadline.
+    Busy,
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            LockError::Open(e) | LockError::Lock(e) => write!(f, "lowers lock: {e}"),
+            LockError::Busy => write!(f, "`lazaret image prune` holds the lowers lock for too long: retry"),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
+/// For callers that still speak in sentences.
+impl From<LockError> for String {
+    fn from(e: LockError) -> String {
+        e.to_string()
+    }
+}
+
 /// The lowers lock, shared: held by a coordinator while it records,
 /// prepares and leases its lower. Waits while a prune runs.
-pub fn lock_shared(storage: &Path) -> std::result::Result<File, String> {
-    let f = open_gc_lock(storage).map_err(|e| format!("lowers lock: {e}"))?;
+pub fn lock_shared(storage: &Path) -> std::result::Result<File, LockError> {
+    let f = open_gc_lock(storage).map_err(LockError::Open)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match crate::sys::try_lock_shared(&f) {
             Ok(true) => return Ok(f),
             Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(false) => return Err("`lazaret image prune` holds the lowers lock for too long: retry".into()),
-            Err(e) => return Err(format!("lowers lock: {e}")),
+            Ok(false) => return Err(LockError::Busy),
+            Err(e) => return Err(LockError::Lock(e)),
         }
     }
 }

@@ -47,7 +47,7 @@ pub enum ImageError {
         layout: PathBuf,
         tag: String,
     },
-    BadIndex(PathBuf, String),
+    BadIndex(PathBuf, IndexError),
     Tool {
         tool: &'static str,
         status: String,
@@ -275,8 +275,25 @@ pub fn manifest_digest(layout: &Path, tag: &str) -> Result<String> {
         })
 }
 
-pub fn parse_index_digest(text: &str, tag: &str) -> std::result::Result<Option<String>, String> {
-    let idx: OciIndex = OciIndex::deserialize_json(text).map_err(|e| e.to_string())?;
+/// Why an OCI `index.json` could not be read.
+#[derive(Debug)]
+pub enum IndexError {
+    Json(nanoserde::DeJsonErr),
+    /// The tag's manifest digest is not `sha256:` and 64 hex digits.
+    Digest(String),
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            IndexError::Json(e) => write!(f, "{e}"),
+            IndexError::Digest(d) => write!(f, "malformed digest {d:?}"),
+        }
+    }
+}
+
+pub fn parse_index_digest(text: &str, tag: &str) -> std::result::Result<Option<String>, IndexError> {
+    let idx: OciIndex = OciIndex::deserialize_json(text).map_err(IndexError::Json)?;
     for m in idx.manifests {
         if m.annotations
             .get("org.opencontainers.image.ref.name")
@@ -288,7 +305,7 @@ pub fn parse_index_digest(text: &str, tag: &str) -> std::result::Result<Option<S
                 .strip_prefix("sha256:")
                 .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
             if !ok {
-                return Err(format!("malformed digest {:?}", m.digest));
+                return Err(IndexError::Digest(m.digest));
             }
             return Ok(Some(m.digest));
         }

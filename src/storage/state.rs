@@ -48,8 +48,8 @@ pub enum StateError {
 impl StateError {
     pub fn code(&self) -> i32 {
         match self {
-            StateError::Usage(_) | StateError::InUse(_) => 2,
-            StateError::Failed(_) => 125,
+            StateError::Usage(_) | StateError::InUse(_) => crate::exit::Exit::Usage.code(),
+            StateError::Failed(_) => crate::exit::Exit::Failure.code(),
         }
     }
 }
@@ -63,6 +63,8 @@ impl fmt::Display for StateError {
 }
 
 type Result<T> = std::result::Result<T, StateError>;
+
+use crate::exit::Exit;
 
 fn failed(what: &str, e: impl fmt::Display) -> StateError {
     StateError::Failed(format!("{what}: {e}"))
@@ -631,7 +633,7 @@ fn walk_all(s: &Selected, keys: &[String], with_ignored: bool) -> Result<Report>
         });
     }
     let lower = lower_rootfs(s);
-    statefs::run_helper(&s.paths.root, lower.as_deref(), &ops).map_err(StateError::Failed)
+    statefs::run_helper(&s.paths.root, lower.as_deref(), &ops).map_err(|e| StateError::Failed(e.to_string()))
 }
 
 fn entry_json(e: &statefs::Entry) -> Json {
@@ -778,7 +780,7 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
 fn clean_trash(s: &Selected) -> Result<Vec<String>> {
     let trash = trash_on_disk(&s.paths.root);
     let ops: Vec<Op> = trash.iter().map(|t| Op::Remove { name: t.clone() }).collect();
-    let r = statefs::run_helper(&s.paths.root, None, &ops).map_err(StateError::Failed)?;
+    let r = statefs::run_helper(&s.paths.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
     Ok(r.removed
         .into_iter()
         .filter_map(|(n, res)| res.err().map(|e| format!("{n}: {e}")))
@@ -946,7 +948,7 @@ fn verify(s: Selected, json: bool) -> Result<i32> {
         ));
         print!("{out}");
     }
-    Ok(if errors == 0 { 0 } else { 1 })
+    Ok(if errors == 0 { Exit::Success } else { Exit::Problem }.code())
 }
 
 fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32> {
@@ -983,7 +985,7 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
             })
             .collect::<Vec<_>>(),
     )
-    .map_err(StateError::Failed)?;
+    .map_err(|e| StateError::Failed(e.to_string()))?;
     let size_of = |k: &str| {
         sizes
             .sizes

@@ -80,12 +80,66 @@ pub fn collect_report(msgs: Vec<HelperMsg>) -> Report {
 
 // ---- the parent's side -----------------------------------------------------------
 
+/// Why the state helper did not run or report: a variant per step.
+#[derive(Debug)]
+pub enum StateHelperError {
+    /// `current_exe` (to start ourselves as the helper).
+    LocateExe(io::Error),
+    Spawn(io::Error),
+    /// The helper's user namespace (what it said instead).
+    NoUserns(crate::wire::helper::UsernsError),
+    /// No subordinate range for the user in the file.
+    NoSubrange {
+        file: &'static str,
+        name: String,
+        uid: u32,
+    },
+    /// `newuidmap`/`newgidmap` could not be started.
+    RunMap(&'static str, io::Error),
+    /// … or failed (its stderr).
+    MapFailed(&'static str, String),
+    Wait(io::Error),
+    /// The helper exited unsuccessfully or said it failed.
+    Failed(std::process::ExitStatus, Option<String>),
+    /// Its report does not decode (fail closed).
+    Report(crate::wire::ReadError),
+}
+
+impl std::fmt::Display for StateHelperError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use StateHelperError::*;
+        match self {
+            LocateExe(e) => write!(f, "cannot locate lazaret: {e}"),
+            Spawn(e) => write!(f, "cannot start the state helper: {e}"),
+            NoUserns(said) => write!(
+                f,
+                "the state helper could not create a user namespace ({said}): run `lazaret doctor`"
+            ),
+            NoSubrange { file, name, uid } => write!(
+                f,
+                "{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix"
+            ),
+            RunMap(tool, e) => write!(f, "cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"),
+            MapFailed(tool, err) => write!(f, "{tool} failed: {err}"),
+            Wait(e) => write!(f, "state helper: {e}"),
+            Failed(st, said) => write!(
+                f,
+                "the state helper failed ({st}){}",
+                said.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+            Report(e) => write!(f, "the state helper's report is unreadable: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StateHelperError {}
+
 /// Runs `ops` in a fresh state helper and returns what it reported.
-pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -> Result<Report, String> {
+pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -> Result<Report, StateHelperError> {
     if ops.is_empty() {
         return Ok(Report::default());
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate lazaret: {e}"))?;
+    let exe = std::env::current_exe().map_err(StateHelperError::LocateExe)?;
     let mut cmd = Command::new(exe);
     std::os::unix::process::CommandExt::arg0(&mut cmd, "lazaret:[state-helper]");
     cmd.arg("__state-helper").arg("--root").arg(domain_root);
@@ -96,15 +150,13 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     crate::sys::kill_with_parent(&mut cmd);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start the state helper: {e}"))?;
+    let mut child = cmd.spawn().map_err(StateHelperError::Spawn)?;
     let mut stdin = child.stdin.take().unwrap();
     let mut out = HelperReceiver::new(child.stdout.take().unwrap());
     if let Err(said) = out.wait_for_userns() {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(format!(
-            "the state helper could not create a user namespace ({said}): run `lazaret doctor`"
-        ));
+        return Err(StateHelperError::NoUserns(said));
     }
     if let Err(e) = write_helper_maps(child.id() as i32) {
         let _ = child.kill();
@@ -114,7 +166,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
     let _ = crate::wire::client::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
     drop(stdin);
     let report = out.wait_for_report();
-    let st = child.wait().map_err(|e| format!("state helper: {e}"))?;
+    let st = child.wait().map_err(StateHelperError::Wait)?;
     let failed = report.as_ref().ok().and_then(|msgs| {
         msgs.iter().find_map(|m| match m {
             HelperMsg::Failed { message } => Some(message.clone()),
@@ -122,24 +174,23 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         })
     });
     if !st.success() || failed.is_some() {
-        return Err(format!(
-            "the state helper failed ({st}){}",
-            failed.map(|m| format!(": {m}")).unwrap_or_default()
-        ));
+        return Err(StateHelperError::Failed(st, failed));
     }
     // Fail closed: a report that does not decode is no report.
-    let msgs = report.map_err(|e| format!("the state helper's report is unreadable: {e}"))?;
+    let msgs = report.map_err(StateHelperError::Report)?;
     Ok(collect_report(msgs))
 }
 
-fn write_helper_maps(pid: i32) -> Result<(), String> {
+fn write_helper_maps(pid: i32) -> Result<(), StateHelperError> {
     let uid = crate::sys::getuid();
     let gid = crate::sys::getgid();
     let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
-            format!("{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix")
+        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| StateHelperError::NoSubrange {
+            file,
+            name: name.clone(),
+            uid,
         })?;
         let args = [
             pid.to_string(),
@@ -154,11 +205,11 @@ fn write_helper_maps(pid: i32) -> Result<(), String> {
             .args(&args)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"))?;
+            .map_err(|e| StateHelperError::RunMap(tool, e))?;
         if !out.status.success() {
-            return Err(format!(
-                "{tool} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+            return Err(StateHelperError::MapFailed(
+                tool,
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
             ));
         }
     }
@@ -280,7 +331,13 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     Some(a) => remove_tree_at(a, &name),
                     None => Ok(()),
                 };
-                let _ = crate::wire::client::send(&mut out, &HelperMsg::Removed { name, error: res.err() });
+                let _ = crate::wire::client::send(
+                    &mut out,
+                    &HelperMsg::Removed {
+                        name,
+                        error: res.err().map(|e| e.to_string()),
+                    },
+                );
             }
         }
     }
@@ -614,18 +671,37 @@ fn tree_size(fd: OwnedFd, depth: usize) -> (u64, u64) {
     (n, b)
 }
 
+/// A trash tree that could not be removed (its name, the errno).
+#[derive(Debug)]
+pub enum RemoveError {
+    /// Opening or unlinking it.
+    Unlink(String, rustix::io::Errno),
+    /// Emptying it.
+    Empty(String, io::Error),
+}
+
+impl std::fmt::Display for RemoveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            RemoveError::Unlink(name, e) => write!(f, "{name}: {e}"),
+            RemoveError::Empty(name, e) => write!(f, "{name}: {e}"),
+        }
+    }
+}
+
 /// Deletes `parent/name` and everything below it without following any
 /// symlink. Directories deeper than the fd budget are first moved up to
 /// the top of the tree, so any depth can be removed.
-fn remove_tree_at(parent: &OwnedFd, name: &str) -> Result<(), String> {
+fn remove_tree_at(parent: &OwnedFd, name: &str) -> Result<(), RemoveError> {
+    let err = |e: rustix::io::Errno| RemoveError::Unlink(name.to_string(), e);
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let top = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
         Ok(f) => f,
         Err(rustix::io::Errno::NOENT) => return Ok(()),
         Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::LOOP) => {
-            return rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(|e| format!("{name}: {e}"))
+            return rustix::fs::unlinkat(parent, name, AtFlags::empty()).map_err(err)
         }
-        Err(e) => return Err(format!("{name}: {e}")),
+        Err(e) => return Err(err(e)),
     };
     let mut moved = 0u64;
     loop {
@@ -633,10 +709,10 @@ fn remove_tree_at(parent: &OwnedFd, name: &str) -> Result<(), String> {
         match empty_dir(&top, &top, 0, &mut moved) {
             Ok(true) => break,
             Ok(false) => continue,
-            Err(e) => return Err(format!("{name}: {e}")),
+            Err(e) => return Err(RemoveError::Empty(name.to_string(), e)),
         }
     }
-    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(|e| format!("{name}: {e}"))
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(err)
 }
 
 /// Removes what it can below `dir`; returns true once `dir` is empty.

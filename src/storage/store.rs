@@ -120,12 +120,126 @@ impl From<rusqlite::Error> for StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+/// A generation's phase, stored as its word in `generations.phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Starting,
+    Ready,
+    Stopping,
+    Stopped,
+    Failed,
+    /// Ended by a later coordinator's recovery (the previous one crashed).
+    Recovered,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 6] = [
+        Phase::Starting,
+        Phase::Ready,
+        Phase::Stopping,
+        Phase::Stopped,
+        Phase::Failed,
+        Phase::Recovered,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Ready => "ready",
+            Phase::Stopping => "stopping",
+            Phase::Stopped => "stopped",
+            Phase::Failed => "failed",
+            Phase::Recovered => "recovered",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+
+    /// The generation ended (its `ended_at` is set).
+    pub fn is_end(self) -> bool {
+        matches!(self, Phase::Stopped | Phase::Failed | Phase::Recovered)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl rusqlite::types::ToSql for Phase {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+/// A phase no lazaret writes is a damaged row (fail closed).
+impl rusqlite::types::FromSql for Phase {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let s = v.as_str()?;
+        Phase::parse(s).ok_or_else(|| rusqlite::types::FromSqlError::Other(format!("unknown phase {s:?}").into()))
+    }
+}
+
+/// What an `owned` row records, stored as its word in `owned.kind`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedKind {
+    /// A host process, by pid and start time.
+    Process,
+    /// A runsc container (its state files and cgroup), by container id.
+    RunscContainer,
+    /// A host command run for the sandbox, by pid, start time and group.
+    HostCommand,
+    /// A kind this lazaret does not write (recovery refuses to touch it).
+    Other(String),
+}
+
+impl OwnedKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            OwnedKind::Process => "process",
+            OwnedKind::RunscContainer => "runsc-container",
+            OwnedKind::HostCommand => "host-command",
+            OwnedKind::Other(s) => s,
+        }
+    }
+
+    pub fn parse(s: &str) -> OwnedKind {
+        match s {
+            "process" => OwnedKind::Process,
+            "runsc-container" => OwnedKind::RunscContainer,
+            "host-command" => OwnedKind::HostCommand,
+            other => OwnedKind::Other(other.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for OwnedKind {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl rusqlite::types::ToSql for OwnedKind {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl rusqlite::types::FromSql for OwnedKind {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        Ok(OwnedKind::parse(v.as_str()?))
+    }
+}
+
 /// One owned resource that was never marked released.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owned {
     pub row: i64,
     pub generation: u64,
-    pub kind: String,
+    pub kind: OwnedKind,
     pub name: String,
     pub pid: Option<i32>,
     pub start_time: Option<u64>,
@@ -343,15 +457,15 @@ impl Store {
         let next: i64 = tx.query_row("SELECT COALESCE(MAX(number), 0) + 1 FROM generations", [], |r| r.get(0))?;
         tx.execute(
             "INSERT INTO generations (number, profile, workspace, fingerprint, phase, started_at)
-             VALUES (?1, ?2, ?3, ?4, 'starting', ?5)",
-            params![next, profile, workspace, fingerprint, now()],
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![next, profile, workspace, fingerprint, Phase::Starting, now()],
         )?;
         tx.commit()?;
         Ok(next as u64)
     }
 
-    pub fn set_phase(&self, generation: u64, phase: &str) -> Result<()> {
-        let ended = matches!(phase, "stopped" | "failed" | "recovered");
+    pub fn set_phase(&self, generation: u64, phase: Phase) -> Result<()> {
+        let ended = phase.is_end();
         self.conn.execute(
             "UPDATE generations SET phase = ?2, ended_at = CASE WHEN ?3 THEN ?4 ELSE ended_at END WHERE number = ?1",
             params![generation as i64, phase, ended, now()],
@@ -360,7 +474,7 @@ impl Store {
     }
 
     #[cfg(test)] // Only tests read a phase back; the runtime only sets it.
-    pub fn phase(&self, generation: u64) -> Result<Option<String>> {
+    pub fn phase(&self, generation: u64) -> Result<Option<Phase>> {
         Ok(self
             .conn
             .query_row(
@@ -381,7 +495,7 @@ impl Store {
 
     /// Records the intent to create `kind`/`name`; returns the row to
     /// complete with [`Store::set_owned_pid`] and release later.
-    pub fn record_intent(&self, generation: u64, kind: &str, name: &str) -> Result<i64> {
+    pub fn record_intent(&self, generation: u64, kind: OwnedKind, name: &str) -> Result<i64> {
         self.conn.execute(
             "INSERT INTO owned (generation, kind, name) VALUES (?1, ?2, ?3)",
             params![generation as i64, kind, name],
@@ -569,12 +683,18 @@ mod tests {
         {
             let mut s = Store::open(&p).unwrap();
             assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 1);
-            s.set_phase(1, "stopped").unwrap();
+            s.set_phase(1, Phase::Stopped).unwrap();
         }
         let mut s = Store::open(&p).unwrap();
         assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 2);
         assert_eq!(s.unfinished_generations().unwrap(), vec![2]);
-        assert_eq!(s.phase(1).unwrap().as_deref(), Some("stopped"));
+        assert_eq!(s.phase(1).unwrap(), Some(Phase::Stopped));
+        for p in Phase::ALL {
+            assert_eq!(Phase::parse(p.as_str()), Some(p));
+        }
+        for k in ["process", "runsc-container", "host-command", "x-future"] {
+            assert_eq!(OwnedKind::parse(k).as_str(), k);
+        }
     }
 
     #[test]
@@ -582,7 +702,7 @@ mod tests {
         let p = scratch("owned");
         let mut s = Store::open(&p).unwrap();
         let g = s.begin_generation("default", "/w", "f").unwrap();
-        let row = s.record_intent(g, "process", "supervisor").unwrap();
+        let row = s.record_intent(g, OwnedKind::Process, "supervisor").unwrap();
         let list = s.unreleased().unwrap();
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].pid, None, "intent is recorded before the pid exists");
@@ -667,7 +787,7 @@ mod tests {
             let mut s = Store::open(&p).unwrap();
             for i in 0..200 {
                 let g = s.begin_generation("default", &format!("/w/{i:0100}"), "f").unwrap();
-                s.set_phase(g, "stopped").unwrap();
+                s.set_phase(g, Phase::Stopped).unwrap();
             }
         }
         let mut bytes = std::fs::read(&p).unwrap();
@@ -699,10 +819,10 @@ mod tests {
             let g = s.begin_generation("default", "/w", "f").unwrap();
             s.open_session(g, &format!("s{i}"), "c", 1, "sh").unwrap();
             s.close_session(&format!("s{i}"), Some(0)).unwrap();
-            let row = s.record_intent(g, "process", "supervisor").unwrap();
+            let row = s.record_intent(g, OwnedKind::Process, "supervisor").unwrap();
             if i != 10 {
                 s.release(row).unwrap();
-                s.set_phase(g, "stopped").unwrap();
+                s.set_phase(g, Phase::Stopped).unwrap();
             }
         }
         assert_eq!(s.prune_history(100).unwrap(), 49);

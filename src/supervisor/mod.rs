@@ -37,6 +37,9 @@ use crate::plan;
 use crate::sys;
 use crate::wire::supervisor::StatusMsg;
 
+mod error;
+pub use error::SupervisorError;
+
 /// The lease pipe's read end and the status pipe's write end arrive as
 /// these fds.
 pub const LEASE_FD: i32 = 3;
@@ -65,7 +68,8 @@ fn status(msg: &StatusMsg) {
     let _ = crate::wire::send_fd(sys::borrow_inherited(STATUS_FD), msg);
 }
 
-fn fail(message: String) -> i32 {
+fn fail(e: SupervisorError) -> i32 {
+    let message = e.to_string();
     eprintln!("lazaret:[supervisor]: {message}");
     status(&StatusMsg::Error { message });
     1
@@ -85,14 +89,14 @@ pub fn main(mut args: Args) -> i32 {
     let plan = match args.net_plan.as_deref().map(crate::wire::plan::read_network) {
         None => None,
         Some(Ok(p)) => Some(p).filter(|p| p.enabled),
-        Some(Err(e)) => return fail(format!("reading the network plan: {e}")),
+        Some(Err(e)) => return fail(SupervisorError::NetPlan(e)),
     };
     if let Some(dir) = &args.scratch {
         args.runsc_args = plan::with_scratch_overlay(&args.runsc_args, dir);
     }
     let parent = sys::getppid();
     if let Err(e) = sys::set_parent_death_signal(sys::SIGKILL) {
-        return fail(format!("prctl(PR_SET_PDEATHSIG): {e}"));
+        return fail(SupervisorError::DeathSignal(e));
     }
     if parent == 1 || sys::getppid() != parent {
         return 1;
@@ -107,31 +111,31 @@ pub fn main(mut args: Args) -> i32 {
         sys::CLONE_NEWUSER | sys::CLONE_NEWNS | sys::CLONE_NEWNET
     };
     if let Err(e) = sys::unshare(flags) {
-        return fail(format!("unshare(user, mount, net): {e} (run `lazaret doctor`)"));
+        return fail(SupervisorError::Unshare(e));
     }
     status(&StatusMsg::Userns);
     // LEASE_FD was handed to us by the coordinator and nothing else owns it.
     let lease = match sys::take_inherited(LEASE_FD) {
         Ok(fd) => fd,
-        Err(e) => return fail(format!("the lease pipe (fd {LEASE_FD}): {e}")),
+        Err(e) => return fail(SupervisorError::LeasePipe(e)),
     };
     let mut lease = std::fs::File::from(lease);
     if let Err(e) = crate::wire::supervisor::wait_for_mapped(&mut lease) {
-        return fail(e);
+        return fail(SupervisorError::Lease(e));
     }
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
     }
     if let Some(m) = &args.meminfo {
         if let Err(e) = sys::mount(&m.to_string_lossy(), "/proc/meminfo".as_ref(), "", sys::MS_BIND, None) {
-            return fail(format!("binding {} over /proc/meminfo: {e}", m.display()));
+            return fail(SupervisorError::Meminfo(m.clone(), e));
         }
     }
     // The State Anchor is mounted here, in our mount namespace, before runsc.
     let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::storage::anchor::mount_all) {
         None => Vec::new(),
         Some(Ok(d)) => d,
-        Some(Err(e)) => return fail(e.to_string()),
+        Some(Err(e)) => return fail(SupervisorError::Anchor(e)),
     };
     let mut net = None;
     if let Some(plan) = &plan {
@@ -144,13 +148,13 @@ pub fn main(mut args: Args) -> i32 {
                 });
                 net = Some(n);
             }
-            Err(e) => return fail(e),
+            Err(e) => return fail(SupervisorError::Network(e)),
         }
         args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
     }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
     let _views = match args.views.as_deref().map(crate::view::fs::start_views) {
-        Some(Err(e)) => return fail(e),
+        Some(Err(e)) => return fail(SupervisorError::Views(e)),
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
@@ -185,19 +189,18 @@ pub fn main(mut args: Args) -> i32 {
     code
 }
 
-fn prepare_namespace(mask_core: bool) -> Result<(), String> {
-    sys::become_ns_root().map_err(|e| format!("setresuid in the user namespace: {e}"))?;
-    sys::mount("none", "/".as_ref(), "", sys::MS_REC | sys::MS_PRIVATE, None)
-        .map_err(|e| format!("making mounts private: {e}"))?;
+fn prepare_namespace(mask_core: bool) -> Result<(), SupervisorError> {
+    sys::become_ns_root().map_err(SupervisorError::BecomeRoot)?;
+    sys::mount("none", "/".as_ref(), "", sys::MS_REC | sys::MS_PRIVATE, None).map_err(SupervisorError::MakePrivate)?;
     if mask_core {
         sys::mount("lzmask", "/proc/sys/net/core".as_ref(), "tmpfs", 0, Some("size=16k"))
-            .map_err(|e| format!("masking /proc/sys/net/core: {e}"))?;
+            .map_err(SupervisorError::MaskCore)?;
     }
     Ok(())
 }
 
-fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd), String> {
-    let (ready_rd, ready_wr) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd), SupervisorError> {
+    let (ready_rd, ready_wr) = sys::pipe().map_err(SupervisorError::ReadyPipe)?;
     let mut cmd = Command::new("runsc");
     cmd.args(&args.runsc_args)
         .arg("run")
@@ -214,9 +217,7 @@ fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, Own
         setup = setup.setns(ns, sys::CLONE_NEWNET);
     }
     setup.apply(&mut cmd);
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start runsc: {e} (run `lazaret doctor`)"))?;
+    let child = cmd.spawn().map_err(SupervisorError::StartRunsc)?;
     Ok((child, ready_rd))
 }
 
@@ -257,7 +258,7 @@ fn supervise(
 ) -> i32 {
     let sig = match sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP]) {
         Ok(s) => s,
-        Err(e) => return fail(format!("signal pipe: {e}")),
+        Err(e) => return fail(SupervisorError::SignalPipe(e)),
     };
     let mut ready = Some(std::fs::File::from(ready));
     let mut reported = false;
@@ -306,7 +307,7 @@ fn supervise(
                 // Fail closed: the coordinator records runsc by pid and start
                 // time, never by a guessed one.
                 let Some(start) = sys::proc_start_time(pid) else {
-                    fail(format!("cannot read the start time of runsc run (pid {pid})"));
+                    fail(SupervisorError::StartTime(pid));
                     stop_sandbox(args, child);
                     return 1;
                 };

@@ -246,6 +246,26 @@ impl Message for HelperCmd {
     }
 }
 
+/// Why the helper did not report its user namespace.
+#[derive(Debug)]
+pub enum UsernsError {
+    /// The helper said why.
+    Failed(String),
+    Unexpected(UnexpectedMessage),
+    /// EOF, a broken pipe or a malformed frame.
+    Read(ReadError),
+}
+
+impl std::fmt::Display for UsernsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            UsernsError::Failed(m) => write!(f, "{m}"),
+            UsernsError::Unexpected(u) => write!(f, "{u}"),
+            UsernsError::Read(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// The parent's end of the helper's stdout.
 pub struct HelperReceiver<R: Read> {
     out: R,
@@ -262,12 +282,12 @@ impl<R: Read> HelperReceiver<R> {
 
     /// Step 1: the helper's user namespace exists. `Err` carries what the
     /// helper said instead (for the error message).
-    pub fn wait_for_userns(&mut self) -> Result<(), String> {
+    pub fn wait_for_userns(&mut self) -> Result<(), UsernsError> {
         match self.reader.recv::<HelperMsg>(&mut self.out) {
             Ok(HelperMsg::Userns) => Ok(()),
-            Ok(HelperMsg::Failed { message }) => Err(message),
-            Ok(m) => Err(UnexpectedMessage::of("Userns", &m).to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(HelperMsg::Failed { message }) => Err(UsernsError::Failed(message)),
+            Ok(m) => Err(UsernsError::Unexpected(UnexpectedMessage::of("Userns", &m))),
+            Err(e) => Err(UsernsError::Read(e)),
         }
     }
 
@@ -386,7 +406,7 @@ pub(crate) mod tests {
         // No user namespace: said so.
         let s = stream(&all[1..2]);
         assert_eq!(
-            HelperReceiver::new(&s[..]).wait_for_userns().unwrap_err(),
+            HelperReceiver::new(&s[..]).wait_for_userns().unwrap_err().to_string(),
             "expected Userns, received NoUserns"
         );
         let cmd = &samples_cmd()[1];

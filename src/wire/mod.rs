@@ -116,14 +116,38 @@ pub fn decode_one<M: Message>(buf: &[u8]) -> Result<M, DecodeError> {
     M::decode(&buf[4..])
 }
 
+/// Why a one-frame file (a plan) could not be taken.
+#[derive(Debug)]
+pub enum FileError {
+    /// Opening or reading the file failed.
+    Read(std::path::PathBuf, io::Error),
+    /// The file is not exactly one well-formed frame.
+    Malformed(std::path::PathBuf, DecodeError),
+    /// A well-formed message, but not the one this reader takes.
+    Unexpected(std::path::PathBuf, UnexpectedMessage),
+}
+
+impl fmt::Display for FileError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            FileError::Read(p, e) => write!(f, "{}: {e}", p.display()),
+            FileError::Malformed(p, e) => write!(f, "{} is malformed: {e}", p.display()),
+            FileError::Unexpected(p, u) => write!(f, "{}: {u}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for FileError {}
+
 /// Reads a file holding exactly one frame, bounded by the frame maximum.
-pub fn read_one<M: Message>(path: &std::path::Path) -> Result<M, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read_one<M: Message>(path: &std::path::Path) -> Result<M, FileError> {
+    let read = |e| FileError::Read(path.to_path_buf(), e);
+    let f = std::fs::File::open(path).map_err(read)?;
     let mut buf = Vec::new();
     f.take(crate::wire::client::MAX_FRAME_LEN as u64 + 5)
         .read_to_end(&mut buf)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    decode_one(&buf).map_err(|e| format!("{} is malformed: {e}", path.display()))
+        .map_err(read)?;
+    decode_one(&buf).map_err(|e| FileError::Malformed(path.to_path_buf(), e))
 }
 
 /// Reads every frame until EOF (a bounded report stream). A malformed frame

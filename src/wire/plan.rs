@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{dec_abs_path, dec_path, enc_path, Message, UnexpectedMessage};
+use super::{dec_abs_path, dec_path, enc_path, FileError, Message, UnexpectedMessage};
 use std::path::PathBuf;
 
 use crate::config::Prefix;
@@ -258,12 +258,12 @@ pub fn write_plan(path: &Path, plan: &PlanMsg) -> std::io::Result<()> {
     std::fs::write(path, plan.encode())
 }
 
-fn unexpected(path: &Path, expected: &'static str, m: &PlanMsg) -> String {
-    format!("{}: {}", path.display(), UnexpectedMessage::of(expected, m))
+fn unexpected(path: &Path, expected: &'static str, m: &PlanMsg) -> FileError {
+    FileError::Unexpected(path.to_path_buf(), UnexpectedMessage::of(expected, m))
 }
 
 /// The supervisor's side: the network plan in `path`.
-pub fn read_network(path: &Path) -> Result<Plan, String> {
+pub fn read_network(path: &Path) -> Result<Plan, FileError> {
     match super::read_one::<PlanMsg>(path)? {
         PlanMsg::Network(p) => Ok(p),
         m => Err(unexpected(path, "Network", &m)),
@@ -271,7 +271,7 @@ pub fn read_network(path: &Path) -> Result<Plan, String> {
 }
 
 /// The supervisor's side: the view owner and the views in `path`.
-pub fn read_views(path: &Path) -> Result<(u32, Vec<ViewSpec>), String> {
+pub fn read_views(path: &Path) -> Result<(u32, Vec<ViewSpec>), FileError> {
     match super::read_one::<PlanMsg>(path)? {
         PlanMsg::Views { owner, views } => Ok((owner, views)),
         m => Err(unexpected(path, "Views", &m)),
@@ -279,7 +279,7 @@ pub fn read_views(path: &Path) -> Result<(u32, Vec<ViewSpec>), String> {
 }
 
 /// The supervisor's side: the State Anchor plan in `path`.
-pub fn read_anchor(path: &Path) -> Result<(Driver, Vec<AnchorMount>), String> {
+pub fn read_anchor(path: &Path) -> Result<(Driver, Vec<AnchorMount>), FileError> {
     match super::read_one::<PlanMsg>(path)? {
         PlanMsg::Anchor { prefer, mounts } => Ok((prefer, mounts)),
         m => Err(unexpected(path, "Anchor", &m)),
@@ -387,11 +387,11 @@ pub(crate) mod tests {
         let f = dir.join("netplan");
         write_plan(&f, &samples()[0]).unwrap();
         assert_eq!(PlanMsg::Network(read_network(&f).unwrap()), samples()[0]);
-        let e = read_views(&f).unwrap_err();
+        let e = read_views(&f).unwrap_err().to_string();
         assert!(e.ends_with("expected Views, received Network"), "{e}");
         assert!(read_anchor(&f).is_err());
         std::fs::write(&f, "lazaret-netplan 2\nmode slirp\n").unwrap();
-        assert!(read_network(&f).unwrap_err().contains("malformed"));
+        assert!(read_network(&f).unwrap_err().to_string().contains("malformed"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -229,10 +229,20 @@ impl StatusReceiver {
 
 /// The supervisor's end of the lease pipe, step 1: wait for `Mapped`.
 /// EOF, a malformed frame or anything else is a refusal.
-pub fn wait_for_mapped(lease: &mut File) -> Result<(), String> {
+pub fn wait_for_mapped(lease: &mut File) -> Result<(), LeaseError> {
     match FrameReader::default().recv::<LeaseMsg>(lease) {
         Ok(LeaseMsg::Mapped) => Ok(()),
-        Err(e) => Err(format!("the coordinator did not map the user namespace ({e})")),
+        Err(e) => Err(LeaseError(e)),
+    }
+}
+
+/// The lease pipe closed, broke or carried a malformed frame before `Mapped`.
+#[derive(Debug)]
+pub struct LeaseError(pub ReadError);
+
+impl std::fmt::Display for LeaseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "the coordinator did not map the user namespace ({})", self.0)
     }
 }
 

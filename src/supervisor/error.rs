@@ -1,0 +1,72 @@
+//! The supervisor's errors: a variant per failing step, carrying the
+//! io error (and the path, where there is one). `Display` is the sentence
+//! the supervisor reports on the status pipe.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use crate::wire::supervisor::LeaseError;
+use crate::wire::FileError;
+
+#[derive(Debug)]
+pub enum SupervisorError {
+    /// The network plan could not be read.
+    NetPlan(FileError),
+    /// `prctl(PR_SET_PDEATHSIG)`.
+    DeathSignal(io::Error),
+    /// `unshare(user, mount[, net])`.
+    Unshare(io::Error),
+    /// Taking the inherited lease pipe.
+    LeasePipe(io::Error),
+    /// The coordinator did not write the id maps.
+    Lease(LeaseError),
+    /// `setresuid` to root of the user namespace.
+    BecomeRoot(io::Error),
+    /// Making mounts private.
+    MakePrivate(io::Error),
+    /// Masking `/proc/sys/net/core`.
+    MaskCore(io::Error),
+    /// Binding the meminfo view over `/proc/meminfo`.
+    Meminfo(PathBuf, io::Error),
+    /// Mounting the State Anchor.
+    Anchor(crate::storage::anchor::AnchorError),
+    /// Installing the network.
+    Network(crate::net::install::InstallError),
+    /// Starting the workspace views (the view's own sentence).
+    Views(String),
+    /// The pipe runsc reports `ready` on.
+    ReadyPipe(io::Error),
+    /// Spawning `runsc run`.
+    StartRunsc(io::Error),
+    /// The signal pipe of the supervise loop.
+    SignalPipe(io::Error),
+    /// The start time of `runsc run` (its identity) is unreadable.
+    StartTime(i32),
+}
+
+impl fmt::Display for SupervisorError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        use SupervisorError::*;
+        match self {
+            NetPlan(e) => write!(f, "reading the network plan: {e}"),
+            DeathSignal(e) => write!(f, "prctl(PR_SET_PDEATHSIG): {e}"),
+            Unshare(e) => write!(f, "unshare(user, mount, net): {e} (run `lazaret doctor`)"),
+            LeasePipe(e) => write!(f, "the lease pipe (fd {}): {e}", super::LEASE_FD),
+            Lease(e) => write!(f, "{e}"),
+            BecomeRoot(e) => write!(f, "setresuid in the user namespace: {e}"),
+            MakePrivate(e) => write!(f, "making mounts private: {e}"),
+            MaskCore(e) => write!(f, "masking /proc/sys/net/core: {e}"),
+            Meminfo(p, e) => write!(f, "binding {} over /proc/meminfo: {e}", p.display()),
+            Anchor(e) => write!(f, "{e}"),
+            Network(e) => write!(f, "{e}"),
+            Views(e) => write!(f, "{e}"),
+            ReadyPipe(e) => write!(f, "pipe: {e}"),
+            StartRunsc(e) => write!(f, "cannot start runsc: {e} (run `lazaret doctor`)"),
+            SignalPipe(e) => write!(f, "signal pipe: {e}"),
+            StartTime(pid) => write!(f, "cannot read the start time of runsc run (pid {pid})"),
+        }
+    }
+}
+
+impl std::error::Error for SupervisorError {}
