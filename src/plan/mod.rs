@@ -530,8 +530,14 @@ mod tests {
         };
         assert_eq!(q("a\"b\\c"), r#""a\"b\\c""#);
         assert_eq!(q("l1\nl2\t\r"), r#""l1\nl2\t\r""#);
-        assert_eq!(q("\u{1}\u{8}\u{c}\u{1b}[2J\u{7f}"), r#""\u0001\u0008\u000c\u001b[2J\u007f""#);
-        assert_eq!(q("x\u{202e}y\u{2066}\u{200f}\u{2028}"), r#""x\u202ey\u2066\u200f\u2028""#);
+        assert_eq!(
+            q("\u{1}\u{8}\u{c}\u{1b}[2J\u{7f}"),
+            r#""\u0001\u0008\u000c\u001b[2J\u007f""#
+        );
+        assert_eq!(
+            q("x\u{202e}y\u{2066}\u{200f}\u{2028}"),
+            r#""x\u202ey\u2066\u200f\u2028""#
+        );
         assert_eq!(q("\u{e0041}"), r#""\udb40\udc41""#);
         assert_eq!(q("ü→"), "\"ü→\"");
         // Every writer of JSON renders a string the same way.
