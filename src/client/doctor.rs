@@ -281,29 +281,7 @@ fn read_optional(path: &str) -> Option<String> {
     fs::read_to_string(path).ok()
 }
 
-/// `name:x:uid:gid:...` → `(uid, gid)` for `name`.
-fn passwd_by_name(passwd: &str, name: &str) -> Option<(u32, u32)> {
-    passwd.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        if f.len() >= 4 && f[0] == name {
-            Some((f[2].parse().ok()?, f[3].parse().ok()?))
-        } else {
-            None
-        }
-    })
-}
-
-/// `name:x:uid:gid:...` → `(name, gid)` for the first entry with `uid`.
-fn passwd_by_uid(passwd: &str, uid: u32) -> Option<(String, u32)> {
-    passwd.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        if f.len() >= 4 && !f[0].is_empty() && f[2].parse::<u32>().ok()? == uid {
-            Some((f[0].to_string(), f[3].parse().ok()?))
-        } else {
-            None
-        }
-    })
-}
+use crate::sys::hostenv::{passwd_by_name, passwd_by_uid};
 
 /// The primary gid plus every gid in /etc/group that lists `name` as a
 /// member, sorted and deduplicated.
@@ -351,48 +329,7 @@ fn check_not_root(t: &Target) -> Check {
 // ---------------------------------------------------------------------------
 // subuid / subgid
 
-/// One line of /etc/subuid or /etc/subgid: `owner:start:count`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SubidRange {
-    owner: String,
-    start: u64,
-    count: u64,
-}
-
-/// Parses a subordinate id file; blank, comment and malformed lines are
-/// skipped (as shadow-utils does).
-fn parse_subids(contents: &str) -> Vec<SubidRange> {
-    contents
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                return None;
-            }
-            let mut f = line.split(':');
-            let owner = f.next()?;
-            let start = f.next()?.parse::<u64>().ok()?;
-            let count = f.next()?.parse::<u64>().ok()?;
-            if owner.is_empty() || f.next().is_some() {
-                return None;
-            }
-            Some(SubidRange {
-                owner: owner.to_string(),
-                start,
-                count,
-            })
-        })
-        .collect()
-}
-
-/// Whether a subid entry belongs to the user: by login name, or by numeric
-/// uid when the owner field is all digits.
-fn subid_owner_matches(owner: &str, name: Option<&str>, uid: u32) -> bool {
-    if name == Some(owner) {
-        return true;
-    }
-    !owner.is_empty() && owner.bytes().all(|b| b.is_ascii_digit()) && owner.parse::<u32>() == Ok(uid)
-}
+use crate::sys::hostenv::{parse_subids, subid_owner_matches, SubidRange};
 
 /// The user's largest single range.
 fn best_subid_range<'a>(ranges: &'a [SubidRange], name: Option<&str>, uid: u32) -> Option<&'a SubidRange> {
@@ -425,8 +362,12 @@ fn check_subid(name: &'static str, path: &str, contents: Option<&str>, flag: &st
     let Some(contents) = contents else {
         return Check::fail(name, format!("{path} does not exist or is unreadable"), fix);
     };
+    // The name the runtime matches by: the passwd entry of the uid.
+    let owner = crate::sys::hostenv::user_name(t.uid);
     let ranges = parse_subids(contents);
-    match best_subid_range(&ranges, t.name.as_deref(), t.uid) {
+    let used = crate::sys::hostenv::find_subrange(contents, owner.as_deref(), t.uid);
+    let used = used.and_then(|u| ranges.iter().find(|r| (r.start, r.count) == (u.start, u.count)));
+    match used.or_else(|| best_subid_range(&ranges, owner.as_deref(), t.uid)) {
         Some(r) if r.count >= SUBID_COUNT => Check::pass(
             name,
             format!(
@@ -996,26 +937,10 @@ fn to_text(checks: &[Check]) -> String {
     out
 }
 
-/// A JSON string literal (with quotes) for `s`.
+/// A JSON string literal (with quotes) for `s`, by the one JSON writer.
 fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' || c == '\u{2028}' || c == '\u{2029}' => {
-                out.push_str(&format!("\\u{:04x}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    crate::plan::quote(&mut out, s);
     out
 }
 
@@ -1211,6 +1136,7 @@ mod tests {
         assert_eq!(json_string("l1\nl2\t\r"), "\"l1\\nl2\\t\\r\"");
         assert_eq!(json_string("\u{1}\u{1f}\u{7f}"), "\"\\u0001\\u001f\\u007f\"");
         assert_eq!(json_string("ü→"), "\"ü→\"");
+        assert_eq!(json_string("\u{8}\u{c}a\u{202e}b"), "\"\\u0008\\u000ca\\u202eb\"");
     }
 
     #[test]

@@ -395,27 +395,12 @@ pub fn with_sandbox_network(args: &[String]) -> Vec<String> {
 
 // ---- user namespace maps -------------------------------------------------------
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SubRange {
-    pub start: u64,
-    pub count: u64,
-}
+pub use crate::sys::hostenv::SubRange;
 
-/// The first range of at least 65536 ids for `user`/`id` in an
-/// `/etc/subuid`-style file.
+/// The range of at least 65536 ids for `user`/`id` in an
+/// `/etc/subuid`-style file (see [`crate::sys::hostenv::find_subrange`]).
 pub fn find_subrange(text: &str, user: &str, id: u32) -> Option<SubRange> {
-    text.lines().find_map(|line| {
-        let mut f = line.trim().split(':');
-        let (who, start, count) = (f.next()?, f.next()?, f.next()?);
-        if who != user && who != id.to_string() {
-            return None;
-        }
-        let r = SubRange {
-            start: start.trim().parse().ok()?,
-            count: count.trim().parse().ok()?,
-        };
-        (r.count >= 65536).then_some(r)
-    })
+    crate::sys::hostenv::find_subrange(text, Some(user).filter(|u| !u.is_empty()), id)
 }
 
 /// Arguments for `newuidmap PID …` / `newgidmap PID …`: the user becomes 0,
@@ -533,6 +518,30 @@ mod tests {
         assert!(!env.contains(&"HOME=/root".to_string()));
         assert!(env.contains(&"TERM=xterm-256color".to_string()));
         assert!(env.contains(&"X=1".to_string()));
+    }
+
+    #[test]
+    fn json_quote_escapes_controls_quotes_backslash_and_bidi() {
+        let q = |s: &str| {
+            let mut o = String::new();
+            quote(&mut o, s);
+            o
+        };
+        assert_eq!(q("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(q("l1\nl2\t\r"), r#""l1\nl2\t\r""#);
+        assert_eq!(
+            q("\u{1}\u{8}\u{c}\u{1b}[2J\u{7f}"),
+            r#""\u0001\u0008\u000c\u001b[2J\u007f""#
+        );
+        assert_eq!(
+            q("x\u{202e}y\u{2066}\u{200f}\u{2028}"),
+            r#""x\u202ey\u2066\u200f\u2028""#
+        );
+        assert_eq!(q("\u{e0041}"), r#""\udb40\udc41""#);
+        assert_eq!(q("ü→"), "\"ü→\"");
+        // Every writer of JSON renders a string the same way.
+        let hostile = "\u{1b}]0;t\u{7}\"\\\u{202e}";
+        assert_eq!(Json::s(hostile).render(), q(hostile));
     }
 
     #[test]

@@ -8,8 +8,10 @@
 //! debootstrap, umoci, ...) inherits it, and `lazaret doctor` checks the
 //! helpers on exactly that `PATH`.
 //!
-//! Also the host facts every role reads the same way: the user's name
-//! from /etc/passwd.
+//! Also the host facts every role reads the same way: /etc/passwd entries
+//! and the subordinate id ranges of /etc/subuid and /etc/subgid
+//! (`lazaret doctor` and the runtime share these parsers, so doctor passes
+//! exactly when the id maps can be written).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -93,10 +95,100 @@ fn is_executable(p: &Path) -> bool {
 /// The user's name, from /etc/passwd (no NSS in a static binary).
 pub fn user_name(uid: u32) -> Option<String> {
     let text = std::fs::read_to_string("/etc/passwd").ok()?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+    passwd_by_uid(&text, uid).map(|(name, _)| name)
+}
+
+/// `name:x:uid:gid:...` → `(name, gid)` for the first entry whose uid field
+/// is exactly `uid` in decimal (`01000` is not uid 1000).
+pub fn passwd_by_uid(passwd: &str, uid: u32) -> Option<(String, u32)> {
+    let uid = uid.to_string();
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() >= 4 && !f[0].is_empty() && f[2] == uid {
+            Some((f[0].to_string(), f[3].parse().ok()?))
+        } else {
+            None
+        }
     })
+}
+
+/// `name:x:uid:gid:...` → `(uid, gid)` for the first entry named `name`.
+pub fn passwd_by_name(passwd: &str, name: &str) -> Option<(u32, u32)> {
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() >= 4 && !name.is_empty() && f[0] == name {
+            Some((f[2].parse().ok()?, f[3].parse().ok()?))
+        } else {
+            None
+        }
+    })
+}
+
+// ---- /etc/subuid, /etc/subgid ------------------------------------------------
+
+/// The ids one user namespace maps above the user's own: the runtime maps
+/// exactly this many from the start of the user's range.
+pub const SUBID_MAP_COUNT: u64 = 65536;
+
+/// One line of /etc/subuid or /etc/subgid: `owner:start:count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubidRange {
+    pub owner: String,
+    pub start: u64,
+    pub count: u64,
+}
+
+/// A subordinate range the id maps are written from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubRange {
+    pub start: u64,
+    pub count: u64,
+}
+
+/// Parses a subordinate id file; blank, comment and malformed lines (and
+/// lines with an empty owner) are skipped.
+pub fn parse_subids(contents: &str) -> Vec<SubidRange> {
+    contents
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                return None;
+            }
+            let mut f = line.split(':');
+            let owner = f.next()?;
+            let start = f.next()?.trim().parse::<u64>().ok()?;
+            let count = f.next()?.trim().parse::<u64>().ok()?;
+            if owner.is_empty() {
+                return None;
+            }
+            Some(SubidRange {
+                owner: owner.to_string(),
+                start,
+                count,
+            })
+        })
+        .collect()
+}
+
+/// Whether a subid entry belongs to the user: by login name, or by the uid
+/// written exactly in decimal (`01000` is not uid 1000).
+pub fn subid_owner_matches(owner: &str, name: Option<&str>, uid: u32) -> bool {
+    !owner.is_empty() && (name == Some(owner) || owner == uid.to_string())
+}
+
+/// The range the id maps use: the first of the user's ranges with at least
+/// [`SUBID_MAP_COUNT`] ids. `lazaret doctor` and the runtime both decide by
+/// this function.
+pub fn find_subrange(contents: &str, name: Option<&str>, uid: u32) -> Option<SubRange> {
+    parse_subids(contents)
+        .into_iter()
+        .filter(|r| subid_owner_matches(&r.owner, name, uid))
+        .find(|r| r.count >= SUBID_MAP_COUNT)
+        .map(|r| SubRange {
+            start: r.start,
+            count: r.count,
+        })
 }
 
 #[cfg(test)]
@@ -115,5 +207,39 @@ mod tests {
         );
         assert_eq!(helper_path(None), OsString::from(DEFAULT_PATH));
         assert_eq!(helper_path(Some(OsStr::new(""))), OsString::from(DEFAULT_PATH));
+    }
+
+    #[test]
+    fn subids_doctor_and_runtime_decide_alike() {
+        // Files the former doctor parser accepted while the runtime refused:
+        // an owner written as `01000` (uid 1000 with a leading zero).
+        let zero = "01000:100000:65536\n";
+        assert_eq!(find_subrange(zero, Some("alice"), 1000), None);
+        assert!(!subid_owner_matches("01000", None, 1000));
+        assert!(!subid_owner_matches("+1000", None, 1000));
+        // The runtime matched an empty owner when the user had no passwd
+        // name; nobody owns an empty owner field.
+        assert_eq!(find_subrange(":100000:65536\n", None, 1000), None);
+        assert_eq!(find_subrange(":100000:65536\n", Some(""), 1000), None);
+        // The first range large enough is used, by name or exact uid.
+        let f = "alice:100000:1000\n1000:200000:65536\nalice:300000:131072\n";
+        assert_eq!(
+            find_subrange(f, Some("alice"), 1000),
+            Some(SubRange {
+                start: 200000,
+                count: 65536
+            })
+        );
+        assert_eq!(find_subrange(f, Some("bob"), 1001), None);
+        assert_eq!(find_subrange("alice:100000:65535\n", Some("alice"), 1000), None);
+    }
+
+    #[test]
+    fn passwd_uid_is_exact() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nalice:x:01000:1000::/h:/bin/sh\nbob:x:1001:1001::/h:/bin/sh\n";
+        assert_eq!(passwd_by_uid(passwd, 1000), None);
+        assert_eq!(passwd_by_uid(passwd, 1001), Some(("bob".to_string(), 1001)));
+        assert_eq!(passwd_by_name(passwd, "bob"), Some((1001, 1001)));
+        assert_eq!(passwd_by_name(passwd, ""), None);
     }
 }
