@@ -89,13 +89,19 @@ fn nothing_runs_as_host_root_while_the_sandbox_runs() {
     let ws = env.dir("noroot");
     let id = env.domain_id("default", &ws);
     let child = env.lz(&ws, &["run", "--", "sleep", "4"]).spawn();
+    // Wait until the sandbox's own processes (sentry and gofer) are up, not
+    // only runsc: under load the sentry appears well after `runsc run`.
     assert!(
-        eventually(Duration::from_secs(20), || processes_mentioning(&id)
-            .iter()
-            .any(|(_, _, c)| c.contains("runsc"))),
+        eventually(Duration::from_secs(20), || {
+            let all = processes_mentioning(&id);
+            all.iter()
+                .any(|(_, _, c)| c.contains("runsc-gofer") || c.contains("gofer"))
+                && all
+                    .iter()
+                    .any(|(_, _, c)| c.contains("runsc-sandbox") || c.contains("boot"))
+        }),
         "the sandbox did not start"
     );
-    std::thread::sleep(Duration::from_millis(500));
     let ws_s = ws.display().to_string();
     let procs: Vec<_> = harness::processes()
         .into_iter()
