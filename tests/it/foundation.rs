@@ -276,7 +276,9 @@ fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
     t.send("exit 3");
     t.enter();
     assert!(t.wait_for("exit=3", Duration::from_secs(10)), "{}", t.capture());
-    assert!(eventually(Duration::from_secs(5), || after.exists()));
+    // The shell creates the file before `stty -g` has written to it.
+    assert!(eventually(Duration::from_secs(5), || std::fs::read_to_string(&after)
+        .is_ok_and(|s| s.ends_with('\n'))));
     assert_eq!(
         std::fs::read_to_string(&before).unwrap(),
         std::fs::read_to_string(&after).unwrap()
