@@ -5,7 +5,7 @@
 //! Storage Root. A Domain is named on the command line by its ID or any
 //! unique prefix of it (as `ps` prints it), or by `--profile`/`--workspace`.
 
-use std::io::{self, BufRead, Write};
+use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -620,20 +620,8 @@ fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i3
         out.push_str("kept: the workspace, images and prepared lowers\n");
         eprint!("{out}");
     }
-    if !yes {
-        if !crate::sys::isatty(crate::sys::STDIN) {
-            return Err(StateError::Usage(
-                "not removing: confirm with --yes (stdin is not a terminal)".into(),
-            ));
-        }
-        eprint!("remove? [y/N] ");
-        let _ = io::stderr().flush();
-        let mut line = String::new();
-        let _ = io::stdin().lock().read_line(&mut line);
-        if !matches!(line.trim(), "y" | "Y" | "yes") {
-            eprintln!("not removed");
-            return Ok(1);
-        }
+    if !yes && !crate::storage::state::confirm("removing", "remove", "not removed")? {
+        return Ok(1);
     }
     // 1. Uppers and ignored state become trash in anchor/ (renames within
     //    the Domain Root), then the state helper deletes them inside a user

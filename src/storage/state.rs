@@ -1013,20 +1013,8 @@ fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32
         ));
         eprint!("{out}");
     }
-    if !yes {
-        if !crate::sys::isatty(crate::sys::STDIN) {
-            return Err(StateError::Usage(
-                "not resetting: confirm with --yes (stdin is not a terminal)".into(),
-            ));
-        }
-        eprint!("reset? [y/N] ");
-        let _ = io::stderr().flush();
-        let mut line = String::new();
-        let _ = io::stdin().lock().read_line(&mut line);
-        if !matches!(line.trim(), "y" | "Y" | "yes") {
-            eprintln!("not reset");
-            return Ok(1);
-        }
+    if !yes && !confirm("resetting", "reset", "not reset")? {
+        return Ok(1);
     }
     let steps = anchor::plan_reset(&scope, &domain::random_id(4));
     if !steps.is_empty() {
@@ -1088,6 +1076,26 @@ fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Asks `VERB? [y/N]` on the terminal before a destructive command; without
+/// a terminal the command needs `--yes`. False (after saying `declined`)
+/// unless the answer is y/yes.
+pub fn confirm(doing: &str, verb: &str, declined: &str) -> Result<bool> {
+    if !crate::sys::isatty(crate::sys::STDIN) {
+        return Err(StateError::Usage(format!(
+            "not {doing}: confirm with --yes (stdin is not a terminal)"
+        )));
+    }
+    eprint!("{verb}? [y/N] ");
+    let _ = io::stderr().flush();
+    let mut line = String::new();
+    let _ = io::stdin().lock().read_line(&mut line);
+    let yes = matches!(line.trim(), "y" | "Y" | "yes");
+    if !yes {
+        eprintln!("{declined}");
+    }
+    Ok(yes)
 }
 
 #[cfg(test)]
