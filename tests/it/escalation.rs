@@ -7,26 +7,25 @@ use std::time::{Duration, Instant};
 use crate::harness::{eventually, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
 
-/// A workspace and a config home with escalation on and `rules` (TOML).
-fn setup(env: &Env, name: &str, rules: &str) -> (PathBuf, PathBuf) {
-    let base = env.dir(name);
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let cfg = base.join("cfg");
-    env.write(
-        &cfg.join("lazaret/config.toml"),
-        &format!("[escalation]\nenabled = true\n{rules}"),
-    );
-    (ws, cfg)
+/// A workspace and a config home with escalation on, then `toml` (more
+/// `[escalation]` keys and rules): `(ws, cfg)`. Shared with escalation_v2.
+pub(crate) fn setup(env: &Env, name: &str, toml: &str) -> (PathBuf, PathBuf) {
+    env.workspace_with_config(name, &format!("[escalation]\nenabled = true\n{toml}"))
 }
 
-fn rule(argv: &[&str], trailing: bool) -> String {
+/// An `[[escalation.auto_approve]]` rule for `argv`.
+pub(crate) fn rule(argv: &[&str], trailing: bool) -> String {
+    rule_with(argv, trailing, "")
+}
+
+/// [`rule`] with `more` (TOML keys) appended to the rule's table.
+pub(crate) fn rule_with(argv: &[&str], trailing: bool, more: &str) -> String {
     let list = argv.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
-    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n")
+    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n{more}")
 }
 
-fn audit(env: &Env, ws: &Path) -> String {
+/// The Domain's escalation audit log (empty when there is none yet).
+pub(crate) fn audit(env: &Env, ws: &Path) -> String {
     let root = env
         .home
         .join(".local/share/lazaret/domains")
@@ -173,8 +172,8 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     }
 }
 
-/// Runs `script` in a session of the Domain and returns (stdout, stderr).
-fn inside(env: &Env, ws: &Path, cfg: &Path, script: &str) -> crate::harness::Run {
+/// Runs `script` in a session of the Domain with the config home `cfg`.
+pub(crate) fn inside(env: &Env, ws: &Path, cfg: &Path, script: &str) -> crate::harness::Run {
     env.lz(ws, &["run", "--", "sh", "-c", script]).config_home(cfg).run()
 }
 
@@ -261,7 +260,8 @@ id %s
     }
 }
 
-fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
+/// The test user's processes whose command line is exactly `needle`.
+pub(crate) fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
     crate::harness::processes()
         .into_iter()
         .filter(|(_, u, c)| u.first() == Some(&env.uid) && c.trim_end() == needle)

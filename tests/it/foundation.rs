@@ -1,6 +1,5 @@
 //! `lazaret run`: the rootless sandbox end to end.
 
-use std::path::Path;
 use std::time::Duration;
 
 use crate::harness::{self, eventually, owner, processes_mentioning, sh_quote, Tmux, GLOBAL};
@@ -167,23 +166,13 @@ fn nothing_is_left_behind_after_run_returns() {
     assert!(!run_dir.join("gen").exists(), "generation files left behind");
 }
 
-/// Writes a config and returns its XDG_CONFIG_HOME.
-fn config(env: &harness::Env, dir: &Path, text: &str) -> std::path::PathBuf {
-    let home = dir.join("cfg");
-    env.write(&home.join("lazaret/config.toml"), text);
-    home
-}
-
 #[test]
 fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let base = env.dir("badinput");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
+    let (base, ws) = env.base_and_workspace("badinput");
 
-    let bad = config(env, &base, "[profiles.default]\npersist = \"usr\"\n");
+    let bad = env.write_config(&base, "[profiles.default]\npersist = \"usr\"\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&bad).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
@@ -191,13 +180,13 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
         "{r:?}"
     );
 
-    let syntax = config(env, &base.join("s"), "[profiles.default\n");
+    let syntax = env.write_config(&base.join("s"), "[profiles.default\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&syntax).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("config.toml:1"), "{r:?}");
 
     // A config file inside the workspace is refused.
-    let inside = config(env, &ws, "[profiles.default]\n");
+    let inside = env.write_config(&ws, "[profiles.default]\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&inside).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("workspace"), "{r:?}");
