@@ -42,9 +42,7 @@ fn lifecycle_ps_stop_rm_exec() {
     let (ida, idb) = (env.domain_id("default", &a), env.domain_id("default", &b));
 
     // Some persistent state for A, then A stops by itself.
-    let r = env
-        .lz(&a, &["run", "--", "sh", "-c", "echo kept > /root/lc-marker"])
-        .run();
+    let r = env.run_sh(&a, "echo kept > /root/lc-marker");
     assert_eq!(r.code, 0, "{r:?}");
     let root_a = domain_root(env, &ida);
     assert!(root_a.join("store.sqlite").exists(), "A has state");
@@ -125,18 +123,7 @@ fn lifecycle_ps_stop_rm_exec() {
     assert!(a.join("hello.txt").exists());
 
     // A new run starts from scratch: the marker is gone.
-    let r = env
-        .lz(
-            &a,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "test -e /root/lc-marker && echo present || echo absent",
-            ],
-        )
-        .run();
+    let r = env.run_sh(&a, "test -e /root/lc-marker && echo present || echo absent");
     assert!(r.stdout.contains("absent"), "{r:?}");
 
     // stop --all.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::escalation::{audit, host_pids, inside, rule, rule_with, setup};
+use crate::escalation::{audit, host_pids, rule, rule_with, setup};
 use crate::fixtures::host_command;
 use crate::harness::{eventually, json_number, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
@@ -238,7 +238,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
         c=0; for n in $(cat /tmp/ids); do grep -q '^status completed$' {res}/$n.res && c=$((c+1)); done
         echo completed=$c"#
     );
-    let r = inside(env, &ws, &cfg, &burst);
+    let r = env.run_sh_with_config(&ws, &cfg, &burst);
     assert!(r.stdout.contains("answered=200"), "{r:?}");
     assert!(r.stdout.contains("completed=200"), "{r:?}");
 
@@ -337,7 +337,7 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
         printf 'LZESC1\nid %s\n' $n > {q}/.tmp-g; mv {q}/.tmp-g {q}/$n.req; sleep 1
         [ -e /.lazaret/mailbox/results/$n.res ] && echo LEAKED || echo untouched"#
     );
-    let r = inside(env, &ws, &cfg, &forge);
+    let r = env.run_sh_with_config(&ws, &cfg, &forge);
     assert!(r.stdout.contains("untouched"), "{r:?}");
     assert!(!ws.join("forged").exists());
     // A's prompt is still up and still decides A's request.
@@ -430,8 +430,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let marker = bare.join("wt/fsmon-ran");
 
     // Another directory: not auto-approved (and with no terminal, denied).
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "mkdir -p /workspace/sub; cd /workspace/sub && lazaret-escalate -- ls; echo rc=$?; \
@@ -446,7 +445,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let shape = "git init -q --bare /workspace/bare2; mkdir -p /workspace/bare2/wt; \
                  git -C /workspace/bare2 config core.worktree wt; git -C /workspace/bare2 config core.bare false; \
                  git -C /workspace/bare2 config core.fsmonitor 'touch fsmon-ran; false'; echo made";
-    let r = inside(env, &ws, &cfg, shape);
+    let r = env.run_sh_with_config(&ws, &cfg, shape);
     assert!(r.stdout.contains("made"), "{r:?}");
     let b2 = ws.join("bare2");
     let host_shape = b2.join("HEAD").exists()
@@ -466,8 +465,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     );
 
     // Broker-run host Git, hardened, ignores the hostile shape in its cwd.
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "cd /workspace/bare; rc=0; lazaret-escalate -- git status || rc=$?; echo rc=$rc",
@@ -476,8 +474,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     assert!(!marker.exists(), "host git ran the planted fsmonitor: {r:?}");
     assert!(audit(env, &ws).contains("auto-approved"), "{}", audit(env, &ws));
     // Control: the rule that opts out of hardening shows the attack is real.
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "cd /workspace/bare; lazaret-escalate -- git status --short; echo rc=$?",

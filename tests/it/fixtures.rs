@@ -62,6 +62,11 @@ impl Env {
     pub fn run_sh(&self, ws: &Path, script: &str) -> Run {
         self.lz(ws, &["run", "--", "sh", "-c", script]).run()
     }
+
+    /// `lazaret run -- sh -c SCRIPT` in `ws` with the config home `cfg`.
+    pub fn run_sh_with_config(&self, ws: &Path, cfg: &Path, script: &str) -> Run {
+        self.lz(ws, &["run", "--", "sh", "-c", script]).config_home(cfg).run()
+    }
 }
 
 /// The command `ARGV` in `dir` as the test user, with a clean environment

@@ -275,19 +275,11 @@ fn isolate_ignored_false_shows_host_ignored_files() {
         &cfg.join("lazaret/config.toml"),
         "[profiles.default]\nisolate_ignored = false\n",
     );
-    let r = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "cat .env node_modules/x.js && echo w > node_modules/w.js && mkdir cache && echo c > cache/c",
-            ],
-        )
-        .config_home(&cfg)
-        .run();
+    let r = env.run_sh_with_config(
+        &ws,
+        &cfg,
+        "cat .env node_modules/x.js && echo w > node_modules/w.js && mkdir cache && echo c > cache/c",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("SECRET=visible") && r.stdout.contains("host-module"),
