@@ -1091,6 +1091,13 @@ impl Prompt {
         None
     }
 
+    /// "edit" was answered: asks for the command to run instead.
+    fn ask_for_edit(&mut self) -> Option<ClientMsg> {
+        Self::say("command to run instead: ");
+        self.stage = PromptStage::Edit;
+        None
+    }
+
     /// A whole line was entered.
     fn enter(&mut self, line: &str) -> Option<ClientMsg> {
         use crate::escalation::{parse_answer, quote_argv, split_words, Answer};
@@ -1098,11 +1105,7 @@ impl Prompt {
             PromptStage::Ask => match parse_answer(line) {
                 Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
                 Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
-                Some(Answer::Edit) => {
-                    Self::say("command to run instead: ");
-                    self.stage = PromptStage::Edit;
-                    None
-                }
+                Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes, no or edit (the whole word), then Enter: ");
                     None
@@ -1125,11 +1128,7 @@ impl Prompt {
             PromptStage::Confirm(argv) => match parse_answer(line) {
                 Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_EDIT, argv.clone(), "approved (edited)")),
                 Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
-                Some(Answer::Edit) => {
-                    Self::say("command to run instead: ");
-                    self.stage = PromptStage::Edit;
-                    None
-                }
+                Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes or no (the whole word), then Enter: ");
                     None
