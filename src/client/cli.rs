@@ -219,6 +219,17 @@ pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The command after `--` as strings; an argument that is not UTF-8 is
+/// bad input.
+pub(crate) fn utf8_argv(cmd: Vec<std::ffi::OsString>) -> Result<Vec<String>, Failure> {
+    cmd.into_iter()
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
+        })
+        .collect()
+}
+
 /// Lazaret never runs a sandbox as host root.
 pub(crate) fn refuse_root() -> Result<(), Failure> {
     if sys::geteuid() == 0 || sys::getuid() == 0 {
@@ -367,13 +378,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
                 .map_err(|e| Failure::usage(format!("--publish {:?}: expected {e}", crate::display::escape(p))))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let argv: Vec<String> = cmd
-        .into_iter()
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
-        })
-        .collect::<Result<_, _>>()?;
+    let argv = utf8_argv(cmd)?;
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
     r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())
@@ -1091,6 +1096,13 @@ impl Prompt {
         None
     }
 
+    /// "edit" was answered: asks for the command to run instead.
+    fn ask_for_edit(&mut self) -> Option<ClientMsg> {
+        Self::say("command to run instead: ");
+        self.stage = PromptStage::Edit;
+        None
+    }
+
     /// A whole line was entered.
     fn enter(&mut self, line: &str) -> Option<ClientMsg> {
         use crate::escalation::{parse_answer, quote_argv, split_words, Answer};
@@ -1098,11 +1110,7 @@ impl Prompt {
             PromptStage::Ask => match parse_answer(line) {
                 Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
                 Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
-                Some(Answer::Edit) => {
-                    Self::say("command to run instead: ");
-                    self.stage = PromptStage::Edit;
-                    None
-                }
+                Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes, no or edit (the whole word), then Enter: ");
                     None
@@ -1125,11 +1133,7 @@ impl Prompt {
             PromptStage::Confirm(argv) => match parse_answer(line) {
                 Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_EDIT, argv.clone(), "approved (edited)")),
                 Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
-                Some(Answer::Edit) => {
-                    Self::say("command to run instead: ");
-                    self.stage = PromptStage::Edit;
-                    None
-                }
+                Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes or no (the whole word), then Enter: ");
                     None

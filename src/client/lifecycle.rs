@@ -377,13 +377,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             "`lazaret exec` needs a Domain ID (as `lazaret ps` prints it): lazaret exec ID [-- CMD ARGS...]",
         ));
     };
-    let argv: Vec<String> = cmd
-        .into_iter()
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
-        })
-        .collect::<Result<_, _>>()?;
+    let argv = cli::utf8_argv(cmd)?;
     cli::refuse_root()?;
     let root = runtime_root()?;
     let live = running(&root);

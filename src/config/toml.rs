@@ -46,6 +46,28 @@ impl Table {
     fn position(&self, key: &str) -> Option<usize> {
         self.entries.iter().position(|(k, _)| k == key)
     }
+
+    /// The entry `key`, first created (at the end, from `line`) as an
+    /// empty table of `origin` when there is none: its index.
+    fn position_or_new_table(&mut self, key: &str, line: usize, origin: Origin) -> usize {
+        self.position(key).unwrap_or_else(|| {
+            let item = Item {
+                line,
+                val: Val::Table(Table::new(origin)),
+            };
+            self.entries.push((key.to_string(), item));
+            self.entries.len() - 1
+        })
+    }
+}
+
+/// `key` as (last segment, parent segments); an empty key is an error
+/// naming `what` ("table header", "key").
+fn split_key<'k>(key: &'k [String], line: usize, what: &str) -> Result<(&'k String, &'k [String]), SyntaxError> {
+    key.split_last().ok_or_else(|| SyntaxError {
+        line,
+        message: format!("empty {what}"),
+    })
 }
 
 /// A value and the 1-based line where it (or its key/header) appears.
@@ -602,28 +624,10 @@ fn define_header(root: &mut Table, key: &[String], array: bool, line: usize) -> 
     } else {
         format!("[{}]", display_key(key))
     };
-    let (last, parents) = match key.split_last() {
-        Some(x) => x,
-        None => {
-            return Err(SyntaxError {
-                line,
-                message: "empty table header".into(),
-            })
-        }
-    };
+    let (last, parents) = split_key(key, line, "table header")?;
     let mut t = root;
     for (n, seg) in parents.iter().enumerate() {
-        let idx = match t.position(seg) {
-            Some(i) => i,
-            None => {
-                let item = Item {
-                    line,
-                    val: Val::Table(Table::new(Origin::Implicit)),
-                };
-                t.entries.push((seg.clone(), item));
-                t.entries.len() - 1
-            }
-        };
+        let idx = t.position_or_new_table(seg, line, Origin::Implicit);
         let item = &mut t.entries[idx].1;
         let extensible = match &item.val {
             Val::Table(sub) => sub.origin != Origin::Inline,
@@ -743,28 +747,10 @@ fn navigate<'t>(root: &'t mut Table, path: &[String], line: usize) -> Result<&'t
 fn insert(table: &mut Table, prefix: &[String], key: &[String], item: Item) -> Result<(), SyntaxError> {
     let line = item.line;
     let full = || display_key(&[prefix, key].concat());
-    let (last, parents) = match key.split_last() {
-        Some(x) => x,
-        None => {
-            return Err(SyntaxError {
-                line,
-                message: "empty key".into(),
-            })
-        }
-    };
+    let (last, parents) = split_key(key, line, "key")?;
     let mut t = table;
     for (n, seg) in parents.iter().enumerate() {
-        let idx = match t.position(seg) {
-            Some(i) => i,
-            None => {
-                let sub = Item {
-                    line,
-                    val: Val::Table(Table::new(Origin::Dotted)),
-                };
-                t.entries.push((seg.clone(), sub));
-                t.entries.len() - 1
-            }
-        };
+        let idx = t.position_or_new_table(seg, line, Origin::Dotted);
         let sub = &mut t.entries[idx].1;
         if !matches!(&sub.val, Val::Table(st) if st.origin == Origin::Dotted) {
             return Err(SyntaxError {

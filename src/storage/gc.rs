@@ -146,10 +146,10 @@ pub fn classify(name: &str, is_dir: bool, marker: Option<&str>, alive: impl Fn(i
     Some(Item::Foreign(name.into()))
 }
 
-fn scan(storage: &Path) -> Vec<Item> {
-    let lowers = image::lowers_dir(storage);
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(&lowers) else { return out };
+/// The entries of `dir` as (name, is a directory, not following links),
+/// sorted by name; `None` when `dir` cannot be read.
+pub(crate) fn sorted_entries(dir: &Path) -> Option<Vec<(String, bool)>> {
+    let rd = std::fs::read_dir(dir).ok()?;
     let mut names: Vec<(String, bool)> = rd
         .flatten()
         .map(|e| {
@@ -160,6 +160,15 @@ fn scan(storage: &Path) -> Vec<Item> {
         })
         .collect();
     names.sort();
+    Some(names)
+}
+
+fn scan(storage: &Path) -> Vec<Item> {
+    let lowers = image::lowers_dir(storage);
+    let mut out = Vec::new();
+    let Some(names) = sorted_entries(&lowers) else {
+        return out;
+    };
     for (n, is_dir) in names {
         let marker = if is_dir {
             std::fs::OpenOptions::new()

@@ -151,19 +151,9 @@ pub fn referenced(cfg: &Config, storage: &Path) -> Referenced {
 
 /// Lazaret's items under `images/`, sorted by name.
 pub fn scan(storage: &Path, imports: &BTreeMap<String, Vec<String>>) -> Vec<ImageItem> {
-    let Ok(rd) = std::fs::read_dir(image::images_dir(storage)) else {
+    let Some(names) = crate::storage::gc::sorted_entries(&image::images_dir(storage)) else {
         return Vec::new();
     };
-    let mut names: Vec<(String, bool)> = rd
-        .flatten()
-        .map(|e| {
-            (
-                e.file_name().to_string_lossy().to_string(),
-                e.file_type().map(|t| t.is_dir()).unwrap_or(false),
-            )
-        })
-        .collect();
-    names.sort();
     names
         .into_iter()
         .filter_map(|(n, d)| classify(&n, d, alive, imports))

@@ -368,6 +368,32 @@ fn is_dir(st: &rustix::fs::Stat) -> bool {
     st.st_mode & sys::S_IFMT == sys::S_IFDIR
 }
 
+/// Calls `f(name, type, inode)` for every entry of the directory `dir`
+/// but `.` and `..`, read through a descriptor of its own (so `dir`'s
+/// offset is untouched); the first error `f` returns ends the walk.
+fn each_entry(
+    dir: &OwnedFd,
+    mut f: impl FnMut(&OsStr, rustix::fs::FileType, u64) -> Result<(), Errno>,
+) -> Result<(), Errno> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    let mut entries = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
+    while let Some(ent) = entries.read() {
+        let ent = ent.map_err(errno)?;
+        let name = OsStr::from_bytes(ent.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        f(name, ent.file_type(), ent.ino())?;
+    }
+    Ok(())
+}
+
 fn split(rel: &Path) -> (&Path, &OsStr) {
     (
         rel.parent().unwrap_or(Path::new("")),
@@ -842,21 +868,9 @@ impl View {
         let mut seen = std::collections::HashSet::new();
         let mut read = |s: Side, keep: &dyn Fn(&Path, bool, u64) -> bool| -> Result<(), Errno> {
             let d = self.dir(s, rel)?;
-            let fd = rustix::fs::openat(
-                &d,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(errno)?;
-            let mut dir = rustix::fs::Dir::read_from(&fd).map_err(errno)?;
-            while let Some(ent) = dir.read() {
-                let ent = ent.map_err(errno)?;
-                let name = OsStr::from_bytes(ent.file_name().to_bytes()).to_os_string();
-                if name == "." || name == ".." {
-                    continue;
-                }
-                let ft = match ent.file_type() {
+            each_entry(&d, |name, file_type, ent_ino| {
+                let name = name.to_os_string();
+                let ft = match file_type {
                     rustix::fs::FileType::Directory => FileType::Directory,
                     rustix::fs::FileType::Symlink => FileType::Symlink,
                     rustix::fs::FileType::Fifo => FileType::NamedPipe,
@@ -866,14 +880,14 @@ impl View {
                     _ => FileType::RegularFile,
                 };
                 let child = rel.join(&name);
-                if !keep(&child, ft == FileType::Directory, ent.ino()) || !seen.insert(name.clone()) {
-                    continue;
+                if !keep(&child, ft == FileType::Directory, ent_ino) || !seen.insert(name.clone()) {
+                    return Ok(());
                 }
                 let ino =
-                    (ent.ino() & !(STORE_BIT | FOREIGN_BIT | (1 << 63))) | if s == Side::Store { STORE_BIT } else { 0 };
+                    (ent_ino & !(STORE_BIT | FOREIGN_BIT | (1 << 63))) | if s == Side::Store { STORE_BIT } else { 0 };
                 out.push((ino.max(2), ft, name));
-            }
-            Ok(())
+                Ok(())
+            })
         };
         match (side, &self.rules) {
             (Side::Store, _) => read(side, &|_, _, _| true)?,
@@ -1697,20 +1711,7 @@ impl View {
         while let Some(d) = stack.pop() {
             let fd = self.dir(Side::Host, &d)?;
             let dev = rustix::fs::fstat(&fd).map_err(errno)?.st_dev;
-            let rd = rustix::fs::openat(
-                &fd,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map_err(errno)?;
-            let mut dir = rustix::fs::Dir::read_from(&rd).map_err(errno)?;
-            while let Some(ent) = dir.read() {
-                let ent = ent.map_err(errno)?;
-                let name = OsStr::from_bytes(ent.file_name().to_bytes());
-                if name == "." || name == ".." {
-                    continue;
-                }
+            each_entry(&fd, |name, file_type, ino| {
                 seen += 1;
                 if seen > HIDE_SCAN_MAX {
                     log::warn!(
@@ -1720,13 +1721,14 @@ impl View {
                     return Err(Errno::EXDEV);
                 }
                 let child = d.join(name);
-                let is_d = ent.file_type() == rustix::fs::FileType::Directory;
-                if rules.is_ignored(&child, is_d) || self.is_hidden_id(dev, ent.ino()) {
-                    found.push((dev, ent.ino(), child));
+                let is_d = file_type == rustix::fs::FileType::Directory;
+                if rules.is_ignored(&child, is_d) || self.is_hidden_id(dev, ino) {
+                    found.push((dev, ino, child));
                 } else if is_d && name != ".git" {
                     stack.push(child);
                 }
-            }
+                Ok(())
+            })?;
         }
         for (dev, ino, child) in found {
             self.hide_id(dev, ino, &child);

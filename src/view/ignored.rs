@@ -620,6 +620,24 @@ pub fn sticky_file(store: &Path) -> PathBuf {
 /// Reads the sticky set. Missing is empty; anything else unreadable or
 /// malformed is an error (the Domain does not start rather than forget).
 pub fn read_sticky(path: &Path) -> Result<Vec<StickyEntry>, IgnoredError> {
+    read_store_lines(path, |line| {
+        let mut it = line.split(' ');
+        let (Some(dev), Some(ino), Some(hexpath), None) = (it.next(), it.next(), it.next(), it.next()) else {
+            return None;
+        };
+        let path = unhex(hexpath)?;
+        Some(StickyEntry {
+            dev: dev.parse().ok()?,
+            ino: ino.parse().ok()?,
+            rel: PathBuf::from(std::ffi::OsStr::from_bytes(&path)),
+        })
+    })
+}
+
+/// The non-empty lines of the store file `path`, each read by `parse`
+/// (`None`: malformed). A missing file is empty; an unreadable one, a line
+/// that is not UTF-8 or one `parse` refuses is an error naming `path`.
+fn read_store_lines<T>(path: &Path, mut parse: impl FnMut(&str) -> Option<T>) -> Result<Vec<T>, IgnoredError> {
     let data = match std::fs::read(path) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -634,16 +652,7 @@ pub fn read_sticky(path: &Path) -> Result<Vec<StickyEntry>, IgnoredError> {
     let mut out = Vec::new();
     for line in data.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
         let line = std::str::from_utf8(line).map_err(|_| bad())?;
-        let mut it = line.split(' ');
-        let (Some(dev), Some(ino), Some(hexpath), None) = (it.next(), it.next(), it.next(), it.next()) else {
-            return Err(bad());
-        };
-        let path = unhex(hexpath).ok_or_else(bad)?;
-        out.push(StickyEntry {
-            dev: dev.parse().map_err(|_| bad())?,
-            ino: ino.parse().map_err(|_| bad())?,
-            rel: PathBuf::from(std::ffi::OsStr::from_bytes(&path)),
-        });
+        out.push(parse(line).ok_or_else(bad)?);
     }
     Ok(out)
 }
@@ -676,25 +685,11 @@ pub fn rules_history_file(store: &Path) -> PathBuf {
 /// empty; unreadable or malformed is an error (the Domain does not start
 /// rather than forget).
 pub fn read_rules_history(path: &Path) -> Result<Vec<(PathBuf, Vec<u8>)>, IgnoredError> {
-    let data = match std::fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(IgnoredError::Store(path.to_path_buf(), e)),
-    };
-    let bad = || {
-        IgnoredError::Store(
-            path.to_path_buf(),
-            io::Error::new(io::ErrorKind::InvalidData, "malformed line"),
-        )
-    };
-    let mut out = Vec::new();
-    for line in data.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
-        let line = std::str::from_utf8(line).map_err(|_| bad())?;
-        let (d, t) = line.split_once(' ').ok_or_else(bad)?;
-        let (d, t) = (unhex(d).ok_or_else(bad)?, unhex(t).ok_or_else(bad)?);
-        out.push((PathBuf::from(std::ffi::OsStr::from_bytes(&d)), t));
-    }
-    Ok(out)
+    read_store_lines(path, |line| {
+        let (d, t) = line.split_once(' ')?;
+        let (d, t) = (unhex(d)?, unhex(t)?);
+        Some((PathBuf::from(std::ffi::OsStr::from_bytes(&d)), t))
+    })
 }
 
 /// Replaces the remembered rules texts (written aside, then renamed over).

@@ -740,35 +740,12 @@ mod tests {
     /// panic, and whatever decodes re-encodes to the same bytes.
     #[test]
     fn decoder_survives_random_and_mutated_input() {
-        let mut seed: u64 = 0x9e3779b97f4a7c15;
-        let mut rnd = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
         let valid: Vec<Vec<u8>> = samples_client()
             .iter()
             .map(|m| m.encode())
             .chain(samples_server().iter().map(|m| m.encode()))
             .collect();
-        for i in 0..200_000 {
-            let mut input = if i % 3 == 0 {
-                (0..(rnd() % 64)).map(|_| rnd() as u8).collect::<Vec<u8>>()
-            } else {
-                let mut v = valid[(rnd() as usize) % valid.len()].clone();
-                for _ in 0..(1 + rnd() % 4) {
-                    let p = (rnd() as usize) % v.len();
-                    match rnd() % 3 {
-                        0 => v[p] = rnd() as u8,
-                        1 => {
-                            v.truncate(p.max(1));
-                        }
-                        _ => v.insert(p, rnd() as u8),
-                    }
-                }
-                v
-            };
+        crate::wire::tests::for_each_mutation(0x9e3779b97f4a7c15, &valid, |mut input| {
             if input.len() > 4 {
                 let payload = input.split_off(4);
                 if let Ok(m) = ClientMsg::decode(&payload) {
@@ -781,6 +758,6 @@ mod tests {
             let mut r = FrameReader::default();
             r.push(&input);
             while let Ok(Some(_)) = r.next::<ClientMsg>() {}
-        }
+        });
     }
 }

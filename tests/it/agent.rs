@@ -42,9 +42,7 @@ fn lifecycle_ps_stop_rm_exec() {
     let (ida, idb) = (env.domain_id("default", &a), env.domain_id("default", &b));
 
     // Some persistent state for A, then A stops by itself.
-    let r = env
-        .lz(&a, &["run", "--", "sh", "-c", "echo kept > /root/lc-marker"])
-        .run();
+    let r = env.run_sh(&a, "echo kept > /root/lc-marker");
     assert_eq!(r.code, 0, "{r:?}");
     let root_a = domain_root(env, &ida);
     assert!(root_a.join("store.sqlite").exists(), "A has state");
@@ -125,18 +123,7 @@ fn lifecycle_ps_stop_rm_exec() {
     assert!(a.join("hello.txt").exists());
 
     // A new run starts from scratch: the marker is gone.
-    let r = env
-        .lz(
-            &a,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "test -e /root/lc-marker && echo present || echo absent",
-            ],
-        )
-        .run();
+    let r = env.run_sh(&a, "test -e /root/lc-marker && echo present || echo absent");
     assert!(r.stdout.contains("absent"), "{r:?}");
 
     // stop --all.
@@ -145,17 +132,6 @@ fn lifecycle_ps_stop_rm_exec() {
     assert!(r.stdout.contains(&format!("stopped Domain {idb}")), "{r:?}");
     let ps = env.lz(&a, &["ps"]).run();
     assert!(ps.stdout.contains("no running Domains"), "{ps:?}");
-}
-
-/// A workspace and a config home with `config` (TOML).
-fn setup(env: &Env, name: &str, config: &str) -> (PathBuf, PathBuf) {
-    let base = env.dir(name);
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let cfg = base.join("cfg");
-    env.write(&cfg.join("lazaret/config.toml"), config);
-    (ws, cfg)
 }
 
 fn unique(tag: &str) -> String {
@@ -174,11 +150,7 @@ fn unique(tag: &str) -> String {
 fn host_env_by_name_reaches_only_its_session() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(
-        env,
-        "hostenv",
-        "[profiles.pe]\npass_env = [\"LZ_PASS_A\", \"LZ_UNSET_Z\"]\n",
-    );
+    let (ws, cfg) = env.workspace_with_config("hostenv", "[profiles.pe]\npass_env = [\"LZ_PASS_A\", \"LZ_UNSET_Z\"]\n");
     let id = env.domain_id("pe", &ws);
     let (va, vb, vc) = (unique("passA"), unique("flagB"), unique("litC"));
     let script = "echo A=$LZ_PASS_A; echo B=$LZ_FLAG_B; echo C=$LZ_LIT_C; echo Z=${LZ_UNSET_Z-unset}; \
@@ -377,7 +349,7 @@ fn ports_forward_host_loopback_into_the_domain() {
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let p1 = free_port(18000);
     let p2 = free_port(p1 + 1);
-    let (ws, cfg) = setup(env, "ports", &format!("[profiles.web]\nports = [\"{p1}:8000\"]\n"));
+    let (ws, cfg) = env.workspace_with_config("ports", &format!("[profiles.web]\nports = [\"{p1}:8000\"]\n"));
     let id = env.domain_id("web", &ws);
     env.write(&ws.join("srv.py"), GUEST_SERVER);
     let publish = format!("{p2}:8000");

@@ -10,17 +10,11 @@
 //! addresses the router keeps.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::harness::{self, Env, GLOBAL};
 use crate::require_env;
-
-fn config(env: &Env, dir: &Path, text: &str) -> PathBuf {
-    let home = dir.join("cfg");
-    env.write(&home.join("lazaret/config.toml"), text);
-    home
-}
 
 /// A TCP service on every address of the host (`0.0.0.0`, ephemeral port,
 /// printed first): what a dev server or a published port looks like.
@@ -140,11 +134,7 @@ fn a_hosts_anyip_local_route_is_denied_like_its_addresses() {
     };
     let (mut srv, port) = start_service();
     let base = env.dir("atknet-anyip");
-    let cfg = config(
-        env,
-        &base,
-        &format!("[profiles.open.network]\nallow = [\"{prefix}\"]\n"),
-    );
+    let cfg = env.write_config(&base, &format!("[profiles.open.network]\nallow = [\"{prefix}\"]\n"));
     let ws = env.dir("atknet-anyip-ws");
     let denied = connect(env, &ws, &cfg, "default", &port, &[target]);
     let opened = connect(env, &ws, &cfg, "open", &port, &[target]);
@@ -181,7 +171,7 @@ fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
     let (mut srv, port) = start_service();
     let host = crate::net::TestHost::new();
     let base = env.dir("atknet-own");
-    let cfg = config(env, &base, "");
+    let cfg = env.write_config(&base, "");
     let ws = env.dir("atknet-own-ws");
     let mapped = format!("::ffff:{}", host.host_side);
     let addrs = [

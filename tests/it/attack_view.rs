@@ -3,55 +3,12 @@
 //! work.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{eventually, Env, Run, GLOBAL};
+use crate::fixtures::git_repo;
+use crate::harness::GLOBAL;
 use crate::require_env;
-
-fn git(env: &Env, dir: &Path, args: &[&str]) {
-    let pre = env.as_user();
-    let o = Command::new(&pre[0])
-        .args(&pre[1..])
-        .arg("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env_clear()
-        .envs(env.base_env())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "host git {args:?}: {o:?}");
-}
-
-fn repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let ws = env.dir(name);
-    git(env, &ws, &["init", "-q", "-b", "main"]);
-    git(env, &ws, &["config", "user.name", "Host"]);
-    git(env, &ws, &["config", "user.email", "host@example.test"]);
-    env.write(&ws.join("README"), "hello\n");
-    for (p, c) in files {
-        env.write(&ws.join(p), c);
-    }
-    git(env, &ws, &["add", "-A"]);
-    git(env, &ws, &["commit", "-q", "-m", "initial"]);
-    ws
-}
-
-fn inside(env: &Env, ws: &Path, script: &str) -> Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
-}
-
-fn wait_domain_down(env: &Env, ws: &Path) {
-    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
-    assert!(
-        eventually(Duration::from_secs(20), || !sock.exists()),
-        "Domain still published"
-    );
-}
 
 /// The sandbox's root holds FOWNER and FSETID: `chmod 4755` (or a create
 /// with set-id bits) on a host workspace file would leave a set-user-ID
@@ -62,9 +19,8 @@ fn wait_domain_down(env: &Env, ws: &Path) {
 fn sandbox_cannot_make_setid_or_world_writable_host_files() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "atk-setid", &[]);
-    let r = inside(
-        env,
+    let ws = git_repo(env, "atk-setid", &[]);
+    let r = env.run_sh(
         &ws,
         "cd /workspace; printf '#!/bin/sh\\nid\\n' > s1; chmod 4755 s1; \
          printf x > s2; chmod 6711 s2; printf x > s3; chmod g+s,g+x s3; \
@@ -87,7 +43,7 @@ fn sandbox_cannot_make_setid_or_world_writable_host_files() {
         let m = std::fs::metadata(ws.join(d)).unwrap().permissions().mode();
         assert_eq!(m & 0o4002, 0, "{d} is world-writable or setuid on the host: {m:o}");
     }
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
 
 /// The sandbox empties `.gitignore` (the edit reaches the host); later the
@@ -99,28 +55,26 @@ fn sandbox_cannot_make_setid_or_world_writable_host_files() {
 fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emptied() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(
+    let ws = git_repo(
         env,
         "atk-replace",
         &[(".gitignore", ".env\n"), ("secrets/.gitignore", "*\n!.gitignore\n")],
     );
     env.write(&ws.join(".env"), "MARKER-OLD-0711\n");
     env.write(&ws.join("secrets/api.txt"), "MARKER-OLD-0712\n");
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cd /workspace; cat .env secrets/api.txt; : > .gitignore; rm -f secrets/.gitignore; echo done",
     );
     assert!(r.stdout.contains("done") && !r.stdout.contains("MARKER-OLD"), "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     assert_eq!(std::fs::read_to_string(ws.join(".gitignore")).unwrap(), "");
     // The developer replaces both files on the host.
     env.write(&ws.join(".env.tmp"), "MARKER-NEW-0713\n");
     std::fs::rename(ws.join(".env.tmp"), ws.join(".env")).unwrap();
     std::fs::remove_file(ws.join("secrets/api.txt")).unwrap();
     env.write(&ws.join("secrets/api.txt"), "MARKER-NEW-0714\n");
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cd /workspace; cat .env secrets/api.txt; ls -a . secrets; echo pwned > .env; echo done",
     );
@@ -134,7 +88,7 @@ fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emp
         "MARKER-NEW-0713\n",
         "host .env written from inside"
     );
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
 
 /// A workspace *inside* Lazaret's own directories: from the storage root's
@@ -190,16 +144,16 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
 fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "atk-late", &[(".gitignore", ".env\n")]);
-    let r = inside(env, &ws, "cd /workspace; : > .gitignore; echo done");
+    let ws = git_repo(env, "atk-late", &[(".gitignore", ".env\n")]);
+    let r = env.run_sh(&ws, "cd /workspace; : > .gitignore; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     env.write(&ws.join(".env"), "MARKER-LATE-0731\n");
-    let r = inside(env, &ws, "cd /workspace; cat .env; echo done");
+    let r = env.run_sh(&ws, "cd /workspace; cat .env; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
     assert!(
         !r.stdout.contains("MARKER-LATE"),
         "a later secret is readable inside: {r:?}"
     );
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }

@@ -7,26 +7,25 @@ use std::time::{Duration, Instant};
 use crate::harness::{eventually, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
 
-/// A workspace and a config home with escalation on and `rules` (TOML).
-fn setup(env: &Env, name: &str, rules: &str) -> (PathBuf, PathBuf) {
-    let base = env.dir(name);
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let cfg = base.join("cfg");
-    env.write(
-        &cfg.join("lazaret/config.toml"),
-        &format!("[escalation]\nenabled = true\n{rules}"),
-    );
-    (ws, cfg)
+/// A workspace and a config home with escalation on, then `toml` (more
+/// `[escalation]` keys and rules): `(ws, cfg)`. Shared with escalation_v2.
+pub(crate) fn setup(env: &Env, name: &str, toml: &str) -> (PathBuf, PathBuf) {
+    env.workspace_with_config(name, &format!("[escalation]\nenabled = true\n{toml}"))
 }
 
-fn rule(argv: &[&str], trailing: bool) -> String {
+/// An `[[escalation.auto_approve]]` rule for `argv`.
+pub(crate) fn rule(argv: &[&str], trailing: bool) -> String {
+    rule_with(argv, trailing, "")
+}
+
+/// [`rule`] with `more` (TOML keys) appended to the rule's table.
+pub(crate) fn rule_with(argv: &[&str], trailing: bool, more: &str) -> String {
     let list = argv.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
-    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n")
+    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n{more}")
 }
 
-fn audit(env: &Env, ws: &Path) -> String {
+/// The Domain's escalation audit log (empty when there is none yet).
+pub(crate) fn audit(env: &Env, ws: &Path) -> String {
     let root = env
         .home
         .join(".local/share/lazaret/domains")
@@ -52,7 +51,7 @@ fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
                   lazaret-escalate -- git --version --foo; echo rc=$?; \
                   lazaret-escalate -- echo hi there; echo rc=$?; \
                   git --version";
-    let r = env.lz(&ws, &["run", "--", "sh", "-c", script]).config_home(&cfg).run();
+    let r = env.run_sh_with_config(&ws, &cfg, script);
     assert_eq!(r.code, 0, "{r:?}");
     let lines: Vec<&str> = r.stdout.lines().collect();
     // The host's git answered, not the image's.
@@ -173,11 +172,6 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     }
 }
 
-/// Runs `script` in a session of the Domain and returns (stdout, stderr).
-fn inside(env: &Env, ws: &Path, cfg: &Path, script: &str) -> crate::harness::Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).config_home(cfg).run()
-}
-
 #[test]
 fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() {
     let env = require_env!();
@@ -187,13 +181,9 @@ fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() 
     let marker = ws.join("forged-ran");
     let m = sh_quote(&marker.display().to_string());
     // A record signed by a session of another Domain.
-    let foreign = inside(
-        env,
-        &ws2,
-        &cfg2,
-        &format!("lazaret-escalate --print-request -- touch {m}"),
-    )
-    .stdout;
+    let foreign = env
+        .run_sh_with_config(&ws2, &cfg2, &format!("lazaret-escalate --print-request -- touch {m}"))
+        .stdout;
     assert!(foreign.starts_with("LZESC1"), "{foreign}");
     // Session Y of this Domain leaves a record of its own in the shared /tmp.
     let _y = env
@@ -240,7 +230,7 @@ id %s
         lazaret-escalate -- true; echo rc=$?"#
     );
     env.write(&ws.join("foreign.rec"), &foreign);
-    let r = env.lz(&ws, &["run", "--", "sh", "-c", &script]).config_home(&cfg).run();
+    let r = env.run_sh_with_config(&ws, &cfg, &script);
     assert!(r.stdout.contains("rc=0"), "{r:?}");
     assert!(!marker.exists(), "a forged request ran");
     let log = audit(env, &ws);
@@ -261,7 +251,8 @@ id %s
     }
 }
 
-fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
+/// The test user's processes whose command line is exactly `needle`.
+pub(crate) fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
     crate::harness::processes()
         .into_iter()
         .filter(|(_, u, c)| u.first() == Some(&env.uid) && c.trim_end() == needle)
@@ -329,12 +320,11 @@ fn timeouts_kill_and_output_limits_truncate() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let (ws, cfg) = setup(env, "esclimit", &(rule(&["sleep"], true) + &rule(&["head"], true)));
-    let r = inside(env, &ws, &cfg, "lazaret-escalate --timeout 1 -- sleep 30; echo rc=$?");
+    let r = env.run_sh_with_config(&ws, &cfg, "lazaret-escalate --timeout 1 -- sleep 30; echo rc=$?");
     assert!(r.stdout.contains("rc=124"), "{r:?}");
     assert!(r.stderr.contains("timed-out"), "{r:?}");
     assert!(host_pids(env, "sleep 30").is_empty());
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "lazaret-escalate -- head -c 3000000 /dev/zero | wc -c; echo rc=$?",
@@ -350,21 +340,9 @@ fn no_key_material_is_reachable_inside_or_left_behind() {
     let (ws, cfg) = setup(env, "esckeys", &rule(&["true"], false));
     let id = env.domain_id("default", &ws);
     let run_dir = env.runtime_root().join(&id);
-    let r = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "grep -rlsI 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
+    let r = env.run_sh_with_config(&ws, &cfg, "grep -rlsI 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
                  grep -rlsF \"${LAZARET_ESCALATION_CREDENTIAL%%.*}\" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
-                 echo scanned",
-            ],
-        )
-        .config_home(&cfg)
-        .run();
+                 echo scanned");
     assert_eq!(r.stdout.trim(), "scanned", "key material visible inside: {r:?}");
     // On the host: the runtime dir is closed to other users, and nothing
     // with key material remains after teardown.

@@ -2,40 +2,14 @@
 //! deliberate, informed decision, every request ends, junk in the mailbox
 //! never switches escalation off, and no host command outlives its Domain.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::escalation::{audit, host_pids, rule, rule_with, setup};
+use crate::fixtures::host_command;
 use crate::harness::{eventually, json_number, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
-
-/// A workspace and a config home with escalation on, `extra` appended to
-/// the `[escalation]` table, then `rules` (TOML).
-fn setup(env: &Env, name: &str, extra: &str, rules: &str) -> (PathBuf, PathBuf) {
-    let base = env.dir(name);
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let cfg = base.join("cfg");
-    env.write(
-        &cfg.join("lazaret/config.toml"),
-        &format!("[escalation]\nenabled = true\n{extra}{rules}"),
-    );
-    (ws, cfg)
-}
-
-fn rule(argv: &[&str], trailing: bool, more: &str) -> String {
-    let list = argv.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
-    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n{more}")
-}
-
-fn audit(env: &Env, ws: &Path) -> String {
-    let root = env
-        .home
-        .join(".local/share/lazaret/domains")
-        .join(env.domain_id("default", ws));
-    std::fs::read_to_string(root.join("audit.log")).unwrap_or_default()
-}
 
 fn pane(env: &Env, ws: &Path, cfg: &Path, name: &str, cols: u16, rows: u16) -> Tmux {
     let cfgs = cfg.display().to_string();
@@ -61,7 +35,7 @@ fn type_slowly(t: &Tmux, keys: &str, gap: Duration) {
 fn typeahead_and_typed_streams_never_decide() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2type", "prompt_timeout_s = 120\n", "");
+    let (ws, cfg) = setup(env, "esc2type", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc2type", 160, 40);
     let marker = ws.join("typeahead-ran");
     t.send(&format!(
@@ -149,7 +123,7 @@ fn typeahead_and_typed_streams_never_decide() {
 fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2spoof", "prompt_timeout_s = 120\n", "");
+    let (ws, cfg) = setup(env, "esc2spoof", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc2spoof", 220, 40);
     let marker = ws.join("spoof-ran");
     // The sandbox draws a fake prompt, confines scrolling to the top five
@@ -214,7 +188,7 @@ fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
 fn an_unanswered_prompt_expires_and_nothing_runs() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2exp", "prompt_timeout_s = 3\n", "");
+    let (ws, cfg) = setup(env, "esc2exp", "prompt_timeout_s = 3\n");
     let t = pane(env, &ws, &cfg, "esc2exp", 160, 40);
     let marker = ws.join("expired-ran");
     t.send(&format!(
@@ -240,16 +214,11 @@ fn an_unanswered_prompt_expires_and_nothing_runs() {
     t.enter();
 }
 
-/// Runs `script` in a session of the Domain.
-fn inside(env: &Env, ws: &Path, cfg: &Path, script: &str) -> crate::harness::Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).config_home(cfg).run()
-}
-
 #[test]
 fn bursts_drain_and_junk_never_blocks_a_request() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2junk", "", &rule(&["true"], false, ""));
+    let (ws, cfg) = setup(env, "esc2junk", &rule(&["true"], false));
     let q = "/.lazaret/mailbox/requests";
     let res = "/.lazaret/mailbox/results";
     // 200 signed records, renamed into the mailbox back to back.
@@ -269,7 +238,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
         c=0; for n in $(cat /tmp/ids); do grep -q '^status completed$' {res}/$n.res && c=$((c+1)); done
         echo completed=$c"#
     );
-    let r = inside(env, &ws, &cfg, &burst);
+    let r = env.run_sh_with_config(&ws, &cfg, &burst);
     assert!(r.stdout.contains("answered=200"), "{r:?}");
     assert!(r.stdout.contains("completed=200"), "{r:?}");
 
@@ -345,7 +314,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
 fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2forge", "prompt_timeout_s = 120\n", "");
+    let (ws, cfg) = setup(env, "esc2forge", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc2forge", 160, 40);
     let q = "/.lazaret/mailbox/requests";
     let ok = ws.join("a-ran");
@@ -368,7 +337,7 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
         printf 'LZESC1\nid %s\n' $n > {q}/.tmp-g; mv {q}/.tmp-g {q}/$n.req; sleep 1
         [ -e /.lazaret/mailbox/results/$n.res ] && echo LEAKED || echo untouched"#
     );
-    let r = inside(env, &ws, &cfg, &forge);
+    let r = env.run_sh_with_config(&ws, &cfg, &forge);
     assert!(r.stdout.contains("untouched"), "{r:?}");
     assert!(!ws.join("forged").exists());
     // A's prompt is still up and still decides A's request.
@@ -384,19 +353,11 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     t.enter();
 }
 
-fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
-    crate::harness::processes()
-        .into_iter()
-        .filter(|(_, u, c)| u.first() == Some(&env.uid) && c.trim_end() == needle)
-        .map(|p| p.0)
-        .collect()
-}
-
 #[test]
 fn a_host_command_dies_with_a_killed_coordinator() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2orphan", "", &rule(&["sleep"], true, ""));
+    let (ws, cfg) = setup(env, "esc2orphan", &rule(&["sleep"], true));
     let needle = "sleep 300.123";
     let _c = env
         .lz(&ws, &["run", "--", "lazaret-escalate", "--", "sleep", "300.123"])
@@ -430,37 +391,25 @@ fn a_host_command_dies_with_a_killed_coordinator() {
 /// Runs `script` with `sh -c` on the host, as the test user, in `dir`, with
 /// no system or global Git config (so nothing there hardens host Git).
 fn host_sh(env: &Env, dir: &Path, script: &str) -> crate::harness::Run {
-    let pre = env.as_user();
-    let o = Command::new(&pre[0])
-        .args(&pre[1..])
-        .args(["sh", "-c", script])
-        .current_dir(dir)
-        .env_clear()
-        .envs(env.base_env())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    let o = host_command(env, dir, &["sh", "-c", script])
         .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap_or(dir))
         .output()
         .unwrap();
-    crate::harness::Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    crate::harness::Run::from(o)
 }
 
 #[test]
 fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let rules = rule(&["ls"], false, "")
-        + &rule(&["git", "status"], false, "cwd = \"bare\"\n")
-        + &rule(
+    let rules = rule(&["ls"], false)
+        + &rule_with(&["git", "status"], false, "cwd = \"bare\"\n")
+        + &rule_with(
             &["git", "status", "--short"],
             false,
             "cwd = \"bare\"\nharden_git = false\n",
         );
-    let (ws, cfg) = setup(env, "esc2rules", "", &rules);
+    let (ws, cfg) = setup(env, "esc2rules", &rules);
     // Host Git ignores a repository shape in its cwd: an implicit bare
     // repository whose fsmonitor runs a command. The sandbox cannot leave
     // such a shape on the host (the view keeps Git dirs it makes
@@ -481,8 +430,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let marker = bare.join("wt/fsmon-ran");
 
     // Another directory: not auto-approved (and with no terminal, denied).
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "mkdir -p /workspace/sub; cd /workspace/sub && lazaret-escalate -- ls; echo rc=$?; \
@@ -497,7 +445,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let shape = "git init -q --bare /workspace/bare2; mkdir -p /workspace/bare2/wt; \
                  git -C /workspace/bare2 config core.worktree wt; git -C /workspace/bare2 config core.bare false; \
                  git -C /workspace/bare2 config core.fsmonitor 'touch fsmon-ran; false'; echo made";
-    let r = inside(env, &ws, &cfg, shape);
+    let r = env.run_sh_with_config(&ws, &cfg, shape);
     assert!(r.stdout.contains("made"), "{r:?}");
     let b2 = ws.join("bare2");
     let host_shape = b2.join("HEAD").exists()
@@ -517,8 +465,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     );
 
     // Broker-run host Git, hardened, ignores the hostile shape in its cwd.
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "cd /workspace/bare; rc=0; lazaret-escalate -- git status || rc=$?; echo rc=$rc",
@@ -527,8 +474,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     assert!(!marker.exists(), "host git ran the planted fsmonitor: {r:?}");
     assert!(audit(env, &ws).contains("auto-approved"), "{}", audit(env, &ws));
     // Control: the rule that opts out of hardening shows the attack is real.
-    let r = inside(
-        env,
+    let r = env.run_sh_with_config(
         &ws,
         &cfg,
         "cd /workspace/bare; lazaret-escalate -- git status --short; echo rc=$?",
@@ -538,15 +484,15 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
 
     // A rule for a shell or an interpreter with a command string is refused at load.
     for (i, bad) in [
-        rule(&["sh", "-c", "make test"], false, ""),
-        rule(&["bash"], true, ""),
-        rule(&["/usr/bin/python3", "-c", "print(1)"], false, ""),
-        rule(&["env"], true, ""),
+        rule(&["sh", "-c", "make test"], false),
+        rule(&["bash"], true),
+        rule(&["/usr/bin/python3", "-c", "print(1)"], false),
+        rule(&["env"], true),
     ]
     .into_iter()
     .enumerate()
     {
-        let (ws2, cfg2) = setup(env, &format!("esc2bad{i}"), "", &bad);
+        let (ws2, cfg2) = setup(env, &format!("esc2bad{i}"), &bad);
         let r = env.lz(&ws2, &["run", "--", "true"]).config_home(&cfg2).run();
         assert_ne!(r.code, 0, "{bad}: {r:?}");
         assert!(
@@ -561,7 +507,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
 fn changed_escalation_or_network_config_refuses_the_next_join() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "esc2fp", "", &rule(&["true"], false, ""));
+    let (ws, cfg) = setup(env, "esc2fp", &rule(&["true"], false));
     let file = cfg.join("lazaret/config.toml");
     let original = std::fs::read_to_string(&file).unwrap();
     let _first = env.lz(&ws, &["run", "--", "sleep", "120"]).config_home(&cfg).spawn_bg();

@@ -26,11 +26,7 @@ fn skip(test: &str, why: &str) {
 /// Starts a Domain held open by a long session; returns once it is published.
 fn hold_domain(env: &Env, ws: &Path) -> Bg {
     let bg = env.lz(ws, &["run", "--", "sleep", "600"]).spawn_bg();
-    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
-    assert!(
-        eventually(Duration::from_secs(120), || sock.exists()),
-        "the Domain was never published"
-    );
+    env.wait_published("default", ws, Duration::from_secs(120));
     bg
 }
 

@@ -13,17 +13,6 @@ use crate::require_env;
 /// PATH of a normal (non-root) Debian user: no sbin directories.
 const USER_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-/// A workspace and a config home holding `config` (TOML).
-fn setup(env: &Env, name: &str, config: &str) -> (PathBuf, PathBuf) {
-    let base = env.dir(name);
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let cfg = base.join("cfg");
-    env.write(&cfg.join("lazaret/config.toml"), config);
-    (ws, cfg)
-}
-
 fn run_in(env: &Env, ws: &Path, cfg: &Path, args: &[&str]) -> Run {
     env.lz(ws, args).config_home(cfg).run()
 }
@@ -54,7 +43,7 @@ fn image_build_works_with_a_normal_users_path_into_a_fresh_storage_root() {
 #[test]
 fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
     let env = require_env!();
-    let (ws, cfg) = setup(env, "doctor", "[profiles.a]\ncomand = [\"/bin/true\"]\n");
+    let (ws, cfg) = env.workspace_with_config("doctor", "[profiles.a]\ncomand = [\"/bin/true\"]\n");
     // A PATH without /usr/bin: umoci, skopeo, git... are not found there,
     // and doctor names the fix.
     let pre = env.as_user();
@@ -103,7 +92,7 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
 fn sandbox_root_can_chown_setuid_and_su_but_not_administer_the_network() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "caps", "");
+    let (ws, cfg) = env.workspace_with_config("caps", "");
     let script = r#"
 set -e
 touch /tmp/owned && chown 1000:1000 /tmp/owned && echo "chown $(stat -c %u:%g /tmp/owned)"
@@ -168,11 +157,7 @@ print("ROUTE-ADDED" if "076312C6" in table.upper() else "no-route")
     stop(env, &ws, &cfg, "default");
 
     // A profile narrows the set: without CHOWN, chown fails again.
-    let (ws, cfg) = setup(
-        env,
-        "caps-narrow",
-        "[profiles.default]\ncaps = [\"KILL\", \"SETUID\"]\n",
-    );
+    let (ws, cfg) = env.workspace_with_config("caps-narrow", "[profiles.default]\ncaps = [\"KILL\", \"SETUID\"]\n");
     let r = run_in(
         env,
         &ws,
@@ -182,7 +167,7 @@ print("ROUTE-ADDED" if "076312C6" in table.upper() else "no-route")
     assert_ne!(r.code, 0, "{r:?}");
     stop(env, &ws, &cfg, "default");
     // And can never widen it.
-    let (ws, cfg) = setup(env, "caps-wide", "[profiles.default]\ncaps = [\"NET_ADMIN\"]\n");
+    let (ws, cfg) = env.workspace_with_config("caps-wide", "[profiles.default]\ncaps = [\"NET_ADMIN\"]\n");
     let r = run_in(env, &ws, &cfg, &["run", "--", "true"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("profiles.default.caps"), "{r:?}");
@@ -208,7 +193,7 @@ fn volumes_are_mounted_read_only_and_read_write() {
         ro.display(),
         rw.display()
     );
-    let (ws, cfg) = setup(env, "volumes-ws", &config);
+    let (ws, cfg) = env.workspace_with_config("volumes-ws", &config);
     let script = "cat /mnt/hello; cat /root/rw/from-host; \
                   if echo x > /mnt/MARKER 2>/dev/null; then echo RO-WRITTEN; else echo ro-refused; fi; \
                   echo inside > /root/rw/from-sandbox";
@@ -224,7 +209,7 @@ fn volumes_are_mounted_read_only_and_read_write() {
     // A guest path neither in the image nor under a persist path would make
     // runsc create it in the shared lower: refused, and the lower untouched.
     let config = format!("[profiles.default]\nvolumes = [\"{}:/data/x\"]\n", rw.display());
-    let (ws, cfg) = setup(env, "volumes-nowhere", &config);
+    let (ws, cfg) = env.workspace_with_config("volumes-nowhere", &config);
     let r = run_in(env, &ws, &cfg, &["run", "--", "true"]);
     assert_ne!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("/data/x does not exist in the image"), "{r:?}");
@@ -240,7 +225,7 @@ fn volumes_are_mounted_read_only_and_read_write() {
     // A missing host path is bad input, named.
     let missing = base.join("not-there");
     let config = format!("[profiles.default]\nvolumes = [\"{}:/data/x\"]\n", missing.display());
-    let (ws, cfg) = setup(env, "volumes-missing", &config);
+    let (ws, cfg) = env.workspace_with_config("volumes-missing", &config);
     let r = run_in(env, &ws, &cfg, &["run", "--", "true"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains(&missing.display().to_string()), "{r:?}");
@@ -252,7 +237,7 @@ fn volumes_are_mounted_read_only_and_read_write() {
 fn host_git_identity_is_visible_and_read_only_inside() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "gitid", "[profiles.anon]\ngit_identity = false\n");
+    let (ws, cfg) = env.workspace_with_config("gitid", "[profiles.anon]\ngit_identity = false\n");
     let gitcfg = cfg.join("host.gitconfig");
     env.write(
         &gitcfg,
@@ -293,7 +278,7 @@ fn host_git_identity_is_visible_and_read_only_inside() {
 fn per_command_help_short_options_and_run_without_double_dash() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "cli", "");
+    let (ws, cfg) = env.workspace_with_config("cli", "");
     for args in [
         &["run", "--help"][..],
         &["help", "run"],
@@ -367,7 +352,7 @@ fn with_closed_stdout(env: &Env, ws: &Path, cfg: &Path, args: &[&str]) -> std::p
 fn plain_exit_codes_and_quiet_broken_pipes() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "codes", "");
+    let (ws, cfg) = env.workspace_with_config("codes", "");
     let r = run_in(env, &ws, &cfg, &["run", "--", "no-such-cmd"]);
     assert_eq!(r.code, 127, "{r:?}");
     assert!(r.stderr.contains("no-such-cmd: command not found"), "{r:?}");
@@ -428,8 +413,7 @@ fn plain_exit_codes_and_quiet_broken_pipes() {
     stop(env, &ws, &cfg, "default");
 
     // A bad image path is bad input.
-    let (ws, cfg) = setup(
-        env,
+    let (ws, cfg) = env.workspace_with_config(
         "badimage",
         "[profiles.default]\nimage = \"oci:/nonexistent/layout:latest\"\n",
     );
@@ -508,7 +492,7 @@ fn a_full_storage_filesystem_says_no_space_left() {
         .arg(fs.0.join("lazaret"))
         .status();
     let _ = Command::new("chmod").arg("0700").arg(fs.0.join("lazaret")).status();
-    let (ws, cfg) = setup(env, "full-run-ws", "");
+    let (ws, cfg) = env.workspace_with_config("full-run-ws", "");
     let r = env
         .lz(&ws, &["run", "--", "true"])
         .config_home(&cfg)
@@ -524,8 +508,7 @@ fn a_full_storage_filesystem_says_no_space_left() {
 fn a_typo_in_one_profile_leaves_the_others_working() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(
-        env,
+    let (ws, cfg) = env.workspace_with_config(
         "typo",
         "[profiles.a]\nenv = { A = \"1\" }\n\n[profiles.b]\nimage = \"default\"\ncomand = [\"sh\"]\n",
     );
@@ -572,7 +555,7 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
 fn chown_chmod_mknod_and_dac_override_do_not_reach_protected_git_paths() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let (ws, cfg) = setup(env, "caps-sentry", "");
+    let (ws, cfg) = env.workspace_with_config("caps-sentry", "");
     let git = |args: &[&str]| {
         let mut c = Command::new("/usr/bin/setpriv");
         c.args(&env.as_user()[1..])

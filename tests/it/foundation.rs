@@ -1,6 +1,5 @@
 //! `lazaret run`: the rootless sandbox end to end.
 
-use std::path::Path;
 use std::time::Duration;
 
 use crate::harness::{self, eventually, owner, processes_mentioning, sh_quote, Tmux, GLOBAL};
@@ -17,7 +16,7 @@ fn proc_version_is_gvisor_and_exit_status_passes_through() {
     let host = std::fs::read_to_string("/proc/version").unwrap();
     assert!(r.stdout.starts_with("Linux version 4.4.0"), "{r:?}");
     assert_ne!(r.stdout, host);
-    let r = env.lz(&ws, &["run", "--", "sh", "-c", "exit 7"]).run();
+    let r = env.run_sh(&ws, "exit 7");
     assert_eq!(r.code, 7, "{r:?}");
 }
 
@@ -27,18 +26,10 @@ fn workspace_is_shared_both_ways_and_owned_by_the_user() {
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("share");
     env.write(&ws.join("from-host.txt"), "hello from host\n");
-    let r = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "cat /workspace/from-host.txt && pwd && echo inside > /workspace/from-sandbox.txt",
-            ],
-        )
-        .run();
+    let r = env.run_sh(
+        &ws,
+        "cat /workspace/from-host.txt && pwd && echo inside > /workspace/from-sandbox.txt",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("hello from host"), "{r:?}");
     assert!(r.stdout.contains("/workspace\n"), "cwd is the workspace: {r:?}");
@@ -63,7 +54,7 @@ fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
         sh_quote(&secret.display().to_string()),
         sh_quote(&env.home.display().to_string())
     );
-    let r = env.lz(&ws, &["run", "--", "sh", "-c", &script]).run();
+    let r = env.run_sh(&ws, &script);
     assert!(!r.stdout.contains("SECRET-KEY-MATERIAL"), "{r:?}");
     assert!(r.stdout.contains("No such file"), "{r:?}");
     let mountinfo = r.stdout.split("---\n").nth(1).expect("mountinfo printed");
@@ -134,9 +125,7 @@ fn nothing_is_left_behind_after_run_returns() {
     let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("leftover");
     let id = env.domain_id("default", &ws);
-    let r = env
-        .lz(&ws, &["run", "--", "sh", "-c", "sleep 0.2 & echo started"])
-        .run();
+    let r = env.run_sh(&ws, "sleep 0.2 & echo started");
     assert_eq!(r.code, 0, "{r:?}");
     let gone = eventually(Duration::from_secs(3), || {
         harness::processes().iter().all(|(_, uids, cmd)| {
@@ -167,23 +156,13 @@ fn nothing_is_left_behind_after_run_returns() {
     assert!(!run_dir.join("gen").exists(), "generation files left behind");
 }
 
-/// Writes a config and returns its XDG_CONFIG_HOME.
-fn config(env: &harness::Env, dir: &Path, text: &str) -> std::path::PathBuf {
-    let home = dir.join("cfg");
-    env.write(&home.join("lazaret/config.toml"), text);
-    home
-}
-
 #[test]
 fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    let base = env.dir("badinput");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
+    let (base, ws) = env.base_and_workspace("badinput");
 
-    let bad = config(env, &base, "[profiles.default]\npersist = \"usr\"\n");
+    let bad = env.write_config(&base, "[profiles.default]\npersist = \"usr\"\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&bad).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
@@ -191,13 +170,13 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
         "{r:?}"
     );
 
-    let syntax = config(env, &base.join("s"), "[profiles.default\n");
+    let syntax = env.write_config(&base.join("s"), "[profiles.default\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&syntax).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("config.toml:1"), "{r:?}");
 
     // A config file inside the workspace is refused.
-    let inside = config(env, &ws, "[profiles.default]\n");
+    let inside = env.write_config(&ws, "[profiles.default]\n");
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&inside).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("workspace"), "{r:?}");

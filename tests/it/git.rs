@@ -3,75 +3,17 @@
 //! a clean environment and no system or global config, so everything it
 //! honours comes from the repository itself.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{self, eventually, sh_quote, Env, Run, GLOBAL};
+use crate::fixtures::{git_repo, host_git, host_git_ok};
+use crate::harness::{self, eventually, sh_quote, GLOBAL};
 use crate::require_env;
-
-/// Host `git -C dir ARGS` as the test user.
-fn git(env: &Env, dir: &Path, args: &[&str]) -> Run {
-    let pre = env.as_user();
-    let o = Command::new(&pre[0])
-        .args(&pre[1..])
-        .arg("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env_clear()
-        .envs(env.base_env())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn git_ok(env: &Env, dir: &Path, args: &[&str]) -> String {
-    let r = git(env, dir, args);
-    assert_eq!(r.code, 0, "host git {args:?}: {r:?}");
-    r.stdout
-}
-
-/// A repository with one commit, owned by the test user.
-fn repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let ws = env.dir(name);
-    git_ok(env, &ws, &["init", "-q", "-b", "main"]);
-    git_ok(env, &ws, &["config", "user.name", "Host"]);
-    git_ok(env, &ws, &["config", "user.email", "host@example.test"]);
-    env.write(&ws.join("README"), "hello\n");
-    for (p, c) in files {
-        env.write(&ws.join(p), c);
-    }
-    git_ok(env, &ws, &["add", "-A"]);
-    git_ok(env, &ws, &["commit", "-q", "-m", "initial"]);
-    ws
-}
-
-fn inside(env: &Env, ws: &Path, script: &str) -> Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
-}
-
-/// Waits until the Domain is no longer published, so the next `run` starts
-/// a new generation.
-fn wait_domain_down(env: &Env, ws: &Path, profile: &str) {
-    let sock = env.runtime_root().join(env.domain_id(profile, ws)).join("hc.sock");
-    assert!(
-        eventually(Duration::from_secs(15), || !sock.exists()),
-        "Domain still published"
-    );
-}
 
 #[test]
 fn git_operations_inside_land_in_the_host_repository() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "gitops", &[("a.txt", "one\n")]);
+    let ws = git_repo(env, "gitops", &[("a.txt", "one\n")]);
     // The identity is in the host-written config already; the sandbox must
     // not need to (and cannot) write config.
     let script = "set -ex
@@ -88,32 +30,36 @@ fn git_operations_inside_land_in_the_host_repository() {
         git tag v1
         git worktree add -q /root/wt -b wt-branch && git -C /root/wt log --oneline -1
         git status --porcelain";
-    let r = inside(env, &ws, script);
+    let r = env.run_sh(&ws, script);
     assert_eq!(r.code, 0, "{r:?}");
-    let log = git_ok(env, &ws, &["log", "--all", "--format=%s"]);
+    let log = host_git_ok(env, &ws, &["log", "--all", "--format=%s"]);
     for m in ["inside-1", "inside-feature", "inside-main", "initial"] {
         assert!(log.contains(m), "host log lacks {m}: {log}");
     }
-    assert!(git_ok(env, &ws, &["tag"]).contains("v1"));
-    assert!(git_ok(env, &ws, &["branch", "--list"]).contains("wt-branch"));
-    let fsck = git(env, &ws, &["fsck", "--strict", "--no-progress"]);
+    assert!(host_git_ok(env, &ws, &["tag"]).contains("v1"));
+    assert!(host_git_ok(env, &ws, &["branch", "--list"]).contains("wt-branch"));
+    let fsck = host_git(env, &ws, &["fsck", "--strict", "--no-progress"]);
     assert_eq!(fsck.code, 0, "{fsck:?}");
-    assert_eq!(git_ok(env, &ws, &["status", "--porcelain"]), "", "clean on the host");
+    assert_eq!(
+        host_git_ok(env, &ws, &["status", "--porcelain"]),
+        "",
+        "clean on the host"
+    );
 }
 
 #[test]
 fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let main = repo(env, "wtmain", &[("a.txt", "one\n")]);
+    let main = git_repo(env, "wtmain", &[("a.txt", "one\n")]);
     let wt = main.with_file_name(format!("{}-wt", main.file_name().unwrap().to_string_lossy()));
     let _ = std::fs::remove_dir_all(&wt);
-    git_ok(
+    host_git_ok(
         env,
         &main,
         &["worktree", "add", "-q", &wt.to_string_lossy(), "-b", "wt"],
     );
-    let before = git_ok(env, &main, &["config", "--show-origin", "--list"]);
+    let before = host_git_ok(env, &main, &["config", "--show-origin", "--list"]);
     let common = main.join(".git");
     let marker = wt.with_extension("marker");
     let c = common.display().to_string();
@@ -135,16 +81,16 @@ fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
         exit 0",
         m = marker.display()
     );
-    let r = inside(env, &wt, &script);
+    let r = env.run_sh(&wt, &script);
     assert_eq!(r.code, 0, "{r:?}");
-    let log = git_ok(env, &main, &["log", "--all", "--format=%s"]);
+    let log = host_git_ok(env, &main, &["log", "--all", "--format=%s"]);
     assert!(log.contains("wt-inside") && log.contains("wt-second"), "{log}");
-    assert_eq!(git(env, &main, &["fsck", "--strict", "--no-progress"]).code, 0);
-    git_ok(env, &wt, &["status"]);
-    git_ok(env, &wt, &["commit", "-q", "--allow-empty", "-m", "host"]);
-    git_ok(env, &main, &["status"]);
+    assert_eq!(host_git(env, &main, &["fsck", "--strict", "--no-progress"]).code, 0);
+    host_git_ok(env, &wt, &["status"]);
+    host_git_ok(env, &wt, &["commit", "-q", "--allow-empty", "-m", "host"]);
+    host_git_ok(env, &main, &["status"]);
     assert!(!marker.exists(), "host git ran something the sandbox planted");
-    assert_eq!(git_ok(env, &main, &["config", "--show-origin", "--list"]), before);
+    assert_eq!(host_git_ok(env, &main, &["config", "--show-origin", "--list"]), before);
     assert!(!common.join("commondir").exists());
     assert!(!common.join("worktrees/wt/config.worktree").exists());
     let _ = std::fs::remove_dir_all(&wt);
@@ -154,10 +100,10 @@ fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
 fn the_sandbox_cannot_make_host_git_obey_it() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "sentry", &[("a.txt", "one\n")]);
+    let ws = git_repo(env, "sentry", &[("a.txt", "one\n")]);
     let marker = ws.with_extension("marker");
     let m = marker.display().to_string();
-    let before_cfg = git_ok(env, &ws, &["config", "--show-origin", "--list"]);
+    let before_cfg = host_git_ok(env, &ws, &["config", "--show-origin", "--list"]);
     let hooks_before: Vec<_> = std::fs::read_dir(ws.join(".git/hooks"))
         .unwrap()
         .flatten()
@@ -210,7 +156,7 @@ fn the_sandbox_cannot_make_host_git_obey_it() {
         script.push_str(&format!("( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded\"\n"));
     }
     script.push_str("git status --porcelain >/dev/null; exit 0\n");
-    let r = inside(env, &ws, &script);
+    let r = env.run_sh(&ws, &script);
     assert_eq!(r.code, 0, "{r:?}");
     eprintln!(
         "sentry attempts that succeeded inside (harmless ones only): {}",
@@ -218,16 +164,16 @@ fn the_sandbox_cannot_make_host_git_obey_it() {
     );
 
     // Host git: status, log, and a commit that would run hooks.
-    git_ok(env, &ws, &["status"]);
-    git_ok(env, &ws, &["log", "--oneline"]);
-    git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
+    host_git_ok(env, &ws, &["status"]);
+    host_git_ok(env, &ws, &["log", "--oneline"]);
+    host_git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
     assert!(
         !marker.exists(),
         "host git ran something the sandbox planted: {}",
         r.stdout
     );
     assert_eq!(
-        git_ok(env, &ws, &["config", "--show-origin", "--list"]),
+        host_git_ok(env, &ws, &["config", "--show-origin", "--list"]),
         before_cfg,
         "host config changed"
     );
@@ -255,7 +201,7 @@ fn the_sandbox_cannot_make_host_git_obey_it() {
     if let Ok(md) = std::fs::symlink_metadata(ws.join(".git/objects/info")) {
         assert!(md.is_dir(), ".git/objects/info replaced");
     }
-    assert_eq!(git(env, &ws, &["fsck", "--no-progress"]).code, 0);
+    assert_eq!(host_git(env, &ws, &["fsck", "--no-progress"]).code, 0);
 }
 
 const IGNORES: &str = ".env\nnode_modules/\ncache/\n";
@@ -264,13 +210,12 @@ const IGNORES: &str = ".env\nnode_modules/\ncache/\n";
 fn ignored_paths_show_domain_state_not_host_content() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "ignored", &[(".gitignore", IGNORES), ("pkg/package.json", "{}\n")]);
+    let ws = git_repo(env, "ignored", &[(".gitignore", IGNORES), ("pkg/package.json", "{}\n")]);
     env.write(&ws.join(".env"), "SECRET=hunter2\n");
     env.write(&ws.join("node_modules/x.js"), "host-module\n");
-    let ignored_before = git_ok(env, &ws, &["status", "--ignored", "--porcelain"]);
+    let ignored_before = host_git_ok(env, &ws, &["status", "--ignored", "--porcelain"]);
 
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cat .env; cat node_modules/x.js; ls -a; ls node_modules; \
          mkdir -p node_modules && echo sandbox-y > node_modules/y.js && \
@@ -296,11 +241,10 @@ fn ignored_paths_show_domain_state_not_host_content() {
     assert!(!ws.join("node_modules/y.js").exists());
     assert!(!ws.join("pkg/node_modules").exists());
     assert!(!ws.join("cache").exists());
-    wait_domain_down(env, &ws, "default");
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
 
     // The next generation sees what the sandbox wrote.
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cat node_modules/y.js pkg/node_modules/z.js cache/c.txt .env node_modules/x.js",
     );
@@ -309,21 +253,21 @@ fn ignored_paths_show_domain_state_not_host_content() {
         assert!(r.stdout.contains(s), "{s} lost across generations: {r:?}");
     }
     assert!(!r.stdout.contains("hunter2") && !r.stdout.contains("host-module"));
-    wait_domain_down(env, &ws, "default");
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
 
     // No paths created by Lazaret on the host.
     assert_eq!(
-        git_ok(env, &ws, &["status", "--ignored", "--porcelain"]),
+        host_git_ok(env, &ws, &["status", "--ignored", "--porcelain"]),
         ignored_before
     );
-    assert_eq!(git_ok(env, &ws, &["status", "--porcelain"]), "");
+    assert_eq!(host_git_ok(env, &ws, &["status", "--porcelain"]), "");
 }
 
 #[test]
 fn isolate_ignored_false_shows_host_ignored_files() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "noisolate", &[(".gitignore", IGNORES)]);
+    let ws = git_repo(env, "noisolate", &[(".gitignore", IGNORES)]);
     env.write(&ws.join(".env"), "SECRET=visible\n");
     env.write(&ws.join("node_modules/x.js"), "host-module\n");
     let cfg = ws.with_extension("cfg");
@@ -331,19 +275,11 @@ fn isolate_ignored_false_shows_host_ignored_files() {
         &cfg.join("lazaret/config.toml"),
         "[profiles.default]\nisolate_ignored = false\n",
     );
-    let r = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "cat .env node_modules/x.js && echo w > node_modules/w.js && mkdir cache && echo c > cache/c",
-            ],
-        )
-        .config_home(&cfg)
-        .run();
+    let r = env.run_sh_with_config(
+        &ws,
+        &cfg,
+        "cat .env node_modules/x.js && echo w > node_modules/w.js && mkdir cache && echo c > cache/c",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("SECRET=visible") && r.stdout.contains("host-module"),
@@ -358,14 +294,13 @@ fn isolate_ignored_false_shows_host_ignored_files() {
 fn tracked_files_matching_ignore_rules_stay_visible() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "tracked", &[(".gitignore", "build/\n*.log\n")]);
+    let ws = git_repo(env, "tracked", &[(".gitignore", "build/\n*.log\n")]);
     env.write(&ws.join("build/keep.txt"), "tracked\n");
     env.write(&ws.join("build/out.bin"), "host-build\n");
     env.write(&ws.join("x.log"), "tracked-log\n");
-    git_ok(env, &ws, &["add", "-f", "build/keep.txt", "x.log"]);
-    git_ok(env, &ws, &["commit", "-q", "-m", "force-added"]);
-    let r = inside(
-        env,
+    host_git_ok(env, &ws, &["add", "-f", "build/keep.txt", "x.log"]);
+    host_git_ok(env, &ws, &["commit", "-q", "-m", "force-added"]);
+    let r = env.run_sh(
         &ws,
         "cat build/keep.txt x.log; cat build/out.bin; git status --porcelain",
     );
@@ -385,7 +320,7 @@ fn tracked_files_matching_ignore_rules_stay_visible() {
 fn host_edits_show_up_inside_despite_the_views_caches() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(
+    let ws = git_repo(
         env,
         "hostedit",
         &[
@@ -397,7 +332,7 @@ fn host_edits_show_up_inside_despite_the_views_caches() {
     );
     let mut hold = env.lz(&ws, &["run", "--", "sleep", "300"]).spawn();
     // Fill the caches: entries, attributes, pages, listings.
-    let r = inside(env, &ws, "cat a.txt sub/s.txt; ls; ls sub; stat -c '%n %s' a.txt");
+    let r = env.run_sh(&ws, "cat a.txt sub/s.txt; ls; ls sub; stat -c '%n %s' a.txt");
     assert!(r.stdout.contains("one") && r.stdout.contains("b.txt"), "{r:?}");
 
     // Host-side changes of each kind.
@@ -411,8 +346,7 @@ fn host_edits_show_up_inside_despite_the_views_caches() {
 
     let mut last = None;
     let seen = eventually(Duration::from_secs(5), || {
-        let r = inside(
-            env,
+        let r = env.run_sh(
             &ws,
             "cat a.txt sub/s.txt sub/new.txt newdir/n.txt; stat -c 'size=%s' a.txt; ls",
         );
@@ -432,15 +366,14 @@ fn host_edits_show_up_inside_despite_the_views_caches() {
 
     // Writing a set-user-ID file clears the bit (the view does what the
     // kernel would for an unprivileged writer).
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "echo x > s.sh && chmod 4755 s.sh && echo y >> s.sh && stat -c %a s.sh",
     );
     assert_eq!(r.stdout.trim(), "755", "{r:?}");
 
     // The sandbox's own writes still reach the host at once.
-    let r = inside(env, &ws, "echo from-inside >> d.txt && cat d.txt");
+    let r = env.run_sh(&ws, "echo from-inside >> d.txt && cat d.txt");
     assert!(r.stdout.contains("sea\nfrom-inside"), "{r:?}");
     assert_eq!(std::fs::read_to_string(ws.join("d.txt")).unwrap(), "sea\nfrom-inside\n");
 

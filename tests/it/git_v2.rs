@@ -5,76 +5,17 @@
 //! `safe.bareRepository` is unset and a planted bare repository would be
 //! honoured); every attack's proof is a marker file its command would make.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
+use crate::fixtures::{git_repo, host_cmd, host_git, host_git_ok};
 use crate::harness::{eventually, sh_quote, Env, Run, GLOBAL};
 use crate::require_env;
-
-fn host(env: &Env, dir: &Path, argv: &[&str]) -> Run {
-    let pre = env.as_user();
-    let o = Command::new(&pre[0])
-        .args(&pre[1..])
-        .args(argv)
-        .current_dir(dir)
-        .env_clear()
-        .envs(env.base_env())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn git(env: &Env, dir: &Path, args: &[&str]) -> Run {
-    let mut argv = vec!["git", "-C"];
-    let d = dir.to_string_lossy().into_owned();
-    argv.push(&d);
-    argv.extend_from_slice(args);
-    host(env, Path::new("/"), &argv)
-}
-
-fn git_ok(env: &Env, dir: &Path, args: &[&str]) -> String {
-    let r = git(env, dir, args);
-    assert_eq!(r.code, 0, "host git {args:?} in {}: {r:?}", dir.display());
-    r.stdout
-}
 
 /// Host `git ARGS` in `dir` on a terminal (`script`), where Git starts its
 /// pager.
 fn git_tty(env: &Env, dir: &Path, args: &str) -> Run {
-    host(env, dir, &["script", "-qec", &format!("git {args}"), "/dev/null"])
-}
-
-fn repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let ws = env.dir(name);
-    git_ok(env, &ws, &["init", "-q", "-b", "main"]);
-    git_ok(env, &ws, &["config", "user.name", "Host"]);
-    git_ok(env, &ws, &["config", "user.email", "host@example.test"]);
-    env.write(&ws.join("README"), "hello\n");
-    for (p, c) in files {
-        env.write(&ws.join(p), c);
-    }
-    git_ok(env, &ws, &["add", "-A"]);
-    git_ok(env, &ws, &["commit", "-q", "-m", "initial"]);
-    ws
-}
-
-fn inside(env: &Env, ws: &Path, script: &str) -> Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
-}
-
-fn wait_domain_down(env: &Env, ws: &Path) {
-    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
-    assert!(
-        eventually(Duration::from_secs(15), || !sock.exists()),
-        "Domain still published"
-    );
+    host_cmd(env, dir, &["script", "-qec", &format!("git {args}"), "/dev/null"])
 }
 
 /// Host Git would take `d` as a Git directory (setup.c's is_git_directory,
@@ -94,7 +35,7 @@ fn poison(m: &str) -> String {
 
 /// A bare repository with one commit on `main`, made on the host.
 fn host_bare(env: &Env, src: &Path, dir: &Path) {
-    let r = host(
+    let r = host_cmd(
         env,
         Path::new("/"),
         &[
@@ -113,16 +54,16 @@ fn host_bare(env: &Env, src: &Path, dir: &Path) {
 fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let lib = repo(env, "v2lib", &[("lib.txt", "lib\n")]);
-    let ws = repo(env, "v2nested", &[("a.txt", "one\n")]);
+    let lib = git_repo(env, "v2lib", &[("lib.txt", "lib\n")]);
+    let ws = git_repo(env, "v2nested", &[("a.txt", "one\n")]);
     host_bare(env, &lib, &ws.join("vendor/lib.git"));
-    let lib_head = git_ok(env, &lib, &["rev-parse", "HEAD"]);
+    let lib_head = host_git_ok(env, &lib, &["rev-parse", "HEAD"]);
     // An uninitialised submodule `lib` pointing at the vendored bare repository.
     env.write(
         &ws.join(".gitmodules"),
         "[submodule \"lib\"]\n\tpath = lib\n\turl = ./vendor/lib.git\n",
     );
-    git_ok(
+    host_git_ok(
         env,
         &ws,
         &[
@@ -132,8 +73,8 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
             &format!("160000,{},lib", lib_head.trim()),
         ],
     );
-    git_ok(env, &ws, &["add", ".gitmodules"]);
-    git_ok(env, &ws, &["commit", "-q", "-m", "submodule"]);
+    host_git_ok(env, &ws, &["add", ".gitmodules"]);
+    host_git_ok(env, &ws, &["commit", "-q", "-m", "submodule"]);
     let marker = ws.with_extension("marker");
     let m = marker.display().to_string();
     let script = format!(
@@ -161,9 +102,9 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
         git status --porcelain",
         p = sh_quote(&poison(&m))
     );
-    let r = inside(env, &ws, &script);
+    let r = env.run_sh(&ws, &script);
     assert_eq!(r.code, 0, "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
 
     // The host sees the working files, and no repository of the sandbox's making.
     assert!(ws.join("sub/s.txt").is_file() && ws.join("dep/lib.txt").is_file() && ws.join("lib/lib.txt").is_file());
@@ -175,23 +116,22 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
         assert_eq!(rd.count(), 0, "a submodule Git directory reached the host");
     }
     for d in ["sub", "dep", "bare.git"] {
-        let top = git_ok(env, &ws.join(d), &["rev-parse", "--absolute-git-dir"]);
+        let top = host_git_ok(env, &ws.join(d), &["rev-parse", "--absolute-git-dir"]);
         assert_eq!(
             Path::new(top.trim()),
             ws.join(".git"),
             "host git in {d} found another repository"
         );
     }
-    git_ok(env, &ws.join("sub"), &["status"]);
+    host_git_ok(env, &ws.join("sub"), &["status"]);
     let tty = git_tty(env, &ws.join("sub"), "log -1");
     assert!(!marker.exists(), "host git ran the sandbox's config: {tty:?}");
-    assert!(git_ok(env, &ws, &["branch", "--list"]).contains("wt-branch"));
-    assert!(git_ok(env, &ws, &["log", "--all", "--format=%s"]).contains("in-wt"));
-    assert_eq!(git(env, &ws, &["fsck", "--no-progress"]).code, 0);
+    assert!(host_git_ok(env, &ws, &["branch", "--list"]).contains("wt-branch"));
+    assert!(host_git_ok(env, &ws, &["log", "--all", "--format=%s"]).contains("in-wt"));
+    assert_eq!(host_git(env, &ws, &["fsck", "--no-progress"]).code, 0);
 
     // The next generation still has them.
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "set -ex
         git -C sub log --format=%s | grep -q sub-commit
@@ -211,7 +151,7 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
 fn sandbox_cannot_leave_a_repository_the_host_obeys() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "v2shape", &[("a.txt", "one\n")]);
+    let ws = git_repo(env, "v2shape", &[("a.txt", "one\n")]);
     // A vendored bare repository that exists on the host at start.
     host_bare(env, &ws, &ws.join("vendor/fix.git"));
     let marker = ws.with_extension("marker");
@@ -259,10 +199,10 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
         script.push_str(&format!("( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded\"\n"));
     }
     script.push_str("exit 0\n");
-    let r = inside(env, &ws, &script);
+    let r = env.run_sh(&ws, &script);
     assert_eq!(r.code, 0, "{r:?}");
     eprintln!("shape attempts that succeeded inside: {}", r.stdout);
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
 
     let dirs: Vec<String> = (1..=19).map(|i| format!("s{i}")).collect();
     for d in &dirs {
@@ -272,9 +212,9 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
         }
         assert!(!repository_shape(&p), "{d} is a repository on the host");
         // What a user would run there.
-        let _ = git(env, &p, &["status"]);
+        let _ = host_git(env, &p, &["status"]);
         let _ = git_tty(env, &p, "log -1");
-        let _ = git(env, &p, &["fetch", "-q", &ws.to_string_lossy()]);
+        let _ = host_git(env, &p, &["fetch", "-q", &ws.to_string_lossy()]);
         assert!(!marker.exists(), "host git in {d} ran a sandbox-chosen command");
     }
     let fix = ws.join("vendor/fix.git");
@@ -296,14 +236,14 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
         );
     }
     let _ = git_tty(env, &fix, "log -1");
-    git_ok(
+    host_git_ok(
         env,
         &fix,
         &["fetch", "-q", &ws.to_string_lossy(), "main:refs/heads/fetched"],
     );
-    git_ok(env, &ws, &["status"]);
+    host_git_ok(env, &ws, &["status"]);
     let _ = git_tty(env, &ws, "log -1");
-    git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
+    host_git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
     assert!(!marker.exists(), "host git ran a sandbox-chosen command");
 }
 
@@ -311,7 +251,7 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
 fn worktrees_added_on_the_host_during_a_session_are_protected() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "v2late", &[("a.txt", "one\n")]);
+    let ws = git_repo(env, "v2late", &[("a.txt", "one\n")]);
     let late = ws.with_extension("late");
     let _ = std::fs::remove_dir_all(&late);
     let marker = ws.with_extension("marker");
@@ -339,7 +279,7 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
         eventually(Duration::from_secs(120), || sock.exists()),
         "Domain did not start"
     );
-    git_ok(
+    host_git_ok(
         env,
         &ws,
         &["worktree", "add", "-q", &late.to_string_lossy(), "-b", "late"],
@@ -359,9 +299,9 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
     for w in ["wrote-config-worktree", "wrote-commondir", "wrote-gitdir", "moved"] {
         assert!(!r.stdout.contains(w), "{w}: {r:?}");
     }
-    git_ok(env, &late, &["status"]);
+    host_git_ok(env, &late, &["status"]);
     let _ = git_tty(env, &late, "log -1");
-    git_ok(env, &late, &["commit", "-q", "--allow-empty", "-m", "host-in-late"]);
+    host_git_ok(env, &late, &["commit", "-q", "--allow-empty", "-m", "host-in-late"]);
     assert!(
         !marker.exists(),
         "host git in the late worktree ran a sandbox-chosen command"
@@ -375,13 +315,13 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
 fn hooks_path_inside_the_workspace_is_read_only() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(
+    let ws = git_repo(
         env,
         "v2hooks",
         &[(".githooks/pre-commit", "#!/bin/sh\nexit 0\n"), ("team/hooks.cfg", "")],
     );
-    host(env, &ws, &["chmod", "+x", ".githooks/pre-commit"]);
-    git_ok(env, &ws, &["config", "core.hooksPath", ".githooks"]);
+    host_cmd(env, &ws, &["chmod", "+x", ".githooks/pre-commit"]);
+    host_git_ok(env, &ws, &["config", "core.hooksPath", ".githooks"]);
     let marker = ws.with_extension("marker");
     let m = marker.display().to_string();
     let hook = format!("#!/bin/sh\ntouch {m}\n");
@@ -409,7 +349,7 @@ fn hooks_path_inside_the_workspace_is_read_only() {
         script.push_str(&format!("( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded\"\n"));
     }
     script.push_str("git commit -q --allow-empty -m inside && echo committed\nexit 0\n");
-    let r = inside(env, &ws, &script);
+    let r = env.run_sh(&ws, &script);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("committed"), "{r:?}");
     // gVisor reports a refused chmod (attempt 4) as done; the host mode is what counts.
@@ -419,8 +359,8 @@ fn hooks_path_inside_the_workspace_is_read_only() {
         .filter(|l| l.contains("succeeded") && !l.contains("attempt 4 "))
         .collect();
     assert!(succeeded.is_empty(), "{r:?}");
-    wait_domain_down(env, &ws);
-    git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
+    host_git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
     assert!(!marker.exists(), "host commit ran a hook the sandbox wrote");
     assert_eq!(
         std::fs::read_to_string(ws.join(".githooks/pre-commit")).unwrap(),
@@ -439,9 +379,9 @@ fn hooks_path_inside_the_workspace_is_read_only() {
 fn host_submodule_git_dirs_are_protected_like_dot_git() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let lib = repo(env, "v2sublib", &[("lib.txt", "lib\n")]);
-    let ws = repo(env, "v2sub", &[("a.txt", "one\n")]);
-    let r = host(
+    let lib = git_repo(env, "v2sublib", &[("lib.txt", "lib\n")]);
+    let ws = git_repo(env, "v2sub", &[("a.txt", "one\n")]);
+    let r = host_cmd(
         env,
         &ws,
         &[
@@ -456,7 +396,7 @@ fn host_submodule_git_dirs_are_protected_like_dot_git() {
         ],
     );
     assert_eq!(r.code, 0, "{r:?}");
-    git_ok(env, &ws, &["commit", "-q", "-m", "add lib"]);
+    host_git_ok(env, &ws, &["commit", "-q", "-m", "add lib"]);
     let marker = ws.with_extension("marker");
     let m = marker.display().to_string();
     let cfg_before = std::fs::read(ws.join(".git/modules/lib/config")).unwrap();
@@ -480,16 +420,16 @@ fn host_submodule_git_dirs_are_protected_like_dot_git() {
         script.push_str(&format!("( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded\"\n"));
     }
     script.push_str("git -C lib status --porcelain && echo lib-ok\nexit 0\n");
-    let r = inside(env, &ws, &script);
+    let r = env.run_sh(&ws, &script);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("lib-ok"), "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
     assert_eq!(std::fs::read(ws.join(".git/modules/lib/config")).unwrap(), cfg_before);
     let lib_wt = ws.join("lib");
-    git_ok(env, &lib_wt, &["status"]);
+    host_git_ok(env, &lib_wt, &["status"]);
     let _ = git_tty(env, &lib_wt, "log -1");
-    git_ok(env, &lib_wt, &["fetch", "-q", &lib.to_string_lossy()]);
-    git_ok(
+    host_git_ok(env, &lib_wt, &["fetch", "-q", &lib.to_string_lossy()]);
+    host_git_ok(
         env,
         &lib_wt,
         &[
@@ -504,7 +444,7 @@ fn host_submodule_git_dirs_are_protected_like_dot_git() {
             "host-in-lib",
         ],
     );
-    let r = host(
+    let r = host_cmd(
         env,
         &ws,
         &["git", "-c", "protocol.file.allow=always", "submodule", "update"],

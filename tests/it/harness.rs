@@ -92,7 +92,8 @@ pub struct Run {
 }
 
 impl Run {
-    fn from(o: Output) -> Run {
+    /// The exit code (-1 for a signal) and lossy text of a finished command.
+    pub fn from(o: Output) -> Run {
         Run {
             code: o.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),

@@ -14,12 +14,6 @@ use std::time::{Duration, Instant};
 use crate::harness::{self, eventually, Env, GLOBAL};
 use crate::require_env;
 
-fn config(env: &Env, dir: &Path, text: &str) -> PathBuf {
-    let home = dir.join("cfg");
-    env.write(&home.join("lazaret/config.toml"), text);
-    home
-}
-
 /// (controller, hierarchy mount point, our cgroup path) for the v1
 /// hierarchies, or ("", cgroup2 mount, path) on a v2-only host.
 fn hierarchies() -> Vec<(String, PathBuf, String)> {
@@ -99,6 +93,12 @@ fn delegated(env: &Env, test: &str) -> bool {
     ok
 }
 
+/// [`delegated`], then a fresh workspace as [`Env::base_and_workspace`]
+/// makes it: `(base, ws)`, or `None` when the test skips.
+fn delegated_workspace(env: &Env, test: &str, name: &str) -> Option<(PathBuf, PathBuf)> {
+    delegated(env, test).then(|| env.base_and_workspace(name))
+}
+
 /// The Domain's generation cgroup in hierarchy `ctl` (`lz-<domain8>-*`),
 /// searched below our own cgroup (v1) or its parent (v2).
 fn domain_cgroup(ctl: &str, domain: &str) -> Option<PathBuf> {
@@ -169,8 +169,7 @@ fn memory_limit_stops_an_allocation_and_spares_other_domains() {
         std::fs::create_dir(w).unwrap();
         env.chown(w);
     }
-    let cfg = config(
-        env,
+    let cfg = env.write_config(
         &base,
         "[profiles.default.limits]\nmemory = \"256MiB\"\n[profiles.other]\n",
     );
@@ -267,13 +266,9 @@ fn pids_refused(p: &Path) -> Option<u64> {
 fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !delegated(env, "limits::pids") {
+    let Some((_, ws)) = delegated_workspace(env, "limits::pids", "lim-pids") else {
         return;
-    }
-    let base = env.dir("lim-pids");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
+    };
     let domain = env.domain_id("default", &ws);
     let d2 = domain.clone();
     let count = Sampler::start(move || read_u64(&domain_cgroup("pids", &d2)?.join("pids.current")));
@@ -340,14 +335,10 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
 fn the_guest_sees_the_memory_limit_as_its_total_memory() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !delegated(env, "limits::meminfo") {
+    let Some((base, ws)) = delegated_workspace(env, "limits::meminfo", "lim-meminfo") else {
         return;
-    }
-    let base = env.dir("lim-meminfo");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let cfg = config(env, &base, "[profiles.default.limits]\nmemory = \"256MiB\"\n");
+    };
+    let cfg = env.write_config(&base, "[profiles.default.limits]\nmemory = \"256MiB\"\n");
     let r = env
         .lz(&ws, &["run", "--quiet", "--", "sh", "-c", "head -n 1 /proc/meminfo"])
         .config_home(&cfg)
@@ -370,13 +361,9 @@ fn the_guest_sees_the_memory_limit_as_its_total_memory() {
 fn cpu_limit_holds_a_busy_loop_to_half_a_core() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !delegated(env, "limits::cpus") {
+    let Some((_, ws)) = delegated_workspace(env, "limits::cpus", "lim-cpu") else {
         return;
-    }
-    let base = env.dir("lim-cpu");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
+    };
     let domain = env.domain_id("default", &ws);
     // CPU time in nanoseconds by the host's account.
     let usage = Sampler::start(move || {
@@ -451,26 +438,17 @@ fn undelegated(env: &Env, ws: &Path, args: &[&str], cfg: &Path) -> harness::Run 
             Ok(())
         });
     }
-    let o = c.output().unwrap();
-    harness::Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    harness::Run::from(c.output().unwrap())
 }
 
 #[test]
 fn without_delegation_configured_limits_are_refused_with_the_fix() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !delegated(env, "limits::refused") {
+    let Some((base, ws)) = delegated_workspace(env, "limits::refused", "lim-none") else {
         return;
-    }
-    let base = env.dir("lim-none");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
-    let limited = config(env, &base.join("l"), "[profiles.default.limits]\npids = 4096\n");
+    };
+    let limited = env.write_config(&base.join("l"), "[profiles.default.limits]\npids = 4096\n");
     let marker = ws.join("ran");
     let r = undelegated(env, &ws, &["run", "--quiet", "--", "touch", "/workspace/ran"], &limited);
     assert_eq!(r.code, 2, "{r:?}");
@@ -481,7 +459,7 @@ fn without_delegation_configured_limits_are_refused_with_the_fix() {
     assert!(r.stderr.contains("cgroup.procs"), "the fix names what to do: {r:?}");
     assert!(!marker.exists(), "the sandbox ran anyway");
     // The same with --memory on the command line.
-    let plain = config(env, &base.join("p"), "");
+    let plain = env.write_config(&base.join("p"), "");
     let r = undelegated(env, &ws, &["run", "--quiet", "--memory", "1GiB", "--", "true"], &plain);
     assert_eq!(r.code, 2, "{r:?}");
     // doctor says the same.
@@ -522,13 +500,9 @@ fn domain_rss(domain: &str) -> Option<u64> {
 fn writing_a_gigabyte_to_tmp_costs_disk_not_host_memory() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !delegated(env, "limits::tmp") {
+    let Some((_, ws)) = delegated_workspace(env, "limits::tmp", "lim-tmp") else {
         return;
-    }
-    let base = env.dir("lim-tmp");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
+    };
     let domain = env.domain_id("default", &ws);
     let _hold = env.lz(&ws, &["run", "--quiet", "--", "sleep", "90"]).spawn_bg();
     assert!(eventually(Duration::from_secs(90), || domain_rss(&domain).is_some_and(|r| r > 0)));
@@ -630,14 +604,9 @@ fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
     let env = require_env!();
     // Looks at the user's whole lowers directory.
     let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
-    let base = env.dir("lim-img");
-    let ws = base.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    env.chown(&ws);
+    let (base, ws) = env.base_and_workspace("lim-img");
     let layout = sparse_layout(env, &base.join("img"));
-    let cfg = config(
-        env,
-        &base,
+    let cfg = env.write_config(&base,
         &format!(
             "[profiles.bomb]\nimage = \"oci:{}:t\"\n[profiles.bomb.limits]\nimage_layer = \"1GiB\"\n[profiles.bad]\nimage = \"docker-archive:{}\"\n",
             layout.display(),

@@ -7,6 +7,7 @@
 //! `scripts/test.sh` arranges all of it. A test that cannot run prints
 //! `skipping: <why>`; with `LAZARET_MUST_WORK=1` it fails instead.
 
+mod fixtures;
 mod harness;
 
 mod agent;

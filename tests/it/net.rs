@@ -10,7 +10,7 @@
 //! (UDP connect + getsockname: no packet is sent).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -151,14 +151,8 @@ impl Drop for TestHost {
     }
 }
 
-fn config(env: &Env, dir: &Path, text: &str) -> PathBuf {
-    let home = dir.join("cfg");
-    env.write(&home.join("lazaret/config.toml"), text);
-    home
-}
-
 /// Runs `python3 -c SCRIPT ARGS...` in the Domain of `profile`.
-fn py(env: &Env, ws: &Path, cfg: &Path, profile: &str, script: &str, args: &[&str]) -> harness::Run {
+pub(crate) fn py(env: &Env, ws: &Path, cfg: &Path, profile: &str, script: &str, args: &[&str]) -> harness::Run {
     let mut a = vec!["run", "--profile", profile, "--", "python3", "-c", script];
     a.extend_from_slice(args);
     env.lz(ws, &a).config_home(cfg).run()
@@ -183,8 +177,7 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
     let _g = GLOBAL.read().unwrap();
     let th = TestHost::new();
     let base = env.dir("netallow");
-    let cfg = config(
-        env,
+    let cfg = env.write_config(
         &base,
         &format!(
             "[profiles.net.network]\nallow = [\"198.18.0.0/15\"]\ndns = [\"{}\"]\n",
@@ -272,8 +265,7 @@ fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
     let _g = GLOBAL.read().unwrap();
     let th = TestHost::new();
     let base = env.dir("netdeny");
-    let cfg = config(
-        env,
+    let cfg = env.write_config(
         &base,
         &format!(
             "[profiles.deny.network]\ndeny = [\"198.18.0.0/15\"]\n\
@@ -341,7 +333,7 @@ fn default_denies_take_the_reject_route_and_ipv6_is_unreachable() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let base = env.dir("netdefault");
-    let cfg = config(env, &base, "");
+    let cfg = env.write_config(&base, "");
     let ws = env.dir("netdefault-ws");
     let denied = [
         "10.0.0.1",
@@ -415,7 +407,7 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let base = env.dir("netadmin");
-    let cfg = config(env, &base, "");
+    let cfg = env.write_config(&base, "");
     let ws = env.dir("netadmin-ws");
     let r = py(env, &ws, &cfg, "default", NETLINK, &[]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -482,7 +474,7 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
         "the binary must be built with --features fault-injection (scripts/test.sh does): {v:?}"
     );
     let base = env.dir("netfault");
-    let cfg = config(env, &base, "");
+    let cfg = env.write_config(&base, "");
     let ws = env.dir("netfault-ws");
     let id = env.domain_id("default", &ws);
     // The installer skips the 192.168.0.0/16 deny in the router and its
@@ -527,7 +519,7 @@ fn teardown_leaves_no_helper_or_namespace_holder() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let base = env.dir("netteardown");
-    let cfg = config(env, &base, "");
+    let cfg = env.write_config(&base, "");
     let ws = env.dir("netteardown-ws");
     let id = env.domain_id("default", &ws);
     let mut bg = env.lz(&ws, &["run", "--", "sleep", "2"]).config_home(&cfg).spawn();

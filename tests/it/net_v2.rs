@@ -19,20 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::{self, eventually, Env, GLOBAL};
-use crate::net::TestHost;
+use crate::net::{py, TestHost};
 use crate::require_env;
-
-fn config(env: &Env, dir: &Path, text: &str) -> PathBuf {
-    let home = dir.join("cfg");
-    env.write(&home.join("lazaret/config.toml"), text);
-    home
-}
-
-fn py(env: &Env, ws: &Path, cfg: &Path, profile: &str, script: &str, args: &[&str]) -> harness::Run {
-    let mut a = vec!["run", "--profile", profile, "--", "python3", "-c", script];
-    a.extend_from_slice(args);
-    env.lz(ws, &a).config_home(cfg).run()
-}
 
 /// Shared by the attack scripts: netlink route changes as a process that
 /// gained CAP_NET_ADMIN inside gVisor, timed TCP connects (optionally with
@@ -128,8 +116,7 @@ fn a_rerouted_sandbox_still_cannot_reach_a_denied_test_host() {
     let _g = GLOBAL.read().unwrap();
     let th = TestHost::new();
     let base = env.dir("netv2-reroute");
-    let cfg = config(
-        env,
+    let cfg = env.write_config(
         &base,
         &format!(
             "[profiles.deny.network]\ndeny = [\"198.18.0.0/15\"]\n\
@@ -262,7 +249,7 @@ fn default_denies_hold_at_the_router_after_the_sandbox_reroutes() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let base = env.dir("netv2-defaults");
-    let cfg = config(env, &base, "");
+    let cfg = env.write_config(&base, "");
     let ws = env.dir("netv2-defaults-ws");
     let id = env.domain_id("default", &ws);
     // Inside: a /32 via the gateway for every sample, then TTL-1 TCP and
@@ -370,8 +357,7 @@ fn the_hosts_own_address_is_denied_by_default_and_an_exact_allow_opens_it() {
     BufReader::new(srv.stdout.take().unwrap()).read_line(&mut l).unwrap();
     assert_eq!(l.trim(), "ready");
     let base = env.dir("netv2-host");
-    let cfg = config(
-        env,
+    let cfg = env.write_config(
         &base,
         &format!(
             "[profiles.broad.network]\nallow = [\"198.18.0.0/15\"]\n\

@@ -47,9 +47,7 @@ fn a_second_session_joins_the_same_sandbox() {
     a.send("echo from-a > /tmp/a-was-here; sleep 300 &");
     a.enter();
     std::thread::sleep(Duration::from_millis(500));
-    let r = env
-        .lz(&ws, &["run", "--", "sh", "-c", "cat /tmp/a-was-here; ps -eo args"])
-        .run();
+    let r = env.run_sh(&ws, "cat /tmp/a-was-here; ps -eo args");
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("from-a"), "B does not see A's /tmp: {r:?}");
     assert!(r.stdout.contains("sleep 300"), "B does not see A's processes: {r:?}");

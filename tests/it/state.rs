@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{eventually, Env, Run, GLOBAL};
+use crate::harness::{eventually, Env, GLOBAL};
 use crate::require_env;
 
 fn domain_root(env: &Env, data: Option<&Path>, profile: &str, ws: &Path) -> PathBuf {
@@ -20,19 +20,6 @@ fn is_empty_dir(p: &Path) -> bool {
     std::fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false)
 }
 
-fn sh(env: &Env, ws: &Path, script: &str) -> Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
-}
-
-/// Waits until the Domain's socket is published.
-fn wait_published(env: &Env, ws: &Path) {
-    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
-    assert!(
-        eventually(Duration::from_secs(30), || sock.exists()),
-        "the Domain was never published"
-    );
-}
-
 #[test]
 fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
     let env = require_env!();
@@ -40,16 +27,14 @@ fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
     let ws = env.dir("persist");
     env.write(&ws.join("keep.txt"), "workspace file\n");
     // 1. Create, edit, delete; non-persisted paths vanish.
-    let r = sh(
-        env,
+    let r = env.run_sh(
         &ws,
         "set -e; mkdir -p /usr/local/bin; printf 'SECRET-CONTENT-4711\\n' > /usr/local/bin/tool; \
          chmod 755 /usr/local/bin/tool; echo edited-host > /etc/hostname; rm /etc/motd; \
          echo gone > /srv/not-persisted; echo gone > /tmp/not-persisted",
     );
     assert_eq!(r.code, 0, "{r:?}");
-    let r = sh(
-        env,
+    let r = env.run_sh(
         &ws,
         "cat /usr/local/bin/tool /etc/hostname; test -e /etc/motd && echo MOTD-STILL-THERE; \
          test -e /srv/not-persisted && echo SRV-PERSISTED; test -e /tmp/not-persisted && echo TMP-PERSISTED; true",
@@ -105,7 +90,7 @@ fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
     // 4. Reset while a session runs: refused, even with --yes; nothing changed.
     let root = domain_root(env, None, "default", &ws);
     let mut bg = env.lz(&ws, &["run", "--", "sleep", "6"]).spawn();
-    wait_published(env, &ws);
+    env.wait_published("default", &ws, Duration::from_secs(30));
     let r = env.lz(&ws, &["state", "reset", "--path", "/usr", "--yes"]).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("running") || r.stderr.contains("in use"), "{r:?}");
@@ -129,8 +114,7 @@ fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
         "shows the scope: {r:?}"
     );
     assert!(is_empty_dir(&upper(&root, "usr")), "the /usr upper is empty");
-    let r = sh(
-        env,
+    let r = env.run_sh(
         &ws,
         "test -e /usr/local/bin/tool && echo TOOL-STILL-THERE; cat /etc/hostname; \
          test -e /etc/motd || echo motd-deleted; cat /workspace/keep.txt",
@@ -150,8 +134,7 @@ fn reset_is_crash_consistent_at_every_step() {
     let ws = env.dir("crash");
     let root = domain_root(env, None, "default", &ws);
     for step in 1..=5 {
-        let r = sh(
-            env,
+        let r = env.run_sh(
             &ws,
             "echo x > /usr/crash-x; echo y > /etc/crash-y; mkdir -p /var/d/e; echo z > /var/d/e/f",
         );
@@ -189,7 +172,7 @@ fn reset_is_crash_consistent_at_every_step() {
             !names.iter().any(|n| n.starts_with('.') || n == "reset-journal"),
             "leftovers after {fault}: {names:?}"
         );
-        let r = sh(env, &ws, "test -e /usr/crash-x && echo X-THERE; true");
+        let r = env.run_sh(&ws, "test -e /usr/crash-x && echo X-THERE; true");
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(r.stdout.contains("X-THERE"), have[0], "{r:?}");
     }
@@ -209,7 +192,7 @@ fn symlinks_in_the_upper_are_never_followed() {
         t = target.display(),
         d = outside.display()
     );
-    let r = sh(env, &ws, &script);
+    let r = env.run_sh(&ws, &script);
     assert_eq!(r.code, 0, "{r:?}");
     // Also one planted directly in the upper by the host user.
     let root = domain_root(env, None, "default", &ws);
@@ -250,16 +233,12 @@ fn two_domains_never_see_each_others_upper() {
     let _g = GLOBAL.read().unwrap();
     let a = env.dir("iso-a");
     let b = env.dir("iso-b");
-    let r = sh(env, &a, "echo A > /usr/only-in-a; echo A > /root/a-note");
+    let r = env.run_sh(&a, "echo A > /usr/only-in-a; echo A > /root/a-note");
     assert_eq!(r.code, 0, "{r:?}");
-    let r = sh(env, &b, "ls /usr/only-in-a /root/a-note 2>&1; echo B > /usr/only-in-b");
+    let r = env.run_sh(&b, "ls /usr/only-in-a /root/a-note 2>&1; echo B > /usr/only-in-b");
     assert!(r.stdout.contains("No such file"), "{r:?}");
     assert!(!r.stdout.contains("\n/usr/only-in-a\n"), "{r:?}");
-    let r = sh(
-        env,
-        &a,
-        "cat /usr/only-in-a; test -e /usr/only-in-b && echo SAW-B; true",
-    );
+    let r = env.run_sh(&a, "cat /usr/only-in-a; test -e /usr/only-in-b && echo SAW-B; true");
     assert!(r.stdout.contains('A') && !r.stdout.contains("SAW-B"), "{r:?}");
     let ib = env.lz(&b, &["state", "inspect", "--json"]).run();
     assert!(

@@ -8,63 +8,13 @@
 //! from inside, and the host file must be unchanged afterwards.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{eventually, json_number, Env, Run, GLOBAL};
+use crate::fixtures::git_repo;
+use crate::harness::{eventually, json_number, Run, GLOBAL};
 use crate::require_env;
-
-/// Host `git -C dir ARGS` as the test user, no system or global config.
-fn git(env: &Env, dir: &Path, args: &[&str]) -> Run {
-    let pre = env.as_user();
-    let o = Command::new(&pre[0])
-        .args(&pre[1..])
-        .arg("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env_clear()
-        .envs(env.base_env())
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    let r = Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    };
-    assert_eq!(r.code, 0, "host git {args:?}: {r:?}");
-    r
-}
-
-/// A repository with one commit of `files`, owned by the test user.
-fn repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let ws = env.dir(name);
-    git(env, &ws, &["init", "-q", "-b", "main"]);
-    git(env, &ws, &["config", "user.name", "Host"]);
-    git(env, &ws, &["config", "user.email", "host@example.test"]);
-    env.write(&ws.join("README"), "hello\n");
-    for (p, c) in files {
-        env.write(&ws.join(p), c);
-    }
-    git(env, &ws, &["add", "-A"]);
-    git(env, &ws, &["commit", "-q", "-m", "initial"]);
-    ws
-}
-
-fn inside(env: &Env, ws: &Path, script: &str) -> Run {
-    env.lz(ws, &["run", "--", "sh", "-c", script]).run()
-}
-
-fn wait_domain_down(env: &Env, ws: &Path) {
-    let sock = env.runtime_root().join(env.domain_id("default", ws)).join("hc.sock");
-    assert!(
-        eventually(Duration::from_secs(20), || !sock.exists()),
-        "Domain still published"
-    );
-}
 
 fn no_marker(r: &Run, marker: &str) {
     assert!(
@@ -89,7 +39,7 @@ fn host_unchanged(ws: &Path, candidates: &[&str], content: &str) {
 fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(
+    let ws = git_repo(
         env,
         "v2-rename",
         &[
@@ -104,8 +54,7 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
 
     // Generation 1: rename every ancestor, follow symlinks, try hard links,
     // write under the new names, rename back.
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cat config/master.key secrets/api.txt .env; \
          mv config c2 && echo RENAMED-1 && cat c2/master.key; ls -a c2; echo pwned > c2/master.key; \
@@ -130,12 +79,11 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
         "MARKER-API-0452\n",
     );
     host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 
     // Generation 2: un-ignore everything from inside, and move the
     // directories again (the move persists on the host).
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         ": > .gitignore; rm -f secrets/.gitignore; mv config c3 && mv secrets s4 && echo MOVED; \
          cat c3/master.key s4/api.txt .env; echo done",
@@ -144,12 +92,11 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
     for m in ["MARKER-MASTER", "MARKER-API", "MARKER-ENV"] {
         no_marker(&r, m);
     }
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 
     // Generation 3: the rules no longer match anything, the names are new;
     // the host files are still hidden (sticky, by identity).
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cat c3/master.key s4/api.txt .env; ls -a c3 s4; grep -r MARKER . ; \
          echo pwned > .env; echo pwned > c3/master.key; echo done",
@@ -165,7 +112,7 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
     host_unchanged(&ws, &["c3/master.key"], "MARKER-MASTER-0451\n");
     host_unchanged(&ws, &["s4/api.txt"], "MARKER-API-0452\n");
     host_unchanged(&ws, &[".env"], "MARKER-ENV-0453\n");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
 
 #[test]
@@ -194,8 +141,7 @@ fn hostile_gitignore_files_fail_closed() {
         .args(["-R", &format!("{}:{}", env.uid, env.gid)])
         .arg(&ws)
         .status();
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "cat .env latin/secret.txt big/secret.txt sym/secret.txt fifo/secret.txt visible.txt; \
          echo x > big/secret.txt; echo done",
@@ -205,7 +151,7 @@ fn hostile_gitignore_files_fail_closed() {
         no_marker(&r, m);
     }
     host_unchanged(&ws, &["big/secret.txt"], "MARKER-BIG-0463\n");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     let log = std::fs::read_to_string(
         env.runtime_root()
             .join(env.domain_id("default", &ws))
@@ -234,18 +180,17 @@ fn vm_hwm(pid: i64) -> Option<u64> {
 fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "v2-zero", &[(".gitignore", ".env\n"), ("pkg/a.txt", "a\n")]);
+    let ws = git_repo(env, "v2-zero", &[(".gitignore", ".env\n"), ("pkg/a.txt", "a\n")]);
     env.write(&ws.join(".env"), "MARKER-ZERO-0471\n");
     // From inside: the root .gitignore becomes a symlink to /dev/zero and
     // pkg gets a 100 MiB one.
-    let r = inside(
-        env,
+    let r = env.run_sh(
         &ws,
         "rm .gitignore && ln -s /dev/zero .gitignore && \
          head -c 104857600 /dev/zero > pkg/.gitignore && echo planted",
     );
     assert!(r.stdout.contains("planted"), "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     assert!(std::fs::symlink_metadata(ws.join(".gitignore"))
         .unwrap()
         .file_type()
@@ -270,12 +215,12 @@ fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
     assert!(hwm < 100 * 1024, "supervisor peak RSS {hwm} KiB");
     drop(bg);
     let _ = env.lz(&ws, &["stop"]).run();
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     // And a plain run still works, the host .env still hidden.
-    let r = inside(env, &ws, "cat .env; echo ok");
+    let r = env.run_sh(&ws, "cat .env; echo ok");
     assert!(r.stdout.contains("ok"), "{r:?}");
     no_marker(&r, "MARKER-ZERO");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
 
 #[test]
@@ -334,13 +279,11 @@ fn names_the_sandbox_chose_reach_stdout_escaped() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let ws = env.dir("v2-names");
-    let r = inside(
-        env,
-        &ws,
+    let r = env.run_sh(&ws,
         "mkdir -p /usr/local/bin && touch \"/usr/local/bin/$(printf 'a\\033[2Jb\\342\\200\\256c\\033]0;t\\007')\" && echo made",
     );
     assert!(r.stdout.contains("made"), "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     for args in [
         &["state", "inspect"][..],
         &["state", "inspect", "--json"],
@@ -369,23 +312,23 @@ fn names_the_sandbox_chose_reach_stdout_escaped() {
 fn the_user_unhides_on_purpose_with_state_unhide() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
-    let ws = repo(env, "v2-unhide", &[(".gitignore", ".env\n")]);
+    let ws = git_repo(env, "v2-unhide", &[(".gitignore", ".env\n")]);
     env.write(&ws.join(".env"), "MARKER-UNHIDE-0481\n");
-    let r = inside(env, &ws, "cat .env; echo done");
+    let r = env.run_sh(&ws, "cat .env; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
     no_marker(&r, "MARKER-UNHIDE");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     // The user stops ignoring it on the host: still hidden (sticky) ...
     env.write(&ws.join(".gitignore"), "");
-    let r = inside(env, &ws, "cat .env; echo done");
+    let r = env.run_sh(&ws, "cat .env; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
     no_marker(&r, "MARKER-UNHIDE");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
     // ... until they say so.
     let r = env.lz(&ws, &["state", "unhide", "--path", ".env"]).run();
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains(".env"), "{r:?}");
-    let r = inside(env, &ws, "cat .env");
+    let r = env.run_sh(&ws, "cat .env");
     assert!(r.stdout.contains("MARKER-UNHIDE-0481"), "{r:?}");
-    wait_domain_down(env, &ws);
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
