@@ -27,10 +27,13 @@
 //! A route decision is a UDP `connect()` followed by `getsockname()`: no
 //! packet is sent. The live checks only send to the router's own address,
 //! to slirp4netns's gateway (host loopback is disabled, so it refuses) and
-//! TTL-1 SYNs that cannot pass the router. One line per check on stdout:
-//! `ok CHECK: DETAIL` or `FAIL CHECK: DETAIL`; exit 1 on any FAIL.
+//! TTL-1 SYNs that cannot pass the router. Report on stdout: one
+//! `lazaret::guest::ProbeMsg::Check` frame per check, then `Done`; exit 1
+//! on any failed check.
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
+
+use lazaret::guest::{Message, ProbeMsg, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -42,12 +45,31 @@ struct Out {
 }
 
 impl Out {
+    fn send(&mut self, msg: ProbeMsg) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
+    }
     fn ok(&mut self, check: &str, detail: String) {
-        println!("ok {check}: {detail}");
+        self.check(check, true, detail);
     }
     fn fail(&mut self, check: &str, detail: String) {
         self.failed = true;
-        println!("FAIL {check}: {detail}");
+        self.check(check, false, detail);
+    }
+    /// Name and detail are cut to what the host takes.
+    fn check(&mut self, name: &str, ok: bool, detail: String) {
+        let cut = |s: &str, max: usize| {
+            let mut end = s.len().min(max);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_string()
+        };
+        self.send(ProbeMsg::Check {
+            name: cut(name, MAX_CHECK_NAME),
+            ok,
+            detail: cut(&detail, MAX_CHECK_DETAIL),
+        });
     }
 }
 
@@ -201,5 +223,6 @@ pub fn run(args: &[&str]) -> i32 {
             }
         }
     }
+    out.send(ProbeMsg::Done);
     i32::from(out.failed)
 }

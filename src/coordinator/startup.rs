@@ -16,7 +16,7 @@ impl Coordinator {
                 profile.name
             ));
         }
-        let limits = crate::storage::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::storage::cgroup::apply_overrides(profile.limits, &args.limits);
         let limits = crate::storage::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
@@ -511,8 +511,9 @@ impl Coordinator {
             // answers ARP for on tap0 and routes to lzr1.
             crate::net::policy::SANDBOX_ADDR,
         )?;
-        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
-        std::fs::write(gen_dir.join(crate::config::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
+        let msg = crate::wire::show::ShowMsg::Ports(self.ports.clone());
+        crate::wire::show::write(&gen_dir.join(crate::config::ports::PORTS_FILE), &msg)
+            .map_err(|e| io_msg("writing gen/ports", e))
     }
 
     /// Makes the generation joinable: the socket appears at its published

@@ -14,14 +14,19 @@
 //! | coordinator → supervisor (plans) | [`plan::PlanMsg`] | one frame per plan file in the generation dir |
 //! | state helper → parent | [`helper::HelperMsg`] | the helper's stdout |
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |
+//! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s) |
+//! | `init probe` (in the sandbox) → coordinator | [`guest::ProbeMsg`] | the stdout of `runsc exec` |
+//! | coordinator → `lazaret net show` | [`show::ShowMsg`] | one frame per file in the generation dir |
 //!
 //! A malformed frame, an unknown tag or a field out of range is an error
 //! (fail closed); a well-formed message that the receiving step does not
 //! expect is an [`UnexpectedMessage`].
 
 pub mod client;
+pub mod guest;
 pub mod helper;
 pub mod plan;
+pub mod show;
 pub mod start;
 pub mod supervisor;
 
@@ -191,6 +196,9 @@ mod tests {
         v.extend(plan::tests::samples().iter().map(Message::encode));
         v.extend(helper::tests::samples().iter().map(Message::encode));
         v.extend(helper::tests::samples_cmd().iter().map(Message::encode));
+        v.extend(guest::tests::samples_init().iter().map(Message::encode));
+        v.extend(guest::tests::samples_probe().iter().map(Message::encode));
+        v.extend(show::tests::samples().iter().map(Message::encode));
         v
     }
 
@@ -219,6 +227,9 @@ mod tests {
         rt(plan::tests::samples());
         rt(helper::tests::samples());
         rt(helper::tests::samples_cmd());
+        rt(guest::tests::samples_init());
+        rt(guest::tests::samples_probe());
+        rt(show::tests::samples());
     }
 
     #[test]
@@ -280,6 +291,8 @@ mod tests {
                 v
             };
             let _ = decode_one::<plan::PlanMsg>(&input);
+            let _ = decode_one::<show::ShowMsg>(&input);
+            let _ = guest::wait_for_report(&mut &input[..]);
             if input.len() > 4 {
                 let payload = input.split_off(4);
                 check::<start::StartMsg>(&payload);
@@ -288,6 +301,9 @@ mod tests {
                 check::<plan::PlanMsg>(&payload);
                 check::<helper::HelperMsg>(&payload);
                 check::<helper::HelperCmd>(&payload);
+                check::<guest::InitMsg>(&payload);
+                check::<guest::ProbeMsg>(&payload);
+                check::<show::ShowMsg>(&payload);
             }
         }
     }
