@@ -72,12 +72,20 @@ pub fn show(
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
         .map_err(sidecar::SidecarError::Policy)?;
     let readiness = published
-        .then(|| read(crate::wire::show::read_readiness(&gen_dir.join(sidecar::READINESS_FILE))))
+        .then(|| {
+            read(crate::wire::show::read_readiness(
+                &gen_dir.join(sidecar::READINESS_FILE),
+            ))
+        })
         .flatten()
         .map(|r| fields(&r));
     // Host port forwards: the installed ones while running, else the profile's.
     let ports: Vec<String> = published
-        .then(|| read(crate::wire::show::read_ports(&gen_dir.join(crate::config::ports::PORTS_FILE))))
+        .then(|| {
+            read(crate::wire::show::read_ports(
+                &gen_dir.join(crate::config::ports::PORTS_FILE),
+            ))
+        })
         .flatten()
         .unwrap_or_else(|| profile.ports.clone())
         .iter()

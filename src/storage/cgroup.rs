@@ -826,7 +826,10 @@ mod tests {
             ..Limits::default()
         };
         let l = apply_overrides(base, &o);
-        assert_eq!((l.memory, l.cpu_millis, l.pids), (Some(1048576000), Some(250), Some(64)));
+        assert_eq!(
+            (l.memory, l.cpu_millis, l.pids),
+            (Some(1048576000), Some(250), Some(64))
+        );
         let argv = override_args(&o);
         assert_eq!(argv, ["--memory-bytes", "1048576000", "--cpu-millis", "250"]);
         let mut a = pico_args::Arguments::from_vec(argv.iter().map(Into::into).collect());

@@ -35,8 +35,8 @@ use crate::net::policy;
 use crate::plan;
 use crate::sys;
 use crate::wire::guest::{InitError, InitReceiver};
-use crate::wire::ReadError;
 use crate::wire::supervisor::StatusMsg;
+use crate::wire::ReadError;
 
 mod error;
 pub use error::SupervisorError;

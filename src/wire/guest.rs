@@ -208,10 +208,7 @@ impl std::fmt::Display for ProbeError {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             ProbeError::Read(e) => write!(f, "malformed probe report: {e}"),
-            ProbeError::TooLong => write!(
-                f,
-                "probe report exceeds {MAX_CHECKS} checks or {MAX_PROBE_BYTES} bytes"
-            ),
+            ProbeError::TooLong => write!(f, "probe report exceeds {MAX_CHECKS} checks or {MAX_PROBE_BYTES} bytes"),
             ProbeError::Unexpected(u) => write!(f, "probe report: {u}"),
         }
     }
@@ -293,7 +290,10 @@ pub(crate) mod tests {
     fn init_ready_is_a_frame_and_anything_else_fails_closed() {
         assert!(ready_of(&InitMsg::Ready.encode()).unwrap());
         // The old word, EOF, garbage, a huge frame header, trailing bytes.
-        assert!(matches!(ready_of(b"ready\n"), Err(InitError::Read(ReadError::Decode(_)))));
+        assert!(matches!(
+            ready_of(b"ready\n"),
+            Err(InitError::Read(ReadError::Decode(_)))
+        ));
         assert!(matches!(ready_of(b""), Err(InitError::Read(ReadError::Closed))));
         assert!(matches!(ready_of(&[0, 0, 1, 0]), Err(InitError::Read(_))));
         let mut extra = InitMsg::Ready.encode();

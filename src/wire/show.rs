@@ -148,7 +148,10 @@ pub fn read_readiness(path: &Path) -> Result<NetReadiness, FileError> {
 pub fn read_ports(path: &Path) -> Result<Vec<PortForward>, FileError> {
     match super::read_one::<ShowMsg>(path)? {
         ShowMsg::Ports(p) => Ok(p),
-        m => Err(FileError::Unexpected(path.to_path_buf(), UnexpectedMessage::of("Ports", &m))),
+        m => Err(FileError::Unexpected(
+            path.to_path_buf(),
+            UnexpectedMessage::of("Ports", &m),
+        )),
     }
 }
 
