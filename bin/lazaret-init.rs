@@ -9,9 +9,10 @@
 //! in-sandbox tool:
 //!   `init signal-session SID SIG`  signal every process of guest session SID
 //!   `init signal-group PGID SIG`   signal one guest process group
-//!   `init probe KEY=VALUE...`      the pre-publication network probe,
-//!                                  from the sandbox's own network view;
-//!                                  reports `ProbeMsg` frames on stdout
+//!   `init probe`                   the pre-publication network probe,
+//!                                  from the sandbox's own network view:
+//!                                  a `ProbeCmd` frame on stdin, `ProbeMsg`
+//!                                  frames on stdout
 //!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
 //!                                  home, made when missing (bin/usersetup.rs)
 //!   `init exec -- CMD ARGS...`     every session's command: execs CMD (found

@@ -23,10 +23,11 @@ use crate::net::policy::{self as netpolicy, Policy};
 use crate::plan::BindMount;
 use crate::storage::store::{NetworkReadiness, Store};
 use crate::sys;
-use crate::wire::guest::{ProbeCheck, ProbeError};
+use crate::wire::guest::{ProbeCheck, ProbeCmd, ProbeError};
 use crate::wire::plan::PlanMsg;
 use crate::wire::show::{NetReadiness as WireReadiness, RouterFacts, ShowMsg};
 use crate::wire::supervisor::StatusMsg;
+use crate::wire::Message;
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The readiness summary `lazaret net show` reads, in the generation dir
@@ -298,8 +299,8 @@ impl NetRole {
                 return Err(SidecarError::WrongNamespace { seen, attested: inode });
             }
             let mut cmd = probe_cmd().map_err(|e| SidecarError::ProbeCommand(e.to_string()))?;
-            cmd.args(self.policy.probe_args());
-            (inode, router_inode, run_probe(cmd)?)
+            cmd.arg("probe");
+            (inode, router_inode, run_probe(cmd, &self.policy.probe_request())?)
         } else {
             (ns_inode(supervisor_pid)?, 0, vec![ProbeLine::Skipped])
         };
@@ -387,12 +388,21 @@ impl ProbeLine {
     }
 }
 
-/// Runs the probe (bounded) and returns its checks, or the failing ones.
+/// Runs the probe (bounded) on `request` and returns its checks, or the
+/// failing ones.
 /// Its stdout is `wire::guest::ProbeMsg` frames from inside the sandbox:
 /// hostile, bounded, and anything but checks then `Done` fails closed.
-fn run_probe(mut cmd: Command) -> Result<Vec<ProbeLine>, SidecarError> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+fn run_probe(mut cmd: Command, request: &ProbeCmd) -> Result<Vec<ProbeLine>, SidecarError> {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(SidecarError::ProbeSpawn)?;
+    // The request, then EOF. Written aside: a probe that never reads must
+    // not hold us past the deadline (its end closes when it is killed).
+    if let Some(mut stdin) = child.stdin.take() {
+        let frame = request.encode();
+        std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut stdin, &frame);
+        });
+    }
     let status = crate::sys::wait_deadline(&mut child, PROBE_TIMEOUT);
     let Some(status) = status else {
         return Err(SidecarError::ProbeTimeout);

@@ -7,13 +7,17 @@
 //!   of `runsc run`): `Ready`, then the pipe closes.
 //! - [`ProbeMsg`]: `init probe` → Host Coordinator, on the stdout of
 //!   `runsc exec`: one `Check` per check, then `Done`.
+//! - [`ProbeCmd`]: Host Coordinator → `init probe`, on its stdin (the one
+//!   message this direction has): which checks to run.
 //!
 //! `lazaret-init` links this module from the library (`lazaret::guest`).
 
 use std::fs::File;
 use std::io::Read;
+use std::net::IpAddr;
 
 use super::{FrameReader, ReadError, UnexpectedMessage};
+use crate::config::Prefix;
 pub use crate::wire::client::Message;
 use crate::wire::client::{Dec, DecodeError, Enc};
 
@@ -245,12 +249,215 @@ pub fn wait_for_report(r: &mut impl Read) -> Result<Vec<ProbeCheck>, ProbeError>
     Ok(checks)
 }
 
+/// One check the probe runs (bin/probe.rs says what each proves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeKind {
+    /// A TCP connect to the router must be refused at once.
+    RouterLive,
+    /// A TCP connect to slirp4netns's gateway must be answered at once.
+    HelperLive,
+    /// No IPv6 route to the address.
+    Ipv6Off,
+    /// A TTL-1 connect must be refused by the router.
+    Deny,
+    /// The route decision must leave through the NIC.
+    Allow,
+    /// The route decision must leave through the NIC.
+    Resolver,
+    /// A DNS query to the address must be answered.
+    DnsQuery,
+}
+
+impl ProbeKind {
+    const ALL: [ProbeKind; 7] = [
+        ProbeKind::RouterLive,
+        ProbeKind::HelperLive,
+        ProbeKind::Ipv6Off,
+        ProbeKind::Deny,
+        ProbeKind::Allow,
+        ProbeKind::Resolver,
+        ProbeKind::DnsQuery,
+    ];
+
+    /// The word check names start with (`deny 192.168.0.1 (…)`).
+    pub fn word(self) -> &'static str {
+        match self {
+            ProbeKind::RouterLive => "router-live",
+            ProbeKind::HelperLive => "helper-live",
+            ProbeKind::Ipv6Off => "ipv6-off",
+            ProbeKind::Deny => "deny",
+            ProbeKind::Allow => "allow",
+            ProbeKind::Resolver => "resolver",
+            ProbeKind::DnsQuery => "dns-query",
+        }
+    }
+}
+
+/// One check: its kind, the address it is about and, for a sample of a
+/// rule, the rule's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeSpec {
+    pub kind: ProbeKind,
+    pub addr: IpAddr,
+    pub prefix: Option<Prefix>,
+}
+
+/// Host Coordinator → `init probe`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeCmd {
+    /// Run `checks` in order; `sandbox_src` is the sandbox's address on its
+    /// only NIC (what a route through the router leaves from).
+    Run {
+        sandbox_src: IpAddr,
+        checks: Vec<ProbeSpec>,
+    },
+}
+
+fn enc_ip(e: &mut Enc, a: IpAddr) {
+    match a {
+        IpAddr::V4(v) => e.u8(4).u32(u32::from(v)),
+        IpAddr::V6(v) => {
+            e.u8(6);
+            for b in v.octets() {
+                e.u8(b);
+            }
+            e
+        }
+    };
+}
+
+fn dec_ip(d: &mut Dec) -> Result<IpAddr, DecodeError> {
+    match d.u8()? {
+        4 => Ok(IpAddr::from(std::net::Ipv4Addr::from(d.u32()?))),
+        6 => Ok(IpAddr::from(<[u8; 16]>::try_from(d.take(16)?).unwrap())),
+        _ => Err(DecodeError::BadValue("address family")),
+    }
+}
+
+impl Message for ProbeCmd {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            ProbeCmd::Run { sandbox_src, checks } => {
+                let mut e = Enc::new(1);
+                enc_ip(&mut e, *sandbox_src);
+                e.u32(checks.len() as u32);
+                for c in checks {
+                    e.u8(ProbeKind::ALL.iter().position(|k| *k == c.kind).unwrap() as u8 + 1);
+                    enc_ip(&mut e, c.addr);
+                    match c.prefix {
+                        Some(p) => {
+                            enc_ip(e.u8(1), p.addr);
+                            e.u8(p.len)
+                        }
+                        None => e.u8(0),
+                    };
+                }
+                e.finish()
+            }
+        }
+    }
+
+    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Dec::new(payload);
+        let m = match d.u8()? {
+            1 => {
+                let sandbox_src = dec_ip(&mut d)?;
+                let n = d.count()?;
+                let mut checks = Vec::new();
+                for _ in 0..n {
+                    let kind = match d.u8()? {
+                        k @ 1..=7 => ProbeKind::ALL[k as usize - 1],
+                        _ => return Err(DecodeError::BadValue("probe kind")),
+                    };
+                    let addr = dec_ip(&mut d)?;
+                    let prefix = if d.flag()? {
+                        let addr = dec_ip(&mut d)?;
+                        let len = d.u8()?;
+                        if len > if addr.is_ipv4() { 32 } else { 128 } {
+                            return Err(DecodeError::BadValue("prefix length"));
+                        }
+                        Some(Prefix { addr, len })
+                    } else {
+                        None
+                    };
+                    checks.push(ProbeSpec { kind, addr, prefix });
+                }
+                ProbeCmd::Run { sandbox_src, checks }
+            }
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            ProbeCmd::Run { .. } => "Run",
+        }
+    }
+}
+
+/// The probe's side: the one `Run` on stdin, read to EOF (bounded by the
+/// frame maximum).
+pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), String> {
+    let mut buf = Vec::new();
+    r.take(crate::wire::client::MAX_FRAME_LEN as u64 + 5)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    match super::decode_one::<ProbeCmd>(&buf) {
+        Ok(ProbeCmd::Run { sandbox_src, checks }) => Ok((sandbox_src, checks)),
+        Err(e) => Err(format!("malformed request: {e}")),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn samples_init() -> Vec<InitMsg> {
         vec![InitMsg::Ready]
+    }
+
+    pub(crate) fn samples_cmd() -> Vec<ProbeCmd> {
+        let p = |s: &str| s.parse::<Prefix>().unwrap();
+        vec![
+            ProbeCmd::Run {
+                sandbox_src: "169.254.255.1".parse().unwrap(),
+                checks: vec![
+                    ProbeSpec {
+                        kind: ProbeKind::Deny,
+                        addr: "192.168.0.1".parse().unwrap(),
+                        prefix: Some(p("192.168.0.0/16")),
+                    },
+                    ProbeSpec {
+                        kind: ProbeKind::Ipv6Off,
+                        addr: "2000::1".parse().unwrap(),
+                        prefix: None,
+                    },
+                    ProbeSpec {
+                        kind: ProbeKind::DnsQuery,
+                        addr: "10.0.2.3".parse().unwrap(),
+                        prefix: None,
+                    },
+                ],
+            },
+            ProbeCmd::Run {
+                sandbox_src: "::1".parse().unwrap(),
+                checks: Vec::new(),
+            },
+        ]
+    }
+
+    #[test]
+    fn probe_request_is_one_frame_to_eof() {
+        let b = samples_cmd()[0].encode();
+        let (src, checks) = wait_for_run(&mut &b[..]).unwrap();
+        assert_eq!(src.to_string(), "169.254.255.1");
+        assert_eq!(checks.len(), 3);
+        assert!(wait_for_run(&mut &b"deny=192.168.0.1@192.168.0.0/16"[..]).is_err());
+        let mut t = b.clone();
+        t.push(1);
+        assert!(wait_for_run(&mut &t[..]).is_err());
     }
 
     pub(crate) fn samples_probe() -> Vec<ProbeMsg> {

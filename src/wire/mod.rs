@@ -16,6 +16,7 @@
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |
 //! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s) |
 //! | `init probe` (in the sandbox) → coordinator | [`guest::ProbeMsg`] | the stdout of `runsc exec` |
+//! | coordinator → `init probe` | [`guest::ProbeCmd`] | the probe's stdin (one frame, then EOF) |
 //! | coordinator → `lazaret net show` | [`show::ShowMsg`] | one frame per file in the generation dir |
 //!
 //! A malformed frame, an unknown tag or a field out of range is an error
@@ -198,6 +199,7 @@ mod tests {
         v.extend(helper::tests::samples_cmd().iter().map(Message::encode));
         v.extend(guest::tests::samples_init().iter().map(Message::encode));
         v.extend(guest::tests::samples_probe().iter().map(Message::encode));
+        v.extend(guest::tests::samples_cmd().iter().map(Message::encode));
         v.extend(show::tests::samples().iter().map(Message::encode));
         v
     }
@@ -229,6 +231,7 @@ mod tests {
         rt(helper::tests::samples_cmd());
         rt(guest::tests::samples_init());
         rt(guest::tests::samples_probe());
+        rt(guest::tests::samples_cmd());
         rt(show::tests::samples());
     }
 
@@ -303,6 +306,7 @@ mod tests {
                 check::<helper::HelperCmd>(&payload);
                 check::<guest::InitMsg>(&payload);
                 check::<guest::ProbeMsg>(&payload);
+                check::<guest::ProbeCmd>(&payload);
                 check::<show::ShowMsg>(&payload);
             }
         }
