@@ -480,19 +480,23 @@ impl Coordinator {
         let mut cmd = self.runsc_in_ns()?;
         cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
         cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
-        if !out.status.success() {
-            let text = String::from_utf8_lossy(&out.stderr);
-            let line = text
-                .lines()
-                .find(|l| l.starts_with("lazaret: user "))
-                .map(|l| crate::display::escape(l.trim_start_matches("lazaret: ")))
-                .unwrap_or_else(|| "the guest could not create it".into());
-            log::warn!("user setup failed: {}", crate::display::escape(&text));
-            return Err(format!("profile {} user {name}: {line}", self.profile.name));
+        // Its report is one `wire::guest::SetupMsg` frame (from the sandbox:
+        // anything else is a failure).
+        use crate::wire::guest::SetupMsg;
+        match crate::wire::decode_one::<SetupMsg>(&out.stdout) {
+            Ok(SetupMsg::Done) if out.status.success() => Ok(()),
+            report => {
+                let line = match report {
+                    Ok(SetupMsg::Failed { reason }) => crate::display::escape(&format!("user {name}: {reason}")),
+                    _ => "the guest could not create it".into(),
+                };
+                let text = String::from_utf8_lossy(&out.stderr);
+                log::warn!("user setup failed: {}", crate::display::escape(&text));
+                Err(format!("profile {} user {name}: {line}", self.profile.name))
+            }
         }
-        Ok(())
     }
 
     /// Host port forwards through slirp4netns's API socket; the list goes

@@ -9,6 +9,8 @@
 //!   `runsc exec`: one `Check` per check, then `Done`.
 //! - [`ProbeCmd`]: Host Coordinator → `init probe`, on its stdin (the one
 //!   message this direction has): which checks to run.
+//! - [`SetupMsg`]: `init user-setup` → Host Coordinator, on its stdout: one
+//!   frame, `Done` or `Failed`.
 //!
 //! `lazaret-init` links this module from the library (`lazaret::guest`).
 
@@ -410,6 +412,51 @@ pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), Strin
     }
 }
 
+/// Longest reason the host takes from `init user-setup`.
+pub const MAX_SETUP_REASON: usize = 1024;
+
+/// `init user-setup` → Host Coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetupMsg {
+    /// The profile's user exists (made now or already there).
+    Done,
+    /// It could not be made: why (not yet escaped).
+    Failed { reason: String },
+}
+
+impl Message for SetupMsg {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            SetupMsg::Done => Enc::new(1).finish(),
+            SetupMsg::Failed { reason } => Enc::new(2).str(reason).finish(),
+        }
+    }
+
+    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Dec::new(payload);
+        let m = match d.u8()? {
+            1 => SetupMsg::Done,
+            2 => {
+                let reason = d.str()?;
+                if reason.len() > MAX_SETUP_REASON {
+                    return Err(DecodeError::BadValue("setup reason"));
+                }
+                SetupMsg::Failed { reason }
+            }
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            SetupMsg::Done => "Done",
+            SetupMsg::Failed { .. } => "Failed",
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -458,6 +505,15 @@ pub(crate) mod tests {
         let mut t = b.clone();
         t.push(1);
         assert!(wait_for_run(&mut &t[..]).is_err());
+    }
+
+    pub(crate) fn samples_setup() -> Vec<SetupMsg> {
+        vec![
+            SetupMsg::Done,
+            SetupMsg::Failed {
+                reason: "cannot write /etc/passwd: Read-only file system".into(),
+            },
+        ]
     }
 
     pub(crate) fn samples_probe() -> Vec<ProbeMsg> {

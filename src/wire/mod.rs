@@ -17,6 +17,7 @@
 //! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s) |
 //! | `init probe` (in the sandbox) → coordinator | [`guest::ProbeMsg`] | the stdout of `runsc exec` |
 //! | coordinator → `init probe` | [`guest::ProbeCmd`] | the probe's stdin (one frame, then EOF) |
+//! | `init user-setup` (in the sandbox) → coordinator | [`guest::SetupMsg`] | its stdout (one frame) |
 //! | coordinator → `lazaret net show` | [`show::ShowMsg`] | one frame per file in the generation dir |
 //!
 //! A malformed frame, an unknown tag or a field out of range is an error
@@ -200,6 +201,7 @@ mod tests {
         v.extend(guest::tests::samples_init().iter().map(Message::encode));
         v.extend(guest::tests::samples_probe().iter().map(Message::encode));
         v.extend(guest::tests::samples_cmd().iter().map(Message::encode));
+        v.extend(guest::tests::samples_setup().iter().map(Message::encode));
         v.extend(show::tests::samples().iter().map(Message::encode));
         v
     }
@@ -232,6 +234,7 @@ mod tests {
         rt(guest::tests::samples_init());
         rt(guest::tests::samples_probe());
         rt(guest::tests::samples_cmd());
+        rt(guest::tests::samples_setup());
         rt(show::tests::samples());
     }
 
@@ -307,6 +310,7 @@ mod tests {
                 check::<guest::InitMsg>(&payload);
                 check::<guest::ProbeMsg>(&payload);
                 check::<guest::ProbeCmd>(&payload);
+                check::<guest::SetupMsg>(&payload);
                 check::<show::ShowMsg>(&payload);
             }
         }
