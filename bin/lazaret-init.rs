@@ -2,14 +2,17 @@
 //! read-only at `/.lazaret/init`. A static binary with no dependencies on
 //! the image.
 //!
-//! With no arguments it is PID 1: it prints `ready` on stdout (the Runtime
-//! Supervisor's readiness signal), then reaps every child until it is told
+//! With no arguments it is PID 1: it sends `InitMsg::Ready` (one frame of
+//! `lazaret::guest`) on stdout, the Runtime Supervisor's readiness signal,
+//! then reaps every child until it is told
 //! to stop. The coordinator also runs it through `runsc exec` as a tiny
 //! in-sandbox tool:
 //!   `init signal-session SID SIG`  signal every process of guest session SID
 //!   `init signal-group PGID SIG`   signal one guest process group
-//!   `init probe KEY=VALUE...`      the pre-publication network probe,
-//!                                  from the sandbox's own network view
+//!   `init probe`                   the pre-publication network probe,
+//!                                  from the sandbox's own network view:
+//!                                  a `ProbeCmd` frame on stdin, `ProbeMsg`
+//!                                  frames on stdout
 //!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
 //!                                  home, made when missing (bin/usersetup.rs)
 //!   `init exec -- CMD ARGS...`     every session's command: execs CMD (found
@@ -18,6 +21,8 @@
 //!                                  executed 126, as a shell reports them
 
 use std::io::Write;
+
+use lazaret::guest::{InitMsg, Message};
 
 mod probe;
 mod usersetup;
@@ -82,7 +87,7 @@ fn run_init() -> i32 {
     // they interrupt the wait below.
     sys::guest::block_for_suspend(&[sys::SIGCHLD, sys::SIGTERM], &[sys::SIGINT, sys::SIGHUP]);
     let mut out = std::io::stdout();
-    let _ = out.write_all(b"ready\n");
+    let _ = out.write_all(&InitMsg::Ready.encode());
     let _ = out.flush();
     // Our stdout is closed: nothing else uses it afterwards.
     drop(sys::take_inherited(1));

@@ -1,17 +1,18 @@
 //! The pre-publication network probe, run inside the sandbox by
 //! the Host Coordinator through `runsc exec … /.lazaret/init probe`.
 //!
-//! Arguments (built by `netpolicy::Policy::probe_args`):
-//!   `sandbox-src=S`                the sandbox's address on its only NIC
-//!   `deny=ADDR@PREFIX`             a TCP connect with IP TTL 1 must be refused
-//!                                  at once by the router (a RST)
-//!   `allow=ADDR@PREFIX`            route decision must leave through the NIC
-//!   `resolver=ADDR`                route decision must leave through the NIC
-//!   `dns-query=ADDR`               a DNS query to ADDR must be answered
-//!   `router-live=R`                TCP connect to the router must be refused at once
-//!   `helper-live=GW`               TCP connect to GW must be answered at once
-//!                                  (RST or ICMP unreachable from slirp4netns)
-//!   `ipv6-off=ADDR`                no IPv6 route to ADDR
+//! The request is one `lazaret::guest::ProbeCmd::Run` frame on stdin
+//! (built by `net::policy::Policy::probe_request`): the sandbox's address
+//! on its only NIC, then the checks (`ProbeKind`):
+//!   `Deny ADDR (PREFIX)`   a TCP connect with IP TTL 1 must be refused
+//!                          at once by the router (a RST)
+//!   `Allow ADDR (PREFIX)`  route decision must leave through the NIC
+//!   `Resolver ADDR`        route decision must leave through the NIC
+//!   `DnsQuery ADDR`        a DNS query to ADDR must be answered
+//!   `RouterLive R`         TCP connect to the router must be refused at once
+//!   `HelperLive GW`        TCP connect to GW must be answered at once
+//!                          (RST or ICMP unreachable from slirp4netns)
+//!   `Ipv6Off ADDR`         no IPv6 route to ADDR
 //!
 //! Where a deny is enforced: the sandbox's only route leads to the
 //! router namespace, whose kernel refuses denied destinations with a local
@@ -27,10 +28,13 @@
 //! A route decision is a UDP `connect()` followed by `getsockname()`: no
 //! packet is sent. The live checks only send to the router's own address,
 //! to slirp4netns's gateway (host loopback is disabled, so it refuses) and
-//! TTL-1 SYNs that cannot pass the router. One line per check on stdout:
-//! `ok CHECK: DETAIL` or `FAIL CHECK: DETAIL`; exit 1 on any FAIL.
+//! TTL-1 SYNs that cannot pass the router. Report on stdout: one
+//! `lazaret::guest::ProbeMsg::Check` frame per check, then `Done`; exit 1
+//! on any failed check.
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, Write};
+
+use lazaret::guest::{wait_for_run, Message, ProbeKind, ProbeMsg, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -42,12 +46,31 @@ struct Out {
 }
 
 impl Out {
+    fn send(&mut self, msg: ProbeMsg) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
+    }
     fn ok(&mut self, check: &str, detail: String) {
-        println!("ok {check}: {detail}");
+        self.check(check, true, detail);
     }
     fn fail(&mut self, check: &str, detail: String) {
         self.failed = true;
-        println!("FAIL {check}: {detail}");
+        self.check(check, false, detail);
+    }
+    /// Name and detail are cut to what the host takes.
+    fn check(&mut self, name: &str, ok: bool, detail: String) {
+        let cut = |s: &str, max: usize| {
+            let mut end = s.len().min(max);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_string()
+        };
+        self.send(ProbeMsg::Check {
+            name: cut(name, MAX_CHECK_NAME),
+            ok,
+            detail: cut(&detail, MAX_CHECK_DETAIL),
+        });
     }
 }
 
@@ -115,22 +138,24 @@ fn dns_query(addr: IpAddr) -> Result<Duration, String> {
 }
 
 pub fn run(args: &[&str]) -> i32 {
+    if !args.is_empty() {
+        eprintln!("probe: takes no arguments (the request is a frame on stdin)");
+        return 2;
+    }
+    let (sandbox_src, checks) = match wait_for_run(&mut std::io::stdin().lock()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("probe: {e}");
+            return 2;
+        }
+    };
+    let sandbox_src = Some(sandbox_src);
     let mut out = Out { failed: false };
-    let mut sandbox_src: Option<IpAddr> = None;
-    for a in args {
-        let Some((k, v)) = a.split_once('=') else {
-            eprintln!("probe: bad argument {a:?}");
-            return 2;
-        };
-        let (addr_s, prefix) = v.split_once('@').unwrap_or((v, ""));
-        let Ok(addr) = addr_s.parse::<IpAddr>() else {
-            eprintln!("probe: bad address in {a:?}");
-            return 2;
-        };
-        let check = if prefix.is_empty() {
-            format!("{k} {addr}")
-        } else {
-            format!("{k} {addr} ({prefix})")
+    for c in checks {
+        let (addr, k) = (c.addr, c.kind);
+        let check = match c.prefix {
+            None => format!("{} {addr}", k.word()),
+            Some(prefix) => format!("{} {addr} ({prefix})", k.word()),
         };
         let via_nic = |src: std::io::Result<IpAddr>| -> Result<IpAddr, String> {
             match src {
@@ -140,12 +165,11 @@ pub fn run(args: &[&str]) -> i32 {
             }
         };
         match k {
-            "sandbox-src" => sandbox_src = Some(addr),
-            "allow" | "resolver" => match via_nic(route_source(addr)) {
+            ProbeKind::Allow | ProbeKind::Resolver => match via_nic(route_source(addr)) {
                 Ok(s) => out.ok(&check, format!("routed via {s} to the router, forwarded there")),
                 Err(e) => out.fail(&check, e),
             },
-            "deny" => {
+            ProbeKind::Deny => {
                 let IpAddr::V4(v4) = addr else {
                     out.fail(&check, "not IPv4".into());
                     continue;
@@ -169,17 +193,21 @@ pub fn run(args: &[&str]) -> i32 {
                     Err(e) => out.fail(&check, format!("not refused by the router: {e}")),
                 }
             }
-            "dns-query" => match dns_query(addr) {
+            ProbeKind::DnsQuery => match dns_query(addr) {
                 Ok(d) => out.ok(&format!("dns {addr}"), format!("answered in {} ms", d.as_millis())),
                 Err(e) => out.fail(&format!("dns {addr}"), e),
             },
-            "router-live" | "helper-live" => {
-                let name = if k == "router-live" { "router" } else { "network helper" };
+            ProbeKind::RouterLive | ProbeKind::HelperLive => {
+                let name = if k == ProbeKind::RouterLive {
+                    "router"
+                } else {
+                    "network helper"
+                };
                 if let Err(e) = via_nic(route_source(addr)) {
                     out.fail(&format!("{name} live"), format!("{addr}: {e}"));
                     continue;
                 }
-                match refused_fast(addr, k == "helper-live") {
+                match refused_fast(addr, k == ProbeKind::HelperLive) {
                     Ok(d) if d < Duration::from_millis(500) => out.ok(
                         &format!("{name} live"),
                         format!("{addr} refused a connection in {} ms", d.as_millis()),
@@ -191,15 +219,12 @@ pub fn run(args: &[&str]) -> i32 {
                     Err(e) => out.fail(&format!("{name} live"), format!("{addr}: {e}")),
                 }
             }
-            "ipv6-off" => match route_source(addr) {
+            ProbeKind::Ipv6Off => match route_source(addr) {
                 Ok(src) => out.fail("ipv6 disabled", format!("{addr} is routable (source {src})")),
                 Err(e) => out.ok("ipv6 disabled", format!("{addr} unreachable: {e}")),
             },
-            _ => {
-                eprintln!("probe: unknown check {k:?}");
-                return 2;
-            }
         }
     }
+    out.send(ProbeMsg::Done);
     i32::from(out.failed)
 }

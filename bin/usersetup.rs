@@ -5,8 +5,11 @@
 //! and the home `/home/NAME` is made (from `/etc/skel`) when missing. Both
 //! live under persisted paths by default, so this happens once per Domain.
 //! Written without the image's tools (an image need not have `useradd`).
+//! Reports one `lazaret::guest::SetupMsg` frame on stdout.
 
 use std::io::Write;
+
+use lazaret::guest::{Message, SetupMsg, MAX_SETUP_REASON};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -21,13 +24,26 @@ pub fn run(name: &str, uid: &str) -> i32 {
     if !valid || uid == 0 {
         return 2;
     }
-    match setup(name, uid) {
-        Ok(()) => 0,
+    // The report is one `SetupMsg` frame on stdout; stderr is for the log.
+    let (msg, code) = match setup(name, uid) {
+        Ok(()) => (SetupMsg::Done, 0),
         Err(e) => {
             eprintln!("lazaret: user {name}: {e}");
-            1
+            let mut end = e.len().min(MAX_SETUP_REASON);
+            while !e.is_char_boundary(end) {
+                end -= 1;
+            }
+            (
+                SetupMsg::Failed {
+                    reason: e[..end].to_string(),
+                },
+                1,
+            )
         }
-    }
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
+    code
 }
 
 /// (name, id) of the entries of a passwd- or group-style file.

@@ -27,5 +27,7 @@ pub fn main() -> i32 {
 }
 
 // For the sandbox-side binaries (bin/): the pure modules they share
-// (`display` and `escalation` above, and the Trust Anchor's session side).
+// (`display` and `escalation` above, the Trust Anchor's session side, and
+// the messages `lazaret-init` sends to the host).
 pub use crate::coordinator::trust;
+pub use crate::wire::guest;

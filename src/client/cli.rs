@@ -254,7 +254,7 @@ pub(crate) struct Resolved {
     /// `--publish` forwards for a Domain this client starts.
     pub(crate) publish: Vec<crate::config::ports::PortForward>,
     /// `--memory/--pids/--cpus` for a Domain this CLI starts.
-    pub(crate) limit_overrides: String,
+    pub(crate) limit_overrides: config::Limits,
     /// `--root`: this client's session runs as root even when the profile
     /// names a `user`.
     pub(crate) root: bool,
@@ -299,7 +299,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         paths,
         pass,
         publish: Vec::new(),
-        limit_overrides: String::new(),
+        limit_overrides: config::Limits::default(),
         root: false,
     })
 }
@@ -345,7 +345,7 @@ fn limit_flags(args: &mut pico_args::Arguments) -> Result<config::Limits, Failur
 /// Explicit limits need a cgroup mechanism: refuse (exit 2) with the fix
 /// when there is none, before anything starts.
 fn check_limits(r: &Resolved) -> Result<(), Failure> {
-    let explicit = r.profile.limits.explicit() || !r.limit_overrides.is_empty();
+    let explicit = r.profile.limits.explicit() || r.limit_overrides.explicit();
     if !explicit {
         return Ok(());
     }
@@ -386,7 +386,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     crate::config::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
     r.publish = publish;
     r.root = as_root;
-    r.limit_overrides = crate::storage::cgroup::encode_overrides(&overrides);
+    r.limit_overrides = overrides;
     check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
     crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
@@ -516,11 +516,7 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .arg("--config")
         .arg(&r.cfg.path)
         .args(r.publish.iter().flat_map(|p| ["--publish".to_string(), p.to_string()]))
-        .args(if r.limit_overrides.is_empty() {
-            vec![]
-        } else {
-            vec!["--limits".to_string(), r.limit_overrides.clone()]
-        })
+        .args(crate::storage::cgroup::override_args(&r.limit_overrides))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
@@ -982,7 +978,7 @@ fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         workspace: args.value_from_str("--workspace")?,
         config: args.value_from_str("--config")?,
         publish: args.values_from_str("--publish")?,
-        limits: args.opt_value_from_str("--limits")?,
+        limits: crate::storage::cgroup::coordinator_overrides(&mut args)?,
     };
     finish_args(args)?;
     Ok(coordinator::main(a))

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 /// Name of the slirp4netns API socket in the generation dir.
 pub const API_SOCKET: &str = "slirp.sock";
-/// The installed forwards, one per line, for `net show` (generation dir).
+/// The installed forwards for `net show` (generation dir;
+/// `wire::show::ShowMsg::Ports`).
 pub const PORTS_FILE: &str = "ports";
 
 /// One TCP forward: `ADDR:HOSTPORT` on the host to `GUESTPORT` in the guest.

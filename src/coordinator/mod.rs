@@ -66,8 +66,8 @@ pub struct Args {
     /// `--publish` forwards of the CLI that started the Domain.
     pub publish: Vec<crate::config::ports::PortForward>,
     /// `--memory/--pids/--cpus` from the CLI that started this Domain
-    /// (`cgroup::encode_overrides`).
-    pub limits: Option<String>,
+    /// (`cgroup::override_args`): the set fields win over the profile's.
+    pub limits: crate::config::Limits,
 }
 
 /// Startup reports to the CLI that spawned us (`wire::start::StartMsg`).

@@ -16,7 +16,7 @@ impl Coordinator {
                 profile.name
             ));
         }
-        let limits = crate::storage::cgroup::apply_overrides(profile.limits, args.limits.as_deref().unwrap_or(""))?;
+        let limits = crate::storage::cgroup::apply_overrides(profile.limits, &args.limits);
         let limits = crate::storage::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
         let storage = paths::storage_root().map_err(|e| e.to_string())?;
@@ -480,19 +480,23 @@ impl Coordinator {
         let mut cmd = self.runsc_in_ns()?;
         cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
         cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
-        if !out.status.success() {
-            let text = String::from_utf8_lossy(&out.stderr);
-            let line = text
-                .lines()
-                .find(|l| l.starts_with("lazaret: user "))
-                .map(|l| crate::display::escape(l.trim_start_matches("lazaret: ")))
-                .unwrap_or_else(|| "the guest could not create it".into());
-            log::warn!("user setup failed: {}", crate::display::escape(&text));
-            return Err(format!("profile {} user {name}: {line}", self.profile.name));
+        // Its report is one `wire::guest::SetupMsg` frame (from the sandbox:
+        // anything else is a failure).
+        use crate::wire::guest::SetupMsg;
+        match crate::wire::decode_one::<SetupMsg>(&out.stdout) {
+            Ok(SetupMsg::Done) if out.status.success() => Ok(()),
+            report => {
+                let line = match report {
+                    Ok(SetupMsg::Failed { reason }) => crate::display::escape(&format!("user {name}: {reason}")),
+                    _ => "the guest could not create it".into(),
+                };
+                let text = String::from_utf8_lossy(&out.stderr);
+                log::warn!("user setup failed: {}", crate::display::escape(&text));
+                Err(format!("profile {} user {name}: {line}", self.profile.name))
+            }
         }
-        Ok(())
     }
 
     /// Host port forwards through slirp4netns's API socket; the list goes
@@ -511,8 +515,9 @@ impl Coordinator {
             // answers ARP for on tap0 and routes to lzr1.
             crate::net::policy::SANDBOX_ADDR,
         )?;
-        let text: String = self.ports.iter().map(|p| format!("{p}\n")).collect();
-        std::fs::write(gen_dir.join(crate::config::ports::PORTS_FILE), text).map_err(|e| io_msg("writing gen/ports", e))
+        let msg = crate::wire::show::ShowMsg::Ports(self.ports.clone());
+        crate::wire::show::write(&gen_dir.join(crate::config::ports::PORTS_FILE), &msg)
+            .map_err(|e| io_msg("writing gen/ports", e))
     }
 
     /// Makes the generation joinable: the socket appears at its published

@@ -41,6 +41,7 @@ use std::path::PathBuf;
 
 use crate::config::{Prefix, Profile};
 use crate::plan::Json;
+use crate::wire::guest::{ProbeCmd, ProbeKind, ProbeSpec};
 
 /// slirp4netns's fixed addresses (`--configure`, default `--cidr`). `tap0`
 /// and the guest address `10.0.2.100` are the router's.
@@ -607,28 +608,35 @@ impl Policy {
         out
     }
 
-    /// Arguments for `/.lazaret/init probe` (see bin/lazaret-init.rs).
-    pub fn probe_args(&self) -> Vec<String> {
-        let mut a = vec![
-            "probe".to_string(),
-            format!("sandbox-src={SANDBOX_ADDR}"),
-            format!("router-live={ROUTER_ADDR}"),
-            format!("helper-live={SLIRP_GATEWAY}"),
-            format!("ipv6-off={IPV6_SAMPLE}"),
+    /// The request `/.lazaret/init probe` reads on its stdin (see
+    /// bin/probe.rs).
+    pub fn probe_request(&self) -> ProbeCmd {
+        let spec = |kind, addr: IpAddr, prefix| ProbeSpec { kind, addr, prefix };
+        let mut checks = vec![
+            spec(ProbeKind::RouterLive, ROUTER_ADDR.into(), None),
+            spec(ProbeKind::HelperLive, SLIRP_GATEWAY.into(), None),
+            spec(ProbeKind::Ipv6Off, IPV6_SAMPLE.parse().expect("an IPv6 address"), None),
         ];
         for s in self.samples() {
-            let k = if s.action == Action::Deny { "deny" } else { "allow" };
-            a.push(format!("{k}={}@{}", s.addr, s.prefix));
+            let k = if s.action == Action::Deny {
+                ProbeKind::Deny
+            } else {
+                ProbeKind::Allow
+            };
+            checks.push(spec(k, s.addr.into(), Some(s.prefix)));
         }
         for r in &self.resolvers {
-            a.push(format!("resolver={r}"));
+            checks.push(spec(ProbeKind::Resolver, (*r).into(), None));
             if self.custom_dns {
                 // Only a resolver the user chose is queried: slirp's own
                 // forwarder would send the query on to the host's resolver.
-                a.push(format!("dns-query={r}"));
+                checks.push(spec(ProbeKind::DnsQuery, (*r).into(), None));
             }
         }
-        a
+        ProbeCmd::Run {
+            sandbox_src: SANDBOX_ADDR.into(),
+            checks,
+        }
     }
 
     /// What `lazaret net show` prints.
@@ -1074,6 +1082,18 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// The probe request as `KIND=ADDR[@PREFIX]` words, for assertions.
+    fn probe_words(pol: &Policy) -> Vec<String> {
+        let ProbeCmd::Run { checks, .. } = pol.probe_request();
+        checks
+            .iter()
+            .map(|c| match c.prefix {
+                Some(p) => format!("{}={}@{p}", c.kind.word(), c.addr),
+                None => format!("{}={}", c.kind.word(), c.addr),
+            })
+            .collect()
+    }
+
     fn p(s: &str) -> Prefix {
         s.parse().unwrap()
     }
@@ -1160,7 +1180,7 @@ mod tests {
             "a chosen resolver is reachable"
         );
         assert_eq!(pol.decide(a("192.168.1.54")), Action::Deny);
-        assert!(pol.probe_args().contains(&"dns-query=198.18.0.2".to_string()));
+        assert!(probe_words(&pol).contains(&"dns-query=198.18.0.2".to_string()));
         // A default deny of exactly the resolver yields to the resolver.
         let pol = derive_ok(Some(&[p("198.18.0.2/32")]), &pr);
         assert_eq!(pol.decide(a("198.18.0.2")), Action::Allow);
@@ -1507,7 +1527,7 @@ mod tests {
         assert!(!s.iter().any(|x| x.action == Action::Deny && x.addr == a("198.18.0.1")));
         // Never the slirp guest's own address for 10/8 samples.
         assert!(s.iter().all(|x| x.addr != SLIRP_GUEST));
-        let args = pol.probe_args();
+        let args = probe_words(&pol);
         assert!(args.contains(&"deny=10.0.0.1@10.0.0.0/8".to_string()), "{args:?}");
         assert!(args.contains(&"resolver=10.0.2.3".to_string()));
         assert!(

@@ -11,6 +11,49 @@ use crate::config::{Config, Profile};
 use crate::net::policy as netpolicy;
 use crate::net::sidecar;
 use crate::plan::Json;
+use crate::wire::show::NetReadiness;
+use crate::wire::FileError;
+
+/// A published file's content; missing is `None`, and so is a malformed one
+/// (said on stderr): nothing unverified is shown.
+fn read<T>(what: Result<T, FileError>) -> Option<T> {
+    match what {
+        Ok(v) => Some(v),
+        Err(FileError::Read(_, e)) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            eprintln!("lazaret: warning: {e}");
+            None
+        }
+    }
+}
+
+/// The readiness as `(key, value)` lines, in the order they are shown
+/// (`probe` once per check).
+fn fields(r: &NetReadiness) -> Vec<(String, String)> {
+    let mut kv: Vec<(String, String)> = vec![
+        ("generation".into(), r.generation.to_string()),
+        ("network-sidecar".into(), r.sidecar_id.clone()),
+        ("policy-digest".into(), r.policy_digest.clone()),
+        ("netns-inode".into(), r.netns_inode.to_string()),
+        ("fingerprint".into(), r.fingerprint.clone()),
+    ];
+    if let Some(p) = r.helper_pid {
+        kv.push(("helper-pid".into(), p.to_string()));
+    }
+    kv.extend(r.probe.iter().map(|l| ("probe".to_string(), l.clone())));
+    if let Some(f) = r.router {
+        kv.push(("router-netns-inode".into(), f.netns_inode.to_string()));
+        kv.push((
+            "enforced-at".into(),
+            format!(
+                "router namespace (host kernel): {} refused, {} forwarded to slirp4netns; \
+                 the sandbox has one route, to the router",
+                f.refused, f.forwarded
+            ),
+        ));
+    }
+    kv
+}
 
 pub fn show(
     cfg: &Config,
@@ -28,25 +71,26 @@ pub fn show(
     };
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
         .map_err(sidecar::SidecarError::Policy)?;
-    let readiness = if published {
-        std::fs::read_to_string(gen_dir.join(sidecar::READINESS_FILE))
-            .ok()
-            .map(|t| sidecar::parse_readiness(&t))
-    } else {
-        None
-    };
-    // Host port forwards: the installed ones while running, else the profile's.
-    let ports: Vec<String> = match published
-        .then(|| std::fs::read_to_string(gen_dir.join(crate::config::ports::PORTS_FILE)).ok())
+    let readiness = published
+        .then(|| {
+            read(crate::wire::show::read_readiness(
+                &gen_dir.join(sidecar::READINESS_FILE),
+            ))
+        })
         .flatten()
-    {
-        Some(t) => t
-            .lines()
-            .map(|l| crate::display::escape(l.trim()))
-            .filter(|l| !l.is_empty())
-            .collect(),
-        None => profile.ports.iter().map(|p| p.to_string()).collect(),
-    };
+        .map(|r| fields(&r));
+    // Host port forwards: the installed ones while running, else the profile's.
+    let ports: Vec<String> = published
+        .then(|| {
+            read(crate::wire::show::read_ports(
+                &gen_dir.join(crate::config::ports::PORTS_FILE),
+            ))
+        })
+        .flatten()
+        .unwrap_or_else(|| profile.ports.clone())
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
     if json {
         let ready = match &readiness {
             None => Json::Null,

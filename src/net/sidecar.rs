@@ -23,11 +23,15 @@ use crate::net::policy::{self as netpolicy, Policy};
 use crate::plan::BindMount;
 use crate::storage::store::{NetworkReadiness, Store};
 use crate::sys;
+use crate::wire::guest::{ProbeCheck, ProbeCmd, ProbeError};
 use crate::wire::plan::PlanMsg;
+use crate::wire::show::{NetReadiness as WireReadiness, RouterFacts, ShowMsg};
 use crate::wire::supervisor::StatusMsg;
+use crate::wire::Message;
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
-/// The readiness summary `lazaret net show` reads, in the generation dir.
+/// The readiness summary `lazaret net show` reads, in the generation dir
+/// (`wire::show::ShowMsg::NetReadiness`).
 pub const READINESS_FILE: &str = "net-readiness";
 
 pub struct NetRole {
@@ -71,8 +75,10 @@ pub enum SidecarError {
     ProbeTimeout,
     /// The probe's failed checks.
     ProbeFailed(String),
-    /// The probe exited unsuccessfully (its status, its stderr).
+    /// The probe exited unsuccessfully (its status, its stderr, escaped).
     ProbeCouldNotRun(std::process::ExitStatus, String),
+    /// The probe's report is malformed, cut or oversized.
+    ProbeReport(ProbeError),
 }
 
 impl std::fmt::Display for SidecarError {
@@ -102,6 +108,7 @@ impl std::fmt::Display for SidecarError {
             ProbeTimeout => write!(f, "network probe did not finish in 20 s; the Domain is not published"),
             ProbeFailed(checks) => write!(f, "network probe failed, the Domain is not published: {checks}"),
             ProbeCouldNotRun(st, err) => write!(f, "network probe could not run ({st}): {err}"),
+            ProbeReport(e) => write!(f, "network probe: {e}; the Domain is not published"),
         }
     }
 }
@@ -292,15 +299,15 @@ impl NetRole {
                 return Err(SidecarError::WrongNamespace { seen, attested: inode });
             }
             let mut cmd = probe_cmd().map_err(|e| SidecarError::ProbeCommand(e.to_string()))?;
-            cmd.args(self.policy.probe_args());
-            (inode, router_inode, run_probe(cmd)?)
+            cmd.arg("probe");
+            (inode, router_inode, run_probe(cmd, &self.policy.probe_request())?)
         } else {
-            (
-                ns_inode(supervisor_pid)?,
-                0,
-                "skipped: network.mode = \"none\"".to_string(),
-            )
+            (ns_inode(supervisor_pid)?, 0, vec![ProbeLine::Skipped])
         };
+        // The store and the log get the escaped text; `net show` the
+        // checks as received (it escapes what it prints).
+        let probe_text: Vec<String> = probe.iter().map(ProbeLine::escaped).collect();
+        let probe_lines: Vec<String> = probe.iter().map(ProbeLine::raw).collect();
         let digest = self.policy.digest();
         let fingerprint = netpolicy::readiness_fingerprint(
             domain_id,
@@ -317,29 +324,31 @@ impl NetRole {
             policy_digest: digest,
             netns_inode: inode,
             fingerprint,
-            probe,
+            probe: probe_text.join("\n"),
         };
         store.record_network_readiness(&r)?;
-        let mut summary = readiness_text(&r, self.slirp.map(|s| s.0));
-        if self.policy.enabled {
-            summary.push_str(&format!(
-                "router-netns-inode {router_inode}\nenforced-at router namespace (host kernel): {} \
-                 refused, {} forwarded to slirp4netns; the sandbox has one route, to the router\n",
-                self.policy
-                    .plan()
-                    .routes
-                    .iter()
-                    .filter(|r| r.kind == netpolicy::RouteKind::Reject)
-                    .count(),
-                self.policy
-                    .plan()
-                    .routes
-                    .iter()
-                    .filter(|r| r.kind == netpolicy::RouteKind::Helper)
-                    .count(),
-            ));
+        let router = self.policy.enabled.then(|| {
+            let count = |k| self.policy.plan().routes.iter().filter(|r| r.kind == k).count() as u32;
+            RouterFacts {
+                netns_inode: router_inode,
+                refused: count(netpolicy::RouteKind::Reject),
+                forwarded: count(netpolicy::RouteKind::Helper),
+            }
+        });
+        let summary = ShowMsg::NetReadiness(WireReadiness {
+            generation: r.generation,
+            sidecar_id: r.sidecar_id.clone(),
+            policy_digest: r.policy_digest.clone(),
+            netns_inode: r.netns_inode,
+            fingerprint: r.fingerprint.clone(),
+            helper_pid: self.slirp.map(|s| s.0),
+            probe: probe_lines,
+            router,
+        });
+        // Only `net show` reads it: a failed write leaves "not attested yet".
+        if let Err(e) = crate::wire::show::write(&self.gen_dir.join(READINESS_FILE), &summary) {
+            log::warn!("writing {READINESS_FILE}: {e}");
         }
-        let _ = std::fs::write(self.gen_dir.join(READINESS_FILE), summary);
         log::info!("network ready: fingerprint {}", r.fingerprint);
         Ok(())
     }
@@ -352,45 +361,78 @@ fn ns_inode(pid: i32) -> Result<u64, SidecarError> {
         .map_err(|e| SidecarError::NsInode(pid, e))
 }
 
-/// Runs the probe (bounded) and returns its report, or the failing checks.
-fn run_probe(mut cmd: Command) -> Result<String, SidecarError> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+/// One line of the probe report: a check as the sandbox reported it, or
+/// why there was no probe.
+enum ProbeLine {
+    Check(ProbeCheck),
+    Skipped,
+}
+
+impl ProbeLine {
+    const SKIPPED: &'static str = "skipped: network.mode = \"none\"";
+
+    /// For the store and the log.
+    fn escaped(&self) -> String {
+        match self {
+            ProbeLine::Check(c) => c.line(),
+            ProbeLine::Skipped => Self::SKIPPED.into(),
+        }
+    }
+
+    /// For `net show`, which escapes what it prints.
+    fn raw(&self) -> String {
+        match self {
+            ProbeLine::Check(c) => format!("{} {}: {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail),
+            ProbeLine::Skipped => Self::SKIPPED.into(),
+        }
+    }
+}
+
+/// Runs the probe (bounded) on `request` and returns its checks, or the
+/// failing ones.
+/// Its stdout is `wire::guest::ProbeMsg` frames from inside the sandbox:
+/// hostile, bounded, and anything but checks then `Done` fails closed.
+fn run_probe(mut cmd: Command, request: &ProbeCmd) -> Result<Vec<ProbeLine>, SidecarError> {
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(SidecarError::ProbeSpawn)?;
+    // The request, then EOF. Written aside: a probe that never reads must
+    // not hold us past the deadline (its end closes when it is killed).
+    if let Some(mut stdin) = child.stdin.take() {
+        let frame = request.encode();
+        std::thread::spawn(move || {
+            let _ = std::io::Write::write_all(&mut stdin, &frame);
+        });
+    }
     let status = crate::sys::wait_deadline(&mut child, PROBE_TIMEOUT);
-    let mut out = String::new();
-    let mut err = String::new();
-    let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut out));
-    let _ = child.stderr.take().map(|mut s| s.read_to_string(&mut err));
-    log::info!("network probe:\n{}", out.trim_end());
-    let failed: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("FAIL ")).collect();
-    match status {
-        None => Err(SidecarError::ProbeTimeout),
-        Some(_) if !failed.is_empty() => Err(SidecarError::ProbeFailed(failed.join("; "))),
-        Some(st) if !st.success() => Err(SidecarError::ProbeCouldNotRun(st, err.trim().replace('\n', " "))),
-        Some(_) => Ok(out),
+    let Some(status) = status else {
+        return Err(SidecarError::ProbeTimeout);
+    };
+    let mut err = Vec::new();
+    let _ = child.stderr.take().map(|s| s.take(64 * 1024).read_to_end(&mut err));
+    let err = crate::display::escape(&String::from_utf8_lossy(&err).trim().replace('\n', " "));
+    let report = match child.stdout.take() {
+        Some(mut out) => crate::wire::guest::wait_for_report(&mut out),
+        None => return Err(SidecarError::ProbeCouldNotRun(status, err)),
+    };
+    let checks = match report {
+        Ok(c) => c,
+        Err(_) if !status.success() => return Err(SidecarError::ProbeCouldNotRun(status, err)),
+        Err(e) => return Err(SidecarError::ProbeReport(e)),
+    };
+    let lines: Vec<String> = checks.iter().map(ProbeCheck::line).collect();
+    log::info!("network probe:\n{}", lines.join("\n"));
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.line().trim_start_matches("FAIL ").to_string())
+        .collect();
+    if !failed.is_empty() {
+        return Err(SidecarError::ProbeFailed(failed.join("; ")));
     }
-}
-
-fn readiness_text(r: &NetworkReadiness, helper_pid: Option<i32>) -> String {
-    let mut s = format!(
-        "generation {}\nnetwork-sidecar {}\npolicy-digest {}\nnetns-inode {}\nfingerprint {}\n",
-        r.generation, r.sidecar_id, r.policy_digest, r.netns_inode, r.fingerprint
-    );
-    if let Some(p) = helper_pid {
-        s.push_str(&format!("helper-pid {p}\n"));
+    if !status.success() {
+        return Err(SidecarError::ProbeCouldNotRun(status, err));
     }
-    for l in r.probe.lines() {
-        s.push_str(&format!("probe {l}\n"));
-    }
-    s
-}
-
-/// Parses the readiness summary back (for `lazaret net show`).
-pub fn parse_readiness(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    Ok(checks.into_iter().map(ProbeLine::Check).collect())
 }
 
 #[cfg(test)]

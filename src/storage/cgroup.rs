@@ -131,8 +131,6 @@ pub fn meminfo_view(host: &str, limit: u64) -> Option<String> {
 /// error and the path.
 #[derive(Debug)]
 pub enum CgroupError {
-    /// An encoded `--memory/--pids/--cpus` override that does not parse.
-    BadOverride(String),
     /// No mechanism (why, the fix).
     Unavailable(String, String),
     /// v2: enabling controllers (the `+ctl` list, the file).
@@ -147,7 +145,6 @@ impl std::fmt::Display for CgroupError {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         use CgroupError::*;
         match self {
-            BadOverride(part) => write!(f, "bad limit override {part:?}"),
             Unavailable(why, fix) => write!(f, "no cgroup for resource limits: {why}; fix: {fix}"),
             EnableControllers(ctls, p, e) => write!(
                 f,
@@ -170,36 +167,38 @@ impl From<CgroupError> for String {
     }
 }
 
-/// Applies `--memory/--pids/--cpus` given on the command line (encoded by
-/// [`encode_overrides`]) onto a profile's limits.
-pub fn apply_overrides(mut l: Limits, enc: &str) -> Result<Limits, CgroupError> {
-    for part in enc.split(',').filter(|p| !p.is_empty()) {
-        let bad = || CgroupError::BadOverride(part.to_string());
-        let (k, v) = part.split_once('=').ok_or_else(bad)?;
-        let n: u64 = v.parse().map_err(|_| bad())?;
-        match k {
-            "memory" => l.memory = Some(n),
-            "pids" => l.pids = Some(n),
-            "cpus" => l.cpu_millis = Some(n),
-            _ => return Err(bad()),
-        }
-    }
-    Ok(l)
+/// Applies `--memory/--pids/--cpus` given on the command line (the set
+/// fields of `o`) onto a profile's limits.
+pub fn apply_overrides(mut l: Limits, o: &Limits) -> Limits {
+    l.memory = o.memory.or(l.memory);
+    l.pids = o.pids.or(l.pids);
+    l.cpu_millis = o.cpu_millis.or(l.cpu_millis);
+    l
 }
 
-/// `memory=BYTES,pids=N,cpus=MILLIS` for the set fields.
-pub fn encode_overrides(l: &Limits) -> String {
-    let mut out = Vec::new();
-    if let Some(v) = l.memory {
-        out.push(format!("memory={v}"));
-    }
-    if let Some(v) = l.pids {
-        out.push(format!("pids={v}"));
-    }
-    if let Some(v) = l.cpu_millis {
-        out.push(format!("cpus={v}"));
-    }
-    out.join(",")
+/// The coordinator's flags for the CLI's overrides: `--memory-bytes N`,
+/// `--pids N`, `--cpu-millis N` (plain integers, one flag per field;
+/// `coordinator_overrides` parses them back).
+pub const OVERRIDE_FLAGS: [&str; 3] = ["--memory-bytes", "--pids", "--cpu-millis"];
+
+pub fn override_args(o: &Limits) -> Vec<String> {
+    OVERRIDE_FLAGS
+        .iter()
+        .zip([o.memory, o.pids, o.cpu_millis])
+        .filter_map(|(f, v)| v.map(|v| [f.to_string(), v.to_string()]))
+        .flatten()
+        .collect()
+}
+
+/// [`override_args`] parsed back (pico-args' `u64` parser; a bad value is a
+/// usage error naming the flag).
+pub fn coordinator_overrides(args: &mut pico_args::Arguments) -> Result<Limits, pico_args::Error> {
+    Ok(Limits {
+        memory: args.opt_value_from_str(OVERRIDE_FLAGS[0])?,
+        pids: args.opt_value_from_str(OVERRIDE_FLAGS[1])?,
+        cpu_millis: args.opt_value_from_str(OVERRIDE_FLAGS[2])?,
+        ..Limits::default()
+    })
 }
 
 /// MemTotal from /proc/meminfo, in bytes.
@@ -816,10 +815,27 @@ mod tests {
             (4 << 30, 8192, None, false)
         );
         assert!(v1_settings("cpu", &d).is_empty());
-        let l = apply_overrides(Limits::default(), "memory=1048576000,cpus=250").unwrap();
-        assert_eq!((l.memory, l.cpu_millis, l.pids), (Some(1048576000), Some(250), None));
-        assert_eq!(encode_overrides(&l), "memory=1048576000,cpus=250");
-        assert!(apply_overrides(Limits::default(), "x=1").is_err());
+        let o = Limits {
+            memory: Some(1048576000),
+            cpu_millis: Some(250),
+            ..Limits::default()
+        };
+        let base = Limits {
+            pids: Some(64),
+            cpu_millis: Some(1000),
+            ..Limits::default()
+        };
+        let l = apply_overrides(base, &o);
+        assert_eq!(
+            (l.memory, l.cpu_millis, l.pids),
+            (Some(1048576000), Some(250), Some(64))
+        );
+        let argv = override_args(&o);
+        assert_eq!(argv, ["--memory-bytes", "1048576000", "--cpu-millis", "250"]);
+        let mut a = pico_args::Arguments::from_vec(argv.iter().map(Into::into).collect());
+        assert_eq!(coordinator_overrides(&mut a).unwrap(), o);
+        let mut a = pico_args::Arguments::from_vec(vec!["--pids".into(), "2e3".into()]);
+        assert!(coordinator_overrides(&mut a).is_err());
     }
 }
 

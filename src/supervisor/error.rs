@@ -43,6 +43,8 @@ pub enum SupervisorError {
     SignalPipe(io::Error),
     /// The start time of `runsc run` (its identity) is unreadable.
     StartTime(i32),
+    /// The sandbox's init reported something other than `Ready`.
+    InitReport(crate::wire::guest::InitError),
 }
 
 impl fmt::Display for SupervisorError {
@@ -65,6 +67,7 @@ impl fmt::Display for SupervisorError {
             StartRunsc(e) => write!(f, "cannot start runsc: {e} (run `lazaret doctor`)"),
             SignalPipe(e) => write!(f, "signal pipe: {e}"),
             StartTime(pid) => write!(f, "cannot read the start time of runsc run (pid {pid})"),
+            InitReport(e) => write!(f, "{e}"),
         }
     }
 }

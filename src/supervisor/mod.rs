@@ -17,7 +17,7 @@
 //!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
 //!    namespace) on the coordinator's bundle; its root process is
-//!    Lazaret's init, which prints `ready`;
+//!    Lazaret's init, which reports `wire::guest::InitMsg::Ready` on its stdout;
 //! 5. report `Ready { pid, start }` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
@@ -25,7 +25,6 @@
 //! `LeaseMsg::Mapped` then EOF on the lease pipe); the plans it is handed
 //! are `wire::plan::PlanMsg` files.
 
-use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -35,7 +34,9 @@ use crate::net::install as netns;
 use crate::net::policy;
 use crate::plan;
 use crate::sys;
+use crate::wire::guest::{InitError, InitReceiver};
 use crate::wire::supervisor::StatusMsg;
+use crate::wire::ReadError;
 
 mod error;
 pub use error::SupervisorError;
@@ -260,14 +261,14 @@ fn supervise(
         Ok(s) => s,
         Err(e) => return fail(SupervisorError::SignalPipe(e)),
     };
-    let mut ready = Some(std::fs::File::from(ready));
+    let mut ready = Some(InitReceiver::new(std::fs::File::from(ready)));
     let mut reported = false;
     loop {
         let mut fds = sys::PollSet::new();
         fds.read(&lease, Wake::Lease);
         fds.read(&sig, Wake::Signals);
         if let Some(r) = &ready {
-            fds.read(r, Wake::Ready);
+            fds.read(r.pipe(), Wake::Ready);
         }
         if fds.wait(Some(HELPER_CHECK)).is_err() {
             continue;
@@ -298,21 +299,31 @@ fn supervise(
             }
         }
         if fds.is_readable(Wake::Ready) {
-            let mut buf = [0u8; 64];
-            let n = ready.as_mut().map(|r| r.read(&mut buf).unwrap_or(0)).unwrap_or(0);
-            if n == 0 {
-                ready = None;
-            } else if !reported && buf[..n].starts_with(b"ready") {
-                let pid = child.id() as i32;
-                // Fail closed: the coordinator records runsc by pid and start
-                // time, never by a guessed one.
-                let Some(start) = sys::proc_start_time(pid) else {
-                    fail(SupervisorError::StartTime(pid));
+            // Init's report comes from inside the sandbox: one bounded
+            // `InitMsg::Ready` frame, anything else stops the sandbox.
+            match ready.as_mut().map(InitReceiver::wait_for_ready) {
+                Some(Ok(true)) => {
+                    ready = None;
+                    let pid = child.id() as i32;
+                    // Fail closed: the coordinator records runsc by pid and start
+                    // time, never by a guessed one.
+                    let Some(start) = sys::proc_start_time(pid) else {
+                        fail(SupervisorError::StartTime(pid));
+                        stop_sandbox(args, child);
+                        return 1;
+                    };
+                    status(&StatusMsg::Ready { pid, start });
+                    reported = true;
+                }
+                Some(Ok(false)) | None => {}
+                // runsc closes it when it exits (reported on SIGCHLD);
+                // no Ready means the Domain is never published.
+                Some(Err(InitError::Read(ReadError::Closed))) => ready = None,
+                Some(Err(e)) => {
+                    fail(SupervisorError::InitReport(e));
                     stop_sandbox(args, child);
                     return 1;
-                };
-                status(&StatusMsg::Ready { pid, start });
-                reported = true;
+                }
             }
         }
     }

@@ -14,14 +14,21 @@
 //! | coordinator → supervisor (plans) | [`plan::PlanMsg`] | one frame per plan file in the generation dir |
 //! | state helper → parent | [`helper::HelperMsg`] | the helper's stdout |
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |
+//! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s) |
+//! | `init probe` (in the sandbox) → coordinator | [`guest::ProbeMsg`] | the stdout of `runsc exec` |
+//! | coordinator → `init probe` | [`guest::ProbeCmd`] | the probe's stdin (one frame, then EOF) |
+//! | `init user-setup` (in the sandbox) → coordinator | [`guest::SetupMsg`] | its stdout (one frame) |
+//! | coordinator → `lazaret net show` | [`show::ShowMsg`] | one frame per file in the generation dir |
 //!
 //! A malformed frame, an unknown tag or a field out of range is an error
 //! (fail closed); a well-formed message that the receiving step does not
 //! expect is an [`UnexpectedMessage`].
 
 pub mod client;
+pub mod guest;
 pub mod helper;
 pub mod plan;
+pub mod show;
 pub mod start;
 pub mod supervisor;
 
@@ -191,6 +198,11 @@ mod tests {
         v.extend(plan::tests::samples().iter().map(Message::encode));
         v.extend(helper::tests::samples().iter().map(Message::encode));
         v.extend(helper::tests::samples_cmd().iter().map(Message::encode));
+        v.extend(guest::tests::samples_init().iter().map(Message::encode));
+        v.extend(guest::tests::samples_probe().iter().map(Message::encode));
+        v.extend(guest::tests::samples_cmd().iter().map(Message::encode));
+        v.extend(guest::tests::samples_setup().iter().map(Message::encode));
+        v.extend(show::tests::samples().iter().map(Message::encode));
         v
     }
 
@@ -219,6 +231,11 @@ mod tests {
         rt(plan::tests::samples());
         rt(helper::tests::samples());
         rt(helper::tests::samples_cmd());
+        rt(guest::tests::samples_init());
+        rt(guest::tests::samples_probe());
+        rt(guest::tests::samples_cmd());
+        rt(guest::tests::samples_setup());
+        rt(show::tests::samples());
     }
 
     #[test]
@@ -289,6 +306,8 @@ mod tests {
     fn every_decoder_survives_random_and_mutated_input() {
         for_each_mutation(0x2545f4914f6cdd1d, &all_samples(), |mut input| {
             let _ = decode_one::<plan::PlanMsg>(&input);
+            let _ = decode_one::<show::ShowMsg>(&input);
+            let _ = guest::wait_for_report(&mut &input[..]);
             if input.len() > 4 {
                 let payload = input.split_off(4);
                 check::<start::StartMsg>(&payload);
@@ -297,6 +316,11 @@ mod tests {
                 check::<plan::PlanMsg>(&payload);
                 check::<helper::HelperMsg>(&payload);
                 check::<helper::HelperCmd>(&payload);
+                check::<guest::InitMsg>(&payload);
+                check::<guest::ProbeMsg>(&payload);
+                check::<guest::ProbeCmd>(&payload);
+                check::<guest::SetupMsg>(&payload);
+                check::<show::ShowMsg>(&payload);
             }
         });
     }

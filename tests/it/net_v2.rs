@@ -184,15 +184,14 @@ udp(th, 53)
     assert!(r.stdout.contains(&format!("udp {} reply", th.ip)), "{r:?}");
 }
 
-/// The router namespace of the running Domain `id`: a path to an fd of it
-/// held by one of the user's processes (the supervisor holds one).
-fn router_ns(env: &Env, id: &str) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(env.runtime_root().join(id).join("gen/net-readiness")).ok()?;
-    let inode = text
-        .lines()
-        .find_map(|l| l.strip_prefix("router-netns-inode "))?
-        .trim()
-        .to_string();
+/// The router namespace of the running Domain (default profile on `ws`): a
+/// path to an fd of it held by one of the user's processes (the supervisor
+/// holds one). Its inode is in `net show --json`'s readiness.
+fn router_ns(env: &Env, ws: &Path, cfg: &Path) -> Option<PathBuf> {
+    let j = env.lz(ws, &["net", "show", "--json"]).config_home(cfg).run().stdout;
+    let key = "[\"router-netns-inode\",\"";
+    let rest = &j[j.find(key)? + key.len()..];
+    let inode = rest[..rest.find('"')?].to_string();
     let want = format!("net:[{inode}]");
     for (pid, uids, _) in harness::processes() {
         if uids.first() != Some(&env.uid) {
@@ -251,7 +250,6 @@ fn default_denies_hold_at_the_router_after_the_sandbox_reroutes() {
     let base = env.dir("netv2-defaults");
     let cfg = env.write_config(&base, "");
     let ws = env.dir("netv2-defaults-ws");
-    let id = env.domain_id("default", &ws);
     // Inside: a /32 via the gateway for every sample, then TTL-1 TCP and
     // UDP to each (a TTL-1 packet cannot pass the router), then wait so
     // the router can be inspected while the routes are in place.
@@ -287,7 +285,7 @@ time.sleep(8)
     }
     assert!(out.contains("attacked"), "{out}");
     // The router's own kernel decision, with the sandbox's routes changed.
-    let ns = router_ns(env, &id);
+    let ns = router_ns(env, &ws, &cfg);
     let decisions: Vec<(String, String)> = match &ns {
         Some(ns) => DEFAULT_DENIED
             .iter()
