@@ -41,6 +41,7 @@ impl Coordinator {
         let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
         let id = SessionId::random();
+        let sid = id.as_str();
         let (client_id, peer_pid) = {
             let c = &self.conns[&key];
             let client_id = match &c.state {
@@ -68,7 +69,7 @@ impl Coordinator {
             if !valid_client {
                 return self.refuse(key, "malformed client id".into());
             }
-            match b.anchor.issue(Role::ClientCli, &client_id, Some(id.as_str())).and_then(|c| {
+            match b.anchor.issue(Role::ClientCli, &client_id, Some(sid)).and_then(|c| {
                 cert_der = c.cert.to_der()?;
                 c.export()
             }) {

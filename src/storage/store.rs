@@ -501,11 +501,9 @@ impl Store {
     pub fn phase(&self, generation: Generation) -> Result<Option<Phase>> {
         Ok(self
             .conn
-            .query_row(
-                "SELECT phase FROM generations WHERE number = ?1",
-                [generation],
-                |r| r.get(0),
-            )
+            .query_row("SELECT phase FROM generations WHERE number = ?1", [generation], |r| {
+                r.get(0)
+            })
             .optional()?)
     }
 
@@ -582,7 +580,14 @@ impl Store {
         Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    pub fn open_session(&self, generation: Generation, id: &SessionId, client_id: &str, client_pid: i32, argv0: &str) -> Result<()> {
+    pub fn open_session(
+        &self,
+        generation: Generation,
+        id: &SessionId,
+        client_id: &str,
+        client_pid: i32,
+        argv0: &str,
+    ) -> Result<()> {
         self.conn.execute(
             "INSERT INTO sessions (id, generation, client_id, client_pid, argv0, opened_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![id.as_str(), generation, client_id, client_pid, argv0, now()],
@@ -607,10 +612,8 @@ impl Store {
     }
 
     pub fn release_leases(&self, generation: Generation) -> Result<()> {
-        self.conn.execute(
-            "UPDATE leases SET released = 1 WHERE generation = ?1",
-            [generation],
-        )?;
+        self.conn
+            .execute("UPDATE leases SET released = 1 WHERE generation = ?1", [generation])?;
         Ok(())
     }
 
