@@ -727,6 +727,16 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_generation_that_is_not_one_is_refused() {
+        let p = scratch("gen0");
+        let s = Store::open(&p).unwrap();
+        let read = |v: i64| s.conn.query_row("SELECT ?1", [v], |r| r.get::<_, Generation>(0));
+        assert_eq!(read(3).unwrap(), gen(3));
+        assert!(read(0).is_err());
+        assert!(read(-1).is_err());
+    }
+
+    #[test]
     fn owned_rows_are_listed_until_released() {
         let p = scratch("owned");
         let mut s = Store::open(&p).unwrap();

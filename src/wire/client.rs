@@ -823,6 +823,48 @@ mod tests {
         assert_eq!(ClientMsg::decode(&[8, 1, 0, 0, 0, 0xff]), Err(DecodeError::BadUtf8));
     }
 
+    /// The typed ids travel as their plain bytes (a `u64`, a string); a
+    /// value outside the type's shape is refused, never carried on.
+    #[test]
+    fn typed_ids_keep_their_bytes_and_refuse_bad_values() {
+        let welcome = |generation: u64, session: &str| {
+            let mut e = Enc::new(1);
+            e.u32(PROTOCOL_VERSION).u64(generation).str("c").str(session);
+            e.finish()[4..].to_vec()
+        };
+        let good = welcome(7, "0123456789abcdef");
+        let m = ServerMsg::decode(&good).unwrap();
+        assert_eq!(
+            m,
+            ServerMsg::Welcome {
+                version: PROTOCOL_VERSION,
+                generation: Generation::new(7).unwrap(),
+                coordinator_id: "c".into(),
+                session_id: SessionId::parse("0123456789abcdef").unwrap(),
+            }
+        );
+        assert_eq!(&m.encode()[4..], &good[..]);
+        assert_eq!(
+            ServerMsg::decode(&welcome(0, "0123456789abcdef")),
+            Err(DecodeError::BadValue("generation"))
+        );
+        assert_eq!(
+            ServerMsg::decode(&welcome(7, "../../x")),
+            Err(DecodeError::BadValue("session id"))
+        );
+        let ServerMsg::Status(st) = &samples_server()[5] else {
+            panic!("sample 5 is the status")
+        };
+        let mut bad = st.clone();
+        bad.domain_id = DomainId::parse("0123456789abcdef0123").unwrap();
+        let mut frame = ServerMsg::Status(bad).encode()[4..].to_vec();
+        // The Domain ID's first byte, after the tag and its length.
+        frame[5] = b'/';
+        assert_eq!(ServerMsg::decode(&frame), Err(DecodeError::BadValue("domain id")));
+        assert!(SessionId::parse("0123456789ABCDEF").is_err());
+        assert_eq!(SessionId::random().as_str().len(), SessionId::LEN);
+    }
+
     /// Randomized corpus: mutations of valid frames and pure noise never
     /// panic, and whatever decodes re-encodes to the same bytes.
     #[test]
