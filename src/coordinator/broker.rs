@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Escalation;
 use crate::coordinator::trust::{Role, TrustAnchor};
+use crate::coordinator::CoordinatorError;
 use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
 
@@ -123,8 +124,8 @@ pub struct Broker {
     pub events: Vec<HostEvent>,
 }
 
-fn io_msg(what: &Path, e: io::Error) -> String {
-    format!("{}: {e}", what.display())
+fn io_err(what: &Path, e: io::Error) -> CoordinatorError {
+    CoordinatorError::Mailbox(what.to_path_buf(), e)
 }
 
 impl Broker {
@@ -135,26 +136,26 @@ impl Broker {
         workspace: &Path,
         mailbox: &Path,
         audit_log: &Path,
-    ) -> Result<Broker, String> {
+    ) -> Result<Broker, CoordinatorError> {
         remove_tree(mailbox);
         let requests = mailbox.join("requests");
         let results = mailbox.join("results");
         let quarantine = mailbox.join("quarantine");
         for d in [&requests, &results, &quarantine] {
-            std::fs::create_dir_all(d).map_err(|e| io_msg(d, e))?;
+            std::fs::create_dir_all(d).map_err(|e| io_err(d, e))?;
         }
-        std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_msg(mailbox, e))?;
+        std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_err(mailbox, e))?;
         std::fs::set_permissions(&requests, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io_msg(&requests, e))?;
+            .map_err(|e| io_err(&requests, e))?;
         // Results can be opened by name but not listed from the sandbox.
-        std::fs::set_permissions(&results, std::fs::Permissions::from_mode(0o300)).map_err(|e| io_msg(&results, e))?;
-        let inotify = sys::inotify_dir(&requests).map_err(|e| io_msg(&requests, e))?;
+        std::fs::set_permissions(&results, std::fs::Permissions::from_mode(0o300)).map_err(|e| io_err(&results, e))?;
+        let inotify = sys::inotify_dir(&requests).map_err(|e| io_err(&requests, e))?;
         let audit = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
             .open(audit_log)
-            .map_err(|e| io_msg(audit_log, e))?;
+            .map_err(|e| io_err(audit_log, e))?;
         Ok(Broker {
             anchor,
             config,
