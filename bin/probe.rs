@@ -210,7 +210,7 @@ pub fn run(args: &[&str]) -> i32 {
             },
             ProbeKind::Deny => {
                 let IpAddr::V4(v4) = addr else {
-                    out.fail(&check, "not IPv4".into());
+                    out.fail(&check, "not IPv4");
                     continue;
                 };
                 if v4.is_multicast() || v4.is_broadcast() {
