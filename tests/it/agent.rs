@@ -471,7 +471,9 @@ fn ports_forward_host_loopback_into_the_domain() {
 #[test]
 fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    // `image prune` on the user's own lowers refuses while another
+    // Domain prepares one: nothing else may be starting.
+    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("hk");
     let id = env.domain_id("default", &ws);
     let r = env.lz(&ws, &["run", "--", "true"]).run();
