@@ -24,6 +24,7 @@ use crate::config::Escalation;
 use crate::coordinator::trust::{Role, TrustAnchor};
 use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
+use crate::wire::mailbox;
 
 /// Most well-formed requests handled in one scan; the rest are handled
 /// by the next one, which the coordinator runs at once (`backlog`), so a
@@ -346,7 +347,7 @@ impl Broker {
         data: &[u8],
         session: &dyn Fn(&str) -> Option<SessionView>,
     ) -> Result<(Request, String), (Option<String>, String)> {
-        let (req, signed, sig) = Request::parse(data).map_err(|e| (None, e.to_string()))?;
+        let (req, signed, sig) = mailbox::decode_request(data).map_err(|e| (None, e.to_string()))?;
         let id = Some(req.id.clone());
         if name != format!("{}.req", req.id) {
             return Err((id, "file name does not match the request id".into()));
@@ -623,7 +624,7 @@ impl Broker {
             .mode(0o600)
             .custom_flags(sys::O_NOFOLLOW)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(o.encode().as_bytes()))
+            .and_then(|mut f| f.write_all(&mailbox::encode_result(o)))
             .and_then(|()| std::fs::rename(&tmp, &fin));
         if let Err(e) = ok {
             log::warn!("escalation: cannot deliver result {}: {e}", o.id);
@@ -801,8 +802,8 @@ mod intake_tests {
     }
 
     fn record(f: &Fixture, req: &Request) -> Vec<u8> {
-        let sig = f.key.sign(req.signed_part().as_bytes()).unwrap();
-        req.encode(&sig).into_bytes()
+        let sig = f.key.sign(&mailbox::signed_part(req)).unwrap();
+        mailbox::encode_request(req, &sig)
     }
 
     impl Fixture {
@@ -947,13 +948,13 @@ mod intake_tests {
         let k = SessionKey::parse(&ok.export().unwrap()).unwrap();
         f.put(
             &format!("{}.req", d.id),
-            d.encode(&k.sign(d.signed_part().as_bytes()).unwrap()).as_bytes(),
+            &mailbox::encode_request(&d, &k.sign(&mailbox::signed_part(&d)).unwrap()),
         );
         // A changed byte after signing.
         let mut e = request(&f, 13);
-        let sig = f.key.sign(e.signed_part().as_bytes()).unwrap();
+        let sig = f.key.sign(&mailbox::signed_part(&e)).unwrap();
         e.argv = vec!["rm".into()];
-        f.put(&format!("{}.req", e.id), e.encode(&sig).as_bytes());
+        f.put(&format!("{}.req", e.id), &mailbox::encode_request(&e, &sig));
         assert!(f.scan().is_empty());
         assert!(f.left().is_empty());
         let audit = f.audit();
