@@ -928,6 +928,24 @@ mod intake_tests {
     }
 
     #[test]
+    fn a_record_in_the_former_text_format_cut_or_with_trailing_bytes_is_malformed() {
+        let mut f = fixture("frame");
+        let a = request(&f, 14);
+        f.put(&format!("{}.req", a.id), format!("LZESC1\nid {}\n", a.id).as_bytes());
+        let b = request(&f, 15);
+        let rec = record(&f, &b);
+        f.put(&format!("{}.req", b.id), &rec[..rec.len() - 1]);
+        let c = request(&f, 16);
+        let mut rec = record(&f, &c);
+        rec.push(0);
+        f.put(&format!("{}.req", c.id), &rec);
+        assert!(f.scan().is_empty());
+        assert!(f.left().is_empty());
+        assert_eq!(f.audit().matches("malformed record").count(), 3, "{}", f.audit());
+        assert_eq!(f.results(), 0);
+    }
+
+    #[test]
     fn a_record_not_bound_to_its_name_session_or_key_is_rejected() {
         let mut f = fixture("bind");
         // Under another request's name.
