@@ -164,13 +164,142 @@ fn resolve_lexically(p: &Path) -> PathBuf {
 
 /// Deterministic Domain ID: truncated SHA-256 over the profile name and the
 /// canonical workspace path. A namespace, never a credential.
-pub fn domain_id(profile: &str, workspace: &Path) -> String {
+pub fn domain_id(profile: &str, workspace: &Path) -> DomainId {
     use std::os::unix::ffi::OsStrExt;
     let mut data = b"lazaret-domain-v1\0".to_vec();
     data.extend_from_slice(profile.as_bytes());
     data.push(0);
     data.extend_from_slice(workspace.as_os_str().as_bytes());
-    hex(&openssl::sha::sha256(&data)[..10])
+    DomainId(hex(&openssl::sha::sha256(&data)[..DomainId::LEN / 2]))
+}
+
+/// A value that is not the identifier it was read as: `what` names the
+/// kind, `expected` its shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidId {
+    pub what: &'static str,
+    pub expected: &'static str,
+}
+
+impl fmt::Display for InvalidId {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "not a {} ({})", self.what, self.expected)
+    }
+}
+
+/// True when `s` is `len` lowercase hex digits (the shape of every random
+/// or hashed id Lazaret makes).
+pub fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A Domain's ID: 20 lowercase hex digits, as [`domain_id`] makes it. It
+/// names the Domain's directories under the storage root and the runtime
+/// dir, so only a value of that shape can become one.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DomainId(String);
+
+impl DomainId {
+    pub const LEN: usize = 20;
+    /// Digits of the short form (sandbox container names, messages).
+    pub const SHORT_LEN: usize = 8;
+
+    pub fn parse(s: &str) -> Result<DomainId, InvalidId> {
+        if is_lower_hex(s, Self::LEN) {
+            Ok(DomainId(s.to_string()))
+        } else {
+            Err(InvalidId {
+                what: "Domain ID",
+                expected: "20 lowercase hex digits",
+            })
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The first [`Self::SHORT_LEN`] digits.
+    pub fn short(&self) -> &str {
+        &self.0[..Self::SHORT_LEN]
+    }
+}
+
+impl fmt::Display for DomainId {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for DomainId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for DomainId {
+    fn as_ref(&self) -> &Path {
+        Path::new(&self.0)
+    }
+}
+
+impl From<&DomainId> for String {
+    fn from(id: &DomainId) -> String {
+        id.0.clone()
+    }
+}
+
+impl PartialEq<str> for DomainId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for DomainId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for DomainId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+/// A generation of a Domain: the store numbers them 1, 2, 3, … and never
+/// reuses a number. Stored as an SQLite INTEGER, so at most `i64::MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Generation(u64);
+
+impl Generation {
+    pub const FIRST: Generation = Generation(1);
+
+    /// `n` as a generation: 0 and numbers beyond `i64::MAX` are refused.
+    pub fn new(n: u64) -> Result<Generation, InvalidId> {
+        if n == 0 || n > i64::MAX as u64 {
+            return Err(InvalidId {
+                what: "generation",
+                expected: "a number from 1 to 2^63-1",
+            });
+        }
+        Ok(Generation(n))
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The generation after this one (`None` past the largest).
+    pub fn next(self) -> Option<Generation> {
+        Generation::new(self.0 + 1).ok()
+    }
+}
+
+impl fmt::Display for Generation {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
 pub fn hex(bytes: &[u8]) -> String {
@@ -269,11 +398,46 @@ mod tests {
     fn domain_id_is_stable_and_separates_profiles() {
         let a = domain_id("default", Path::new("/home/u/p"));
         assert_eq!(a, domain_id("default", Path::new("/home/u/p")));
-        assert_eq!(a.len(), 20);
+        assert_eq!(a.as_str().len(), 20);
         assert_ne!(a, domain_id("other", Path::new("/home/u/p")));
         assert_ne!(a, domain_id("default", Path::new("/home/u/q")));
         // The separator keeps ("ab","/c") and ("a","b/c") apart.
         assert_ne!(domain_id("ab", Path::new("/c")), domain_id("a", Path::new("b/c")));
+    }
+
+    #[test]
+    fn domain_id_parse_refuses_what_is_not_one() {
+        let made = domain_id("default", Path::new("/home/u/p"));
+        assert_eq!(DomainId::parse(made.as_str()), Ok(made.clone()));
+        assert_eq!(made.short(), &made.as_str()[..8]);
+        for bad in [
+            "",
+            "0123456789abcdef012",
+            "0123456789abcdef01234",
+            "0123456789ABCDEF0123",
+            "../../etc/passwd0000",
+            "0123456789abcdef012/",
+            "0123456789abcdef012\n",
+            "0123456789abcdef01g3",
+            "٠123456789abcdef012",
+        ] {
+            let e = DomainId::parse(bad).unwrap_err();
+            assert!(e.to_string().contains("Domain ID"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn generations_order_and_step() {
+        assert!(Generation::new(0).is_err());
+        assert!(Generation::new(i64::MAX as u64 + 1).is_err());
+        let g = Generation::new(1).unwrap();
+        assert_eq!(g, Generation::FIRST);
+        let n = g.next().unwrap();
+        assert_eq!(n.get(), 2);
+        assert!(g < n && n < n.next().unwrap());
+        assert_eq!(n.to_string(), "2");
+        let last = Generation::new(i64::MAX as u64).unwrap();
+        assert_eq!(last.next(), None);
     }
 
     #[test]

@@ -246,7 +246,7 @@ pub(crate) struct Resolved {
     pub(crate) cfg: config::Config,
     pub(crate) profile: config::Profile,
     pub(crate) workspace: PathBuf,
-    pub(crate) domain_id: String,
+    pub(crate) domain_id: domain::DomainId,
     pub(crate) storage: PathBuf,
     pub(crate) paths: DomainPaths,
     /// Host variables this client passes to its session (never logged).
@@ -496,7 +496,7 @@ fn warn_unlimited(r: &Resolved) {
     if let crate::storage::cgroup::Mechanism::Unavailable { why, fix } = crate::storage::cgroup::detect() {
         eprintln!(
             "lazaret: warning: no resource limits for Domain {} ({why}); a runaway agent can exhaust this machine's memory, processes and CPU. Fix: {fix}",
-            &r.domain_id[..8]
+            r.domain_id.short()
         );
     }
 }
@@ -853,7 +853,7 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     crate::net::show::show(
         &r.cfg,
         &r.profile,
-        &r.domain_id,
+        r.domain_id.as_str(),
         &r.workspace,
         &r.paths.gen_dir(),
         published,

@@ -14,7 +14,7 @@ use crate::client::cli::{self, Failure, Outcome};
 use crate::config;
 use crate::display::escape;
 use crate::display::human_size;
-use crate::domain;
+use crate::domain::{self, DomainId};
 use crate::plan::Json;
 use crate::storage::paths::{self, DomainPaths};
 use crate::storage::state::{self, StateError};
@@ -76,7 +76,7 @@ fn running(root: &Path) -> Vec<StatusInfo> {
 }
 
 /// The one ID among `ids` that starts with `prefix` (pure).
-pub fn match_prefix<'a>(prefix: &str, ids: &'a [String], what: &str) -> Result<&'a str, Failure> {
+pub fn match_prefix<'a>(prefix: &str, ids: &'a [DomainId], what: &str) -> Result<&'a DomainId, Failure> {
     if prefix.is_empty()
         || prefix.len() > 20
         || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -86,9 +86,9 @@ pub fn match_prefix<'a>(prefix: &str, ids: &'a [String], what: &str) -> Result<&
             escape(prefix)
         )));
     }
-    let hits: Vec<&String> = ids.iter().filter(|i| i.starts_with(prefix)).collect();
+    let hits: Vec<&DomainId> = ids.iter().filter(|i| i.as_str().starts_with(prefix)).collect();
     match hits.as_slice() {
-        [one] => Ok(one.as_str()),
+        [one] => Ok(one),
         [] => Err(Failure::usage(format!(
             "no {what} Domain has an ID starting with {prefix}: see `lazaret {}`",
             if what == "running" { "ps" } else { "state list" }
@@ -134,7 +134,7 @@ pub fn ps_table(all: &[StatusInfo], now: i64) -> String {
             format!("{} ({})", cmds.len(), cmds.join(","))
         };
         rows.push(vec![
-            st.domain_id[..st.domain_id.len().min(ID_PREFIX_LEN)].to_string(),
+            st.domain_id.as_str()[..ID_PREFIX_LEN].to_string(),
             escape(&st.profile),
             escape(&st.phase),
             age(now - st.started_at),
@@ -191,7 +191,7 @@ fn status_json(all: &[StatusInfo]) -> String {
                     ("domain_id", Json::s(&st.domain_id)),
                     ("profile", Json::s(&st.profile)),
                     ("workspace", Json::s(&st.workspace)),
-                    ("generation", Json::Num(st.generation as i64)),
+                    ("generation", Json::Num(st.generation.get() as i64)),
                     ("phase", Json::s(&st.phase)),
                     ("coordinator_id", Json::s(&st.coordinator_id)),
                     ("coordinator_pid", Json::Num(st.coordinator_pid as i64)),
@@ -311,13 +311,13 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             "name the Domain one way: ID, --all, or --profile/--workspace",
         ));
     }
-    let targets: Vec<(String, String, String)> = if all || id.is_some() {
+    let targets: Vec<(DomainId, String, String)> = if all || id.is_some() {
         let live = running(&root);
-        let ids: Vec<String> = live.iter().map(|s| s.domain_id.clone()).collect();
+        let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
         let chosen: Vec<&StatusInfo> = match &id {
             Some(p) => {
                 let one = match_prefix(p, &ids, "running")?;
-                live.iter().filter(|s| s.domain_id == one).collect()
+                live.iter().filter(|s| &s.domain_id == one).collect()
             }
             None => live.iter().collect(),
         };
@@ -345,7 +345,7 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // Ask every Domain first, then wait for them together.
     let mut asked = Vec::new();
     for (id, profile, ws) in targets {
-        let run = root.join(&id);
+        let run = root.join(id.as_str());
         if send_stop(&run, &profile)? {
             asked.push((id, profile, ws));
         } else {
@@ -354,7 +354,7 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     }
     let deadline = Instant::now() + Duration::from_secs(15);
     for (id, profile, ws) in asked {
-        wait_stopped(&root.join(&id), deadline);
+        wait_stopped(&root.join(id.as_str()), deadline);
         println!("stopped Domain {id} ({} on {})", escape(&profile), escape(&ws));
     }
     Ok(0)
@@ -381,9 +381,9 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     cli::refuse_root()?;
     let root = runtime_root()?;
     let live = running(&root);
-    let ids: Vec<String> = live.iter().map(|s| s.domain_id.clone()).collect();
+    let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
     let one = match_prefix(&id, &ids, "running")?;
-    let st = live.iter().find(|s| s.domain_id == one).unwrap();
+    let st = live.iter().find(|s| &s.domain_id == one).unwrap();
     // The Domain's own profile and workspace, resolved as `run` would: a
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
@@ -427,7 +427,7 @@ pub fn check_published(r: &cli::Resolved) -> Result<(), Failure> {
              run `lazaret stop {}` and try again",
             st.domain_id,
             missing.join(", "),
-            &st.domain_id[..ID_PREFIX_LEN]
+            &st.domain_id.as_str()[..ID_PREFIX_LEN]
         )));
     }
     Ok(())
@@ -498,7 +498,7 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
                 return Err(Failure::usage("name the Domain one way: ID or --profile/--workspace"));
             }
             let ids = domains_with_state(&storage);
-            match_prefix(&p, &ids, "stored")?.to_string()
+            match_prefix(&p, &ids, "stored")?.clone()
         }
         None => {
             let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
@@ -523,13 +523,12 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     remove_domain(&dp, &id, yes, json).map_err(Failure::from)
 }
 
-fn domains_with_state(storage: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(storage.join("domains"))
+fn domains_with_state(storage: &Path) -> Vec<DomainId> {
+    let mut ids: Vec<DomainId> = std::fs::read_dir(storage.join("domains"))
         .map(|rd| {
             rd.flatten()
                 .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .filter(|n| state::is_domain_id(n))
+                .filter_map(|e| DomainId::parse(&e.file_name().to_string_lossy()).ok())
                 .collect()
         })
         .unwrap_or_default();
@@ -546,7 +545,7 @@ const STORE_FILES: &[&str] = &[
     "store.sqlite-journal",
 ];
 
-fn remove_domain(dp: &DomainPaths, id: &str, yes: bool, json: bool) -> Result<i32, StateError> {
+fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Result<i32, StateError> {
     // Refuses a running Domain (published or locked by a coordinator).
     let lock = state::lock_for_maintenance(dp, id)?;
     crate::storage::anchor::finish_reset(&dp.root)
@@ -685,26 +684,39 @@ mod tests {
 
     fn st(id: &str, started: i64, argv0: &[&str]) -> StatusInfo {
         StatusInfo {
-            domain_id: id.into(),
+            domain_id: DomainId::parse(id).unwrap(),
             profile: "default".into(),
             workspace: "/home/u/p\u{1b}[2J".into(),
+            generation: domain::Generation::FIRST,
             phase: "ready".into(),
+            coordinator_id: String::new(),
+            coordinator_pid: 0,
+            supervisor_pid: 0,
+            runsc_pid: 0,
+            sandbox_id: String::new(),
             started_at: started,
             sessions: argv0
                 .iter()
                 .map(|a| ipc::SessionInfo {
+                    session_id: ipc::SessionId::random(),
+                    client_pid: 0,
+                    exec_pid: 0,
                     argv0: a.to_string(),
-                    ..Default::default()
+                    tty: false,
                 })
                 .collect(),
-            ..Default::default()
+            pending_escalations: 0,
+            ports: Vec::new(),
         }
     }
 
     #[test]
     fn prefixes_resolve_uniquely() {
-        let ids = vec!["abcdef0123456789abcd".to_string(), "abd0000000000000000".to_string()];
-        assert_eq!(match_prefix("abc", &ids, "running").unwrap(), ids[0]);
+        let ids: Vec<DomainId> = ["abcdef0123456789abcd", "abd00000000000000000"]
+            .iter()
+            .map(|i| DomainId::parse(i).unwrap())
+            .collect();
+        assert_eq!(match_prefix("abc", &ids, "running").unwrap(), &ids[0]);
         assert!(match_prefix("ab", &ids, "running")
             .unwrap_err()
             .msg
@@ -718,7 +730,7 @@ mod tests {
             .msg
             .contains("not a Domain ID"));
         assert!(match_prefix("", &ids, "running").is_err());
-        assert_eq!(match_prefix("abcdef0123456789abcd", &ids, "running").unwrap(), ids[0]);
+        assert_eq!(match_prefix("abcdef0123456789abcd", &ids, "running").unwrap(), &ids[0]);
     }
 
     #[test]

@@ -84,7 +84,7 @@ impl Coordinator {
             .esc_deadlines
             .get(&req.id)
             .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
-        let text = escbroker::prompt_text(&self.profile.name, &s.id, &req, &cwd, left);
+        let text = escbroker::prompt_text(&self.profile.name, s.id.as_str(), &req, &cwd, left);
         let msg = ServerMsg::Prompt {
             request_id: req.id.clone(),
             text,

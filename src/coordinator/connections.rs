@@ -182,7 +182,7 @@ impl Coordinator {
             profile: self.profile.name.clone(),
             workspace: self.workspace.to_string_lossy().into(),
             generation: self.generation,
-            phase: self.phase.into(),
+            phase: self.phase.as_str().into(),
             coordinator_id: self.coordinator_id.clone(),
             coordinator_pid: sys::getpid(),
             supervisor_pid: self.sup.as_ref().map_or(0, |s| s.child.id() as i32),

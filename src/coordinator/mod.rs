@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use crate::config::{self, Profile};
 use crate::coordinator::broker::{self as escbroker, Broker, SessionView};
 use crate::coordinator::trust::{Role, TrustAnchor};
-use crate::domain::{self, random_id};
+use crate::domain::{self, random_id, DomainId, Generation};
 use crate::escalation::{self, Request, Status};
 use crate::net::sidecar::NetRole;
 use crate::plan;
@@ -44,7 +44,7 @@ use crate::storage::store::{OwnedKind, Phase, Store};
 use crate::supervisor;
 use crate::sys;
 use crate::view::sentry as gitsentry;
-use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, SessionInfo, StatusInfo};
+use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, SessionId, SessionInfo, StatusInfo};
 use crate::wire::start::StartMsg;
 use crate::wire::supervisor::{LeaseMsg, StatusMsg, StatusReceiver};
 
@@ -152,7 +152,7 @@ struct Conn {
 }
 
 struct Session {
-    id: String,
+    id: SessionId,
     conn: u64,
     exec: Child,
     exec_start: u64,
@@ -197,12 +197,12 @@ enum Token {
 }
 
 struct Coordinator {
-    domain_id: String,
+    domain_id: DomainId,
     profile: Profile,
     workspace: PathBuf,
     paths: DomainPaths,
     store: Store,
-    generation: u64,
+    generation: Generation,
     coordinator_id: String,
     sandbox_id: String,
     runsc_args: Vec<String>,
@@ -219,7 +219,7 @@ struct Coordinator {
     had_session: bool,
     published_at: Instant,
     stop_reason: Option<String>,
-    phase: &'static str,
+    phase: Phase,
     escalation: config::Escalation,
     broker: Option<Broker>,
     /// Request ids behind `Token::HostOutput` indices of the last poll set.
@@ -399,7 +399,7 @@ impl Coordinator {
                     // Publication is withdrawn at once (teardown starts on the next
                     // turn of the loop); every session is told which helper died.
                     log::warn!("supervisor: helper {name} died");
-                    self.phase = "failed";
+                    self.phase = Phase::Failed;
                     // A helper the kernel killed at the memory limit (or that could
                     // not fork at the pids limit) reports that limit instead.
                     self.stop_reason = Some(self.oom_reason().unwrap_or_else(|| helper_died_reason(&name)));
@@ -414,7 +414,7 @@ impl Coordinator {
                 Ok(_) => continue,
             };
             log::warn!("supervisor: {why}");
-            self.phase = "failed";
+            self.phase = Phase::Failed;
             self.stop_reason = Some(self.lost_reason());
             return;
         }

@@ -40,7 +40,8 @@ impl Coordinator {
         let env_in = env;
         let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
         let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
-        let id = random_id(8);
+        let id = SessionId::random();
+        let sid = id.as_str();
         let (client_id, peer_pid) = {
             let c = &self.conns[&key];
             let client_id = match &c.state {
@@ -68,7 +69,7 @@ impl Coordinator {
             if !valid_client {
                 return self.refuse(key, "malformed client id".into());
             }
-            match b.anchor.issue(Role::ClientCli, &client_id, Some(&id)).and_then(|c| {
+            match b.anchor.issue(Role::ClientCli, &client_id, Some(sid)).and_then(|c| {
                 cert_der = c.cert.to_der()?;
                 c.export()
             }) {
@@ -360,7 +361,7 @@ impl Coordinator {
             // `runsc exec` says 128 (and prints its own error) when the
             // sandbox went away under it: that is not the command's status.
             if code >= 128 && self.sandbox_lost(code) {
-                self.phase = "failed";
+                self.phase = Phase::Failed;
                 // runsc's own account of the loss goes to the log, not to
                 // the user: the Closing sentence says it plainly.
                 if let Some((_, held, _)) = self.sessions.get_mut(&k).and_then(|s| s.held.take()) {
@@ -384,7 +385,7 @@ impl Coordinator {
         if let Some(sup) = self.sup.as_mut() {
             if let Ok(Some(st)) = sup.child.try_wait() {
                 log::warn!("supervisor exited: {st}");
-                self.phase = "failed";
+                self.phase = Phase::Failed;
                 if self.stop_reason.is_none() {
                     self.stop_reason = Some(self.lost_reason());
                 }
@@ -428,7 +429,7 @@ impl Coordinator {
         };
         let _ = self.store.close_session(&s.id, code);
         if let Some(b) = self.broker.as_mut() {
-            b.cancel_session(&s.id);
+            b.cancel_session(s.id.as_str());
             for req in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
                 self.esc_deadlines.remove(&req.id);
                 b.refuse(&req, Status::Cancelled, "the requesting session ended");

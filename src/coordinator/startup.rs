@@ -39,7 +39,7 @@ impl Coordinator {
             .begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())
             .map_err(|e| e.to_string())?;
         let coordinator_id = random_id(8);
-        let sandbox_id = format!("lz-{}-{}", &domain_id[..8], random_id(4));
+        let sandbox_id = format!("lz-{}-{}", domain_id.short(), random_id(4));
         store
             .record_component(generation, "session-coordinator", &coordinator_id)
             .map_err(|e| e.to_string())?;
@@ -73,7 +73,7 @@ impl Coordinator {
             had_session: false,
             published_at: Instant::now(),
             stop_reason: None,
-            phase: "starting",
+            phase: Phase::Starting,
             escalation: cfg.escalation.clone(),
             broker: None,
             host_tokens: Vec::new(),
@@ -169,7 +169,7 @@ impl Coordinator {
             if !escalate.is_file() {
                 return Err(format!("{} is missing: reinstall lazaret", escalate.display()));
             }
-            let anchor = TrustAnchor::new(&self.domain_id, self.generation, &self.profile.name)
+            let anchor = TrustAnchor::new(self.domain_id.as_str(), self.generation.get(), &self.profile.name)
                 .map_err(|e| format!("trust anchor: {e}"))?;
             // Role identities of this generation; their keys never leave memory.
             for (role, id) in [
@@ -531,7 +531,7 @@ impl Coordinator {
         l.set_nonblocking(true).map_err(|e| io_msg("socket", e))?;
         std::fs::rename(&tmp, &sock).map_err(|e| io_msg("publishing the Domain socket", e))?;
         self.listener = Some(l);
-        self.phase = "ready";
+        self.phase = Phase::Ready;
         self.published_at = Instant::now();
         self.store
             .set_phase(self.generation, Phase::Ready)

@@ -15,8 +15,8 @@ impl Coordinator {
         if self.listener.take().is_some() {
             let _ = std::fs::remove_file(self.paths.socket());
         }
-        if self.phase != "failed" {
-            self.phase = "stopping";
+        if self.phase != Phase::Failed {
+            self.phase = Phase::Stopping;
         }
         let _ = self.store.set_phase(self.generation, Phase::Stopping);
         let keys: Vec<u64> = self.sessions.keys().copied().collect();
@@ -67,7 +67,7 @@ impl Coordinator {
         let _ = self.store.release_leases(self.generation);
         crate::storage::state::touch_domain(&self.paths.root);
         let _ = std::fs::remove_dir_all(self.paths.gen_dir());
-        let final_phase = if self.phase == "failed" {
+        let final_phase = if self.phase == Phase::Failed {
             Phase::Failed
         } else {
             Phase::Stopped

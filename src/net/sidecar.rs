@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::config::{Config, Profile};
-use crate::domain::random_id;
+use crate::domain::{random_id, DomainId, Generation};
 use crate::net::install as netns;
 use crate::net::policy::{self as netpolicy, Policy};
 use crate::plan::BindMount;
@@ -211,7 +211,7 @@ impl NetRole {
 
     /// Records the Network Sidecar ID and writes the install plan and the
     /// sandbox's resolv.conf into the generation dir.
-    pub fn prepare(&mut self, store: &Store, generation: u64, gen_dir: &Path) -> Result<(), SidecarError> {
+    pub fn prepare(&mut self, store: &Store, generation: Generation, gen_dir: &Path) -> Result<(), SidecarError> {
         self.gen_dir = gen_dir.to_path_buf();
         store.record_component(generation, "network-sidecar", &self.sidecar_id)?;
         let w = |name: &'static str, text: String| {
@@ -244,7 +244,7 @@ impl NetRole {
 
     /// Ownership intent for the helper, recorded before the supervisor is
     /// allowed to start it.
-    pub fn record_intent(&mut self, store: &Store, generation: u64) -> Result<Option<i64>, SidecarError> {
+    pub fn record_intent(&mut self, store: &Store, generation: Generation) -> Result<Option<i64>, SidecarError> {
         if !self.policy.enabled {
             return Ok(None);
         }
@@ -280,8 +280,8 @@ impl NetRole {
     pub fn verify<E: std::fmt::Display>(
         &self,
         store: &Store,
-        domain_id: &str,
-        generation: u64,
+        domain_id: &DomainId,
+        generation: Generation,
         config_fp: &str,
         supervisor_pid: i32,
         runsc_pid: i32,
@@ -310,8 +310,8 @@ impl NetRole {
         let probe_lines: Vec<String> = probe.iter().map(ProbeLine::raw).collect();
         let digest = self.policy.digest();
         let fingerprint = netpolicy::readiness_fingerprint(
-            domain_id,
-            generation,
+            domain_id.as_str(),
+            generation.get(),
             config_fp,
             &self.sidecar_id,
             &digest,
@@ -319,7 +319,7 @@ impl NetRole {
             router_inode,
         );
         let r = NetworkReadiness {
-            generation,
+            generation: generation.get(),
             sidecar_id: self.sidecar_id.clone(),
             policy_digest: digest,
             netns_inode: inode,

@@ -211,14 +211,18 @@ fn leases(storage: &Path, runtime: &Path) -> Leases {
         if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             continue;
         }
-        let id = e.file_name().to_string_lossy().to_string();
+        // Only a directory named by a Domain ID is a Domain (no
+        // coordinator uses any other, so nothing depends on its leases).
+        let Ok(id) = crate::domain::DomainId::parse(&e.file_name().to_string_lossy()) else {
+            continue;
+        };
         let dp = DomainPaths::new(storage, runtime, &id);
         let meta = state::read_meta(&dp.root);
         let mut add = |art: &str, active: bool| {
             let ent = l.by_artifact.entry(art.to_string()).or_default();
-            ent.0.insert(id.clone());
+            ent.0.insert(id.to_string());
             if active {
-                ent.1.insert(id.clone());
+                ent.1.insert(id.to_string());
             }
         };
         let held = state::lock_domain(&dp, &id, Duration::ZERO).ok();

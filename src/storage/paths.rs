@@ -16,6 +16,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::domain::DomainId;
 use crate::sys;
 
 #[derive(Debug)]
@@ -129,10 +130,10 @@ pub struct DomainPaths {
 }
 
 impl DomainPaths {
-    pub fn new(storage: &Path, runtime: &Path, domain_id: &str) -> DomainPaths {
+    pub fn new(storage: &Path, runtime: &Path, domain_id: &DomainId) -> DomainPaths {
         DomainPaths {
-            root: storage.join("domains").join(domain_id),
-            run: runtime.join(domain_id),
+            root: storage.join("domains").join(domain_id.as_str()),
+            run: runtime.join(domain_id.as_str()),
         }
     }
     pub fn store(&self) -> PathBuf {

@@ -143,7 +143,7 @@ pub fn read_meta(root: &Path) -> Option<DomainMeta> {
 /// (coordinator, under the lowers lock, before the lease).
 pub fn record_domain(
     root: &Path,
-    domain_id: &str,
+    domain_id: &domain::DomainId,
     profile: &config::Profile,
     workspace: &Path,
     artifact: &str,
@@ -152,7 +152,7 @@ pub fn record_domain(
     write_meta(
         root,
         &DomainMeta {
-            domain_id: domain_id.into(),
+            domain_id: domain_id.to_string(),
             profile: profile.name.clone(),
             workspace: workspace.to_string_lossy().into(),
             persist: profile.persist.clone(),
@@ -174,14 +174,14 @@ pub fn touch_domain(root: &Path) {
 // ---- selecting a Domain ----------------------------------------------------------------
 
 struct Selected {
-    id: String,
+    id: domain::DomainId,
     paths: DomainPaths,
     meta: Option<DomainMeta>,
     storage: PathBuf,
 }
 
 pub(crate) fn is_domain_id(s: &str) -> bool {
-    s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    domain::DomainId::parse(s).is_ok()
 }
 
 fn dirs() -> Result<(config::Config, PathBuf, PathBuf)> {
@@ -200,12 +200,11 @@ fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Option<String
                     "pass either --domain ID or --profile/--workspace, not both".into(),
                 ));
             }
-            if !is_domain_id(&id) {
-                return Err(StateError::Usage(format!(
+            domain::DomainId::parse(&id).map_err(|_| {
+                StateError::Usage(format!(
                     "{id:?} is not a Domain ID (20 hex digits, as `lazaret state list` prints them)"
-                )));
-            }
-            id
+                ))
+            })?
         }
         None => {
             let name = profile.unwrap_or_else(|| "default".into());
@@ -298,13 +297,13 @@ impl Drop for Maintenance {
 /// being published (a teardown in progress).
 pub const MAINTENANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
-pub fn lock_for_maintenance(p: &DomainPaths, id: &str) -> Result<Maintenance> {
+pub fn lock_for_maintenance(p: &DomainPaths, id: &domain::DomainId) -> Result<Maintenance> {
     lock_domain(p, id, MAINTENANCE_WAIT)
 }
 
 /// The Domain lock if it can be had within `wait` while the Domain stays
 /// unpublished.
-pub fn lock_domain(p: &DomainPaths, id: &str, wait: std::time::Duration) -> Result<Maintenance> {
+pub fn lock_domain(p: &DomainPaths, id: &domain::DomainId, wait: std::time::Duration) -> Result<Maintenance> {
     if published(p) {
         return Err(StateError::InUse(format!(
             "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
@@ -491,12 +490,11 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
 
 fn list(json: bool) -> Result<i32> {
     let (_cfg, storage, runtime) = dirs()?;
-    let mut ids: Vec<String> = std::fs::read_dir(storage.join("domains"))
+    let mut ids: Vec<domain::DomainId> = std::fs::read_dir(storage.join("domains"))
         .map(|rd| {
             rd.flatten()
                 .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .filter(|n| is_domain_id(n))
+                .filter_map(|e| domain::DomainId::parse(&e.file_name().to_string_lossy()).ok())
                 .collect()
         })
         .unwrap_or_default();

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use crate::domain::Generation;
+use crate::wire::client::SessionId;
+
 /// Append-only. Never edit or remove an entry; add a new one.
 const MIGRATIONS: &[&str] = &[
     // 1: generations, component ids, owned resources, sessions.
@@ -234,11 +237,28 @@ impl rusqlite::types::FromSql for OwnedKind {
     }
 }
 
+/// A generation is stored as its number (an SQLite INTEGER).
+impl rusqlite::types::ToSql for Generation {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok((self.get() as i64).into())
+    }
+}
+
+impl rusqlite::types::FromSql for Generation {
+    fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let n = v.as_i64()?;
+        u64::try_from(n)
+            .ok()
+            .and_then(|n| Generation::new(n).ok())
+            .ok_or(rusqlite::types::FromSqlError::OutOfRange(n))
+    }
+}
+
 /// One owned resource that was never marked released.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owned {
     pub row: i64,
-    pub generation: u64,
+    pub generation: Generation,
     pub kind: OwnedKind,
     pub name: String,
     pub pid: Option<i32>,
@@ -452,53 +472,55 @@ impl Store {
     }
 
     /// Mints the next generation number and records it as Starting.
-    pub fn begin_generation(&mut self, profile: &str, workspace: &str, fingerprint: &str) -> Result<u64> {
+    pub fn begin_generation(&mut self, profile: &str, workspace: &str, fingerprint: &str) -> Result<Generation> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Exclusive)?;
-        let next: i64 = tx.query_row("SELECT COALESCE(MAX(number), 0) + 1 FROM generations", [], |r| r.get(0))?;
+        let last: Option<Generation> = tx.query_row("SELECT MAX(number) FROM generations", [], |r| r.get(0))?;
+        let next = match last {
+            None => Generation::FIRST,
+            Some(g) => g.next().ok_or(rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX))?,
+        };
         tx.execute(
             "INSERT INTO generations (number, profile, workspace, fingerprint, phase, started_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![next, profile, workspace, fingerprint, Phase::Starting, now()],
         )?;
         tx.commit()?;
-        Ok(next as u64)
+        Ok(next)
     }
 
-    pub fn set_phase(&self, generation: u64, phase: Phase) -> Result<()> {
+    pub fn set_phase(&self, generation: Generation, phase: Phase) -> Result<()> {
         let ended = phase.is_end();
         self.conn.execute(
             "UPDATE generations SET phase = ?2, ended_at = CASE WHEN ?3 THEN ?4 ELSE ended_at END WHERE number = ?1",
-            params![generation as i64, phase, ended, now()],
+            params![generation, phase, ended, now()],
         )?;
         Ok(())
     }
 
     #[cfg(test)] // Only tests read a phase back; the runtime only sets it.
-    pub fn phase(&self, generation: u64) -> Result<Option<Phase>> {
+    pub fn phase(&self, generation: Generation) -> Result<Option<Phase>> {
         Ok(self
             .conn
-            .query_row(
-                "SELECT phase FROM generations WHERE number = ?1",
-                [generation as i64],
-                |r| r.get(0),
-            )
+            .query_row("SELECT phase FROM generations WHERE number = ?1", [generation], |r| {
+                r.get(0)
+            })
             .optional()?)
     }
 
-    pub fn record_component(&self, generation: u64, role: &str, id: &str) -> Result<()> {
+    pub fn record_component(&self, generation: Generation, role: &str, id: &str) -> Result<()> {
         self.conn.execute(
             "INSERT OR IGNORE INTO components (generation, role, id) VALUES (?1, ?2, ?3)",
-            params![generation as i64, role, id],
+            params![generation, role, id],
         )?;
         Ok(())
     }
 
     /// Records the intent to create `kind`/`name`; returns the row to
     /// complete with [`Store::set_owned_pid`] and release later.
-    pub fn record_intent(&self, generation: u64, kind: OwnedKind, name: &str) -> Result<i64> {
+    pub fn record_intent(&self, generation: Generation, kind: OwnedKind, name: &str) -> Result<i64> {
         self.conn.execute(
             "INSERT INTO owned (generation, kind, name) VALUES (?1, ?2, ?3)",
-            params![generation as i64, kind, name],
+            params![generation, kind, name],
         )?;
         Ok(self.conn.last_insert_rowid())
     }
@@ -539,7 +561,7 @@ impl Store {
         let rows = st.query_map([], |r| {
             Ok(Owned {
                 row: r.get(0)?,
-                generation: r.get::<_, i64>(1)? as u64,
+                generation: r.get(1)?,
                 kind: r.get(2)?,
                 name: r.get(3)?,
                 pid: r.get(4)?,
@@ -550,45 +572,48 @@ impl Store {
     }
 
     /// Generations that never reached an end phase (a crash left them).
-    pub fn unfinished_generations(&self) -> Result<Vec<u64>> {
+    pub fn unfinished_generations(&self) -> Result<Vec<Generation>> {
         let mut st = self
             .conn
             .prepare("SELECT number FROM generations WHERE ended_at IS NULL ORDER BY number")?;
-        let rows = st.query_map([], |r| r.get::<_, i64>(0))?;
-        Ok(rows
-            .map(|r| r.map(|v| v as u64))
-            .collect::<std::result::Result<_, _>>()?)
+        let rows = st.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<std::result::Result<_, _>>()?)
     }
 
-    pub fn open_session(&self, generation: u64, id: &str, client_id: &str, client_pid: i32, argv0: &str) -> Result<()> {
+    pub fn open_session(
+        &self,
+        generation: Generation,
+        id: &SessionId,
+        client_id: &str,
+        client_pid: i32,
+        argv0: &str,
+    ) -> Result<()> {
         self.conn.execute(
             "INSERT INTO sessions (id, generation, client_id, client_pid, argv0, opened_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![id, generation as i64, client_id, client_pid, argv0, now()],
+            params![id.as_str(), generation, client_id, client_pid, argv0, now()],
         )?;
         Ok(())
     }
 
-    pub fn close_session(&self, id: &str, exit_code: Option<i32>) -> Result<()> {
+    pub fn close_session(&self, id: &SessionId, exit_code: Option<i32>) -> Result<()> {
         self.conn.execute(
             "UPDATE sessions SET closed_at = ?2, exit_code = ?3 WHERE id = ?1",
-            params![id, now(), exit_code],
+            params![id.as_str(), now(), exit_code],
         )?;
         Ok(())
     }
 
-    pub fn lease(&self, generation: u64, artifact: &str, digest: &str) -> Result<()> {
+    pub fn lease(&self, generation: Generation, artifact: &str, digest: &str) -> Result<()> {
         self.conn.execute(
             "INSERT OR IGNORE INTO leases (generation, artifact, source_digest) VALUES (?1, ?2, ?3)",
-            params![generation as i64, artifact, digest],
+            params![generation, artifact, digest],
         )?;
         Ok(())
     }
 
-    pub fn release_leases(&self, generation: u64) -> Result<()> {
-        self.conn.execute(
-            "UPDATE leases SET released = 1 WHERE generation = ?1",
-            [generation as i64],
-        )?;
+    pub fn release_leases(&self, generation: Generation) -> Result<()> {
+        self.conn
+            .execute("UPDATE leases SET released = 1 WHERE generation = ?1", [generation])?;
         Ok(())
     }
 
@@ -613,13 +638,13 @@ impl Store {
     }
 
     #[cfg(test)] // Only tests read the row back; `net show` reads the summary file.
-    pub fn network_readiness(&self, generation: u64) -> Result<Option<NetworkReadiness>> {
+    pub fn network_readiness(&self, generation: Generation) -> Result<Option<NetworkReadiness>> {
         Ok(self
             .conn
             .query_row(
                 "SELECT generation, sidecar_id, policy_digest, netns_inode, fingerprint, probe
                  FROM network_readiness WHERE generation = ?1",
-                [generation as i64],
+                [generation],
                 |r| {
                     Ok(NetworkReadiness {
                         generation: r.get::<_, i64>(0)? as u64,
@@ -670,6 +695,10 @@ impl Store {
 mod tests {
     use super::*;
 
+    fn gen(n: u64) -> Generation {
+        Generation::new(n).unwrap()
+    }
+
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("lazaret-store-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
@@ -682,19 +711,29 @@ mod tests {
         let p = scratch("gen");
         {
             let mut s = Store::open(&p).unwrap();
-            assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 1);
-            s.set_phase(1, Phase::Stopped).unwrap();
+            assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), gen(1));
+            s.set_phase(gen(1), Phase::Stopped).unwrap();
         }
         let mut s = Store::open(&p).unwrap();
-        assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), 2);
-        assert_eq!(s.unfinished_generations().unwrap(), vec![2]);
-        assert_eq!(s.phase(1).unwrap(), Some(Phase::Stopped));
+        assert_eq!(s.begin_generation("default", "/w", "f").unwrap(), gen(2));
+        assert_eq!(s.unfinished_generations().unwrap(), vec![gen(2)]);
+        assert_eq!(s.phase(gen(1)).unwrap(), Some(Phase::Stopped));
         for p in Phase::ALL {
             assert_eq!(Phase::parse(p.as_str()), Some(p));
         }
         for k in ["process", "runsc-container", "host-command", "x-future"] {
             assert_eq!(OwnedKind::parse(k).as_str(), k);
         }
+    }
+
+    #[test]
+    fn a_stored_generation_that_is_not_one_is_refused() {
+        let p = scratch("gen0");
+        let s = Store::open(&p).unwrap();
+        let read = |v: i64| s.conn.query_row("SELECT ?1", [v], |r| r.get::<_, Generation>(0));
+        assert_eq!(read(3).unwrap(), gen(3));
+        assert!(read(0).is_err());
+        assert!(read(-1).is_err());
     }
 
     #[test]
@@ -719,7 +758,7 @@ mod tests {
         let g = s.begin_generation("default", "/w", "f").unwrap();
         assert_eq!(s.network_readiness(g).unwrap(), None);
         let r = NetworkReadiness {
-            generation: g,
+            generation: g.get(),
             sidecar_id: "sid".into(),
             policy_digest: "pd".into(),
             netns_inode: 4026532251,
@@ -817,8 +856,9 @@ mod tests {
         let mut s = Store::open(&p).unwrap();
         for i in 1..=150u64 {
             let g = s.begin_generation("default", "/w", "f").unwrap();
-            s.open_session(g, &format!("s{i}"), "c", 1, "sh").unwrap();
-            s.close_session(&format!("s{i}"), Some(0)).unwrap();
+            let sid = SessionId::parse(&format!("{i:016x}")).unwrap();
+            s.open_session(g, &sid, "c", 1, "sh").unwrap();
+            s.close_session(&sid, Some(0)).unwrap();
             let row = s.record_intent(g, OwnedKind::Process, "supervisor").unwrap();
             if i != 10 {
                 s.release(row).unwrap();
@@ -836,7 +876,7 @@ mod tests {
         );
         assert_eq!(
             s.begin_generation("default", "/w", "f").unwrap(),
-            151,
+            gen(151),
             "numbers never reused"
         );
         assert_eq!(s.prune_history(100).unwrap(), 1, "one more generation, one fewer kept");

@@ -10,6 +10,8 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 
+use crate::domain::{DomainId, Generation, InvalidId};
+
 /// Bumped on any incompatible change; the handshake refuses a mismatch.
 pub const PROTOCOL_VERSION: u32 = 2;
 /// Largest payload accepted in either direction.
@@ -68,21 +70,96 @@ pub const VERDICT_DENY: u8 = 0;
 pub const VERDICT_APPROVE: u8 = 1;
 pub const VERDICT_EDIT: u8 = 2;
 
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// A session's ID: 16 lowercase hex digits, minted by the coordinator for
+/// each session it opens. It names the session's pid file and store row and
+/// is bound into the Session Anchor's certificate.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub const LEN: usize = 16;
+
+    /// A fresh random session id.
+    pub fn random() -> SessionId {
+        SessionId(crate::domain::random_id(Self::LEN / 2))
+    }
+
+    pub fn parse(s: &str) -> Result<SessionId, InvalidId> {
+        if crate::domain::is_lower_hex(s, Self::LEN) {
+            Ok(SessionId(s.to_string()))
+        } else {
+            Err(InvalidId {
+                what: "session ID",
+                expected: "16 lowercase hex digits",
+            })
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&SessionId> for String {
+    fn from(id: &SessionId) -> String {
+        id.0.clone()
+    }
+}
+
+impl PartialEq<str> for SessionId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for SessionId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for SessionId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+/// The typed ids, read as the same bytes as their plain form (`u64`,
+/// string); a value outside the type's shape is `BadValue`.
+impl Dec<'_> {
+    pub(crate) fn generation(&mut self) -> Result<Generation, DecodeError> {
+        Generation::new(self.u64()?).map_err(|_| DecodeError::BadValue("generation"))
+    }
+    pub(crate) fn session_id(&mut self) -> Result<SessionId, DecodeError> {
+        SessionId::parse(&self.str()?).map_err(|_| DecodeError::BadValue("session id"))
+    }
+    pub(crate) fn domain_id(&mut self) -> Result<DomainId, DecodeError> {
+        DomainId::parse(&self.str()?).map_err(|_| DecodeError::BadValue("domain id"))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionInfo {
-    pub session_id: String,
+    pub session_id: SessionId,
     pub client_pid: i32,
     pub exec_pid: i32,
     pub argv0: String,
     pub tty: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusInfo {
-    pub domain_id: String,
+    pub domain_id: DomainId,
     pub profile: String,
     pub workspace: String,
-    pub generation: u64,
+    pub generation: Generation,
+    /// The generation's phase, as its word (`store::Phase::as_str`).
     pub phase: String,
     pub coordinator_id: String,
     pub coordinator_pid: i32,
@@ -103,9 +180,9 @@ pub struct StatusInfo {
 pub enum ServerMsg {
     Welcome {
         version: u32,
-        generation: u64,
+        generation: Generation,
         coordinator_id: String,
-        session_id: String,
+        session_id: SessionId,
     },
     Refused {
         reason: String,
@@ -408,9 +485,9 @@ impl Message for ServerMsg {
                 session_id,
             } => Enc::new(1)
                 .u32(*version)
-                .u64(*generation)
+                .u64(generation.get())
                 .str(coordinator_id)
-                .str(session_id)
+                .str(session_id.as_str())
                 .finish(),
             ServerMsg::Refused { reason } => Enc::new(2).str(reason).finish(),
             ServerMsg::Stdout(d) => Enc::new(3).bytes(d).finish(),
@@ -418,10 +495,10 @@ impl Message for ServerMsg {
             ServerMsg::Exit { code } => Enc::new(5).i32(*code).finish(),
             ServerMsg::Status(s) => {
                 let mut e = Enc::new(6);
-                e.str(&s.domain_id)
+                e.str(s.domain_id.as_str())
                     .str(&s.profile)
                     .str(&s.workspace)
-                    .u64(s.generation)
+                    .u64(s.generation.get())
                     .str(&s.phase);
                 e.str(&s.coordinator_id)
                     .i32(s.coordinator_pid)
@@ -429,7 +506,7 @@ impl Message for ServerMsg {
                     .i32(s.runsc_pid);
                 e.str(&s.sandbox_id).u32(s.sessions.len() as u32);
                 for x in &s.sessions {
-                    e.str(&x.session_id)
+                    e.str(x.session_id.as_str())
                         .i32(x.client_pid)
                         .i32(x.exec_pid)
                         .str(&x.argv0)
@@ -449,9 +526,9 @@ impl Message for ServerMsg {
         let msg = match d.u8()? {
             1 => ServerMsg::Welcome {
                 version: d.u32()?,
-                generation: d.u64()?,
+                generation: d.generation()?,
                 coordinator_id: d.str()?,
-                session_id: d.str()?,
+                session_id: d.session_id()?,
             },
             2 => ServerMsg::Refused { reason: d.str()? },
             3 => ServerMsg::Stdout(d.bytes()?),
@@ -459,10 +536,10 @@ impl Message for ServerMsg {
             5 => ServerMsg::Exit { code: d.i32()? },
             6 => {
                 let mut s = StatusInfo {
-                    domain_id: d.str()?,
+                    domain_id: d.domain_id()?,
                     profile: d.str()?,
                     workspace: d.str()?,
-                    generation: d.u64()?,
+                    generation: d.generation()?,
                     phase: d.str()?,
                     coordinator_id: d.str()?,
                     coordinator_pid: d.i32()?,
@@ -470,11 +547,13 @@ impl Message for ServerMsg {
                     runsc_pid: d.i32()?,
                     sandbox_id: d.str()?,
                     sessions: Vec::new(),
-                    ..Default::default()
+                    started_at: 0,
+                    pending_escalations: 0,
+                    ports: Vec::new(),
                 };
                 for _ in 0..d.count()? {
                     s.sessions.push(SessionInfo {
-                        session_id: d.str()?,
+                        session_id: d.session_id()?,
                         client_pid: d.i32()?,
                         exec_pid: d.i32()?,
                         argv0: d.str()?,
@@ -647,27 +726,35 @@ mod tests {
         vec![
             ServerMsg::Welcome {
                 version: 1,
-                generation: 9,
+                generation: Generation::new(9).unwrap(),
                 coordinator_id: "h".into(),
-                session_id: "s".into(),
+                session_id: SessionId::parse("0123456789abcdef").unwrap(),
             },
             ServerMsg::Refused { reason: "no".into() },
             ServerMsg::Stdout(b"out".to_vec()),
             ServerMsg::Stderr(vec![]),
             ServerMsg::Exit { code: -1 },
             ServerMsg::Status(StatusInfo {
-                domain_id: "d".into(),
-                generation: 3,
+                domain_id: DomainId::parse("0123456789abcdef0123").unwrap(),
+                profile: "default".into(),
+                workspace: "/w".into(),
+                generation: Generation::new(3).unwrap(),
+                phase: "ready".into(),
+                coordinator_id: "c".into(),
+                coordinator_pid: 1,
+                supervisor_pid: 2,
+                runsc_pid: 3,
+                sandbox_id: "lz-01234567-89ab".into(),
                 sessions: vec![SessionInfo {
-                    session_id: "s".into(),
+                    session_id: SessionId::parse("fedcba9876543210").unwrap(),
                     client_pid: 5,
+                    exec_pid: 6,
+                    argv0: "bash".into(),
                     tty: true,
-                    ..Default::default()
                 }],
                 started_at: 1_700_000_000,
                 pending_escalations: 2,
                 ports: vec!["127.0.0.1:18000:8000".into()],
-                ..Default::default()
             }),
             ServerMsg::Closing { reason: "stop".into() },
             ServerMsg::Prompt {
@@ -734,6 +821,48 @@ mod tests {
             Err(DecodeError::TooManyItems(65536))
         );
         assert_eq!(ClientMsg::decode(&[8, 1, 0, 0, 0, 0xff]), Err(DecodeError::BadUtf8));
+    }
+
+    /// The typed ids travel as their plain bytes (a `u64`, a string); a
+    /// value outside the type's shape is refused, never carried on.
+    #[test]
+    fn typed_ids_keep_their_bytes_and_refuse_bad_values() {
+        let welcome = |generation: u64, session: &str| {
+            let mut e = Enc::new(1);
+            e.u32(PROTOCOL_VERSION).u64(generation).str("c").str(session);
+            e.finish()[4..].to_vec()
+        };
+        let good = welcome(7, "0123456789abcdef");
+        let m = ServerMsg::decode(&good).unwrap();
+        assert_eq!(
+            m,
+            ServerMsg::Welcome {
+                version: PROTOCOL_VERSION,
+                generation: Generation::new(7).unwrap(),
+                coordinator_id: "c".into(),
+                session_id: SessionId::parse("0123456789abcdef").unwrap(),
+            }
+        );
+        assert_eq!(&m.encode()[4..], &good[..]);
+        assert_eq!(
+            ServerMsg::decode(&welcome(0, "0123456789abcdef")),
+            Err(DecodeError::BadValue("generation"))
+        );
+        assert_eq!(
+            ServerMsg::decode(&welcome(7, "../../x")),
+            Err(DecodeError::BadValue("session id"))
+        );
+        let ServerMsg::Status(st) = &samples_server()[5] else {
+            panic!("sample 5 is the status")
+        };
+        let mut bad = st.clone();
+        bad.domain_id = DomainId::parse("0123456789abcdef0123").unwrap();
+        let mut frame = ServerMsg::Status(bad).encode()[4..].to_vec();
+        // The Domain ID's first byte, after the tag and its length.
+        frame[5] = b'/';
+        assert_eq!(ServerMsg::decode(&frame), Err(DecodeError::BadValue("domain id")));
+        assert!(SessionId::parse("0123456789ABCDEF").is_err());
+        assert_eq!(SessionId::random().as_str().len(), SessionId::LEN);
     }
 
     /// Randomized corpus: mutations of valid frames and pure noise never
