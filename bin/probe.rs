@@ -32,7 +32,8 @@
 //! `lazaret::guest::ProbeMsg::Check` frame per check, then `Done`; exit 1
 //! on any failed check.
 
-use std::io::{ErrorKind, Write};
+use std::fmt;
+use std::io::{self, ErrorKind, Write};
 
 use lazaret::guest::{wait_for_run, Message, ProbeKind, ProbeMsg, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
@@ -40,6 +41,47 @@ use std::time::{Duration, Instant};
 
 /// How long a TTL-1 SYN may take to be refused by the router.
 const DENY_WAIT: Duration = Duration::from_millis(500);
+
+/// Why a check failed; shows as the detail of its `FAIL` line.
+#[derive(Debug)]
+enum CheckError {
+    /// A connect that had to be refused was accepted.
+    Connected,
+    /// … failed otherwise (the error, after how long).
+    NotRefused(io::Error, Duration),
+    /// The probe's own socket could not be made.
+    Socket(io::Error),
+    /// No refusal within `DENY_WAIT`.
+    Forwarded,
+    Io(io::Error),
+    /// The DNS server did not answer.
+    NoAnswer(io::Error),
+    MalformedAnswer,
+    /// The route leaves by another source than the router link.
+    RoutedVia(IpAddr, Option<IpAddr>),
+    NoRoute(io::Error),
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        use CheckError::*;
+        match self {
+            Connected => write!(f, "connected, expected a refusal"),
+            NotRefused(e, t) => write!(f, "{e} after {} ms, expected a refusal", t.as_millis()),
+            Socket(e) => write!(f, "socket: {e}"),
+            Forwarded => write!(
+                f,
+                "not refused within {} ms (the router forwarded it; TTL 1 ended it there)",
+                DENY_WAIT.as_millis()
+            ),
+            Io(e) => write!(f, "{e}"),
+            NoAnswer(e) => write!(f, "no answer: {e}"),
+            MalformedAnswer => write!(f, "malformed answer"),
+            RoutedVia(s, want) => write!(f, "routed via {s}, expected the router link {want:?}"),
+            NoRoute(e) => write!(f, "no route: {e}"),
+        }
+    }
+}
 
 struct Out {
     failed: bool,
@@ -53,9 +95,9 @@ impl Out {
     fn ok(&mut self, check: &str, detail: String) {
         self.check(check, true, detail);
     }
-    fn fail(&mut self, check: &str, detail: String) {
+    fn fail(&mut self, check: &str, detail: impl fmt::Display) {
         self.failed = true;
-        self.check(check, false, detail);
+        self.check(check, false, detail.to_string());
     }
     /// Name and detail are cut to what the host takes.
     fn check(&mut self, name: &str, ok: bool, detail: String) {
@@ -88,39 +130,36 @@ fn route_source(addr: IpAddr) -> std::io::Result<IpAddr> {
 /// A TCP connect that must be answered at once with a refusal (RST), or,
 /// when `icmp_ok`, with an ICMP unreachable: slirp4netns answers a connect
 /// to its gateway that way when host loopback is disabled.
-fn refused_fast(addr: IpAddr, icmp_ok: bool) -> Result<Duration, String> {
+fn refused_fast(addr: IpAddr, icmp_ok: bool) -> Result<Duration, CheckError> {
     let t = Instant::now();
     match TcpStream::connect_timeout(&SocketAddr::new(addr, 9), Duration::from_secs(2)) {
-        Ok(_) => Err("connected, expected a refusal".into()),
+        Ok(_) => Err(CheckError::Connected),
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => Ok(t.elapsed()),
         Err(e) if icmp_ok && matches!(e.raw_os_error(), Some(101) | Some(113)) => Ok(t.elapsed()),
-        Err(e) => Err(format!("{e} after {} ms, expected a refusal", t.elapsed().as_millis())),
+        Err(e) => Err(CheckError::NotRefused(e, t.elapsed())),
     }
 }
 
 /// A TCP connect to `addr` port 9 with IP TTL 1: `Ok(elapsed)` if refused
 /// (RST), else what happened instead.
-fn refused_at_router(addr: Ipv4Addr) -> Result<Duration, String> {
+fn refused_at_router(addr: Ipv4Addr) -> Result<Duration, CheckError> {
     let t = Instant::now();
     let target = std::net::SocketAddrV4::new(addr, 9);
     match crate::sys::guest::connect_with_ttl(target, 1, DENY_WAIT) {
-        Err(e) => Err(format!("socket: {e}")),
-        Ok(None) => Err(format!(
-            "not refused within {} ms (the router forwarded it; TTL 1 ended it there)",
-            DENY_WAIT.as_millis()
-        )),
+        Err(e) => Err(CheckError::Socket(e)),
+        Ok(None) => Err(CheckError::Forwarded),
         Ok(Some(Err(e))) if e.kind() == ErrorKind::ConnectionRefused => Ok(t.elapsed()),
-        Ok(Some(Ok(()))) => Err("connected, expected a refusal".into()),
-        Ok(Some(Err(e))) => Err(format!("{e}")),
+        Ok(Some(Ok(()))) => Err(CheckError::Connected),
+        Ok(Some(Err(e))) => Err(CheckError::Io(e)),
     }
 }
 
-fn dns_query(addr: IpAddr) -> Result<Duration, String> {
+fn dns_query(addr: IpAddr) -> Result<Duration, CheckError> {
     let t = Instant::now();
-    let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+    let s = UdpSocket::bind("0.0.0.0:0").map_err(CheckError::Io)?;
     s.set_read_timeout(Some(Duration::from_secs(3)))
-        .map_err(|e| e.to_string())?;
-    s.connect(SocketAddr::new(addr, 53)).map_err(|e| e.to_string())?;
+        .map_err(CheckError::Io)?;
+    s.connect(SocketAddr::new(addr, 53)).map_err(CheckError::Io)?;
     // Query: id 0x4c5a, RD, one question `lazaret-probe.invalid. A IN`.
     let mut q = vec![0x4c, 0x5a, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
     for label in ["lazaret-probe", "invalid"] {
@@ -128,11 +167,11 @@ fn dns_query(addr: IpAddr) -> Result<Duration, String> {
         q.extend_from_slice(label.as_bytes());
     }
     q.extend_from_slice(&[0, 0, 1, 0, 1]);
-    s.send(&q).map_err(|e| e.to_string())?;
+    s.send(&q).map_err(CheckError::Io)?;
     let mut buf = [0u8; 512];
-    let n = s.recv(&mut buf).map_err(|e| format!("no answer: {e}"))?;
+    let n = s.recv(&mut buf).map_err(CheckError::NoAnswer)?;
     if n < 12 || buf[0..2] != [0x4c, 0x5a] || buf[2] & 0x80 == 0 {
-        return Err("malformed answer".into());
+        return Err(CheckError::MalformedAnswer);
     }
     Ok(t.elapsed())
 }
@@ -157,11 +196,11 @@ pub fn run(args: &[&str]) -> i32 {
             None => format!("{} {addr}", k.word()),
             Some(prefix) => format!("{} {addr} ({prefix})", k.word()),
         };
-        let via_nic = |src: std::io::Result<IpAddr>| -> Result<IpAddr, String> {
+        let via_nic = |src: std::io::Result<IpAddr>| -> Result<IpAddr, CheckError> {
             match src {
                 Ok(s) if Some(s) == sandbox_src => Ok(s),
-                Ok(s) => Err(format!("routed via {s}, expected the router link {sandbox_src:?}")),
-                Err(e) => Err(format!("no route: {e}")),
+                Ok(s) => Err(CheckError::RoutedVia(s, sandbox_src)),
+                Err(e) => Err(CheckError::NoRoute(e)),
             }
         };
         match k {
@@ -171,7 +210,7 @@ pub fn run(args: &[&str]) -> i32 {
             },
             ProbeKind::Deny => {
                 let IpAddr::V4(v4) = addr else {
-                    out.fail(&check, "not IPv4".into());
+                    out.fail(&check, "not IPv4");
                     continue;
                 };
                 if v4.is_multicast() || v4.is_broadcast() {

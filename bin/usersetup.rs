@@ -7,11 +7,43 @@
 //! Written without the image's tools (an image need not have `useradd`).
 //! Reports one `lazaret::guest::SetupMsg` frame on stdout.
 
-use std::io::Write;
+use std::fmt;
+use std::io::{self, Write};
 
 use lazaret::guest::{Message, SetupMsg, MAX_SETUP_REASON};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
+
+/// Why the user could not be set up; shows as the reason of
+/// `SetupMsg::Failed`.
+#[derive(Debug)]
+enum SetupError {
+    /// The image has the user with another uid (its uid, the wanted one).
+    OtherUid(u32, u32),
+    /// The uid is another user's of the image (that user).
+    UidTaken(u32, String),
+    Write(String, io::Error),
+    NotADirectory(String),
+    CreateHome(String, io::Error),
+    Chown(String, io::Error),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        use SetupError::*;
+        match self {
+            OtherUid(id, uid) => write!(f, "the image has this user with uid {id}, not {uid}"),
+            UidTaken(uid, other) => write!(
+                f,
+                "uid {uid} is already the image's user {other:?}: set `user = \"{other}\"` in the profile"
+            ),
+            Write(path, e) => write!(f, "cannot write {path}: {e}"),
+            NotADirectory(home) => write!(f, "{home} exists and is not a directory"),
+            CreateHome(home, e) => write!(f, "cannot create {home}: {e}"),
+            Chown(path, e) => write!(f, "cannot chown {path}: {e}"),
+        }
+    }
+}
 
 pub fn run(name: &str, uid: &str) -> i32 {
     let Ok(uid) = uid.parse::<u32>() else { return 2 };
@@ -29,6 +61,7 @@ pub fn run(name: &str, uid: &str) -> i32 {
         Ok(()) => (SetupMsg::Done, 0),
         Err(e) => {
             eprintln!("lazaret: user {name}: {e}");
+            let e = e.to_string();
             let mut end = e.len().min(MAX_SETUP_REASON);
             while !e.is_char_boundary(end) {
                 end -= 1;
@@ -56,13 +89,13 @@ fn entries(text: &str) -> Vec<(String, u32)> {
         .collect()
 }
 
-fn append(path: &str, line: &str) -> Result<(), String> {
+fn append(path: &str, line: &str) -> Result<(), SetupError> {
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o644)
         .open(path)
-        .map_err(|e| format!("cannot write {path}: {e}"))?;
+        .map_err(|e| SetupError::Write(path.into(), e))?;
     let text = std::fs::read(path).unwrap_or_default();
     let sep = if text.is_empty() || text.ends_with(b"\n") {
         ""
@@ -70,21 +103,19 @@ fn append(path: &str, line: &str) -> Result<(), String> {
         "\n"
     };
     f.write_all(format!("{sep}{line}\n").as_bytes())
-        .map_err(|e| format!("cannot write {path}: {e}"))
+        .map_err(|e| SetupError::Write(path.into(), e))
 }
 
-fn setup(name: &str, uid: u32) -> Result<(), String> {
+fn setup(name: &str, uid: u32) -> Result<(), SetupError> {
     let home = format!("/home/{name}");
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     let users = entries(&passwd);
     match users.iter().find(|(n, _)| n == name) {
         Some((_, id)) if *id == uid => {}
-        Some((_, id)) => return Err(format!("the image has this user with uid {id}, not {uid}")),
+        Some((_, id)) => return Err(SetupError::OtherUid(*id, uid)),
         None => {
             if let Some((other, _)) = users.iter().find(|(_, id)| *id == uid) {
-                return Err(format!(
-                    "uid {uid} is already the image's user {other:?}: set `user = \"{other}\"` in the profile"
-                ));
+                return Err(SetupError::UidTaken(uid, other.clone()));
             }
             let shell = if Path::new("/bin/bash").exists() {
                 "/bin/bash"
@@ -113,12 +144,12 @@ fn setup(name: &str, uid: u32) -> Result<(), String> {
                 let _ = std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755));
             }
         }
-        Ok(_) => return Err(format!("{home} exists and is not a directory")),
+        Ok(_) => return Err(SetupError::NotADirectory(home)),
         Err(_) => {
             std::fs::DirBuilder::new()
                 .mode(0o755)
                 .create(&home)
-                .map_err(|e| format!("cannot create {home}: {e}"))?;
+                .map_err(|e| SetupError::CreateHome(home.clone(), e))?;
             copy_skel(Path::new("/etc/skel"), Path::new(&home), uid);
             chown(&home, uid)?;
         }
@@ -126,8 +157,8 @@ fn setup(name: &str, uid: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn chown(path: &str, uid: u32) -> Result<(), String> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).map_err(|e| format!("cannot chown {path}: {e}"))
+fn chown(path: &str, uid: u32) -> Result<(), SetupError> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).map_err(|e| SetupError::Chown(path.into(), e))
 }
 
 /// Regular files and directories of `/etc/skel` (no symlinks followed).

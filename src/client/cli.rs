@@ -117,6 +117,8 @@ impl From<crate::storage::state::StateError> for Failure {
 
 usage_from!(
     config::ConfigError,
+    config::passenv::PassEnvError,
+    config::ports::PortError,
     domain::DomainError,
     paths::PathError,
     pico_args::Error
@@ -288,8 +290,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
     paths::ensure_private_dir(&runtime)?;
     let domain_id = domain::domain_id(&profile.name, &workspace);
     let paths = DomainPaths::new(&storage, &runtime, &domain_id);
-    let pass =
-        crate::config::passenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok()).map_err(Failure::usage)?;
+    let pass = crate::config::passenv::resolve(&profile.pass_env, &[], |k| std::env::var(k).ok())?;
     Ok(Resolved {
         cfg,
         profile,
@@ -381,9 +382,8 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let argv = utf8_argv(cmd)?;
     refuse_root()?;
     let mut r = resolve(profile, workspace)?;
-    r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())
-        .map_err(Failure::usage)?;
-    crate::config::ports::merge(&r.profile.ports, &publish).map_err(Failure::usage)?;
+    r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())?;
+    crate::config::ports::merge(&r.profile.ports, &publish)?;
     r.publish = publish;
     r.root = as_root;
     r.limit_overrides = overrides;
@@ -859,7 +859,7 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         published,
         json,
     )
-    .map_err(Failure::usage)
+    .map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// Before a public command runs: `CMD --help` prints its usage (exit 0);

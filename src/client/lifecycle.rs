@@ -388,8 +388,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
     let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
-    r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())
-        .map_err(Failure::usage)?;
+    r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())?;
     r.root = as_root;
     if r.domain_id != st.domain_id {
         return Err(Failure::runtime(format!(

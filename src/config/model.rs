@@ -875,6 +875,7 @@ pub enum ValueError {
     Prefix,
     PrefixLength { max: u8 },
     HostBits { network: Prefix },
+    PortForward,
 }
 
 impl fmt::Display for ValueError {
@@ -898,6 +899,9 @@ impl fmt::Display for ValueError {
             ValueError::HostBits { network } => {
                 write!(f, "a prefix whose host bits are zero, such as \"{}\"", network)
             }
+            ValueError::PortForward => f.write_str(
+                "\"[ADDR:]HOSTPORT:GUESTPORT\" (ADDR an IPv4 address, 127.0.0.1 by default; ports 1-65535)",
+            ),
         }
     }
 }

@@ -8,11 +8,46 @@
 //! value never appears in the argv of a host process, in the store or in
 //! the coordinator's log, and only the session that asked for it gets it.
 
+use std::fmt;
+
 use crate::config::{is_reserved_env, valid_env_name};
 
 /// Largest value accepted for one variable (the whole session spec must
 /// fit a pipe buffer).
 pub const MAX_VALUE: usize = 16 * 1024;
+
+/// Why a passed variable is refused (a usage error of the CLI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassEnvError {
+    /// `-e` with a malformed or reserved name (the name as given).
+    BadFlag(String),
+    /// `-e KEY` for a variable the environment does not have.
+    Unset(String),
+    /// A value over [`MAX_VALUE`] bytes (its variable).
+    TooLong(String),
+    /// A value with a NUL byte (its variable).
+    Nul(String),
+}
+
+impl fmt::Display for PassEnvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PassEnvError::BadFlag(name) => write!(
+                f,
+                "-e {:?}: expected KEY or KEY=VALUE with KEY matching [A-Za-z_][A-Za-z0-9_]* (not LAZARET_*)",
+                crate::display::escape(name)
+            ),
+            PassEnvError::Unset(name) => write!(
+                f,
+                "-e {name}: {name} is not set in your environment; set it or pass -e {name}=VALUE"
+            ),
+            PassEnvError::TooLong(name) => write!(f, "the value of {name} is longer than {MAX_VALUE} bytes"),
+            PassEnvError::Nul(name) => write!(f, "the value of {name} contains a NUL byte"),
+        }
+    }
+}
+
+impl std::error::Error for PassEnvError {}
 
 /// The variables a session gets, in order: the profile's `pass_env` names
 /// that are set in the client's environment (unset ones are skipped), then
@@ -23,7 +58,7 @@ pub fn resolve(
     pass_env: &[String],
     flags: &[String],
     lookup: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, PassEnvError> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut put = |k: &str, v: String| {
         out.retain(|(n, _)| n != k);
@@ -41,16 +76,11 @@ pub fn resolve(
             None => (f.as_str(), None),
         };
         if !valid_env_name(name) || is_reserved_env(name) {
-            return Err(format!(
-                "-e {:?}: expected KEY or KEY=VALUE with KEY matching [A-Za-z_][A-Za-z0-9_]* (not LAZARET_*)",
-                crate::display::escape(f.split('=').next().unwrap_or(""))
-            ));
+            return Err(PassEnvError::BadFlag(f.split('=').next().unwrap_or("").to_string()));
         }
         let value = match value {
             Some(v) => v,
-            None => lookup(name).ok_or_else(|| {
-                format!("-e {name}: {name} is not set in your environment; set it or pass -e {name}=VALUE")
-            })?,
+            None => lookup(name).ok_or_else(|| PassEnvError::Unset(name.to_string()))?,
         };
         check_value(name, &value)?;
         put(name, value);
@@ -58,12 +88,12 @@ pub fn resolve(
     Ok(out)
 }
 
-fn check_value(name: &str, v: &str) -> Result<(), String> {
+fn check_value(name: &str, v: &str) -> Result<(), PassEnvError> {
     if v.len() > MAX_VALUE {
-        return Err(format!("the value of {name} is longer than {MAX_VALUE} bytes"));
+        return Err(PassEnvError::TooLong(name.to_string()));
     }
     if v.contains('\0') {
-        return Err(format!("the value of {name} contains a NUL byte"));
+        return Err(PassEnvError::Nul(name.to_string()));
     }
     Ok(())
 }
@@ -165,10 +195,17 @@ mod tests {
 
     #[test]
     fn bad_flags_are_errors() {
-        assert!(resolve(&[], &["UNSET".into()], env).unwrap_err().contains("not set"));
-        assert!(resolve(&[], &["9X=1".into()], env).unwrap_err().contains("KEY=VALUE"));
+        assert!(resolve(&[], &["UNSET".into()], env)
+            .unwrap_err()
+            .to_string()
+            .contains("not set"));
+        assert!(resolve(&[], &["9X=1".into()], env)
+            .unwrap_err()
+            .to_string()
+            .contains("KEY=VALUE"));
         assert!(resolve(&[], &["LAZARET_SESSION=x".into()], env)
             .unwrap_err()
+            .to_string()
             .contains("LAZARET_"));
         assert!(resolve(&[], &["=x".into()], env).is_err());
         assert!(resolve(&[], &[format!("BIG={}", "x".repeat(MAX_VALUE + 1))], env).is_err());

@@ -17,12 +17,14 @@
 //! Forwards listen on 127.0.0.1 unless the entry names another address.
 
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
+
+use crate::config::ValueError;
 
 /// Name of the slirp4netns API socket in the generation dir.
 pub const API_SOCKET: &str = "slirp.sock";
@@ -39,26 +41,26 @@ pub struct PortForward {
 }
 
 impl FromStr for PortForward {
-    /// A phrase describing what was expected.
-    type Err = String;
+    /// Shows as the phrase describing what was expected.
+    type Err = ValueError;
 
     /// `[ADDR:]HOSTPORT:GUESTPORT`, ADDR an IPv4 address (127.0.0.1 when
     /// left out), ports 1..=65535.
-    fn from_str(s: &str) -> Result<Self, String> {
-        const FORM: &str = "\"[ADDR:]HOSTPORT:GUESTPORT\" (ADDR an IPv4 address, 127.0.0.1 by default; ports 1-65535)";
+    fn from_str(s: &str) -> Result<Self, ValueError> {
+        const FORM: ValueError = ValueError::PortForward;
         let parts: Vec<&str> = s.split(':').collect();
         let (addr, host, guest) = match parts.as_slice() {
             [h, g] => (Ipv4Addr::LOCALHOST, *h, *g),
-            [a, h, g] => (a.parse::<Ipv4Addr>().map_err(|_| FORM.to_string())?, *h, *g),
-            _ => return Err(FORM.into()),
+            [a, h, g] => (a.parse::<Ipv4Addr>().map_err(|_| FORM)?, *h, *g),
+            _ => return Err(FORM),
         };
-        let port = |p: &str| -> Result<u16, String> {
+        let port = |p: &str| -> Result<u16, ValueError> {
             if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 5 {
-                return Err(FORM.into());
+                return Err(FORM);
             }
             match p.parse::<u32>() {
                 Ok(n) if (1..=65535).contains(&n) => Ok(n as u16),
-                _ => Err(FORM.into()),
+                _ => Err(FORM),
             }
         };
         Ok(PortForward {
@@ -76,19 +78,66 @@ impl fmt::Display for PortForward {
     }
 }
 
+/// Why forwards could not be merged or installed.
+#[derive(Debug)]
+pub enum PortError {
+    /// Two forwards for one host address and port (the first, the second).
+    Twice(PortForward, PortForward),
+    /// slirp4netns's API socket is unreachable.
+    Connect(PathBuf, io::Error),
+    /// Sending the request for a forward.
+    Send(PortForward, io::Error),
+    /// slirp4netns refused the forward.
+    Refused(PortForward, Refusal),
+}
+
+impl fmt::Display for PortError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PortError::Twice(q, p) => write!(f, "host port {}:{} is forwarded twice ({q} and {p})", p.addr, p.host),
+            PortError::Connect(sock, e) => {
+                write!(f, "cannot reach slirp4netns's API socket {}: {e}", sock.display())
+            }
+            PortError::Send(p, e) => write!(f, "forwarding {p}: {e}"),
+            PortError::Refused(p, why) => write!(
+                f,
+                "cannot forward host port {}:{} to guest port {}: {why}",
+                p.addr, p.host, p.guest
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PortError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PortError::Connect(_, e) | PortError::Send(_, e) => Some(e),
+            PortError::Twice(..) | PortError::Refused(..) => None,
+        }
+    }
+}
+
+/// slirp4netns's description of why it refused a request (its text,
+/// escaped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The forwards of a Domain: the profile's, then `--publish` ones; a later
 /// entry for the same host address and port is refused (pure).
-pub fn merge(profile: &[PortForward], extra: &[PortForward]) -> Result<Vec<PortForward>, String> {
+pub fn merge(profile: &[PortForward], extra: &[PortForward]) -> Result<Vec<PortForward>, PortError> {
     let mut out: Vec<PortForward> = Vec::new();
     for p in profile.iter().chain(extra) {
         if let Some(q) = out.iter().find(|q| q.addr == p.addr && q.host == p.host) {
             if q == p {
                 continue;
             }
-            return Err(format!(
-                "host port {}:{} is forwarded twice ({q} and {p})",
-                p.addr, p.host
-            ));
+            return Err(PortError::Twice(*q, *p));
         }
         out.push(*p);
     }
@@ -105,7 +154,7 @@ pub fn request(p: &PortForward, guest_addr: Ipv4Addr) -> String {
 
 /// Reads slirp4netns's answer (pure): `Ok` for `{"return": …}`, the
 /// error's description otherwise.
-pub fn parse_reply(text: &str) -> Result<(), String> {
+pub fn parse_reply(text: &str) -> Result<(), Refusal> {
     let t = text.trim();
     if t.starts_with("{\"return\"") || t.starts_with("{ \"return\"") {
         return Ok(());
@@ -115,27 +164,21 @@ pub fn parse_reply(text: &str) -> Result<(), String> {
         .nth(1)
         .and_then(|r| r.split('"').nth(1))
         .unwrap_or(t);
-    Err(crate::display::escape(desc))
+    Err(Refusal(crate::display::escape(desc)))
 }
 
 /// Asks slirp4netns to add every forward. Each request is one connection.
-pub fn install(api_socket: &Path, forwards: &[PortForward], guest_addr: Ipv4Addr) -> Result<(), String> {
+pub fn install(api_socket: &Path, forwards: &[PortForward], guest_addr: Ipv4Addr) -> Result<(), PortError> {
     for p in forwards {
-        let mut s = UnixStream::connect(api_socket)
-            .map_err(|e| format!("cannot reach slirp4netns's API socket {}: {e}", api_socket.display()))?;
+        let mut s = UnixStream::connect(api_socket).map_err(|e| PortError::Connect(api_socket.to_path_buf(), e))?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok();
         s.set_write_timeout(Some(Duration::from_secs(5))).ok();
         s.write_all(request(p, guest_addr).as_bytes())
-            .map_err(|e| format!("forwarding {p}: {e}"))?;
+            .map_err(|e| PortError::Send(*p, e))?;
         let _ = s.shutdown(std::net::Shutdown::Write);
         let mut reply = String::new();
         let _ = s.take(64 * 1024).read_to_string(&mut reply);
-        parse_reply(&reply).map_err(|e| {
-            format!(
-                "cannot forward host port {}:{} to guest port {}: {e}",
-                p.addr, p.host, p.guest
-            )
-        })?;
+        parse_reply(&reply).map_err(|why| PortError::Refused(*p, why))?;
         log::info!("forwarding host {}:{} to guest port {}", p.addr, p.host, p.guest);
     }
     Ok(())
@@ -175,7 +218,7 @@ mod tests {
         let b: PortForward = "3000:4000".parse().unwrap();
         let c: PortForward = "127.0.0.2:3000:4000".parse().unwrap();
         assert_eq!(merge(&[a], &[a, c]).unwrap(), vec![a, c]);
-        assert!(merge(&[a], &[b]).unwrap_err().contains("twice"));
+        assert!(merge(&[a], &[b]).unwrap_err().to_string().contains("twice"));
     }
 
     #[test]
@@ -189,7 +232,7 @@ mod tests {
         assert!(parse_reply("{\"return\": {\"id\": 1}}\n").is_ok());
         assert_eq!(
             parse_reply("{\"error\": {\"desc\": \"bad request: add_hostfwd: slirp_add_hostfwd failed\"}}"),
-            Err("bad request: add_hostfwd: slirp_add_hostfwd failed".into())
+            Err(Refusal("bad request: add_hostfwd: slirp_add_hostfwd failed".into()))
         );
         assert!(parse_reply("").is_err());
     }

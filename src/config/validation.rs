@@ -426,8 +426,9 @@ impl Schema<'_> {
             const EXPECTED: &str = "an array of \"[ADDR:]HOSTPORT:GUESTPORT\" strings";
             let mut seen: Vec<(usize, crate::config::ports::PortForward)> = Vec::new();
             for (line, s) in self.strings(i, &key, EXPECTED)? {
-                let f: crate::config::ports::PortForward =
-                    s.parse().map_err(|e: String| self.invalid(line, &key, e, quote(s)))?;
+                let f: crate::config::ports::PortForward = s
+                    .parse()
+                    .map_err(|e: ValueError| self.invalid(line, &key, e.to_string(), quote(s)))?;
                 if let Some((first_line, _)) = seen.iter().find(|(_, q)| q.addr == f.addr && q.host == f.host) {
                     return Err(self.duplicate(line, *first_line, &key, &format!("host port {}:{}", f.addr, f.host)));
                 }

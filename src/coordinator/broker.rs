@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Escalation;
 use crate::coordinator::trust::{Role, TrustAnchor};
+use crate::coordinator::CoordinatorError;
 use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
 use crate::wire::mailbox;
@@ -124,8 +125,47 @@ pub struct Broker {
     pub events: Vec<HostEvent>,
 }
 
-fn io_msg(what: &Path, e: io::Error) -> String {
-    format!("{}: {e}", what.display())
+/// Why a mailbox record was rejected (no result is written for it; the
+/// reason goes to the audit log).
+#[derive(Debug)]
+enum Rejection {
+    Open(io::Error),
+    Read(io::Error),
+    NotAFile,
+    /// Its size.
+    TooLarge(u64),
+    Record(mailbox::RecordError),
+    NameMismatch,
+    OtherGeneration,
+    NoSession,
+    ClientMismatch,
+    Signature(crate::coordinator::trust::TrustError),
+    ForeignCertificate,
+    Replayed,
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use Rejection::*;
+        match self {
+            Open(e) => write!(f, "cannot open: {e}"),
+            Read(e) => write!(f, "{e}"),
+            NotAFile => write!(f, "not a regular file"),
+            TooLarge(n) => write!(f, "record of {n} bytes is over the limit"),
+            Record(e) => write!(f, "{e}"),
+            NameMismatch => write!(f, "file name does not match the request id"),
+            OtherGeneration => write!(f, "request is for another Domain or generation"),
+            NoSession => write!(f, "no such session"),
+            ClientMismatch => write!(f, "client does not match the session"),
+            Signature(e) => write!(f, "{e}"),
+            ForeignCertificate => write!(f, "certificate is not the session's own"),
+            Replayed => write!(f, "replayed request id"),
+        }
+    }
+}
+
+fn io_err(what: &Path, e: io::Error) -> CoordinatorError {
+    CoordinatorError::Mailbox(what.to_path_buf(), e)
 }
 
 impl Broker {
@@ -136,26 +176,26 @@ impl Broker {
         workspace: &Path,
         mailbox: &Path,
         audit_log: &Path,
-    ) -> Result<Broker, String> {
+    ) -> Result<Broker, CoordinatorError> {
         remove_tree(mailbox);
         let requests = mailbox.join("requests");
         let results = mailbox.join("results");
         let quarantine = mailbox.join("quarantine");
         for d in [&requests, &results, &quarantine] {
-            std::fs::create_dir_all(d).map_err(|e| io_msg(d, e))?;
+            std::fs::create_dir_all(d).map_err(|e| io_err(d, e))?;
         }
-        std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_msg(mailbox, e))?;
+        std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_err(mailbox, e))?;
         std::fs::set_permissions(&requests, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io_msg(&requests, e))?;
+            .map_err(|e| io_err(&requests, e))?;
         // Results can be opened by name but not listed from the sandbox.
-        std::fs::set_permissions(&results, std::fs::Permissions::from_mode(0o300)).map_err(|e| io_msg(&results, e))?;
-        let inotify = sys::inotify_dir(&requests).map_err(|e| io_msg(&requests, e))?;
+        std::fs::set_permissions(&results, std::fs::Permissions::from_mode(0o300)).map_err(|e| io_err(&results, e))?;
+        let inotify = sys::inotify_dir(&requests).map_err(|e| io_err(&requests, e))?;
         let audit = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
             .open(audit_log)
-            .map_err(|e| io_msg(audit_log, e))?;
+            .map_err(|e| io_err(audit_log, e))?;
         Ok(Broker {
             anchor,
             config,
@@ -279,7 +319,7 @@ impl Broker {
                     }
                     None => ask.push((req.session.clone(), req)),
                 },
-                Err((_, reason)) => {
+                Err(reason) => {
                     // INVARIANT: no result for a record that failed
                     // verification; its id may be another session's.
                     log::warn!("escalation: rejected {name}: {reason}");
@@ -322,53 +362,51 @@ impl Broker {
 
     /// Reads one record: a regular file reached without symlinks, of
     /// bounded size.
-    fn take(&self, path: &Path) -> Result<Vec<u8>, (Option<String>, String)> {
-        let f = sys::open_nofollow(path).map_err(|e| (None, format!("cannot open: {e}")))?;
-        let md = f.metadata().map_err(|e| (None, e.to_string()))?;
+    fn take(&self, path: &Path) -> Result<Vec<u8>, Rejection> {
+        let f = sys::open_nofollow(path).map_err(Rejection::Open)?;
+        let md = f.metadata().map_err(Rejection::Read)?;
         if !md.file_type().is_file() {
-            return Err((None, "not a regular file".into()));
+            return Err(Rejection::NotAFile);
         }
         if md.len() as usize > escalation::MAX_REQUEST_BYTES {
-            return Err((None, format!("record of {} bytes is over the limit", md.len())));
+            return Err(Rejection::TooLarge(md.len()));
         }
         let mut data = Vec::new();
         f.take(escalation::MAX_REQUEST_BYTES as u64 + 1)
             .read_to_end(&mut data)
-            .map_err(|e| (None, e.to_string()))?;
+            .map_err(Rejection::Read)?;
         Ok(data)
     }
 
     /// Strict parse, then every check that binds the record to one live
     /// session of this Domain and generation.
-    #[allow(clippy::type_complexity)]
     fn accept(
         &mut self,
         name: &str,
         data: &[u8],
         session: &dyn Fn(&str) -> Option<SessionView>,
-    ) -> Result<(Request, String), (Option<String>, String)> {
-        let (req, signed, sig) = mailbox::decode_request(data).map_err(|e| (None, e.to_string()))?;
-        let id = Some(req.id.clone());
+    ) -> Result<(Request, String), Rejection> {
+        let (req, signed, sig) = mailbox::decode_request(data).map_err(Rejection::Record)?;
         if name != format!("{}.req", req.id) {
-            return Err((id, "file name does not match the request id".into()));
+            return Err(Rejection::NameMismatch);
         }
         if req.domain != self.anchor.domain || req.generation != self.anchor.generation {
-            return Err((id, "request is for another Domain or generation".into()));
+            return Err(Rejection::OtherGeneration);
         }
-        let view = session(&req.session).ok_or((id.clone(), "no such session".to_string()))?;
+        let view = session(&req.session).ok_or(Rejection::NoSession)?;
         if view.client_id != req.client {
-            return Err((id, "client does not match the session".into()));
+            return Err(Rejection::ClientMismatch);
         }
         let expected = self.anchor.identity(Role::ClientCli, &req.client, Some(&req.session));
         self.anchor
             .verify(&req.cert, &expected, &signed, &sig)
-            .map_err(|e| (id.clone(), e.to_string()))?;
+            .map_err(Rejection::Signature)?;
         // The Session Anchor: exactly the certificate issued at registration.
         if req.cert != view.cert_der {
-            return Err((id, "certificate is not the session's own".into()));
+            return Err(Rejection::ForeignCertificate);
         }
         if !self.seen.insert(req.id.clone()) {
-            return Err((None, "replayed request id".into()));
+            return Err(Rejection::Replayed);
         }
         let client = req.client.clone();
         Ok((req, client))

@@ -15,10 +15,13 @@ mod approvals;
 pub mod broker;
 mod conn_state;
 mod connections;
+mod error;
 mod sessions;
 mod startup;
 mod teardown;
 pub mod trust;
+
+pub use error::CoordinatorError;
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -108,9 +111,13 @@ pub fn main(args: Args) -> i32 {
     }
     let mut hc = match Coordinator::start(&args, &mut report) {
         Ok(hc) => hc,
-        Err(msg) => {
-            log::error!("startup failed: {msg}");
-            report.send(StartMsg::Failed { reason: msg });
+        Err(e) => {
+            match e.path() {
+                Some(p) => log::error!("startup failed: {e} ({})", p.display()),
+                None => log::error!("startup failed: {e}"),
+            }
+            // The sentence goes to the starting CLI as data on the wire.
+            report.send(StartMsg::Failed { reason: e.to_string() });
             return 1;
         }
     };
@@ -239,10 +246,6 @@ struct Coordinator {
     esc_deadlines: HashMap<String, Instant>,
     /// Store rows of running host commands, by request id.
     host_rows: HashMap<String, i64>,
-}
-
-fn io_msg(what: &str, e: impl std::fmt::Display) -> String {
-    format!("{what}: {e}")
 }
 
 impl Coordinator {

@@ -9,8 +9,8 @@ impl Coordinator {
 
     /// A `runsc exec` command that runs in the supervisor's user and mount
     /// namespaces, where runsc's state and the sandbox live.
-    pub(super) fn runsc_in_ns(&self) -> Result<Command, String> {
-        let sup = self.sup.as_ref().ok_or("the sandbox is not running")?;
+    pub(super) fn runsc_in_ns(&self) -> Result<Command, CoordinatorError> {
+        let sup = self.sup.as_ref().ok_or(CoordinatorError::NotRunning)?;
         let mut cmd = Command::new("runsc");
         cmd.args(&self.runsc_args);
         sys::ChildSetup::new()
@@ -137,7 +137,7 @@ impl Coordinator {
                 };
                 self.send(key, &welcome);
             }
-            Err(e) => self.refuse(key, e),
+            Err(e) => self.refuse(key, e.to_string()),
         }
     }
 
@@ -147,13 +147,13 @@ impl Coordinator {
         spec: &[u8],
         pid_file: &Path,
         tty: Option<ipc::WinSize>,
-    ) -> Result<(Child, OwnedFd, OwnedFd, Option<OwnedFd>), String> {
+    ) -> Result<(Child, OwnedFd, OwnedFd, Option<OwnedFd>), CoordinatorError> {
         if spec.len() > 60 * 1024 {
-            return Err("the session spec is too large".into());
+            return Err(CoordinatorError::SpecTooLarge);
         }
-        let (spec_rd, spec_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
+        let (spec_rd, spec_wr) = sys::pipe().map_err(CoordinatorError::Pipe)?;
         // Fits the pipe buffer: the write cannot block.
-        sys::write_all(&spec_wr, spec).map_err(|e| io_msg("pipe", e))?;
+        sys::write_all(&spec_wr, spec).map_err(CoordinatorError::Pipe)?;
         drop(spec_wr);
         let sp = spec_rd.as_raw_fd();
         let mut cmd = self.runsc_in_ns()?;
@@ -166,7 +166,7 @@ impl Coordinator {
                 rows: w.rows,
                 cols: w.cols,
             }))
-            .map_err(|e| io_msg("openpty", e))?;
+            .map_err(CoordinatorError::OpenPty)?;
             let s = slave.as_raw_fd();
             sys::ChildSetup::new()
                 .setsid()
@@ -174,22 +174,22 @@ impl Coordinator {
                 .controlling_tty(0)
                 .apply(&mut cmd);
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-            let child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
+            let child = cmd.spawn().map_err(CoordinatorError::StartExec)?;
             drop(slave);
             drop(spec_rd);
-            sys::set_nonblocking(&master, true).map_err(|e| io_msg("pty", e))?;
-            let out = master.try_clone().map_err(|e| io_msg("pty", e))?;
+            sys::set_nonblocking(&master, true).map_err(CoordinatorError::Pty)?;
+            let out = master.try_clone().map_err(CoordinatorError::Pty)?;
             Ok((child, master, out, None))
         } else {
             sys::ChildSetup::new().setsid().install_fds(&[(sp, 3)]).apply(&mut cmd);
             cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-            let mut child = cmd.spawn().map_err(|e| io_msg("starting runsc exec", e))?;
+            let mut child = cmd.spawn().map_err(CoordinatorError::StartExec)?;
             drop(spec_rd);
             let i: OwnedFd = child.stdin.take().unwrap().into();
             let o: OwnedFd = child.stdout.take().unwrap().into();
             let e: OwnedFd = child.stderr.take().unwrap().into();
             for fd in [&i, &o, &e] {
-                sys::set_nonblocking(fd, true).map_err(|e| io_msg("pipe", e))?;
+                sys::set_nonblocking(fd, true).map_err(CoordinatorError::Pipe)?;
             }
             Ok((child, i, o, Some(e)))
         }
@@ -325,11 +325,11 @@ impl Coordinator {
         }
     }
 
-    pub(super) fn in_sandbox_tool(&self, args: &[&str]) -> Result<Child, String> {
+    pub(super) fn in_sandbox_tool(&self, args: &[&str]) -> Result<Child, CoordinatorError> {
         let mut cmd = self.runsc_in_ns()?;
         cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT).args(args);
         cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        cmd.spawn().map_err(|e| io_msg("runsc exec", e))
+        cmd.spawn().map_err(CoordinatorError::RunscExec)
     }
 
     pub(super) fn reap(&mut self) {

@@ -5,51 +5,45 @@ use super::teardown::recover;
 use super::*;
 
 impl Coordinator {
-    pub(super) fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, String> {
-        let cfg = config::load(&args.config).map_err(|e| e.to_string())?;
-        let profile = cfg.profile(&args.profile).map_err(|e| e.to_string())?.clone();
+    pub(super) fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, CoordinatorError> {
+        let cfg = config::load(&args.config)?;
+        let profile = cfg.profile(&args.profile)?.clone();
         let net = NetRole::new(&cfg, &profile)?;
         let ports = crate::config::ports::merge(&profile.ports, &args.publish)?;
         if !ports.is_empty() && !profile.network {
-            return Err(format!(
-                "profile {:?} forwards ports but has network.mode = \"none\": port forwards need the slirp network",
-                profile.name
-            ));
+            return Err(CoordinatorError::PortsWithoutNetwork {
+                profile: profile.name.clone(),
+            });
         }
         let limits = crate::storage::cgroup::apply_overrides(profile.limits, &args.limits);
         let limits = crate::storage::cgroup::Effective::for_host(&limits);
         let profile_for_fp = profile.clone();
-        let storage = paths::storage_root().map_err(|e| e.to_string())?;
+        let storage = paths::storage_root()?;
         let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
         let domain_id = domain::domain_id(&profile.name, &args.workspace);
         let dp = DomainPaths::new(&storage, &runtime, &domain_id);
-        dp.ensure().map_err(|e| e.to_string())?;
+        dp.ensure()?;
         let mut store = match Store::open(&dp.store()) {
             Ok(s) => s,
             Err(e) => {
                 // A Domain root that never got a store (a full disk) is not
                 // left behind as an empty, nameless Domain.
                 let _ = std::fs::remove_dir(&dp.root);
-                return Err(e.to_string());
+                return Err(CoordinatorError::OpenStore(e));
             }
         };
         recover(&store, &dp);
 
-        let generation = store
-            .begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())
-            .map_err(|e| e.to_string())?;
+        let generation =
+            store.begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())?;
         let coordinator_id = random_id(8);
         let sandbox_id = format!("lz-{}-{}", domain_id.short(), random_id(4));
-        store
-            .record_component(generation, "session-coordinator", &coordinator_id)
-            .map_err(|e| e.to_string())?;
-        store
-            .record_component(generation, "agent-sandbox", &sandbox_id)
-            .map_err(|e| e.to_string())?;
+        store.record_component(generation, "session-coordinator", &coordinator_id)?;
+        store.record_component(generation, "agent-sandbox", &sandbox_id)?;
         log::info!("domain {domain_id} generation {generation} coordinator {coordinator_id}");
 
         let signals = sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP])
-            .map_err(|e| io_msg("signal pipe", e))?;
+            .map_err(CoordinatorError::SignalPipe)?;
         let mut hc = Coordinator {
             domain_id,
             profile,
@@ -92,16 +86,16 @@ impl Coordinator {
         Ok(hc)
     }
 
-    pub(super) fn bring_up(&mut self, storage: &Path, report: &mut Reporter) -> Result<(), String> {
+    pub(super) fn bring_up(&mut self, storage: &Path, report: &mut Reporter) -> Result<(), CoordinatorError> {
         report.progress("preparing image");
         let mut quiet = image::Progress::new(true);
-        let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet).map_err(|e| e.to_string())?;
+        let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet)?;
         // INVARIANT: the lease is recorded before the lower is used, so GC
         // never reclaims an artifact a generation depends on. The lowers
         // lock (shared) keeps `image prune` out until the artifact is named
         // in domain.json and leased.
         let gc = crate::storage::gc::lock_shared(storage)?;
-        let digest = image::manifest_digest(&layout, &tag).map_err(|e| e.to_string())?;
+        let digest = image::manifest_digest(&layout, &tag)?;
         let artifact = image::artifact_id(&digest);
         crate::storage::state::record_domain(
             &self.paths.root,
@@ -111,10 +105,8 @@ impl Coordinator {
             &artifact,
             &digest,
         )
-        .map_err(|e| io_msg("writing domain.json", e))?;
-        self.store
-            .lease(self.generation, &artifact, &digest)
-            .map_err(|e| e.to_string())?;
+        .map_err(CoordinatorError::RecordDomain)?;
+        self.store.lease(self.generation, &artifact, &digest)?;
         let bound = crate::storage::layercheck::Bound {
             floor: self
                 .profile
@@ -123,19 +115,20 @@ impl Coordinator {
                 .unwrap_or(crate::storage::layercheck::DEFAULT_FLOOR),
             ..Default::default()
         };
-        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound).map_err(|e| e.to_string())?;
+        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound)?;
         drop(gc);
 
         report.progress("starting sandbox");
         let gen_dir = self.paths.gen_dir();
         let _ = std::fs::remove_dir_all(&gen_dir);
-        std::fs::create_dir_all(gen_dir.join("bundle")).map_err(|e| io_msg(&gen_dir.display().to_string(), e))?;
-        std::fs::create_dir_all(self.paths.runsc_root()).map_err(|e| io_msg("runsc root", e))?;
+        std::fs::create_dir_all(gen_dir.join("bundle")).map_err(|e| CoordinatorError::GenDir(gen_dir.clone(), e))?;
+        let runsc_root = self.paths.runsc_root();
+        std::fs::create_dir_all(&runsc_root).map_err(|e| CoordinatorError::RunscRoot(runsc_root.clone(), e))?;
         let init = std::env::current_exe()
-            .map_err(|e| io_msg("locating lazaret", e))?
+            .map_err(CoordinatorError::LocateExe)?
             .with_file_name("lazaret-init");
         if !init.is_file() {
-            return Err(format!("{} is missing: reinstall lazaret", init.display()));
+            return Err(CoordinatorError::Missing(init));
         }
         self.net.prepare(&self.store, self.generation, &gen_dir)?;
         // The State Anchor: one persistent overlay per `persist` path.
@@ -144,8 +137,7 @@ impl Coordinator {
             &gen_dir,
             &lower.rootfs(),
             &self.profile.persist,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         binds.extend(self.net.binds());
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
@@ -162,21 +154,20 @@ impl Coordinator {
             binds.push(b);
         }
         if self.profile.git_identity {
-            binds.push(crate::plan::guest::git_identity_bind(&gen_dir).map_err(|e| io_msg("writing gitconfig", e))?);
+            binds.push(crate::plan::guest::git_identity_bind(&gen_dir).map_err(CoordinatorError::GitIdentity)?);
         }
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {
-                return Err(format!("{} is missing: reinstall lazaret", escalate.display()));
+                return Err(CoordinatorError::Missing(escalate));
             }
-            let anchor = TrustAnchor::new(self.domain_id.as_str(), self.generation.get(), &self.profile.name)
-                .map_err(|e| format!("trust anchor: {e}"))?;
+            let anchor = TrustAnchor::new(self.domain_id.as_str(), self.generation.get(), &self.profile.name)?;
             // Role identities of this generation; their keys never leave memory.
             for (role, id) in [
                 (Role::SessionCoordinator, &self.coordinator_id),
                 (Role::AgentSandbox, &self.sandbox_id),
             ] {
-                anchor.issue(role, id, None).map_err(|e| format!("trust anchor: {e}"))?;
+                anchor.issue(role, id, None)?;
             }
             let broker = Broker::new(
                 anchor,
@@ -211,9 +202,8 @@ impl Coordinator {
                 .then(|| self.paths.ignored_dir())
                 .as_deref(),
             self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
-        )
-        .map_err(|e| e.to_string())?;
-        gitsentry::add_volume_views(&gen_dir, &volume_views).map_err(|e| e.to_string())?;
+        )?;
+        gitsentry::add_volume_views(&gen_dir, &volume_views)?;
         binds.extend(views.binds.iter().cloned());
         binds.extend(self.prepare_scratch(&binds)?);
         let plan = plan::SandboxPlan {
@@ -226,8 +216,9 @@ impl Coordinator {
             caps: self.profile.caps.clone(),
             nproc: self.limits.guest_tasks(),
         };
-        std::fs::write(gen_dir.join("bundle/config.json"), plan::sandbox_config(&plan))
-            .map_err(|e| io_msg("writing config.json", e))?;
+        let bundle_config = gen_dir.join("bundle/config.json");
+        std::fs::write(&bundle_config, plan::sandbox_config(&plan))
+            .map_err(|e| CoordinatorError::WriteBundle(bundle_config, e))?;
         self.start_supervisor()?;
         report.progress("probing the network");
         self.verify_network()?;
@@ -236,14 +227,13 @@ impl Coordinator {
         self.publish()
     }
 
-    pub(super) fn start_supervisor(&mut self) -> Result<(), String> {
-        let (lease_rd, lease_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
-        let (status_rd, status_wr) = sys::pipe().map_err(|e| io_msg("pipe", e))?;
-        let exe = std::env::current_exe().map_err(|e| io_msg("locating lazaret", e))?;
+    pub(super) fn start_supervisor(&mut self) -> Result<(), CoordinatorError> {
+        let (lease_rd, lease_wr) = sys::pipe().map_err(CoordinatorError::Pipe)?;
+        let (status_rd, status_wr) = sys::pipe().map_err(CoordinatorError::Pipe)?;
+        let exe = std::env::current_exe().map_err(CoordinatorError::LocateExe)?;
         let row = self
             .store
-            .record_intent(self.generation, OwnedKind::Process, "supervisor")
-            .map_err(|e| e.to_string())?;
+            .record_intent(self.generation, OwnedKind::Process, "supervisor")?;
         self.owned_rows.push(row);
         // Resource limits: the supervisor joins the generation's cgroup
         // before it execs, so runsc and the sandbox are born inside.
@@ -286,7 +276,7 @@ impl Coordinator {
             .install_fds(&[(l, supervisor::LEASE_FD), (s, supervisor::STATUS_FD)])
             .parent_death_signal(sys::SIGKILL)
             .apply(&mut cmd);
-        let child = cmd.spawn().map_err(|e| io_msg("starting the supervisor", e))?;
+        let child = cmd.spawn().map_err(CoordinatorError::StartSupervisor)?;
         // The supervisor joined between fork and exec (or failed to start).
         if let Some(c) = self.cgroup.as_mut() {
             c.close_procs();
@@ -301,19 +291,21 @@ impl Coordinator {
         let deadline = Instant::now() + SANDBOX_START_TIMEOUT;
 
         // 1. The supervisor unshared its user namespace: write the id maps.
-        status.wait_for_userns(deadline).map_err(|e| e.to_string())?;
+        status.wait_for_userns(deadline)?;
         write_id_maps(pid)?;
-        let ns = |n: &str| File::open(format!("/proc/{pid}/ns/{n}")).map_err(|e| io_msg("opening namespace", e));
+        let ns = |n: &str| {
+            let p = PathBuf::from(format!("/proc/{pid}/ns/{n}"));
+            File::open(&p).map_err(|e| CoordinatorError::OpenNamespace(p, e))
+        };
         let (userns, mntns) = (ns("user")?, ns("mnt")?);
         let row = self
             .store
-            .record_intent(self.generation, OwnedKind::RunscContainer, &self.sandbox_id)
-            .map_err(|e| e.to_string())?;
+            .record_intent(self.generation, OwnedKind::RunscContainer, &self.sandbox_id)?;
         self.owned_rows.push(row);
         if let Some(row) = self.net.record_intent(&self.store, self.generation)? {
             self.owned_rows.push(row);
         }
-        crate::wire::send_fd(&lease_wr, &LeaseMsg::Mapped).map_err(|e| io_msg("lease pipe", e))?;
+        crate::wire::send_fd(&lease_wr, &LeaseMsg::Mapped).map_err(CoordinatorError::LeasePipe)?;
         self.sup = Some(Supervisor {
             child,
             lease: Some(lease_wr),
@@ -326,18 +318,14 @@ impl Coordinator {
         let sup = self.sup.as_mut().unwrap();
         // The network is installed and attested before runsc starts.
         let (net, store) = (&mut self.net, &self.store);
-        let (rpid, rstart) = sup
-            .status
-            .wait_for_ready(deadline, |m| {
-                net.status_msg(m, store);
-            })
-            .map_err(|e| e.to_string())?;
+        let (rpid, rstart) = sup.status.wait_for_ready(deadline, |m| {
+            net.status_msg(m, store);
+        })?;
         self.runsc_pid = rpid;
         self.runsc_start = rstart;
         let row = self
             .store
-            .record_intent(self.generation, OwnedKind::Process, "runsc-run")
-            .map_err(|e| e.to_string())?;
+            .record_intent(self.generation, OwnedKind::Process, "runsc-run")?;
         let _ = self.store.set_owned_pid(row, rpid, rstart);
         self.owned_rows.push(row);
         Ok(())
@@ -349,19 +337,22 @@ impl Coordinator {
     /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
     /// profile already mounts something at `/tmp`. Emptied at every start:
     /// a crashed generation's leftovers go first.
-    pub(super) fn prepare_scratch(&self, binds: &[plan::BindMount]) -> Result<Option<plan::BindMount>, String> {
+    pub(super) fn prepare_scratch(
+        &self,
+        binds: &[plan::BindMount],
+    ) -> Result<Option<plan::BindMount>, CoordinatorError> {
         let dir = self.paths.root.join("scratch");
         // remove_dir_all never follows symlinks the sandbox left in tmp.
         let _ = std::fs::remove_dir_all(&dir);
-        paths::ensure_private_dir(&dir.join("overlay")).map_err(|e| e.to_string())?;
+        paths::ensure_private_dir(&dir.join("overlay"))?;
         if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
             return Ok(None);
         }
         let tmp = dir.join("tmp");
-        std::fs::create_dir(&tmp).map_err(|e| io_msg("creating scratch/tmp", e))?;
+        std::fs::create_dir(&tmp).map_err(|e| CoordinatorError::ScratchTmp(tmp.clone(), e))?;
         // /tmp semantics inside; the Domain Root (0700) keeps others out.
         std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
-            .map_err(|e| io_msg("chmod scratch/tmp", e))?;
+            .map_err(|e| CoordinatorError::ScratchMode(tmp.clone(), e))?;
         Ok(Some(plan::BindMount {
             guest: "/tmp".into(),
             host: tmp,
@@ -391,7 +382,7 @@ impl Coordinator {
 
     /// The generation's cgroup with the Domain's limits; `None` (after a
     /// warning in the log) when no mechanism exists and only defaults apply.
-    pub(super) fn make_cgroup(&mut self) -> Result<Option<crate::storage::cgroup::DomainCgroup>, String> {
+    pub(super) fn make_cgroup(&mut self) -> Result<Option<crate::storage::cgroup::DomainCgroup>, CoordinatorError> {
         let mech = crate::storage::cgroup::detect();
         match crate::storage::cgroup::DomainCgroup::create(&mech, &self.sandbox_id, &self.limits) {
             Ok(c) => {
@@ -402,7 +393,7 @@ impl Coordinator {
                 log::warn!("running without resource limits: {e}");
                 Ok(None)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(CoordinatorError::Cgroup(e)),
         }
     }
 
@@ -450,9 +441,9 @@ impl Coordinator {
 
     /// FR-18/FR-20 before publication: observed readiness and the probe
     /// from inside the sandbox; records the readiness fingerprint.
-    pub(super) fn verify_network(&mut self) -> Result<(), String> {
+    pub(super) fn verify_network(&mut self) -> Result<(), CoordinatorError> {
         let sup_pid = self.sup.as_ref().map_or(0, |s| s.child.id() as i32);
-        let cmd = || -> Result<Command, String> {
+        let cmd = || -> Result<Command, CoordinatorError> {
             let mut c = self.runsc_in_ns()?;
             c.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
             Ok(c)
@@ -467,13 +458,13 @@ impl Coordinator {
                 self.runsc_pid,
                 cmd,
             )
-            .map_err(|e| e.to_string())
+            .map_err(CoordinatorError::Network)
     }
 
     /// The profile's `user`: its passwd entry and home inside (made once;
     /// both persist by default), before any session starts. Fails the start
     /// when the image's ids conflict.
-    pub(super) fn setup_user(&mut self) -> Result<(), String> {
+    pub(super) fn setup_user(&mut self) -> Result<(), CoordinatorError> {
         let Some(name) = self.profile.user.clone() else {
             return Ok(());
         };
@@ -481,7 +472,7 @@ impl Coordinator {
         cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
         cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let out = cmd.output().map_err(|e| io_msg("runsc exec", e))?;
+        let out = cmd.output().map_err(CoordinatorError::RunscExec)?;
         // Its report is one `wire::guest::SetupMsg` frame (from the sandbox:
         // anything else is a failure).
         use crate::wire::guest::SetupMsg;
@@ -494,14 +485,18 @@ impl Coordinator {
                 };
                 let text = String::from_utf8_lossy(&out.stderr);
                 log::warn!("user setup failed: {}", crate::display::escape(&text));
-                Err(format!("profile {} user {name}: {line}", self.profile.name))
+                Err(CoordinatorError::UserSetup {
+                    profile: self.profile.name.clone(),
+                    user: name,
+                    reason: line,
+                })
             }
         }
     }
 
     /// Host port forwards through slirp4netns's API socket; the list goes
     /// to `gen/ports` for `net show`.
-    pub(super) fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), String> {
+    pub(super) fn forward_ports(&mut self, report: &mut Reporter) -> Result<(), CoordinatorError> {
         if self.ports.is_empty() {
             return Ok(());
         }
@@ -516,26 +511,24 @@ impl Coordinator {
             crate::net::policy::SANDBOX_ADDR,
         )?;
         let msg = crate::wire::show::ShowMsg::Ports(self.ports.clone());
-        crate::wire::show::write(&gen_dir.join(crate::config::ports::PORTS_FILE), &msg)
-            .map_err(|e| io_msg("writing gen/ports", e))
+        let file = gen_dir.join(crate::config::ports::PORTS_FILE);
+        crate::wire::show::write(&file, &msg).map_err(|e| CoordinatorError::WritePorts(file, e))
     }
 
     /// Makes the generation joinable: the socket appears at its published
     /// path by rename, only now that everything is ready.
-    pub(super) fn publish(&mut self) -> Result<(), String> {
+    pub(super) fn publish(&mut self) -> Result<(), CoordinatorError> {
         let sock = self.paths.socket();
         let tmp = self.paths.run.join(format!("hc.sock.{}", self.generation));
         let _ = std::fs::remove_file(&tmp);
         let _ = std::fs::remove_file(&sock);
-        let l = UnixListener::bind(&tmp).map_err(|e| io_msg("binding the Domain socket", e))?;
-        l.set_nonblocking(true).map_err(|e| io_msg("socket", e))?;
-        std::fs::rename(&tmp, &sock).map_err(|e| io_msg("publishing the Domain socket", e))?;
+        let l = UnixListener::bind(&tmp).map_err(|e| CoordinatorError::BindSocket(tmp.clone(), e))?;
+        l.set_nonblocking(true).map_err(CoordinatorError::SocketMode)?;
+        std::fs::rename(&tmp, &sock).map_err(|e| CoordinatorError::PublishSocket(sock.clone(), e))?;
         self.listener = Some(l);
         self.phase = Phase::Ready;
         self.published_at = Instant::now();
-        self.store
-            .set_phase(self.generation, Phase::Ready)
-            .map_err(|e| e.to_string())?;
+        self.store.set_phase(self.generation, Phase::Ready)?;
         log::info!("published generation {}", self.generation);
         Ok(())
     }
@@ -543,24 +536,26 @@ impl Coordinator {
 
 /// Writes the supervisor's id maps with the setuid helpers: the user is 0
 /// inside, the subordinate range fills 1..=65536.
-pub(super) fn write_id_maps(pid: i32) -> Result<(), String> {
+pub(super) fn write_id_maps(pid: i32) -> Result<(), CoordinatorError> {
     let uid = sys::getuid();
     let gid = sys::getgid();
     let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| {
-            format!("{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix")
+        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| CoordinatorError::NoSubrange {
+            file,
+            name: name.clone(),
+            uid,
         })?;
         let out = Command::new(tool)
             .args(plan::id_map_args(pid, own, sub))
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"))?;
+            .map_err(|e| CoordinatorError::RunIdMap(tool, e))?;
         if !out.status.success() {
-            return Err(format!(
-                "{tool} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+            return Err(CoordinatorError::IdMapFailed(
+                tool,
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
             ));
         }
     }

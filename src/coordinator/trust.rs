@@ -112,6 +112,8 @@ impl fmt::Display for TrustError {
     }
 }
 
+impl std::error::Error for TrustError {}
+
 impl From<openssl::error::ErrorStack> for TrustError {
     fn from(e: openssl::error::ErrorStack) -> Self {
         TrustError::OpenSsl(e)

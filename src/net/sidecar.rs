@@ -121,13 +121,6 @@ impl From<crate::storage::store::StoreError> for SidecarError {
     }
 }
 
-/// For callers that still speak in sentences.
-impl From<SidecarError> for String {
-    fn from(e: SidecarError) -> String {
-        e.to_string()
-    }
-}
-
 /// Every IPv4 address configured on the host's interfaces now (the
 /// coordinator runs in the host's network namespace). Fails closed: a
 /// Domain whose host addresses cannot be listed does not start.

@@ -37,7 +37,7 @@ pub fn volume_binds(volumes: &[Volume]) -> Vec<BindMount> {
 /// profile's `persist` paths (its mount point is then made in the
 /// Domain's own persistent layer), or already exist in the image as real
 /// directories all the way (no symlink).
-pub fn check_volume_targets(rootfs: &Path, volumes: &[Volume], persist: &[String]) -> Result<(), String> {
+pub fn check_volume_targets(rootfs: &Path, volumes: &[Volume], persist: &[String]) -> Result<(), VolumeTargetError> {
     for v in volumes {
         let under_persist = persist
             .iter()
@@ -45,17 +45,39 @@ pub fn check_volume_targets(rootfs: &Path, volumes: &[Volume], persist: &[String
         if under_persist || exists_real(rootfs, &v.guest) {
             continue;
         }
-        return Err(format!(
-            "volume {}:{}: {} does not exist in the image and is not under a persist path ({}): \
-             choose a guest path under one of them (e.g. /root/...), or one the image has",
-            v.host.display(),
-            v.guest,
-            v.guest,
-            persist.join(", ")
-        ));
+        return Err(VolumeTargetError {
+            host: v.host.clone(),
+            guest: v.guest.clone(),
+            persist: persist.to_vec(),
+        });
     }
     Ok(())
 }
+
+/// A volume whose guest path is neither in the image nor under a
+/// `persist` path ([`check_volume_targets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeTargetError {
+    pub host: std::path::PathBuf,
+    pub guest: String,
+    pub persist: Vec<String>,
+}
+
+impl std::fmt::Display for VolumeTargetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "volume {}:{}: {} does not exist in the image and is not under a persist path ({}): \
+             choose a guest path under one of them (e.g. /root/...), or one the image has",
+            self.host.display(),
+            self.guest,
+            self.guest,
+            self.persist.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for VolumeTargetError {}
 
 /// Whether `guest` exists under `rootfs` with no symlink on the way.
 fn exists_real(rootfs: &Path, guest: &str) -> bool {

@@ -132,6 +132,8 @@ impl fmt::Display for AnchorError {
     }
 }
 
+impl std::error::Error for AnchorError {}
+
 type Result<T> = std::result::Result<T, AnchorError>;
 
 // ---- keys -------------------------------------------------------------------

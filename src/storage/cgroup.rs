@@ -160,13 +160,6 @@ impl std::fmt::Display for CgroupError {
 
 impl std::error::Error for CgroupError {}
 
-/// For callers that still speak in sentences.
-impl From<CgroupError> for String {
-    fn from(e: CgroupError) -> String {
-        e.to_string()
-    }
-}
-
 /// Applies `--memory/--pids/--cpus` given on the command line (the set
 /// fields of `o`) onto a profile's limits.
 pub fn apply_overrides(mut l: Limits, o: &Limits) -> Limits {

@@ -70,13 +70,6 @@ impl std::fmt::Display for LockError {
 
 impl std::error::Error for LockError {}
 
-/// For callers that still speak in sentences.
-impl From<LockError> for String {
-    fn from(e: LockError) -> String {
-        e.to_string()
-    }
-}
-
 /// The lowers lock, shared: held by a coordinator while it records,
 /// prepares and leases its lower. Waits while a prune runs.
 pub fn lock_shared(storage: &Path) -> std::result::Result<File, LockError> {

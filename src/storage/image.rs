@@ -139,6 +139,8 @@ impl fmt::Display for ImageError {
     }
 }
 
+impl std::error::Error for ImageError {}
+
 type Result<T> = std::result::Result<T, ImageError>;
 
 /// Progress on a terminal: one line, rewritten; silent otherwise.

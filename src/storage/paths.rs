@@ -51,6 +51,8 @@ impl fmt::Display for PathError {
     }
 }
 
+impl std::error::Error for PathError {}
+
 fn env_dir(var: &str) -> Option<PathBuf> {
     std::env::var_os(var).map(PathBuf::from).filter(|p| p.is_absolute())
 }

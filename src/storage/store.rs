@@ -115,6 +115,8 @@ impl fmt::Display for StoreError {
     }
 }
 
+impl std::error::Error for StoreError {}
+
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Sql(e)

@@ -33,8 +33,8 @@ pub enum SupervisorError {
     Anchor(crate::storage::anchor::AnchorError),
     /// Installing the network.
     Network(crate::net::install::InstallError),
-    /// Starting the workspace views (the view's own sentence).
-    Views(String),
+    /// Starting the workspace views.
+    Views(crate::view::fs::ViewError),
     /// The pipe runsc reports `ready` on.
     ReadyPipe(io::Error),
     /// Spawning `runsc run`.

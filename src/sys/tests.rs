@@ -244,3 +244,161 @@ fn no_unsafe_or_libc_outside_sys() {
         bad.join("\n")
     );
 }
+
+// ---- the repository rule: no `Result<_, String>` outside tests -------------
+
+/// Places allowed a `String` error, each with its reason: the text is data
+/// from another process, not an error of ours. Keep it short.
+const STRING_ERRORS_ALLOWED: &[(&str, &str, &str)] = &[(
+    "src/storage/statefs.rs",
+    "pub removed:",
+    "the state helper's errno text per trash tree, as its wire message carries it",
+)];
+
+/// Byte ranges of `code` (from [`code_only`]) that are test items: each
+/// `#[cfg(test)]` item, through its `;` or its closing brace.
+fn test_items(code: &str) -> Vec<std::ops::Range<usize>> {
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    for (at, tag) in code.match_indices("#[cfg(test)]") {
+        let mut i = at + tag.len();
+        while i < b.len() && b[i] != b';' && b[i] != b'{' {
+            i += 1;
+        }
+        if b.get(i) == Some(&b'{') {
+            let mut depth = 0;
+            while i < b.len() {
+                match b[i] {
+                    b'{' => depth += 1,
+                    b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        out.push(at..i + 1);
+    }
+    out
+}
+
+/// Whether the generic arguments starting at `code[from..]` (just after
+/// `Result<`) end with `String` as the error type.
+fn error_is_string(code: &str, from: usize) -> bool {
+    let b = code.as_bytes();
+    let (mut depth, mut last) = (1, from);
+    let mut i = from;
+    while i < b.len() {
+        match b[i] {
+            b'<' | b'(' | b'[' => depth += 1,
+            // `->` inside a bound is not a closing bracket.
+            b'>' if i > 0 && b[i - 1] == b'-' => {}
+            b'>' | b')' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    let e = code[last..i].trim();
+                    return last != from && matches!(e, "String" | "std::string::String");
+                }
+            }
+            b',' if depth == 1 => last = i + 1,
+            b';' | b'{' | b'}' => return false,
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The lines of non-test code in `src` with a `Result<…, String>` (or a
+/// `type Err = String`), by line.
+fn string_errors(src: &str) -> Vec<(usize, String)> {
+    let code = code_only(src);
+    let skip = test_items(&code);
+    let b = code.as_bytes();
+    let mut found: Vec<usize> = Vec::new();
+    for (at, w) in code.match_indices("Result<") {
+        if !ident_before(b, at) && !skip.iter().any(|r| r.contains(&at)) && error_is_string(&code, at + w.len()) {
+            found.push(at);
+        }
+    }
+    for (at, w) in code.match_indices("type Err") {
+        let rest = code[at + w.len()..].trim_start();
+        if !skip.iter().any(|r| r.contains(&at))
+            && rest.strip_prefix('=').is_some_and(|r| {
+                r.trim_start().starts_with("String") && r.trim_start()[6..].trim_start().starts_with(';')
+            })
+        {
+            found.push(at);
+        }
+    }
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out: Vec<(usize, String)> = found
+        .into_iter()
+        .map(|at| {
+            let n = code[..at].matches('\n').count();
+            (n + 1, lines.get(n).map_or("", |l| l.trim()).to_string())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn the_string_error_scanner_sees_signatures_not_tests_or_text() {
+    let src = "fn a() -> Result<(), String> {}\n\
+               fn b() -> io::Result<String> {}\n\
+               fn c() -> Result<Vec<(String, String)>, String> {}\n\
+               fn d() -> Result<String, Error> {}\n\
+               // fn e() -> Result<(), String>\n\
+               let s = \"Result<(), String>\";\n\
+               fn f() -> Result<(), (Option<String>, String)> {}\n\
+               impl FromStr for X {\n    type Err = String;\n}\n\
+               fn g(h: impl Fn() -> u8) -> Result<u8, std::string::String> {}\n\
+               #[cfg(test)]\nmod tests {\n    fn t() -> Result<(), String> { Ok(()) }\n}\n\
+               fn i() -> MyResult<(), String> {}\n";
+    let lines: Vec<usize> = string_errors(src).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(lines, [1, 3, 9, 11]);
+}
+
+/// Process roles and their modules return typed errors (an enum per
+/// layer), not sentences: no `Result<…, String>` in src/ or bin/ outside
+/// tests.
+#[test]
+fn no_string_errors_outside_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join("bin"), &mut files);
+    assert!(
+        files.len() > 10,
+        "the source tree was not found under {}",
+        root.display()
+    );
+    let mut bad = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        if f.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, line) in string_errors(&text) {
+            if STRING_ERRORS_ALLOWED
+                .iter()
+                .any(|(a, l, _)| *a == rel && line.contains(l))
+            {
+                continue;
+            }
+            bad.push(format!("{rel}:{n}: {line}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "`Result<_, String>` outside tests (give the layer an error enum with a variant per step):\n{}",
+        bad.join("\n")
+    );
+}

@@ -1939,11 +1939,54 @@ fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
     }
 }
 
+/// Why the workspace views could not be served: a variant per step.
+/// `Display` is the sentence the supervisor reports.
+#[derive(Debug)]
+pub enum ViewError {
+    /// The coordinator's `--views` file.
+    Plan(crate::wire::FileError),
+    /// The repository layout of a view's source.
+    Layout(crate::view::sentry::GitError),
+    /// The ignored store: sticky names, rules history, the rules walk.
+    Ignored(crate::view::ignored::IgnoredError),
+    /// Opening a view's source directory.
+    Open(PathBuf, io::Error),
+    /// Mounting a view (its mount point).
+    Serve(PathBuf, io::Error),
+}
+
+impl std::fmt::Display for ViewError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            ViewError::Plan(e) => write!(f, "reading the views: {e}"),
+            ViewError::Layout(e) => write!(f, "{e}"),
+            ViewError::Ignored(e) => write!(f, "{e}"),
+            ViewError::Open(p, e) => write!(f, "opening {} for the workspace view: {e}", p.display()),
+            ViewError::Serve(p, e) => write!(
+                f,
+                "serving the workspace view at {}: {e} (run `lazaret doctor`: /dev/fuse must be usable)",
+                p.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ViewError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ViewError::Plan(e) => Some(e),
+            ViewError::Layout(e) => Some(e),
+            ViewError::Ignored(e) => Some(e),
+            ViewError::Open(_, e) | ViewError::Serve(_, e) => Some(e),
+        }
+    }
+}
+
 /// The supervisor's part: reads the coordinator's `--views` file and serves
 /// every view. Called as root of the supervisor's user namespace, before
 /// runsc starts.
-pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
-    let (owner, specs) = crate::wire::plan::read_views(file).map_err(|e| format!("reading the views: {e}"))?;
+pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
+    let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
     // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
@@ -1953,11 +1996,12 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
     for v in specs {
         let store = match &v.store {
             Some(dir) => {
-                let layout = crate::view::sentry::discover(&v.source).map_err(|e| e.to_string())?;
+                use ViewError::Ignored;
+                let layout = crate::view::sentry::discover(&v.source).map_err(ViewError::Layout)?;
                 let sticky = crate::view::ignored::sticky_file(dir);
-                let previous = crate::view::ignored::read_sticky(&sticky).map_err(|e| e.to_string())?;
+                let previous = crate::view::ignored::read_sticky(&sticky).map_err(Ignored)?;
                 let hist_file = crate::view::ignored::rules_history_file(dir);
-                let history = crate::view::ignored::read_rules_history(&hist_file).map_err(|e| e.to_string())?;
+                let history = crate::view::ignored::read_rules_history(&hist_file).map_err(Ignored)?;
                 let rules = IgnoreRules::load_with_history(
                     &v.source,
                     layout.git_dir(),
@@ -1965,24 +2009,18 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, String> {
                     &previous,
                     &history,
                 )
-                .map_err(|e| e.to_string())?;
-                crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(|e| e.to_string())?;
-                crate::view::ignored::write_rules_history(&hist_file, rules.rules_history())
-                    .map_err(|e| e.to_string())?;
+                .map_err(Ignored)?;
+                crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(Ignored)?;
+                crate::view::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(Ignored)?;
                 Some((dir.as_path(), rules))
             }
             None => None,
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
         let view = View::new(&v.source, store, sentry)
-            .map_err(|e| format!("opening {} for the workspace view: {e}", v.source.display()))?
+            .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone());
-        served.push(serve(view, &v.mountpoint).map_err(|e| {
-            format!(
-                "serving the workspace view at {}: {e} (run `lazaret doctor`: /dev/fuse must be usable)",
-                v.mountpoint.display()
-            )
-        })?);
+        served.push(serve(view, &v.mountpoint).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }
     Ok(served)
 }

@@ -48,6 +48,8 @@ impl fmt::Display for IgnoredError {
     }
 }
 
+impl std::error::Error for IgnoredError {}
+
 /// A snapshot of the workspace's ignore rules.
 pub struct IgnoreRules {
     root: PathBuf,
@@ -198,7 +200,7 @@ impl IgnoreRules {
             }
             match build_matcher(&root.join(dir), text) {
                 Ok(m) => rules.history.push((dir.clone(), m)),
-                Err(why) => rules.make_opaque(dir, &why),
+                Err(why) => rules.make_opaque(dir, &why.to_string()),
             }
         }
         let prev: HashSet<(u64, u64)> = previous.iter().map(|e| (e.dev, e.ino)).collect();
@@ -218,7 +220,7 @@ impl IgnoreRules {
                             rules.per_dir.insert(dir.clone(), m);
                             rules.remember_text(&dir, &t);
                         }
-                        Err(why) => rules.make_opaque(&dir, &why),
+                        Err(why) => rules.make_opaque(&dir, &why.to_string()),
                     },
                     RulesFile::Refused(why) => rules.make_opaque(&dir, &why),
                 }
@@ -453,7 +455,7 @@ fn strip_bom(b: &[u8]) -> &[u8] {
 /// an invalid one stands (a superset of Git's byte-exact match); a negated
 /// one is dropped (fewer exceptions hide more). A rule that does not build
 /// is an error: the caller hides everything it would have governed.
-fn build_matcher(dir: &Path, data: &[u8]) -> Result<Gitignore, String> {
+fn build_matcher(dir: &Path, data: &[u8]) -> Result<Gitignore, RulesError> {
     let data = strip_bom(data);
     let mut b = GitignoreBuilder::new(dir);
     for raw in data.split(|&c| c == b'\n') {
@@ -461,27 +463,49 @@ fn build_matcher(dir: &Path, data: &[u8]) -> Result<Gitignore, String> {
         let line: std::borrow::Cow<str> = match std::str::from_utf8(raw) {
             Ok(l) => l.into(),
             Err(_) if raw.first() == Some(&b'!') => continue,
-            Err(_) if raw.contains(&b'[') => {
-                return Err(format!(
-                    "has a non-UTF-8 rule with a character class ({})",
-                    crate::display::escape_bytes(raw)
-                ))
-            }
+            Err(_) if raw.contains(&b'[') => return Err(RulesError::NonUtf8Class(raw.to_vec())),
             Err(_) => widen_invalid(raw).into(),
         };
         if let Err(e) = b.add_line(None, &line) {
             if line.starts_with('!') {
                 continue;
             }
-            return Err(format!(
-                "has a rule that does not build ({}: {})",
-                crate::display::escape(&line),
-                crate::display::escape(&e.to_string())
-            ));
+            return Err(RulesError::Rule(line.into_owned(), e));
         }
     }
-    b.build()
-        .map_err(|e| format!("does not build ({})", crate::display::escape(&e.to_string())))
+    b.build().map_err(RulesError::Build)
+}
+
+/// Why a rules file's matcher does not build; shows as the predicate of
+/// "FILE …" (sandbox-written text escaped).
+#[derive(Debug)]
+enum RulesError {
+    /// A non-UTF-8 rule with a character class (its bytes).
+    NonUtf8Class(Vec<u8>),
+    /// A rule the matcher refuses (the rule).
+    Rule(String, ignore::Error),
+    /// The whole set does not build.
+    Build(ignore::Error),
+}
+
+impl fmt::Display for RulesError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        use crate::display::{escape, escape_bytes};
+        match self {
+            RulesError::NonUtf8Class(raw) => {
+                write!(f, "has a non-UTF-8 rule with a character class ({})", escape_bytes(raw))
+            }
+            RulesError::Rule(line, e) => {
+                write!(
+                    f,
+                    "has a rule that does not build ({}: {})",
+                    escape(line),
+                    escape(&e.to_string())
+                )
+            }
+            RulesError::Build(e) => write!(f, "does not build ({})", escape(&e.to_string())),
+        }
+    }
 }
 
 /// A non-UTF-8 rule as a glob: every invalid byte becomes `?` (one byte,

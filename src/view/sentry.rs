@@ -71,6 +71,8 @@ impl fmt::Display for GitError {
     }
 }
 
+impl std::error::Error for GitError {}
+
 /// How the workspace's repository is laid out on the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GitLayout {

@@ -399,16 +399,32 @@ impl Message for ProbeCmd {
     }
 }
 
+/// Why the probe could not take its request.
+#[derive(Debug)]
+pub enum RequestError {
+    Read(std::io::Error),
+    Malformed(DecodeError),
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            RequestError::Read(e) => write!(f, "reading the request: {e}"),
+            RequestError::Malformed(e) => write!(f, "malformed request: {e}"),
+        }
+    }
+}
+
 /// The probe's side: the one `Run` on stdin, read to EOF (bounded by the
 /// frame maximum).
-pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), String> {
+pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), RequestError> {
     let mut buf = Vec::new();
     r.take(crate::wire::client::MAX_FRAME_LEN as u64 + 5)
         .read_to_end(&mut buf)
-        .map_err(|e| format!("reading the request: {e}"))?;
+        .map_err(RequestError::Read)?;
     match super::decode_one::<ProbeCmd>(&buf) {
         Ok(ProbeCmd::Run { sandbox_src, checks }) => Ok((sandbox_src, checks)),
-        Err(e) => Err(format!("malformed request: {e}")),
+        Err(e) => Err(RequestError::Malformed(e)),
     }
 }
 

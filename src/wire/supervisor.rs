@@ -140,6 +140,8 @@ impl std::fmt::Display for StatusError {
     }
 }
 
+impl std::error::Error for StatusError {}
+
 /// The coordinator's end of the status pipe.
 pub struct StatusReceiver {
     pipe: File,
