@@ -9,7 +9,7 @@
 //! with its status — or 126 denied, 124 timed out, 130 cancelled, 125
 //! failed, 123 expired (nobody decided in time), 2 usage.
 
-use lazaret::{escalation, trust};
+use lazaret::{escalation, mailbox, trust};
 
 use std::io::Write;
 use std::path::Path;
@@ -123,8 +123,8 @@ fn main() {
     let mut print_only = false;
     while let Some(a) = args.next() {
         match a.as_str() {
-            // Prints the signed request instead of sending it (debugging
-            // and adversarial tests of the mailbox).
+            // Prints the signed request record (one binary frame) instead
+            // of sending it (debugging and adversarial tests of the mailbox).
             "--print-request" => print_only = true,
             "--justification" => justification = args.next().unwrap_or_else(|| die(2, "--justification needs TEXT")),
             "--timeout" => {
@@ -190,16 +190,19 @@ fn main() {
         cert: key.cert.clone(),
     };
     let sig = key
-        .sign(req.signed_part().as_bytes())
+        .sign(&mailbox::signed_part(&req))
         .unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
-    let record = req.encode(&sig);
+    let record = mailbox::encode_request(&req, &sig);
     if print_only {
-        print!("{record}");
+        let mut out = std::io::stdout();
+        if let Err(e) = out.write_all(&record).and_then(|()| out.flush()) {
+            die(EXIT_FAILED, &format!("cannot print the request: {e}"));
+        }
         return;
     }
     let tmp = Path::new(GUEST_REQUESTS).join(format!(".tmp-{id}"));
     let fin = Path::new(GUEST_REQUESTS).join(format!("{id}.req"));
-    if let Err(e) = std::fs::write(&tmp, record.as_bytes()).and_then(|()| std::fs::rename(&tmp, &fin)) {
+    if let Err(e) = std::fs::write(&tmp, &record).and_then(|()| std::fs::rename(&tmp, &fin)) {
         die(
             EXIT_FAILED,
             &format!("cannot write to the mailbox {GUEST_REQUESTS}: {e}"),
@@ -235,7 +238,7 @@ fn main() {
             }),
         }
     };
-    let out = Outcome::parse(&data).unwrap_or_else(|e| die(EXIT_FAILED, &format!("unreadable result: {e}")));
+    let out = mailbox::decode_result(&data).unwrap_or_else(|e| die(EXIT_FAILED, &format!("unreadable result: {e}")));
     if out.id != id {
         die(EXIT_FAILED, "result does not belong to this request");
     }

@@ -27,7 +27,9 @@ pub fn main() -> i32 {
 }
 
 // For the sandbox-side binaries (bin/): the pure modules they share
-// (`display` and `escalation` above, the Trust Anchor's session side, and
-// the messages `lazaret-init` sends to the host).
+// (`display` and `escalation` above, the Trust Anchor's session side, the
+// messages `lazaret-init` sends to the host and the Escalation Mailbox's
+// records).
 pub use crate::coordinator::trust;
 pub use crate::wire::guest;
+pub use crate::wire::mailbox;

@@ -25,6 +25,7 @@ use crate::coordinator::trust::{Role, TrustAnchor};
 use crate::coordinator::CoordinatorError;
 use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
+use crate::wire::mailbox;
 
 /// Most well-formed requests handled in one scan; the rest are handled
 /// by the next one, which the coordinator runs at once (`backlog`), so a
@@ -133,7 +134,7 @@ enum Rejection {
     NotAFile,
     /// Its size.
     TooLarge(u64),
-    Record(escalation::RecordError),
+    Record(mailbox::RecordError),
     NameMismatch,
     OtherGeneration,
     NoSession,
@@ -385,7 +386,7 @@ impl Broker {
         data: &[u8],
         session: &dyn Fn(&str) -> Option<SessionView>,
     ) -> Result<(Request, String), Rejection> {
-        let (req, signed, sig) = Request::parse(data).map_err(Rejection::Record)?;
+        let (req, signed, sig) = mailbox::decode_request(data).map_err(Rejection::Record)?;
         if name != format!("{}.req", req.id) {
             return Err(Rejection::NameMismatch);
         }
@@ -661,7 +662,7 @@ impl Broker {
             .mode(0o600)
             .custom_flags(sys::O_NOFOLLOW)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(o.encode().as_bytes()))
+            .and_then(|mut f| f.write_all(&mailbox::encode_result(o)))
             .and_then(|()| std::fs::rename(&tmp, &fin));
         if let Err(e) = ok {
             log::warn!("escalation: cannot deliver result {}: {e}", o.id);
@@ -839,8 +840,8 @@ mod intake_tests {
     }
 
     fn record(f: &Fixture, req: &Request) -> Vec<u8> {
-        let sig = f.key.sign(req.signed_part().as_bytes()).unwrap();
-        req.encode(&sig).into_bytes()
+        let sig = f.key.sign(&mailbox::signed_part(req)).unwrap();
+        mailbox::encode_request(req, &sig)
     }
 
     impl Fixture {
@@ -965,6 +966,24 @@ mod intake_tests {
     }
 
     #[test]
+    fn a_record_in_the_former_text_format_cut_or_with_trailing_bytes_is_malformed() {
+        let mut f = fixture("frame");
+        let a = request(&f, 14);
+        f.put(&format!("{}.req", a.id), format!("LZESC1\nid {}\n", a.id).as_bytes());
+        let b = request(&f, 15);
+        let rec = record(&f, &b);
+        f.put(&format!("{}.req", b.id), &rec[..rec.len() - 1]);
+        let c = request(&f, 16);
+        let mut rec = record(&f, &c);
+        rec.push(0);
+        f.put(&format!("{}.req", c.id), &rec);
+        assert!(f.scan().is_empty());
+        assert!(f.left().is_empty());
+        assert_eq!(f.audit().matches("malformed record").count(), 3, "{}", f.audit());
+        assert_eq!(f.results(), 0);
+    }
+
+    #[test]
     fn a_record_not_bound_to_its_name_session_or_key_is_rejected() {
         let mut f = fixture("bind");
         // Under another request's name.
@@ -985,13 +1004,13 @@ mod intake_tests {
         let k = SessionKey::parse(&ok.export().unwrap()).unwrap();
         f.put(
             &format!("{}.req", d.id),
-            d.encode(&k.sign(d.signed_part().as_bytes()).unwrap()).as_bytes(),
+            &mailbox::encode_request(&d, &k.sign(&mailbox::signed_part(&d)).unwrap()),
         );
         // A changed byte after signing.
         let mut e = request(&f, 13);
-        let sig = f.key.sign(e.signed_part().as_bytes()).unwrap();
+        let sig = f.key.sign(&mailbox::signed_part(&e)).unwrap();
         e.argv = vec!["rm".into()];
-        f.put(&format!("{}.req", e.id), e.encode(&sig).as_bytes());
+        f.put(&format!("{}.req", e.id), &mailbox::encode_request(&e, &sig));
         assert!(f.scan().is_empty());
         assert!(f.left().is_empty());
         let audit = f.audit();

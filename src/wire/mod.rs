@@ -19,6 +19,8 @@
 //! | coordinator → `init probe` | [`guest::ProbeCmd`] | the probe's stdin (one frame, then EOF) |
 //! | `init user-setup` (in the sandbox) → coordinator | [`guest::SetupMsg`] | its stdout (one frame) |
 //! | coordinator → `lazaret net show` | [`show::ShowMsg`] | one frame per file in the generation dir |
+//! | `lazaret-escalate` (in the sandbox) → coordinator | [`mailbox::RequestMsg`] | one signed frame per `<id>.req` file in the Escalation Mailbox |
+//! | coordinator → `lazaret-escalate` | [`mailbox::ResultMsg`] | one frame per `<id>.res` file in the mailbox |
 //!
 //! A malformed frame, an unknown tag or a field out of range is an error
 //! (fail closed); a well-formed message that the receiving step does not
@@ -27,6 +29,7 @@
 pub mod client;
 pub mod guest;
 pub mod helper;
+pub mod mailbox;
 pub mod plan;
 pub mod show;
 pub mod start;
@@ -203,6 +206,8 @@ mod tests {
         v.extend(guest::tests::samples_cmd().iter().map(Message::encode));
         v.extend(guest::tests::samples_setup().iter().map(Message::encode));
         v.extend(show::tests::samples().iter().map(Message::encode));
+        v.extend(mailbox::tests::samples_request().iter().map(Message::encode));
+        v.extend(mailbox::tests::samples_result().iter().map(Message::encode));
         v
     }
 
@@ -236,6 +241,8 @@ mod tests {
         rt(guest::tests::samples_cmd());
         rt(guest::tests::samples_setup());
         rt(show::tests::samples());
+        rt(mailbox::tests::samples_request());
+        rt(mailbox::tests::samples_result());
     }
 
     #[test]
@@ -308,6 +315,15 @@ mod tests {
             let _ = decode_one::<plan::PlanMsg>(&input);
             let _ = decode_one::<show::ShowMsg>(&input);
             let _ = guest::wait_for_report(&mut &input[..]);
+            // A decoded request's signed part is exactly what it says, and
+            // the record is exactly its encoding.
+            if let Ok((r, signed, sig)) = mailbox::decode_request(&input) {
+                assert_eq!(signed, mailbox::signed_part(&r));
+                assert_eq!(mailbox::encode_request(&r, &sig), input);
+            }
+            if let Ok(o) = mailbox::decode_result(&input) {
+                assert_eq!(mailbox::encode_result(&o), input);
+            }
             if input.len() > 4 {
                 let payload = input.split_off(4);
                 check::<start::StartMsg>(&payload);
@@ -321,6 +337,8 @@ mod tests {
                 check::<guest::ProbeCmd>(&payload);
                 check::<guest::SetupMsg>(&payload);
                 check::<show::ShowMsg>(&payload);
+                check::<mailbox::RequestMsg>(&payload);
+                check::<mailbox::ResultMsg>(&payload);
             }
         });
     }

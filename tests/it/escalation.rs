@@ -33,6 +33,22 @@ pub(crate) fn audit(env: &Env, ws: &Path) -> String {
     std::fs::read_to_string(root.join("audit.log")).unwrap_or_default()
 }
 
+/// A shell function printing the request id of a mailbox record (a
+/// `wire::mailbox::RequestMsg::Submit` frame: `u32 length`, tag, then the
+/// id as `u32 32` + 32 hex digits at bytes 9..41). Shared with
+/// escalation_v2.
+pub(crate) const ID_OF: &str = r#"id_of() { tail -c +10 "$1" | head -c 32; }"#;
+
+/// `rec` has the shape of a request record: one frame exactly as long as
+/// the file, the `Submit` tag, a 32-byte id of hex digits.
+pub(crate) fn is_request_record(rec: &[u8]) -> bool {
+    rec.len() > 41
+        && u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]) as usize == rec.len() - 4
+        && rec[4] == 1
+        && rec[5..9] == 32u32.to_le_bytes()
+        && rec[9..41].iter().all(|b| b.is_ascii_hexdigit())
+}
+
 fn host_git_version() -> String {
     let o = Command::new("git").arg("--version").output().unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()
@@ -180,11 +196,16 @@ fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() 
     let (ws2, cfg2) = setup(env, "escforge2", &rule(&["touch"], true));
     let marker = ws.join("forged-ran");
     let m = sh_quote(&marker.display().to_string());
-    // A record signed by a session of another Domain.
-    let foreign = env
-        .run_sh_with_config(&ws2, &cfg2, &format!("lazaret-escalate --print-request -- touch {m}"))
-        .stdout;
-    assert!(foreign.starts_with("LZESC1"), "{foreign}");
+    let m_signed = sh_quote(&ws.join("forged-rax").display().to_string());
+    // A record signed by a session of another Domain, carried over by the
+    // host as bytes.
+    let r = env.run_sh_with_config(
+        &ws2,
+        &cfg2,
+        &format!("lazaret-escalate --print-request -- touch {m} > /workspace/foreign.rec"),
+    );
+    let foreign = std::fs::read(ws2.join("foreign.rec")).unwrap_or_default();
+    assert!(is_request_record(&foreign), "{r:?} {foreign:?}");
     // Session Y of this Domain leaves a record of its own in the shared /tmp.
     let _y = env
         .lz(
@@ -202,22 +223,24 @@ fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() 
     let q = "/.lazaret/mailbox/requests";
     let script = format!(
         r#"set -u
-        put() {{ n=$(sed -n 's/^id //p' "$1"); cp "$1" {q}/.tmp-$n; mv {q}/.tmp-$n {q}/$n.req; }}
+        {ID_OF}
+        put() {{ n=$(id_of "$1"); cp "$1" {q}/.tmp-$n; mv {q}/.tmp-$n {q}/$n.req; }}
         while [ ! -s /tmp/y.rec ]; do sleep 0.1; done
-        # hand-written
-        printf 'LZESC1
-id %s
-' 0123456789abcdef0123456789abcdef > {q}/0123456789abcdef0123456789abcdef.req
-        # tampered after signing
-        lazaret-escalate --print-request -- true | sed 's#^arg true$#arg touch#; s#^argc 1$#argc 2#'             | sed "s#^arg touch\$#arg touch\narg {m}#" > /tmp/t.rec
+        # hand-written: a frame header, the tag and an id, then nothing
+        printf '\045\000\000\000\001\040\000\000\000%s' 0123456789abcdef0123456789abcdef > {q}/0123456789abcdef0123456789abcdef.req
+        # the former text format
+        printf 'LZESC1\nid %s\n' 0123456789abcdef0123456789abcdef > {q}/0123456789abcdef0123456789abcdee.req
+        # tampered after signing: signed for {m_signed}, the path's last
+        # byte changed to the marker's
+        lazaret-escalate --print-request -- touch {m_signed} | LC_ALL=C sed 's#forged-rax#forged-ran#' > /tmp/t.rec
         put /tmp/t.rec
         # replayed: a valid record sent twice
         lazaret-escalate --print-request -- true > /tmp/r.rec
         put /tmp/r.rec; sleep 0.5; put /tmp/r.rec
         # signed with session Y's credential, claiming to be this session
         lazaret-escalate --print-request -- true > /tmp/me.rec
-        me_s=$(sed -n 's/^session //p' /tmp/me.rec); me_c=$(sed -n 's/^client //p' /tmp/me.rec)
-        sed "s/^session .*/session $me_s/; s/^client .*/client $me_c/" /tmp/y.rec > /tmp/x.rec
+        # (bytes 73..113: session and client, each with its length)
+        {{ head -c 73 /tmp/y.rec; tail -c +74 /tmp/me.rec | head -c 40; tail -c +114 /tmp/y.rec; }} > /tmp/x.rec
         put /tmp/x.rec
         # another Domain's
         put /workspace/foreign.rec
@@ -229,14 +252,23 @@ id %s
         # and a valid request still works
         lazaret-escalate -- true; echo rc=$?"#
     );
-    env.write(&ws.join("foreign.rec"), &foreign);
+    std::fs::write(ws.join("foreign.rec"), &foreign).unwrap();
+    env.chown(&ws.join("foreign.rec"));
     let r = env.run_sh_with_config(&ws, &cfg, &script);
     assert!(r.stdout.contains("rc=0"), "{r:?}");
     assert!(!marker.exists(), "a forged request ran");
     let log = audit(env, &ws);
     let rejected: Vec<&str> = log.lines().filter(|l| l.contains(" rejected ")).collect();
+    for name in ["0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdee"] {
+        assert!(
+            rejected
+                .iter()
+                .any(|l| l.contains(name) && l.contains("malformed record")),
+            "{name} not rejected as malformed:\n{log}"
+        );
+    }
     for why in [
-        "record ends before",           // hand-written
+        "frame ends inside a field",    // hand-written, and the former text format
         "signature does not match",     // tampered
         "replayed request id",          // replay
         "certificate speaks for",       // another session's credential

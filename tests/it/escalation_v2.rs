@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::escalation::{audit, host_pids, rule, rule_with, setup};
+use crate::escalation::{audit, host_pids, rule, rule_with, setup, ID_OF};
 use crate::fixtures::host_command;
 use crate::harness::{eventually, json_number, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
@@ -222,11 +222,15 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
     let q = "/.lazaret/mailbox/requests";
     let res = "/.lazaret/mailbox/results";
     // 200 signed records, renamed into the mailbox back to back.
+    // A result's status is its byte 41 (after the length, the tag and the
+    // id); 1 is `completed`.
     let burst = format!(
         r#"set -u
+        {ID_OF}
+        completed() {{ [ "$(tail -c +42 "$1" | head -c 1 | od -An -tu1 | tr -d ' ')" = 1 ]; }}
         mkdir /tmp/b; i=0
         while [ $i -lt 200 ]; do lazaret-escalate --print-request -- true > /tmp/b/$i; i=$((i+1)); done
-        for f in /tmp/b/*; do n=$(sed -n 's/^id //p' $f); cp $f {q}/.tmp-$n; echo $n >> /tmp/ids; done
+        for f in /tmp/b/*; do n=$(id_of $f); cp $f {q}/.tmp-$n; echo $n >> /tmp/ids; done
         for n in $(cat /tmp/ids); do mv {q}/.tmp-$n {q}/$n.req; done
         t=0
         while [ $t -lt 600 ]; do
@@ -235,7 +239,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
             sleep 0.1; t=$((t+1))
         done
         echo answered=$c
-        c=0; for n in $(cat /tmp/ids); do grep -q '^status completed$' {res}/$n.res && c=$((c+1)); done
+        c=0; for n in $(cat /tmp/ids); do completed {res}/$n.res && c=$((c+1)); done
         echo completed=$c"#
     );
     let r = env.run_sh_with_config(&ws, &cfg, &burst);
@@ -320,20 +324,22 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     let ok = ws.join("a-ran");
     // Session A's request, submitted by hand so its id is known.
     t.send(&format!(
-        "clear; lazaret-escalate --print-request -- touch {} > /tmp/a.rec; n=$(sed -n 's/^id //p' /tmp/a.rec); \
+        "clear; {ID_OF}; lazaret-escalate --print-request -- touch {} > /tmp/a.rec; n=$(id_of /tmp/a.rec); \
          echo $n > /tmp/a.id; cp /tmp/a.rec {q}/.tmp-$n; mv {q}/.tmp-$n {q}/$n.req",
         sh_quote(&ok.display().to_string())
     ));
     t.enter();
     assert!(t.wait_for(QUESTION, Duration::from_secs(15)), "{}", t.capture());
     // Session B forges a record under A's id: its own signed record with
-    // the id line replaced, a hand-written one, and garbage.
+    // the id (bytes 9..41) replaced, a hand-written one (a frame cut after
+    // the id), and the former text format.
     let forge = format!(
         r#"set -u
         n=$(cat /tmp/a.id)
         lazaret-escalate --print-request -- touch /workspace/forged > /tmp/b.rec
-        sed "s/^id .*/id $n/" /tmp/b.rec > /tmp/f.rec
+        {{ head -c 9 /tmp/b.rec; printf %s $n; tail -c +42 /tmp/b.rec; }} > /tmp/f.rec
         cp /tmp/f.rec {q}/.tmp-f; mv {q}/.tmp-f {q}/$n.req; sleep 1
+        printf '\045\000\000\000\001\040\000\000\000%s' $n > {q}/.tmp-h; mv {q}/.tmp-h {q}/$n.req; sleep 1
         printf 'LZESC1\nid %s\n' $n > {q}/.tmp-g; mv {q}/.tmp-g {q}/$n.req; sleep 1
         [ -e /.lazaret/mailbox/results/$n.res ] && echo LEAKED || echo untouched"#
     );
@@ -346,7 +352,8 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     t.send("yes");
     t.enter();
     assert!(eventually(Duration::from_secs(10), || ok.exists()), "{}", t.capture());
-    t.send("clear; grep -c '^status completed' /.lazaret/mailbox/results/$(cat /tmp/a.id).res");
+    // The result's status byte (41): 1 is `completed`.
+    t.send("clear; tail -c +42 /.lazaret/mailbox/results/$(cat /tmp/a.id).res | head -c 1 | od -An -tu1");
     t.enter();
     assert!(t.wait_for_line("1", Duration::from_secs(10)), "{}", t.capture());
     t.send("exit");
