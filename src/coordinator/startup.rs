@@ -3,6 +3,12 @@
 
 use super::teardown::recover;
 use super::*;
+use std::io::Read;
+
+/// How long `init user-setup` may take, and how much of each of its
+/// streams is read (its report is one small frame).
+const USER_SETUP_TIMEOUT: Duration = Duration::from_secs(60);
+const USER_SETUP_OUT_MAX: u64 = 16 * 1024;
 
 impl Coordinator {
     pub(super) fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, CoordinatorError> {
@@ -472,18 +478,31 @@ impl Coordinator {
         cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
         cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let out = cmd.output().map_err(CoordinatorError::RunscExec)?;
+        let mut child = cmd.spawn().map_err(CoordinatorError::RunscExec)?;
+        // Bounded like every report from the sandbox: a deadline (then it is
+        // killed), and a capped read of each stream (a longer report fails
+        // the decode below; one past the pipe's size blocks until killed).
+        let status = crate::sys::wait_deadline(&mut child, USER_SETUP_TIMEOUT);
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            let _ = out.take(USER_SETUP_OUT_MAX).read_to_end(&mut stdout);
+        }
+        if let Some(err) = child.stderr.take() {
+            let _ = err.take(USER_SETUP_OUT_MAX).read_to_end(&mut stderr);
+        }
+        let ok = status.is_some_and(|s| s.success());
         // Its report is one `wire::guest::SetupMsg` frame (from the sandbox:
         // anything else is a failure).
         use crate::wire::guest::SetupMsg;
-        match crate::wire::decode_one::<SetupMsg>(&out.stdout) {
-            Ok(SetupMsg::Done) if out.status.success() => Ok(()),
+        match crate::wire::decode_one::<SetupMsg>(&stdout) {
+            Ok(SetupMsg::Done) if ok => Ok(()),
             report => {
                 let line = match report {
                     Ok(SetupMsg::Failed { reason }) => crate::display::escape(&format!("user {name}: {reason}")),
                     _ => "the guest could not create it".into(),
                 };
-                let text = String::from_utf8_lossy(&out.stderr);
+                let text = String::from_utf8_lossy(&stderr);
                 log::warn!("user setup failed: {}", crate::display::escape(&text));
                 Err(CoordinatorError::UserSetup {
                     profile: self.profile.name.clone(),
