@@ -429,6 +429,30 @@ pub(crate) mod tests {
         assert!(decode_result(&rec).is_err());
     }
 
+    /// Variants the sandbox could try on a record it writes itself: an
+    /// argument that is not UTF-8 (a host command must never see bytes the
+    /// prompt showed differently), and a length prefix that claims more or
+    /// less than the file holds.
+    #[test]
+    fn non_utf8_arguments_and_lying_lengths_are_rejected() {
+        let r = Request {
+            argv: vec!["touch".into(), "markXer".into()],
+            ..req()
+        };
+        let rec = encode_request(&r, b"sig");
+        let at = rec.windows(7).position(|w| w == b"markXer").unwrap();
+        let mut bad = rec.clone();
+        bad[at + 4] = 0xff;
+        assert!(decode_request(&bad).is_err(), "a non-UTF-8 argument was accepted");
+        assert!(decode_request(&rec).is_ok());
+        for delta in [1i64, -1, 1 << 20] {
+            let mut lie = rec.clone();
+            let n = u32::from_le_bytes(lie[..4].try_into().unwrap()) as i64 + delta;
+            lie[..4].copy_from_slice(&(n as u32).to_le_bytes());
+            assert!(decode_request(&lie).is_err(), "length off by {delta} was accepted");
+        }
+    }
+
     #[test]
     fn outcome_round_trips() {
         let o = outcome();
