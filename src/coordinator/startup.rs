@@ -150,12 +150,21 @@ impl Coordinator {
         crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
         let mut volume_views = Vec::new();
         for mut b in crate::plan::guest::volume_binds(&self.profile.volumes) {
-            // A profile `user` sees its volume directories through a view
-            // that shows the developer's files as its own.
-            if self.profile.user.is_some() && b.host.is_dir() {
+            // A profile `user` sees its volumes through views that show the
+            // developer's files as its own: a directory volume through a
+            // view of it; a file volume through a view of the file's
+            // directory, of which the sandbox is given that one file (a
+            // file bind: no path inside leads to its siblings).
+            if self.profile.user.is_some() {
                 let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
-                volume_views.push((b.host.clone(), mnt.clone()));
-                b.host = mnt;
+                if b.host.is_dir() {
+                    volume_views.push((b.host.clone(), mnt.clone()));
+                    b.host = mnt;
+                } else if b.host.is_file() {
+                    let (dir, name) = gitsentry::file_volume_source(&b.host)?;
+                    volume_views.push((dir, mnt.clone()));
+                    b.host = mnt.join(name);
+                }
             }
             binds.push(b);
         }

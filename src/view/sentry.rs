@@ -414,6 +414,23 @@ pub fn add_volume_views(gen_dir: &Path, volumes: &[(PathBuf, PathBuf)]) -> Resul
     crate::wire::plan::write_plan(&f, &msg).map_err(|e| io(&f, e))
 }
 
+/// The (directory, name) a file volume is served from: the file's real
+/// location, symlinks resolved on the host (the developer's own path), so
+/// the view of that directory holds the file itself.
+pub fn file_volume_source(host: &Path) -> Result<(PathBuf, std::ffi::OsString), GitError> {
+    let real = std::fs::canonicalize(host).map_err(|e| GitError::Read(host.to_path_buf(), e))?;
+    match (real.parent(), real.file_name()) {
+        (Some(dir), Some(name)) => Ok((dir.to_path_buf(), name.to_os_string())),
+        _ => Err(GitError::Read(
+            host.to_path_buf(),
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a file volume needs a directory to be served from",
+            ),
+        )),
+    }
+}
+
 /// What host Git reads from inside the workspace besides `.git`: its
 /// effective `core.hooksPath` and every configuration file it includes
 /// (`git config --list --show-origin` run on the host as the user, which

@@ -229,3 +229,89 @@ echo "standin ok"
     let r = env.lz(&ws, &["run", "--profile", "standin"]).config_home(&cfg).run();
     assert_eq!(r.code, 3, "{r:?}");
 }
+
+/// A file volume of a profile with `user` (a credential file such as an
+/// agent's `~/.claude.json`, mode 0600 on the host) is the user's inside:
+/// uid 1000 reads and edits it, the edit is the host user's file, and
+/// nothing in the file's host directory besides it can be reached (the
+/// sandbox is given the one file, not a view of its directory).
+#[test]
+fn a_profile_users_file_volume_is_its_own_and_alone() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let base = env.dir("filevol");
+    let (ws, creds, cfg) = (base.join("ws"), base.join("creds"), base.join("cfg"));
+    for d in [&ws, &creds] {
+        std::fs::create_dir(d).unwrap();
+        env.chown(d);
+    }
+    let token = creds.join("token.json");
+    env.write(&token, "host-token\n");
+    env.write(&creds.join("sibling"), "SIBLING-CONTENT\n");
+    use std::os::unix::fs::PermissionsExt;
+    for f in [&token, &creds.join("sibling")] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    env.write(
+        &cfg.join("lazaret/config.toml"),
+        &format!(
+            "[profiles.u]\nuser = \"dev\"\nvolumes = [\"{}:/home/dev/.token.json\"]\n",
+            token.display()
+        ),
+    );
+    let run = |args: &[&str]| {
+        let mut a = vec!["run", "--profile", "u"];
+        a.extend_from_slice(args);
+        env.lz(&ws, &a).config_home(&cfg).run()
+    };
+    let r = run(&[
+        "--",
+        "sh",
+        "-c",
+        "f=/home/dev/.token.json; stat -c 'owner=%u mode=%a' $f; cat $f; \
+         echo agent >> $f && echo appended; \
+         cat $f/../sibling 2>/dev/null; ls -a /home/dev; \
+         grep -rs SIBLING /home/dev /proc/self/mountinfo; true",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("owner=1000 mode=600\n"),
+        "the file is the user's: {r:?}"
+    );
+    assert!(r.stdout.contains("host-token\n"), "{r:?}");
+    assert!(r.stdout.contains("appended\n"), "{r:?}");
+    assert!(!r.stdout.contains("SIBLING-CONTENT"), "a sibling was reachable: {r:?}");
+    assert!(!r.stdout.contains("sibling"), "a sibling was listed: {r:?}");
+    assert_eq!(std::fs::read_to_string(&token).unwrap(), "host-token\nagent\n");
+    assert_eq!(owner(&token), env.uid, "the edited file stays the host user's");
+    let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the host file's mode is kept");
+
+    // Root (`--root`) renaming or replacing the file through the mount, or
+    // creating next to it, reaches nothing on the host.
+    let r = run(&[
+        "--root",
+        "--",
+        "sh",
+        "-c",
+        "f=/home/dev/.token.json; mv $f /home/dev/moved 2>/dev/null && echo MOVED; \
+         ln -sf /etc/passwd $f 2>/dev/null && echo LINKED; \
+         mkdir $f/x 2>/dev/null && echo MKDIR; touch $f/../created 2>/dev/null; true",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        !r.stdout.contains("MOVED") && !r.stdout.contains("LINKED") && !r.stdout.contains("MKDIR"),
+        "{r:?}"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&creds)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["sibling", "token.json"],
+        "nothing was created or moved on the host"
+    );
+    assert_eq!(std::fs::read_to_string(&token).unwrap(), "host-token\nagent\n");
+}
