@@ -128,14 +128,29 @@ pub fn main(args: Args) -> i32 {
     let paths = hc.paths.clone();
     // INVARIANT: the store is closed before the lock can pass on (FR-17).
     drop(hc);
+    // runsc's root goes while we hold the lock (a runsc process may still
+    // be unlinking its last state file: bounded patience).
+    let left = paths.remove_runsc_root(Duration::from_secs(2));
+    if !left.is_empty() {
+        log::warn!(
+            "teardown: runsc left {} in its root",
+            crate::display::escape(&left.join(", "))
+        );
+    }
     let _ = std::fs::remove_file(paths.log());
     // The lock file goes last, while we still hold the lock; a CLI that
     // locked the old inode notices it is unlinked and retries.
     let _ = std::fs::remove_file(paths.lock());
     // The Domain's runtime dir goes too when nothing is left in it (a CLI
-    // that arrives now recreates it; see `cli::connect_or_start`).
-    let _ = std::fs::remove_dir(paths.runsc_root());
+    // that arrives now recreates it; see `cli::connect_or_start`), and so
+    // do runtime dirs other Domains' teardowns left empty.
     let _ = std::fs::remove_dir(&paths.run);
+    if let Some(base) = paths.run.parent() {
+        let n = crate::storage::paths::sweep_runtime(base, &paths.run);
+        if n > 0 {
+            log::info!("removed {n} empty runtime dirs of stopped Domains");
+        }
+    }
     drop(lock);
     code
 }

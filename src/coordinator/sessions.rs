@@ -380,6 +380,33 @@ impl Coordinator {
                 self.close_session(k, None);
                 continue;
             }
+            // runsc exec could not create the command's process because
+            // the guest is at its task limit: one sentence, not runsc's.
+            let at_limit = code == 128
+                && self.sessions[&k]
+                    .held
+                    .as_ref()
+                    .is_some_and(|(_, held, _)| exec_refused_at_task_limit(held));
+            if at_limit {
+                let s = self.sessions.get_mut(&k).expect("a reaped session");
+                if let Some((_, held, _)) = s.held.take() {
+                    log::info!(
+                        "session {}: runsc exec: {}",
+                        s.id,
+                        crate::display::escape_bytes(held.trim_ascii_end())
+                    );
+                }
+                let conn = s.conn;
+                let reason = format!(
+                    "the command was not started: the Domain is at its task limit ({} tasks, from pids {}); \
+                     end some of its processes, or restart it with a higher `limits.pids` (or `--pids`)",
+                    self.limits.guest_tasks(),
+                    self.limits.pids
+                );
+                self.send(conn, &ServerMsg::Closing { reason });
+                self.close_session(k, None);
+                continue;
+            }
             self.close_session(k, Some(code));
         }
         if let Some(sup) = self.sup.as_mut() {
@@ -435,11 +462,9 @@ impl Coordinator {
                 b.refuse(&req, Status::Cancelled, "the requesting session ended");
             }
         }
-        if let Some(c) = self.conns.get_mut(&s.conn) {
-            c.state = ConnState::Closing;
-        }
-        // A session that ended because the kernel OOM-killed the sandbox
-        // learns why, instead of a bare exit code.
+        // What was held back goes out before the connection is marked
+        // closing: a closing connection is removed as soon as its output is
+        // flushed, and the Exit below would then never be sent.
         if let Some((err, held, _)) = s.held.take() {
             if code.is_some() {
                 let msg = if err {
@@ -450,6 +475,11 @@ impl Coordinator {
                 self.send(s.conn, &msg);
             }
         }
+        if let Some(c) = self.conns.get_mut(&s.conn) {
+            c.state = ConnState::Closing;
+        }
+        // A session that ended because the kernel OOM-killed the sandbox
+        // learns why, instead of a bare exit code.
         let oom = code.and_then(|_| self.oom_reason());
         if let Some(reason) = oom {
             self.stop_reason.get_or_insert_with(|| reason.clone());
@@ -475,6 +505,18 @@ impl Coordinator {
         let _ = std::fs::remove_file(&s.guest_pid_file);
         drop(s);
     }
+}
+
+/// Whether the error `runsc exec` held back says the sandbox could not
+/// create the command's process for lack of a task (EAGAIN, which gVisor
+/// names "try again", from the guest's RLIMIT_NPROC): runsc 20240729 says
+/// `executing processes for container: ...: try again`.
+pub(super) fn exec_refused_at_task_limit(held: &[u8]) -> bool {
+    String::from_utf8_lossy(held).lines().any(|l| {
+        let l = l.trim_end();
+        l.starts_with("executing processes for container: ")
+            && (l.ends_with(": try again") || l.ends_with(": resource temporarily unavailable"))
+    })
 }
 
 /// Whether `pid` has exited but is not reaped yet (state `Z` or `X`).
@@ -527,6 +569,23 @@ pub(super) fn runsc_error_at(buf: &[u8], sandbox_id: &str) -> Option<usize> {
 #[cfg(test)]
 mod runsc_error_tests {
     use super::runsc_error_at;
+
+    #[test]
+    fn a_refused_exec_at_the_task_limit_is_recognised() {
+        use super::exec_refused_at_task_limit as at_limit;
+        let line = "executing processes for container: executing command \"/.lazaret/init exec -- /bin/echo x\" in sandbox: try again\n";
+        assert!(at_limit(line.as_bytes()));
+        assert!(at_limit(
+            b"executing processes for container: x: resource temporarily unavailable"
+        ));
+        // Other runsc failures, and the guest's own words, are not it.
+        assert!(!at_limit(
+            b"executing processes for container: x: no such file or directory\n"
+        ));
+        assert!(!at_limit(b"loading sandbox: try again\n"));
+        assert!(!at_limit(b"sh: fork: try again\n"));
+        assert!(!at_limit(b""));
+    }
 
     #[test]
     fn holds_only_a_trailing_runsc_error() {

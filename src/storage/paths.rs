@@ -122,6 +122,38 @@ pub fn check_private_dir(path: &Path) -> Result<(), PathError> {
     Ok(())
 }
 
+/// Removes what stopped Domains left in the runtime base `base`
+/// (`/tmp/lazaret-UID`): a Domain's runtime dir holding nothing but an
+/// empty `runsc/` (runsc unlinked its last state file after the
+/// coordinator had tried to remove the dir). Only that exact shape goes,
+/// and only by `rmdir`, which cannot remove anything with content: a dir
+/// with a `lock` (a Domain starting or running) or any other entry stays.
+/// A CLI that is just creating the same dir retries (`connect_or_start`).
+/// Returns how many were removed.
+pub fn sweep_runtime(base: &Path, keep: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(base) else { return 0 };
+    let mut removed = 0;
+    for e in rd.flatten() {
+        let dir = e.path();
+        if dir == keep || DomainId::parse(&e.file_name().to_string_lossy()).is_err() {
+            continue;
+        }
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let only_runsc = std::fs::read_dir(&dir).is_ok_and(|rd| {
+            let names: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
+            names.len() == 1 && names[0] == "runsc"
+        });
+        let runsc = dir.join("runsc");
+        let runsc_dir = std::fs::symlink_metadata(&runsc).is_ok_and(|m| m.file_type().is_dir());
+        if only_runsc && runsc_dir && std::fs::remove_dir(&runsc).is_ok() && std::fs::remove_dir(&dir).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Host paths of one Domain.
 #[derive(Clone, Debug)]
 pub struct DomainPaths {
@@ -161,6 +193,32 @@ impl DomainPaths {
         self.run.join("coordinator.log")
     }
 
+    /// Removes this Domain's runsc root, only if empty. runsc processes
+    /// that outlive the supervisor by a moment (an exec's or a delete's
+    /// cleanup) may still be unlinking their last state files: the removal
+    /// is retried until `patience` is spent. Returns the names left in it
+    /// when it could not go.
+    pub fn remove_runsc_root(&self, patience: std::time::Duration) -> Vec<String> {
+        let deadline = std::time::Instant::now() + patience;
+        let root = self.runsc_root();
+        loop {
+            match std::fs::remove_dir(&root) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                _ => break,
+            }
+        }
+        let left = match std::fs::read_dir(&root) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        left
+    }
+
     /// Creates the Domain Root and runtime dir, both host-private.
     pub fn ensure(&self) -> Result<(), PathError> {
         ensure_private_dir(&self.root)?;
@@ -176,6 +234,64 @@ mod tests {
         let p = std::env::temp_dir().join(format!("lazaret-paths-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         p
+    }
+
+    /// Only a Domain runtime dir holding nothing but an empty `runsc/` is
+    /// swept; every other shape, and the caller's own dir, stays.
+    #[test]
+    fn sweep_removes_only_empty_leftovers() {
+        let base = scratch("sweep");
+        let id = |n: u8| format!("{:020x}", n);
+        let mk = |name: &str, entries: &[&str]| {
+            let d = base.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            for e in entries {
+                if let Some(dir) = e.strip_suffix('/') {
+                    std::fs::create_dir_all(d.join(dir)).unwrap();
+                } else {
+                    std::fs::write(d.join(e), "x").unwrap();
+                }
+            }
+            d
+        };
+        let leftover = mk(&id(1), &["runsc/"]);
+        let running = mk(&id(2), &["lock", "runsc/"]);
+        let busy = mk(&id(3), &["runsc/", "runsc/lz-x_sandbox:lz-x.state"]);
+        let fresh = mk(&id(4), &[]);
+        let own = mk(&id(5), &["runsc/"]);
+        let other = mk("not-a-domain-id", &["runsc/"]);
+        let file_runsc = mk(&id(6), &["runsc"]);
+        let link = base.join(id(7));
+        std::os::unix::fs::symlink(&leftover, &link).unwrap();
+        assert_eq!(sweep_runtime(&base, &own), 1);
+        assert!(!leftover.exists(), "the leftover was not swept");
+        for kept in [&running, &busy, &fresh, &own, &other, &file_runsc] {
+            assert!(kept.exists(), "{} was swept", kept.display());
+        }
+        assert!(running.join("runsc").is_dir() && busy.join("runsc").is_dir() && own.join("runsc").is_dir());
+        assert!(
+            std::fs::symlink_metadata(&link).is_ok(),
+            "a symlink was followed or removed"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// The runsc root goes once it is empty; what is left is named.
+    #[test]
+    fn runsc_root_removal_reports_what_is_left() {
+        let base = scratch("rr");
+        let dp = DomainPaths {
+            root: base.join("root"),
+            run: base.join("run"),
+        };
+        std::fs::create_dir_all(dp.runsc_root()).unwrap();
+        std::fs::write(dp.runsc_root().join("state"), "x").unwrap();
+        let left = dp.remove_runsc_root(std::time::Duration::from_millis(50));
+        assert_eq!(left, ["state"]);
+        std::fs::remove_file(dp.runsc_root().join("state")).unwrap();
+        assert!(dp.remove_runsc_root(std::time::Duration::from_millis(50)).is_empty());
+        assert!(!dp.runsc_root().exists());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -476,15 +476,39 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
     let ws = env.dir("hk");
     let id = env.domain_id("default", &ws);
+    // What an earlier teardown may have left (runsc unlinked its last state
+    // file after the dir was tried): an empty `runsc/` alone. Beside it, a
+    // dir of the same shape plus a `lock` (a Domain starting) must stay.
+    let fake = |tag: u32| {
+        env.runtime_root()
+            .join(format!("{:08x}{:012x}", tag, std::process::id()))
+    };
+    let (leftover, locked) = (fake(0xfeed), fake(0xbeef));
+    for d in [&leftover, &locked] {
+        let _ = std::fs::create_dir_all(env.runtime_root());
+        std::fs::create_dir_all(d.join("runsc")).unwrap();
+        env.chown(d);
+        env.chown(&d.join("runsc"));
+    }
+    env.write(&locked.join("lock"), "");
     let r = env.lz(&ws, &["run", "--", "true"]).run();
     assert_eq!(r.code, 0, "{r:?}");
-    // The runtime dir of the stopped Domain is gone.
+    // The runtime dir of the stopped Domain is gone, and so is the leftover.
     let run = env.runtime_root().join(&id);
     assert!(
         eventually(Duration::from_secs(10), || !run.exists()),
         "runtime dir left: {:?}",
         std::fs::read_dir(&run).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
     );
+    assert!(
+        eventually(Duration::from_secs(10), || !leftover.exists()),
+        "an empty runtime dir of a stopped Domain was left"
+    );
+    assert!(
+        locked.join("lock").exists() && locked.join("runsc").is_dir(),
+        "a locked runtime dir was swept"
+    );
+    std::fs::remove_dir_all(&locked).unwrap();
     let lowers = env.home.join(".local/share/lazaret/lowers");
     let arts = || -> Vec<String> {
         std::fs::read_dir(&lowers)

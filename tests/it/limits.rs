@@ -331,6 +331,81 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     assert_eq!(refused, 0, "the host pids limit was reached ({refused} forks refused)");
 }
 
+/// Joining a Domain while its guest sits at its task limit: the new
+/// session fails with one sentence that names the limit (not runsc's own
+/// words), the Domain and the session holding the limit keep running, and
+/// a join after the flood ends works.
+#[test]
+fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let Some((_, ws)) = delegated_workspace(env, "limits::join", "lim-join") else {
+        return;
+    };
+    // Holds the guest at its limit: bash retries a refused fork instead of
+    // giving up (so no slot stays free), and its first refusal, written to
+    // .flood-err, says the limit is reached. The holding shell uses
+    // builtins only until the host says the refused join happened, then
+    // ends the flood, waits until it is gone, and waits for a second join.
+    let hold = "bash -c 'while :; do sleep 120 & done' 2> /workspace/.flood-err & \
+                i=0; while [ ! -s /workspace/.flood-err ] && [ $i -lt 3000000 ]; do i=$((i+1)); done; \
+                : > /workspace/.full; \
+                i=0; while [ ! -e /workspace/.tried ] && [ $i -lt 3000000 ]; do i=$((i+1)); done; \
+                trap '' TERM; kill -TERM 0; \
+                i=0; while set -- /proc/[0-9]*; [ $# -gt 8 ] && [ $i -lt 200000 ]; do i=$((i+1)); done; \
+                : > /workspace/.drained; \
+                i=0; while [ ! -e /workspace/.joined ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
+                echo a-done";
+    let a = env
+        .lz(&ws, &["run", "--quiet", "--pids", "200", "--", "sh", "-c", hold])
+        .spawn_bg();
+    let full = harness::eventually(Duration::from_secs(180), || ws.join(".full").exists());
+    let refused = env
+        .lz(&ws, &["run", "--quiet", "--", "/bin/echo", "JOINED-AT-LIMIT"])
+        .run();
+    env.write(&ws.join(".tried"), "");
+    let drained = harness::eventually(Duration::from_secs(120), || ws.join(".drained").exists());
+    let joined = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
+            ],
+        )
+        .run();
+    let out = a.wait_with_output_keep();
+    assert!(full, "the guest never reached its limit: {out}");
+    assert!(!refused.stdout.contains("JOINED-AT-LIMIT"), "{refused:?}");
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(
+        refused.stderr.contains("task limit") && refused.stderr.contains("--pids"),
+        "the refusal names the limit: {refused:?}"
+    );
+    for raw in [
+        "try again",
+        "resource temporarily unavailable",
+        "executing processes",
+        "urpc",
+    ] {
+        assert!(
+            !refused.stderr.to_lowercase().contains(raw),
+            "runsc's own words reached the user ({raw}): {refused:?}"
+        );
+    }
+    assert!(drained, "the flood never ended: {out}");
+    assert_eq!(joined.code, 0, "a join after the flood failed: {joined:?}");
+    assert!(joined.stdout.contains("joined-42"), "{joined:?}");
+    assert!(
+        out.contains("a-done"),
+        "the session holding the limit did not finish: {out}"
+    );
+}
+
 #[test]
 fn the_guest_sees_the_memory_limit_as_its_total_memory() {
     let env = require_env!();
