@@ -49,6 +49,13 @@ pub fn dev_image_built(env: &Env) -> bool {
     false
 }
 
+/// `lazaret run --profile u ARGS` in `ws` with the config home `cfg`.
+fn run_profile_u(env: &Env, ws: &Path, cfg: &Path, args: &[&str]) -> Run {
+    let mut a = vec!["run", "--profile", "u"];
+    a.extend_from_slice(args);
+    env.lz(ws, &a).config_home(cfg).run()
+}
+
 /// docs/agents.md documents exactly the recipe the tests build.
 #[test]
 fn the_dev_recipe_the_tests_build_is_the_documented_one() {
@@ -79,11 +86,7 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
     env.write(&cfg.join("lazaret/config.toml"), "[profiles.u]\nuser = \"dev\"\n");
     env.write(&ws.join("host-file.txt"), "from the host\n");
     let id = env.domain_id("u", &ws);
-    let run = |args: &[&str]| {
-        let mut a = vec!["run", "--profile", "u"];
-        a.extend_from_slice(args);
-        env.lz(&ws, &a).config_home(&cfg).run()
-    };
+    let run = |args: &[&str]| run_profile_u(env, &ws, &cfg, args);
     let r = run(&[
         "--",
         "sh",
@@ -259,11 +262,7 @@ fn a_profile_users_file_volume_is_its_own_and_alone() {
             token.display()
         ),
     );
-    let run = |args: &[&str]| {
-        let mut a = vec!["run", "--profile", "u"];
-        a.extend_from_slice(args);
-        env.lz(&ws, &a).config_home(&cfg).run()
-    };
+    let run = |args: &[&str]| run_profile_u(env, &ws, &cfg, args);
     let r = run(&[
         "--",
         "sh",

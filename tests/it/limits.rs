@@ -254,6 +254,37 @@ impl WaitKeep for harness::Bg {
     }
 }
 
+/// The shell tail of the flood tests: ends the flood (the session's own
+/// shell survives), waits with builtins only until the guest's processes
+/// are gone, runs `then`, and holds the Domain until a second session has
+/// joined ([`join_and_mark`]).
+fn end_flood_then_wait_for_join(then: &str) -> String {
+    format!(
+        "trap '' TERM; kill -TERM 0; \
+         i=0; while set -- /proc/[0-9]*; [ $# -gt 8 ] && [ $i -lt 200000 ]; do i=$((i+1)); done; \
+         {then}; \
+         i=0; while [ ! -e /workspace/.joined ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
+         echo a-done"
+    )
+}
+
+/// A new session joins the Domain of `ws`, runs a command and marks
+/// `.joined`.
+fn join_and_mark(env: &Env, ws: &Path) -> harness::Run {
+    env.lz(
+        ws,
+        &[
+            "run",
+            "--quiet",
+            "--",
+            "sh",
+            "-c",
+            "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
+        ],
+    )
+    .run()
+}
+
 /// `pids.events` "max N": forks the host cgroup refused.
 fn pids_refused(p: &Path) -> Option<u64> {
     std::fs::read_to_string(p.join("pids.events"))
@@ -279,31 +310,17 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     // the guest's processes with builtins only, ends the sleeps, waits
     // until they are gone, forks again, and holds the Domain until a
     // second session has joined.
-    let flood = "sh -c 'i=0; while [ $i -lt 400 ]; do sleep 120 & i=$((i+1)); done' 2>/dev/null; \
-                 set -- /proc/[0-9]*; echo guest-procs-$#; \
-                 trap '' TERM; kill -TERM 0; \
-                 i=0; while set -- /proc/[0-9]*; [ $# -gt 8 ] && [ $i -lt 200000 ]; do i=$((i+1)); done; \
-                 /bin/echo usable-$((6*7)); : > /workspace/.flooded; \
-                 i=0; while [ ! -e /workspace/.joined ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
-                 echo a-done";
+    let flood = format!(
+        "sh -c 'i=0; while [ $i -lt 400 ]; do sleep 120 & i=$((i+1)); done' 2>/dev/null; \
+         set -- /proc/[0-9]*; echo guest-procs-$#; {}",
+        end_flood_then_wait_for_join("/bin/echo usable-$((6*7)); : > /workspace/.flooded")
+    );
     let a = env
-        .lz(&ws, &["run", "--quiet", "--pids", "200", "--", "sh", "-c", flood])
+        .lz(&ws, &["run", "--quiet", "--pids", "200", "--", "sh", "-c", &flood])
         .spawn_bg();
     let flooded = harness::eventually(Duration::from_secs(180), || ws.join(".flooded").exists());
     // A new session joins the same Domain and runs a command.
-    let b = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--quiet",
-                "--",
-                "sh",
-                "-c",
-                "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
-            ],
-        )
-        .run();
+    let b = join_and_mark(env, &ws);
     let out = a.wait_with_output_keep();
     let (samples, refused) = (count.finish(), refused.finish());
     eprintln!("session: {out}");
@@ -347,17 +364,15 @@ fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
     // .flood-err, says the limit is reached. The holding shell uses
     // builtins only until the host says the refused join happened, then
     // ends the flood, waits until it is gone, and waits for a second join.
-    let hold = "bash -c 'while :; do sleep 120 & done' 2> /workspace/.flood-err & \
+    let hold = format!(
+        "bash -c 'while :; do sleep 120 & done' 2> /workspace/.flood-err & \
                 i=0; while [ ! -s /workspace/.flood-err ] && [ $i -lt 3000000 ]; do i=$((i+1)); done; \
                 : > /workspace/.full; \
-                i=0; while [ ! -e /workspace/.tried ] && [ $i -lt 3000000 ]; do i=$((i+1)); done; \
-                trap '' TERM; kill -TERM 0; \
-                i=0; while set -- /proc/[0-9]*; [ $# -gt 8 ] && [ $i -lt 200000 ]; do i=$((i+1)); done; \
-                : > /workspace/.drained; \
-                i=0; while [ ! -e /workspace/.joined ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
-                echo a-done";
+                i=0; while [ ! -e /workspace/.tried ] && [ $i -lt 3000000 ]; do i=$((i+1)); done; {}",
+        end_flood_then_wait_for_join(": > /workspace/.drained")
+    );
     let a = env
-        .lz(&ws, &["run", "--quiet", "--pids", "200", "--", "sh", "-c", hold])
+        .lz(&ws, &["run", "--quiet", "--pids", "200", "--", "sh", "-c", &hold])
         .spawn_bg();
     let full = harness::eventually(Duration::from_secs(180), || ws.join(".full").exists());
     let refused = env
@@ -365,19 +380,7 @@ fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
         .run();
     env.write(&ws.join(".tried"), "");
     let drained = harness::eventually(Duration::from_secs(120), || ws.join(".drained").exists());
-    let joined = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--quiet",
-                "--",
-                "sh",
-                "-c",
-                "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
-            ],
-        )
-        .run();
+    let joined = join_and_mark(env, &ws);
     let out = a.wait_with_output_keep();
     assert!(full, "the guest never reached its limit: {out}");
     assert!(!refused.stdout.contains("JOINED-AT-LIMIT"), "{refused:?}");
