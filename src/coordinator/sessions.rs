@@ -382,9 +382,13 @@ impl Coordinator {
             }
             // runsc exec could not create the command's process because
             // the guest is at its task limit: one sentence, not runsc's.
+            // The held text may be the guest's own (it shares the stream):
+            // what decides is that runsc never wrote the process's pid, a
+            // host file the sandbox cannot reach.
+            let s = &self.sessions[&k];
             let at_limit = code == 128
-                && self.sessions[&k]
-                    .held
+                && !s.guest_pid_file.exists()
+                && s.held
                     .as_ref()
                     .is_some_and(|(_, held, _)| exec_refused_at_task_limit(held));
             if at_limit {

@@ -209,14 +209,13 @@ impl DomainPaths {
                 _ => break,
             }
         }
-        let left = match std::fs::read_dir(&root) {
+        match std::fs::read_dir(&root) {
             Ok(rd) => rd
                 .flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect(),
             Err(_) => Vec::new(),
-        };
-        left
+        }
     }
 
     /// Creates the Domain Root and runtime dir, both host-private.

@@ -295,10 +295,13 @@ fn a_profile_users_file_volume_is_its_own_and_alone() {
         "-c",
         "f=/home/dev/.token.json; mv $f /home/dev/moved 2>/dev/null && echo MOVED; \
          ln -sf /etc/passwd $f 2>/dev/null && echo LINKED; \
-         mkdir $f/x 2>/dev/null && echo MKDIR; touch $f/../created 2>/dev/null; true",
+         ln $f /home/dev/hardlink 2>/dev/null && echo HARDLINKED; \
+         mkdir $f/x 2>/dev/null && echo MKDIR; touch $f/../created 2>/dev/null; \
+         chmod 6777 $f; true",
     ]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
+        // "LINKED" also catches "HARDLINKED".
         !r.stdout.contains("MOVED") && !r.stdout.contains("LINKED") && !r.stdout.contains("MKDIR"),
         "{r:?}"
     );
@@ -313,4 +316,8 @@ fn a_profile_users_file_volume_is_its_own_and_alone() {
         "nothing was created or moved on the host"
     );
     assert_eq!(std::fs::read_to_string(&token).unwrap(), "host-token\nagent\n");
+    // The chmod reached the host file through the view: no setuid, setgid
+    // or world-write bit with it.
+    let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode & 0o6002, 0, "mode {mode:o} on the host file");
 }

@@ -407,6 +407,26 @@ fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
         out.contains("a-done"),
         "the session holding the limit did not finish: {out}"
     );
+    // Variant: a command that prints runsc's words itself and exits 128 is
+    // not taken for a refusal (its process started: runsc wrote its pid).
+    let forged = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--quiet",
+                "--",
+                "sh",
+                "-c",
+                "echo 'executing processes for container: x: try again' >&2; exit 128",
+            ],
+        )
+        .run();
+    assert_eq!(forged.code, 128, "{forged:?}");
+    assert!(
+        !forged.stderr.contains("task limit"),
+        "a forged refusal was believed: {forged:?}"
+    );
 }
 
 #[test]
