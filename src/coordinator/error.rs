@@ -82,15 +82,7 @@ pub enum CoordinatorError {
     /// What the supervisor reported (or failed to) during startup.
     Supervisor(StatusError),
     /// No subordinate id range for the user.
-    NoSubrange {
-        file: &'static str,
-        name: String,
-        uid: u32,
-    },
-    /// `newuidmap`/`newgidmap` could not be started.
-    RunIdMap(&'static str, io::Error),
-    /// … or failed (its stderr).
-    IdMapFailed(&'static str, String),
+    IdMap(crate::plan::IdMapError),
     /// Opening the supervisor's namespaces.
     OpenNamespace(PathBuf, io::Error),
     /// Telling the supervisor its id maps are written.
@@ -153,12 +145,7 @@ impl fmt::Display for CoordinatorError {
             Pipe(e) => write!(f, "pipe: {e}"),
             StartSupervisor(e) => write!(f, "starting the supervisor: {e}"),
             Supervisor(e) => write!(f, "{e}"),
-            NoSubrange { file, name, uid } => write!(
-                f,
-                "{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix"
-            ),
-            RunIdMap(tool, e) => write!(f, "cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"),
-            IdMapFailed(tool, err) => write!(f, "{tool} failed: {err}"),
+            IdMap(e) => write!(f, "{e}"),
             OpenNamespace(_, e) => write!(f, "opening namespace: {e}"),
             LeasePipe(e) => write!(f, "lease pipe: {e}"),
             NotRunning => write!(f, "the sandbox is not running"),
@@ -215,19 +202,9 @@ impl std::error::Error for CoordinatorError {
             TrustAnchor(e) => Some(e),
             Views(e) => Some(e),
             Supervisor(e) => Some(e),
-            SignalPipe(e)
-            | RecordDomain(e)
-            | LocateExe(e)
-            | GitIdentity(e)
-            | Pipe(e)
-            | StartSupervisor(e)
-            | RunIdMap(_, e)
-            | LeasePipe(e)
-            | RunscExec(e)
-            | SocketMode(e)
-            | OpenPty(e)
-            | StartExec(e)
-            | Pty(e) => Some(e),
+            IdMap(e) => Some(e),
+            SignalPipe(e) | RecordDomain(e) | LocateExe(e) | GitIdentity(e) | Pipe(e) | StartSupervisor(e)
+            | LeasePipe(e) | RunscExec(e) | SocketMode(e) | OpenPty(e) | StartExec(e) | Pty(e) => Some(e),
             GenDir(_, e)
             | RunscRoot(_, e)
             | Mailbox(_, e)
@@ -238,13 +215,7 @@ impl std::error::Error for CoordinatorError {
             | WritePorts(_, e)
             | BindSocket(_, e)
             | PublishSocket(_, e) => Some(e),
-            PortsWithoutNetwork { .. }
-            | Missing(_)
-            | NoSubrange { .. }
-            | IdMapFailed(..)
-            | NotRunning
-            | UserSetup { .. }
-            | SpecTooLarge => None,
+            PortsWithoutNetwork { .. } | Missing(_) | NotRunning | UserSetup { .. } | SpecTooLarge => None,
         }
     }
 }
@@ -272,4 +243,5 @@ from_lower!(
     TrustError => TrustAnchor,
     GitError => Views,
     StatusError => Supervisor,
+    crate::plan::IdMapError => IdMap,
 );

@@ -565,27 +565,5 @@ impl Coordinator {
 /// Writes the supervisor's id maps with the setuid helpers: the user is 0
 /// inside, the subordinate range fills 1..=65536.
 pub(super) fn write_id_maps(pid: i32) -> Result<(), CoordinatorError> {
-    let uid = sys::getuid();
-    let gid = sys::getgid();
-    let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
-    for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| CoordinatorError::NoSubrange {
-            file,
-            name: name.clone(),
-            uid,
-        })?;
-        let out = Command::new(tool)
-            .args(plan::id_map_args(pid, own, sub))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| CoordinatorError::RunIdMap(tool, e))?;
-        if !out.status.success() {
-            return Err(CoordinatorError::IdMapFailed(
-                tool,
-                String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            ));
-        }
-    }
-    Ok(())
+    Ok(plan::write_id_maps(pid, 1)?)
 }

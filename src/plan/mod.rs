@@ -404,17 +404,78 @@ pub fn find_subrange(text: &str, user: &str, id: u32) -> Option<SubRange> {
 }
 
 /// Arguments for `newuidmap PID …` / `newgidmap PID …`: the user becomes 0,
-/// the subordinate range fills 1..=65536.
-pub fn id_map_args(pid: i32, own: u32, sub: SubRange) -> Vec<String> {
+/// the subordinate range fills `inside..inside + 65536`.
+pub fn id_map_args(pid: i32, own: u32, sub: SubRange, inside: u32) -> Vec<String> {
     vec![
         pid.to_string(),
         "0".into(),
         own.to_string(),
         "1".into(),
-        "1".into(),
+        inside.to_string(),
         sub.start.to_string(),
         "65536".into(),
     ]
+}
+
+/// Why the id maps of a process could not be written.
+#[derive(Debug)]
+pub enum IdMapError {
+    /// No subordinate range of 65536 ids for the user in the file.
+    NoSubrange { file: &'static str, name: String, uid: u32 },
+    /// `newuidmap`/`newgidmap` could not be started.
+    Run(&'static str, std::io::Error),
+    /// … or failed (its stderr).
+    Failed(&'static str, String),
+}
+
+impl std::fmt::Display for IdMapError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            IdMapError::NoSubrange { file, name, uid } => write!(
+                f,
+                "{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix"
+            ),
+            IdMapError::Run(tool, e) => write!(f, "cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"),
+            IdMapError::Failed(tool, err) => write!(f, "{tool} failed: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for IdMapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IdMapError::Run(_, e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Writes the user namespace maps of `pid` with the setuid helpers: the
+/// user is 0 inside, the subordinate range fills `inside..inside + 65536`
+/// (the supervisor's and the state helper's maps differ only there).
+pub fn write_id_maps(pid: i32, inside: u32) -> Result<(), IdMapError> {
+    let (uid, gid) = (crate::sys::getuid(), crate::sys::getgid());
+    let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
+    for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let sub = find_subrange(&text, &name, uid).ok_or_else(|| IdMapError::NoSubrange {
+            file,
+            name: name.clone(),
+            uid,
+        })?;
+        let out = std::process::Command::new(tool)
+            .args(id_map_args(pid, own, sub, inside))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| IdMapError::Run(tool, e))?;
+        if !out.status.success() {
+            return Err(IdMapError::Failed(
+                tool,
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -569,7 +630,8 @@ mod tests {
                 SubRange {
                     start: 100000,
                     count: 65536
-                }
+                },
+                1
             ),
             ["7", "0", "1000", "1", "1", "100000", "65536"]
         );

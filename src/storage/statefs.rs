@@ -88,16 +88,8 @@ pub enum StateHelperError {
     Spawn(io::Error),
     /// The helper's user namespace (what it said instead).
     NoUserns(crate::wire::helper::UsernsError),
-    /// No subordinate range for the user in the file.
-    NoSubrange {
-        file: &'static str,
-        name: String,
-        uid: u32,
-    },
-    /// `newuidmap`/`newgidmap` could not be started.
-    RunMap(&'static str, io::Error),
-    /// … or failed (its stderr).
-    MapFailed(&'static str, String),
+    /// Its id maps.
+    IdMap(crate::plan::IdMapError),
     Wait(io::Error),
     /// The helper exited unsuccessfully or said it failed.
     Failed(std::process::ExitStatus, Option<String>),
@@ -115,12 +107,7 @@ impl std::fmt::Display for StateHelperError {
                 f,
                 "the state helper could not create a user namespace ({said}): run `lazaret doctor`"
             ),
-            NoSubrange { file, name, uid } => write!(
-                f,
-                "{file} has no range of 65536 ids for {name} (uid {uid}): run `lazaret doctor` for the fix"
-            ),
-            RunMap(tool, e) => write!(f, "cannot run {tool}: {e} (install uidmap; run `lazaret doctor`)"),
-            MapFailed(tool, err) => write!(f, "{tool} failed: {err}"),
+            IdMap(e) => write!(f, "{e}"),
             Wait(e) => write!(f, "state helper: {e}"),
             Failed(st, said) => write!(
                 f,
@@ -182,38 +169,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
 }
 
 fn write_helper_maps(pid: i32) -> Result<(), StateHelperError> {
-    let uid = crate::sys::getuid();
-    let gid = crate::sys::getgid();
-    let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
-    for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        let sub = plan::find_subrange(&text, &name, uid).ok_or_else(|| StateHelperError::NoSubrange {
-            file,
-            name: name.clone(),
-            uid,
-        })?;
-        let args = [
-            pid.to_string(),
-            "0".into(),
-            own.to_string(),
-            "1".into(),
-            SUB_BASE.to_string(),
-            sub.start.to_string(),
-            "65536".into(),
-        ];
-        let out = Command::new(tool)
-            .args(&args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| StateHelperError::RunMap(tool, e))?;
-        if !out.status.success() {
-            return Err(StateHelperError::MapFailed(
-                tool,
-                String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            ));
-        }
-    }
-    Ok(())
+    plan::write_id_maps(pid, SUB_BASE).map_err(StateHelperError::IdMap)
 }
 
 // ---- the helper ----------------------------------------------------------------------

@@ -271,18 +271,7 @@ fn end_flood_then_wait_for_join(then: &str) -> String {
 /// A new session joins the Domain of `ws`, runs a command and marks
 /// `.joined`.
 fn join_and_mark(env: &Env, ws: &Path) -> harness::Run {
-    env.lz(
-        ws,
-        &[
-            "run",
-            "--quiet",
-            "--",
-            "sh",
-            "-c",
-            "/bin/echo joined-$((6*7)) && : > /workspace/.joined",
-        ],
-    )
-    .run()
+    env.run_sh(ws, "/bin/echo joined-$((6*7)) && : > /workspace/.joined")
 }
 
 /// `pids.events` "max N": forks the host cgroup refused.
@@ -409,19 +398,10 @@ fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
     );
     // Variant: a command that prints runsc's words itself and exits 128 is
     // not taken for a refusal (its process started: runsc wrote its pid).
-    let forged = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--quiet",
-                "--",
-                "sh",
-                "-c",
-                "echo 'executing processes for container: x: try again' >&2; exit 128",
-            ],
-        )
-        .run();
+    let forged = env.run_sh(
+        &ws,
+        "echo 'executing processes for container: x: try again' >&2; exit 128",
+    );
     assert_eq!(forged.code, 128, "{forged:?}");
     assert!(
         !forged.stderr.contains("task limit"),
