@@ -159,14 +159,17 @@ fn main() {
             "no command given: lazaret-escalate [--justification TEXT] [--timeout SECS] -- COMMAND ARGS...",
         );
     }
-    let cred = std::env::var(CREDENTIAL_ENV).unwrap_or_else(|_| {
-        die(
-            EXIT_FAILED,
-            "no session credential: escalation is not enabled for this session",
-        )
-    });
+    let cred = std::env::var_os(CREDENTIAL_FILE_ENV)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .unwrap_or_else(|| {
+            die(
+                EXIT_FAILED,
+                "no session credential: escalation is not enabled for this session",
+            )
+        });
+    let cred = cred.trim_end();
     lean_openssl::init();
-    let key = trust::SessionKey::parse(&cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
+    let key = trust::SessionKey::parse(cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let cwd = std::env::current_dir().unwrap_or_default();
     let rel = cwd
         .strip_prefix("/workspace")

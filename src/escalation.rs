@@ -33,8 +33,13 @@ pub const GUEST_REQUESTS: &str = "/.lazaret/mailbox/requests";
 pub const GUEST_RESULTS: &str = "/.lazaret/mailbox/results";
 /// On the default PATH, which login shells reset.
 pub const GUEST_ESCALATE: &str = "/usr/local/bin/lazaret-escalate";
-/// Environment variable carrying the session's signing credential.
-pub const CREDENTIAL_ENV: &str = "LAZARET_ESCALATION_CREDENTIAL";
+/// Environment variable naming the file that holds the session's signing
+/// credential (the path is no secret; the file is readable by the
+/// session's uid only when that is root, see docs/threat-model.md).
+pub const CREDENTIAL_FILE_ENV: &str = "LAZARET_ESCALATION_CREDENTIAL_FILE";
+/// Guest directory of the sessions' credential files (read-only, not
+/// listable by other uids).
+pub const GUEST_KEYS: &str = "/.lazaret/keys";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {

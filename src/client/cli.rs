@@ -38,6 +38,8 @@ commands:
                        --publish forwards a host port (127.0.0.1 by default);
                        --root runs as root when the profile names a user
   ps [--json]          list running Domains: ID prefix, age, sessions, ports
+  escalations [ID]     escalation requests waiting for a decision, with
+                       their full command (a second look from elsewhere)
   stop [ID | --all | -p P -w DIR]
                        stop running Domains (their sessions are told why)
   exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
@@ -145,6 +147,7 @@ pub fn main() -> i32 {
     let result = match cmd.as_deref() {
         Some("run") => cmd_run(raw),
         Some("ps") => crate::client::lifecycle::cmd_ps(raw),
+        Some("escalations") => crate::client::lifecycle::cmd_escalations(raw),
         Some("stop") => crate::client::lifecycle::cmd_stop(raw),
         Some("rm") => crate::client::lifecycle::cmd_rm(raw),
         Some("exec") => crate::client::lifecycle::cmd_exec(raw),
@@ -664,12 +667,12 @@ enum PumpEvent {
 /// ends. Returns the session's exit status.
 fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'_>, tty: bool) -> Result<i32, Failure> {
     let mut stdin_open = true;
-    let mut prompt: Option<Prompt> = None;
+    let mut term = Terminal::default();
     let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
     loop {
         // Frames read ahead with Welcome (or in one read with others) are
         // acted on before waiting for more: poll cannot see them.
-        if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+        if let Some(code) = drain_frames(stream, reader, &mut term, tty)? {
             return Ok(code);
         }
         let mut fds = sys::PollSet::new();
@@ -681,6 +684,12 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
         fds.wait(None).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
         if fds.is_readable(PumpEvent::Signals) {
             for sig in sys::drain_signals(signals) {
+                if sig == sys::SIGWINCH {
+                    // A prompt on screen is drawn again for the new size.
+                    if let Some(d) = term.redraw() {
+                        let _ = ipc::send(stream, &d);
+                    }
+                }
                 let msg = match sig {
                     sys::SIGWINCH => sys::get_winsize(sys::STDIN).map(|w| {
                         ClientMsg::Resize(ipc::WinSize {
@@ -705,12 +714,12 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
                     stdin_open = false;
                     let _ = ipc::send(stream, &ClientMsg::StdinEof);
                 }
-                Ok(n) => match prompt.as_mut() {
+                Ok(n) => match term.prompt.as_mut() {
                     // Keystrokes answer the prompt; none reach the sandbox.
                     Some(p) => {
                         if let Some(decision) = p.feed(&buf[..n]) {
                             let _ = ipc::send(stream, &decision);
-                            prompt = None;
+                            term.end_prompt();
                         }
                     }
                     None => {
@@ -728,7 +737,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
             let filled = reader.fill(stream);
             // Everything already received is shown before end-of-file is
             // reported: the Exit frame may be in the same read as the EOF.
-            if let Some(code) = drain_frames(reader, &mut prompt, tty)? {
+            if let Some(code) = drain_frames(stream, reader, &mut term, tty)? {
                 return Ok(code);
             }
             if let Err(e) = filled {
@@ -741,36 +750,100 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
     }
 }
 
+/// The developer's terminal as the session pump sees it: while a prompt is
+/// up the terminal is the prompt's. Session output that arrives meanwhile
+/// (the coordinator sends none; this is the second line of defence) waits
+/// here and is written once the prompt is decided or ended.
+#[derive(Default)]
+struct Terminal {
+    prompt: Option<Prompt>,
+    /// Output held while a prompt is up: (stderr?, bytes).
+    held: Vec<(bool, Vec<u8>)>,
+}
+
+impl Terminal {
+    /// Writes session output, or holds it while a prompt is up. `Err` is
+    /// the EPIPE of a closed stdout.
+    fn output(&mut self, err: bool, data: Vec<u8>) -> Result<(), ()> {
+        if self.prompt.is_some() {
+            self.held.push((err, data));
+            return Ok(());
+        }
+        if err {
+            let _ = sys::write_all(sys::STDERR, &data);
+            return Ok(());
+        }
+        match sys::write_all(sys::STDOUT, &data) {
+            Err(e) if e.raw_os_error() == Some(sys::EPIPE) => Err(()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The prompt is over: what was held goes out now, after it.
+    fn end_prompt(&mut self) {
+        self.prompt = None;
+        for (err, data) in std::mem::take(&mut self.held) {
+            let _ = self.output(err, data);
+        }
+    }
+
+    /// Shows a prompt, or refuses it when the terminal cannot show it in
+    /// full: the decision to send then.
+    fn show(&mut self, info: ipc::PromptInfo) -> Option<ClientMsg> {
+        let (p, refused) = Prompt::show(info);
+        self.prompt = p;
+        if refused.is_some() {
+            self.end_prompt();
+        }
+        refused
+    }
+
+    /// The terminal was resized: the prompt is drawn again for its size.
+    fn redraw(&mut self) -> Option<ClientMsg> {
+        let info = self.prompt.as_ref()?.info.clone();
+        self.show(info)
+    }
+}
+
 /// Acts on every whole frame buffered in `reader`. `Some(code)` once the
 /// session's Exit frame is read.
-fn drain_frames(reader: &mut FrameReader, prompt: &mut Option<Prompt>, tty: bool) -> Result<Option<i32>, Failure> {
+fn drain_frames(
+    stream: &mut UnixStream,
+    reader: &mut FrameReader,
+    term: &mut Terminal,
+    tty: bool,
+) -> Result<Option<i32>, Failure> {
     loop {
         match reader.next::<ServerMsg>() {
             Ok(Some(ServerMsg::Stdout(d))) => {
                 // Our reader is gone (`lazaret run -- yes | head -1`): end
                 // as a shell pipeline member does, 128+SIGPIPE; the
                 // coordinator ends the session when we leave.
-                if let Err(e) = sys::write_all(sys::STDOUT, &d) {
-                    if e.raw_os_error() == Some(sys::EPIPE) {
-                        restore_terminal();
-                        return Ok(Some(crate::exit::Exit::ClosedPipe.code()));
-                    }
+                if term.output(false, d).is_err() {
+                    restore_terminal();
+                    return Ok(Some(crate::exit::Exit::ClosedPipe.code()));
                 }
             }
             Ok(Some(ServerMsg::Stderr(d))) => {
-                let _ = sys::write_all(sys::STDERR, &d);
+                let _ = term.output(true, d);
             }
-            Ok(Some(ServerMsg::Exit { code })) => return Ok(Some(code)),
-            Ok(Some(ServerMsg::Prompt { request_id, text })) => {
-                *prompt = Some(Prompt::show(request_id, &text));
+            Ok(Some(ServerMsg::Exit { code })) => {
+                term.end_prompt();
+                return Ok(Some(code));
+            }
+            Ok(Some(ServerMsg::Prompt(info))) => {
+                if let Some(d) = term.show(info) {
+                    let _ = ipc::send(stream, &d);
+                }
             }
             Ok(Some(ServerMsg::PromptEnd { request_id, text })) => {
-                if prompt.as_ref().is_some_and(|p| p.request_id == request_id) {
-                    *prompt = None;
-                }
                 let _ = sys::write_all(sys::STDOUT, text.as_bytes());
+                if term.prompt.as_ref().is_some_and(|p| p.info.request_id == request_id) {
+                    term.end_prompt();
+                }
             }
             Ok(Some(ServerMsg::Closing { reason })) => {
+                term.end_prompt();
                 restore_terminal();
                 if tty {
                     eprint!("\r\n");
@@ -1009,7 +1082,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 /// `n`/`no` or `e`/`edit`, anything else asks again; an edited command is
 /// shown in full and needs its own `yes`. Ctrl-C denies.
 struct Prompt {
-    request_id: String,
+    info: ipc::PromptInfo,
     /// Keystrokes read before this instant are discarded.
     ignore_until: Instant,
     stage: PromptStage,
@@ -1032,23 +1105,41 @@ impl Prompt {
         let _ = sys::write_all(sys::STDOUT, s.as_bytes());
     }
 
-    /// Draws the prompt (the text starts by resetting the terminal state)
-    /// and throws away whatever was typed before it.
-    fn show(request_id: String, text: &str) -> Prompt {
-        Self::say(text);
+    /// Draws the prompt for this terminal's size (the text starts by
+    /// resetting the terminal state) and throws away whatever was typed
+    /// before it. On a terminal too small to show all of it, says so and
+    /// returns the refusal to send instead.
+    fn show(info: ipc::PromptInfo) -> (Option<Prompt>, Option<ClientMsg>) {
+        let size = sys::get_winsize(sys::STDOUT).or_else(|| sys::get_winsize(sys::STDIN));
+        let (rows, cols) = size.map_or((24, 80), |w| (w.rows, w.cols));
         let _ = sys::flush_input(sys::STDIN);
-        Prompt {
-            request_id,
-            ignore_until: Instant::now() + PROMPT_GRACE,
-            stage: PromptStage::Ask,
-            line: String::new(),
+        match crate::client::prompt::render(&info, rows, cols) {
+            Ok(text) => {
+                Self::say(&text);
+                let p = Prompt {
+                    info,
+                    ignore_until: Instant::now() + PROMPT_GRACE,
+                    stage: PromptStage::Ask,
+                    line: String::new(),
+                };
+                (Some(p), None)
+            }
+            Err(small) => {
+                Self::say(&crate::client::prompt::too_small_text(&small));
+                let d = ClientMsg::Decision {
+                    request_id: info.request_id,
+                    verdict: ipc::VERDICT_TOO_SMALL,
+                    argv: Vec::new(),
+                };
+                (None, Some(d))
+            }
         }
     }
 
     fn decide(&self, verdict: u8, argv: Vec<String>, word: &str) -> ClientMsg {
         Self::say(&format!("{word}\r\n"));
         ClientMsg::Decision {
-            request_id: self.request_id.clone(),
+            request_id: self.info.request_id.clone(),
             verdict,
             argv,
         }

@@ -51,6 +51,84 @@ pub fn query_status(sock: &Path) -> Option<StatusInfo> {
     }
 }
 
+/// Asks a published coordinator for the escalation requests waiting for a
+/// decision.
+pub fn query_escalations(sock: &Path) -> Option<Vec<ipc::PendingInfo>> {
+    let mut s = UnixStream::connect(sock).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let hello = ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: String::new(),
+        fingerprint: String::new(),
+    };
+    ipc::send(&mut s, &hello).ok()?;
+    ipc::send(&mut s, &ClientMsg::Escalations).ok()?;
+    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
+        ServerMsg::Escalations(list) => Some(list),
+        _ => None,
+    }
+}
+
+/// The waiting requests of one Domain as `lazaret escalations` prints them
+/// (pure): every argument on its own line, escaped, in full.
+pub fn escalations_text(st: &StatusInfo, list: &[ipc::PendingInfo]) -> String {
+    let mut out = format!(
+        "Domain {} (profile {}, {}): {} waiting\n",
+        &st.domain_id.as_str()[..ID_PREFIX_LEN],
+        escape(&st.profile),
+        escape(&st.workspace),
+        list.len()
+    );
+    for p in list {
+        let i = &p.prompt;
+        out.push_str(&format!(
+            "  request {}  session {}  {}, {} s left\n",
+            escape(&i.request_id),
+            escape(&i.session_id),
+            if p.shown { "on screen" } else { "queued" },
+            i.timeout_s
+        ));
+        out.push_str(&format!("    cwd:  {}\n", escape(&i.cwd)));
+        out.push_str(&format!(
+            "    why:  {}\n",
+            crate::client::prompt::collapse(&i.justification)
+        ));
+        out.push_str(&format!("    command: {}\n", crate::escalation::quote_argv(&i.argv)));
+        for (n, a) in i.argv.iter().enumerate() {
+            out.push_str(&format!("    argv[{n}] = {}\n", escape(a)));
+        }
+    }
+    out
+}
+
+pub fn cmd_escalations(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let id: Option<String> = args.opt_free_from_str()?;
+    cli::finish_args(args)?;
+    let root = runtime_root()?;
+    let mut all = running(&root);
+    if let Some(prefix) = &id {
+        let ids: Vec<DomainId> = all.iter().map(|s| s.domain_id.clone()).collect();
+        let one = match_prefix(prefix, &ids, "running")?.clone();
+        all.retain(|s| s.domain_id == one);
+    }
+    let mut any = false;
+    for st in &all {
+        let sock = root.join(st.domain_id.as_str()).join("hc.sock");
+        let Some(list) = query_escalations(&sock) else { continue };
+        if list.is_empty() {
+            continue;
+        }
+        any = true;
+        print!("{}", escalations_text(st, &list));
+    }
+    if !any {
+        println!("no escalation requests waiting");
+    }
+    Ok(0)
+}
+
 /// Every running Domain of the user that answers, sorted by ID.
 fn running(root: &Path) -> Vec<StatusInfo> {
     let mut all = Vec::new();

@@ -100,6 +100,17 @@ verify    checks persistent state
 reset     empties persistent state (asks first unless --yes)
 ";
 
+pub const ESCALATIONS: &str = "\
+usage: lazaret escalations [ID]
+
+Lists the escalation requests waiting for a decision in every running
+Domain (or the one with ID, a prefix as `lazaret ps` prints it): for a
+second look from another terminal at what a prompt asks. Each request is
+shown with its session, the host directory it would run in, its
+justification and every argument of its command on a line of its own
+(escaped), in full.
+";
+
 pub const DOCTOR: &str = "\
 usage: lazaret doctor [--json]
 
@@ -127,6 +138,7 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "image" => IMAGE,
         "net" => NET,
         "state" => STATE,
+        "escalations" => ESCALATIONS,
         "doctor" => DOCTOR,
         "version" => VERSION,
         "help" => HELP,
@@ -212,7 +224,18 @@ mod tests {
     #[test]
     fn every_command_has_usage() {
         for c in [
-            "run", "ps", "stop", "exec", "rm", "image", "net", "state", "doctor", "version", "help",
+            "run",
+            "ps",
+            "stop",
+            "exec",
+            "rm",
+            "image",
+            "net",
+            "state",
+            "doctor",
+            "version",
+            "help",
+            "escalations",
         ] {
             assert!(of(c).unwrap().starts_with("usage: lazaret"), "{c}");
         }

@@ -33,6 +33,33 @@ pub(super) fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
     out
 }
 
+/// What the prompt for `req` shows: the host directory the broker resolved
+/// for it, and the seconds left before it expires.
+fn prompt_info(
+    broker: Option<&Broker>,
+    deadlines: &HashMap<String, Instant>,
+    profile: &str,
+    session: &str,
+    req: &Request,
+) -> ipc::PromptInfo {
+    let (cwd, timeout) = match broker {
+        Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
+        None => (String::new(), 0),
+    };
+    let left = deadlines
+        .get(&req.id)
+        .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
+    ipc::PromptInfo {
+        request_id: req.id.clone(),
+        profile: profile.to_string(),
+        session_id: session.to_string(),
+        argv: req.argv.clone(),
+        cwd,
+        justification: req.justification.clone(),
+        timeout_s: left,
+    }
+}
+
 impl Coordinator {
     // ---- escalation ----------------------------------------------------------------
 
@@ -76,25 +103,34 @@ impl Coordinator {
             return;
         }
         let Some(req) = s.queue.pop_front() else { return };
-        let (cwd, timeout) = match &self.broker {
-            Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
-            None => (String::new(), 0),
-        };
-        let left = self
-            .esc_deadlines
-            .get(&req.id)
-            .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
-        let text = escbroker::prompt_text(&self.profile.name, s.id.as_str(), &req, &cwd, left);
-        let msg = ServerMsg::Prompt {
-            request_id: req.id.clone(),
-            text,
-        };
+        let msg = ServerMsg::Prompt(prompt_info(
+            self.broker.as_ref(),
+            &self.esc_deadlines,
+            &self.profile.name,
+            s.id.as_str(),
+            &req,
+        ));
         let conn = s.conn;
         // Output the session wrote before it asked (a screen clear just
         // before `lazaret-escalate`) goes out first, so it cannot land
         // after the prompt and wipe it or what ends it; bounded, so a
         // session that keeps writing cannot hold the prompt back.
-        let pending = pending_output(s, PROMPT_FLUSH_MAX);
+        // What was held back (text in runsc's error shape, `HELD_MAX_AGE`)
+        // goes first, then what is waiting in the streams: nothing of the
+        // session's is left to be released while the prompt is up.
+        let mut pending: Vec<ServerMsg> = s
+            .held
+            .take()
+            .map(|(err, data, _)| {
+                if err {
+                    ServerMsg::Stderr(data)
+                } else {
+                    ServerMsg::Stdout(data)
+                }
+            })
+            .into_iter()
+            .collect();
+        pending.extend(pending_output(s, PROMPT_FLUSH_MAX));
         s.prompt = Some(req);
         for m in &pending {
             self.send(conn, m);
@@ -124,6 +160,11 @@ impl Coordinator {
                     let argv = escalation::harden_git(&argv);
                     b.start(req, argv, why);
                 }
+                ipc::VERDICT_TOO_SMALL => {
+                    let why = "refused: the terminal is too small to show the request in full";
+                    b.decided(&req, why);
+                    b.refuse(&req, Status::Denied, why);
+                }
                 _ => {
                     b.decided(&req, "denied by the developer");
                     b.refuse(&req, Status::Denied, "denied by the developer");
@@ -132,6 +173,38 @@ impl Coordinator {
         }
         self.next_prompt(skey);
         self.sync_host_rows();
+    }
+
+    /// Every request waiting for a decision, for `lazaret escalations`:
+    /// the one on screen and those queued, with their full argv. Bounded by
+    /// the frame size (what does not fit is left out; the audit log has all).
+    pub(super) fn pending_escalations(&self) -> Vec<ipc::PendingInfo> {
+        let mut out = Vec::new();
+        let mut size = 0usize;
+        for s in self.sessions.values() {
+            let shown = s.prompt.iter().map(|r| (r, true));
+            for (req, on_screen) in shown.chain(s.queue.iter().map(|r| (r, false))) {
+                let info = prompt_info(
+                    self.broker.as_ref(),
+                    &self.esc_deadlines,
+                    &self.profile.name,
+                    s.id.as_str(),
+                    req,
+                );
+                size += 64
+                    + info.argv.iter().map(|a| a.len() + 4).sum::<usize>()
+                    + info.justification.len()
+                    + info.cwd.len();
+                if size > ipc::MAX_FRAME_LEN - 4096 {
+                    return out;
+                }
+                out.push(ipc::PendingInfo {
+                    prompt: info,
+                    shown: on_screen,
+                });
+            }
+        }
+        out
     }
 
     /// Ends every request whose deadline passed without a decision, queued

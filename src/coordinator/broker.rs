@@ -110,8 +110,16 @@ pub struct Broker {
     pub anchor: TrustAnchor,
     config: Escalation,
     workspace: PathBuf,
+    /// The workspace as opened at start: every working directory is
+    /// resolved beneath this handle, never through a path string.
+    workspace_fd: OwnedFd,
+    /// The resolved working directory of each request waiting for the
+    /// developer, by request id: what the prompt names is what runs.
+    dirs: HashMap<String, OwnedFd>,
     requests: PathBuf,
     results: PathBuf,
+    /// Sessions' credential files, bound read-only at `GUEST_KEYS`.
+    keys: PathBuf,
     /// Host-only: junk that could not be removed is moved here.
     quarantine: PathBuf,
     quarantined: u64,
@@ -181,7 +189,8 @@ impl Broker {
         let requests = mailbox.join("requests");
         let results = mailbox.join("results");
         let quarantine = mailbox.join("quarantine");
-        for d in [&requests, &results, &quarantine] {
+        let keys = mailbox.join("keys");
+        for d in [&requests, &results, &quarantine, &keys] {
             std::fs::create_dir_all(d).map_err(|e| io_err(d, e))?;
         }
         std::fs::set_permissions(mailbox, std::fs::Permissions::from_mode(0o700)).map_err(|e| io_err(mailbox, e))?;
@@ -189,6 +198,9 @@ impl Broker {
             .map_err(|e| io_err(&requests, e))?;
         // Results can be opened by name but not listed from the sandbox.
         std::fs::set_permissions(&results, std::fs::Permissions::from_mode(0o300)).map_err(|e| io_err(&results, e))?;
+        // Keys: guest root's (the host user is root inside); other uids may
+        // open a file by name but not list the directory.
+        std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o711)).map_err(|e| io_err(&keys, e))?;
         let inotify = sys::inotify_dir(&requests).map_err(|e| io_err(&requests, e))?;
         let audit = std::fs::OpenOptions::new()
             .create(true)
@@ -196,12 +208,16 @@ impl Broker {
             .mode(0o600)
             .open(audit_log)
             .map_err(|e| io_err(audit_log, e))?;
+        let workspace_fd = sys::open_dir_handle(workspace).map_err(|e| io_err(workspace, e))?;
         Ok(Broker {
             anchor,
             config,
             workspace: workspace.to_path_buf(),
+            workspace_fd,
+            dirs: HashMap::new(),
             requests,
             results,
+            keys,
             quarantine,
             quarantined: 0,
             inotify,
@@ -218,6 +234,36 @@ impl Broker {
     }
     pub fn results_dir(&self) -> &Path {
         &self.results
+    }
+    pub fn keys_dir(&self) -> &Path {
+        &self.keys
+    }
+
+    /// Writes a session's credential where only its process can read it:
+    /// a file owned by the host user (root inside the sandbox) of mode
+    /// 0600 for a root session. A session of the profile's `user` (uid
+    /// 1000 inside) cannot be given a file of its own uid from here, so
+    /// its file is 0644: readable by every uid inside, as an environment
+    /// variable would be (`/proc/PID/environ` is 0444 in gVisor), but
+    /// never a root session's. Returns the guest path.
+    pub fn write_credential(&self, session: &str, cred: &str, root: bool) -> io::Result<String> {
+        let path = self.keys.join(session);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(sys::O_NOFOLLOW)
+            .open(&path)?;
+        f.write_all(cred.as_bytes())?;
+        if !root {
+            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        }
+        Ok(format!("{}/{session}", escalation::GUEST_KEYS))
+    }
+
+    /// The session ended: its credential file goes.
+    pub fn remove_credential(&self, session: &str) {
+        let _ = std::fs::remove_file(self.keys.join(session));
     }
     pub fn inotify_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.inotify)
@@ -300,25 +346,41 @@ impl Broker {
             let _ = std::fs::remove_file(&path);
             let verdict = data.and_then(|d| self.accept(&name, &d, session));
             match verdict {
-                Ok((req, client)) => match self.auto_rule(&req) {
-                    Some((rule, harden)) => {
-                        let why = format!("auto-approved by rule {rule}");
-                        self.audit(format!(
-                            "request={} session={} client={client} cwd={} argv={} decision=\"{why}\"",
-                            req.id,
-                            req.session,
-                            escalation::quote_argv(std::slice::from_ref(&req.cwd)),
-                            escalation::quote_argv(&req.argv)
-                        ));
-                        let argv = if harden {
-                            escalation::harden_git(&req.argv)
-                        } else {
-                            req.argv.clone()
-                        };
-                        self.start(req, argv, why);
+                Ok((req, client)) => {
+                    let dir = match self.resolve_cwd(&req.cwd) {
+                        Ok(d) => d,
+                        Err(why) => {
+                            let why = format!(
+                                "working directory {}: {why}; nothing ran",
+                                escalation::quote_argv(std::slice::from_ref(&req.cwd))
+                            );
+                            self.refuse(&req, Status::Failed, &why);
+                            continue;
+                        }
+                    };
+                    match self.auto_rule(&req, &dir) {
+                        Some((rule, harden)) => {
+                            let why = format!("auto-approved by rule {rule}");
+                            self.audit(format!(
+                                "request={} session={} client={client} cwd={} argv={} decision=\"{why}\"",
+                                req.id,
+                                req.session,
+                                escalation::quote_argv(std::slice::from_ref(&req.cwd)),
+                                escalation::quote_argv(&req.argv)
+                            ));
+                            let argv = if harden {
+                                escalation::harden_git(&req.argv)
+                            } else {
+                                req.argv.clone()
+                            };
+                            self.start_in(req, argv, why, dir);
+                        }
+                        None => {
+                            self.dirs.insert(req.id.clone(), dir);
+                            ask.push((req.session.clone(), req))
+                        }
                     }
-                    None => ask.push((req.session.clone(), req)),
-                },
+                }
                 Err(reason) => {
                     // INVARIANT: no result for a record that failed
                     // verification; its id may be another session's.
@@ -412,29 +474,36 @@ impl Broker {
         Ok((req, client))
     }
 
-    /// The first rule matching both the argv and, by what the directory
-    /// is on the host, the working directory; with its Git hardening.
-    fn auto_rule(&self, req: &Request) -> Option<(usize, bool)> {
+    /// The first rule matching both the argv and the working directory
+    /// `dir` (already resolved): the rule's own directory is resolved the
+    /// same way now and must be the same directory (device and inode), so
+    /// a symlink at the rule's path matches nothing. With its Git hardening.
+    fn auto_rule(&self, req: &Request, dir: &OwnedFd) -> Option<(usize, bool)> {
         if !self.config.enabled {
             return None;
         }
-        let cwd = self.host_cwd(&req.cwd)?;
+        let here = sys::fd_identity(dir).ok()?;
         self.config.auto_approve.iter().enumerate().find_map(|(n, r)| {
             (escalation::rule_matches(&r.argv, r.allow_trailing_args, &req.argv)
-                && self.host_cwd(&r.cwd).is_some_and(|rc| rc == cwd))
+                && self
+                    .resolve_cwd(&r.cwd)
+                    .ok()
+                    .and_then(|d| sys::fd_identity(&d).ok())
+                    .is_some_and(|rc| rc == here))
             .then_some((n, r.harden_git))
         })
     }
 
-    /// The host directory a request would run in, for the prompt.
+    /// The host directory a request runs in, as the prompt shows it: its
+    /// path under the workspace (resolved without symlinks, so the path is
+    /// the directory's).
     pub fn host_cwd_display(&self, rel: &str) -> String {
-        match self.host_cwd(rel) {
-            Some(p) => crate::display::escape_path(&p),
-            None => format!(
-                "(outside the workspace: {})",
-                escalation::neutralize(&format!("{}/{rel}", self.workspace.display()))
-            ),
-        }
+        let p = if rel.is_empty() {
+            self.workspace.clone()
+        } else {
+            self.workspace.join(rel)
+        };
+        p.to_string_lossy().into_owned()
     }
 
     pub fn prompt_timeout_s(&self) -> u64 {
@@ -443,6 +512,7 @@ impl Broker {
 
     /// Answers a request without running anything.
     pub fn refuse(&mut self, req: &Request, status: Status, reason: &str) {
+        self.dirs.remove(&req.id);
         self.audit(format!(
             "request={} session={} argv={} decision=\"{reason}\" result={}",
             req.id,
@@ -473,26 +543,52 @@ impl Broker {
         ));
     }
 
-    /// Host cwd for a request: inside the workspace, never above it.
-    fn host_cwd(&self, rel: &str) -> Option<PathBuf> {
+    /// The directory `rel` (relative to the workspace) as a handle,
+    /// resolved beneath the workspace handle opened at start with no
+    /// symlink anywhere on the way (`sys::open_dir_beneath`).
+    fn resolve_cwd(&self, rel: &str) -> Result<OwnedFd, &'static str> {
         let rel = Path::new(rel);
         if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
-            return None;
+            return Err("not a plain path inside the workspace");
         }
-        let p = std::fs::canonicalize(self.workspace.join(rel)).ok()?;
-        (p.starts_with(&self.workspace) && p.is_dir()).then_some(p)
+        sys::open_dir_beneath(&self.workspace_fd, rel).map_err(|e| match e.raw_os_error() {
+            Some(sys::ELOOP) => "a symlink is on the way (refused: the directory must be reached without one)",
+            Some(sys::EXDEV) => "it leads outside the workspace",
+            Some(sys::ENOENT) => "no such directory in the workspace",
+            Some(sys::ENOTDIR) => "not a directory",
+            _ => "cannot be opened",
+        })
     }
 
-    /// Runs an approved command on the host.
+    /// Runs a command the developer approved, in the directory resolved
+    /// when the request arrived (the one the prompt named). The path is
+    /// resolved again now and must still lead to that same directory.
     pub fn start(&mut self, req: Request, argv: Vec<String>, decision: String) {
-        let Some(cwd) = self.host_cwd(&req.cwd) else {
-            return self.refuse(&req, Status::Failed, "working directory is outside the workspace");
+        let Some(dir) = self.dirs.remove(&req.id) else {
+            return self.refuse(&req, Status::Failed, "working directory was not resolved; nothing ran");
         };
+        let same = match (self.resolve_cwd(&req.cwd), sys::fd_identity(&dir)) {
+            (Ok(now), Ok(then)) => sys::fd_identity(&now).is_ok_and(|n| n == then),
+            _ => false,
+        };
+        if !same {
+            return self.refuse(
+                &req,
+                Status::Failed,
+                "the working directory changed while the request waited (it is not the directory the prompt \
+                 named); nothing ran",
+            );
+        }
+        self.start_in(req, argv, decision, dir)
+    }
+
+    /// Runs an approved command on the host, its working directory the
+    /// handle `dir` (`fchdir`: no path is looked up again).
+    fn start_in(&mut self, req: Request, argv: Vec<String>, decision: String, dir: OwnedFd) {
         let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
         let user = std::env::var("USER").unwrap_or_default();
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..])
-            .current_dir(&cwd)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", home)
@@ -511,8 +607,11 @@ impl Broker {
             .setsid()
             .parent_death_signal(sys::SIGKILL)
             .exit_unless_parent(sys::getpid())
+            .fchdir(&dir)
             .apply(&mut cmd);
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        drop(dir);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 return self.refuse(
@@ -670,52 +769,6 @@ impl Broker {
         }
     }
 }
-
-/// Puts the terminal into a known state before the prompt is drawn, so
-/// nothing the sandbox wrote (scroll region, origin mode, alternate
-/// screen, colours, hidden cursor, a graphics character set) can hide or
-/// fake it: soft reset (DECSTR), full-screen scroll region, origin mode
-/// off, main screen, SGR reset, cursor shown, ASCII character set, then
-/// the bottom line of the screen, where the prompt scrolls everything above
-/// it up.
-pub const TERMINAL_RESET: &str =
-    "\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
-
-/// The prompt shown in the requesting session's terminal. `host_cwd` is
-/// the host directory the command would run in (already escaped).
-pub fn prompt_text(profile: &str, session: &str, req: &Request, host_cwd: &str, timeout_s: u64) -> String {
-    let why = if req.justification.is_empty() {
-        "(none given)".to_string()
-    } else {
-        req.justification.clone()
-    };
-    let lines = [
-        "\x1b[1m-- lazaret: the sandbox asks to run a command on the host --\x1b[0m".to_string(),
-        format!(
-            "profile: {}   session: {}",
-            escalation::neutralize(profile),
-            escalation::neutralize(session)
-        ),
-        format!("command: {}", escalation::quote_argv(&req.argv)),
-        format!("cwd:     {host_cwd}"),
-        format!("why:     {}", escalation::neutralize(&why)),
-        format!("(no answer within {timeout_s} s denies it)"),
-    ];
-    let mut out = String::from(TERMINAL_RESET);
-    out.push_str("\r\n");
-    for l in lines {
-        // Each line starts on a cleared line: nothing drawn before shows through.
-        out.push_str("\x1b[2K");
-        out.push_str(&l);
-        out.push_str("\r\n");
-    }
-    out.push_str("\x1b[2K");
-    out.push_str(PROMPT_QUESTION);
-    out
-}
-
-/// The question; answers are whole lines.
-pub const PROMPT_QUESTION: &str = "run it? type yes, no or edit, then Enter: ";
 
 /// Removes a mailbox tree without following symlinks. A subtree the
 /// sandbox made unreadable may stay behind (it is in the host-private

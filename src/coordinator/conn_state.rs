@@ -6,9 +6,9 @@
 //! ```text
 //! AwaitingHello --Hello(version ok)--> Observer | Joined{stale?}
 //! AwaitingHello --Hello(other version)--> Closing (refused)
-//! Observer --Status--> Closing          Observer --Open|Stop--> dropped
+//! Observer --Status|Escalations--> Closing   Observer --Open|Stop--> dropped
 //! Joined --Open--> InSession (or Closing when refused / stale)
-//! Joined --Status|Stop--> Closing
+//! Joined --Status|Escalations|Stop--> Closing
 //! InSession --Stdin|StdinEof|Resize|Signal|Decision--> InSession
 //! InSession --(session ends)--> Closing
 //! any --message not listed--> dropped ("unexpected message")
@@ -89,6 +89,8 @@ pub(super) enum Action {
     },
     /// Reply with the status (→ `Closing`).
     Status,
+    /// Reply with the pending escalation requests (→ `Closing`).
+    Escalations,
     /// Stop the Domain with this reason (→ `Closing`).
     Stop(String),
     /// Input for the connection's session.
@@ -152,6 +154,7 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
             root,
         },
         (S::Observer | S::Joined { .. }, ClientMsg::Status) => Action::Status,
+        (S::Observer | S::Joined { .. }, ClientMsg::Escalations) => Action::Escalations,
         (S::Joined { .. }, ClientMsg::Stop { reason }) => Action::Stop(if reason.is_empty() {
             "stopped by `lazaret stop`".into()
         } else {
@@ -260,6 +263,7 @@ mod tests {
             ClientMsg::Status,
             stop(""),
             decision(),
+            ClientMsg::Escalations,
         ]
     }
 
@@ -326,7 +330,14 @@ mod tests {
             decide(&ConnState::Observer, ClientMsg::Status, &RUNNING),
             Action::Status
         );
-        for m in all().into_iter().filter(|m| !matches!(m, ClientMsg::Status)) {
+        assert_eq!(
+            decide(&ConnState::Observer, ClientMsg::Escalations, &RUNNING),
+            Action::Escalations
+        );
+        for m in all()
+            .into_iter()
+            .filter(|m| !matches!(m, ClientMsg::Status | ClientMsg::Escalations))
+        {
             let a = decide(&ConnState::Observer, m, &RUNNING);
             assert!(is_drop(&a), "{a:?}");
         }
@@ -403,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_session_cannot_reopen_stop_or_ask() {
-        for m in [open(), ClientMsg::Status, stop("")] {
+        for m in [open(), ClientMsg::Status, stop(""), ClientMsg::Escalations] {
             assert!(is_drop(&decide(&in_session(), m, &RUNNING)));
         }
     }

@@ -130,6 +130,12 @@ impl Coordinator {
                 self.set_state(key, ConnState::Closing);
                 self.conn_flush(key);
             }
+            Action::Escalations => {
+                let list = self.pending_escalations();
+                self.send(key, &ServerMsg::Escalations(list));
+                self.set_state(key, ConnState::Closing);
+                self.conn_flush(key);
+            }
             Action::Stop(reason) => {
                 self.stop_reason = Some(reason);
                 self.set_state(key, ConnState::Closing);

@@ -320,6 +320,12 @@ impl Coordinator {
     fn release_held(&mut self) {
         let mut out = Vec::new();
         for s in self.sessions.values_mut() {
+            // INVARIANT: nothing of the session's reaches its terminal while
+            // a prompt is up; what is held waits for the decision (it was
+            // flushed before the prompt if it was held then).
+            if s.prompt.is_some() {
+                continue;
+            }
             if s.held.as_ref().is_some_and(|h| h.2.elapsed() > HELD_MAX_AGE) {
                 let (err, data, _) = s.held.take().unwrap();
                 out.push((s.conn, err, data));

@@ -73,10 +73,16 @@ impl Coordinator {
                 cert_der = c.cert.to_der()?;
                 c.export()
             }) {
-                Ok(cred) => {
-                    env.push(format!("{}={cred}", escalation::CREDENTIAL_ENV));
-                    env.push(format!("{}={}", escalation::PROMPT_TIMEOUT_ENV, b.prompt_timeout_s()));
-                }
+                // INVARIANT: the credential is never in a process's
+                // environment (gVisor shows every environment to every
+                // uid): it is in a file only a root session's uid can read.
+                Ok(cred) => match b.write_credential(sid, &cred, user.is_none()) {
+                    Ok(file) => {
+                        env.push(format!("{}={file}", escalation::CREDENTIAL_FILE_ENV));
+                        env.push(format!("{}={}", escalation::PROMPT_TIMEOUT_ENV, b.prompt_timeout_s()));
+                    }
+                    Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
+                },
                 Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
             }
         }
@@ -89,8 +95,8 @@ impl Coordinator {
             user: user.as_ref().map(|_| (config::GUEST_USER_UID, config::GUEST_USER_UID)),
         };
         let pid_file = self.paths.gen_dir().join(format!("session-{id}.pid"));
-        // The spec carries the session's key: it goes through a pipe, never
-        // to disk.
+        // The spec (with the values passed by name) goes through a pipe,
+        // never to disk.
         match self.spawn_exec(plan::process_spec(&spec).as_bytes(), &pid_file, tty) {
             Ok((exec, input, output, errout)) => {
                 let exec_pid = exec.id() as i32;
@@ -137,7 +143,12 @@ impl Coordinator {
                 };
                 self.send(key, &welcome);
             }
-            Err(e) => self.refuse(key, e.to_string()),
+            Err(e) => {
+                if let Some(b) = &self.broker {
+                    b.remove_credential(sid);
+                }
+                self.refuse(key, e.to_string())
+            }
         }
     }
 
@@ -461,6 +472,7 @@ impl Coordinator {
         let _ = self.store.close_session(&s.id, code);
         if let Some(b) = self.broker.as_mut() {
             b.cancel_session(s.id.as_str());
+            b.remove_credential(s.id.as_str());
             for req in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
                 self.esc_deadlines.remove(&req.id);
                 b.refuse(&req, Status::Cancelled, "the requesting session ended");

@@ -206,6 +206,11 @@ impl Coordinator {
                 host: broker.results_dir().to_path_buf(),
                 read_only: true,
             });
+            binds.push(plan::BindMount {
+                guest: escalation::GUEST_KEYS.into(),
+                host: broker.keys_dir().to_path_buf(),
+                read_only: true,
+            });
             self.broker = Some(broker);
         }
         // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.

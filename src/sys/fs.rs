@@ -100,3 +100,53 @@ pub fn write_durable(path: &Path, tmp: &Path, data: &[u8], mode: u32) -> io::Res
     };
     File::open(dir)?.sync_all()
 }
+
+/// Opens the directory `path` as a handle (`O_PATH`), refusing a symlink
+/// at its last component.
+pub fn open_dir_handle(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    Ok(f.into())
+}
+
+/// Opens the directory `rel` beneath `dir` as a handle (`O_PATH`) with
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`:
+/// the kernel refuses any step that leaves `dir` (`EXDEV`) or meets a
+/// symlink, at any component (`ELOOP`). `rel` empty is `dir` itself.
+pub fn open_dir_beneath(dir: impl AsFd, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let p = cpath(rel)?;
+    // SAFETY: open_how is plain data; zeroed is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 reads a NUL-terminated path and an open_how of the
+    // size passed; it returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_fd().as_raw_fd(),
+            p.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// What an open fd is: (device, inode).
+pub fn fd_identity(fd: impl AsFd) -> io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}

@@ -40,7 +40,7 @@ pub use term::*;
 pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGKILL, SIGPIPE, SIGQUIT, SIGTERM, SIGTSTP, SIGWINCH};
 
 /// Error numbers the roles compare against (`io::Error::raw_os_error`).
-pub use libc::{EACCES, EDQUOT, EINVAL, ENOMEM, ENOSPC, ENOSYS, EPERM, EPIPE, EUSERS};
+pub use libc::{EACCES, EDQUOT, EINVAL, ELOOP, ENOMEM, ENOSPC, ENOSYS, EPERM, EPIPE, EUSERS, EXDEV};
 /// Used by `lazaret-init` and tests only.
 #[allow(unused_imports)]
 pub use libc::{ENOENT, ENOTDIR};

@@ -259,6 +259,7 @@ enum Step {
     CloseFrom(RawFd, Vec<RawFd>),
     Setns(RawFd, i32),
     Chdir(CString),
+    Fchdir(RawFd),
     ControllingTty(RawFd),
     Detach,
 }
@@ -326,6 +327,11 @@ impl ChildSetup {
         self.steps.push(Step::Chdir(c));
         self
     }
+    /// Changes to the directory `dir` is open as (a handle, never a path).
+    pub fn fchdir(mut self, dir: impl AsFd) -> Self {
+        self.steps.push(Step::Fchdir(dir.as_fd().as_raw_fd()));
+        self
+    }
     /// Makes `fd` (a tty) the controlling terminal (after [`Self::setsid`]).
     pub fn controlling_tty(mut self, fd: RawFd) -> Self {
         self.steps.push(Step::ControllingTty(fd));
@@ -380,6 +386,10 @@ fn run_step(s: &Step) -> io::Result<()> {
         Step::Chdir(p) => {
             // SAFETY: p is a valid NUL-terminated path made before fork.
             cvt(unsafe { libc::chdir(p.as_ptr()) })?;
+        }
+        Step::Fchdir(fd) => {
+            // SAFETY: fchdir takes an fd number; a bad one yields EBADF.
+            cvt(unsafe { libc::fchdir(*fd) })?;
         }
         Step::ControllingTty(fd) => {
             // SAFETY: TIOCSCTTY takes an integer argument.

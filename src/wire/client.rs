@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use crate::domain::{DomainId, Generation, InvalidId};
 
 /// Bumped on any incompatible change; the handshake refuses a mismatch.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest payload accepted in either direction.
 pub const MAX_FRAME_LEN: usize = 256 * 1024;
 /// Largest chunk of terminal or pipe data sent in one frame.
@@ -64,11 +64,40 @@ pub enum ClientMsg {
         verdict: u8,
         argv: Vec<String>,
     },
+    /// Asks for the escalation requests waiting for a decision (an
+    /// observer may ask, like `Status`).
+    Escalations,
 }
 
 pub const VERDICT_DENY: u8 = 0;
 pub const VERDICT_APPROVE: u8 = 1;
 pub const VERDICT_EDIT: u8 = 2;
+/// The prompt could not be shown in full: the terminal is too small.
+pub const VERDICT_TOO_SMALL: u8 = 3;
+
+/// An escalation request as the prompt shows it; the client lays it out
+/// for its own terminal (`client::prompt`). Every string is as the sandbox
+/// or the host gave it: the client escapes what it prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromptInfo {
+    pub request_id: String,
+    pub profile: String,
+    pub session_id: String,
+    pub argv: Vec<String>,
+    /// The host directory the command runs in (resolved by the broker).
+    pub cwd: String,
+    pub justification: String,
+    /// Seconds left to decide.
+    pub timeout_s: u64,
+}
+
+/// A request waiting for a decision, for `lazaret escalations`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingInfo {
+    pub prompt: PromptInfo,
+    /// On screen now (else queued behind another one).
+    pub shown: bool,
+}
 
 /// A session's ID: 16 lowercase hex digits, minted by the coordinator for
 /// each session it opens. It names the session's pid file and store row and
@@ -198,17 +227,16 @@ pub enum ServerMsg {
         reason: String,
     },
     /// An escalation request for this session needs the developer: show
-    /// `text` and answer with a Decision. Session output is held meanwhile.
-    Prompt {
-        request_id: String,
-        text: String,
-    },
+    /// it and answer with a Decision. Session output is held meanwhile.
+    Prompt(PromptInfo),
     /// The prompt for `request_id` ended without an answer (it expired):
     /// show `text` and stop taking keystrokes as its answer.
     PromptEnd {
         request_id: String,
         text: String,
     },
+    /// The requests waiting for a decision (answer to `Escalations`).
+    Escalations(Vec<PendingInfo>),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -287,6 +315,15 @@ impl Enc {
     pub(crate) fn winsize(&mut self, w: WinSize) -> &mut Self {
         self.u16(w.rows).u16(w.cols)
     }
+    fn prompt(&mut self, p: &PromptInfo) -> &mut Self {
+        self.str(&p.request_id)
+            .str(&p.profile)
+            .str(&p.session_id)
+            .strs(&p.argv)
+            .str(&p.cwd)
+            .str(&p.justification)
+            .u64(p.timeout_s)
+    }
     pub(crate) fn finish(&mut self) -> Vec<u8> {
         let len = (self.0.len() - 4) as u32;
         self.0[..4].copy_from_slice(&len.to_le_bytes());
@@ -347,6 +384,17 @@ impl<'a> Dec<'a> {
     pub(crate) fn strs(&mut self) -> Result<Vec<String>, DecodeError> {
         let n = self.count()?;
         (0..n).map(|_| self.str()).collect()
+    }
+    fn prompt(&mut self) -> Result<PromptInfo, DecodeError> {
+        Ok(PromptInfo {
+            request_id: self.str()?,
+            profile: self.str()?,
+            session_id: self.str()?,
+            argv: self.strs()?,
+            cwd: self.str()?,
+            justification: self.str()?,
+            timeout_s: self.u64()?,
+        })
     }
     pub(crate) fn winsize(&mut self) -> Result<WinSize, DecodeError> {
         Ok(WinSize {
@@ -416,6 +464,7 @@ impl Message for ClientMsg {
                 verdict,
                 argv,
             } => Enc::new(9).str(request_id).u8(*verdict).strs(argv).finish(),
+            ClientMsg::Escalations => Enc::new(10).finish(),
         }
     }
 
@@ -454,6 +503,7 @@ impl Message for ClientMsg {
                 verdict: d.u8()?,
                 argv: d.strs()?,
             },
+            10 => ClientMsg::Escalations,
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -471,6 +521,7 @@ impl Message for ClientMsg {
             ClientMsg::Status => "Status",
             ClientMsg::Stop { .. } => "Stop",
             ClientMsg::Decision { .. } => "Decision",
+            ClientMsg::Escalations => "Escalations",
         }
     }
 }
@@ -516,8 +567,20 @@ impl Message for ServerMsg {
                 e.finish()
             }
             ServerMsg::Closing { reason } => Enc::new(7).str(reason).finish(),
-            ServerMsg::Prompt { request_id, text } => Enc::new(8).str(request_id).str(text).finish(),
+            ServerMsg::Prompt(p) => {
+                let mut e = Enc::new(8);
+                e.prompt(p);
+                e.finish()
+            }
             ServerMsg::PromptEnd { request_id, text } => Enc::new(9).str(request_id).str(text).finish(),
+            ServerMsg::Escalations(list) => {
+                let mut e = Enc::new(10);
+                e.u32(list.len() as u32);
+                for p in list {
+                    e.prompt(&p.prompt).u8(p.shown as u8);
+                }
+                e.finish()
+            }
         }
     }
 
@@ -566,14 +629,22 @@ impl Message for ServerMsg {
                 ServerMsg::Status(s)
             }
             7 => ServerMsg::Closing { reason: d.str()? },
-            8 => ServerMsg::Prompt {
-                request_id: d.str()?,
-                text: d.str()?,
-            },
+            8 => ServerMsg::Prompt(d.prompt()?),
             9 => ServerMsg::PromptEnd {
                 request_id: d.str()?,
                 text: d.str()?,
             },
+            10 => {
+                let n = d.count()?;
+                let mut list = Vec::new();
+                for _ in 0..n {
+                    list.push(PendingInfo {
+                        prompt: d.prompt()?,
+                        shown: d.flag()?,
+                    });
+                }
+                ServerMsg::Escalations(list)
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -591,6 +662,7 @@ impl Message for ServerMsg {
             ServerMsg::Closing { .. } => "Closing",
             ServerMsg::Prompt { .. } => "Prompt",
             ServerMsg::PromptEnd { .. } => "PromptEnd",
+            ServerMsg::Escalations(_) => "Escalations",
         }
     }
 }
@@ -719,7 +791,20 @@ mod tests {
                 verdict: VERDICT_EDIT,
                 argv: vec!["ls".into()],
             },
+            ClientMsg::Escalations,
         ]
+    }
+
+    fn sample_prompt() -> PromptInfo {
+        PromptInfo {
+            request_id: "r".into(),
+            profile: "default".into(),
+            session_id: "s".into(),
+            argv: vec!["git".into(), "status".into()],
+            cwd: "/w".into(),
+            justification: "why".into(),
+            timeout_s: 300,
+        }
     }
 
     fn samples_server() -> Vec<ServerMsg> {
@@ -757,10 +842,12 @@ mod tests {
                 ports: vec!["127.0.0.1:18000:8000".into()],
             }),
             ServerMsg::Closing { reason: "stop".into() },
-            ServerMsg::Prompt {
-                request_id: "r".into(),
-                text: "approve?".into(),
-            },
+            ServerMsg::Prompt(sample_prompt()),
+            ServerMsg::Escalations(vec![]),
+            ServerMsg::Escalations(vec![PendingInfo {
+                prompt: sample_prompt(),
+                shown: true,
+            }]),
             ServerMsg::PromptEnd {
                 request_id: "r".into(),
                 text: "expired".into(),

@@ -1,0 +1,361 @@
+//! The escalation prompt as the developer's terminal shows it, laid out by
+//! the client for the terminal it has (pure: `render` takes the size).
+//!
+//! Bounded and unambiguous whatever the sandbox put into the request: the
+//! justification has its whitespace runs collapsed and is shown on at most
+//! [`WHY_LINES`] lines, cut with a marker; the command is shown in full up
+//! to [`COMMAND_SHOW_MAX`] characters (then cut with a marker: the audit
+//! log and `lazaret escalations` have all of it), continuation lines
+//! indented under it; every string is escaped (`display::escape`); the
+//! line right above the question repeats the command and the host
+//! directory. The whole prompt never needs more rows than the terminal
+//! has: on a terminal too small for it, [`render`] says so and the request
+//! is refused instead of scrolling part of it away.
+
+use crate::escalation::{neutralize, quote_argv};
+use crate::wire::client::PromptInfo;
+
+/// Puts the terminal into a known state before the prompt is drawn, so
+/// nothing the sandbox wrote (scroll region, origin mode, alternate
+/// screen, colours, hidden cursor, a graphics character set) can hide or
+/// fake it: soft reset (DECSTR), full-screen scroll region, origin mode
+/// off, main screen, SGR reset, cursor shown, ASCII character set, then
+/// the bottom line of the screen, where the prompt scrolls everything above
+/// it up.
+pub const TERMINAL_RESET: &str =
+    "\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
+
+/// The question; answers are whole lines.
+pub const QUESTION: &str = "run it? type yes, no or edit, then Enter: ";
+/// Most lines the justification takes.
+pub const WHY_LINES: usize = 3;
+/// Most characters of the (quoted, escaped) command shown.
+pub const COMMAND_SHOW_MAX: usize = 2048;
+/// Fewest columns the prompt is drawn in.
+pub const MIN_COLS: u16 = 50;
+
+const HEADER: &str = "-- lazaret: the sandbox asks to run a command on the host --";
+const INDENT: &str = "         ";
+
+/// Columns a character may take: 1 for ASCII, 2 for anything else (wide
+/// characters take 2; counting every other one as 2 only leaves room).
+fn width(c: char) -> usize {
+    if c.is_ascii() {
+        1
+    } else {
+        2
+    }
+}
+
+fn text_width(s: &str) -> usize {
+    s.chars().map(width).sum()
+}
+
+/// Hard-wraps `text` after `label` (the first line) and [`INDENT`] (the
+/// rest) so that no line is wider than `cols`.
+fn wrap(label: &str, text: &str, cols: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = label.to_string();
+    let mut w = text_width(label);
+    for c in text.chars() {
+        if w + width(c) > cols {
+            lines.push(std::mem::replace(&mut cur, INDENT.to_string()));
+            w = INDENT.len();
+        }
+        cur.push(c);
+        w += width(c);
+    }
+    lines.push(cur);
+    lines
+}
+
+/// The first characters of `s` that fit in `cols` columns.
+fn head(s: &str, cols: usize) -> String {
+    let mut w = 0;
+    s.chars()
+        .take_while(|c| {
+            w += width(*c);
+            w <= cols
+        })
+        .collect()
+}
+
+/// The last characters of `s` that fit in `cols` columns.
+fn tail(s: &str, cols: usize) -> String {
+    let mut w = 0;
+    let v: Vec<char> = s
+        .chars()
+        .rev()
+        .take_while(|c| {
+            w += width(*c);
+            w <= cols
+        })
+        .collect();
+    v.into_iter().rev().collect()
+}
+
+/// The justification as shown: whitespace runs (newlines, tabs, any
+/// number of spaces) collapsed into one space, then escaped.
+pub fn collapse(why: &str) -> String {
+    let words: Vec<&str> = why.split(char::is_whitespace).filter(|w| !w.is_empty()).collect();
+    neutralize(&words.join(" "))
+}
+
+/// The command as shown: quoted and escaped, cut after
+/// [`COMMAND_SHOW_MAX`] characters with a marker.
+pub fn command_text(argv: &[String]) -> String {
+    let full = quote_argv(argv);
+    let n = full.chars().count();
+    if n <= COMMAND_SHOW_MAX {
+        return full;
+    }
+    let shown: String = full.chars().take(COMMAND_SHOW_MAX).collect();
+    format!(
+        "{shown} [cut: {} more characters; the audit log and `lazaret escalations` show all of it]",
+        n - COMMAND_SHOW_MAX
+    )
+}
+
+/// The terminal cannot show the whole prompt.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TooSmall {
+    pub rows: u16,
+    pub cols: u16,
+    /// Rows the prompt needs at this width (0: too narrow for any).
+    pub needed: usize,
+}
+
+impl std::fmt::Display for TooSmall {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "lazaret: the sandbox asked to run a command on the host, but this terminal ({} rows, {} columns) \
+             is too small to show the request in full (it needs ",
+            self.rows, self.cols
+        )?;
+        if self.needed == 0 {
+            write!(f, "at least {MIN_COLS} columns")?;
+        } else {
+            write!(f, "{} rows", self.needed)?;
+        }
+        write!(
+            f,
+            "): the request was refused and nothing ran. Enlarge the terminal and ask again \
+             (`lazaret escalations` lists waiting requests)."
+        )
+    }
+}
+
+/// The prompt's lines for a terminal `cols` wide, the question last.
+pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
+    let cols = cols as usize;
+    let cmd = command_text(&p.argv);
+    let cwd = neutralize(&p.cwd);
+    let mut out = vec![
+        head(HEADER, cols),
+        head(
+            &format!(
+                "profile: {}   session: {}",
+                neutralize(&p.profile),
+                neutralize(&p.session_id)
+            ),
+            cols,
+        ),
+    ];
+    out.extend(wrap("command: ", &cmd, cols));
+    out.extend(wrap("cwd:     ", &cwd, cols));
+    let why = match collapse(&p.justification) {
+        w if w.is_empty() => "(none given)".to_string(),
+        w => w,
+    };
+    let mut why_lines = wrap("why:     ", &why, cols);
+    if why_lines.len() > WHY_LINES {
+        why_lines.truncate(WHY_LINES);
+        let marker = " [cut]";
+        let last = why_lines.last_mut().expect("WHY_LINES > 0");
+        let keep = head(last, cols - marker.len());
+        *last = format!("{keep}{marker}");
+    }
+    out.extend(why_lines);
+    out.push(head(&format!("(no answer within {} s denies it)", p.timeout_s), cols));
+    out.push(repeat_line(&cmd, &cwd, cols));
+    out.push(QUESTION.to_string());
+    out
+}
+
+/// The line above the question: the command and the host directory again,
+/// on one line (each cut with a marker when both do not fit).
+fn repeat_line(cmd: &str, cwd: &str, cols: usize) -> String {
+    let full = format!("=> {cmd}   in {cwd}");
+    if text_width(&full) <= cols {
+        return full;
+    }
+    // The directory keeps its last part, the command its first.
+    let cwd_room = (cols / 2).min(text_width(cwd));
+    let cwd_shown = if cwd_room < text_width(cwd) {
+        format!("[...]{}", tail(cwd, cwd_room.saturating_sub(5)))
+    } else {
+        cwd.to_string()
+    };
+    let fixed = "=> ".len() + "[...]   in ".len() + text_width(&cwd_shown);
+    let cmd_shown = head(cmd, cols.saturating_sub(fixed));
+    format!("=> {cmd_shown}[...]   in {cwd_shown}")
+}
+
+/// The bytes that draw the prompt on a terminal of `rows` x `cols`: reset,
+/// then each line on a cleared line, the question last (no newline after
+/// it). Refused when it would not fit.
+pub fn render(p: &PromptInfo, rows: u16, cols: u16) -> Result<String, TooSmall> {
+    if cols < MIN_COLS {
+        return Err(TooSmall { rows, cols, needed: 0 });
+    }
+    let lines = lines(p, cols);
+    // The first `\r\n` moves the bottom line up: each line takes one row
+    // (none is wider than the terminal), the question the last.
+    if lines.len() > rows as usize {
+        return Err(TooSmall {
+            rows,
+            cols,
+            needed: lines.len(),
+        });
+    }
+    let mut out = String::from(TERMINAL_RESET);
+    out.push_str("\r\n");
+    let n = lines.len();
+    for (i, l) in lines.into_iter().enumerate() {
+        // Each line starts on a cleared line: nothing drawn before shows through.
+        out.push_str("\x1b[2K");
+        if i == 0 {
+            out.push_str(&format!("\x1b[1m{l}\x1b[0m"));
+        } else {
+            out.push_str(&l);
+        }
+        if i + 1 < n {
+            out.push_str("\r\n");
+        }
+    }
+    Ok(out)
+}
+
+/// What is said instead of the prompt on a terminal too small for it.
+pub fn too_small_text(t: &TooSmall) -> String {
+    format!("{TERMINAL_RESET}\r\n\x1b[2K{t}\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(argv: &[&str], why: &str) -> PromptInfo {
+        PromptInfo {
+            request_id: "r".into(),
+            profile: "default".into(),
+            session_id: "0123456789abcdef".into(),
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            cwd: "/home/u/ws".into(),
+            justification: why.into(),
+            timeout_s: 300,
+        }
+    }
+
+    /// The lines as the terminal shows them (the drawn text without its
+    /// control sequences).
+    fn shown(p: &PromptInfo, rows: u16, cols: u16) -> Vec<String> {
+        let t = render(p, rows, cols).unwrap();
+        assert!(t.starts_with(TERMINAL_RESET));
+        lines(p, cols)
+    }
+
+    #[test]
+    fn the_line_above_the_question_repeats_command_and_directory() {
+        let l = shown(&info(&["touch", "/x"], "why"), 24, 80);
+        assert_eq!(l.last().unwrap(), QUESTION);
+        assert_eq!(l[l.len() - 2], "=> touch /x   in /home/u/ws");
+        assert!(l.contains(&"command: touch /x".to_string()), "{l:?}");
+        assert!(l.contains(&"why:     why".to_string()), "{l:?}");
+    }
+
+    #[test]
+    fn whitespace_padding_and_newlines_are_collapsed_and_cut() {
+        let pad = format!("a{}b\n\n\nc\r\td", " ".repeat(10_000));
+        let l = shown(&info(&["true"], &pad), 24, 80);
+        assert!(l.contains(&"why:     a b c d".to_string()), "{l:?}");
+        // A fake prompt inside the justification stays on the why lines,
+        // escaped and cut.
+        let fake = format!(
+            "{}\n-- lazaret: the sandbox asks to run a command on the host --\ncommand: git status\n\
+             run it? type yes, no or edit, then Enter: \x1b[2J{}",
+            "x".repeat(50),
+            "y ".repeat(2000)
+        );
+        let l = lines(&info(&["touch", "/m"], &fake), 80);
+        let why: Vec<&String> = l
+            .iter()
+            .filter(|x| x.starts_with("why:") || x.starts_with(INDENT))
+            .collect();
+        assert!(why.len() <= WHY_LINES, "{l:?}");
+        assert!(why.last().unwrap().ends_with("[cut]"), "{l:?}");
+        assert!(l.iter().all(|x| !x.contains('\x1b') && !x.contains('\n')), "{l:?}");
+        assert!(!l.iter().any(|x| x.starts_with("command: git")), "{l:?}");
+        assert_eq!(l[l.len() - 2], "=> touch /m   in /home/u/ws");
+        assert!(l.iter().all(|x| text_width(x) <= 80), "{l:?}");
+    }
+
+    #[test]
+    fn a_long_command_is_shown_in_full_up_to_the_cap_then_cut() {
+        let args: Vec<String> = (0..100).map(|i| format!("arg{i}")).collect();
+        let mut argv = vec!["echo".to_string()];
+        argv.extend(args);
+        let p = PromptInfo {
+            argv: argv.clone(),
+            ..info(&[], "")
+        };
+        let l = lines(&p, 80);
+        let joined: String = l.iter().map(|x| x.trim_start_matches(INDENT)).collect();
+        assert!(joined.contains(&quote_argv(&argv)), "{l:?}");
+        assert!(l.iter().all(|x| text_width(x) <= 80));
+        let huge = vec!["x".repeat(10_000)];
+        let t = command_text(&huge);
+        assert!(t.contains("[cut: 7952 more characters"), "{t}");
+        // The repeat line is cut too, and marked.
+        let p = PromptInfo {
+            argv: huge,
+            ..info(&[], "")
+        };
+        let l = lines(&p, 80);
+        let rep = &l[l.len() - 2];
+        assert!(rep.contains("[...]") && rep.ends_with("in /home/u/ws"), "{rep}");
+        assert!(text_width(rep) <= 80);
+    }
+
+    #[test]
+    fn a_small_terminal_is_refused_not_scrolled() {
+        let p = info(&["touch", "/x"], "why");
+        let need = lines(&p, 80).len();
+        assert!(render(&p, need as u16, 80).is_ok());
+        assert_eq!(
+            render(&p, need as u16 - 1, 80),
+            Err(TooSmall {
+                rows: need as u16 - 1,
+                cols: 80,
+                needed: need
+            })
+        );
+        assert_eq!(render(&p, 50, 20).unwrap_err().needed, 0);
+        let msg = render(&p, 5, 80).unwrap_err().to_string();
+        assert!(msg.contains("too small") && msg.contains("nothing ran"), "{msg}");
+    }
+
+    #[test]
+    fn escapes_and_wide_characters_never_overflow_a_line() {
+        let p = info(&["echo", &"界\u{202e}\x1b[2J".repeat(40)], "界 \u{200b}");
+        for cols in [50u16, 51, 80, 133] {
+            let l = lines(&p, cols);
+            assert!(l.iter().all(|x| text_width(x) <= cols as usize), "{cols}: {l:?}");
+            assert!(
+                l.iter().all(|x| !x.contains('\x1b') && !x.contains('\u{202e}')),
+                "{l:?}"
+            );
+        }
+    }
+}
