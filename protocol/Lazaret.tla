@@ -144,6 +144,8 @@ VARIABLES
     connected,   \* CLIs with a live connection, as the coordinator sees it
     reg,         \* [CLIs -> [sid, anchor]]  registered session identity or NoReg
     term,        \* [CLIs -> "None" | "Sandbox" | r]  who owns the session terminal
+    held,        \* [CLIs -> BOOLEAN]  session output the coordinator holds back
+    spoiled,     \* [CLIs -> BOOLEAN]  history: session output reached a terminal showing a prompt
     \* --- escalation ---
     reqPhase,    \* [Requests -> ReqPhases]
     reqClaim,    \* [Requests -> claimed (Client CLI ID, Session ID, Session Anchor)]
@@ -159,7 +161,8 @@ lifeVars == <<phase, lock, hc, storeOwner, crashes, compIds, domainCfg, stray>>
 resVars  == <<lease, artifact, intent, res, trust, policy, netAttest, probed, published>>
 sessVars == <<cli, connected, reg, term>>
 reqVars  == <<reqPhase, reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy, outcome, host>>
-vars == <<lifeVars, resVars, sessVars, reqVars>>
+outVars  == <<held, spoiled>>
+vars == <<lifeVars, resVars, sessVars, reqVars, outVars>>
 
 -----------------------------------------------------------------------------
 (* Derived notions *)
@@ -287,6 +290,8 @@ Init ==
     /\ connected = {}
     /\ reg = [c \in CLIs |-> NoReg]
     /\ term = [c \in CLIs |-> "None"]
+    /\ held = [c \in CLIs |-> FALSE]
+    /\ spoiled = [c \in CLIs |-> FALSE]
     /\ reqPhase = [r \in Requests |-> "Unused"]
     /\ reqClaim = [r \in Requests |-> NoTuple]
     /\ reqCred = [r \in Requests |-> NoCred]
@@ -721,6 +726,9 @@ SubmitForged(r) ==
 
 \* Routing: an accepted request is prompted on the owning session's
 \* terminal, one prompt at a time per session (others wait as Accepted).
+\* The terminal becomes the broker's: what the coordinator held back of the
+\* session's output (and what waits in its streams) goes out before the
+\* prompt frame is drawn.
 Route(r) ==
     LET c == Owner(r) IN
     /\ reqPhase[r] = "Accepted"
@@ -729,6 +737,8 @@ Route(r) ==
     /\ term[c] = "Sandbox"
     /\ reqPhase' = [reqPhase EXCEPT ![r] = "Prompting"]
     /\ term' = [term EXCEPT ![c] = r]
+    /\ held' = [held EXCEPT ![c] = FALSE]
+    /\ UNCHANGED spoiled
     /\ UNCHANGED <<reqClaim, reqCred, reqCmd, approval, runCmd, decidedBy, outcome, host>>
     /\ UNCHANGED lifeVars
     /\ UNCHANGED resVars
@@ -892,10 +902,34 @@ CoordinatorStep ==
     \/ ReleaseLease \/ FinishDismantle \/ KillRecordedHostCommands
     \/ \E c \in CLIs : Register(c)
 
+\* The sandbox session writes to its terminal.  The coordinator reads a
+\* session's streams only while its terminal is the session's (never while
+\* a prompt is up); a trailing piece in runsc's error shape is held back.
+\* (Output written straight through changes nothing modelled here.)
+SessionOutput(c) ==
+    /\ c \in Registered
+    /\ CoordinatorAlive
+    /\ term[c] = "Sandbox"
+    /\ ~held[c]
+    /\ held' = [held EXCEPT ![c] = TRUE]
+    /\ UNCHANGED spoiled
+    /\ UNCHANGED <<lifeVars, resVars, sessVars, reqVars>>
+
+\* The held piece is released (more output showed it was the command's, or
+\* HELD_MAX_AGE passed).  Never while the session's terminal shows a
+\* prompt: `spoiled` records it if that ever happened.
+ReleaseHeld(c) ==
+    /\ held[c]
+    /\ CoordinatorAlive
+    /\ term[c] \notin Requests
+    /\ held' = [held EXCEPT ![c] = FALSE]
+    /\ spoiled' = [spoiled EXCEPT ![c] = spoiled[c] \/ term[c] \in Requests]
+    /\ UNCHANGED <<lifeVars, resVars, sessVars, reqVars>>
+
 \* What the coordinator does for accepted requests by itself: prompt,
 \* enforce deadlines, deliver results.
 CoordinatorEscalationStep ==
-    \E r \in Requests : Route(r) \/ Expire(r) \/ Deliver(r)
+    \E r \in Requests : Route(r) \/ ((Expire(r) \/ Deliver(r)) /\ UNCHANGED outVars)
 
 ClientStep(c) ==
     \/ TakeLock(c) \/ Join(c) \/ JoinRefused(c) \/ GiveUp(c)
@@ -916,11 +950,12 @@ EnvironmentStep ==
     \/ \E r \in Requests : ParentDeath(r)
 
 Next ==
-    \/ CoordinatorStep
+    \/ CoordinatorStep /\ UNCHANGED outVars
     \/ CoordinatorEscalationStep
-    \/ \E c \in CLIs : ClientStep(c)
-    \/ \E r \in Requests : EscalationStep(r)
-    \/ EnvironmentStep
+    \/ \E c \in CLIs : ClientStep(c) /\ UNCHANGED outVars
+    \/ \E r \in Requests : EscalationStep(r) /\ UNCHANGED outVars
+    \/ EnvironmentStep /\ UNCHANGED outVars
+    \/ \E c \in CLIs : SessionOutput(c) \/ ReleaseHeld(c)
 
 \* Fair: the coordinator's event loop eventually serves whatever it can
 \* (lifecycle, registration, routing, execution, deadlines, delivery); a
@@ -964,6 +999,8 @@ TypeOK ==
     /\ reg \in [CLIs -> [sid : SessionIds \cup {NoSid}, anchor : Anchors \cup {NoAnchor}]]
     /\ \A c \in CLIs : (reg[c].sid = NoSid) <=> (reg[c].anchor = NoAnchor)
     /\ term \in [CLIs -> {"None", "Sandbox"} \cup Requests]
+    /\ held \in [CLIs -> BOOLEAN]
+    /\ spoiled \in [CLIs -> BOOLEAN]
     /\ reqPhase \in [Requests -> ReqPhases]
     /\ reqClaim \in [Requests -> Tuples \cup {NoTuple}]
     /\ reqCred \in [Requests -> Creds \cup {NoCred}]
@@ -1075,6 +1112,14 @@ AutoApprovalWithoutShell ==
         /\ runCmd[r] \in AutoRuleCmds
         /\ runCmd[r] \notin ShellCmds
         /\ decidedBy[r] = NoCli
+
+\* A prompt is shown only with the terminal owned by the broker: no output
+\* of the session reaches a terminal while it shows a prompt, and nothing
+\* held back is left to be released while it does.
+PromptOwnsTerminal ==
+    \A c \in CLIs :
+        /\ ~spoiled[c]
+        /\ term[c] \in Requests => ~held[c]
 
 \* A prompt is shown only on the requesting session's terminal, each prompt
 \* on exactly one terminal, and only registered sessions have a terminal.

@@ -936,6 +936,34 @@ mod intake_tests {
     }
 
     #[test]
+    fn a_working_directory_is_resolved_beneath_the_workspace_without_symlinks() {
+        let f = fixture("cwd");
+        let ws = std::fs::canonicalize(f.dir.join("ws")).unwrap();
+        std::fs::create_dir_all(ws.join("a/b")).unwrap();
+        std::os::unix::fs::symlink("a", ws.join("link")).unwrap();
+        std::os::unix::fs::symlink("..", ws.join("a/up")).unwrap();
+        std::fs::write(ws.join("file"), b"").unwrap();
+        let id = |d: &OwnedFd| sys::fd_identity(d).unwrap();
+        let ab = f.broker.resolve_cwd("a/b").unwrap();
+        let meta = std::fs::metadata(ws.join("a/b")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(id(&ab), (meta.dev(), meta.ino()));
+        assert!(f.broker.resolve_cwd("").is_ok());
+        for (rel, why) in [
+            ("link", "symlink"),
+            ("link/b", "symlink"),
+            ("a/up", "symlink"),
+            ("a/../..", "plain path"),
+            ("/etc", "plain path"),
+            ("missing", "no such directory"),
+            ("file", "not a directory"),
+        ] {
+            let e = f.broker.resolve_cwd(rel).unwrap_err();
+            assert!(e.contains(why), "{rel}: {e}");
+        }
+    }
+
+    #[test]
     fn a_well_formed_signed_request_is_accepted_once_and_removed() {
         let mut f = fixture("ok");
         let req = request(&f, 1);

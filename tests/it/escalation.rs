@@ -372,9 +372,12 @@ fn no_key_material_is_reachable_inside_or_left_behind() {
     let (ws, cfg) = setup(env, "esckeys", &rule(&["true"], false));
     let id = env.domain_id("default", &ws);
     let run_dir = env.runtime_root().join(&id);
+    // The session's own credential file is the only place its key is:
+    // not in any environment, nowhere else on the filesystem.
     let r = env.run_sh_with_config(&ws, &cfg, "grep -rlsI 'PRIVATE KEY' / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
-                 grep -rlsF \"${LAZARET_ESCALATION_CREDENTIAL%%.*}\" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; \
-                 echo scanned");
+                 k=$(cut -d. -f1 \"$LAZARET_ESCALATION_CREDENTIAL_FILE\"); [ -n \"$k\" ] || echo no-key; \
+                 grep -rlsF \"$k\" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | grep -vxF \"$LAZARET_ESCALATION_CREDENTIAL_FILE\" | head; \
+                 env | grep -F \"$k\"; echo scanned");
     assert_eq!(r.stdout.trim(), "scanned", "key material visible inside: {r:?}");
     // On the host: the runtime dir is closed to other users, and nothing
     // with key material remains after teardown.

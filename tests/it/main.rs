@@ -16,6 +16,7 @@ mod attack_net;
 mod attack_view;
 mod escalation;
 mod escalation_v2;
+mod escalation_v3;
 mod faults;
 mod first_minutes;
 mod foundation;
