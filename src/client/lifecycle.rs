@@ -811,6 +811,32 @@ mod tests {
     }
 
     #[test]
+    fn escalations_show_every_argument_in_full_and_escaped() {
+        let long = "z".repeat(5000);
+        let p = ipc::PendingInfo {
+            prompt: ipc::PromptInfo {
+                request_id: "r1".into(),
+                profile: "default".into(),
+                session_id: "0123456789abcdef".into(),
+                argv: vec!["touch".into(), "a\nb\u{1b}[2J".into(), long.clone()],
+                cwd: "/home/u/p".into(),
+                justification: "pad    \n\n  me".into(),
+                timeout_s: 42,
+            },
+            shown: true,
+        };
+        let t = escalations_text(&st("0123456789abcdef0123", 0, &[]), &[p]);
+        assert!(t.contains("argv[0] = touch\n"), "{t}");
+        assert!(t.contains("argv[1] = a\\x0ab\\x1b[2J\n"), "{t}");
+        assert!(t.contains(&format!("argv[2] = {long}\n")), "{t}");
+        assert!(
+            t.contains("why:  pad me\n") && t.contains("on screen, 42 s left"),
+            "{t}"
+        );
+        assert!(!t.contains('\u{1b}'), "{t}");
+    }
+
+    #[test]
     fn ps_table_has_header_ages_and_escapes() {
         let t = ps_table(&[st("0123456789abcdef0123", 1000, &["bash", "sleep"])], 1000 + 3700);
         let mut lines = t.lines();

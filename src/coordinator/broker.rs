@@ -39,6 +39,9 @@ const JUNK_MAX: usize = 1024;
 /// writer inside a loaded sandbox can be slow, and a young one costs only a
 /// `stat` per scan, never a place in it.
 const TMP_GRACE: Duration = Duration::from_secs(120);
+/// Most requests waiting for the developer at once (each holds its
+/// directory open): more are refused, so a flood cannot exhaust fds.
+const MAX_WAITING: usize = 1024;
 
 /// Host-command lifecycle, for the coordinator's durable record.
 #[derive(Debug)]
@@ -375,6 +378,11 @@ impl Broker {
                             };
                             self.start_in(req, argv, why, dir);
                         }
+                        None if self.dirs.len() >= MAX_WAITING => self.refuse(
+                            &req,
+                            Status::Failed,
+                            "too many requests are waiting for a decision; nothing ran",
+                        ),
                         None => {
                             self.dirs.insert(req.id.clone(), dir);
                             ask.push((req.session.clone(), req))
