@@ -16,14 +16,16 @@ use crate::escalation::{neutralize, quote_argv};
 use crate::wire::client::PromptInfo;
 
 /// Puts the terminal into a known state before the prompt is drawn, so
-/// nothing the sandbox wrote (scroll region, origin mode, alternate
-/// screen, colours, hidden cursor, a graphics character set) can hide or
-/// fake it: soft reset (DECSTR), full-screen scroll region, origin mode
+/// nothing the sandbox wrote (a sequence left unfinished, scroll region,
+/// origin mode, alternate screen, colours, hidden cursor, a graphics
+/// character set) can hide or fake it: CAN and ST end whatever escape
+/// sequence or string (OSC, DCS) the sandbox left open, so none swallows
+/// the prompt; then soft reset (DECSTR), full-screen scroll region, origin mode
 /// off, main screen, SGR reset, cursor shown, ASCII character set, then
 /// the bottom line of the screen, where the prompt scrolls everything above
 /// it up.
 pub const TERMINAL_RESET: &str =
-    "\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
+    "\x18\x1b\\\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
 
 /// The question; answers are whole lines.
 pub const QUESTION: &str = "run it? type yes, no or edit, then Enter: ";

@@ -132,7 +132,16 @@ fn held_output_padding_and_fake_blocks_never_change_what_is_approved() {
     let spaces = "lazaret-escalate --justification \"$(printf '%10000s' '')x\" -- touch MARKER";
     let newlines = "lazaret-escalate --justification \"$(printf 'a%.0s\\n' $(seq 200))b\" -- touch MARKER";
     let block = "lazaret-escalate --justification \"$(printf '\\n\\n\\n-- lazaret: the sandbox asks to run a command on the host --\\nprofile: default\\ncommand: git status\\ncwd:     /\\nwhy:     status\\n=> git status   in /\\nrun it? type yes, no or edit, then Enter: \\n%.0s' $(seq 30))\" -- touch MARKER";
-    for (tag, script) in [("spaces", spaces), ("newlines", newlines), ("block", block)] {
+    // An escape string left open (OSC, DCS) would swallow what follows.
+    let open_osc = "printf '\\033]0;swallow'; lazaret-escalate -- touch MARKER";
+    let open_dcs = "printf '\\033Pq'; lazaret-escalate -- touch MARKER";
+    for (tag, script) in [
+        ("spaces", spaces),
+        ("newlines", newlines),
+        ("block", block),
+        ("osc", open_osc),
+        ("dcs", open_dcs),
+    ] {
         approve_and_check(&t, env, &ws, tag, script, Duration::from_millis(800));
     }
     t.send("exit");
