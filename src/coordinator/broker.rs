@@ -311,7 +311,7 @@ impl Broker {
                             escalation::quote_argv(&req.argv)
                         ));
                         let argv = if harden {
-                            escalation::harden_git(&req.argv)
+                            self.harden_git(&req.argv)
                         } else {
                             req.argv.clone()
                         };
@@ -424,6 +424,18 @@ impl Broker {
                 && self.host_cwd(&r.cwd).is_some_and(|rc| rc == cwd))
             .then_some((n, r.harden_git))
         })
+    }
+
+    /// `argv` with host Git's hardening (`escalation::harden_git`), given
+    /// every configuration key the workspace's repositories set in any
+    /// scope or include (`view::hostexec`).
+    pub fn harden_git(&self, argv: &[String]) -> Vec<String> {
+        if argv.first().is_none_or(|a| a.rsplit('/').next() != Some("git")) {
+            return argv.to_vec();
+        }
+        let surface = crate::view::hostexec::compute(&self.workspace, &crate::view::hostexec::Scopes::from_env());
+        let keys: Vec<escalation::GitKey> = surface.exec_keys().into_iter().collect();
+        escalation::harden_git(argv, &keys)
     }
 
     /// The host directory a request would run in, for the prompt.

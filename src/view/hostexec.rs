@@ -83,6 +83,7 @@ pub struct Entry {
     pub value: Option<String>,
 }
 
+#[cfg(test)]
 impl Entry {
     /// `section.sub.name` (or `section.name`), as Git spells the key.
     pub fn key(&self) -> String {

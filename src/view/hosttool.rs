@@ -83,8 +83,23 @@ pub fn seeded_file(store: &Path) -> PathBuf {
     store.with_file_name("hostconfig.seeded")
 }
 
+/// `DOMAIN_ROOT/hostconfig.paths`: the host-tool paths of the last start,
+/// for `lazaret state inspect`.
+pub fn paths_file(store: &Path) -> PathBuf {
+    store.with_file_name("hostconfig.paths")
+}
+
+/// The host-tool paths of the Domain's last start.
+pub fn read_paths(store: &Path) -> Vec<PathBuf> {
+    read_lines(&paths_file(store))
+}
+
 fn read_seeded(store: &Path) -> Vec<PathBuf> {
-    std::fs::read(seeded_file(store))
+    read_lines(&seeded_file(store))
+}
+
+fn read_lines(f: &Path) -> Vec<PathBuf> {
+    std::fs::read(f)
         .map(|b| {
             b.split(|&c| c == b'\n')
                 .filter(|l| !l.is_empty())
@@ -322,6 +337,12 @@ pub fn prepare_view(
             Some(store) => {
                 std::fs::create_dir_all(store)?;
                 seed(&v.source, store, &v.host_config)?;
+                let mut text = Vec::new();
+                for p in &v.host_config {
+                    text.extend_from_slice(p.as_os_str().as_bytes());
+                    text.push(b'\n');
+                }
+                std::fs::write(paths_file(store), text)?;
             }
             None => {
                 let extra = std::mem::take(&mut v.host_config);
