@@ -2000,9 +2000,8 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
     set_guest_owner(owner);
     let mut served = Vec::new();
     let workspace = specs.first().map(|v| v.source.clone());
-    for (i, v) in specs.into_iter().enumerate() {
-        let (v, exec) =
-            crate::view::hosttool::prepare_view(v, i, workspace.as_deref()).map_err(ViewError::HostConfig)?;
+    for v in specs {
+        let (v, exec) = crate::view::hosttool::prepare_view(v, workspace.as_deref()).map_err(ViewError::HostConfig)?;
         let store = match &v.store {
             Some(dir) => {
                 use ViewError::Ignored;

@@ -344,19 +344,35 @@ pub struct Surface {
     /// Every entry of every config file read, with the file it came from.
     pub entries: Vec<(PathBuf, Entry)>,
     pub managers: Vec<Manager>,
-    inputs: Vec<(PathBuf, Stamp)>,
+    /// What the surface was computed from: (path, identity only, stamp).
+    inputs: Vec<(PathBuf, bool, Stamp)>,
+}
+
+/// Which file an entry is and its type, not its times: for directories
+/// whose entries change with every Git command (`.git` itself).
+fn id_stamp(p: &Path) -> Stamp {
+    let m = std::fs::symlink_metadata(p).ok()?;
+    Some((m.dev(), m.ino(), 0, 0, 0, (m.mode() & libc::S_IFMT) as i64, 0))
 }
 
 impl Surface {
     fn input(&mut self, p: &Path) {
-        if !self.inputs.iter().any(|(q, _)| q == p) {
-            self.inputs.push((p.to_path_buf(), stamp(p)));
+        if !self.inputs.iter().any(|(q, _, _)| q == p) {
+            self.inputs.push((p.to_path_buf(), false, stamp(p)));
+        }
+    }
+
+    fn input_id(&mut self, p: &Path) {
+        if !self.inputs.iter().any(|(q, _, _)| q == p) {
+            self.inputs.push((p.to_path_buf(), true, id_stamp(p)));
         }
     }
 
     /// True when one of the inputs changed since the computation.
     pub fn stale(&self) -> bool {
-        self.inputs.iter().any(|(p, s)| stamp(p) != *s)
+        self.inputs
+            .iter()
+            .any(|(p, id, s)| if *id { id_stamp(p) } else { stamp(p) } != *s)
     }
 
     /// The distinct `section.sub.name` keys host Git could be told to run
@@ -396,7 +412,7 @@ pub fn compute(root: &Path, scopes: &Scopes) -> Surface {
         }
         Err(e) => log::warn!("git surface: {e}"),
     }
-    s.input(&root.join(".git"));
+    s.input_id(&root.join(".git"));
     // Submodule Git directories and other worktrees of the common dir.
     let mut more = Vec::new();
     for (r, _) in &repos {

@@ -324,12 +324,11 @@ pub fn diff_text(rel: &Path, host: Option<&[u8]>, domain: Option<&[u8]>) -> Stri
 
 /// The supervisor's preparation of view number `index` before it is
 /// served: host-tool files are copied into the workspace view's store (or,
-/// without a store, made read-only), and the workspace view and a linked
-/// worktree's common-dir view get Git's execution surface (`hostexec`).
-/// Volume views get neither.
+/// without a store, made read-only), and every view (workspace, a linked
+/// worktree's common dir, volumes) gets Git's execution surface
+/// (`hostexec`) of the workspace, the first view.
 pub fn prepare_view(
     mut v: crate::wire::plan::ViewSpec,
-    index: usize,
     workspace: Option<&Path>,
 ) -> io::Result<(crate::wire::plan::ViewSpec, Option<crate::view::hostexec::Live>)> {
     if !v.host_config.is_empty() {
@@ -350,14 +349,10 @@ pub fn prepare_view(
             }
         }
     }
-    let exec = match workspace {
-        Some(ws) if index == 0 || v.git_root => Some(crate::view::hostexec::Live::new(
-            ws,
-            &v.source,
-            crate::view::hostexec::Scopes::from_env(),
-        )),
-        _ => None,
-    };
+    // Every view, volumes included: a host config may include a file or
+    // name a program in a volume the sandbox writes.
+    let exec =
+        workspace.map(|ws| crate::view::hostexec::Live::new(ws, &v.source, crate::view::hostexec::Scopes::from_env()));
     Ok((v, exec))
 }
 
