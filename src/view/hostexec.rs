@@ -298,9 +298,13 @@ impl Scopes {
         if let Some(g) = var("GIT_CONFIG_GLOBAL") {
             files.push(g);
         }
-        let xdg = var("XDG_CONFIG_HOME").or_else(|| home.as_ref().map(|h| h.join(".config")));
-        if let Some(x) = xdg {
+        // Both: the developer's shell may set XDG_CONFIG_HOME differently
+        // from this process (Lazaret's tests point it elsewhere).
+        if let Some(x) = var("XDG_CONFIG_HOME") {
             files.push(x.join("git/config"));
+        }
+        if let Some(h) = &home {
+            files.push(h.join(".config/git/config"));
         }
         if let Some(h) = &home {
             files.push(h.join(".gitconfig"));
@@ -807,9 +811,8 @@ fn hooks_surface(s: &mut Surface, root: &Path, dir: &Path, wt: &Path) {
     }
 }
 
-/// Files a command line names: a first word with a `/` (or any first word
-/// that exists in `base`), every argument with a `/`, and the script
-/// argument of an interpreter. Relative to `base` (Git runs these at the
+/// Files a command line names: a first word with a `/`, every argument
+/// with a `/`, and the script argument of an interpreter. Relative to `base` (Git runs these at the
 /// worktree's top level).
 pub fn command_paths(cmd: &str, base: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -840,9 +843,8 @@ pub fn command_paths(cmd: &str, base: &Path, home: Option<&Path>) -> Vec<PathBuf
             } else {
                 expand(&w, home, base)
             };
-            if has_slash || after_interp || p.exists() && !first {
-                out.push(p);
-            } else if first && base.join(&w).symlink_metadata().is_ok() {
+            // A first word without a `/` is found through PATH, not here.
+            if has_slash || after_interp {
                 out.push(p);
             }
             let base_name = w.rsplit('/').next().unwrap_or(&w);
