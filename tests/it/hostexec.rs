@@ -534,3 +534,54 @@ fn nested_repositories_keep_their_surface() {
         "#!/bin/sh\ncat\n"
     );
 }
+
+#[test]
+fn a_dot_git_file_pointing_elsewhere_keeps_the_programs_its_config_names() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    // `git init --separate-git-dir`: `.git` is a `gitdir:` file, the Git
+    // directory lies outside the workspace, its config names a workspace program.
+    let ws = env.dir("hx-sepgit");
+    let gd = env.dir("hx-sepgit-gitdir");
+    std::fs::remove_dir(&gd).unwrap();
+    let r = host_cmd(
+        env,
+        &ws,
+        &[
+            "git",
+            "init",
+            "-q",
+            "-b",
+            "main",
+            "--separate-git-dir",
+            &gd.to_string_lossy(),
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    host_git_ok(env, &ws, &["config", "user.name", "Host"]);
+    host_git_ok(env, &ws, &["config", "user.email", "host@example.test"]);
+    env.write(&ws.join("tools/fsmon.sh"), "#!/bin/sh\nexit 1\n");
+    chmod_x(env, &ws, "tools/fsmon.sh");
+    env.write(&ws.join("a.txt"), "one\n");
+    host_git_ok(env, &ws, &["add", "-A"]);
+    host_git_ok(env, &ws, &["commit", "-q", "-m", "initial"]);
+    host_git_ok(env, &ws, &["config", "core.fsmonitor", "./tools/fsmon.sh"]);
+    let marker = ws.with_extension("marker");
+    let attempts = [
+        format!(
+            "printf '#!/bin/sh\\ntouch {}\\nexit 1\\n' > tools/fsmon.sh",
+            marker.display()
+        ),
+        "echo 'gitdir: /workspace/evil' > .git".to_string(),
+        "rm -f .git".to_string(),
+    ];
+    let r = env.run_sh(
+        &ws,
+        &attempts_script(&attempts, "git status --porcelain && echo status-ok"),
+    );
+    assert!(r.stdout.contains("status-ok"), "{r:?}");
+    no_attempt_succeeded(&r);
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
+    host_git_ok(env, &ws, &["status"]);
+    assert!(!marker.exists(), "host git ran the sandbox's fsmonitor");
+}
