@@ -2020,6 +2020,8 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
                 .map_err(Ignored)?;
                 crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(Ignored)?;
                 crate::view::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(Ignored)?;
+                crate::view::hosttool::seed_store(&v.source, dir, &v.host_config, &rules)
+                    .map_err(ViewError::HostConfig)?;
                 Some((dir.as_path(), rules.with_host_tool(v.host_config.clone())))
             }
             None => None,

@@ -111,8 +111,10 @@ fn read_lines(f: &Path) -> Vec<PathBuf> {
 
 /// Copies each host-tool path the store has not had yet from the host
 /// workspace `host` into `store`. Symlinks are copied as symlinks, never
-/// followed.
-pub fn seed(host: &Path, store: &Path, paths: &[PathBuf]) -> io::Result<()> {
+/// followed. What `hidden` says (view path, is a directory, host
+/// identity) is not copied: a host-tool file Git ignores (an `.envrc`
+/// holding keys) stays as invisible as every ignored host file.
+pub fn seed(host: &Path, store: &Path, paths: &[PathBuf], hidden: &Hidden) -> io::Result<()> {
     let done = read_seeded(store);
     let mut new = Vec::new();
     for p in paths {
@@ -127,7 +129,7 @@ pub fn seed(host: &Path, store: &Path, paths: &[PathBuf]) -> io::Result<()> {
                 if let Some(parent) = dst.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                if let Err(e) = copy_tree(&src, &dst, &mut budget) {
+                if let Err(e) = copy_tree(&src, &dst, p, hidden, &mut budget) {
                     log::warn!(
                         "host config: {} not copied into the Domain ({e}): the sandbox starts without it",
                         crate::display::escape_path(p)
@@ -160,16 +162,29 @@ fn remove_tree(p: &Path) -> io::Result<()> {
     }
 }
 
-fn copy_tree(src: &Path, dst: &Path, budget: &mut u64) -> io::Result<()> {
+/// Says whether the host entry at a view path (a directory when the flag
+/// is set, with its `(st_dev, st_ino)`) is hidden from the sandbox.
+pub type Hidden<'a> = dyn Fn(&Path, bool, (u64, u64)) -> bool + 'a;
+
+fn copy_tree(src: &Path, dst: &Path, rel: &Path, hidden: &Hidden, budget: &mut u64) -> io::Result<()> {
     let m = std::fs::symlink_metadata(src)?;
     let ft = m.file_type();
+    if hidden(rel, ft.is_dir(), (m.dev(), m.ino())) {
+        return Ok(());
+    }
     if ft.is_symlink() {
         std::os::unix::fs::symlink(std::fs::read_link(src)?, dst)
     } else if ft.is_dir() {
         std::fs::create_dir(dst)?;
         for e in std::fs::read_dir(src)? {
             let e = e?;
-            copy_tree(&e.path(), &dst.join(e.file_name()), budget)?;
+            copy_tree(
+                &e.path(),
+                &dst.join(e.file_name()),
+                &rel.join(e.file_name()),
+                hidden,
+                budget,
+            )?;
         }
         std::fs::set_permissions(dst, std::fs::Permissions::from_mode(m.mode() & 0o7777))
     } else if ft.is_file() {
@@ -322,38 +337,47 @@ pub fn diff_text(rel: &Path, host: Option<&[u8]>, domain: Option<&[u8]>) -> Stri
     out
 }
 
-/// The supervisor's preparation of view number `index` before it is
-/// served: host-tool files are copied into the workspace view's store (or,
-/// without a store, made read-only), and every view (workspace, a linked
+/// The supervisor's preparation of a view before it is served: without a
+/// store, host-tool files are made read-only (with one, [`seed_store`]
+/// copies them), and every view (workspace, a linked
 /// worktree's common dir, volumes) gets Git's execution surface
 /// (`hostexec`) of the workspace, the first view.
 pub fn prepare_view(
     mut v: crate::wire::plan::ViewSpec,
     workspace: Option<&Path>,
 ) -> io::Result<(crate::wire::plan::ViewSpec, Option<crate::view::hostexec::Live>)> {
-    if !v.host_config.is_empty() {
-        match &v.store {
-            Some(store) => {
-                std::fs::create_dir_all(store)?;
-                seed(&v.source, store, &v.host_config)?;
-                let mut text = Vec::new();
-                for p in &v.host_config {
-                    text.extend_from_slice(p.as_os_str().as_bytes());
-                    text.push(b'\n');
-                }
-                std::fs::write(paths_file(store), text)?;
-            }
-            None => {
-                let extra = std::mem::take(&mut v.host_config);
-                v.protect.extend(extra);
-            }
-        }
+    if v.store.is_none() && !v.host_config.is_empty() {
+        let extra = std::mem::take(&mut v.host_config);
+        v.protect.extend(extra);
     }
     // Every view, volumes included: a host config may include a file or
     // name a program in a volume the sandbox writes.
     let exec =
         workspace.map(|ws| crate::view::hostexec::Live::new(ws, &v.source, crate::view::hostexec::Scopes::from_env()));
     Ok((v, exec))
+}
+
+/// Seeds the workspace view's store with the host-tool files the ignore
+/// rules do not hide, and records the paths for `lazaret state inspect`.
+pub fn seed_store(
+    source: &Path,
+    store: &Path,
+    paths: &[PathBuf],
+    rules: &crate::view::ignored::IgnoreRules,
+) -> io::Result<()> {
+    if paths.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(store)?;
+    let hidden =
+        |rel: &Path, dir: bool, (dev, ino): (u64, u64)| rules.is_ignored(rel, dir) || rules.is_hidden_id(dev, ino);
+    seed(source, store, paths, &hidden)?;
+    let mut text = Vec::new();
+    for p in paths {
+        text.extend_from_slice(p.as_os_str().as_bytes());
+        text.push(b'\n');
+    }
+    std::fs::write(paths_file(store), text)
 }
 
 #[cfg(test)]
@@ -386,7 +410,13 @@ mod tests {
         std::fs::write(host.join(".envrc"), "export A=1\n").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", host.join(".mcp.json")).unwrap();
         let paths = effective(&[], &[]);
-        seed(&host, &store, &paths).unwrap();
+        std::fs::write(host.join(".vscode/secret.json"), "key\n").unwrap();
+        let hidden = |rel: &Path, _: bool, _: (u64, u64)| rel == Path::new(".vscode/secret.json");
+        seed(&host, &store, &paths, &hidden).unwrap();
+        assert!(
+            !store.join(".vscode/secret.json").exists(),
+            "an ignored host file is never copied"
+        );
         assert_eq!(std::fs::read(store.join(".vscode/tasks.json")).unwrap(), b"{}\n");
         assert!(std::fs::symlink_metadata(store.join(".mcp.json")).unwrap().is_symlink());
         assert!(differing(&host, &store, &paths).is_empty());
@@ -394,7 +424,7 @@ mod tests {
         std::fs::remove_file(store.join(".envrc")).unwrap();
         std::fs::write(store.join("lefthook.yml"), "x\n").unwrap();
         // A second start copies nothing again.
-        seed(&host, &store, &paths).unwrap();
+        seed(&host, &store, &paths, &hidden).unwrap();
         let diff = differing(&host, &store, &paths);
         assert!(diff.contains(&(PathBuf::from(".vscode/tasks.json"), Difference::Changed)));
         assert!(diff.contains(&(PathBuf::from(".envrc"), Difference::Removed)));

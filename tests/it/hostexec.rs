@@ -475,7 +475,12 @@ fn host_config_writable_opts_a_path_out() {
     let ws = git_repo(
         env,
         "hx-optout",
-        &[(".vscode/settings.json", "dev\n"), (".envrc", "dev\n")],
+        &[
+            (".vscode/settings.json", "dev\n"),
+            (".envrc", "dev\n"),
+            (".gitignore", ".claude/settings.local.json\n"),
+            (".claude/settings.local.json", "secret-token\n"),
+        ],
     );
     let cfg = env.write_config(
         &env.dir("hx-optout-cfg"),
@@ -484,9 +489,13 @@ fn host_config_writable_opts_a_path_out() {
     let r = env.run_sh_with_config(
         &ws,
         &cfg,
-        "echo sb > .vscode/settings.json && echo sb > .envrc && echo done",
+        "cat .claude/settings.local.json 2>/dev/null; echo sb > .vscode/settings.json && echo sb > .envrc && echo done",
     );
     assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(
+        !r.stdout.contains("secret-token"),
+        "an ignored host-tool file stays hidden: {r:?}"
+    );
     env.wait_unpublished("default", &ws, Duration::from_secs(15));
     assert_eq!(
         std::fs::read_to_string(ws.join(".vscode/settings.json")).unwrap(),
