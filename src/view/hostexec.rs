@@ -356,7 +356,7 @@ pub struct Surface {
 /// whose entries change with every Git command (`.git` itself).
 fn id_stamp(p: &Path) -> Stamp {
     let m = std::fs::symlink_metadata(p).ok()?;
-    Some((m.dev(), m.ino(), 0, 0, 0, (m.mode() & libc::S_IFMT) as i64, 0))
+    Some((m.dev(), m.ino(), 0, 0, 0, (m.mode() & 0o170000) as i64, 0))
 }
 
 impl Surface {

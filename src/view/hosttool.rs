@@ -203,11 +203,15 @@ fn copy_tree(src: &Path, dst: &Path, rel: &Path, hidden: &Hidden, budget: &mut u
 
 fn read_nofollow(p: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(p)?;
+    let fd = rustix::fs::open(
+        p,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::NONBLOCK
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    let mut f = std::fs::File::from(fd);
     let mut v = Vec::new();
     f.read_to_end(&mut v)?;
     Ok(v)
@@ -419,7 +423,11 @@ mod tests {
         );
         assert_eq!(std::fs::read(store.join(".vscode/tasks.json")).unwrap(), b"{}\n");
         assert!(std::fs::symlink_metadata(store.join(".mcp.json")).unwrap().is_symlink());
-        assert!(differing(&host, &store, &paths).is_empty());
+        // Only the file never copied (state inspect shows it as removed).
+        assert_eq!(
+            differing(&host, &store, &paths),
+            vec![(PathBuf::from(".vscode/secret.json"), Difference::Removed)]
+        );
         std::fs::write(store.join(".vscode/tasks.json"), "{\"x\":1}\n").unwrap();
         std::fs::remove_file(store.join(".envrc")).unwrap();
         std::fs::write(store.join("lefthook.yml"), "x\n").unwrap();
