@@ -239,7 +239,7 @@ fn includes_conditions_and_named_programs_cannot_be_planted() {
             marker.display()
         ),
         format!("printf {p} > t && mv t team.gitconfig"),
-        format!("ln -s /workspace/a.txt team.gitconfig"),
+        "ln -s /workspace/a.txt team.gitconfig".to_string(),
         "mv tools tools2 && mkdir tools && cp tools2/strip.sh tools/".to_string(),
         "rm tools/strip.sh".to_string(),
     ];
