@@ -120,6 +120,17 @@ fn husky_protects_its_directory_and_managers_are_named() {
     let s = compute(&d, &no_scopes());
     assert!(view_paths(&s, &d).contains(&PathBuf::from(".pre-commit-config.yaml")));
     assert!(s.managers.iter().any(|m| m.name == "pre-commit"));
+    std::fs::write(
+        d.join(".git/hooks/pre-push"),
+        "#!/bin/sh\nif lefthook -h >/dev/null 2>&1; then exec lefthook run \"pre-push\" \"$@\"; fi\n",
+    )
+    .unwrap();
+    let s = compute(&d, &no_scopes());
+    let r = view_paths(&s, &d);
+    for want in ["lefthook.yml", ".lefthook.yml", "lefthook-local.yml", ".lefthook"] {
+        assert!(r.contains(&PathBuf::from(want)), "{want} in {r:?}");
+    }
+    assert!(s.managers.iter().any(|m| m.name == "lefthook"));
     let _ = std::fs::remove_dir_all(&d);
 }
 
