@@ -549,7 +549,8 @@ fn a_dot_git_file_pointing_elsewhere_keeps_the_programs_its_config_names() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     // `git init --separate-git-dir`: `.git` is a `gitdir:` file, the Git
-    // directory lies outside the workspace, its config names a workspace program.
+    // directory lies outside the workspace (Git inside cannot reach it, so
+    // only the attempts run there), its config names a workspace program.
     let ws = env.dir("hx-sepgit");
     let gd = env.dir("hx-sepgit-gitdir");
     std::fs::remove_dir(&gd).unwrap();
@@ -584,10 +585,7 @@ fn a_dot_git_file_pointing_elsewhere_keeps_the_programs_its_config_names() {
         "echo 'gitdir: /workspace/evil' > .git".to_string(),
         "rm -f .git".to_string(),
     ];
-    let r = env.run_sh(
-        &ws,
-        &attempts_script(&attempts, "git status --porcelain && echo status-ok"),
-    );
+    let r = env.run_sh(&ws, &attempts_script(&attempts, "echo status-ok"));
     assert!(r.stdout.contains("status-ok"), "{r:?}");
     no_attempt_succeeded(&r);
     env.wait_unpublished("default", &ws, Duration::from_secs(15));
