@@ -185,24 +185,87 @@ pub fn command_runner(program: &str) -> Option<&'static str> {
 /// Configuration given to host Git on its command line, ahead of the
 /// repository's own: implicit bare repositories (a shape the sandbox can
 /// create in the workspace) are refused, no fsmonitor command runs, no hook
-/// runs.
+/// runs, no pager runs, `core.sshCommand` is plain `ssh`, the `ext::`
+/// transport is off.
 pub const GIT_HARDENING: &[&str] = &[
+    "--no-pager",
     "-c",
     "safe.bareRepository=explicit",
     "-c",
     "core.fsmonitor=false",
     "-c",
     "core.hooksPath=/dev/null",
+    "-c",
+    "core.pager=cat",
+    "-c",
+    "core.sshCommand=ssh",
+    "-c",
+    "protocol.ext.allow=never",
 ];
 
-/// The argv the broker runs: host Git gets [`GIT_HARDENING`].
-pub fn harden_git(argv: &[String]) -> Vec<String> {
+/// A configuration key `(section, subsection, name)` (lowercase section and
+/// name) that some scope or include of the repository sets.
+pub type GitKey = (String, Option<String>, String);
+
+/// The value that neutralizes `key` on host Git's command line, for the keys
+/// that make Git run a program: filters become `cat` (identity) and lose
+/// `process`, textconv becomes `cat`, external diff and diff drivers become
+/// empty (Git then refuses to diff through them, running nothing), merge
+/// drivers `false`, `!` aliases empty. None for keys left alone.
+fn neutral(key: &GitKey) -> Option<&'static str> {
+    let (sec, sub, name) = (key.0.as_str(), key.1.is_some(), key.2.as_str());
+    Some(match (sec, sub, name) {
+        ("filter", true, "clean" | "smudge") => "cat",
+        ("filter", true, "process") => "",
+        ("filter", true, "required") => "false",
+        ("diff", true, "textconv") => "cat",
+        ("diff", true, "command") => "",
+        ("diff", false, "external") => "",
+        ("merge", true, "driver") => "false",
+        ("alias", _, _) => "",
+        ("core", false, "askpass" | "gitproxy") => "",
+        ("remote", true, "uploadpack") => "git-upload-pack",
+        ("remote", true, "receivepack") => "git-receive-pack",
+        ("interactive", false, "difffilter") => "cat",
+        _ => return None,
+    })
+}
+
+/// The argv the broker runs: host Git gets [`GIT_HARDENING`] and, for every
+/// key in `keys` (every scope and include of the repository, whether or not
+/// the include applies today) that runs a program, a neutral value. A key
+/// that cannot be written as `-c KEY=VALUE` (a subsection holding `=`)
+/// makes Git refuse to start (`-c =`, "empty config key").
+pub fn harden_git(argv: &[String], keys: &[GitKey]) -> Vec<String> {
     let base = argv[0].rsplit('/').next().unwrap_or(&argv[0]);
     if base != "git" {
         return argv.to_vec();
     }
     let mut v = vec![argv[0].clone()];
     v.extend(GIT_HARDENING.iter().map(|s| s.to_string()));
+    let mut seen = std::collections::BTreeSet::new();
+    for k in keys {
+        let Some(val) = neutral(k) else { continue };
+        let mut ks = vec![(k.0.clone(), k.1.clone(), k.2.clone())];
+        if k.0 == "filter" && k.1.is_some() {
+            ks.push((k.0.clone(), k.1.clone(), "required".into()));
+        }
+        for k in ks {
+            let val = neutral(&k).unwrap_or(val);
+            let name = match &k.1 {
+                Some(s) if s.contains(['=', '\n', '\0']) => {
+                    v.extend(["-c".to_string(), "=".to_string()]);
+                    continue;
+                }
+                Some(s) => format!("{}.{s}.{}", k.0, k.2),
+                None => format!("{}.{}", k.0, k.2),
+            };
+            if seen.insert(name.clone()) {
+                v.push("-c".into());
+                v.push(format!("{name}={val}"));
+            }
+        }
+    }
     v.extend(argv[1..].iter().cloned());
     v
 }
@@ -362,11 +425,33 @@ mod tests {
     #[test]
     fn git_is_hardened_and_nothing_else_is() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        let g = harden_git(&v(&["git", "status"]));
+        let g = harden_git(&v(&["git", "status"]), &[]);
         assert_eq!(g[0], "git");
         assert_eq!(g.last().unwrap(), "status");
         assert!(g.contains(&"safe.bareRepository=explicit".to_string()));
-        assert_eq!(harden_git(&v(&["ls", "-l"])), v(&["ls", "-l"]));
+        assert!(g.contains(&"--no-pager".to_string()) && g.contains(&"core.pager=cat".to_string()));
+        assert_eq!(harden_git(&v(&["ls", "-l"]), &[]), v(&["ls", "-l"]));
+        let k = |a: &str, b: Option<&str>, c: &str| (a.to_string(), b.map(str::to_string), c.to_string());
+        let g = harden_git(
+            &v(&["git", "status"]),
+            &[
+                k("filter", Some("X.y"), "clean"),
+                k("diff", None, "external"),
+                k("merge", Some("m"), "driver"),
+                k("user", None, "name"),
+            ],
+        );
+        for want in [
+            "filter.X.y.clean=cat",
+            "filter.X.y.required=false",
+            "diff.external=",
+            "merge.m.driver=false",
+        ] {
+            assert!(g.contains(&want.to_string()), "{want} in {g:?}");
+        }
+        assert!(!g.iter().any(|a| a.starts_with("user.")));
+        let g = harden_git(&v(&["git", "status"]), &[k("filter", Some("a=b"), "clean")]);
+        assert!(g.windows(2).any(|w| w[0] == "-c" && w[1] == "="), "{g:?}");
     }
 
     #[test]

@@ -125,7 +125,44 @@ pub fn checks() -> Vec<Check> {
     out.push(check_config());
     out.push(check_resource_limits());
     out.push(check_git_bare_repository(std::process::Command::new("git")));
+    if let Ok(cwd) = std::env::current_dir() {
+        out.push(check_git_surface(&cwd));
+    }
     out
+}
+
+/// Git's execution surface of the current directory as a workspace
+/// (`view::hostexec`): the hook managers found and what the view keeps
+/// read-only for host Git.
+fn check_git_surface(dir: &std::path::Path) -> Check {
+    if !matches!(
+        crate::view::sentry::discover(dir),
+        Ok(crate::view::sentry::GitLayout::Dir { .. } | crate::view::sentry::GitLayout::Linked { .. })
+    ) {
+        return Check::pass("git-execution-surface", "the current directory is not a Git workspace");
+    }
+    let (paths, managers) = crate::view::hostexec::describe(dir);
+    let mut detail = String::new();
+    for m in &managers {
+        let list: Vec<String> = m.protects.iter().map(|p| crate::display::escape_path(p)).collect();
+        detail.push_str(&format!(
+            "hook manager {} found: read-only inside: {}; ",
+            m.name,
+            list.join(", ")
+        ));
+    }
+    let shown: Vec<String> = paths
+        .iter()
+        .filter(|p| !p.starts_with(".git"))
+        .take(12)
+        .map(|p| crate::display::escape_path(p))
+        .collect();
+    if shown.is_empty() {
+        detail.push_str("host Git runs nothing from the workspace outside .git");
+    } else {
+        detail.push_str(&format!("read-only inside for host Git: {}", shown.join(", ")));
+    }
+    Check::pass("git-execution-surface", detail)
 }
 
 /// The config file parses and every profile in it is valid.

@@ -91,11 +91,13 @@ Shows the Domain's derived network policy and its readiness.
 pub const STATE: &str = "\
 usage: lazaret state list [--json]
        lazaret state inspect|verify [DOMAIN] [--json]
+       lazaret state diff [DOMAIN] PATH
        lazaret state reset [DOMAIN] (--path P | --all) [--yes] [--json]
 
 DOMAIN is [-p P] [-w DIR] or --domain ID.
 list      Domains with persistent state
-inspect   persistent changes (metadata only)
+inspect   persistent changes (metadata only), host-tool copies that differ
+diff      a host-tool file: the host's against the Domain's copy
 verify    checks persistent state
 reset     empties persistent state (asks first unless --yes)
 ";

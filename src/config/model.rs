@@ -185,6 +185,12 @@ pub struct Profile {
     /// `user`: the unprivileged guest user (uid [`GUEST_USER_UID`], home
     /// `/home/NAME`) sessions run as; `None`: root.
     pub user: Option<String>,
+    /// `host_config`: workspace paths host tools execute or obey, served
+    /// Domain-side in addition to `view::hosttool::DEFAULT`.
+    pub host_config: Vec<String>,
+    /// `host_config_writable`: paths taken out of the host-config set (the
+    /// sandbox writes the host's files there: a host-execution risk).
+    pub host_config_writable: Vec<String>,
 }
 
 /// The guest uid and gid of a profile's `user`.
@@ -438,6 +444,8 @@ impl Profile {
             git_identity: true,
             limits: Limits::default(),
             user: None,
+            host_config: Vec::new(),
+            host_config_writable: Vec::new(),
         }
     }
 
@@ -517,6 +525,16 @@ impl Profile {
         }
         if let Some(u) = &self.user {
             put("user", &[u]);
+        }
+        for (tag, list) in [
+            ("host_config", &self.host_config),
+            ("host_config_writable", &self.host_config_writable),
+        ] {
+            if !list.is_empty() {
+                let mut v: Vec<&str> = list.iter().map(String::as_str).collect();
+                v.sort_unstable();
+                put(tag, &v);
+            }
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()

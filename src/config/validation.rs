@@ -26,6 +26,8 @@ const PROFILE_KEYS: &[&str] = &[
     "git_identity",
     "limits",
     "user",
+    "host_config",
+    "host_config_writable",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
@@ -435,6 +437,30 @@ impl Schema<'_> {
                 seen.push((line, f));
             }
             p.ports = seen.into_iter().map(|(_, f)| f).collect();
+        }
+        for name in ["host_config", "host_config_writable"] {
+            if let Some(i) = t.get(name) {
+                let key = k(name);
+                let mut seen: Vec<String> = Vec::new();
+                for (line, s) in self.strings(i, &key, "an array of workspace-relative paths")? {
+                    let Some(norm) = crate::view::hosttool::normalize_rel(s) else {
+                        return Err(self.invalid(
+                            line,
+                            &key,
+                            "an array of relative paths inside the workspace (no `..`, not `.git`)",
+                            quote(s),
+                        ));
+                    };
+                    if !seen.contains(&norm) {
+                        seen.push(norm);
+                    }
+                }
+                if name == "host_config" {
+                    p.host_config = seen;
+                } else {
+                    p.host_config_writable = seen;
+                }
+            }
         }
         if let Some(i) = t.get("isolate_ignored") {
             p.isolate_ignored = self.boolean(i, &k("isolate_ignored"))?;

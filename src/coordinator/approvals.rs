@@ -151,13 +151,13 @@ impl Coordinator {
             match verdict {
                 ipc::VERDICT_APPROVE => {
                     b.decided(&req, "approved by the developer");
-                    let argv = escalation::harden_git(&req.argv);
+                    let argv = b.harden_git(&req.argv);
                     b.start(req, argv, "approved by the developer".into());
                 }
                 ipc::VERDICT_EDIT if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS => {
                     let why = format!("edited by the developer to: {}", escalation::quote_argv(&argv));
                     b.decided(&req, &why);
-                    let argv = escalation::harden_git(&argv);
+                    let argv = b.harden_git(&argv);
                     b.start(req, argv, why);
                 }
                 ipc::VERDICT_TOO_SMALL => {

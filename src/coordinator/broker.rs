@@ -372,7 +372,7 @@ impl Broker {
                                 escalation::quote_argv(&req.argv)
                             ));
                             let argv = if harden {
-                                escalation::harden_git(&req.argv)
+                                self.harden_git(&req.argv)
                             } else {
                                 req.argv.clone()
                             };
@@ -500,6 +500,18 @@ impl Broker {
                     .is_some_and(|rc| rc == here))
             .then_some((n, r.harden_git))
         })
+    }
+
+    /// `argv` with host Git's hardening (`escalation::harden_git`), given
+    /// every configuration key the workspace's repositories set in any
+    /// scope or include (`view::hostexec`).
+    pub fn harden_git(&self, argv: &[String]) -> Vec<String> {
+        if argv.first().is_none_or(|a| a.rsplit('/').next() != Some("git")) {
+            return argv.to_vec();
+        }
+        let surface = crate::view::hostexec::compute(&self.workspace, &crate::view::hostexec::Scopes::from_env());
+        let keys: Vec<escalation::GitKey> = surface.exec_keys().into_iter().collect();
+        escalation::harden_git(argv, &keys)
     }
 
     /// The host directory a request runs in, as the prompt shows it: its

@@ -222,6 +222,7 @@ impl Coordinator {
                 .then(|| self.paths.ignored_dir())
                 .as_deref(),
             self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
+            crate::view::hosttool::effective(&self.profile.host_config, &self.profile.host_config_writable),
         )?;
         gitsentry::add_volume_views(&gen_dir, &volume_views)?;
         binds.extend(views.binds.iter().cloned());

@@ -479,8 +479,16 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
             }
             unhide(select(p, w, d)?, path, json)
         }
+        Some("diff") => {
+            let (p, w, d) = domain_args(&mut args)?;
+            let path: PathBuf = args
+                .free_from_os_str(|v| Ok::<_, std::convert::Infallible>(PathBuf::from(v)))
+                .map_err(|_| StateError::Usage("`lazaret state diff` needs a PATH (a host-tool file)".into()))?;
+            finish(args)?;
+            diff(select(p, w, d)?, path)
+        }
         Some(other) => Err(StateError::Usage(format!(
-            "unknown state command {other:?}: expected list, inspect, verify, reset or unhide"
+            "unknown state command {other:?}: expected list, inspect, diff, verify, reset or unhide"
         ))),
         None => Err(StateError::Usage(
             "`lazaret state` needs a command: list, inspect, verify or reset".into(),
@@ -655,6 +663,60 @@ fn finding_json(f: &statefs::Finding) -> Json {
     ])
 }
 
+/// Host-tool files (`view::hosttool`) whose Domain copy differs from the
+/// workspace's file.
+fn host_config_differences(s: &Selected) -> Vec<(PathBuf, crate::view::hosttool::Difference)> {
+    let store = s.paths.root.join(IGNORED_DIR);
+    let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+    if ws.as_os_str().is_empty() {
+        return Vec::new();
+    }
+    let paths = crate::view::hosttool::read_paths(&store);
+    crate::view::hosttool::differing(&ws, &store, &paths)
+}
+
+/// `lazaret state diff PATH`: the host's file against the Domain's copy.
+fn diff(s: Selected, path: PathBuf) -> Result<i32> {
+    let store = s.paths.root.join(IGNORED_DIR);
+    let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+    let rel = if path.is_absolute() {
+        path.strip_prefix(&ws).map(Path::to_path_buf).map_err(|_| {
+            StateError::Usage(format!(
+                "{} is not inside the Domain's workspace {}",
+                crate::display::escape_path(&path),
+                crate::display::escape_path(&ws)
+            ))
+        })?
+    } else {
+        path.clone()
+    };
+    let paths = crate::view::hosttool::read_paths(&store);
+    if !crate::view::hosttool::covers(&paths, &rel) {
+        return Err(StateError::Usage(format!(
+            "{} is not a host-tool file of this Domain (see `lazaret state inspect`)",
+            crate::display::escape_path(&rel)
+        )));
+    }
+    let diffs = crate::view::hosttool::differing(&ws, &store, &paths);
+    let mut shown = 0;
+    for (p, _) in diffs.iter().filter(|(p, _)| p.starts_with(&rel)) {
+        let read = |root: &Path| std::fs::read(root.join(p)).ok();
+        let text = crate::view::hosttool::diff_text(p, read(&ws).as_deref(), read(&store).as_deref());
+        // The copy is the sandbox's: every line is escaped for the terminal.
+        for line in text.lines() {
+            println!("{}", crate::display::escape(line));
+        }
+        shown += 1;
+    }
+    if shown == 0 {
+        println!(
+            "{}: the Domain's copy equals the host's",
+            crate::display::escape_path(&rel)
+        );
+    }
+    Ok(0)
+}
+
 fn inspect(s: Selected, json: bool) -> Result<i32> {
     let active = is_active(&s.paths);
     let keys = keys_on_disk(&s.paths.root);
@@ -695,6 +757,20 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
                 Some((n, b)) => Json::Obj(vec![("entries", Json::Num(n as i64)), ("bytes", Json::Num(b as i64))]),
                 None => Json::Null,
             },
+        ));
+        obj.push((
+            "host_config",
+            Json::Arr(
+                host_config_differences(&s)
+                    .iter()
+                    .map(|(p, d)| {
+                        Json::Obj(vec![
+                            ("path", Json::s(p.to_string_lossy())),
+                            ("state", Json::s(d.word())),
+                        ])
+                    })
+                    .collect(),
+            ),
         ));
         obj.push((
             "findings",
@@ -761,6 +837,17 @@ fn inspect(s: Selected, json: bool) -> Result<i32> {
     }
     if let Some((n, b)) = ignored_size(&s, &report) {
         out.push_str(&format!("ignored workspace state  {n} entries, {}\n", human_size(b)));
+    }
+    let hc = host_config_differences(&s);
+    if !hc.is_empty() {
+        out.push_str("host-tool files whose Domain copy differs from the host (`lazaret state diff PATH`):\n");
+        for (p, d) in &hc {
+            out.push_str(&format!(
+                "  {:<8} {}\n",
+                d.word(),
+                fit(&crate::display::escape_path(p), 68)
+            ));
+        }
     }
     for f in &report.findings {
         out.push_str(&format!(

@@ -236,6 +236,8 @@ pub struct View {
     sentry: Sentry,
     /// Hook locations from host Git's configuration, as view paths.
     hooks: Vec<PathBuf>,
+    /// Git's execution surface (`hostexec`), kept current: read-only.
+    exec: Option<crate::view::hostexec::Live>,
     /// Serialises deciding and making entries with repository-shape names,
     /// so two concurrent creates cannot complete a shape together.
     shape_lock: Mutex<()>,
@@ -438,6 +440,7 @@ impl View {
             rules,
             sentry,
             hooks: Vec::new(),
+            exec: None,
             shape_lock: Mutex::new(()),
             t: Arc::new(Mutex::new(Tables {
                 nodes,
@@ -1949,6 +1952,8 @@ pub enum ViewError {
     Layout(crate::view::sentry::GitError),
     /// The ignored store: sticky names, rules history, the rules walk.
     Ignored(crate::view::ignored::IgnoredError),
+    /// Copying host-tool files into the store (`hosttool`).
+    HostConfig(std::io::Error),
     /// Opening a view's source directory.
     Open(PathBuf, io::Error),
     /// Mounting a view (its mount point).
@@ -1961,6 +1966,7 @@ impl std::fmt::Display for ViewError {
             ViewError::Plan(e) => write!(f, "reading the views: {e}"),
             ViewError::Layout(e) => write!(f, "{e}"),
             ViewError::Ignored(e) => write!(f, "{e}"),
+            ViewError::HostConfig(e) => write!(f, "copying host-tool files into the Domain: {e}"),
             ViewError::Open(p, e) => write!(f, "opening {} for the workspace view: {e}", p.display()),
             ViewError::Serve(p, e) => write!(
                 f,
@@ -1977,7 +1983,7 @@ impl std::error::Error for ViewError {
             ViewError::Plan(e) => Some(e),
             ViewError::Layout(e) => Some(e),
             ViewError::Ignored(e) => Some(e),
-            ViewError::Open(_, e) | ViewError::Serve(_, e) => Some(e),
+            ViewError::HostConfig(e) | ViewError::Open(_, e) | ViewError::Serve(_, e) => Some(e),
         }
     }
 }
@@ -1993,7 +1999,9 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
     crate::sys::raise_nofile();
     set_guest_owner(owner);
     let mut served = Vec::new();
+    let workspace = specs.first().map(|v| v.source.clone());
     for v in specs {
+        let (v, exec) = crate::view::hosttool::prepare_view(v, workspace.as_deref()).map_err(ViewError::HostConfig)?;
         let store = match &v.store {
             Some(dir) => {
                 use ViewError::Ignored;
@@ -2012,14 +2020,17 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
                 .map_err(Ignored)?;
                 crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(Ignored)?;
                 crate::view::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(Ignored)?;
-                Some((dir.as_path(), rules))
+                crate::view::hosttool::seed_store(&v.source, dir, &v.host_config, &rules)
+                    .map_err(ViewError::HostConfig)?;
+                Some((dir.as_path(), rules.with_host_tool(v.host_config.clone())))
             }
             None => None,
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
         let view = View::new(&v.source, store, sentry)
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
-            .with_hooks(v.protect.clone());
+            .with_hooks(v.protect.clone())
+            .with_exec(exec);
         served.push(serve(view, &v.mountpoint).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }
     Ok(served)
@@ -2054,6 +2065,12 @@ impl View {
         self
     }
 
+    /// Git's execution surface, recomputed as its inputs change: read-only.
+    pub fn with_exec(mut self, exec: Option<crate::view::hostexec::Live>) -> View {
+        self.exec = exec;
+        self
+    }
+
     /// Held from the side decision to the creation of an entry named `name`
     /// when it is a `.git` or shape name.
     fn shape_guard(&self, name: &OsStr) -> Option<std::sync::MutexGuard<'_, ()>> {
@@ -2073,7 +2090,8 @@ impl View {
                     // would let another directory take its place).
                     rel.starts_with(h) || (!rel.as_os_str().is_empty() && h.starts_with(rel))
                 })
-                || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a)))
+                || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a))
+                || self.exec.as_ref().is_some_and(|e| e.protects(rel)))
     }
 
     fn host_has(&self, rel: &Path) -> bool {

@@ -53,6 +53,8 @@ impl std::error::Error for IgnoredError {}
 /// A snapshot of the workspace's ignore rules.
 pub struct IgnoreRules {
     root: PathBuf,
+    /// Host-tool paths (`hosttool`): always Domain-side, tracked or not.
+    host_tool: Vec<PathBuf>,
     /// One matcher per directory that has a `.gitignore`, by view path.
     per_dir: std::collections::HashMap<PathBuf, Gitignore>,
     /// `info/exclude` and the global excludes file, rooted at the workspace.
@@ -96,6 +98,7 @@ impl IgnoreRules {
         }
         IgnoreRules {
             root: root.to_path_buf(),
+            host_tool: Vec::new(),
             per_dir,
             exclude: matcher(root, exclude),
             verified: HashSet::new(),
@@ -168,6 +171,7 @@ impl IgnoreRules {
         });
         let mut rules = IgnoreRules {
             root: root.to_path_buf(),
+            host_tool: Vec::new(),
             per_dir: Default::default(),
             exclude,
             verified: HashSet::new(),
@@ -315,6 +319,14 @@ impl IgnoreRules {
         }
     }
 
+    /// Serves the host-tool paths (view paths) Domain-side from now on. Set
+    /// after the load's walk, so the host's files are not added to the
+    /// sticky hidden set (an opt-out in a later generation takes effect).
+    pub fn with_host_tool(mut self, paths: Vec<PathBuf>) -> IgnoreRules {
+        self.host_tool = paths;
+        self
+    }
+
     /// True when the host file with this identity is hidden.
     pub fn is_hidden_id(&self, dev: u64, ino: u64) -> bool {
         self.hidden.contains(&(dev, ino))
@@ -401,6 +413,9 @@ impl IgnoreRules {
         let comps: Vec<Component> = rel.components().collect();
         if comps.iter().any(|c| c.as_os_str() == ".git") {
             return false;
+        }
+        if crate::view::hosttool::covers(&self.host_tool, rel) {
+            return true;
         }
         if !self.opaque.is_empty() {
             let mut d = rel.parent();

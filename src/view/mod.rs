@@ -5,6 +5,8 @@
 pub mod counts;
 pub mod fs;
 pub mod gitshape;
+pub mod hostexec;
+pub mod hosttool;
 pub mod ignored;
 pub mod sentry;
 pub mod watch;

@@ -333,6 +333,7 @@ pub fn plan_views(
         store: ignored_store.map(Path::to_path_buf),
         git_root: false,
         protect: Vec::new(),
+        host_config: Vec::new(),
     }];
     let mut binds = Vec::new();
     if let GitLayout::Linked {
@@ -346,6 +347,7 @@ pub fn plan_views(
             store: None,
             git_root: true,
             protect: Vec::new(),
+            host_config: Vec::new(),
         });
         binds.push(crate::plan::BindMount {
             guest: common.to_string_lossy().into_owned(),
@@ -369,10 +371,12 @@ pub fn prepare_views(
     gen_dir: &Path,
     ignored_store: Option<&Path>,
     owner: u32,
+    host_config: Vec<PathBuf>,
 ) -> Result<ViewPlan, GitError> {
     let layout = discover(workspace)?;
     let mut plan = plan_views(workspace, &layout, gen_dir, ignored_store)?;
     plan.views[0].protect = host_git_protected(workspace)?;
+    plan.views[0].host_config = host_config;
     let io = |p: &Path, e| GitError::Read(p.to_path_buf(), e);
     for v in &plan.views {
         std::fs::create_dir_all(&v.mountpoint).map_err(|e| io(&v.mountpoint, e))?;
@@ -408,6 +412,7 @@ pub fn add_volume_views(gen_dir: &Path, volumes: &[(PathBuf, PathBuf)]) -> Resul
             store: None,
             git_root: false,
             protect: Vec::new(),
+            host_config: Vec::new(),
         });
     }
     let msg = crate::wire::plan::PlanMsg::Views { owner, views };

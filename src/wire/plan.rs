@@ -70,6 +70,9 @@ pub struct ViewSpec {
     /// View paths host Git reads configuration or hooks from (its effective
     /// `core.hooksPath`, config files included from the workspace): read-only.
     pub protect: Vec<PathBuf>,
+    /// View paths of host-tool files (`view::hosttool`): Domain-side with a
+    /// store, read-only without.
+    pub host_config: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,6 +163,10 @@ impl Message for PlanMsg {
                     for p in &v.protect {
                         enc_path(&mut e, p);
                     }
+                    e.u32(v.host_config.len() as u32);
+                    for p in &v.host_config {
+                        enc_path(&mut e, p);
+                    }
                 }
                 e.finish()
             }
@@ -203,12 +210,14 @@ impl Message for PlanMsg {
                     let mountpoint = dec_abs_path(&mut d)?;
                     let store = if d.flag()? { Some(dec_abs_path(&mut d)?) } else { None };
                     let protect = (0..d.count()?).map(|_| dec_path(&mut d)).collect::<Result<_, _>>()?;
+                    let host_config = (0..d.count()?).map(|_| dec_path(&mut d)).collect::<Result<_, _>>()?;
                     views.push(ViewSpec {
                         source,
                         mountpoint,
                         store,
                         git_root,
                         protect,
+                        host_config,
                     });
                 }
                 PlanMsg::Views { owner, views }
@@ -321,6 +330,7 @@ pub(crate) mod tests {
                         store: Some("/d/ignored".into()),
                         git_root: false,
                         protect: vec![".githooks".into(), "conf/x".into()],
+                        host_config: vec![".vscode".into()],
                     },
                     ViewSpec {
                         source: "/home/u/repo/.git".into(),
@@ -328,6 +338,7 @@ pub(crate) mod tests {
                         store: None,
                         git_root: true,
                         protect: vec![],
+                        host_config: vec![],
                     },
                 ],
             },

@@ -22,6 +22,7 @@ mod first_minutes;
 mod foundation;
 mod git;
 mod git_v2;
+mod hostexec;
 mod limits;
 mod net;
 mod net_v2;
