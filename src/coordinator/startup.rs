@@ -350,15 +350,27 @@ impl Coordinator {
     /// RAM: `scratch/overlay` holds runsc's file-backed root overlay
     /// (`plan::with_scratch_overlay`), and `scratch/tmp` is bound at `/tmp`
     /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
-    /// profile already mounts something at `/tmp`. Emptied at every start:
-    /// a crashed generation's leftovers go first.
+    /// profile already mounts something at `/tmp`. Fresh at every start:
+    /// what an earlier generation left (any owner, mode, depth, count) is
+    /// set aside by a rename and deleted by the state helper inside a user
+    /// namespace mapped like the Domain's, never with host rights alone.
+    /// What even that cannot delete stays aside (`lazaret state list`
+    /// shows it) and never stops a start.
     pub(super) fn prepare_scratch(
         &self,
         binds: &[plan::BindMount],
     ) -> Result<Option<plan::BindMount>, CoordinatorError> {
         let dir = self.paths.root.join("scratch");
-        // remove_dir_all never follows symlinks the sandbox left in tmp.
-        let _ = std::fs::remove_dir_all(&dir);
+        crate::storage::statefs::set_aside(&self.paths.root, "scratch")
+            .map_err(|e| CoordinatorError::SetAside(dir.clone(), e))?;
+        match crate::storage::statefs::empty_trash(&self.paths.root) {
+            Ok(left) if left.is_empty() => {}
+            Ok(left) => log::warn!(
+                "leftovers of an earlier session stay set aside ({}): see `lazaret state list`",
+                left.join("; ")
+            ),
+            Err(e) => log::warn!("leftovers of an earlier session stay set aside ({e}): see `lazaret state list`"),
+        }
         paths::ensure_private_dir(&dir.join("overlay"))?;
         if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
             return Ok(None);

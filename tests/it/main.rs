@@ -21,6 +21,7 @@ mod first_minutes;
 mod foundation;
 mod git;
 mod git_v2;
+mod leftovers;
 mod limits;
 mod net;
 mod net_v2;
