@@ -12,6 +12,7 @@ mod harness;
 
 mod agent;
 mod agent_v2;
+mod bounds;
 mod attack_net;
 mod attack_view;
 mod escalation;

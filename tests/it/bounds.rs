@@ -1,0 +1,95 @@
+//! What the sandbox or another local user leaves must not reach past a
+//! Domain's bounds (issue 27): modes on read-write volumes, the mailbox's
+//! bytes, the runtime dir squatted by another user.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::require_env;
+
+/// Puts the test user's `/tmp/lazaret-UID` back when dropped.
+struct Squat {
+    tmp: PathBuf,
+    aside: PathBuf,
+}
+
+impl Drop for Squat {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.tmp);
+        let _ = std::fs::remove_file(&self.tmp);
+        if self.aside.exists() {
+            let _ = std::fs::rename(&self.aside, &self.tmp);
+        }
+    }
+}
+
+/// Acceptance 5: with `/tmp/lazaret-UID` owned by another user (or a
+/// symlink) and no `XDG_RUNTIME_DIR`, `lazaret run` works in a private
+/// runtime dir under the Storage Root and says so once, naming the
+/// squatter; `doctor` reports it as a warning, not a failure.
+#[test]
+fn a_squatted_runtime_dir_falls_back_to_a_private_one() {
+    let env = require_env!();
+    // Exclusive: other tests' Domains live in the runtime dir moved aside.
+    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let tmp = env.runtime_root();
+    let aside = tmp.with_extension("it-aside");
+    let _ = std::fs::remove_dir_all(&aside);
+    if tmp.exists() {
+        std::fs::rename(&tmp, &aside).unwrap();
+    }
+    let _restore = Squat {
+        tmp: tmp.clone(),
+        aside,
+    };
+    let private = env.home.join(".local/share/lazaret/run");
+    for squat in ["dir", "symlink"] {
+        let _ = std::fs::remove_dir_all(&tmp);
+        let _ = std::fs::remove_file(&tmp);
+        if squat == "dir" {
+            std::fs::create_dir(&tmp).unwrap();
+            std::os::unix::fs::chown(&tmp, Some(65534), Some(65534)).unwrap();
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777)).unwrap();
+        } else {
+            std::os::unix::fs::symlink("/root", &tmp).unwrap();
+            std::os::unix::fs::lchown(&tmp, Some(65534), Some(65534)).unwrap();
+        }
+        let ws = env.dir("squat");
+        let r = env.lz(&ws, &["run", "--", "echo", "ran"]).run();
+        assert_eq!(r.code, 0, "{squat}: {r:?}");
+        assert_eq!(r.stdout, "ran\n", "{r:?}");
+        let warning: Vec<&str> = r.stderr.lines().filter(|l| l.contains("runtime dir")).collect();
+        assert_eq!(warning.len(), 1, "one warning: {r:?}");
+        assert!(
+            warning[0].contains("uid 65534") && warning[0].contains(&private.display().to_string()),
+            "names the squatter and the place: {r:?}"
+        );
+        assert_eq!(owner(&private), env.uid);
+        assert_eq!(std::fs::metadata(&private).unwrap().mode() & 0o077, 0, "private");
+        // Nothing landed in the squatted place.
+        if squat == "dir" {
+            assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
+        }
+        let d = env.lz(&ws, &["doctor"]).run();
+        let line = d
+            .stdout
+            .lines()
+            .chain(d.stderr.lines())
+            .find(|l| l.contains("xdg-runtime-dir"))
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            line.contains(&private.display().to_string()) && !line.starts_with("FAIL"),
+            "doctor reports the fallback: {d:?}"
+        );
+        // The Domain stops; ps (which reads the same place) sees it go.
+        let id = env.domain_id("default", &ws);
+        assert!(eventually(Duration::from_secs(20), || !env
+            .lz(&ws, &["ps", "--json"])
+            .run()
+            .stdout
+            .contains(&id)));
+    }
+}
