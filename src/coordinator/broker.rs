@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,8 +37,13 @@ const SCAN_MAX: usize = 256;
 const JUNK_MAX: usize = 1024;
 /// A `.tmp-*` file older than this is abandoned and removed. Generous: a
 /// writer inside a loaded sandbox can be slow, and a young one costs only a
-/// `stat` per scan, never a place in it.
+/// `stat` per scan, never a place in it. Bytes are bounded apart from
+/// age: a file over the record limit goes on sight, and so do the largest
+/// young ones while `requests/` holds more than [`REQUESTS_MAX_BYTES`].
 const TMP_GRACE: Duration = Duration::from_secs(120);
+/// Most bytes `requests/` may hold (a few hundred full-size records):
+/// the runtime dir is often a small RAM-backed tmpfs.
+pub const REQUESTS_MAX_BYTES: u64 = 256 * escalation::MAX_REQUEST_BYTES as u64;
 
 /// Host-command lifecycle, for the coordinator's durable record.
 #[derive(Debug)]
@@ -252,11 +257,18 @@ impl Broker {
         let mut junk: Vec<(PathBuf, bool)> = Vec::new();
         let mut bad_named: Vec<(String, &'static str)> = Vec::new();
         let now = std::time::SystemTime::now();
+        // Bytes of the regular files seen, and the young temporary ones.
+        let mut total: u64 = 0;
+        let mut young_tmps: Vec<(u64, PathBuf)> = Vec::new();
         for e in rd.flatten() {
             let name = e.file_name();
             let Ok(ft) = e.file_type() else { continue };
             let name_ok = name.to_str().is_some_and(well_formed_name);
-            if name_ok && ft.is_file() {
+            let md = if ft.is_file() { e.metadata().ok() } else { None };
+            let bytes = md.as_ref().map_or(0, |m| m.len().max(m.blocks() * 512));
+            total = total.saturating_add(bytes);
+            let oversized = bytes > escalation::MAX_REQUEST_BYTES as u64;
+            if name_ok && ft.is_file() && !oversized {
                 names.push(name.to_string_lossy().into_owned());
                 continue;
             }
@@ -264,15 +276,15 @@ impl Broker {
                 continue; // the next scan removes the rest
             }
             let is_tmp = name.as_encoded_bytes().starts_with(b".tmp-");
-            if is_tmp && ft.is_file() {
+            if is_tmp && ft.is_file() && !oversized {
                 // Being written; its rename brings it back. Abandoned ones go.
-                let young = e
-                    .metadata()
-                    .ok()
+                let young = md
+                    .as_ref()
                     .and_then(|m| m.modified().ok())
                     .and_then(|t| now.duration_since(t).ok())
                     .is_none_or(|age| age < TMP_GRACE);
                 if young {
+                    young_tmps.push((bytes, e.path()));
                     continue;
                 }
             }
@@ -287,6 +299,13 @@ impl Broker {
                 ));
             }
             junk.push((e.path(), ft.is_dir()));
+        }
+        // Over the byte cap: the largest young temporary files go too.
+        young_tmps.sort();
+        while total > REQUESTS_MAX_BYTES {
+            let Some((bytes, p)) = young_tmps.pop() else { break };
+            total -= bytes;
+            junk.push((p, false));
         }
         names.sort();
         // Requests past SCAN_MAX are left for the next scan, which runs at once.
@@ -340,6 +359,9 @@ impl Broker {
                         std::fs::remove_dir_all(p)
                     })
                 } else {
+                    // Emptied first: a writer holding it open keeps an
+                    // unlinked file's bytes until it closes.
+                    let _ = sys::truncate_nofollow(p);
                     std::fs::remove_file(p)
                 };
                 // What cannot be removed (a tree the sandbox made unreadable)

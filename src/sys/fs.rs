@@ -24,6 +24,20 @@ pub fn open_nofollow(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Empties the regular file at `path` without following a symlink or
+/// blocking on a FIFO, so its bytes are freed even while a writer still
+/// holds it open (an unlink alone keeps them until the writer closes).
+pub fn truncate_nofollow(path: &Path) -> io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    f.set_len(0)
+}
+
 /// chmod without following a symlink in the last component (it fails on a
 /// symlink instead).
 pub fn chmod_nofollow(path: &Path, mode: u32) -> io::Result<()> {
