@@ -150,12 +150,17 @@ impl Coordinator {
         crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
         let mut volume_views = Vec::new();
         for mut b in crate::plan::guest::volume_binds(&self.profile.volumes) {
-            // A profile `user` sees its volumes through views that show the
-            // developer's files as its own: a directory volume through a
-            // view of it; a file volume through a view of the file's
-            // directory, of which the sandbox is given that one file (a
-            // file bind: no path inside leads to its siblings).
-            if self.profile.user.is_some() {
+            // Every read-write volume, and every volume of a profile
+            // `user`, is served through a view: the view strips setuid,
+            // setgid on files and world-write from what the sandbox sets
+            // on host files (a plain rw bind would hand the host a setuid
+            // file of the developer's) and shows the developer's files as
+            // the guest user's own. A directory volume through a view of
+            // it; a file volume through a view of the file's directory, of
+            // which the sandbox is given that one file (a file bind: no
+            // path inside leads to its siblings). Read-only volumes of a
+            // profile without `user` stay plain read-only binds.
+            if self.profile.user.is_some() || !b.read_only {
                 let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
                 if b.host.is_dir() {
                     volume_views.push((b.host.clone(), mnt.clone()));

@@ -165,3 +165,62 @@ n=$(ls -A $q | wc -l); echo "left=$n"
     assert!(left * 60000 <= cap + 64 * 1024, "{left} files of 60000 bytes stayed: {r:?}");
     eprintln!("requests/ peaked at {max} bytes (cap {cap}); {left} small files stayed");
 }
+
+/// Acceptance 2: on a read-write volume, `chmod 4777`, `2777` and `0666`
+/// leave host modes without setuid, setgid or world-write, for a profile
+/// without `user` (a plain bind before) and with one (as that user and as
+/// `--root`); a 0600 host file stays 0600 after the sandbox reads and
+/// writes it. The setuid copy of a shell is the attack's marker.
+#[test]
+fn read_write_volumes_never_pass_setuid_or_world_write_to_the_host() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let script = |dir: &str| {
+        format!(
+            "set -e; v={dir}; cat $v/secret; echo more >> $v/secret; \
+             cp /bin/dash $v/sh; chmod 4777 $v/sh; touch $v/sg $v/ww; chmod 2777 $v/sg; chmod 0666 $v/ww; \
+             mkdir $v/d; chmod 2777 $v/d; chmod 6755 $v/secret 2>/dev/null || true; chmod 0600 $v/secret; \
+             stat -c '%n %a' $v/sh $v/sg $v/ww; echo done"
+        )
+    };
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("[profiles.default]\nvolumes = [\"@V@:/root/vol\"]\n", "/root/vol", &["run"]),
+        ("[profiles.u]\nuser = \"dev\"\nvolumes = [\"@V@:/home/dev/vol\"]\n", "/home/dev/vol", &["run", "--profile", "u"]),
+        (
+            "[profiles.u]\nuser = \"dev\"\nvolumes = [\"@V@:/home/dev/vol\"]\n",
+            "/home/dev/vol",
+            &["run", "--profile", "u", "--root"],
+        ),
+    ];
+    for (config, guest, args) in cases {
+        let base = env.dir("volmode");
+        let (ws, vol) = (base.join("ws"), base.join("vol"));
+        for d in [&ws, &vol] {
+            std::fs::create_dir(d).unwrap();
+            env.chown(d);
+        }
+        let secret = vol.join("secret");
+        env.write(&secret, "host secret\n");
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let cfg = env.write_config(&base, &config.replace("@V@", &vol.display().to_string()));
+        let s = script(guest);
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--", "sh", "-c", &s]);
+        let r = env.lz(&ws, &a).config_home(&cfg).run();
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        assert!(r.stdout.contains("host secret\n") && r.stdout.contains("done\n"), "{r:?}");
+        for name in ["sh", "sg", "ww", "d", "secret"] {
+            let md = std::fs::symlink_metadata(vol.join(name)).unwrap();
+            let mode = md.mode() & 0o7777;
+            assert_eq!(mode & 0o4000, 0, "{args:?}: {name} is setuid on the host ({mode:o})");
+            if !md.is_dir() {
+                assert_eq!(mode & 0o2000, 0, "{args:?}: {name} is setgid on the host ({mode:o})");
+            }
+            assert_eq!(mode & 0o002, 0, "{args:?}: {name} is world-writable on the host ({mode:o})");
+            assert_eq!(md.uid(), env.uid, "{args:?}: {name} is the developer's");
+        }
+        let mode = std::fs::metadata(&secret).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o600, "{args:?}: the 0600 file stays 0600");
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret\nmore\n");
+    }
+}
