@@ -41,9 +41,7 @@ const JUNK_MAX: usize = 1024;
 /// age: a file over the record limit goes on sight, and so do the largest
 /// young ones while `requests/` holds more than [`REQUESTS_MAX_BYTES`].
 const TMP_GRACE: Duration = Duration::from_secs(120);
-/// Most bytes `requests/` may hold (a few hundred full-size records):
-/// the runtime dir is often a small RAM-backed tmpfs.
-pub const REQUESTS_MAX_BYTES: u64 = 256 * escalation::MAX_REQUEST_BYTES as u64;
+use escalation::REQUESTS_MAX_BYTES;
 
 /// Host-command lifecycle, for the coordinator's durable record.
 #[derive(Debug)]
@@ -221,6 +219,20 @@ impl Broker {
     pub fn requests_dir(&self) -> &Path {
         &self.requests
     }
+
+    /// From now on reads `requests/` through the supervisor's mount
+    /// namespace (`/proc/PID/root`), where the supervisor mounted a tmpfs
+    /// of [`REQUESTS_MAX_BYTES`] over it before runsc started: what the
+    /// sandbox writes there (even to a file it keeps open after the broker
+    /// deleted it) is bounded by the kernel, and it is gone with the
+    /// namespace.
+    pub fn attach(&mut self, supervisor_pid: i32) -> io::Result<()> {
+        let rel = self.requests.strip_prefix("/").unwrap_or(&self.requests);
+        let p = PathBuf::from(format!("/proc/{supervisor_pid}/root")).join(rel);
+        self.inotify = sys::inotify_dir(&p)?;
+        self.requests = p;
+        Ok(())
+    }
     pub fn results_dir(&self) -> &Path {
         &self.results
     }
@@ -268,7 +280,9 @@ impl Broker {
             let bytes = md.as_ref().map_or(0, |m| m.len().max(m.blocks() * 512));
             total = total.saturating_add(bytes);
             let oversized = bytes > escalation::MAX_REQUEST_BYTES as u64;
-            if name_ok && ft.is_file() && !oversized {
+            // An oversized record is read no further than its size and
+            // rejected (audited) like any bad record.
+            if name_ok && ft.is_file() {
                 names.push(name.to_string_lossy().into_owned());
                 continue;
             }
@@ -350,14 +364,13 @@ impl Broker {
         if !junk.is_empty() {
             let mut progress = false;
             for (p, dir) in &junk {
-                // remove_dir_all never follows symlinks inside the tree. A
-                // directory the sandbox made unwritable (we own it on the
-                // host) is opened up first, never through a symlink.
+                // Never through a symlink; directories of ours the sandbox
+                // closed (mode 0000 at any level) are opened up on the way.
                 let removed = if *dir {
-                    std::fs::remove_dir_all(p).or_else(|_| {
-                        sys::chmod_nofollow(p, 0o700)?;
-                        std::fs::remove_dir_all(p)
-                    })
+                    match (p.parent(), p.file_name()) {
+                        (Some(d), Some(n)) => sys::remove_tree_nofollow(d, n),
+                        _ => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+                    }
                 } else {
                     // Emptied first: a writer holding it open keeps an
                     // unlinked file's bytes until it closes.
@@ -1046,5 +1059,31 @@ mod intake_tests {
         assert_eq!(audit.matches("rejected").count(), 5, "{audit}");
         // INVARIANT: no result for a record that failed verification.
         assert_eq!(f.results(), 0);
+    }
+
+    #[test]
+    fn young_temporaries_are_bounded_by_bytes_not_only_by_age() {
+        let mut f = fixture("bytes");
+        // Over the record limit: gone on sight, young as it is.
+        f.put(".tmp-big", &vec![0u8; escalation::MAX_REQUEST_BYTES + 1]);
+        // Young and small: a writer's file in progress, kept.
+        f.put(".tmp-small", b"partial");
+        assert!(f.scan().is_empty());
+        assert_eq!(f.left(), vec![".tmp-small".to_string()]);
+        // Young files under the limit that add up to more than the cap: the
+        // largest go until what is left is under it.
+        let n = (REQUESTS_MAX_BYTES / escalation::MAX_REQUEST_BYTES as u64) as usize + 8;
+        for i in 0..n {
+            f.put(&format!(".tmp-{i}"), &vec![1u8; escalation::MAX_REQUEST_BYTES - i]);
+        }
+        assert!(f.scan().is_empty());
+        let total: u64 = f
+            .left()
+            .iter()
+            .map(|n| std::fs::metadata(f.broker.requests_dir().join(n)).unwrap().len())
+            .sum();
+        assert!(total <= REQUESTS_MAX_BYTES, "{total}");
+        assert!(f.left().contains(&".tmp-small".to_string()), "the smallest stays");
+        assert!(f.left().len() < n, "some went");
     }
 }

@@ -240,6 +240,11 @@ impl Coordinator {
         std::fs::write(&bundle_config, plan::sandbox_config(&plan))
             .map_err(|e| CoordinatorError::WriteBundle(bundle_config, e))?;
         self.start_supervisor()?;
+        if let (Some(b), Some(sup)) = (self.broker.as_mut(), self.sup.as_ref()) {
+            let requests = b.requests_dir().to_path_buf();
+            b.attach(sup.child.id() as i32)
+                .map_err(|e| CoordinatorError::Mailbox(requests, e))?;
+        }
         report.progress("probing the network");
         self.verify_network()?;
         self.setup_user()?;
@@ -287,6 +292,12 @@ impl Coordinator {
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
             .args(self.meminfo_args())
+            .args(self.broker.iter().flat_map(|b| {
+                [
+                    std::ffi::OsString::from("--mailbox-requests"),
+                    b.requests_dir().as_os_str().to_owned(),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());

@@ -103,7 +103,10 @@ pub fn squatter(dir: &Path) -> Option<(u32, String)> {
     if md.file_type().is_dir() && md.uid() == uid {
         return None;
     }
-    Some((md.uid(), sys::hostenv::user_name(md.uid()).unwrap_or_else(|| "?".into())))
+    Some((
+        md.uid(),
+        sys::hostenv::user_name(md.uid()).unwrap_or_else(|| "?".into()),
+    ))
 }
 
 /// The one warning of a squatted `/tmp/lazaret-UID`.
@@ -289,6 +292,30 @@ mod tests {
         let p = std::env::temp_dir().join(format!("lazaret-paths-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         p
+    }
+
+    /// A runtime dir is squatted unless it is absent or a real directory
+    /// of ours; a symlink (even to a directory of ours) is squatted.
+    #[test]
+    fn squatting_is_decided_by_lstat() {
+        let base = scratch("squat");
+        std::fs::create_dir_all(&base).unwrap();
+        assert_eq!(squatter(&base.join("absent")), None);
+        let own = base.join("own");
+        std::fs::create_dir(&own).unwrap();
+        assert_eq!(squatter(&own), None);
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&own, &link).unwrap();
+        assert_eq!(squatter(&link).map(|o| o.0), Some(sys::getuid()));
+        let file = base.join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(squatter(&file).is_some());
+        let s = squat_sentence(Path::new("/tmp/lazaret-1"), &(7, "mal\x1b".into()), Path::new("/h/run"));
+        assert!(
+            s.contains("uid 7") && s.contains("/h/run") && !s.contains('\u{1b}'),
+            "{s}"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// Only a Domain runtime dir holding nothing but an empty `runsc/` is

@@ -565,12 +565,7 @@ fn list(json: bool) -> Result<i32> {
                 Json::Arr(
                     aside
                         .iter()
-                        .map(|t| {
-                            Json::Obj(vec![
-                                ("name", Json::s(t)),
-                                ("bytes", Json::Num(size_of(t) as i64)),
-                            ])
-                        })
+                        .map(|t| Json::Obj(vec![("name", Json::s(t)), ("bytes", Json::Num(size_of(t) as i64))]))
                         .collect(),
                 ),
             ),

@@ -147,7 +147,18 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
         // A session running, its coordinator killed.
         let id = env.domain_id(profile, &ws);
         let mut keeper = env
-            .lz(&ws, &["run", "--profile", profile, "--", "sh", "-c", &format!("{AGENT_TMP}; sleep 300")])
+            .lz(
+                &ws,
+                &[
+                    "run",
+                    "--profile",
+                    profile,
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("{AGENT_TMP}; sleep 300"),
+                ],
+            )
             .config_home(&cfg)
             .spawn();
         let hc = {
@@ -176,7 +187,10 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
         let r = run(&format!("ls -A /tmp; {AGENT_TMP}"));
         assert_eq!(r.code, 0, "{profile} after kill -9: {r:?}");
         assert_eq!(r.stdout, "left\n", "{profile} after kill -9: {r:?}");
-        let r = env.lz(&ws, &["rm", "--yes", "--profile", profile]).config_home(&cfg).run();
+        let r = env
+            .lz(&ws, &["rm", "--yes", "--profile", profile])
+            .config_home(&cfg)
+            .run();
         assert_eq!(r.code, 0, "{profile}: {r:?}");
         assert!(!domain_root(env, &id).exists(), "{profile}: rm left the Domain Root");
     }

@@ -12,9 +12,9 @@ mod harness;
 
 mod agent;
 mod agent_v2;
-mod bounds;
 mod attack_net;
 mod attack_view;
+mod bounds;
 mod escalation;
 mod escalation_v2;
 mod faults;
