@@ -118,10 +118,34 @@ const AGENT_TMP: &str = "set -e; mkdir -m 700 /tmp/claude-1000 /tmp/codex-daemon
     [ \"$(id -u)\" = 0 ] && chown -R 1000:1000 /tmp/claude-1000 /tmp/codex-daemon-1000; \
     chmod 700 /tmp/claude-1000 /tmp/codex-daemon-1000; echo left";
 
-/// Issue 29, acceptance 1: both documented agent profiles (`dev`, and the
-/// `user = "dev"` agent shape) start three times in a row, each session
-/// leaving what Claude Code and Codex leave in /tmp, then again after a
-/// `kill -9` of the coordinator; `rm` then removes everything.
+/// The `claude` and `codex` profiles exactly as docs/agents.md documents
+/// them, their volumes' host side moved to `dir` (and their `ports` left
+/// out: other tests may hold port 3000), on the fixture's `dev` recipe.
+fn documented_agent_config(env: &Env, dir: &Path) -> String {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/agents.md")).unwrap();
+    let start = doc.find("[profiles.claude]").expect("docs/agents.md documents [profiles.claude]");
+    let end = start + doc[start..].find("[images.aider]").expect("[images.aider] follows codex");
+    let mut text = crate::agent_v2::fixture_text();
+    for line in doc[start..end].lines() {
+        if line.starts_with("ports") {
+            continue;
+        }
+        text.push_str(&line.replace("/home/me/", &format!("{}/", dir.display())));
+        text.push('\n');
+    }
+    for d in [".claude", ".codex"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+        env.chown(&dir.join(d));
+    }
+    assert!(text.contains("[profiles.codex]") && text.contains("user = \"dev\""), "{text}");
+    text
+}
+
+/// Issue 29, acceptance 1: both documented agent profiles (`claude` and
+/// `codex` of docs/agents.md, `user = "dev"` on the `dev` image) start
+/// three times in a row, each session leaving what Claude Code and Codex
+/// leave in /tmp, then again after a `kill -9` of the coordinator; `rm`
+/// then removes everything. The fixture's root profile `dev` too.
 #[test]
 fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
     let env = require_env!();
@@ -129,8 +153,10 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
     if !crate::agent_v2::dev_image_built(env) {
         return;
     }
-    for profile in ["dev", "standin"] {
-        let (ws, _creds, cfg) = crate::agent_v2::fixture(env, &format!("again-{profile}"));
+    for profile in ["claude", "codex", "dev"] {
+        let (ws, creds, cfg) = crate::agent_v2::fixture(env, &format!("again-{profile}"));
+        let text = documented_agent_config(env, &creds).replace("@CREDS@", &creds.display().to_string());
+        env.write(&cfg.join("lazaret/config.toml"), &text);
         let run = |script: &str| {
             env.lz(&ws, &["run", "--profile", profile, "--", "sh", "-c", script])
                 .config_home(&cfg)
