@@ -123,8 +123,13 @@ const AGENT_TMP: &str = "set -e; mkdir -m 700 /tmp/claude-1000 /tmp/codex-daemon
 /// out: other tests may hold port 3000), on the fixture's `dev` recipe.
 fn documented_agent_config(env: &Env, dir: &Path) -> String {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/agents.md")).unwrap();
-    let start = doc.find("[profiles.claude]").expect("docs/agents.md documents [profiles.claude]");
-    let end = start + doc[start..].find("[images.aider]").expect("[images.aider] follows codex");
+    let start = doc
+        .find("[profiles.claude]")
+        .expect("docs/agents.md documents [profiles.claude]");
+    let end = start
+        + doc[start..]
+            .find("[images.aider]")
+            .expect("[images.aider] follows codex");
     let mut text = crate::agent_v2::fixture_text();
     for line in doc[start..end].lines() {
         if line.starts_with("ports") {
@@ -137,7 +142,10 @@ fn documented_agent_config(env: &Env, dir: &Path) -> String {
         std::fs::create_dir_all(dir.join(d)).unwrap();
         env.chown(&dir.join(d));
     }
-    assert!(text.contains("[profiles.codex]") && text.contains("user = \"dev\""), "{text}");
+    assert!(
+        text.contains("[profiles.codex]") && text.contains("user = \"dev\""),
+        "{text}"
+    );
     text
 }
 
