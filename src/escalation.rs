@@ -6,6 +6,10 @@
 
 /// Largest request record accepted from the sandbox.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Most bytes the mailbox's `requests/` holds (256 full-size records):
+/// the supervisor mounts it as a tmpfs of this size, and the broker keeps
+/// it below this by deleting what is over the record limit or the cap.
+pub const REQUESTS_MAX_BYTES: u64 = 256 * MAX_REQUEST_BYTES as u64;
 /// Largest result record the client accepts.
 pub const MAX_RESULT_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_ARGS: usize = 256;

@@ -1070,6 +1070,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
         scratch: args.opt_value_from_str("--scratch")?,
         meminfo: args.opt_value_from_str("--meminfo")?,
+        mailbox_requests: args.opt_value_from_str("--mailbox-requests")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

@@ -930,17 +930,36 @@ fn check_xdg_runtime_dir(t: &Target) -> Check {
                         ),
                         format!("chmod 0700 {fallback}"),
                     ),
-                    Some(p) => Check::fail(
-                        NAME,
-                        format!(
-                            "XDG_RUNTIME_DIR is unset and the fallback {fallback} {}",
-                            p.describe(t.uid)
+                    // Squatted (another user's, or not a directory):
+                    // lazaret uses its private fallback instead.
+                    Some(p) => match crate::storage::paths::private_runtime_root() {
+                        Some(private) => Check::warning(
+                            NAME,
+                            format!(
+                                "XDG_RUNTIME_DIR is unset and {fallback} {}{}: lazaret uses {} instead",
+                                p.describe(t.uid),
+                                crate::sys::hostenv::user_name(m.uid())
+                                    .map(|n| format!(" ({})", crate::display::escape(&n)))
+                                    .unwrap_or_default(),
+                                private.display()
+                            ),
+                            format!(
+                                "nothing needed; to use /tmp again: sudo rm -rf {fallback} (someone else \
+                                 created it), or set XDG_RUNTIME_DIR to a directory you own"
+                            ),
                         ),
-                        format!(
-                            "sudo rm -rf {fallback} (someone else created it), or set \
-                             XDG_RUNTIME_DIR to a directory you own"
+                        None => Check::fail(
+                            NAME,
+                            format!(
+                                "XDG_RUNTIME_DIR is unset and the fallback {fallback} {}",
+                                p.describe(t.uid)
+                            ),
+                            format!(
+                                "sudo rm -rf {fallback} (someone else created it), or set \
+                                 XDG_RUNTIME_DIR to a directory you own"
+                            ),
                         ),
-                    ),
+                    },
                 },
                 Err(_) => Check::pass(
                     NAME,

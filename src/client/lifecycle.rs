@@ -622,6 +622,23 @@ const STORE_FILES: &[&str] = &[
     "store.sqlite-journal",
 ];
 
+/// Directories of the Domain Root other than the anchor: the ignored
+/// state, scratch and whatever else is there. The sandbox may have shaped
+/// what is inside them, so only the state helper deletes them.
+fn sandbox_shaped_dirs(root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != crate::storage::anchor::ANCHOR_DIR)
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Result<i32, StateError> {
     // Refuses a running Domain (published or locked by a coordinator).
     let lock = state::lock_for_maintenance(dp, id)?;
@@ -693,31 +710,22 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     if !yes && !crate::storage::state::confirm("removing", "remove", "not removed")? {
         return Ok(1);
     }
-    // 1. Uppers and ignored state become trash in anchor/ (renames within
-    //    the Domain Root), then the state helper deletes them inside a user
-    //    namespace, where files of any subordinate id can be removed.
+    // 1. Uppers, ignored state, scratch and any other directory become
+    //    trash in anchor/ (renames within the Domain Root), then the state
+    //    helper deletes them inside a user namespace, where files of any
+    //    subordinate id, mode and depth can be removed.
     let anchor = crate::storage::anchor::anchor_dir(&dp.root);
     let nonce = domain::random_id(4);
     let fail = |what: &str, e: io::Error| StateError::Failed(format!("{what}: {e}"));
-    if !keys.is_empty() || has_ignored {
-        paths::ensure_private_dir(&anchor).map_err(|e| StateError::Failed(e.to_string()))?;
-    }
+    paths::ensure_private_dir(&anchor).map_err(|e| StateError::Failed(e.to_string()))?;
     for k in &keys {
         let to = anchor.join(format!("{}{k}-{nonce}", crate::storage::anchor::TRASH_PREFIX));
         std::fs::rename(anchor.join(k), to).map_err(|e| fail(k, e))?;
     }
-    if has_ignored {
-        let to = anchor.join(format!("{}ignored-{nonce}", crate::storage::anchor::TRASH_PREFIX));
-        std::fs::rename(&ignored, to).map_err(|e| fail("ignored", e))?;
+    for name in sandbox_shaped_dirs(&dp.root) {
+        statefs::set_aside(&dp.root, &name).map_err(|e| fail(&name, e))?;
     }
-    let trash = state::trash_on_disk(&dp.root);
-    let ops: Vec<Op> = trash.iter().map(|t| Op::Remove { name: t.clone() }).collect();
-    let r = statefs::run_helper(&dp.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
-    let left: Vec<String> = r
-        .removed
-        .into_iter()
-        .filter_map(|(n, res)| res.err().map(|e| format!("{n}: {e}")))
-        .collect();
+    let left = statefs::empty_trash(&dp.root).map_err(|e| StateError::Failed(e.to_string()))?;
     if !left.is_empty() {
         return Err(StateError::Failed(format!(
             "could not delete all persistent state ({}); the Domain stays listed: retry `lazaret rm`",

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,11 +37,14 @@ const SCAN_MAX: usize = 256;
 const JUNK_MAX: usize = 1024;
 /// A `.tmp-*` file older than this is abandoned and removed. Generous: a
 /// writer inside a loaded sandbox can be slow, and a young one costs only a
-/// `stat` per scan, never a place in it.
+/// `stat` per scan, never a place in it. Bytes are bounded apart from
+/// age: a file over the record limit goes on sight, and so do the largest
+/// young ones while `requests/` holds more than [`REQUESTS_MAX_BYTES`].
 const TMP_GRACE: Duration = Duration::from_secs(120);
 /// Most requests waiting for the developer at once (each holds its
 /// directory open): more are refused, so a flood cannot exhaust fds.
 const MAX_WAITING: usize = 1024;
+use escalation::REQUESTS_MAX_BYTES;
 
 /// Host-command lifecycle, for the coordinator's durable record.
 #[derive(Debug)]
@@ -235,6 +238,20 @@ impl Broker {
     pub fn requests_dir(&self) -> &Path {
         &self.requests
     }
+
+    /// From now on reads `requests/` through the supervisor's mount
+    /// namespace (`/proc/PID/root`), where the supervisor mounted a tmpfs
+    /// of [`REQUESTS_MAX_BYTES`] over it before runsc started: what the
+    /// sandbox writes there (even to a file it keeps open after the broker
+    /// deleted it) is bounded by the kernel, and it is gone with the
+    /// namespace.
+    pub fn attach(&mut self, supervisor_pid: i32) -> io::Result<()> {
+        let rel = self.requests.strip_prefix("/").unwrap_or(&self.requests);
+        let p = PathBuf::from(format!("/proc/{supervisor_pid}/root")).join(rel);
+        self.inotify = sys::inotify_dir(&p)?;
+        self.requests = p;
+        Ok(())
+    }
     pub fn results_dir(&self) -> &Path {
         &self.results
     }
@@ -301,10 +318,19 @@ impl Broker {
         let mut junk: Vec<(PathBuf, bool)> = Vec::new();
         let mut bad_named: Vec<(String, &'static str)> = Vec::new();
         let now = std::time::SystemTime::now();
+        // Bytes of the regular files seen, and the young temporary ones.
+        let mut total: u64 = 0;
+        let mut young_tmps: Vec<(u64, PathBuf)> = Vec::new();
         for e in rd.flatten() {
             let name = e.file_name();
             let Ok(ft) = e.file_type() else { continue };
             let name_ok = name.to_str().is_some_and(well_formed_name);
+            let md = if ft.is_file() { e.metadata().ok() } else { None };
+            let bytes = md.as_ref().map_or(0, |m| m.len().max(m.blocks() * 512));
+            total = total.saturating_add(bytes);
+            let oversized = bytes > escalation::MAX_REQUEST_BYTES as u64;
+            // An oversized record is read no further than its size and
+            // rejected (audited) like any bad record.
             if name_ok && ft.is_file() {
                 names.push(name.to_string_lossy().into_owned());
                 continue;
@@ -313,15 +339,15 @@ impl Broker {
                 continue; // the next scan removes the rest
             }
             let is_tmp = name.as_encoded_bytes().starts_with(b".tmp-");
-            if is_tmp && ft.is_file() {
+            if is_tmp && ft.is_file() && !oversized {
                 // Being written; its rename brings it back. Abandoned ones go.
-                let young = e
-                    .metadata()
-                    .ok()
+                let young = md
+                    .as_ref()
                     .and_then(|m| m.modified().ok())
                     .and_then(|t| now.duration_since(t).ok())
                     .is_none_or(|age| age < TMP_GRACE);
                 if young {
+                    young_tmps.push((bytes, e.path()));
                     continue;
                 }
             }
@@ -336,6 +362,13 @@ impl Broker {
                 ));
             }
             junk.push((e.path(), ft.is_dir()));
+        }
+        // Over the byte cap: the largest young temporary files go too.
+        young_tmps.sort();
+        while total > REQUESTS_MAX_BYTES {
+            let Some((bytes, p)) = young_tmps.pop() else { break };
+            total -= bytes;
+            junk.push((p, false));
         }
         names.sort();
         // Requests past SCAN_MAX are left for the next scan, which runs at once.
@@ -401,15 +434,17 @@ impl Broker {
         if !junk.is_empty() {
             let mut progress = false;
             for (p, dir) in &junk {
-                // remove_dir_all never follows symlinks inside the tree. A
-                // directory the sandbox made unwritable (we own it on the
-                // host) is opened up first, never through a symlink.
+                // Never through a symlink; directories of ours the sandbox
+                // closed (mode 0000 at any level) are opened up on the way.
                 let removed = if *dir {
-                    std::fs::remove_dir_all(p).or_else(|_| {
-                        sys::chmod_nofollow(p, 0o700)?;
-                        std::fs::remove_dir_all(p)
-                    })
+                    match (p.parent(), p.file_name()) {
+                        (Some(d), Some(n)) => sys::remove_tree_nofollow(d, n),
+                        _ => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+                    }
                 } else {
+                    // Emptied first: a writer holding it open keeps an
+                    // unlinked file's bytes until it closes.
+                    let _ = sys::truncate_nofollow(p);
                     std::fs::remove_file(p)
                 };
                 // What cannot be removed (a tree the sandbox made unreadable)
@@ -1125,5 +1160,31 @@ mod intake_tests {
         assert_eq!(audit.matches("rejected").count(), 5, "{audit}");
         // INVARIANT: no result for a record that failed verification.
         assert_eq!(f.results(), 0);
+    }
+
+    #[test]
+    fn young_temporaries_are_bounded_by_bytes_not_only_by_age() {
+        let mut f = fixture("bytes");
+        // Over the record limit: gone on sight, young as it is.
+        f.put(".tmp-big", &vec![0u8; escalation::MAX_REQUEST_BYTES + 1]);
+        // Young and small: a writer's file in progress, kept.
+        f.put(".tmp-small", b"partial");
+        assert!(f.scan().is_empty());
+        assert_eq!(f.left(), vec![".tmp-small".to_string()]);
+        // Young files under the limit that add up to more than the cap: the
+        // largest go until what is left is under it.
+        let n = (REQUESTS_MAX_BYTES / escalation::MAX_REQUEST_BYTES as u64) as usize + 8;
+        for i in 0..n {
+            f.put(&format!(".tmp-{i}"), &vec![1u8; escalation::MAX_REQUEST_BYTES - i]);
+        }
+        assert!(f.scan().is_empty());
+        let total: u64 = f
+            .left()
+            .iter()
+            .map(|n| std::fs::metadata(f.broker.requests_dir().join(n)).unwrap().len())
+            .sum();
+        assert!(total <= REQUESTS_MAX_BYTES, "{total}");
+        assert!(f.left().contains(&".tmp-small".to_string()), "the smallest stays");
+        assert!(f.left().len() < n, "some went");
     }
 }

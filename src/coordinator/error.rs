@@ -70,6 +70,8 @@ pub enum CoordinatorError {
     Mailbox(PathBuf, io::Error),
     /// Planning the workspace and volume views.
     Views(GitError),
+    /// Setting the last generation's `scratch` aside (the rename).
+    SetAside(PathBuf, io::Error),
     /// Creating `scratch/tmp`, or giving it /tmp's mode.
     ScratchTmp(PathBuf, io::Error),
     ScratchMode(PathBuf, io::Error),
@@ -139,6 +141,7 @@ impl fmt::Display for CoordinatorError {
             TrustAnchor(e) => write!(f, "trust anchor: {e}"),
             Mailbox(p, e) => write!(f, "{}: {e}", p.display()),
             Views(e) => write!(f, "{e}"),
+            SetAside(p, e) => write!(f, "setting {} aside: {e}", p.display()),
             ScratchTmp(_, e) => write!(f, "creating scratch/tmp: {e}"),
             ScratchMode(_, e) => write!(f, "chmod scratch/tmp: {e}"),
             WriteBundle(_, e) => write!(f, "writing config.json: {e}"),
@@ -173,6 +176,7 @@ impl CoordinatorError {
             | RunscRoot(p, _)
             | Missing(p)
             | Mailbox(p, _)
+            | SetAside(p, _)
             | ScratchTmp(p, _)
             | ScratchMode(p, _)
             | WriteBundle(p, _)
@@ -208,6 +212,7 @@ impl std::error::Error for CoordinatorError {
             GenDir(_, e)
             | RunscRoot(_, e)
             | Mailbox(_, e)
+            | SetAside(_, e)
             | ScratchTmp(_, e)
             | ScratchMode(_, e)
             | WriteBundle(_, e)

@@ -150,12 +150,17 @@ impl Coordinator {
         crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
         let mut volume_views = Vec::new();
         for mut b in crate::plan::guest::volume_binds(&self.profile.volumes) {
-            // A profile `user` sees its volumes through views that show the
-            // developer's files as its own: a directory volume through a
-            // view of it; a file volume through a view of the file's
-            // directory, of which the sandbox is given that one file (a
-            // file bind: no path inside leads to its siblings).
-            if self.profile.user.is_some() {
+            // Every read-write volume, and every volume of a profile
+            // `user`, is served through a view: the view strips setuid,
+            // setgid on files and world-write from what the sandbox sets
+            // on host files (a plain rw bind would hand the host a setuid
+            // file of the developer's) and shows the developer's files as
+            // the guest user's own. A directory volume through a view of
+            // it; a file volume through a view of the file's directory, of
+            // which the sandbox is given that one file (a file bind: no
+            // path inside leads to its siblings). Read-only volumes of a
+            // profile without `user` stay plain read-only binds.
+            if self.profile.user.is_some() || !b.read_only {
                 let mnt = gen_dir.join(format!("view-volume-{}", volume_views.len()));
                 if b.host.is_dir() {
                     volume_views.push((b.host.clone(), mnt.clone()));
@@ -241,6 +246,11 @@ impl Coordinator {
         std::fs::write(&bundle_config, plan::sandbox_config(&plan))
             .map_err(|e| CoordinatorError::WriteBundle(bundle_config, e))?;
         self.start_supervisor()?;
+        if let (Some(b), Some(sup)) = (self.broker.as_mut(), self.sup.as_ref()) {
+            let requests = b.requests_dir().to_path_buf();
+            b.attach(sup.child.id() as i32)
+                .map_err(|e| CoordinatorError::Mailbox(requests, e))?;
+        }
         report.progress("probing the network");
         self.verify_network()?;
         self.setup_user()?;
@@ -288,6 +298,12 @@ impl Coordinator {
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
             .args(self.meminfo_args())
+            .args(self.broker.iter().flat_map(|b| {
+                [
+                    std::ffi::OsString::from("--mailbox-requests"),
+                    b.requests_dir().as_os_str().to_owned(),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let (l, s) = (lease_rd.as_raw_fd(), status_wr.as_raw_fd());
@@ -356,15 +372,27 @@ impl Coordinator {
     /// RAM: `scratch/overlay` holds runsc's file-backed root overlay
     /// (`plan::with_scratch_overlay`), and `scratch/tmp` is bound at `/tmp`
     /// (gVisor would otherwise mount a sentry-memory tmpfs there) unless the
-    /// profile already mounts something at `/tmp`. Emptied at every start:
-    /// a crashed generation's leftovers go first.
+    /// profile already mounts something at `/tmp`. Fresh at every start:
+    /// what an earlier generation left (any owner, mode, depth, count) is
+    /// set aside by a rename and deleted by the state helper inside a user
+    /// namespace mapped like the Domain's, never with host rights alone.
+    /// What even that cannot delete stays aside (`lazaret state list`
+    /// shows it) and never stops a start.
     pub(super) fn prepare_scratch(
         &self,
         binds: &[plan::BindMount],
     ) -> Result<Option<plan::BindMount>, CoordinatorError> {
         let dir = self.paths.root.join("scratch");
-        // remove_dir_all never follows symlinks the sandbox left in tmp.
-        let _ = std::fs::remove_dir_all(&dir);
+        crate::storage::statefs::set_aside(&self.paths.root, "scratch")
+            .map_err(|e| CoordinatorError::SetAside(dir.clone(), e))?;
+        match crate::storage::statefs::empty_trash(&self.paths.root) {
+            Ok(left) if left.is_empty() => {}
+            Ok(left) => log::warn!(
+                "leftovers of an earlier session stay set aside ({}): see `lazaret state list`",
+                left.join("; ")
+            ),
+            Err(e) => log::warn!("leftovers of an earlier session stay set aside ({e}): see `lazaret state list`"),
+        }
         paths::ensure_private_dir(&dir.join("overlay"))?;
         if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {
             return Ok(None);

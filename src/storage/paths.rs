@@ -67,7 +67,11 @@ pub fn storage_root() -> Result<PathBuf, PathError> {
 }
 
 /// The runtime dir: the config override, `$XDG_RUNTIME_DIR/lazaret`, or the
-/// documented fallback `/tmp/lazaret-UID` (checked like every other).
+/// documented fallback `/tmp/lazaret-UID` (checked like every other). When
+/// that fallback is squatted (another user created it, or it is not a
+/// directory), a private per-user location under the Storage Root
+/// ([`private_runtime_root`]) is used instead, after one warning that
+/// names the squatter's owner: another local user cannot deny service.
 pub fn runtime_root(config_override: Option<&Path>) -> PathBuf {
     if let Some(p) = config_override {
         return p.to_path_buf();
@@ -75,7 +79,62 @@ pub fn runtime_root(config_override: Option<&Path>) -> PathBuf {
     if let Some(d) = env_dir("XDG_RUNTIME_DIR") {
         return d.join("lazaret");
     }
+    let tmp = tmp_runtime_root();
+    match (squatter(&tmp), private_runtime_root()) {
+        (Some(owner), Some(private)) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("lazaret: warning: {}", squat_sentence(&tmp, &owner, &private)));
+            private
+        }
+        _ => tmp,
+    }
+}
+
+/// `/tmp/lazaret-UID`.
+pub fn tmp_runtime_root() -> PathBuf {
     PathBuf::from(format!("/tmp/lazaret-{}", sys::getuid()))
+}
+
+/// Who squats `dir` (`lstat`: a symlink is not a directory): `None` when
+/// it is absent or a directory of ours; else the owner's uid and name.
+pub fn squatter(dir: &Path) -> Option<(u32, String)> {
+    let md = std::fs::symlink_metadata(dir).ok()?;
+    let uid = sys::getuid();
+    if md.file_type().is_dir() && md.uid() == uid {
+        return None;
+    }
+    Some((
+        md.uid(),
+        sys::hostenv::user_name(md.uid()).unwrap_or_else(|| "?".into()),
+    ))
+}
+
+/// The one warning of a squatted `/tmp/lazaret-UID`.
+pub fn squat_sentence(tmp: &Path, owner: &(u32, String), private: &Path) -> String {
+    format!(
+        "{} belongs to uid {} ({}), not to you: using {} as the runtime dir (set XDG_RUNTIME_DIR to choose another)",
+        tmp.display(),
+        owner.0,
+        crate::display::escape(&owner.1),
+        private.display()
+    )
+}
+
+/// Unix socket paths hold 107 bytes; the longest Lazaret puts in a
+/// runtime dir is `DOMAIN/hc.sock` (29 bytes and a separator) and runsc's
+/// sandbox sockets are abstract, so a root up to 70 bytes leaves room.
+pub const RUNTIME_ROOT_MAX: usize = 70;
+
+/// The private per-user runtime dir: `STORAGE_ROOT/run` (the Storage Root
+/// is the user's, 0700), or `$HOME/.lazaret-run` when that is too long for
+/// socket paths; `None` when neither fits.
+pub fn private_runtime_root() -> Option<PathBuf> {
+    let fits = |p: &PathBuf| p.as_os_str().len() <= RUNTIME_ROOT_MAX;
+    storage_root()
+        .ok()
+        .map(|s| s.join("run"))
+        .filter(fits)
+        .or_else(|| env_dir("HOME").map(|h| h.join(".lazaret-run")).filter(fits))
 }
 
 /// Creates `path` (0700) if missing, then checks it is a real directory
@@ -233,6 +292,30 @@ mod tests {
         let p = std::env::temp_dir().join(format!("lazaret-paths-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         p
+    }
+
+    /// A runtime dir is squatted unless it is absent or a real directory
+    /// of ours; a symlink (even to a directory of ours) is squatted.
+    #[test]
+    fn squatting_is_decided_by_lstat() {
+        let base = scratch("squat");
+        std::fs::create_dir_all(&base).unwrap();
+        assert_eq!(squatter(&base.join("absent")), None);
+        let own = base.join("own");
+        std::fs::create_dir(&own).unwrap();
+        assert_eq!(squatter(&own), None);
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&own, &link).unwrap();
+        assert_eq!(squatter(&link).map(|o| o.0), Some(sys::getuid()));
+        let file = base.join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(squatter(&file).is_some());
+        let s = squat_sentence(Path::new("/tmp/lazaret-1"), &(7, "mal\x1b".into()), Path::new("/h/run"));
+        assert!(
+            s.contains("uid 7") && s.contains("/h/run") && !s.contains('\u{1b}'),
+            "{s}"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     /// Only a Domain runtime dir holding nothing but an empty `runsc/` is

@@ -528,6 +528,12 @@ fn list(json: bool) -> Result<i32> {
                 in_root: true,
             });
         }
+        // Leftovers a start or a reset could not delete stay set aside.
+        let aside = trash_on_disk(&paths.root);
+        ops.extend(aside.iter().map(|t| Op::Size {
+            name: t.clone(),
+            in_root: false,
+        }));
         let report = statefs::run_helper(&paths.root, None, &ops).unwrap_or_default();
         let size_of = |k: &str| report.sizes.iter().find(|(n, _, _)| n == k).map_or(0, |s| s.2);
         let total: u64 = keys.iter().map(|k| size_of(k)).sum();
@@ -562,6 +568,15 @@ fn list(json: bool) -> Result<i32> {
                     Json::Null
                 },
             ),
+            (
+                "set_aside",
+                Json::Arr(
+                    aside
+                        .iter()
+                        .map(|t| Json::Obj(vec![("name", Json::s(t)), ("bytes", Json::Num(size_of(t) as i64))]))
+                        .collect(),
+                ),
+            ),
         ]));
         human.push_str(&format!(
             "{id}  {:<12} {:<8} last used {}  {}\n",
@@ -594,6 +609,13 @@ fn list(json: bool) -> Result<i32> {
             human.push_str(&format!(
                 "    ignored workspace state {}\n",
                 human_size(size_of(IGNORED_DIR))
+            ));
+        }
+        for t in &aside {
+            human.push_str(&format!(
+                "    set aside {} ({}): deleted by the next start, `state reset` or `rm`\n",
+                fit(t, 40),
+                human_size(size_of(t))
             ));
         }
     }

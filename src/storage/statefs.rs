@@ -168,6 +168,41 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
     Ok(collect_report(msgs))
 }
 
+/// Sets `DOMAIN_ROOT/NAME` aside: a tree the sandbox may have shaped (any
+/// owner among the subordinate ids, any mode, any depth) is renamed into
+/// the anchor's trash (`anchor/.trash-NAME-NONCE`), a rename of a
+/// directory Lazaret made, within the Domain Root, which host rights
+/// always allow. Its contents are deleted only by the state helper
+/// ([`empty_trash`]). Returns the trash name, `None` when `NAME` is absent.
+pub fn set_aside(domain_root: &Path, name: &str) -> io::Result<Option<String>> {
+    let from = domain_root.join(name);
+    if std::fs::symlink_metadata(&from).is_err() {
+        return Ok(None);
+    }
+    let anchor = anchor::anchor_dir(domain_root);
+    crate::storage::paths::ensure_private_dir(&anchor).map_err(|e| io::Error::other(e.to_string()))?;
+    let trash = format!("{}{name}-{}", anchor::TRASH_PREFIX, crate::domain::random_id(4));
+    std::fs::rename(&from, anchor.join(&trash))?;
+    Ok(Some(trash))
+}
+
+/// Deletes every trash tree of the anchor inside the state helper (as
+/// root of a user namespace mapped like the Domain's, so whatever the
+/// sandbox created can go, and nothing else). Returns what stayed, as
+/// `name: why`; what stays is listed by `lazaret state list` and retried
+/// by the next start, `state reset|verify` and `rm`.
+pub fn empty_trash(domain_root: &Path) -> Result<Vec<String>, StateHelperError> {
+    let ops: Vec<Op> = crate::storage::state::trash_on_disk(domain_root)
+        .into_iter()
+        .map(|name| Op::Remove { name })
+        .collect();
+    let r = run_helper(domain_root, None, &ops)?;
+    Ok(r.removed
+        .into_iter()
+        .filter_map(|(n, res)| res.err().map(|e| format!("{n}: {e}")))
+        .collect())
+}
+
 fn write_helper_maps(pid: i32) -> Result<(), StateHelperError> {
     plan::write_id_maps(pid, SUB_BASE).map_err(StateHelperError::IdMap)
 }

@@ -29,6 +29,8 @@ pub enum SupervisorError {
     MaskCore(io::Error),
     /// Binding the meminfo view over `/proc/meminfo`.
     Meminfo(PathBuf, io::Error),
+    /// Mounting the mailbox's bounded `requests/` tmpfs.
+    MailboxTmpfs(PathBuf, io::Error),
     /// Mounting the State Anchor.
     Anchor(crate::storage::anchor::AnchorError),
     /// Installing the network.
@@ -60,6 +62,7 @@ impl fmt::Display for SupervisorError {
             MakePrivate(e) => write!(f, "making mounts private: {e}"),
             MaskCore(e) => write!(f, "masking /proc/sys/net/core: {e}"),
             Meminfo(p, e) => write!(f, "binding {} over /proc/meminfo: {e}", p.display()),
+            MailboxTmpfs(p, e) => write!(f, "mounting a bounded tmpfs on {}: {e}", p.display()),
             Anchor(e) => write!(f, "{e}"),
             Network(e) => write!(f, "{e}"),
             Views(e) => write!(f, "{e}"),

@@ -63,6 +63,20 @@ pub struct Args {
     /// (`cgroup::meminfo_view`), bound over ours so runsc tells the
     /// sentry that total.
     pub meminfo: Option<PathBuf>,
+    /// The escalation mailbox's `requests/` (`--mailbox-requests`): a
+    /// size-bounded tmpfs is mounted there in our mount namespace, so
+    /// what the sandbox writes to it is bounded by the kernel.
+    pub mailbox_requests: Option<PathBuf>,
+}
+
+/// Mount options of the mailbox's `requests/` tmpfs: bytes and inodes
+/// bounded (`escalation::REQUESTS_MAX_BYTES`, a few times the scan's junk
+/// budget), owned by our namespace's root (the developer on the host).
+pub fn mailbox_tmpfs_options() -> String {
+    format!(
+        "size={},nr_inodes=65536,mode=0700,uid=0,gid=0",
+        crate::escalation::REQUESTS_MAX_BYTES
+    )
 }
 
 fn status(msg: &StatusMsg) {
@@ -130,6 +144,12 @@ pub fn main(mut args: Args) -> i32 {
     if let Some(m) = &args.meminfo {
         if let Err(e) = sys::mount(&m.to_string_lossy(), "/proc/meminfo".as_ref(), "", sys::MS_BIND, None) {
             return fail(SupervisorError::Meminfo(m.clone(), e));
+        }
+    }
+    if let Some(r) = &args.mailbox_requests {
+        let flags = sys::MS_NOSUID | sys::MS_NODEV | sys::MS_NOEXEC;
+        if let Err(e) = sys::mount("lazaret-mailbox", r, "tmpfs", flags, Some(&mailbox_tmpfs_options())) {
+            return fail(SupervisorError::MailboxTmpfs(r.clone(), e));
         }
     }
     // The State Anchor is mounted here, in our mount namespace, before runsc.

@@ -186,7 +186,12 @@ pub fn peer_uid(fd: impl AsFd) -> io::Result<(i32, u32)> {
 pub fn inotify_dir(dir: &Path) -> io::Result<OwnedFd> {
     use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
     let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
-    inotify::add_watch(&fd, dir, WatchFlags::CLOSE_WRITE | WatchFlags::MOVED_TO)?;
+    // MODIFY too: a file that keeps growing is seen while it grows.
+    inotify::add_watch(
+        &fd,
+        dir,
+        WatchFlags::CLOSE_WRITE | WatchFlags::MOVED_TO | WatchFlags::MODIFY,
+    )?;
     Ok(fd)
 }
 

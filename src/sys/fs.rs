@@ -6,8 +6,6 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::{cpath, cvt};
-
 pub use libc::{O_ACCMODE, O_APPEND, O_CLOEXEC, O_DSYNC, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC};
 
 /// File type and mode bits of `st_mode`.
@@ -24,20 +22,18 @@ pub fn open_nofollow(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// chmod without following a symlink in the last component (it fails on a
-/// symlink instead).
-pub fn chmod_nofollow(path: &Path, mode: u32) -> io::Result<()> {
-    let p = cpath(path)?;
-    // SAFETY: p is a valid NUL-terminated path.
-    cvt(unsafe {
-        libc::fchmodat(
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            mode as libc::mode_t,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-    .map(|_| ())
+/// Empties the regular file at `path` without following a symlink or
+/// blocking on a FIFO, so its bytes are freed even while a writer still
+/// holds it open (an unlink alone keeps them until the writer closes).
+pub fn truncate_nofollow(path: &Path) -> io::Result<()> {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    f.set_len(0)
 }
 
 /// Whether the calling process may write `path` (access(2) with W_OK:
@@ -149,4 +145,68 @@ pub fn open_dir_beneath(dir: impl AsFd, rel: &Path) -> io::Result<std::os::fd::O
 pub fn fd_identity(fd: impl AsFd) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(fd)?;
     Ok((st.st_dev, st.st_ino))
+}
+
+/// Removes `dir/name` and everything below it, never following a symlink:
+/// every lookup is relative to a directory fd opened `O_NOFOLLOW`, names
+/// come from `getdents`. A directory of ours the sandbox closed (mode
+/// 0000, or without write permission) is opened up (0700) through an
+/// `O_PATH` fd of exactly that directory first. What belongs to another
+/// id stays (the error says which).
+pub fn remove_tree_nofollow(dir: &Path, name: &std::ffi::OsStr) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let parent = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    remove_at(&parent, name, 0)
+}
+
+fn remove_at(parent: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, depth: usize) -> io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    const MAX_DEPTH: usize = 512;
+    let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return Ok(rustix::fs::unlinkat(parent, name, AtFlags::empty())?);
+    }
+    if depth >= MAX_DEPTH {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let open_up = || -> io::Result<()> {
+        let p = rustix::fs::openat(
+            parent,
+            name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        // The magic link is the inode just opened, never a path walk.
+        Ok(rustix::fs::chmod(
+            format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&p)),
+            Mode::from_raw_mode(0o700),
+        )?)
+    };
+    let sub = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+        Ok(f) => f,
+        Err(rustix::io::Errno::ACCESS) => {
+            open_up()?;
+            rustix::fs::openat(parent, name, flags, Mode::empty())?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if st.st_mode & 0o300 != 0o300 {
+        let _ = rustix::fs::fchmod(&sub, Mode::from_raw_mode(0o700));
+    }
+    let mut names = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(&sub)?;
+    while let Some(e) = d.read() {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(std::ffi::OsString::from(
+                std::os::unix::ffi::OsStrExt::from_bytes(n) as &std::ffi::OsStr
+            ));
+        }
+    }
+    for n in names {
+        remove_at(&sub, &n, depth + 1)?;
+    }
+    Ok(rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?)
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::{cpath, cvt};
 
-pub use libc::{CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, MS_BIND, MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_REC};
+pub use libc::{CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWUSER, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_PRIVATE, MS_REC};
 
 pub fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: unshare takes flags only.

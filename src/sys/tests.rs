@@ -400,3 +400,24 @@ fn no_string_errors_outside_tests() {
         bad.join("\n")
     );
 }
+
+#[test]
+fn remove_tree_opens_closed_dirs_and_never_follows_links() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = scratch("rmtree");
+    let outside = d.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("keep"), "k").unwrap();
+    let t = d.join("t");
+    std::fs::create_dir_all(t.join("a/b")).unwrap();
+    std::fs::write(t.join("a/b/f"), "x").unwrap();
+    std::os::unix::fs::symlink(&outside, t.join("a/link")).unwrap();
+    std::fs::write(t.join("ro"), "").unwrap();
+    for (p, m) in [(t.join("a/b"), 0o000), (t.join("a"), 0o500), (t.clone(), 0o000)] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    remove_tree_nofollow(&d, std::ffi::OsStr::new("t")).unwrap();
+    assert!(!t.exists());
+    assert!(outside.join("keep").exists(), "a symlink was followed");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -244,8 +244,9 @@ fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() 
         put /tmp/x.rec
         # another Domain's
         put /workspace/foreign.rec
-        # 10 MiB
-        head -c 10485760 /dev/zero > {q}/.tmp-big; mv {q}/.tmp-big {q}/fedcba9876543210fedcba9876543210.req
+        # 10 MiB under a request's name, in one step (a temporary file that
+        # large is deleted on sight before it could be renamed)
+        truncate -s 10485760 {q}/fedcba9876543210fedcba9876543210.req
         # a symlink
         ln -s /etc/passwd {q}/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.req
         sleep 1

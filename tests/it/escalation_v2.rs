@@ -274,11 +274,18 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
             "junk script never got through"
         );
         // What is left in the host's mailbox: the sandbox's own view of it
-        // may be cached (and gVisor keeps FIFOs to itself).
-        let host_requests = env
-            .runtime_root()
-            .join(env.domain_id("default", &ws))
-            .join("mailbox/requests");
+        // may be cached (and gVisor keeps FIFOs to itself). `requests/` is
+        // a tmpfs in the supervisor's mount namespace: seen through it.
+        let id = env.domain_id("default", &ws);
+        let sup = json_number(&env.ps_json(&ws), &id, "supervisor_pid").expect("supervisor_pid");
+        let host_requests = std::path::PathBuf::from(format!("/proc/{sup}/root")).join(
+            env.runtime_root()
+                .join(&id)
+                .join("mailbox/requests")
+                .strip_prefix("/")
+                .unwrap(),
+        );
+        assert!(host_requests.is_dir(), "{}", host_requests.display());
         let mut left = Vec::new();
         let t = Instant::now();
         let cleared = eventually(Duration::from_secs(180), || {
