@@ -75,10 +75,16 @@ const TTL: Duration = Duration::from_secs(1);
 /// The same under a watched directory and on the store side, where every
 /// change is invalidated when it happens.
 const TTL_LONG: Duration = Duration::from_secs(3600);
-/// Per-view bound on cached per-node fds (pinned ones not counted).
+/// Per-view bound on cached per-node read (or write) fds.
 const FD_CACHE: usize = 256;
-/// Per-view bound on pinned fds.
-const PINNED_MAX: usize = 512;
+/// Per-view bound on the `O_PATH` handles nodes keep of their files
+/// (`Node::file`), beyond which a node is served by path; `PINNED_MAX`
+/// more are allowed for files unlinked or renamed over through the view.
+const HANDLES_MAX: usize = 8192;
+const PINNED_MAX: usize = 1024;
+/// Paths up to this length go to one `openat2`; longer ones are walked in
+/// pieces (PATH_MAX is 4096 per call, the tree below the root may be deeper).
+const WALK_CHUNK: usize = 2048;
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
@@ -145,20 +151,25 @@ fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
 struct Node {
     side: Side,
     rel: PathBuf,
-    /// Removed or overwritten: path operations fail, open handles work.
+    /// More view paths of the same file (hard links the kernel looked up).
+    aliases: Vec<PathBuf>,
+    /// No path names the file any more (removed, overwritten): path
+    /// operations fail, its handle serves reads, writes and attributes.
     gone: bool,
     /// Ever seen at a protected path (sticks across hard links).
     protected: bool,
     lookups: u64,
     dir: bool,
-    regular: bool,
-    /// The host (or store) inode the node stands for.
+    /// The host (or store) file the node stands for: (device, inode).
+    host_dev: u64,
     host_ino: u64,
+    /// An `O_PATH` handle of the file (not for directories), kept until the
+    /// kernel forgets the node: the node is this file whatever happens to
+    /// its names, as an open fd on a plain bind is (`reopen`).
+    file: Option<Arc<OwnedFd>>,
     /// Cached fd for handle-less reads and writes, and whether it writes.
+    /// A write fd is kept only until the kernel's next FLUSH of the node.
     fd: Option<(Arc<File>, bool)>,
-    /// Kept until the kernel forgets the node: the path no longer leads to
-    /// the file (unlinked or replaced through the view).
-    pinned: bool,
     /// The attributes last sent to the kernel for this node.
     told: Option<Told>,
     /// Made by the view (mkdir, mknod, symlink, link, an exclusive create)
@@ -195,10 +206,11 @@ impl Node {
             protected: false,
             lookups: 0,
             dir: is_dir(st),
-            regular: st.st_mode & sys::S_IFMT == sys::S_IFREG,
+            aliases: Vec::new(),
+            host_dev: st.st_dev,
             host_ino: st.st_ino,
+            file: None,
             fd: None,
-            pinned: false,
             told: None,
             made_here: false,
         }
@@ -219,12 +231,33 @@ struct Tables {
     next_id: u64,
     handles: HashMap<u64, Handle>,
     next_fh: u64,
-    /// Nodes with an unpinned cached fd, oldest first (may hold stale ids).
+    /// Nodes with a cached fd, oldest first (may hold stale ids).
     fd_order: VecDeque<u64>,
     cached_fds: usize,
-    /// Pinned nodes, oldest first (may hold stale ids).
-    pin_order: VecDeque<u64>,
-    pinned_fds: usize,
+    /// Non-directory nodes by (side, device, inode): hard links the kernel
+    /// looks up are one node, one inode number, one set of attributes.
+    by_ino: HashMap<(Side, u64, u64), u64>,
+    /// Nodes holding an `O_PATH` handle (`Node::file`).
+    handles_held: usize,
+}
+
+impl Tables {
+    /// View path `rel` no longer names node `id`'s file: another path of
+    /// it becomes its name, or, with none left, the node is gone.
+    fn detach(&mut self, id: u64, side: Side, rel: &Path) {
+        let key = (side, rel.to_path_buf());
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        }
+        let Some(n) = self.nodes.get_mut(&id) else { return };
+        n.aliases.retain(|a| a != rel);
+        if n.rel == rel {
+            match n.aliases.pop() {
+                Some(a) => n.rel = a,
+                None => n.gone = true,
+            }
+        }
+    }
 }
 
 /// One view: a host tree, its policy, and (for the workspace) the ignored
@@ -260,6 +293,59 @@ fn resolve() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
 }
 
+/// `openat2(root, p, flags)` beneath `root`, without symlinks, for a path
+/// of any length: a long one is walked in pieces of at most `WALK_CHUNK`
+/// bytes (whole components), each beneath the directory the last reached,
+/// so the whole walk stays beneath `root` as one call would.
+fn beneath(root: BorrowedFd<'_>, p: &Path, flags: OFlags, mode: Mode) -> rustix::io::Result<OwnedFd> {
+    if p.as_os_str().len() <= WALK_CHUNK {
+        return rustix::fs::openat2(root, p, flags, mode, resolve());
+    }
+    let mut pieces: Vec<PathBuf> = vec![PathBuf::new()];
+    for c in p.components() {
+        let last = pieces.last_mut().expect("one piece");
+        if !last.as_os_str().is_empty() && last.as_os_str().len() + c.as_os_str().len() + 1 > WALK_CHUNK {
+            pieces.push(PathBuf::new());
+        }
+        pieces.last_mut().expect("one piece").push(c.as_os_str());
+    }
+    let (final_piece, dirs) = pieces.split_last().expect("one piece");
+    let mut cur: Option<OwnedFd> = None;
+    for d in dirs {
+        let at = cur.as_ref().map_or(root, |f| f.as_fd());
+        let next = rustix::fs::openat2(
+            at,
+            d,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )?;
+        cur = Some(next);
+    }
+    let at = cur.as_ref().map_or(root, |f| f.as_fd());
+    rustix::fs::openat2(at, final_piece, flags, mode, resolve())
+}
+
+/// `/proc/self/fd/N` of a handle: opening it reaches the very file the
+/// handle holds (renamed, replaced or unlinked since), nothing else.
+fn proc_path(fd: &impl AsRawFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// A read (or read-write, else write-only) fd of the file `handle` holds.
+fn reopen(handle: &OwnedFd, write: bool) -> Result<File, Errno> {
+    let p = proc_path(handle);
+    let open = |fl: OFlags| {
+        rustix::fs::open(&p, fl | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()).map_err(errno)
+    };
+    let fd = if write {
+        open(OFlags::RDWR).or_else(|_| open(OFlags::WRONLY))?
+    } else {
+        open(OFlags::RDONLY)?
+    };
+    Ok(File::from(fd))
+}
+
 fn open_root(p: &Path) -> io::Result<(OwnedFd, u64)> {
     let fd = rustix::fs::open(p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     let st = rustix::fs::fstat(&fd)?;
@@ -282,7 +368,30 @@ fn time(sec: i64, nsec: i64) -> SystemTime {
     if sec >= 0 {
         UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
     } else {
-        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs())
+        // Before 1970: `sec` is negative, `nsec` still counts forward.
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+/// A time as (seconds, nanoseconds) since 1970, negative seconds before.
+fn timespec(t: SystemTime) -> rustix::fs::Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => rustix::fs::Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: d.subsec_nanos() as _,
+        },
+        Err(e) => {
+            let d = e.duration();
+            let (mut sec, mut nsec) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+            if nsec < 0 {
+                sec -= 1;
+                nsec += 1_000_000_000;
+            }
+            rustix::fs::Timespec {
+                tv_sec: sec,
+                tv_nsec: nsec as _,
+            }
+        }
     }
 }
 
@@ -316,13 +425,7 @@ fn timestamps(atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> rustix::fs:
             tv_sec: 0,
             tv_nsec: rustix::fs::UTIME_NOW,
         },
-        Some(TimeOrNow::SpecificTime(t)) => {
-            let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-            rustix::fs::Timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: d.subsec_nanos() as _,
-            }
-        }
+        Some(TimeOrNow::SpecificTime(t)) => timespec(t),
     };
     rustix::fs::Timestamps {
         last_access: ts(atime),
@@ -447,8 +550,8 @@ impl View {
                 next_fh: 1,
                 fd_order: VecDeque::new(),
                 cached_fds: 0,
-                pin_order: VecDeque::new(),
-                pinned_fds: 0,
+                by_ino: HashMap::new(),
+                handles_held: 0,
             })),
             watch,
             no_open: AtomicBool::new(false),
@@ -473,14 +576,26 @@ impl View {
         } else {
             rel
         };
-        rustix::fs::openat2(
-            root,
-            p,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        beneath(root, p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)
+    }
+
+    /// The attributes of the entry at `rel`, and for anything but a
+    /// directory an `O_PATH` handle of it.
+    fn stat_handle(&self, side: Side, rel: &Path) -> Result<(rustix::fs::Stat, Option<OwnedFd>), Errno> {
+        if rel.as_os_str().is_empty() {
+            return Ok((rustix::fs::fstat(self.root(side)?).map_err(errno)?, None));
+        }
+        let (parent, name) = split(rel);
+        let d = self.dir(side, parent)?;
+        let fd = rustix::fs::openat(
+            &d,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
-            resolve(),
         )
-        .map_err(errno)
+        .map_err(errno)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        Ok((st, (!is_dir(&st)).then_some(fd)))
     }
 
     fn stat(&self, side: Side, rel: &Path) -> Result<rustix::fs::Stat, Errno> {
@@ -498,21 +613,30 @@ impl View {
     }
 
     fn node(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool), Errno> {
-        let t = self.t.lock().unwrap();
-        let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-        if n.gone {
+        let (side, rel, protected, gone) = self.node_any(ino)?;
+        if gone {
             return Err(Errno::ENOENT);
         }
-        let (side, rel, sticky) = (n.side, n.rel.clone(), n.protected);
-        drop(t);
-        let protected = sticky || self.protected_at(side, &rel);
         Ok((side, rel, protected))
+    }
+
+    /// Like `node`, for a node whose names are gone too (its handle still
+    /// serves it): side, last path, protected, gone. Protected when any of
+    /// its paths is.
+    fn node_any(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool, bool), Errno> {
+        let t = self.t.lock().unwrap();
+        let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
+        let (side, rel, sticky, gone, aliases) = (n.side, n.rel.clone(), n.protected, n.gone, n.aliases.clone());
+        drop(t);
+        let protected =
+            sticky || self.protected_at(side, &rel) || aliases.iter().any(|a| self.protected_at(side, a));
+        Ok((side, rel, protected, gone))
     }
 
     /// Registers one kernel lookup of the entry at `rel` and returns its
     /// attributes under its node id.
     fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
-        let st = self.stat(side, rel)?;
+        let (st, handle) = self.stat_handle(side, rel)?;
         let dir = is_dir(&st);
         if dir && side == Side::Host {
             // Watched before the kernel can cache anything below it.
@@ -527,28 +651,64 @@ impl View {
         let protected = self.protected_at(side, rel);
         let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
         let existing = t.by_key.get(&key).copied();
+        let same = |n: &Node| n.host_ino == st.st_ino && n.host_dev == st.st_dev;
         let id = match existing {
             // The same file as before.
-            Some(id) if t.nodes.get(&id).is_some_and(|n| n.host_ino == st.st_ino) => id,
+            Some(id) if t.nodes.get(&id).is_some_and(same) => id,
             _ => {
                 if let Some(old) = existing {
                     // Another file now has this path (replaced on the host).
-                    if let Some(n) = t.nodes.get_mut(&old) {
-                        n.gone = true;
+                    t.detach(old, side, rel);
+                }
+                // Another name of a file the kernel knows: the same node.
+                // Only a node holding a handle is sure to be that file (an
+                // inode number is reused once its file is freed).
+                let linked = if dir {
+                    None
+                } else {
+                    t.by_ino
+                        .get(&(side, st.st_dev, st.st_ino))
+                        .copied()
+                        .filter(|id| t.nodes.get(id).is_some_and(|n| same(n) && n.file.is_some()))
+                };
+                match linked {
+                    Some(id) => {
+                        let n = t.nodes.get_mut(&id).expect("node of a known inode");
+                        if n.gone {
+                            n.gone = false;
+                            n.rel = rel.to_path_buf();
+                        } else if n.rel != rel && !n.aliases.iter().any(|a| a == rel) {
+                            n.aliases.push(rel.to_path_buf());
+                        }
+                        t.by_key.insert(key, id);
+                        id
+                    }
+                    None => {
+                        let id = t.next_id;
+                        t.next_id += 1;
+                        t.by_key.insert(key, id);
+                        t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
+                        if !dir {
+                            t.by_ino.insert((side, st.st_dev, st.st_ino), id);
+                        }
+                        id
                     }
                 }
-                let id = t.next_id;
-                t.next_id += 1;
-                t.by_key.insert(key, id);
-                t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
-                id
             }
         };
+        let keep = t.handles_held < HANDLES_MAX;
         let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.protected |= protected;
         n.lookups += 1;
         n.told = Some(told(&st));
+        if n.file.is_none() && keep {
+            if let Some(h) = handle {
+                n.file = Some(Arc::new(h));
+                t.handles_held += 1;
+            }
+        }
         Ok(attr(id, &st))
     }
 
@@ -594,25 +754,37 @@ impl View {
         Ok((side, rel, st))
     }
 
-    /// The fd a handle-less read (or write) of node `ino` goes through.
+    /// The fd a handle-less read (or write) of node `ino` goes through:
+    /// the cached one, else one reopened from the node's handle (the very
+    /// file, whatever became of its names), else one opened by path.
     fn node_file(&self, ino: INodeNo, write: bool) -> Result<Arc<File>, Errno> {
-        let (side, rel, want) = {
+        let (side, rel, want, handle, gone) = {
             let t = self.t.lock().unwrap();
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-            if write && (n.protected || self.protected_at(n.side, &n.rel)) {
+            if write
+                && (n.protected
+                    || self.protected_at(n.side, &n.rel)
+                    || n.aliases.iter().any(|a| self.protected_at(n.side, a)))
+            {
                 log::warn!("git sentry: refused writing {}", crate::display::escape_path(&n.rel));
                 return Err(Errno::EPERM);
             }
             match &n.fd {
                 Some((f, w)) if *w || !write => return Ok(f.clone()),
-                _ if n.gone => return Err(Errno::ESTALE),
-                _ => (n.side, n.rel.clone(), n.host_ino),
+                _ => (n.side, n.rel.clone(), n.host_ino, n.file.clone(), n.gone),
             }
         };
-        let f = Arc::new(self.open_path(side, &rel, write)?);
-        if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
-            return Err(Errno::ESTALE);
-        }
+        let f = match handle {
+            Some(h) => Arc::new(reopen(&h, write)?),
+            None if gone => return Err(Errno::ESTALE),
+            None => {
+                let f = Arc::new(self.open_path(side, &rel, write)?);
+                if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
+                    return Err(Errno::ESTALE);
+                }
+                f
+            }
+        };
         self.cache_fd(ino.0, f.clone(), write);
         Ok(f)
     }
@@ -622,23 +794,62 @@ impl View {
         self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.fd.clone())
     }
 
+    /// The attributes of node `ino` from its own fd or handle, when it has
+    /// one (no path walk; right after unlink or rename too), with whether
+    /// it is gone.
+    fn handle_stat(&self, ino: INodeNo) -> Option<Result<(Side, PathBuf, rustix::fs::Stat, bool), Errno>> {
+        let (side, rel, gone, fd, handle) = {
+            let t = self.t.lock().unwrap();
+            let n = t.nodes.get(&ino.0)?;
+            (n.side, n.rel.clone(), n.gone, n.fd.clone(), n.file.clone())
+        };
+        let st = match (fd, handle) {
+            (Some((f, _)), _) => rustix::fs::fstat(&*f),
+            (None, Some(h)) => rustix::fs::fstat(&*h),
+            (None, None) => return None,
+        };
+        Some(st.map_err(errno).map(|st| (side, rel, st, gone)))
+    }
+
     /// Keeps `f` as node `id`'s fd, evicting the oldest beyond `FD_CACHE`.
     fn cache_fd(&self, id: u64, f: Arc<File>, write: bool) {
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         let Some(n) = t.nodes.get_mut(&id) else { return };
-        let counted = n.fd.is_some() && !n.pinned;
+        let counted = n.fd.is_some();
         n.fd = Some((f, write));
-        if !n.pinned && !counted {
+        if !counted {
             t.cached_fds += 1;
             t.fd_order.push_back(id);
         }
         while t.cached_fds > FD_CACHE {
             let Some(old) = t.fd_order.pop_front() else { break };
             if let Some(n) = t.nodes.get_mut(&old) {
-                if !n.pinned && n.fd.take().is_some() {
+                if n.fd.take().is_some() {
                     t.cached_fds -= 1;
                 }
+            }
+        }
+        if t.fd_order.len() > 4 * FD_CACHE {
+            // Drop stale and repeated entries (fds dropped at FLUSH).
+            let mut seen = std::collections::HashSet::new();
+            let nodes = &t.nodes;
+            t.fd_order
+                .retain(|id| nodes.get(id).is_some_and(|n| n.fd.is_some()) && seen.insert(*id));
+        }
+    }
+
+    /// The kernel closed a file of node `ino` (FLUSH): a write fd goes, so
+    /// the view holds the host file open for writing only while the sandbox
+    /// may write (a host `exec` of it is not `Text file busy`). A later
+    /// write opens a new one.
+    fn drop_write_fd(&self, ino: INodeNo) {
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        if let Some(n) = t.nodes.get_mut(&ino.0) {
+            if matches!(n.fd, Some((_, true))) {
+                n.fd = None;
+                t.cached_fds -= 1;
             }
         }
     }
@@ -651,12 +862,11 @@ impl View {
             rel
         };
         let open = |fl: OFlags| {
-            rustix::fs::openat2(
+            beneath(
                 self.root(side)?,
                 p,
                 fl | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
                 Mode::empty(),
-                resolve(),
             )
             .map_err(errno)
         };
@@ -668,32 +878,26 @@ impl View {
         Ok(File::from(fd))
     }
 
-    /// Before `rel` stops naming its file (unlink, rename over it): a node
-    /// with a cached fd keeps it until the kernel forgets the node, so the
-    /// kernel can still write back or read the file's pages. No fd is opened
-    /// for this: gVisor itself refuses I/O on a file unlinked while open (a
-    /// plain bind behaves the same), and it keeps deleted files referenced,
-    /// so pins are bounded: beyond `PINNED_MAX` the oldest is dropped.
+    /// Before `rel` stops naming its file (unlink, rename over it): the
+    /// node the kernel knows there gets a handle if it has none (beyond
+    /// `HANDLES_MAX`, up to `PINNED_MAX` more), so an open fd keeps reading
+    /// and writing the file until the kernel forgets it, as on a plain bind.
     fn pin(&self, side: Side, rel: &Path) {
         let Some(id) = self.known(side, rel) else { return };
+        {
+            let t = self.t.lock().unwrap();
+            match t.nodes.get(&id) {
+                Some(n) if n.file.is_none() && !n.dir && t.handles_held < HANDLES_MAX + PINNED_MAX => {}
+                _ => return,
+            }
+        }
+        let Ok((st, Some(h))) = self.stat_handle(side, rel) else { return };
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
-        let Some(n) = t.nodes.get_mut(&id) else { return };
-        if n.pinned || !n.regular || n.fd.is_none() {
-            return;
-        }
-        t.cached_fds -= 1;
-        n.pinned = true;
-        t.pinned_fds += 1;
-        t.pin_order.push_back(id);
-        while t.pinned_fds > PINNED_MAX {
-            let Some(old) = t.pin_order.pop_front() else { break };
-            if let Some(n) = t.nodes.get_mut(&old) {
-                if n.pinned {
-                    n.pinned = false;
-                    n.fd = None;
-                    t.pinned_fds -= 1;
-                }
+        if let Some(n) = t.nodes.get_mut(&id) {
+            if n.file.is_none() && n.host_ino == st.st_ino && n.host_dev == st.st_dev {
+                n.file = Some(Arc::new(h));
+                t.handles_held += 1;
             }
         }
     }
@@ -798,41 +1002,54 @@ impl View {
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         let moved_id = t.by_key.get(&(side, from.to_path_buf())).copied();
-        let mut rekey = Vec::new();
-        for (id, n) in t.nodes.iter_mut() {
+        // (node, old path, new path or none: no longer names the node).
+        let mut changes: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
+        for (id, n) in t.nodes.iter() {
             if n.side != side || n.gone {
                 continue;
             }
-            if Some(*id) != moved_id && n.rel.starts_with(to) && !n.rel.starts_with(from) {
-                n.gone = true;
-                rekey.push((n.rel.clone(), None));
-            } else if let Ok(rest) = n.rel.strip_prefix(from) {
-                let new = if rest.as_os_str().is_empty() {
-                    to.to_path_buf()
-                } else {
-                    to.join(rest)
-                };
-                rekey.push((n.rel.clone(), Some((new.clone(), *id))));
-                n.rel = new;
+            for p in std::iter::once(&n.rel).chain(n.aliases.iter()) {
+                if Some(*id) != moved_id && p.starts_with(to) && !p.starts_with(from) {
+                    changes.push((*id, p.clone(), None));
+                } else if let Ok(rest) = p.strip_prefix(from) {
+                    let new = if rest.as_os_str().is_empty() {
+                        to.to_path_buf()
+                    } else {
+                        to.join(rest)
+                    };
+                    changes.push((*id, p.clone(), Some(new)));
+                }
             }
         }
-        for (old, _) in &rekey {
-            t.by_key.remove(&(side, old.clone()));
-        }
-        for (_, new) in rekey {
-            if let Some((p, id)) = new {
-                t.by_key.insert((side, p), id);
+        for (id, old, new) in &changes {
+            if new.is_none() {
+                t.detach(*id, side, old);
+                continue;
             }
+            let key = (side, old.clone());
+            if t.by_key.get(&key) == Some(id) {
+                t.by_key.remove(&key);
+            }
+        }
+        for (id, old, new) in changes {
+            let Some(new) = new else { continue };
+            if let Some(n) = t.nodes.get_mut(&id) {
+                if n.rel == old {
+                    n.rel = new.clone();
+                } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
+                    *a = new.clone();
+                }
+            }
+            t.by_key.insert((side, new), id);
         }
     }
 
-    /// After an unlink or rmdir: the node at `rel` is gone.
+    /// After an unlink or rmdir: the entry at `rel` no longer names its
+    /// node (gone unless another link of it is known).
     fn removed(&self, side: Side, rel: &Path) {
         let mut t = self.t.lock().unwrap();
-        if let Some(id) = t.by_key.remove(&(side, rel.to_path_buf())) {
-            if let Some(n) = t.nodes.get_mut(&id) {
-                n.gone = true;
-            }
+        if let Some(id) = t.by_key.get(&(side, rel.to_path_buf())).copied() {
+            t.detach(id, side, rel);
         }
     }
 
@@ -858,6 +1075,48 @@ impl View {
             Some(Handle::File(f)) => Ok(f.clone()),
             _ => Err(Errno::EBADF),
         }
+    }
+
+    /// The listing of open directory `fh` (node `ino`), made afresh at
+    /// offset 0: a reader that rewinds an open directory (gVisor keeps its
+    /// directory fds) must see the directory as it is now.
+    #[allow(clippy::type_complexity)] // the listing's own entry shape
+    fn listing(&self, ino: INodeNo, fh: FileHandle, offset: u64) -> Result<Arc<Vec<(u64, FileType, OsString)>>, Errno> {
+        if offset == 0 {
+            let list = self.node(ino).and_then(|(side, rel, _)| self.list_dir(side, &rel))?;
+            self.t.lock().unwrap().handles.insert(fh.0, Handle::Dir(Arc::new(list)));
+        }
+        match self.t.lock().unwrap().handles.get(&fh.0) {
+            Some(Handle::Dir(l)) => Ok(l.clone()),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// A path that reaches node `ino`'s file for the xattr calls (with
+    /// the handle it goes through, kept alive as long as the path is used).
+    fn xattr_path(&self, ino: INodeNo) -> Result<(PathBuf, Option<Arc<OwnedFd>>), Errno> {
+        let (side, rel, _, gone) = self.node_any(ino)?;
+        let handle = self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.file.clone());
+        if let Some(h) = handle {
+            return Ok((proc_path(&*h), Some(h)));
+        }
+        if gone {
+            return Err(Errno::ESTALE);
+        }
+        let p = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel.as_path()
+        };
+        let fd = beneath(
+            self.root(side)?,
+            p,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let fd = Arc::new(fd);
+        Ok((proc_path(&*fd), Some(fd)))
     }
 
     fn list_dir(&self, side: Side, rel: &Path) -> Result<Vec<(u64, FileType, OsString)>, Errno> {
@@ -956,17 +1215,15 @@ impl Filesystem for View {
                 Err(e) => return reply.error(errno(e)),
             }
         }
-        let r = match self.cached_fd(ino) {
-            Some((f, _)) => self.node(ino).and_then(|(side, rel, _)| {
-                let st = rustix::fs::fstat(&*f).map_err(errno)?;
-                Ok((side, rel, st))
-            }),
-            None => self.node_stat(ino),
+        let r = match self.handle_stat(ino) {
+            Some(r) => r,
+            None => self.node_stat(ino).map(|(side, rel, st)| (side, rel, st, false)),
         };
         match r {
-            Ok((side, rel, st)) => {
+            Ok((side, rel, st, gone)) => {
                 self.note(ino.0, &st);
-                reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st))
+                let ttl = if gone { TTL } else { self.ttl(side, &rel) };
+                reply.attr(&ttl, &attr(ino.0, &st))
             }
             Err(e) => reply.error(e),
         }
@@ -988,10 +1245,19 @@ impl Filesystem for View {
         if drop_it {
             if let Some(n) = t.nodes.remove(&ino.0) {
                 if n.fd.is_some() {
-                    if n.pinned {
-                        t.pinned_fds -= 1;
-                    } else {
-                        t.cached_fds -= 1;
+                    t.cached_fds -= 1;
+                }
+                if n.file.is_some() {
+                    t.handles_held -= 1;
+                }
+                let ikey = (n.side, n.host_dev, n.host_ino);
+                if t.by_ino.get(&ikey) == Some(&ino.0) {
+                    t.by_ino.remove(&ikey);
+                }
+                for a in n.aliases {
+                    let key = (n.side, a);
+                    if t.by_key.get(&key) == Some(&ino.0) {
+                        t.by_key.remove(&key);
                     }
                 }
                 let key = (n.side, n.rel);
@@ -1026,7 +1292,7 @@ impl Filesystem for View {
         self.counts.add(Op::Setattr);
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
-            let (side, rel, protected) = self.node(ino)?;
+            let (side, rel, protected, gone) = self.node_any(ino)?;
             if protected {
                 log::warn!(
                     "git sentry: refused changing attributes of {}",
@@ -1035,7 +1301,13 @@ impl Filesystem for View {
                 return Err(Errno::EPERM);
             }
             host_owner_stays(side, uid, gid)?;
-            if let Some((f, w)) = self.cached_fd(ino) {
+            let own = match self.cached_fd(ino) {
+                Some(fw) => Some(fw),
+                // A file whose names are gone: through its handle.
+                None if gone => Some((self.node_file(ino, false)?, false)),
+                None => None,
+            };
+            if let Some((f, w)) = own {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {
                     let wf = if w { f.clone() } else { self.node_file(ino, true)? };
@@ -1052,7 +1324,8 @@ impl Filesystem for View {
                 if atime.is_some() || mtime.is_some() {
                     rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
                 }
-                return Ok((rustix::fs::fstat(&*f).map_err(errno)?, self.ttl(side, &rel)));
+                let ttl = if gone { TTL } else { self.ttl(side, &rel) };
+                return Ok((rustix::fs::fstat(&*f).map_err(errno)?, ttl));
             }
             let (parent, name) = split(&rel);
             let d = self.dir(side, parent)?;
@@ -1302,7 +1575,13 @@ impl Filesystem for View {
             if !flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 self.pin(side, &to);
             }
+            // Two names of one file: rename(2) leaves both in place.
+            let same_file = !flags.contains(RenameFlags::RENAME_EXCHANGE)
+                && self.stat(side, &to).is_ok_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
+            if same_file {
+                return Ok(());
+            }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 let tmp = PathBuf::from("\0swap");
                 self.renamed(side, &to, &tmp);
@@ -1361,6 +1640,9 @@ impl Filesystem for View {
         // truncate by `kill_priv`), which spares the kernel a GETATTR and a
         // SETATTR around every chown.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
+        // A listing answers the lookups of its entries too (one request per
+        // page of entries, not one per entry).
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -1384,8 +1666,7 @@ impl Filesystem for View {
             } else {
                 rel.as_path()
             };
-            let fd = rustix::fs::openat2(self.root(side)?, p, open_flags(flags.0), Mode::empty(), resolve())
-                .map_err(errno)?;
+            let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
             Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
         })();
         match r {
@@ -1448,10 +1729,11 @@ impl Filesystem for View {
         }
     }
 
-    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
         self.counts.add(Op::Flush);
-        // Nothing is buffered here; the kernel stops sending FLUSH.
-        reply.error(Errno::ENOSYS)
+        // Nothing is buffered here; a file the kernel closed needs no write fd.
+        self.drop_write_fd(ino);
+        reply.ok()
     }
 
     fn release(
@@ -1502,19 +1784,9 @@ impl Filesystem for View {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         self.counts.add(Op::Readdir);
-        if offset == 0 {
-            // A reader that rewinds an open directory (gVisor keeps its
-            // directory fds) must see the directory as it is now.
-            match self.node(ino).and_then(|(side, rel, _)| self.list_dir(side, &rel)) {
-                Ok(list) => {
-                    self.t.lock().unwrap().handles.insert(fh.0, Handle::Dir(Arc::new(list)));
-                }
-                Err(e) => return reply.error(e),
-            }
-        }
-        let list = match self.t.lock().unwrap().handles.get(&fh.0) {
-            Some(Handle::Dir(l)) => l.clone(),
-            _ => return reply.error(Errno::EBADF),
+        let list = match self.listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
         for (i, (ino, ft, name)) in list.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, *ft, name) {
@@ -1522,6 +1794,108 @@ impl Filesystem for View {
             }
         }
         reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.counts.add(Op::Readdirplus);
+        let list = match self.listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let Ok((side, rel, _)) = self.node(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        for (i, (ent_ino, _, name)) in list.iter().enumerate().skip(offset as usize) {
+            let off = (i + 1) as u64;
+            if name == "." || name == ".." {
+                // Not looked up by the kernel: attributes only for the form.
+                let mut a = negative();
+                a.ino = INodeNo(*ent_ino);
+                a.kind = FileType::Directory;
+                if reply.add(INodeNo(*ent_ino), off, name, &Duration::ZERO, &a, Generation(0)) {
+                    break;
+                }
+                continue;
+            }
+            // The entry exactly as a LOOKUP would answer it (the same rules).
+            let child = rel.join(name);
+            let found = self.find(side, &child);
+            let Ok(a) = found.and_then(|(eside, _)| Ok((eside, self.remember(eside, &child)?))) else {
+                // Gone since the listing: a plain entry the kernel looks up.
+                let mut a = negative();
+                a.ino = INodeNo(0);
+                if reply.add(INodeNo(0), off, name, &Duration::ZERO, &a, Generation(0)) {
+                    break;
+                }
+                continue;
+            };
+            let (eside, a) = a;
+            if reply.add(a.ino, off, name, &self.ttl(eside, &child), &a, Generation(0)) {
+                // Not sent: the kernel did not get this lookup.
+                self.forget(_req, a.ino, 1);
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Fallocate);
+        let r = self.handle_or_node(fh, ino, true).and_then(|f| {
+            kill_priv(&*f)?;
+            let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+            rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.counts.add(Op::Getxattr);
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::getxattr(&p, name, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.counts.add(Op::Listxattr);
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::listxattr(&p, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
@@ -2192,27 +2566,36 @@ impl View {
         let st = self.stat(Side::Store, to)?;
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
-        if let Some(old) = t.by_key.remove(&(Side::Store, to.to_path_buf())) {
-            if let Some(n) = t.nodes.get_mut(&old) {
-                n.gone = true;
-            }
+        if let Some(old) = t.by_key.get(&(Side::Store, to.to_path_buf())).copied() {
+            t.detach(old, Side::Store, to);
         }
         if t.by_key.get(&(Side::Host, from.to_path_buf())) == Some(&id) {
             t.by_key.remove(&(Side::Host, from.to_path_buf()));
         }
         if let Some(n) = t.nodes.get_mut(&id) {
-            if n.fd.is_some() {
-                if n.pinned {
-                    t.pinned_fds -= 1;
-                } else {
-                    t.cached_fds -= 1;
-                }
-            }
-            n.fd = None;
-            n.pinned = false;
+            // The node is now the store's copy: nothing of the host file.
+            let (had_fd, had_handle) = (n.fd.take().is_some(), n.file.take().is_some());
+            let ikey = (n.side, n.host_dev, n.host_ino);
+            let aliases = std::mem::take(&mut n.aliases);
             n.side = Side::Store;
             n.rel = to.to_path_buf();
+            n.host_dev = st.st_dev;
             n.host_ino = st.st_ino;
+            if had_fd {
+                t.cached_fds -= 1;
+            }
+            if had_handle {
+                t.handles_held -= 1;
+            }
+            for a in aliases {
+                if t.by_key.get(&(Side::Host, a.clone())) == Some(&id) {
+                    t.by_key.remove(&(Side::Host, a));
+                }
+            }
+            if t.by_ino.get(&ikey) == Some(&id) {
+                t.by_ino.remove(&ikey);
+            }
+            t.by_ino.insert((Side::Store, st.st_dev, st.st_ino), id);
             t.by_key.insert((Side::Store, to.to_path_buf()), id);
         }
         Ok(())
