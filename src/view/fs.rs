@@ -85,6 +85,10 @@ const PINNED_MAX: usize = 1024;
 /// Paths up to this length go to one `openat2`; longer ones are walked in
 /// pieces (PATH_MAX is 4096 per call, the tree below the root may be deeper).
 const WALK_CHUNK: usize = 2048;
+/// A cached write fd goes once unused this long (gVisor keeps its own fds
+/// of a file open after the guest closed it, so the kernel's FLUSH comes
+/// late): a host `exec` of a file the sandbox wrote is not `Text file busy`.
+const WRITE_IDLE: Duration = Duration::from_secs(1);
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
@@ -239,9 +243,34 @@ struct Tables {
     by_ino: HashMap<(Side, u64, u64), u64>,
     /// Nodes holding an `O_PATH` handle (`Node::file`).
     handles_held: usize,
+    /// Nodes with a cached write fd, and when it last served a write.
+    writers: HashMap<u64, std::time::Instant>,
 }
 
 impl Tables {
+    fn drop_write_fd(&mut self, id: u64) {
+        self.writers.remove(&id);
+        if let Some(n) = self.nodes.get_mut(&id) {
+            if matches!(n.fd, Some((_, true))) {
+                n.fd = None;
+                self.cached_fds -= 1;
+            }
+        }
+    }
+
+    /// Drops the write fds unused for `WRITE_IDLE` (the reaper thread).
+    fn drop_idle_writers(&mut self) {
+        let idle: Vec<u64> = self
+            .writers
+            .iter()
+            .filter(|(_, t)| t.elapsed() >= WRITE_IDLE)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            self.drop_write_fd(id);
+        }
+    }
+
     /// View path `rel` no longer names node `id`'s file: another path of
     /// it becomes its name, or, with none left, the node is gone.
     fn detach(&mut self, id: u64, side: Side, rel: &Path) {
@@ -381,15 +410,12 @@ fn timespec(t: SystemTime) -> rustix::fs::Timespec {
             tv_nsec: d.subsec_nanos() as _,
         },
         Err(e) => {
+            // fuser 0.18 makes a request's time before 1970 as
+            // `UNIX_EPOCH - (|sec|, nsec)` (its own TODO): undo exactly that.
             let d = e.duration();
-            let (mut sec, mut nsec) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
-            if nsec < 0 {
-                sec -= 1;
-                nsec += 1_000_000_000;
-            }
             rustix::fs::Timespec {
-                tv_sec: sec,
-                tv_nsec: nsec as _,
+                tv_sec: -(d.as_secs() as i64),
+                tv_nsec: d.subsec_nanos() as _,
             }
         }
     }
@@ -552,6 +578,7 @@ impl View {
                 cached_fds: 0,
                 by_ino: HashMap::new(),
                 handles_held: 0,
+                writers: HashMap::new(),
             })),
             watch,
             no_open: AtomicBool::new(false),
@@ -758,8 +785,15 @@ impl View {
     /// the cached one, else one reopened from the node's handle (the very
     /// file, whatever became of its names), else one opened by path.
     fn node_file(&self, ino: INodeNo, write: bool) -> Result<Arc<File>, Errno> {
+        self.node_file_with(ino, write, true)
+    }
+
+    /// `node_file`, keeping a newly opened fd in the cache only when `cache`
+    /// (a truncate outside any write needs no write fd afterwards).
+    fn node_file_with(&self, ino: INodeNo, write: bool, cache: bool) -> Result<Arc<File>, Errno> {
         let (side, rel, want, handle, gone) = {
-            let t = self.t.lock().unwrap();
+            let mut t = self.t.lock().unwrap();
+            let t = &mut *t;
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
             if write
                 && (n.protected
@@ -770,7 +804,12 @@ impl View {
                 return Err(Errno::EPERM);
             }
             match &n.fd {
-                Some((f, w)) if *w || !write => return Ok(f.clone()),
+                Some((f, w)) if *w || !write => {
+                    if write {
+                        t.writers.insert(ino.0, std::time::Instant::now());
+                    }
+                    return Ok(f.clone());
+                }
                 _ => (n.side, n.rel.clone(), n.host_ino, n.file.clone(), n.gone),
             }
         };
@@ -785,7 +824,9 @@ impl View {
                 f
             }
         };
-        self.cache_fd(ino.0, f.clone(), write);
+        if cache {
+            self.cache_fd(ino.0, f.clone(), write);
+        }
         Ok(f)
     }
 
@@ -818,6 +859,11 @@ impl View {
         let Some(n) = t.nodes.get_mut(&id) else { return };
         let counted = n.fd.is_some();
         n.fd = Some((f, write));
+        if write {
+            t.writers.insert(id, std::time::Instant::now());
+        } else {
+            t.writers.remove(&id);
+        }
         if !counted {
             t.cached_fds += 1;
             t.fd_order.push_back(id);
@@ -827,6 +873,7 @@ impl View {
             if let Some(n) = t.nodes.get_mut(&old) {
                 if n.fd.take().is_some() {
                     t.cached_fds -= 1;
+                    t.writers.remove(&old);
                 }
             }
         }
@@ -844,14 +891,7 @@ impl View {
     /// may write (a host `exec` of it is not `Text file busy`). A later
     /// write opens a new one.
     fn drop_write_fd(&self, ino: INodeNo) {
-        let mut t = self.t.lock().unwrap();
-        let t = &mut *t;
-        if let Some(n) = t.nodes.get_mut(&ino.0) {
-            if matches!(n.fd, Some((_, true))) {
-                n.fd = None;
-                t.cached_fds -= 1;
-            }
-        }
+        self.t.lock().unwrap().drop_write_fd(ino.0);
     }
 
     /// Opens `rel` for reading, or for writing (and reading, when allowed).
@@ -1247,6 +1287,7 @@ impl Filesystem for View {
                 if n.fd.is_some() {
                     t.cached_fds -= 1;
                 }
+                t.writers.remove(&ino.0);
                 if n.file.is_some() {
                     t.handles_held -= 1;
                 }
@@ -1310,7 +1351,11 @@ impl Filesystem for View {
             if let Some((f, w)) = own {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {
-                    let wf = if w { f.clone() } else { self.node_file(ino, true)? };
+                    let wf = if w {
+                        f.clone()
+                    } else {
+                        self.node_file_with(ino, true, false)?
+                    };
                     kill_priv(&*wf)?;
                     wf.set_len(sz).map_err(errno)?;
                 }
@@ -2176,6 +2221,15 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         None => None,
     };
     let counts = view.counts.clone();
+    let tables = Arc::downgrade(&view.t);
+    std::thread::Builder::new().name("view-writers".into()).spawn(move || {
+        // Ends with the view (its tables dropped).
+        while let Some(t) = tables.upgrade() {
+            t.lock().unwrap().drop_idle_writers();
+            drop(t);
+            std::thread::sleep(WRITE_IDLE / 4);
+        }
+    })?;
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
     if let Some((w, t, host)) = watched {
         let notifier = session.notifier();
@@ -2584,6 +2638,7 @@ impl View {
             if had_fd {
                 t.cached_fds -= 1;
             }
+            t.writers.remove(&id);
             if had_handle {
                 t.handles_held -= 1;
             }
