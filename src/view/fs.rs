@@ -130,12 +130,25 @@ fn stored_id(id: Option<u32>) -> Option<u32> {
 /// Host workspace files stay the developer's: the sandbox's root holds
 /// CAP_CHOWN, but a `chown` to any id other than its own (0 here, the
 /// developer on the host) would hand host files to a subordinate id the
-/// developer cannot edit as. The Domain's own storage may be chowned.
-fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
-    if side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0)) {
-        return Err(Errno::EPERM);
-    }
-    Ok(())
+/// developer cannot edit as. Such a `chown` is kept Domain-side instead
+/// (`Guest`): it succeeds and shows inside. The Domain's own storage may
+/// be chowned.
+fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> bool {
+    side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0))
+}
+
+/// What the sandbox set on a host file that the host file does not get
+/// (an owner other than the developer, set-id or world-write bits): kept
+/// for the life of the view, keyed by host identity, shown inside in
+/// place of the host's values. Only what the sandbox sees depends on it;
+/// the host file stays the developer's with safe modes.
+#[derive(Clone, Copy, Default)]
+struct Guest {
+    /// Owner and group as the sandbox named them.
+    uid: Option<u32>,
+    gid: Option<u32>,
+    /// The full mode bits the sandbox asked for (07777).
+    mode: Option<u32>,
 }
 
 /// Host workspace modes stay ones the developer would grant: no
@@ -312,6 +325,8 @@ pub struct View {
     sticky_path: Option<PathBuf>,
     /// Requests answered, per opcode (src/view/counts.rs).
     counts: Arc<Counts>,
+    /// Guest owners and modes of host files, by (device, inode) (`Guest`).
+    guest: Mutex<HashMap<(u64, u64), Guest>>,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -585,6 +600,7 @@ impl View {
             more_hidden: Mutex::new(Default::default()),
             sticky_path,
             counts: Arc::default(),
+            guest: Mutex::new(HashMap::new()),
         })
     }
 
@@ -736,7 +752,64 @@ impl View {
                 t.handles_held += 1;
             }
         }
-        Ok(attr(id, &st))
+        Ok(self.shown(id, side, &st))
+    }
+
+    /// The attributes the sandbox sees for a file on `side`: the host's,
+    /// with what it keeps Domain-side (`Guest`) in their place.
+    fn shown(&self, id: u64, side: Side, st: &rustix::fs::Stat) -> FileAttr {
+        let mut a = attr(id, st);
+        if side == Side::Host {
+            if let Some(g) = self.guest.lock().unwrap().get(&(st.st_dev, st.st_ino)) {
+                if let Some(u) = g.uid {
+                    a.uid = u;
+                }
+                if let Some(gid) = g.gid {
+                    a.gid = gid;
+                }
+                if let Some(m) = g.mode {
+                    a.perm = m as u16;
+                }
+            }
+        }
+        a
+    }
+
+    /// Keeps Domain-side what a chmod or chown of host file `st` asked for
+    /// and the host file does not get. `mode`: the requested bits, `uid`
+    /// and `gid`: the ids as the sandbox named them.
+    fn keep_guest(&self, st: &rustix::fs::Stat, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>) {
+        let key = (st.st_dev, st.st_ino);
+        let mut all = self.guest.lock().unwrap();
+        let mut g = all.get(&key).copied().unwrap_or_default();
+        let dir = is_dir(st);
+        if let Some(m) = mode {
+            let m = m & 0o7777;
+            g.mode = (host_mode(Side::Host, m, dir) != m).then_some(m);
+        }
+        for (want, slot) in [(uid, &mut g.uid), (gid, &mut g.gid)] {
+            if let Some(i) = want {
+                // The developer's own id (shown as the guest owner) is the host's.
+                *slot = (stored_id(Some(i)) != Some(0)).then_some(i);
+            }
+        }
+        if (uid.is_some() || gid.is_some()) && !dir {
+            // A chown clears set-user-ID, and set-group-ID with group
+            // execute, as the kernel does.
+            if let Some(m) = g.mode {
+                let sgid = sys::S_ISGID | sys::S_IXGRP;
+                let mut k = m & !sys::S_ISUID;
+                if m & sgid == sgid {
+                    k &= !sys::S_ISGID;
+                }
+                g.mode = (host_mode(Side::Host, k, dir) != k).then_some(k);
+            }
+        }
+        if g.uid.is_none() && g.gid.is_none() && g.mode.is_none() {
+            all.remove(&key);
+        } else {
+            all.insert(key, g);
+        }
     }
 
     /// Records the attributes about to be sent for node `id`.
@@ -1022,6 +1095,19 @@ impl View {
         Ok((side, rel, d))
     }
 
+    /// A host entry just made with mode bits the host may not get: the
+    /// sandbox sees the bits it asked for.
+    fn keep_new_mode(&self, side: Side, d: &OwnedFd, name: &OsStr, mode: u32) {
+        if side != Side::Host {
+            return;
+        }
+        if let Ok(st) = rustix::fs::statat(d, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if host_mode(side, mode, is_dir(&st)) != mode & 0o7777 {
+                self.keep_guest(&st, Some(mode), None, None);
+            }
+        }
+    }
+
     fn entry_reply(&self, side: Side, rel: &Path, d: &OwnedFd, name: &OsStr, reply: ReplyEntry) {
         let _ = (d, name);
         match self.remember(side, rel) {
@@ -1250,7 +1336,8 @@ impl Filesystem for View {
                 Ok(st) => {
                     let ttl = self.node(ino).map_or(TTL, |(side, rel, _)| self.ttl(side, &rel));
                     self.note(ino.0, &st);
-                    return reply.attr(&ttl, &attr(ino.0, &st));
+                    let side = self.node_any(ino).map_or(Side::Host, |n| n.0);
+                    return reply.attr(&ttl, &self.shown(ino.0, side, &st));
                 }
                 Err(e) => return reply.error(errno(e)),
             }
@@ -1263,7 +1350,7 @@ impl Filesystem for View {
             Ok((side, rel, st, gone)) => {
                 self.note(ino.0, &st);
                 let ttl = if gone { TTL } else { self.ttl(side, &rel) };
-                reply.attr(&ttl, &attr(ino.0, &st))
+                reply.attr(&ttl, &self.shown(ino.0, side, &st))
             }
             Err(e) => reply.error(e),
         }
@@ -1331,6 +1418,7 @@ impl Filesystem for View {
         reply: ReplyAttr,
     ) {
         self.counts.add(Op::Setattr);
+        let (asked_uid, asked_gid) = (uid, gid);
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected, gone) = self.node_any(ino)?;
@@ -1341,7 +1429,14 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
-            host_owner_stays(side, uid, gid)?;
+            // An owner the host file may not get, and the mode bits it may
+            // not get, are kept Domain-side (shown inside); the host file
+            // gets the rest.
+            let (uid, gid) = if host_owner_stays(side, uid, gid) {
+                (None, None)
+            } else {
+                (uid, gid)
+            };
             let own = match self.cached_fd(ino) {
                 Some(fw) => Some(fw),
                 // A file whose names are gone: through its handle.
@@ -1370,7 +1465,8 @@ impl Filesystem for View {
                     rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
                 }
                 let ttl = if gone { TTL } else { self.ttl(side, &rel) };
-                return Ok((rustix::fs::fstat(&*f).map_err(errno)?, ttl));
+                let st = rustix::fs::fstat(&*f).map_err(errno)?;
+                return Ok((st, ttl, side));
             }
             let (parent, name) = split(&rel);
             let d = self.dir(side, parent)?;
@@ -1435,12 +1531,15 @@ impl Filesystem for View {
                 let times = timestamps(atime, mtime);
                 rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
             }
-            Ok((self.stat(side, &rel)?, self.ttl(side, &rel)))
+            Ok((self.stat(side, &rel)?, self.ttl(side, &rel), side))
         })();
         match r {
-            Ok((st, ttl)) => {
+            Ok((st, ttl, side)) => {
+                if side == Side::Host && (mode.is_some() || asked_uid.is_some() || asked_gid.is_some()) {
+                    self.keep_guest(&st, mode, asked_uid, asked_gid);
+                }
                 self.note(ino.0, &st);
-                reply.attr(&ttl, &attr(ino.0, &st))
+                reply.attr(&ttl, &self.shown(ino.0, side, &st))
             }
             Err(e) => reply.error(e),
         }
@@ -1484,7 +1583,10 @@ impl Filesystem for View {
             Mode::from_raw_mode(host_mode(side, mode, false)),
             rdev as u64,
         ) {
-            Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
+            Ok(()) => {
+                self.keep_new_mode(side, &d, name, mode);
+                self.entry_reply(side, &rel, &d, name, reply)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1497,7 +1599,10 @@ impl Filesystem for View {
             Err(e) => return reply.error(e),
         };
         match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
-            Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
+            Ok(()) => {
+                self.keep_new_mode(side, &d, name, mode);
+                self.entry_reply(side, &rel, &d, name, reply)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1992,6 +2097,7 @@ impl Filesystem for View {
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
             }
+            let asked = mode;
             let mode = Mode::from_raw_mode(host_mode(side, mode, false));
             // Exclusive first, so the view knows whether it made the file.
             let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
@@ -2002,6 +2108,9 @@ impl Filesystem for View {
                 ),
                 Err(e) => return Err(errno(e)),
             };
+            if made {
+                self.keep_new_mode(side, &d, name, asked);
+            }
             let a = self.remember(side, &rel)?;
             if made {
                 self.made(a.ino.0);
@@ -2029,7 +2138,7 @@ impl View {
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
-            let (side, _) = self.find(pside, &rel)?;
+            let (side, st) = self.find(pside, &rel)?;
             if self.protected_at(side, &rel) {
                 log::warn!("git sentry: refused removing {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
@@ -2045,6 +2154,10 @@ impl View {
             }
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
+            if dir || st.st_nlink <= 1 {
+                // The inode may be reused for another file.
+                self.guest.lock().unwrap().remove(&(st.st_dev, st.st_ino));
+            }
             Ok(())
         })();
         match r {
