@@ -327,6 +327,9 @@ pub struct View {
     counts: Arc<Counts>,
     /// Guest owners and modes of host files, by (device, inode) (`Guest`).
     guest: Mutex<HashMap<(u64, u64), Guest>>,
+    /// Host directories the sandbox renamed this session: (path now,
+    /// original path), oldest first (`ignored` applies the rules at both).
+    moved_dirs: Mutex<Vec<(PathBuf, PathBuf)>>,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -601,6 +604,7 @@ impl View {
             sticky_path,
             counts: Arc::default(),
             guest: Mutex::new(HashMap::new()),
+            moved_dirs: Mutex::new(Vec::new()),
         })
     }
 
@@ -1016,7 +1020,26 @@ impl View {
     }
 
     fn ignored(&self, rel: &Path, dir: bool) -> bool {
-        self.rules.as_ref().is_some_and(|r| r.is_ignored(rel, dir))
+        let Some(r) = &self.rules else { return false };
+        if r.is_ignored(rel, dir) {
+            return true;
+        }
+        // Below a host directory the sandbox renamed: the rules at its
+        // original path hold too (a host process whose cwd is that
+        // directory writes a new secret there).
+        let moved = self.moved_dirs.lock().unwrap();
+        let mut cur = rel.to_path_buf();
+        for _ in 0..moved.len() {
+            let Some((now, was)) = moved.iter().rev().find(|(now, _)| cur.starts_with(now) && &cur != now) else {
+                break;
+            };
+            let rest = cur.strip_prefix(now).expect("prefix").to_path_buf();
+            cur = was.join(rest);
+            if r.is_ignored(&cur, dir) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Where a child of a directory on `parent_side` lives when created.
@@ -1037,19 +1060,19 @@ impl View {
         if let Some(st) = self.git_store_entry(rel) {
             return Ok((Side::Store, st));
         }
-        let Some(rules) = &self.rules else {
+        if self.rules.is_none() {
             return Ok((Side::Host, self.stat(Side::Host, rel)?));
-        };
-        let maybe = rules.is_ignored(rel, false) || rules.is_ignored(rel, true);
+        }
+        let maybe = self.ignored(rel, false) || self.ignored(rel, true);
         if maybe {
             if let Ok(st) = self.stat(Side::Store, rel) {
-                if rules.is_ignored(rel, is_dir(&st)) {
+                if self.ignored(rel, is_dir(&st)) {
                     return Ok((Side::Store, st));
                 }
             }
         }
         let st = self.stat(Side::Host, rel)?;
-        if maybe && rules.is_ignored(rel, is_dir(&st)) {
+        if maybe && self.ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
         }
         if self.is_hidden_host(&st) {
@@ -1283,14 +1306,14 @@ impl View {
                 }
                 read(side, &|_, _, _| true)?
             }
-            (Side::Host, Some(rules)) => {
+            (Side::Host, Some(_)) => {
                 // The store's ignored and Git entries first, so they win over the host's.
                 let _ = read(Side::Store, &|p, d, _| {
-                    rules.is_ignored(p, d) || self.hidden_host_at(p) || self.git_store_entry(p).is_some()
+                    self.ignored(p, d) || self.hidden_host_at(p) || self.git_store_entry(p).is_some()
                 });
                 let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
                 read(Side::Host, &|p, d, ino| {
-                    !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino)
+                    !self.ignored(p, d) && !self.is_hidden_id(dev, ino)
                 })?;
             }
         }
@@ -1741,6 +1764,7 @@ impl Filesystem for View {
                 self.renamed(side, &from, &to);
                 if host_dirs && dir {
                     self.store_follows(&from, &to);
+                    self.dir_moved(&from, &to);
                 }
             }
             Ok(())
@@ -2179,6 +2203,8 @@ impl View {
 /// Most entries one directory rename may scan for hidden files; beyond it
 /// the rename answers EXDEV (`mv` then copies what it can see).
 const HIDE_SCAN_MAX: usize = 200_000;
+/// Most renamed host directories remembered per view (`View::dir_moved`).
+const MOVED_MAX: usize = 4096;
 
 impl View {
     /// True when the entry at view path `rel` (a directory when `dir`),
@@ -2233,10 +2259,9 @@ impl View {
     /// hidden now (by the rules at its current name, or by identity) is
     /// hidden by identity, so no new name reveals it.
     fn hide_below(&self, rel: &Path) -> Result<(), Errno> {
-        let rules = match &self.rules {
-            Some(r) => r,
-            None => return Ok(()),
-        };
+        if self.rules.is_none() {
+            return Ok(());
+        }
         let mut found = Vec::new();
         let mut stack = vec![rel.to_path_buf()];
         let mut seen = 0usize;
@@ -2254,7 +2279,7 @@ impl View {
                 }
                 let child = d.join(name);
                 let is_d = file_type == rustix::fs::FileType::Directory;
-                if rules.is_ignored(&child, is_d) || self.is_hidden_id(dev, ino) {
+                if self.ignored(&child, is_d) || self.is_hidden_id(dev, ino) {
                     found.push((dev, ino, child));
                 } else if is_d && name != ".git" {
                     stack.push(child);
@@ -2266,6 +2291,22 @@ impl View {
             self.hide_id(dev, ino, &child);
         }
         Ok(())
+    }
+
+    /// Remembers that host directory `from` is now `to` (earlier moves
+    /// below `from` move along), bounded by `MOVED_MAX`: beyond it the
+    /// oldest is dropped (its hidden files stay hidden by identity).
+    fn dir_moved(&self, from: &Path, to: &Path) {
+        let mut m = self.moved_dirs.lock().unwrap();
+        for (now, _) in m.iter_mut() {
+            if let Ok(rest) = now.strip_prefix(from) {
+                *now = to.join(rest);
+            }
+        }
+        m.push((to.to_path_buf(), from.to_path_buf()));
+        if m.len() > MOVED_MAX {
+            m.remove(0);
+        }
     }
 
     /// After host directory `from` moved to `to`: the store's entries kept
