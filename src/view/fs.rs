@@ -963,13 +963,7 @@ impl View {
         }
     }
 
-    /// The kernel closed a file of node `ino` (FLUSH): a write fd goes, so
-    /// the view holds the host file open for writing only while the sandbox
-    /// may write (a host `exec` of it is not `Text file busy`). A later
-    /// write opens a new one.
-    fn drop_write_fd(&self, ino: INodeNo) {
-        self.t.lock().unwrap().drop_write_fd(ino.0);
-    }
+
 
     /// Opens `rel` for reading, or for writing (and reading, when allowed).
     fn open_path(&self, side: Side, rel: &Path, write: bool) -> Result<File, Errno> {
@@ -1027,16 +1021,26 @@ impl View {
         // Below a host directory the sandbox renamed: the rules at its
         // original path hold too (a host process whose cwd is that
         // directory writes a new secret there).
+        // Every earlier name: each remembered move maps the path below its
+        // directory's current name to the name it had (bounded).
         let moved = self.moved_dirs.lock().unwrap();
-        let mut cur = rel.to_path_buf();
-        for _ in 0..moved.len() {
-            let Some((now, was)) = moved.iter().rev().find(|(now, _)| cur.starts_with(now) && &cur != now) else {
-                break;
-            };
-            let rest = cur.strip_prefix(now).expect("prefix").to_path_buf();
-            cur = was.join(rest);
-            if r.is_ignored(&cur, dir) {
-                return true;
+        let mut names = vec![rel.to_path_buf()];
+        let mut i = 0;
+        while i < names.len() && names.len() < 64 {
+            let cur = names[i].clone();
+            i += 1;
+            for (now, was) in moved.iter() {
+                let Ok(rest) = cur.strip_prefix(now) else { continue };
+                if rest.as_os_str().is_empty() {
+                    continue;
+                }
+                let old = was.join(rest);
+                if r.is_ignored(&old, dir) {
+                    return true;
+                }
+                if !names.contains(&old) {
+                    names.push(old);
+                }
             }
         }
         false
@@ -1903,11 +1907,12 @@ impl Filesystem for View {
         }
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
         self.counts.add(Op::Flush);
-        // Nothing is buffered here; a file the kernel closed needs no write fd.
-        self.drop_write_fd(ino);
-        reply.ok()
+        // Nothing is buffered here; the kernel stops sending FLUSH. (gVisor
+        // keeps its fds of the view open after the guest closes, so FLUSH
+        // would say little: write fds go when idle, `WRITE_IDLE`.)
+        reply.error(Errno::ENOSYS)
     }
 
     fn release(

@@ -141,8 +141,8 @@ fn an_unlinked_file_serves_reads_writes_and_attributes() {
     let (_, _, st, gone) = v.handle_stat(INodeNo(id)).unwrap().unwrap();
     assert!(gone);
     assert_eq!((st.st_size, st.st_nlink), (3, 0));
-    // The write fd goes at FLUSH; a read reopens from the handle.
-    v.drop_write_fd(INodeNo(id));
+    // The write fd goes once idle; a read reopens from the handle.
+    v.t.lock().unwrap().drop_write_fd(id);
     assert!(v.cached_fd(INodeNo(id)).is_none());
     let mut buf = [0u8; 3];
     v.node_file(INodeNo(id), false).unwrap().read_exact_at(&mut buf, 0).unwrap();
@@ -277,3 +277,60 @@ fn fd_cache_stays_bounded_and_eviction_closes_fds() {
     check_counts(&v);
 }
 
+
+#[test]
+fn idle_write_fds_go_and_reads_keep_theirs() {
+    let dir = Tmp::new("idle");
+    dir.write("a", "x");
+    dir.write("b", "y");
+    let v = view(&dir);
+    let a = lookup(&v, "a");
+    let b = lookup(&v, "b");
+    v.node_file(INodeNo(a), true).unwrap();
+    v.node_file(INodeNo(b), false).unwrap();
+    {
+        let mut t = v.t.lock().unwrap();
+        let past = std::time::Instant::now() - 2 * WRITE_IDLE;
+        t.writers.insert(a, past);
+        t.drop_idle_writers();
+    }
+    assert!(v.cached_fd(INodeNo(a)).is_none(), "the idle write fd went");
+    assert!(v.cached_fd(INodeNo(b)).is_some(), "read fds stay cached");
+    check_counts(&v);
+}
+
+#[test]
+fn guest_owner_and_mode_show_while_the_host_keeps_its_own() {
+    let dir = Tmp::new("guest");
+    dir.write("a", "x");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    let st = v.stat(Side::Host, Path::new("a")).unwrap();
+    v.keep_guest(&st, Some(0o4777), Some(4242), Some(4343));
+    let a = v.shown(id, Side::Host, &st);
+    // The chown after the chmod cleared set-user-ID, as the kernel does.
+    assert_eq!((a.uid, a.gid, a.perm), (4242, 4343, 0o777));
+    // A mode the host may have: nothing kept; the developer's id: the host's.
+    v.keep_guest(&st, Some(0o644), Some(0), Some(0));
+    assert!(v.guest.lock().unwrap().is_empty());
+    // The store side is shown as it is.
+    v.keep_guest(&st, Some(0o1777), None, None);
+    assert_eq!(v.shown(id, Side::Store, &st).perm as u32, st.st_mode & 0o7777);
+}
+
+#[test]
+fn rules_apply_at_the_original_path_of_a_moved_directory() {
+    let dir = Tmp::new("moved");
+    std::fs::create_dir(dir.0.join("config")).unwrap();
+    dir.write(".gitignore", "/config/master.key\n");
+    let store = Tmp::new("moved-store");
+    let rules = crate::view::ignored::IgnoreRules::load(&dir.0, None, None, &[]).unwrap();
+    let v = View::new(&dir.0, Some((&store.0, rules)), Sentry::new(false, Vec::new())).unwrap();
+    assert!(v.ignored(Path::new("config/master.key"), false));
+    assert!(!v.ignored(Path::new("c2/master.key"), false));
+    v.dir_moved(Path::new("config"), Path::new("c2"));
+    assert!(v.ignored(Path::new("c2/master.key"), false));
+    v.dir_moved(Path::new("c2"), Path::new("c3/c4"));
+    assert!(v.ignored(Path::new("c3/c4/master.key"), false));
+    assert!(!v.ignored(Path::new("c3/c4/other"), false));
+}
