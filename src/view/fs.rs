@@ -382,9 +382,7 @@ fn proc_path(fd: &impl AsRawFd) -> PathBuf {
 /// A read (or read-write, else write-only) fd of the file `handle` holds.
 fn reopen(handle: &OwnedFd, write: bool) -> Result<File, Errno> {
     let p = proc_path(handle);
-    let open = |fl: OFlags| {
-        rustix::fs::open(&p, fl | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()).map_err(errno)
-    };
+    let open = |fl: OFlags| rustix::fs::open(&p, fl | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()).map_err(errno);
     let fd = if write {
         open(OFlags::RDWR).or_else(|_| open(OFlags::WRONLY))?
     } else {
@@ -623,7 +621,13 @@ impl View {
         } else {
             rel
         };
-        beneath(root, p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(errno)
+        beneath(
+            root,
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)
     }
 
     /// The attributes of the entry at `rel`, and for anything but a
@@ -675,8 +679,7 @@ impl View {
         let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
         let (side, rel, sticky, gone, aliases) = (n.side, n.rel.clone(), n.protected, n.gone, n.aliases.clone());
         drop(t);
-        let protected =
-            sticky || self.protected_at(side, &rel) || aliases.iter().any(|a| self.protected_at(side, a));
+        let protected = sticky || self.protected_at(side, &rel) || aliases.iter().any(|a| self.protected_at(side, a));
         Ok((side, rel, protected, gone))
     }
 
@@ -963,8 +966,6 @@ impl View {
         }
     }
 
-
-
     /// Opens `rel` for reading, or for writing (and reading, when allowed).
     fn open_path(&self, side: Side, rel: &Path, write: bool) -> Result<File, Errno> {
         let p = if rel.as_os_str().is_empty() {
@@ -1002,7 +1003,9 @@ impl View {
                 _ => return,
             }
         }
-        let Ok((st, Some(h))) = self.stat_handle(side, rel) else { return };
+        let Ok((st, Some(h))) = self.stat_handle(side, rel) else {
+            return;
+        };
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         if let Some(n) = t.nodes.get_mut(&id) {
@@ -1754,7 +1757,9 @@ impl Filesystem for View {
             }
             // Two names of one file: rename(2) leaves both in place.
             let same_file = !flags.contains(RenameFlags::RENAME_EXCHANGE)
-                && self.stat(side, &to).is_ok_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
+                && self
+                    .stat(side, &to)
+                    .is_ok_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
             if same_file {
                 return Ok(());

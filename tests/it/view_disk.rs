@@ -103,7 +103,10 @@ fn open_files_outlive_their_names_as_on_a_bind() {
     ] {
         assert_eq!(field(&r, k), Some("ok"), "{k}: {r:?}");
     }
-    assert!(!ws.join("t").exists() && !ws.join("m0").exists(), "unlinked on the host too");
+    assert!(
+        !ws.join("t").exists() && !ws.join("m0").exists(),
+        "unlinked on the host too"
+    );
 }
 
 #[test]
@@ -144,7 +147,12 @@ fn hard_links_are_one_file_and_copies_keep_them() {
     }
     assert!(field(&r, "AFTER").is_some_and(|v| v.ends_with("/1")), "{r:?}");
     // The host has one file per pair too.
-    for (a, b) in [("h2", "h2"), ("cpa/p", "cpa/q"), ("tarx/src/p", "tarx/src/q"), ("in/p", "in/q")] {
+    for (a, b) in [
+        ("h2", "h2"),
+        ("cpa/p", "cpa/q"),
+        ("tarx/src/p", "tarx/src/q"),
+        ("in/p", "in/q"),
+    ] {
         let (ma, mb) = (ws.join(a).metadata().unwrap(), ws.join(b).metadata().unwrap());
         assert_eq!(ma.ino(), mb.ino(), "host {a} {b}");
     }
@@ -182,10 +190,7 @@ fn deep_paths_fallocate_times_and_xattrs_as_on_a_bind() {
     let _g = GLOBAL.read().unwrap();
     let ws = git_repo(env, "disk-deep", &[]);
     env.write(&ws.join("x.py"), XATTR_TIMES);
-    let r = env.run_sh(
-        &ws,
-        "python3 x.py 2>&1; echo done",
-    );
+    let r = env.run_sh(&ws, "python3 x.py 2>&1; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
     assert_eq!(field(&r, "DEEP"), Some("ok"), "a 12 KiB path below the root: {r:?}");
     assert_eq!(field(&r, "FALLOC"), Some("ok"), "{r:?}");
@@ -199,7 +204,11 @@ fn deep_paths_fallocate_times_and_xattrs_as_on_a_bind() {
         "{r:?}"
     );
     let m = ws.join("fa").metadata().unwrap();
-    assert_eq!((m.atime(), m.mtime(), m.mtime_nsec()), (old, old, 500_000_000), "stored on the host");
+    assert_eq!(
+        (m.atime(), m.mtime(), m.mtime_nsec()),
+        (old, old, 500_000_000),
+        "stored on the host"
+    );
     assert_eq!(field(&r, "XATTR"), Some("ENODATA"), "{r:?}");
     assert_eq!(field(&r, "LISTX"), Some("[]"), "{r:?}");
 }
@@ -262,7 +271,11 @@ fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
     );
     assert!(r.stdout.contains("done"), "{r:?}");
     // Inside: done as asked, as on a disk.
-    assert_eq!(field(&r, "CREATED"), Some("1000"), "a process of another group creates: {r:?}");
+    assert_eq!(
+        field(&r, "CREATED"),
+        Some("1000"),
+        "a process of another group creates: {r:?}"
+    );
     assert_eq!(field(&r, "OWN"), Some("4242:4343"), "{r:?}");
     assert_eq!(field(&r, "SUID"), Some("4755"), "{r:?}");
     assert_eq!(field(&r, "STICKY"), Some("1777"), "{r:?}");
@@ -297,7 +310,10 @@ fn a_cold_listing_answers_its_lookups_with_readdirplus() {
         .unwrap();
     let counts = env.dir("disk-rdplus-counts").join("counts");
     let r = env
-        .lz(&ws, &["run", "--", "sh", "-c", "ls -f many | wc -l; ls -l many | wc -l"])
+        .lz(
+            &ws,
+            &["run", "--", "sh", "-c", "ls -f many | wc -l; ls -l many | wc -l"],
+        )
         .env("LAZARET_VIEW_COUNTS", &counts.display().to_string())
         .run();
     assert_eq!(r.code, 0, "{r:?}");

@@ -104,7 +104,9 @@ fn a_replaced_file_stays_its_node_and_a_stale_path_is_estale() {
     assert_eq!(errno_of(v.node_stat(INodeNo(id))), Errno::ESTALE);
     let mut s = String::new();
     use std::io::Read;
-    (&*v.node_file(INodeNo(id), false).unwrap()).read_to_string(&mut s).unwrap();
+    (&*v.node_file(INodeNo(id), false).unwrap())
+        .read_to_string(&mut s)
+        .unwrap();
     assert_eq!(s, "old");
     // Once looked up again the path is a new node.
     let new = lookup(&v, "a");
@@ -145,7 +147,10 @@ fn an_unlinked_file_serves_reads_writes_and_attributes() {
     v.t.lock().unwrap().drop_write_fd(id);
     assert!(v.cached_fd(INodeNo(id)).is_none());
     let mut buf = [0u8; 3];
-    v.node_file(INodeNo(id), false).unwrap().read_exact_at(&mut buf, 0).unwrap();
+    v.node_file(INodeNo(id), false)
+        .unwrap()
+        .read_exact_at(&mut buf, 0)
+        .unwrap();
     assert_eq!(&buf, b"new");
     check_counts(&v);
 }
@@ -190,7 +195,7 @@ fn deep_paths_are_walked_in_pieces() {
         let c = format!("{i:02}{}", "d".repeat(200));
         rel.push(&c);
         // The host side walks relative to each new level too (PATH_MAX).
-        rustix::fs::mkdirat(&v_open(&host), c.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        rustix::fs::mkdirat(v_open(&host), c.as_str(), Mode::from_raw_mode(0o755)).unwrap();
         host.push(&c);
     }
     assert!(rel.as_os_str().len() > 12_000);
@@ -276,7 +281,6 @@ fn fd_cache_stays_bounded_and_eviction_closes_fds() {
     assert!(v.node_file(INodeNo(id), false).is_ok());
     check_counts(&v);
 }
-
 
 #[test]
 fn idle_write_fds_go_and_reads_keep_theirs() {
