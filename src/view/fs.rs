@@ -20,9 +20,13 @@
 //!
 //! Host access is path based from two directory fds (workspace, store), with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` so a concurrently swapped
-//! symlink can never lead outside either tree. The node id of a file is its
-//! fresh id per file the kernel looks up; a node remembers its host inode
-//! number and refuses (ESTALE) once its path names another file.
+//! symlink can never lead outside either tree (a path longer than one call
+//! takes is walked in pieces, each beneath the last). A node stands for a
+//! file: hard links the kernel looks up are one node (keyed by host device
+//! and inode), and a node holds an `O_PATH` handle of its file, so an open
+//! file keeps working after unlink or rename over it, as on a plain bind;
+//! a node without a handle refuses (ESTALE) once its path names another
+//! file. Ids are never reused.
 //!
 //! Caching (src/view/watch.rs): `git status` stats every tracked file, and
 //! gVisor opens a host fd for each, so the view avoids per-file round trips:
@@ -37,11 +41,12 @@
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
 //!   write checks move from open to write/truncate, still before any byte
-//!   reaches the host. A file unlinked or replaced through the view keeps
-//!   its cached fd (pinned) until the kernel forgets it;
+//!   reaches the host. Cached fds are read-only, but for a write fd used
+//!   within the last `WRITE_IDLE`;
 //! - directory listings are cached by the kernel (`FOPEN_CACHE_DIR`).
 //!
-//! Threads: `fuser`'s event loops (two) and the watcher.
+//! Threads: `fuser`'s event loops (two), the watcher, and `view-writers`
+//! (closes idle write fds).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
