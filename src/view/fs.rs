@@ -335,6 +335,8 @@ pub struct View {
     /// Host directories the sandbox renamed this session: (path now,
     /// original path), oldest first (`ignored` applies the rules at both).
     moved_dirs: Mutex<Vec<(PathBuf, PathBuf)>>,
+    /// A refusal of a host-locked file was logged (`not_locked_on_host`).
+    warned_locked: AtomicBool,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -608,6 +610,7 @@ impl View {
             counts: Arc::default(),
             guest: Mutex::new(HashMap::new()),
             moved_dirs: Mutex::new(Vec::new()),
+            warned_locked: AtomicBool::new(false),
         })
     }
 
@@ -913,6 +916,49 @@ impl View {
             self.cache_fd(ino.0, f.clone(), write);
         }
         Ok(f)
+    }
+
+    /// Refuses (EBUSY) changing a host file another process holds a lock
+    /// on: gVisor keeps file locks inside the sandbox, so a host SQLite
+    /// connection's locks are invisible to the sandbox's, which would then
+    /// "recover" (truncate, rewrite) the host's live `-shm` index and crash
+    /// or lose the host's transactions. Refused loudly instead (the sandbox
+    /// sees an I/O error; the supervisor log says why, once per view).
+    fn not_locked_on_host(&self, ino: INodeNo, f: &impl AsFd) -> Result<(), Errno> {
+        let host = self.t.lock().unwrap().nodes.get(&ino.0).is_none_or(|n| n.side == Side::Host);
+        if host && sys::locked_elsewhere(f) {
+            if !self.warned_locked.swap(true, Ordering::Relaxed) {
+                let rel = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.rel.clone()).unwrap_or_default();
+                log::warn!(
+                    "workspace view: refused changing {}: a host process holds a lock on it (EBUSY; further refusals not logged)",
+                    crate::display::escape_path(&rel)
+                );
+            }
+            return Err(Errno::EBUSY);
+        }
+        Ok(())
+    }
+
+    /// Refuses (EBUSY) removing or replacing a host file a host process
+    /// holds a lock on or has open for writing (the view's own write fd of
+    /// it is dropped first): what it writes next would go to a file no
+    /// name reaches. This is how a sandbox SQLite connection, which cannot
+    /// see the host's locks and takes itself for the last one, would delete
+    /// a live host `-wal` journal with the host's newest transactions.
+    fn not_in_use_on_host(&self, id: u64, rel: &Path) -> Result<(), Errno> {
+        self.t.lock().unwrap().drop_write_fd(id);
+        let Ok(f) = self.open_path(Side::Host, rel, false) else {
+            return Ok(());
+        };
+        self.not_locked_on_host(INodeNo(id), &f)?;
+        if sys::open_for_write_elsewhere(&f) {
+            log::warn!(
+                "workspace view: refused removing or truncating {}: a host process has it open for writing (EBUSY)",
+                crate::display::escape_path(rel)
+            );
+            return Err(Errno::EBUSY);
+        }
+        Ok(())
     }
 
     /// The node's cached fd, if any, and whether it writes.
@@ -1472,6 +1518,10 @@ impl Filesystem for View {
             } else {
                 (uid, gid)
             };
+            if size.is_some() && side == Side::Host && !gone && !rel.as_os_str().is_empty() {
+                // Not a file a host process is writing (or has locked).
+                self.not_in_use_on_host(ino.0, &rel)?;
+            }
             let own = match self.cached_fd(ino) {
                 Some(fw) => Some(fw),
                 // A file whose names are gone: through its handle.
@@ -1486,6 +1536,7 @@ impl Filesystem for View {
                     } else {
                         self.node_file_with(ino, true, false)?
                     };
+                    self.not_locked_on_host(ino, &wf)?;
                     kill_priv(&*wf)?;
                     wf.set_len(sz).map_err(errno)?;
                 }
@@ -1530,6 +1581,7 @@ impl Filesystem for View {
                             resolve(),
                         )
                         .map_err(errno)?;
+                        self.not_locked_on_host(ino, &fd)?;
                         kill_priv(&fd)?;
                         rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
                     }
@@ -1758,6 +1810,14 @@ impl Filesystem for View {
             let d2 = self.dir(side, &nprel)?;
             let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
             if !flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                if side == Side::Host {
+                    if let Ok(vst) = self.stat(side, &to) {
+                        let victim = self.known(side, &to).unwrap_or(u64::MAX);
+                        if vst.st_mode & sys::S_IFMT == sys::S_IFREG && vst.st_ino != st.st_ino {
+                            self.not_in_use_on_host(victim, &to)?;
+                        }
+                    }
+                }
                 self.pin(side, &to);
             }
             // Two names of one file: rename(2) leaves both in place.
@@ -1909,6 +1969,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Write);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
+            self.not_locked_on_host(ino, &f)?;
             kill_priv(&*f)?;
             f.write_all_at(data, offset).map_err(errno)
         }) {
@@ -2047,6 +2108,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Fallocate);
         let r = self.handle_or_node(fh, ino, true).and_then(|f| {
+            self.not_locked_on_host(ino, &f)?;
             kill_priv(&*f)?;
             let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
             rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)
@@ -2188,6 +2250,9 @@ impl View {
             }
             let d = self.dir(side, &prel)?;
             let fl = if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+            if !dir && side == Side::Host && st.st_mode & sys::S_IFMT == sys::S_IFREG {
+                self.not_in_use_on_host(id, &rel)?;
+            }
             if !dir {
                 self.pin(side, &rel);
             }
@@ -2588,6 +2653,9 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
     crate::sys::umask(0);
     // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
     crate::sys::raise_nofile();
+    // The read-lease probe of `not_in_use_on_host`: a lease broken in its
+    // instant must not kill the supervisor (SIGIO's default).
+    crate::sys::ignore_signal(crate::sys::SIGIO);
     set_guest_owner(owner);
     let mut served = Vec::new();
     for v in specs {

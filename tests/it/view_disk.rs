@@ -422,3 +422,133 @@ fn posix_suite_subset_passes_what_a_plain_bind_passes() {
     assert!(text.contains("side  cases"), "{text}");
     assert!(out.status.success() && !text.contains("worse than the bind"), "{text}");
 }
+
+const SQ_WRITER: &str = r#"
+import sqlite3, sys, time, os
+db = sys.argv[1]
+c = sqlite3.connect(db, timeout=10)
+c.execute('pragma journal_mode=wal')
+c.execute('create table if not exists t(id integer primary key, v text)')
+c.commit()
+open(os.path.join(os.path.dirname(db), 'writer-ready'), 'w').close()
+for i in range(400):
+    c.execute('insert into t(v) values (?)', ('row%d' % i,))
+    c.commit()
+    time.sleep(0.002)
+c.close()
+open(os.path.join(os.path.dirname(db), 'writer-done'), 'w').close()
+"#;
+
+const SQ_READER: &str = r#"
+import sqlite3, time, os
+seen, errors, t0 = 0, 0, time.time()
+while not os.path.exists('/workspace/writer-ready') and time.time() - t0 < 60:
+    time.sleep(0.01)
+while time.time() - t0 < 90:
+    try:
+        c = sqlite3.connect('/workspace/db.sqlite', timeout=5)
+        seen = max(seen, c.execute('select count(*) from t').fetchone()[0])
+        c.close()
+    except Exception as e:
+        errors += 1
+    if os.path.exists('/workspace/writer-done'):
+        break
+    time.sleep(0.01)
+print('READER', seen, errors)
+"#;
+
+/// Acceptance 2 (first half): a host SQLite writer in WAL mode with a
+/// sandbox reader: the host keeps every row and neither side crashes, 5
+/// runs of 5. gVisor keeps file locks inside the sandbox, so the sandbox's
+/// SQLite cannot see the host's; the view refuses (EBUSY) changing a file
+/// a host process holds a lock on (its `-shm` index), so the sandbox can
+/// never reset the host's live index.
+#[test]
+fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
+    let env = require_env!();
+    if !crate::agent_v2::dev_image_built(env) {
+        return;
+    }
+    let _g = GLOBAL.read().unwrap();
+    let (ws, _creds, cfg) = crate::agent_v2::fixture(env, "disk-sqlite");
+    env.write(&ws.join("r.py"), SQ_READER);
+    let writer = env.dir("disk-sqlite-w").join("w.py");
+    env.write(&writer, SQ_WRITER);
+    let pre = env.as_user();
+    for round in 0..5 {
+        for f in ["db.sqlite", "db.sqlite-wal", "db.sqlite-shm", "writer-ready", "writer-done"] {
+            let _ = std::fs::remove_file(ws.join(f));
+        }
+        let reader = env
+            .lz(&ws, &["run", "--profile", "dev", "--", "python3", "/workspace/r.py"])
+            .config_home(&cfg)
+            .spawn();
+        std::thread::sleep(Duration::from_secs(2));
+        let w = std::process::Command::new(&pre[0])
+            .args(&pre[1..])
+            .arg("/usr/bin/python3")
+            .arg(&writer)
+            .arg(ws.join("db.sqlite"))
+            .output()
+            .unwrap();
+        let r = reader.wait_with_output().unwrap();
+        let rout = String::from_utf8_lossy(&r.stdout).into_owned();
+        assert!(w.status.success(), "round {round}: the host writer died: {w:?}; reader: {rout}");
+        assert!(r.status.success() && rout.contains("READER"), "round {round}: reader: {r:?}");
+        let n = std::process::Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(format!(
+                "import sqlite3; print(sqlite3.connect('{}').execute('select count(*) from t').fetchone()[0])",
+                ws.join("db.sqlite").display()
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&n.stdout).trim(), "400", "round {round}: rows on the host; reader: {rout}");
+    }
+}
+
+/// The refusal behind acceptance 2, performed directly: a file a host
+/// process holds a lock on cannot be truncated, written or removed from
+/// inside, and one a host process is writing cannot be removed or
+/// truncated (its next writes would reach a file no name leads to); once
+/// the host process is gone, all of it works.
+#[test]
+fn files_in_use_on_the_host_are_not_reset_from_inside() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let ws = git_repo(env, "disk-inuse", &[]);
+    env.write(&ws.join("locked"), "LOCKED-DATA\n");
+    env.write(&ws.join("written"), "WRITTEN-DATA\n");
+    let pre = env.as_user();
+    let holder = std::process::Command::new(&pre[0])
+        .args(&pre[1..])
+        .args([
+            "/usr/bin/python3",
+            "-c",
+            "import fcntl, os, sys, time\n\
+             l = open(sys.argv[1] + '/locked', 'r+'); fcntl.lockf(l, fcntl.LOCK_SH, 1, 128)\n\
+             w = open(sys.argv[1] + '/written', 'a')\n\
+             open(sys.argv[1] + '/held', 'w').close()\n\
+             t = time.time()\n\
+             while not os.path.exists(sys.argv[1] + '/release') and time.time() - t < 60: time.sleep(0.05)\n",
+        ])
+        .arg(&ws)
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || ws.join("held").exists()));
+    let r = env.run_sh(
+        &ws,
+        ": > locked && echo TRUNC-LOCKED; echo x >> locked && echo WROTE-LOCKED; rm locked && echo RM-LOCKED; \
+         rm written && echo RM-WRITTEN; : > written && echo TRUNC-WRITTEN; \
+         : > release; sleep 1; rm locked && echo LATER-RM; echo done",
+    );
+    let mut holder = holder;
+    let _ = holder.wait();
+    assert!(r.stdout.contains("done"), "{r:?}");
+    for refused in ["TRUNC-LOCKED", "WROTE-LOCKED", "RM-LOCKED", "RM-WRITTEN", "TRUNC-WRITTEN"] {
+        assert!(!r.stdout.contains(refused), "{refused} went through: {r:?}");
+    }
+    assert_eq!(std::fs::read_to_string(ws.join("written")).unwrap(), "WRITTEN-DATA\n");
+    assert!(r.stdout.contains("LATER-RM"), "free again once the host process is gone: {r:?}");
+    assert!(!ws.join("locked").exists());
+}
