@@ -925,10 +925,23 @@ impl View {
     /// or lose the host's transactions. Refused loudly instead (the sandbox
     /// sees an I/O error; the supervisor log says why, once per view).
     fn not_locked_on_host(&self, ino: INodeNo, f: &impl AsFd) -> Result<(), Errno> {
-        let host = self.t.lock().unwrap().nodes.get(&ino.0).is_none_or(|n| n.side == Side::Host);
+        let host = self
+            .t
+            .lock()
+            .unwrap()
+            .nodes
+            .get(&ino.0)
+            .is_none_or(|n| n.side == Side::Host);
         if host && sys::locked_elsewhere(f) {
             if !self.warned_locked.swap(true, Ordering::Relaxed) {
-                let rel = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.rel.clone()).unwrap_or_default();
+                let rel = self
+                    .t
+                    .lock()
+                    .unwrap()
+                    .nodes
+                    .get(&ino.0)
+                    .map(|n| n.rel.clone())
+                    .unwrap_or_default();
                 log::warn!(
                     "workspace view: refused changing {}: a host process holds a lock on it (EBUSY; further refusals not logged)",
                     crate::display::escape_path(&rel)

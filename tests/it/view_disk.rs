@@ -476,7 +476,13 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
     env.write(&writer, SQ_WRITER);
     let pre = env.as_user();
     for round in 0..5 {
-        for f in ["db.sqlite", "db.sqlite-wal", "db.sqlite-shm", "writer-ready", "writer-done"] {
+        for f in [
+            "db.sqlite",
+            "db.sqlite-wal",
+            "db.sqlite-shm",
+            "writer-ready",
+            "writer-done",
+        ] {
             let _ = std::fs::remove_file(ws.join(f));
         }
         let reader = env
@@ -493,8 +499,14 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
             .unwrap();
         let r = reader.wait_with_output().unwrap();
         let rout = String::from_utf8_lossy(&r.stdout).into_owned();
-        assert!(w.status.success(), "round {round}: the host writer died: {w:?}; reader: {rout}");
-        assert!(r.status.success() && rout.contains("READER"), "round {round}: reader: {r:?}");
+        assert!(
+            w.status.success(),
+            "round {round}: the host writer died: {w:?}; reader: {rout}"
+        );
+        assert!(
+            r.status.success() && rout.contains("READER"),
+            "round {round}: reader: {r:?}"
+        );
         let n = std::process::Command::new("/usr/bin/python3")
             .arg("-c")
             .arg(format!(
@@ -503,7 +515,11 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
             ))
             .output()
             .unwrap();
-        assert_eq!(String::from_utf8_lossy(&n.stdout).trim(), "400", "round {round}: rows on the host; reader: {rout}");
+        assert_eq!(
+            String::from_utf8_lossy(&n.stdout).trim(),
+            "400",
+            "round {round}: rows on the host; reader: {rout}"
+        );
     }
 }
 
@@ -545,10 +561,19 @@ fn files_in_use_on_the_host_are_not_reset_from_inside() {
     let mut holder = holder;
     let _ = holder.wait();
     assert!(r.stdout.contains("done"), "{r:?}");
-    for refused in ["TRUNC-LOCKED", "WROTE-LOCKED", "RM-LOCKED", "RM-WRITTEN", "TRUNC-WRITTEN"] {
+    for refused in [
+        "TRUNC-LOCKED",
+        "WROTE-LOCKED",
+        "RM-LOCKED",
+        "RM-WRITTEN",
+        "TRUNC-WRITTEN",
+    ] {
         assert!(!r.stdout.contains(refused), "{refused} went through: {r:?}");
     }
     assert_eq!(std::fs::read_to_string(ws.join("written")).unwrap(), "WRITTEN-DATA\n");
-    assert!(r.stdout.contains("LATER-RM"), "free again once the host process is gone: {r:?}");
+    assert!(
+        r.stdout.contains("LATER-RM"),
+        "free again once the host process is gone: {r:?}"
+    );
     assert!(!ws.join("locked").exists());
 }
