@@ -554,8 +554,8 @@ fn files_in_use_on_the_host_are_not_reset_from_inside() {
     assert!(eventually(Duration::from_secs(20), || ws.join("held").exists()));
     let r = env.run_sh(
         &ws,
-        ": > locked && echo TRUNC-LOCKED; echo x >> locked && echo WROTE-LOCKED; rm locked && echo RM-LOCKED; \
-         rm written && echo RM-WRITTEN; : > written && echo TRUNC-WRITTEN; \
+        "true > locked && echo TRUNC-LOCKED; echo x >> locked && echo WROTE-LOCKED; rm locked && echo RM-LOCKED; \
+         rm written && echo RM-WRITTEN; true > written && echo TRUNC-WRITTEN; \
          : > release; sleep 1; rm locked && echo LATER-RM; echo done",
     );
     let mut holder = holder;
