@@ -83,8 +83,9 @@ const TTL_LONG: Duration = Duration::from_secs(3600);
 /// Per-view bound on cached per-node read (or write) fds.
 const FD_CACHE: usize = 256;
 /// Per-view bound on the `O_PATH` handles nodes keep of their files
-/// (`Node::file`), beyond which a node is served by path; `PINNED_MAX`
-/// more are allowed for files unlinked or renamed over through the view.
+/// (`Node::file`; a quarter of the open-file limit if that is less), beyond
+/// which a node is served by path; `PINNED_MAX` more are allowed for files
+/// unlinked or renamed over through the view.
 const HANDLES_MAX: usize = 8192;
 const PINNED_MAX: usize = 1024;
 /// Paths up to this length go to one `openat2`; longer ones are walked in
@@ -337,6 +338,8 @@ pub struct View {
     moved_dirs: Mutex<Vec<(PathBuf, PathBuf)>>,
     /// A refusal of a host-locked file was logged (`not_locked_on_host`).
     warned_locked: AtomicBool,
+    /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
+    handles_max: usize,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -611,6 +614,10 @@ impl View {
             guest: Mutex::new(HashMap::new()),
             moved_dirs: Mutex::new(Vec::new()),
             warned_locked: AtomicBool::new(false),
+            handles_max: {
+                let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+                lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))
+            },
         })
     }
 
@@ -756,7 +763,7 @@ impl View {
                 }
             }
         };
-        let keep = t.handles_held < HANDLES_MAX;
+        let keep = t.handles_held < self.handles_max;
         let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.protected |= protected;
         n.lookups += 1;
@@ -1063,7 +1070,7 @@ impl View {
         {
             let t = self.t.lock().unwrap();
             match t.nodes.get(&id) {
-                Some(n) if n.file.is_none() && !n.dir && t.handles_held < HANDLES_MAX + PINNED_MAX => {}
+                Some(n) if n.file.is_none() && !n.dir && t.handles_held < self.handles_max + PINNED_MAX => {}
                 _ => return,
             }
         }
