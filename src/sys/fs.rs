@@ -53,6 +53,39 @@ fn ids(uid: Option<u32>, gid: Option<u32>) -> (Option<rustix::fs::Uid>, Option<r
     }
 }
 
+/// Whether any lock on the file `fd` is open on is held through another
+/// open file (a host process's POSIX `fcntl` lock, or an OFD lock): the
+/// `F_OFD_GETLK` probe of a whole-file write lock. An error counts as not
+/// locked (the caller then behaves as it did without the probe).
+pub fn locked_elsewhere(fd: impl AsFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain old data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    // SAFETY: a valid fd and a pointer to a live `flock`.
+    let r = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    r == 0 && fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// Whether the file `fd` (opened read-only) is open for writing through
+/// any other open file: a read lease (`F_SETLEASE`) is refused exactly
+/// then (EAGAIN); one that is granted is released at once. The caller
+/// ignores SIGIO (a lease break in that instant signals it). An error
+/// other than EAGAIN counts as not open (no probe).
+pub fn open_for_write_elsewhere(fd: impl AsFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let raw = fd.as_fd().as_raw_fd();
+    // SAFETY: fcntl on a valid fd with an integer argument.
+    let r = unsafe { libc::fcntl(raw, libc::F_SETLEASE, libc::F_RDLCK) };
+    if r == 0 {
+        // SAFETY: as above.
+        unsafe { libc::fcntl(raw, libc::F_SETLEASE, libc::F_UNLCK) };
+        return false;
+    }
+    io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN)
+}
+
 /// `fchown` of an open file; `None` leaves that id unchanged.
 pub fn fchown(fd: impl AsFd, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     let (u, g) = ids(uid, gid);

@@ -37,7 +37,7 @@ pub use process::*;
 pub use term::*;
 
 /// Signal numbers the roles name.
-pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGKILL, SIGPIPE, SIGQUIT, SIGTERM, SIGTSTP, SIGWINCH};
+pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGIO, SIGKILL, SIGPIPE, SIGQUIT, SIGTERM, SIGTSTP, SIGWINCH};
 
 /// Error numbers the roles compare against (`io::Error::raw_os_error`).
 pub use libc::{EACCES, EDQUOT, EINVAL, ELOOP, ENOMEM, ENOSPC, ENOSYS, EPERM, EPIPE, EUSERS, EXDEV};

@@ -421,3 +421,30 @@ fn remove_tree_opens_closed_dirs_and_never_follows_links() {
     assert!(outside.join("keep").exists(), "a symlink was followed");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn lock_and_write_probes_see_other_open_files_only() {
+    use std::os::fd::AsRawFd;
+    let d = scratch("probes");
+    let p = d.join("f");
+    std::fs::write(&p, "x").unwrap();
+    let probe = std::fs::File::open(&p).unwrap();
+    assert!(!locked_elsewhere(&probe));
+    assert!(!open_for_write_elsewhere(&probe), "nobody writes it");
+    // Another open file holds an OFD lock: seen.
+    let holder = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    // SAFETY: zeroed flock is valid; fcntl with a pointer to it.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_RDLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = 128;
+    fl.l_len = 1;
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::fcntl(holder.as_raw_fd(), libc::F_OFD_SETLK, &fl) }, 0);
+    assert!(locked_elsewhere(&probe), "a lock on one byte is seen");
+    assert!(open_for_write_elsewhere(&probe), "open for writing elsewhere");
+    drop(holder);
+    assert!(!locked_elsewhere(&probe));
+    assert!(!open_for_write_elsewhere(&probe));
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -34,9 +34,13 @@ pub(crate) enum Op {
     Statfs,
     Create,
     Forget,
+    Fallocate,
+    Getxattr,
+    Listxattr,
+    Readdirplus,
 }
 
-const NAMES: [&str; 24] = [
+const NAMES: [&str; 28] = [
     "lookup",
     "getattr",
     "setattr",
@@ -61,10 +65,14 @@ const NAMES: [&str; 24] = [
     "statfs",
     "create",
     "forget",
+    "fallocate",
+    "getxattr",
+    "listxattr",
+    "readdirplus",
 ];
 
 #[derive(Default)]
-pub(crate) struct Counts([AtomicU64; 24]);
+pub(crate) struct Counts([AtomicU64; 28]);
 
 impl Counts {
     pub(crate) fn add(&self, op: Op) {

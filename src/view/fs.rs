@@ -20,9 +20,13 @@
 //!
 //! Host access is path based from two directory fds (workspace, store), with
 //! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` so a concurrently swapped
-//! symlink can never lead outside either tree. The node id of a file is its
-//! fresh id per file the kernel looks up; a node remembers its host inode
-//! number and refuses (ESTALE) once its path names another file.
+//! symlink can never lead outside either tree (a path longer than one call
+//! takes is walked in pieces, each beneath the last). A node stands for a
+//! file: hard links the kernel looks up are one node (keyed by host device
+//! and inode), and a node holds an `O_PATH` handle of its file, so an open
+//! file keeps working after unlink or rename over it, as on a plain bind;
+//! a node without a handle refuses (ESTALE) once its path names another
+//! file. Ids are never reused.
 //!
 //! Caching (src/view/watch.rs): `git status` stats every tracked file, and
 //! gVisor opens a host fd for each, so the view avoids per-file round trips:
@@ -37,11 +41,12 @@
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
 //!   write checks move from open to write/truncate, still before any byte
-//!   reaches the host. A file unlinked or replaced through the view keeps
-//!   its cached fd (pinned) until the kernel forgets it;
+//!   reaches the host. Cached fds are read-only, but for a write fd used
+//!   within the last `WRITE_IDLE`;
 //! - directory listings are cached by the kernel (`FOPEN_CACHE_DIR`).
 //!
-//! Threads: `fuser`'s event loops (two) and the watcher.
+//! Threads: `fuser`'s event loops (two), the watcher, and `view-writers`
+//! (closes idle write fds).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -75,10 +80,21 @@ const TTL: Duration = Duration::from_secs(1);
 /// The same under a watched directory and on the store side, where every
 /// change is invalidated when it happens.
 const TTL_LONG: Duration = Duration::from_secs(3600);
-/// Per-view bound on cached per-node fds (pinned ones not counted).
+/// Per-view bound on cached per-node read (or write) fds.
 const FD_CACHE: usize = 256;
-/// Per-view bound on pinned fds.
-const PINNED_MAX: usize = 512;
+/// Per-view bound on the `O_PATH` handles nodes keep of their files
+/// (`Node::file`; a quarter of the open-file limit if that is less), beyond
+/// which a node is served by path; `PINNED_MAX` more are allowed for files
+/// unlinked or renamed over through the view.
+const HANDLES_MAX: usize = 8192;
+const PINNED_MAX: usize = 1024;
+/// Paths up to this length go to one `openat2`; longer ones are walked in
+/// pieces (PATH_MAX is 4096 per call, the tree below the root may be deeper).
+const WALK_CHUNK: usize = 2048;
+/// A cached write fd goes once unused this long (gVisor keeps its own fds
+/// of a file open after the guest closed it, so the kernel's FLUSH comes
+/// late): a host `exec` of a file the sandbox wrote is not `Text file busy`.
+const WRITE_IDLE: Duration = Duration::from_secs(1);
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
@@ -120,12 +136,25 @@ fn stored_id(id: Option<u32>) -> Option<u32> {
 /// Host workspace files stay the developer's: the sandbox's root holds
 /// CAP_CHOWN, but a `chown` to any id other than its own (0 here, the
 /// developer on the host) would hand host files to a subordinate id the
-/// developer cannot edit as. The Domain's own storage may be chowned.
-fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
-    if side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0)) {
-        return Err(Errno::EPERM);
-    }
-    Ok(())
+/// developer cannot edit as. Such a `chown` is kept Domain-side instead
+/// (`Guest`): it succeeds and shows inside. The Domain's own storage may
+/// be chowned.
+fn host_owner_stays(side: Side, uid: Option<u32>, gid: Option<u32>) -> bool {
+    side == Side::Host && (uid.is_some_and(|u| u != 0) || gid.is_some_and(|g| g != 0))
+}
+
+/// What the sandbox set on a host file that the host file does not get
+/// (an owner other than the developer, set-id or world-write bits): kept
+/// for the life of the view, keyed by host identity, shown inside in
+/// place of the host's values. Only what the sandbox sees depends on it;
+/// the host file stays the developer's with safe modes.
+#[derive(Clone, Copy, Default)]
+struct Guest {
+    /// Owner and group as the sandbox named them.
+    uid: Option<u32>,
+    gid: Option<u32>,
+    /// The full mode bits the sandbox asked for (07777).
+    mode: Option<u32>,
 }
 
 /// Host workspace modes stay ones the developer would grant: no
@@ -145,20 +174,25 @@ fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
 struct Node {
     side: Side,
     rel: PathBuf,
-    /// Removed or overwritten: path operations fail, open handles work.
+    /// More view paths of the same file (hard links the kernel looked up).
+    aliases: Vec<PathBuf>,
+    /// No path names the file any more (removed, overwritten): path
+    /// operations fail, its handle serves reads, writes and attributes.
     gone: bool,
     /// Ever seen at a protected path (sticks across hard links).
     protected: bool,
     lookups: u64,
     dir: bool,
-    regular: bool,
-    /// The host (or store) inode the node stands for.
+    /// The host (or store) file the node stands for: (device, inode).
+    host_dev: u64,
     host_ino: u64,
+    /// An `O_PATH` handle of the file (not for directories), kept until the
+    /// kernel forgets the node: the node is this file whatever happens to
+    /// its names, as an open fd on a plain bind is (`reopen`).
+    file: Option<Arc<OwnedFd>>,
     /// Cached fd for handle-less reads and writes, and whether it writes.
+    /// A write fd is kept only until the kernel's next FLUSH of the node.
     fd: Option<(Arc<File>, bool)>,
-    /// Kept until the kernel forgets the node: the path no longer leads to
-    /// the file (unlinked or replaced through the view).
-    pinned: bool,
     /// The attributes last sent to the kernel for this node.
     told: Option<Told>,
     /// Made by the view (mkdir, mknod, symlink, link, an exclusive create)
@@ -195,10 +229,11 @@ impl Node {
             protected: false,
             lookups: 0,
             dir: is_dir(st),
-            regular: st.st_mode & sys::S_IFMT == sys::S_IFREG,
+            aliases: Vec::new(),
+            host_dev: st.st_dev,
             host_ino: st.st_ino,
+            file: None,
             fd: None,
-            pinned: false,
             told: None,
             made_here: false,
         }
@@ -219,12 +254,58 @@ struct Tables {
     next_id: u64,
     handles: HashMap<u64, Handle>,
     next_fh: u64,
-    /// Nodes with an unpinned cached fd, oldest first (may hold stale ids).
+    /// Nodes with a cached fd, oldest first (may hold stale ids).
     fd_order: VecDeque<u64>,
     cached_fds: usize,
-    /// Pinned nodes, oldest first (may hold stale ids).
-    pin_order: VecDeque<u64>,
-    pinned_fds: usize,
+    /// Non-directory nodes by (side, device, inode): hard links the kernel
+    /// looks up are one node, one inode number, one set of attributes.
+    by_ino: HashMap<(Side, u64, u64), u64>,
+    /// Nodes holding an `O_PATH` handle (`Node::file`).
+    handles_held: usize,
+    /// Nodes with a cached write fd, and when it last served a write.
+    writers: HashMap<u64, std::time::Instant>,
+}
+
+impl Tables {
+    fn drop_write_fd(&mut self, id: u64) {
+        self.writers.remove(&id);
+        if let Some(n) = self.nodes.get_mut(&id) {
+            if matches!(n.fd, Some((_, true))) {
+                n.fd = None;
+                self.cached_fds -= 1;
+            }
+        }
+    }
+
+    /// Drops the write fds unused for `WRITE_IDLE` (the reaper thread).
+    fn drop_idle_writers(&mut self) {
+        let idle: Vec<u64> = self
+            .writers
+            .iter()
+            .filter(|(_, t)| t.elapsed() >= WRITE_IDLE)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            self.drop_write_fd(id);
+        }
+    }
+
+    /// View path `rel` no longer names node `id`'s file: another path of
+    /// it becomes its name, or, with none left, the node is gone.
+    fn detach(&mut self, id: u64, side: Side, rel: &Path) {
+        let key = (side, rel.to_path_buf());
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        }
+        let Some(n) = self.nodes.get_mut(&id) else { return };
+        n.aliases.retain(|a| a != rel);
+        if n.rel == rel {
+            match n.aliases.pop() {
+                Some(a) => n.rel = a,
+                None => n.gone = true,
+            }
+        }
+    }
 }
 
 /// One view: a host tree, its policy, and (for the workspace) the ignored
@@ -252,6 +333,15 @@ pub struct View {
     sticky_path: Option<PathBuf>,
     /// Requests answered, per opcode (src/view/counts.rs).
     counts: Arc<Counts>,
+    /// Guest owners and modes of host files, by (device, inode) (`Guest`).
+    guest: Mutex<HashMap<(u64, u64), Guest>>,
+    /// Host directories the sandbox renamed this session: (path now,
+    /// original path), oldest first (`ignored` applies the rules at both).
+    moved_dirs: Mutex<Vec<(PathBuf, PathBuf)>>,
+    /// A refusal of a host-locked file was logged (`not_locked_on_host`).
+    warned_locked: AtomicBool,
+    /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
+    handles_max: usize,
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -260,6 +350,57 @@ fn errno(e: impl Into<io::Error>) -> Errno {
 
 fn resolve() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+/// `openat2(root, p, flags)` beneath `root`, without symlinks, for a path
+/// of any length: a long one is walked in pieces of at most `WALK_CHUNK`
+/// bytes (whole components), each beneath the directory the last reached,
+/// so the whole walk stays beneath `root` as one call would.
+fn beneath(root: BorrowedFd<'_>, p: &Path, flags: OFlags, mode: Mode) -> rustix::io::Result<OwnedFd> {
+    if p.as_os_str().len() <= WALK_CHUNK {
+        return rustix::fs::openat2(root, p, flags, mode, resolve());
+    }
+    let mut pieces: Vec<PathBuf> = vec![PathBuf::new()];
+    for c in p.components() {
+        let last = pieces.last_mut().expect("one piece");
+        if !last.as_os_str().is_empty() && last.as_os_str().len() + c.as_os_str().len() + 1 > WALK_CHUNK {
+            pieces.push(PathBuf::new());
+        }
+        pieces.last_mut().expect("one piece").push(c.as_os_str());
+    }
+    let (final_piece, dirs) = pieces.split_last().expect("one piece");
+    let mut cur: Option<OwnedFd> = None;
+    for d in dirs {
+        let at = cur.as_ref().map_or(root, |f| f.as_fd());
+        let next = rustix::fs::openat2(
+            at,
+            d,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )?;
+        cur = Some(next);
+    }
+    let at = cur.as_ref().map_or(root, |f| f.as_fd());
+    rustix::fs::openat2(at, final_piece, flags, mode, resolve())
+}
+
+/// `/proc/self/fd/N` of a handle: opening it reaches the very file the
+/// handle holds (renamed, replaced or unlinked since), nothing else.
+fn proc_path(fd: &impl AsRawFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// A read (or read-write, else write-only) fd of the file `handle` holds.
+fn reopen(handle: &OwnedFd, write: bool) -> Result<File, Errno> {
+    let p = proc_path(handle);
+    let open = |fl: OFlags| rustix::fs::open(&p, fl | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty()).map_err(errno);
+    let fd = if write {
+        open(OFlags::RDWR).or_else(|_| open(OFlags::WRONLY))?
+    } else {
+        open(OFlags::RDONLY)?
+    };
+    Ok(File::from(fd))
 }
 
 fn open_root(p: &Path) -> io::Result<(OwnedFd, u64)> {
@@ -284,7 +425,27 @@ fn time(sec: i64, nsec: i64) -> SystemTime {
     if sec >= 0 {
         UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
     } else {
-        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs())
+        // Before 1970: `sec` is negative, `nsec` still counts forward.
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+/// A time as (seconds, nanoseconds) since 1970, negative seconds before.
+fn timespec(t: SystemTime) -> rustix::fs::Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => rustix::fs::Timespec {
+            tv_sec: d.as_secs() as i64,
+            tv_nsec: d.subsec_nanos() as _,
+        },
+        Err(e) => {
+            // fuser 0.18 makes a request's time before 1970 as
+            // `UNIX_EPOCH - (|sec|, nsec)` (its own TODO): undo exactly that.
+            let d = e.duration();
+            rustix::fs::Timespec {
+                tv_sec: -(d.as_secs() as i64),
+                tv_nsec: d.subsec_nanos() as _,
+            }
+        }
     }
 }
 
@@ -318,13 +479,7 @@ fn timestamps(atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>) -> rustix::fs:
             tv_sec: 0,
             tv_nsec: rustix::fs::UTIME_NOW,
         },
-        Some(TimeOrNow::SpecificTime(t)) => {
-            let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-            rustix::fs::Timespec {
-                tv_sec: d.as_secs() as i64,
-                tv_nsec: d.subsec_nanos() as _,
-            }
-        }
+        Some(TimeOrNow::SpecificTime(t)) => timespec(t),
     };
     rustix::fs::Timestamps {
         last_access: ts(atime),
@@ -450,14 +605,22 @@ impl View {
                 next_fh: 1,
                 fd_order: VecDeque::new(),
                 cached_fds: 0,
-                pin_order: VecDeque::new(),
-                pinned_fds: 0,
+                by_ino: HashMap::new(),
+                handles_held: 0,
+                writers: HashMap::new(),
             })),
             watch,
             no_open: AtomicBool::new(false),
             more_hidden: Mutex::new(Default::default()),
             sticky_path,
             counts: Arc::default(),
+            guest: Mutex::new(HashMap::new()),
+            moved_dirs: Mutex::new(Vec::new()),
+            warned_locked: AtomicBool::new(false),
+            handles_max: {
+                let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+                lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))
+            },
         })
     }
 
@@ -476,14 +639,32 @@ impl View {
         } else {
             rel
         };
-        rustix::fs::openat2(
+        beneath(
             root,
             p,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
-            resolve(),
         )
         .map_err(errno)
+    }
+
+    /// The attributes of the entry at `rel`, and for anything but a
+    /// directory an `O_PATH` handle of it.
+    fn stat_handle(&self, side: Side, rel: &Path) -> Result<(rustix::fs::Stat, Option<OwnedFd>), Errno> {
+        if rel.as_os_str().is_empty() {
+            return Ok((rustix::fs::fstat(self.root(side)?).map_err(errno)?, None));
+        }
+        let (parent, name) = split(rel);
+        let d = self.dir(side, parent)?;
+        let fd = rustix::fs::openat(
+            &d,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        Ok((st, (!is_dir(&st)).then_some(fd)))
     }
 
     fn stat(&self, side: Side, rel: &Path) -> Result<rustix::fs::Stat, Errno> {
@@ -501,21 +682,29 @@ impl View {
     }
 
     fn node(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool), Errno> {
-        let t = self.t.lock().unwrap();
-        let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-        if n.gone {
+        let (side, rel, protected, gone) = self.node_any(ino)?;
+        if gone {
             return Err(Errno::ENOENT);
         }
-        let (side, rel, sticky) = (n.side, n.rel.clone(), n.protected);
-        drop(t);
-        let protected = sticky || self.protected_at(side, &rel);
         Ok((side, rel, protected))
+    }
+
+    /// Like `node`, for a node whose names are gone too (its handle still
+    /// serves it): side, last path, protected, gone. Protected when any of
+    /// its paths is.
+    fn node_any(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool, bool), Errno> {
+        let t = self.t.lock().unwrap();
+        let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
+        let (side, rel, sticky, gone, aliases) = (n.side, n.rel.clone(), n.protected, n.gone, n.aliases.clone());
+        drop(t);
+        let protected = sticky || self.protected_at(side, &rel) || aliases.iter().any(|a| self.protected_at(side, a));
+        Ok((side, rel, protected, gone))
     }
 
     /// Registers one kernel lookup of the entry at `rel` and returns its
     /// attributes under its node id.
     fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
-        let st = self.stat(side, rel)?;
+        let (st, handle) = self.stat_handle(side, rel)?;
         let dir = is_dir(&st);
         if dir && side == Side::Host {
             // Watched before the kernel can cache anything below it.
@@ -530,29 +719,122 @@ impl View {
         let protected = self.protected_at(side, rel);
         let key = (side, rel.to_path_buf());
         let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
         let existing = t.by_key.get(&key).copied();
+        let same = |n: &Node| n.host_ino == st.st_ino && n.host_dev == st.st_dev;
         let id = match existing {
             // The same file as before.
-            Some(id) if t.nodes.get(&id).is_some_and(|n| n.host_ino == st.st_ino) => id,
+            Some(id) if t.nodes.get(&id).is_some_and(same) => id,
             _ => {
                 if let Some(old) = existing {
                     // Another file now has this path (replaced on the host).
-                    if let Some(n) = t.nodes.get_mut(&old) {
-                        n.gone = true;
+                    t.detach(old, side, rel);
+                }
+                // Another name of a file the kernel knows: the same node.
+                // Only a node holding a handle is sure to be that file (an
+                // inode number is reused once its file is freed).
+                let linked = if dir {
+                    None
+                } else {
+                    t.by_ino
+                        .get(&(side, st.st_dev, st.st_ino))
+                        .copied()
+                        .filter(|id| t.nodes.get(id).is_some_and(|n| same(n) && n.file.is_some()))
+                };
+                match linked {
+                    Some(id) => {
+                        let n = t.nodes.get_mut(&id).expect("node of a known inode");
+                        if n.gone {
+                            n.gone = false;
+                            n.rel = rel.to_path_buf();
+                        } else if n.rel != rel && !n.aliases.iter().any(|a| a == rel) {
+                            n.aliases.push(rel.to_path_buf());
+                        }
+                        t.by_key.insert(key, id);
+                        id
+                    }
+                    None => {
+                        let id = t.next_id;
+                        t.next_id += 1;
+                        t.by_key.insert(key, id);
+                        t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
+                        if !dir {
+                            t.by_ino.insert((side, st.st_dev, st.st_ino), id);
+                        }
+                        id
                     }
                 }
-                let id = t.next_id;
-                t.next_id += 1;
-                t.by_key.insert(key, id);
-                t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
-                id
             }
         };
+        let keep = t.handles_held < self.handles_max;
         let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.protected |= protected;
         n.lookups += 1;
         n.told = Some(told(&st));
-        Ok(attr(id, &st))
+        if n.file.is_none() && keep {
+            if let Some(h) = handle {
+                n.file = Some(Arc::new(h));
+                t.handles_held += 1;
+            }
+        }
+        Ok(self.shown(id, side, &st))
+    }
+
+    /// The attributes the sandbox sees for a file on `side`: the host's,
+    /// with what it keeps Domain-side (`Guest`) in their place.
+    fn shown(&self, id: u64, side: Side, st: &rustix::fs::Stat) -> FileAttr {
+        let mut a = attr(id, st);
+        if side == Side::Host {
+            if let Some(g) = self.guest.lock().unwrap().get(&(st.st_dev, st.st_ino)) {
+                if let Some(u) = g.uid {
+                    a.uid = u;
+                }
+                if let Some(gid) = g.gid {
+                    a.gid = gid;
+                }
+                if let Some(m) = g.mode {
+                    a.perm = m as u16;
+                }
+            }
+        }
+        a
+    }
+
+    /// Keeps Domain-side what a chmod or chown of host file `st` asked for
+    /// and the host file does not get. `mode`: the requested bits, `uid`
+    /// and `gid`: the ids as the sandbox named them.
+    fn keep_guest(&self, st: &rustix::fs::Stat, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>) {
+        let key = (st.st_dev, st.st_ino);
+        let mut all = self.guest.lock().unwrap();
+        let mut g = all.get(&key).copied().unwrap_or_default();
+        let dir = is_dir(st);
+        if let Some(m) = mode {
+            let m = m & 0o7777;
+            g.mode = (host_mode(Side::Host, m, dir) != m).then_some(m);
+        }
+        for (want, slot) in [(uid, &mut g.uid), (gid, &mut g.gid)] {
+            if let Some(i) = want {
+                // The developer's own id (shown as the guest owner) is the host's.
+                *slot = (stored_id(Some(i)) != Some(0)).then_some(i);
+            }
+        }
+        if (uid.is_some() || gid.is_some()) && !dir {
+            // A chown clears set-user-ID, and set-group-ID with group
+            // execute, as the kernel does.
+            if let Some(m) = g.mode {
+                let sgid = sys::S_ISGID | sys::S_IXGRP;
+                let mut k = m & !sys::S_ISUID;
+                if m & sgid == sgid {
+                    k &= !sys::S_ISGID;
+                }
+                g.mode = (host_mode(Side::Host, k, dir) != k).then_some(k);
+            }
+        }
+        if g.uid.is_none() && g.gid.is_none() && g.mode.is_none() {
+            all.remove(&key);
+        } else {
+            all.insert(key, g);
+        }
     }
 
     /// Records the attributes about to be sent for node `id`.
@@ -597,27 +879,109 @@ impl View {
         Ok((side, rel, st))
     }
 
-    /// The fd a handle-less read (or write) of node `ino` goes through.
+    /// The fd a handle-less read (or write) of node `ino` goes through:
+    /// the cached one, else one reopened from the node's handle (the very
+    /// file, whatever became of its names), else one opened by path.
     fn node_file(&self, ino: INodeNo, write: bool) -> Result<Arc<File>, Errno> {
-        let (side, rel, want) = {
-            let t = self.t.lock().unwrap();
+        self.node_file_with(ino, write, true)
+    }
+
+    /// `node_file`, keeping a newly opened fd in the cache only when `cache`
+    /// (a truncate outside any write needs no write fd afterwards).
+    fn node_file_with(&self, ino: INodeNo, write: bool, cache: bool) -> Result<Arc<File>, Errno> {
+        let (side, rel, want, handle, gone) = {
+            let mut t = self.t.lock().unwrap();
+            let t = &mut *t;
             let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
-            if write && (n.protected || self.protected_at(n.side, &n.rel)) {
+            if write
+                && (n.protected
+                    || self.protected_at(n.side, &n.rel)
+                    || n.aliases.iter().any(|a| self.protected_at(n.side, a)))
+            {
                 log::warn!("git sentry: refused writing {}", crate::display::escape_path(&n.rel));
                 return Err(Errno::EPERM);
             }
             match &n.fd {
-                Some((f, w)) if *w || !write => return Ok(f.clone()),
-                _ if n.gone => return Err(Errno::ESTALE),
-                _ => (n.side, n.rel.clone(), n.host_ino),
+                Some((f, w)) if *w || !write => {
+                    if write {
+                        t.writers.insert(ino.0, std::time::Instant::now());
+                    }
+                    return Ok(f.clone());
+                }
+                _ => (n.side, n.rel.clone(), n.host_ino, n.file.clone(), n.gone),
             }
         };
-        let f = Arc::new(self.open_path(side, &rel, write)?);
-        if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
-            return Err(Errno::ESTALE);
+        let f = match handle {
+            Some(h) => Arc::new(reopen(&h, write)?),
+            None if gone => return Err(Errno::ESTALE),
+            None => {
+                let f = Arc::new(self.open_path(side, &rel, write)?);
+                if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
+                    return Err(Errno::ESTALE);
+                }
+                f
+            }
+        };
+        if cache {
+            self.cache_fd(ino.0, f.clone(), write);
         }
-        self.cache_fd(ino.0, f.clone(), write);
         Ok(f)
+    }
+
+    /// Refuses (EBUSY) changing a host file another process holds a lock
+    /// on: gVisor keeps file locks inside the sandbox, so a host SQLite
+    /// connection's locks are invisible to the sandbox's, which would then
+    /// "recover" (truncate, rewrite) the host's live `-shm` index and crash
+    /// or lose the host's transactions. Refused loudly instead (the sandbox
+    /// sees an I/O error; the supervisor log says why, once per view).
+    fn not_locked_on_host(&self, ino: INodeNo, f: &impl AsFd) -> Result<(), Errno> {
+        let host = self
+            .t
+            .lock()
+            .unwrap()
+            .nodes
+            .get(&ino.0)
+            .is_none_or(|n| n.side == Side::Host);
+        if host && sys::locked_elsewhere(f) {
+            if !self.warned_locked.swap(true, Ordering::Relaxed) {
+                let rel = self
+                    .t
+                    .lock()
+                    .unwrap()
+                    .nodes
+                    .get(&ino.0)
+                    .map(|n| n.rel.clone())
+                    .unwrap_or_default();
+                log::warn!(
+                    "workspace view: refused changing {}: a host process holds a lock on it (EBUSY; further refusals not logged)",
+                    crate::display::escape_path(&rel)
+                );
+            }
+            return Err(Errno::EBUSY);
+        }
+        Ok(())
+    }
+
+    /// Refuses (EBUSY) removing or replacing a host file a host process
+    /// holds a lock on or has open for writing (the view's own write fd of
+    /// it is dropped first): what it writes next would go to a file no
+    /// name reaches. This is how a sandbox SQLite connection, which cannot
+    /// see the host's locks and takes itself for the last one, would delete
+    /// a live host `-wal` journal with the host's newest transactions.
+    fn not_in_use_on_host(&self, id: u64, rel: &Path) -> Result<(), Errno> {
+        self.t.lock().unwrap().drop_write_fd(id);
+        let Ok(f) = self.open_path(Side::Host, rel, false) else {
+            return Ok(());
+        };
+        self.not_locked_on_host(INodeNo(id), &f)?;
+        if sys::open_for_write_elsewhere(&f) {
+            log::warn!(
+                "workspace view: refused removing or truncating {}: a host process has it open for writing (EBUSY)",
+                crate::display::escape_path(rel)
+            );
+            return Err(Errno::EBUSY);
+        }
+        Ok(())
     }
 
     /// The node's cached fd, if any, and whether it writes.
@@ -625,24 +989,54 @@ impl View {
         self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.fd.clone())
     }
 
+    /// The attributes of node `ino` from its own fd or handle, when it has
+    /// one (no path walk; right after unlink or rename too), with whether
+    /// it is gone.
+    fn handle_stat(&self, ino: INodeNo) -> Option<Result<(Side, PathBuf, rustix::fs::Stat, bool), Errno>> {
+        let (side, rel, gone, fd, handle) = {
+            let t = self.t.lock().unwrap();
+            let n = t.nodes.get(&ino.0)?;
+            (n.side, n.rel.clone(), n.gone, n.fd.clone(), n.file.clone())
+        };
+        let st = match (fd, handle) {
+            (Some((f, _)), _) => rustix::fs::fstat(&*f),
+            (None, Some(h)) => rustix::fs::fstat(&*h),
+            (None, None) => return None,
+        };
+        Some(st.map_err(errno).map(|st| (side, rel, st, gone)))
+    }
+
     /// Keeps `f` as node `id`'s fd, evicting the oldest beyond `FD_CACHE`.
     fn cache_fd(&self, id: u64, f: Arc<File>, write: bool) {
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         let Some(n) = t.nodes.get_mut(&id) else { return };
-        let counted = n.fd.is_some() && !n.pinned;
+        let counted = n.fd.is_some();
         n.fd = Some((f, write));
-        if !n.pinned && !counted {
+        if write {
+            t.writers.insert(id, std::time::Instant::now());
+        } else {
+            t.writers.remove(&id);
+        }
+        if !counted {
             t.cached_fds += 1;
             t.fd_order.push_back(id);
         }
         while t.cached_fds > FD_CACHE {
             let Some(old) = t.fd_order.pop_front() else { break };
             if let Some(n) = t.nodes.get_mut(&old) {
-                if !n.pinned && n.fd.take().is_some() {
+                if n.fd.take().is_some() {
                     t.cached_fds -= 1;
+                    t.writers.remove(&old);
                 }
             }
+        }
+        if t.fd_order.len() > 4 * FD_CACHE {
+            // Drop stale and repeated entries (fds dropped at FLUSH).
+            let mut seen = std::collections::HashSet::new();
+            let nodes = &t.nodes;
+            t.fd_order
+                .retain(|id| nodes.get(id).is_some_and(|n| n.fd.is_some()) && seen.insert(*id));
         }
     }
 
@@ -654,12 +1048,11 @@ impl View {
             rel
         };
         let open = |fl: OFlags| {
-            rustix::fs::openat2(
+            beneath(
                 self.root(side)?,
                 p,
                 fl | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
                 Mode::empty(),
-                resolve(),
             )
             .map_err(errno)
         };
@@ -671,38 +1064,63 @@ impl View {
         Ok(File::from(fd))
     }
 
-    /// Before `rel` stops naming its file (unlink, rename over it): a node
-    /// with a cached fd keeps it until the kernel forgets the node, so the
-    /// kernel can still write back or read the file's pages. No fd is opened
-    /// for this: gVisor itself refuses I/O on a file unlinked while open (a
-    /// plain bind behaves the same), and it keeps deleted files referenced,
-    /// so pins are bounded: beyond `PINNED_MAX` the oldest is dropped.
+    /// Before `rel` stops naming its file (unlink, rename over it): the
+    /// node the kernel knows there gets a handle if it has none (beyond
+    /// `HANDLES_MAX`, up to `PINNED_MAX` more), so an open fd keeps reading
+    /// and writing the file until the kernel forgets it, as on a plain bind.
     fn pin(&self, side: Side, rel: &Path) {
         let Some(id) = self.known(side, rel) else { return };
+        {
+            let t = self.t.lock().unwrap();
+            match t.nodes.get(&id) {
+                Some(n) if n.file.is_none() && !n.dir && t.handles_held < self.handles_max + PINNED_MAX => {}
+                _ => return,
+            }
+        }
+        let Ok((st, Some(h))) = self.stat_handle(side, rel) else {
+            return;
+        };
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
-        let Some(n) = t.nodes.get_mut(&id) else { return };
-        if n.pinned || !n.regular || n.fd.is_none() {
-            return;
-        }
-        t.cached_fds -= 1;
-        n.pinned = true;
-        t.pinned_fds += 1;
-        t.pin_order.push_back(id);
-        while t.pinned_fds > PINNED_MAX {
-            let Some(old) = t.pin_order.pop_front() else { break };
-            if let Some(n) = t.nodes.get_mut(&old) {
-                if n.pinned {
-                    n.pinned = false;
-                    n.fd = None;
-                    t.pinned_fds -= 1;
-                }
+        if let Some(n) = t.nodes.get_mut(&id) {
+            if n.file.is_none() && n.host_ino == st.st_ino && n.host_dev == st.st_dev {
+                n.file = Some(Arc::new(h));
+                t.handles_held += 1;
             }
         }
     }
 
     fn ignored(&self, rel: &Path, dir: bool) -> bool {
-        self.rules.as_ref().is_some_and(|r| r.is_ignored(rel, dir))
+        let Some(r) = &self.rules else { return false };
+        if r.is_ignored(rel, dir) {
+            return true;
+        }
+        // Below a host directory the sandbox renamed: the rules at its
+        // original path hold too (a host process whose cwd is that
+        // directory writes a new secret there).
+        // Every earlier name: each remembered move maps the path below its
+        // directory's current name to the name it had (bounded).
+        let moved = self.moved_dirs.lock().unwrap();
+        let mut names = vec![rel.to_path_buf()];
+        let mut i = 0;
+        while i < names.len() && names.len() < 64 {
+            let cur = names[i].clone();
+            i += 1;
+            for (now, was) in moved.iter() {
+                let Ok(rest) = cur.strip_prefix(now) else { continue };
+                if rest.as_os_str().is_empty() {
+                    continue;
+                }
+                let old = was.join(rest);
+                if r.is_ignored(&old, dir) {
+                    return true;
+                }
+                if !names.contains(&old) {
+                    names.push(old);
+                }
+            }
+        }
+        false
     }
 
     /// Where a child of a directory on `parent_side` lives when created.
@@ -723,19 +1141,19 @@ impl View {
         if let Some(st) = self.git_store_entry(rel) {
             return Ok((Side::Store, st));
         }
-        let Some(rules) = &self.rules else {
+        if self.rules.is_none() {
             return Ok((Side::Host, self.stat(Side::Host, rel)?));
-        };
-        let maybe = rules.is_ignored(rel, false) || rules.is_ignored(rel, true);
+        }
+        let maybe = self.ignored(rel, false) || self.ignored(rel, true);
         if maybe {
             if let Ok(st) = self.stat(Side::Store, rel) {
-                if rules.is_ignored(rel, is_dir(&st)) {
+                if self.ignored(rel, is_dir(&st)) {
                     return Ok((Side::Store, st));
                 }
             }
         }
         let st = self.stat(Side::Host, rel)?;
-        if maybe && rules.is_ignored(rel, is_dir(&st)) {
+        if maybe && self.ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
         }
         if self.is_hidden_host(&st) {
@@ -781,6 +1199,19 @@ impl View {
         Ok((side, rel, d))
     }
 
+    /// A host entry just made with mode bits the host may not get: the
+    /// sandbox sees the bits it asked for.
+    fn keep_new_mode(&self, side: Side, d: &OwnedFd, name: &OsStr, mode: u32) {
+        if side != Side::Host {
+            return;
+        }
+        if let Ok(st) = rustix::fs::statat(d, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if host_mode(side, mode, is_dir(&st)) != mode & 0o7777 {
+                self.keep_guest(&st, Some(mode), None, None);
+            }
+        }
+    }
+
     fn entry_reply(&self, side: Side, rel: &Path, d: &OwnedFd, name: &OsStr, reply: ReplyEntry) {
         let _ = (d, name);
         match self.remember(side, rel) {
@@ -801,41 +1232,54 @@ impl View {
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         let moved_id = t.by_key.get(&(side, from.to_path_buf())).copied();
-        let mut rekey = Vec::new();
-        for (id, n) in t.nodes.iter_mut() {
+        // (node, old path, new path or none: no longer names the node).
+        let mut changes: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
+        for (id, n) in t.nodes.iter() {
             if n.side != side || n.gone {
                 continue;
             }
-            if Some(*id) != moved_id && n.rel.starts_with(to) && !n.rel.starts_with(from) {
-                n.gone = true;
-                rekey.push((n.rel.clone(), None));
-            } else if let Ok(rest) = n.rel.strip_prefix(from) {
-                let new = if rest.as_os_str().is_empty() {
-                    to.to_path_buf()
-                } else {
-                    to.join(rest)
-                };
-                rekey.push((n.rel.clone(), Some((new.clone(), *id))));
-                n.rel = new;
+            for p in std::iter::once(&n.rel).chain(n.aliases.iter()) {
+                if Some(*id) != moved_id && p.starts_with(to) && !p.starts_with(from) {
+                    changes.push((*id, p.clone(), None));
+                } else if let Ok(rest) = p.strip_prefix(from) {
+                    let new = if rest.as_os_str().is_empty() {
+                        to.to_path_buf()
+                    } else {
+                        to.join(rest)
+                    };
+                    changes.push((*id, p.clone(), Some(new)));
+                }
             }
         }
-        for (old, _) in &rekey {
-            t.by_key.remove(&(side, old.clone()));
-        }
-        for (_, new) in rekey {
-            if let Some((p, id)) = new {
-                t.by_key.insert((side, p), id);
+        for (id, old, new) in &changes {
+            if new.is_none() {
+                t.detach(*id, side, old);
+                continue;
             }
+            let key = (side, old.clone());
+            if t.by_key.get(&key) == Some(id) {
+                t.by_key.remove(&key);
+            }
+        }
+        for (id, old, new) in changes {
+            let Some(new) = new else { continue };
+            if let Some(n) = t.nodes.get_mut(&id) {
+                if n.rel == old {
+                    n.rel = new.clone();
+                } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
+                    *a = new.clone();
+                }
+            }
+            t.by_key.insert((side, new), id);
         }
     }
 
-    /// After an unlink or rmdir: the node at `rel` is gone.
+    /// After an unlink or rmdir: the entry at `rel` no longer names its
+    /// node (gone unless another link of it is known).
     fn removed(&self, side: Side, rel: &Path) {
         let mut t = self.t.lock().unwrap();
-        if let Some(id) = t.by_key.remove(&(side, rel.to_path_buf())) {
-            if let Some(n) = t.nodes.get_mut(&id) {
-                n.gone = true;
-            }
+        if let Some(id) = t.by_key.get(&(side, rel.to_path_buf())).copied() {
+            t.detach(id, side, rel);
         }
     }
 
@@ -861,6 +1305,48 @@ impl View {
             Some(Handle::File(f)) => Ok(f.clone()),
             _ => Err(Errno::EBADF),
         }
+    }
+
+    /// The listing of open directory `fh` (node `ino`), made afresh at
+    /// offset 0: a reader that rewinds an open directory (gVisor keeps its
+    /// directory fds) must see the directory as it is now.
+    #[allow(clippy::type_complexity)] // the listing's own entry shape
+    fn listing(&self, ino: INodeNo, fh: FileHandle, offset: u64) -> Result<Arc<Vec<(u64, FileType, OsString)>>, Errno> {
+        if offset == 0 {
+            let list = self.node(ino).and_then(|(side, rel, _)| self.list_dir(side, &rel))?;
+            self.t.lock().unwrap().handles.insert(fh.0, Handle::Dir(Arc::new(list)));
+        }
+        match self.t.lock().unwrap().handles.get(&fh.0) {
+            Some(Handle::Dir(l)) => Ok(l.clone()),
+            _ => Err(Errno::EBADF),
+        }
+    }
+
+    /// A path that reaches node `ino`'s file for the xattr calls (with
+    /// the handle it goes through, kept alive as long as the path is used).
+    fn xattr_path(&self, ino: INodeNo) -> Result<(PathBuf, Option<Arc<OwnedFd>>), Errno> {
+        let (side, rel, _, gone) = self.node_any(ino)?;
+        let handle = self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.file.clone());
+        if let Some(h) = handle {
+            return Ok((proc_path(&*h), Some(h)));
+        }
+        if gone {
+            return Err(Errno::ESTALE);
+        }
+        let p = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel.as_path()
+        };
+        let fd = beneath(
+            self.root(side)?,
+            p,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let fd = Arc::new(fd);
+        Ok((proc_path(&*fd), Some(fd)))
     }
 
     fn list_dir(&self, side: Side, rel: &Path) -> Result<Vec<(u64, FileType, OsString)>, Errno> {
@@ -901,14 +1387,14 @@ impl View {
                 }
                 read(side, &|_, _, _| true)?
             }
-            (Side::Host, Some(rules)) => {
+            (Side::Host, Some(_)) => {
                 // The store's ignored and Git entries first, so they win over the host's.
                 let _ = read(Side::Store, &|p, d, _| {
-                    rules.is_ignored(p, d) || self.hidden_host_at(p) || self.git_store_entry(p).is_some()
+                    self.ignored(p, d) || self.hidden_host_at(p) || self.git_store_entry(p).is_some()
                 });
                 let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
                 read(Side::Host, &|p, d, ino| {
-                    !rules.is_ignored(p, d) && !self.is_hidden_id(dev, ino)
+                    !self.ignored(p, d) && !self.is_hidden_id(dev, ino)
                 })?;
             }
         }
@@ -954,22 +1440,21 @@ impl Filesystem for View {
                 Ok(st) => {
                     let ttl = self.node(ino).map_or(TTL, |(side, rel, _)| self.ttl(side, &rel));
                     self.note(ino.0, &st);
-                    return reply.attr(&ttl, &attr(ino.0, &st));
+                    let side = self.node_any(ino).map_or(Side::Host, |n| n.0);
+                    return reply.attr(&ttl, &self.shown(ino.0, side, &st));
                 }
                 Err(e) => return reply.error(errno(e)),
             }
         }
-        let r = match self.cached_fd(ino) {
-            Some((f, _)) => self.node(ino).and_then(|(side, rel, _)| {
-                let st = rustix::fs::fstat(&*f).map_err(errno)?;
-                Ok((side, rel, st))
-            }),
-            None => self.node_stat(ino),
+        let r = match self.handle_stat(ino) {
+            Some(r) => r,
+            None => self.node_stat(ino).map(|(side, rel, st)| (side, rel, st, false)),
         };
         match r {
-            Ok((side, rel, st)) => {
+            Ok((side, rel, st, gone)) => {
                 self.note(ino.0, &st);
-                reply.attr(&self.ttl(side, &rel), &attr(ino.0, &st))
+                let ttl = if gone { TTL } else { self.ttl(side, &rel) };
+                reply.attr(&ttl, &self.shown(ino.0, side, &st))
             }
             Err(e) => reply.error(e),
         }
@@ -991,10 +1476,20 @@ impl Filesystem for View {
         if drop_it {
             if let Some(n) = t.nodes.remove(&ino.0) {
                 if n.fd.is_some() {
-                    if n.pinned {
-                        t.pinned_fds -= 1;
-                    } else {
-                        t.cached_fds -= 1;
+                    t.cached_fds -= 1;
+                }
+                t.writers.remove(&ino.0);
+                if n.file.is_some() {
+                    t.handles_held -= 1;
+                }
+                let ikey = (n.side, n.host_dev, n.host_ino);
+                if t.by_ino.get(&ikey) == Some(&ino.0) {
+                    t.by_ino.remove(&ikey);
+                }
+                for a in n.aliases {
+                    let key = (n.side, a);
+                    if t.by_key.get(&key) == Some(&ino.0) {
+                        t.by_key.remove(&key);
                     }
                 }
                 let key = (n.side, n.rel);
@@ -1027,9 +1522,10 @@ impl Filesystem for View {
         reply: ReplyAttr,
     ) {
         self.counts.add(Op::Setattr);
+        let (asked_uid, asked_gid) = (uid, gid);
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
-            let (side, rel, protected) = self.node(ino)?;
+            let (side, rel, protected, gone) = self.node_any(ino)?;
             if protected {
                 log::warn!(
                     "git sentry: refused changing attributes of {}",
@@ -1037,11 +1533,33 @@ impl Filesystem for View {
                 );
                 return Err(Errno::EPERM);
             }
-            host_owner_stays(side, uid, gid)?;
-            if let Some((f, w)) = self.cached_fd(ino) {
+            // An owner the host file may not get, and the mode bits it may
+            // not get, are kept Domain-side (shown inside); the host file
+            // gets the rest.
+            let (uid, gid) = if host_owner_stays(side, uid, gid) {
+                (None, None)
+            } else {
+                (uid, gid)
+            };
+            if size.is_some() && side == Side::Host && !gone && !rel.as_os_str().is_empty() {
+                // Not a file a host process is writing (or has locked).
+                self.not_in_use_on_host(ino.0, &rel)?;
+            }
+            let own = match self.cached_fd(ino) {
+                Some(fw) => Some(fw),
+                // A file whose names are gone: through its handle.
+                None if gone => Some((self.node_file(ino, false)?, false)),
+                None => None,
+            };
+            if let Some((f, w)) = own {
                 // The node's own fd: no path walks.
                 if let Some(sz) = size {
-                    let wf = if w { f.clone() } else { self.node_file(ino, true)? };
+                    let wf = if w {
+                        f.clone()
+                    } else {
+                        self.node_file_with(ino, true, false)?
+                    };
+                    self.not_locked_on_host(ino, &wf)?;
                     kill_priv(&*wf)?;
                     wf.set_len(sz).map_err(errno)?;
                 }
@@ -1055,7 +1573,9 @@ impl Filesystem for View {
                 if atime.is_some() || mtime.is_some() {
                     rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
                 }
-                return Ok((rustix::fs::fstat(&*f).map_err(errno)?, self.ttl(side, &rel)));
+                let ttl = if gone { TTL } else { self.ttl(side, &rel) };
+                let st = rustix::fs::fstat(&*f).map_err(errno)?;
+                return Ok((st, ttl, side));
             }
             let (parent, name) = split(&rel);
             let d = self.dir(side, parent)?;
@@ -1084,6 +1604,7 @@ impl Filesystem for View {
                             resolve(),
                         )
                         .map_err(errno)?;
+                        self.not_locked_on_host(ino, &fd)?;
                         kill_priv(&fd)?;
                         rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
                     }
@@ -1120,12 +1641,15 @@ impl Filesystem for View {
                 let times = timestamps(atime, mtime);
                 rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
             }
-            Ok((self.stat(side, &rel)?, self.ttl(side, &rel)))
+            Ok((self.stat(side, &rel)?, self.ttl(side, &rel), side))
         })();
         match r {
-            Ok((st, ttl)) => {
+            Ok((st, ttl, side)) => {
+                if side == Side::Host && (mode.is_some() || asked_uid.is_some() || asked_gid.is_some()) {
+                    self.keep_guest(&st, mode, asked_uid, asked_gid);
+                }
                 self.note(ino.0, &st);
-                reply.attr(&ttl, &attr(ino.0, &st))
+                reply.attr(&ttl, &self.shown(ino.0, side, &st))
             }
             Err(e) => reply.error(e),
         }
@@ -1169,7 +1693,10 @@ impl Filesystem for View {
             Mode::from_raw_mode(host_mode(side, mode, false)),
             rdev as u64,
         ) {
-            Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
+            Ok(()) => {
+                self.keep_new_mode(side, &d, name, mode);
+                self.entry_reply(side, &rel, &d, name, reply)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1182,7 +1709,10 @@ impl Filesystem for View {
             Err(e) => return reply.error(e),
         };
         match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
-            Ok(()) => self.entry_reply(side, &rel, &d, name, reply),
+            Ok(()) => {
+                self.keep_new_mode(side, &d, name, mode);
+                self.entry_reply(side, &rel, &d, name, reply)
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1303,9 +1833,25 @@ impl Filesystem for View {
             let d2 = self.dir(side, &nprel)?;
             let rf = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
             if !flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                if side == Side::Host {
+                    if let Ok(vst) = self.stat(side, &to) {
+                        let victim = self.known(side, &to).unwrap_or(u64::MAX);
+                        if vst.st_mode & sys::S_IFMT == sys::S_IFREG && vst.st_ino != st.st_ino {
+                            self.not_in_use_on_host(victim, &to)?;
+                        }
+                    }
+                }
                 self.pin(side, &to);
             }
+            // Two names of one file: rename(2) leaves both in place.
+            let same_file = !flags.contains(RenameFlags::RENAME_EXCHANGE)
+                && self
+                    .stat(side, &to)
+                    .is_ok_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
+            if same_file {
+                return Ok(());
+            }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 let tmp = PathBuf::from("\0swap");
                 self.renamed(side, &to, &tmp);
@@ -1315,6 +1861,7 @@ impl Filesystem for View {
                 self.renamed(side, &from, &to);
                 if host_dirs && dir {
                     self.store_follows(&from, &to);
+                    self.dir_moved(&from, &to);
                 }
             }
             Ok(())
@@ -1364,6 +1911,9 @@ impl Filesystem for View {
         // truncate by `kill_priv`), which spares the kernel a GETATTR and a
         // SETATTR around every chown.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
+        // A listing answers the lookups of its entries too (one request per
+        // page of entries, not one per entry).
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         Ok(())
     }
 
@@ -1387,8 +1937,7 @@ impl Filesystem for View {
             } else {
                 rel.as_path()
             };
-            let fd = rustix::fs::openat2(self.root(side)?, p, open_flags(flags.0), Mode::empty(), resolve())
-                .map_err(errno)?;
+            let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
             Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
         })();
         match r {
@@ -1443,6 +1992,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Write);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
+            self.not_locked_on_host(ino, &f)?;
             kill_priv(&*f)?;
             f.write_all_at(data, offset).map_err(errno)
         }) {
@@ -1453,7 +2003,9 @@ impl Filesystem for View {
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
         self.counts.add(Op::Flush);
-        // Nothing is buffered here; the kernel stops sending FLUSH.
+        // Nothing is buffered here; the kernel stops sending FLUSH. (gVisor
+        // keeps its fds of the view open after the guest closes, so FLUSH
+        // would say little: write fds go when idle, `WRITE_IDLE`.)
         reply.error(Errno::ENOSYS)
     }
 
@@ -1505,19 +2057,9 @@ impl Filesystem for View {
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         self.counts.add(Op::Readdir);
-        if offset == 0 {
-            // A reader that rewinds an open directory (gVisor keeps its
-            // directory fds) must see the directory as it is now.
-            match self.node(ino).and_then(|(side, rel, _)| self.list_dir(side, &rel)) {
-                Ok(list) => {
-                    self.t.lock().unwrap().handles.insert(fh.0, Handle::Dir(Arc::new(list)));
-                }
-                Err(e) => return reply.error(e),
-            }
-        }
-        let list = match self.t.lock().unwrap().handles.get(&fh.0) {
-            Some(Handle::Dir(l)) => l.clone(),
-            _ => return reply.error(Errno::EBADF),
+        let list = match self.listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
         for (i, (ino, ft, name)) in list.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, *ft, name) {
@@ -1525,6 +2067,109 @@ impl Filesystem for View {
             }
         }
         reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.counts.add(Op::Readdirplus);
+        let list = match self.listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let Ok((side, rel, _)) = self.node(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        for (i, (ent_ino, _, name)) in list.iter().enumerate().skip(offset as usize) {
+            let off = (i + 1) as u64;
+            if name == "." || name == ".." {
+                // Not looked up by the kernel: attributes only for the form.
+                let mut a = negative();
+                a.ino = INodeNo(*ent_ino);
+                a.kind = FileType::Directory;
+                if reply.add(INodeNo(*ent_ino), off, name, &Duration::ZERO, &a, Generation(0)) {
+                    break;
+                }
+                continue;
+            }
+            // The entry exactly as a LOOKUP would answer it (the same rules).
+            let child = rel.join(name);
+            let found = self.find(side, &child);
+            let Ok(a) = found.and_then(|(eside, _)| Ok((eside, self.remember(eside, &child)?))) else {
+                // Gone since the listing: a plain entry the kernel looks up.
+                let mut a = negative();
+                a.ino = INodeNo(0);
+                if reply.add(INodeNo(0), off, name, &Duration::ZERO, &a, Generation(0)) {
+                    break;
+                }
+                continue;
+            };
+            let (eside, a) = a;
+            if reply.add(a.ino, off, name, &self.ttl(eside, &child), &a, Generation(0)) {
+                // Not sent: the kernel did not get this lookup.
+                self.forget(_req, a.ino, 1);
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Fallocate);
+        let r = self.handle_or_node(fh, ino, true).and_then(|f| {
+            self.not_locked_on_host(ino, &f)?;
+            kill_priv(&*f)?;
+            let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+            rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.counts.add(Op::Getxattr);
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::getxattr(&p, name, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.counts.add(Op::Listxattr);
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::listxattr(&p, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
@@ -1576,6 +2221,7 @@ impl Filesystem for View {
                 // positioned writes (the kernel computes append offsets).
                 fl = (fl - OFlags::RWMODE - OFlags::APPEND) | OFlags::RDWR;
             }
+            let asked = mode;
             let mode = Mode::from_raw_mode(host_mode(side, mode, false));
             // Exclusive first, so the view knows whether it made the file.
             let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
@@ -1586,6 +2232,9 @@ impl Filesystem for View {
                 ),
                 Err(e) => return Err(errno(e)),
             };
+            if made {
+                self.keep_new_mode(side, &d, name, asked);
+            }
             let a = self.remember(side, &rel)?;
             if made {
                 self.made(a.ino.0);
@@ -1613,7 +2262,7 @@ impl View {
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
-            let (side, _) = self.find(pside, &rel)?;
+            let (side, st) = self.find(pside, &rel)?;
             if self.protected_at(side, &rel) {
                 log::warn!("git sentry: refused removing {}", crate::display::escape_path(&rel));
                 return Err(Errno::EPERM);
@@ -1624,11 +2273,18 @@ impl View {
             }
             let d = self.dir(side, &prel)?;
             let fl = if dir { AtFlags::REMOVEDIR } else { AtFlags::empty() };
+            if !dir && side == Side::Host && st.st_mode & sys::S_IFMT == sys::S_IFREG {
+                self.not_in_use_on_host(id, &rel)?;
+            }
             if !dir {
                 self.pin(side, &rel);
             }
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
+            if dir || st.st_nlink <= 1 {
+                // The inode may be reused for another file.
+                self.guest.lock().unwrap().remove(&(st.st_dev, st.st_ino));
+            }
             Ok(())
         })();
         match r {
@@ -1650,6 +2306,8 @@ impl View {
 /// Most entries one directory rename may scan for hidden files; beyond it
 /// the rename answers EXDEV (`mv` then copies what it can see).
 const HIDE_SCAN_MAX: usize = 200_000;
+/// Most renamed host directories remembered per view (`View::dir_moved`).
+const MOVED_MAX: usize = 4096;
 
 impl View {
     /// True when the entry at view path `rel` (a directory when `dir`),
@@ -1704,10 +2362,9 @@ impl View {
     /// hidden now (by the rules at its current name, or by identity) is
     /// hidden by identity, so no new name reveals it.
     fn hide_below(&self, rel: &Path) -> Result<(), Errno> {
-        let rules = match &self.rules {
-            Some(r) => r,
-            None => return Ok(()),
-        };
+        if self.rules.is_none() {
+            return Ok(());
+        }
         let mut found = Vec::new();
         let mut stack = vec![rel.to_path_buf()];
         let mut seen = 0usize;
@@ -1725,7 +2382,7 @@ impl View {
                 }
                 let child = d.join(name);
                 let is_d = file_type == rustix::fs::FileType::Directory;
-                if rules.is_ignored(&child, is_d) || self.is_hidden_id(dev, ino) {
+                if self.ignored(&child, is_d) || self.is_hidden_id(dev, ino) {
                     found.push((dev, ino, child));
                 } else if is_d && name != ".git" {
                     stack.push(child);
@@ -1737,6 +2394,22 @@ impl View {
             self.hide_id(dev, ino, &child);
         }
         Ok(())
+    }
+
+    /// Remembers that host directory `from` is now `to` (earlier moves
+    /// below `from` move along), bounded by `MOVED_MAX`: beyond it the
+    /// oldest is dropped (its hidden files stay hidden by identity).
+    fn dir_moved(&self, from: &Path, to: &Path) {
+        let mut m = self.moved_dirs.lock().unwrap();
+        for (now, _) in m.iter_mut() {
+            if let Ok(rest) = now.strip_prefix(from) {
+                *now = to.join(rest);
+            }
+        }
+        m.push((to.to_path_buf(), from.to_path_buf()));
+        if m.len() > MOVED_MAX {
+            m.remove(0);
+        }
     }
 
     /// After host directory `from` moved to `to`: the store's entries kept
@@ -1805,6 +2478,15 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         None => None,
     };
     let counts = view.counts.clone();
+    let tables = Arc::downgrade(&view.t);
+    std::thread::Builder::new().name("view-writers".into()).spawn(move || {
+        // Ends with the view (its tables dropped).
+        while let Some(t) = tables.upgrade() {
+            t.lock().unwrap().drop_idle_writers();
+            drop(t);
+            std::thread::sleep(WRITE_IDLE / 4);
+        }
+    })?;
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
     if let Some((w, t, host)) = watched {
         let notifier = session.notifier();
@@ -1997,6 +2679,9 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
     crate::sys::umask(0);
     // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
     crate::sys::raise_nofile();
+    // The read-lease probe of `not_in_use_on_host`: a lease broken in its
+    // instant must not kill the supervisor (SIGIO's default).
+    crate::sys::ignore_signal(crate::sys::SIGIO);
     set_guest_owner(owner);
     let mut served = Vec::new();
     let workspace = specs.first().map(|v| v.source.clone());
@@ -2210,27 +2895,37 @@ impl View {
         let st = self.stat(Side::Store, to)?;
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
-        if let Some(old) = t.by_key.remove(&(Side::Store, to.to_path_buf())) {
-            if let Some(n) = t.nodes.get_mut(&old) {
-                n.gone = true;
-            }
+        if let Some(old) = t.by_key.get(&(Side::Store, to.to_path_buf())).copied() {
+            t.detach(old, Side::Store, to);
         }
         if t.by_key.get(&(Side::Host, from.to_path_buf())) == Some(&id) {
             t.by_key.remove(&(Side::Host, from.to_path_buf()));
         }
         if let Some(n) = t.nodes.get_mut(&id) {
-            if n.fd.is_some() {
-                if n.pinned {
-                    t.pinned_fds -= 1;
-                } else {
-                    t.cached_fds -= 1;
-                }
-            }
-            n.fd = None;
-            n.pinned = false;
+            // The node is now the store's copy: nothing of the host file.
+            let (had_fd, had_handle) = (n.fd.take().is_some(), n.file.take().is_some());
+            let ikey = (n.side, n.host_dev, n.host_ino);
+            let aliases = std::mem::take(&mut n.aliases);
             n.side = Side::Store;
             n.rel = to.to_path_buf();
+            n.host_dev = st.st_dev;
             n.host_ino = st.st_ino;
+            if had_fd {
+                t.cached_fds -= 1;
+            }
+            t.writers.remove(&id);
+            if had_handle {
+                t.handles_held -= 1;
+            }
+            for a in aliases {
+                if t.by_key.get(&(Side::Host, a.clone())) == Some(&id) {
+                    t.by_key.remove(&(Side::Host, a));
+                }
+            }
+            if t.by_ino.get(&ikey) == Some(&id) {
+                t.by_ino.remove(&ikey);
+            }
+            t.by_ino.insert((Side::Store, st.st_dev, st.st_ino), id);
             t.by_key.insert((Side::Store, to.to_path_buf()), id);
         }
         Ok(())

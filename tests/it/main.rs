@@ -30,4 +30,5 @@ mod net;
 mod net_v2;
 mod sessions;
 mod state;
+mod view_disk;
 mod view_v2;

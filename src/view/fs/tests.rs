@@ -81,7 +81,9 @@ fn node_ids_are_never_reused() {
         assert!(next > id);
         assert!(v.t.lock().unwrap().nodes[&id].gone);
         // Removed through the view and made again: a new id too.
+        std::fs::rename(dir.0.join("a"), dir.0.join(format!("moved{round}"))).unwrap();
         v.removed(Side::Host, Path::new("a"));
+        dir.write("a", "again");
         assert!(v.t.lock().unwrap().nodes[&next].gone);
         let again = lookup(&v, "a");
         assert!(seen.insert(again), "id {again} handed out twice");
@@ -90,24 +92,136 @@ fn node_ids_are_never_reused() {
 }
 
 #[test]
-fn a_stale_id_is_estale_and_an_unknown_one_enoent() {
+fn a_replaced_file_stays_its_node_and_a_stale_path_is_estale() {
     let dir = Tmp::new("stale");
     dir.write("a", "old");
     let v = view(&dir);
     let id = lookup(&v, "a");
-    // The host replaced the file, the kernel still holds the old id.
+    // The host replaced the file, the kernel still holds the old id: by
+    // path it is stale, through its handle it is still the old file (an
+    // open fd on a plain bind reads the old data).
     replace_on_host(&dir, "a", "keep");
     assert_eq!(errno_of(v.node_stat(INodeNo(id))), Errno::ESTALE);
-    assert_eq!(errno_of(v.node_file(INodeNo(id), false)), Errno::ESTALE);
-    assert_eq!(errno_of(v.node_file(INodeNo(id), true)), Errno::ESTALE);
-    // Once looked up again the old node is gone: still refused.
+    let mut s = String::new();
+    use std::io::Read;
+    (&*v.node_file(INodeNo(id), false).unwrap())
+        .read_to_string(&mut s)
+        .unwrap();
+    assert_eq!(s, "old");
+    // Once looked up again the path is a new node.
     let new = lookup(&v, "a");
     assert_ne!(new, id);
-    assert_eq!(errno_of(v.node_file(INodeNo(id), false)), Errno::ESTALE);
+    assert!(v.t.lock().unwrap().nodes[&id].gone);
     assert!(v.node_stat(INodeNo(new)).is_ok());
+    // A node without a handle (beyond HANDLES_MAX) is refused once stale.
+    {
+        let mut t = v.t.lock().unwrap();
+        let n = t.nodes.get_mut(&new).unwrap();
+        n.file = None;
+        t.handles_held -= 1;
+    }
+    replace_on_host(&dir, "a", "keep2");
+    assert_eq!(errno_of(v.node_file(INodeNo(new), false)), Errno::ESTALE);
+    assert_eq!(errno_of(v.node_file(INodeNo(new), true)), Errno::ESTALE);
     // An id the table never handed out (or already forgot).
     assert_eq!(errno_of(v.node(INodeNo(new + 1000))), Errno::ENOENT);
     assert_eq!(errno_of(v.node_file(INodeNo(new + 1000), false)), Errno::ENOENT);
+}
+
+#[test]
+fn an_unlinked_file_serves_reads_writes_and_attributes() {
+    let dir = Tmp::new("unlinked");
+    dir.write("a", "old");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    v.pin(Side::Host, Path::new("a"));
+    std::fs::remove_file(dir.0.join("a")).unwrap();
+    v.removed(Side::Host, Path::new("a"));
+    assert!(v.t.lock().unwrap().nodes[&id].gone);
+    let w = v.node_file(INodeNo(id), true).unwrap();
+    w.write_all_at(b"new", 0).unwrap();
+    let (_, _, st, gone) = v.handle_stat(INodeNo(id)).unwrap().unwrap();
+    assert!(gone);
+    assert_eq!((st.st_size, st.st_nlink), (3, 0));
+    // The write fd goes once idle; a read reopens from the handle.
+    v.t.lock().unwrap().drop_write_fd(id);
+    assert!(v.cached_fd(INodeNo(id)).is_none());
+    let mut buf = [0u8; 3];
+    v.node_file(INodeNo(id), false)
+        .unwrap()
+        .read_exact_at(&mut buf, 0)
+        .unwrap();
+    assert_eq!(&buf, b"new");
+    check_counts(&v);
+}
+
+#[test]
+fn hard_links_are_one_node() {
+    let dir = Tmp::new("links");
+    dir.write("h1", "x");
+    std::fs::hard_link(dir.0.join("h1"), dir.0.join("h2")).unwrap();
+    let v = view(&dir);
+    let a = lookup(&v, "h1");
+    let b = lookup(&v, "h2");
+    assert_eq!(a, b, "one file, one node");
+    // Removing one name keeps the node under the other.
+    std::fs::remove_file(dir.0.join("h1")).unwrap();
+    v.removed(Side::Host, Path::new("h1"));
+    {
+        let t = v.t.lock().unwrap();
+        assert!(!t.nodes[&a].gone);
+        assert_eq!(t.nodes[&a].rel, Path::new("h2"));
+    }
+    assert!(v.node_stat(INodeNo(a)).is_ok());
+    // A rename moves that name.
+    std::fs::rename(dir.0.join("h2"), dir.0.join("h3")).unwrap();
+    v.renamed(Side::Host, Path::new("h2"), Path::new("h3"));
+    assert_eq!(v.known(Side::Host, Path::new("h3")), Some(a));
+    assert_eq!(v.known(Side::Host, Path::new("h2")), None);
+    // Forgetting drops every key.
+    v.t.lock().unwrap().nodes.get_mut(&a).unwrap().lookups = 1;
+    let mut t = v.t.lock().unwrap();
+    let n = t.nodes.remove(&a).unwrap();
+    assert!(n.aliases.is_empty());
+    drop(t);
+}
+
+#[test]
+fn deep_paths_are_walked_in_pieces() {
+    let dir = Tmp::new("deep");
+    let mut rel = PathBuf::new();
+    let mut host = dir.0.clone();
+    for i in 0..60 {
+        let c = format!("{i:02}{}", "d".repeat(200));
+        rel.push(&c);
+        // The host side walks relative to each new level too (PATH_MAX).
+        rustix::fs::mkdirat(v_open(&host), c.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+        host.push(&c);
+    }
+    assert!(rel.as_os_str().len() > 12_000);
+    let v = view(&dir);
+    assert!(v.dir(Side::Host, &rel).is_ok());
+    let (st, h) = v.stat_handle(Side::Host, &rel).unwrap();
+    assert!(is_dir(&st) && h.is_none());
+}
+
+fn v_open(p: &Path) -> OwnedFd {
+    // Opened piece by piece from the temporary directory's parent chain.
+    let mut fd = rustix::fs::open("/", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    for c in p.components().skip(1) {
+        fd = rustix::fs::openat(&fd, c.as_os_str(), OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    }
+    fd
+}
+
+#[test]
+fn times_before_1970_keep_their_sign() {
+    // -1.5 s is (-2, 500_000_000); fuser hands it over as EPOCH - (2, 0.5 s).
+    let t = UNIX_EPOCH - Duration::new(2, 500_000_000);
+    let ts = timespec(t);
+    assert_eq!((ts.tv_sec, ts.tv_nsec as i64), (-2, 500_000_000));
+    // Replies: the real instant.
+    assert_eq!(time(-2, 500_000_000), UNIX_EPOCH - Duration::from_millis(1500));
 }
 
 #[test]
@@ -126,14 +240,13 @@ fn a_gone_node_keeps_its_cached_fd() {
 /// Checks the counters against the nodes that hold fds.
 fn check_counts(v: &View) {
     let t = v.t.lock().unwrap();
-    let cached = t.nodes.values().filter(|n| n.fd.is_some() && !n.pinned).count();
-    let pinned = t.nodes.values().filter(|n| n.fd.is_some() && n.pinned).count();
+    let cached = t.nodes.values().filter(|n| n.fd.is_some()).count();
+    let handles = t.nodes.values().filter(|n| n.file.is_some()).count();
     assert_eq!(t.cached_fds, cached);
-    assert_eq!(t.pinned_fds, pinned);
+    assert_eq!(t.handles_held, handles);
     assert!(t.cached_fds <= FD_CACHE, "{} cached fds", t.cached_fds);
-    assert!(t.pinned_fds <= PINNED_MAX, "{} pinned fds", t.pinned_fds);
+    assert!(t.handles_held <= HANDLES_MAX + PINNED_MAX, "{} handles", t.handles_held);
 }
-
 #[test]
 fn fd_cache_stays_bounded_and_eviction_closes_fds() {
     let dir = Tmp::new("cache");
@@ -170,31 +283,58 @@ fn fd_cache_stays_bounded_and_eviction_closes_fds() {
 }
 
 #[test]
-fn pinned_fds_stay_bounded_and_leave_the_cache() {
-    let dir = Tmp::new("pin");
-    let total = PINNED_MAX + 10;
-    for i in 0..total {
-        dir.write(&format!("f{i}"), "x");
-    }
+fn idle_write_fds_go_and_reads_keep_theirs() {
+    let dir = Tmp::new("idle");
+    dir.write("a", "x");
+    dir.write("b", "y");
     let v = view(&dir);
-    let mut first: Option<Weak<File>> = None;
-    for i in 0..total {
-        let rel = format!("f{i}");
-        let id = lookup(&v, &rel);
-        let f = v.node_file(INodeNo(id), false).unwrap();
-        if i == 0 {
-            first = Some(Arc::downgrade(&f));
-        }
-        drop(f);
-        v.pin(Side::Host, Path::new(&rel));
-        check_counts(&v);
+    let a = lookup(&v, "a");
+    let b = lookup(&v, "b");
+    v.node_file(INodeNo(a), true).unwrap();
+    v.node_file(INodeNo(b), false).unwrap();
+    {
+        let mut t = v.t.lock().unwrap();
+        let past = std::time::Instant::now() - 2 * WRITE_IDLE;
+        t.writers.insert(a, past);
+        t.drop_idle_writers();
     }
-    let t = v.t.lock().unwrap();
-    assert_eq!(t.pinned_fds, PINNED_MAX);
-    assert_eq!(t.cached_fds, 0);
-    drop(t);
-    assert!(
-        first.unwrap().upgrade().is_none(),
-        "the oldest pin was dropped and closed"
-    );
+    assert!(v.cached_fd(INodeNo(a)).is_none(), "the idle write fd went");
+    assert!(v.cached_fd(INodeNo(b)).is_some(), "read fds stay cached");
+    check_counts(&v);
+}
+
+#[test]
+fn guest_owner_and_mode_show_while_the_host_keeps_its_own() {
+    let dir = Tmp::new("guest");
+    dir.write("a", "x");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    let st = v.stat(Side::Host, Path::new("a")).unwrap();
+    v.keep_guest(&st, Some(0o4777), Some(4242), Some(4343));
+    let a = v.shown(id, Side::Host, &st);
+    // The chown after the chmod cleared set-user-ID, as the kernel does.
+    assert_eq!((a.uid, a.gid, a.perm), (4242, 4343, 0o777));
+    // A mode the host may have: nothing kept; the developer's id: the host's.
+    v.keep_guest(&st, Some(0o644), Some(0), Some(0));
+    assert!(v.guest.lock().unwrap().is_empty());
+    // The store side is shown as it is.
+    v.keep_guest(&st, Some(0o1777), None, None);
+    assert_eq!(v.shown(id, Side::Store, &st).perm as u32, st.st_mode & 0o7777);
+}
+
+#[test]
+fn rules_apply_at_the_original_path_of_a_moved_directory() {
+    let dir = Tmp::new("moved");
+    std::fs::create_dir(dir.0.join("config")).unwrap();
+    dir.write(".gitignore", "/config/master.key\n");
+    let store = Tmp::new("moved-store");
+    let rules = crate::view::ignored::IgnoreRules::load(&dir.0, None, None, &[]).unwrap();
+    let v = View::new(&dir.0, Some((&store.0, rules)), Sentry::new(false, Vec::new())).unwrap();
+    assert!(v.ignored(Path::new("config/master.key"), false));
+    assert!(!v.ignored(Path::new("c2/master.key"), false));
+    v.dir_moved(Path::new("config"), Path::new("c2"));
+    assert!(v.ignored(Path::new("c2/master.key"), false));
+    v.dir_moved(Path::new("c2"), Path::new("c3/c4"));
+    assert!(v.ignored(Path::new("c3/c4/master.key"), false));
+    assert!(!v.ignored(Path::new("c3/c4/other"), false));
 }
