@@ -6,6 +6,8 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use super::cpath;
+
 pub use libc::{O_ACCMODE, O_APPEND, O_CLOEXEC, O_DSYNC, O_EXCL, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_SYNC, O_TRUNC};
 
 /// File type and mode bits of `st_mode`.
