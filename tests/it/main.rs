@@ -22,6 +22,7 @@ mod foundation;
 mod git;
 mod git_v2;
 mod limits;
+mod localhost;
 mod net;
 mod net_v2;
 mod sessions;
