@@ -650,19 +650,8 @@ pub fn build_image(
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
-    // The base packages go through debootstrap, the rest through apt.
-    let base: Vec<&str> = DEFAULT_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| packages.iter().any(|q| q == p))
-        .collect();
-    let extra: Vec<&str> = packages
-        .iter()
-        .map(String::as_str)
-        .filter(|p| !DEFAULT_PACKAGES.contains(p))
-        .collect();
-    let result = build_in(&work, &codename, &mirror, &base.join(","), &extra.join(","), progress)
-        .map_err(|e| no_space_or(e, &images));
+    let (base, extra) = split_packages(packages);
+    let result = build_in(&work, &codename, &mirror, &base, &extra, progress).map_err(|e| no_space_or(e, &images));
     if let (Ok(()), Some(r)) = (&result, recipe) {
         let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
     }
@@ -682,6 +671,19 @@ pub fn build_image(
     remove_tree(&work);
     progress.done();
     outcome
+}
+
+/// What debootstrap includes and what apt adds afterwards, each as a
+/// comma-separated list (pure). A recipe is the default image plus its
+/// packages: debootstrap always gets the whole default set (never an empty
+/// `--include=`, which it refuses), apt the recipe's other packages.
+pub fn split_packages(packages: &[String]) -> (String, String) {
+    let extra: Vec<&str> = packages
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !DEFAULT_PACKAGES.contains(p))
+        .collect();
+    (DEFAULT_PACKAGES.join(","), extra.join(","))
 }
 
 /// debootstrap and umoci run inside one user namespace with the full
@@ -834,6 +836,22 @@ mod tests {
         assert!(std::fs::symlink_metadata(root.join("usr/local/bin")).unwrap().is_dir());
         assert!(root.join("usr/local/bin/lazaret-escalate").is_file());
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_recipe_is_the_default_image_plus_its_packages() {
+        let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // No package of the default set (was: an empty `--include=`).
+        let (base, extra) = split_packages(&own(&["inotify-tools", "python3"]));
+        assert_eq!(base, DEFAULT_PACKAGES.join(","));
+        assert_eq!(extra, "inotify-tools,python3");
+        // Some of the default set: still all of it, and apt gets the rest.
+        let (base, extra) = split_packages(&own(&["git", "curl"]));
+        assert_eq!(base, DEFAULT_PACKAGES.join(","));
+        assert_eq!(extra, "curl");
+        let (base, extra) = split_packages(&[]);
+        assert!(!base.is_empty());
+        assert_eq!(extra, "");
     }
 
     #[test]
