@@ -285,6 +285,53 @@ pub enum ImageSource {
     Named(String),
 }
 
+/// Where `ca_certs = "host"` looks for the host's CA bundle, in order
+/// (Debian/Ubuntu, Fedora/RHEL, Alpine/Arch).
+pub const HOST_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+/// Where the guest (a Debian image) keeps its CA bundle.
+pub const GUEST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Variables that tools with a CA store of their own (Node, pip's and
+/// requests' certifi, curl, git) read; `ca_certs = "host"` points them at
+/// the bundle unless the profile's `env` sets them.
+pub const CA_ENV: &[&str] = &[
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+];
+
+/// The host's CA bundle: the first of [`HOST_CA_BUNDLES`] that is a file.
+pub fn host_ca_bundle() -> Option<&'static str> {
+    HOST_CA_BUNDLES.iter().copied().find(|p| Path::new(p).is_file())
+}
+
+/// `ca_certs = "host"` (pure): the host's `bundle` read-only at
+/// [`GUEST_CA_BUNDLE`] and [`CA_ENV`] pointing at it. A volume the
+/// profile already has at that guest path is refused (its guest path).
+pub fn with_host_ca(p: &mut Profile, bundle: &str) -> Result<(), &'static str> {
+    if p.volumes.iter().any(|v| v.guest == GUEST_CA_BUNDLE) {
+        return Err(GUEST_CA_BUNDLE);
+    }
+    p.volumes.push(Volume {
+        host: PathBuf::from(bundle),
+        guest: GUEST_CA_BUNDLE.to_string(),
+        read_only: true,
+    });
+    for name in CA_ENV {
+        if !p.env.iter().any(|(k, _)| k == name) {
+            p.env.push((name.to_string(), GUEST_CA_BUNDLE.to_string()));
+        }
+    }
+    p.env.sort();
+    Ok(())
+}
+
 /// A bind mount from the host into the guest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Volume {

@@ -1186,3 +1186,38 @@ fn caps_narrow_the_default_set_and_never_widen_it() {
         Profile::builtin("d").fingerprint()
     );
 }
+
+#[test]
+fn ca_certs_host_binds_the_bundle_read_only_and_points_the_tools_at_it() {
+    let mut p = Profile::builtin("a");
+    p.env.push(("PIP_CERT".into(), "/mine.pem".into()));
+    with_host_ca(&mut p, "/etc/pki/tls/certs/ca-bundle.crt").unwrap();
+    let v = p.volumes.last().unwrap();
+    assert_eq!(v.host, Path::new("/etc/pki/tls/certs/ca-bundle.crt"));
+    assert_eq!((v.guest.as_str(), v.read_only), (GUEST_CA_BUNDLE, true));
+    for name in CA_ENV {
+        let want = if *name == "PIP_CERT" {
+            "/mine.pem"
+        } else {
+            GUEST_CA_BUNDLE
+        };
+        assert!(p.env.iter().any(|(k, v)| k == name && v == want), "{name}: {:?}", p.env);
+    }
+    assert!(p.env.windows(2).all(|w| w[0].0 < w[1].0), "env stays sorted");
+    // A volume of the profile's own at that guest path is refused.
+    let mut q = Profile::builtin("b");
+    q.volumes
+        .push("/x.pem:/etc/ssl/certs/ca-certificates.crt:ro".parse().unwrap());
+    assert_eq!(with_host_ca(&mut q, "/y.pem"), Err(GUEST_CA_BUNDLE));
+    // In a file: a wrong value names the key and what is accepted.
+    assert_has(
+        &err("[profiles.a]\nca_certs = \"yes\"\n"),
+        &["profiles.a.ca_certs", "\"host\"", "\"image\""],
+    );
+    let c = ok("[profiles.a]\nca_certs = \"image\"\n");
+    assert!(c.profiles["a"].volumes.is_empty());
+    if let Some(bundle) = host_ca_bundle() {
+        let c = ok("[profiles.a]\nca_certs = \"host\"\n");
+        assert_eq!(c.profiles["a"].volumes[0].host, Path::new(bundle));
+    }
+}

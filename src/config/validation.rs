@@ -26,6 +26,7 @@ const PROFILE_KEYS: &[&str] = &[
     "git_identity",
     "limits",
     "user",
+    "ca_certs",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
@@ -500,6 +501,35 @@ impl Schema<'_> {
                 ));
             }
             p.user = Some(name.to_string());
+        }
+        if let Some(i) = t.get("ca_certs") {
+            let key = k("ca_certs");
+            const EXPECTED: &str = "\"host\" (the host's CA bundle) or \"image\" (the image's own, the default)";
+            match self.string(i, &key, EXPECTED)? {
+                "image" => {}
+                "host" => {
+                    let bundle = crate::config::host_ca_bundle().ok_or_else(|| {
+                        self.invalid(
+                            i.line,
+                            &key,
+                            format!(
+                                "a host with a CA bundle (none of {} exists)",
+                                crate::config::HOST_CA_BUNDLES.join(", ")
+                            ),
+                            "\"host\"",
+                        )
+                    })?;
+                    crate::config::with_host_ca(&mut p, bundle).map_err(|guest| {
+                        self.invalid(
+                            i.line,
+                            &key,
+                            format!("no volume at {guest} (ca_certs = \"host\" binds the host's bundle there)"),
+                            "\"host\"",
+                        )
+                    })?;
+                }
+                other => return Err(self.invalid(i.line, &key, EXPECTED, quote(other))),
+            }
         }
         Ok(p)
     }

@@ -204,3 +204,141 @@ fn without_a_network_the_sandbox_still_has_its_loopback() {
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
     loopback_session(env, "none");
 }
+
+const EXPRESS_APP: &str = r#"const express = require('express');
+const app = express();
+app.get('/hello', (req, res) => res.json({ hello: 'world' }));
+module.exports = app;
+"#;
+
+const EXPRESS_TEST: &str = r#"const test = require('node:test');
+const assert = require('node:assert');
+const http = require('node:http');
+const request = require('supertest');
+const app = require('../app');
+
+test('supertest starts the app on an ephemeral local port', async () => {
+  const r = await request(app).get('/hello');
+  assert.strictEqual(r.status, 200);
+  assert.deepStrictEqual(r.body, { hello: 'world' });
+});
+
+test('the app listens on 127.0.0.1', async () => {
+  const srv = app.listen(0, '127.0.0.1');
+  await new Promise((ok) => srv.once('listening', ok));
+  const body = await new Promise((ok, fail) => {
+    http.get({ host: '127.0.0.1', port: srv.address().port, path: '/hello' }, (r) => {
+      let d = '';
+      r.on('data', (c) => (d += c));
+      r.on('end', () => ok(d));
+    }).on('error', fail);
+  });
+  srv.close();
+  assert.match(body, /world/);
+});
+"#;
+
+const FLASK_APP: &str = r#"from flask import Flask
+
+app = Flask(__name__)
+
+
+@app.get("/hello")
+def hello():
+    return {"hello": "world"}
+"#;
+
+const FLASK_TEST: &str = r#"import json
+import threading
+import urllib.request
+
+from werkzeug.serving import make_server
+
+from app import app
+
+
+def test_the_app_serves_on_localhost():
+    srv = make_server("127.0.0.1", 0, app)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/hello", timeout=10) as r:
+            assert json.load(r) == {"hello": "world"}
+    finally:
+        srv.shutdown()
+
+
+def test_the_test_client():
+    assert app.test_client().get("/hello").json == {"hello": "world"}
+"#;
+
+/// Words of npm's and apt's output that mean the registry was not reached
+/// (then the test skips; under LAZARET_MUST_WORK=1 it fails).
+const UNREACHABLE: &[&str] = &[
+    "ENOTFOUND",
+    "EAI_AGAIN",
+    "ENETUNREACH",
+    "ECONNREFUSED",
+    "Temporary failure resolving",
+    "Could not resolve",
+];
+
+fn registry_unreachable(what: &str, r: &harness::Run) -> bool {
+    let text = format!("{}{}", r.stdout, r.stderr);
+    if r.code == 0 || !UNREACHABLE.iter().any(|w| text.contains(w)) {
+        return false;
+    }
+    if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
+        panic!("{what} is unreachable and LAZARET_MUST_WORK=1: {r:?}");
+    }
+    eprintln!("skipping: {what} is unreachable from the sandbox: {r:?}");
+    true
+}
+
+/// Acceptance 3 of issue 29: the test suites of a small Express app
+/// (supertest) and of a small Flask app (pytest, the app started on
+/// localhost) pass inside, installed from the registries as a user would
+/// (npm from the npm registry; Flask and pytest as Debian packages: the dev
+/// image has no pip or venv). `ca_certs = "host"`: where the host reaches
+/// the registries through a TLS-intercepting proxy, its CA bundle does.
+#[test]
+fn express_with_supertest_and_flask_with_pytest_pass_inside() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    if !crate::agent_v2::dev_image_built(env) {
+        return;
+    }
+    let (ws, cfg) = env.workspace_with_config("lo-suites", "[profiles.web]\nimage = \"dev\"\nca_certs = \"host\"\n");
+    env.write(
+        &ws.join("package.json"),
+        r#"{"name": "lz-express", "version": "1.0.0", "private": true, "scripts": {"test": "node --test"}}"#,
+    );
+    env.write(&ws.join("app.js"), EXPRESS_APP);
+    env.write(&ws.join("test/app.test.js"), EXPRESS_TEST);
+    env.write(&ws.join("py/app.py"), FLASK_APP);
+    env.write(&ws.join("py/test_app.py"), FLASK_TEST);
+    let run = |cmd: &str| {
+        env.lz(&ws, &["run", "-q", "-p", "web", "--", "sh", "-c", cmd])
+            .config_home(&cfg)
+            .run()
+    };
+    let r = run("npm install --no-audit --no-fund express supertest 2>&1");
+    if registry_unreachable("the npm registry", &r) {
+        return;
+    }
+    assert_eq!(r.code, 0, "npm install: {r:?}");
+    let r = run("npm test 2>&1");
+    assert_eq!(r.code, 0, "npm test: {r:?}");
+    assert!(r.stdout.contains("# pass 2") && r.stdout.contains("# fail 0"), "{r:?}");
+    let r = run(
+        "apt-get update -q 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+         --no-install-recommends python3-flask python3-pytest 2>&1",
+    );
+    if registry_unreachable("the Debian mirror", &r) {
+        return;
+    }
+    assert_eq!(r.code, 0, "apt-get install: {r:?}");
+    let r = run("cd py && python3 -m pytest -q -p no:cacheprovider 2>&1");
+    assert_eq!(r.code, 0, "pytest: {r:?}");
+    assert!(r.stdout.contains("2 passed"), "{r:?}");
+    let _ = env.lz(&ws, &["stop", "-p", "web"]).config_home(&cfg).run();
+}
