@@ -42,6 +42,9 @@ commands:
                        stop running Domains (their sessions are told why)
   exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
                        join a running Domain by ID (prefix) from anywhere
+  port add ID [ADDR:]HOSTPORT:GUESTPORT
+                       forward one more host port to a running Domain
+                       (HOSTPORT 0: any free port)
   rm [ID | -p P -w DIR] [--yes] [--json]
                        delete a stopped Domain's state (asks first)
   image build [NAME] [--quiet] [--if-missing]
@@ -148,6 +151,7 @@ pub fn main() -> i32 {
         Some("stop") => crate::client::lifecycle::cmd_stop(raw),
         Some("rm") => crate::client::lifecycle::cmd_rm(raw),
         Some("exec") => crate::client::lifecycle::cmd_exec(raw),
+        Some("port") => crate::client::lifecycle::cmd_port(raw),
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),

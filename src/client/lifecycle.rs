@@ -360,6 +360,72 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     Ok(0)
 }
 
+// ---- port add ---------------------------------------------------------------------
+
+/// `lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT`: one more host port
+/// forward on a running Domain (HOSTPORT 0: any free port); prints the
+/// forward it got.
+pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let sub: Option<String> = args.opt_free_from_str()?;
+    let id: Option<String> = args.opt_free_from_str()?;
+    let spec: Option<String> = args.opt_free_from_str()?;
+    cli::finish_args(args)?;
+    const FORM: &str = "lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT";
+    if sub.as_deref() != Some("add") {
+        return Err(Failure::usage(format!("usage: {FORM}")));
+    }
+    let (Some(id), Some(spec)) = (id, spec) else {
+        return Err(Failure::usage(format!(
+            "`lazaret port add` needs a Domain ID (as `lazaret ps` prints it) and a forward: {FORM}"
+        )));
+    };
+    let fwd: crate::config::ports::PortForward = spec
+        .parse()
+        .map_err(|e: crate::config::ValueError| Failure::usage(format!("port add: {:?} is not {e}", escape(&spec))))?;
+    cli::refuse_root()?;
+    let root = runtime_root()?;
+    let live = running(&root);
+    let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
+    let one = match_prefix(&id, &ids, "running")?;
+    let st = live.iter().find(|s| &s.domain_id == one).unwrap();
+    let mut s = UnixStream::connect(root.join(one.as_str()).join("hc.sock"))
+        .map_err(|_| Failure::usage(format!("Domain {one} is not running any more")))?;
+    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
+    let hello = ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: st.profile.clone(),
+        fingerprint: "port".into(),
+    };
+    ipc::send(&mut s, &hello).map_err(lost)?;
+    ipc::send(&mut s, &ClientMsg::AddPort(fwd)).map_err(lost)?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).ok();
+    match FrameReader::default().recv::<ServerMsg>(&mut s) {
+        Ok(ServerMsg::Status(after)) => {
+            let got = after
+                .ports
+                .iter()
+                .rev()
+                .find(|p| {
+                    p.parse::<crate::config::ports::PortForward>().is_ok_and(|q| {
+                        q.addr == fwd.addr && q.guest == fwd.guest && (fwd.host == 0 || q.host == fwd.host)
+                    })
+                })
+                .cloned()
+                .unwrap_or_else(|| fwd.to_string());
+            println!("Domain {}: forwarding {}", &one.as_str()[..ID_PREFIX_LEN], escape(&got));
+            Ok(0)
+        }
+        Ok(ServerMsg::Refused { reason }) => Err(Failure::runtime(escape(&reason).to_string())),
+        Ok(other) => Err(Failure::runtime(format!(
+            "unexpected reply from the coordinator ({})",
+            crate::wire::UnexpectedMessage::of("Status", &other)
+        ))),
+        Err(e) => Err(Failure::runtime(format!("the coordinator did not answer: {e}"))),
+    }
+}
+
 // ---- exec -------------------------------------------------------------------------
 
 pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {

@@ -430,7 +430,10 @@ impl Schema<'_> {
                 let f: crate::config::ports::PortForward = s
                     .parse()
                     .map_err(|e: ValueError| self.invalid(line, &key, e.to_string(), quote(s)))?;
-                if let Some((first_line, _)) = seen.iter().find(|(_, q)| q.addr == f.addr && q.host == f.host) {
+                if let Some((first_line, _)) = seen
+                    .iter()
+                    .find(|(_, q)| f.host != 0 && q.addr == f.addr && q.host == f.host)
+                {
                     return Err(self.duplicate(line, *first_line, &key, &format!("host port {}:{}", f.addr, f.host)));
                 }
                 seen.push((line, f));

@@ -57,6 +57,9 @@ pub enum ClientMsg {
     Stop {
         reason: String,
     },
+    /// Asks the coordinator to add a host port forward to the running
+    /// Domain (`lazaret port add`); answered with `Status` or `Refused`.
+    AddPort(crate::config::ports::PortForward),
     /// The developer's answer to an escalation prompt. `argv` is the edited
     /// command when `verdict` is [`VERDICT_EDIT`].
     Decision {
@@ -416,6 +419,7 @@ impl Message for ClientMsg {
                 verdict,
                 argv,
             } => Enc::new(9).str(request_id).u8(*verdict).strs(argv).finish(),
+            ClientMsg::AddPort(p) => Enc::new(10).str(&p.to_string()).finish(),
         }
     }
 
@@ -454,6 +458,7 @@ impl Message for ClientMsg {
                 verdict: d.u8()?,
                 argv: d.strs()?,
             },
+            10 => ClientMsg::AddPort(d.str()?.parse().map_err(|_| DecodeError::BadValue("port forward"))?),
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -471,6 +476,7 @@ impl Message for ClientMsg {
             ClientMsg::Status => "Status",
             ClientMsg::Stop { .. } => "Stop",
             ClientMsg::Decision { .. } => "Decision",
+            ClientMsg::AddPort(_) => "AddPort",
         }
     }
 }
@@ -719,6 +725,7 @@ mod tests {
                 verdict: VERDICT_EDIT,
                 argv: vec!["ls".into()],
             },
+            ClientMsg::AddPort("127.0.0.1:0:3000".parse().unwrap()),
         ]
     }
 

@@ -25,6 +25,7 @@ mod limits;
 mod localhost;
 mod net;
 mod net_v2;
+mod ports;
 mod sessions;
 mod state;
 mod view_v2;
