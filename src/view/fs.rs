@@ -250,6 +250,35 @@ pub struct View {
     sticky_path: Option<PathBuf>,
     /// Requests answered, per opcode (src/view/counts.rs).
     counts: Arc<Counts>,
+    /// Host paths the sandbox changed through the view, and when: their
+    /// host events are the sandbox's own, not relayed back (`relay`).
+    guest_changed: Arc<GuestChanged>,
+}
+
+/// Host paths (view-relative) the sandbox last changed through the view.
+#[derive(Default)]
+pub struct GuestChanged(Mutex<HashMap<PathBuf, std::time::Instant>>);
+
+/// How long a path the sandbox changed keeps its host events its own.
+const OWN_CHANGE: Duration = Duration::from_secs(2);
+
+impl GuestChanged {
+    fn mark(&self, rel: &Path) {
+        let mut m = self.0.lock().unwrap();
+        if m.len() > 4096 {
+            m.retain(|_, t| t.elapsed() < OWN_CHANGE);
+        }
+        m.insert(rel.to_path_buf(), std::time::Instant::now());
+    }
+
+    /// Whether the sandbox changed `rel` through the view just now.
+    pub fn recent(&self, rel: &Path) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .get(rel)
+            .is_some_and(|t| t.elapsed() < OWN_CHANGE)
+    }
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -455,7 +484,15 @@ impl View {
             more_hidden: Mutex::new(Default::default()),
             sticky_path,
             counts: Arc::default(),
+            guest_changed: Arc::default(),
         })
+    }
+
+    /// Records that the sandbox changes the host file of node `ino`.
+    fn guest_changes(&self, ino: INodeNo) {
+        if let Some(rel) = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.rel.clone()) {
+            self.guest_changed.mark(&rel);
+        }
     }
 
     fn root(&self, side: Side) -> Result<BorrowedFd<'_>, Errno> {
@@ -1024,6 +1061,7 @@ impl Filesystem for View {
         reply: ReplyAttr,
     ) {
         self.counts.add(Op::Setattr);
+        self.guest_changes(ino);
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected) = self.node(ino)?;
@@ -1231,6 +1269,7 @@ impl Filesystem for View {
             let (npside, nprel, _) = self.node(newparent)?;
             let from = prel.join(name);
             let to = nprel.join(newname);
+            self.guest_changed.mark(&to);
             let (side, st) = self.find(pside, &from)?;
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
@@ -1439,6 +1478,7 @@ impl Filesystem for View {
         reply: ReplyWrite,
     ) {
         self.counts.add(Op::Write);
+        self.guest_changes(ino);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
             kill_priv(&*f)?;
             f.write_all_at(data, offset).map_err(errno)
@@ -1566,6 +1606,7 @@ impl Filesystem for View {
         let r = (|| {
             let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
+            self.guest_changed.mark(&rel);
             let no_open = self.no_open.load(Ordering::Relaxed);
             let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & sys::O_EXCL) as u32);
             if no_open {
@@ -1784,7 +1825,7 @@ impl Served {
 
 /// Mounts `view` at `mountpoint` (in the caller's mount namespace, where it
 /// must be root of its user namespace) and serves it on background threads.
-pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
+pub fn serve(view: View, mountpoint: &Path, relay: Option<Relay>) -> io::Result<Served> {
     let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
     let data = format!("fd={},rootmode=40000,user_id=0,group_id=0,allow_other", dev.as_raw_fd());
     crate::sys::mount(
@@ -1801,13 +1842,14 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         Some(w) => Some((w.clone(), view.t.clone(), view.host.try_clone()?)),
         None => None,
     };
+    let guest_changed = view.guest_changed.clone();
     let counts = view.counts.clone();
     let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
     if let Some((w, t, host)) = watched {
         let notifier = session.notifier();
         std::thread::Builder::new()
             .name("view-watch".into())
-            .spawn(move || watch_loop(&w, &t, &host, &notifier))?;
+            .spawn(move || watch_loop(&w, &t, &host, &notifier, relay.as_ref().map(|r| (r, &*guest_changed))))?;
     }
     Ok(Served {
         _session: session.spawn()?,
@@ -1819,7 +1861,13 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
 /// The watcher thread: host-side changes become kernel invalidations. Never
 /// holds the tables while notifying (the kernel may wait for a request the
 /// server threads are answering).
-fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::Notifier) {
+fn watch_loop(
+    w: &Watches,
+    t: &Mutex<Tables>,
+    host: &OwnedFd,
+    notifier: &fuser::Notifier,
+    relay: Option<(&Relay, &GuestChanged)>,
+) {
     let node_of = |rel: &Path| -> Option<u64> {
         if rel.as_os_str().is_empty() {
             return Some(1);
@@ -1842,6 +1890,13 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::
             }
         }
         let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
+        if let Some((tx, own)) = relay {
+            for rel in crate::view::watch::relayed(&events, &|wd| w.dir_of(wd)) {
+                if !own.recent(&rel) {
+                    let _ = tx.send(rel);
+                }
+            }
+        }
         let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
         if plan.contains(&Inval::All) {
             invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
@@ -1982,10 +2037,16 @@ impl std::error::Error for ViewError {
     }
 }
 
+/// Where the workspace view sends the host paths (view-relative) whose
+/// host-side changes watchers inside should hear of (`crate::view::watch::relayed`).
+pub type Relay = std::sync::mpsc::Sender<PathBuf>;
+
 /// The supervisor's part: reads the coordinator's `--views` file and serves
-/// every view. Called as root of the supervisor's user namespace, before
+/// every view; the workspace view (the first) relays host changes to
+/// `relay`. Called as root of the supervisor's user namespace, before
 /// runsc starts.
-pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
+pub fn start_views(file: &Path, relay: Option<Relay>) -> Result<Vec<Served>, ViewError> {
+    let mut relay = relay;
     let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
@@ -2020,7 +2081,7 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
         let view = View::new(&v.source, store, sentry)
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone());
-        served.push(serve(view, &v.mountpoint).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
+        served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }
     Ok(served)
 }

@@ -21,6 +21,7 @@ mod first_minutes;
 mod foundation;
 mod git;
 mod git_v2;
+mod hostwatch;
 mod limits;
 mod localhost;
 mod net;
