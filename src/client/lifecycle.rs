@@ -524,7 +524,24 @@ pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Fa
         Some(s) => s.clone(),
         None => crate::storage::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
     };
-    let fp = recipe.fingerprint(&host);
+    // `base = "NAME"`: that image must be built; its digest is part of
+    // this recipe's fingerprint (a rebuilt base rebuilds this one).
+    let base_layout = recipe
+        .from
+        .as_ref()
+        .map(|b| crate::storage::image::images_dir(&storage).join(b));
+    let base_digest = match (&recipe.from, &base_layout) {
+        (Some(b), Some(l)) => Some(
+            crate::storage::image::manifest_digest(l, crate::storage::image::DEFAULT_TAG).map_err(|_| {
+                Failure::usage(format!(
+                    "the recipe {name} starts from the image {b}, which is not built: run `lazaret image build{}` first",
+                    if b == "default" { String::new() } else { format!(" {b}") }
+                ))
+            })?,
+        ),
+        _ => None,
+    };
+    let fp = recipe.fingerprint(&host, base_digest.as_deref());
     if built && crate::storage::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
         let digest = crate::storage::image::manifest_digest(&layout, crate::storage::image::DEFAULT_TAG)
             .map_err(|e| Failure::runtime(e.to_string()))?;
@@ -534,9 +551,19 @@ pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Fa
         return Ok(0);
     }
     let mut progress = crate::storage::image::Progress::new(quiet);
-    let digest =
-        crate::storage::image::build_image(&storage, name, Some(&host), &recipe.packages, Some(&fp), &mut progress)
-            .map_err(|e| Failure::runtime(e.to_string()))?;
+    let digest = crate::storage::image::build_image(
+        &storage,
+        name,
+        Some(&host),
+        &recipe.packages,
+        &crate::storage::image::Layers {
+            from: base_layout.as_deref(),
+            steps: &recipe.run,
+        },
+        Some(&fp),
+        &mut progress,
+    )
+    .map_err(|e| Failure::runtime(e.to_string()))?;
     if !quiet {
         println!("built the image {name} {digest}");
     }

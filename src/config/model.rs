@@ -78,24 +78,49 @@ pub struct Config {
     pub images: BTreeMap<String, Recipe>,
 }
 
-/// An image recipe: a debootstrap of a Debian suite with packages.
+/// An image recipe: a debootstrap of a Debian suite with packages, or
+/// another built image (`base = "NAME"`) with more packages; then its
+/// `run` steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recipe {
     /// The Debian suite (`base = "debian:SUITE"`); `None`: the host's.
     pub suite: Option<String>,
     /// Package names (sorted, unique).
     pub packages: Vec<String>,
+    /// `base = "NAME"`: the built image (`default` or a recipe's) this one
+    /// starts from instead of a debootstrap.
+    pub from: Option<String>,
+    /// `run`: shell command lines run in order in the image at build time,
+    /// as root, with the network (`npm install -g …`).
+    pub run: Vec<String>,
 }
 
 impl Recipe {
     /// Identity of the recipe: a rebuild of the same recipe is skipped, so
-    /// the image's digest changes only when the recipe does.
-    pub fn fingerprint(&self, host_suite: &str) -> String {
+    /// the image's digest changes only when the recipe does. `base_digest`:
+    /// the manifest digest of the `from` image (a rebuilt base changes it).
+    /// A recipe without `from` and `run` keeps its v1 fingerprint.
+    pub fn fingerprint(&self, host_suite: &str, base_digest: Option<&str>) -> String {
         let mut buf = Vec::new();
-        put_field(&mut buf, b"lazaret-recipe-v1");
+        let layered = self.from.is_some() || !self.run.is_empty();
+        put_field(
+            &mut buf,
+            if layered {
+                b"lazaret-recipe-v2"
+            } else {
+                b"lazaret-recipe-v1"
+            },
+        );
         put_field(&mut buf, self.suite.as_deref().unwrap_or(host_suite).as_bytes());
         for p in &self.packages {
             put_field(&mut buf, p.as_bytes());
+        }
+        if layered {
+            put_field(&mut buf, self.from.as_deref().unwrap_or("").as_bytes());
+            put_field(&mut buf, base_digest.unwrap_or("").as_bytes());
+            for step in &self.run {
+                put_field(&mut buf, step.as_bytes());
+            }
         }
         crate::domain::hex(&openssl::sha::sha256(&buf)[..8])
     }
@@ -426,6 +451,8 @@ impl Config {
             Recipe {
                 suite: None,
                 packages: dev,
+                from: None,
+                run: Vec::new(),
             },
         );
         Config {

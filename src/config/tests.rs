@@ -518,9 +518,42 @@ fn image_recipes() {
     assert!(c.images.contains_key("dev"), "the built-in dev recipe");
     let d = ok("[profiles.d]\nimage = \"dev\"\n");
     assert!(d.images["dev"].packages.contains(&"nodejs".to_string()));
-    let fp = c.images["web"].fingerprint("bookworm");
-    assert_eq!(fp, c.images["web"].fingerprint("trixie"), "explicit suite");
-    assert_ne!(fp, d.images["dev"].fingerprint("bookworm"));
+    let fp = c.images["web"].fingerprint("bookworm", None);
+    assert_eq!(fp, c.images["web"].fingerprint("trixie", None), "explicit suite");
+    assert_ne!(fp, d.images["dev"].fingerprint("bookworm", None));
+    // Layered recipes: a base image and build steps, fingerprinted with
+    // the base's digest and the steps in order.
+    let l = ok("[images.agents]
+base = \"dev\"
+packages = [\"tmux\"]
+run = [\"npm install -g x\", \"echo ok\"]
+");
+    let a = &l.images["agents"];
+    assert_eq!((a.from.as_deref(), a.run.len()), (Some("dev"), 2));
+    let fa = a.fingerprint("bookworm", Some("sha256:1"));
+    assert_ne!(fa, a.fingerprint("bookworm", Some("sha256:2")), "a rebuilt base");
+    let mut swapped = a.clone();
+    swapped.run.reverse();
+    assert_ne!(fa, swapped.fingerprint("bookworm", Some("sha256:1")), "step order");
+    assert_has(
+        &err("[images.a]\nbase = \"nope\"\n"),
+        &[":2: images.a.base: expected \"default\" or an image recipe", "\"nope\""],
+    );
+    assert_has(
+        &err("[images.a]\nbase = \"b\"\n[images.b]\nbase = \"a\"\n"),
+        &["images.a.base: expected bases that end at a Debian suite"],
+    );
+    assert_has(
+        &err("[images.a]\nbase = \"a\"\n"),
+        &["images.a.base: expected another image"],
+    );
+    assert_has(
+        &err("[images.a]\nrun = [\" \"]\n"),
+        &["images.a.run: expected an array of non-empty"],
+    );
+    assert!(ok("[images.a]\nbase = \"default\"\nrun = [\"true\"]\n").images["a"]
+        .from
+        .is_some());
     assert_has(
         &err("[profiles.d]\nimage = \"nope\"\n"),
         &[

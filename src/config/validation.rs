@@ -7,7 +7,7 @@ use super::toml::{join_key, Item, Table, Val};
 use super::*;
 
 const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "images", "profiles"];
-const IMAGE_KEYS: &[&str] = &["base", "packages"];
+const IMAGE_KEYS: &[&str] = &["base", "packages", "run"];
 const NETWORK_KEYS: &[&str] = &["default_deny"];
 const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
 const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
@@ -196,6 +196,38 @@ impl Schema<'_> {
                 }
                 let recipe = self.recipe(iitem, &key)?;
                 cfg.images.insert(name.clone(), recipe);
+            }
+            // `base = "NAME"` names a recipe (or the default image), and
+            // following the bases ends at a debootstrap.
+            for (name, iitem) in &t.entries {
+                let line = self
+                    .table(iitem, &join_key("images", name))?
+                    .get("base")
+                    .map_or(iitem.line, |i| i.line);
+                let mut seen = vec![name.as_str()];
+                let mut at = cfg.images.get(name).and_then(|r| r.from.as_deref());
+                while let Some(b) = at {
+                    if b == "default" {
+                        break;
+                    }
+                    let key = join_key(&join_key("images", name), "base");
+                    if !cfg.images.contains_key(b) {
+                        return Err(self.invalid(
+                            line,
+                            &key,
+                            format!(
+                                "\"default\" or an image recipe defined as [images.NAME] (known: {})",
+                                cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
+                            ),
+                            quote(b),
+                        ));
+                    }
+                    if seen.contains(&b) {
+                        return Err(self.invalid(line, &key, "bases that end at a Debian suite (no cycle)", quote(b)));
+                    }
+                    seen.push(b);
+                    at = cfg.images[b].from.as_deref();
+                }
             }
         }
         if let Some(item) = root.get("profiles") {
@@ -544,12 +576,21 @@ impl Schema<'_> {
         let mut r = Recipe {
             suite: None,
             packages: Vec::new(),
+            from: None,
+            run: Vec::new(),
         };
         if let Some(i) = t.get("base") {
             let bkey = join_key(key, "base");
-            const EXPECTED: &str = "\"debian:SUITE\" (a Debian suite such as bookworm)";
+            const EXPECTED: &str = "\"debian:SUITE\" (a Debian suite such as bookworm) or the name of a built image \
+                                    (\"default\", or a recipe such as \"dev\")";
             let s = self.string(i, &bkey, EXPECTED)?;
             match s.strip_prefix("debian:") {
+                None if s == "default" || valid_image_name(s) => {
+                    if key == join_key("images", s) {
+                        return Err(self.invalid(i.line, &bkey, "another image than this recipe's own", quote(s)));
+                    }
+                    r.from = Some(s.to_string())
+                }
                 Some(suite)
                     if !suite.is_empty()
                         && suite.len() <= 32
@@ -577,6 +618,16 @@ impl Schema<'_> {
             }
             r.packages.sort();
             r.packages.dedup();
+        }
+        if let Some(i) = t.get("run") {
+            let rkey = join_key(key, "run");
+            const EXPECTED: &str = "an array of non-empty shell command lines";
+            for (line, step) in self.strings(i, &rkey, EXPECTED)? {
+                if step.trim().is_empty() || step.contains('\0') {
+                    return Err(self.invalid(line, &rkey, EXPECTED, quote(step)));
+                }
+                r.run.push(step.to_string());
+            }
         }
         Ok(r)
     }

@@ -27,6 +27,7 @@ mod localhost;
 mod net;
 mod net_v2;
 mod ports;
+mod recipes;
 mod sessions;
 mod state;
 mod view_v2;
