@@ -111,7 +111,7 @@ fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a
         "{r:?}"
     );
     assert!(
-        r.stderr.contains(&format!("\"127.0.0.1:0:8000\"")),
+        r.stderr.contains("\"127.0.0.1:0:8000\""),
         "names the way out: {r:?}"
     );
     assert!(!r.stderr.contains("slirp_add_hostfwd failed"), "{r:?}");
