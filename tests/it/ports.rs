@@ -110,10 +110,7 @@ fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a
         )),
         "{r:?}"
     );
-    assert!(
-        r.stderr.contains("\"127.0.0.1:0:8000\""),
-        "names the way out: {r:?}"
-    );
+    assert!(r.stderr.contains("\"127.0.0.1:0:8000\""), "names the way out: {r:?}");
     assert!(!r.stderr.contains("slirp_add_hostfwd failed"), "{r:?}");
     // "Any free host port": two Domains of one profile, each its own port,
     // shown by `ps`, each reaching its own server.
