@@ -15,6 +15,10 @@
 //!                                  frames on stdout
 //!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
 //!                                  home, made when missing (bin/usersetup.rs)
+//!   `init touch -- PATH...`        a host-side edit of each workspace file:
+//!                                  sets its mtime to itself through gVisor,
+//!                                  so watchers inside get an event
+//!                                  (`IN_ATTRIB`); content unchanged
 //!   `init exec -- CMD ARGS...`     every session's command: execs CMD (found
 //!                                  on the session's PATH) in place; a missing
 //!                                  command exits 127, one that cannot be
@@ -41,12 +45,39 @@ fn main() {
         ["probe", rest @ ..] => probe::run(rest),
         ["user-setup", name, uid] => usersetup::run(name, uid),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
+        ["touch", "--", ..] => touch(&args[2..]),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");
             2
         }
     };
     std::process::exit(code);
+}
+
+/// Sets each regular file's mtime to its own (no symlink followed; a path
+/// gone or of another kind is skipped): gVisor then tells its watchers.
+fn touch(paths: &[String]) -> i32 {
+    use rustix::fs::{AtFlags, Timespec, Timestamps, CWD};
+    for p in paths {
+        let Ok(st) = rustix::fs::statat(CWD, p.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if st.st_mode & 0o170000 != 0o100000 {
+            continue;
+        }
+        let times = Timestamps {
+            last_access: Timespec {
+                tv_sec: 0,
+                tv_nsec: rustix::fs::UTIME_OMIT,
+            },
+            last_modification: Timespec {
+                tv_sec: st.st_mtime as _,
+                tv_nsec: st.st_mtime_nsec as _,
+            },
+        };
+        let _ = rustix::fs::utimensat(CWD, p.as_str(), &times, AtFlags::SYMLINK_NOFOLLOW);
+    }
+    0
 }
 
 /// Replaces this process with `argv` (argv[0] == `cmd`, looked up on

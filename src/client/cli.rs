@@ -44,6 +44,9 @@ commands:
                        stop running Domains (their sessions are told why)
   exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
                        join a running Domain by ID (prefix) from anywhere
+  port add ID [ADDR:]HOSTPORT:GUESTPORT
+                       forward one more host port to a running Domain
+                       (HOSTPORT 0: any free port)
   rm [ID | -p P -w DIR] [--yes] [--json]
                        delete a stopped Domain's state (asks first)
   image build [NAME] [--quiet] [--if-missing]
@@ -151,6 +154,7 @@ pub fn main() -> i32 {
         Some("stop") => crate::client::lifecycle::cmd_stop(raw),
         Some("rm") => crate::client::lifecycle::cmd_rm(raw),
         Some("exec") => crate::client::lifecycle::cmd_exec(raw),
+        Some("port") => crate::client::lifecycle::cmd_port(raw),
         Some("image") => cmd_image(raw),
         Some("doctor") => cmd_doctor(raw),
         Some("net") => cmd_net(raw),
@@ -285,6 +289,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         }
     };
     let workspace = domain::canonical_workspace(&dir)?;
+    refuse_home(&workspace)?;
     config::check_location(&cfg.path, &workspace, &profile.volumes)?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
@@ -306,6 +311,20 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         limit_overrides: config::Limits::default(),
         root: false,
     })
+}
+
+/// The home directory itself as a workspace, said as such (before the
+/// config file and storage root it contains are).
+fn refuse_home(workspace: &Path) -> Result<(), Failure> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
+    match home.and_then(|h| h.canonicalize().ok()) {
+        Some(h) if h == workspace => Err(Failure::usage(format!(
+            "{} is your home directory: a workspace is one project's directory (the sandbox would read and \
+             write all of your home, your config and Lazaret's own state); cd into a project, or pass -w DIR",
+            workspace.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Workspace-root safety (see `domain::check_workspace_root`).
@@ -454,7 +473,7 @@ fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, Failure> {
         r.paths.ensure()?;
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
             check_disk(r)?;
-            warn_unlimited(r);
+            warn_unlimited(r, quiet);
             start_coordinator(r, lock, &mut progress)?;
             continue;
         }
@@ -494,12 +513,17 @@ fn check_disk(r: &Resolved) -> Result<(), Failure> {
     }
 }
 
-/// Once per Domain start: nothing bounds the sandbox here.
-fn warn_unlimited(r: &Resolved) {
-    if let crate::storage::cgroup::Mechanism::Unavailable { why, fix } = crate::storage::cgroup::detect() {
+/// Once per Domain start, unless quiet: nothing bounds the sandbox here.
+/// One line; the fix is `lazaret doctor`'s.
+fn warn_unlimited(r: &Resolved, quiet: bool) {
+    if quiet {
+        return;
+    }
+    if let crate::storage::cgroup::Mechanism::Unavailable { why, .. } = crate::storage::cgroup::detect() {
         eprintln!(
-            "lazaret: warning: no resource limits for Domain {} ({why}); a runaway agent can exhaust this machine's memory, processes and CPU. Fix: {fix}",
-            r.domain_id.short()
+            "lazaret: warning: no resource limits for Domain {} ({}); `lazaret doctor` says how to enable them",
+            r.domain_id.short(),
+            why.split(';').next().unwrap_or(&why).trim()
         );
     }
 }

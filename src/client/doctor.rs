@@ -183,11 +183,14 @@ fn check_config() -> Check {
 }
 
 /// Which cgroup mechanism would bound a Domain started from here
-/// (`cgroup::detect`), or why none and the exact fix.
+/// (`cgroup::detect`), or why none and the exact fix (a warning: Domains
+/// run without limits).
 fn check_resource_limits() -> Check {
     let m = crate::storage::cgroup::detect();
     match &m {
-        crate::storage::cgroup::Mechanism::Unavailable { why, fix } => Check::fail(
+        // Sandboxes still run (unbounded, with a warning): a warning, not
+        // a failure; only profiles that set [limits] are refused.
+        crate::storage::cgroup::Mechanism::Unavailable { why, fix } => Check::warning(
             "resource-limits",
             format!("no mechanism to enforce memory/pids/cpus limits: {why}; profiles that set [limits] are refused"),
             fix.clone(),

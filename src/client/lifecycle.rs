@@ -438,6 +438,72 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     Ok(0)
 }
 
+// ---- port add ---------------------------------------------------------------------
+
+/// `lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT`: one more host port
+/// forward on a running Domain (HOSTPORT 0: any free port); prints the
+/// forward it got.
+pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let sub: Option<String> = args.opt_free_from_str()?;
+    let id: Option<String> = args.opt_free_from_str()?;
+    let spec: Option<String> = args.opt_free_from_str()?;
+    cli::finish_args(args)?;
+    const FORM: &str = "lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT";
+    if sub.as_deref() != Some("add") {
+        return Err(Failure::usage(format!("usage: {FORM}")));
+    }
+    let (Some(id), Some(spec)) = (id, spec) else {
+        return Err(Failure::usage(format!(
+            "`lazaret port add` needs a Domain ID (as `lazaret ps` prints it) and a forward: {FORM}"
+        )));
+    };
+    let fwd: crate::config::ports::PortForward = spec
+        .parse()
+        .map_err(|e: crate::config::ValueError| Failure::usage(format!("port add: {:?} is not {e}", escape(&spec))))?;
+    cli::refuse_root()?;
+    let root = runtime_root()?;
+    let live = running(&root);
+    let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
+    let one = match_prefix(&id, &ids, "running")?;
+    let st = live.iter().find(|s| &s.domain_id == one).unwrap();
+    let mut s = UnixStream::connect(root.join(one.as_str()).join("hc.sock"))
+        .map_err(|_| Failure::usage(format!("Domain {one} is not running any more")))?;
+    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
+    let hello = ClientMsg::Hello {
+        version: ipc::PROTOCOL_VERSION,
+        client_id: domain::random_id(8),
+        profile: st.profile.clone(),
+        fingerprint: "port".into(),
+    };
+    ipc::send(&mut s, &hello).map_err(lost)?;
+    ipc::send(&mut s, &ClientMsg::AddPort(fwd)).map_err(lost)?;
+    s.set_read_timeout(Some(Duration::from_secs(15))).ok();
+    match FrameReader::default().recv::<ServerMsg>(&mut s) {
+        Ok(ServerMsg::Status(after)) => {
+            let got = after
+                .ports
+                .iter()
+                .rev()
+                .find(|p| {
+                    p.parse::<crate::config::ports::PortForward>().is_ok_and(|q| {
+                        q.addr == fwd.addr && q.guest == fwd.guest && (fwd.host == 0 || q.host == fwd.host)
+                    })
+                })
+                .cloned()
+                .unwrap_or_else(|| fwd.to_string());
+            println!("Domain {}: forwarding {}", &one.as_str()[..ID_PREFIX_LEN], escape(&got));
+            Ok(0)
+        }
+        Ok(ServerMsg::Refused { reason }) => Err(Failure::runtime(escape(&reason).to_string())),
+        Ok(other) => Err(Failure::runtime(format!(
+            "unexpected reply from the coordinator ({})",
+            crate::wire::UnexpectedMessage::of("Status", &other)
+        ))),
+        Err(e) => Err(Failure::runtime(format!("the coordinator did not answer: {e}"))),
+    }
+}
+
 // ---- exec -------------------------------------------------------------------------
 
 pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -536,7 +602,24 @@ pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Fa
         Some(s) => s.clone(),
         None => crate::storage::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
     };
-    let fp = recipe.fingerprint(&host);
+    // `base = "NAME"`: that image must be built; its digest is part of
+    // this recipe's fingerprint (a rebuilt base rebuilds this one).
+    let base_layout = recipe
+        .from
+        .as_ref()
+        .map(|b| crate::storage::image::images_dir(&storage).join(b));
+    let base_digest = match (&recipe.from, &base_layout) {
+        (Some(b), Some(l)) => Some(
+            crate::storage::image::manifest_digest(l, crate::storage::image::DEFAULT_TAG).map_err(|_| {
+                Failure::usage(format!(
+                    "the recipe {name} starts from the image {b}, which is not built: run `lazaret image build{}` first",
+                    if b == "default" { String::new() } else { format!(" {b}") }
+                ))
+            })?,
+        ),
+        _ => None,
+    };
+    let fp = recipe.fingerprint(&host, base_digest.as_deref());
     if built && crate::storage::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
         let digest = crate::storage::image::manifest_digest(&layout, crate::storage::image::DEFAULT_TAG)
             .map_err(|e| Failure::runtime(e.to_string()))?;
@@ -546,9 +629,19 @@ pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Fa
         return Ok(0);
     }
     let mut progress = crate::storage::image::Progress::new(quiet);
-    let digest =
-        crate::storage::image::build_image(&storage, name, Some(&host), &recipe.packages, Some(&fp), &mut progress)
-            .map_err(|e| Failure::runtime(e.to_string()))?;
+    let digest = crate::storage::image::build_image(
+        &storage,
+        name,
+        Some(&host),
+        &recipe.packages,
+        &crate::storage::image::Layers {
+            from: base_layout.as_deref(),
+            steps: &recipe.run,
+        },
+        Some(&fp),
+        &mut progress,
+    )
+    .map_err(|e| Failure::runtime(e.to_string()))?;
     if !quiet {
         println!("built the image {name} {digest}");
     }

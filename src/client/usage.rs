@@ -52,6 +52,16 @@ options:
   -w, --workspace DIR  the workspace (default: the current directory)
 ";
 
+pub const PORT: &str = "\
+usage: lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT
+
+Forwards one more host port (127.0.0.1 unless ADDR) to GUESTPORT of the
+running Domain with ID (a prefix as `lazaret ps` prints it), without
+restarting it. HOSTPORT 0 asks for any free host port; the forward it got
+is printed and `lazaret ps` lists it. The forward lasts until the Domain
+stops (add it to the profile's `ports` to have it at every start).
+";
+
 pub const EXEC: &str = "\
 usage: lazaret exec ID [-e KEY[=VALUE]]... [--root] [-- CMD ARGS...]
 
@@ -136,6 +146,7 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "ps" => PS,
         "stop" => STOP,
         "exec" => EXEC,
+        "port" => PORT,
         "rm" => RM,
         "image" => IMAGE,
         "net" => NET,

@@ -78,24 +78,49 @@ pub struct Config {
     pub images: BTreeMap<String, Recipe>,
 }
 
-/// An image recipe: a debootstrap of a Debian suite with packages.
+/// An image recipe: a debootstrap of a Debian suite with packages, or
+/// another built image (`base = "NAME"`) with more packages; then its
+/// `run` steps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recipe {
     /// The Debian suite (`base = "debian:SUITE"`); `None`: the host's.
     pub suite: Option<String>,
     /// Package names (sorted, unique).
     pub packages: Vec<String>,
+    /// `base = "NAME"`: the built image (`default` or a recipe's) this one
+    /// starts from instead of a debootstrap.
+    pub from: Option<String>,
+    /// `run`: shell command lines run in order in the image at build time,
+    /// as root, with the network (`npm install -g …`).
+    pub run: Vec<String>,
 }
 
 impl Recipe {
     /// Identity of the recipe: a rebuild of the same recipe is skipped, so
-    /// the image's digest changes only when the recipe does.
-    pub fn fingerprint(&self, host_suite: &str) -> String {
+    /// the image's digest changes only when the recipe does. `base_digest`:
+    /// the manifest digest of the `from` image (a rebuilt base changes it).
+    /// A recipe without `from` and `run` keeps its v1 fingerprint.
+    pub fn fingerprint(&self, host_suite: &str, base_digest: Option<&str>) -> String {
         let mut buf = Vec::new();
-        put_field(&mut buf, b"lazaret-recipe-v1");
+        let layered = self.from.is_some() || !self.run.is_empty();
+        put_field(
+            &mut buf,
+            if layered {
+                b"lazaret-recipe-v2"
+            } else {
+                b"lazaret-recipe-v1"
+            },
+        );
         put_field(&mut buf, self.suite.as_deref().unwrap_or(host_suite).as_bytes());
         for p in &self.packages {
             put_field(&mut buf, p.as_bytes());
+        }
+        if layered {
+            put_field(&mut buf, self.from.as_deref().unwrap_or("").as_bytes());
+            put_field(&mut buf, base_digest.unwrap_or("").as_bytes());
+            for step in &self.run {
+                put_field(&mut buf, step.as_bytes());
+            }
         }
         crate::domain::hex(&openssl::sha::sha256(&buf)[..8])
     }
@@ -291,6 +316,53 @@ pub enum ImageSource {
     Named(String),
 }
 
+/// Where `ca_certs = "host"` looks for the host's CA bundle, in order
+/// (Debian/Ubuntu, Fedora/RHEL, Alpine/Arch).
+pub const HOST_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+/// Where the guest (a Debian image) keeps its CA bundle.
+pub const GUEST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Variables that tools with a CA store of their own (Node, pip's and
+/// requests' certifi, curl, git) read; `ca_certs = "host"` points them at
+/// the bundle unless the profile's `env` sets them.
+pub const CA_ENV: &[&str] = &[
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+];
+
+/// The host's CA bundle: the first of [`HOST_CA_BUNDLES`] that is a file.
+pub fn host_ca_bundle() -> Option<&'static str> {
+    HOST_CA_BUNDLES.iter().copied().find(|p| Path::new(p).is_file())
+}
+
+/// `ca_certs = "host"` (pure): the host's `bundle` read-only at
+/// [`GUEST_CA_BUNDLE`] and [`CA_ENV`] pointing at it. A volume the
+/// profile already has at that guest path is refused (its guest path).
+pub fn with_host_ca(p: &mut Profile, bundle: &str) -> Result<(), &'static str> {
+    if p.volumes.iter().any(|v| v.guest == GUEST_CA_BUNDLE) {
+        return Err(GUEST_CA_BUNDLE);
+    }
+    p.volumes.push(Volume {
+        host: PathBuf::from(bundle),
+        guest: GUEST_CA_BUNDLE.to_string(),
+        read_only: true,
+    });
+    for name in CA_ENV {
+        if !p.env.iter().any(|(k, _)| k == name) {
+            p.env.push((name.to_string(), GUEST_CA_BUNDLE.to_string()));
+        }
+    }
+    p.env.sort();
+    Ok(())
+}
+
 /// A bind mount from the host into the guest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Volume {
@@ -385,6 +457,8 @@ impl Config {
             Recipe {
                 suite: None,
                 packages: dev,
+                from: None,
+                run: Vec::new(),
             },
         );
         Config {

@@ -15,6 +15,11 @@
 //! teardown: nothing is left to remove.
 //!
 //! Forwards listen on 127.0.0.1 unless the entry names another address.
+//! HOSTPORT 0 asks for any free host port: the coordinator picks one that
+//! is free (binding port 0 itself) and asks slirp4netns for it, again with
+//! another if it was taken meanwhile; `ps` and `net show` list the port it
+//! got. A port another running Domain forwards is refused with a sentence
+//! naming that Domain (its `gen/ports`).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -45,7 +50,7 @@ impl FromStr for PortForward {
     type Err = ValueError;
 
     /// `[ADDR:]HOSTPORT:GUESTPORT`, ADDR an IPv4 address (127.0.0.1 when
-    /// left out), ports 1..=65535.
+    /// left out), ports 1..=65535; HOSTPORT 0: any free host port.
     fn from_str(s: &str) -> Result<Self, ValueError> {
         const FORM: ValueError = ValueError::PortForward;
         let parts: Vec<&str> = s.split(':').collect();
@@ -54,19 +59,19 @@ impl FromStr for PortForward {
             [a, h, g] => (a.parse::<Ipv4Addr>().map_err(|_| FORM)?, *h, *g),
             _ => return Err(FORM),
         };
-        let port = |p: &str| -> Result<u16, ValueError> {
+        let port = |p: &str, min: u32| -> Result<u16, ValueError> {
             if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) || p.len() > 5 {
                 return Err(FORM);
             }
             match p.parse::<u32>() {
-                Ok(n) if (1..=65535).contains(&n) => Ok(n as u16),
+                Ok(n) if (min..=65535).contains(&n) => Ok(n as u16),
                 _ => Err(FORM),
             }
         };
         Ok(PortForward {
             addr,
-            host: port(host)?,
-            guest: port(guest)?,
+            host: port(host, 0)?,
+            guest: port(guest, 1)?,
         })
     }
 }
@@ -89,6 +94,14 @@ pub enum PortError {
     Send(PortForward, io::Error),
     /// slirp4netns refused the forward.
     Refused(PortForward, Refusal),
+    /// Another running Domain (its ID) forwards that host port.
+    Held(PortForward, String),
+    /// Another program on the host listens on that host port.
+    InUse(PortForward),
+    /// No free host port could be had for an "any port" forward.
+    NoFreePort(PortForward, io::Error),
+    /// The Domain has no network (`network.mode = "none"`).
+    NoNetwork(PortForward),
 }
 
 impl fmt::Display for PortError {
@@ -104,6 +117,23 @@ impl fmt::Display for PortError {
                 "cannot forward host port {}:{} to guest port {}: {why}",
                 p.addr, p.host, p.guest
             ),
+            PortError::Held(p, id) => write!(
+                f,
+                "host port {}:{} is already forwarded by the running Domain {id} (`lazaret ps` lists it): \
+                 stop that Domain (`lazaret stop {id}`), or ask for any free host port with \"{}:0:{}\"",
+                p.addr, p.host, p.addr, p.guest
+            ),
+            PortError::InUse(p) => write!(
+                f,
+                "host port {}:{} is in use by another program on this host: free it, or ask for any free \
+                 host port with \"{}:0:{}\"",
+                p.addr, p.host, p.addr, p.guest
+            ),
+            PortError::NoFreePort(p, e) => write!(f, "no free host port on {} for guest port {}: {e}", p.addr, p.guest),
+            PortError::NoNetwork(p) => write!(
+                f,
+                "cannot forward {p}: the Domain has no network (network.mode = \"none\")"
+            ),
         }
     }
 }
@@ -111,8 +141,12 @@ impl fmt::Display for PortError {
 impl std::error::Error for PortError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PortError::Connect(_, e) | PortError::Send(_, e) => Some(e),
-            PortError::Twice(..) | PortError::Refused(..) => None,
+            PortError::Connect(_, e) | PortError::Send(_, e) | PortError::NoFreePort(_, e) => Some(e),
+            PortError::Twice(..)
+            | PortError::Refused(..)
+            | PortError::Held(..)
+            | PortError::InUse(..)
+            | PortError::NoNetwork(..) => None,
         }
     }
 }
@@ -133,7 +167,8 @@ impl fmt::Display for Refusal {
 pub fn merge(profile: &[PortForward], extra: &[PortForward]) -> Result<Vec<PortForward>, PortError> {
     let mut out: Vec<PortForward> = Vec::new();
     for p in profile.iter().chain(extra) {
-        if let Some(q) = out.iter().find(|q| q.addr == p.addr && q.host == p.host) {
+        // Each "any port" entry gets a port of its own.
+        if let Some(q) = out.iter().find(|q| q.host != 0 && q.addr == p.addr && q.host == p.host) {
             if q == p {
                 continue;
             }
@@ -167,21 +202,77 @@ pub fn parse_reply(text: &str) -> Result<(), Refusal> {
     Err(Refusal(crate::display::escape(desc)))
 }
 
-/// Asks slirp4netns to add every forward. Each request is one connection.
-pub fn install(api_socket: &Path, forwards: &[PortForward], guest_addr: Ipv4Addr) -> Result<(), PortError> {
-    for p in forwards {
-        let mut s = UnixStream::connect(api_socket).map_err(|e| PortError::Connect(api_socket.to_path_buf(), e))?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-        s.set_write_timeout(Some(Duration::from_secs(5))).ok();
-        s.write_all(request(p, guest_addr).as_bytes())
-            .map_err(|e| PortError::Send(*p, e))?;
-        let _ = s.shutdown(std::net::Shutdown::Write);
-        let mut reply = String::new();
-        let _ = s.take(64 * 1024).read_to_string(&mut reply);
-        parse_reply(&reply).map_err(|why| PortError::Refused(*p, why))?;
-        log::info!("forwarding host {}:{} to guest port {}", p.addr, p.host, p.guest);
-    }
+/// One `add_hostfwd` request (one connection).
+fn add_one(api_socket: &Path, p: &PortForward, guest_addr: Ipv4Addr) -> Result<(), PortError> {
+    let mut s = UnixStream::connect(api_socket).map_err(|e| PortError::Connect(api_socket.to_path_buf(), e))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    s.set_write_timeout(Some(Duration::from_secs(5))).ok();
+    s.write_all(request(p, guest_addr).as_bytes())
+        .map_err(|e| PortError::Send(*p, e))?;
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut reply = String::new();
+    let _ = s.take(64 * 1024).read_to_string(&mut reply);
+    parse_reply(&reply).map_err(|why| PortError::Refused(*p, why))?;
+    log::info!("forwarding host {}:{} to guest port {}", p.addr, p.host, p.guest);
     Ok(())
+}
+
+/// How often an "any port" forward is tried with a newly picked port.
+const ANY_PORT_TRIES: usize = 5;
+
+/// Adds one forward; HOSTPORT 0 becomes a free port. A refusal is said
+/// as who holds the port: `holder` names a running Domain that forwards
+/// it, else a port the host's own programs hold is `InUse`. Returns the
+/// forward as installed.
+pub fn add(
+    api_socket: &Path,
+    p: &PortForward,
+    guest_addr: Ipv4Addr,
+    holder: &dyn Fn(&PortForward) -> Option<String>,
+) -> Result<PortForward, PortError> {
+    if p.host != 0 {
+        return match add_one(api_socket, p, guest_addr) {
+            Err(PortError::Refused(..)) if holder(p).is_some() => Err(PortError::Held(*p, holder(p).unwrap())),
+            Err(PortError::Refused(..)) if std::net::TcpListener::bind((p.addr, p.host)).is_err() => {
+                Err(PortError::InUse(*p))
+            }
+            r => r.map(|()| *p),
+        };
+    }
+    let mut last = None;
+    for _ in 0..ANY_PORT_TRIES {
+        let picked = std::net::TcpListener::bind((p.addr, 0))
+            .and_then(|l| l.local_addr())
+            .map_err(|e| PortError::NoFreePort(*p, e))?
+            .port();
+        let q = PortForward { host: picked, ..*p };
+        match add_one(api_socket, &q, guest_addr) {
+            Ok(()) => return Ok(q),
+            // Taken between our probe and slirp4netns's bind: another one.
+            Err(e @ PortError::Refused(..)) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or(PortError::NoFreePort(*p, io::Error::from(io::ErrorKind::AddrInUse))))
+}
+
+/// Asks slirp4netns to add every forward; returns them as installed.
+pub fn install(
+    api_socket: &Path,
+    forwards: &[PortForward],
+    guest_addr: Ipv4Addr,
+    holder: &dyn Fn(&PortForward) -> Option<String>,
+) -> Result<Vec<PortForward>, PortError> {
+    forwards
+        .iter()
+        .map(|p| add(api_socket, p, guest_addr, holder))
+        .collect()
+}
+
+/// Whether two forwards' host sockets collide: the same port on the same
+/// address, or on any address when one of them is `0.0.0.0` (pure).
+pub fn same_host_port(a: &PortForward, b: &PortForward) -> bool {
+    a.host == b.host && (a.addr == b.addr || a.addr.is_unspecified() || b.addr.is_unspecified())
 }
 
 #[cfg(test)]
@@ -195,10 +286,13 @@ mod tests {
         assert_eq!(p.to_string(), "127.0.0.1:18000:8000");
         let p: PortForward = "0.0.0.0:3000:3000".parse().unwrap();
         assert_eq!(p.addr, Ipv4Addr::UNSPECIFIED);
+        // Any free host port.
+        let p: PortForward = "0:3000".parse().unwrap();
+        assert_eq!((p.host, p.guest), (0, 3000));
+        assert_eq!(p.to_string(), "127.0.0.1:0:3000");
         for bad in [
             "",
             "80",
-            "0:80",
             "80:0",
             "65536:1",
             "a:1",
@@ -219,6 +313,26 @@ mod tests {
         let c: PortForward = "127.0.0.2:3000:4000".parse().unwrap();
         assert_eq!(merge(&[a], &[a, c]).unwrap(), vec![a, c]);
         assert!(merge(&[a], &[b]).unwrap_err().to_string().contains("twice"));
+        let any: PortForward = "0:3000".parse().unwrap();
+        let any2: PortForward = "0:4000".parse().unwrap();
+        assert_eq!(merge(&[any], &[any2]).unwrap(), vec![any, any2]);
+    }
+
+    #[test]
+    fn collisions_and_their_sentences() {
+        let a: PortForward = "3000:3000".parse().unwrap();
+        let all: PortForward = "0.0.0.0:3000:80".parse().unwrap();
+        let other: PortForward = "127.0.0.2:3000:3000".parse().unwrap();
+        assert!(same_host_port(&a, &all) && same_host_port(&all, &other));
+        assert!(!same_host_port(&a, &other));
+        let held = PortError::Held(a, "3f2a9c1b0d12".into()).to_string();
+        assert!(
+            held.contains("127.0.0.1:3000")
+                && held.contains("Domain 3f2a9c1b0d12")
+                && held.contains("\"127.0.0.1:0:3000\""),
+            "{held}"
+        );
+        assert!(PortError::InUse(a).to_string().contains("another program"));
     }
 
     #[test]

@@ -518,9 +518,42 @@ fn image_recipes() {
     assert!(c.images.contains_key("dev"), "the built-in dev recipe");
     let d = ok("[profiles.d]\nimage = \"dev\"\n");
     assert!(d.images["dev"].packages.contains(&"nodejs".to_string()));
-    let fp = c.images["web"].fingerprint("bookworm");
-    assert_eq!(fp, c.images["web"].fingerprint("trixie"), "explicit suite");
-    assert_ne!(fp, d.images["dev"].fingerprint("bookworm"));
+    let fp = c.images["web"].fingerprint("bookworm", None);
+    assert_eq!(fp, c.images["web"].fingerprint("trixie", None), "explicit suite");
+    assert_ne!(fp, d.images["dev"].fingerprint("bookworm", None));
+    // Layered recipes: a base image and build steps, fingerprinted with
+    // the base's digest and the steps in order.
+    let l = ok("[images.agents]
+base = \"dev\"
+packages = [\"tmux\"]
+run = [\"npm install -g x\", \"echo ok\"]
+");
+    let a = &l.images["agents"];
+    assert_eq!((a.from.as_deref(), a.run.len()), (Some("dev"), 2));
+    let fa = a.fingerprint("bookworm", Some("sha256:1"));
+    assert_ne!(fa, a.fingerprint("bookworm", Some("sha256:2")), "a rebuilt base");
+    let mut swapped = a.clone();
+    swapped.run.reverse();
+    assert_ne!(fa, swapped.fingerprint("bookworm", Some("sha256:1")), "step order");
+    assert_has(
+        &err("[images.a]\nbase = \"nope\"\n"),
+        &[":2: images.a.base: expected \"default\" or an image recipe", "\"nope\""],
+    );
+    assert_has(
+        &err("[images.a]\nbase = \"b\"\n[images.b]\nbase = \"a\"\n"),
+        &["images.a.base: expected bases that end at a Debian suite"],
+    );
+    assert_has(
+        &err("[images.a]\nbase = \"a\"\n"),
+        &["images.a.base: expected another image"],
+    );
+    assert_has(
+        &err("[images.a]\nrun = [\" \"]\n"),
+        &["images.a.run: expected an array of non-empty"],
+    );
+    assert!(ok("[images.a]\nbase = \"default\"\nrun = [\"true\"]\n").images["a"]
+        .from
+        .is_some());
     assert_has(
         &err("[profiles.d]\nimage = \"nope\"\n"),
         &[
@@ -1185,4 +1218,39 @@ fn caps_narrow_the_default_set_and_never_widen_it() {
             .fingerprint(),
         Profile::builtin("d").fingerprint()
     );
+}
+
+#[test]
+fn ca_certs_host_binds_the_bundle_read_only_and_points_the_tools_at_it() {
+    let mut p = Profile::builtin("a");
+    p.env.push(("PIP_CERT".into(), "/mine.pem".into()));
+    with_host_ca(&mut p, "/etc/pki/tls/certs/ca-bundle.crt").unwrap();
+    let v = p.volumes.last().unwrap();
+    assert_eq!(v.host, Path::new("/etc/pki/tls/certs/ca-bundle.crt"));
+    assert_eq!((v.guest.as_str(), v.read_only), (GUEST_CA_BUNDLE, true));
+    for name in CA_ENV {
+        let want = if *name == "PIP_CERT" {
+            "/mine.pem"
+        } else {
+            GUEST_CA_BUNDLE
+        };
+        assert!(p.env.iter().any(|(k, v)| k == name && v == want), "{name}: {:?}", p.env);
+    }
+    assert!(p.env.windows(2).all(|w| w[0].0 < w[1].0), "env stays sorted");
+    // A volume of the profile's own at that guest path is refused.
+    let mut q = Profile::builtin("b");
+    q.volumes
+        .push("/x.pem:/etc/ssl/certs/ca-certificates.crt:ro".parse().unwrap());
+    assert_eq!(with_host_ca(&mut q, "/y.pem"), Err(GUEST_CA_BUNDLE));
+    // In a file: a wrong value names the key and what is accepted.
+    assert_has(
+        &err("[profiles.a]\nca_certs = \"yes\"\n"),
+        &["profiles.a.ca_certs", "\"host\"", "\"image\""],
+    );
+    let c = ok("[profiles.a]\nca_certs = \"image\"\n");
+    assert!(c.profiles["a"].volumes.is_empty());
+    if let Some(bundle) = host_ca_bundle() {
+        let c = ok("[profiles.a]\nca_certs = \"host\"\n");
+        assert_eq!(c.profiles["a"].volumes[0].host, Path::new(bundle));
+    }
 }

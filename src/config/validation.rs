@@ -7,7 +7,7 @@ use super::toml::{join_key, Item, Table, Val};
 use super::*;
 
 const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "images", "profiles"];
-const IMAGE_KEYS: &[&str] = &["base", "packages"];
+const IMAGE_KEYS: &[&str] = &["base", "packages", "run"];
 const NETWORK_KEYS: &[&str] = &["default_deny"];
 const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
 const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
@@ -28,6 +28,7 @@ const PROFILE_KEYS: &[&str] = &[
     "user",
     "host_config",
     "host_config_writable",
+    "ca_certs",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
@@ -197,6 +198,38 @@ impl Schema<'_> {
                 }
                 let recipe = self.recipe(iitem, &key)?;
                 cfg.images.insert(name.clone(), recipe);
+            }
+            // `base = "NAME"` names a recipe (or the default image), and
+            // following the bases ends at a debootstrap.
+            for (name, iitem) in &t.entries {
+                let line = self
+                    .table(iitem, &join_key("images", name))?
+                    .get("base")
+                    .map_or(iitem.line, |i| i.line);
+                let mut seen = vec![name.as_str()];
+                let mut at = cfg.images.get(name).and_then(|r| r.from.as_deref());
+                while let Some(b) = at {
+                    if b == "default" {
+                        break;
+                    }
+                    let key = join_key(&join_key("images", name), "base");
+                    if !cfg.images.contains_key(b) {
+                        return Err(self.invalid(
+                            line,
+                            &key,
+                            format!(
+                                "\"default\" or an image recipe defined as [images.NAME] (known: {})",
+                                cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
+                            ),
+                            quote(b),
+                        ));
+                    }
+                    if seen.contains(&b) {
+                        return Err(self.invalid(line, &key, "bases that end at a Debian suite (no cycle)", quote(b)));
+                    }
+                    seen.push(b);
+                    at = cfg.images[b].from.as_deref();
+                }
             }
         }
         if let Some(item) = root.get("profiles") {
@@ -431,7 +464,10 @@ impl Schema<'_> {
                 let f: crate::config::ports::PortForward = s
                     .parse()
                     .map_err(|e: ValueError| self.invalid(line, &key, e.to_string(), quote(s)))?;
-                if let Some((first_line, _)) = seen.iter().find(|(_, q)| q.addr == f.addr && q.host == f.host) {
+                if let Some((first_line, _)) = seen
+                    .iter()
+                    .find(|(_, q)| f.host != 0 && q.addr == f.addr && q.host == f.host)
+                {
                     return Err(self.duplicate(line, *first_line, &key, &format!("host port {}:{}", f.addr, f.host)));
                 }
                 seen.push((line, f));
@@ -527,6 +563,35 @@ impl Schema<'_> {
             }
             p.user = Some(name.to_string());
         }
+        if let Some(i) = t.get("ca_certs") {
+            let key = k("ca_certs");
+            const EXPECTED: &str = "\"host\" (the host's CA bundle) or \"image\" (the image's own, the default)";
+            match self.string(i, &key, EXPECTED)? {
+                "image" => {}
+                "host" => {
+                    let bundle = crate::config::host_ca_bundle().ok_or_else(|| {
+                        self.invalid(
+                            i.line,
+                            &key,
+                            format!(
+                                "a host with a CA bundle (none of {} exists)",
+                                crate::config::HOST_CA_BUNDLES.join(", ")
+                            ),
+                            "\"host\"",
+                        )
+                    })?;
+                    crate::config::with_host_ca(&mut p, bundle).map_err(|guest| {
+                        self.invalid(
+                            i.line,
+                            &key,
+                            format!("no volume at {guest} (ca_certs = \"host\" binds the host's bundle there)"),
+                            "\"host\"",
+                        )
+                    })?;
+                }
+                other => return Err(self.invalid(i.line, &key, EXPECTED, quote(other))),
+            }
+        }
         Ok(p)
     }
 
@@ -537,12 +602,21 @@ impl Schema<'_> {
         let mut r = Recipe {
             suite: None,
             packages: Vec::new(),
+            from: None,
+            run: Vec::new(),
         };
         if let Some(i) = t.get("base") {
             let bkey = join_key(key, "base");
-            const EXPECTED: &str = "\"debian:SUITE\" (a Debian suite such as bookworm)";
+            const EXPECTED: &str = "\"debian:SUITE\" (a Debian suite such as bookworm) or the name of a built image \
+                                    (\"default\", or a recipe such as \"dev\")";
             let s = self.string(i, &bkey, EXPECTED)?;
             match s.strip_prefix("debian:") {
+                None if s == "default" || valid_image_name(s) => {
+                    if key == join_key("images", s) {
+                        return Err(self.invalid(i.line, &bkey, "another image than this recipe's own", quote(s)));
+                    }
+                    r.from = Some(s.to_string())
+                }
                 Some(suite)
                     if !suite.is_empty()
                         && suite.len() <= 32
@@ -570,6 +644,16 @@ impl Schema<'_> {
             }
             r.packages.sort();
             r.packages.dedup();
+        }
+        if let Some(i) = t.get("run") {
+            let rkey = join_key(key, "run");
+            const EXPECTED: &str = "an array of non-empty shell command lines";
+            for (line, step) in self.strings(i, &rkey, EXPECTED)? {
+                if step.trim().is_empty() || step.contains('\0') {
+                    return Err(self.invalid(line, &rkey, EXPECTED, quote(step)));
+                }
+                r.run.push(step.to_string());
+            }
         }
         Ok(r)
     }

@@ -8,7 +8,7 @@
 //! AwaitingHello --Hello(other version)--> Closing (refused)
 //! Observer --Status|Escalations--> Closing   Observer --Open|Stop--> dropped
 //! Joined --Open--> InSession (or Closing when refused / stale)
-//! Joined --Status|Escalations|Stop--> Closing
+//! Joined --Status|Escalations|Stop|AddPort--> Closing
 //! InSession --Stdin|StdinEof|Resize|Signal|Decision--> InSession
 //! InSession --(session ends)--> Closing
 //! any --message not listed--> dropped ("unexpected message")
@@ -93,6 +93,9 @@ pub(super) enum Action {
     Escalations,
     /// Stop the Domain with this reason (→ `Closing`).
     Stop(String),
+    /// Add this host port forward, then reply with the status or why not
+    /// (→ `Closing`).
+    AddPort(crate::config::ports::PortForward),
     /// Input for the connection's session.
     Session(u64, SessionInput),
     /// Nothing to do (a message for a closing connection, a signal that is
@@ -134,7 +137,7 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
             Action::Enter(S::Joined { client_id, stale })
         }
         (S::Joined { stale: Some(why), .. }, ClientMsg::Open { .. }) => Action::Refuse(why.clone()),
-        (S::Observer, ClientMsg::Open { .. } | ClientMsg::Stop { .. }) => {
+        (S::Observer, ClientMsg::Open { .. } | ClientMsg::Stop { .. } | ClientMsg::AddPort(_)) => {
             Action::Drop("an observer connection may only ask for status".into())
         }
         (
@@ -155,6 +158,9 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
         },
         (S::Observer | S::Joined { .. }, ClientMsg::Status) => Action::Status,
         (S::Observer | S::Joined { .. }, ClientMsg::Escalations) => Action::Escalations,
+        // A stale client may add a port too: forwards are not part of the
+        // configuration a session runs with.
+        (S::Joined { .. }, ClientMsg::AddPort(p)) => Action::AddPort(p),
         (S::Joined { .. }, ClientMsg::Stop { reason }) => Action::Stop(if reason.is_empty() {
             "stopped by `lazaret stop`".into()
         } else {
@@ -354,6 +360,12 @@ mod tests {
             Action::Open { root: false, .. }
         ));
         assert_eq!(decide(&joined(), ClientMsg::Status, &RUNNING), Action::Status);
+        let p: crate::config::ports::PortForward = "0:3000".parse().unwrap();
+        assert_eq!(decide(&joined(), ClientMsg::AddPort(p), &RUNNING), Action::AddPort(p));
+        assert!(matches!(
+            decide(&ConnState::Observer, ClientMsg::AddPort(p), &RUNNING),
+            Action::Drop(_)
+        ));
         assert_eq!(decide(&joined(), stop("why"), &RUNNING), Action::Stop("why".into()));
         assert_eq!(
             decide(&joined(), stop(""), &RUNNING),

@@ -136,6 +136,17 @@ impl Coordinator {
                 self.set_state(key, ConnState::Closing);
                 self.conn_flush(key);
             }
+            Action::AddPort(p) => {
+                match self.add_port(p) {
+                    Ok(()) => {
+                        let st = self.status();
+                        self.send(key, &ServerMsg::Status(st));
+                    }
+                    Err(e) => self.send(key, &ServerMsg::Refused { reason: e.to_string() }),
+                }
+                self.set_state(key, ConnState::Closing);
+                self.conn_flush(key);
+            }
             Action::Stop(reason) => {
                 self.stop_reason = Some(reason);
                 self.set_state(key, ConnState::Closing);

@@ -564,14 +564,50 @@ impl Coordinator {
         }
         report.progress("forwarding ports");
         let gen_dir = self.paths.gen_dir();
-        crate::config::ports::install(
+        let (root, own) = self.holder_scope();
+        self.ports = crate::config::ports::install(
             &gen_dir.join(crate::config::ports::API_SOCKET),
             &self.ports,
             // slirp4netns's own guest (10.0.2.100) is the router's tap0
             // now: forwards go to the sandbox's address, which the router
             // answers ARP for on tap0 and routes to lzr1.
             crate::net::policy::SANDBOX_ADDR,
+            &|p| port_holder(&root, &own, p),
         )?;
+        self.write_ports()
+    }
+
+    /// `lazaret port add`: one more forward on the running Domain (none
+    /// without a network; one the Domain has already is kept as it is).
+    pub(super) fn add_port(&mut self, p: crate::config::ports::PortForward) -> Result<(), CoordinatorError> {
+        if !self.profile.network {
+            return Err(CoordinatorError::Ports(crate::config::ports::PortError::NoNetwork(p)));
+        }
+        if p.host != 0 && self.ports.contains(&p) {
+            return Ok(());
+        }
+        // The same host port to another guest port is refused (`Twice`).
+        crate::config::ports::merge(&self.ports, &[p])?;
+        let (root, own) = self.holder_scope();
+        let got = crate::config::ports::add(
+            &self.paths.gen_dir().join(crate::config::ports::API_SOCKET),
+            &p,
+            crate::net::policy::SANDBOX_ADDR,
+            &|q| port_holder(&root, &own, q),
+        )?;
+        self.ports.push(got);
+        self.write_ports()
+    }
+
+    /// The runtime root other Domains' run dirs are in, and our ID.
+    fn holder_scope(&self) -> (std::path::PathBuf, String) {
+        let root = self.paths.run.parent().unwrap_or(Path::new("/")).to_path_buf();
+        (root, self.domain_id.as_str().to_string())
+    }
+
+    /// `gen/ports` for `net show` and other Domains' collision sentences.
+    fn write_ports(&self) -> Result<(), CoordinatorError> {
+        let gen_dir = self.paths.gen_dir();
         let msg = crate::wire::show::ShowMsg::Ports(self.ports.clone());
         let file = gen_dir.join(crate::config::ports::PORTS_FILE);
         crate::wire::show::write(&file, &msg).map_err(|e| CoordinatorError::WritePorts(file, e))
@@ -594,6 +630,26 @@ impl Coordinator {
         log::info!("published generation {}", self.generation);
         Ok(())
     }
+}
+
+/// The running Domain (ID) whose `gen/ports` in `runtime_root` lists a
+/// forward colliding with `p`, other than `own` (a published Domain only:
+/// its `hc.sock` exists).
+pub(super) fn port_holder(runtime_root: &Path, own: &str, p: &crate::config::ports::PortForward) -> Option<String> {
+    for e in std::fs::read_dir(runtime_root).ok()?.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name == own || !crate::storage::state::is_domain_id(&name) || !e.path().join("hc.sock").exists() {
+            continue;
+        }
+        let Ok(ports) = crate::wire::show::read_ports(&e.path().join("gen").join(crate::config::ports::PORTS_FILE))
+        else {
+            continue;
+        };
+        if ports.iter().any(|q| crate::config::ports::same_host_port(q, p)) {
+            return Some(name);
+        }
+    }
+    None
 }
 
 /// Writes the supervisor's id maps with the setuid helpers: the user is 0

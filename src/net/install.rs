@@ -4,7 +4,8 @@
 //! plan, and the read-back of what the kernel actually holds.
 //!
 //! Topology (docs/network.md): gVisor runs in the *sandbox namespace*,
-//! whose only NIC is `lzr0` with one route, `default via 169.254.255.2`.
+//! whose only NIC is `lzr0` with one route, `default via 169.254.255.2`,
+//! besides `lo` (up, so gVisor gives the sandbox a loopback of its own).
 //! `lzr1`, the other end, is in the *router namespace*, together with
 //! slirp4netns's `tap0`. The router forwards between them (`ip_forward`,
 //! proxy ARP on `tap0` so slirp4netns can answer the sandbox's address) and
@@ -311,6 +312,9 @@ pub fn install(
             ),
             format!("addr add {s}/30 dev {sif}"),
             format!("link set {sif} mtu {mtu} up"),
+            // gVisor builds its own loopback (127.0.0.1/8) only from an
+            // `lo` that is up here; its packets never leave gVisor's stack.
+            "link set lo up".into(),
         ],
     )?;
     ip_batch(

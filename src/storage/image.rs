@@ -598,7 +598,16 @@ fn apt_sources() -> Vec<(String, String)> {
 /// only once the new one is complete).
 pub fn build_default(storage: &Path, progress: &mut Progress) -> Result<String> {
     let packages: Vec<String> = DEFAULT_PACKAGES.iter().map(|s| s.to_string()).collect();
-    build_image(storage, "default", None, &packages, None, progress)
+    build_image(storage, "default", None, &packages, &Layers::default(), None, progress)
+}
+
+/// What a recipe adds beyond a debootstrap with packages: the built image
+/// it starts from instead (`base = "NAME"`), and its `run` steps.
+#[derive(Default)]
+pub struct Layers<'a> {
+    /// The OCI layout of the base image.
+    pub from: Option<&'a Path>,
+    pub steps: &'a [String],
 }
 
 /// The file in a recipe image's layout that names the recipe it was built
@@ -620,6 +629,7 @@ pub fn build_image(
     name: &str,
     suite: Option<&str>,
     packages: &[String],
+    layers: &Layers,
     recipe: Option<&str>,
     progress: &mut Progress,
 ) -> Result<String> {
@@ -650,19 +660,34 @@ pub fn build_image(
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let work = images.join(format!(".build-{pid}-{start}-{}", random_id(4)));
     std::fs::create_dir(&work).map_err(|e| no_space_or(ImageError::Io(work.clone(), e), &images))?;
-    // The base packages go through debootstrap, the rest through apt.
-    let base: Vec<&str> = DEFAULT_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| packages.iter().any(|q| q == p))
-        .collect();
-    let extra: Vec<&str> = packages
-        .iter()
-        .map(String::as_str)
-        .filter(|p| !DEFAULT_PACKAGES.contains(p))
-        .collect();
-    let result = build_in(&work, &codename, &mirror, &base.join(","), &extra.join(","), progress)
-        .map_err(|e| no_space_or(e, &images));
+    let (base, extra) = split_packages(packages);
+    // On a base image, every package of the recipe goes through apt.
+    let extra = match layers.from {
+        Some(_) => packages.join(","),
+        None => extra,
+    };
+    let steps = work.join("steps.sh");
+    if !layers.steps.is_empty() {
+        let mut text = String::from("set -e\n");
+        for step in layers.steps {
+            text.push_str(&format!(
+                "echo \"I: running {}\"\n{step}\n",
+                step.replace(['"', '\\', '$', '`', '\n'], "?")
+            ));
+        }
+        std::fs::write(&steps, text).map_err(|e| ImageError::Io(steps.clone(), e))?;
+    }
+    let result = build_in(
+        &work,
+        &codename,
+        &mirror,
+        &base,
+        &extra,
+        layers.from,
+        (!layers.steps.is_empty()).then_some(steps.as_path()),
+        progress,
+    )
+    .map_err(|e| no_space_or(e, &images));
     if let (Ok(()), Some(r)) = (&result, recipe) {
         let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
     }
@@ -684,21 +709,64 @@ pub fn build_image(
     outcome
 }
 
+/// What debootstrap includes and what apt adds afterwards, each as a
+/// comma-separated list (pure). A recipe is the default image plus its
+/// packages: debootstrap always gets the whole default set (never an empty
+/// `--include=`, which it refuses), apt the recipe's other packages.
+pub fn split_packages(packages: &[String]) -> (String, String) {
+    let extra: Vec<&str> = packages
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !DEFAULT_PACKAGES.contains(p))
+        .collect();
+    (DEFAULT_PACKAGES.join(","), extra.join(","))
+}
+
 /// debootstrap and umoci run inside one user namespace with the full
 /// subordinate mapping (`unshare --map-auto`); `container=lxc` makes
 /// debootstrap bind device nodes instead of calling mknod, which a user
 /// namespace forbids.
+#[allow(clippy::too_many_arguments)] // one argument per script parameter, named as the script uses them
 fn build_in(
     work: &Path,
     codename: &str,
     mirror: &str,
     packages: &str,
     extra: &str,
+    from: Option<&Path>,
+    steps: Option<&Path>,
     progress: &mut Progress,
 ) -> Result<()> {
     let script = r#"set -e
 cd "$1"
-/usr/sbin/debootstrap --variant=minbase --include="$4" "$2" rootfs "$3"
+# An unpacked image has no device nodes (a user namespace cannot make
+# them) and no /proc: apt and the steps get the host's, bound, until the
+# image is packed.
+bound=
+bind_in() {
+  mkdir -p rootfs/proc rootfs/dev
+  mount --rbind /proc rootfs/proc
+  for d in null zero random urandom tty; do
+    [ -e "rootfs/dev/$d" ] || : > "rootfs/dev/$d"
+    mount --bind "/dev/$d" "rootfs/dev/$d"
+  done
+  bound=1
+}
+unbind() {
+  [ -n "$bound" ] || return 0
+  for d in null zero random urandom tty; do umount "rootfs/dev/$d"; done
+  umount -l rootfs/proc
+  bound=
+}
+if [ -n "$6" ]; then
+  echo "I: unpacking the base image"
+  umoci unpack --image "$6:latest" base >/dev/null
+  mv base/rootfs rootfs
+  rm -rf base
+  bind_in
+else
+  /usr/sbin/debootstrap --variant=minbase --include="$4" "$2" rootfs "$3"
+fi
 if [ -n "$5" ]; then
   # debootstrap's own resolver cannot install packages with deep
   # dependency trees (npm): apt inside the new root does.
@@ -709,6 +777,30 @@ if [ -n "$5" ]; then
   chroot rootfs /usr/bin/apt-get clean
   : > rootfs/etc/resolv.conf
 fi
+if [ -n "$7" ]; then
+  # The recipe's steps, as root in the image, with the host's network,
+  # resolver and CA bundle (a TLS-intercepting proxy's CA included); the
+  # binds are gone before the image is packed.
+  cp /etc/resolv.conf rootfs/etc/resolv.conf
+  cp "$7" rootfs/.lazaret-steps
+  [ -n "$bound" ] || bind_in
+  bundle=
+  if [ -n "$8" ] && [ -f rootfs/etc/ssl/certs/ca-certificates.crt ]; then
+    mount --bind -o ro "$8" rootfs/etc/ssl/certs/ca-certificates.crt
+    bundle=/etc/ssl/certs/ca-certificates.crt
+  fi
+  rc=0
+  env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb \
+    NODE_EXTRA_CA_CERTS=$bundle SSL_CERT_FILE=$bundle PIP_CERT=$bundle REQUESTS_CA_BUNDLE=$bundle \
+    DEBIAN_FRONTEND=noninteractive chroot rootfs /bin/sh /.lazaret-steps || rc=$?
+  [ -z "$bundle" ] || umount rootfs/etc/ssl/certs/ca-certificates.crt
+  unbind
+  rm -f rootfs/.lazaret-steps
+  : > rootfs/etc/resolv.conf
+  rm -rf rootfs/root/.npm/_cacache rootfs/root/.cache/pip
+  [ "$rc" = 0 ] || { echo "E: a run step failed (exit status $rc)" >&2; exit "$rc"; }
+fi
+unbind
 rm -rf rootfs/debootstrap rootfs/var/cache/apt/archives/*.deb rootfs/var/lib/apt/lists/*_Packages
 echo "I: packing into an OCI layout"
 umoci init --layout oci
@@ -734,6 +826,9 @@ chmod -R a+rX,u+w oci
         ])
         .arg(work)
         .args([codename, mirror, packages, extra])
+        .arg(from.map(Path::as_os_str).unwrap_or_default())
+        .arg(steps.map(Path::as_os_str).unwrap_or_default())
+        .arg(crate::config::host_ca_bundle().unwrap_or(""))
         .env("container", "lxc")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -834,6 +929,22 @@ mod tests {
         assert!(std::fs::symlink_metadata(root.join("usr/local/bin")).unwrap().is_dir());
         assert!(root.join("usr/local/bin/lazaret-escalate").is_file());
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_recipe_is_the_default_image_plus_its_packages() {
+        let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // No package of the default set (was: an empty `--include=`).
+        let (base, extra) = split_packages(&own(&["inotify-tools", "python3"]));
+        assert_eq!(base, DEFAULT_PACKAGES.join(","));
+        assert_eq!(extra, "inotify-tools,python3");
+        // Some of the default set: still all of it, and apt gets the rest.
+        let (base, extra) = split_packages(&own(&["git", "curl"]));
+        assert_eq!(base, DEFAULT_PACKAGES.join(","));
+        assert_eq!(extra, "curl");
+        let (base, extra) = split_packages(&[]);
+        assert!(!base.is_empty());
+        assert_eq!(extra, "");
     }
 
     #[test]

@@ -174,11 +174,20 @@ pub fn main(mut args: Args) -> i32 {
         args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
     }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
-    let _views = match args.views.as_deref().map(crate::view::fs::start_views) {
+    let (relay, relayed) = std::sync::mpsc::channel();
+    let _views = match args
+        .views
+        .as_deref()
+        .map(|f| crate::view::fs::start_views(f, Some(relay)))
+    {
         Some(Err(e)) => return fail(SupervisorError::Views(e)),
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
+    let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());
+    let _ = std::thread::Builder::new()
+        .name("lz-relay".into())
+        .spawn(move || relay_host_changes(&runsc_args, &container, &relayed));
     let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_fd())) {
         Ok(v) => v,
         Err(e) => {
@@ -208,6 +217,36 @@ pub fn main(mut args: Args) -> i32 {
     }
     status(&StatusMsg::Stopped);
     code
+}
+
+/// How long the relay gathers host changes into one batch, and how many
+/// paths one batch touches at most (a host `git checkout` of thousands of
+/// files is not replayed file by file).
+const RELAY_GATHER: Duration = Duration::from_millis(30);
+const RELAY_MAX: usize = 256;
+
+/// Host-side edits of workspace files, which gVisor does not see as
+/// events, become inotify events inside: each batch of paths the
+/// workspace view relays is touched through gVisor by `init touch` (its
+/// own mtime set again: `IN_ATTRIB` for watchers of the file and of its
+/// directory, content unchanged). Ends when the views are gone.
+fn relay_host_changes(runsc_args: &[String], container: &str, rx: &std::sync::mpsc::Receiver<PathBuf>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while let Ok(p) = rx.recv_timeout(RELAY_GATHER) {
+            if batch.len() < RELAY_MAX && !batch.contains(&p) {
+                batch.push(p);
+            }
+        }
+        while rx.try_recv().is_ok() {}
+        let mut cmd = Command::new("runsc");
+        cmd.args(runsc_args)
+            .args(["exec", container, plan::GUEST_INIT, "touch", "--"])
+            .args(batch.iter().map(|p| Path::new(plan::GUEST_WORKSPACE).join(p)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        let _ = run_bounded(&mut cmd, Duration::from_secs(10));
+    }
 }
 
 fn prepare_namespace(mask_core: bool) -> Result<(), SupervisorError> {

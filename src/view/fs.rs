@@ -342,6 +342,35 @@ pub struct View {
     warned_locked: AtomicBool,
     /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
     handles_max: usize,
+    /// Host paths the sandbox changed through the view, and when: their
+    /// host events are the sandbox's own, not relayed back (`relay`).
+    guest_changed: Arc<GuestChanged>,
+}
+
+/// Host paths (view-relative) the sandbox last changed through the view.
+#[derive(Default)]
+pub struct GuestChanged(Mutex<HashMap<PathBuf, std::time::Instant>>);
+
+/// How long a path the sandbox changed keeps its host events its own.
+const OWN_CHANGE: Duration = Duration::from_secs(2);
+
+impl GuestChanged {
+    fn mark(&self, rel: &Path) {
+        let mut m = self.0.lock().unwrap();
+        if m.len() > 4096 {
+            m.retain(|_, t| t.elapsed() < OWN_CHANGE);
+        }
+        m.insert(rel.to_path_buf(), std::time::Instant::now());
+    }
+
+    /// Whether the sandbox changed `rel` through the view just now.
+    pub fn recent(&self, rel: &Path) -> bool {
+        self.0
+            .lock()
+            .unwrap()
+            .get(rel)
+            .is_some_and(|t| t.elapsed() < OWN_CHANGE)
+    }
 }
 
 fn errno(e: impl Into<io::Error>) -> Errno {
@@ -621,7 +650,15 @@ impl View {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))
             },
+            guest_changed: Arc::default(),
         })
+    }
+
+    /// Records that the sandbox changes the host file of node `ino`.
+    fn guest_changes(&self, ino: INodeNo) {
+        if let Some(rel) = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.rel.clone()) {
+            self.guest_changed.mark(&rel);
+        }
     }
 
     fn root(&self, side: Side) -> Result<BorrowedFd<'_>, Errno> {
@@ -1523,6 +1560,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Setattr);
         let (asked_uid, asked_gid) = (uid, gid);
+        self.guest_changes(ino);
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected, gone) = self.node_any(ino)?;
@@ -1764,6 +1802,7 @@ impl Filesystem for View {
             let (npside, nprel, _) = self.node(newparent)?;
             let from = prel.join(name);
             let to = nprel.join(newname);
+            self.guest_changed.mark(&to);
             let (side, st) = self.find(pside, &from)?;
             let id = self.known(side, &from).unwrap_or(u64::MAX);
             let sticky = self.t.lock().unwrap().nodes.get(&id).is_some_and(|n| n.protected);
@@ -1991,6 +2030,7 @@ impl Filesystem for View {
         reply: ReplyWrite,
     ) {
         self.counts.add(Op::Write);
+        self.guest_changes(ino);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
             self.not_locked_on_host(ino, &f)?;
             kill_priv(&*f)?;
@@ -2214,6 +2254,7 @@ impl Filesystem for View {
         let r = (|| {
             let _shape = self.shape_guard(name);
             let (side, rel, d) = self.prepare_new(parent, name, false)?;
+            self.guest_changed.mark(&rel);
             let no_open = self.no_open.load(Ordering::Relaxed);
             let mut fl = open_flags(flags) | OFlags::CREATE | OFlags::from_bits_retain((flags & sys::O_EXCL) as u32);
             if no_open {
@@ -2460,7 +2501,7 @@ impl Served {
 
 /// Mounts `view` at `mountpoint` (in the caller's mount namespace, where it
 /// must be root of its user namespace) and serves it on background threads.
-pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
+pub fn serve(view: View, mountpoint: &Path, relay: Option<Relay>) -> io::Result<Served> {
     let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
     let data = format!("fd={},rootmode=40000,user_id=0,group_id=0,allow_other", dev.as_raw_fd());
     crate::sys::mount(
@@ -2477,6 +2518,7 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         Some(w) => Some((w.clone(), view.t.clone(), view.host.try_clone()?)),
         None => None,
     };
+    let guest_changed = view.guest_changed.clone();
     let counts = view.counts.clone();
     let tables = Arc::downgrade(&view.t);
     std::thread::Builder::new().name("view-writers".into()).spawn(move || {
@@ -2492,7 +2534,7 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
         let notifier = session.notifier();
         std::thread::Builder::new()
             .name("view-watch".into())
-            .spawn(move || watch_loop(&w, &t, &host, &notifier))?;
+            .spawn(move || watch_loop(&w, &t, &host, &notifier, relay.as_ref().map(|r| (r, &*guest_changed))))?;
     }
     Ok(Served {
         _session: session.spawn()?,
@@ -2504,7 +2546,13 @@ pub fn serve(view: View, mountpoint: &Path) -> io::Result<Served> {
 /// The watcher thread: host-side changes become kernel invalidations. Never
 /// holds the tables while notifying (the kernel may wait for a request the
 /// server threads are answering).
-fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::Notifier) {
+fn watch_loop(
+    w: &Watches,
+    t: &Mutex<Tables>,
+    host: &OwnedFd,
+    notifier: &fuser::Notifier,
+    relay: Option<(&Relay, &GuestChanged)>,
+) {
     let node_of = |rel: &Path| -> Option<u64> {
         if rel.as_os_str().is_empty() {
             return Some(1);
@@ -2527,6 +2575,13 @@ fn watch_loop(w: &Watches, t: &Mutex<Tables>, host: &OwnedFd, notifier: &fuser::
             }
         }
         let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
+        if let Some((tx, own)) = relay {
+            for rel in crate::view::watch::relayed(&events, &|wd| w.dir_of(wd)) {
+                if !own.recent(&rel) {
+                    let _ = tx.send(rel);
+                }
+            }
+        }
         let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
         if plan.contains(&Inval::All) {
             invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
@@ -2670,10 +2725,16 @@ impl std::error::Error for ViewError {
     }
 }
 
+/// Where the workspace view sends the host paths (view-relative) whose
+/// host-side changes watchers inside should hear of (`crate::view::watch::relayed`).
+pub type Relay = std::sync::mpsc::Sender<PathBuf>;
+
 /// The supervisor's part: reads the coordinator's `--views` file and serves
-/// every view. Called as root of the supervisor's user namespace, before
+/// every view; the workspace view (the first) relays host changes to
+/// `relay`. Called as root of the supervisor's user namespace, before
 /// runsc starts.
-pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
+pub fn start_views(file: &Path, relay: Option<Relay>) -> Result<Vec<Served>, ViewError> {
+    let mut relay = relay;
     let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
     crate::sys::umask(0);
@@ -2716,7 +2777,7 @@ pub fn start_views(file: &Path) -> Result<Vec<Served>, ViewError> {
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone())
             .with_exec(exec);
-        served.push(serve(view, &v.mountpoint).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
+        served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }
     Ok(served)
 }

@@ -127,6 +127,28 @@ pub fn plan(
     out
 }
 
+/// Host changes gVisor does not see as events: what a watcher inside
+/// (`fs.watch`, inotifywait, a dev server) must hear of. The files (not
+/// directories) whose content changed or that a name now points at
+/// (written in place, created, or renamed onto: save-by-rename), outside
+/// any `.git` directory; deletions have nothing left to touch (pure).
+pub fn relayed(events: &[Event], dir_of: &dyn Fn(i32) -> Option<PathBuf>) -> Vec<PathBuf> {
+    const CHANGED: u32 = sys::IN_MODIFY | sys::IN_CLOSE_WRITE | sys::IN_MOVED_TO | sys::IN_CREATE;
+    let mut out: Vec<PathBuf> = Vec::new();
+    for ev in events {
+        if ev.mask & CHANGED == 0 || ev.mask & sys::IN_ISDIR != 0 || ev.name.is_empty() {
+            continue;
+        }
+        let Some(dir) = dir_of(ev.wd) else { continue };
+        let rel = dir.join(&ev.name);
+        if rel.components().any(|c| c.as_os_str() == ".git") || out.contains(&rel) {
+            continue;
+        }
+        out.push(rel);
+    }
+    out
+}
+
 /// Invalidations for everything the kernel may hold: every known host node
 /// as (id, parent id, name).
 pub fn plan_all(nodes: &[(u64, Option<u64>, OsString)]) -> Vec<Inval> {
@@ -267,6 +289,41 @@ impl Watches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn relayed_are_changed_files_outside_git() {
+        let ev = |wd, mask, name: &str| Event {
+            wd,
+            mask,
+            name: name.into(),
+        };
+        let dir_of = |wd: i32| match wd {
+            1 => Some(PathBuf::from("src")),
+            2 => Some(PathBuf::from(".git")),
+            _ => None,
+        };
+        let events = [
+            ev(1, sys::IN_MODIFY, "a.js"),
+            ev(1, sys::IN_CLOSE_WRITE, "a.js"),
+            // save-by-rename: the temporary file, then the name it lands on
+            ev(1, sys::IN_CREATE, ".b.js.swp"),
+            ev(1, sys::IN_MOVED_FROM, ".b.js.swp"),
+            ev(1, sys::IN_MOVED_TO, "b.js"),
+            ev(1, sys::IN_ATTRIB, "c.js"),
+            ev(1, sys::IN_DELETE, "d.js"),
+            ev(1, sys::IN_CREATE | sys::IN_ISDIR, "newdir"),
+            ev(2, sys::IN_MODIFY, "index"),
+            ev(3, sys::IN_MODIFY, "unknown"),
+        ];
+        assert_eq!(
+            relayed(&events, &dir_of),
+            [
+                PathBuf::from("src/a.js"),
+                PathBuf::from("src/.b.js.swp"),
+                PathBuf::from("src/b.js")
+            ]
+        );
+    }
 
     fn record(wd: i32, mask: u32, name: &str) -> Vec<u8> {
         let mut n = name.as_bytes().to_vec();

@@ -57,6 +57,9 @@ pub enum ClientMsg {
     Stop {
         reason: String,
     },
+    /// Asks the coordinator to add a host port forward to the running
+    /// Domain (`lazaret port add`); answered with `Status` or `Refused`.
+    AddPort(crate::config::ports::PortForward),
     /// The developer's answer to an escalation prompt. `argv` is the edited
     /// command when `verdict` is [`VERDICT_EDIT`].
     Decision {
@@ -465,6 +468,7 @@ impl Message for ClientMsg {
                 argv,
             } => Enc::new(9).str(request_id).u8(*verdict).strs(argv).finish(),
             ClientMsg::Escalations => Enc::new(10).finish(),
+            ClientMsg::AddPort(p) => Enc::new(11).str(&p.to_string()).finish(),
         }
     }
 
@@ -504,6 +508,7 @@ impl Message for ClientMsg {
                 argv: d.strs()?,
             },
             10 => ClientMsg::Escalations,
+            11 => ClientMsg::AddPort(d.str()?.parse().map_err(|_| DecodeError::BadValue("port forward"))?),
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -522,6 +527,7 @@ impl Message for ClientMsg {
             ClientMsg::Stop { .. } => "Stop",
             ClientMsg::Decision { .. } => "Decision",
             ClientMsg::Escalations => "Escalations",
+            ClientMsg::AddPort(_) => "AddPort",
         }
     }
 }
@@ -792,6 +798,7 @@ mod tests {
                 argv: vec!["ls".into()],
             },
             ClientMsg::Escalations,
+            ClientMsg::AddPort("127.0.0.1:0:3000".parse().unwrap()),
         ]
     }
 

@@ -612,3 +612,21 @@ echo checked
     assert_eq!(modes_before, modes_after, "protected modes changed on the host");
     stop(env, &ws, &cfg, "default");
 }
+
+// ---- issue 29 item 8: from $HOME ---------------------------------------------------
+
+#[test]
+fn run_from_the_home_directory_says_it_is_the_home_directory() {
+    let env = require_env!();
+    // The real home, with the real config location under it (no
+    // XDG_CONFIG_HOME): the sentence must be about the home, not about
+    // the config file or the storage root it contains.
+    let r = env.lz(&env.home, &["run", "--", "true"]).run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("is your home directory"), "{r:?}");
+    assert!(r.stderr.contains("-w DIR"), "names the way out: {r:?}");
+    assert!(
+        !r.stderr.contains("storage root") && !r.stderr.contains("config file"),
+        "{r:?}"
+    );
+}
