@@ -48,6 +48,8 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
 const SNIFF_MAX: usize = 16 * 1024 + 5;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+/// The name the readiness probe queries (`bin/probe.rs`): refused, not logged.
+const PROBE_NAME: &str = "lazaret-probe.invalid";
 /// Ports on which the gate reads the name the client sends.
 const NAMED_PORTS: [u16; 3] = [80, 443, netpolicy::PROXY_PORT];
 
@@ -786,7 +788,10 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
             .parse::<HostPattern>()
             .is_ok_and(|p| !p.wildcard && p.port.is_none());
         let reply = if !listed || !valid {
-            shared.log.record("refused", "dns", &name, 53, "not in network.hosts");
+            // The readiness probe's own query (bin/probe.rs) is no egress.
+            if name != PROBE_NAME {
+                shared.log.record("refused", "dns", &name, 53, "not in network.hosts");
+            }
             dns_answer(q, &question, 5, None)
         } else if question.qtype != 1 {
             // AAAA and the rest: no data (IPv6 is off; nothing else is needed).
