@@ -157,7 +157,15 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> 
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on port 53: {e}")))?;
             Ok((ls, dns))
         };
-        let (listeners, dns) = match setup() {
+        let setup = || -> io::Result<(Vec<TcpListener>, UdpSocket, OwnedFd, OwnedFd)> {
+            let (ls, dns) = setup()?;
+            let tcp = sys::sock::raw_listener(sys::sock::IPPROTO_TCP, &SYN_FILTER)
+                .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw TCP listener: {e}")))?;
+            let udp = sys::sock::raw_listener(sys::sock::IPPROTO_UDP, &UDP_FILTER)
+                .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw UDP listener: {e}")))?;
+            Ok((ls, dns, tcp, udp))
+        };
+        let (listeners, dns, raw_tcp, raw_udp) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = tx.send(Err(e));
@@ -169,6 +177,17 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> 
         let spawned = std::thread::Builder::new().name("lz-gate-dns".into()).spawn(move || {
             let _guard = EndGuard(f2);
             serve_dns(&s2, &dns);
+        });
+        if let Err(e) = spawned {
+            let _ = tx.send(Err(e));
+            return;
+        }
+        // The refusals the router's kernel makes itself (ports without a
+        // listener, UDP), seen through raw sockets, for the log.
+        let (s3, f3) = (shared.clone(), flag.clone());
+        let spawned = std::thread::Builder::new().name("lz-gate-log".into()).spawn(move || {
+            let _guard = EndGuard(f3);
+            watch_refusals(&s3, &raw_tcp, &raw_udp);
         });
         if let Err(e) = spawned {
             let _ = tx.send(Err(e));
@@ -217,7 +236,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener]) {
 
 /// Closes with a RST: the client sees a refusal at once.
 fn reset(conn: TcpStream) {
-    let _ = sys::splice::set_linger_zero(&conn);
+    let _ = sys::sock::set_linger_zero(&conn);
     drop(conn);
 }
 
@@ -585,15 +604,15 @@ fn relay(a: TcpStream, b: TcpStream) {
 fn pump(from: &TcpStream, to: &TcpStream) {
     let ok = (|| -> io::Result<()> {
         let (r, w) = sys::pipe()?;
-        let _ = sys::splice::set_pipe_size(&w, 1 << 20);
+        let _ = sys::sock::set_pipe_size(&w, 1 << 20);
         loop {
-            let n = sys::splice::splice(from, &w, 1 << 20)?;
+            let n = sys::sock::splice(from, &w, 1 << 20)?;
             if n == 0 {
                 return Ok(());
             }
             let mut left = n;
             while left > 0 {
-                let m = sys::splice::splice(&r, to, left)?;
+                let m = sys::sock::splice(&r, to, left)?;
                 if m == 0 {
                     return Err(io::ErrorKind::WriteZero.into());
                 }
@@ -812,6 +831,72 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
             }
         };
         let _ = sock.send_to(&reply, from);
+    }
+}
+
+// ---- what the router's kernel refuses ------------------------------------------
+
+/// Classic BPF over the IP header: a TCP SYN (no ACK) from the sandbox.
+pub const SYN_FILTER: [sys::sock::BpfInsn; 8] = [
+    (0x20, 0, 0, 12),                                 // ld [12]: source address
+    (0x15, 0, 5, u32::from_be_bytes(SANDBOX_OCTETS)), // == sandbox, else drop
+    (0xb1, 0, 0, 0),                                  // ldx 4*([0]&0xf): header length
+    (0x50, 0, 0, 13),                                 // ldb [x+13]: TCP flags
+    (0x54, 0, 0, 0x12),                               // and SYN|ACK
+    (0x15, 0, 1, 0x02),                               // == SYN, else drop
+    (0x06, 0, 0, 0xffff),                             // accept
+    (0x06, 0, 0, 0),                                  // drop
+];
+/// Classic BPF over the IP header: a UDP datagram from the sandbox.
+pub const UDP_FILTER: [sys::sock::BpfInsn; 4] = [
+    (0x20, 0, 0, 12),
+    (0x15, 0, 1, u32::from_be_bytes(SANDBOX_OCTETS)),
+    (0x06, 0, 0, 0xffff),
+    (0x06, 0, 0, 0),
+];
+const SANDBOX_OCTETS: [u8; 4] = netpolicy::SANDBOX_ADDR.octets();
+
+/// Destination address and port of an IPv4 TCP or UDP packet (pure).
+pub fn packet_dst(p: &[u8]) -> Option<(Ipv4Addr, u16)> {
+    let ihl = ((*p.first()? & 0x0f) as usize) * 4;
+    let a = p.get(16..20)?;
+    let port = p.get(ihl + 2..ihl + 4)?;
+    Some((
+        Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+        u16::from_be_bytes([port[0], port[1]]),
+    ))
+}
+
+fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
+    let gate_ports = ports(&shared.gate);
+    let mut buf = [0u8; 128];
+    loop {
+        let mut fds = [sys::PollFd::new(tcp, sys::POLLIN), sys::PollFd::new(udp, sys::POLLIN)];
+        if sys::poll(&mut fds, -1).is_err() {
+            continue;
+        }
+        for (i, fd) in [tcp, udp].into_iter().enumerate() {
+            if !fds[i].readable() {
+                continue;
+            }
+            let Ok(n) = sys::read(fd, &mut buf) else { continue };
+            let Some((dst, port)) = packet_dst(&buf[..n]) else {
+                continue;
+            };
+            let what = if is_synthetic(dst) {
+                let name = shared.names.lock().ok().and_then(|n| n.by_addr.get(&dst).cloned());
+                name.unwrap_or_else(|| dst.to_string())
+            } else {
+                dst.to_string()
+            };
+            if i == 0 && !gate_ports.contains(&port) {
+                shared
+                    .log
+                    .record("refused", "tcp", &what, port, "port not served by the gate");
+            } else if i == 1 && !(dst == netpolicy::GATE_ADDR && port == 53) {
+                shared.log.record("refused", "udp", &what, port, "UDP is closed");
+            }
+        }
     }
 }
 
@@ -1073,6 +1158,15 @@ mod tests {
         assert_eq!(r[3] & 0x0f, 5);
         assert_eq!(parse_a_answers(&r, 0x1234), Some((vec![], 0)));
         assert!(parse_question(&r).is_none(), "a response is not a question");
+    }
+
+    #[test]
+    fn packet_destinations_are_read_from_the_headers() {
+        let mut p = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0, 169, 254, 255, 1, 198, 18, 0, 9];
+        p.extend_from_slice(&[0x9c, 0x40, 0, 22]);
+        assert_eq!(packet_dst(&p), Some((Ipv4Addr::new(198, 18, 0, 9), 22)));
+        assert_eq!(packet_dst(&p[..21]), None);
+        assert_eq!(SYN_FILTER[1].3, 0xa9fe_ff01);
     }
 
     #[test]
