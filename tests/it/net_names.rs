@@ -435,6 +435,28 @@ except OSError as e:
         !log.stdout.contains("lazaret-probe"),
         "the probe is not egress: {log:?}"
     );
+    // The session that hit refusals is told once per name (escaped), not
+    // once per attempt.
+    let notice = r#"
+import socket, ssl, sys, time
+ctx = ssl.create_default_context()
+for _ in range(3):
+    try:
+        ctx.wrap_socket(socket.create_connection((sys.argv[1], 443), timeout=2), server_hostname="other.test")
+    except Exception:
+        pass
+time.sleep(2.5)
+"#;
+    let n = env
+        .lz(
+            &ws,
+            &["run", "--profile", "names", "--", "python3", "-c", notice, &other.ip],
+        )
+        .config_home(&cfg)
+        .run();
+    assert_eq!(n.code, 0, "{n:?}");
+    let line = "lazaret: egress to other.test:443 refused (not in network.hosts of profile names)";
+    assert_eq!(n.stderr.matches(line).count(), 1, "{n:?}");
     // `net show` lists the mode and the names.
     let show = env
         .lz(&ws, &["net", "show", "--profile", "names"])
