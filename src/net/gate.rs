@@ -126,7 +126,9 @@ pub fn ports(gate: &GatePlan) -> Vec<u16> {
 
 /// Starts the gate in `router` for `plan` (which has a gate), logging to
 /// `log`. Returns once every listener and the resolver are bound.
-pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> {
+/// `die_early` (fault injection only): the listener thread ends after its
+/// first connection.
+pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io::Result<Handle> {
     let gate = plan
         .gate
         .clone()
@@ -194,14 +196,19 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> 
             return;
         }
         let _ = tx.send(Ok(()));
-        accept_loop(&shared, &listeners);
+        accept_loop(&shared, &listeners, die_early);
     })?;
     rx.recv().map_err(|_| io::Error::other("egress gate thread ended"))??;
     Ok(Handle { ended })
 }
 
-fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener]) {
+fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool) {
+    let mut served = false;
     loop {
+        if die_early && served {
+            log::warn!("fault injection: the egress gate's listener ends");
+            return;
+        }
         let mut fds: Vec<sys::PollFd> = listeners.iter().map(|l| sys::PollFd::new(l, sys::POLLIN)).collect();
         if sys::poll(&mut fds, -1).is_err() {
             continue;
@@ -213,6 +220,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener]) {
             let Ok((conn, peer)) = listeners[i].accept() else {
                 continue;
             };
+            served = true;
             // Only the sandbox's end of the link talks to the gate.
             if peer.ip() != IpAddr::V4(netpolicy::SANDBOX_ADDR) {
                 continue;

@@ -1276,6 +1276,9 @@ pub enum Fault {
     SkipOneDeny,
     /// The installer skips one deny route; the route read-back catches it.
     SkipOneDenyVisible,
+    /// The egress gate's listener thread ends after its first connection:
+    /// the supervisor must fail the generation.
+    GateDies,
 }
 
 pub fn fault() -> Option<Fault> {
@@ -1285,6 +1288,7 @@ pub fn fault() -> Option<Fault> {
     match std::env::var("LAZARET_FAULT").ok()?.as_str() {
         "skip-one-deny" => Some(Fault::SkipOneDeny),
         "skip-one-deny-visible" => Some(Fault::SkipOneDenyVisible),
+        "gate-dies" => Some(Fault::GateDies),
         _ => None,
     }
 }

@@ -568,3 +568,39 @@ fn bad_host_patterns_are_config_errors_naming_file_line_and_pattern() {
         }
     }
 }
+
+/// A dead gate is a failed generation, like a dead slirp4netns: the
+/// running session is told in one line, exit 125 (fault-injection builds).
+#[test]
+fn a_dead_egress_gate_fails_the_generation() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let v = env.lz(&env.home, &["version"]).run();
+    if !v.stdout.contains("fault") {
+        eprintln!("skipping: not a fault-injection build");
+        return;
+    }
+    let base = env.dir("names-dies");
+    let cfg = env.write_config(&base, "[profiles.p.network]\nhosts = [\"allowed.test\"]\n");
+    let ws = env.dir("names-dies-ws");
+    let script = r#"
+import socket, time
+try:
+    socket.create_connection(("198.18.0.9", 443), timeout=2).sendall(b"ping")
+except OSError:
+    pass
+time.sleep(30)
+print("still running")
+"#;
+    let r = env
+        .lz(&ws, &["run", "--profile", "p", "--", "python3", "-c", script])
+        .config_home(&cfg)
+        .env("LAZARET_FAULT", "gate-dies")
+        .run();
+    assert_eq!(r.code, 125, "{r:?}");
+    assert!(
+        r.stderr.contains("helper") && r.stderr.contains("the egress gate"),
+        "{r:?}"
+    );
+    assert!(!r.stdout.contains("still running"), "{r:?}");
+}
