@@ -176,6 +176,7 @@ hstm=$(printf '%s\n' "${hst[@]}" | median)
 tls='
 import socket, ssl, sys, time
 ca, host, addr, what = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+addr = socket.gethostbyname(addr)  # once, as a client with a resolver cache would
 open("/tmp/bench-ca.pem", "w").write(ca)
 ctx = ssl.create_default_context(cafile="/tmp/bench-ca.pem")
 def get(path):
