@@ -278,8 +278,10 @@ fn allow_by_name_reaches_only_listed_names_through_the_gate() {
         &base,
         &format!(
             "[network]\nhosts = [\"allowed.test\"]\n\
-             [profiles.names.network]\ndns = [\"{}\"]\nhosts = [\"git.test:22\", \"rebind.test\"]\n",
-            allowed.ip
+             [profiles.names.network]\ndns = [\"{a}\"]\nhosts = [\"git.test:22\", \"rebind.test\"]\n\
+             [profiles.hole.network]\ndns = [\"{a}\"]\nallow = [\"{o}/32\"]\n",
+            a = allowed.ip,
+            o = other.ip
         ),
     );
     let ws = env.dir("names-ws");
@@ -465,6 +467,27 @@ time.sleep(2.5)
     for want in ["egress by name", "host allowed.test", "host git.test:22", "ports 22"] {
         assert!(show.stdout.contains(want), "missing {want:?}: {show:?}");
     }
+    // A profile `allow` range stays the explicit way to open addresses: it
+    // is forwarded by address (the global hosts put `hole` in the mode too).
+    let h = env
+        .lz(
+            &ws,
+            &[
+                "run",
+                "--profile",
+                "hole",
+                "--",
+                "python3",
+                "-c",
+                "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=3)\n\
+                 s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\nprint(s.recv(4096).decode())",
+                &other.ip,
+            ],
+        )
+        .config_home(&cfg)
+        .run();
+    assert!(h.stdout.contains("hello from other.test"), "{h:?}");
+    assert!(other.marked().contains("other.test 80"), "{}", other.marked());
 }
 
 #[test]
