@@ -743,6 +743,12 @@ impl Policy {
         }
         s.push_str("network: slirp4netns user-mode networking; the sandbox has no CAP_NET_ADMIN\n");
         s.push_str("IPv4 routes, longest prefix first (the longest matching prefix decides):\n");
+        if self.gate.is_some() {
+            s.push_str(
+                "  (allow-by-name mode: these decide where the egress gate may connect; the sandbox's own \
+                 traffic goes to the gate, except profile network.allow ranges, forwarded by address)\n",
+            );
+        }
         for r in &self.rules {
             let what = match r.action {
                 Action::Allow => "allow",
