@@ -428,14 +428,10 @@ pub const GATE_RULES: [&str; 4] = [
 fn install_gate(net: &Network, plan: &Plan) -> Result<(), InstallError> {
     let Some(gate) = &plan.gate else { return Ok(()) };
     let (rif, t) = (netpolicy::ROUTER_IF, netpolicy::GATE_TABLE);
-    let mut cmds = vec![
-        format!("rule add pref 10 iif {rif} lookup {t}"),
-        format!("rule add pref 11 iif {rif} lookup local"),
-        "rule add pref 20 lookup local suppress_prefixlength 0".to_string(),
-        "rule del pref 0".to_string(),
-        "rule del pref 32767".to_string(),
-        "route add local 0.0.0.0/0 dev lo table local".to_string(),
-    ];
+    // The forwarded routes first: once `local 0.0.0.0/0` is in the local
+    // table, the kernel takes slirp4netns's gateway for a local address and
+    // refuses it as a next hop.
+    let mut cmds = Vec::new();
     for r in &gate.forwarded {
         let p = r.prefix;
         cmds.push(match r.kind {
@@ -450,6 +446,14 @@ fn install_gate(net: &Network, plan: &Plan) -> Result<(), InstallError> {
             RouteKind::Reject => format!("route add throw {p} table {t}"),
         });
     }
+    cmds.extend([
+        format!("rule add pref 10 iif {rif} lookup {t}"),
+        format!("rule add pref 11 iif {rif} lookup local"),
+        "rule add pref 20 lookup local suppress_prefixlength 0".to_string(),
+        "rule del pref 0".to_string(),
+        "rule del pref 32767".to_string(),
+        "route add local 0.0.0.0/0 dev lo table local".to_string(),
+    ]);
     ip_batch(&net.router, "installing the egress gate's routes in the router", &cmds)?;
     // Read-back: exactly these rules, and the router's own decision for a
     // packet from the sandbox to a sample of every planned route.
