@@ -834,6 +834,8 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     // 3. The runtime dir: the lock goes with the Maintenance guard.
     drop(lock);
     let _ = std::fs::remove_dir(dp.runsc_root());
+    // The egress gate's log (allow-by-name mode) outlives generations, not the Domain.
+    let _ = std::fs::remove_file(dp.run.join(crate::net::gate::LOG_FILE));
     let _ = std::fs::remove_dir(&dp.run);
     if json {
         println!(

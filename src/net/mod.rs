@@ -2,6 +2,7 @@
 //! generation's namespaces (Runtime Supervisor side), the coordinator's side
 //! of the role, and `lazaret net show`.
 
+pub mod gate;
 pub mod install;
 pub mod policy;
 pub mod show;

@@ -29,6 +29,7 @@ mod hostwatch;
 mod limits;
 mod localhost;
 mod net;
+mod net_names;
 mod net_v2;
 mod ports;
 mod recipes;
