@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod doctor;
 pub mod lifecycle;
+mod secrets;
 pub mod usage;

@@ -28,6 +28,9 @@
 //! deny = []
 //! dns = ["198.18.0.2"]                  # optional; default slirp4netns's forwarder
 //! mode = "slirp"                        # | "none"
+//! [profiles.NAME.secrets.ANTHROPIC_API_KEY]   # config::secrets
+//! from = "env:ANTHROPIC_API_KEY"        # | "file:/PATH" | "cmd:PROGRAM ARGS"
+//! hosts = ["api.anthropic.com"]
 //! ```
 //!
 //! Parsing uses the small strict TOML reader in [`toml`] below rather than
@@ -40,6 +43,7 @@
 
 pub mod passenv;
 pub mod ports;
+pub mod secrets;
 
 mod model;
 #[cfg(test)]

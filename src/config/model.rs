@@ -185,6 +185,9 @@ pub struct Profile {
     /// `user`: the unprivileged guest user (uid [`GUEST_USER_UID`], home
     /// `/home/NAME`) sessions run as; `None`: root.
     pub user: Option<String>,
+    /// `[profiles.NAME.secrets.VAR]`: keys the sandbox sees only as
+    /// sentinels (`config::secrets`), in file order.
+    pub secrets: Vec<crate::config::secrets::Secret>,
 }
 
 /// The guest uid and gid of a profile's `user`.
@@ -438,6 +441,7 @@ impl Profile {
             git_identity: true,
             limits: Limits::default(),
             user: None,
+            secrets: Vec::new(),
         }
     }
 
@@ -517,6 +521,10 @@ impl Profile {
         }
         if let Some(u) = &self.user {
             put("user", &[u]);
+        }
+        if !self.secrets.is_empty() {
+            let s: Vec<String> = self.secrets.iter().map(|s| s.fingerprint_item()).collect();
+            put("secrets", &s.iter().map(String::as_str).collect::<Vec<_>>());
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()

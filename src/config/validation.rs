@@ -26,6 +26,7 @@ const PROFILE_KEYS: &[&str] = &[
     "git_identity",
     "limits",
     "user",
+    "secrets",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
@@ -500,6 +501,11 @@ impl Schema<'_> {
                 ));
             }
             p.user = Some(name.to_string());
+        }
+        if let Some(i) = t.get("secrets") {
+            let mut taken: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
+            taken.extend(p.pass_env.iter().map(String::as_str));
+            p.secrets = crate::config::secrets::parse(self.file, i, &k("secrets"), &taken)?;
         }
         Ok(p)
     }
