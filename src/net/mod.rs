@@ -6,3 +6,4 @@ pub mod install;
 pub mod policy;
 pub mod show;
 pub mod sidecar;
+pub mod subst;
