@@ -50,6 +50,9 @@ commands:
                        recipe is not rebuilt
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
+  net log [--profile P] [--workspace DIR] [--json]
+                       egress refusals by name (allow-by-name mode), newest
+                       first, and the hosts line that would allow them
   image list [--json]  list prepared lowers, their leases and foreign dirs
   image prune [--dry-run] [--all] [--json]
                        delete prepared lowers no Domain leases (the lowers
@@ -841,8 +844,9 @@ fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 
 fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let sub = if raw.is_empty() { None } else { Some(raw.remove(0)) };
-    if sub.as_ref().and_then(|s| s.to_str()) != Some("show") {
-        return Err(Failure::usage("`lazaret net` needs a command: show"));
+    let sub = sub.as_ref().and_then(|s| s.to_str());
+    if sub != Some("show") && sub != Some("log") {
+        return Err(Failure::usage("`lazaret net` needs a command: show or log"));
     }
     let mut args = pico_args::Arguments::from_vec(raw);
     let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
@@ -850,6 +854,17 @@ fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let json = args.contains("--json");
     finish_args(args)?;
     let r = resolve(profile, workspace)?;
+    if sub == Some("log") {
+        let run = r.paths.gen_dir();
+        let run = run.parent().unwrap_or(&run);
+        return Ok(crate::net::show::log(
+            &r.cfg,
+            &r.profile,
+            r.domain_id.as_str(),
+            run,
+            json,
+        ));
+    }
     let published = r.paths.socket().exists();
     crate::net::show::show(
         &r.cfg,

@@ -84,8 +84,12 @@ prune   deletes prepared lowers no Domain leases (keeping those of images a
 
 pub const NET: &str = "\
 usage: lazaret net show [-p P] [-w DIR] [--json]
+       lazaret net log [-p P] [-w DIR] [--json]
 
-Shows the Domain's derived network policy and its readiness.
+show: the Domain's derived network policy and its readiness.
+log:  what the egress gate refused (and, in network.mode = \"log\", what it
+      allowed), by name, newest first, with counts, and the `hosts` line
+      that would allow the refused names.
 ";
 
 pub const STATE: &str = "\

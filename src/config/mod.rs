@@ -27,7 +27,8 @@
 //! allow = ["198.18.0.0/15"]
 //! deny = []
 //! dns = ["198.18.0.2"]                  # optional; default slirp4netns's forwarder
-//! mode = "slirp"                        # | "none"
+//! mode = "slirp"                        # | "none" | "log"
+//! hosts = ["api.example.com", "*.github.com", "github.com:22"]  # allow-by-name mode
 //! [profiles.NAME.secrets.ANTHROPIC_API_KEY]   # config::secrets
 //! from = "env:ANTHROPIC_API_KEY"        # | "file:/PATH" | "cmd:PROGRAM ARGS"
 //! hosts = ["api.anthropic.com"]
@@ -41,6 +42,7 @@
 //! keys. The reader here also records the line of every key, so semantic
 //! errors point at the right line.
 
+pub mod hosts;
 pub mod passenv;
 pub mod ports;
 pub mod secrets;

@@ -68,6 +68,8 @@ pub struct Config {
     pub runtime_dir: Option<PathBuf>,
     /// Replacement for the built-in default deny list, when set.
     pub default_deny: Option<Vec<Prefix>>,
+    /// `[network] hosts`: names every profile may reach (allow-by-name mode).
+    pub hosts: Vec<crate::config::hosts::HostPattern>,
     pub escalation: Escalation,
     /// Always contains [`DEFAULT_PROFILE`].
     pub profiles: BTreeMap<String, Profile>,
@@ -174,6 +176,11 @@ pub struct Profile {
     /// `network.mode`: `true` for `"slirp"` (the default), `false` for
     /// `"none"` (loopback only, no helper).
     pub network: bool,
+    /// `network.hosts`: with any (here or in `[network] hosts`), the Domain
+    /// reaches only these names (allow-by-name mode, docs/network.md).
+    pub hosts: Vec<crate::config::hosts::HostPattern>,
+    /// `network.mode = "log"`: the egress gate allows every name and logs it.
+    pub egress_log: bool,
     /// Capabilities of sandboxed processes (`CAP_*`), a subset of
     /// [`DEFAULT_CAPS`] in that order.
     pub caps: Vec<String>,
@@ -389,6 +396,7 @@ impl Config {
             exists: false,
             runtime_dir: None,
             default_deny: None,
+            hosts: Vec::new(),
             escalation: Escalation::default(),
             profiles,
             images,
@@ -437,6 +445,8 @@ impl Profile {
             isolate_ignored: true,
             dns: Vec::new(),
             network: true,
+            hosts: Vec::new(),
+            egress_log: false,
             caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
             git_identity: true,
             limits: Limits::default(),
@@ -526,6 +536,14 @@ impl Profile {
             let s: Vec<String> = self.secrets.iter().map(|s| s.fingerprint_item()).collect();
             put("secrets", &s.iter().map(String::as_str).collect::<Vec<_>>());
         }
+        if !self.hosts.is_empty() {
+            let mut h: Vec<String> = self.hosts.iter().map(|p| p.to_string()).collect();
+            h.sort_unstable();
+            put("hosts", &h.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if self.egress_log {
+            put("network", &["log"]);
+        }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }
@@ -556,6 +574,14 @@ pub fn join_fingerprint(cfg: &Config, profile: &Profile) -> String {
             for p in list {
                 put_field(&mut buf, p.to_string().as_bytes());
             }
+        }
+    }
+    if !cfg.hosts.is_empty() {
+        put_field(&mut buf, b"hosts");
+        let mut h: Vec<String> = cfg.hosts.iter().map(|p| p.to_string()).collect();
+        h.sort_unstable();
+        for p in h {
+            put_field(&mut buf, p.as_bytes());
         }
     }
     let digest = openssl::sha::sha256(&buf);

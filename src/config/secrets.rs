@@ -469,21 +469,48 @@ pub fn resolve(
             Some(v) => std::os::unix::ffi::OsStringExt::into_vec(v),
         },
         Source::File(p) => std::fs::read(p).map_err(|e| fail(format!("cannot be read: {e}")))?,
-        Source::Cmd(argv) => run_cmd(argv).map_err(fail)?,
+        Source::Cmd(argv) => run_cmd(argv).map_err(|e| fail(e.to_string()))?,
     };
     SecretValue::new(raw).map_err(|p| fail(format!("gave a value that {p}")))
 }
 
+/// Why a `cmd:` source gave no output.
+#[derive(Debug)]
+enum CmdError {
+    Spawn(std::io::Error),
+    NoPipe,
+    Timeout,
+    Wait(std::io::Error),
+    Read(Option<std::io::Error>),
+    Status(i32),
+    Signal,
+}
+
+impl fmt::Display for CmdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CmdError::Spawn(e) => write!(f, "could not be started: {e}"),
+            CmdError::NoPipe => f.write_str("gave no output pipe"),
+            CmdError::Timeout => write!(f, "did not finish within {} s", CMD_TIMEOUT.as_secs()),
+            CmdError::Wait(e) => write!(f, "could not be waited for: {e}"),
+            CmdError::Read(Some(e)) => write!(f, "output could not be read: {e}"),
+            CmdError::Read(None) => f.write_str("output could not be read"),
+            CmdError::Status(c) => write!(f, "failed (exit status {c}); run it yourself to see why"),
+            CmdError::Signal => f.write_str("was killed by a signal"),
+        }
+    }
+}
+
 /// Runs a `cmd:` source; its stdout (bounded), or why not.
-fn run_cmd(argv: &[String]) -> Result<Vec<u8>, String> {
+fn run_cmd(argv: &[String]) -> Result<Vec<u8>, CmdError> {
     let mut child = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("could not be started: {e}"))?;
-    let mut out = child.stdout.take().ok_or_else(|| "gave no output pipe".to_string())?;
+        .map_err(CmdError::Spawn)?;
+    let mut out = child.stdout.take().ok_or(CmdError::NoPipe)?;
     let reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
         let r = (&mut out).take(MAX_VALUE as u64 * 2).read_to_end(&mut buf);
@@ -499,21 +526,21 @@ fn run_cmd(argv: &[String]) -> Result<Vec<u8>, String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("did not finish within {} s", CMD_TIMEOUT.as_secs()));
+                return Err(CmdError::Timeout);
             }
-            Err(e) => return Err(format!("could not be waited for: {e}")),
+            Err(e) => return Err(CmdError::Wait(e)),
         }
     };
     let out = reader
         .join()
-        .map_err(|_| "output could not be read".to_string())?
-        .map_err(|e| format!("output could not be read: {e}"))?;
+        .map_err(|_| CmdError::Read(None))?
+        .map_err(|e| CmdError::Read(Some(e)))?;
     if !status.success() {
         let mut out = out;
         out.iter_mut().for_each(|b| *b = 0);
         return Err(match status.code() {
-            Some(c) => format!("failed (exit status {c}); run it yourself to see why"),
-            None => "was killed by a signal".into(),
+            Some(c) => CmdError::Status(c),
+            None => CmdError::Signal,
         });
     }
     Ok(out)
@@ -592,7 +619,8 @@ mod tests {
     #[test]
     fn config_table_parses() {
         let cfg = parse_profile(
-            "[profiles.c.secrets.ANTHROPIC_API_KEY]\nfrom = \"env:ANTHROPIC_API_KEY\"\nhosts = [\"api.anthropic.com\"]\n\
+            "[profiles.c.network]\nhosts = [\"api.anthropic.com\", \"*.github.com\", \"github.com\"]\n\
+             [profiles.c.secrets.ANTHROPIC_API_KEY]\nfrom = \"env:ANTHROPIC_API_KEY\"\nhosts = [\"api.anthropic.com\"]\n\
              [profiles.c.secrets.GH_TOKEN]\nfrom = \"cmd:gh auth token\"\nhosts = [\"api.github.com\", \"github.com\"]\nttl_s = 600\n",
         )
         .unwrap();
@@ -602,6 +630,24 @@ mod tests {
         assert_eq!(p.secrets[1].ttl_s, Some(600));
         assert_eq!(p.secrets[1].source.kind(), "cmd");
         assert_ne!(p.fingerprint(), crate::config::Profile::builtin("c").fingerprint());
+        // A secret host outside network.hosts (here: none at all, or a
+        // wildcard's apex) breaks the profile, naming secret and host.
+        for text in [
+            "[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n",
+            "[network]\nhosts = [\"*.api.test\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n",
+        ] {
+            let e = parse_profile(text).unwrap().profile("c").unwrap_err().to_string();
+            assert!(
+                e.contains("profiles.c.secrets.K.hosts") && e.contains("\"api.test\", which is not in network.hosts"),
+                "{e}"
+            );
+        }
+        let ok =
+            "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n";
+        assert_eq!(
+            parse_profile(ok).unwrap().profile("c").unwrap().secrets[0].hosts,
+            ["api.test"]
+        );
     }
 
     #[test]

@@ -865,7 +865,7 @@ fn prefix_list_errors() {
     );
     assert_has(
         &err("[profiles.d.network]\nmode = \"host\"\n"),
-        &[":2: profiles.d.network.mode: expected \"slirp\" or \"none\", got \"host\""],
+        &[":2: profiles.d.network.mode: expected \"slirp\", \"none\" or \"log\", got \"host\""],
     );
 }
 
@@ -1185,4 +1185,50 @@ fn caps_narrow_the_default_set_and_never_widen_it() {
             .fingerprint(),
         Profile::builtin("d").fingerprint()
     );
+}
+
+#[test]
+fn hosts_patterns_and_their_errors_name_file_line_and_pattern() {
+    let c = ok("[network]\nhosts = [\"api.example.com\"]\n[profiles.d.network]\nhosts = [\n  \"*.GitHub.com\",\n  \"github.com:22\",\n]\nmode = \"log\"\n");
+    assert_eq!(c.hosts.len(), 1);
+    let d = &c.profiles["d"];
+    let h: Vec<String> = d.hosts.iter().map(|h| h.to_string()).collect();
+    assert_eq!(h, ["*.github.com", "github.com:22"]);
+    assert!(d.egress_log && d.network);
+    for (pattern, why) in [
+        ("*", "a bare \"*\""),
+        ("*.com", "top-level domain"),
+        ("198.18.0.1", "not an address"),
+        ("example.com:99999", ":PORT"),
+        ("bücher.example", "IDNA"),
+        ("a_b.example", "labels"),
+    ] {
+        let e = err(&format!(
+            "[profiles.d.network]\nhosts = [\n  \"ok.example\",\n  \"{pattern}\",\n]\n"
+        ));
+        assert_has(
+            &e,
+            &[
+                FILE,
+                ":4: profiles.d.network.hosts: expected",
+                why,
+                &format!("got {pattern:?}"),
+            ],
+        );
+    }
+    assert_has(
+        &err("[network]\nhosts = [\"a.example\", \"A.example\"]\n"),
+        &[":2: network.hosts: \"A.example\" is listed twice"],
+    );
+    // The lists are part of what a joining session must match.
+    let a = ok("[profiles.d.network]\nhosts = [\"a.example\"]\n");
+    let b = ok("[profiles.d.network]\nhosts = [\"b.example\"]\n");
+    assert_ne!(a.profiles["d"].fingerprint(), b.profiles["d"].fingerprint());
+    let g = ok("[network]\nhosts = [\"a.example\"]\n[profiles.d]\n");
+    let n = ok("[profiles.d]\n");
+    assert_ne!(
+        join_fingerprint(&g, &g.profiles["d"]),
+        join_fingerprint(&n, &n.profiles["d"])
+    );
+    assert_eq!(g.profiles["d"].fingerprint(), n.profiles["d"].fingerprint());
 }

@@ -8,7 +8,7 @@ use super::*;
 
 const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "images", "profiles"];
 const IMAGE_KEYS: &[&str] = &["base", "packages"];
-const NETWORK_KEYS: &[&str] = &["default_deny"];
+const NETWORK_KEYS: &[&str] = &["default_deny", "hosts"];
 const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
 const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
 const PROFILE_KEYS: &[&str] = &[
@@ -29,7 +29,7 @@ const PROFILE_KEYS: &[&str] = &[
     "secrets",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
-const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode"];
+const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode", "hosts"];
 
 // ---------------------------------------------------------------------------
 // Schema: TOML tree -> Config
@@ -178,6 +178,9 @@ impl Schema<'_> {
             if let Some(dd) = t.get("default_deny") {
                 cfg.default_deny = Some(self.prefixes(dd, "network.default_deny")?);
             }
+            if let Some(h) = t.get("hosts") {
+                cfg.hosts = self.hosts(h, "network.hosts")?;
+            }
         }
         if let Some(item) = root.get("escalation") {
             cfg.escalation = self.escalation(item)?;
@@ -227,6 +230,10 @@ impl Schema<'_> {
                             ));
                         }
                     }
+                    // A secret goes only to a name the Domain may reach.
+                    crate::config::secrets::check_hosts(self.file, name, &profile.secrets, |h| {
+                        cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(h))
+                    })?;
                     Ok(profile)
                 });
                 match profile {
@@ -467,11 +474,16 @@ impl Schema<'_> {
             }
             if let Some(m) = nt.get("mode") {
                 let mkey = join_key(&key, "mode");
-                p.network = match self.string(m, &mkey, "\"slirp\" or \"none\"")? {
-                    "slirp" => true,
-                    "none" => false,
-                    other => return Err(self.invalid(m.line, &mkey, "\"slirp\" or \"none\"", quote(other))),
+                const MODES: &str = "\"slirp\", \"none\" or \"log\"";
+                (p.network, p.egress_log) = match self.string(m, &mkey, MODES)? {
+                    "slirp" => (true, false),
+                    "none" => (false, false),
+                    "log" => (true, true),
+                    other => return Err(self.invalid(m.line, &mkey, MODES, quote(other))),
                 };
+            }
+            if let Some(h) = nt.get("hosts") {
+                p.hosts = self.hosts(h, &join_key(&key, "hosts"))?;
             }
         }
         if let Some(i) = t.get("caps") {
@@ -636,6 +648,24 @@ impl Schema<'_> {
             l.cpu_millis = Some(v.map_err(|e| self.invalid(i.line, &k, e.to_string(), got(&i.val)))?);
         }
         Ok(l)
+    }
+
+    /// `hosts`: unique host patterns (`config::hosts`), each error naming
+    /// the line and the pattern.
+    fn hosts(&self, item: &Item, key: &str) -> Result<Vec<crate::config::hosts::HostPattern>, ConfigError> {
+        const EXPECTED: &str =
+            "an array of host names like \"api.example.com\", \"*.example.com\" or \"example.com:22\"";
+        let mut seen: Vec<(usize, crate::config::hosts::HostPattern)> = Vec::new();
+        for (line, s) in self.strings(item, key, EXPECTED)? {
+            let h: crate::config::hosts::HostPattern = s
+                .parse()
+                .map_err(|e: crate::config::hosts::PatternError| self.invalid(line, key, e.to_string(), quote(s)))?;
+            if let Some((first_line, _)) = seen.iter().find(|(_, q)| *q == h) {
+                return Err(self.duplicate(line, *first_line, key, s));
+            }
+            seen.push((line, h));
+        }
+        Ok(seen.into_iter().map(|(_, h)| h).collect())
     }
 
     fn duplicate(&self, line: usize, first_line: usize, key: &str, value: &str) -> ConfigError {

@@ -55,6 +55,8 @@ pub struct Network {
     pub inode: u64,
     /// Identity of the router namespace.
     pub router_inode: u64,
+    /// Allow-by-name mode: the egress gate's threads in the router.
+    pub gate: Option<crate::net::gate::Handle>,
 }
 
 /// First existing path of a host tool (the supervisor's PATH may lack sbin).
@@ -346,8 +348,20 @@ pub fn install(
         router,
         slirp,
         slirp_start,
+        gate: None,
     };
-    let result = install_routes(&net, plan, fault);
+    let result = install_routes(&net, plan, fault).and_then(|()| match &plan.gate {
+        None => Ok(None),
+        Some(_) => {
+            let log = gen_dir.parent().unwrap_or(gen_dir).join(crate::net::gate::LOG_FILE);
+            install_gate(&net, plan).and_then(|()| {
+                crate::net::gate::start(&net.router, plan, log)
+                    .map(Some)
+                    .map_err(|e| InstallError::Step("starting the egress gate", e))
+            })
+        }
+    });
+    let result = result.map(|g| net.gate = g);
     if let Err(e) = result {
         stop_slirp(&mut net);
         return Err(e);
@@ -395,6 +409,107 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
     }
     ip_batch(&net.router, "installing the network policy in the router", &cmds)?;
     attest(net, &expected)
+}
+
+/// The router's rules in allow-by-name mode, in order: the sandbox's
+/// packets (`iif lzr1`) first see what is still forwarded (table
+/// `GATE_TABLE`), then the local table, where `local 0.0.0.0/0` makes
+/// every other destination the router's own (the gate's listeners, or a
+/// RST); everything else (the gate's own connections, replies from
+/// slirp4netns) sees the local table without that route, then main.
+pub const GATE_RULES: [&str; 4] = [
+    "10:\tfrom all iif lzr1 lookup 100",
+    "11:\tfrom all iif lzr1 lookup local",
+    "20:\tfrom all lookup local suppress_prefixlength 0",
+    "32766:\tfrom all lookup main",
+];
+
+fn install_gate(net: &Network, plan: &Plan) -> Result<(), InstallError> {
+    let Some(gate) = &plan.gate else { return Ok(()) };
+    let (rif, t) = (netpolicy::ROUTER_IF, netpolicy::GATE_TABLE);
+    let mut cmds = vec![
+        format!("rule add pref 10 iif {rif} lookup {t}"),
+        format!("rule add pref 11 iif {rif} lookup local"),
+        "rule add pref 20 lookup local suppress_prefixlength 0".to_string(),
+        "rule del pref 0".to_string(),
+        "rule del pref 32767".to_string(),
+        "route add local 0.0.0.0/0 dev lo table local".to_string(),
+    ];
+    for r in &gate.forwarded {
+        let p = r.prefix;
+        cmds.push(match r.kind {
+            RouteKind::Helper if p.len == 32 && p.addr == std::net::IpAddr::V4(netpolicy::SLIRP_GATEWAY) => {
+                format!("route add {p} dev {} table {t}", netpolicy::TAP)
+            }
+            RouteKind::Helper => format!(
+                "route add {p} via {} dev {} onlink table {t}",
+                netpolicy::SLIRP_GATEWAY,
+                netpolicy::TAP
+            ),
+            RouteKind::Reject => format!("route add throw {p} table {t}"),
+        });
+    }
+    ip_batch(&net.router, "installing the egress gate's routes in the router", &cmds)?;
+    // Read-back: exactly these rules, and the router's own decision for a
+    // packet from the sandbox to a sample of every planned route.
+    let rules = ip_show(&net.router, &["-4", "rule", "show"])?;
+    let got: Vec<String> = rules
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replacen(' ', "\t", 1)
+        })
+        .collect();
+    let want: Vec<String> = GATE_RULES
+        .iter()
+        .map(|r| {
+            r.replace("lzr1", rif)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replacen(' ', "\t", 1)
+        })
+        .collect();
+    if got != want {
+        return Err(InstallError::Readiness(netpolicy::RouteMismatch::Unreadable(format!(
+            "the router's rules are {got:?}, expected {want:?}"
+        ))));
+    }
+    let mut samples: Vec<(std::net::Ipv4Addr, RouteKind, crate::config::Prefix)> = plan
+        .lookups()
+        .into_iter()
+        .map(|(a, r)| (a, plan.sandbox_kind(a), r.prefix))
+        .collect();
+    for r in &gate.forwarded {
+        if let std::net::IpAddr::V4(a) = r.prefix.addr {
+            samples.push((a, plan.sandbox_kind(a), r.prefix));
+        }
+    }
+    for (a, kind, prefix) in samples {
+        let out = ip_show(
+            &net.router,
+            &[
+                "-o",
+                "route",
+                "get",
+                &a.to_string(),
+                "from",
+                &netpolicy::SANDBOX_ADDR.to_string(),
+                "iif",
+                rif,
+            ],
+        );
+        let out = match &out {
+            Ok(o) => Ok(o.as_str()),
+            Err(InstallError::IpShow(_, e)) => Err(e.as_str()),
+            Err(_) => return out.map(|_| ()),
+        };
+        netpolicy::verify_lookup(a, kind, out).map_err(|e| InstallError::Lookup(prefix, e))?;
+    }
+    Ok(())
 }
 
 /// The router's own route lookups for `plan` (a packet from the sandbox

@@ -2,8 +2,10 @@
 //! generation's namespaces (Runtime Supervisor side), the coordinator's side
 //! of the role, and `lazaret net show`.
 
+pub mod gate;
 pub mod install;
 pub mod policy;
 pub mod show;
 pub mod sidecar;
 pub mod subst;
+pub mod tls;

@@ -39,6 +39,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
+use crate::config::hosts::HostPattern;
 use crate::config::{Prefix, Profile};
 use crate::plan::Json;
 use crate::wire::guest::{ProbeCmd, ProbeKind, ProbeSpec};
@@ -170,7 +171,32 @@ pub struct Policy {
     /// IPv6 prefixes in the config, ignored because IPv6 is disabled.
     pub ignored_v6: Vec<Prefix>,
     pub warnings: Vec<String>,
+    /// Allow-by-name mode (`network.hosts` or `network.mode = "log"`):
+    /// the sandbox's traffic goes to the egress gate, not forwarded.
+    pub gate: Option<Gate>,
 }
+
+/// Allow-by-name mode (docs/network.md, "Egress by name").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// `network.mode = "log"`: every name is allowed and logged.
+    pub log_only: bool,
+    /// `[network] hosts` then the profile's, without duplicates.
+    pub hosts: Vec<HostPattern>,
+    /// What the gate resolves names through: the profile's `network.dns`,
+    /// else slirp4netns's forwarder (the host's resolver).
+    pub upstream: Vec<Ipv4Addr>,
+}
+
+/// The gate's address for the sandbox: its DNS resolver and explicit proxy
+/// (`HTTPS_PROXY=http://169.254.255.2:3128`) live on the router's end of
+/// the link.
+pub const GATE_ADDR: Ipv4Addr = ROUTER_ADDR;
+/// The gate's explicit-proxy port (any gate port takes `CONNECT` too).
+pub const PROXY_PORT: u16 = 3128;
+/// The router's table of what it still forwards for the sandbox in
+/// allow-by-name mode (profile `allow` ranges, slirp4netns's gateway).
+pub const GATE_TABLE: u32 = 100;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetError {
@@ -434,7 +460,69 @@ pub fn derive_with_host_nets(
         custom_dns,
         ignored_v6,
         warnings,
+        gate: None,
     })
+}
+
+impl Policy {
+    /// Allow-by-name mode when `global` (`[network] hosts`) or the
+    /// profile's `network.hosts` name any host, or with `network.mode =
+    /// "log"`; otherwise the policy as derived. The sandbox's resolver
+    /// becomes the gate's; the derived resolvers are the gate's upstream.
+    pub fn by_name(mut self, global: &[HostPattern], profile: &Profile) -> Policy {
+        if !self.enabled {
+            return self;
+        }
+        let mut hosts: Vec<HostPattern> = Vec::new();
+        for h in global.iter().chain(&profile.hosts) {
+            if !hosts.contains(h) {
+                hosts.push(h.clone());
+            }
+        }
+        if hosts.is_empty() && !profile.egress_log {
+            return self;
+        }
+        let upstream = std::mem::replace(&mut self.resolvers, vec![GATE_ADDR]);
+        self.gate = Some(Gate {
+            log_only: profile.egress_log,
+            hosts,
+            upstream,
+        });
+        self
+    }
+
+    /// In allow-by-name mode, what the router still forwards for the
+    /// sandbox: profile `allow` ranges and slirp4netns's gateway (port
+    /// forwards answer through it), and the denies inside those ranges
+    /// (`Reject`: back to the gate). Longest prefix first.
+    pub fn forwarded(&self) -> Vec<PlanRoute> {
+        let allows: Vec<Prefix> = self
+            .rules
+            .iter()
+            .filter(|r| r.action == Action::Allow && r.source == Source::ProfileAllow)
+            .map(|r| r.prefix)
+            .collect();
+        let mut out = Vec::new();
+        for r in &self.rules {
+            let kind = if allows.contains(&r.prefix) {
+                RouteKind::Helper
+            } else if r.action == Action::Deny && allows.iter().any(|a| a.len < r.prefix.len && a.contains(&r.prefix)) {
+                RouteKind::Reject
+            } else {
+                continue;
+            };
+            out.push(PlanRoute { prefix: r.prefix, kind });
+        }
+        let gw = host(SLIRP_GATEWAY);
+        if !out.iter().any(|r| r.prefix == gw) {
+            out.push(PlanRoute {
+                prefix: gw,
+                kind: RouteKind::Helper,
+            });
+        }
+        out.sort_by(|a, b| b.prefix.len.cmp(&a.prefix.len).then(a.prefix.addr.cmp(&b.prefix.addr)));
+        out
+    }
 }
 
 /// The host addresses that get a `/32` deny: every IPv4 address of the
@@ -552,6 +640,12 @@ impl Policy {
             enabled: self.enabled,
             custom_dns: self.custom_dns,
             routes: if self.enabled { self.routes() } else { Vec::new() },
+            gate: self.gate.as_ref().map(|g| GatePlan {
+                log_only: g.log_only,
+                hosts: g.hosts.clone(),
+                upstream: g.upstream.clone(),
+                forwarded: self.forwarded(),
+            }),
         }
     }
 
@@ -627,8 +721,9 @@ impl Policy {
         }
         for r in &self.resolvers {
             checks.push(spec(ProbeKind::Resolver, (*r).into(), None));
-            if self.custom_dns {
-                // Only a resolver the user chose is queried: slirp's own
+            if self.custom_dns || self.gate.is_some() {
+                // Only a resolver the user chose (or the gate's, which
+                // refuses the probe's name) is queried: slirp's own
                 // forwarder would send the query on to the host's resolver.
                 checks.push(spec(ProbeKind::DnsQuery, (*r).into(), None));
             }
@@ -668,6 +763,9 @@ impl Policy {
              the sandbox (gVisor) has one route, to the router, and cannot configure the router, \
              whatever it does to its own routes\n",
         );
+        if let Some(g) = &self.gate {
+            s.push_str(&self.describe_gate(g));
+        }
         s.push_str(&format!(
             "DNS resolvers: {}{}\n",
             self.resolvers
@@ -675,7 +773,9 @@ impl Policy {
                 .map(|r| r.to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            if self.custom_dns {
+            if self.gate.is_some() {
+                " (the egress gate's resolver: listed names only)"
+            } else if self.custom_dns {
                 " (network.dns)"
             } else {
                 " (slirp4netns forwarder to the host's resolver)"
@@ -694,9 +794,77 @@ impl Policy {
         s
     }
 
+    /// `net show`'s allow-by-name section.
+    fn describe_gate(&self, g: &Gate) -> String {
+        let mut s = String::new();
+        if g.log_only {
+            s.push_str(
+                "egress by name: LOG mode (network.mode = \"log\"): the sandbox's TCP goes to the egress gate in \
+                 the router, which allows every name and logs it (`lazaret net log`)\n",
+            );
+        } else {
+            s.push_str(
+                "egress by name: the sandbox reaches only these hosts (network.hosts); every other destination is \
+                 refused, public addresses included:\n",
+            );
+        }
+        for h in &g.hosts {
+            let ports: Vec<String> = h.ports().iter().map(|p| p.to_string()).collect();
+            s.push_str(&format!("  host {:<30} ports {}\n", h.to_string(), ports.join(",")));
+        }
+        s.push_str(&format!(
+            "  enforced by the egress gate in the router namespace: TCP from the sandbox is delivered to the gate, \
+             never forwarded; it decides by the name the client sends (TLS SNI, HTTP Host, CONNECT) or the \
+             address its resolver gave for that name, and connects to that name's own addresses; explicit proxy \
+             at http://{GATE_ADDR}:{PROXY_PORT}; DNS only from the gate's resolver ({GATE_ADDR}); other UDP \
+             refused\n",
+        ));
+        s.push_str(&format!(
+            "  the gate resolves through: {}\n",
+            g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+        let fwd: Vec<String> = self
+            .forwarded()
+            .iter()
+            .filter(|r| r.kind == RouteKind::Helper && r.prefix != host(SLIRP_GATEWAY))
+            .map(|r| r.prefix.to_string())
+            .collect();
+        if fwd.is_empty() {
+            s.push_str("  forwarded by address: nothing (no profile network.allow)\n");
+        } else {
+            s.push_str(&format!(
+                "  forwarded by address (profile network.allow): {}\n",
+                fwd.join(", ")
+            ));
+        }
+        s
+    }
+
     pub fn to_json(&self) -> Json {
+        let gate = match &self.gate {
+            None => Json::Null,
+            Some(g) => Json::Obj(vec![
+                ("mode", Json::s(if g.log_only { "log" } else { "enforce" })),
+                (
+                    "hosts",
+                    Json::strs(&g.hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>()),
+                ),
+                (
+                    "upstream",
+                    Json::strs(&g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>()),
+                ),
+            ]),
+        };
         Json::Obj(vec![
-            ("mode", Json::s(if self.enabled { "slirp" } else { "none" })),
+            (
+                "mode",
+                Json::s(match (&self.gate, self.enabled) {
+                    (_, false) => "none",
+                    (Some(g), true) if g.log_only => "log",
+                    _ => "slirp",
+                }),
+            ),
+            ("hosts", gate),
             (
                 "rules",
                 Json::Arr(
@@ -736,7 +904,7 @@ pub struct Sample {
 
 // ---- the install plan (HC → RS) ---------------------------------------------------
 
-pub use crate::wire::plan::{Plan, PlanRoute, RouteKind};
+pub use crate::wire::plan::{GatePlan, Plan, PlanRoute, RouteKind};
 
 impl PlanRoute {
     /// `ip route replace` arguments for the router namespace.
@@ -776,7 +944,51 @@ impl Plan {
         for r in &self.routes {
             s.push_str(&format!("route {} {}\n", r.prefix, r.word()));
         }
+        // Added after the format above: plans without a gate keep their digest.
+        if let Some(g) = &self.gate {
+            s.push_str(&format!("gate {}\n", if g.log_only { "log" } else { "enforce" }));
+            for h in &g.hosts {
+                s.push_str(&format!("host {h}\n"));
+            }
+            for u in &g.upstream {
+                s.push_str(&format!("upstream {u}\n"));
+            }
+            for r in &g.forwarded {
+                s.push_str(&format!("forward {} {}\n", r.prefix, r.word()));
+            }
+        }
         s
+    }
+
+    /// In allow-by-name mode, the router's decision for a packet from the
+    /// sandbox to `addr`: `Helper` if a forwarded route decides it, else
+    /// `Reject` (local to the router: the gate, or a RST).
+    pub fn sandbox_kind(&self, addr: Ipv4Addr) -> RouteKind {
+        self.gate
+            .as_ref()
+            .and_then(|g| {
+                g.forwarded
+                    .iter()
+                    .filter(|r| contains(&r.prefix, addr))
+                    .max_by_key(|r| r.prefix.len)
+            })
+            .map_or(RouteKind::Reject, |r| r.kind)
+    }
+
+    /// Whether the gate may connect to `addr` (a resolved address, or the
+    /// original destination in log mode): refused when a reject route of
+    /// the policy decides it (RFC 1918, link-local, the host's own
+    /// addresses, profile denies), or it is the router link or
+    /// slirp4netns's own network.
+    pub fn gate_may_connect(&self, addr: Ipv4Addr) -> bool {
+        if contains(&pfx(ROUTER_LINK), addr) || contains(&pfx(SLIRP_NET), addr) || addr.is_loopback() {
+            return false;
+        }
+        self.routes
+            .iter()
+            .filter(|r| contains(&r.prefix, addr))
+            .max_by_key(|r| r.prefix.len)
+            .is_some_and(|r| r.kind == RouteKind::Helper)
     }
 
     /// Compares `ip -4 route show table main` output of the router

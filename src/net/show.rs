@@ -70,7 +70,8 @@ pub fn show(
         (Vec::new(), Vec::new())
     };
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
-        .map_err(sidecar::SidecarError::Policy)?;
+        .map_err(sidecar::SidecarError::Policy)?
+        .by_name(&cfg.hosts, profile);
     let readiness = published
         .then(|| {
             read(crate::wire::show::read_readiness(
@@ -203,7 +204,7 @@ mod secret_tests {
     fn secrets_are_listed_without_values() {
         let cfg = crate::config::parse(
             std::path::Path::new("/c.toml"),
-            "[profiles.c.secrets.API_KEY]\nfrom = \"file:/k/secret-file\"\nhosts = [\"api.test\"]\n",
+            "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.API_KEY]\nfrom = \"file:/k/secret-file\"\nhosts = [\"api.test\"]\n",
         )
         .unwrap();
         let p = cfg.profile("c").unwrap();
@@ -217,4 +218,70 @@ mod secret_tests {
         );
         assert_eq!(super::describe_secrets(&[]), "secrets: none\n");
     }
+}
+
+/// `lazaret net log`: the egress gate's log of the Domain (its runtime dir
+/// `run`), aggregated, newest first, and the `hosts` line that would allow
+/// the refused names. Names came from the sandbox: printed escaped.
+pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: bool) -> i32 {
+    use crate::net::gate;
+    let text = std::fs::read_to_string(run.join(gate::LOG_FILE)).unwrap_or_default();
+    let rows = gate::summarize(&gate::parse_log(&text));
+    let mut current: Vec<crate::config::hosts::HostPattern> = cfg.hosts.clone();
+    current.extend(profile.hosts.iter().cloned());
+    let suggestion = gate::suggestion(&current, &rows);
+    if json {
+        let out = Json::Obj(vec![
+            ("domain_id", Json::s(domain_id)),
+            ("profile", Json::s(&profile.name)),
+            (
+                "entries",
+                Json::Arr(
+                    rows.iter()
+                        .map(|(e, n)| {
+                            Json::Obj(vec![
+                                ("last_ms", Json::s(e.ms.to_string())),
+                                ("action", Json::s(&e.action)),
+                                ("proto", Json::s(&e.proto)),
+                                ("name", Json::s(&e.what)),
+                                ("port", Json::s(e.port.to_string())),
+                                ("reason", Json::s(&e.why)),
+                                ("count", Json::s(n.to_string())),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+            ("suggestion", suggestion.as_deref().map_or(Json::Null, Json::s)),
+        ]);
+        println!("{}", out.render());
+        return 0;
+    }
+    if rows.is_empty() {
+        println!("egress log of Domain {domain_id} (profile {}): empty", profile.name);
+        return 0;
+    }
+    println!(
+        "egress log of Domain {domain_id} (profile {}), newest first:",
+        profile.name
+    );
+    for (e, n) in &rows {
+        let esc = crate::display::escape;
+        println!(
+            "  {:<8} {:<3} {}:{} x{n} ({})",
+            esc(&e.action),
+            esc(&e.proto),
+            esc(&e.what),
+            e.port,
+            esc(&e.why)
+        );
+    }
+    if let Some(s) = suggestion {
+        println!(
+            "to allow the refused names, in [profiles.{}.network]:\n  {}",
+            profile.name,
+            crate::display::escape(&s)
+        );
+    }
+    0
 }

@@ -187,7 +187,8 @@ impl NetRole {
             (Vec::new(), Vec::new())
         };
         let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
-            .map_err(SidecarError::Policy)?;
+            .map_err(SidecarError::Policy)?
+            .by_name(&cfg.hosts, profile);
         for w in &policy.warnings {
             log::warn!("network policy: {w}");
         }

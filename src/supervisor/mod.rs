@@ -171,6 +171,9 @@ pub fn main(mut args: Args) -> i32 {
     let watch = |fuse: &mut Vec<Child>, net: &mut Option<netns::Network>| -> Option<String> {
         let mut helpers: Vec<(&str, &mut Child)> = fuse.iter_mut().map(|c| ("fuse-overlayfs", c)).collect();
         if let Some(n) = net.as_mut() {
+            if n.gate.as_ref().is_some_and(|g| g.ended()) {
+                return Some("the egress gate".into());
+            }
             helpers.push(("slirp4netns", &mut n.slirp));
         }
         dead_helper(&mut helpers, &_views)

@@ -35,6 +35,24 @@ pub struct Plan {
     pub enabled: bool,
     pub custom_dns: bool,
     pub routes: Vec<PlanRoute>,
+    /// Allow-by-name mode: the router delivers the sandbox's traffic to the
+    /// egress gate (`net::gate`) instead of forwarding it.
+    pub gate: Option<GatePlan>,
+}
+
+/// The egress gate's part of the install plan (`net::policy::Policy::plan`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatePlan {
+    /// `network.mode = "log"`: every name is allowed and logged.
+    pub log_only: bool,
+    /// The names the Domain may reach (`[network] hosts` and the profile's).
+    pub hosts: Vec<crate::config::hosts::HostPattern>,
+    /// Resolvers the gate asks, from the router namespace.
+    pub upstream: Vec<std::net::Ipv4Addr>,
+    /// Routes the router still forwards for the sandbox (its table
+    /// `GATE_TABLE`): profile `allow` ranges and slirp4netns's gateway
+    /// (`Helper`); denies inside them (`Reject`: back to the gate).
+    pub forwarded: Vec<PlanRoute>,
 }
 
 /// The State Anchor's overlay driver for one persisted path.
@@ -98,6 +116,49 @@ fn dec_driver(d: &mut Dec) -> Result<Driver, DecodeError> {
     }
 }
 
+fn enc_route(e: &mut Enc, r: &PlanRoute) {
+    let a = match r.prefix.addr {
+        std::net::IpAddr::V4(a) => a.octets(),
+        // Never planned (`Policy::routes` is IPv4 only); an
+        // unmatchable prefix the decoder refuses.
+        std::net::IpAddr::V6(_) => [255; 4],
+    };
+    for b in a {
+        e.u8(b);
+    }
+    e.u8(r.prefix.len).u8(match r.kind {
+        RouteKind::Helper => 1,
+        RouteKind::Reject => 2,
+    });
+}
+
+fn dec_gate(d: &mut Dec) -> Result<Option<GatePlan>, DecodeError> {
+    if !d.flag()? {
+        return Ok(None);
+    }
+    let log_only = d.flag()?;
+    let mut hosts = Vec::new();
+    for s in d.strs()? {
+        hosts.push(s.parse().map_err(|_| DecodeError::BadValue("host pattern"))?);
+    }
+    let mut upstream = Vec::new();
+    for _ in 0..d.count()? {
+        let b: [u8; 4] = d.bytes()?.try_into().map_err(|_| DecodeError::BadValue("resolver"))?;
+        upstream.push(std::net::Ipv4Addr::from(b));
+    }
+    let mut forwarded = Vec::new();
+    for _ in 0..d.count()? {
+        let r = dec_route(d, &forwarded)?;
+        forwarded.push(r);
+    }
+    Ok(Some(GatePlan {
+        log_only,
+        hosts,
+        upstream,
+        forwarded,
+    }))
+}
+
 /// An IPv4 prefix with its host bits zero, no route twice.
 fn dec_route(d: &mut Dec, seen: &[PlanRoute]) -> Result<PlanRoute, DecodeError> {
     let a: [u8; 4] = d.take(4)?.try_into().unwrap();
@@ -124,19 +185,24 @@ impl Message for PlanMsg {
                 let mut e = Enc::new(1);
                 e.u8(p.enabled as u8).u8(p.custom_dns as u8).u32(p.routes.len() as u32);
                 for r in &p.routes {
-                    let a = match r.prefix.addr {
-                        std::net::IpAddr::V4(a) => a.octets(),
-                        // Never planned (`Policy::routes` is IPv4 only); an
-                        // unmatchable prefix the decoder refuses.
-                        std::net::IpAddr::V6(_) => [255; 4],
-                    };
-                    for b in a {
-                        e.u8(b);
+                    enc_route(&mut e, r);
+                }
+                match &p.gate {
+                    None => {
+                        e.u8(0);
                     }
-                    e.u8(r.prefix.len).u8(match r.kind {
-                        RouteKind::Helper => 1,
-                        RouteKind::Reject => 2,
-                    });
+                    Some(g) => {
+                        e.u8(1).u8(g.log_only as u8);
+                        e.strs(&g.hosts.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+                        e.u32(g.upstream.len() as u32);
+                        for a in &g.upstream {
+                            e.bytes(&a.octets());
+                        }
+                        e.u32(g.forwarded.len() as u32);
+                        for r in &g.forwarded {
+                            enc_route(&mut e, r);
+                        }
+                    }
                 }
                 e.finish()
             }
@@ -188,10 +254,12 @@ impl Message for PlanMsg {
                     let r = dec_route(&mut d, &routes)?;
                     routes.push(r);
                 }
+                let gate = dec_gate(&mut d)?;
                 PlanMsg::Network(Plan {
                     enabled,
                     custom_dns,
                     routes,
+                    gate,
                 })
             }
             2 => {
@@ -306,11 +374,27 @@ pub(crate) mod tests {
                     route("10.0.0.0/8", RouteKind::Reject),
                     route("198.18.0.7/32", RouteKind::Helper),
                 ],
+                gate: None,
             }),
             PlanMsg::Network(Plan {
                 enabled: false,
                 custom_dns: true,
                 routes: vec![],
+                gate: None,
+            }),
+            PlanMsg::Network(Plan {
+                enabled: true,
+                custom_dns: true,
+                routes: vec![route("0.0.0.0/0", RouteKind::Helper)],
+                gate: Some(GatePlan {
+                    log_only: false,
+                    hosts: vec!["a.test".parse().unwrap(), "*.b.test:22".parse().unwrap()],
+                    upstream: vec!["198.18.0.2".parse().unwrap()],
+                    forwarded: vec![
+                        route("198.18.4.0/24", RouteKind::Helper),
+                        route("198.18.4.8/29", RouteKind::Reject),
+                    ],
+                }),
             }),
             PlanMsg::Views {
                 owner: 1000,

@@ -24,6 +24,7 @@ mod git_v2;
 mod limits;
 mod net;
 mod net_v2;
+mod secrets;
 mod sessions;
 mod state;
 mod view_v2;
