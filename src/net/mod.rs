@@ -8,4 +8,5 @@ pub mod policy;
 pub mod show;
 pub mod sidecar;
 pub mod subst;
+pub mod terminate;
 pub mod tls;
