@@ -119,7 +119,11 @@ fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) -> Result<(
         Err(Refusal::Leak { .. }) => {}
         _ => return Err(swap("a sentinel towards another host was not refused")),
     }
-    crate::net::tls::self_check(host)
+    crate::net::tls::self_check(host)?;
+    // The gate's side: a leaf per bound name, the system roots load.
+    let anchor = crate::coordinator::trust::TrustAnchor::new("selfcheck", 1, "selfcheck")?;
+    crate::net::terminate::Secrets::build(b.to_vec(), &anchor, None)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -706,9 +706,11 @@ mod tests {
             ttl_s: None,
             line: 3,
         };
-        let e = check_hosts(Path::new("/cfg.toml"), "c", &[s.clone()], |h| h == "api.test")
-            .unwrap_err()
-            .to_string();
+        let e = check_hosts(Path::new("/cfg.toml"), "c", std::slice::from_ref(&s), |h| {
+            h == "api.test"
+        })
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("evil.test") && e.contains("profiles.c.secrets.K.hosts") && e.contains("/cfg.toml:3:"),
             "{e}"

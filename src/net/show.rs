@@ -198,28 +198,6 @@ fn describe_secrets(secrets: &[crate::config::secrets::Secret]) -> String {
     out
 }
 
-#[cfg(test)]
-mod secret_tests {
-    #[test]
-    fn secrets_are_listed_without_values() {
-        let cfg = crate::config::parse(
-            std::path::Path::new("/c.toml"),
-            "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.API_KEY]\nfrom = \"file:/k/secret-file\"\nhosts = [\"api.test\"]\n",
-        )
-        .unwrap();
-        let p = cfg.profile("c").unwrap();
-        let text = super::describe_secrets(&p.secrets);
-        assert!(text.contains("API_KEY from file -> api.test"), "{text}");
-        assert!(!text.contains("/k/secret-file"), "{text}");
-        let j = super::secrets_json(&p.secrets).render();
-        assert!(
-            j.contains("\"API_KEY\"") && j.contains("\"file\"") && j.contains("api.test"),
-            "{j}"
-        );
-        assert_eq!(super::describe_secrets(&[]), "secrets: none\n");
-    }
-}
-
 /// `lazaret net log`: the egress gate's log of the Domain (its runtime dir
 /// `run`), aggregated, newest first, and the `hosts` line that would allow
 /// the refused names. Names came from the sandbox: printed escaped.
@@ -284,4 +262,26 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
         );
     }
     0
+}
+
+#[cfg(test)]
+mod secret_tests {
+    #[test]
+    fn secrets_are_listed_without_values() {
+        let cfg = crate::config::parse(
+            std::path::Path::new("/c.toml"),
+            "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.API_KEY]\nfrom = \"file:/k/secret-file\"\nhosts = [\"api.test\"]\n",
+        )
+        .unwrap();
+        let p = cfg.profile("c").unwrap();
+        let text = super::describe_secrets(&p.secrets);
+        assert!(text.contains("API_KEY from file -> api.test"), "{text}");
+        assert!(!text.contains("/k/secret-file"), "{text}");
+        let j = super::secrets_json(&p.secrets).render();
+        assert!(
+            j.contains("\"API_KEY\"") && j.contains("\"file\"") && j.contains("api.test"),
+            "{j}"
+        );
+        assert_eq!(super::describe_secrets(&[]), "secrets: none\n");
+    }
 }

@@ -10,7 +10,8 @@
 //! `Basic` credentials, decoded and encoded again). A sentinel of a secret
 //! that is *not* bound to this host, in the head or anywhere in the body,
 //! refuses the request before any byte of it is sent ([`Refusal::Leak`]).
-//! Bodies stream through as they arrive.
+//! Bodies stream through as they arrive; chunked trailers are dropped
+//! both ways (never parsed, never forwarded).
 //!
 //! Towards the sandbox ([`ResponseSide`]): every real value in a response
 //! head or body becomes its sentinel, streaming (a partial match at the
@@ -592,13 +593,12 @@ impl RequestSide {
                 }
                 let d = d?;
                 emit(out, &data_out, chunked);
-                let Some(trailers) = d.end else {
+                if d.end.is_none() {
                     return Ok(());
-                };
+                }
                 if chunked {
-                    out.extend_from_slice(b"0\r\n");
-                    let t = self.head_repl.once(&trailers).map_err(|n| self.leak_at(n))?;
-                    out.extend_from_slice(&t);
+                    // Trailers are dropped: never parsed, never forwarded.
+                    out.extend_from_slice(b"0\r\n\r\n");
                 }
                 self.body = None;
                 self.leak.held.clear();
@@ -761,20 +761,15 @@ impl ResponseSide {
                     let _ = repl.feed(data, &mut data_out);
                     Ok(())
                 })?;
-                let Some(trailers) = d.end else {
+                if d.end.is_none() {
                     emit(out, &data_out, rechunk);
                     return Ok(());
-                };
+                }
                 self.repl.finish(&mut data_out);
                 emit(out, &data_out, rechunk);
                 if rechunk {
-                    out.extend_from_slice(b"0\r\n");
-                    let t = if trailers.is_empty() {
-                        b"\r\n".to_vec()
-                    } else {
-                        self.repl.once(&trailers).unwrap_or_default()
-                    };
-                    out.extend_from_slice(&t);
+                    // Trailers are dropped, as towards the server.
+                    out.extend_from_slice(b"0\r\n\r\n");
                 } else {
                     self.closing = true;
                 }
@@ -1057,6 +1052,12 @@ mod tests {
         assert_eq!(ex.len(), 2);
         assert!(contains(&out, &format!("x-api-key: {REAL}")) && !contains(&out, &s1));
         assert!(contains(&out, "3\r\nabc\r\n0\r\n\r\n"));
+        // Trailers never reach the server.
+        let mut side = RequestSide::new("api.test", &b);
+        let req = "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: 1\nGET /smuggled HTTP/1.1\r\n\r\n";
+        let (out, ex) = send(&mut side, &[req.as_bytes()]).unwrap();
+        assert!(out.ends_with(b"1\r\na\r\n0\r\n\r\n") && !contains(&out, "X-T") && !contains(&out, "smuggled"));
+        assert_eq!(ex.len(), 1);
     }
 
     fn receive(side: &mut ResponseSide, ex: &mut VecDeque<Expect>, parts: &[&[u8]]) -> Vec<u8> {

@@ -31,6 +31,30 @@ pub struct Secrets {
 }
 
 impl Secrets {
+    /// The gate's side of a generation's secrets: a leaf per bound name
+    /// from `anchor` (valid [`tls::LEAF_HOURS`]), and the upstream connector
+    /// (system roots, or `upstream_ca`).
+    pub fn build(
+        bindings: Vec<Binding>,
+        anchor: &crate::coordinator::trust::TrustAnchor,
+        upstream_ca: Option<&std::path::Path>,
+    ) -> Result<Secrets, crate::coordinator::trust::TrustError> {
+        let ca = anchor.ca_cert_pem()?;
+        let mut names: Vec<String> = bindings.iter().flat_map(|b| b.hosts.iter().cloned()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut acceptors = Vec::new();
+        for n in names {
+            let leaf = anchor.issue_tls_server(&n, tls::LEAF_HOURS)?;
+            acceptors.push((n, tls::acceptor(&leaf, &ca)?));
+        }
+        Ok(Secrets {
+            bindings: Arc::new(bindings),
+            acceptors,
+            connector: tls::connector(upstream_ca)?,
+        })
+    }
+
     /// Whether the gate terminates connections to `name`: a secret is bound
     /// to it.
     pub fn bound(&self, name: &str) -> bool {
@@ -182,9 +206,10 @@ pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, t
     let Ok(mut inside) = acc.accept(sandbox) else {
         return Outcome::Handshake;
     };
-    let out = s.connector.configure().and_then(|mut c| {
+    // `connect` sets the SNI and checks the certificate names `name`.
+    let out = s.connector.configure().map(|mut c| {
         c.set_verify_hostname(true);
-        Ok(c)
+        c
     });
     let up = match out {
         Ok(c) => c.connect(name, upstream).map_err(|e| e.to_string()),
@@ -216,7 +241,9 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
     let mut expects = VecDeque::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(64 * 1024);
-    let (mut a_open, mut b_open) = (true, true);
+    let mut a_open = true;
+    // The relay ends when upstream closes, so its side stays open.
+    let b_open = true;
     loop {
         let (mut ra, mut rb) = (a_open && a.buffered(), b_open && b.buffered());
         if !ra && !rb {
@@ -351,15 +378,7 @@ mod tests {
             real: SecretValue::new(REAL.into()).unwrap(),
             hosts: vec!["api.test".into()],
         }];
-        let leaf = domain.issue_tls_server("api.test", 1).unwrap();
-        Secrets {
-            bindings: Arc::new(bindings),
-            acceptors: vec![(
-                "api.test".into(),
-                tls::acceptor(&leaf, &domain.ca_cert_pem().unwrap()).unwrap(),
-            )],
-            connector: tls::connector(up_ca).unwrap(),
-        }
+        Secrets::build(bindings, domain, up_ca).unwrap()
     }
 
     /// Runs the gate's handler for one connection on loopback; returns

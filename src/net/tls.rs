@@ -6,9 +6,10 @@
 //! configured CA file, for tests) with the name checked. Every other
 //! allowed host stays end-to-end TLS, untouched.
 //!
-//! The guest trusts the Domain CA through a generated bundle (the image's
-//! bundle plus the CA) bound read-only over the image's bundle path, and
-//! the variables of [`GUEST_TRUST_ENV`] in every session.
+//! The guest is to trust the Domain CA through [`guest_bundle`] (the
+//! image's bundle plus the CA) bound read-only over the image's bundle
+//! path, with `SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`, `REQUESTS_CA_BUNDLE`
+//! and `GIT_SSL_CAINFO` in every session (not wired yet: docs/network.md).
 
 use std::path::Path;
 
@@ -21,16 +22,6 @@ pub const ALPN_HTTP11: &[u8] = b"\x08http/1.1";
 /// How long a leaf for a bound host is valid; the gate issues a new one
 /// per generation (and before this runs out).
 pub const LEAF_HOURS: u32 = 24;
-/// The guest path of the CA bundle Debian-family images read.
-pub const GUEST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
-/// Set to [`GUEST_BUNDLE`] in every session of a Domain with secrets.
-pub const GUEST_TRUST_ENV: [&str; 4] = [
-    "SSL_CERT_FILE",
-    "NODE_EXTRA_CA_CERTS",
-    "REQUESTS_CA_BUNDLE",
-    "GIT_SSL_CAINFO",
-];
-
 /// The sandbox-facing TLS server for `host`: `leaf` (issued for it) and
 /// the CA that issued it, TLS 1.2 or later, ALPN `http/1.1` or none.
 pub fn acceptor(leaf: &Credential, ca_pem: &[u8]) -> Result<SslAcceptor, TrustError> {
@@ -124,9 +115,15 @@ pub fn self_check(host: &str) -> Result<(), SelfCheckError> {
     let leaf = anchor.issue_tls_server(host, 1)?;
     let ca = anchor.ca_cert_pem()?;
     acceptor(&leaf, &ca)?;
+    // Verify against the bundle a guest would get: this host's bundle plus
+    // the Domain CA, as one PEM file.
+    let host_bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").ok();
+    let bundle = guest_bundle(host_bundle.as_deref(), &ca);
     let verify = |name: &str| -> Result<bool, openssl::error::ErrorStack> {
         let mut store = openssl::x509::store::X509StoreBuilder::new()?;
-        store.add_cert(openssl::x509::X509::from_pem(&ca)?)?;
+        for c in openssl::x509::X509::stack_from_pem(&bundle)? {
+            store.add_cert(c)?;
+        }
         let mut p = openssl::x509::verify::X509VerifyParam::new()?;
         p.set_host(name)?;
         store.set_param(&p)?;
