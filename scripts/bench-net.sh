@@ -3,7 +3,11 @@
 #  1. cold start `lazaret run -- true` with the network (slirp4netns, policy,
 #     probe) vs a profile with `network.mode = "none"`;
 #  2. TCP throughput of 256 MiB over one connection, sandbox -> test host vs
-#     host -> test host.
+#     host -> test host;
+#  3. allow-by-name mode (network.hosts, docs/network.md): cold start vs
+#     today's default, a 256 MiB TLS download from a test host through the
+#     egress gate vs the forwarded path, and 100 sequential HTTPS GETs (new
+#     connection each) through the gate vs forwarded (ms per connection).
 # Prints medians and ratios. Run as root: it builds the test "internet" (a
 # test host namespace on 198.18.0.0/15 behind a veth; no packet leaves the
 # machine), then runs lazaret as the test user.
@@ -35,6 +39,7 @@ ns=lzbench-$$; link=lzb$$; hip=198.19.254.1; thip=198.19.254.2
 work=$(mktemp -d "$home/bench-net.XXXXXX"); chown "$user:" "$work"
 cleanup() {
     [ -n "${srv:-}" ] && kill "$srv" 2>/dev/null || true
+    [ -n "${srv2:-}" ] && kill "$srv2" 2>/dev/null || true
     ip link del "$link" 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "$work"
@@ -59,12 +64,55 @@ def serve(c):
 while True:
     c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
 ' "$thip" & srv=$!
+# TLS (test CA made here) on 443: GET /big sends BENCH_MIB MiB, anything
+# else a short body; DNS on 53: bench.test -> the test host.
+( cd "$work" && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=bench-ca \
+    && openssl req -newkey rsa:2048 -nodes -keyout srv.key -out srv.csr -subj /CN=bench.test \
+    && printf 'subjectAltName=DNS:bench.test\n' > ext \
+    && openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 -extfile ext ) \
+    >/dev/null 2>&1
+ip netns exec "$ns" /usr/bin/python3 -c '
+import socket, ssl, sys, threading
+ip, cert, key, mib = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(cert, key)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((ip, 443)); s.listen(64)
+def serve(c):
+    try:
+        c = ctx.wrap_socket(c, server_side=True)
+        req = c.recv(4096)
+        if req.startswith(b"GET /big"):
+            n = mib << 20; buf = b"\0" * (1 << 20)
+            c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % n)
+            for _ in range(mib): c.sendall(buf)
+        else:
+            c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        c.close()
+    except Exception:
+        pass
+def dns():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((ip, 53))
+    while True:
+        q, a = u.recvfrom(512); e = 12
+        while q[e] != 0: e += q[e] + 1
+        e += 5
+        u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e]
+                 + b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(ip), a)
+threading.Thread(target=dns, daemon=True).start()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+' "$thip" "$work/srv.pem" "$work/srv.key" "$mib" & srv2=$!
 sleep 0.5
 
 mkdir -p "$work/cfg/lazaret" "$work/ws"
 cat > "$work/cfg/lazaret/config.toml" <<EOF
 [profiles.none.network]
 mode = "none"
+[profiles.fwd.network]
+dns = ["$thip"]
+[profiles.names.network]
+dns = ["$thip"]
+hosts = ["bench.test"]
 EOF
 chown -R "$user:" "$work"
 as_user() {
@@ -76,6 +124,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 cd "$work/ws"
 as_user "$lz" run --quiet --profile default -- true   # warm: prepares the lower
 as_user "$lz" run --quiet --profile none -- true
+as_user "$lz" run --quiet --profile names -- true
 
 base=${BENCH_BASELINE_BIN:-}
 if [ -n "$base" ]; then
@@ -86,15 +135,16 @@ fi
 # cold LZ PROFILE: milliseconds of one `lazaret run -- true`.
 cold() { local t0 t1; t0=$(ms); as_user "$1" run --quiet --profile "$2" -- true; t1=$(ms); echo $(( (t1 - t0) / 1000000 )); }
 
-net=(); none=(); bnet=(); bnone=()
+net=(); none=(); bnet=(); bnone=(); names=()
 for _ in $(seq "$rounds"); do
-    net+=($(cold "$lz" default)); none+=($(cold "$lz" none))
+    net+=($(cold "$lz" default)); none+=($(cold "$lz" none)); names+=($(cold "$lz" names))
     if [ -n "$base" ]; then
         bnet+=($(cold "$base/lazaret" default)); bnone+=($(cold "$base/lazaret" none))
     fi
 done
 netm=$(printf '%s\n' "${net[@]}" | median)
 nonem=$(printf '%s\n' "${none[@]}" | median)
+namesm=$(printf '%s\n' "${names[@]}" | median)
 
 # One client script for both sides: sends MIB MiB over one connection,
 # prints MiB/s (waits for the sink's byte count, so all data arrived).
@@ -120,6 +170,40 @@ done
 sbxm=$(printf '%s\n' "${sbx[@]}" | median)
 hstm=$(printf '%s\n' "${hst[@]}" | median)
 
+# TLS download of MIB MiB (MiB/s), and N sequential HTTPS GETs on new
+# connections (ms per GET), to HOST (name for SNI and the certificate) at
+# ADDR (the test host's address, or the name itself to resolve it).
+tls='
+import socket, ssl, sys, time
+ca, host, addr, what = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+open("/tmp/bench-ca.pem", "w").write(ca)
+ctx = ssl.create_default_context(cafile="/tmp/bench-ca.pem")
+def get(path):
+    s = ctx.wrap_socket(socket.create_connection((addr, 443)), server_hostname=host)
+    s.sendall(b"GET " + path + b" HTTP/1.0\r\n\r\n"); n = 0
+    while True:
+        d = s.recv(1 << 20)
+        if not d: break
+        n += len(d)
+    return n
+if what == "big":
+    t = time.monotonic(); n = get(b"/big"); print("%.1f" % (n / (time.monotonic() - t) / (1 << 20)))
+else:
+    get(b"/small"); t = time.monotonic()
+    for _ in range(100): get(b"/small")
+    print("%.2f" % ((time.monotonic() - t) * 10))
+'
+ca=$(cat "$work/ca.pem")
+gbig=(); fbig=(); gget=(); fget=()
+for _ in $(seq 3); do
+    gbig+=($(as_user "$lz" run --quiet --profile names -- python3 -c "$tls" "$ca" bench.test bench.test big))
+    fbig+=($(as_user "$lz" run --quiet --profile fwd -- python3 -c "$tls" "$ca" bench.test "$thip" big))
+    gget+=($(as_user "$lz" run --quiet --profile names -- python3 -c "$tls" "$ca" bench.test bench.test get))
+    fget+=($(as_user "$lz" run --quiet --profile fwd -- python3 -c "$tls" "$ca" bench.test "$thip" get))
+done
+gbigm=$(printf '%s\n' "${gbig[@]}" | median); fbigm=$(printf '%s\n' "${fbig[@]}" | median)
+ggetm=$(printf '%s\n' "${gget[@]}" | median); fgetm=$(printf '%s\n' "${fget[@]}" | median)
+
 echo "rounds: $rounds (cold start), 3 (throughput, ${mib} MiB over one connection)"
 echo "cold start, lazaret run -- true, network (slirp4netns + policy + probe): median ${netm} ms"
 echo "cold start, lazaret run -- true, network.mode = \"none\":                median ${nonem} ms"
@@ -127,6 +211,13 @@ awk -v a="$netm" -v b="$nonem" 'BEGIN { printf "ratio network/none: %.2fx (+%d m
 echo "TCP sandbox -> test host: median ${sbxm} MiB/s"
 echo "TCP host    -> test host: median ${hstm} MiB/s"
 awk -v a="$sbxm" -v b="$hstm" 'BEGIN { printf "ratio sandbox/host: %.3f\n", a / b }'
+echo "allow-by-name (network.hosts = [\"bench.test\"]) vs forwarded, load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "cold start, lazaret run -- true, allow-by-name:                        median ${namesm} ms"
+awk -v a="$namesm" -v b="$netm" 'BEGIN { printf "ratio allow-by-name/default: %.3f (target <= 1.10)\n", a / b }'
+echo "TLS download ${mib} MiB through the gate: median ${gbigm} MiB/s; forwarded: median ${fbigm} MiB/s"
+awk -v a="$gbigm" -v b="$fbigm" 'BEGIN { printf "ratio gate/forwarded throughput: %.3f (target >= 0.9)\n", a / b }'
+echo "100 sequential HTTPS GETs, ms per connection: gate median ${ggetm}, forwarded median ${fgetm}"
+awk -v a="$ggetm" -v b="$fgetm" 'BEGIN { printf "connection setup through the gate: %+.2f ms (target <= +2 ms)\n", a - b }'
 if [ -n "$base" ]; then
     bnetm=$(printf '%s\n' "${bnet[@]}" | median)
     bnonem=$(printf '%s\n' "${bnone[@]}" | median)

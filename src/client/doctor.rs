@@ -124,9 +124,73 @@ pub fn checks() -> Vec<Check> {
     out.push(check_xdg_runtime_dir(&target));
     out.push(check_config());
     out.push(crate::client::secrets::doctor_check());
+    out.push(check_egress_by_name());
     out.push(check_resource_limits());
     out.push(check_git_bare_repository(std::process::Command::new("git")));
     out
+}
+
+/// Allow-by-name mode (`network.hosts`) needs the router namespace's
+/// policy rules and a `local 0.0.0.0/0` route in its local table (docs/
+/// network.md, "Egress by name"): tried in a throwaway user and network
+/// namespace (`unshare -Urn`), no packet sent. Which profiles use it.
+fn check_egress_by_name() -> Check {
+    let users: Vec<String> = crate::config::load(&crate::config::config_path())
+        .map(|cfg| {
+            cfg.profiles
+                .values()
+                .filter(|p| p.network && (!p.hosts.is_empty() || !cfg.hosts.is_empty() || p.egress_log))
+                .map(|p| p.name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let ip = crate::net::install::tool("ip");
+    let script = format!(
+        "{ip} rule add pref 20 lookup local suppress_prefixlength 0 && {ip} rule del pref 0 && \
+         {ip} route add local 0.0.0.0/0 dev lo table local",
+        ip = ip.display()
+    );
+    let tried = std::process::Command::new(crate::net::install::tool("unshare"))
+        .args(["-Urn", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    let used = if users.is_empty() {
+        "no profile uses it".to_string()
+    } else {
+        format!("used by profiles {}", users.join(", "))
+    };
+    match tried {
+        Ok(o) if o.status.success() => Check::pass(
+            "egress-by-name",
+            format!("policy rules and a local default route work in a user-owned network namespace ({used})"),
+        ),
+        Ok(o) => {
+            let detail = format!(
+                "allow-by-name mode (network.hosts) cannot install its router rules: {} ({used})",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            if users.is_empty() {
+                Check::warning(
+                    "egress-by-name",
+                    detail,
+                    "install iproute2 with policy routing (ip rule)",
+                )
+            } else {
+                Check::fail(
+                    "egress-by-name",
+                    detail,
+                    "install iproute2 with policy routing (ip rule)",
+                )
+            }
+        }
+        Err(e) => Check::warning(
+            "egress-by-name",
+            format!("cannot try allow-by-name mode's router rules (unshare: {e}) ({used})"),
+            "install util-linux (unshare) to check",
+        ),
+    }
 }
 
 /// The config file parses and every profile in it is valid.

@@ -15,6 +15,7 @@ mod approvals;
 pub mod broker;
 mod conn_state;
 mod connections;
+mod egress;
 mod error;
 mod sessions;
 mod startup;
@@ -261,6 +262,8 @@ struct Coordinator {
     esc_deadlines: HashMap<String, Instant>,
     /// Store rows of running host commands, by request id.
     host_rows: HashMap<String, i64>,
+    /// Allow-by-name mode: which refusals each session was told of.
+    egress: egress::EgressNotices,
 }
 
 impl Coordinator {
@@ -311,6 +314,7 @@ impl Coordinator {
             self.expire_requests();
             self.sync_host_rows();
             self.release_held();
+            self.egress_notices();
         }
     }
 

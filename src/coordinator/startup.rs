@@ -84,6 +84,7 @@ impl Coordinator {
             join_fp: config::join_fingerprint(&cfg, &profile_for_fp),
             esc_deadlines: HashMap::new(),
             host_rows: HashMap::new(),
+            egress: Default::default(),
         };
         if let Err(e) = hc.bring_up(&storage, report) {
             hc.teardown();

@@ -48,6 +48,8 @@ const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
 const SNIFF_MAX: usize = 16 * 1024 + 5;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+/// The name the readiness probe queries (`bin/probe.rs`): refused, not logged.
+const PROBE_NAME: &str = "lazaret-probe.invalid";
 /// Ports on which the gate reads the name the client sends.
 const NAMED_PORTS: [u16; 3] = [80, 443, netpolicy::PROXY_PORT];
 
@@ -127,7 +129,9 @@ pub fn ports(gate: &GatePlan) -> Vec<u16> {
 
 /// Starts the gate in `router` for `plan` (which has a gate), logging to
 /// `log`. Returns once every listener and the resolver are bound.
-pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> {
+/// `die_early` (fault injection only): the listener thread ends after its
+/// first connection.
+pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io::Result<Handle> {
     let gate = plan
         .gate
         .clone()
@@ -159,7 +163,15 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> 
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on port 53: {e}")))?;
             Ok((ls, dns))
         };
-        let (listeners, dns) = match setup() {
+        let setup = || -> io::Result<(Vec<TcpListener>, UdpSocket, OwnedFd, OwnedFd)> {
+            let (ls, dns) = setup()?;
+            let tcp = sys::sock::raw_listener(sys::sock::IPPROTO_TCP, &SYN_FILTER)
+                .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw TCP listener: {e}")))?;
+            let udp = sys::sock::raw_listener(sys::sock::IPPROTO_UDP, &UDP_FILTER)
+                .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw UDP listener: {e}")))?;
+            Ok((ls, dns, tcp, udp))
+        };
+        let (listeners, dns, raw_tcp, raw_udp) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = tx.send(Err(e));
@@ -176,15 +188,31 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf) -> io::Result<Handle> 
             let _ = tx.send(Err(e));
             return;
         }
+        // The refusals the router's kernel makes itself (ports without a
+        // listener, UDP), seen through raw sockets, for the log.
+        let (s3, f3) = (shared.clone(), flag.clone());
+        let spawned = std::thread::Builder::new().name("lz-gate-log".into()).spawn(move || {
+            let _guard = EndGuard(f3);
+            watch_refusals(&s3, &raw_tcp, &raw_udp);
+        });
+        if let Err(e) = spawned {
+            let _ = tx.send(Err(e));
+            return;
+        }
         let _ = tx.send(Ok(()));
-        accept_loop(&shared, &listeners);
+        accept_loop(&shared, &listeners, die_early);
     })?;
     rx.recv().map_err(|_| io::Error::other("egress gate thread ended"))??;
     Ok(Handle { ended })
 }
 
-fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener]) {
+fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool) {
+    let mut served = false;
     loop {
+        if die_early && served {
+            log::warn!("fault injection: the egress gate's listener ends");
+            return;
+        }
         let mut fds: Vec<sys::PollFd> = listeners.iter().map(|l| sys::PollFd::new(l, sys::POLLIN)).collect();
         if sys::poll(&mut fds, -1).is_err() {
             continue;
@@ -196,6 +224,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener]) {
             let Ok((conn, peer)) = listeners[i].accept() else {
                 continue;
             };
+            served = true;
             // Only the sandbox's end of the link talks to the gate.
             if peer.ip() != IpAddr::V4(netpolicy::SANDBOX_ADDR) {
                 continue;
@@ -219,7 +248,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener]) {
 
 /// Closes with a RST: the client sees a refusal at once.
 fn reset(conn: TcpStream) {
-    let _ = sys::splice::set_linger_zero(&conn);
+    let _ = sys::sock::set_linger_zero(&conn);
     drop(conn);
 }
 
@@ -598,15 +627,15 @@ fn relay(a: TcpStream, b: TcpStream) {
 fn pump(from: &TcpStream, to: &TcpStream) {
     let ok = (|| -> io::Result<()> {
         let (r, w) = sys::pipe()?;
-        let _ = sys::splice::set_pipe_size(&w, 1 << 20);
+        let _ = sys::sock::set_pipe_size(&w, 1 << 20);
         loop {
-            let n = sys::splice::splice(from, &w, 1 << 20)?;
+            let n = sys::sock::splice(from, &w, 1 << 20)?;
             if n == 0 {
                 return Ok(());
             }
             let mut left = n;
             while left > 0 {
-                let m = sys::splice::splice(&r, to, left)?;
+                let m = sys::sock::splice(&r, to, left)?;
                 if m == 0 {
                     return Err(io::ErrorKind::WriteZero.into());
                 }
@@ -801,7 +830,10 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
             .parse::<HostPattern>()
             .is_ok_and(|p| !p.wildcard && p.port.is_none());
         let reply = if !listed || !valid {
-            shared.log.record("refused", "dns", &name, 53, "not in network.hosts");
+            // The readiness probe's own query (bin/probe.rs) is no egress.
+            if name != PROBE_NAME {
+                shared.log.record("refused", "dns", &name, 53, "not in network.hosts");
+            }
             dns_answer(q, &question, 5, None)
         } else if question.qtype != 1 {
             // AAAA and the rest: no data (IPv6 is off; nothing else is needed).
@@ -822,6 +854,72 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
             }
         };
         let _ = sock.send_to(&reply, from);
+    }
+}
+
+// ---- what the router's kernel refuses ------------------------------------------
+
+/// Classic BPF over the IP header: a TCP SYN (no ACK) from the sandbox.
+pub const SYN_FILTER: [sys::sock::BpfInsn; 8] = [
+    (0x20, 0, 0, 12),                                 // ld [12]: source address
+    (0x15, 0, 5, u32::from_be_bytes(SANDBOX_OCTETS)), // == sandbox, else drop
+    (0xb1, 0, 0, 0),                                  // ldx 4*([0]&0xf): header length
+    (0x50, 0, 0, 13),                                 // ldb [x+13]: TCP flags
+    (0x54, 0, 0, 0x12),                               // and SYN|ACK
+    (0x15, 0, 1, 0x02),                               // == SYN, else drop
+    (0x06, 0, 0, 0xffff),                             // accept
+    (0x06, 0, 0, 0),                                  // drop
+];
+/// Classic BPF over the IP header: a UDP datagram from the sandbox.
+pub const UDP_FILTER: [sys::sock::BpfInsn; 4] = [
+    (0x20, 0, 0, 12),
+    (0x15, 0, 1, u32::from_be_bytes(SANDBOX_OCTETS)),
+    (0x06, 0, 0, 0xffff),
+    (0x06, 0, 0, 0),
+];
+const SANDBOX_OCTETS: [u8; 4] = netpolicy::SANDBOX_ADDR.octets();
+
+/// Destination address and port of an IPv4 TCP or UDP packet (pure).
+pub fn packet_dst(p: &[u8]) -> Option<(Ipv4Addr, u16)> {
+    let ihl = ((*p.first()? & 0x0f) as usize) * 4;
+    let a = p.get(16..20)?;
+    let port = p.get(ihl + 2..ihl + 4)?;
+    Some((
+        Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+        u16::from_be_bytes([port[0], port[1]]),
+    ))
+}
+
+fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
+    let gate_ports = ports(&shared.gate);
+    let mut buf = [0u8; 128];
+    loop {
+        let mut fds = [sys::PollFd::new(tcp, sys::POLLIN), sys::PollFd::new(udp, sys::POLLIN)];
+        if sys::poll(&mut fds, -1).is_err() {
+            continue;
+        }
+        for (i, fd) in [tcp, udp].into_iter().enumerate() {
+            if !fds[i].readable() {
+                continue;
+            }
+            let Ok(n) = sys::read(fd, &mut buf) else { continue };
+            let Some((dst, port)) = packet_dst(&buf[..n]) else {
+                continue;
+            };
+            let what = if is_synthetic(dst) {
+                let name = shared.names.lock().ok().and_then(|n| n.by_addr.get(&dst).cloned());
+                name.unwrap_or_else(|| dst.to_string())
+            } else {
+                dst.to_string()
+            };
+            if i == 0 && !gate_ports.contains(&port) {
+                shared
+                    .log
+                    .record("refused", "tcp", &what, port, "port not served by the gate");
+            } else if i == 1 && !(dst == netpolicy::GATE_ADDR && port == 53) {
+                shared.log.record("refused", "udp", &what, port, "UDP is closed");
+            }
+        }
     }
 }
 
@@ -1083,6 +1181,15 @@ mod tests {
         assert_eq!(r[3] & 0x0f, 5);
         assert_eq!(parse_a_answers(&r, 0x1234), Some((vec![], 0)));
         assert!(parse_question(&r).is_none(), "a response is not a question");
+    }
+
+    #[test]
+    fn packet_destinations_are_read_from_the_headers() {
+        let mut p = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0, 169, 254, 255, 1, 198, 18, 0, 9];
+        p.extend_from_slice(&[0x9c, 0x40, 0, 22]);
+        assert_eq!(packet_dst(&p), Some((Ipv4Addr::new(198, 18, 0, 9), 22)));
+        assert_eq!(packet_dst(&p[..21]), None);
+        assert_eq!(SYN_FILTER[1].3, 0xa9fe_ff01);
     }
 
     #[test]

@@ -355,7 +355,7 @@ pub fn install(
         Some(_) => {
             let log = gen_dir.parent().unwrap_or(gen_dir).join(crate::net::gate::LOG_FILE);
             install_gate(&net, plan).and_then(|()| {
-                crate::net::gate::start(&net.router, plan, log)
+                crate::net::gate::start(&net.router, plan, log, fault == Some(Fault::GateDies))
                     .map(Some)
                     .map_err(|e| InstallError::Step("starting the egress gate", e))
             })
@@ -395,7 +395,8 @@ fn install_routes(net: &Network, plan: &Plan, fault: Option<Fault>) -> Result<()
         .or_else(|| plan.routes.iter().find(|r| r.kind == RouteKind::Reject))
         .map(|r| r.prefix);
     for r in &plan.routes {
-        if fault.is_some() && Some(r.prefix) == victim {
+        let skip = matches!(fault, Some(Fault::SkipOneDeny | Fault::SkipOneDenyVisible));
+        if skip && Some(r.prefix) == victim {
             log::warn!(
                 "fault injection: not installing the deny route for {} in the router",
                 r.prefix

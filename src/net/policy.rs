@@ -1276,6 +1276,9 @@ pub enum Fault {
     SkipOneDeny,
     /// The installer skips one deny route; the route read-back catches it.
     SkipOneDenyVisible,
+    /// The egress gate's listener thread ends after its first connection:
+    /// the supervisor must fail the generation.
+    GateDies,
 }
 
 pub fn fault() -> Option<Fault> {
@@ -1285,6 +1288,7 @@ pub fn fault() -> Option<Fault> {
     match std::env::var("LAZARET_FAULT").ok()?.as_str() {
         "skip-one-deny" => Some(Fault::SkipOneDeny),
         "skip-one-deny-visible" => Some(Fault::SkipOneDenyVisible),
+        "gate-dies" => Some(Fault::GateDies),
         _ => None,
     }
 }
@@ -1784,5 +1788,84 @@ mod tests {
         assert!(d.contains("cloud metadata"), "{d}");
         assert!(d.contains("IPv6: disabled"), "{d}");
         assert!(pol.to_json().render().contains("\"digest\""));
+    }
+
+    #[test]
+    fn allow_by_name_mode_keeps_allows_forwarded_and_changes_the_digest() {
+        let plain = derive_ok(None, &prof());
+        // Without hosts nothing changes: same policy, same digest, same text.
+        assert_eq!(plain.clone().by_name(&[], &prof()), plain);
+        let mut pr = prof();
+        pr.hosts = vec!["a.test".parse().unwrap()];
+        pr.allow = vec![p("198.18.4.0/24")];
+        pr.deny = vec![p("198.18.4.8/29")];
+        pr.dns = vec![p("198.18.0.2/32")];
+        let pol = derive_ok(None, &pr).by_name(&["b.test".parse().unwrap()], &pr);
+        let g = pol.gate.as_ref().unwrap();
+        let hosts: Vec<String> = g.hosts.iter().map(|h| h.to_string()).collect();
+        assert_eq!(hosts, ["b.test", "a.test"]);
+        assert_eq!(g.upstream, vec![a("198.18.0.2")]);
+        assert_eq!(pol.resolvers, vec![GATE_ADDR]);
+        assert!(pol.resolv_conf().contains("nameserver 169.254.255.2"));
+        let f = pol.forwarded();
+        assert!(f.contains(&PlanRoute {
+            prefix: p("198.18.4.0/24"),
+            kind: RouteKind::Helper
+        }));
+        assert!(f.contains(&PlanRoute {
+            prefix: p("198.18.4.8/29"),
+            kind: RouteKind::Reject
+        }));
+        assert!(f.contains(&PlanRoute {
+            prefix: p("10.0.2.2/32"),
+            kind: RouteKind::Helper
+        }));
+        assert!(
+            !f.iter().any(|r| r.prefix == p("0.0.0.0/0")),
+            "nothing else is forwarded: {f:?}"
+        );
+        let plan = pol.plan();
+        assert_eq!(plan.sandbox_kind(a("198.18.4.1")), RouteKind::Helper);
+        assert_eq!(plan.sandbox_kind(a("198.18.4.9")), RouteKind::Reject);
+        assert_eq!(plan.sandbox_kind(a("1.1.1.1")), RouteKind::Reject);
+        assert_eq!(
+            plan.sandbox_kind(a("198.18.0.2")),
+            RouteKind::Reject,
+            "the resolver is the gate's only"
+        );
+        // The gate connects only where the policy would forward.
+        assert!(plan.gate_may_connect(a("198.18.9.9")));
+        assert!(!plan.gate_may_connect(a("10.1.2.3")));
+        assert!(!plan.gate_may_connect(a("192.168.1.1")));
+        assert!(!plan.gate_may_connect(a("169.254.169.254")));
+        assert!(!plan.gate_may_connect(a("10.0.2.3")));
+        assert!(!plan.gate_may_connect(a("127.0.0.1")));
+        assert!(!plan.gate_may_connect(a("198.18.4.9")));
+        // The host list is part of the digest, and net show lists it.
+        let mut pr2 = pr.clone();
+        pr2.hosts = vec!["c.test".parse().unwrap()];
+        assert_ne!(pol.digest(), derive_ok(None, &pr2).by_name(&[], &pr2).digest());
+        assert_ne!(pol.digest(), derive_ok(None, &pr).digest());
+        let d = pol.describe();
+        assert!(
+            d.contains("egress by name") && d.contains("host a.test") && d.contains("ports 80,443"),
+            "{d}"
+        );
+        assert!(pol.to_json().render().contains("\"hosts\":{\"mode\":\"enforce\""));
+        // Probe: the gate's resolver is queried.
+        assert!(
+            probe_words(&pol).contains(&"dns-query=169.254.255.2".to_string()),
+            "{:?}",
+            probe_words(&pol)
+        );
+        // Log mode without hosts; mode none wins over hosts.
+        let mut lg = prof();
+        lg.egress_log = true;
+        assert!(derive_ok(None, &lg).by_name(&[], &lg).gate.unwrap().log_only);
+        let none = Profile {
+            network: false,
+            ..pr.clone()
+        };
+        assert!(derive_ok(None, &none).by_name(&[], &none).gate.is_none());
     }
 }

@@ -11,7 +11,7 @@
 //! - [`process`]: ids, signals, [`wait_deadline`], [`ChildSetup`] (between
 //!   fork and exec), the doctor's namespace probe
 //! - [`ns`]: namespaces, mounts, interface addresses
-//! - [`splice`]: zero-copy relaying for the egress gate
+//! - [`sock`]: the egress gate's sockets: splice relaying, RST on close, raw listeners
 //! - [`fs`]: no-follow opens, chmod/chown, [`write_durable`]
 //! - [`term`]: terminals and PTYs
 //! - [`guest`]: what only `lazaret-init` calls (exec, PID 1's reaping, the
@@ -28,7 +28,7 @@ pub mod guest;
 pub mod ns;
 pub mod poll;
 pub mod process;
-pub mod splice;
+pub mod sock;
 pub mod term;
 
 pub use fd::*;

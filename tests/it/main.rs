@@ -23,6 +23,7 @@ mod git;
 mod git_v2;
 mod limits;
 mod net;
+mod net_names;
 mod net_v2;
 mod secrets;
 mod sessions;

@@ -1,5 +1,5 @@
-//! Zero-copy relaying for the egress gate (`net::gate`): `splice(2)`
-//! between a socket and a pipe.
+//! Sockets of the egress gate (`net::gate`): `splice(2)` relaying
+//! between a socket and a pipe, RST on close, raw listeners with a filter.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -53,4 +53,39 @@ pub fn set_linger_zero(sock: impl AsFd) -> io::Result<()> {
         )
     })
     .map(|_| ())
+}
+
+pub use libc::{IPPROTO_TCP, IPPROTO_UDP};
+
+/// One classic BPF instruction (`struct sock_filter`).
+pub type BpfInsn = (u16, u8, u8, u32);
+
+/// A raw IPv4 socket for `protocol` (`libc::IPPROTO_TCP`, `IPPROTO_UDP`)
+/// that receives a copy of every such packet delivered locally and passing
+/// `filter` (classic BPF over the IP header on); receive only.
+pub fn raw_listener(protocol: i32, filter: &[BpfInsn]) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments; the fd is owned at once.
+    let fd = super::cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, protocol) })?;
+    // SAFETY: a fresh fd we own.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let mut insns: Vec<libc::sock_filter> = filter
+        .iter()
+        .map(|&(code, jt, jf, k)| libc::sock_filter { code, jt, jf, k })
+        .collect();
+    let prog = libc::sock_fprog {
+        len: insns.len() as u16,
+        filter: insns.as_mut_ptr(),
+    };
+    // SAFETY: the program points at `insns`, alive for the call; the kernel copies it.
+    super::cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &prog as *const libc::sock_fprog as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
 }
