@@ -962,10 +962,8 @@ impl EgressLog {
         let line = format!("{ms}\t{action}\t{proto}\t{clean}\t{port}\t{why}\n");
         if let Ok(mut g) = self.file.lock() {
             if let Some((f, size)) = g.as_mut() {
-                if *size + line.len() as u64 <= LOG_MAX {
-                    if f.write_all(line.as_bytes()).is_ok() {
-                        *size += line.len() as u64;
-                    }
+                if *size + line.len() as u64 <= LOG_MAX && f.write_all(line.as_bytes()).is_ok() {
+                    *size += line.len() as u64;
                 }
             }
         }
@@ -1020,7 +1018,7 @@ pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
             None => rows.push((e.clone(), 1)),
         }
     }
-    rows.sort_by(|a, b| b.0.ms.cmp(&a.0.ms));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0.ms));
     rows
 }
 

@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::harness::{Env, GLOBAL};
+use crate::harness::GLOBAL;
 use crate::require_env;
 
 const SERVER: &str = r#"
