@@ -417,6 +417,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
     preflight(&r)?;
+    crate::client::secrets::check_start(&r)?;
     // A missing image is bad input, reported before anything starts; a
     // published Domain already runs on its prepared lower and needs none.
     if matches!(r.profile.image, ImageSource::Default)

@@ -39,7 +39,7 @@ pub struct Check {
 }
 
 impl Check {
-    fn pass(name: &'static str, detail: impl Into<String>) -> Check {
+    pub(crate) fn pass(name: &'static str, detail: impl Into<String>) -> Check {
         Check {
             name,
             ok: true,
@@ -58,7 +58,7 @@ impl Check {
         }
     }
 
-    fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    pub(crate) fn fail(name: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Check {
         Check {
             name,
             ok: false,
@@ -123,6 +123,7 @@ pub fn checks() -> Vec<Check> {
     }
     out.push(check_xdg_runtime_dir(&target));
     out.push(check_config());
+    out.push(crate::client::secrets::doctor_check());
     out.push(check_egress_by_name());
     out.push(check_resource_limits());
     out.push(check_git_bare_repository(std::process::Command::new("git")));

@@ -5,4 +5,5 @@ pub mod cli;
 pub mod doctor;
 pub mod lifecycle;
 pub mod prompt;
+mod secrets;
 pub mod usage;

@@ -29,6 +29,9 @@
 //! dns = ["198.18.0.2"]                  # optional; default slirp4netns's forwarder
 //! mode = "slirp"                        # | "none" | "log"
 //! hosts = ["api.example.com", "*.github.com", "github.com:22"]  # allow-by-name mode
+//! [profiles.NAME.secrets.ANTHROPIC_API_KEY]   # config::secrets
+//! from = "env:ANTHROPIC_API_KEY"        # | "file:/PATH" | "cmd:PROGRAM ARGS"
+//! hosts = ["api.anthropic.com"]
 //! ```
 //!
 //! Parsing uses the small strict TOML reader in [`toml`] below rather than
@@ -42,6 +45,7 @@
 pub mod hosts;
 pub mod passenv;
 pub mod ports;
+pub mod secrets;
 
 mod model;
 #[cfg(test)]

@@ -223,6 +223,9 @@ pub struct Profile {
     /// `host_config_writable`: paths taken out of the host-config set (the
     /// sandbox writes the host's files there: a host-execution risk).
     pub host_config_writable: Vec<String>,
+    /// `[profiles.NAME.secrets.VAR]`: keys the sandbox sees only as
+    /// sentinels (`config::secrets`), in file order.
+    pub secrets: Vec<crate::config::secrets::Secret>,
 }
 
 /// The guest uid and gid of a profile's `user`.
@@ -530,6 +533,7 @@ impl Profile {
             user: None,
             host_config: Vec::new(),
             host_config_writable: Vec::new(),
+            secrets: Vec::new(),
         }
     }
 
@@ -619,6 +623,10 @@ impl Profile {
                 v.sort_unstable();
                 put(tag, &v);
             }
+        }
+        if !self.secrets.is_empty() {
+            let s: Vec<String> = self.secrets.iter().map(|s| s.fingerprint_item()).collect();
+            put("secrets", &s.iter().map(String::as_str).collect::<Vec<_>>());
         }
         if !self.hosts.is_empty() {
             let mut h: Vec<String> = self.hosts.iter().map(|p| p.to_string()).collect();

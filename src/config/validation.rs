@@ -29,6 +29,7 @@ const PROFILE_KEYS: &[&str] = &[
     "host_config",
     "host_config_writable",
     "ca_certs",
+    "secrets",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode", "hosts"];
@@ -264,6 +265,10 @@ impl Schema<'_> {
                             ));
                         }
                     }
+                    // A secret goes only to a name the Domain may reach.
+                    crate::config::secrets::check_hosts(self.file, name, &profile.secrets, |h| {
+                        cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(h))
+                    })?;
                     Ok(profile)
                 });
                 match profile {
@@ -599,6 +604,11 @@ impl Schema<'_> {
                 }
                 other => return Err(self.invalid(i.line, &key, EXPECTED, quote(other))),
             }
+        }
+        if let Some(i) = t.get("secrets") {
+            let mut taken: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
+            taken.extend(p.pass_env.iter().map(String::as_str));
+            p.secrets = crate::config::secrets::parse(self.file, i, &k("secrets"), &taken)?;
         }
         Ok(p)
     }

@@ -24,7 +24,9 @@ use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
 use openssl::pkey::{PKey, Private};
 use openssl::sign::Verifier;
-use openssl::x509::extension::{BasicConstraints, SubjectAlternativeName};
+use openssl::x509::extension::{
+    AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName, SubjectKeyIdentifier,
+};
 use openssl::x509::{X509NameBuilder, X509};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -267,6 +269,11 @@ impl TrustAnchor {
         b.set_not_before(&*Asn1Time::days_from_now(0)?)?;
         b.set_not_after(&*Asn1Time::days_from_now(7)?)?;
         b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
+        // What strict verifiers (Python 3.13's VERIFY_X509_STRICT) require
+        // of a CA that TLS clients inside the sandbox trust (issue 31).
+        b.append_extension(KeyUsage::new().critical().key_cert_sign().crl_sign().build()?)?;
+        let ski = SubjectKeyIdentifier::new().build(&b.x509v3_context(None, None))?;
+        b.append_extension(ski)?;
         b.sign(&key, MessageDigest::sha256())?;
         Ok(TrustAnchor {
             ca: Credential { key, cert: b.build() },
@@ -309,6 +316,50 @@ impl TrustAnchor {
         b.append_extension(san)?;
         b.sign(&self.ca.key, MessageDigest::sha256())?;
         Ok(Credential { key, cert: b.build() })
+    }
+
+    /// A TLS server certificate for the DNS name `host` (issue 31: the
+    /// egress gate terminates the sandbox's TLS with it for a host that has
+    /// a secret bound), valid from five minutes ago for `hours`: a fresh
+    /// key, `serverAuth` only, never a CA. The anchor's key signs it and
+    /// never leaves this process.
+    pub fn issue_tls_server(&self, host: &str, hours: u32) -> Result<Credential, TrustError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.issue_tls_server_valid(host, now - 300, now + i64::from(hours) * 3600)
+    }
+
+    /// [`TrustAnchor::issue_tls_server`] for the window `from..until` (Unix seconds).
+    pub fn issue_tls_server_valid(&self, host: &str, from: i64, until: i64) -> Result<Credential, TrustError> {
+        let key = new_key()?;
+        let mut name = X509NameBuilder::new()?;
+        name.append_entry_by_nid(Nid::COMMONNAME, host)?;
+        let name = name.build();
+        let mut b = X509::builder()?;
+        b.set_version(2)?;
+        let sn = serial()?;
+        b.set_serial_number(&sn)?;
+        b.set_subject_name(&name)?;
+        b.set_issuer_name(self.ca.cert.subject_name())?;
+        b.set_pubkey(&key)?;
+        b.set_not_before(&*Asn1Time::from_unix(from)?)?;
+        b.set_not_after(&*Asn1Time::from_unix(until)?)?;
+        b.append_extension(BasicConstraints::new().critical().build()?)?;
+        b.append_extension(KeyUsage::new().critical().digital_signature().build()?)?;
+        b.append_extension(ExtendedKeyUsage::new().server_auth().build()?)?;
+        let ctx = b.x509v3_context(Some(&self.ca.cert), None);
+        let san = SubjectAlternativeName::new().dns(host).build(&ctx)?;
+        let aki = AuthorityKeyIdentifier::new().keyid(true).build(&ctx)?;
+        b.append_extension(san)?;
+        b.append_extension(aki)?;
+        b.sign(&self.ca.key, MessageDigest::sha256())?;
+        Ok(Credential { key, cert: b.build() })
+    }
+
+    /// The anchor's own certificate (PEM): what the guest trust store adds.
+    pub fn ca_cert_pem(&self) -> Result<Vec<u8>, TrustError> {
+        Ok(self.ca.cert.to_pem()?)
     }
 
     /// Checks that `cert_der` was issued by this anchor for exactly

@@ -80,6 +80,9 @@ struct Shared {
     names: Mutex<Names>,
     log: EgressLog,
     conns: AtomicUsize,
+    /// Issue 31: the generation's secrets, when the gate holds them (not
+    /// delivered to the gate yet: always `None` in this build).
+    secrets: Option<crate::net::terminate::Secrets>,
 }
 
 #[derive(Default)]
@@ -141,6 +144,7 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io
         names: Mutex::new(Names::default()),
         log: EgressLog::open(log),
         conns: AtomicUsize::new(0),
+        secrets: None,
     });
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let flag = ended.clone();
@@ -551,6 +555,17 @@ fn handle(shared: &Shared, conn: TcpStream) {
         }
         _ => &buf,
     };
+    // Issue 31: a name with a secret bound, and any plain HTTP while
+    // secrets exist (a sentinel sent there is a leak), go through the swap.
+    if let Some(tls) = crate::net::terminate::wants(shared.secrets.as_ref(), &name, &sniffed) {
+        let port = target[0].port();
+        let secrets = shared.secrets.as_ref().expect("wants() saw secrets");
+        let outcome = crate::net::terminate::serve(conn, first.to_vec(), upstream, &name, tls, secrets);
+        if let Some(why) = crate::net::terminate::log_line(&outcome) {
+            shared.log.record("refused", "tcp", &name, port, &why);
+        }
+        return;
+    }
     if upstream.write_all(first).is_err() {
         return;
     }

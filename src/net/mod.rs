@@ -7,3 +7,6 @@ pub mod install;
 pub mod policy;
 pub mod show;
 pub mod sidecar;
+pub mod subst;
+pub mod terminate;
+pub mod tls;

@@ -123,6 +123,7 @@ pub fn show(
             ("running", Json::Bool(published)),
             ("policy", policy.to_json()),
             ("ports", Json::strs(&ports)),
+            ("secrets", secrets_json(&profile.secrets)),
             ("readiness", ready),
         ]);
         println!("{}", out.render());
@@ -144,6 +145,7 @@ pub fn show(
             }
         }
     }
+    print!("{}", describe_secrets(&profile.secrets));
     match readiness {
         None if published => println!("readiness: the Domain is starting; not attested yet"),
         None => println!("readiness: the Domain is not running (the policy above applies when it starts)"),
@@ -160,6 +162,40 @@ pub fn show(
         }
     }
     Ok(0)
+}
+
+/// `secrets` of the profile: name, source kind and hosts; never a value
+/// (none is read here).
+fn secrets_json(secrets: &[crate::config::secrets::Secret]) -> Json {
+    Json::Arr(
+        secrets
+            .iter()
+            .map(|s| {
+                Json::Obj(vec![
+                    ("name", Json::s(&s.var)),
+                    ("source", Json::s(s.source.kind())),
+                    ("hosts", Json::strs(&s.hosts)),
+                ])
+            })
+            .collect(),
+    )
+}
+
+fn describe_secrets(secrets: &[crate::config::secrets::Secret]) -> String {
+    if secrets.is_empty() {
+        return "secrets: none\n".into();
+    }
+    let mut out =
+        String::from("secrets (the sandbox sees a sentinel; the value is swapped in only for these hosts):\n");
+    for s in secrets {
+        out.push_str(&format!(
+            "  {} from {} -> {}\n",
+            s.var,
+            s.source.kind(),
+            crate::display::escape(&s.hosts.join(", "))
+        ));
+    }
+    out
 }
 
 /// `lazaret net log`: the egress gate's log of the Domain (its runtime dir
@@ -226,4 +262,26 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
         );
     }
     0
+}
+
+#[cfg(test)]
+mod secret_tests {
+    #[test]
+    fn secrets_are_listed_without_values() {
+        let cfg = crate::config::parse(
+            std::path::Path::new("/c.toml"),
+            "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.API_KEY]\nfrom = \"file:/k/secret-file\"\nhosts = [\"api.test\"]\n",
+        )
+        .unwrap();
+        let p = cfg.profile("c").unwrap();
+        let text = super::describe_secrets(&p.secrets);
+        assert!(text.contains("API_KEY from file -> api.test"), "{text}");
+        assert!(!text.contains("/k/secret-file"), "{text}");
+        let j = super::secrets_json(&p.secrets).render();
+        assert!(
+            j.contains("\"API_KEY\"") && j.contains("\"file\"") && j.contains("api.test"),
+            "{j}"
+        );
+        assert_eq!(super::describe_secrets(&[]), "secrets: none\n");
+    }
 }

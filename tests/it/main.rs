@@ -33,6 +33,7 @@ mod net_names;
 mod net_v2;
 mod ports;
 mod recipes;
+mod secrets;
 mod sessions;
 mod state;
 mod view_disk;

@@ -1,0 +1,150 @@
+//! The start-time check of a profile's `secrets` (docs/config.md): each
+//! source must resolve on the host, and each secret needs a working swap
+//! point before its sentinel may be put in a session's environment.
+
+use crate::client::cli::{Failure, Resolved};
+use crate::config::secrets;
+use crate::coordinator::trust::TrustError;
+use crate::net::tls::SelfCheckError;
+
+/// Resolves every secret of the profile (the values are dropped, wiped,
+/// right away: this only proves they resolve) and refuses the start when
+/// one does not, naming the secret and its source (exit 2, nothing
+/// started).
+///
+/// Then it refuses any profile with secrets: the egress gate of this build
+/// does not hold the values yet (issue 31 is not wired end to end), and a
+/// sentinel without a swap point would only break the agent silently.
+pub(crate) fn check_start(r: &Resolved) -> Result<(), Failure> {
+    if r.profile.secrets.is_empty() {
+        return Ok(());
+    }
+    for s in &r.profile.secrets {
+        secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(|e| Failure::usage(e.to_string()))?;
+    }
+    Err(Failure::usage(not_wired(&r.profile.name, &r.profile.secrets)))
+}
+
+fn not_wired(profile: &str, s: &[secrets::Secret]) -> String {
+    let vars: Vec<&str> = s.iter().map(|s| s.var.as_str()).collect();
+    format!(
+        "profile {profile:?} binds secrets ({}), but the egress gate of this build cannot swap them in yet, \
+         so the agent would only see sentinels: remove [profiles.{profile}.secrets] (or use pass_env) for now",
+        vars.join(", ")
+    )
+}
+
+/// `lazaret doctor`: every secret of every usable profile resolves from
+/// here (values are wiped right after; none is printed).
+pub(crate) fn doctor_check() -> crate::client::doctor::Check {
+    use crate::client::doctor::Check;
+    let path = crate::config::config_path();
+    let Ok(cfg) = crate::config::load(&path) else {
+        return Check::pass("secrets", "no config to check (see the config check)");
+    };
+    let mut n = 0;
+    for p in cfg.profiles.values() {
+        for s in &p.secrets {
+            let value = match secrets::resolve(&p.name, s, |n| std::env::var_os(n)) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Check::fail(
+                        "secrets",
+                        e.to_string(),
+                        format!("make the source give a value, or change `from` in {}", path.display()),
+                    )
+                }
+            };
+            if let Err(why) = swap_self_check(s, value) {
+                return Check::fail(
+                    "secrets",
+                    format!(
+                        "secret {} of profile {:?}: the swap self-check failed: {why}",
+                        s.var, p.name
+                    ),
+                    "report this as a bug (the host's OpenSSL may be unusable)",
+                );
+            }
+            n += 1;
+        }
+    }
+    if n == 0 {
+        Check::pass("secrets", "no profile binds secrets")
+    } else {
+        Check::pass(
+            "secrets",
+            format!("{n} secret source(s) resolve, and the swap self-check passed (values not shown)"),
+        )
+    }
+}
+
+/// The swap path on this host, with the real value in memory only: a
+/// sentinel in a request to the secret's first host becomes the value, the
+/// value in a response becomes the sentinel, the sentinel towards another
+/// host is refused, and a TLS leaf for the host verifies by name.
+fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) -> Result<(), SelfCheckError> {
+    use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide};
+    use std::collections::VecDeque;
+    let host = &s.hosts[0];
+    let sentinel = secrets::sentinel().map_err(|e| SelfCheckError::Trust(TrustError::OpenSsl(e)))?;
+    let b = [Binding {
+        var: s.var.clone(),
+        sentinel: sentinel.clone(),
+        real: value,
+        hosts: s.hosts.clone(),
+    }];
+    let has = |h: &[u8], n: &[u8]| h.windows(n.len()).any(|w| w == n);
+    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {sentinel}\r\n\r\n");
+    let (mut out, mut ex) = (Vec::new(), VecDeque::new());
+    let swap = SelfCheckError::Swap;
+    RequestSide::new(host, &b)
+        .feed(req.as_bytes(), &mut out, &mut ex)
+        .map_err(|_| swap("a request with a sentinel was refused"))?;
+    if !has(&out, b[0].real.expose()) || has(&out, sentinel.as_bytes()) {
+        return Err(swap("the sentinel was not replaced in a request"));
+    }
+    let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: ".to_vec();
+    resp.extend_from_slice(format!("{}\r\n\r\n", b[0].real.expose().len()).as_bytes());
+    resp.extend_from_slice(b[0].real.expose());
+    let mut back = Vec::new();
+    ResponseSide::new(&b)
+        .feed(&resp, &mut back, &mut ex)
+        .map_err(|_| swap("a response was refused"))?;
+    if has(&back, b[0].real.expose()) || !has(&back, sentinel.as_bytes()) {
+        return Err(swap("the value was not replaced in a response"));
+    }
+    let other = "not-a-secret-host.invalid";
+    let leak = format!("GET / HTTP/1.1\r\nHost: {other}\r\nx-api-key: {sentinel}\r\n\r\n");
+    match RequestSide::new(other, &b).feed(leak.as_bytes(), &mut Vec::new(), &mut VecDeque::new()) {
+        Err(Refusal::Leak { .. }) => {}
+        _ => return Err(swap("a sentinel towards another host was not refused")),
+    }
+    crate::net::tls::self_check(host)?;
+    // The gate's side: a leaf per bound name, the system roots load.
+    let anchor = crate::coordinator::trust::TrustAnchor::new("selfcheck", 1, "selfcheck")?;
+    crate::net::terminate::Secrets::build(b.to_vec(), &anchor, None)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_self_check_passes_and_names_the_step() {
+        let s = secrets::Secret {
+            var: "K".into(),
+            source: secrets::Source::Env("K".into()),
+            hosts: vec!["api.test".into()],
+            ttl_s: None,
+            line: 1,
+        };
+        let v = secrets::SecretValue::new(b"sk-test-value-123".to_vec()).unwrap();
+        swap_self_check(&s, v).unwrap();
+        let msg = not_wired("claude", std::slice::from_ref(&s));
+        assert!(
+            msg.contains("\"claude\"") && msg.contains("(K)") && msg.contains("pass_env"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,786 @@
+//! `[profiles.NAME.secrets.VAR]`: keys that never enter the sandbox
+//! (docs/config.md, docs/network.md "Secrets").
+//!
+//! ```toml
+//! [profiles.claude.secrets.ANTHROPIC_API_KEY]
+//! from = "env:ANTHROPIC_API_KEY"      # | "file:/abs/path" | "cmd:gh auth token"
+//! hosts = ["api.anthropic.com"]       # names of the profile's network.hosts
+//! ttl_s = 3600                        # optional, cmd: only: re-run after this long
+//! ```
+//!
+//! Inside, `VAR` holds a per-generation [`sentinel`] (`lzr-sk-` and 40
+//! base62 characters); the real value is resolved on the host
+//! ([`resolve`]) and lives only in memory ([`SecretValue`]). The egress
+//! gate swaps the sentinel for the real value in requests to the secret's
+//! hosts (`net::subst`).
+//!
+//! This module is the configuration side: parsing and checking the table,
+//! resolving a source, minting sentinels. Nothing here writes a value
+//! anywhere.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::toml::{join_key, Item, Table, Val};
+use super::ConfigError;
+
+/// Keys of one `[profiles.NAME.secrets.VAR]` table.
+const SECRET_KEYS: &[&str] = &["from", "hosts", "ttl_s"];
+/// The sentinel's fixed prefix.
+pub const SENTINEL_PREFIX: &str = "lzr-sk-";
+/// Base62 characters after [`SENTINEL_PREFIX`].
+pub const SENTINEL_CHARS: usize = 40;
+/// Largest real value accepted (it goes into one HTTP header).
+pub const MAX_VALUE: usize = 8 * 1024;
+/// Smallest real value accepted: anything shorter is not a credential, and
+/// replacing it in responses would rewrite ordinary text.
+pub const MIN_VALUE: usize = 8;
+/// How long a `cmd:` source may run.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a secret's real value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `env:NAME`: the starting client's environment variable.
+    Env(String),
+    /// `file:PATH`: an absolute host path; its content, trimmed.
+    File(PathBuf),
+    /// `cmd:ARGV`: a host command, split on whitespace and run without a
+    /// shell; its standard output, trimmed.
+    Cmd(Vec<String>),
+}
+
+impl Source {
+    /// `env`, `file` or `cmd` (what `net show` prints).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Source::Env(_) => "env",
+            Source::File(_) => "file",
+            Source::Cmd(_) => "cmd",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Env(n) => write!(f, "env:{n}"),
+            Source::File(p) => write!(f, "file:{}", crate::display::escape_path(p)),
+            Source::Cmd(argv) => write!(f, "cmd:{}", crate::display::escape(&argv.join(" "))),
+        }
+    }
+}
+
+impl std::str::FromStr for Source {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Source, &'static str> {
+        const EXPECTED: &str = "\"env:NAME\", \"file:/ABSOLUTE/PATH\" or \"cmd:PROGRAM ARGS...\" (run without a shell)";
+        if let Some(n) = s.strip_prefix("env:") {
+            if !super::valid_env_name(n) {
+                return Err(EXPECTED);
+            }
+            return Ok(Source::Env(n.to_string()));
+        }
+        if let Some(p) = s.strip_prefix("file:") {
+            let p = Path::new(p);
+            if !p.is_absolute() {
+                return Err(EXPECTED);
+            }
+            return Ok(Source::File(p.to_path_buf()));
+        }
+        if let Some(c) = s.strip_prefix("cmd:") {
+            let argv: Vec<String> = c.split_ascii_whitespace().map(String::from).collect();
+            if argv.is_empty() {
+                return Err(EXPECTED);
+            }
+            return Ok(Source::Cmd(argv));
+        }
+        Err(EXPECTED)
+    }
+}
+
+/// One `[profiles.NAME.secrets.VAR]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Secret {
+    /// The guest environment variable that holds the sentinel.
+    pub var: String,
+    pub source: Source,
+    /// Exact DNS names (lowercase, no trailing dot), unique, non-empty.
+    pub hosts: Vec<String>,
+    /// `ttl_s`: a `cmd:` value is re-resolved after this long; `None`: once
+    /// for the Domain's life.
+    pub ttl_s: Option<u64>,
+    /// The line of the table's `from` (for errors found later).
+    pub line: usize,
+}
+
+impl Secret {
+    /// Canonical text for the profile fingerprint: name, source, hosts, ttl
+    /// (never a value).
+    pub fn fingerprint_item(&self) -> String {
+        let mut h = self.hosts.clone();
+        h.sort_unstable();
+        format!(
+            "{}\u{0}{}\u{0}{}\u{0}{}",
+            self.var,
+            self.source,
+            h.join(","),
+            self.ttl_s.map(|t| t.to_string()).unwrap_or_default()
+        )
+    }
+}
+
+/// Whether `s` is an exact DNS name a secret can be bound to (and a TLS
+/// leaf certificate issued for): ASCII labels `[a-z0-9-]{1,63}` without a
+/// leading or trailing `-`, at least two labels, 253 bytes at most, not an
+/// IP literal.
+pub fn valid_secret_host(s: &str) -> bool {
+    if s.is_empty() || s.len() > 253 || s.parse::<std::net::IpAddr>().is_ok() {
+        return false;
+    }
+    let labels: Vec<&str> = s.split('.').collect();
+    labels.len() >= 2
+        && labels.iter().all(|l| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+        && !labels[labels.len() - 1].bytes().all(|c| c.is_ascii_digit())
+}
+
+fn invalid(file: &Path, line: usize, key: &str, expected: &str, got: String) -> ConfigError {
+    ConfigError::Invalid {
+        path: file.to_path_buf(),
+        line,
+        key: key.to_string(),
+        expected: expected.to_string(),
+        got,
+    }
+}
+
+fn got(v: &Val) -> String {
+    match v {
+        Val::Str(s) => format!("{:?}", s),
+        other => other.kind().to_string(),
+    }
+}
+
+/// Parses `[profiles.NAME.secrets]` (`key` is its dotted name). `taken`:
+/// variable names the profile sets otherwise (`env`, `pass_env`), which a
+/// secret may not shadow.
+pub(super) fn parse(file: &Path, item: &Item, key: &str, taken: &[&str]) -> Result<Vec<Secret>, ConfigError> {
+    let table: &Table = match &item.val {
+        Val::Table(t) => t,
+        other => {
+            return Err(invalid(
+                file,
+                item.line,
+                key,
+                "a table of [secrets.VAR] tables",
+                got(other),
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for (var, it) in &table.entries {
+        let vkey = join_key(key, var);
+        if !super::valid_env_name(var) || super::is_reserved_env(var) {
+            return Err(invalid(
+                file,
+                it.line,
+                &vkey,
+                "an environment variable name matching [A-Za-z_][A-Za-z0-9_]* (not LAZARET_*)",
+                format!("{:?}", var),
+            ));
+        }
+        if taken.contains(&var.as_str()) {
+            return Err(invalid(
+                file,
+                it.line,
+                &vkey,
+                "a variable that `env` and `pass_env` of this profile do not also set",
+                format!("{:?}", var),
+            ));
+        }
+        let t = match &it.val {
+            Val::Table(t) => t,
+            other => {
+                return Err(invalid(
+                    file,
+                    it.line,
+                    &vkey,
+                    "a table with `from` and `hosts`",
+                    got(other),
+                ))
+            }
+        };
+        for (k, i) in &t.entries {
+            if !SECRET_KEYS.contains(&k.as_str()) {
+                return Err(ConfigError::UnknownKey {
+                    path: file.to_path_buf(),
+                    line: i.line,
+                    key: join_key(&vkey, k),
+                    expected: SECRET_KEYS.to_vec(),
+                });
+            }
+        }
+        let get = |k: &str| t.entries.iter().find(|(n, _)| n == k).map(|(_, i)| i);
+        let fkey = join_key(&vkey, "from");
+        let Some(from) = get("from") else {
+            return Err(invalid(
+                file,
+                it.line,
+                &fkey,
+                "a source like \"env:NAME\"",
+                "nothing".into(),
+            ));
+        };
+        let source = match &from.val {
+            Val::Str(s) if !s.contains('\0') => s
+                .parse::<Source>()
+                .map_err(|e| invalid(file, from.line, &fkey, e, format!("{:?}", s)))?,
+            other => {
+                return Err(invalid(
+                    file,
+                    from.line,
+                    &fkey,
+                    "a string like \"env:NAME\"",
+                    got(other),
+                ))
+            }
+        };
+        let hkey = join_key(&vkey, "hosts");
+        const HOSTS: &str = "a non-empty array of exact host names like \"api.anthropic.com\"";
+        let Some(hi) = get("hosts") else {
+            return Err(invalid(file, it.line, &hkey, HOSTS, "nothing".into()));
+        };
+        let items = match &hi.val {
+            Val::Array(a) if !a.is_empty() => a,
+            other => return Err(invalid(file, hi.line, &hkey, HOSTS, got(other))),
+        };
+        let mut hosts: Vec<String> = Vec::new();
+        for h in items {
+            let s = match &h.val {
+                Val::Str(s) => s.strip_suffix('.').unwrap_or(s),
+                other => return Err(invalid(file, h.line, &hkey, HOSTS, got(other))),
+            };
+            if !valid_secret_host(s) {
+                return Err(invalid(
+                    file,
+                    h.line,
+                    &hkey,
+                    "exact lowercase DNS names (no \"*.\", no port, no IP address)",
+                    format!("{:?}", s),
+                ));
+            }
+            if hosts.iter().any(|x| x == s) {
+                return Err(ConfigError::Duplicate {
+                    path: file.to_path_buf(),
+                    line: h.line,
+                    first_line: hi.line,
+                    key: hkey.clone(),
+                    value: s.to_string(),
+                });
+            }
+            hosts.push(s.to_string());
+        }
+        let ttl_s = match get("ttl_s") {
+            None => None,
+            Some(i) => match (&i.val, &source) {
+                (Val::Int(n), Source::Cmd(_)) if *n >= 1 => Some(*n as u64),
+                (_, Source::Cmd(_)) => {
+                    return Err(invalid(
+                        file,
+                        i.line,
+                        &join_key(&vkey, "ttl_s"),
+                        "a number of seconds >= 1",
+                        got(&i.val),
+                    ))
+                }
+                _ => {
+                    return Err(invalid(
+                        file,
+                        i.line,
+                        &join_key(&vkey, "ttl_s"),
+                        "no ttl_s (only a \"cmd:\" source is re-run)",
+                        got(&i.val),
+                    ))
+                }
+            },
+        };
+        out.push(Secret {
+            var: var.clone(),
+            source,
+            hosts,
+            ttl_s,
+            line: from.line,
+        });
+    }
+    Ok(out)
+}
+
+/// A secret host that no pattern of `network.hosts` allows: a config error
+/// naming the secret and the host. `allowed(name)`: whether the profile's
+/// (or the global) `network.hosts` lets the Domain reach `name`.
+pub fn check_hosts(
+    file: &Path,
+    profile: &str,
+    secrets: &[Secret],
+    allowed: impl Fn(&str) -> bool,
+) -> Result<(), ConfigError> {
+    for s in secrets {
+        if let Some(h) = s.hosts.iter().find(|h| !allowed(h)) {
+            return Err(invalid(
+                file,
+                s.line,
+                &format!("profiles.{profile}.secrets.{}.hosts", s.var),
+                "names that the profile's network.hosts allows (a secret goes only to a host the Domain may reach)",
+                format!("{:?}, which is not in network.hosts", h),
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------
+
+/// A real value: in memory only. `Debug` shows no byte of it; the buffer
+/// is overwritten when dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(Vec<u8>);
+
+impl SecretValue {
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Checks a resolved value: trimmed of ASCII whitespace, then
+    /// [`MIN_VALUE`]..=[`MAX_VALUE`] bytes of visible ASCII (what an HTTP
+    /// header carries without quoting; no CR, LF, NUL or space).
+    pub fn new(raw: Vec<u8>) -> Result<SecretValue, ValueProblem> {
+        let mut raw = raw;
+        let end = raw.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+        let start = raw.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(end);
+        let v: Vec<u8> = raw[start..end].to_vec();
+        raw.iter_mut().for_each(|b| *b = 0);
+        let problem = if v.is_empty() {
+            Some(ValueProblem::Empty)
+        } else if v.len() > MAX_VALUE {
+            Some(ValueProblem::TooLong)
+        } else if v.len() < MIN_VALUE {
+            Some(ValueProblem::TooShort)
+        } else if !v.iter().all(|b| (0x21..=0x7e).contains(b)) {
+            Some(ValueProblem::NotHeaderSafe)
+        } else {
+            None
+        };
+        let value = SecretValue(v);
+        match problem {
+            Some(p) => Err(p),
+            None => Ok(value),
+        }
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretValue({} bytes)", self.0.len())
+    }
+}
+
+impl Drop for SecretValue {
+    fn drop(&mut self) {
+        self.0.iter_mut().for_each(|b| *b = 0);
+        // Keeps the compiler from eliding the wipe of memory about to be freed.
+        std::hint::black_box(&self.0);
+    }
+}
+
+/// What is wrong with a resolved value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueProblem {
+    Empty,
+    TooShort,
+    TooLong,
+    NotHeaderSafe,
+}
+
+impl fmt::Display for ValueProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueProblem::Empty => f.write_str("is empty"),
+            ValueProblem::TooShort => write!(f, "is shorter than {MIN_VALUE} characters (not a credential)"),
+            ValueProblem::TooLong => write!(f, "is longer than {MAX_VALUE} bytes"),
+            ValueProblem::NotHeaderSafe => {
+                f.write_str("contains a space, a control byte or non-ASCII text, which cannot go in an HTTP header")
+            }
+        }
+    }
+}
+
+/// Why a secret's source gave no usable value. The message names the
+/// secret, its profile and its source, and never contains a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolveError {
+    pub var: String,
+    pub profile: String,
+    pub source: String,
+    pub why: String,
+}
+
+impl fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "secret {} of profile {:?}: its source {} {}",
+            self.var, self.profile, self.source, self.why
+        )
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+/// Resolves `secret` on the host. `env` reads the starting client's
+/// environment; a `cmd:` runs as argv without a shell, stdin closed,
+/// stderr discarded (it could echo a value), for at most [`CMD_TIMEOUT`].
+pub fn resolve(
+    profile: &str,
+    secret: &Secret,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<SecretValue, ResolveError> {
+    let fail = |why: String| ResolveError {
+        var: secret.var.clone(),
+        profile: profile.to_string(),
+        source: secret.source.to_string(),
+        why,
+    };
+    let raw: Vec<u8> = match &secret.source {
+        Source::Env(n) => match env(n) {
+            None => return Err(fail("is not set in your environment".into())),
+            Some(v) => std::os::unix::ffi::OsStringExt::into_vec(v),
+        },
+        Source::File(p) => std::fs::read(p).map_err(|e| fail(format!("cannot be read: {e}")))?,
+        Source::Cmd(argv) => run_cmd(argv).map_err(|e| fail(e.to_string()))?,
+    };
+    SecretValue::new(raw).map_err(|p| fail(format!("gave a value that {p}")))
+}
+
+/// Why a `cmd:` source gave no output.
+#[derive(Debug)]
+enum CmdError {
+    Spawn(std::io::Error),
+    NoPipe,
+    Timeout,
+    Wait(std::io::Error),
+    Read(Option<std::io::Error>),
+    Status(i32),
+    Signal,
+}
+
+impl fmt::Display for CmdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CmdError::Spawn(e) => write!(f, "could not be started: {e}"),
+            CmdError::NoPipe => f.write_str("gave no output pipe"),
+            CmdError::Timeout => write!(f, "did not finish within {} s", CMD_TIMEOUT.as_secs()),
+            CmdError::Wait(e) => write!(f, "could not be waited for: {e}"),
+            CmdError::Read(Some(e)) => write!(f, "output could not be read: {e}"),
+            CmdError::Read(None) => f.write_str("output could not be read"),
+            CmdError::Status(c) => write!(f, "failed (exit status {c}); run it yourself to see why"),
+            CmdError::Signal => f.write_str("was killed by a signal"),
+        }
+    }
+}
+
+/// Runs a `cmd:` source; its stdout (bounded), or why not.
+fn run_cmd(argv: &[String]) -> Result<Vec<u8>, CmdError> {
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(CmdError::Spawn)?;
+    let mut out = child.stdout.take().ok_or(CmdError::NoPipe)?;
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let r = (&mut out).take(MAX_VALUE as u64 * 2).read_to_end(&mut buf);
+        // Drain the rest so the command never blocks on a full pipe.
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+        r.map(|_| buf)
+    });
+    let deadline = Instant::now() + CMD_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(CmdError::Timeout);
+            }
+            Err(e) => return Err(CmdError::Wait(e)),
+        }
+    };
+    let out = reader
+        .join()
+        .map_err(|_| CmdError::Read(None))?
+        .map_err(|e| CmdError::Read(Some(e)))?;
+    if !status.success() {
+        let mut out = out;
+        out.iter_mut().for_each(|b| *b = 0);
+        return Err(match status.code() {
+            Some(c) => CmdError::Status(c),
+            None => CmdError::Signal,
+        });
+    }
+    Ok(out)
+}
+
+/// A fresh sentinel: [`SENTINEL_PREFIX`] and [`SENTINEL_CHARS`] base62
+/// characters from OpenSSL's RNG (rejection-sampled, so uniform).
+pub fn sentinel() -> Result<String, openssl::error::ErrorStack> {
+    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut s = String::with_capacity(SENTINEL_PREFIX.len() + SENTINEL_CHARS);
+    s.push_str(SENTINEL_PREFIX);
+    let mut buf = [0u8; 64];
+    while s.len() < SENTINEL_PREFIX.len() + SENTINEL_CHARS {
+        openssl::rand::rand_bytes(&mut buf)?;
+        for b in buf {
+            // 248 = 4 * 62: bytes at or above it would bias the choice.
+            if b < 248 && s.len() < SENTINEL_PREFIX.len() + SENTINEL_CHARS {
+                s.push(ALPHABET[(b % 62) as usize] as char);
+            }
+        }
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_profile(text: &str) -> Result<crate::config::Config, ConfigError> {
+        crate::config::parse(Path::new("/cfg.toml"), text)
+    }
+
+    #[test]
+    fn sentinel_shape_and_uniqueness() {
+        let a = sentinel().unwrap();
+        let b = sentinel().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 47);
+        assert!(a.starts_with("lzr-sk-"));
+        assert!(a[7..].bytes().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[test]
+    fn sources_parse() {
+        assert_eq!("env:API_KEY".parse::<Source>(), Ok(Source::Env("API_KEY".into())));
+        assert_eq!("file:/a/b".parse::<Source>(), Ok(Source::File("/a/b".into())));
+        assert_eq!(
+            "cmd:gh  auth token".parse::<Source>(),
+            Ok(Source::Cmd(vec!["gh".into(), "auth".into(), "token".into()]))
+        );
+        for bad in ["env:", "env:1X", "file:rel/p", "cmd:", "cmd:   ", "vault:x", ""] {
+            assert!(bad.parse::<Source>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hosts_are_exact_names() {
+        for ok in ["api.anthropic.com", "api.test", "a-b.c0.test"] {
+            assert!(valid_secret_host(ok), "{ok}");
+        }
+        for bad in [
+            "*.x.com",
+            "x.com:443",
+            "1.2.3.4",
+            "::1",
+            "com",
+            "API.test",
+            "-a.test",
+            "a..test",
+            "ü.test",
+        ] {
+            assert!(!valid_secret_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_table_parses() {
+        let cfg = parse_profile(
+            "[profiles.c.network]\nhosts = [\"api.anthropic.com\", \"*.github.com\", \"github.com\"]\n\
+             [profiles.c.secrets.ANTHROPIC_API_KEY]\nfrom = \"env:ANTHROPIC_API_KEY\"\nhosts = [\"api.anthropic.com\"]\n\
+             [profiles.c.secrets.GH_TOKEN]\nfrom = \"cmd:gh auth token\"\nhosts = [\"api.github.com\", \"github.com\"]\nttl_s = 600\n",
+        )
+        .unwrap();
+        let p = cfg.profile("c").unwrap();
+        assert_eq!(p.secrets.len(), 2);
+        assert_eq!(p.secrets[0].var, "ANTHROPIC_API_KEY");
+        assert_eq!(p.secrets[1].ttl_s, Some(600));
+        assert_eq!(p.secrets[1].source.kind(), "cmd");
+        assert_ne!(p.fingerprint(), crate::config::Profile::builtin("c").fingerprint());
+        // A secret host outside network.hosts (here: none at all, or a
+        // wildcard's apex) breaks the profile, naming secret and host.
+        for text in [
+            "[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n",
+            "[network]\nhosts = [\"*.api.test\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n",
+        ] {
+            let e = parse_profile(text).unwrap().profile("c").unwrap_err().to_string();
+            assert!(
+                e.contains("profiles.c.secrets.K.hosts") && e.contains("\"api.test\", which is not in network.hosts"),
+                "{e}"
+            );
+        }
+        let ok =
+            "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n";
+        assert_eq!(
+            parse_profile(ok).unwrap().profile("c").unwrap().secrets[0].hosts,
+            ["api.test"]
+        );
+    }
+
+    #[test]
+    fn config_errors_name_line_and_key() {
+        let cases = [
+            (
+                "[profiles.c.secrets.K]\nhosts = [\"a.test\"]\n",
+                "profiles.c.secrets.K.from",
+            ),
+            (
+                "[profiles.c.secrets.K]\nfrom = \"env:K\"\n",
+                "profiles.c.secrets.K.hosts",
+            ),
+            (
+                "[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = []\n",
+                "profiles.c.secrets.K.hosts",
+            ),
+            (
+                "[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"*.a.test\"]\n",
+                "profiles.c.secrets.K.hosts",
+            ),
+            (
+                "[profiles.c.secrets.K]\nfrom = \"vault:K\"\nhosts = [\"a.test\"]\n",
+                "profiles.c.secrets.K.from",
+            ),
+            (
+                "[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"a.test\"]\nttl_s = 5\n",
+                "profiles.c.secrets.K.ttl_s",
+            ),
+            (
+                "[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"a.test\"]\nvalue = \"x\"\n",
+                "profiles.c.secrets.K.value",
+            ),
+            (
+                "[profiles.c.secrets.LAZARET_X]\nfrom = \"env:K\"\nhosts = [\"a.test\"]\n",
+                "profiles.c.secrets.LAZARET_X",
+            ),
+            (
+                "[profiles.c]\npass_env = [\"K\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"a.test\"]\n",
+                "profiles.c.secrets.K",
+            ),
+        ];
+        for (text, key) in cases {
+            let cfg = parse_profile(text).unwrap();
+            let e = cfg.profile("c").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("/cfg.toml"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn host_outside_network_hosts_is_an_error() {
+        let s = Secret {
+            var: "K".into(),
+            source: Source::Env("K".into()),
+            hosts: vec!["api.test".into(), "evil.test".into()],
+            ttl_s: None,
+            line: 3,
+        };
+        let e = check_hosts(Path::new("/cfg.toml"), "c", std::slice::from_ref(&s), |h| {
+            h == "api.test"
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("evil.test") && e.contains("profiles.c.secrets.K.hosts") && e.contains("/cfg.toml:3:"),
+            "{e}"
+        );
+        assert!(check_hosts(Path::new("/cfg.toml"), "c", &[s], |_| true).is_ok());
+    }
+
+    fn secret(source: Source) -> Secret {
+        Secret {
+            var: "K".into(),
+            source,
+            hosts: vec!["api.test".into()],
+            ttl_s: None,
+            line: 1,
+        }
+    }
+
+    #[test]
+    fn resolve_sources() {
+        let env = |n: &str| (n == "K").then(|| std::ffi::OsString::from("  sk-real-12345\n"));
+        let v = resolve("c", &secret(Source::Env("K".into())), env).unwrap();
+        assert_eq!(v.expose(), b"sk-real-12345");
+        assert!(!format!("{v:?}").contains("real"));
+        let e = resolve("c", &secret(Source::Env("NOPE".into())), env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("secret K") && e.contains("env:NOPE") && e.contains("not set"),
+            "{e}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("lzsecret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("key");
+        std::fs::write(&f, "file-value-123\n").unwrap();
+        assert_eq!(
+            resolve("c", &secret(Source::File(f.clone())), env).unwrap().expose(),
+            b"file-value-123"
+        );
+        std::fs::write(&f, "  \n").unwrap();
+        let e = resolve("c", &secret(Source::File(f.clone())), env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is empty") && e.contains("file:"), "{e}");
+        let e = resolve("c", &secret(Source::File(dir.join("missing"))), env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be read"), "{e}");
+        std::fs::write(&f, "has space inside\n").unwrap();
+        let e = resolve("c", &secret(Source::File(f)), env).unwrap_err().to_string();
+        assert!(e.contains("HTTP header"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let cmd = |s: &str| secret(s.parse().unwrap());
+        assert_eq!(
+            resolve("c", &cmd("cmd:echo cmd-value-42"), env).unwrap().expose(),
+            b"cmd-value-42"
+        );
+        let e = resolve("c", &cmd("cmd:false"), env).unwrap_err().to_string();
+        assert!(e.contains("cmd:false") && e.contains("exit status 1"), "{e}");
+        let e = resolve("c", &cmd("cmd:/nonexistent/prog x"), env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("could not be started"), "{e}");
+        // No shell: the `;` is an argument of echo.
+        assert_eq!(
+            resolve("c", &cmd("cmd:echo abcdefgh;touch"), env).unwrap().expose(),
+            b"abcdefgh;touch"
+        );
+        let e = resolve("c", &cmd("cmd:echo short"), env).unwrap_err().to_string();
+        assert!(e.contains("shorter"), "{e}");
+    }
+}

@@ -1,0 +1,513 @@
+//! The egress gate's handler for a name with a secret bound (issue 31):
+//! terminate the sandbox's TLS with the Domain leaf for that name (or take
+//! its plain HTTP as it is), open a verified TLS connection (or plain TCP)
+//! upstream, and relay both ways through the swap engine (`net::subst`).
+//!
+//! One thread per connection, blocking sockets and `poll`: a side is read
+//! only when its socket is readable or its TLS layer holds decrypted bytes.
+//! An upstream that fails verification gets nothing: the sandbox receives
+//! a 502 with a one-line reason. A leak attempt gets a 403 and is logged by
+//! the caller.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+use openssl::ssl::{SslAcceptor, SslConnector, SslStream};
+
+use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide};
+use crate::net::tls;
+use crate::sys;
+
+/// What the gate holds for the generation's secrets: the bindings and the
+/// TLS ends, built once.
+pub struct Secrets {
+    pub bindings: Arc<Vec<Binding>>,
+    /// Name -> acceptor with that name's leaf.
+    pub acceptors: Vec<(String, SslAcceptor)>,
+    pub connector: SslConnector,
+}
+
+impl Secrets {
+    /// The gate's side of a generation's secrets: a leaf per bound name
+    /// from `anchor` (valid [`tls::LEAF_HOURS`]), and the upstream connector
+    /// (system roots, or `upstream_ca`).
+    pub fn build(
+        bindings: Vec<Binding>,
+        anchor: &crate::coordinator::trust::TrustAnchor,
+        upstream_ca: Option<&std::path::Path>,
+    ) -> Result<Secrets, crate::coordinator::trust::TrustError> {
+        let ca = anchor.ca_cert_pem()?;
+        let mut names: Vec<String> = bindings.iter().flat_map(|b| b.hosts.iter().cloned()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let mut acceptors = Vec::new();
+        for n in names {
+            let leaf = anchor.issue_tls_server(&n, tls::LEAF_HOURS)?;
+            acceptors.push((n, tls::acceptor(&leaf, &ca)?));
+        }
+        Ok(Secrets {
+            bindings: Arc::new(bindings),
+            acceptors,
+            connector: tls::connector(upstream_ca)?,
+        })
+    }
+
+    /// Whether the gate terminates connections to `name`: a secret is bound
+    /// to it.
+    pub fn bound(&self, name: &str) -> bool {
+        self.bindings
+            .iter()
+            .any(|b| b.hosts.iter().any(|h| h.eq_ignore_ascii_case(name)))
+    }
+
+    fn acceptor(&self, name: &str) -> Option<&SslAcceptor> {
+        self.acceptors
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, a)| a)
+    }
+}
+
+/// Whether the gate hands this connection to [`serve`], and with TLS
+/// termination (`Some(true)`) or as plain HTTP (`Some(false)`): a TLS or
+/// CONNECT connection to a bound name, or any plain HTTP request while
+/// the gate holds secrets (a sentinel in it towards an unbound host is a
+/// leak). Everything else is relayed untouched.
+pub fn wants(s: Option<&Secrets>, name: &str, sniffed: &crate::net::gate::Sniffed) -> Option<bool> {
+    use crate::net::gate::Sniffed;
+    let s = s?;
+    match sniffed {
+        Sniffed::Tls(_) | Sniffed::Connect { .. } if s.bound(name) => Some(true),
+        Sniffed::Http { .. } => Some(false),
+        _ => None,
+    }
+}
+
+/// The reason the gate logs for an outcome, if it was a refusal.
+pub fn log_line(o: &Outcome) -> Option<String> {
+    match o {
+        Outcome::Refused(Refusal::Leak { var, .. }) => Some(format!("leak attempt: the sentinel of {var}")),
+        Outcome::Refused(r) => Some(r.to_string()),
+        Outcome::Upstream(why) => Some(format!("upstream TLS: {why}")),
+        Outcome::Done | Outcome::Handshake | Outcome::Io => None,
+    }
+}
+
+/// How a terminated connection ended, for the gate's log.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Relayed until one side closed.
+    Done,
+    /// A request was refused (a leak attempt or a head the gate cannot frame).
+    Refused(Refusal),
+    /// The upstream failed TLS verification or the handshake: nothing sent.
+    Upstream(String),
+    /// The sandbox's handshake failed.
+    Handshake,
+    Io,
+}
+
+/// The sandbox's stream with the bytes the gate already read to learn the
+/// name put back in front.
+pub struct Prefixed {
+    pre: Vec<u8>,
+    pos: usize,
+    inner: TcpStream,
+}
+
+impl Prefixed {
+    pub fn new(pre: Vec<u8>, inner: TcpStream) -> Prefixed {
+        Prefixed { pre, pos: 0, inner }
+    }
+}
+
+impl Read for Prefixed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos < self.pre.len() {
+            let n = buf.len().min(self.pre.len() - self.pos);
+            buf[..n].copy_from_slice(&self.pre[self.pos..self.pos + n]);
+            self.pos += n;
+            return Ok(n);
+        }
+        self.inner.read(buf)
+    }
+}
+
+impl Write for Prefixed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// One end of the relay.
+trait End: Read + Write {
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Bytes readable without waiting for the socket.
+    fn buffered(&self) -> bool;
+    fn close_write(&mut self);
+}
+
+impl End for Prefixed {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.inner.as_fd()
+    }
+    fn buffered(&self) -> bool {
+        self.pos < self.pre.len()
+    }
+    fn close_write(&mut self) {
+        let _ = self.inner.shutdown(Shutdown::Write);
+    }
+}
+
+impl End for TcpStream {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+    fn buffered(&self) -> bool {
+        false
+    }
+    fn close_write(&mut self) {
+        let _ = self.shutdown(Shutdown::Write);
+    }
+}
+
+impl<S: End> End for SslStream<S> {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.get_ref().fd()
+    }
+    fn buffered(&self) -> bool {
+        self.ssl().pending() > 0 || self.get_ref().buffered()
+    }
+    fn close_write(&mut self) {
+        let _ = self.shutdown();
+        self.get_mut().close_write();
+    }
+}
+
+/// Serves one connection to `name` (bound: [`Secrets::bound`]). `first`:
+/// what the gate read from the sandbox to learn the name; `tls`: it was a
+/// ClientHello (else plain HTTP); `upstream`: connected to the name's own
+/// address, nothing sent yet.
+pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, tls: bool, s: &Secrets) -> Outcome {
+    let _ = conn.set_read_timeout(None);
+    let sandbox = Prefixed::new(first, conn);
+    if !tls {
+        return relay(sandbox, upstream, name, s);
+    }
+    let Some(acc) = s.acceptor(name) else {
+        return Outcome::Handshake;
+    };
+    let Ok(mut inside) = acc.accept(sandbox) else {
+        return Outcome::Handshake;
+    };
+    // `connect` sets the SNI and checks the certificate names `name`.
+    let out = s.connector.configure().map(|mut c| {
+        c.set_verify_hostname(true);
+        c
+    });
+    let up = match out {
+        Ok(c) => c.connect(name, upstream).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match up {
+        Ok(up) => relay(inside, up, name, s),
+        Err(why) => {
+            let line = why.lines().next().unwrap_or("TLS handshake failed").to_string();
+            let _ = inside.write_all(&tls::bad_gateway(name, &format!("upstream TLS: {line}")));
+            inside.close_write();
+            Outcome::Upstream(line)
+        }
+    }
+}
+
+fn refused(r: &Refusal) -> Vec<u8> {
+    let body = format!("lazaret: {r}\n");
+    format!(
+        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome {
+    let mut req = RequestSide::new(name, &s.bindings);
+    let mut resp = ResponseSide::new(&s.bindings);
+    let mut expects = VecDeque::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut out = Vec::with_capacity(64 * 1024);
+    let mut a_open = true;
+    // The relay ends when upstream closes, so its side stays open.
+    let b_open = true;
+    loop {
+        let (mut ra, mut rb) = (a_open && a.buffered(), b_open && b.buffered());
+        if !ra && !rb {
+            let mut fds = Vec::new();
+            if a_open {
+                fds.push((0, sys::PollFd::new(a.fd(), sys::POLLIN)));
+            }
+            if b_open {
+                fds.push((1, sys::PollFd::new(b.fd(), sys::POLLIN)));
+            }
+            if fds.is_empty() {
+                return Outcome::Done;
+            }
+            let mut p: Vec<sys::PollFd> = fds.into_iter().map(|(_, f)| f).collect();
+            if let Err(e) = sys::poll(&mut p, -1) {
+                let _ = e;
+                return Outcome::Io;
+            }
+            let mut k = 0;
+            if a_open {
+                ra = p[k].readable();
+                k += 1;
+            }
+            if b_open {
+                rb = p[k].readable();
+            }
+        }
+        if ra {
+            out.clear();
+            match a.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    a_open = false;
+                    b.close_write();
+                }
+                Ok(n) => {
+                    if let Err(r) = req.feed(&buf[..n], &mut out, &mut expects) {
+                        let _ = a.write_all(&refused(&r));
+                        a.close_write();
+                        return Outcome::Refused(r);
+                    }
+                    if b.write_all(&out).is_err() {
+                        return Outcome::Done;
+                    }
+                }
+            }
+        }
+        if rb {
+            out.clear();
+            match b.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    resp.finish(&mut out);
+                    let _ = a.write_all(&out);
+                    a.close_write();
+                    return Outcome::Done;
+                }
+                Ok(n) => {
+                    if let Err(r) = resp.feed(&buf[..n], &mut out, &mut expects) {
+                        a.close_write();
+                        return Outcome::Refused(r);
+                    }
+                    if a.write_all(&out).is_err() {
+                        return Outcome::Done;
+                    }
+                    if resp.closing() {
+                        a.close_write();
+                        return Outcome::Done;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::secrets::{sentinel, SecretValue};
+    use crate::coordinator::trust::TrustAnchor;
+    use std::net::TcpListener;
+
+    const REAL: &str = "sk-ant-real-9f8e7d6c5b4a";
+
+    /// A loopback "upstream" (nothing leaves the machine): TLS with a leaf
+    /// for `name` from `ca` when given, else plain; records the request
+    /// head and answers `body`, which echoes the Authorization header.
+    fn upstream(ca: Option<(&TrustAnchor, &str)>) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let acc =
+            ca.map(|(a, n)| tls::acceptor(&a.issue_tls_server(n, 1).unwrap(), &a.ca_cert_pem().unwrap()).unwrap());
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut io: Box<dyn ReadWrite> = match acc {
+                Some(acc) => match acc.accept(s) {
+                    Ok(t) => Box::new(t),
+                    Err(_) => return Vec::new(),
+                },
+                None => Box::new(s),
+            };
+            let mut head = Vec::new();
+            let mut b = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match io.read(&mut b) {
+                    Ok(0) | Err(_) => return head,
+                    Ok(n) => head.extend_from_slice(&b[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let auth = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Authorization: "))
+                .unwrap_or("")
+                .to_string();
+            let body = format!("you sent {auth}\n");
+            let _ = write!(
+                io,
+                "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            head
+        });
+        (port, t)
+    }
+
+    trait ReadWrite: Read + Write + Send {}
+    impl<T: Read + Write + Send> ReadWrite for T {}
+
+    fn secrets(domain: &TrustAnchor, up_ca: Option<&std::path::Path>, s1: &str) -> Secrets {
+        let bindings = vec![Binding {
+            var: "ANTHROPIC_API_KEY".into(),
+            sentinel: s1.into(),
+            real: SecretValue::new(REAL.into()).unwrap(),
+            hosts: vec!["api.test".into()],
+        }];
+        Secrets::build(bindings, domain, up_ca).unwrap()
+    }
+
+    /// Runs the gate's handler for one connection on loopback; returns
+    /// what the client received and what upstream recorded.
+    fn through_gate(
+        s: Secrets,
+        name: &'static str,
+        tls_mode: bool,
+        up_port: u16,
+        client_ca: Option<Vec<u8>>,
+        request: String,
+    ) -> (Vec<u8>, Outcome) {
+        let gl = TcpListener::bind("127.0.0.1:0").unwrap();
+        let gport = gl.local_addr().unwrap().port();
+        let gate = std::thread::spawn(move || {
+            let (c, _) = gl.accept().unwrap();
+            // The gate's sniff: the first bytes the client sent.
+            let mut first = vec![0u8; 16 * 1024];
+            let n = (&c).read(&mut first).unwrap();
+            first.truncate(n);
+            let up = TcpStream::connect(("127.0.0.1", up_port)).unwrap();
+            serve(c, first, up, name, tls_mode, &s)
+        });
+        let tcp = TcpStream::connect(("127.0.0.1", gport)).unwrap();
+        let mut got = Vec::new();
+        match client_ca {
+            Some(ca) => {
+                let mut b = SslConnector::builder(openssl::ssl::SslMethod::tls_client()).unwrap();
+                b.cert_store_mut()
+                    .add_cert(openssl::x509::X509::from_pem(&ca).unwrap())
+                    .unwrap();
+                b.set_alpn_protos(b"\x02h2\x08http/1.1").unwrap();
+                let mut t = b.build().connect(name, tcp).unwrap();
+                assert_eq!(t.ssl().selected_alpn_protocol(), Some(&b"http/1.1"[..]));
+                t.write_all(request.as_bytes()).unwrap();
+                let _ = t.read_to_end(&mut got);
+            }
+            None => {
+                let mut t = tcp;
+                t.write_all(request.as_bytes()).unwrap();
+                let _ = t.read_to_end(&mut got);
+            }
+        }
+        (got, gate.join().unwrap())
+    }
+
+    fn ca_file(a: &TrustAnchor, tag: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("lz-term-{}-{tag}.pem", std::process::id()));
+        std::fs::write(&p, a.ca_cert_pem().unwrap()).unwrap();
+        p
+    }
+
+    #[test]
+    fn https_sentinel_reaches_upstream_as_the_real_value_and_back_as_sentinel() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "https");
+        let s1 = sentinel().unwrap();
+        let (port, up) = upstream(Some((&test_ca, "api.test")));
+        let req = format!("GET /v1 HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\r\n");
+        let (got, outcome) = through_gate(
+            secrets(&domain, Some(&f), &s1),
+            "api.test",
+            true,
+            port,
+            Some(domain.ca_cert_pem().unwrap()),
+            req,
+        );
+        let head = String::from_utf8(up.join().unwrap()).unwrap();
+        assert!(head.contains(&format!("Authorization: Bearer {REAL}\r\n")), "{head}");
+        assert!(!head.contains(&s1), "{head}");
+        let got = String::from_utf8(got).unwrap();
+        assert!(!got.contains(REAL), "{got}");
+        assert!(
+            got.contains(&format!("X-Echo: Bearer {s1}")) && got.contains(&format!("you sent Bearer {s1}")),
+            "{got}"
+        );
+        assert!(matches!(outcome, Outcome::Done), "{outcome:?}");
+        std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn upstream_with_the_wrong_ca_or_name_gets_nothing_and_the_sandbox_a_502() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let stranger = TrustAnchor::new("stranger", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "bad");
+        let s1 = sentinel().unwrap();
+        for (ca, leaf_name) in [(&stranger, "api.test"), (&test_ca, "wrong.test")] {
+            let (port, up) = upstream(Some((ca, leaf_name)));
+            let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n");
+            let (got, outcome) = through_gate(
+                secrets(&domain, Some(&f), &s1),
+                "api.test",
+                true,
+                port,
+                Some(domain.ca_cert_pem().unwrap()),
+                req,
+            );
+            let got = String::from_utf8(got).unwrap();
+            assert!(got.starts_with("HTTP/1.1 502 "), "{got}");
+            assert!(matches!(outcome, Outcome::Upstream(_)), "{outcome:?}");
+            // The upstream's handshake failed: it never saw a request byte.
+            assert!(up.join().unwrap().is_empty());
+        }
+        std::fs::remove_file(f).unwrap();
+    }
+
+    #[test]
+    fn plain_http_is_swapped_and_a_leak_is_refused_before_upstream_sees_it() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let s1 = sentinel().unwrap();
+        let (port, up) = upstream(None);
+        let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\r\n");
+        let (got, _) = through_gate(secrets(&domain, None, &s1), "api.test", false, port, None, req);
+        let head = String::from_utf8(up.join().unwrap()).unwrap();
+        assert!(head.contains(&format!("Bearer {REAL}")), "{head}");
+        assert!(!String::from_utf8_lossy(&got).contains(REAL));
+
+        // The sentinel towards other.test (plain HTTP, no secret bound).
+        let (port, up) = upstream(None);
+        let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nx-api-key: {s1}\r\n\r\n");
+        let (got, outcome) = through_gate(secrets(&domain, None, &s1), "other.test", false, port, None, req);
+        let got = String::from_utf8(got).unwrap();
+        assert!(
+            got.starts_with("HTTP/1.1 403 ") && got.contains("leak attempt"),
+            "{got}"
+        );
+        assert!(matches!(outcome, Outcome::Refused(Refusal::Leak { .. })), "{outcome:?}");
+        assert!(up.join().unwrap().is_empty(), "other.test saw bytes");
+    }
+}
