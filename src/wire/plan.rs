@@ -142,7 +142,13 @@ fn dec_gate(d: &mut Dec) -> Result<Option<GatePlan>, DecodeError> {
     let log_only = d.flag()?;
     let mut hosts = Vec::new();
     for s in d.strs()? {
-        hosts.push(s.parse().map_err(|_| DecodeError::BadValue("host pattern"))?);
+        let h: crate::config::hosts::HostPattern = s.parse().map_err(|_| DecodeError::BadValue("host pattern"))?;
+        // Only the canonical spelling (what the encoder writes): a pattern
+        // the parser would normalize (case, a trailing dot) is malformed.
+        if h.to_string() != s {
+            return Err(DecodeError::BadValue("host pattern"));
+        }
+        hosts.push(h);
     }
     let mut upstream = Vec::new();
     for _ in 0..d.count()? {
