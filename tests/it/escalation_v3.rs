@@ -285,7 +285,8 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
                     [profiles.u]\nuser = \"dev\"\npass_env = [\"LZ_PASSED\"]\n";
     let (ws, cfg) = env.workspace_with_config("esc3uid", cfg_text);
     // A root session that keeps running, with a passed value, and that
-    // can use its own credential.
+    // can use its own credential; it keeps the credential file open (fd 3,
+    // as a reader might be caught doing) with its cwd in the key directory.
     let root = env
         .lz(
             &ws,
@@ -297,7 +298,8 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
                 "--",
                 "sh",
                 "-c",
-                "lazaret-escalate -- true; echo rc=$? > /workspace/root-rc; sleep 60",
+                "exec 3<\"$LAZARET_ESCALATION_CREDENTIAL_FILE\"; cd /.lazaret/keys; \
+                 lazaret-escalate -- true; echo rc=$? > /workspace/root-rc; sleep 60",
             ],
         )
         .config_home(&cfg)
@@ -315,7 +317,13 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
                  grep -c root-passed-value-4242 /tmp/envs; grep -c '^LAZARET_ESCALATION_CREDENTIAL=' /tmp/envs; \
                  ls /.lazaret/keys >/dev/null 2>&1 && echo listed || echo not-listed; \
                  for f in $(grep '^LAZARET_ESCALATION_CREDENTIAL_FILE=' /tmp/envs | cut -d= -f2 | sort -u); do \
-                   if cat $f 2>/dev/null | grep -q lzc2; then echo read-$f; else echo denied; fi; done";
+                   if cat $f 2>/dev/null | grep -q lzc2; then echo read-$f; else echo denied; fi; \
+                   ln $f /tmp/hard 2>/dev/null && echo linked-hard; ln -sf $f /tmp/soft; \
+                   cat /tmp/soft 2>/dev/null | grep -q lzc2 && echo through-symlink-$f; \
+                   b=$(basename $f); for p in /proc/[0-9]*; do \
+                     cat $p/cwd/$b $p/root$f 2>/dev/null | grep -q lzc2 && echo through-proc-$p-$f; done; done; \
+                 for l in /proc/[0-9]*/fd/*; do [ -f $l ] && cat $l 2>/dev/null | grep -q lzc2 && echo fd-$l; done; \
+                 echo probe-done";
     let r = env
         .lz(&ws, &["run", "-p", "u", "--", "sh", "-c", probe])
         .config_home(&cfg)
@@ -342,6 +350,22 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
         r.stdout.matches("read-").count(),
         1,
         "read another session's credential: {r:?}"
+    );
+    // Not through a hard link (a read-only bind), a symlink, another
+    // uid's /proc/PID/{cwd,root} or an fd the root session holds open.
+    assert!(r.stdout.contains("probe-done"), "{r:?}");
+    assert!(!r.stdout.contains("linked-hard"), "{r:?}");
+    let leaks: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("through-") || l.starts_with("fd-"))
+        .collect();
+    // The user session's own file (0644) is readable by any path, and none
+    // of its processes holds it open; only the root session's is ever open.
+    let own = lines.iter().find_map(|l| l.strip_prefix("read-")).unwrap_or("-");
+    assert!(
+        leaks.iter().all(|l| l.starts_with("through-") && l.ends_with(own)),
+        "a root session's credential leaked to a user session: {leaks:?}\n{r:?}"
     );
     drop(root);
 }
