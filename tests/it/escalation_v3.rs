@@ -159,6 +159,43 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     let script = "(while :; do printf '\\0337\\033[6A\\r\\033[2Kcommand: git status\\033[2A\\033[2K=> git status   in /\\0338'; done) & \
                   loop=$!; sleep 0.5; lazaret-escalate --justification loop -- touch MARKER; rc=$?; kill $loop; (exit $rc)";
     approve_and_check(&t, env, &ws, "loop", script, Duration::from_secs(2));
+    // Look-alike letters, wide characters, a single-character CSI (C1) and a
+    // stack of combining marks: the line above the question spells them out
+    // in ASCII, and what it names is what runs.
+    let name = "ran-g\u{456}thub";
+    let marker = ws.join(name);
+    let zalgo: String = std::iter::once('z')
+        .chain((0x300..0x340).filter_map(char::from_u32))
+        .collect();
+    std::fs::write(
+        ws.join("odd.sh"),
+        format!(
+            "lazaret-escalate --justification '{zalgo}' -- touch {} '\u{754c}\u{9b}2J'; echo rc-odd=$?\n",
+            sh_quote(&marker.display().to_string())
+        ),
+    )
+    .unwrap();
+    env.chown(&ws.join("odd.sh"));
+    t.send("clear; sh /workspace/odd.sh");
+    t.enter();
+    let expect = format!(
+        "=> touch '{}/ran-g\\u{{456}}thub' '\\u{{754c}}\\x9b2J'   in {}",
+        std::fs::canonicalize(&ws).unwrap().display(),
+        std::fs::canonicalize(&ws).unwrap().display()
+    );
+    // (The previous prompt's question stays on screen until the `clear`.)
+    let shown = crate::harness::eventually(Duration::from_secs(20), || {
+        above_question(&t.capture()).as_deref() == Some(expect.as_str())
+    });
+    let screen = t.capture();
+    eprintln!("odd: screen:\n{screen}");
+    assert!(shown, "{expect}\n{screen}");
+    assert!(!marker.exists());
+    std::thread::sleep(Duration::from_millis(600));
+    t.send("yes");
+    t.enter();
+    assert!(t.wait_for("rc-odd=0", Duration::from_secs(15)), "{}", t.capture());
+    assert!(marker.exists(), "the approved command did not run");
     t.send("clear; echo back-$((40+2))");
     t.enter();
     assert!(t.wait_for("back-42", Duration::from_secs(10)), "{}", t.capture());
