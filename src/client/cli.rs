@@ -828,8 +828,12 @@ impl Terminal {
 
     /// The terminal was resized: the prompt is drawn again for its size.
     fn redraw(&mut self) -> Option<ClientMsg> {
-        let info = self.prompt.as_ref()?.info.clone();
-        self.show(info)
+        let old = self.prompt.take()?;
+        let refused = self.show(old.info);
+        if let Some(p) = self.prompt.as_mut() {
+            p.resume(old.stage);
+        }
+        refused
     }
 }
 
@@ -1119,7 +1123,9 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 /// An escalation prompt being answered in the developer's terminal (raw
 /// mode). Only deliberate answers count: typeahead is flushed when the
 /// prompt is drawn and keystrokes in the next [`PROMPT_GRACE`] are
-/// discarded; an answer is a whole line that is exactly `y`/`yes`,
+/// discarded, and the line they began is no answer (the sandbox sees what
+/// is typed to it, so it can time the prompt to appear in the middle of a
+/// line that ends in `yes`); an answer is a whole line that is exactly `y`/`yes`,
 /// `n`/`no` or `e`/`edit`, anything else asks again; an edited command is
 /// shown in full and needs its own `yes`. Ctrl-C denies.
 struct Prompt {
@@ -1128,6 +1134,9 @@ struct Prompt {
     ignore_until: Instant,
     stage: PromptStage,
     line: String,
+    /// Keys were discarded in the grace and the last was not Enter: the
+    /// line they began does not count when it ends.
+    typed_early: bool,
 }
 
 enum PromptStage {
@@ -1143,7 +1152,36 @@ const PROMPT_LINE_MAX: usize = 8192;
 
 impl Prompt {
     fn say(s: &str) {
+        // Unit tests drive the prompt without a terminal to draw on.
+        if cfg!(test) {
+            return;
+        }
         let _ = sys::write_all(sys::STDOUT, s.as_bytes());
+    }
+
+    fn new(info: ipc::PromptInfo) -> Prompt {
+        Prompt {
+            info,
+            ignore_until: Instant::now() + PROMPT_GRACE,
+            stage: PromptStage::Ask,
+            line: String::new(),
+            typed_early: false,
+        }
+    }
+
+    /// The prompt was drawn again (a resize): it goes on at the stage it
+    /// was at, so a `yes` means what it meant before (an edited command
+    /// still needs its own confirmation, never the original's).
+    fn resume(&mut self, stage: PromptStage) {
+        match &stage {
+            PromptStage::Ask => {}
+            PromptStage::Edit => Self::say("\r\n\x1b[2Kcommand to run instead: "),
+            PromptStage::Confirm(argv) => Self::say(&format!(
+                "\r\n\x1b[2Kedited command: {}\r\n\x1b[2Krun the edited command? type yes or no, then Enter: ",
+                crate::escalation::quote_argv(argv)
+            )),
+        }
+        self.stage = stage;
     }
 
     /// Draws the prompt for this terminal's size (the text starts by
@@ -1157,13 +1195,7 @@ impl Prompt {
         match crate::client::prompt::render(&info, rows, cols) {
             Ok(text) => {
                 Self::say(&text);
-                let p = Prompt {
-                    info,
-                    ignore_until: Instant::now() + PROMPT_GRACE,
-                    stage: PromptStage::Ask,
-                    line: String::new(),
-                };
-                (Some(p), None)
+                (Some(Prompt::new(info)), None)
             }
             Err(small) => {
                 Self::say(&crate::client::prompt::too_small_text(&small));
@@ -1189,6 +1221,9 @@ impl Prompt {
     /// Consumes keystrokes; returns the decision once there is one.
     fn feed(&mut self, bytes: &[u8]) -> Option<ClientMsg> {
         if Instant::now() < self.ignore_until {
+            if let Some(&last) = bytes.last() {
+                self.typed_early = !matches!(last, b'\r' | b'\n');
+            }
             return None;
         }
         let text = String::from_utf8_lossy(bytes).into_owned();
@@ -1197,6 +1232,15 @@ impl Prompt {
                 '\r' | '\n' => {
                     let line = std::mem::take(&mut self.line);
                     Self::say("\r\n");
+                    if std::mem::take(&mut self.typed_early) {
+                        Self::say("(this line was begun before the prompt appeared, so it is no answer) ");
+                        Self::say(match self.stage {
+                            PromptStage::Confirm(_) => "type yes or no, then Enter: ",
+                            PromptStage::Edit => "command to run instead: ",
+                            PromptStage::Ask => "type yes, no or edit, then Enter: ",
+                        });
+                        continue;
+                    }
                     if let Some(d) = self.enter(&line) {
                         return Some(d);
                     }
@@ -1268,5 +1312,79 @@ impl Prompt {
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prompt() -> Prompt {
+        let info = ipc::PromptInfo {
+            request_id: "r1".into(),
+            profile: "default".into(),
+            session_id: "0123456789abcdef".into(),
+            argv: vec!["touch".into(), "/m".into()],
+            cwd: "/w".into(),
+            justification: String::new(),
+            timeout_s: 300,
+        };
+        let mut p = Prompt::new(info);
+        p.ignore_until = Instant::now() - Duration::from_secs(1);
+        p
+    }
+
+    fn verdict(d: Option<ClientMsg>) -> Option<(u8, Vec<String>)> {
+        d.map(|d| match d {
+            ClientMsg::Decision { verdict, argv, .. } => (verdict, argv),
+            m => panic!("{m:?}"),
+        })
+    }
+
+    #[test]
+    fn a_line_begun_before_the_prompt_appeared_is_no_answer() {
+        // The sandbox saw "please go ahead, " typed to it and had the
+        // prompt appear: the grace swallows the keys that arrive in it,
+        // and the "yes" that finishes the line must not approve.
+        let mut p = prompt();
+        p.ignore_until = Instant::now() + Duration::from_secs(60);
+        assert!(p.feed(b"ahead, ").is_none());
+        p.ignore_until = Instant::now() - Duration::from_secs(1);
+        assert_eq!(verdict(p.feed(b"yes\r")), None);
+        // A line typed after the prompt appeared is an answer.
+        assert_eq!(verdict(p.feed(b"yes\r")), Some((ipc::VERDICT_APPROVE, vec![])));
+        // A line that ended (Enter) in the grace leaves the next one whole.
+        let mut p = prompt();
+        p.ignore_until = Instant::now() + Duration::from_secs(60);
+        assert!(p.feed(b"ok\r").is_none());
+        p.ignore_until = Instant::now() - Duration::from_secs(1);
+        assert_eq!(verdict(p.feed(b"y\r")), Some((ipc::VERDICT_APPROVE, vec![])));
+        // Ctrl-C and garbage before the grace ends do nothing.
+        let mut p = prompt();
+        assert_eq!(verdict(p.feed(b"yess\r")), None);
+        assert_eq!(verdict(p.feed(b"\x1b[Myes\r")), None);
+        assert_eq!(verdict(p.feed(b"no\r")), Some((ipc::VERDICT_DENY, vec![])));
+    }
+
+    #[test]
+    fn a_resize_keeps_an_edited_command_waiting_for_its_own_yes() {
+        let mut term = Terminal {
+            prompt: Some(prompt()),
+            held: Vec::new(),
+        };
+        let p = term.prompt.as_mut().unwrap();
+        assert!(p.feed(b"edit\r").is_none());
+        assert!(p.feed(b"ls -l\r").is_none());
+        assert!(matches!(p.stage, PromptStage::Confirm(_)));
+        // The terminal is resized: the prompt is drawn again, for the
+        // same request, still asking about the edited command.
+        assert!(term.redraw().is_none() || term.prompt.is_none());
+        let p = term.prompt.as_mut().expect("a 24x80 default fits the prompt");
+        assert!(matches!(&p.stage, PromptStage::Confirm(a) if a == &["ls", "-l"]));
+        p.ignore_until = Instant::now() - Duration::from_secs(1);
+        assert_eq!(
+            verdict(p.feed(b"yes\r")),
+            Some((ipc::VERDICT_EDIT, vec!["ls".to_string(), "-l".to_string()]))
+        );
     }
 }

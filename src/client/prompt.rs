@@ -21,11 +21,15 @@ use crate::wire::client::PromptInfo;
 /// character set) can hide or fake it: CAN and ST end whatever escape
 /// sequence or string (OSC, DCS) the sandbox left open, so none swallows
 /// the prompt; then soft reset (DECSTR), full-screen scroll region, origin mode
-/// off, main screen, SGR reset, cursor shown, ASCII character set, then
+/// off, main screen, SGR reset, cursor shown, ASCII character set,
+/// left/right margins, insert and newline modes off, mouse and focus
+/// reporting off (no click or focus change types into the answer), then
 /// the bottom line of the screen, where the prompt scrolls everything above
 /// it up.
 pub const TERMINAL_RESET: &str =
-    "\x18\x1b\\\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\x1b[9999;1H";
+    "\x18\x1b\\\x1b[!p\x1b[r\x1b[?6l\x1b[?1049l\x1b[?47l\x1b[0m\x1b[?25h\x1b(B\x0f\x1b[?7h\
+     \x1b[?69l\x1b[4l\x1b[20l\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1005l\x1b[?1006l\x1b[?1015l\x1b[?1004l\
+     \x1b[9999;1H";
 
 /// The question; answers are whole lines.
 pub const QUESTION: &str = "run it? type yes, no or edit, then Enter: ";
@@ -51,6 +55,66 @@ fn width(c: char) -> usize {
 
 fn text_width(s: &str) -> usize {
     s.chars().map(width).sum()
+}
+
+/// Most combining marks in a row shown as they are: a longer stack (the
+/// "zalgo" trick) is drawn by many terminals over the rows above and
+/// below, so the marks after these are written as visible `\u{…}`.
+pub const MARKS_MAX: usize = 3;
+
+/// A combining mark of the blocks stacking text uses (general diacritics,
+/// Cyrillic, Hebrew, Arabic, Syriac, Thaana, NKo, Thai, Lao, Tibetan,
+/// extended and supplementary diacritics, symbols' marks, half marks,
+/// variation selectors, musical symbols).
+fn is_mark(c: char) -> bool {
+    matches!(c as u32,
+        0x0300..=0x036F | 0x0483..=0x0489 | 0x0591..=0x05BD | 0x05BF | 0x05C1..=0x05C2
+        | 0x05C4..=0x05C5 | 0x05C7 | 0x0610..=0x061A | 0x064B..=0x065F | 0x0670
+        | 0x06D6..=0x06DC | 0x06DF..=0x06E4 | 0x06E7..=0x06E8 | 0x06EA..=0x06ED | 0x0711
+        | 0x0730..=0x074A | 0x07A6..=0x07B0 | 0x07EB..=0x07F3 | 0x0816..=0x082D | 0x0859..=0x085B
+        | 0x0898..=0x089F | 0x08CA..=0x08FF | 0x0E31 | 0x0E34..=0x0E3A | 0x0E47..=0x0E4E | 0x0EB1
+        | 0x0EB4..=0x0EBC | 0x0EC8..=0x0ECE | 0x0F18..=0x0F19 | 0x0F35 | 0x0F37 | 0x0F39
+        | 0x0F71..=0x0F84 | 0x0F86..=0x0F87 | 0x0F8D..=0x0FBC | 0x135D..=0x135F | 0x1AB0..=0x1AFF
+        | 0x1DC0..=0x1DFF | 0x20D0..=0x20FF | 0x2CEF..=0x2CF1 | 0x2DE0..=0x2DFF | 0x302A..=0x302F
+        | 0x3099..=0x309A | 0xA66F..=0xA672 | 0xA674..=0xA67D | 0xA69E..=0xA69F | 0xFE00..=0xFE0F
+        | 0xFE20..=0xFE2F | 0x1D165..=0x1D169 | 0x1D16D..=0x1D172 | 0x1D17B..=0x1D182
+        | 0x1D185..=0x1D18B | 0x1D1AA..=0x1D1AD | 0xE0100..=0xE01EF)
+}
+
+/// `s` (already escaped) with every combining mark after the first
+/// [`MARKS_MAX`] of a run written as `\u{…}`.
+fn cap_marks(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut run = 0;
+    for c in s.chars() {
+        if is_mark(c) {
+            run += 1;
+            if run > MARKS_MAX {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+                continue;
+            }
+        } else {
+            run = 0;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `s` (already escaped) with every character that is not ASCII written
+/// as `\u{…}`: the line above the question reads the same on every
+/// terminal, whatever its widths, bidi reordering, combining or
+/// look-alike letters (a Cyrillic `һ` in `gitһub.com`).
+pub fn ascii(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    out
 }
 
 /// Hard-wraps `text` after `label` (the first line) and [`INDENT`] (the
@@ -151,22 +215,22 @@ impl std::fmt::Display for TooSmall {
 /// The prompt's lines for a terminal `cols` wide, the question last.
 pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
     let cols = cols as usize;
-    let cmd = command_text(&p.argv);
-    let cwd = neutralize(&p.cwd);
+    let cmd = cap_marks(&command_text(&p.argv));
+    let cwd = cap_marks(&neutralize(&p.cwd));
     let mut out = vec![
         head(HEADER, cols),
         head(
             &format!(
                 "profile: {}   session: {}",
-                neutralize(&p.profile),
-                neutralize(&p.session_id)
+                cap_marks(&neutralize(&p.profile)),
+                cap_marks(&neutralize(&p.session_id))
             ),
             cols,
         ),
     ];
     out.extend(wrap("command: ", &cmd, cols));
     out.extend(wrap("cwd:     ", &cwd, cols));
-    let why = match collapse(&p.justification) {
+    let why = match cap_marks(&collapse(&p.justification)) {
         w if w.is_empty() => "(none given)".to_string(),
         w => w,
     };
@@ -180,13 +244,14 @@ pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
     }
     out.extend(why_lines);
     out.push(head(&format!("(no answer within {} s denies it)", p.timeout_s), cols));
-    out.push(repeat_line(&cmd, &cwd, cols));
+    out.push(repeat_line(&ascii(&cmd), &ascii(&cwd), cols));
     out.push(QUESTION.to_string());
     out
 }
 
 /// The line above the question: the command and the host directory again,
-/// on one line (each cut with a marker when both do not fit).
+/// on one line, in ASCII ([`ascii`]; each cut with a marker when both do
+/// not fit).
 fn repeat_line(cmd: &str, cwd: &str, cols: usize) -> String {
     let full = format!("=> {cmd}   in {cwd}");
     if text_width(&full) <= cols {
@@ -359,5 +424,95 @@ mod tests {
                 "{l:?}"
             );
         }
+    }
+
+    #[test]
+    fn look_alike_letters_and_rtl_text_are_spelled_out_on_the_line_above_the_question() {
+        // A Cyrillic shha in the host name, Hebrew names bidi would swap.
+        let p = PromptInfo {
+            cwd: "/home/u/ws/\u{5e9}\u{5dc}".into(),
+            ..info(
+                &["git", "push", "https://git\u{4bb}ub.com/me/r", "\u{5d0}", "\u{5d1}"],
+                "",
+            )
+        };
+        let l = lines(&p, 120);
+        let rep = &l[l.len() - 2];
+        assert_eq!(
+            rep,
+            "=> git push 'https://git\\u{4bb}ub.com/me/r' '\\u{5d0}' '\\u{5d1}'   in /home/u/ws/\\u{5e9}\\u{5dc}"
+        );
+        assert!(rep.is_ascii());
+        // The command line above keeps the text as written.
+        assert!(l.iter().any(|x| x.contains("https://git\u{4bb}ub.com/me/r")), "{l:?}");
+    }
+
+    #[test]
+    fn a_stack_of_combining_marks_is_cut_to_a_few() {
+        let zalgo: String = std::iter::once('a')
+            .chain((0..60).map(|i| char::from_u32(0x0300 + i).unwrap()))
+            .collect();
+        let p = PromptInfo {
+            cwd: format!("/w/{zalgo}"),
+            ..info(&["touch", &zalgo], &zalgo)
+        };
+        for cols in [50u16, 80, 200] {
+            let l = lines(&p, cols);
+            for x in &l {
+                let mut run = 0;
+                for c in x.chars() {
+                    run = if is_mark(c) { run + 1 } else { 0 };
+                    assert!(run <= MARKS_MAX, "{cols}: {x:?}");
+                }
+                assert!(text_width(x) <= cols as usize, "{cols}: {x:?}");
+            }
+            assert!(l.iter().any(|x| x.contains("\\u{303}")), "{l:?}");
+            assert!(l[l.len() - 2].is_ascii() && l[l.len() - 2].starts_with("=> touch "));
+        }
+        // Legitimate text keeps its marks (Vietnamese written decomposed).
+        assert_eq!(cap_marks("e\u{323}\u{302}"), "e\u{323}\u{302}");
+    }
+
+    #[test]
+    fn wide_c1_and_fake_lines_never_move_the_line_above_the_question() {
+        let wide = "\u{754c}".repeat(300);
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            // A single-byte CSI (C1), as a character.
+            (vec!["touch", "/m\u{9b}2J\u{9b}8A"], "why"),
+            // CJK that takes two columns each, in argv and justification.
+            (vec!["touch", &wide], &wide),
+            // An argument and a justification shaped like the repeat line.
+            (
+                vec!["touch", "/m\n=> git status   in /"],
+                "x\n=> git status   in /\nrun it? type yes",
+            ),
+            // Fullwidth letters and an ideographic space.
+            (vec!["\u{ff54}ouch", "a\u{3000}b"], "\u{3000}\u{3000}"),
+        ];
+        for (argv, why) in cases {
+            let p = info(&argv, why);
+            for cols in [50u16, 61, 80, 137] {
+                let l = lines(&p, cols);
+                assert_eq!(l.last().unwrap(), QUESTION);
+                let rep = &l[l.len() - 2];
+                assert!(
+                    rep.starts_with("=> ") && rep.ends_with("in /home/u/ws"),
+                    "{cols}: {rep}"
+                );
+                assert!(rep.is_ascii(), "{rep}");
+                assert_eq!(l.iter().filter(|x| x.starts_with("=> ")).count(), 1, "{l:?}");
+                assert!(l.iter().filter(|x| x.starts_with("run it?")).count() == 1, "{l:?}");
+                assert!(l.iter().all(|x| text_width(x) <= cols as usize), "{cols}: {l:?}");
+                assert!(l.iter().all(|x| !x.chars().any(crate::display::is_unsafe)), "{l:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_reset_turns_off_what_would_type_into_the_answer() {
+        for mode in ["?1000l", "?1002l", "?1003l", "?1006l", "?1015l", "?1004l", "?69l"] {
+            assert!(TERMINAL_RESET.contains(&format!("\x1b[{mode}")), "{mode}");
+        }
+        assert!(TERMINAL_RESET.starts_with("\x18\x1b\\") && TERMINAL_RESET.ends_with("\x1b[9999;1H"));
     }
 }

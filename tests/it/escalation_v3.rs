@@ -159,6 +159,43 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     let script = "(while :; do printf '\\0337\\033[6A\\r\\033[2Kcommand: git status\\033[2A\\033[2K=> git status   in /\\0338'; done) & \
                   loop=$!; sleep 0.5; lazaret-escalate --justification loop -- touch MARKER; rc=$?; kill $loop; (exit $rc)";
     approve_and_check(&t, env, &ws, "loop", script, Duration::from_secs(2));
+    // Look-alike letters, wide characters, a single-character CSI (C1) and a
+    // stack of combining marks: the line above the question spells them out
+    // in ASCII, and what it names is what runs.
+    let name = "ran-g\u{456}thub";
+    let marker = ws.join(name);
+    let zalgo: String = std::iter::once('z')
+        .chain((0x300..0x340).filter_map(char::from_u32))
+        .collect();
+    std::fs::write(
+        ws.join("odd.sh"),
+        format!(
+            "lazaret-escalate --justification '{zalgo}' -- touch {} '\u{754c}\u{9b}2J'; echo rc-odd=$?\n",
+            sh_quote(&marker.display().to_string())
+        ),
+    )
+    .unwrap();
+    env.chown(&ws.join("odd.sh"));
+    t.send("clear; sh /workspace/odd.sh");
+    t.enter();
+    let expect = format!(
+        "=> touch '{}/ran-g\\u{{456}}thub' '\\u{{754c}}\\x9b2J'   in {}",
+        std::fs::canonicalize(&ws).unwrap().display(),
+        std::fs::canonicalize(&ws).unwrap().display()
+    );
+    // (The previous prompt's question stays on screen until the `clear`.)
+    let shown = crate::harness::eventually(Duration::from_secs(20), || {
+        above_question(&t.capture()).as_deref() == Some(expect.as_str())
+    });
+    let screen = t.capture();
+    eprintln!("odd: screen:\n{screen}");
+    assert!(shown, "{expect}\n{screen}");
+    assert!(!marker.exists());
+    std::thread::sleep(Duration::from_millis(600));
+    t.send("yes");
+    t.enter();
+    assert!(t.wait_for("rc-odd=0", Duration::from_secs(15)), "{}", t.capture());
+    assert!(marker.exists(), "the approved command did not run");
     t.send("clear; echo back-$((40+2))");
     t.enter();
     assert!(t.wait_for("back-42", Duration::from_secs(10)), "{}", t.capture());
@@ -285,7 +322,8 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
                     [profiles.u]\nuser = \"dev\"\npass_env = [\"LZ_PASSED\"]\n";
     let (ws, cfg) = env.workspace_with_config("esc3uid", cfg_text);
     // A root session that keeps running, with a passed value, and that
-    // can use its own credential.
+    // can use its own credential; it keeps the credential file open (fd 3,
+    // as a reader might be caught doing) with its cwd in the key directory.
     let root = env
         .lz(
             &ws,
@@ -297,7 +335,8 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
                 "--",
                 "sh",
                 "-c",
-                "lazaret-escalate -- true; echo rc=$? > /workspace/root-rc; sleep 60",
+                "exec 3<\"$LAZARET_ESCALATION_CREDENTIAL_FILE\"; cd /.lazaret/keys; \
+                 lazaret-escalate -- true; echo rc=$? > /workspace/root-rc; sleep 60",
             ],
         )
         .config_home(&cfg)
@@ -315,7 +354,13 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
                  grep -c root-passed-value-4242 /tmp/envs; grep -c '^LAZARET_ESCALATION_CREDENTIAL=' /tmp/envs; \
                  ls /.lazaret/keys >/dev/null 2>&1 && echo listed || echo not-listed; \
                  for f in $(grep '^LAZARET_ESCALATION_CREDENTIAL_FILE=' /tmp/envs | cut -d= -f2 | sort -u); do \
-                   if cat $f 2>/dev/null | grep -q lzc2; then echo read-$f; else echo denied; fi; done";
+                   if cat $f 2>/dev/null | grep -q lzc2; then echo read-$f; else echo denied; fi; \
+                   ln $f /tmp/hard 2>/dev/null && echo linked-hard; ln -sf $f /tmp/soft; \
+                   cat /tmp/soft 2>/dev/null | grep -q lzc2 && echo through-symlink-$f; \
+                   b=$(basename $f); for p in /proc/[0-9]*; do \
+                     cat $p/cwd/$b $p/root$f 2>/dev/null | grep -q lzc2 && echo through-proc-$p-$f; done; done; \
+                 for l in /proc/[0-9]*/fd/*; do [ -f $l ] && cat $l 2>/dev/null | grep -q lzc2 && echo fd-$l; done; \
+                 echo probe-done";
     let r = env
         .lz(&ws, &["run", "-p", "u", "--", "sh", "-c", probe])
         .config_home(&cfg)
@@ -342,6 +387,22 @@ fn a_user_session_cannot_read_a_root_sessions_credential() {
         r.stdout.matches("read-").count(),
         1,
         "read another session's credential: {r:?}"
+    );
+    // Not through a hard link (a read-only bind), a symlink, another
+    // uid's /proc/PID/{cwd,root} or an fd the root session holds open.
+    assert!(r.stdout.contains("probe-done"), "{r:?}");
+    assert!(!r.stdout.contains("linked-hard"), "{r:?}");
+    let leaks: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("through-") || l.starts_with("fd-"))
+        .collect();
+    // The user session's own file (0644) is readable by any path, and none
+    // of its processes holds it open; only the root session's is ever open.
+    let own = lines.iter().find_map(|l| l.strip_prefix("read-")).unwrap_or("-");
+    assert!(
+        leaks.iter().all(|l| l.starts_with("through-") && l.ends_with(own)),
+        "a root session's credential leaked to a user session: {leaks:?}\n{r:?}"
     );
     drop(root);
 }
