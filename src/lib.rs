@@ -30,6 +30,6 @@ pub fn main() -> i32 {
 // (`display` and `escalation` above, the Trust Anchor's session side, the
 // messages `lazaret-init` sends to the host and the Escalation Mailbox's
 // records).
-pub use crate::coordinator::trust;
+pub mod trust;
 pub use crate::wire::guest;
 pub use crate::wire::mailbox;

@@ -4,8 +4,8 @@
 
 use crate::client::cli::{Failure, Resolved};
 use crate::config::secrets;
-use crate::coordinator::trust::TrustError;
 use crate::net::tls::SelfCheckError;
+use crate::trust::TrustError;
 
 /// Resolves every secret of the profile (the values are dropped, wiped,
 /// right away: this only proves they resolve) and refuses the start when
@@ -121,7 +121,7 @@ fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) -> Result<(
     }
     crate::net::tls::self_check(host)?;
     // The gate's side: a leaf per bound name, the system roots load.
-    let anchor = crate::coordinator::trust::TrustAnchor::new("selfcheck", 1, "selfcheck")?;
+    let anchor = crate::trust::TrustAnchor::new("selfcheck", 1, "selfcheck")?;
     crate::net::terminate::Secrets::build(b.to_vec(), &anchor, None)?;
     Ok(())
 }

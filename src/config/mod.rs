@@ -172,3 +172,25 @@ fn resolve(p: &Path) -> PathBuf {
     }
     abs
 }
+
+/// A profile entry as a normalized relative path; None when it is empty,
+/// absolute, leaves the workspace, or names `.git`.
+pub fn normalize_rel(s: &str) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in Path::new(s).components() {
+        match c {
+            Component::Normal(n) => {
+                if std::os::unix::ffi::OsStrExt::as_bytes(n).eq_ignore_ascii_case(b".git") {
+                    return None;
+                }
+                parts.push(n.to_str()?.to_string());
+            }
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    if parts.is_empty() || s.contains(['\n', '\t']) {
+        return None;
+    }
+    Some(parts.join("/"))
+}

@@ -487,7 +487,7 @@ impl Schema<'_> {
                 let key = k(name);
                 let mut seen: Vec<String> = Vec::new();
                 for (line, s) in self.strings(i, &key, "an array of workspace-relative paths")? {
-                    let Some(norm) = crate::view::hosttool::normalize_rel(s) else {
+                    let Some(norm) = crate::config::normalize_rel(s) else {
                         return Err(self.invalid(
                             line,
                             &key,

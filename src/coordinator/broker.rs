@@ -21,10 +21,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::Escalation;
-use crate::coordinator::trust::{Role, TrustAnchor};
 use crate::coordinator::CoordinatorError;
 use crate::escalation::{self, Outcome, Request, Status};
 use crate::sys;
+use crate::trust::{Role, TrustAnchor};
 use crate::wire::mailbox;
 
 /// Most well-formed requests handled in one scan; the rest are handled
@@ -153,7 +153,7 @@ enum Rejection {
     OtherGeneration,
     NoSession,
     ClientMismatch,
-    Signature(crate::coordinator::trust::TrustError),
+    Signature(crate::trust::TrustError),
     ForeignCertificate,
     Replayed,
 }
@@ -894,7 +894,7 @@ pub fn kill_recorded(pid: i32, start_time: u64, pgid: i32) -> usize {
 #[cfg(test)]
 mod intake_tests {
     use super::*;
-    use crate::coordinator::trust::SessionKey;
+    use crate::trust::SessionKey;
 
     const CLIENT: &str = "0123456789abcdef";
     const SESSION: &str = "fedcba9876543210";

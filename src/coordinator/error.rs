@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 
 use crate::config::ports::PortError;
 use crate::config::ConfigError;
-use crate::coordinator::trust::TrustError;
 use crate::net::sidecar::SidecarError;
 use crate::plan::guest::VolumeTargetError;
 use crate::storage::anchor::AnchorError;
@@ -19,6 +18,7 @@ use crate::storage::gc::LockError;
 use crate::storage::image::ImageError;
 use crate::storage::paths::PathError;
 use crate::storage::store::StoreError;
+use crate::trust::TrustError;
 use crate::view::sentry::GitError;
 use crate::wire::supervisor::StatusError;
 

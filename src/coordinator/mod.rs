@@ -20,7 +20,6 @@ mod error;
 mod sessions;
 mod startup;
 mod teardown;
-pub mod trust;
 
 pub use error::CoordinatorError;
 
@@ -37,7 +36,6 @@ use std::time::{Duration, Instant};
 
 use crate::config::{self, Profile};
 use crate::coordinator::broker::{self as escbroker, Broker, SessionView};
-use crate::coordinator::trust::{Role, TrustAnchor};
 use crate::domain::{self, random_id, DomainId, Generation};
 use crate::escalation::{self, Request, Status};
 use crate::net::sidecar::NetRole;
@@ -47,6 +45,7 @@ use crate::storage::paths::{self, DomainPaths};
 use crate::storage::store::{OwnedKind, Phase, Store};
 use crate::supervisor;
 use crate::sys;
+use crate::trust::{Role, TrustAnchor};
 use crate::view::sentry as gitsentry;
 use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, SessionId, SessionInfo, StatusInfo};
 use crate::wire::start::StartMsg;

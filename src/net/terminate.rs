@@ -36,9 +36,9 @@ impl Secrets {
     /// (system roots, or `upstream_ca`).
     pub fn build(
         bindings: Vec<Binding>,
-        anchor: &crate::coordinator::trust::TrustAnchor,
+        anchor: &crate::trust::TrustAnchor,
         upstream_ca: Option<&std::path::Path>,
-    ) -> Result<Secrets, crate::coordinator::trust::TrustError> {
+    ) -> Result<Secrets, crate::trust::TrustError> {
         let ca = anchor.ca_cert_pem()?;
         let mut names: Vec<String> = bindings.iter().flat_map(|b| b.hosts.iter().cloned()).collect();
         names.sort_unstable();
@@ -321,7 +321,7 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
 mod tests {
     use super::*;
     use crate::config::secrets::{sentinel, SecretValue};
-    use crate::coordinator::trust::TrustAnchor;
+    use crate::trust::TrustAnchor;
     use std::net::TcpListener;
 
     const REAL: &str = "sk-ant-real-9f8e7d6c5b4a";

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use openssl::ssl::{AlpnError, SslAcceptor, SslConnector, SslMethod, SslVerifyMode, SslVersion};
 
-use crate::coordinator::trust::{Credential, TrustAnchor, TrustError};
+use crate::trust::{Credential, TrustAnchor, TrustError};
 
 /// The only protocol offered on a terminated connection (ALPN wire form).
 pub const ALPN_HTTP11: &[u8] = b"\x08http/1.1";

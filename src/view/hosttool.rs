@@ -12,7 +12,7 @@
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// The built-in host-tool paths, relative to the workspace root.
 pub const DEFAULT: &[&str] = &[
@@ -34,28 +34,6 @@ pub const DEFAULT: &[&str] = &[
 /// Most bytes copied from the host per path at the first start; a larger
 /// tree is not copied (the sandbox starts without it) and says so.
 const SEED_MAX: u64 = 64 << 20;
-
-/// A profile entry as a normalized relative path; None when it is empty,
-/// absolute, leaves the workspace, or names `.git`.
-pub fn normalize_rel(s: &str) -> Option<String> {
-    let mut parts = Vec::new();
-    for c in Path::new(s).components() {
-        match c {
-            Component::Normal(n) => {
-                if n.as_bytes().eq_ignore_ascii_case(b".git") {
-                    return None;
-                }
-                parts.push(n.to_str()?.to_string());
-            }
-            Component::CurDir => {}
-            _ => return None,
-        }
-    }
-    if parts.is_empty() || s.contains(['\n', '\t']) {
-        return None;
-    }
-    Some(parts.join("/"))
-}
 
 /// The host-tool paths of a profile: the defaults and its `host_config`,
 /// less everything at or below a `host_config_writable` entry.
@@ -387,6 +365,7 @@ pub fn seed_store(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::normalize_rel;
 
     #[test]
     fn profile_paths() {
