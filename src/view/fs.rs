@@ -198,6 +198,23 @@ struct Node {
     /// Made by the view (mkdir, mknod, symlink, link, an exclusive create)
     /// and its host IN_CREATE not seen yet.
     made_here: bool,
+    /// The file's version (`version`) when the guest last read or changed
+    /// it through the view: a host file changed since then by a host
+    /// process is not overwritten in place from inside (`fresh_for_write`).
+    seen: Version,
+}
+
+/// A host file's version as far as the view can tell: size, mtime, ctime.
+type Version = [i64; 5];
+
+fn version(st: &rustix::fs::Stat) -> Version {
+    [
+        st.st_size,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ]
 }
 
 /// What the kernel caches of a file's attributes, as compared by the
@@ -236,6 +253,7 @@ impl Node {
             fd: None,
             told: None,
             made_here: false,
+            seen: version(st),
         }
     }
 }
@@ -340,6 +358,8 @@ pub struct View {
     moved_dirs: Mutex<Vec<(PathBuf, PathBuf)>>,
     /// A refusal of a host-locked file was logged (`not_locked_on_host`).
     warned_locked: AtomicBool,
+    /// A stale overwrite was refused and logged (`fresh_for_write`).
+    warned_stale: AtomicBool,
     /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
     handles_max: usize,
     /// Host paths the sandbox changed through the view, and when: their
@@ -646,6 +666,7 @@ impl View {
             guest: Mutex::new(HashMap::new()),
             moved_dirs: Mutex::new(Vec::new()),
             warned_locked: AtomicBool::new(false),
+            warned_stale: AtomicBool::new(false),
             handles_max: {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))
@@ -879,6 +900,53 @@ impl View {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.told = Some(told(st));
         }
+    }
+
+    /// The guest has read node `id` as it is now.
+    fn saw(&self, id: u64, st: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.seen = version(st);
+        }
+    }
+
+    /// The guest changed node `id` from `pre` to `post`: what it knew
+    /// stays current if it was current (its own change), and stays stale if
+    /// a host change came first (an append to, or a `touch` of, a file the
+    /// host rewrote does not make the guest's copy of it fresh).
+    fn changed(&self, id: u64, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            if n.seen == version(pre) {
+                n.seen = version(post);
+            }
+        }
+    }
+
+    /// Refuses (EBUSY) a guest change that `overwrites` bytes of host file
+    /// (`st`: a write below its size, a shrink to a shorter, non-empty size)
+    /// when a host process changed the file since the guest last read
+    /// or wrote it through the view. The guest's copy is stale: on a plain
+    /// bind the kernel would have kept them coherent (shared page cache,
+    /// shared locks); here the write would put old data over the host's new
+    /// data. This is how a sandbox SQLite connection that outlived the
+    /// host's last one would checkpoint its stale journal over the rows the
+    /// host had just checkpointed. Appends and whole-file rewrites
+    /// (truncation to 0) pass, as do files the host has not touched.
+    fn fresh_for_write(&self, ino: INodeNo, st: &rustix::fs::Stat, overwrites: bool) -> Result<(), Errno> {
+        let (side, seen, rel) = {
+            let t = self.t.lock().unwrap();
+            let Some(n) = t.nodes.get(&ino.0) else { return Ok(()) };
+            (n.side, n.seen, n.rel.clone())
+        };
+        if side != Side::Host || !overwrites || seen == version(st) {
+            return Ok(());
+        }
+        if !self.warned_stale.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "workspace view: refused overwriting {}: a host process changed it since the sandbox last read it (EBUSY; further refusals not logged)",
+                crate::display::escape_path(&rel)
+            );
+        }
+        Err(Errno::EBUSY)
     }
 
     /// Node `id` was just made through the view: its host IN_CREATE tells
@@ -1564,6 +1632,10 @@ impl Filesystem for View {
         let (uid, gid) = (stored_id(uid), stored_id(gid));
         let r = (|| {
             let (side, rel, protected, gone) = self.node_any(ino)?;
+            let pre = match self.handle_stat(ino) {
+                Some(Ok((_, _, st, _))) => Some(st),
+                _ => self.stat(side, &rel).ok(),
+            };
             if protected {
                 log::warn!(
                     "git sentry: refused changing attributes of {}",
@@ -1598,6 +1670,8 @@ impl Filesystem for View {
                         self.node_file_with(ino, true, false)?
                     };
                     self.not_locked_on_host(ino, &wf)?;
+                    let st = rustix::fs::fstat(&*wf).map_err(errno)?;
+                    self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
                     kill_priv(&*wf)?;
                     wf.set_len(sz).map_err(errno)?;
                 }
@@ -1613,7 +1687,7 @@ impl Filesystem for View {
                 }
                 let ttl = if gone { TTL } else { self.ttl(side, &rel) };
                 let st = rustix::fs::fstat(&*f).map_err(errno)?;
-                return Ok((st, ttl, side));
+                return Ok((st, ttl, side, pre));
             }
             let (parent, name) = split(&rel);
             let d = self.dir(side, parent)?;
@@ -1643,6 +1717,8 @@ impl Filesystem for View {
                         )
                         .map_err(errno)?;
                         self.not_locked_on_host(ino, &fd)?;
+                        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+                        self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
                         kill_priv(&fd)?;
                         rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
                     }
@@ -1679,14 +1755,17 @@ impl Filesystem for View {
                 let times = timestamps(atime, mtime);
                 rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
             }
-            Ok((self.stat(side, &rel)?, self.ttl(side, &rel), side))
+            Ok((self.stat(side, &rel)?, self.ttl(side, &rel), side, pre))
         })();
         match r {
-            Ok((st, ttl, side)) => {
+            Ok((st, ttl, side, pre)) => {
                 if side == Side::Host && (mode.is_some() || asked_uid.is_some() || asked_gid.is_some()) {
                     self.keep_guest(&st, mode, asked_uid, asked_gid);
                 }
                 self.note(ino.0, &st);
+                if let Some(pre) = pre {
+                    self.changed(ino.0, &pre, &st);
+                }
                 reply.attr(&ttl, &self.shown(ino.0, side, &st))
             }
             Err(e) => reply.error(e),
@@ -1898,6 +1977,10 @@ impl Filesystem for View {
                 self.renamed(side, &tmp, &from);
             } else {
                 self.renamed(side, &from, &to);
+                // rename(2) changes the file's ctime: the guest's own doing.
+                if let Ok(post) = self.stat(side, &to) {
+                    self.changed(id, &st, &post);
+                }
                 if host_dirs && dir {
                     self.store_follows(&from, &to);
                     self.dir_moved(&from, &to);
@@ -2009,6 +2092,9 @@ impl Filesystem for View {
                 }
             }
             buf.truncate(n);
+            if let Ok(st) = rustix::fs::fstat(&*f) {
+                self.saw(ino.0, &st);
+            }
             Ok(buf)
         });
         match r {
@@ -2033,8 +2119,14 @@ impl Filesystem for View {
         self.guest_changes(ino);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
             self.not_locked_on_host(ino, &f)?;
+            let pre = rustix::fs::fstat(&*f).map_err(errno)?;
+            self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
             kill_priv(&*f)?;
-            f.write_all_at(data, offset).map_err(errno)
+            f.write_all_at(data, offset).map_err(errno)?;
+            if let Ok(st) = rustix::fs::fstat(&*f) {
+                self.changed(ino.0, &pre, &st);
+            }
+            Ok(())
         }) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -2172,9 +2264,19 @@ impl Filesystem for View {
         self.counts.add(Op::Fallocate);
         let r = self.handle_or_node(fh, ino, true).and_then(|f| {
             self.not_locked_on_host(ino, &f)?;
+            let pre = rustix::fs::fstat(&*f).map_err(errno)?;
+            // Punching, zeroing or collapsing a range drops bytes; plain
+            // allocation keeps them.
+            if mode as u32 & !rustix::fs::FallocateFlags::KEEP_SIZE.bits() != 0 {
+                self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+            }
             kill_priv(&*f)?;
             let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-            rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)
+            rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)?;
+            if let Ok(st) = rustix::fs::fstat(&*f) {
+                self.changed(ino.0, &pre, &st);
+            }
+            Ok(())
         });
         match r {
             Ok(()) => reply.ok(),
