@@ -59,3 +59,4 @@ awk -v v="$im" 'BEGIN { printf "lazaret-escalate -- true (auto-approved round tr
 awk -v v="$hm" 'BEGIN { printf "true on the host:                                   median %.1f ms\n", v / 1000 }'
 awk -v v="$sm" 'BEGIN { printf "true inside the sandbox (gVisor exec cost):          median %.1f ms\n", v / 1000 }'
 awk -v a="$im" -v b="$hm" -v c="$sm" 'BEGIN { printf "overhead vs host true: %.1f ms (target <= 20 ms); of it, mailbox path beyond a guest exec: %.1f ms\n", (a - b) / 1000, (a - c) / 1000 }'
+bench_row "escalation round trip (vs a guest exec)" "$(awk -v v="$im" 'BEGIN{printf "%.2f", v/1000}')" "$(awk -v v="$sm" 'BEGIN{printf "%.2f", v/1000}')" ms "<=+2ms"

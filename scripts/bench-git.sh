@@ -143,6 +143,7 @@ row() {
     b=$(awk -v w="$what" '$1 == w {print $2}' "$work/raw.out" | median)
     awk -v a="$a" -v b="$b" -v l="$label" -v t="$target" \
         'BEGIN { printf "%-44s lazaret %6s ms  raw %6s ms  ratio %.2fx (target <= %s)\n", l, a, b, (b > 0 ? a / b : 0), t }'
+    bench_row "view: $label" "$a" "$b" ms "<=$target"
 }
 echo "rounds: $rounds (interleaved), tracked files: $files; load: $(uptime | sed 's/.*load average: //')"
 "$lz" run --quiet -- rm -rf /workspace/ign /workspace/trk /workspace/wr >/dev/null 2>&1 || true

@@ -212,6 +212,8 @@ awk -v a="$netm" -v b="$nonem" 'BEGIN { printf "ratio network/none: %.2fx (+%d m
 echo "TCP sandbox -> test host: median ${sbxm} MiB/s"
 echo "TCP host    -> test host: median ${hstm} MiB/s"
 awk -v a="$sbxm" -v b="$hstm" 'BEGIN { printf "ratio sandbox/host: %.3f\n", a / b }'
+bench_row "cold start, network (vs network.mode = none)" "$netm" "$nonem" ms "-"
+bench_row "TCP sandbox -> test host (vs host)" "$sbxm" "$hstm" MiB/s ">=0.5x"
 echo "allow-by-name (network.hosts = [\"bench.test\"]) vs forwarded, load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cold start, lazaret run -- true, allow-by-name:                        median ${namesm} ms"
 awk -v a="$namesm" -v b="$netm" 'BEGIN { printf "ratio allow-by-name/default: %.3f (target <= 1.10)\n", a / b }'
@@ -219,6 +221,9 @@ echo "TLS download ${mib} MiB through the gate: median ${gbigm} MiB/s; forwarded
 awk -v a="$gbigm" -v b="$fbigm" 'BEGIN { printf "ratio gate/forwarded throughput: %.3f (target >= 0.9)\n", a / b }'
 echo "100 sequential HTTPS GETs, ms per connection: gate median ${ggetm}, forwarded median ${fgetm}"
 awk -v a="$ggetm" -v b="$fgetm" 'BEGIN { printf "connection setup through the gate: %+.2f ms (target <= +2 ms)\n", a - b }'
+bench_row "cold start, allow-by-name (vs default)" "$namesm" "$netm" ms "<=1.10x"
+bench_row "TLS download through the gate (vs forwarded)" "$gbigm" "$fbigm" MiB/s ">=0.9x"
+bench_row "HTTPS connection through the gate (vs forwarded)" "$ggetm" "$fgetm" ms "<=+2ms"
 if [ -n "$base" ]; then
     bnetm=$(printf '%s\n' "${bnet[@]}" | median)
     bnonem=$(printf '%s\n' "${bnone[@]}" | median)

@@ -113,12 +113,15 @@ echo "rounds: $rounds"
 echo "join: lazaret run -- true into a running Domain: median ${jl} ms"
 echo "join: raw runsc exec true on the same sandbox:   median ${jr} ms"
 awk -v a="$jl" -v b="$jr" 'BEGIN { printf "join ratio lazaret/raw: %.2fx (target <= 1.3x)\n", a / b }'
+bench_row "join a running Domain (vs runsc exec)" "$jl" "$jr" ms "<=1.3x"
 nnm=$(printf '%s\n' "${nonet_times[@]}" | median)
 echo "lazaret run -- true (cold Domain, default profile with network): median ${lzm} ms"
 echo "lazaret run -- true (cold Domain, network.mode = none):          median ${nnm} ms"
 echo "raw runsc run (same bundle, userns): median ${rawm} ms"
 awk -v a="$nnm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(no network)/raw: %.2fx (target <= 1.5x)\n", a / b }'
 awk -v a="$lzm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(network)/raw(no network): %.2fx\n", a / b }'
+bench_row "cold start, no network (vs runsc run)" "$nnm" "$rawm" ms "<=1.25x"
+bench_row "cold start, network (vs runsc run, no network)" "$lzm" "$rawm" ms "-"
 
 # Resource limits: the same cold start inside a delegated cgroup, with
 # explicit limits (a per-generation cgroup is created, written, joined and

@@ -90,3 +90,5 @@ printf '%-34s %11s ms %8s %13s us %8s\n' "State Anchor, kernel overlayfs" "$kern
 printf '%-34s %11s ms %8s %13s us %8s\n' "State Anchor, fuse-overlayfs" "$fuse" "$(ratio "$fuse" "$bare")" "$fuse1" "$(ratio "$fuse1" "$bare1")"
 echo "drivers recorded per profile: $drv"
 echo "default driver: kernel overlayfs (userxattr), fuse-overlayfs as fallback; target ratio <= 1.20"
+bench_row "rootfs workload, State Anchor kernel overlayfs (vs bare lower)" "$kernel" "$bare" ms "<=1.20x"
+bench_row "rootfs workload, State Anchor fuse-overlayfs (vs bare lower)" "$fuse" "$bare" ms "<=1.20x"

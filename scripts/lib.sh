@@ -157,3 +157,11 @@ use_lint_tools() {
         return 1
     }
 }
+
+# bench_row NAME LAZARET BASELINE UNIT GOAL: one machine-readable result
+# line for scripts/bench-all.sh (tab-separated, after the word ROW). GOAL
+# is a ratio bound ("<=1.3x", ">=0.5x") or a difference bound ("<=+2ms");
+# "-" when the row has none.
+bench_row() {
+    printf 'ROW\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5"
+}

@@ -271,9 +271,10 @@ impl Coordinator {
         for e in events {
             match e {
                 escbroker::HostEvent::Started { id, pid, start_time } => {
-                    if let Ok(row) = self.store.record_intent(self.generation, OwnedKind::HostCommand, &id) {
-                        let _ = self.store.set_owned_pid(row, pid, start_time);
-                        let _ = self.store.set_owned_pgid(row, pid);
+                    let row =
+                        self.store
+                            .record_process(self.generation, OwnedKind::HostCommand, &id, pid, start_time);
+                    if let Ok(row) = row {
                         self.host_rows.insert(id, row);
                     }
                 }

@@ -527,17 +527,28 @@ impl Store {
         Ok(self.conn.last_insert_rowid())
     }
 
+    /// Records a process that already runs and leads its own process
+    /// group, in one statement (an intent, its pid and its group).
+    pub fn record_process(
+        &self,
+        generation: Generation,
+        kind: OwnedKind,
+        name: &str,
+        pid: i32,
+        start_time: u64,
+    ) -> Result<i64> {
+        self.conn.execute(
+            "INSERT INTO owned (generation, kind, name, pid, start_time, pgid) VALUES (?1, ?2, ?3, ?4, ?5, ?4)",
+            params![generation, kind, name, pid, start_time as i64],
+        )?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
     pub fn set_owned_pid(&self, row: i64, pid: i32, start_time: u64) -> Result<()> {
         self.conn.execute(
             "UPDATE owned SET pid = ?2, start_time = ?3 WHERE rowid = ?1",
             params![row, pid, start_time as i64],
         )?;
-        Ok(())
-    }
-
-    pub fn set_owned_pgid(&self, row: i64, pgid: i32) -> Result<()> {
-        self.conn
-            .execute("UPDATE owned SET pgid = ?2 WHERE rowid = ?1", params![row, pgid])?;
         Ok(())
     }
 
@@ -750,6 +761,12 @@ mod tests {
         s.set_owned_pid(row, 42, 777).unwrap();
         assert_eq!(s.unreleased().unwrap()[0].start_time, Some(777));
         s.release(row).unwrap();
+        assert!(s.unreleased().unwrap().is_empty());
+        let hc = s.record_process(g, OwnedKind::HostCommand, "req-1", 4242, 99).unwrap();
+        let list = s.unreleased().unwrap();
+        assert_eq!((list[0].pid, list[0].start_time), (Some(4242), Some(99)));
+        assert_eq!(s.owned_pgid(hc).unwrap(), Some(4242), "a host command leads its own group");
+        s.release(hc).unwrap();
         assert!(s.unreleased().unwrap().is_empty());
     }
 
