@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::harness::{self, eventually, Env, GLOBAL};
-use crate::net::{py, TestHost};
+use crate::net::policy::{py, TestHost};
 use crate::require_env;
 
 /// Shared by the attack scripts: netlink route changes as a process that

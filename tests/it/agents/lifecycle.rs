@@ -615,11 +615,11 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
 fn the_dev_image_has_node_npm_python_and_curl() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !crate::agent_v2::dev_image_built(env) {
+    if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
     let dev = env.home.join(".local/share/lazaret/images/dev/index.json");
-    let (ws, _creds, cfg) = crate::agent_v2::fixture(env, "devimg");
+    let (ws, _creds, cfg) = crate::agents::profiles::fixture(env, "devimg");
     let r = env
         .lz(
             &ws,

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::escalation::{audit, rule_with, setup};
+use crate::escalation::broker::{audit, rule_with, setup};
 use crate::harness::{sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
 

@@ -130,7 +130,7 @@ fn documented_agent_config(env: &Env, dir: &Path) -> String {
         + doc[start..]
             .find("[images.aider]")
             .expect("[images.aider] follows codex");
-    let mut text = crate::agent_v2::fixture_text();
+    let mut text = crate::agents::profiles::fixture_text();
     for line in doc[start..end].lines() {
         if line.starts_with("ports") {
             continue;
@@ -158,11 +158,11 @@ fn documented_agent_config(env: &Env, dir: &Path) -> String {
 fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !crate::agent_v2::dev_image_built(env) {
+    if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
     for profile in ["claude", "codex", "dev"] {
-        let (ws, creds, cfg) = crate::agent_v2::fixture(env, &format!("again-{profile}"));
+        let (ws, creds, cfg) = crate::agents::profiles::fixture(env, &format!("again-{profile}"));
         let text = documented_agent_config(env, &creds).replace("@CREDS@", &creds.display().to_string());
         env.write(&cfg.join("lazaret/config.toml"), &text);
         let run = |script: &str| {

@@ -87,7 +87,7 @@ fn latency(line: &str, since: u128) -> i128 {
 fn host_edits_in_place_and_by_rename_fire_fs_watch_events_inside() {
     let env: &Env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !crate::agent_v2::dev_image_built(env) {
+    if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
     let (ws, cfg) = env.workspace_with_config("hostwatch", "[profiles.w]\nimage = \"dev\"\n");

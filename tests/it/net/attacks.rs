@@ -169,7 +169,7 @@ fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap();
     let (mut srv, port) = start_service();
-    let host = crate::net::TestHost::new();
+    let host = crate::net::policy::TestHost::new();
     let base = env.dir("atknet-own");
     let cfg = env.write_config(&base, "");
     let ws = env.dir("atknet-own-ws");

@@ -304,7 +304,7 @@ fn registry_unreachable(what: &str, r: &harness::Run) -> bool {
 fn express_with_supertest_and_flask_with_pytest_pass_inside() {
     let env = require_env!();
     let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
-    if !crate::agent_v2::dev_image_built(env) {
+    if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
     let (ws, cfg) = env.workspace_with_config("lo-suites", "[profiles.web]\nimage = \"dev\"\nca_certs = \"host\"\n");

@@ -468,11 +468,11 @@ print('READER', seen, errors)
 #[test]
 fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
     let env = require_env!();
-    if !crate::agent_v2::dev_image_built(env) {
+    if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
     let _g = GLOBAL.read().unwrap();
-    let (ws, _creds, cfg) = crate::agent_v2::fixture(env, "disk-sqlite");
+    let (ws, _creds, cfg) = crate::agents::profiles::fixture(env, "disk-sqlite");
     env.write(&ws.join("r.py"), SQ_READER);
     let writer = env.dir("disk-sqlite-w").join("w.py");
     env.write(&writer, SQ_WRITER);

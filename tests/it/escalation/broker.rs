@@ -8,7 +8,7 @@ use crate::harness::{eventually, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;
 
 /// A workspace and a config home with escalation on, then `toml` (more
-/// `[escalation]` keys and rules): `(ws, cfg)`. Shared with escalation_v2.
+/// `[escalation]` keys and rules): `(ws, cfg)`. Shared with `adversarial` and `prompt`.
 pub(crate) fn setup(env: &Env, name: &str, toml: &str) -> (PathBuf, PathBuf) {
     env.workspace_with_config(name, &format!("[escalation]\nenabled = true\n{toml}"))
 }
@@ -36,7 +36,7 @@ pub(crate) fn audit(env: &Env, ws: &Path) -> String {
 /// A shell function printing the request id of a mailbox record (a
 /// `wire::mailbox::RequestMsg::Submit` frame: `u32 length`, tag, then the
 /// id as `u32 32` + 32 hex digits at bytes 9..41). Shared with
-/// escalation_v2.
+/// `adversarial` and `prompt`.
 pub(crate) const ID_OF: &str = r#"id_of() { tail -c +10 "$1" | head -c 32; }"#;
 
 /// `rec` has the shape of a request record: one frame exactly as long as

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::escalation::{audit, host_pids, rule, rule_with, setup, ID_OF};
+use crate::escalation::broker::{audit, host_pids, rule, rule_with, setup, ID_OF};
 use crate::fixtures::host_command;
 use crate::harness::{eventually, json_number, sh_quote, Env, Tmux, GLOBAL};
 use crate::require_env;

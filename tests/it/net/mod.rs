@@ -1,0 +1,10 @@
+//! The network: the router's policy (`policy`, `router`), attacks around it
+//! (`attacks`), egress by name (`names`), keys swapped in at the gate
+//! (`secrets`), loopback inside (`localhost`) and published ports (`ports`).
+pub mod attacks;
+pub mod localhost;
+pub mod names;
+pub mod policy;
+pub mod ports;
+pub mod router;
+pub mod secrets;
