@@ -271,9 +271,9 @@ impl Coordinator {
         for e in events {
             match e {
                 escbroker::HostEvent::Started { id, pid, start_time } => {
-                    let row =
-                        self.store
-                            .record_process(self.generation, OwnedKind::HostCommand, &id, pid, start_time);
+                    let row = self
+                        .store
+                        .record_process(self.generation, OwnedKind::HostCommand, &id, pid, start_time);
                     if let Ok(row) = row {
                         self.host_rows.insert(id, row);
                     }

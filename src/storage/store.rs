@@ -765,7 +765,11 @@ mod tests {
         let hc = s.record_process(g, OwnedKind::HostCommand, "req-1", 4242, 99).unwrap();
         let list = s.unreleased().unwrap();
         assert_eq!((list[0].pid, list[0].start_time), (Some(4242), Some(99)));
-        assert_eq!(s.owned_pgid(hc).unwrap(), Some(4242), "a host command leads its own group");
+        assert_eq!(
+            s.owned_pgid(hc).unwrap(),
+            Some(4242),
+            "a host command leads its own group"
+        );
         s.release(hc).unwrap();
         assert!(s.unreleased().unwrap().is_empty());
     }

@@ -41,7 +41,7 @@ fn a_slow_reader_gets_its_output_and_exit_status() {
             "strace is not installed",
         );
     }
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("slowread");
     let _hold = hold_domain(env, &ws);
     let mut failures = Vec::new();
@@ -149,7 +149,7 @@ fn abort_view(env: &Env, ws: &Path) -> bool {
 /// the next run starts a fresh generation.
 fn helper_death(helper: &str, driver: &str) {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir(&format!("helper-{}", helper.replace(' ', "-")));
     // The session is running (blocked in a shell builtin, nothing left to
     // exec) before the helper dies: it must be told, not fail to start.
@@ -223,7 +223,7 @@ fn an_aborted_workspace_view_fails_the_domain_cleanly() {
 #[test]
 fn a_killed_sandbox_exits_125_with_one_sentence() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("killsandbox");
     let hold = env.lz(&ws, &["run", "--", "sleep", "600"]).spawn();
     let sock = domain_run_dir(env, &ws).join("hc.sock");
@@ -262,7 +262,7 @@ fn a_killed_sandbox_exits_125_with_one_sentence() {
 #[test]
 fn sigquit_reaches_the_command_without_a_goroutine_dump() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("sigquit");
     let _hold = hold_domain(env, &ws);
     let c = env
@@ -298,7 +298,7 @@ fn sigquit_reaches_the_command_without_a_goroutine_dump() {
 #[test]
 fn hostile_and_damaged_stores_fail_closed() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("badstore");
     let r = env.lz(&ws, &["run", "--", "true"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -367,7 +367,7 @@ fn hostile_and_damaged_stores_fail_closed() {
 #[test]
 fn a_killed_supervisor_leaves_nothing_in_the_runtime_dir() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("killsup");
     let hold = env.lz(&ws, &["run", "--", "sleep", "600"]).spawn();
     let run = domain_run_dir(env, &ws);
@@ -455,7 +455,7 @@ fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
 #[test]
 fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let base = env.dir("enospc");
     let data = base.join("data");
     let store = data.join("lazaret");
@@ -545,7 +545,7 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
 #[test]
 fn supervisor_pipes_are_not_inherited_by_helpers() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("cloexec");
     let _hold = env
         .lz(&ws, &["run", "--", "sleep", "600"])
@@ -588,7 +588,7 @@ fn supervisor_pipes_are_not_inherited_by_helpers() {
 #[test]
 fn state_verify_fails_on_an_unreadable_domain_root() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("mode000");
     let r = env.lz(&ws, &["run", "--", "true"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -613,7 +613,7 @@ fn state_verify_fails_on_an_unreadable_domain_root() {
 #[test]
 fn joins_need_no_image_while_the_domain_runs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let base = env.dir("noimage");
     let store = base.join("data/lazaret");
     std::fs::create_dir_all(store.join("images")).unwrap();

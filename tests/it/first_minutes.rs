@@ -26,7 +26,7 @@ fn stop(env: &Env, ws: &Path, cfg: &Path, profile: &str) {
 #[test]
 fn image_build_works_with_a_normal_users_path_into_a_fresh_storage_root() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let data = env.dir("fresh-data");
     let r = env
         .lz(&data, &["image", "build", "--quiet"])
@@ -91,7 +91,7 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
 #[test]
 fn sandbox_root_can_chown_setuid_and_su_but_not_administer_the_network() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("caps", "");
     let script = r#"
 set -e
@@ -178,7 +178,7 @@ print("ROUTE-ADDED" if "076312C6" in table.upper() else "no-route")
 #[test]
 fn volumes_are_mounted_read_only_and_read_write() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let base = env.dir("volumes");
     let ro = base.join("ro");
     let rw = base.join("rw");
@@ -236,7 +236,7 @@ fn volumes_are_mounted_read_only_and_read_write() {
 #[test]
 fn host_git_identity_is_visible_and_read_only_inside() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("gitid", "[profiles.anon]\ngit_identity = false\n");
     let gitcfg = cfg.join("host.gitconfig");
     env.write(
@@ -277,7 +277,7 @@ fn host_git_identity_is_visible_and_read_only_inside() {
 #[test]
 fn per_command_help_short_options_and_run_without_double_dash() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("cli", "");
     for args in [
         &["run", "--help"][..],
@@ -351,7 +351,7 @@ fn with_closed_stdout(env: &Env, ws: &Path, cfg: &Path, args: &[&str]) -> std::p
 #[test]
 fn plain_exit_codes_and_quiet_broken_pipes() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("codes", "");
     let r = run_in(env, &ws, &cfg, &["run", "--", "no-such-cmd"]);
     assert_eq!(r.code, 127, "{r:?}");
@@ -450,7 +450,7 @@ impl Drop for SmallFs {
 #[test]
 fn a_full_storage_filesystem_says_no_space_left() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some(fs) = SmallFs::new(env, "full-build", "6m") else {
         if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
             panic!("cannot mount a tmpfs");
@@ -507,7 +507,7 @@ fn a_full_storage_filesystem_says_no_space_left() {
 #[test]
 fn a_typo_in_one_profile_leaves_the_others_working() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config(
         "typo",
         "[profiles.a]\nenv = { A = \"1\" }\n\n[profiles.b]\nimage = \"default\"\ncomand = [\"sh\"]\n",
@@ -554,7 +554,7 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
 #[test]
 fn chown_chmod_mknod_and_dac_override_do_not_reach_protected_git_paths() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("caps-sentry", "");
     let git = |args: &[&str]| {
         let mut c = Command::new("/usr/bin/setpriv");

@@ -8,7 +8,7 @@ use crate::require_env;
 #[test]
 fn proc_version_is_gvisor_and_exit_status_passes_through() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("version");
     let r = env.lz(&ws, &["run", "--", "cat", "/proc/version"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -23,7 +23,7 @@ fn proc_version_is_gvisor_and_exit_status_passes_through() {
 #[test]
 fn workspace_is_shared_both_ways_and_owned_by_the_user() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("share");
     env.write(&ws.join("from-host.txt"), "hello from host\n");
     let r = env.run_sh(
@@ -45,7 +45,7 @@ fn workspace_is_shared_both_ways_and_owned_by_the_user() {
 #[test]
 fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("secret");
     let secret = env.home.join(".ssh/id_test");
     env.write(&secret, "SECRET-KEY-MATERIAL\n");
@@ -76,7 +76,7 @@ fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
 #[test]
 fn nothing_runs_as_host_root_while_the_sandbox_runs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("noroot");
     let id = env.domain_id("default", &ws);
     let child = env.lz(&ws, &["run", "--", "sleep", "4"]).spawn();
@@ -122,7 +122,7 @@ fn nothing_runs_as_host_root_while_the_sandbox_runs() {
 fn nothing_is_left_behind_after_run_returns() {
     let env = require_env!();
     // Looks at every process and mount of the test user: run alone.
-    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.write();
     let ws = env.dir("leftover");
     let id = env.domain_id("default", &ws);
     let r = env.run_sh(&ws, "sleep 0.2 & echo started");
@@ -159,7 +159,7 @@ fn nothing_is_left_behind_after_run_returns() {
 #[test]
 fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (base, ws) = env.base_and_workspace("badinput");
 
     let bad = env.write_config(&base, "[profiles.default]\npersist = \"usr\"\n");
@@ -207,7 +207,7 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
 #[test]
 fn missing_image_is_bad_input() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("noimage");
     let data = env.dir("emptydata");
     let r = env
@@ -233,7 +233,7 @@ fn refuses_to_run_as_root() {
 #[test]
 fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("tty");
     let before = ws.join("stty-before");
     let after = ws.join("stty-after");

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{OnceLock, RwLock};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 pub struct Env {
@@ -17,8 +17,22 @@ pub struct Env {
 }
 
 /// Tests that look at every process or mount of the test user take this
-/// exclusively; the rest share it.
-pub static GLOBAL: RwLock<()> = RwLock::new(());
+/// exclusively (`GLOBAL.write()`); the rest share it (`GLOBAL.read()`).
+pub static GLOBAL: TestLock = TestLock(RwLock::new(()));
+
+/// A lock that a panicking test does not poison: one failed test must not
+/// fail every test that takes the lock after it.
+pub struct TestLock(RwLock<()>);
+
+impl TestLock {
+    pub fn read(&self) -> RwLockReadGuard<'_, ()> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, ()> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
 

@@ -40,7 +40,7 @@ fn domain_gone(env: &Env, ws: &Path) -> bool {
 #[test]
 fn a_second_session_joins_the_same_sandbox() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("share2");
     let a = Tmux::new("joinA", 100, 30, &env.pane_cmd(&ws, &["run"]));
     assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
@@ -73,7 +73,7 @@ fn a_second_session_joins_the_same_sandbox() {
 #[test]
 fn concurrent_cold_starts_elect_one_coordinator() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("race");
     let children: Vec<_> = (0..8)
         .map(|_| env.lz(&ws, &["run", "--", "sh", "-c", "sleep 1; exit 3"]).spawn())
@@ -128,7 +128,7 @@ fn concurrent_cold_starts_elect_one_coordinator() {
 #[test]
 fn last_session_out_tears_down_and_the_next_is_a_new_generation() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("lastout");
     let id = env.domain_id("default", &ws);
     let bg = env.lz(&ws, &["run", "--", "sleep", "2"]).spawn();
@@ -253,7 +253,7 @@ fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
 #[test]
 fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("fidelity");
     // A keeper session holds the Domain so the second pane joins it.
     let _keeper = env.lz(&ws, &["run", "--", "sleep", "120"]).spawn_bg();
@@ -268,7 +268,7 @@ fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
 #[test]
 fn a_killed_client_loses_only_its_own_guest_processes() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("killclient");
     let mut keeper = env.lz(&ws, &["run", "--", "sleep", "120"]).spawn_bg();
     let mut victim = env
@@ -309,7 +309,7 @@ fn a_killed_client_loses_only_its_own_guest_processes() {
 #[test]
 fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("killhc");
     let pane = Tmux::new("killhc", 100, 30, &env.pane_cmd(&ws, &["run"]));
     assert!(
@@ -418,7 +418,7 @@ fn lp(s: &str) -> Vec<u8> {
 #[test]
 fn hostile_connections_are_dropped_and_sessions_continue() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("hostile");
     let id = env.domain_id("default", &ws);
     let session = env
@@ -459,7 +459,7 @@ fn hostile_connections_are_dropped_and_sessions_continue() {
 #[test]
 fn ps_and_stop_report_and_end_a_domain() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = env.dir("pstop");
     let id = env.domain_id("default", &ws);
     let session = env.lz(&ws, &["run", "--", "sleep", "100"]).spawn();

@@ -23,7 +23,7 @@ fn is_empty_dir(p: &Path) -> bool {
 #[test]
 fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = env.dir("persist");
     env.write(&ws.join("keep.txt"), "workspace file\n");
     // 1. Create, edit, delete; non-persisted paths vanish.
@@ -130,7 +130,7 @@ fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
 #[test]
 fn reset_is_crash_consistent_at_every_step() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = env.dir("crash");
     let root = domain_root(env, None, "default", &ws);
     for step in 1..=5 {
@@ -181,7 +181,7 @@ fn reset_is_crash_consistent_at_every_step() {
 #[test]
 fn symlinks_in_the_upper_are_never_followed() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = env.dir("symlink");
     let outside = env.dir("outside");
     let target = outside.join("precious.txt");
@@ -230,7 +230,7 @@ fn symlinks_in_the_upper_are_never_followed() {
 #[test]
 fn two_domains_never_see_each_others_upper() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let a = env.dir("iso-a");
     let b = env.dir("iso-b");
     let r = env.run_sh(&a, "echo A > /usr/only-in-a; echo A > /root/a-note");
@@ -315,7 +315,7 @@ fn umoci_insert(env: &Env, p: &Private, dir: &Path, dest: &str) {
 #[test]
 fn a_new_lower_keeps_the_upper() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let p = private(env, "rebuild");
     let ws = env.dir("rebuild-ws");
     let v1 = env.dir("img-v1");
@@ -363,7 +363,7 @@ fn a_new_lower_keeps_the_upper() {
 #[test]
 fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let p = private(env, "prune");
     let a = env.dir("prune-a");
     let b = env.dir("prune-b");
@@ -434,7 +434,7 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
 #[test]
 fn both_overlay_drivers_persist_and_verify() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     for driver in ["kernel", "fuse"] {
         let ws = env.dir(&format!("driver-{driver}"));
         let r = env

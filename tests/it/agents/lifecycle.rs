@@ -36,7 +36,7 @@ fn running(env: &Env, ws: &Path, id: &str) -> bool {
 fn lifecycle_ps_stop_rm_exec() {
     let env = require_env!();
     // `stop --all` stops every Domain of the user: nothing else may run.
-    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.write();
     let a = env.dir("lc-a");
     let b = env.dir("lc-b");
     let (ida, idb) = (env.domain_id("default", &a), env.domain_id("default", &b));
@@ -149,7 +149,7 @@ fn unique(tag: &str) -> String {
 #[test]
 fn host_env_by_name_reaches_only_its_session() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("hostenv", "[profiles.pe]\npass_env = [\"LZ_PASS_A\", \"LZ_UNSET_Z\"]\n");
     let id = env.domain_id("pe", &ws);
     let (va, vb, vc) = (unique("passA"), unique("flagB"), unique("litC"));
@@ -346,7 +346,7 @@ for i in range(0, len(a), 2):
 #[test]
 fn ports_forward_host_loopback_into_the_domain() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let p1 = free_port(18000);
     let p2 = free_port(p1 + 1);
     let (ws, cfg) = env.workspace_with_config("ports", &format!("[profiles.web]\nports = [\"{p1}:8000\"]\n"));
@@ -473,7 +473,7 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     let env = require_env!();
     // `image prune` on the user's own lowers refuses while another
     // Domain prepares one: nothing else may be starting.
-    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.write();
     let ws = env.dir("hk");
     let id = env.domain_id("default", &ws);
     // What an earlier teardown may have left (runsc unlinked its last state
@@ -614,7 +614,7 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
 #[test]
 fn the_dev_image_has_node_npm_python_and_curl() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }

@@ -78,7 +78,7 @@ fn the_dev_recipe_the_tests_build_is_the_documented_one() {
 #[test]
 fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let base = env.dir("user");
     let (ws, cfg) = (base.join("ws"), base.join("cfg"));
     std::fs::create_dir(&ws).unwrap();
@@ -184,7 +184,7 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
 #[test]
 fn the_stand_in_agent_profile_runs_end_to_end() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     if !dev_image_built(env) {
         return;
     }
@@ -241,7 +241,7 @@ echo "standin ok"
 #[test]
 fn a_profile_users_file_volume_is_its_own_and_alone() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let base = env.dir("filevol");
     let (ws, creds, cfg) = (base.join("ws"), base.join("creds"), base.join("cfg"));
     for d in [&ws, &creds] {

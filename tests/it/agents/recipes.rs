@@ -18,7 +18,7 @@ use crate::require_env;
 #[test]
 fn a_recipe_with_steps_puts_a_tool_in_every_project_of_the_profile() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let step =
         "printf '#!/bin/sh\\necho tool-from-the-image\\n' > /usr/local/bin/lz-tool && chmod 755 /usr/local/bin/lz-tool";
     let recipe = |marker: &str| {

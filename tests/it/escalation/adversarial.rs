@@ -34,7 +34,7 @@ fn type_slowly(t: &Tmux, keys: &str, gap: Duration) {
 #[test]
 fn typeahead_and_typed_streams_never_decide() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2type", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc2type", 160, 40);
     let marker = ws.join("typeahead-ran");
@@ -123,7 +123,7 @@ fn typeahead_and_typed_streams_never_decide() {
 #[test]
 fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2spoof", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc2spoof", 220, 40);
     let marker = ws.join("spoof-ran");
@@ -188,7 +188,7 @@ fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
 #[test]
 fn an_unanswered_prompt_expires_and_nothing_runs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2exp", "prompt_timeout_s = 3\n");
     let t = pane(env, &ws, &cfg, "esc2exp", 160, 40);
     let marker = ws.join("expired-ran");
@@ -218,7 +218,7 @@ fn an_unanswered_prompt_expires_and_nothing_runs() {
 #[test]
 fn bursts_drain_and_junk_never_blocks_a_request() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2junk", &rule(&["true"], false));
     let q = "/.lazaret/mailbox/requests";
     let res = "/.lazaret/mailbox/results";
@@ -325,7 +325,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
 #[test]
 fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2forge", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc2forge", 160, 40);
     let q = "/.lazaret/mailbox/requests";
@@ -371,7 +371,7 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
 #[test]
 fn a_host_command_dies_with_a_killed_coordinator() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2orphan", &rule(&["sleep"], true));
     let needle = "sleep 300.123";
     let _c = env
@@ -416,7 +416,7 @@ fn host_sh(env: &Env, dir: &Path, script: &str) -> crate::harness::Run {
 #[test]
 fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let rules = rule(&["ls"], false)
         + &rule_with(&["git", "status"], false, "cwd = \"bare\"\n")
         + &rule_with(
@@ -521,7 +521,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
 #[test]
 fn changed_escalation_or_network_config_refuses_the_next_join() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc2fp", &rule(&["true"], false));
     let file = cfg.join("lazaret/config.toml");
     let original = std::fs::read_to_string(&file).unwrap();

@@ -57,7 +57,7 @@ fn host_git_version() -> String {
 #[test]
 fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(
         env,
         "escauto",
@@ -91,7 +91,7 @@ fn pane_text(t: &Tmux) -> String {
 #[test]
 fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "escprompt", "");
     let cfgs = cfg.display().to_string();
     let pane = |name: &str| {
@@ -191,7 +191,7 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
 #[test]
 fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "escforge", &(rule(&["true"], false) + &rule(&["touch"], true)));
     let (ws2, cfg2) = setup(env, "escforge2", &rule(&["touch"], true));
     let marker = ws.join("forged-ran");
@@ -296,7 +296,7 @@ pub(crate) fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
 #[test]
 fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esckill", &(rule(&["sleep"], true) + &rule(&["echo"], true)));
     let cfgs = cfg.display().to_string();
     // Session A: interactive, with a prompt left pending.
@@ -351,7 +351,7 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
 #[test]
 fn timeouts_kill_and_output_limits_truncate() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esclimit", &(rule(&["sleep"], true) + &rule(&["head"], true)));
     let r = env.run_sh_with_config(&ws, &cfg, "lazaret-escalate --timeout 1 -- sleep 30; echo rc=$?");
     assert!(r.stdout.contains("rc=124"), "{r:?}");
@@ -369,7 +369,7 @@ fn timeouts_kill_and_output_limits_truncate() {
 #[test]
 fn no_key_material_is_reachable_inside_or_left_behind() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esckeys", &rule(&["true"], false));
     let id = env.domain_id("default", &ws);
     let run_dir = env.runtime_root().join(&id);

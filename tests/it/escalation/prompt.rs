@@ -115,7 +115,7 @@ fn approve_and_check(t: &Tmux, env: &Env, ws: &Path, tag: &str, script: &str, ho
 #[test]
 fn held_output_padding_and_fake_blocks_never_change_what_is_approved() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc3held", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc3held", 160, 40);
     // Attack (1): text in runsc's error shape (a `urpc method "` line)
@@ -151,7 +151,7 @@ fn held_output_padding_and_fake_blocks_never_change_what_is_approved() {
 #[test]
 fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc3loop", "prompt_timeout_s = 120\n");
     let t = pane(env, &ws, &cfg, "esc3loop", 160, 40);
     // A background process of the session draws over the bottom rows
@@ -206,7 +206,7 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
 #[test]
 fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = setup(env, "esc3small", "prompt_timeout_s = 120\n");
     // 10 rows cannot hold the prompt of a 12-argument command at 60 columns.
     let t = pane(env, &ws, &cfg, "esc3small", 60, 10);
@@ -266,7 +266,7 @@ fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
 #[test]
 fn a_directory_swapped_with_a_symlink_never_moves_a_host_command() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let rules = rule_with(&["touch", "race-marker"], false, "cwd = \"tools\"\n");
     let (ws, cfg) = setup(env, "esc3race", &rules);
     let outside = ws.parent().unwrap().join("race-marker");
@@ -317,7 +317,7 @@ fn a_directory_swapped_with_a_symlink_never_moves_a_host_command() {
 #[test]
 fn a_user_session_cannot_read_a_root_sessions_credential() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let cfg_text = "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"true\"]\n\
                     [profiles.u]\nuser = \"dev\"\npass_env = [\"LZ_PASSED\"]\n";
     let (ws, cfg) = env.workspace_with_config("esc3uid", cfg_text);

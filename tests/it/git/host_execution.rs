@@ -57,7 +57,7 @@ fn commit_on_host(env: &Env, ws: &Path) {
 #[test]
 fn symlinked_hooks_and_hook_dirs_run_only_the_developers_code() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     // `.git/hooks/pre-commit -> ../../scripts/pre-commit`
     let a = git_repo(env, "hx-hooklink", &[]);
     let (own_a, evil_a) = (a.with_extension("own"), a.with_extension("marker"));
@@ -146,7 +146,7 @@ fn symlinked_hooks_and_hook_dirs_run_only_the_developers_code() {
 #[test]
 fn husky_runs_the_developers_hooks_and_never_the_sandboxs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "hx-husky", &[]);
     let (own, marker) = (ws.with_extension("own"), ws.with_extension("marker"));
     // husky 9's layout: core.hooksPath = .husky/_, whose hooks run `.husky/NAME`.
@@ -208,7 +208,7 @@ fn poison(m: &Path) -> String {
 #[test]
 fn includes_conditions_and_named_programs_cannot_be_planted() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(
         env,
         "hx-include",
@@ -270,7 +270,7 @@ fn includes_conditions_and_named_programs_cannot_be_planted() {
 #[test]
 fn surface_added_on_the_host_during_a_session_is_protected() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "hx-late", &[("scripts/late.sh", "")]);
     let (own, marker) = (ws.with_extension("own"), ws.with_extension("marker"));
     let go = ws.join("go");
@@ -329,7 +329,7 @@ fn surface_added_on_the_host_during_a_session_is_protected() {
 #[test]
 fn auto_approved_git_status_runs_nothing_from_any_include() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "hx-esc", &[("a.txt", "one\n")]);
     let cfg = env.write_config(
         &env.dir("hx-esc-cfg"),
@@ -385,7 +385,7 @@ const HOST_TOOL: &[&str] = &[
 #[test]
 fn host_tool_files_are_the_sandboxs_own_copies() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let files: Vec<(String, String)> = HOST_TOOL
         .iter()
         .map(|p| {
@@ -471,7 +471,7 @@ fn host_tool_files_are_the_sandboxs_own_copies() {
 #[test]
 fn host_config_writable_opts_a_path_out() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(
         env,
         "hx-optout",
@@ -507,7 +507,7 @@ fn host_config_writable_opts_a_path_out() {
 #[test]
 fn nested_repositories_keep_their_surface() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "hx-nested", &[]);
     let marker = ws.with_extension("marker");
     // A nested repository (not a submodule) whose config names its own program.
@@ -547,7 +547,7 @@ fn nested_repositories_keep_their_surface() {
 #[test]
 fn a_dot_git_file_pointing_elsewhere_keeps_the_programs_its_config_names() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     // `git init --separate-git-dir`: `.git` is a `gitdir:` file, the Git
     // directory lies outside the workspace (Git inside cannot reach it, so
     // only the attempts run there), its config names a workspace program.

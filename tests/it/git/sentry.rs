@@ -12,7 +12,7 @@ use crate::require_env;
 #[test]
 fn git_operations_inside_land_in_the_host_repository() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "gitops", &[("a.txt", "one\n")]);
     // The identity is in the host-written config already; the sandbox must
     // not need to (and cannot) write config.
@@ -50,7 +50,7 @@ fn git_operations_inside_land_in_the_host_repository() {
 #[test]
 fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let main = git_repo(env, "wtmain", &[("a.txt", "one\n")]);
     let wt = main.with_file_name(format!("{}-wt", main.file_name().unwrap().to_string_lossy()));
     let _ = std::fs::remove_dir_all(&wt);
@@ -99,7 +99,7 @@ fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
 #[test]
 fn the_sandbox_cannot_make_host_git_obey_it() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "sentry", &[("a.txt", "one\n")]);
     let marker = ws.with_extension("marker");
     let m = marker.display().to_string();
@@ -209,7 +209,7 @@ const IGNORES: &str = ".env\nnode_modules/\ncache/\n";
 #[test]
 fn ignored_paths_show_domain_state_not_host_content() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "ignored", &[(".gitignore", IGNORES), ("pkg/package.json", "{}\n")]);
     env.write(&ws.join(".env"), "SECRET=hunter2\n");
     env.write(&ws.join("node_modules/x.js"), "host-module\n");
@@ -266,7 +266,7 @@ fn ignored_paths_show_domain_state_not_host_content() {
 #[test]
 fn isolate_ignored_false_shows_host_ignored_files() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "noisolate", &[(".gitignore", IGNORES)]);
     env.write(&ws.join(".env"), "SECRET=visible\n");
     env.write(&ws.join("node_modules/x.js"), "host-module\n");
@@ -293,7 +293,7 @@ fn isolate_ignored_false_shows_host_ignored_files() {
 #[test]
 fn tracked_files_matching_ignore_rules_stay_visible() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "tracked", &[(".gitignore", "build/\n*.log\n")]);
     env.write(&ws.join("build/keep.txt"), "tracked\n");
     env.write(&ws.join("build/out.bin"), "host-build\n");
@@ -319,7 +319,7 @@ fn tracked_files_matching_ignore_rules_stay_visible() {
 #[test]
 fn host_edits_show_up_inside_despite_the_views_caches() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(
         env,
         "hostedit",

@@ -53,7 +53,7 @@ fn host_bare(env: &Env, src: &Path, dir: &Path) {
 #[test]
 fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let lib = git_repo(env, "v2lib", &[("lib.txt", "lib\n")]);
     let ws = git_repo(env, "v2nested", &[("a.txt", "one\n")]);
     host_bare(env, &lib, &ws.join("vendor/lib.git"));
@@ -150,7 +150,7 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
 #[test]
 fn sandbox_cannot_leave_a_repository_the_host_obeys() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "v2shape", &[("a.txt", "one\n")]);
     // A vendored bare repository that exists on the host at start.
     host_bare(env, &ws, &ws.join("vendor/fix.git"));
@@ -250,7 +250,7 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
 #[test]
 fn worktrees_added_on_the_host_during_a_session_are_protected() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "v2late", &[("a.txt", "one\n")]);
     let late = ws.with_extension("late");
     let _ = std::fs::remove_dir_all(&late);
@@ -314,7 +314,7 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
 #[test]
 fn hooks_path_inside_the_workspace_is_read_only() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(
         env,
         "v2hooks",
@@ -378,7 +378,7 @@ fn hooks_path_inside_the_workspace_is_read_only() {
 #[test]
 fn host_submodule_git_dirs_are_protected_like_dot_git() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let lib = git_repo(env, "v2sublib", &[("lib.txt", "lib\n")]);
     let ws = git_repo(env, "v2sub", &[("a.txt", "one\n")]);
     let r = host_cmd(

@@ -33,7 +33,7 @@ impl Drop for Squat {
 fn a_squatted_runtime_dir_falls_back_to_a_private_one() {
     let env = require_env!();
     // Exclusive: other tests' Domains live in the runtime dir moved aside.
-    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.write();
     let tmp = env.runtime_root();
     let aside = tmp.with_extension("it-aside");
     let _ = std::fs::remove_dir_all(&aside);
@@ -115,7 +115,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 #[test]
 fn a_growing_request_file_is_deleted_on_sight_and_requests_stay_under_the_cap() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("mailcap", "[escalation]\nenabled = true\n");
     let script = r#"q=/.lazaret/mailbox/requests
 exec 3>$q/.tmp-grow
@@ -187,7 +187,7 @@ n=$(cat $q/.tmp-f* 2>/dev/null | wc -c); echo "left=$n"
 #[test]
 fn read_write_volumes_never_pass_setuid_or_world_write_to_the_host() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let script = |dir: &str| {
         format!(
             "set -e; v={dir}; cat $v/secret; echo more >> $v/secret; \

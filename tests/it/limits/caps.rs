@@ -159,7 +159,7 @@ const MIB: u64 = 1 << 20;
 #[test]
 fn memory_limit_stops_an_allocation_and_spares_other_domains() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     if !delegated(env, "limits::memory") {
         return;
     }
@@ -285,7 +285,7 @@ fn pids_refused(p: &Path) -> Option<u64> {
 #[test]
 fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some((_, ws)) = delegated_workspace(env, "limits::pids", "lim-pids") else {
         return;
     };
@@ -344,7 +344,7 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
 #[test]
 fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some((_, ws)) = delegated_workspace(env, "limits::join", "lim-join") else {
         return;
     };
@@ -412,7 +412,7 @@ fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
 #[test]
 fn the_guest_sees_the_memory_limit_as_its_total_memory() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some((base, ws)) = delegated_workspace(env, "limits::meminfo", "lim-meminfo") else {
         return;
     };
@@ -438,7 +438,7 @@ fn the_guest_sees_the_memory_limit_as_its_total_memory() {
 #[test]
 fn cpu_limit_holds_a_busy_loop_to_half_a_core() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some((_, ws)) = delegated_workspace(env, "limits::cpus", "lim-cpu") else {
         return;
     };
@@ -522,7 +522,7 @@ fn undelegated(env: &Env, ws: &Path, args: &[&str], cfg: &Path) -> harness::Run 
 #[test]
 fn without_delegation_configured_limits_are_refused_with_the_fix() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some((base, ws)) = delegated_workspace(env, "limits::refused", "lim-none") else {
         return;
     };
@@ -591,7 +591,7 @@ fn domain_rss(domain: &str) -> Option<u64> {
 #[test]
 fn writing_a_gigabyte_to_tmp_costs_disk_not_host_memory() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let Some((_, ws)) = delegated_workspace(env, "limits::tmp", "lim-tmp") else {
         return;
     };
@@ -695,7 +695,7 @@ fn lowers_entries(env: &Env) -> Vec<String> {
 fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
     let env = require_env!();
     // Looks at the user's whole lowers directory.
-    let _g = GLOBAL.write().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.write();
     let (base, ws) = env.base_and_workspace("lim-img");
     let layout = sparse_layout(env, &base.join("img"));
     let cfg = env.write_config(&base,

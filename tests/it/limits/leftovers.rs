@@ -66,7 +66,7 @@ fn plant(env: &Env, ws: &Path, cfg: &Path, base: &str, host_marker: &Path) -> Ru
 #[test]
 fn planted_trees_of_any_owner_and_mode_never_brick_a_domain() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (base, ws) = env.base_and_workspace("brick");
     let cfg = env.write_config(&base, "[profiles.default]\n");
     env.write(&ws.join(".gitignore"), "build/\n");
@@ -157,7 +157,7 @@ fn documented_agent_config(env: &Env, dir: &Path) -> String {
 #[test]
 fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }

@@ -115,7 +115,7 @@ fn connect(env: &Env, ws: &Path, cfg: &Path, profile: &str, port: &str, addrs: &
 #[test]
 fn a_hosts_anyip_local_route_is_denied_like_its_addresses() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     // Inside 198.18.0.0/15 (allowed by default), where no test link is.
     let prefix = "198.19.254.240/28";
     let target = "198.19.254.249";
@@ -167,7 +167,7 @@ fn a_hosts_anyip_local_route_is_denied_like_its_addresses() {
 #[test]
 fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let (mut srv, port) = start_service();
     let host = crate::net::policy::TestHost::new();
     let base = env.dir("atknet-own");
@@ -206,7 +206,7 @@ fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
 fn a_callers_open_descriptor_does_not_leak_into_the_domains_processes() {
     use std::os::unix::process::CommandExt;
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = env.dir("atknet-fds-ws");
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two fds, both close-on-exec.

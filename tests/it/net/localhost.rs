@@ -194,14 +194,14 @@ fn loopback_session(env: &Env, profile: &str) {
 #[test]
 fn a_localhost_server_is_reached_from_every_session_and_from_nothing_outside() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     loopback_session(env, "default");
 }
 
 #[test]
 fn without_a_network_the_sandbox_still_has_its_loopback() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     loopback_session(env, "none");
 }
 
@@ -303,7 +303,7 @@ fn registry_unreachable(what: &str, r: &harness::Run) -> bool {
 #[test]
 fn express_with_supertest_and_flask_with_pytest_pass_inside() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }

@@ -255,7 +255,7 @@ fn field<'a>(out: &'a str, check: &str) -> Vec<&'a str> {
 #[test]
 fn allow_by_name_reaches_only_listed_names_through_the_gate() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("names");
     let pki = base.join("pki");
     std::fs::create_dir_all(&pki).unwrap();
@@ -493,7 +493,7 @@ time.sleep(2.5)
 #[test]
 fn log_mode_allows_every_name_and_logs_it() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("names-log");
     let pki = base.join("pki");
     std::fs::create_dir_all(&pki).unwrap();
@@ -597,7 +597,7 @@ fn bad_host_patterns_are_config_errors_naming_file_line_and_pattern() {
 #[test]
 fn a_dead_egress_gate_fails_the_generation() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let v = env.lz(&env.home, &["version"]).run();
     if !v.stdout.contains("fault") {
         eprintln!("skipping: not a fault-injection build");

@@ -174,7 +174,7 @@ except OSError as e:
 #[test]
 fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readiness() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let th = TestHost::new();
     let base = env.dir("netallow");
     let cfg = env.write_config(
@@ -262,7 +262,7 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
 #[test]
 fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let th = TestHost::new();
     let base = env.dir("netdeny");
     let cfg = env.write_config(
@@ -331,7 +331,7 @@ except OSError as e:
 #[test]
 fn default_denies_take_the_reject_route_and_ipv6_is_unreachable() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("netdefault");
     let cfg = env.write_config(&base, "");
     let ws = env.dir("netdefault-ws");
@@ -405,7 +405,7 @@ print(open("/proc/net/dev").read())
 #[test]
 fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("netadmin");
     let cfg = env.write_config(&base, "");
     let ws = env.dir("netadmin-ws");
@@ -467,7 +467,7 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
 #[test]
 fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let v = env.lz(&env.home, &["version"]).run();
     assert!(
         v.stdout.contains("fault-injection"),
@@ -517,7 +517,7 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
 #[test]
 fn teardown_leaves_no_helper_or_namespace_holder() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("netteardown");
     let cfg = env.write_config(&base, "");
     let ws = env.dir("netteardown-ws");

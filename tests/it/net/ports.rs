@@ -80,7 +80,7 @@ fn host_ports(env: &Env, ws: &Path, id: &str, guest: u16) -> Vec<u16> {
 #[test]
 fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a_free_one() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let fixed = free_port();
     let base = env.dir("ports-two");
     let cfg = env.write_config(
@@ -127,7 +127,7 @@ fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a
 #[test]
 fn port_add_forwards_a_new_host_port_into_a_running_domain() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (ws, cfg) = env.workspace_with_config("ports-add", "");
     let _a = serve(env, &ws, &cfg, "default", "added-port");
     let id = env.domain_id("default", &ws);

@@ -113,7 +113,7 @@ fn attack(env: &Env, ws: &Path, cfg: &Path, profile: &str, body: &str, args: &[&
 #[test]
 fn a_rerouted_sandbox_still_cannot_reach_a_denied_test_host() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let th = TestHost::new();
     let base = env.dir("netv2-reroute");
     let cfg = env.write_config(
@@ -246,7 +246,7 @@ const DEFAULT_DENIED: &[&str] = &[
 #[test]
 fn default_denies_hold_at_the_router_after_the_sandbox_reroutes() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("netv2-defaults");
     let cfg = env.write_config(&base, "");
     let ws = env.dir("netv2-defaults-ws");
@@ -337,7 +337,7 @@ while True:
 #[test]
 fn the_hosts_own_address_is_denied_by_default_and_an_exact_allow_opens_it() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     // The test link's root-namespace side is an address of this host.
     let th = TestHost::new();
     let port = "7070";

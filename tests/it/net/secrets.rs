@@ -11,7 +11,7 @@ const REAL: &str = "sk-it-REALVALUE-5f3a9c1e";
 #[test]
 fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (base, ws) = env.base_and_workspace("secrets-bad");
     let empty = base.join("empty-key");
     env.write(&empty, "  \n");
@@ -79,7 +79,7 @@ fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
 #[test]
 fn secrets_net_show_and_doctor_name_them_without_values() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let _g = GLOBAL.read();
     let (base, ws) = env.base_and_workspace("secrets-show");
     let key = base.join("key");
     env.write(&key, REAL);

@@ -18,7 +18,7 @@ use crate::require_env;
 #[test]
 fn sandbox_cannot_make_setid_or_world_writable_host_files() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "atk-setid", &[]);
     let r = env.run_sh(
         &ws,
@@ -54,7 +54,7 @@ fn sandbox_cannot_make_setid_or_world_writable_host_files() {
 #[test]
 fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emptied() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(
         env,
         "atk-replace",
@@ -98,7 +98,7 @@ fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emp
 #[test]
 fn workspace_inside_lazarets_own_directories_is_refused() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let base = env.dir("atk-inside");
     // The test user's real Storage Root (it holds the built image).
     let images = env.home.join(".local/share/lazaret/images");
@@ -143,7 +143,7 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
 #[test]
 fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "atk-late", &[(".gitignore", ".env\n")]);
     let r = env.run_sh(&ws, "cd /workspace; : > .gitignore; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");

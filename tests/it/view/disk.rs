@@ -74,7 +74,7 @@ print('done')
 #[test]
 fn open_files_outlive_their_names_as_on_a_bind() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-open", &[]);
     env.write(&ws.join("doc"), "v1");
     env.write(&ws.join("t.py"), OPEN_FILES);
@@ -112,7 +112,7 @@ fn open_files_outlive_their_names_as_on_a_bind() {
 #[test]
 fn hard_links_are_one_file_and_copies_keep_them() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-links", &[(".gitignore", "build/\n")]);
     env.write(&ws.join("x1"), "x");
     std::fs::hard_link(ws.join("x1"), ws.join("x2")).unwrap();
@@ -187,7 +187,7 @@ print('LISTX', os.listxattr('fa'))
 #[test]
 fn deep_paths_fallocate_times_and_xattrs_as_on_a_bind() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-deep", &[]);
     env.write(&ws.join("x.py"), XATTR_TIMES);
     let r = env.run_sh(&ws, "python3 x.py 2>&1; echo done");
@@ -216,7 +216,7 @@ fn deep_paths_fallocate_times_and_xattrs_as_on_a_bind() {
 #[test]
 fn the_host_executes_a_script_the_sandbox_wrote_while_the_domain_runs() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-txtbsy", &[]);
     let host_ws = ws.clone();
     let pre = env.as_user();
@@ -256,7 +256,7 @@ fn the_host_executes_a_script_the_sandbox_wrote_while_the_domain_runs() {
 #[test]
 fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-own", &[]);
     env.write(&ws.join("cred"), "secret");
     std::fs::set_permissions(ws.join("cred"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -296,7 +296,7 @@ fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
 #[test]
 fn a_cold_listing_answers_its_lookups_with_readdirplus() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-rdplus", &[]);
     let many = ws.join("many");
     std::fs::create_dir(&many).unwrap();
@@ -338,7 +338,7 @@ fn a_cold_listing_answers_its_lookups_with_readdirplus() {
 #[test]
 fn a_secret_regenerated_under_a_renamed_directory_stays_hidden() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-moved", &[(".gitignore", "/config/master.key\n")]);
     env.write(&ws.join("config/master.key"), "MARKER-OLD-2801\n");
     let host_ws = ws.clone();
@@ -377,7 +377,7 @@ fn a_secret_regenerated_under_a_renamed_directory_stays_hidden() {
 #[test]
 fn posix_suite_subset_passes_what_a_plain_bind_passes() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let tools = std::env::var("LAZARET_TOOLS").unwrap_or_else(|_| "/var/tmp/lazaret-tools".into());
     let pjd = std::env::var("PJDFSTEST").unwrap_or_else(|_| format!("{tools}/bin/pjdfstest"));
     let have_cargo = std::process::Command::new("sh")
@@ -471,7 +471,7 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let (ws, _creds, cfg) = crate::agents::profiles::fixture(env, "disk-sqlite");
     env.write(&ws.join("r.py"), SQ_READER);
     let writer = env.dir("disk-sqlite-w").join("w.py");
@@ -535,7 +535,7 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
 #[test]
 fn overwriting_what_the_host_changed_since_the_sandbox_read_it_is_refused() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-stale", &[]);
     env.write(&ws.join("f"), "OLD-CONTENT-0\n");
     env.write(&ws.join("g"), "G-OLD\n");
@@ -580,7 +580,7 @@ fn overwriting_what_the_host_changed_since_the_sandbox_read_it_is_refused() {
 #[test]
 fn files_in_use_on_the_host_are_not_reset_from_inside() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "disk-inuse", &[]);
     env.write(&ws.join("locked"), "LOCKED-DATA\n");
     env.write(&ws.join("written"), "WRITTEN-DATA\n");

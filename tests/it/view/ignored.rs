@@ -38,7 +38,7 @@ fn host_unchanged(ws: &Path, candidates: &[&str], content: &str) {
 #[test]
 fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(
         env,
         "v2-rename",
@@ -118,7 +118,7 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
 #[test]
 fn hostile_gitignore_files_fail_closed() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = env.dir("v2-hostile");
     // A BOM before the only rule; a non-UTF-8 line before a rule; a rules
     // file over the size limit; a symlinked one; a FIFO.
@@ -179,7 +179,7 @@ fn vm_hwm(pid: i64) -> Option<u64> {
 #[test]
 fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "v2-zero", &[(".gitignore", ".env\n"), ("pkg/a.txt", "a\n")]);
     env.write(&ws.join(".env"), "MARKER-ZERO-0471\n");
     // From inside: the root .gitignore becomes a symlink to /dev/zero and
@@ -226,7 +226,7 @@ fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
 #[test]
 fn workspace_roots_that_are_not_the_users_or_swallow_too_much_are_refused() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let refused = |cwd: &Path, extra: &[(&str, &str)], needle: &str| {
         let mut lz = env.lz(cwd, &["run", "--", "true"]);
         for (k, v) in extra {
@@ -277,7 +277,7 @@ fn workspace_roots_that_are_not_the_users_or_swallow_too_much_are_refused() {
 #[test]
 fn names_the_sandbox_chose_reach_stdout_escaped() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = env.dir("v2-names");
     let r = env.run_sh(&ws,
         "mkdir -p /usr/local/bin && touch \"/usr/local/bin/$(printf 'a\\033[2Jb\\342\\200\\256c\\033]0;t\\007')\" && echo made",
@@ -311,7 +311,7 @@ fn names_the_sandbox_chose_reach_stdout_escaped() {
 #[test]
 fn the_user_unhides_on_purpose_with_state_unhide() {
     let env = require_env!();
-    let _g = GLOBAL.read().unwrap();
+    let _g = GLOBAL.read();
     let ws = git_repo(env, "v2-unhide", &[(".gitignore", ".env\n")]);
     env.write(&ws.join(".env"), "MARKER-UNHIDE-0481\n");
     let r = env.run_sh(&ws, "cat .env; echo done");
