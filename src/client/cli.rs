@@ -20,7 +20,8 @@ use crate::storage::image;
 use crate::storage::paths::{self, DomainPaths};
 use crate::supervisor;
 use crate::sys;
-use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg};
+use crate::wire::client::{self as wire_client, ClientMsg, ServerMsg};
+use crate::wire::codec::{self, FrameReader};
 
 /// Exit codes of Lazaret's own failures (a session's exit status is the
 /// sandboxed command's).
@@ -581,7 +582,7 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         Err(crate::wire::start::StartError::Read(e)) => Err(Failure::runtime(format!(
             "the coordinator exited during startup{}; see {}",
             match e {
-                ipc::ReadError::Closed => String::new(),
+                codec::ReadError::Closed => String::new(),
                 e => format!(" ({e})"),
             },
             r.paths.log().display()
@@ -602,7 +603,7 @@ fn restore_terminal() {
 
 fn hello(r: &Resolved) -> ClientMsg {
     ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
+        version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: r.profile.name.clone(),
         fingerprint: config::join_fingerprint(&r.cfg, &r.profile),
@@ -625,7 +626,7 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         .unwrap_or_default()
         .to_string_lossy()
         .to_string();
-    if ipc::send(&mut stream, &hello(r)).is_err() {
+    if codec::send(&mut stream, &hello(r)).is_err() {
         return Ok(Outcome::Retry);
     }
     let open = ClientMsg::Open {
@@ -633,16 +634,18 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         env,
         cwd,
         tty: if tty {
-            Some(size.map_or(ipc::WinSize { rows: 24, cols: 80 }, |w| ipc::WinSize {
-                rows: w.rows,
-                cols: w.cols,
-            }))
+            Some(
+                size.map_or(wire_client::WinSize { rows: 24, cols: 80 }, |w| wire_client::WinSize {
+                    rows: w.rows,
+                    cols: w.cols,
+                }),
+            )
         } else {
             None
         },
         root: r.root,
     };
-    if ipc::send(&mut stream, &open).is_err() {
+    if codec::send(&mut stream, &open).is_err() {
         return Ok(Outcome::Retry);
     }
     let mut reader = FrameReader::default();
@@ -656,8 +659,8 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
             )))
         }
         // Closed (or reset) before Welcome: the Domain was stopping.
-        Err(ipc::ReadError::Closed) => return Ok(Outcome::Retry),
-        Err(ipc::ReadError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(Outcome::Retry),
+        Err(codec::ReadError::Closed) => return Ok(Outcome::Retry),
+        Err(codec::ReadError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(Outcome::Retry),
         Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
     }
     let signals = sys::signal_pipe(&[
@@ -696,7 +699,7 @@ enum PumpEvent {
 fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'_>, tty: bool) -> Result<i32, Failure> {
     let mut stdin_open = true;
     let mut term = Terminal::default();
-    let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
+    let mut buf = vec![0u8; wire_client::MAX_DATA_CHUNK];
     loop {
         // Frames read ahead with Welcome (or in one read with others) are
         // acted on before waiting for more: poll cannot see them.
@@ -715,12 +718,12 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
                 if sig == sys::SIGWINCH {
                     // A prompt on screen is drawn again for the new size.
                     if let Some(d) = term.redraw() {
-                        let _ = ipc::send(stream, &d);
+                        let _ = codec::send(stream, &d);
                     }
                 }
                 let msg = match sig {
                     sys::SIGWINCH => sys::get_winsize(sys::STDIN).map(|w| {
-                        ClientMsg::Resize(ipc::WinSize {
+                        ClientMsg::Resize(wire_client::WinSize {
                             rows: w.rows,
                             cols: w.cols,
                         })
@@ -732,7 +735,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
                     s => Some(ClientMsg::Signal(s as u8)),
                 };
                 if let Some(m) = msg {
-                    let _ = ipc::send(stream, &m);
+                    let _ = codec::send(stream, &m);
                 }
             }
         }
@@ -740,24 +743,24 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
             match sys::read(sys::STDIN, &mut buf) {
                 Ok(0) => {
                     stdin_open = false;
-                    let _ = ipc::send(stream, &ClientMsg::StdinEof);
+                    let _ = codec::send(stream, &ClientMsg::StdinEof);
                 }
                 Ok(n) => match term.prompt.as_mut() {
                     // Keystrokes answer the prompt; none reach the sandbox.
                     Some(p) => {
                         if let Some(decision) = p.feed(&buf[..n]) {
-                            let _ = ipc::send(stream, &decision);
+                            let _ = codec::send(stream, &decision);
                             term.end_prompt();
                         }
                     }
                     None => {
-                        let _ = ipc::send(stream, &ClientMsg::Stdin(buf[..n].to_vec()));
+                        let _ = codec::send(stream, &ClientMsg::Stdin(buf[..n].to_vec()));
                     }
                 },
                 Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => {
                     stdin_open = false;
-                    let _ = ipc::send(stream, &ClientMsg::StdinEof);
+                    let _ = codec::send(stream, &ClientMsg::StdinEof);
                 }
             }
         }
@@ -817,7 +820,7 @@ impl Terminal {
 
     /// Shows a prompt, or refuses it when the terminal cannot show it in
     /// full: the decision to send then.
-    fn show(&mut self, info: ipc::PromptInfo) -> Option<ClientMsg> {
+    fn show(&mut self, info: wire_client::PromptInfo) -> Option<ClientMsg> {
         let (p, refused) = Prompt::show(info);
         self.prompt = p;
         if refused.is_some() {
@@ -865,7 +868,7 @@ fn drain_frames(
             }
             Ok(Some(ServerMsg::Prompt(info))) => {
                 if let Some(d) = term.show(info) {
-                    let _ = ipc::send(stream, &d);
+                    let _ = codec::send(stream, &d);
                 }
             }
             Ok(Some(ServerMsg::PromptEnd { request_id, text })) => {
@@ -885,7 +888,7 @@ fn drain_frames(
             Ok(Some(other)) => {
                 return Err(Failure::runtime(format!(
                     "unexpected message from the coordinator: {}",
-                    ipc::Message::name(&other)
+                    codec::Message::name(&other)
                 )))
             }
             Ok(None) => return Ok(None),
@@ -1129,7 +1132,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 /// `n`/`no` or `e`/`edit`, anything else asks again; an edited command is
 /// shown in full and needs its own `yes`. Ctrl-C denies.
 struct Prompt {
-    info: ipc::PromptInfo,
+    info: wire_client::PromptInfo,
     /// Keystrokes read before this instant are discarded.
     ignore_until: Instant,
     stage: PromptStage,
@@ -1159,7 +1162,7 @@ impl Prompt {
         let _ = sys::write_all(sys::STDOUT, s.as_bytes());
     }
 
-    fn new(info: ipc::PromptInfo) -> Prompt {
+    fn new(info: wire_client::PromptInfo) -> Prompt {
         Prompt {
             info,
             ignore_until: Instant::now() + PROMPT_GRACE,
@@ -1188,7 +1191,7 @@ impl Prompt {
     /// resetting the terminal state) and throws away whatever was typed
     /// before it. On a terminal too small to show all of it, says so and
     /// returns the refusal to send instead.
-    fn show(info: ipc::PromptInfo) -> (Option<Prompt>, Option<ClientMsg>) {
+    fn show(info: wire_client::PromptInfo) -> (Option<Prompt>, Option<ClientMsg>) {
         let size = sys::get_winsize(sys::STDOUT).or_else(|| sys::get_winsize(sys::STDIN));
         let (rows, cols) = size.map_or((24, 80), |w| (w.rows, w.cols));
         let _ = sys::flush_input(sys::STDIN);
@@ -1201,7 +1204,7 @@ impl Prompt {
                 Self::say(&crate::client::prompt::too_small_text(&small));
                 let d = ClientMsg::Decision {
                     request_id: info.request_id,
-                    verdict: ipc::VERDICT_TOO_SMALL,
+                    verdict: wire_client::VERDICT_TOO_SMALL,
                     argv: Vec::new(),
                 };
                 (None, Some(d))
@@ -1245,7 +1248,7 @@ impl Prompt {
                         return Some(d);
                     }
                 }
-                '\u{3}' => return Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "\r\ndenied")),
+                '\u{3}' => return Some(self.decide(wire_client::VERDICT_DENY, Vec::new(), "\r\ndenied")),
                 '\u{7f}' | '\u{8}' => {
                     let erased = self.line.pop().is_some();
                     if erased {
@@ -1280,8 +1283,8 @@ impl Prompt {
         use crate::escalation::{parse_answer, quote_argv, split_words, Answer};
         match &self.stage {
             PromptStage::Ask => match parse_answer(line) {
-                Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_APPROVE, Vec::new(), "approved")),
-                Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                Some(Answer::Yes) => Some(self.decide(wire_client::VERDICT_APPROVE, Vec::new(), "approved")),
+                Some(Answer::No) => Some(self.decide(wire_client::VERDICT_DENY, Vec::new(), "denied")),
                 Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes, no or edit (the whole word), then Enter: ");
@@ -1303,8 +1306,8 @@ impl Prompt {
                 }
             },
             PromptStage::Confirm(argv) => match parse_answer(line) {
-                Some(Answer::Yes) => Some(self.decide(ipc::VERDICT_EDIT, argv.clone(), "approved (edited)")),
-                Some(Answer::No) => Some(self.decide(ipc::VERDICT_DENY, Vec::new(), "denied")),
+                Some(Answer::Yes) => Some(self.decide(wire_client::VERDICT_EDIT, argv.clone(), "approved (edited)")),
+                Some(Answer::No) => Some(self.decide(wire_client::VERDICT_DENY, Vec::new(), "denied")),
                 Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes or no (the whole word), then Enter: ");
@@ -1320,7 +1323,7 @@ mod tests {
     use super::*;
 
     fn prompt() -> Prompt {
-        let info = ipc::PromptInfo {
+        let info = wire_client::PromptInfo {
             request_id: "r1".into(),
             profile: "default".into(),
             session_id: "0123456789abcdef".into(),
@@ -1352,18 +1355,18 @@ mod tests {
         p.ignore_until = Instant::now() - Duration::from_secs(1);
         assert_eq!(verdict(p.feed(b"yes\r")), None);
         // A line typed after the prompt appeared is an answer.
-        assert_eq!(verdict(p.feed(b"yes\r")), Some((ipc::VERDICT_APPROVE, vec![])));
+        assert_eq!(verdict(p.feed(b"yes\r")), Some((wire_client::VERDICT_APPROVE, vec![])));
         // A line that ended (Enter) in the grace leaves the next one whole.
         let mut p = prompt();
         p.ignore_until = Instant::now() + Duration::from_secs(60);
         assert!(p.feed(b"ok\r").is_none());
         p.ignore_until = Instant::now() - Duration::from_secs(1);
-        assert_eq!(verdict(p.feed(b"y\r")), Some((ipc::VERDICT_APPROVE, vec![])));
+        assert_eq!(verdict(p.feed(b"y\r")), Some((wire_client::VERDICT_APPROVE, vec![])));
         // Ctrl-C and garbage before the grace ends do nothing.
         let mut p = prompt();
         assert_eq!(verdict(p.feed(b"yess\r")), None);
         assert_eq!(verdict(p.feed(b"\x1b[Myes\r")), None);
-        assert_eq!(verdict(p.feed(b"no\r")), Some((ipc::VERDICT_DENY, vec![])));
+        assert_eq!(verdict(p.feed(b"no\r")), Some((wire_client::VERDICT_DENY, vec![])));
     }
 
     #[test]
@@ -1384,7 +1387,7 @@ mod tests {
         p.ignore_until = Instant::now() - Duration::from_secs(1);
         assert_eq!(
             verdict(p.feed(b"yes\r")),
-            Some((ipc::VERDICT_EDIT, vec!["ls".to_string(), "-l".to_string()]))
+            Some((wire_client::VERDICT_EDIT, vec!["ls".to_string(), "-l".to_string()]))
         );
     }
 }

@@ -19,7 +19,8 @@ use crate::plan::Json;
 use crate::storage::paths::{self, DomainPaths};
 use crate::storage::state::{self, StateError};
 use crate::storage::statefs::{self, Op};
-use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, StatusInfo};
+use crate::wire::client::{self as wire_client, ClientMsg, ServerMsg, StatusInfo};
+use crate::wire::codec::{self, FrameReader};
 
 /// How many hex digits of a Domain ID `ps` prints.
 pub const ID_PREFIX_LEN: usize = 12;
@@ -38,13 +39,13 @@ pub fn query_status(sock: &Path) -> Option<StatusInfo> {
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     // A Hello without profile is an observer's: it may only ask for status.
     let hello = ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
+        version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: String::new(),
         fingerprint: String::new(),
     };
-    ipc::send(&mut s, &hello).ok()?;
-    ipc::send(&mut s, &ClientMsg::Status).ok()?;
+    codec::send(&mut s, &hello).ok()?;
+    codec::send(&mut s, &ClientMsg::Status).ok()?;
     match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
         ServerMsg::Status(st) => Some(st),
         _ => None,
@@ -53,17 +54,17 @@ pub fn query_status(sock: &Path) -> Option<StatusInfo> {
 
 /// Asks a published coordinator for the escalation requests waiting for a
 /// decision.
-pub fn query_escalations(sock: &Path) -> Option<Vec<ipc::PendingInfo>> {
+pub fn query_escalations(sock: &Path) -> Option<Vec<wire_client::PendingInfo>> {
     let mut s = UnixStream::connect(sock).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let hello = ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
+        version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: String::new(),
         fingerprint: String::new(),
     };
-    ipc::send(&mut s, &hello).ok()?;
-    ipc::send(&mut s, &ClientMsg::Escalations).ok()?;
+    codec::send(&mut s, &hello).ok()?;
+    codec::send(&mut s, &ClientMsg::Escalations).ok()?;
     match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
         ServerMsg::Escalations(list) => Some(list),
         _ => None,
@@ -72,7 +73,7 @@ pub fn query_escalations(sock: &Path) -> Option<Vec<ipc::PendingInfo>> {
 
 /// The waiting requests of one Domain as `lazaret escalations` prints them
 /// (pure): every argument on its own line, escaped, in full.
-pub fn escalations_text(st: &StatusInfo, list: &[ipc::PendingInfo]) -> String {
+pub fn escalations_text(st: &StatusInfo, list: &[wire_client::PendingInfo]) -> String {
     let mut out = format!(
         "Domain {} (profile {}, {}): {} waiting\n",
         &st.domain_id.as_str()[..ID_PREFIX_LEN],
@@ -316,13 +317,13 @@ fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
     };
     let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
     let hello = ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
+        version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: profile.to_string(),
         fingerprint: "stop".into(),
     };
-    ipc::send(&mut s, &hello).map_err(lost)?;
-    ipc::send(
+    codec::send(&mut s, &hello).map_err(lost)?;
+    codec::send(
         &mut s,
         &ClientMsg::Stop {
             reason: "the Domain was stopped with `lazaret stop`".into(),
@@ -471,13 +472,13 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .map_err(|_| Failure::usage(format!("Domain {one} is not running any more")))?;
     let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
     let hello = ClientMsg::Hello {
-        version: ipc::PROTOCOL_VERSION,
+        version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
         profile: st.profile.clone(),
         fingerprint: "port".into(),
     };
-    ipc::send(&mut s, &hello).map_err(lost)?;
-    ipc::send(&mut s, &ClientMsg::AddPort(fwd)).map_err(lost)?;
+    codec::send(&mut s, &hello).map_err(lost)?;
+    codec::send(&mut s, &ClientMsg::AddPort(fwd)).map_err(lost)?;
     s.set_read_timeout(Some(Duration::from_secs(15))).ok();
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
         Ok(ServerMsg::Status(after)) => {
@@ -877,8 +878,8 @@ mod tests {
             started_at: started,
             sessions: argv0
                 .iter()
-                .map(|a| ipc::SessionInfo {
-                    session_id: ipc::SessionId::random(),
+                .map(|a| wire_client::SessionInfo {
+                    session_id: wire_client::SessionId::random(),
                     client_pid: 0,
                     exec_pid: 0,
                     argv0: a.to_string(),
@@ -916,8 +917,8 @@ mod tests {
     #[test]
     fn escalations_show_every_argument_in_full_and_escaped() {
         let long = "z".repeat(5000);
-        let p = ipc::PendingInfo {
-            prompt: ipc::PromptInfo {
+        let p = wire_client::PendingInfo {
+            prompt: wire_client::PromptInfo {
                 request_id: "r1".into(),
                 profile: "default".into(),
                 session_id: "0123456789abcdef".into(),

@@ -14,7 +14,7 @@ pub(super) fn pending_output(s: &Session, max: usize) -> Vec<ServerMsg> {
     for (fd, err) in [(s.output.as_ref(), false), (s.errout.as_ref(), true)] {
         let Some(fd) = fd else { continue };
         while left > 0 {
-            let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK.min(left)];
+            let mut buf = vec![0u8; wire_client::MAX_DATA_CHUNK.min(left)];
             match sys::read(fd, &mut buf) {
                 Ok(n) if n > 0 => {
                     buf.truncate(n);
@@ -41,7 +41,7 @@ fn prompt_info(
     profile: &str,
     session: &str,
     req: &Request,
-) -> ipc::PromptInfo {
+) -> wire_client::PromptInfo {
     let (cwd, timeout) = match broker {
         Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
         None => (String::new(), 0),
@@ -49,7 +49,7 @@ fn prompt_info(
     let left = deadlines
         .get(&req.id)
         .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
-    ipc::PromptInfo {
+    wire_client::PromptInfo {
         request_id: req.id.clone(),
         profile: profile.to_string(),
         session_id: session.to_string(),
@@ -149,18 +149,20 @@ impl Coordinator {
         self.esc_deadlines.remove(&req.id);
         if let Some(b) = self.broker.as_mut() {
             match verdict {
-                ipc::VERDICT_APPROVE => {
+                wire_client::VERDICT_APPROVE => {
                     b.decided(&req, "approved by the developer");
                     let argv = b.harden_git(&req.argv);
                     b.start(req, argv, "approved by the developer".into());
                 }
-                ipc::VERDICT_EDIT if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS => {
+                wire_client::VERDICT_EDIT
+                    if !argv.is_empty() && !argv[0].is_empty() && argv.len() <= escalation::MAX_ARGS =>
+                {
                     let why = format!("edited by the developer to: {}", escalation::quote_argv(&argv));
                     b.decided(&req, &why);
                     let argv = b.harden_git(&argv);
                     b.start(req, argv, why);
                 }
-                ipc::VERDICT_TOO_SMALL => {
+                wire_client::VERDICT_TOO_SMALL => {
                     let why = "refused: the terminal is too small to show the request in full";
                     b.decided(&req, why);
                     b.refuse(&req, Status::Denied, why);
@@ -178,7 +180,7 @@ impl Coordinator {
     /// Every request waiting for a decision, for `lazaret escalations`:
     /// the one on screen and those queued, with their full argv. Bounded by
     /// the frame size (what does not fit is left out; the audit log has all).
-    pub(super) fn pending_escalations(&self) -> Vec<ipc::PendingInfo> {
+    pub(super) fn pending_escalations(&self) -> Vec<wire_client::PendingInfo> {
         let mut out = Vec::new();
         let mut size = 0usize;
         for s in self.sessions.values() {
@@ -195,10 +197,10 @@ impl Coordinator {
                     + info.argv.iter().map(|a| a.len() + 4).sum::<usize>()
                     + info.justification.len()
                     + info.cwd.len();
-                if size > ipc::MAX_FRAME_LEN - 4096 {
+                if size > codec::MAX_FRAME_LEN - 4096 {
                     return out;
                 }
-                out.push(ipc::PendingInfo {
+                out.push(wire_client::PendingInfo {
                     prompt: info,
                     shown: on_screen,
                 });

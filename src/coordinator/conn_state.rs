@@ -16,7 +16,8 @@
 //! ```
 
 use crate::sys;
-use crate::wire::client::{self as ipc, ClientMsg, WinSize};
+use crate::wire::client::{self as wire_client, ClientMsg, WinSize};
+use crate::wire::codec;
 
 /// Where one client connection is in its protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,8 +118,8 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
                 fingerprint,
             },
         ) => {
-            if version != ipc::PROTOCOL_VERSION {
-                return Action::Refuse(format!("protocol version {version} is not {}: the coordinator runs a different lazaret; stop the Domain with `lazaret stop`", ipc::PROTOCOL_VERSION));
+            if version != wire_client::PROTOCOL_VERSION {
+                return Action::Refuse(format!("protocol version {version} is not {}: the coordinator runs a different lazaret; stop the Domain with `lazaret stop`", wire_client::PROTOCOL_VERSION));
             }
             if profile.is_empty() && fingerprint.is_empty() {
                 return Action::Enter(S::Observer);
@@ -196,7 +197,7 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
 }
 
 fn unexpected(m: &ClientMsg) -> Action {
-    let name = ipc::Message::name(m);
+    let name = codec::Message::name(m);
     Action::Drop(format!("unexpected message {name} in this state"))
 }
 
@@ -250,7 +251,7 @@ mod tests {
     fn decision() -> ClientMsg {
         ClientMsg::Decision {
             request_id: "r".into(),
-            verdict: ipc::VERDICT_DENY,
+            verdict: wire_client::VERDICT_DENY,
             argv: vec![],
         }
     }
@@ -260,7 +261,7 @@ mod tests {
     /// Every message kind, for the "anything else" rows.
     fn all() -> Vec<ClientMsg> {
         vec![
-            hello(ipc::PROTOCOL_VERSION, "dev", "fp1"),
+            hello(wire_client::PROTOCOL_VERSION, "dev", "fp1"),
             open(),
             ClientMsg::Stdin(b"x".to_vec()),
             ClientMsg::StdinEof,
@@ -277,7 +278,7 @@ mod tests {
     fn hello_of_a_matching_client_joins() {
         let a = decide(
             &ConnState::AwaitingHello,
-            hello(ipc::PROTOCOL_VERSION, "dev", "fp1"),
+            hello(wire_client::PROTOCOL_VERSION, "dev", "fp1"),
             &RUNNING,
         );
         assert_eq!(a, Action::Enter(joined()));
@@ -287,7 +288,7 @@ mod tests {
     fn hello_without_a_profile_is_an_observer() {
         let a = decide(
             &ConnState::AwaitingHello,
-            hello(ipc::PROTOCOL_VERSION, "", ""),
+            hello(wire_client::PROTOCOL_VERSION, "", ""),
             &RUNNING,
         );
         assert_eq!(a, Action::Enter(ConnState::Observer));
@@ -297,7 +298,7 @@ mod tests {
     fn hello_of_another_version_is_refused() {
         let a = decide(
             &ConnState::AwaitingHello,
-            hello(ipc::PROTOCOL_VERSION + 1, "dev", "fp1"),
+            hello(wire_client::PROTOCOL_VERSION + 1, "dev", "fp1"),
             &RUNNING,
         );
         let Action::Refuse(why) = a else { panic!("{a:?}") };
@@ -307,7 +308,11 @@ mod tests {
     #[test]
     fn hello_with_another_configuration_is_stale() {
         for (p, f) in [("dev", "fp2"), ("other", "fp1"), ("", "fp1"), ("dev", "")] {
-            let a = decide(&ConnState::AwaitingHello, hello(ipc::PROTOCOL_VERSION, p, f), &RUNNING);
+            let a = decide(
+                &ConnState::AwaitingHello,
+                hello(wire_client::PROTOCOL_VERSION, p, f),
+                &RUNNING,
+            );
             let Action::Enter(ConnState::Joined { stale: Some(why), .. }) = a else {
                 panic!("{p} {f}: {a:?}")
             };
@@ -325,7 +330,7 @@ mod tests {
     #[test]
     fn a_second_hello_is_a_violation() {
         for s in [ConnState::Observer, joined(), stale(), in_session()] {
-            let a = decide(&s, hello(ipc::PROTOCOL_VERSION, "dev", "fp1"), &RUNNING);
+            let a = decide(&s, hello(wire_client::PROTOCOL_VERSION, "dev", "fp1"), &RUNNING);
             assert!(is_drop(&a), "{s:?}: {a:?}");
         }
     }

@@ -38,7 +38,7 @@ impl Coordinator {
 
     pub(super) fn send(&mut self, key: u64, msg: &ServerMsg) {
         if let Some(c) = self.conns.get_mut(&key) {
-            c.out.extend_from_slice(&ipc::Message::encode(msg));
+            c.out.extend_from_slice(&codec::Message::encode(msg));
         }
         self.conn_flush(key);
     }

@@ -47,7 +47,8 @@ use crate::supervisor;
 use crate::sys;
 use crate::trust::{Role, TrustAnchor};
 use crate::view::sentry as gitsentry;
-use crate::wire::client::{self as ipc, ClientMsg, FrameReader, ServerMsg, SessionId, SessionInfo, StatusInfo};
+use crate::wire::client::{self as wire_client, ClientMsg, ServerMsg, SessionId, SessionInfo, StatusInfo};
+use crate::wire::codec::{self, FrameReader};
 use crate::wire::start::StartMsg;
 use crate::wire::supervisor::{LeaseMsg, StatusMsg, StatusReceiver};
 
@@ -80,7 +81,7 @@ struct Reporter(Option<File>);
 impl Reporter {
     fn send(&mut self, msg: StartMsg) {
         if let Some(f) = &mut self.0 {
-            let _ = ipc::send(f, &msg);
+            let _ = codec::send(f, &msg);
         }
     }
     fn progress(&mut self, msg: &str) {
@@ -435,7 +436,7 @@ impl Coordinator {
                 Ok(StatusMsg::Exited { code }) => format!("runsc run exited ({code})"),
                 Ok(StatusMsg::Error { message }) => format!("error {message}"),
                 Ok(StatusMsg::Stopped) => "stopped".into(),
-                Err(ipc::ReadError::Closed) => "exited".into(),
+                Err(codec::ReadError::Closed) => "exited".into(),
                 // Fail closed: a report that does not decode ends the Domain.
                 Err(e) => format!("unreadable report ({e})"),
                 Ok(_) => continue,

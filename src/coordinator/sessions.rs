@@ -29,7 +29,7 @@ impl Coordinator {
         argv: Vec<String>,
         env: Vec<(String, String)>,
         cwd: String,
-        tty: Option<ipc::WinSize>,
+        tty: Option<wire_client::WinSize>,
         root: bool,
     ) {
         let argv = if argv.is_empty() {
@@ -136,7 +136,7 @@ impl Coordinator {
                     };
                 }
                 let welcome = ServerMsg::Welcome {
-                    version: ipc::PROTOCOL_VERSION,
+                    version: wire_client::PROTOCOL_VERSION,
                     generation: self.generation,
                     coordinator_id: self.coordinator_id.clone(),
                     session_id: id,
@@ -157,7 +157,7 @@ impl Coordinator {
         &self,
         spec: &[u8],
         pid_file: &Path,
-        tty: Option<ipc::WinSize>,
+        tty: Option<wire_client::WinSize>,
     ) -> Result<(Child, OwnedFd, OwnedFd, Option<OwnedFd>), CoordinatorError> {
         if spec.len() > 60 * 1024 {
             return Err(CoordinatorError::SpecTooLarge);
@@ -218,7 +218,7 @@ impl Coordinator {
         }
         let fd = if err { s.errout.as_ref() } else { s.output.as_ref() };
         let Some(fd) = fd else { return };
-        let mut buf = vec![0u8; ipc::MAX_DATA_CHUNK];
+        let mut buf = vec![0u8; wire_client::MAX_DATA_CHUNK];
         let r = if readable { sys::read(fd, &mut buf) } else { Ok(0) };
         match r {
             Ok(n) if n > 0 => {
@@ -303,7 +303,7 @@ impl Coordinator {
             .filter(|p| *p > 1)
     }
 
-    pub(super) fn resize(&mut self, skey: u64, w: ipc::WinSize) {
+    pub(super) fn resize(&mut self, skey: u64, w: wire_client::WinSize) {
         let Some(s) = self.sessions.get_mut(&skey) else { return };
         if let Some(fd) = &s.input {
             if s.tty {

@@ -1529,7 +1529,7 @@ mod tests {
 
     #[test]
     fn plan_round_trips_through_the_wire() {
-        use crate::wire::client::Message;
+        use crate::wire::codec::Message;
         use crate::wire::plan::PlanMsg;
         let rt = |p: Plan| match crate::wire::decode_one::<PlanMsg>(&PlanMsg::Network(p).encode()) {
             Ok(PlanMsg::Network(p)) => p,

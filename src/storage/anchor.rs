@@ -804,7 +804,7 @@ mod tests {
             "lowerdir=/s/lowers/A/rootfs/usr,upperdir=/s/domains/D/anchor/usr/upper,\
              workdir=/s/domains/D/anchor/usr/work,userxattr,index=off,redirect_dir=nofollow,metacopy=off"
         );
-        let bytes = crate::wire::client::Message::encode(&plan_message(&m, Driver::Kernel));
+        let bytes = crate::wire::codec::Message::encode(&plan_message(&m, Driver::Kernel));
         assert_eq!(
             crate::wire::decode_one::<crate::wire::plan::PlanMsg>(&bytes).unwrap(),
             crate::wire::plan::PlanMsg::Anchor {
@@ -848,7 +848,7 @@ mod tests {
             }],
             Driver::Kernel,
         );
-        let bytes = crate::wire::client::Message::encode(&rel);
+        let bytes = crate::wire::codec::Message::encode(&rel);
         assert!(crate::wire::decode_one::<crate::wire::plan::PlanMsg>(&bytes).is_err());
     }
 

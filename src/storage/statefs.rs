@@ -150,7 +150,7 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         let _ = child.wait();
         return Err(e);
     }
-    let _ = crate::wire::client::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
+    let _ = crate::wire::codec::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
     drop(stdin);
     let report = out.wait_for_report();
     let st = child.wait().map_err(StateHelperError::Wait)?;
@@ -221,7 +221,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
         Some(v)
     };
     let Some(root) = take("--root") else {
-        let _ = crate::wire::client::send(
+        let _ = crate::wire::codec::send(
             &mut io::stdout(),
             &HelperMsg::Failed {
                 message: "missing --root".into(),
@@ -233,16 +233,16 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if crate::sys::unshare(crate::sys::CLONE_NEWUSER).is_err() {
-        let _ = crate::wire::client::send(&mut out, &HelperMsg::NoUserns);
+        let _ = crate::wire::codec::send(&mut out, &HelperMsg::NoUserns);
         return 1;
     }
-    let _ = crate::wire::client::send(&mut out, &HelperMsg::Userns);
+    let _ = crate::wire::codec::send(&mut out, &HelperMsg::Userns);
     let _ = out.flush();
     let Some(ops) = crate::wire::helper::wait_for_mapped(&mut io::stdin()) else {
         return 1;
     };
     let fail = |out: &mut io::StdoutLock, message: String| {
-        let _ = crate::wire::client::send(out, &HelperMsg::Failed { message });
+        let _ = crate::wire::codec::send(out, &HelperMsg::Failed { message });
         1
     };
     if let Err(e) = crate::sys::become_ns_root() {
@@ -322,7 +322,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
                     Some(a) => remove_tree_at(a, &name),
                     None => Ok(()),
                 };
-                let _ = crate::wire::client::send(
+                let _ = crate::wire::codec::send(
                     &mut out,
                     &HelperMsg::Removed {
                         name,
@@ -336,7 +336,7 @@ pub fn helper_main(raw: Vec<std::ffi::OsString>) -> i32 {
 }
 
 fn size(out: &mut io::StdoutLock, key: String, entries: u64, bytes: u64) {
-    let _ = crate::wire::client::send(out, &HelperMsg::Size { key, entries, bytes });
+    let _ = crate::wire::codec::send(out, &HelperMsg::Size { key, entries, bytes });
 }
 
 fn open_path_nofollow(base: &OwnedFd, guest: &str) -> Option<OwnedFd> {
@@ -437,7 +437,7 @@ impl Walker<'_, '_> {
             path: path.into(),
             message: msg.into(),
         };
-        let _ = crate::wire::client::send(self.out, &HelperMsg::Finding(f));
+        let _ = crate::wire::codec::send(self.out, &HelperMsg::Finding(f));
     }
 
     fn entry(&mut self, kind: Kind, ft: &str, st: &Stat, path: &str) {
@@ -451,7 +451,7 @@ impl Walker<'_, '_> {
             size: st.st_size as u64,
             path: path.into(),
         };
-        let _ = crate::wire::client::send(self.out, &HelperMsg::Entry(e));
+        let _ = crate::wire::codec::send(self.out, &HelperMsg::Entry(e));
     }
 
     /// Checks one entry's metadata; returns whether its xattrs mark an

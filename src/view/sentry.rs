@@ -616,7 +616,7 @@ mod tests {
 
     fn views_round_trip(v: &[ViewSpec]) -> Vec<ViewSpec> {
         use crate::wire::plan::PlanMsg;
-        let bytes = crate::wire::client::Message::encode(&PlanMsg::Views {
+        let bytes = crate::wire::codec::Message::encode(&PlanMsg::Views {
             owner: 0,
             views: v.to_vec(),
         });

@@ -20,8 +20,8 @@ use std::net::IpAddr;
 
 use super::{FrameReader, ReadError, UnexpectedMessage};
 use crate::config::Prefix;
-pub use crate::wire::client::Message;
-use crate::wire::client::{Dec, DecodeError, Enc};
+pub use crate::wire::codec::Message;
+use crate::wire::codec::{Dec, DecodeError, Enc};
 
 /// PID 1 → Runtime Supervisor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -419,7 +419,7 @@ impl std::fmt::Display for RequestError {
 /// frame maximum).
 pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), RequestError> {
     let mut buf = Vec::new();
-    r.take(crate::wire::client::MAX_FRAME_LEN as u64 + 5)
+    r.take(crate::wire::codec::MAX_FRAME_LEN as u64 + 5)
         .read_to_end(&mut buf)
         .map_err(RequestError::Read)?;
     match super::decode_one::<ProbeCmd>(&buf) {

@@ -8,7 +8,7 @@
 use std::io::Read;
 
 use super::{dec_opt_u32, enc_opt_u32, Message, ReadError, UnexpectedMessage};
-use crate::wire::client::{Dec, DecodeError, Enc, FrameReader};
+use crate::wire::codec::{Dec, DecodeError, Enc, FrameReader};
 use crate::wire::plan::Driver;
 
 // The report's vocabulary (`storage::statefs` re-exports it and adds the

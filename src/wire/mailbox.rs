@@ -32,8 +32,8 @@
 use std::fmt;
 
 use crate::escalation::{Outcome, Request, Status, MAX_ARGS, MAX_REQUEST_BYTES, MAX_RESULT_BYTES, MAX_TIMEOUT_SECS};
-pub use crate::wire::client::Message;
-use crate::wire::client::{Dec, DecodeError, Enc};
+pub use crate::wire::codec::Message;
+use crate::wire::codec::{Dec, DecodeError, Enc};
 
 /// `lazaret-escalate` → Host Coordinator (a `<id>.req` file).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,13 +1,12 @@
 //! Every process edge speaks framed messages: one codec, one closed message
 //! enum per edge, step-named receivers.
 //!
-//! The framing and field codec are `crate::wire::client`'s (`u32 LE length` +
-//! `u8 tag` + fields, bounded lengths, no trailing bytes); the Client CLI ↔
-//! Host Coordinator enums live there too. This module holds the other
-//! edges:
+//! The framing and field codec is [`codec`] (`u32 LE length` + `u8 tag` +
+//! fields, bounded lengths, no trailing bytes). The edges:
 //!
 //! | Edge | Enum | Carried on |
 //! | --- | --- | --- |
+//! | Client CLI ↔ Host Coordinator | [`client::ClientMsg`], [`client::ServerMsg`] | the coordinator's socket |
 //! | coordinator → spawning CLI (startup) | [`start::StartMsg`] | the start pipe (`coordinator::START_FD`) |
 //! | supervisor → coordinator | [`supervisor::StatusMsg`] | the status pipe (`supervisor::STATUS_FD`) |
 //! | coordinator → supervisor | [`supervisor::LeaseMsg`] | the lease pipe (`supervisor::LEASE_FD`); EOF = stop |
@@ -27,6 +26,7 @@
 //! expect is an [`UnexpectedMessage`].
 
 pub mod client;
+pub mod codec;
 pub mod guest;
 pub mod helper;
 pub mod mailbox;
@@ -38,8 +38,8 @@ pub mod supervisor;
 use std::fmt;
 use std::io::{self, Read};
 
-use crate::wire::client::{Dec, Enc};
-pub use crate::wire::client::{DecodeError, FrameReader, Message, ReadError};
+use crate::wire::codec::{Dec, Enc};
+pub use crate::wire::codec::{DecodeError, FrameReader, Message, ReadError};
 
 /// A well-formed message that the receiving step did not expect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn decode_one<M: Message>(buf: &[u8]) -> Result<M, DecodeError> {
         return Err(DecodeError::Truncated);
     }
     let len = u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize;
-    if len > crate::wire::client::MAX_FRAME_LEN {
+    if len > crate::wire::codec::MAX_FRAME_LEN {
         return Err(DecodeError::FrameTooLarge(len));
     }
     if buf.len() < 4 + len || len == 0 {
@@ -154,7 +154,7 @@ pub fn read_one<M: Message>(path: &std::path::Path) -> Result<M, FileError> {
     let read = |e| FileError::Read(path.to_path_buf(), e);
     let f = std::fs::File::open(path).map_err(read)?;
     let mut buf = Vec::new();
-    f.take(crate::wire::client::MAX_FRAME_LEN as u64 + 5)
+    f.take(crate::wire::codec::MAX_FRAME_LEN as u64 + 5)
         .read_to_end(&mut buf)
         .map_err(read)?;
     decode_one(&buf).map_err(|e| FileError::Malformed(path.to_path_buf(), e))
@@ -306,7 +306,7 @@ mod tests {
         }
     }
 
-    /// The mutation test of `ipc.rs`, over every other edge: mutations of
+    /// The mutation test of `wire::client`, over every other edge: mutations of
     /// valid frames and pure noise never panic any decoder, and whatever
     /// decodes re-encodes to the same bytes.
     #[test]

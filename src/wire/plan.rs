@@ -9,7 +9,7 @@ use super::{dec_abs_path, dec_path, enc_path, FileError, Message, UnexpectedMess
 use std::path::PathBuf;
 
 use crate::config::Prefix;
-use crate::wire::client::{Dec, DecodeError, Enc};
+use crate::wire::codec::{Dec, DecodeError, Enc};
 
 // The plans' vocabulary. Their behaviour lives with the roles that plan
 // and install them (`net::policy`, `storage::anchor`, `view::sentry`

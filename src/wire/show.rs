@@ -9,7 +9,7 @@ use std::path::Path;
 
 use super::{dec_pid, FileError, Message, UnexpectedMessage};
 use crate::config::ports::PortForward;
-use crate::wire::client::{Dec, DecodeError, Enc};
+use crate::wire::codec::{Dec, DecodeError, Enc};
 
 /// The network readiness the coordinator attested before publication.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use std::fs::File;
 
 use super::{Message, ReadError};
-use crate::wire::client::{Dec, DecodeError, Enc, FrameReader};
+use crate::wire::codec::{Dec, DecodeError, Enc, FrameReader};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartMsg {
@@ -102,7 +102,7 @@ pub(crate) mod tests {
         let (r, w) = crate::sys::pipe().unwrap();
         let mut w = File::from(w);
         for m in msgs {
-            crate::wire::client::send(&mut w, m).unwrap();
+            crate::wire::codec::send(&mut w, m).unwrap();
         }
         std::io::Write::write_all(&mut w, extra).unwrap();
         File::from(r)

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::time::Instant;
 
 use super::{dec_pid, Message, ReadError, UnexpectedMessage};
-use crate::wire::client::{Dec, DecodeError, Enc, FrameReader};
+use crate::wire::codec::{Dec, DecodeError, Enc, FrameReader};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusMsg {
@@ -284,7 +284,7 @@ pub(crate) mod tests {
         let (r, w) = crate::sys::pipe().unwrap();
         let mut w = File::from(w);
         for m in msgs {
-            crate::wire::client::send(&mut w, m).unwrap();
+            crate::wire::codec::send(&mut w, m).unwrap();
         }
         std::io::Write::write_all(&mut w, raw).unwrap();
         StatusReceiver::new(File::from(r))
