@@ -80,8 +80,8 @@ struct Shared {
     names: Mutex<Names>,
     log: EgressLog,
     conns: AtomicUsize,
-    /// Issue 31: the generation's secrets, when the gate holds them (not
-    /// delivered to the gate yet: always `None` in this build).
+    /// Issue 31: the generation's secrets, when the profile has any
+    /// (handed over on the lease pipe, `supervisor`).
     secrets: Option<crate::net::terminate::Secrets>,
 }
 
@@ -129,9 +129,17 @@ pub fn ports(gate: &GatePlan) -> Vec<u16> {
 
 /// Starts the gate in `router` for `plan` (which has a gate), logging to
 /// `log`. Returns once every listener and the resolver are bound.
+/// `secrets`: the generation's, if the profile has any (their names are
+/// terminated and swapped, `net::terminate`).
 /// `die_early` (fault injection only): the listener thread ends after its
 /// first connection.
-pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io::Result<Handle> {
+pub fn start(
+    router: &OwnedFd,
+    plan: &Plan,
+    log: PathBuf,
+    secrets: Option<crate::net::terminate::Secrets>,
+    die_early: bool,
+) -> io::Result<Handle> {
     let gate = plan
         .gate
         .clone()
@@ -144,7 +152,7 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io
         names: Mutex::new(Names::default()),
         log: EgressLog::open(log),
         conns: AtomicUsize::new(0),
-        secrets: None,
+        secrets,
     });
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let flag = ended.clone();

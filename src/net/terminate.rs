@@ -55,6 +55,45 @@ impl Secrets {
         })
     }
 
+    /// The gate's side as the coordinator hands it over (the lease pipe's
+    /// [`LeaseMsg::Secrets`](crate::wire::supervisor::LeaseMsg)): the
+    /// leaves come issued, the CA key never reaches the gate. Fails closed:
+    /// a bound name without a leaf, a leaf that does not load, or an
+    /// upstream CA file that does not load is an error, never a pass-through.
+    pub fn from_wire(g: crate::wire::supervisor::GateSecrets) -> Result<Secrets, crate::trust::TrustError> {
+        use crate::trust::{Credential, TrustError};
+        let mut acceptors = Vec::new();
+        for l in &g.leaves {
+            let cred = Credential {
+                key: openssl::pkey::PKey::private_key_from_pem(&l.key_pem)?,
+                cert: openssl::x509::X509::from_pem(&l.cert_pem)?,
+            };
+            acceptors.push((l.host.clone(), tls::acceptor(&cred, &g.ca_pem)?));
+        }
+        let bindings: Vec<Binding> = g
+            .bindings
+            .iter()
+            .map(|b| Binding {
+                var: b.var.clone(),
+                sentinel: b.sentinel.clone(),
+                real: b.real.clone(),
+                hosts: b.hosts.clone(),
+            })
+            .collect();
+        for b in &bindings {
+            if let Some(h) = b.hosts.iter().find(|h| !acceptors.iter().any(|(n, _)| n == *h)) {
+                let _ = h;
+                return Err(TrustError::MalformedCredential("a bound host without a TLS leaf"));
+            }
+        }
+        let upstream = g.upstream_ca.as_deref().map(std::path::Path::new);
+        Ok(Secrets {
+            bindings: Arc::new(bindings),
+            acceptors,
+            connector: tls::connector(upstream)?,
+        })
+    }
+
     /// Whether the gate terminates connections to `name`: a secret is bound
     /// to it.
     pub fn bound(&self, name: &str) -> bool {

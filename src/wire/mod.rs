@@ -196,6 +196,7 @@ mod tests {
     pub(crate) fn all_samples() -> Vec<Vec<u8>> {
         let mut v: Vec<Vec<u8>> = Vec::new();
         v.extend(start::tests::samples().iter().map(Message::encode));
+        v.extend(start::tests::samples_secrets().iter().map(Message::encode));
         v.extend(supervisor::tests::samples_status().iter().map(Message::encode));
         v.extend(supervisor::tests::samples_lease().iter().map(Message::encode));
         v.extend(plan::tests::samples().iter().map(Message::encode));
@@ -231,6 +232,7 @@ mod tests {
             }
         }
         rt(start::tests::samples());
+        rt(start::tests::samples_secrets());
         rt(supervisor::tests::samples_status());
         rt(supervisor::tests::samples_lease());
         rt(plan::tests::samples());
