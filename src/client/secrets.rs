@@ -24,7 +24,8 @@ pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretVa
         out.push((s.var.clone(), v));
     }
     let policy = crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| Failure::usage(e.to_string()))?
+        .by_name(&r.cfg.hosts, &r.profile);
     if !policy.enabled || policy.gate.is_none() {
         return Err(Failure::usage(no_gate(&r.profile.name, &r.profile.secrets)));
     }

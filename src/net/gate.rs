@@ -540,6 +540,24 @@ fn handle(shared: &Shared, conn: TcpStream) {
             (name, ok)
         }
     };
+    // Issue 31: a plain HTTP head that carries a sentinel towards a host
+    // its secret is not bound to is refused before the gate connects, so
+    // that host sees nothing at all (the swap refuses the rest later).
+    if let (Some(s), Sniffed::Http { .. }) = (shared.secrets.as_ref(), &sniffed) {
+        let mut scratch = Vec::new();
+        let r = crate::net::subst::RequestSide::new(&name, &s.bindings).feed(
+            &buf,
+            &mut scratch,
+            &mut std::collections::VecDeque::new(),
+        );
+        scratch.iter_mut().for_each(|b| *b = 0);
+        if let Err(r @ crate::net::subst::Refusal::Leak { .. }) = r {
+            let outcome = crate::net::terminate::Outcome::Refused(r);
+            let why = crate::net::terminate::log_line(&outcome).unwrap_or_default();
+            shared.log.record("refused", "tcp", &name, target[0].port(), &why);
+            return refuse(conn, true, &name, target[0].port(), &why);
+        }
+    }
     let Some(upstream) = target
         .iter()
         .find_map(|a| TcpStream::connect_timeout(&SocketAddr::V4(*a), CONNECT_TIMEOUT).ok())

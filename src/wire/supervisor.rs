@@ -525,13 +525,31 @@ pub(crate) mod tests {
         let (r, w) = crate::sys::pipe().unwrap();
         crate::wire::send_fd(&w, &LeaseMsg::Mapped).unwrap();
         drop(w);
-        assert!(wait_for_mapped(&mut File::from(r)).is_ok());
+        assert!(matches!(wait_for_mapped(&mut File::from(r), false), Ok(None)));
         let (r, w) = crate::sys::pipe().unwrap();
         crate::sys::write_all(&w, b"mapped\n").unwrap();
         drop(w);
-        assert!(wait_for_mapped(&mut File::from(r)).is_err());
+        assert!(wait_for_mapped(&mut File::from(r), false).is_err());
         let (r, w) = crate::sys::pipe().unwrap();
         drop(w);
-        assert!(wait_for_mapped(&mut File::from(r)).is_err());
+        assert!(wait_for_mapped(&mut File::from(r), false).is_err());
+        // With secrets: Mapped then Secrets, both in one write; Mapped
+        // alone (EOF after it) or Secrets first fail closed.
+        let s = samples_lease();
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(&w, &s[0]).unwrap();
+        crate::wire::send_fd(&w, &s[1]).unwrap();
+        drop(w);
+        let LeaseMsg::Secrets(want) = &s[1] else { unreachable!() };
+        assert_eq!(wait_for_mapped(&mut File::from(r), true).unwrap().as_ref(), Some(want));
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(&w, &s[0]).unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r), true).is_err());
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(&w, &s[1]).unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r), true).is_err());
+        assert!(!format!("{want:?}").contains("KEY\""), "{want:?}");
     }
 }
