@@ -190,6 +190,22 @@ trait End: Read + Write {
     /// Bytes readable without waiting for the socket.
     fn buffered(&self) -> bool;
     fn close_write(&mut self);
+    fn set_nonblocking(&self, on: bool);
+}
+
+/// One read that never waits: a readable TLS socket may hold only a
+/// record that is no data (a session ticket, a key update), and a blocking
+/// read would then wait for the peer while the other side's bytes sit
+/// unread (a peer that waits for them: a deadlock). `Ok(None)`: nothing now.
+fn read_now<E: End>(e: &mut E, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    e.set_nonblocking(true);
+    let r = e.read(buf);
+    e.set_nonblocking(false);
+    match r {
+        Ok(n) => Ok(Some(n)),
+        Err(x) if x.kind() == io::ErrorKind::WouldBlock || x.kind() == io::ErrorKind::Interrupted => Ok(None),
+        Err(x) => Err(x),
+    }
 }
 
 impl End for Prefixed {
@@ -201,6 +217,9 @@ impl End for Prefixed {
     }
     fn close_write(&mut self) {
         let _ = self.inner.shutdown(Shutdown::Write);
+    }
+    fn set_nonblocking(&self, on: bool) {
+        let _ = self.inner.set_nonblocking(on);
     }
 }
 
@@ -214,6 +233,9 @@ impl End for TcpStream {
     fn close_write(&mut self) {
         let _ = self.shutdown(Shutdown::Write);
     }
+    fn set_nonblocking(&self, on: bool) {
+        let _ = TcpStream::set_nonblocking(self, on);
+    }
 }
 
 impl<S: End> End for SslStream<S> {
@@ -226,6 +248,9 @@ impl<S: End> End for SslStream<S> {
     fn close_write(&mut self) {
         let _ = self.shutdown();
         self.get_mut().close_write();
+    }
+    fn set_nonblocking(&self, on: bool) {
+        self.get_ref().set_nonblocking(on);
     }
 }
 
@@ -251,7 +276,13 @@ pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, t
         c
     });
     let up = match out {
-        Ok(c) => c.connect(name, upstream).map_err(|e| e.to_string()),
+        Ok(c) => c.connect(name, upstream).map_err(|e| match &e {
+            // A certificate problem is named as X.509 names it.
+            openssl::ssl::HandshakeError::Failure(m) if m.ssl().verify_result() != openssl::x509::X509VerifyResult::OK => {
+                format!("certificate verify failed: {}", m.ssl().verify_result().error_string())
+            }
+            _ => e.to_string(),
+        }),
         Err(e) => Err(e.to_string()),
     };
     match up {
@@ -312,12 +343,13 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
         }
         if ra {
             out.clear();
-            match a.read(&mut buf) {
-                Ok(0) | Err(_) => {
+            match read_now(&mut a, &mut buf) {
+                Ok(None) => {}
+                Ok(Some(0)) | Err(_) => {
                     a_open = false;
                     b.close_write();
                 }
-                Ok(n) => {
+                Ok(Some(n)) => {
                     if let Err(r) = req.feed(&buf[..n], &mut out, &mut expects) {
                         let _ = a.write_all(&refused(&r));
                         a.close_write();
@@ -331,14 +363,15 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
         }
         if rb {
             out.clear();
-            match b.read(&mut buf) {
-                Ok(0) | Err(_) => {
+            match read_now(&mut b, &mut buf) {
+                Ok(None) => {}
+                Ok(Some(0)) | Err(_) => {
                     resp.finish(&mut out);
                     let _ = a.write_all(&out);
                     a.close_write();
                     return Outcome::Done;
                 }
-                Ok(n) => {
+                Ok(Some(n)) => {
                     if let Err(r) = resp.feed(&buf[..n], &mut out, &mut expects) {
                         a.close_write();
                         return Outcome::Refused(r);

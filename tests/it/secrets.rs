@@ -443,8 +443,9 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     assert!(mine.is_empty(), "{mine:?}");
     // Acceptance 7: after the Domain stops, no file holds the value and
     // no private key is left.
+    // (The Domain may have stopped with its last session already.)
     let s = env.lz(&ws, &["stop", &id[..12]]).config_home(&cfg).run();
-    assert_eq!(s.code, 0, "{s:?}");
+    assert!(s.code == 0 || s.stderr.contains("no running Domain"), "{s:?}");
     assert!(crate::harness::eventually(std::time::Duration::from_secs(20), || {
         crate::harness::processes_mentioning(&id).is_empty()
     }));
