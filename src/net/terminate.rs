@@ -278,7 +278,9 @@ pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, t
     let up = match out {
         Ok(c) => c.connect(name, upstream).map_err(|e| match &e {
             // A certificate problem is named as X.509 names it.
-            openssl::ssl::HandshakeError::Failure(m) if m.ssl().verify_result() != openssl::x509::X509VerifyResult::OK => {
+            openssl::ssl::HandshakeError::Failure(m)
+                if m.ssl().verify_result() != openssl::x509::X509VerifyResult::OK =>
+            {
                 format!("certificate verify failed: {}", m.ssl().verify_result().error_string())
             }
             _ => e.to_string(),

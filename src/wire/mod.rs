@@ -9,8 +9,9 @@
 //! | Edge | Enum | Carried on |
 //! | --- | --- | --- |
 //! | coordinator → spawning CLI (startup) | [`start::StartMsg`] | the start pipe (`coordinator::START_FD`) |
+//! | spawning CLI → coordinator (secrets) | [`start::SecretsMsg`] | the secrets pipe (`coordinator::SECRETS_FD`), one frame |
 //! | supervisor → coordinator | [`supervisor::StatusMsg`] | the status pipe (`supervisor::STATUS_FD`) |
-//! | coordinator → supervisor | [`supervisor::LeaseMsg`] | the lease pipe (`supervisor::LEASE_FD`); EOF = stop |
+//! | coordinator → supervisor | [`supervisor::LeaseMsg`] | the lease pipe (`supervisor::LEASE_FD`): `Mapped` (then `Secrets` with `--secrets`); EOF = stop |
 //! | coordinator → supervisor (plans) | [`plan::PlanMsg`] | one frame per plan file in the generation dir |
 //! | state helper → parent | [`helper::HelperMsg`] | the helper's stdout |
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |

@@ -292,7 +292,10 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
         .unwrap()
         .as_secs() as i64;
     let write_leaf = |name: &str, c: lazaret::trust::Credential| {
-        env.write(&pki.join(format!("{name}.pem")), &String::from_utf8(c.cert.to_pem().unwrap()).unwrap());
+        env.write(
+            &pki.join(format!("{name}.pem")),
+            &String::from_utf8(c.cert.to_pem().unwrap()).unwrap(),
+        );
         env.write(
             &pki.join(format!("{name}.key")),
             &String::from_utf8(c.key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
@@ -304,7 +307,8 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     write_leaf("badname", ca.issue_tls_server("wrong.test", 2).unwrap());
     write_leaf(
         "expired",
-        ca.issue_tls_server_valid("expired.test", now - 7200, now - 3600).unwrap(),
+        ca.issue_tls_server_valid("expired.test", now - 7200, now - 3600)
+            .unwrap(),
     );
     let ca_file = pki.join("ca.pem");
     env.write(&ca_file, &String::from_utf8(ca.ca_cert_pem().unwrap()).unwrap());
@@ -356,7 +360,10 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     );
     let ws = env.dir("secrets-swap-ws");
     let r = env
-        .lz(&ws, &["run", "-p", "sec", "--", "bash", "-c", INSIDE, "inside", &half_b])
+        .lz(
+            &ws,
+            &["run", "-p", "sec", "--", "bash", "-c", INSIDE, "inside", &half_b],
+        )
         .config_home(&cfg)
         .env("LAZARET_TEST_UPSTREAM_CA", &ca_file.display().to_string())
         .run();
@@ -380,12 +387,17 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     // the sentinel.
     let marked = api.marked();
     assert!(
-        marked.contains(&format!("REQ 443 GET /h HTTP/1.1"))
+        marked.contains("REQ 443 GET /h HTTP/1.1")
             && marked.contains(&format!("Authorization: Bearer {real}"))
             && marked.contains(&format!("x-api-key: {real}")),
         "{marked}"
     );
-    assert!(marked.lines().any(|l| l.starts_with("REQ 80 GET /p ") && l.contains(&format!("Bearer {real}"))), "{marked}");
+    assert!(
+        marked
+            .lines()
+            .any(|l| l.starts_with("REQ 80 GET /p ") && l.contains(&format!("Bearer {real}"))),
+        "{marked}"
+    );
     assert!(!marked.contains(&sentinel), "{marked}");
     // Acceptance 4 (and the echo): what comes back carries the sentinel.
     assert_eq!(
@@ -416,7 +428,10 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
         log.stdout.contains("other.test:80") && log.stdout.contains("leak attempt"),
         "{log:?}"
     );
-    assert!(!log.stdout.contains(&sentinel) && !log.stdout.contains(&real), "{log:?}");
+    assert!(
+        !log.stdout.contains(&sentinel) && !log.stdout.contains(&real),
+        "{log:?}"
+    );
     // Acceptance 3: a bad upstream certificate: a 502 with one line, and
     // no request reached the server.
     for h in ["badca", "badname", "expired"] {
@@ -433,7 +448,12 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let root = env.home.join(".local/share/lazaret/domains").join(&id);
     let run = env.runtime_root().join(&id);
     for d in [&root, &run] {
-        assert_eq!(files_containing(d, real.as_bytes()), Vec::<String>::new(), "{}", d.display());
+        assert_eq!(
+            files_containing(d, real.as_bytes()),
+            Vec::<String>::new(),
+            "{}",
+            d.display()
+        );
     }
     // (The test hosts' servers, root's, have it in their argv.)
     let mine: Vec<_> = crate::harness::processes_mentioning(&real)
@@ -450,7 +470,17 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
         crate::harness::processes_mentioning(&id).is_empty()
     }));
     for d in [&root, &run] {
-        assert_eq!(files_containing(d, real.as_bytes()), Vec::<String>::new(), "{}", d.display());
-        assert_eq!(files_containing(d, b"PRIVATE KEY"), Vec::<String>::new(), "{}", d.display());
+        assert_eq!(
+            files_containing(d, real.as_bytes()),
+            Vec::<String>::new(),
+            "{}",
+            d.display()
+        );
+        assert_eq!(
+            files_containing(d, b"PRIVATE KEY"),
+            Vec::<String>::new(),
+            "{}",
+            d.display()
+        );
     }
 }
