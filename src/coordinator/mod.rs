@@ -140,6 +140,8 @@ pub fn main(mut args: Args) -> i32 {
             return 1;
         }
     };
+    // The gate holds the values now; this copy goes (wiped).
+    args.secret_values.clear();
     report.send(StartMsg::Ready);
     report.0 = None;
     let code = hc.run();
