@@ -561,6 +561,42 @@ mod tests {
         std::fs::remove_file(f).unwrap();
     }
 
+    /// The lease pipe's form loads, and fails closed: a bound name
+    /// without a leaf, a key that does not parse, a CA file that is not
+    /// there.
+    #[test]
+    fn secrets_from_the_lease_pipe_load_or_refuse() {
+        use crate::wire::supervisor::{GateBinding, GateLeaf, GateSecrets};
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let leaf = domain.issue_tls_server("api.test", 1).unwrap();
+        let good = GateSecrets {
+            bindings: vec![GateBinding {
+                var: "K".into(),
+                sentinel: sentinel().unwrap(),
+                real: SecretValue::new(REAL.into()).unwrap(),
+                hosts: vec!["api.test".into()],
+            }],
+            leaves: vec![GateLeaf {
+                host: "api.test".into(),
+                cert_pem: leaf.cert.to_pem().unwrap(),
+                key_pem: leaf.key.private_key_to_pem_pkcs8().unwrap(),
+            }],
+            ca_pem: domain.ca_cert_pem().unwrap(),
+            upstream_ca: None,
+        };
+        let s = Secrets::from_wire(good.clone()).unwrap();
+        assert!(s.bound("api.test") && !s.bound("other.test"));
+        let mut no_leaf = good.clone();
+        no_leaf.bindings[0].hosts.push("b.test".into());
+        assert!(Secrets::from_wire(no_leaf).is_err());
+        let mut bad_key = good.clone();
+        bad_key.leaves[0].key_pem = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".to_vec();
+        assert!(Secrets::from_wire(bad_key).is_err());
+        let mut bad_ca = good;
+        bad_ca.upstream_ca = Some("/nonexistent/lazaret-ca.pem".into());
+        assert!(Secrets::from_wire(bad_ca).is_err());
+    }
+
     #[test]
     fn plain_http_is_swapped_and_a_leak_is_refused_before_upstream_sees_it() {
         let domain = TrustAnchor::new("d", 1, "p").unwrap();
