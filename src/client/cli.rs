@@ -271,6 +271,9 @@ pub(crate) struct Resolved {
     /// `--root`: this client's session runs as root even when the profile
     /// names a `user`.
     pub(crate) root: bool,
+    /// The profile's secrets, resolved on this host, for a Domain this CLI
+    /// starts (never logged, never in argv or environment).
+    pub(crate) secrets: Vec<(String, crate::config::secrets::SecretValue)>,
 }
 
 pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Result<Resolved, Failure> {
@@ -314,6 +317,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
         publish: Vec::new(),
         limit_overrides: config::Limits::default(),
         root: false,
+        secrets: Vec::new(),
     })
 }
 
@@ -418,7 +422,7 @@ fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(|e| Failure::usage(e.to_string()))?;
     preflight(&r)?;
-    crate::client::secrets::check_start(&r)?;
+    r.secrets = crate::client::secrets::check_start(&r)?;
     // A missing image is bad input, reported before anything starts; a
     // published Domain already runs on its prepared lower and needs none.
     if matches!(r.profile.image, ImageSource::Default)
@@ -538,9 +542,16 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
     let (start_rd, start_wr) = sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?;
     let log = coordinator::open_log(&r.paths.log())
         .map_err(|e| Failure::runtime(format!("cannot open {}: {e}", r.paths.log().display())))?;
+    // The profile's secrets reach the coordinator on a pipe of their own.
+    let secrets_pipe = if r.secrets.is_empty() {
+        None
+    } else {
+        Some(sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?)
+    };
     let mut cmd = Command::new(exe);
     cmd.arg0("lazaret:[coordinator]")
         .arg("__coordinator")
+        .args(secrets_pipe.as_ref().map(|_| "--secrets"))
         .arg("--profile")
         .arg(&r.profile.name)
         .arg("--workspace")
@@ -557,25 +568,37 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .env_clear()
         .envs(crate::config::passenv::coordinator_env(std::env::vars_os(), &r.pass));
     let (l, s) = (lock.as_raw_fd(), start_wr.as_raw_fd());
+    let mut fds = vec![(l, coordinator::LOCK_FD), (s, coordinator::START_FD)];
+    if let Some((rd, _)) = &secrets_pipe {
+        fds.push((rd.as_raw_fd(), coordinator::SECRETS_FD));
+    }
     // The extra fork detaches the coordinator so it is never our zombie.
     sys::ChildSetup::new()
         .reset_signals()
         .setsid()
-        .install_fds(&[(l, coordinator::LOCK_FD), (s, coordinator::START_FD)])
+        .install_fds(&fds)
         // Nothing the caller left open (a lock, a pipe someone waits
         // on) may live on in the coordinator and its helpers.
-        .close_fds_from(3, &[coordinator::LOCK_FD, coordinator::START_FD])
+        .close_fds_from(3, &fds.iter().map(|(_, to)| *to).collect::<Vec<_>>())
         .detach()
         .apply(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::runtime(format!("cannot start the coordinator: {e}")))?;
+    let writer = secrets_pipe.map(|(rd, wr)| {
+        drop(rd);
+        crate::client::secrets::send(&r.secrets, wr)
+    });
     let _ = child.wait();
     drop(start_wr);
     drop(lock);
     let mut start = crate::wire::start::StartReceiver::new(File::from(start_rd));
     let result = start.wait_for_ready(|p| progress.step(p));
     progress.done();
+    // Written by now, or the coordinator is gone (the write failed).
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
     match result {
         Ok(()) => Ok(()),
         Err(crate::wire::start::StartError::Failed(e)) => Err(Failure::runtime(e)),
@@ -1099,6 +1122,8 @@ fn internal_coordinator(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         config: args.value_from_str("--config")?,
         publish: args.values_from_str("--publish")?,
         limits: crate::storage::cgroup::coordinator_overrides(&mut args)?,
+        secrets: args.contains("--secrets"),
+        secret_values: Vec::new(),
     };
     finish_args(args)?;
     Ok(coordinator::main(a))
@@ -1118,6 +1143,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         scratch: args.opt_value_from_str("--scratch")?,
         meminfo: args.opt_value_from_str("--meminfo")?,
         mailbox_requests: args.opt_value_from_str("--mailbox-requests")?,
+        secrets: args.contains("--secrets"),
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

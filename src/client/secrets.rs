@@ -1,37 +1,64 @@
-//! The start-time check of a profile's `secrets` (docs/config.md): each
-//! source must resolve on the host, and each secret needs a working swap
-//! point before its sentinel may be put in a session's environment.
+//! The start-time side of a profile's `secrets` (docs/config.md,
+//! docs/network.md "Secrets"): each source must resolve on the host, the
+//! profile needs the egress gate as its swap point, and the values go to
+//! the coordinator on a pipe.
 
 use crate::client::cli::{Failure, Resolved};
 use crate::config::secrets;
 use crate::net::tls::SelfCheckError;
 use crate::trust::TrustError;
 
-/// Resolves every secret of the profile (the values are dropped, wiped,
-/// right away: this only proves they resolve) and refuses the start when
-/// one does not, naming the secret and its source (exit 2, nothing
-/// started).
-///
-/// Then it refuses any profile with secrets: the egress gate of this build
-/// does not hold the values yet (issue 31 is not wired end to end), and a
-/// sentinel without a swap point would only break the agent silently.
-pub(crate) fn check_start(r: &Resolved) -> Result<(), Failure> {
+/// Resolves every secret of the profile and refuses the start when one
+/// does not, naming the secret and its source (exit 2, nothing started).
+/// A profile whose network has no egress gate (`network.mode = "none"`)
+/// cannot swap its secrets in and is refused too. The values go to the
+/// coordinator this CLI may start, on a pipe only ([`send`]).
+pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretValue)>, Failure> {
     if r.profile.secrets.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
+    let mut out = Vec::new();
     for s in &r.profile.secrets {
-        secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(|e| Failure::usage(e.to_string()))?;
+        let v =
+            secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(|e| Failure::usage(e.to_string()))?;
+        out.push((s.var.clone(), v));
     }
-    Err(Failure::usage(not_wired(&r.profile.name, &r.profile.secrets)))
+    let policy = crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
+        .map_err(|e| Failure::usage(e.to_string()))?
+        .by_name(&r.cfg.hosts, &r.profile);
+    if !policy.enabled || policy.gate.is_none() {
+        return Err(Failure::usage(no_gate(&r.profile.name, &r.profile.secrets)));
+    }
+    Ok(out)
 }
 
-fn not_wired(profile: &str, s: &[secrets::Secret]) -> String {
+fn no_gate(profile: &str, s: &[secrets::Secret]) -> String {
     let vars: Vec<&str> = s.iter().map(|s| s.var.as_str()).collect();
     format!(
-        "profile {profile:?} binds secrets ({}), but the egress gate of this build cannot swap them in yet, \
-         so the agent would only see sentinels: remove [profiles.{profile}.secrets] (or use pass_env) for now",
+        "profile {profile:?} binds secrets ({}) but has no egress gate to swap them in: \
+         give it network.hosts (the secrets' hosts), or remove [profiles.{profile}.secrets]",
         vars.join(", ")
     )
+}
+
+/// Writes the resolved values to the coordinator's secrets pipe from a
+/// thread of its own (the coordinator reads them as it starts); the
+/// encoded frame is overwritten once written. The thread ends when the
+/// pipe is written or its reader is gone.
+pub(crate) fn send(
+    values: &[(String, secrets::SecretValue)],
+    pipe: std::os::fd::OwnedFd,
+) -> std::thread::JoinHandle<std::io::Result<()>> {
+    use crate::wire::Message;
+    let msg = crate::wire::start::SecretsMsg::Values(values.to_vec());
+    std::thread::spawn(move || {
+        let mut buf = msg.encode();
+        drop(msg);
+        let r = crate::sys::write_all(&pipe, &buf);
+        buf.iter_mut().for_each(|b| *b = 0);
+        std::hint::black_box(&buf);
+        r
+    })
 }
 
 /// `lazaret doctor`: every secret of every usable profile resolves from
@@ -141,9 +168,9 @@ mod tests {
         };
         let v = secrets::SecretValue::new(b"sk-test-value-123".to_vec()).unwrap();
         swap_self_check(&s, v).unwrap();
-        let msg = not_wired("claude", std::slice::from_ref(&s));
+        let msg = no_gate("claude", std::slice::from_ref(&s));
         assert!(
-            msg.contains("\"claude\"") && msg.contains("(K)") && msg.contains("pass_env"),
+            msg.contains("\"claude\"") && msg.contains("(K)") && msg.contains("network.hosts"),
             "{msg}"
         );
     }

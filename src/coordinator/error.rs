@@ -66,6 +66,8 @@ pub enum CoordinatorError {
     GitIdentity(io::Error),
     /// Creating the generation's trust anchor or its role identities.
     TrustAnchor(TrustError),
+    /// The profile's secrets (issue 31): one sentence, never a value.
+    Secrets(String),
     /// Creating the escalation mailbox or the audit log (the path).
     Mailbox(PathBuf, io::Error),
     /// Planning the workspace and volume views.
@@ -139,6 +141,7 @@ impl fmt::Display for CoordinatorError {
             Volumes(e) => write!(f, "{e}"),
             GitIdentity(e) => write!(f, "writing gitconfig: {e}"),
             TrustAnchor(e) => write!(f, "trust anchor: {e}"),
+            Secrets(s) => write!(f, "{s}"),
             Mailbox(p, e) => write!(f, "{}: {e}", p.display()),
             Views(e) => write!(f, "{e}"),
             SetAside(p, e) => write!(f, "setting {} aside: {e}", p.display()),
@@ -220,7 +223,7 @@ impl std::error::Error for CoordinatorError {
             | WritePorts(_, e)
             | BindSocket(_, e)
             | PublishSocket(_, e) => Some(e),
-            PortsWithoutNetwork { .. } | Missing(_) | NotRunning | UserSetup { .. } | SpecTooLarge => None,
+            PortsWithoutNetwork { .. } | Secrets(_) | Missing(_) | NotRunning | UserSetup { .. } | SpecTooLarge => None,
         }
     }
 }

@@ -17,6 +17,7 @@ mod conn_state;
 mod connections;
 mod egress;
 mod error;
+mod secrets;
 mod sessions;
 mod startup;
 mod teardown;
@@ -55,6 +56,9 @@ use crate::wire::supervisor::{LeaseMsg, StatusMsg, StatusReceiver};
 /// The Domain lock and the startup-report pipe arrive as these fds.
 pub const LOCK_FD: RawFd = 3;
 pub const START_FD: RawFd = 4;
+/// With `--secrets`: the read end of the pipe on which the starting CLI
+/// writes the profile's resolved secrets (`wire::start::SecretsMsg`).
+pub const SECRETS_FD: RawFd = 5;
 
 /// How long a published Domain waits for its first session.
 const FIRST_SESSION_TIMEOUT: Duration = Duration::from_secs(20);
@@ -72,6 +76,10 @@ pub struct Args {
     /// `--memory/--pids/--cpus` from the CLI that started this Domain
     /// (`cgroup::override_args`): the set fields win over the profile's.
     pub limits: crate::config::Limits,
+    /// `--secrets`: read the profile's secrets from [`SECRETS_FD`].
+    pub secrets: bool,
+    /// What was read there (in memory only).
+    pub secret_values: Vec<(String, crate::config::secrets::SecretValue)>,
 }
 
 /// Startup reports to the CLI that spawned us (`wire::start::StartMsg`).
@@ -89,7 +97,7 @@ impl Reporter {
     }
 }
 
-pub fn main(args: Args) -> i32 {
+pub fn main(mut args: Args) -> i32 {
     sys::set_thread_name("lz-coordinator");
     sys::ignore_signal(sys::SIGPIPE);
     // Both fds were handed to us by the spawning CLI and nothing else in
@@ -110,6 +118,17 @@ pub fn main(args: Args) -> i32 {
             return 1;
         }
     }
+    if args.secrets {
+        match read_secrets() {
+            Ok(v) => args.secret_values = v,
+            Err(why) => {
+                report.send(StartMsg::Failed {
+                    reason: format!("the profile's secrets did not arrive from the starting lazaret: {why}"),
+                });
+                return 1;
+            }
+        }
+    }
     let mut hc = match Coordinator::start(&args, &mut report) {
         Ok(hc) => hc,
         Err(e) => {
@@ -122,6 +141,8 @@ pub fn main(args: Args) -> i32 {
             return 1;
         }
     };
+    // The gate holds the values now; this copy goes (wiped).
+    args.secret_values.clear();
     report.send(StartMsg::Ready);
     report.0 = None;
     let code = hc.run();
@@ -154,6 +175,16 @@ pub fn main(args: Args) -> i32 {
     }
     drop(lock);
     code
+}
+
+/// The one `SecretsMsg` on [`SECRETS_FD`] (then EOF).
+fn read_secrets() -> Result<Vec<(String, crate::config::secrets::SecretValue)>, String> {
+    let fd = sys::take_inherited(SECRETS_FD).map_err(|e| e.to_string())?;
+    let mut f = File::from(fd);
+    match FrameReader::default().recv::<crate::wire::start::SecretsMsg>(&mut f) {
+        Ok(crate::wire::start::SecretsMsg::Values(v)) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 // ---- the coordinator's state -------------------------------------------------
@@ -264,6 +295,11 @@ struct Coordinator {
     host_rows: HashMap<String, i64>,
     /// Allow-by-name mode: which refusals each session was told of.
     egress: egress::EgressNotices,
+    /// Issue 31: what the egress gate gets on the lease pipe (taken when
+    /// sent), and what every session's environment gets (sentinels, the
+    /// CA bundle variables). No real value is in `secret_env`.
+    gate_secrets: Option<crate::wire::supervisor::GateSecrets>,
+    secret_env: Vec<(String, String)>,
 }
 
 impl Coordinator {

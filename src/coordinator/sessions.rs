@@ -60,6 +60,9 @@ impl Coordinator {
         // INVARIANT: their values go into the spec pipe and nowhere else
         // (no argv, no store row, no log line).
         plan::override_env(&mut env, &crate::config::passenv::accepted(&env_in));
+        // Issue 31: each secret's sentinel (never its value) and the CA
+        // bundle variables, over anything the client passed.
+        plan::override_env(&mut env, &self.secret_env);
         env.push(format!("LAZARET_SESSION={id}"));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.

@@ -85,15 +85,25 @@ impl Coordinator {
             esc_deadlines: HashMap::new(),
             host_rows: HashMap::new(),
             egress: Default::default(),
+            gate_secrets: None,
+            secret_env: Vec::new(),
         };
-        if let Err(e) = hc.bring_up(&storage, report) {
+        // The values arrived on the secrets pipe; each secret of the
+        // profile needs its own (fail closed).
+        let values = secrets::match_values(&hc.profile, &args.secret_values)?;
+        if let Err(e) = hc.bring_up(&storage, values, report) {
             hc.teardown();
             return Err(e);
         }
         Ok(hc)
     }
 
-    pub(super) fn bring_up(&mut self, storage: &Path, report: &mut Reporter) -> Result<(), CoordinatorError> {
+    pub(super) fn bring_up(
+        &mut self,
+        storage: &Path,
+        values: Vec<crate::net::subst::Binding>,
+        report: &mut Reporter,
+    ) -> Result<(), CoordinatorError> {
         report.progress("preparing image");
         let mut quiet = image::Progress::new(true);
         let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet)?;
@@ -149,8 +159,21 @@ impl Coordinator {
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
         crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
+        // Issue 31: the Trust Anchor issues the gate's leaves; the guest
+        // trusts its CA through a bundle bound over the image's.
+        let mut anchor = None;
+        if !values.is_empty() {
+            let a = TrustAnchor::new(self.domain_id.as_str(), self.generation.get(), &self.profile.name)?;
+            binds.push(self.prepare_secrets(&a, values, &lower.rootfs(), &gen_dir)?);
+            anchor = Some(a);
+        }
         let mut volume_views = Vec::new();
         for mut b in crate::plan::guest::volume_binds(&self.profile.volumes) {
+            // The guest bundle replaces a `ca_certs = "host"` bind (it holds
+            // the host's bundle and the Domain CA).
+            if self.gate_secrets.is_some() && b.guest == crate::config::GUEST_CA_BUNDLE {
+                continue;
+            }
             // Every read-write volume, and every volume of a profile
             // `user`, is served through a view: the view strips setuid,
             // setgid on files and world-write from what the sandbox sets
@@ -182,7 +205,10 @@ impl Coordinator {
             if !escalate.is_file() {
                 return Err(CoordinatorError::Missing(escalate));
             }
-            let anchor = TrustAnchor::new(self.domain_id.as_str(), self.generation.get(), &self.profile.name)?;
+            let anchor = match anchor.take() {
+                Some(a) => a,
+                None => TrustAnchor::new(self.domain_id.as_str(), self.generation.get(), &self.profile.name)?,
+            };
             // Role identities of this generation; their keys never leave memory.
             for (role, id) in [
                 (Role::SessionCoordinator, &self.coordinator_id),
@@ -292,6 +318,7 @@ impl Coordinator {
             .arg("--id")
             .arg(&self.sandbox_id)
             .args(self.net.supervisor_args())
+            .args(self.gate_secrets.as_ref().map(|_| "--secrets"))
             .arg("--views")
             .arg(self.paths.gen_dir().join("views"))
             .arg("--anchor-plan")
@@ -344,6 +371,9 @@ impl Coordinator {
             self.owned_rows.push(row);
         }
         crate::wire::send_fd(&lease_wr, &LeaseMsg::Mapped).map_err(CoordinatorError::LeasePipe)?;
+        if let Some(g) = self.gate_secrets.take() {
+            secrets::send(&lease_wr, LeaseMsg::Secrets(g)).map_err(CoordinatorError::LeasePipe)?;
+        }
         self.sup = Some(Supervisor {
             child,
             lease: Some(lease_wr),

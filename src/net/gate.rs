@@ -80,8 +80,8 @@ struct Shared {
     names: Mutex<Names>,
     log: EgressLog,
     conns: AtomicUsize,
-    /// Issue 31: the generation's secrets, when the gate holds them (not
-    /// delivered to the gate yet: always `None` in this build).
+    /// Issue 31: the generation's secrets, when the profile has any
+    /// (handed over on the lease pipe, `supervisor`).
     secrets: Option<crate::net::terminate::Secrets>,
 }
 
@@ -129,9 +129,17 @@ pub fn ports(gate: &GatePlan) -> Vec<u16> {
 
 /// Starts the gate in `router` for `plan` (which has a gate), logging to
 /// `log`. Returns once every listener and the resolver are bound.
+/// `secrets`: the generation's, if the profile has any (their names are
+/// terminated and swapped, `net::terminate`).
 /// `die_early` (fault injection only): the listener thread ends after its
 /// first connection.
-pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io::Result<Handle> {
+pub fn start(
+    router: &OwnedFd,
+    plan: &Plan,
+    log: PathBuf,
+    secrets: Option<crate::net::terminate::Secrets>,
+    die_early: bool,
+) -> io::Result<Handle> {
     let gate = plan
         .gate
         .clone()
@@ -144,7 +152,7 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io
         names: Mutex::new(Names::default()),
         log: EgressLog::open(log),
         conns: AtomicUsize::new(0),
-        secrets: None,
+        secrets,
     });
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let flag = ended.clone();
@@ -532,6 +540,24 @@ fn handle(shared: &Shared, conn: TcpStream) {
             (name, ok)
         }
     };
+    // Issue 31: a plain HTTP head that carries a sentinel towards a host
+    // its secret is not bound to is refused before the gate connects, so
+    // that host sees nothing at all (the swap refuses the rest later).
+    if let (Some(s), Sniffed::Http { .. }) = (shared.secrets.as_ref(), &sniffed) {
+        let mut scratch = Vec::new();
+        let r = crate::net::subst::RequestSide::new(&name, &s.bindings).feed(
+            &buf,
+            &mut scratch,
+            &mut std::collections::VecDeque::new(),
+        );
+        scratch.iter_mut().for_each(|b| *b = 0);
+        if let Err(r @ crate::net::subst::Refusal::Leak { .. }) = r {
+            let outcome = crate::net::terminate::Outcome::Refused(r);
+            let why = crate::net::terminate::log_line(&outcome).unwrap_or_default();
+            shared.log.record("refused", "tcp", &name, target[0].port(), &why);
+            return refuse(conn, true, &name, target[0].port(), &why);
+        }
+    }
     let Some(upstream) = target
         .iter()
         .find_map(|a| TcpStream::connect_timeout(&SocketAddr::V4(*a), CONNECT_TIMEOUT).ok())

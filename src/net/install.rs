@@ -275,10 +275,12 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Ins
 
 /// Prepares the generation's network as the plan says, reporting
 /// `Slirp { pid, start }` as soon as the helper exists (so the coordinator
-/// owns it exactly), then reads back what was installed.
+/// owns it exactly), then reads back what was installed. `secrets` go to
+/// the egress gate (a plan without a gate takes none).
 pub fn install(
     plan: &Plan,
     gen_dir: &Path,
+    secrets: Option<crate::net::terminate::Secrets>,
     fault: Option<Fault>,
     report: &dyn Fn(&crate::wire::supervisor::StatusMsg),
 ) -> Result<Network, InstallError> {
@@ -355,11 +357,16 @@ pub fn install(
         gate: None,
     };
     let result = install_routes(&net, plan, fault).and_then(|()| match &plan.gate {
+        // Fail closed: secrets without a gate would have no swap point.
+        None if secrets.is_some() => Err(InstallError::Step(
+            "starting the egress gate",
+            std::io::Error::other("the profile has secrets but no egress gate (network.hosts)"),
+        )),
         None => Ok(None),
         Some(_) => {
             let log = gen_dir.parent().unwrap_or(gen_dir).join(crate::net::gate::LOG_FILE);
             install_gate(&net, plan).and_then(|()| {
-                crate::net::gate::start(&net.router, plan, log, fault == Some(Fault::GateDies))
+                crate::net::gate::start(&net.router, plan, log, secrets, fault == Some(Fault::GateDies))
                     .map(Some)
                     .map_err(|e| InstallError::Step("starting the egress gate", e))
             })

@@ -55,6 +55,45 @@ impl Secrets {
         })
     }
 
+    /// The gate's side as the coordinator hands it over (the lease pipe's
+    /// [`LeaseMsg::Secrets`](crate::wire::supervisor::LeaseMsg)): the
+    /// leaves come issued, the CA key never reaches the gate. Fails closed:
+    /// a bound name without a leaf, a leaf that does not load, or an
+    /// upstream CA file that does not load is an error, never a pass-through.
+    pub fn from_wire(g: crate::wire::supervisor::GateSecrets) -> Result<Secrets, crate::trust::TrustError> {
+        use crate::trust::{Credential, TrustError};
+        let mut acceptors = Vec::new();
+        for l in &g.leaves {
+            let cred = Credential {
+                key: openssl::pkey::PKey::private_key_from_pem(&l.key_pem)?,
+                cert: openssl::x509::X509::from_pem(&l.cert_pem)?,
+            };
+            acceptors.push((l.host.clone(), tls::acceptor(&cred, &g.ca_pem)?));
+        }
+        let bindings: Vec<Binding> = g
+            .bindings
+            .iter()
+            .map(|b| Binding {
+                var: b.var.clone(),
+                sentinel: b.sentinel.clone(),
+                real: b.real.clone(),
+                hosts: b.hosts.clone(),
+            })
+            .collect();
+        for b in &bindings {
+            if let Some(h) = b.hosts.iter().find(|h| !acceptors.iter().any(|(n, _)| n == *h)) {
+                let _ = h;
+                return Err(TrustError::MalformedCredential("a bound host without a TLS leaf"));
+            }
+        }
+        let upstream = g.upstream_ca.as_deref().map(std::path::Path::new);
+        Ok(Secrets {
+            bindings: Arc::new(bindings),
+            acceptors,
+            connector: tls::connector(upstream)?,
+        })
+    }
+
     /// Whether the gate terminates connections to `name`: a secret is bound
     /// to it.
     pub fn bound(&self, name: &str) -> bool {
@@ -151,6 +190,22 @@ trait End: Read + Write {
     /// Bytes readable without waiting for the socket.
     fn buffered(&self) -> bool;
     fn close_write(&mut self);
+    fn set_nonblocking(&self, on: bool);
+}
+
+/// One read that never waits: a readable TLS socket may hold only a
+/// record that is no data (a session ticket, a key update), and a blocking
+/// read would then wait for the peer while the other side's bytes sit
+/// unread (a peer that waits for them: a deadlock). `Ok(None)`: nothing now.
+fn read_now<E: End>(e: &mut E, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    e.set_nonblocking(true);
+    let r = e.read(buf);
+    e.set_nonblocking(false);
+    match r {
+        Ok(n) => Ok(Some(n)),
+        Err(x) if x.kind() == io::ErrorKind::WouldBlock || x.kind() == io::ErrorKind::Interrupted => Ok(None),
+        Err(x) => Err(x),
+    }
 }
 
 impl End for Prefixed {
@@ -162,6 +217,9 @@ impl End for Prefixed {
     }
     fn close_write(&mut self) {
         let _ = self.inner.shutdown(Shutdown::Write);
+    }
+    fn set_nonblocking(&self, on: bool) {
+        let _ = self.inner.set_nonblocking(on);
     }
 }
 
@@ -175,6 +233,9 @@ impl End for TcpStream {
     fn close_write(&mut self) {
         let _ = self.shutdown(Shutdown::Write);
     }
+    fn set_nonblocking(&self, on: bool) {
+        let _ = TcpStream::set_nonblocking(self, on);
+    }
 }
 
 impl<S: End> End for SslStream<S> {
@@ -187,6 +248,9 @@ impl<S: End> End for SslStream<S> {
     fn close_write(&mut self) {
         let _ = self.shutdown();
         self.get_mut().close_write();
+    }
+    fn set_nonblocking(&self, on: bool) {
+        self.get_ref().set_nonblocking(on);
     }
 }
 
@@ -212,7 +276,15 @@ pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, t
         c
     });
     let up = match out {
-        Ok(c) => c.connect(name, upstream).map_err(|e| e.to_string()),
+        Ok(c) => c.connect(name, upstream).map_err(|e| match &e {
+            // A certificate problem is named as X.509 names it.
+            openssl::ssl::HandshakeError::Failure(m)
+                if m.ssl().verify_result() != openssl::x509::X509VerifyResult::OK =>
+            {
+                format!("certificate verify failed: {}", m.ssl().verify_result().error_string())
+            }
+            _ => e.to_string(),
+        }),
         Err(e) => Err(e.to_string()),
     };
     match up {
@@ -273,12 +345,13 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
         }
         if ra {
             out.clear();
-            match a.read(&mut buf) {
-                Ok(0) | Err(_) => {
+            match read_now(&mut a, &mut buf) {
+                Ok(None) => {}
+                Ok(Some(0)) | Err(_) => {
                     a_open = false;
                     b.close_write();
                 }
-                Ok(n) => {
+                Ok(Some(n)) => {
                     if let Err(r) = req.feed(&buf[..n], &mut out, &mut expects) {
                         let _ = a.write_all(&refused(&r));
                         a.close_write();
@@ -292,14 +365,15 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
         }
         if rb {
             out.clear();
-            match b.read(&mut buf) {
-                Ok(0) | Err(_) => {
+            match read_now(&mut b, &mut buf) {
+                Ok(None) => {}
+                Ok(Some(0)) | Err(_) => {
                     resp.finish(&mut out);
                     let _ = a.write_all(&out);
                     a.close_write();
                     return Outcome::Done;
                 }
-                Ok(n) => {
+                Ok(Some(n)) => {
                     if let Err(r) = resp.feed(&buf[..n], &mut out, &mut expects) {
                         a.close_write();
                         return Outcome::Refused(r);
@@ -485,6 +559,42 @@ mod tests {
             assert!(up.join().unwrap().is_empty());
         }
         std::fs::remove_file(f).unwrap();
+    }
+
+    /// The lease pipe's form loads, and fails closed: a bound name
+    /// without a leaf, a key that does not parse, a CA file that is not
+    /// there.
+    #[test]
+    fn secrets_from_the_lease_pipe_load_or_refuse() {
+        use crate::wire::supervisor::{GateBinding, GateLeaf, GateSecrets};
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let leaf = domain.issue_tls_server("api.test", 1).unwrap();
+        let good = GateSecrets {
+            bindings: vec![GateBinding {
+                var: "K".into(),
+                sentinel: sentinel().unwrap(),
+                real: SecretValue::new(REAL.into()).unwrap(),
+                hosts: vec!["api.test".into()],
+            }],
+            leaves: vec![GateLeaf {
+                host: "api.test".into(),
+                cert_pem: leaf.cert.to_pem().unwrap(),
+                key_pem: leaf.key.private_key_to_pem_pkcs8().unwrap(),
+            }],
+            ca_pem: domain.ca_cert_pem().unwrap(),
+            upstream_ca: None,
+        };
+        let s = Secrets::from_wire(good.clone()).unwrap();
+        assert!(s.bound("api.test") && !s.bound("other.test"));
+        let mut no_leaf = good.clone();
+        no_leaf.bindings[0].hosts.push("b.test".into());
+        assert!(Secrets::from_wire(no_leaf).is_err());
+        let mut bad_key = good.clone();
+        bad_key.leaves[0].key_pem = b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n".to_vec();
+        assert!(Secrets::from_wire(bad_key).is_err());
+        let mut bad_ca = good;
+        bad_ca.upstream_ca = Some("/nonexistent/lazaret-ca.pem".into());
+        assert!(Secrets::from_wire(bad_ca).is_err());
     }
 
     #[test]

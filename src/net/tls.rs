@@ -9,7 +9,7 @@
 //! The guest is to trust the Domain CA through [`guest_bundle`] (the
 //! image's bundle plus the CA) bound read-only over the image's bundle
 //! path, with `SSL_CERT_FILE`, `NODE_EXTRA_CA_CERTS`, `REQUESTS_CA_BUNDLE`
-//! and `GIT_SSL_CAINFO` in every session (not wired yet: docs/network.md).
+//! and `GIT_SSL_CAINFO` in every session (`coordinator::secrets`).
 
 use std::path::Path;
 

@@ -21,6 +21,8 @@ pub enum SupervisorError {
     LeasePipe(io::Error),
     /// The coordinator did not write the id maps.
     Lease(LeaseError),
+    /// The secrets the lease pipe carried do not load into the gate.
+    Secrets(crate::trust::TrustError),
     /// `setresuid` to root of the user namespace.
     BecomeRoot(io::Error),
     /// Making mounts private.
@@ -58,6 +60,7 @@ impl fmt::Display for SupervisorError {
             Unshare(e) => write!(f, "unshare(user, mount, net): {e} (run `lazaret doctor`)"),
             LeasePipe(e) => write!(f, "the lease pipe (fd {}): {e}", super::LEASE_FD),
             Lease(e) => write!(f, "{e}"),
+            Secrets(e) => write!(f, "loading the secrets into the egress gate: {e}"),
             BecomeRoot(e) => write!(f, "setresuid in the user namespace: {e}"),
             MakePrivate(e) => write!(f, "making mounts private: {e}"),
             MaskCore(e) => write!(f, "masking /proc/sys/net/core: {e}"),

@@ -67,6 +67,9 @@ pub struct Args {
     /// size-bounded tmpfs is mounted there in our mount namespace, so
     /// what the sandbox writes to it is bounded by the kernel.
     pub mailbox_requests: Option<PathBuf>,
+    /// `--secrets`: the profile has secrets; the lease pipe carries them
+    /// after `Mapped` (the flag holds no value).
+    pub secrets: bool,
 }
 
 /// Mount options of the mailbox's `requests/` tmpfs: bytes and inodes
@@ -135,9 +138,15 @@ pub fn main(mut args: Args) -> i32 {
         Err(e) => return fail(SupervisorError::LeasePipe(e)),
     };
     let mut lease = std::fs::File::from(lease);
-    if let Err(e) = crate::wire::supervisor::wait_for_mapped(&mut lease) {
-        return fail(SupervisorError::Lease(e));
-    }
+    let secrets = match crate::wire::supervisor::wait_for_mapped(&mut lease, args.secrets) {
+        Ok(s) => s,
+        Err(e) => return fail(SupervisorError::Lease(e)),
+    };
+    // Fail closed: secrets the gate cannot load stop the start.
+    let secrets = match secrets.map(crate::net::terminate::Secrets::from_wire).transpose() {
+        Ok(s) => s,
+        Err(e) => return fail(SupervisorError::Secrets(e)),
+    };
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
     }
@@ -161,7 +170,7 @@ pub fn main(mut args: Args) -> i32 {
     let mut net = None;
     if let Some(plan) = &plan {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
-        match netns::install(plan, &gen_dir, policy::fault(), &status) {
+        match netns::install(plan, &gen_dir, secrets, policy::fault(), &status) {
             Ok(n) => {
                 status(&StatusMsg::NetReady {
                     inode: n.inode,

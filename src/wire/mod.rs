@@ -8,8 +8,9 @@
 //! | --- | --- | --- |
 //! | Client CLI ↔ Host Coordinator | [`client::ClientMsg`], [`client::ServerMsg`] | the coordinator's socket |
 //! | coordinator → spawning CLI (startup) | [`start::StartMsg`] | the start pipe (`coordinator::START_FD`) |
+//! | spawning CLI → coordinator (secrets) | [`start::SecretsMsg`] | the secrets pipe (`coordinator::SECRETS_FD`), one frame |
 //! | supervisor → coordinator | [`supervisor::StatusMsg`] | the status pipe (`supervisor::STATUS_FD`) |
-//! | coordinator → supervisor | [`supervisor::LeaseMsg`] | the lease pipe (`supervisor::LEASE_FD`); EOF = stop |
+//! | coordinator → supervisor | [`supervisor::LeaseMsg`] | the lease pipe (`supervisor::LEASE_FD`): `Mapped` (then `Secrets` with `--secrets`); EOF = stop |
 //! | coordinator → supervisor (plans) | [`plan::PlanMsg`] | one frame per plan file in the generation dir |
 //! | state helper → parent | [`helper::HelperMsg`] | the helper's stdout |
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |
@@ -196,6 +197,7 @@ mod tests {
     pub(crate) fn all_samples() -> Vec<Vec<u8>> {
         let mut v: Vec<Vec<u8>> = Vec::new();
         v.extend(start::tests::samples().iter().map(Message::encode));
+        v.extend(start::tests::samples_secrets().iter().map(Message::encode));
         v.extend(supervisor::tests::samples_status().iter().map(Message::encode));
         v.extend(supervisor::tests::samples_lease().iter().map(Message::encode));
         v.extend(plan::tests::samples().iter().map(Message::encode));
@@ -231,6 +233,7 @@ mod tests {
             }
         }
         rt(start::tests::samples());
+        rt(start::tests::samples_secrets());
         rt(supervisor::tests::samples_status());
         rt(supervisor::tests::samples_lease());
         rt(plan::tests::samples());

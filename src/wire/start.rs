@@ -1,5 +1,10 @@
 //! Host Coordinator → the Client CLI that spawned it, on the start pipe:
 //! progress steps, then `Ready` or `Failed`; the pipe closes after either.
+//!
+//! The other way, on the secrets pipe (only for a profile with `secrets`,
+//! `coordinator --secrets`): one [`SecretsMsg`] with the values the CLI
+//! resolved on the host (issue 31). The pipe is the only place they
+//! travel: never argv, environment or a file.
 
 use std::fs::File;
 
@@ -43,6 +48,59 @@ impl Message for StartMsg {
             StartMsg::Ready => "Ready",
             StartMsg::Failed { .. } => "Failed",
         }
+    }
+}
+
+/// Client CLI → Host Coordinator, once, on the secrets pipe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretsMsg {
+    /// (variable, real value) per secret of the profile, in config order.
+    Values(Vec<(String, crate::config::secrets::SecretValue)>),
+}
+
+impl Message for SecretsMsg {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            SecretsMsg::Values(v) => {
+                let mut e = Enc::new(1);
+                e.u32(v.len() as u32);
+                for (k, val) in v {
+                    e.str(k).bytes(val.expose());
+                }
+                e.finish()
+            }
+        }
+    }
+
+    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let mut d = Dec::new(payload);
+        let m = match d.u8()? {
+            1 => {
+                let n = d.count()?;
+                let mut v = Vec::new();
+                for _ in 0..n {
+                    let k = d.str()?;
+                    // The value is checked again (a value the CLI would have
+                    // refused is no value here either), and re-encodes the same.
+                    let raw = d.bytes()?;
+                    let val = crate::config::secrets::SecretValue::new(raw.clone())
+                        .ok()
+                        .filter(|x| x.expose() == raw.as_slice())
+                        .ok_or(DecodeError::BadValue("secret value"))?;
+                    let mut raw = raw;
+                    raw.iter_mut().for_each(|b| *b = 0);
+                    v.push((k, val));
+                }
+                SecretsMsg::Values(v)
+            }
+            t => return Err(DecodeError::UnknownTag(t)),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    fn name(&self) -> &'static str {
+        "Values"
     }
 }
 
@@ -96,6 +154,24 @@ pub(crate) mod tests {
                 reason: "line one\nline two".into(),
             },
         ]
+    }
+
+    pub(crate) fn samples_secrets() -> Vec<SecretsMsg> {
+        let v = |s: &str| crate::config::secrets::SecretValue::new(s.as_bytes().to_vec()).unwrap();
+        vec![
+            SecretsMsg::Values(vec![]),
+            SecretsMsg::Values(vec![("A".into(), v("sk-value-1")), ("B".into(), v("sk-value-2"))]),
+        ]
+    }
+
+    #[test]
+    fn secrets_refuse_a_value_the_cli_would_not_send() {
+        let mut e = Enc::new(1);
+        e.u32(1).str("A").bytes(b"has space inside");
+        assert!(crate::wire::decode_one::<SecretsMsg>(&e.finish()).is_err());
+        let mut e = Enc::new(1);
+        e.u32(1).str("A").bytes(b" padded-value");
+        assert!(crate::wire::decode_one::<SecretsMsg>(&e.finish()).is_err());
     }
 
     fn pipe_with(msgs: &[StartMsg], extra: &[u8]) -> File {

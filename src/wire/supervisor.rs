@@ -4,7 +4,10 @@
 //!   startup: `Userns`, then with a network `Slirp` and `NetReady`, then
 //!   `Ready`; afterwards only `HelperDied`, `Exited`, `Stopped` or `Error`.
 //! - lease (coordinator → supervisor): [`LeaseMsg::Mapped`] once the id
-//!   maps are written; then nothing until EOF, which means stop.
+//!   maps are written; for a profile with `secrets` (`--secrets`) then
+//!   [`LeaseMsg::Secrets`], what the egress gate needs to swap them in
+//!   (issue 31; the values travel on this pipe only); then nothing until
+//!   EOF, which means stop.
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -91,12 +94,74 @@ impl Message for StatusMsg {
 pub enum LeaseMsg {
     /// The id maps are written: become root of the namespace and go on.
     Mapped,
+    /// The generation's secrets, for the egress gate.
+    Secrets(GateSecrets),
+}
+
+/// What the egress gate holds for a generation's secrets: the bindings
+/// (with the real values), a TLS leaf per bound name issued by the
+/// Domain's Trust Anchor (the CA key stays in the coordinator), the CA
+/// certificate, and the upstream CA file that replaces the system roots
+/// (`LAZARET_TEST_UPSTREAM_CA`, tests only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateSecrets {
+    pub bindings: Vec<GateBinding>,
+    pub leaves: Vec<GateLeaf>,
+    pub ca_pem: Vec<u8>,
+    pub upstream_ca: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateBinding {
+    pub var: String,
+    pub sentinel: String,
+    pub real: crate::config::secrets::SecretValue,
+    pub hosts: Vec<String>,
+}
+
+/// A leaf for `host`: certificate and private key, PEM. `Debug` shows no
+/// key byte; the key is overwritten when dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GateLeaf {
+    pub host: String,
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for GateLeaf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GateLeaf({}, key {} bytes)", self.host, self.key_pem.len())
+    }
+}
+
+impl Drop for GateLeaf {
+    fn drop(&mut self) {
+        self.key_pem.iter_mut().for_each(|b| *b = 0);
+        std::hint::black_box(&self.key_pem);
+    }
 }
 
 impl Message for LeaseMsg {
     fn encode(&self) -> Vec<u8> {
         match self {
             LeaseMsg::Mapped => Enc::new(1).finish(),
+            LeaseMsg::Secrets(g) => {
+                let mut e = Enc::new(2);
+                e.u32(g.bindings.len() as u32);
+                for b in &g.bindings {
+                    e.str(&b.var).str(&b.sentinel).bytes(b.real.expose()).strs(&b.hosts);
+                }
+                e.u32(g.leaves.len() as u32);
+                for l in &g.leaves {
+                    e.str(&l.host).bytes(&l.cert_pem).bytes(&l.key_pem);
+                }
+                e.bytes(&g.ca_pem);
+                match &g.upstream_ca {
+                    None => e.u8(0),
+                    Some(p) => e.u8(1).str(p),
+                };
+                e.finish()
+            }
         }
     }
 
@@ -104,6 +169,40 @@ impl Message for LeaseMsg {
         let mut d = Dec::new(payload);
         let m = match d.u8()? {
             1 => LeaseMsg::Mapped,
+            2 => {
+                let mut bindings = Vec::new();
+                for _ in 0..d.count()? {
+                    let (var, sentinel, raw) = (d.str()?, d.str()?, d.bytes()?);
+                    let real = crate::config::secrets::SecretValue::new(raw.clone())
+                        .ok()
+                        .filter(|v| v.expose() == raw.as_slice())
+                        .ok_or(DecodeError::BadValue("secret value"))?;
+                    let mut raw = raw;
+                    raw.iter_mut().for_each(|b| *b = 0);
+                    bindings.push(GateBinding {
+                        var,
+                        sentinel,
+                        real,
+                        hosts: d.strs()?,
+                    });
+                }
+                let mut leaves = Vec::new();
+                for _ in 0..d.count()? {
+                    leaves.push(GateLeaf {
+                        host: d.str()?,
+                        cert_pem: d.bytes()?,
+                        key_pem: d.bytes()?,
+                    });
+                }
+                let ca_pem = d.bytes()?;
+                let upstream_ca = if d.flag()? { Some(d.str()?) } else { None };
+                LeaseMsg::Secrets(GateSecrets {
+                    bindings,
+                    leaves,
+                    ca_pem,
+                    upstream_ca,
+                })
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -111,7 +210,10 @@ impl Message for LeaseMsg {
     }
 
     fn name(&self) -> &'static str {
-        "Mapped"
+        match self {
+            LeaseMsg::Mapped => "Mapped",
+            LeaseMsg::Secrets(_) => "Secrets",
+        }
     }
 }
 
@@ -231,20 +333,37 @@ impl StatusReceiver {
 
 /// The supervisor's end of the lease pipe, step 1: wait for `Mapped`.
 /// EOF, a malformed frame or anything else is a refusal.
-pub fn wait_for_mapped(lease: &mut File) -> Result<(), LeaseError> {
-    match FrameReader::default().recv::<LeaseMsg>(lease) {
-        Ok(LeaseMsg::Mapped) => Ok(()),
-        Err(e) => Err(LeaseError(e)),
+pub fn wait_for_mapped(lease: &mut File, secrets: bool) -> Result<Option<GateSecrets>, LeaseError> {
+    let mut r = FrameReader::default();
+    match r.recv::<LeaseMsg>(lease) {
+        Ok(LeaseMsg::Mapped) => {}
+        Ok(m) => return Err(LeaseError::Unexpected(m.name())),
+        Err(e) => return Err(LeaseError::Read(e)),
+    }
+    if !secrets {
+        return Ok(None);
+    }
+    match r.recv::<LeaseMsg>(lease) {
+        Ok(LeaseMsg::Secrets(g)) => Ok(Some(g)),
+        Ok(m) => Err(LeaseError::Unexpected(m.name())),
+        Err(e) => Err(LeaseError::Read(e)),
     }
 }
 
-/// The lease pipe closed, broke or carried a malformed frame before `Mapped`.
+/// The lease pipe closed, broke or carried a malformed or unexpected frame
+/// before `Mapped` (and, with secrets, `Secrets`).
 #[derive(Debug)]
-pub struct LeaseError(pub ReadError);
+pub enum LeaseError {
+    Read(ReadError),
+    Unexpected(&'static str),
+}
 
 impl std::fmt::Display for LeaseError {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "the coordinator did not map the user namespace ({})", self.0)
+        match self {
+            LeaseError::Read(e) => write!(f, "the coordinator did not map the user namespace ({e})"),
+            LeaseError::Unexpected(m) => write!(f, "unexpected {m} on the lease pipe"),
+        }
     }
 }
 
@@ -277,7 +396,24 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn samples_lease() -> Vec<LeaseMsg> {
-        vec![LeaseMsg::Mapped]
+        vec![
+            LeaseMsg::Mapped,
+            LeaseMsg::Secrets(GateSecrets {
+                bindings: vec![GateBinding {
+                    var: "API_KEY".into(),
+                    sentinel: "lzr-sk-0123456789012345678901234567890123456789".into(),
+                    real: crate::config::secrets::SecretValue::new(b"sk-real-value".to_vec()).unwrap(),
+                    hosts: vec!["api.test".into(), "b.test".into()],
+                }],
+                leaves: vec![GateLeaf {
+                    host: "api.test".into(),
+                    cert_pem: b"CERT".to_vec(),
+                    key_pem: b"KEY".to_vec(),
+                }],
+                ca_pem: b"CA".to_vec(),
+                upstream_ca: Some("/tmp/ca.pem".into()),
+            }),
+        ]
     }
 
     fn receiver(msgs: &[StatusMsg], raw: &[u8]) -> StatusReceiver {
@@ -389,13 +525,35 @@ pub(crate) mod tests {
         let (r, w) = crate::sys::pipe().unwrap();
         crate::wire::send_fd(&w, &LeaseMsg::Mapped).unwrap();
         drop(w);
-        assert!(wait_for_mapped(&mut File::from(r)).is_ok());
+        assert!(matches!(wait_for_mapped(&mut File::from(r), false), Ok(None)));
         let (r, w) = crate::sys::pipe().unwrap();
         crate::sys::write_all(&w, b"mapped\n").unwrap();
         drop(w);
-        assert!(wait_for_mapped(&mut File::from(r)).is_err());
+        assert!(wait_for_mapped(&mut File::from(r), false).is_err());
         let (r, w) = crate::sys::pipe().unwrap();
         drop(w);
-        assert!(wait_for_mapped(&mut File::from(r)).is_err());
+        assert!(wait_for_mapped(&mut File::from(r), false).is_err());
+        // With secrets: Mapped then Secrets, both in one write; Mapped
+        // alone (EOF after it) or Secrets first fail closed.
+        let s = samples_lease();
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(&w, &s[0]).unwrap();
+        crate::wire::send_fd(&w, &s[1]).unwrap();
+        drop(w);
+        let LeaseMsg::Secrets(want) = &s[1] else { unreachable!() };
+        assert_eq!(wait_for_mapped(&mut File::from(r), true).unwrap().as_ref(), Some(want));
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(&w, &s[0]).unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r), true).is_err());
+        let (r, w) = crate::sys::pipe().unwrap();
+        crate::wire::send_fd(&w, &s[1]).unwrap();
+        drop(w);
+        assert!(wait_for_mapped(&mut File::from(r), true).is_err());
+        let shown = format!("{want:?}");
+        assert!(
+            !shown.contains("sk-real-value") && !shown.contains("75, 69, 89"),
+            "{shown}"
+        );
     }
 }

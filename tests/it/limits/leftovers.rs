@@ -165,9 +165,12 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
         let (ws, creds, cfg) = crate::agents::profiles::fixture(env, &format!("again-{profile}"));
         let text = documented_agent_config(env, &creds).replace("@CREDS@", &creds.display().to_string());
         env.write(&cfg.join("lazaret/config.toml"), &text);
+        // The documented profiles bind their keys as `secrets` (env:).
         let run = |script: &str| {
             env.lz(&ws, &["run", "--profile", profile, "--", "sh", "-c", script])
                 .config_home(&cfg)
+                .env("ANTHROPIC_API_KEY", "sk-ant-test-key-123")
+                .env("OPENAI_API_KEY", "sk-openai-test-key-123")
                 .run()
         };
         // The repro of issue 29.
@@ -194,6 +197,8 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
                 ],
             )
             .config_home(&cfg)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-key-123")
+            .env("OPENAI_API_KEY", "sk-openai-test-key-123")
             .spawn();
         let hc = {
             let mut pid = None;

@@ -86,17 +86,17 @@ fn ip(args: &[&str]) -> bool {
 }
 
 /// A test host namespace on its own /30 of 198.18.0.0/15 serving as `name`.
-struct NameHost {
+pub(crate) struct NameHost {
     ns: String,
     link: String,
-    ip: String,
+    pub(crate) ip: String,
     host_side: String,
-    marker: PathBuf,
+    pub(crate) marker: PathBuf,
     server: Option<Child>,
 }
 
 impl NameHost {
-    fn new(k: u32) -> NameHost {
+    pub(crate) fn new(k: u32) -> NameHost {
         let mut k = k;
         while Path::new(&format!("/sys/class/net/lzn{k}")).exists() {
             k = (k + 1) % 32768;
@@ -132,14 +132,25 @@ impl NameHost {
     }
 
     fn serve(&mut self, name: &str, pki: &Path, zone: &str) {
-        self.marker = pki.join(format!("marker-{name}"));
+        let args = [
+            self.ip.clone(),
+            name.to_string(),
+            pki.join("srv.pem").display().to_string(),
+            pki.join("srv.key").display().to_string(),
+            pki.join(format!("marker-{name}")).display().to_string(),
+            zone.to_string(),
+        ];
+        self.serve_with(SERVER, pki.join(format!("marker-{name}")), &args);
+    }
+
+    /// Runs the Python `script` with `args` in the namespace (it prints
+    /// `ready` once it listens); `marker` is what it records.
+    pub(crate) fn serve_with(&mut self, script: &str, marker: PathBuf, args: &[String]) {
+        self.marker = marker;
         let _ = std::fs::remove_file(&self.marker);
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c", SERVER, &self.ip, name])
-            .arg(pki.join("srv.pem"))
-            .arg(pki.join("srv.key"))
-            .arg(&self.marker)
-            .arg(zone)
+            .args(["netns", "exec", &self.ns, "python3", "-c", script])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -153,7 +164,7 @@ impl NameHost {
         self.server = Some(child);
     }
 
-    fn marked(&self) -> String {
+    pub(crate) fn marked(&self) -> String {
         std::fs::read_to_string(&self.marker).unwrap_or_default()
     }
 }

@@ -1,7 +1,15 @@
-//! Issue 31, "keys that never enter the sandbox": what this build wires.
-//! Acceptance 8 (bad sources and hosts: one sentence, exit 2, nothing
-//! started), the refusal of a profile with secrets until the gate swaps
-//! them, and `net show` listing secrets without their values.
+//! Issue 31, "keys that never enter the sandbox". Acceptance 8 (bad
+//! sources and hosts: one sentence, exit 2, nothing started), `net show`
+//! and `doctor` naming secrets without their values, and the swap itself
+//! (`secrets_swap`: acceptance 1, 2, 3, 4, 6, 7) against test hosts.
+//!
+//! Test safety: no packet leaves this machine. The "internet" is two test
+//! host namespaces on /30s of 198.18.0.0/15 (`net_names::NameHost`):
+//! `api` (api.test and the names with bad certificates, and the DNS zone)
+//! and `other` (other.test). Both record every connection and request
+//! head in a marker file. Their certificates come from a test CA made
+//! here; the coordinator verifies upstream TLS against it through the
+//! test-only `LAZARET_TEST_UPSTREAM_CA`.
 
 use crate::harness::{processes_mentioning, GLOBAL};
 use crate::require_env;
@@ -15,8 +23,6 @@ fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
     let (base, ws) = env.base_and_workspace("secrets-bad");
     let empty = base.join("empty-key");
     env.write(&empty, "  \n");
-    let good = base.join("good-key");
-    env.write(&good, &format!("{REAL}\n"));
     let profile = |name: &str, from: &str, host: &str| {
         format!(
             "[profiles.{name}.network]\nhosts = [\"api.test\", \"other.test\"]\n\
@@ -33,14 +39,12 @@ fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
         ),
         profile("failcmd", "cmd:false", "api.test"),
         profile("silentcmd", "cmd:true", "api.test"),
-        profile("good", &format!("file:{}", good.display()), "api.test"),
-        profile("goodenv", "env:LZ_IT_SECRET", "api.test"),
     ]
     .concat();
     let cfg = env.write_config(&base, &text);
     // A broken profile warns in every other run: it gets its own file.
     let badcfg = env.write_config(&base.join("bad"), &profile("badhost", "env:LZ_IT_SECRET", "evil.test"));
-    let cases: [(&str, &[&str]); 8] = [
+    let cases: [(&str, &[&str]); 6] = [
         ("unset", &["secret API_KEY", "env:LZ_IT_SECRET_UNSET", "not set"]),
         ("emptyfile", &["secret API_KEY", "file:", "is empty"]),
         ("missingfile", &["secret API_KEY", "file:", "cannot be read"]),
@@ -53,8 +57,6 @@ fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
                 "\"evil.test\", which is not in network.hosts",
             ],
         ),
-        ("good", &["binds secrets (API_KEY)", "cannot swap them in yet"]),
-        ("goodenv", &["binds secrets (API_KEY)", "cannot swap them in yet"]),
     ];
     for (p, want) in cases {
         let r = env
@@ -108,4 +110,377 @@ fn secrets_net_show_and_doctor_name_them_without_values() {
     let r = env.lz(&ws, &["doctor"]).config_home(&cfg).run();
     assert!(!r.stdout.contains(REAL) && !r.stderr.contains(REAL), "{r:?}");
     assert!(r.stdout.contains("2 secret source(s) resolve"), "{r:?}");
+}
+
+/// The test hosts' server: TLS on 443 (a certificate per SNI name), plain
+/// HTTP on 80, DNS for the zone on 53. Every connection, SNI and request
+/// head goes to the marker. `/leak` answers with the real value in a
+/// header and the body; `info/refs` (git) is a 404; anything else echoes
+/// the request's `Authorization` and `x-api-key` in a header and the body.
+const SERVER: &str = r#"
+import socket, ssl, sys, threading
+ip, marker, zone, real, certs = sys.argv[1:6]
+zone = dict(kv.split("=") for kv in zone.split(",") if kv)
+ctxs = {}
+for kv in certs.split(","):
+    n, pre = kv.split("=")
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    c.load_cert_chain(pre + ".pem", pre + ".key")
+    ctxs[n] = c
+first = ctxs[certs.split("=")[0]]
+lock = threading.Lock()
+def mark(s):
+    with lock, open(marker, "a") as f:
+        f.write(s + "\n")
+def pick(sock, name, ctx):
+    mark("SNI %s" % name)
+    if name in ctxs:
+        sock.context = ctxs[name]
+first.sni_callback = pick
+def handle(c, port):
+    try:
+        if port == 443:
+            c = first.wrap_socket(c, server_side=True)
+        f = c.makefile("rb")
+        line = f.readline()
+        if not line:
+            return
+        head, headers = [line.decode().strip()], {}
+        while True:
+            l = f.readline()
+            if l in (b"\r\n", b"\n", b""):
+                break
+            head.append(l.decode().strip())
+            k, _, v = l.decode().partition(":")
+            headers[k.strip().lower()] = v.strip()
+        mark("REQ %d %s" % (port, " | ".join(head)))
+        n = int(headers.get("content-length", "0") or 0)
+        if n:
+            f.read(n)
+        path = line.split()[1].decode()
+        status, extra = "200 OK", ""
+        if path.startswith("/leak"):
+            body, extra = "value=%s\n" % real, "X-Leak: %s\r\n" % real
+        elif "info/refs" in path:
+            status, body = "404 Not Found", "no repo\n"
+        else:
+            a, k = headers.get("authorization", ""), headers.get("x-api-key", "")
+            body, extra = "auth=%s key=%s\n" % (a, k), "X-Echo: %s\r\n" % a
+        body = body.encode()
+        c.sendall(("HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n" % (status, extra, len(body))).encode() + body)
+    except Exception as e:
+        mark("ERR %d %s" % (port, type(e).__name__))
+    finally:
+        c.close()
+def serve(port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, port))
+    s.listen(64)
+    while True:
+        c, _ = s.accept()
+        mark("CONN %d" % port)
+        threading.Thread(target=handle, args=(c, port), daemon=True).start()
+def dns():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((ip, 53))
+    while True:
+        q, a = u.recvfrom(512)
+        e, labels = 12, []
+        while q[e] != 0:
+            labels.append(q[e + 1:e + 1 + q[e]].decode().lower())
+            e += q[e] + 1
+        qtype = q[e + 1:e + 3]
+        e += 5
+        addr = zone.get(".".join(labels))
+        if addr and qtype == b"\x00\x01":
+            ans = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(addr)
+            u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e] + ans, a)
+        elif addr:
+            u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:e], a)
+        else:
+            u.sendto(q[:2] + b"\x81\x83" + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:e], a)
+for p in (443, 80):
+    threading.Thread(target=serve, args=(p,), daemon=True).start()
+if zone:
+    threading.Thread(target=dns, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"#;
+
+/// Inside, as root, in the dev image (curl, python3, node, git): `$1` is
+/// the second half of the real value (to grep every readable file for;
+/// it is in this script's argv, which is not a file). Each line is
+/// `NAME: RESULT`.
+const INSIDE: &str = r#"
+S="$API_KEY"
+echo "shape: $(printf %s "$S" | grep -cE '^lzr-sk-[0-9A-Za-z]{40}$')"
+echo "other: $(curl -sS http://other.test/o -H "x-api-key: $S" -o /dev/null -w '%{http_code}' 2>&1)"
+echo "curl-https: $(curl -sS https://api.test/h -H "Authorization: Bearer $S" -H "x-api-key: $S" 2>&1)"
+echo "curl-http: $(curl -sS http://api.test/p -H "Authorization: Bearer $S" 2>&1)"
+echo "curl-leak: $(curl -sS -D - https://api.test/leak 2>&1 | tr '\r\n' '  ')"
+echo "python: $(python3 -c 'import os,urllib.request as u; r=u.Request("https://api.test/py", headers={"x-api-key": os.environ["API_KEY"]}); print(u.urlopen(r, timeout=10).read().decode().strip())' 2>&1)"
+echo "node-fetch: $(node -e 'fetch("https://api.test/nf",{headers:{authorization:"Bearer "+process.env.API_KEY}}).then(r=>r.text()).then(t=>console.log(t.trim()),e=>console.log("ERR",(e.cause&&e.cause.code)||e.message))' 2>&1)"
+echo "node-https: $(node -e 'require("https").get("https://api.test/nh",{headers:{"x-api-key":process.env.API_KEY}},r=>{let d="";r.on("data",c=>d+=c);r.on("end",()=>console.log(d.trim()))}).on("error",e=>console.log("ERR",e.code||e.message))' 2>&1)"
+echo "git: $(git ls-remote https://api.test/repo.git 2>&1 | tr '\n' ' ')"
+for h in badca badname expired; do
+  echo "$h: $(curl -sS https://$h.test/x -H "x-api-key: $S" 2>&1 | tr '\n' ' ')"
+done
+echo "leaf: $(python3 -c 'import ssl,socket; c=ssl.create_default_context(); s=c.wrap_socket(socket.create_connection(("api.test",443)),server_hostname="api.test"); print(s.getpeercert(True).hex())' 2>&1)"
+echo "files: $(grep -rlsF -D skip --exclude-dir=proc --exclude-dir=sys -e "$1" / 2>/dev/null | head -5 | tr '\n' ' ')"
+echo "ENV-BEGIN"
+env
+for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; echo; done
+echo "ENV-END"
+sleep 2
+"#;
+
+/// Files under `dir` (not following links) whose bytes contain `needle`.
+fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                if let Ok(b) = std::fs::read(e.path()) {
+                    if b.windows(needle.len()).any(|w| w == needle) {
+                        out.push(e.path().display().to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn line<'a>(out: &'a str, name: &str) -> &'a str {
+    let p = format!("{name}: ");
+    out.lines().find_map(|l| l.strip_prefix(&p)).unwrap_or("")
+}
+
+#[test]
+fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
+    use lazaret::trust::TrustAnchor;
+    let env = require_env!();
+    if !crate::agents::profiles::dev_image_built(env) {
+        return;
+    }
+    let _g = GLOBAL.read();
+    let base = env.dir("secrets-swap");
+    let pki = base.join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    // The real value: two random halves (the second is what the guest
+    // greps its files for; the whole is never given to it).
+    let rand = |n: usize| {
+        let mut b = vec![0u8; n];
+        openssl::rand::rand_bytes(&mut b).unwrap();
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    };
+    let (half_a, half_b) = (format!("sk-it-{}", rand(8)), rand(8));
+    let real = format!("{half_a}{half_b}");
+    let key = base.join("api-key");
+    env.write(&key, &format!("{real}\n"));
+    // The test CA, a stranger CA, and one certificate per name.
+    let ca = TrustAnchor::new("lazaret-test-ca", 1, "it").unwrap();
+    let stranger = TrustAnchor::new("stranger", 1, "it").unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let write_leaf = |name: &str, c: lazaret::trust::Credential| {
+        env.write(
+            &pki.join(format!("{name}.pem")),
+            &String::from_utf8(c.cert.to_pem().unwrap()).unwrap(),
+        );
+        env.write(
+            &pki.join(format!("{name}.key")),
+            &String::from_utf8(c.key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
+        );
+    };
+    write_leaf("api", ca.issue_tls_server("api.test", 2).unwrap());
+    write_leaf("other", ca.issue_tls_server("other.test", 2).unwrap());
+    write_leaf("badca", stranger.issue_tls_server("badca.test", 2).unwrap());
+    write_leaf("badname", ca.issue_tls_server("wrong.test", 2).unwrap());
+    write_leaf(
+        "expired",
+        ca.issue_tls_server_valid("expired.test", now - 7200, now - 3600)
+            .unwrap(),
+    );
+    let ca_file = pki.join("ca.pem");
+    env.write(&ca_file, &String::from_utf8(ca.ca_cert_pem().unwrap()).unwrap());
+
+    let k = (std::process::id() * 4 + 16) % 16000;
+    let mut api = crate::net::names::NameHost::new(k);
+    let mut other = crate::net::names::NameHost::new(k + 1);
+    let zone = format!(
+        "api.test={a},badca.test={a},badname.test={a},expired.test={a},other.test={o}",
+        a = api.ip,
+        o = other.ip
+    );
+    let p = |n: &str| pki.join(n).display().to_string();
+    let certs = format!(
+        "api.test={},badca.test={},badname.test={},expired.test={}",
+        p("api"),
+        p("badca"),
+        p("badname"),
+        p("expired")
+    );
+    let args = [api.ip.clone(), p("marker-api"), zone.clone(), real.clone(), certs];
+    api.serve_with(SERVER, pki.join("marker-api"), &args);
+    let args = [
+        other.ip.clone(),
+        p("marker-other"),
+        String::new(),
+        real.clone(),
+        format!("other.test={}", p("other")),
+    ];
+    other.serve_with(SERVER, pki.join("marker-other"), &args);
+
+    let fixture = crate::agents::profiles::fixture_text();
+    let recipe = fixture
+        .lines()
+        .skip_while(|l| *l != "[images.dev]")
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let cfg = env.write_config(
+        &base,
+        &format!(
+            "{recipe}\n[profiles.sec]\nimage = \"dev\"\n[profiles.sec.network]\ndns = [\"{a}\"]\n\
+             hosts = [\"api.test\", \"other.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n\
+             [profiles.sec.secrets.API_KEY]\nfrom = \"file:{key}\"\n\
+             hosts = [\"api.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n",
+            a = api.ip,
+            key = key.display()
+        ),
+    );
+    let ws = env.dir("secrets-swap-ws");
+    let r = env
+        .lz(
+            &ws,
+            &["run", "-p", "sec", "--", "bash", "-c", INSIDE, "inside", &half_b],
+        )
+        .config_home(&cfg)
+        .env("LAZARET_TEST_UPSTREAM_CA", &ca_file.display().to_string())
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = &r.stdout;
+    // Acceptance 1: nothing inside holds the value (or its first half).
+    assert!(!out.contains(&real) && !out.contains(&half_a), "{r:?}");
+    assert!(!r.stderr.contains(&real), "{r:?}");
+    assert_eq!(line(out, "shape"), "1", "{r:?}");
+    let sentinel = out
+        .lines()
+        .find_map(|l| l.strip_prefix("API_KEY="))
+        .unwrap_or_else(|| panic!("no API_KEY inside: {r:?}"))
+        .to_string();
+    assert_eq!(line(out, "files"), "", "a readable file holds the value: {r:?}");
+    let leaf = line(out, "leaf");
+    assert!(leaf.len() > 200 && leaf.bytes().all(|b| b.is_ascii_hexdigit()), "{r:?}");
+    let hex: String = real.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(!leaf.contains(&hex), "{r:?}");
+    // The server saw the real value, over HTTPS and plain HTTP, and never
+    // the sentinel.
+    let marked = api.marked();
+    assert!(
+        marked.contains("REQ 443 GET /h HTTP/1.1")
+            && marked.contains(&format!("Authorization: Bearer {real}"))
+            && marked.contains(&format!("x-api-key: {real}")),
+        "{marked}"
+    );
+    assert!(
+        marked
+            .lines()
+            .any(|l| l.starts_with("REQ 80 GET /p ") && l.contains(&format!("Bearer {real}"))),
+        "{marked}"
+    );
+    assert!(!marked.contains(&sentinel), "{marked}");
+    // Acceptance 4 (and the echo): what comes back carries the sentinel.
+    assert_eq!(
+        line(out, "curl-https"),
+        format!("auth=Bearer {sentinel} key={sentinel}"),
+        "{r:?}"
+    );
+    assert_eq!(line(out, "curl-http"), format!("auth=Bearer {sentinel} key="), "{r:?}");
+    let leak = line(out, "curl-leak");
+    assert!(
+        leak.contains(&format!("X-Leak: {sentinel}")) && leak.contains(&format!("value={sentinel}")),
+        "{r:?}"
+    );
+    // Acceptance 6: every client trusts the Domain CA with no flags.
+    assert_eq!(line(out, "python"), format!("auth= key={sentinel}"), "{r:?}");
+    assert_eq!(line(out, "node-fetch"), format!("auth=Bearer {sentinel} key="), "{r:?}");
+    assert_eq!(line(out, "node-https"), format!("auth= key={sentinel}"), "{r:?}");
+    assert!(line(out, "git").contains("not found"), "{r:?}");
+    assert!(marked.contains("REQ 443 GET /repo.git/info/refs"), "{marked}");
+    // Acceptance 2: the sentinel towards other.test is refused before the
+    // gate connects, logged, and the session told in one escaped line.
+    assert_eq!(line(out, "other"), "403", "{r:?}");
+    assert_eq!(other.marked(), "", "other.test saw something: {r:?}");
+    let notice = "lazaret: egress to other.test:80 refused (leak attempt: the sentinel of API_KEY of profile sec)";
+    assert_eq!(r.stderr.matches(notice).count(), 1, "{r:?}");
+    let log = env.lz(&ws, &["net", "log", "-p", "sec"]).config_home(&cfg).run();
+    assert!(
+        log.stdout.contains("other.test:80") && log.stdout.contains("leak attempt"),
+        "{log:?}"
+    );
+    assert!(
+        !log.stdout.contains(&sentinel) && !log.stdout.contains(&real),
+        "{log:?}"
+    );
+    // Acceptance 3: a bad upstream certificate: a 502 with one line, and
+    // no request reached the server.
+    for h in ["badca", "badname", "expired"] {
+        let got = line(out, h);
+        assert!(
+            got.contains(&format!("lazaret: {h}.test refused: upstream TLS")),
+            "{h}: {r:?}"
+        );
+        assert!(!marked.contains(&format!("Host: {h}.test")), "{h}: {marked}");
+    }
+    // Nothing of the Domain on the host holds the value while it runs
+    // (the coordinator's log included), nor any process's command line.
+    let id = env.domain_id("sec", &ws);
+    let root = env.home.join(".local/share/lazaret/domains").join(&id);
+    let run = env.runtime_root().join(&id);
+    for d in [&root, &run] {
+        assert_eq!(
+            files_containing(d, real.as_bytes()),
+            Vec::<String>::new(),
+            "{}",
+            d.display()
+        );
+    }
+    // (The test hosts' servers, root's, have it in their argv.)
+    let mine: Vec<_> = crate::harness::processes_mentioning(&real)
+        .into_iter()
+        .filter(|(_, uids, _)| uids.contains(&env.uid))
+        .collect();
+    assert!(mine.is_empty(), "{mine:?}");
+    // Acceptance 7: after the Domain stops, no file holds the value and
+    // no private key is left.
+    // (The Domain may have stopped with its last session already.)
+    let s = env.lz(&ws, &["stop", &id[..12]]).config_home(&cfg).run();
+    assert!(s.code == 0 || s.stderr.contains("no running Domain"), "{s:?}");
+    assert!(crate::harness::eventually(std::time::Duration::from_secs(20), || {
+        crate::harness::processes_mentioning(&id).is_empty()
+    }));
+    for d in [&root, &run] {
+        assert_eq!(
+            files_containing(d, real.as_bytes()),
+            Vec::<String>::new(),
+            "{}",
+            d.display()
+        );
+        assert_eq!(
+            files_containing(d, b"PRIVATE KEY"),
+            Vec::<String>::new(),
+            "{}",
+            d.display()
+        );
+    }
 }
