@@ -234,10 +234,6 @@ fn main() {
         }
         match std::fs::read(&res) {
             Ok(d) if !d.is_empty() => break d,
-            // An auto-approved answer comes in a few ms: look again at
-            // once for the first 10 ms (a sleep inside gVisor lasts about a
-            // millisecond, which was most of the round trip's overhead).
-            _ if started.elapsed() < Duration::from_millis(10) => std::thread::yield_now(),
             _ => std::thread::sleep(if started.elapsed() < Duration::from_secs(2) {
                 Duration::from_micros(500)
             } else {
