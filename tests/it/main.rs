@@ -32,6 +32,7 @@ mod net;
 mod net_names;
 mod net_v2;
 mod ports;
+mod real_agents;
 mod recipes;
 mod secrets;
 mod sessions;
