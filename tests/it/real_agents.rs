@@ -15,7 +15,7 @@ use crate::harness::*;
 use crate::require_env;
 
 /// Where the caches are read in the guest.
-const GUEST_CACHE: &str = "/mnt/agent-cache";
+const GUEST_CACHE: &str = "/opt/agent-cache";
 
 /// The pinned line of real-agents.txt for `name`: the package spec the
 /// test installs and the whole line of specs install-deps.sh fetched.
@@ -112,6 +112,7 @@ fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
             );
             let v = lines.next().unwrap_or_default();
             assert!(v.contains(says) && v.contains(&version), "{profile} {when}: {r:?}");
+            eprintln!("{profile} {when}: {}", r.stdout.replace('\n', " | "));
         };
         for i in 1..=3 {
             expect(&run(false, &check), &format!("start {i}"));
