@@ -37,5 +37,6 @@ mod recipes;
 mod secrets;
 mod sessions;
 mod state;
+mod tty;
 mod view_disk;
 mod view_v2;

@@ -1,0 +1,65 @@
+//! A terminal session's command has a terminal with a name (issue 29,
+//! item 8): `tty` prints `/dev/pts/N`, so `GPG_TTY=$(tty)` and programs
+//! that reopen their terminal by name work; without a terminal `tty` says
+//! so, as anywhere.
+
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::require_env;
+
+/// In an interactive session `tty` names a character device of the
+/// sandbox's devpts (written to by name, it reaches the same screen) and
+/// the shell's controlling terminal, and the session's exit status and
+/// the host terminal's mode are kept; a second, joining session gets a
+/// terminal of its own. Without a terminal, `tty` exits 1.
+#[test]
+fn a_terminal_session_has_a_tty_name() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let ws = env.dir("ttyname");
+    let t = Tmux::new("ttyname", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
+    t.send(
+        "export GPG_TTY=$(tty); test -c \"$GPG_TTY\" && echo \"char-$GPG_TTY\"; \
+         echo by-name-$((6*7)) > $GPG_TTY",
+    );
+    t.enter();
+    assert!(t.wait_for_line("by-name-42", Duration::from_secs(10)), "{}", t.capture());
+    let screen = t.capture();
+    let name = screen
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("char-/dev/pts/"))
+        .unwrap_or_else(|| panic!("tty names no /dev/pts device:\n{screen}"));
+    assert!(name.parse::<u32>().is_ok(), "{screen}");
+    // It is the shell's controlling terminal: bash has job control (it
+    // says `no job control in this shell` otherwise; Ctrl-C of a
+    // foreground job is sessions::terminals_resize_draw_interrupt_...).
+    assert!(!screen.contains("job control"), "{screen}");
+    // A joining session has a terminal of its own.
+    let j = Tmux::new("ttyjoin", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    assert!(j.wait_for("root@lazaret", Duration::from_secs(60)), "{}", j.capture());
+    j.send("echo \"second-$(tty)\"");
+    j.enter();
+    assert!(j.wait_for("second-/dev/pts/", Duration::from_secs(10)), "{}", j.capture());
+    assert!(
+        !j.capture().contains(&format!("second-/dev/pts/{name}\n")),
+        "{}",
+        j.capture()
+    );
+    j.send("exit 3");
+    j.enter();
+    assert!(j.wait_for("exit=3", Duration::from_secs(10)), "{}", j.capture());
+    t.send("exit 4");
+    t.enter();
+    assert!(t.wait_for("exit=4", Duration::from_secs(10)), "{}", t.capture());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("stty-before")).unwrap(),
+        std::fs::read_to_string(ws.join("stty-after")).unwrap(),
+        "the host terminal's mode is restored"
+    );
+    // No terminal: `tty` says so.
+    let r = env.lz(&ws, &["run", "--", "tty"]).run();
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(r.stdout, "not a tty\n", "{r:?}");
+}
