@@ -3,6 +3,7 @@
 //! that reopen their terminal by name work; without a terminal `tty` says
 //! so, as anywhere.
 
+use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::*;
@@ -47,9 +48,6 @@ fn a_terminal_session_has_a_tty_name() {
         "{}",
         j.capture()
     );
-    j.send("exit 3");
-    j.enter();
-    assert!(j.wait_for("exit=3", Duration::from_secs(10)), "{}", j.capture());
     t.send("exit 4");
     t.enter();
     assert!(t.wait_for("exit=4", Duration::from_secs(10)), "{}", t.capture());
@@ -58,8 +56,56 @@ fn a_terminal_session_has_a_tty_name() {
         std::fs::read_to_string(ws.join("stty-after")).unwrap(),
         "the host terminal's mode is restored"
     );
+    // A killed client's terminal session loses its processes, those in the
+    // relay's inner session included (a background job that ignores the
+    // hangup), while the other session runs on.
+    let k = Tmux::new("ttykill", 100, 30, &env.pane_cmd(&ws, &["run"]));
+    assert!(k.wait_for("root@lazaret", Duration::from_secs(60)), "{}", k.capture());
+    k.send("nohup sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/tty-bg; echo bg-$((5*5))");
+    k.enter();
+    assert!(k.wait_for_line("bg-25", Duration::from_secs(10)), "{}", k.capture());
+    let bg = env.lz(&ws, &["run", "--", "cat", "/tmp/tty-bg"]).run().stdout.trim().to_string();
+    assert!(bg.parse::<u32>().is_ok(), "{bg:?}");
+    let pane: i32 = k.cmd(&["display-message", "-p", "-t", "t", "#{pane_pid}"]).trim().parse().unwrap();
+    let client = processes()
+        .into_iter()
+        .find(|(pid, _, c)| c.contains("lazaret run") && descends_from(*pid, pane))
+        .map(|p| p.0)
+        .expect("the pane's lazaret client");
+    Command::new("kill").args(["-9", &client.to_string()]).status().unwrap();
+    let alive = || env.lz(&ws, &["run", "--", "kill", "-0", &bg]).run().code == 0;
+    assert!(
+        eventually(Duration::from_secs(10), || !alive()),
+        "the killed session's background job survives"
+    );
+    j.send("echo still-$((8*8))");
+    j.enter();
+    assert!(j.wait_for_line("still-64", Duration::from_secs(10)), "{}", j.capture());
+    j.send("exit 3");
+    j.enter();
+    assert!(j.wait_for("exit=3", Duration::from_secs(10)), "{}", j.capture());
     // No terminal: `tty` says so.
     let r = env.lz(&ws, &["run", "--", "tty"]).run();
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(r.stdout, "not a tty\n", "{r:?}");
+}
+
+/// Whether `ancestor` is `pid` or one of its ancestors.
+fn descends_from(mut pid: i32, ancestor: i32) -> bool {
+    while pid > 1 {
+        if pid == ancestor {
+            return true;
+        }
+        let Some(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok() else {
+            return false;
+        };
+        let Some(p) = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1)?.parse().ok())
+        else {
+            return false;
+        };
+        pid = p;
+    }
+    false
 }
