@@ -51,12 +51,37 @@ fn agent_cache(name: &str, specs: &str) -> Option<PathBuf> {
     None
 }
 
+/// A real prompt: `claude -p` (key by the profile's `pass_env`) against a
+/// stand-in Anthropic API on the sandbox's own loopback
+/// (`ANTHROPIC_BASE_URL`) prints the API's reply; the stand-in saw the
+/// request. No packet leaves the sandbox (network mode none).
+fn claude_round_trip(env: &Env, ws: &Path, cfg: &Path) {
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents/fake-anthropic.py");
+    env.write(&ws.join("fake-anthropic.py"), &std::fs::read_to_string(&fake).unwrap());
+    let script = "python3 /workspace/fake-anthropic.py 8765 reply-$((6*7))-from-the-api 2>/tmp/api.log & api=$!; \
+        i=0; until python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765))' 2>/dev/null; do \
+          i=$((i+1)); [ $i -lt 300 ] || break; sleep 0.1; done; \
+        ANTHROPIC_BASE_URL=http://127.0.0.1:8765 timeout 120 claude -p hi; echo rc=$?; \
+        kill $api; cat /tmp/api.log >&2";
+    let r = env
+        .lz(ws, &["run", "--profile", "claude", "--", "sh", "-c", script])
+        .config_home(cfg)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
+        .run();
+    eprintln!("claude -p: {r:?}");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("reply-42-from-the-api\nrc=0\n"), "{r:?}");
+    assert!(r.stderr.contains("POST /v1/messages"), "the stand-in API was asked: {r:?}");
+}
+
 /// Issue 29, acceptance 1 with the real agents: for `claude` and `codex`
 /// (docs/agents.md's profiles: `user = "dev"` on the `dev` image, their
 /// credential volumes at test directories), the agent installed once as
 /// root with `npm install -g` runs `--version` as `dev`, on Node 22, in
 /// three starts in a row and after a `kill -9` of the coordinator with a
 /// session running; `rm --yes` leaves no Domain Root and no process.
+/// Claude Code also answers a prompt from a stand-in API
+/// ([`claude_round_trip`]).
 #[test]
 fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
     let env = require_env!();
@@ -116,6 +141,9 @@ fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
         };
         for i in 1..=3 {
             expect(&run(false, &check), &format!("start {i}"));
+        }
+        if profile == "claude" {
+            claude_round_trip(env, &ws, &cfg);
         }
         // A session running the agent, its coordinator killed.
         let id = env.domain_id(profile, &ws);
