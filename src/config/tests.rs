@@ -1317,5 +1317,8 @@ fn the_builtin_dev_recipe_is_the_fixture() {
     for p in ["nodejs", "npm", "python3-venv", "tmux"] {
         assert!(dev.packages.iter().any(|x| x == p), "{p}");
     }
-    assert!(dev.run.iter().any(|s| s.contains(DEV_NODE_SHA256) && s.contains("sha256sum -c")));
+    assert!(dev
+        .run
+        .iter()
+        .any(|s| s.contains(DEV_NODE_SHA256) && s.contains("sha256sum -c")));
 }

@@ -71,7 +71,10 @@ fn claude_round_trip(env: &Env, ws: &Path, cfg: &Path) {
     eprintln!("claude -p: {r:?}");
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("reply-42-from-the-api\nrc=0\n"), "{r:?}");
-    assert!(r.stderr.contains("POST /v1/messages"), "the stand-in API was asked: {r:?}");
+    assert!(
+        r.stderr.contains("POST /v1/messages"),
+        "the stand-in API was asked: {r:?}"
+    );
 }
 
 /// Issue 29, acceptance 1 with the real agents: for `claude` and `codex`
@@ -150,7 +153,15 @@ fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
         let mut keeper = env
             .lz(
                 &ws,
-                &["run", "--profile", profile, "--", "sh", "-c", &format!("{check}; sleep 300")],
+                &[
+                    "run",
+                    "--profile",
+                    profile,
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("{check}; sleep 300"),
+                ],
             )
             .config_home(&cfg)
             .spawn();

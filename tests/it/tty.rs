@@ -26,7 +26,11 @@ fn a_terminal_session_has_a_tty_name() {
          echo by-name-$((6*7)) > $GPG_TTY",
     );
     t.enter();
-    assert!(t.wait_for_line("by-name-42", Duration::from_secs(10)), "{}", t.capture());
+    assert!(
+        t.wait_for_line("by-name-42", Duration::from_secs(10)),
+        "{}",
+        t.capture()
+    );
     let screen = t.capture();
     let name = screen
         .lines()
@@ -42,7 +46,11 @@ fn a_terminal_session_has_a_tty_name() {
     assert!(j.wait_for("root@lazaret", Duration::from_secs(60)), "{}", j.capture());
     j.send("echo \"second-$(tty)\"");
     j.enter();
-    assert!(j.wait_for("second-/dev/pts/", Duration::from_secs(10)), "{}", j.capture());
+    assert!(
+        j.wait_for("second-/dev/pts/", Duration::from_secs(10)),
+        "{}",
+        j.capture()
+    );
     assert!(
         !j.capture().contains(&format!("second-/dev/pts/{name}\n")),
         "{}",
@@ -64,9 +72,18 @@ fn a_terminal_session_has_a_tty_name() {
     k.send("nohup sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/tty-bg; echo bg-$((5*5))");
     k.enter();
     assert!(k.wait_for_line("bg-25", Duration::from_secs(10)), "{}", k.capture());
-    let bg = env.lz(&ws, &["run", "--", "cat", "/tmp/tty-bg"]).run().stdout.trim().to_string();
+    let bg = env
+        .lz(&ws, &["run", "--", "cat", "/tmp/tty-bg"])
+        .run()
+        .stdout
+        .trim()
+        .to_string();
     assert!(bg.parse::<u32>().is_ok(), "{bg:?}");
-    let pane: i32 = k.cmd(&["display-message", "-p", "-t", "t", "#{pane_pid}"]).trim().parse().unwrap();
+    let pane: i32 = k
+        .cmd(&["display-message", "-p", "-t", "t", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .unwrap();
     let client = processes()
         .into_iter()
         .find(|(pid, _, c)| c.contains("lazaret run") && descends_from(*pid, pane))
