@@ -141,11 +141,12 @@ fn parse(s: &str) -> Option<i32> {
     s.parse::<i32>().ok().filter(|v| *v > 0)
 }
 
-/// Signals every process of guest session SID and, but for SIGWINCH, of
-/// each session led by a child of one of them: the session a terminal
-/// session's PTY relay made for its command (bin/ptyrelay.rs). SIGWINCH
-/// goes to the relay alone, which sets the new size on its terminal before
-/// it signals the command.
+/// Signals every process of guest session SID and, when SID's leader is a
+/// terminal session's PTY relay (bin/ptyrelay.rs) and the signal is not
+/// SIGWINCH, of the session the relay made for its command (led by its
+/// child). SIGWINCH goes to the relay alone, which sets the new size on its
+/// terminal before it signals the command. A session a command started
+/// with `setsid` is its own, as before.
 fn signal_session(sid: &str, sig: &str) -> i32 {
     let (Some(sid), Some(sig)) = (parse(sid), parse(sig)) else {
         return 2;
@@ -159,12 +160,11 @@ fn signal_session(sid: &str, sig: &str) -> i32 {
         .filter_map(|pid| Some((pid, sys::guest::getsid(pid)?, parent(pid)?)))
         .collect();
     let mut sessions = vec![sid];
-    if sig != sys::SIGWINCH {
-        let outer: Vec<i32> = procs.iter().filter(|p| p.1 == sid).map(|p| p.0).collect();
+    if sig != sys::SIGWINCH && is_pty_relay(sid) {
         sessions.extend(
             procs
                 .iter()
-                .filter(|(pid, s, ppid)| pid == s && *s != sid && outer.contains(ppid))
+                .filter(|(pid, s, ppid)| pid == s && *s != sid && *ppid == sid)
                 .map(|p| p.1),
         );
     }
@@ -174,6 +174,15 @@ fn signal_session(sid: &str, sig: &str) -> i32 {
         }
     }
     0
+}
+
+/// Whether `pid` runs `init exec --tty` (its command line as set at exec;
+/// init is run by the same path as this process).
+fn is_pty_relay(pid: i32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let me = std::env::args().next().unwrap_or_default();
+    let mut args = cmdline.split(|&b| b == 0);
+    args.next() == Some(me.as_bytes()) && args.next() == Some(b"exec") && args.next() == Some(b"--tty")
 }
 
 /// The parent of `pid` (field 4 of `/proc/PID/stat`).
