@@ -59,6 +59,11 @@ fn a_terminal_session_has_a_tty_name() {
     t.send("exit 4");
     t.enter();
     assert!(t.wait_for("exit=4", Duration::from_secs(10)), "{}", t.capture());
+    // The pane's shell writes stty-after just after `exit=4`.
+    assert!(eventually(Duration::from_secs(5), || std::fs::read_to_string(
+        ws.join("stty-after")
+    )
+    .is_ok_and(|s| s.ends_with('\n'))));
     assert_eq!(
         std::fs::read_to_string(ws.join("stty-before")).unwrap(),
         std::fs::read_to_string(ws.join("stty-after")).unwrap(),
