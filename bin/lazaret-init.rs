@@ -23,12 +23,17 @@
 //!                                  on the session's PATH) in place; a missing
 //!                                  command exits 127, one that cannot be
 //!                                  executed 126, as a shell reports them
+//!   `init exec --tty -- CMD ...`   a terminal session's command: the same,
+//!                                  on a PTY of the sandbox's own that this
+//!                                  process relays to the session's terminal
+//!                                  (bin/ptyrelay.rs), so `tty` has a name
 
 use std::io::Write;
 
 use lazaret::guest::{InitMsg, Message};
 
 mod probe;
+mod ptyrelay;
 mod usersetup;
 // The crate's syscall layer, shared by path: every `unsafe` and `libc::`
 // of this binary lives there too. Most of it is for the `lazaret` binary.
@@ -45,6 +50,7 @@ fn main() {
         ["probe", rest @ ..] => probe::run(rest),
         ["user-setup", name, uid] => usersetup::run(name, uid),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
+        ["exec", "--tty", "--", cmd, ..] => ptyrelay::run(&args[3..]).unwrap_or_else(|| exec_command(cmd, &args[3..])),
         ["touch", "--", ..] => touch(&args[2..]),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");
@@ -135,21 +141,54 @@ fn parse(s: &str) -> Option<i32> {
     s.parse::<i32>().ok().filter(|v| *v > 0)
 }
 
+/// Signals every process of guest session SID and, when SID's leader is a
+/// terminal session's PTY relay (bin/ptyrelay.rs) and the signal is not
+/// SIGWINCH, of the session the relay made for its command (led by its
+/// child). SIGWINCH goes to the relay alone, which sets the new size on its
+/// terminal before it signals the command. A session a command started
+/// with `setsid` is its own, as before.
 fn signal_session(sid: &str, sig: &str) -> i32 {
     let (Some(sid), Some(sig)) = (parse(sid), parse(sig)) else {
         return 2;
     };
     let me = sys::getpid();
     let Ok(rd) = std::fs::read_dir("/proc") else { return 1 };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(parse) else {
-            continue;
-        };
-        if pid != 1 && pid != me && sys::guest::getsid(pid) == Some(sid) {
+    // (pid, its session, its parent)
+    let procs: Vec<(i32, i32, i32)> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(parse))
+        .filter_map(|pid| Some((pid, sys::guest::getsid(pid)?, parent(pid)?)))
+        .collect();
+    let mut sessions = vec![sid];
+    if sig != sys::SIGWINCH && is_pty_relay(sid) {
+        sessions.extend(
+            procs
+                .iter()
+                .filter(|(pid, s, ppid)| pid == s && *s != sid && *ppid == sid)
+                .map(|p| p.1),
+        );
+    }
+    for (pid, s, _) in procs {
+        if pid != 1 && pid != me && sessions.contains(&s) {
             let _ = sys::kill(pid, sig);
         }
     }
     0
+}
+
+/// Whether `pid` runs `init exec --tty` (its command line as set at exec;
+/// init is run by the same path as this process).
+fn is_pty_relay(pid: i32) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let me = std::env::args().next().unwrap_or_default();
+    let mut args = cmdline.split(|&b| b == 0);
+    args.next() == Some(me.as_bytes()) && args.next() == Some(b"exec") && args.next() == Some(b"--tty")
+}
+
+/// The parent of `pid` (field 4 of `/proc/PID/stat`).
+fn parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
 }
 
 fn signal_group(pgid: &str, sig: &str) -> i32 {

@@ -108,4 +108,34 @@ for dev in /dev/net/tun /dev/fuse; do
     fi
 done
 
+# The real agents of the agent end-to-end test (tests/fixtures/agents/
+# real-agents.txt), each fetched once from the npm registry into an npm
+# cache the test installs from offline inside a Domain. A changed line
+# fetches again.
+tools=${LAZARET_TOOLS:-/var/tmp/lazaret-tools}
+agents_list=$(dirname "$0")/../tests/fixtures/agents/real-agents.txt
+if [ -f "$agents_list" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        apt_update
+        say "installing: npm"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+    fi
+    while read -r name specs; do
+        case $name in ''|'#'*) continue ;; esac
+        cache=$tools/agents/$name
+        [ "$(cat "$cache/.lazaret-specs" 2>/dev/null)" = "$specs" ] && continue
+        say "fetching $specs into $cache"
+        rm -rf "$cache"
+        install -d -m 0755 "$tools" "$tools/agents"
+        # shellcheck disable=SC2086 # one word per package spec
+        if ! npm cache add --cache "$cache" $specs >/dev/null; then
+            say "cannot fetch $specs: the agent end-to-end test will fail"
+            rm -rf "$cache"
+            continue
+        fi
+        printf '%s\n' "$specs" > "$cache/.lazaret-specs"
+        chmod -R a+rX "$cache"
+    done < "$agents_list"
+fi
+
 say "ok (runsc $rv)"

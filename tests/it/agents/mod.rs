@@ -4,3 +4,4 @@
 pub mod lifecycle;
 pub mod profiles;
 pub mod recipes;
+pub mod real;

@@ -56,16 +56,17 @@ fn run_profile_u(env: &Env, ws: &Path, cfg: &Path, args: &[&str]) -> Run {
     env.lz(ws, &a).config_home(cfg).run()
 }
 
-/// docs/agents.md documents exactly the recipe the tests build.
+/// docs/agents.md documents exactly the recipe the tests build (its whole
+/// `[images.dev]` table: packages and `run` steps), and that recipe is the
+/// built-in one (config's unit test `the_builtin_dev_recipe_is_the_fixture`).
 #[test]
 fn the_dev_recipe_the_tests_build_is_the_documented_one() {
     let fx = fixture_text();
-    let line = fx
-        .lines()
-        .find(|l| l.starts_with("packages = "))
-        .expect("the fixture's packages line");
+    let start = fx.find("[images.dev]\n").expect("the fixture's [images.dev]");
+    let table = &fx[start..start + fx[start..].find("\n\n").expect("a blank line ends [images.dev]")];
+    assert!(table.contains("packages = ") && table.contains("run = ["), "{table}");
     let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/agents.md")).unwrap();
-    assert!(docs.contains(line), "docs/agents.md lacks the tested recipe: {line}");
+    assert!(docs.contains(table), "docs/agents.md lacks the tested recipe:\n{table}");
     for l in ["user = \"dev\"", "env = { IS_SANDBOX = \"1\" }"] {
         assert!(fx.contains(l) && docs.contains(l), "{l}");
     }

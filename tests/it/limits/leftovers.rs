@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::harness::*;
 use crate::require_env;
 
-fn domain_root(env: &Env, id: &str) -> PathBuf {
+pub fn domain_root(env: &Env, id: &str) -> PathBuf {
     env.home.join(".local/share/lazaret/domains").join(id)
 }
 
@@ -121,7 +121,7 @@ const AGENT_TMP: &str = "set -e; mkdir -m 700 /tmp/claude-1000 /tmp/codex-daemon
 /// The `claude` and `codex` profiles exactly as docs/agents.md documents
 /// them, their volumes' host side moved to `dir` (and their `ports` left
 /// out: other tests may hold port 3000), on the fixture's `dev` recipe.
-fn documented_agent_config(env: &Env, dir: &Path) -> String {
+pub fn documented_agent_config(env: &Env, dir: &Path) -> String {
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/agents.md")).unwrap();
     let start = doc
         .find("[profiles.claude]")

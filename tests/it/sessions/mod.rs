@@ -1,4 +1,7 @@
-//! One shared sandbox per Domain, many terminals.
+//! One shared sandbox per Domain, many terminals (`tty`: each terminal
+//! session has a named terminal of its own).
+
+pub mod tty;
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -353,7 +356,9 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     assert!(pane.wait_for("exit=125", Duration::from_secs(5)), "{}", pane.capture());
     assert!(pane.capture().contains("lost the connection"), "{}", pane.capture());
     let after = ws.join("stty-after");
-    assert!(eventually(Duration::from_secs(5), || after.exists()));
+    // The shell creates the file before stty writes it: wait for its line.
+    assert!(eventually(Duration::from_secs(5), || std::fs::read_to_string(&after)
+        .is_ok_and(|s| s.ends_with('\n'))));
     assert_eq!(
         std::fs::read_to_string(ws.join("stty-before")).unwrap(),
         std::fs::read_to_string(&after).unwrap()
