@@ -375,7 +375,7 @@ pub fn install(
                 let gate = crate::net::gate::start(&net.router, plan, log, fault == Some(Fault::GateDies))
                     .map_err(|e| InstallError::Step("starting the egress gate", e))?;
                 if let (Some(port), Some(g)) = (gate.catch_all(), &plan.gate) {
-                    install_catch_all(&net.router, g, port)?;
+                    install_catch_all(&net.router, g, port, fault)?;
                 }
                 Ok(Some(gate))
             })
@@ -588,8 +588,18 @@ pub const CATCH_ALL_TABLE: &str = "lazaret";
 /// Log mode: installs [`catch_all_rules`] in the router and reads the
 /// table back (two rules, each a `tproxy` to the catch-all). Without `nft` the
 /// start fails: log mode never runs with ports the gate cannot see.
-fn install_catch_all(router: &OwnedFd, gate: &netpolicy::GatePlan, port: u16) -> Result<(), InstallError> {
-    let mut cmd = Command::new(tool("nft"));
+fn install_catch_all(
+    router: &OwnedFd,
+    gate: &netpolicy::GatePlan,
+    port: u16,
+    fault: Option<Fault>,
+) -> Result<(), InstallError> {
+    let nft = if fault == Some(Fault::NoNft) {
+        PathBuf::from("/nonexistent/nft")
+    } else {
+        tool("nft")
+    };
+    let mut cmd = Command::new(&nft);
     cmd.args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())

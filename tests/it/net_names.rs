@@ -674,6 +674,33 @@ fn bad_host_patterns_are_config_errors_naming_file_line_and_pattern() {
     }
 }
 
+/// Log mode without `nft` does not start (fail closed): one sentence
+/// says what is missing (fault-injection builds hide nft).
+#[test]
+fn log_mode_without_nft_fails_the_start() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap();
+    let v = env.lz(&env.home, &["version"]).run();
+    if !v.stdout.contains("fault") {
+        eprintln!("skipping: not a fault-injection build");
+        return;
+    }
+    let base = env.dir("names-nonft");
+    let cfg = env.write_config(&base, "[profiles.p.network]\nmode = \"log\"\n");
+    let ws = env.dir("names-nonft-ws");
+    let r = env
+        .lz(&ws, &["run", "--profile", "p", "--", "echo", "started"])
+        .config_home(&cfg)
+        .env("LAZARET_FAULT", "no-nft")
+        .run();
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("started"), "{r:?}");
+    assert!(
+        r.stderr.contains("network.mode = \"log\" needs nft (nftables)") && r.stderr.contains("install nftables"),
+        "{r:?}"
+    );
+}
+
 /// A dead gate is a failed generation, like a dead slirp4netns: the
 /// running session is told in one line, exit 125 (fault-injection builds).
 #[test]
