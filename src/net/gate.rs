@@ -139,6 +139,11 @@ pub fn ports(gate: &GatePlan) -> Vec<u16> {
     p
 }
 
+/// What the gate's thread binds before it reports ready: the listeners,
+/// the resolver's socket, the catch-all's port (log mode), the raw TCP and
+/// UDP watchers.
+type Bound = (Vec<TcpListener>, UdpSocket, Option<u16>, OwnedFd, OwnedFd);
+
 /// Starts the gate in `router` for `plan` (which has a gate), logging to
 /// `log`. Returns once every listener and the resolver are bound.
 /// `die_early` (fault injection only): the listener thread ends after its
@@ -184,7 +189,7 @@ pub fn start(router: &OwnedFd, plan: &Plan, log: PathBuf, die_early: bool) -> io
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on port 53: {e}")))?;
             Ok((ls, dns, catch_all))
         };
-        let setup = || -> io::Result<(Vec<TcpListener>, UdpSocket, Option<u16>, OwnedFd, OwnedFd)> {
+        let setup = || -> io::Result<Bound> {
             let (ls, dns, catch_all) = setup()?;
             let tcp = sys::sock::raw_listener(sys::sock::IPPROTO_TCP, &SYN_FILTER)
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw TCP listener: {e}")))?;
