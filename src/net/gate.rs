@@ -13,8 +13,9 @@
 //! each SYN from the sandbox to a port without a listener for an address
 //! the policy would forward (a denied one stays the kernel's RST), and its
 //! local address is still the sandbox's chosen destination. Per
-//! connection: **decide the name** ([`sniff`], [`decide`]: TLS SNI, HTTP `Host`, `CONNECT`, or the synthetic address the gate's
-//! resolver gave for a name), **pick a handler** (today [`Handler::Relay`];
+//! connection: **decide the name** ([`sniff`], [`decide`]: TLS SNI,
+//! HTTP `Host`, `CONNECT`, or the synthetic address the gate's resolver
+//! gave for a name), **pick a handler** (today [`Handler::Relay`];
 //! issue 31's TLS termination is another), **relay** (splice). The gate
 //! resolves the name itself and connects to that name's addresses, never to
 //! the address the sandbox chose; an address a reject route of the policy
