@@ -65,7 +65,7 @@ SRC
     fi
 fi
 
-pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap arch-test wget gpgv git tmux iproute2
+pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap arch-test wget gpgv git tmux iproute2 nftables
       procps util-linux ca-certificates pkg-config libssl-dev python3 hyperfine)
 missing=()
 for p in "${pkgs[@]}"; do

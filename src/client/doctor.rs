@@ -125,6 +125,7 @@ pub fn checks() -> Vec<Check> {
     out.push(check_config());
     out.push(crate::client::secrets::doctor_check());
     out.push(check_egress_by_name());
+    out.push(check_egress_log_mode());
     out.push(check_resource_limits());
     out.push(check_git_bare_repository(std::process::Command::new("git")));
     if let Ok(cwd) = std::env::current_dir() {
@@ -227,6 +228,81 @@ fn check_egress_by_name() -> Check {
             format!("cannot try allow-by-name mode's router rules (unshare: {e}) ({used})"),
             "install util-linux (unshare) to check",
         ),
+    }
+}
+
+/// `network.mode = "log"` needs `nft` and the kernel's `tproxy` for its
+/// catch-all (docs/network.md, "Egress by name"): the rule is installed
+/// in a throwaway user and network namespace (`unshare -Urn`, `nft -f -`),
+/// no packet sent. Which profiles use log mode.
+fn check_egress_log_mode() -> Check {
+    let users: Vec<String> = crate::config::load(&crate::config::config_path())
+        .map(|cfg| {
+            cfg.profiles
+                .values()
+                .filter(|p| p.network && p.egress_log)
+                .map(|p| p.name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let used = if users.is_empty() {
+        "no profile uses it".to_string()
+    } else {
+        format!("used by profiles {}", users.join(", "))
+    };
+    let sample = crate::net::policy::GatePlan {
+        log_only: true,
+        hosts: vec![],
+        upstream: vec![],
+        forwarded: vec![],
+    };
+    // The rule names the router's links: a veth pair stands in for them.
+    let script = format!(
+        "{ip} link add {tap} type veth peer name {rif} && {nft} -f -",
+        ip = crate::net::install::tool("ip").display(),
+        nft = crate::net::install::tool("nft").display(),
+        tap = crate::net::policy::TAP,
+        rif = crate::net::policy::ROUTER_IF,
+    );
+    let tried = std::process::Command::new(crate::net::install::tool("unshare"))
+        .args(["-Urn", "sh", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            let rules = crate::net::install::catch_all_rules(&sample, 1);
+            let _ = c.stdin.take().map(|mut i| i.write_all(rules.as_bytes()));
+            c.wait_with_output()
+        });
+    let fix = "install nftables (scripts/install-deps.sh) on a kernel with nft_tproxy";
+    match tried {
+        Ok(o) if o.status.success() => Check::pass(
+            "egress-log-mode",
+            format!("nft can install log mode's catch-all (tproxy) in a user-owned network namespace ({used})"),
+        ),
+        Ok(o) => {
+            let detail = format!(
+                "network.mode = \"log\" cannot install its catch-all rule, so a Domain in log mode will not start: {} ({used})",
+                String::from_utf8_lossy(&o.stderr).trim().replace('\n', "; ")
+            );
+            if users.is_empty() {
+                Check::warning("egress-log-mode", detail, fix)
+            } else {
+                Check::fail("egress-log-mode", detail, fix)
+            }
+        }
+        Err(e) => {
+            let detail = format!(
+                "network.mode = \"log\" needs nft, which cannot be run, so a Domain in log mode will not start ({e}) ({used})"
+            );
+            if users.is_empty() {
+                Check::warning("egress-log-mode", detail, fix)
+            } else {
+                Check::fail("egress-log-mode", detail, fix)
+            }
+        }
     }
 }
 

@@ -7,9 +7,15 @@
 //! the router itself (`local 0.0.0.0/0` in its local table, chosen only for
 //! packets arriving on `lzr1`), so the gate's listeners on the gate ports
 //! receive them with the sandbox's chosen destination as their local
-//! address. Per connection: **decide the name** ([`sniff`], [`decide`]:
-//! TLS SNI, HTTP `Host`, `CONNECT`, or the synthetic address the gate's
-//! resolver gave for a name), **pick a handler** (today [`Handler::Relay`];
+//! address. In log mode one more, transparent listener (the **catch-all**,
+//! on an ephemeral port of the gate's address) receives every other TCP
+//! port: the router's netfilter `tproxy` rule (`net::install`) hands it
+//! each SYN from the sandbox to a port without a listener for an address
+//! the policy would forward (a denied one stays the kernel's RST), and its
+//! local address is still the sandbox's chosen destination. Per
+//! connection: **decide the name** ([`sniff`], [`decide`]: TLS SNI,
+//! HTTP `Host`, `CONNECT`, or the synthetic address the gate's resolver
+//! gave for a name), **pick a handler** (today [`Handler::Relay`];
 //! issue 31's TLS termination is another), **relay** (splice). The gate
 //! resolves the name itself and connects to that name's addresses, never to
 //! the address the sandbox chose; an address a reject route of the policy
@@ -57,11 +63,18 @@ const NAMED_PORTS: [u16; 3] = [80, 443, netpolicy::PROXY_PORT];
 /// run (listeners, resolver) stopped: a failed generation.
 pub struct Handle {
     ended: Arc<AtomicBool>,
+    catch_all: Option<u16>,
 }
 
 impl Handle {
     pub fn ended(&self) -> bool {
         self.ended.load(Ordering::SeqCst)
+    }
+
+    /// Log mode: the port of the catch-all listener (on [`netpolicy::GATE_ADDR`]),
+    /// where the router's `tproxy` rule must send every other TCP port.
+    pub fn catch_all(&self) -> Option<u16> {
+        self.catch_all
     }
 }
 
@@ -127,6 +140,11 @@ pub fn ports(gate: &GatePlan) -> Vec<u16> {
     p
 }
 
+/// What the gate's thread binds before it reports ready: the listeners,
+/// the resolver's socket, the catch-all's port (log mode), the raw TCP and
+/// UDP watchers.
+type Bound = (Vec<TcpListener>, UdpSocket, Option<u16>, OwnedFd, OwnedFd);
+
 /// Starts the gate in `router` for `plan` (which has a gate), logging to
 /// `log`. Returns once every listener and the resolver are bound.
 /// `secrets`: the generation's, if the profile has any (their names are
@@ -154,11 +172,11 @@ pub fn start(
         conns: AtomicUsize::new(0),
         secrets,
     });
-    let (tx, rx) = std::sync::mpsc::channel::<io::Result<()>>();
+    let (tx, rx) = std::sync::mpsc::channel::<io::Result<Option<u16>>>();
     let flag = ended.clone();
     std::thread::Builder::new().name("lz-gate".into()).spawn(move || {
         let _guard = EndGuard(flag.clone());
-        let setup = || -> io::Result<(Vec<TcpListener>, UdpSocket)> {
+        let setup = || -> io::Result<(Vec<TcpListener>, UdpSocket, Option<u16>)> {
             sys::setns(&ns, sys::CLONE_NEWNET)?;
             drop(ns);
             let mut ls = Vec::new();
@@ -167,19 +185,28 @@ pub fn start(
                     .map_err(|e| io::Error::new(e.kind(), format!("egress gate: listening on port {p}: {e}")))?;
                 ls.push(l);
             }
+            // Log mode: every other TCP port, through the router's tproxy rule.
+            let mut catch_all = None;
+            if shared.gate.log_only {
+                let l = TcpListener::bind(SocketAddrV4::new(netpolicy::GATE_ADDR, 0))
+                    .and_then(|l| sys::sock::set_ip_transparent(&l).map(|()| l))
+                    .map_err(|e| io::Error::new(e.kind(), format!("egress gate: the catch-all listener: {e}")))?;
+                catch_all = Some(l.local_addr()?.port());
+                ls.push(l);
+            }
             let dns = UdpSocket::bind(SocketAddrV4::new(netpolicy::GATE_ADDR, 53))
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on port 53: {e}")))?;
-            Ok((ls, dns))
+            Ok((ls, dns, catch_all))
         };
-        let setup = || -> io::Result<(Vec<TcpListener>, UdpSocket, OwnedFd, OwnedFd)> {
-            let (ls, dns) = setup()?;
+        let setup = || -> io::Result<Bound> {
+            let (ls, dns, catch_all) = setup()?;
             let tcp = sys::sock::raw_listener(sys::sock::IPPROTO_TCP, &SYN_FILTER)
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw TCP listener: {e}")))?;
             let udp = sys::sock::raw_listener(sys::sock::IPPROTO_UDP, &UDP_FILTER)
                 .map_err(|e| io::Error::new(e.kind(), format!("egress gate: raw UDP listener: {e}")))?;
-            Ok((ls, dns, tcp, udp))
+            Ok((ls, dns, catch_all, tcp, udp))
         };
-        let (listeners, dns, raw_tcp, raw_udp) = match setup() {
+        let (listeners, dns, catch_all, raw_tcp, raw_udp) = match setup() {
             Ok(v) => v,
             Err(e) => {
                 let _ = tx.send(Err(e));
@@ -207,11 +234,11 @@ pub fn start(
             let _ = tx.send(Err(e));
             return;
         }
-        let _ = tx.send(Ok(()));
+        let _ = tx.send(Ok(catch_all));
         accept_loop(&shared, &listeners, die_early);
     })?;
-    rx.recv().map_err(|_| io::Error::other("egress gate thread ended"))??;
-    Ok(Handle { ended })
+    let catch_all = rx.recv().map_err(|_| io::Error::other("egress gate thread ended"))??;
+    Ok(Handle { ended, catch_all })
 }
 
 fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool) {
@@ -916,6 +943,18 @@ pub fn packet_dst(p: &[u8]) -> Option<(Ipv4Addr, u16)> {
     ))
 }
 
+/// Whether a forwarded route (a profile `allow` range, slirp4netns's
+/// gateway) contains `a`: the router's tproxy rule leaves those alone.
+pub fn forwarded_range(gate: &GatePlan, a: Ipv4Addr) -> bool {
+    let host = crate::config::Prefix {
+        addr: IpAddr::V4(a),
+        len: 32,
+    };
+    gate.forwarded
+        .iter()
+        .any(|r| r.kind == netpolicy::RouteKind::Helper && r.prefix.contains(&host))
+}
+
 fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
     let gate_ports = ports(&shared.gate);
     let mut buf = [0u8; 128];
@@ -938,7 +977,16 @@ fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
             } else {
                 dst.to_string()
             };
-            if i == 0 && !gate_ports.contains(&port) {
+            // Log mode: the catch-all serves every other port of what the
+            // policy would forward (`net::install::catch_all_rules`); the
+            // rest is a denied address, refused by the router's kernel.
+            let caught =
+                is_synthetic(dst) || (!forwarded_range(&shared.gate, dst) && shared.plan.gate_may_connect(dst));
+            if i == 0 && !gate_ports.contains(&port) && shared.gate.log_only {
+                if !caught {
+                    shared.log.record("refused", "tcp", &what, port, "a denied address");
+                }
+            } else if i == 0 && !gate_ports.contains(&port) {
                 shared
                     .log
                     .record("refused", "tcp", &what, port, "port not served by the gate");

@@ -95,6 +95,10 @@ pub enum InstallError {
     IpFailed(&'static str, String),
     /// `ip` could not be started.
     RunIp(std::io::Error),
+    /// Log mode: `nft` could not be started (not installed?).
+    NftSpawn(std::io::Error),
+    /// Log mode: `nft` failed, or its rule does not read back (the detail).
+    NftFailed(String),
     /// `ip ARGS` failed (its args, its stderr).
     IpShow(String, String),
     SlirpPipe(std::io::Error),
@@ -122,6 +126,15 @@ impl std::fmt::Display for InstallError {
             IpSpawn(what, e) => write!(f, "{what}: cannot run ip (install iproute2): {e}"),
             IpFailed(what, err) => write!(f, "{what}: ip failed: {err}"),
             RunIp(e) => write!(f, "cannot run ip: {e}"),
+            NftSpawn(e) => write!(
+                f,
+                "network.mode = \"log\" needs nft (nftables) to hand every TCP port to the egress gate, \
+                 and it cannot be run ({e}): install nftables (scripts/install-deps.sh; `lazaret doctor` checks it)"
+            ),
+            NftFailed(err) => write!(
+                f,
+                "installing log mode's catch-all rule in the router: nft failed: {err}"
+            ),
             IpShow(args, err) => write!(f, "ip {args}: {err}"),
             SlirpPipe(e) => write!(f, "pipe: {e}"),
             SlirpSpawn(e) => write!(
@@ -366,9 +379,12 @@ pub fn install(
         Some(_) => {
             let log = gen_dir.parent().unwrap_or(gen_dir).join(crate::net::gate::LOG_FILE);
             install_gate(&net, plan).and_then(|()| {
-                crate::net::gate::start(&net.router, plan, log, secrets, fault == Some(Fault::GateDies))
-                    .map(Some)
-                    .map_err(|e| InstallError::Step("starting the egress gate", e))
+                let gate = crate::net::gate::start(&net.router, plan, log, secrets, fault == Some(Fault::GateDies))
+                    .map_err(|e| InstallError::Step("starting the egress gate", e))?;
+                if let (Some(port), Some(g)) = (gate.catch_all(), &plan.gate) {
+                    install_catch_all(&net.router, g, port, fault)?;
+                }
+                Ok(Some(gate))
             })
         }
     });
@@ -528,6 +544,105 @@ fn install_gate(net: &Network, plan: &Plan) -> Result<(), InstallError> {
     Ok(())
 }
 
+/// The netfilter table of log mode's catch-all (`nft -f -` input): every
+/// TCP SYN arriving from the sandbox for a port the gate does not listen
+/// on goes to the gate's transparent catch-all listener at
+/// `GATE_ADDR:port` (`tproxy`: no address translation, no connection
+/// tracking; the accepted socket's local address is the sandbox's chosen
+/// destination), when it is for a synthetic address of the gate's
+/// resolver, or for an address the router's main table (the policy)
+/// would send to slirp4netns (`fib daddr oif`) and no forwarded route
+/// (profile `allow` ranges, slirp4netns's gateway) takes. So a denied
+/// address is still refused by the router's kernel, as in enforcing mode.
+/// Pure.
+pub fn catch_all_rules(gate: &netpolicy::GatePlan, port: u16) -> String {
+    let ports: Vec<String> = crate::net::gate::ports(gate).iter().map(u16::to_string).collect();
+    let forwarded: Vec<String> = gate
+        .forwarded
+        .iter()
+        .filter(|r| r.kind == RouteKind::Helper)
+        .map(|r| {
+            if r.prefix.len == 32 {
+                r.prefix.addr.to_string()
+            } else {
+                r.prefix.to_string()
+            }
+        })
+        .collect();
+    let daddr = if forwarded.is_empty() {
+        String::new()
+    } else {
+        format!(" ip daddr != {{ {} }}", forwarded.join(", "))
+    };
+    let (syn_net, syn_len) = crate::net::gate::SYNTHETIC_NET;
+    let head = format!(
+        "iifname \"{}\" tcp flags & (syn | ack) == syn tcp dport != {{ {} }}",
+        netpolicy::ROUTER_IF,
+        ports.join(", ")
+    );
+    let to = format!("tproxy ip to {}:{port}", netpolicy::GATE_ADDR);
+    format!(
+        "table ip {CATCH_ALL_TABLE} {{\n  chain gate {{\n    type filter hook prerouting priority mangle; policy accept;\n    \
+         {head} ip daddr {syn_net}/{syn_len} {to}\n    \
+         {head}{daddr} fib daddr oif \"{tap}\" {to}\n  }}\n}}\n",
+        tap = netpolicy::TAP,
+    )
+}
+
+/// The router's netfilter table of log mode (docs/network.md).
+pub const CATCH_ALL_TABLE: &str = "lazaret";
+
+/// Log mode: installs [`catch_all_rules`] in the router and reads the
+/// table back (two rules, each a `tproxy` to the catch-all). Without `nft` the
+/// start fails: log mode never runs with ports the gate cannot see.
+fn install_catch_all(
+    router: &OwnedFd,
+    gate: &netpolicy::GatePlan,
+    port: u16,
+    fault: Option<Fault>,
+) -> Result<(), InstallError> {
+    let nft = if fault == Some(Fault::NoNft) {
+        PathBuf::from("/nonexistent/nft")
+    } else {
+        tool("nft")
+    };
+    let mut cmd = Command::new(&nft);
+    cmd.args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    sys::command_in_netns(&mut cmd, router);
+    let mut child = cmd.spawn().map_err(InstallError::NftSpawn)?;
+    let _ = child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(catch_all_rules(gate, port).as_bytes());
+    let out = child
+        .wait_with_output()
+        .map_err(|e| InstallError::Step("installing log mode's catch-all rule", e))?;
+    if !out.status.success() {
+        return Err(InstallError::NftFailed(
+            String::from_utf8_lossy(&out.stderr).trim().replace('\n', "; "),
+        ));
+    }
+    let mut cmd = Command::new(tool("nft"));
+    cmd.args(["list", "table", "ip", CATCH_ALL_TABLE]).stdin(Stdio::null());
+    sys::command_in_netns(&mut cmd, router);
+    let out = cmd.output().map_err(InstallError::NftSpawn)?;
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let target = format!("to {}:{port}", netpolicy::GATE_ADDR);
+    let rules: Vec<&str> = listed.lines().filter(|l| l.contains("tproxy")).collect();
+    let each = |r: &&str| r.contains(&target) && r.contains(netpolicy::ROUTER_IF);
+    if !out.status.success() || rules.len() != 2 || !rules.iter().all(each) {
+        return Err(InstallError::NftFailed(format!(
+            "the router's table {CATCH_ALL_TABLE} reads back as {:?}, expected two tproxy rules {target}",
+            listed.trim()
+        )));
+    }
+    Ok(())
+}
+
 /// The router's own route lookups for `plan` (a packet from the sandbox
 /// arriving on lzr1), each checked against its planned decision.
 fn attest_lookups(net: &Network, plan: &Plan) -> Result<usize, InstallError> {
@@ -597,4 +712,49 @@ pub fn stop_slirp(net: &mut Network) {
         let _ = net.slirp.kill();
     }
     let _ = net.slirp.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_catch_all_spares_gate_ports_and_forwarded_ranges() {
+        let gate = netpolicy::GatePlan {
+            log_only: true,
+            hosts: vec!["git.test:22".parse().unwrap()],
+            upstream: vec![],
+            forwarded: vec![
+                netpolicy::PlanRoute {
+                    prefix: "203.0.113.0/24".parse().unwrap(),
+                    kind: RouteKind::Helper,
+                },
+                netpolicy::PlanRoute {
+                    prefix: "203.0.113.7/32".parse().unwrap(),
+                    kind: RouteKind::Reject,
+                },
+                netpolicy::PlanRoute {
+                    prefix: "10.0.2.2/32".parse().unwrap(),
+                    kind: RouteKind::Helper,
+                },
+            ],
+        };
+        let r = catch_all_rules(&gate, 40000);
+        assert!(
+            r.contains(
+                "iifname \"lzr1\" tcp flags & (syn | ack) == syn ip daddr != { 203.0.113.0/24, 10.0.2.2 } \
+                 tcp dport != { 22, 80, 443, 3128 } tproxy ip to 169.254.255.2:40000"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.starts_with("table ip lazaret {") && r.contains("hook prerouting"),
+            "{r}"
+        );
+        let bare = netpolicy::GatePlan {
+            forwarded: vec![],
+            ..gate
+        };
+        assert!(catch_all_rules(&bare, 1).contains("== syn tcp dport"), "no empty set");
+    }
 }

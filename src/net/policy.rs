@@ -1285,6 +1285,8 @@ pub enum Fault {
     /// The egress gate's listener thread ends after its first connection:
     /// the supervisor must fail the generation.
     GateDies,
+    /// Log mode: `nft` is not found; the start must fail with one sentence.
+    NoNft,
 }
 
 pub fn fault() -> Option<Fault> {
@@ -1295,6 +1297,7 @@ pub fn fault() -> Option<Fault> {
         "skip-one-deny" => Some(Fault::SkipOneDeny),
         "skip-one-deny-visible" => Some(Fault::SkipOneDenyVisible),
         "gate-dies" => Some(Fault::GateDies),
+        "no-nft" => Some(Fault::NoNft),
         _ => None,
     }
 }

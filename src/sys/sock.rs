@@ -1,5 +1,6 @@
 //! Sockets of the egress gate (`net::gate`): `splice(2)` relaying
-//! between a socket and a pipe, RST on close, raw listeners with a filter.
+//! between a socket and a pipe, RST on close, raw listeners with a filter,
+//! transparent listeners.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
@@ -50,6 +51,24 @@ pub fn set_linger_zero(sock: impl AsFd) -> io::Result<()> {
             libc::SO_LINGER,
             &l as *const libc::linger as *const libc::c_void,
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `IP_TRANSPARENT` on a listener: the router's netfilter `tproxy` rule
+/// may hand it connections to any address and port (log mode's catch-all
+/// listener); their local address stays the one the client chose.
+pub fn set_ip_transparent(sock: impl AsFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with a pointer to a live int of the right size.
+    super::cvt(unsafe {
+        libc::setsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::SOL_IP,
+            libc::IP_TRANSPARENT,
+            &on as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     })
     .map(|_| ())

@@ -3,5 +3,5 @@
 //! image, and real agents installed as docs/agents.md says.
 pub mod lifecycle;
 pub mod profiles;
-pub mod recipes;
 pub mod real;
+pub mod recipes;

@@ -7,7 +7,8 @@
 //! (also the test DNS zone the gate resolves through: `network.dns`) and
 //! `other`. Each runs TLS on 443 with a certificate of a test CA made
 //! here, plain HTTP on 80 and an SSH-shaped banner on 22; every connection
-//! it accepts is written to its marker file, so "nothing reached other"
+//! it accepts (and on 5432 and 8080, plain request-response ports that
+//! are no gate port) is written to its marker file, so "nothing reached other"
 //! is proven by other's marker staying empty. `rebind.test` resolves to an
 //! address of this host (the root side of a test link): the gate must
 //! refuse it before connecting.
@@ -68,7 +69,7 @@ def dns():
             u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e] + ans, a)
         else:
             u.sendto(q[:2] + b"\x81\x83" + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:e], a)
-for p, w in [(443, True), (80, False), (22, False)]:
+for p, w in [(443, True), (80, False), (22, False), (5432, False), (8080, False)]:
     threading.Thread(target=serve, args=(p, w), daemon=True).start()
 if zone:
     threading.Thread(target=dns, daemon=True).start()
@@ -518,13 +519,36 @@ fn log_mode_allows_every_name_and_logs_it() {
     let zone = format!("allowed.test={},other.test={}", allowed.ip, other.ip);
     allowed.serve("allowed.test", &pki, &zone);
     other.serve("other.test", &pki, "");
+    // A service on an address of this host (the root side of allowed's
+    // link), which log mode must still refuse: it marks any connection.
+    let host_marker = pki.join("marker-host");
+    let _ = std::fs::remove_file(&host_marker);
+    let mut host_service = HostService(
+        Command::new("python3")
+            .args([
+                "-c",
+                "import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+                 s.bind((sys.argv[1],5432))\ns.listen(8)\nprint('ready',flush=True)\nwhile True:\n  \
+                 c,_=s.accept()\n  open(sys.argv[2],'a').write('reached\\n')\n  c.close()",
+                &allowed.host_side,
+            ])
+            .arg(&host_marker)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("host service"),
+    );
+    let mut line = String::new();
+    BufReader::new(host_service.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "host service did not start");
     let cfg = env.write_config(
         &base,
         &format!("[profiles.learn.network]\ndns = [\"{}\"]\nmode = \"log\"\n", allowed.ip),
     );
     let ws = env.dir("names-log-ws");
     let script = r#"
-import socket, ssl, sys
+import socket, ssl, sys, time
 open("/tmp/ca.pem", "w").write(sys.argv[1])
 ctx = ssl.create_default_context(cafile="/tmp/ca.pem")
 for h in ["allowed.test", "other.test"]:
@@ -534,6 +558,23 @@ for h in ["allowed.test", "other.test"]:
 s = socket.create_connection((sys.argv[2], 80), timeout=3)
 s.sendall(b"GET / HTTP/1.0\r\n\r\n")
 print(s.recv(4096).decode().split("\r\n\r\n")[-1].strip(), "by address", flush=True)
+# Ports the gate has no listener of its own for: the catch-all.
+def port(tag, addr, p, send=b"GET / HTTP/1.0\r\n\r\n"):
+    t = time.monotonic()
+    try:
+        s = socket.create_connection((addr, p), timeout=3)
+        s.sendall(send)
+        d = s.recv(4096).decode(errors="replace")
+        if not d:
+            raise EOFError()
+        print(tag, "ok", d.split("\r\n\r\n")[-1].strip(), flush=True)
+    except Exception as e:
+        print(tag, "err", type(e).__name__, "%.1f" % ((time.monotonic() - t) * 1000), flush=True)
+port("name-5432", "allowed.test", 5432)
+port("name-8080", "other.test", 8080)
+port("literal-5432", sys.argv[2], 5432)
+port("ssh-22", "other.test", 22, b"")
+port("denied-5432", sys.argv[3], 5432)
 "#;
     let r = env
         .lz(
@@ -548,6 +589,7 @@ print(s.recv(4096).decode().split("\r\n\r\n")[-1].strip(), "by address", flush=T
                 script,
                 &ca,
                 &other.ip,
+                &allowed.host_side,
             ],
         )
         .config_home(&cfg)
@@ -557,9 +599,30 @@ print(s.recv(4096).decode().split("\r\n\r\n")[-1].strip(), "by address", flush=T
         "hello from allowed.test",
         "hello from other.test",
         "hello from other.test by address",
+        "name-5432 ok hello from allowed.test",
+        "name-8080 ok hello from other.test",
+        "literal-5432 ok hello from other.test",
+        "ssh-22 ok SSH-2.0-other.test",
     ] {
         assert!(r.stdout.contains(want), "missing {want:?}: {r:?}");
     }
+    // The test servers saw those connections (their markers).
+    assert!(allowed.marked().contains("allowed.test 5432"), "{}", allowed.marked());
+    for want in ["other.test 8080", "other.test 5432", "other.test 22"] {
+        assert!(other.marked().contains(want), "missing {want:?}: {}", other.marked());
+    }
+    // A denied prefix (an address of this host) stays refused, at once,
+    // and its service saw nothing.
+    let f = field(&r.stdout, "denied-5432");
+    assert_eq!(f.get(1), Some(&"err"), "{r:?}");
+    let ms: f64 = f.last().unwrap().parse().unwrap();
+    assert!(ms < 900.0, "refused only after {ms} ms: {r:?}");
+    assert_eq!(
+        std::fs::read_to_string(&host_marker).unwrap_or_default(),
+        "",
+        "a connection reached the host's own address"
+    );
+    drop(host_service);
     let log = env
         .lz(&ws, &["net", "log", "--profile", "learn"])
         .config_home(&cfg)
@@ -569,8 +632,27 @@ print(s.recv(4096).decode().split("\r\n\r\n")[-1].strip(), "by address", flush=T
         "allowed  tcp other.test:443",
         "allowed  dns other.test:53",
         &format!("allowed  tcp {}:80", other.ip),
+        "allowed  tcp allowed.test:5432",
+        "allowed  tcp other.test:8080",
+        "allowed  tcp other.test:22",
+        &format!("allowed  tcp {}:5432", other.ip),
+        &format!("refused  tcp {}:5432 x1 (a denied address)", allowed.host_side),
     ] {
         assert!(log.stdout.contains(want), "missing {want:?}: {log:?}");
+    }
+    assert!(
+        !log.stdout.contains("port not served"),
+        "log mode serves every port: {log:?}"
+    );
+}
+
+/// A process killed and reaped when the test ends.
+struct HostService(Child);
+
+impl Drop for HostService {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -601,6 +683,33 @@ fn bad_host_patterns_are_config_errors_naming_file_line_and_pattern() {
             assert!(r.stderr.contains(want), "{pattern}: missing {want:?}: {r:?}");
         }
     }
+}
+
+/// Log mode without `nft` does not start (fail closed): one sentence
+/// says what is missing (fault-injection builds hide nft).
+#[test]
+fn log_mode_without_nft_fails_the_start() {
+    let env = require_env!();
+    let _g = GLOBAL.read();
+    let v = env.lz(&env.home, &["version"]).run();
+    if !v.stdout.contains("fault") {
+        eprintln!("skipping: not a fault-injection build");
+        return;
+    }
+    let base = env.dir("names-nonft");
+    let cfg = env.write_config(&base, "[profiles.p.network]\nmode = \"log\"\n");
+    let ws = env.dir("names-nonft-ws");
+    let r = env
+        .lz(&ws, &["run", "--profile", "p", "--", "echo", "started"])
+        .config_home(&cfg)
+        .env("LAZARET_FAULT", "no-nft")
+        .run();
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("started"), "{r:?}");
+    assert!(
+        r.stderr.contains("network.mode = \"log\" needs nft (nftables)") && r.stderr.contains("install nftables"),
+        "{r:?}"
+    );
 }
 
 /// A dead gate is a failed generation, like a dead slirp4netns: the
