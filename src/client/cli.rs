@@ -1115,6 +1115,9 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         scratch: args.opt_value_from_str("--scratch")?,
         meminfo: args.opt_value_from_str("--meminfo")?,
         mailbox_requests: args.opt_value_from_str("--mailbox-requests")?,
+        disk_cap: args.opt_value_from_str("--disk-cap")?,
+        disk_used: args.opt_value_from_str("--disk-used")?.unwrap_or(0),
+        disk_tmp: args.opt_value_from_str("--disk-tmp")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

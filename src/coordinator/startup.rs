@@ -232,7 +232,15 @@ impl Coordinator {
         )?;
         gitsentry::add_volume_views(&gen_dir, &volume_views)?;
         binds.extend(views.binds.iter().cloned());
-        binds.extend(self.prepare_scratch(&binds)?);
+        let mut tmp = self.prepare_scratch(&binds)?;
+        if let (Some(b), Some(_)) = (tmp.as_mut(), self.profile.limits.disk) {
+            // With a disk cap, `/tmp` is served through a view that counts
+            // what the sandbox writes there (`view::budget`).
+            let mnt = gen_dir.join("view-tmp");
+            gitsentry::add_volume_views(&gen_dir, &[(b.host.clone(), mnt.clone())])?;
+            b.host = mnt;
+        }
+        binds.extend(tmp);
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: views.workspace_source.clone(),
@@ -299,6 +307,7 @@ impl Coordinator {
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
             .args(self.meminfo_args())
+            .args(self.disk_args())
             .args(self.broker.iter().flat_map(|b| {
                 [
                     std::ffi::OsString::from("--mailbox-requests"),
@@ -408,6 +417,24 @@ impl Coordinator {
             host: tmp,
             read_only: false,
         }))
+    }
+
+    /// `--disk-cap CAP --disk-used USED --disk-tmp DIR` for the supervisor
+    /// when the profile caps disk: its views count the ignored store and
+    /// `/tmp` against the cap, from the persisted use measured now.
+    pub(super) fn disk_args(&self) -> Vec<std::ffi::OsString> {
+        let Some(cap) = self.profile.limits.disk else {
+            return Vec::new();
+        };
+        let used = crate::storage::cgroup::persisted_use(&self.paths.root);
+        vec![
+            "--disk-cap".into(),
+            cap.to_string().into(),
+            "--disk-used".into(),
+            used.to_string().into(),
+            "--disk-tmp".into(),
+            self.paths.root.join("scratch/tmp").into_os_string(),
+        ]
     }
 
     /// `--meminfo PATH` for the supervisor when the memory limit is

@@ -67,6 +67,35 @@ pub struct Args {
     /// size-bounded tmpfs is mounted there in our mount namespace, so
     /// what the sandbox writes to it is bounded by the kernel.
     pub mailbox_requests: Option<PathBuf>,
+    /// `limits.disk` (`--disk-cap`): the views count what the sandbox
+    /// writes to the ignored store and to `/tmp` (`--disk-tmp`, the view
+    /// source served there) against it, from `--disk-used` (the persisted
+    /// use the coordinator measured at start), and answer ENOSPC past it.
+    pub disk_cap: Option<u64>,
+    pub disk_used: u64,
+    pub disk_tmp: Option<PathBuf>,
+}
+
+/// How often the disk budget's count is published for `lazaret ps`
+/// (`gen/disk`), when it changed.
+const DISK_REPORT: Duration = Duration::from_millis(500);
+
+/// Publishes the budget's count to `file` while the process lives.
+fn report_disk(budget: std::sync::Arc<crate::view::budget::Budget>, file: PathBuf) {
+    let mut last = None;
+    loop {
+        let used = budget.used();
+        if last != Some(used) {
+            let msg = crate::wire::show::ShowMsg::Disk {
+                used,
+                cap: budget.cap(),
+            };
+            if crate::wire::show::write(&file, &msg).is_ok() {
+                last = Some(used);
+            }
+        }
+        std::thread::sleep(DISK_REPORT);
+    }
 }
 
 /// Mount options of the mailbox's `requests/` tmpfs: bytes and inodes
@@ -175,10 +204,19 @@ pub fn main(mut args: Args) -> i32 {
     }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
     let (relay, relayed) = std::sync::mpsc::channel();
+    let budget = args.disk_cap.map(|cap| {
+        let b = std::sync::Arc::new(crate::view::budget::Budget::new(cap, args.disk_used));
+        let file = args.bundle.parent().unwrap_or(Path::new("/")).join("disk");
+        let r = b.clone();
+        let _ = std::thread::Builder::new()
+            .name("lz-disk".into())
+            .spawn(move || report_disk(r, file));
+        (b, args.disk_tmp.clone().unwrap_or_default())
+    });
     let _views = match args
         .views
         .as_deref()
-        .map(|f| crate::view::fs::start_views(f, Some(relay)))
+        .map(|f| crate::view::fs::start_views(f, Some(relay), budget.as_ref()))
     {
         Some(Err(e)) => return fail(SupervisorError::Views(e)),
         Some(Ok(v)) => v,

@@ -68,6 +68,7 @@ use fuser::{
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::sys;
+use crate::view::budget::{self, Budget};
 use crate::view::counts::{Counts, Op};
 use crate::view::gitshape;
 use crate::view::ignored::IgnoreRules;
@@ -365,6 +366,9 @@ pub struct View {
     /// Host paths the sandbox changed through the view, and when: their
     /// host events are the sandbox's own, not relayed back (`relay`).
     guest_changed: Arc<GuestChanged>,
+    /// The Domain's disk budget (`view::budget`), and whether it counts
+    /// the whole view (`/tmp`) or only its ignored store.
+    budget: Option<(Arc<Budget>, bool)>,
 }
 
 /// Host paths (view-relative) the sandbox last changed through the view.
@@ -672,7 +676,36 @@ impl View {
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))
             },
             guest_changed: Arc::default(),
+            budget: None,
         })
+    }
+
+    /// Counts what the sandbox writes against `budget`: everything the
+    /// view serves (`all`) or its ignored store only.
+    pub fn with_budget(mut self, budget: Arc<Budget>, all: bool) -> View {
+        self.budget = Some((budget, all));
+        self
+    }
+
+    /// The budget that counts files on `side`, if any.
+    fn budget_for(&self, side: Side) -> Option<&Budget> {
+        match &self.budget {
+            Some((b, all)) if *all || side == Side::Store => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The budget that counts node `ino`'s file, if any (no table lookup
+    /// without a budget).
+    fn budget_of(&self, ino: INodeNo) -> Option<&Budget> {
+        match &self.budget {
+            None => None,
+            Some((b, true)) => Some(b),
+            Some((b, false)) => {
+                let side = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.side);
+                (side == Some(Side::Store)).then_some(&**b)
+            }
+        }
     }
 
     /// Records that the sandbox changes the host file of node `ino`.
@@ -1764,6 +1797,9 @@ impl Filesystem for View {
                 }
                 self.note(ino.0, &st);
                 if let Some(pre) = pre {
+                    if let (Some(b), Some(_)) = (self.budget_for(side), size) {
+                        b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+                    }
                     self.changed(ino.0, &pre, &st);
                 }
                 reply.attr(&ttl, &self.shown(ino.0, side, &st))
@@ -1962,13 +1998,21 @@ impl Filesystem for View {
                 self.pin(side, &to);
             }
             // Two names of one file: rename(2) leaves both in place.
-            let same_file = !flags.contains(RenameFlags::RENAME_EXCHANGE)
-                && self
-                    .stat(side, &to)
-                    .is_ok_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
+            let victim = (!flags.contains(RenameFlags::RENAME_EXCHANGE))
+                .then(|| self.stat(side, &to).ok())
+                .flatten();
+            let same_file = victim
+                .as_ref()
+                .is_some_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
             if same_file {
                 return Ok(());
+            }
+            if let (Some(v), Some(b)) = (&victim, self.budget_for(side)) {
+                if v.st_mode & sys::S_IFMT != sys::S_IFDIR && v.st_nlink <= 1 {
+                    // The file renamed over lost its last name.
+                    b.changed(budget::on_disk(v), 0);
+                }
             }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 let tmp = PathBuf::from("\0swap");
@@ -2059,7 +2103,12 @@ impl Filesystem for View {
             } else {
                 rel.as_path()
             };
+            let counted = self.budget_for(side).filter(|_| flags.0 & sys::O_TRUNC != 0);
+            let pre = counted.and_then(|_| self.stat(side, &rel).ok());
             let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
+            if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
+                b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+            }
             Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
         })();
         match r {
@@ -2121,12 +2170,21 @@ impl Filesystem for View {
             self.not_locked_on_host(ino, &f)?;
             let pre = rustix::fs::fstat(&*f).map_err(errno)?;
             self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+            let room = match self.budget_of(ino) {
+                Some(b) => Some(b.reserve(budget::growth(&pre, offset, data.len() as u64))?),
+                None => None,
+            };
             kill_priv(&*f)?;
-            f.write_all_at(data, offset).map_err(errno)?;
+            let wrote = f.write_all_at(data, offset).map_err(errno);
             if let Ok(st) = rustix::fs::fstat(&*f) {
-                self.changed(ino.0, &pre, &st);
+                if let Some(r) = room {
+                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                if wrote.is_ok() {
+                    self.changed(ino.0, &pre, &st);
+                }
             }
-            Ok(())
+            wrote
         }) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -2270,13 +2328,22 @@ impl Filesystem for View {
             if mode as u32 & !rustix::fs::FallocateFlags::KEEP_SIZE.bits() != 0 {
                 self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
             }
-            kill_priv(&*f)?;
             let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-            rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)?;
+            let room = match self.budget_of(ino) {
+                Some(b) => Some(b.reserve(budget::fallocate_growth(&pre, fl, offset, length))?),
+                None => None,
+            };
+            kill_priv(&*f)?;
+            let done = rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno);
             if let Ok(st) = rustix::fs::fstat(&*f) {
-                self.changed(ino.0, &pre, &st);
+                if let Some(r) = room {
+                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                if done.is_ok() {
+                    self.changed(ino.0, &pre, &st);
+                }
             }
-            Ok(())
+            done
         });
         match r {
             Ok(()) => reply.ok(),
@@ -2369,10 +2436,15 @@ impl Filesystem for View {
             // Exclusive first, so the view knows whether it made the file.
             let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
                 Ok(fd) => (fd, true),
-                Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => (
-                    rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?,
-                    false,
-                ),
+                Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => {
+                    let counted = self.budget_for(side).filter(|_| fl.contains(OFlags::TRUNC));
+                    let pre = counted.and_then(|_| rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).ok());
+                    let fd = rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?;
+                    if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
+                        b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+                    }
+                    (fd, false)
+                }
                 Err(e) => return Err(errno(e)),
             };
             if made {
@@ -2424,6 +2496,10 @@ impl View {
             }
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
+            if let (false, true, Some(b)) = (dir, st.st_nlink <= 1, self.budget_for(side)) {
+                // The last name: its blocks are given back.
+                b.changed(budget::on_disk(&st), 0);
+            }
             if dir || st.st_nlink <= 1 {
                 // The inode may be reused for another file.
                 self.guest.lock().unwrap().remove(&(st.st_dev, st.st_ino));
@@ -2835,7 +2911,13 @@ pub type Relay = std::sync::mpsc::Sender<PathBuf>;
 /// every view; the workspace view (the first) relays host changes to
 /// `relay`. Called as root of the supervisor's user namespace, before
 /// runsc starts.
-pub fn start_views(file: &Path, relay: Option<Relay>) -> Result<Vec<Served>, ViewError> {
+/// `budget`: the Domain's disk budget and the view source it counts
+/// whole (`/tmp`'s); every ignored store counts against it too.
+pub fn start_views(
+    file: &Path,
+    relay: Option<Relay>,
+    budget: Option<&(Arc<Budget>, PathBuf)>,
+) -> Result<Vec<Served>, ViewError> {
     let mut relay = relay;
     let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
@@ -2875,10 +2957,18 @@ pub fn start_views(file: &Path, relay: Option<Relay>) -> Result<Vec<Served>, Vie
             None => None,
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
-        let view = View::new(&v.source, store, sentry)
+        let counted = store.is_some();
+        let mut view = View::new(&v.source, store, sentry)
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone())
             .with_exec(exec);
+        if let Some((b, whole)) = budget {
+            if *whole == v.source {
+                view = view.with_budget(b.clone(), true);
+            } else if counted {
+                view = view.with_budget(b.clone(), false);
+            }
+        }
         served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }
     Ok(served)

@@ -741,3 +741,115 @@ fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
     let list = env.lz(&ws, &["image", "list"]).config_home(&cfg).run();
     assert!(!list.stdout.contains("failed"), "{list:?}");
 }
+
+/// Writes 200 MiB to `$1` with dd and reports dd's status, the size the
+/// file reached and whether dd was told ENOSPC; then removes the file.
+const FILL: &str = r#"fill() { out=$(dd if=/dev/zero of="$1" bs=1M count=200 2>&1); rc=$?
+  echo "$1 rc=$rc size=$(stat -c %s "$1")"
+  case "$out" in *"No space left on device"*) echo "$1 enospc";; esac; }
+"#;
+
+/// `path rc=N size=M` from `FILL`'s report.
+fn filled(out: &str, path: &str) -> (i32, u64) {
+    let l = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{path} rc=")))
+        .unwrap_or_else(|| panic!("no report for {path}: {out}"));
+    let num = |k: &str| l.split(k).nth(1).and_then(|v| v.split(' ').next()).unwrap_or("").to_string();
+    (num("rc=").parse().unwrap(), num("size=").parse().unwrap())
+}
+
+const CAP: u64 = 64 << 20;
+/// What a write may land past the cap: the blocks of one FUSE write in
+/// flight and the directories counted at start.
+const SLACK: u64 = 4 << 20;
+
+/// Issue 27, acceptance 4 (`/tmp` and an ignored directory): with
+/// `limits.disk = "64MiB"`, 200 MiB written to `/tmp` and to an ignored
+/// directory each fail with ENOSPC near the cap, the Domain keeps working
+/// once the files are gone (a small write in the same session, a second
+/// `run`), and `lazaret ps` shows the use against the cap while it runs.
+#[test]
+fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (base, ws) = env.base_and_workspace("lim-disk");
+    let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
+    env.write(&ws.join(".gitignore"), "build/\n");
+    let id = env.domain_id("default", &ws);
+    let script = format!(
+        "{FILL}mkdir -p /workspace/build
+         fill /tmp/big; rm -f /tmp/big
+         fill /workspace/build/big; rm -f /workspace/build/big
+         echo small > /tmp/small && echo small > /workspace/build/small && echo small-ok
+         dd if=/dev/zero of=/tmp/held bs=1M count=20 2>/dev/null && touch /workspace/ready
+         i=0; while [ ! -e /workspace/seen ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+         echo done"
+    );
+    let mut bg = env
+        .lz(&ws, &["run", "--", "sh", "-c", &script])
+        .config_home(&cfg)
+        .command();
+    bg.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = bg.spawn().unwrap();
+    // While the session holds 20 MiB in /tmp, ps shows the count.
+    let ready = eventually(Duration::from_secs(120), || ws.join("ready").exists());
+    let mut used = None;
+    if ready {
+        eventually(Duration::from_secs(5), || {
+            let j = env.ps_json(&ws);
+            used = harness::json_number(&j, &id, "disk_used");
+            harness::json_number(&j, &id, "disk_cap") == Some(CAP as i64)
+                && used.is_some_and(|u| u >= 20 << 20)
+        });
+        let table = env.lz(&ws, &["ps"]).run();
+        assert!(table.stdout.contains("DISK") && table.stdout.contains("/64MiB"), "{table:?}");
+        env.write(&ws.join("seen"), "");
+    }
+    let out = child.wait_with_output().unwrap();
+    let r = harness::Run::from(out);
+    assert!(ready, "the session never got to its held file: {r:?}");
+    assert_eq!(r.code, 0, "{r:?}");
+    for p in ["/tmp/big", "/workspace/build/big"] {
+        let (rc, size) = filled(&r.stdout, p);
+        eprintln!("{p}: dd rc={rc}, reached {} MiB of a 64 MiB cap", size >> 20);
+        assert_ne!(rc, 0, "200 MiB fitted under a 64 MiB cap at {p}: {r:?}");
+        assert!(r.stdout.contains(&format!("{p} enospc")), "not ENOSPC at {p}: {r:?}");
+        assert!(size <= CAP + SLACK, "{p} grew to {size} bytes past the cap: {r:?}");
+        assert!(size >= CAP / 2, "{p} stopped far below the cap ({size} bytes): {r:?}");
+    }
+    assert!(r.stdout.contains("small-ok"), "no write after the removal: {r:?}");
+    let u = used.expect("ps --json shows disk_used");
+    assert!((20 << 20..CAP).contains(&u), "ps disk_used {u}: {r:?}");
+    // A second run works and the budget starts from what stayed.
+    let r = env.run_sh_with_config(&ws, &cfg, "cat /workspace/build/small && echo again > /tmp/x && echo ok");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.stdout, "small\nok\n", "{r:?}");
+    let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// Issue 27, acceptance 4 (a persisted path): not met yet. Persisted
+/// paths are kernel overlayfs uppers that runsc writes directly; nothing
+/// on the way counts them and no bounded rootless filesystem can hold an
+/// upper (docs/limits.md, "Disk").
+#[test]
+#[ignore = "issue 27 acceptance 4: persisted paths are not bounded while the Domain runs (docs/limits.md, Disk)"]
+fn the_disk_cap_holds_for_a_persisted_path_while_the_domain_runs() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (base, ws) = env.base_and_workspace("lim-disk-p");
+    let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
+    let script = format!("{FILL}fill /root/big; rm -f /root/big; echo small > /root/small && echo small-ok");
+    let r = env.run_sh_with_config(&ws, &cfg, &script);
+    assert_eq!(r.code, 0, "{r:?}");
+    let (rc, size) = filled(&r.stdout, "/root/big");
+    assert_ne!(rc, 0, "200 MiB fitted under a 64 MiB cap at /root: {r:?}");
+    assert!(r.stdout.contains("/root/big enospc"), "{r:?}");
+    assert!(size <= CAP + SLACK, "{r:?}");
+    assert!(r.stdout.contains("small-ok"), "{r:?}");
+    let r = env.run_sh_with_config(&ws, &cfg, "cat /root/small");
+    assert_eq!(r.stdout, "small\n", "{r:?}");
+    let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
