@@ -820,7 +820,7 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
     }
     assert!(r.stdout.contains("small-ok"), "no write after the removal: {r:?}");
     let u = used.expect("ps --json shows disk_used");
-    assert!((20 << 20..CAP).contains(&u), "ps disk_used {u}: {r:?}");
+    assert!((20 << 20..CAP as i64).contains(&u), "ps disk_used {u}: {r:?}");
     // A second run works and the budget starts from what stayed.
     let r = env.run_sh_with_config(&ws, &cfg, "cat /workspace/build/small && echo again > /tmp/x && echo ok");
     assert_eq!(r.code, 0, "{r:?}");
