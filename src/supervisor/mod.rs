@@ -181,8 +181,37 @@ pub fn main(mut args: Args) -> i32 {
             return fail(SupervisorError::MailboxTmpfs(r.clone(), e));
         }
     }
+    let budget = args.disk_cap.map(|cap| {
+        let b = std::sync::Arc::new(crate::view::budget::Budget::new(cap, args.disk_used));
+        let file = args.bundle.parent().unwrap_or(Path::new("/")).join("disk");
+        let r = b.clone();
+        let _ = std::thread::Builder::new()
+            .name("lz-disk".into())
+            .spawn(move || report_disk(r, file));
+        (b, args.disk_tmp.clone().unwrap_or_default())
+    });
+    // With a disk cap, each kernel overlay's upper and work directories
+    // are reached through a storage view that counts what is written.
+    let mut storage_views = Vec::new();
+    let mut count_upper = |m: &crate::wire::plan::AnchorMount| -> std::io::Result<PathBuf> {
+        let b = budget.as_ref().map(|(b, _)| b.clone()).ok_or(std::io::ErrorKind::Unsupported)?;
+        let mut at = m.target.clone().into_os_string();
+        at.push(".upper");
+        let at = PathBuf::from(at);
+        std::fs::create_dir_all(&at)?;
+        let served = crate::view::fs::start_storage_view(&m.key_dir, &at, b)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        storage_views.push(served);
+        Ok(at)
+    };
+    let counted: Option<&mut dyn FnMut(&crate::wire::plan::AnchorMount) -> std::io::Result<PathBuf>> =
+        if budget.is_some() { Some(&mut count_upper) } else { None };
     // The State Anchor is mounted here, in our mount namespace, before runsc.
-    let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::storage::anchor::mount_all) {
+    let mounted = args
+        .anchor_plan
+        .as_deref()
+        .map(|p| crate::storage::anchor::mount_all(p, counted));
+    let mut anchor_daemons = match mounted {
         None => Vec::new(),
         Some(Ok(d)) => d,
         Some(Err(e)) => return fail(SupervisorError::Anchor(e)),
@@ -204,16 +233,7 @@ pub fn main(mut args: Args) -> i32 {
     }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
     let (relay, relayed) = std::sync::mpsc::channel();
-    let budget = args.disk_cap.map(|cap| {
-        let b = std::sync::Arc::new(crate::view::budget::Budget::new(cap, args.disk_used));
-        let file = args.bundle.parent().unwrap_or(Path::new("/")).join("disk");
-        let r = b.clone();
-        let _ = std::thread::Builder::new()
-            .name("lz-disk".into())
-            .spawn(move || report_disk(r, file));
-        (b, args.disk_tmp.clone().unwrap_or_default())
-    });
-    let _views = match args
+    let mut views = match args
         .views
         .as_deref()
         .map(|f| crate::view::fs::start_views(f, Some(relay), budget.as_ref()))
@@ -222,6 +242,8 @@ pub fn main(mut args: Args) -> i32 {
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
+    views.append(&mut storage_views);
+    let _views = views;
     let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());
     let _ = std::thread::Builder::new()
         .name("lz-relay".into())

@@ -369,6 +369,9 @@ pub struct View {
     /// The Domain's disk budget (`view::budget`), and whether it counts
     /// the whole view (`/tmp`) or only its ignored store.
     budget: Option<(Arc<Budget>, bool)>,
+    /// A view of the Domain's own storage (`View::storage`): owners as
+    /// stored, new entries owned by the requester, xattrs writable.
+    raw: bool,
 }
 
 /// Host paths (view-relative) the sandbox last changed through the view.
@@ -677,7 +680,35 @@ impl View {
             },
             guest_changed: Arc::default(),
             budget: None,
+            raw: false,
         })
+    }
+
+    /// A view of the Domain's own storage `dir` as it is: no host side, no
+    /// rules, owners, modes and xattrs as stored, new entries owned by the
+    /// id that asks for them. The kernel overlay of a persisted path keeps
+    /// its upper and work directories on such a view
+    /// (`storage::anchor::mount_all`), so that what the sandbox persists
+    /// passes a budget (`with_budget`). It is mounted only in the
+    /// supervisor's mount namespace; only the overlay uses it.
+    pub fn storage(dir: &Path) -> io::Result<View> {
+        let mut v = View::new(dir, None, Sentry::for_view(dir, false))?;
+        v.store = Some(open_root(dir)?);
+        v.watch = None;
+        v.raw = true;
+        if let Some(root) = v.t.lock().unwrap().nodes.get_mut(&1) {
+            root.side = Side::Store;
+        }
+        Ok(v)
+    }
+
+    /// In a storage view, the entry `name` just made in `d` belongs to the
+    /// requester (the kernel overlay creates with the owner's fsuid).
+    fn own_new(&self, req: &Request, d: &OwnedFd, name: &OsStr) -> Result<(), Errno> {
+        if !self.raw || (req.uid() == 0 && req.gid() == 0) {
+            return Ok(());
+        }
+        sys::lchownat(d, Path::new(name), Some(req.uid()), Some(req.gid())).map_err(errno)
     }
 
     /// Counts what the sandbox writes against `budget`: everything the
@@ -875,6 +906,9 @@ impl View {
     /// with what it keeps Domain-side (`Guest`) in their place.
     fn shown(&self, id: u64, side: Side, st: &rustix::fs::Stat) -> FileAttr {
         let mut a = attr(id, st);
+        if self.raw {
+            (a.uid, a.gid) = (st.st_uid, st.st_gid);
+        }
         if side == Side::Host {
             if let Some(g) = self.guest.lock().unwrap().get(&(st.st_dev, st.st_ino)) {
                 if let Some(u) = g.uid {
@@ -1662,7 +1696,11 @@ impl Filesystem for View {
         self.counts.add(Op::Setattr);
         let (asked_uid, asked_gid) = (uid, gid);
         self.guest_changes(ino);
-        let (uid, gid) = (stored_id(uid), stored_id(gid));
+        let (uid, gid) = if self.raw {
+            (uid, gid)
+        } else {
+            (stored_id(uid), stored_id(gid))
+        };
         let r = (|| {
             let (side, rel, protected, gone) = self.node_any(ino)?;
             let pre = match self.handle_stat(ino) {
@@ -1824,7 +1862,7 @@ impl Filesystem for View {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -1848,13 +1886,16 @@ impl Filesystem for View {
         ) {
             Ok(()) => {
                 self.keep_new_mode(side, &d, name, mode);
+                if let Err(e) = self.own_new(req, &d, name) {
+                    return reply.error(e);
+                }
                 self.entry_reply(side, &rel, &d, name, reply)
             }
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         self.counts.add(Op::Mkdir);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
@@ -1864,6 +1905,9 @@ impl Filesystem for View {
         match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
             Ok(()) => {
                 self.keep_new_mode(side, &d, name, mode);
+                if let Err(e) = self.own_new(req, &d, name) {
+                    return reply.error(e);
+                }
                 self.entry_reply(side, &rel, &d, name, reply)
             }
             Err(e) => reply.error(errno(e)),
@@ -1880,7 +1924,7 @@ impl Filesystem for View {
         self.remove(parent, name, true, reply)
     }
 
-    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.counts.add(Op::Symlink);
         let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
@@ -1895,7 +1939,10 @@ impl Filesystem for View {
             return reply.error(Errno::EPERM);
         }
         match rustix::fs::symlinkat(target, &d, link_name) {
-            Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
+            Ok(()) => match self.own_new(req, &d, link_name) {
+                Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
+                Err(e) => reply.error(e),
+            },
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -2381,6 +2428,44 @@ impl Filesystem for View {
         }
     }
 
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Setxattr);
+        if !self.raw {
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let fl = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+            rustix::fs::setxattr(&p, name, value, fl).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Removexattr);
+        if !self.raw {
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = self
+            .xattr_path(ino)
+            .and_then(|(p, _keep)| rustix::fs::removexattr(&p, name).map_err(errno));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.counts.add(Op::Releasedir);
         self.t.lock().unwrap().handles.remove(&fh.0);
@@ -2411,7 +2496,7 @@ impl Filesystem for View {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -2449,6 +2534,7 @@ impl Filesystem for View {
             };
             if made {
                 self.keep_new_mode(side, &d, name, asked);
+                self.own_new(req, &d, name)?;
             }
             let a = self.remember(side, &rel)?;
             if made {
@@ -2911,6 +2997,18 @@ pub type Relay = std::sync::mpsc::Sender<PathBuf>;
 /// every view; the workspace view (the first) relays host changes to
 /// `relay`. Called as root of the supervisor's user namespace, before
 /// runsc starts.
+/// Serves the Domain storage directory `dir` (a persisted path's
+/// `anchor/KEY`) at `mountpoint` as a storage view counted against
+/// `budget` (`View::storage`).
+pub fn start_storage_view(dir: &Path, mountpoint: &Path, budget: Arc<Budget>) -> Result<Served, ViewError> {
+    crate::sys::umask(0);
+    crate::sys::raise_nofile();
+    let view = View::storage(dir)
+        .map_err(|e| ViewError::Open(dir.to_path_buf(), e))?
+        .with_budget(budget, true);
+    serve(view, mountpoint, None).map_err(|e| ViewError::Serve(mountpoint.to_path_buf(), e))
+}
+
 /// `budget`: the Domain's disk budget and the view source it counts
 /// whole (`/tmp`'s); every ignored store counts against it too.
 pub fn start_views(
