@@ -420,14 +420,18 @@ impl Coordinator {
     }
 
     /// `--disk-cap CAP --disk-used USED --disk-tmp DIR` for the supervisor
-    /// when the profile caps disk: its views count the ignored store and
-    /// `/tmp` against the cap, from the persisted use measured now.
+    /// when the profile caps disk: its views count the persisted paths, the
+    /// ignored store and `/tmp` against the cap, from the persisted use
+    /// measured now; and `--scratch-size`, the bound of the tmpfs that then
+    /// holds the rest of the root filesystem's non-persisted writes.
     pub(super) fn disk_args(&self) -> Vec<std::ffi::OsString> {
         let Some(cap) = self.profile.limits.disk else {
             return Vec::new();
         };
         let used = crate::storage::cgroup::persisted_use(&self.paths.root);
         vec![
+            "--scratch-size".into(),
+            crate::storage::cgroup::scratch_size(cap, self.limits.memory).to_string().into(),
             "--disk-cap".into(),
             cap.to_string().into(),
             "--disk-used".into(),

@@ -74,6 +74,8 @@ pub struct Args {
     pub disk_cap: Option<u64>,
     pub disk_used: u64,
     pub disk_tmp: Option<PathBuf>,
+    /// `--scratch-size`: with a disk cap, `scratch` is a tmpfs of this size.
+    pub scratch_size: Option<u64>,
 }
 
 /// How often the disk budget's count is published for `lazaret ps`
@@ -179,6 +181,16 @@ pub fn main(mut args: Args) -> i32 {
         let flags = sys::MS_NOSUID | sys::MS_NODEV | sys::MS_NOEXEC;
         if let Err(e) = sys::mount("lazaret-mailbox", r, "tmpfs", flags, Some(&mailbox_tmpfs_options())) {
             return fail(SupervisorError::MailboxTmpfs(r.clone(), e));
+        }
+    }
+    if let (Some(size), Some(dir)) = (args.scratch_size, &args.scratch) {
+        // Under a disk cap, the root filesystem's other non-persisted
+        // writes go to a tmpfs of this size: gVisor answers ENOSPC when
+        // its overlay filestore cannot grow, and nothing reaches the disk.
+        let flags = sys::MS_NOSUID | sys::MS_NODEV | sys::MS_NOEXEC;
+        let opts = format!("size={size},mode=0700,uid=0,gid=0");
+        if let Err(e) = sys::mount("lazaret-scratch", dir, "tmpfs", flags, Some(&opts)) {
+            return fail(SupervisorError::ScratchTmpfs(dir.clone(), e));
         }
     }
     let budget = args.disk_cap.map(|cap| {

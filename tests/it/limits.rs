@@ -766,7 +766,8 @@ const SLACK: u64 = 4 << 20;
 
 /// Issue 27, acceptance 4 (`/tmp` and an ignored directory): with
 /// `limits.disk = "64MiB"`, 200 MiB written to `/tmp` and to an ignored
-/// directory each fail with ENOSPC near the cap, the Domain keeps working
+/// directory each fail with ENOSPC near the cap (and to `/srv`, the root
+/// filesystem's own non-persisted store, a tmpfs of the cap's size here), the Domain keeps working
 /// once the files are gone (a small write in the same session, a second
 /// `run`), and `lazaret ps` shows the use against the cap while it runs.
 #[test]
@@ -781,7 +782,9 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
         "{FILL}mkdir -p /workspace/build
          fill /tmp/big; rm -f /tmp/big
          fill /workspace/build/big; rm -f /workspace/build/big
+         fill /srv/big; rm -f /srv/big
          echo small > /tmp/small && echo small > /workspace/build/small && echo small-ok
+         echo small > /srv/small && echo srv-ok
          dd if=/dev/zero of=/tmp/held bs=1M count=20 2>/dev/null && touch /workspace/ready
          i=0; while [ ! -e /workspace/seen ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
          echo done"
@@ -810,7 +813,7 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
     let r = harness::Run::from(out);
     assert!(ready, "the session never got to its held file: {r:?}");
     assert_eq!(r.code, 0, "{r:?}");
-    for p in ["/tmp/big", "/workspace/build/big"] {
+    for p in ["/tmp/big", "/workspace/build/big", "/srv/big"] {
         let (rc, size) = filled(&r.stdout, p);
         eprintln!("{p}: dd rc={rc}, reached {} MiB of a 64 MiB cap", size >> 20);
         assert_ne!(rc, 0, "200 MiB fitted under a 64 MiB cap at {p}: {r:?}");
@@ -819,6 +822,7 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
         assert!(size >= CAP / 2, "{p} stopped far below the cap ({size} bytes): {r:?}");
     }
     assert!(r.stdout.contains("small-ok"), "no write after the removal: {r:?}");
+    assert!(r.stdout.contains("srv-ok"), "no write to /srv after the removal: {r:?}");
     let u = used.expect("ps --json shows disk_used");
     assert!((20 << 20..CAP as i64).contains(&u), "ps disk_used {u}: {r:?}");
     // A second run works and the budget starts from what stayed.
