@@ -974,7 +974,10 @@ mod tests {
     fn ps_table_has_header_ages_and_escapes() {
         let t = ps_table(
             &[
-                (st("0123456789abcdef0123", 1000, &["bash", "sleep"]), Some((5 << 20, 64 << 20))),
+                (
+                    st("0123456789abcdef0123", 1000, &["bash", "sleep"]),
+                    Some((5 << 20, 64 << 20)),
+                ),
                 (st("1123456789abcdef0123", 1000, &["sh"]), None),
             ],
             1000 + 3700,

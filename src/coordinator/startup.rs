@@ -431,7 +431,9 @@ impl Coordinator {
         let used = crate::storage::cgroup::persisted_use(&self.paths.root);
         vec![
             "--scratch-size".into(),
-            crate::storage::cgroup::scratch_size(cap, self.limits.memory).to_string().into(),
+            crate::storage::cgroup::scratch_size(cap, self.limits.memory)
+                .to_string()
+                .into(),
             "--disk-cap".into(),
             cap.to_string().into(),
             "--disk-used".into(),

@@ -456,6 +456,10 @@ pub fn plan_path(gen_dir: &Path) -> PathBuf {
 
 // ---- the supervisor's side ------------------------------------------------------
 
+/// Serves a key directory through a counting storage view and says where
+/// (`mount_all`).
+pub type CountUpper<'a> = &'a mut dyn FnMut(&AnchorMount) -> io::Result<PathBuf>;
+
 /// Mounts every overlay of the plan. Runs in the Runtime Supervisor as root
 /// of its user namespace, in its private mount namespace, before runsc
 /// starts. Returns the fuse-overlayfs daemons it started (children with
@@ -465,10 +469,7 @@ pub fn plan_path(gen_dir: &Path) -> PathBuf {
 /// through a storage view that counts what is written to the upper and
 /// returns where (the overlay's upper and work are then on it); such a
 /// mount never falls back to fuse-overlayfs, which would not be counted.
-pub fn mount_all(
-    plan_file: &Path,
-    counted: Option<&mut dyn FnMut(&AnchorMount) -> io::Result<PathBuf>>,
-) -> Result<Vec<std::process::Child>> {
+pub fn mount_all(plan_file: &Path, counted: Option<CountUpper<'_>>) -> Result<Vec<std::process::Child>> {
     let mut counted = counted;
     let (prefer, mounts) = crate::wire::plan::read_anchor(plan_file).map_err(AnchorError::BadPlan)?;
     let mut daemons = Vec::new();
@@ -494,8 +495,10 @@ pub fn mount_all(
         };
         let result = match (started[i].take(), &on) {
             (Some(child), _) => wait_fuse(m, child, &mut daemons),
-            (None, Some(base)) => crate::sys::mount("overlay", &m.target, "overlay", 0, Some(&m.kernel_options_on(base)))
-                .map_err(MountError::Kernel),
+            (None, Some(base)) => {
+                crate::sys::mount("overlay", &m.target, "overlay", 0, Some(&m.kernel_options_on(base)))
+                    .map_err(MountError::Kernel)
+            }
             (None, None) => mount_one(m, first, &mut daemons),
         };
         let used = match result {

@@ -206,7 +206,10 @@ pub fn main(mut args: Args) -> i32 {
     // are reached through a storage view that counts what is written.
     let mut storage_views = Vec::new();
     let mut count_upper = |m: &crate::wire::plan::AnchorMount| -> std::io::Result<PathBuf> {
-        let b = budget.as_ref().map(|(b, _)| b.clone()).ok_or(std::io::ErrorKind::Unsupported)?;
+        let b = budget
+            .as_ref()
+            .map(|(b, _)| b.clone())
+            .ok_or(std::io::ErrorKind::Unsupported)?;
         let mut at = m.target.clone().into_os_string();
         at.push(".upper");
         let at = PathBuf::from(at);
@@ -216,7 +219,7 @@ pub fn main(mut args: Args) -> i32 {
         storage_views.push(served);
         Ok(at)
     };
-    let counted: Option<&mut dyn FnMut(&crate::wire::plan::AnchorMount) -> std::io::Result<PathBuf>> =
+    let counted: Option<crate::storage::anchor::CountUpper<'_>> =
         if budget.is_some() { Some(&mut count_upper) } else { None };
     // The State Anchor is mounted here, in our mount namespace, before runsc.
     let mounted = args

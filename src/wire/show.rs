@@ -165,7 +165,10 @@ pub fn read_readiness(path: &Path) -> Result<NetReadiness, FileError> {
 pub fn read_disk(path: &Path) -> Result<(u64, u64), FileError> {
     match super::read_one::<ShowMsg>(path)? {
         ShowMsg::Disk { used, cap } => Ok((used, cap)),
-        m => Err(FileError::Unexpected(path.to_path_buf(), UnexpectedMessage::of("Disk", &m))),
+        m => Err(FileError::Unexpected(
+            path.to_path_buf(),
+            UnexpectedMessage::of("Disk", &m),
+        )),
     }
 }
 

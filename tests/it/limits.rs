@@ -755,7 +755,13 @@ fn filled(out: &str, path: &str) -> (i32, u64) {
         .lines()
         .find(|l| l.starts_with(&format!("{path} rc=")))
         .unwrap_or_else(|| panic!("no report for {path}: {out}"));
-    let num = |k: &str| l.split(k).nth(1).and_then(|v| v.split(' ').next()).unwrap_or("").to_string();
+    let num = |k: &str| {
+        l.split(k)
+            .nth(1)
+            .and_then(|v| v.split(' ').next())
+            .unwrap_or("")
+            .to_string()
+    };
     (num("rc=").parse().unwrap(), num("size=").parse().unwrap())
 }
 
@@ -793,7 +799,8 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
         .lz(&ws, &["run", "--", "sh", "-c", &script])
         .config_home(&cfg)
         .command();
-    bg.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    bg.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let child = bg.spawn().unwrap();
     // While the session holds 20 MiB in /tmp, ps shows the count.
     let ready = eventually(Duration::from_secs(120), || ws.join("ready").exists());
@@ -802,11 +809,13 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
         eventually(Duration::from_secs(5), || {
             let j = env.ps_json(&ws);
             used = harness::json_number(&j, &id, "disk_used");
-            harness::json_number(&j, &id, "disk_cap") == Some(CAP as i64)
-                && used.is_some_and(|u| u >= 20 << 20)
+            harness::json_number(&j, &id, "disk_cap") == Some(CAP as i64) && used.is_some_and(|u| u >= 20 << 20)
         });
         let table = env.lz(&ws, &["ps"]).run();
-        assert!(table.stdout.contains("DISK") && table.stdout.contains("/64MiB"), "{table:?}");
+        assert!(
+            table.stdout.contains("DISK") && table.stdout.contains("/64MiB"),
+            "{table:?}"
+        );
         env.write(&ws.join("seen"), "");
     }
     let out = child.wait_with_output().unwrap();
@@ -826,7 +835,11 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
     let u = used.expect("ps --json shows disk_used");
     assert!((20 << 20..CAP as i64).contains(&u), "ps disk_used {u}: {r:?}");
     // A second run works and the budget starts from what stayed.
-    let r = env.run_sh_with_config(&ws, &cfg, "cat /workspace/build/small && echo again > /tmp/x && echo ok");
+    let r = env.run_sh_with_config(
+        &ws,
+        &cfg,
+        "cat /workspace/build/small && echo again > /tmp/x && echo ok",
+    );
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.stdout, "small\nok\n", "{r:?}");
     let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
@@ -874,7 +887,10 @@ fn persisted_paths_under_a_disk_cap_keep_what_was_persisted() {
     let check = "d=/usr/local/lz; stat -c '%n %u:%g %a %h %F' $d/f $d/sub2 $d/p; readlink $d/l
         test -e /usr/bin/yes && echo yes-back; ls -A /etc/apt; cat $d/h";
     let mut seen = Vec::new();
-    for (name, limits) in [("lim-sem-ref", ""), ("lim-sem-cap", "[profiles.default.limits]\ndisk = \"256MiB\"\n")] {
+    for (name, limits) in [
+        ("lim-sem-ref", ""),
+        ("lim-sem-cap", "[profiles.default.limits]\ndisk = \"256MiB\"\n"),
+    ] {
         let (base, ws) = env.base_and_workspace(name);
         let cfg = env.write_config(&base, &format!("[profiles.default]\n{limits}"));
         let r = env.run_sh_with_config(&ws, &cfg, write);
