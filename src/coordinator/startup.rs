@@ -235,9 +235,10 @@ impl Coordinator {
         let mut tmp = self.prepare_scratch(&binds)?;
         if let (Some(b), Some(_)) = (tmp.as_mut(), self.profile.limits.disk) {
             // With a disk cap, `/tmp` is served through a view that counts
-            // what the sandbox writes there (`view::budget`).
-            let mnt = gen_dir.join("view-tmp");
-            gitsentry::add_volume_views(&gen_dir, &[(b.host.clone(), mnt.clone())])?;
+            // what the sandbox writes there (`view::budget`): a storage view
+            // of `scratch/tmp`, as stored, like the plain bind it replaces.
+            let mnt = gen_dir.join(crate::view::budget::TMP_VIEW);
+            std::fs::create_dir_all(&mnt).map_err(|e| CoordinatorError::ScratchTmp(mnt.clone(), e))?;
             b.host = mnt;
         }
         binds.extend(tmp);

@@ -200,16 +200,13 @@ pub fn main(mut args: Args) -> i32 {
         let _ = std::thread::Builder::new()
             .name("lz-disk".into())
             .spawn(move || report_disk(r, file));
-        (b, args.disk_tmp.clone().unwrap_or_default())
+        b
     });
     // With a disk cap, each kernel overlay's upper and work directories
     // are reached through a storage view that counts what is written.
     let mut storage_views = Vec::new();
     let mut count_upper = |m: &crate::wire::plan::AnchorMount| -> std::io::Result<PathBuf> {
-        let b = budget
-            .as_ref()
-            .map(|(b, _)| b.clone())
-            .ok_or(std::io::ErrorKind::Unsupported)?;
+        let b = budget.clone().ok_or(std::io::ErrorKind::Unsupported)?;
         let mut at = m.target.clone().into_os_string();
         at.push(".upper");
         let at = PathBuf::from(at);
@@ -257,6 +254,18 @@ pub fn main(mut args: Args) -> i32 {
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
+    // `/tmp` under a cap: a storage view of `scratch/tmp`, counted.
+    if let (Some(b), Some(src)) = (&budget, &args.disk_tmp) {
+        let at = args
+            .bundle
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(crate::view::budget::TMP_VIEW);
+        match crate::view::fs::start_storage_view(src, &at, b.clone()) {
+            Ok(v) => storage_views.push(v),
+            Err(e) => return fail(SupervisorError::Views(e)),
+        }
+    }
     views.append(&mut storage_views);
     let _views = views;
     let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());

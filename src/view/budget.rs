@@ -11,6 +11,10 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
+/// Under a cap, the supervisor serves `scratch/tmp` as a storage view at
+/// this directory of the generation dir, which the bundle binds at `/tmp`.
+pub const TMP_VIEW: &str = "view-tmp";
+
 use fuser::Errno;
 
 /// Bytes on disk of a stat (allocated blocks).

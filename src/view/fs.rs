@@ -3009,13 +3009,9 @@ pub fn start_storage_view(dir: &Path, mountpoint: &Path, budget: Arc<Budget>) ->
     serve(view, mountpoint, None).map_err(|e| ViewError::Serve(mountpoint.to_path_buf(), e))
 }
 
-/// `budget`: the Domain's disk budget and the view source it counts
-/// whole (`/tmp`'s); every ignored store counts against it too.
-pub fn start_views(
-    file: &Path,
-    relay: Option<Relay>,
-    budget: Option<&(Arc<Budget>, PathBuf)>,
-) -> Result<Vec<Served>, ViewError> {
+/// `budget`: the Domain's disk budget, which every ignored store counts
+/// against.
+pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget>>) -> Result<Vec<Served>, ViewError> {
     let mut relay = relay;
     let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
@@ -3060,12 +3056,8 @@ pub fn start_views(
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone())
             .with_exec(exec);
-        if let Some((b, whole)) = budget {
-            if *whole == v.source {
-                view = view.with_budget(b.clone(), true);
-            } else if counted {
-                view = view.with_budget(b.clone(), false);
-            }
+        if let (Some(b), true) = (budget, counted) {
+            view = view.with_budget(b.clone(), false);
         }
         served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }

@@ -791,6 +791,7 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
          fill /srv/big; rm -f /srv/big
          echo small > /tmp/small && echo small > /workspace/build/small && echo small-ok
          echo small > /srv/small && echo srv-ok
+         cd /tmp && git init -q r && cd r && echo a > f && git add f && git -c user.email=a@b -c user.name=n commit -qm m && echo git-ok; cd /
          dd if=/dev/zero of=/tmp/held bs=1M count=20 2>/dev/null && touch /workspace/ready
          i=0; while [ ! -e /workspace/seen ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
          echo done"
@@ -832,6 +833,10 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
     }
     assert!(r.stdout.contains("small-ok"), "no write after the removal: {r:?}");
     assert!(r.stdout.contains("srv-ok"), "no write to /srv after the removal: {r:?}");
+    assert!(
+        r.stdout.contains("git-ok"),
+        "a repository in /tmp works as on a plain bind: {r:?}"
+    );
     let u = used.expect("ps --json shows disk_used");
     assert!((20 << 20..CAP as i64).contains(&u), "ps disk_used {u}: {r:?}");
     // A second run works and the budget starts from what stayed.
