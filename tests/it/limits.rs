@@ -918,3 +918,67 @@ fn persisted_paths_under_a_disk_cap_keep_what_was_persisted() {
     );
     assert_eq!(seen[1], seen[0], "under a disk cap the persisted state differs");
 }
+
+/// Variants of the disk-cap attack (cap 64 MiB): a `fallocate` of 200 MiB
+/// is refused whole, a 1 GiB sparse file filled in, a hard link that
+/// keeps a removed file's blocks, and two writers at once (`/tmp` and an
+/// ignored directory, one shared budget) each end near the cap; after
+/// removal the Domain writes again.
+#[test]
+fn the_disk_cap_holds_against_fallocate_sparse_files_links_and_parallel_writers() {
+    let env = require_env!();
+    let _g = GLOBAL.read().unwrap_or_else(|e| e.into_inner());
+    let (base, ws) = env.base_and_workspace("lim-disk-v");
+    let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
+    env.write(&ws.join(".gitignore"), "build/\n");
+    let script = "mkdir -p /workspace/build
+        fallocate -l 200M /tmp/fa; echo \"fa rc=$? kib=$(du -k /tmp/fa | cut -f1)\"; rm -f /tmp/fa
+        truncate -s 1G /root/sp; out=$(dd if=/dev/zero of=/root/sp bs=1M count=200 conv=notrunc 2>&1)
+        echo \"sp rc=$? kib=$(( $(echo \"$out\" | tail -1 | cut -d' ' -f1) / 1024 ))\"; rm -f /root/sp
+        dd if=/dev/zero of=/tmp/l1 bs=1M count=40 2>/dev/null; ln /tmp/l1 /tmp/l2; rm /tmp/l1
+        dd if=/dev/zero of=/tmp/l3 bs=1M count=40 2>/dev/null; echo \"ln rc=$? kib=$(du -k /tmp/l3 | cut -f1)\"
+        rm -f /tmp/l2 /tmp/l3
+        dd if=/dev/zero of=/tmp/pa bs=1M count=100 2>/dev/null & p=$!
+        dd if=/dev/zero of=/workspace/build/pb bs=1M count=100 2>/dev/null; b=$?; wait $p; a=$?
+        echo \"par rc=$a,$b kib=$(( $(du -k /tmp/pa | cut -f1) + $(du -k /workspace/build/pb | cut -f1) ))\"
+        rm -f /tmp/pa /workspace/build/pb
+        echo small > /root/after && echo small > /tmp/after && echo after-ok";
+    let r = env.run_sh_with_config(&ws, &cfg, script);
+    assert_eq!(r.code, 0, "{r:?}");
+    eprintln!("{}", r.stdout);
+    let field = |tag: &str, k: &str| -> String {
+        let l = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{tag} ")))
+            .unwrap_or_else(|| panic!("no {tag} line: {r:?}"));
+        l.split(&format!("{k}="))
+            .nth(1)
+            .unwrap_or("")
+            .split(' ')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let kib = |tag: &str| -> u64 { field(tag, "kib").parse().unwrap() };
+    let cap_kib = CAP >> 10;
+    let slack_kib = SLACK >> 10;
+    // fallocate is refused before anything is allocated.
+    assert_ne!(field("fa", "rc"), "0", "{r:?}");
+    assert!(kib("fa") < 1024, "{r:?}");
+    // The sparse file (what dd wrote into it), the link and the parallel
+    // writers stop near the cap.
+    assert_ne!(field("sp", "rc"), "0", "{r:?}");
+    assert!((cap_kib / 2..=cap_kib + slack_kib).contains(&kib("sp")), "{r:?}");
+    // 40 MiB kept by the link + 40 MiB more do not fit under 64 MiB.
+    assert_ne!(field("ln", "rc"), "0", "the link's blocks were given back early: {r:?}");
+    assert!(kib("ln") < 30 << 10, "{r:?}");
+    assert_ne!(field("par", "rc"), "0,0", "{r:?}");
+    assert!(
+        kib("par") <= cap_kib + slack_kib,
+        "two writers passed the cap together: {r:?}"
+    );
+    assert!(r.stdout.contains("after-ok"), "{r:?}");
+    let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
