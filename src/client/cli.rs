@@ -1144,6 +1144,10 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         meminfo: args.opt_value_from_str("--meminfo")?,
         mailbox_requests: args.opt_value_from_str("--mailbox-requests")?,
         secrets: args.contains("--secrets"),
+        disk_cap: args.opt_value_from_str("--disk-cap")?,
+        disk_used: args.opt_value_from_str("--disk-used")?.unwrap_or(0),
+        disk_tmp: args.opt_value_from_str("--disk-tmp")?,
+        scratch_size: args.opt_value_from_str("--scratch-size")?,
     };
     finish_args(args)?;
     Ok(supervisor::main(a))

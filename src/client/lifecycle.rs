@@ -192,8 +192,27 @@ pub fn age(secs: i64) -> String {
     }
 }
 
-/// The `ps` table (pure): a header and one row per Domain.
-pub fn ps_table(all: &[StatusInfo], now: i64) -> String {
+/// A running Domain's disk budget, (used, cap), as its supervisor
+/// publishes it (`gen/disk`); None without a cap.
+fn disk_of(root: &Path, st: &StatusInfo) -> Option<(u64, u64)> {
+    crate::wire::show::read_disk(&root.join(st.domain_id.as_str()).join("gen/disk")).ok()
+}
+
+/// `12.0MiB/64.0MiB`, or `-` without a cap.
+fn disk_cell(disk: Option<(u64, u64)>) -> String {
+    match disk {
+        Some((used, cap)) => format!(
+            "{}/{}",
+            crate::config::format_size(used),
+            crate::config::format_size(cap)
+        ),
+        None => "-".into(),
+    }
+}
+
+/// The `ps` table (pure): a header and one row per Domain, with its disk
+/// budget (used/cap) if it has one.
+pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
     let head = [
         "DOMAIN",
         "PROFILE",
@@ -202,10 +221,11 @@ pub fn ps_table(all: &[StatusInfo], now: i64) -> String {
         "SESSIONS",
         "ESCALATIONS",
         "PORTS",
+        "DISK",
         "WORKSPACE",
     ];
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
-    for st in all {
+    for (st, disk) in all {
         let cmds: Vec<String> = st.sessions.iter().map(|s| escape(&s.argv0)).collect();
         let sessions = if cmds.is_empty() {
             "0".to_string()
@@ -224,6 +244,7 @@ pub fn ps_table(all: &[StatusInfo], now: i64) -> String {
             } else {
                 st.ports.iter().map(|p| escape(p)).collect::<Vec<_>>().join(",")
             },
+            disk_cell(*disk),
             escape(&st.workspace),
         ]);
     }
@@ -251,7 +272,14 @@ pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
     let json = args.contains("--json");
     cli::finish_args(args)?;
-    let all = running(&runtime_root()?);
+    let root = runtime_root()?;
+    let all: Vec<(StatusInfo, Option<(u64, u64)>)> = running(&root)
+        .into_iter()
+        .map(|st| {
+            let d = disk_of(&root, &st);
+            (st, d)
+        })
+        .collect();
     if json {
         println!("{}", status_json(&all));
     } else if all.is_empty() {
@@ -262,10 +290,11 @@ pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     Ok(0)
 }
 
-fn status_json(all: &[StatusInfo]) -> String {
+fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)]) -> String {
+    let num = |v: Option<u64>| v.map_or(Json::Null, |n| Json::Num(n as i64));
     Json::Arr(
         all.iter()
-            .map(|st| {
+            .map(|(st, disk)| {
                 Json::Obj(vec![
                     ("domain_id", Json::s(&st.domain_id)),
                     ("profile", Json::s(&st.profile)),
@@ -281,6 +310,8 @@ fn status_json(all: &[StatusInfo]) -> String {
                     ("age_seconds", Json::Num((state::now() - st.started_at).max(0))),
                     ("pending_escalations", Json::Num(st.pending_escalations as i64)),
                     ("ports", Json::strs(&st.ports)),
+                    ("disk_used", num(disk.map(|d| d.0))),
+                    ("disk_cap", num(disk.map(|d| d.1))),
                     (
                         "sessions",
                         Json::Arr(
@@ -942,7 +973,16 @@ mod tests {
 
     #[test]
     fn ps_table_has_header_ages_and_escapes() {
-        let t = ps_table(&[st("0123456789abcdef0123", 1000, &["bash", "sleep"])], 1000 + 3700);
+        let t = ps_table(
+            &[
+                (
+                    st("0123456789abcdef0123", 1000, &["bash", "sleep"]),
+                    Some((5 << 20, 64 << 20)),
+                ),
+                (st("1123456789abcdef0123", 1000, &["sh"]), None),
+            ],
+            1000 + 3700,
+        );
         let mut lines = t.lines();
         let head = lines.next().unwrap();
         assert!(
@@ -953,6 +993,8 @@ mod tests {
         assert!(row.starts_with("0123456789ab "), "{row}");
         assert!(!row.contains("0123456789abc"), "prefix only: {row}");
         assert!(row.contains(" 1h ") && row.contains("2 (bash,sleep)"), "{row}");
+        assert!(head.contains("DISK") && row.contains(" 5MiB/64MiB "), "{t}");
+        assert!(lines.next().unwrap().contains(" - "), "no cap: {t}");
         assert!(!t.contains('\u{1b}'), "escaped: {t}");
         assert_eq!(age(59), "59s");
         assert_eq!(age(120), "2m");

@@ -258,7 +258,16 @@ impl Coordinator {
         )?;
         gitsentry::add_volume_views(&gen_dir, &volume_views)?;
         binds.extend(views.binds.iter().cloned());
-        binds.extend(self.prepare_scratch(&binds)?);
+        let mut tmp = self.prepare_scratch(&binds)?;
+        if let (Some(b), Some(_)) = (tmp.as_mut(), self.profile.limits.disk) {
+            // With a disk cap, `/tmp` is served through a view that counts
+            // what the sandbox writes there (`view::budget`): a storage view
+            // of `scratch/tmp`, as stored, like the plain bind it replaces.
+            let mnt = gen_dir.join(crate::view::budget::TMP_VIEW);
+            std::fs::create_dir_all(&mnt).map_err(|e| CoordinatorError::ScratchTmp(mnt.clone(), e))?;
+            b.host = mnt;
+        }
+        binds.extend(tmp);
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: views.workspace_source.clone(),
@@ -326,6 +335,7 @@ impl Coordinator {
             .arg("--scratch")
             .arg(self.paths.root.join("scratch/overlay"))
             .args(self.meminfo_args())
+            .args(self.disk_args())
             .args(self.broker.iter().flat_map(|b| {
                 [
                     std::ffi::OsString::from("--mailbox-requests"),
@@ -438,6 +448,30 @@ impl Coordinator {
             host: tmp,
             read_only: false,
         }))
+    }
+
+    /// `--disk-cap CAP --disk-used USED --disk-tmp DIR` for the supervisor
+    /// when the profile caps disk: its views count the persisted paths, the
+    /// ignored store and `/tmp` against the cap, from the persisted use
+    /// measured now; and `--scratch-size`, the bound of the tmpfs that then
+    /// holds the rest of the root filesystem's non-persisted writes.
+    pub(super) fn disk_args(&self) -> Vec<std::ffi::OsString> {
+        let Some(cap) = self.profile.limits.disk else {
+            return Vec::new();
+        };
+        let used = crate::storage::cgroup::persisted_use(&self.paths.root);
+        vec![
+            "--scratch-size".into(),
+            crate::storage::cgroup::scratch_size(cap, self.limits.memory)
+                .to_string()
+                .into(),
+            "--disk-cap".into(),
+            cap.to_string().into(),
+            "--disk-used".into(),
+            used.to_string().into(),
+            "--disk-tmp".into(),
+            self.paths.root.join("scratch/tmp").into_os_string(),
+        ]
     }
 
     /// `--meminfo PATH` for the supervisor when the memory limit is

@@ -206,6 +206,16 @@ impl AnchorMount {
             self.work().display()
         )
     }
+    /// `kernel_options` with `upper` and `work` under `base`, where the
+    /// key directory is served (a counting storage view, `mount_all`).
+    pub fn kernel_options_on(&self, base: &Path) -> String {
+        format!(
+            "lowerdir={},upperdir={},workdir={},{KERNEL_OPTS}",
+            self.lower.display(),
+            base.join("upper").display(),
+            base.join("work").display()
+        )
+    }
     pub fn fuse_options(&self) -> String {
         format!(
             "lowerdir={},upperdir={},workdir={}",
@@ -446,11 +456,21 @@ pub fn plan_path(gen_dir: &Path) -> PathBuf {
 
 // ---- the supervisor's side ------------------------------------------------------
 
+/// Serves a key directory through a counting storage view and says where
+/// (`mount_all`).
+pub type CountUpper<'a> = &'a mut dyn FnMut(&AnchorMount) -> io::Result<PathBuf>;
+
 /// Mounts every overlay of the plan. Runs in the Runtime Supervisor as root
 /// of its user namespace, in its private mount namespace, before runsc
 /// starts. Returns the fuse-overlayfs daemons it started (children with
 /// PDEATHSIG), which the supervisor stops after runsc.
-pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
+///
+/// `counted`, with a disk cap: serves a kernel overlay's key directory
+/// through a storage view that counts what is written to the upper and
+/// returns where (the overlay's upper and work are then on it); such a
+/// mount never falls back to fuse-overlayfs, which would not be counted.
+pub fn mount_all(plan_file: &Path, counted: Option<CountUpper<'_>>) -> Result<Vec<std::process::Child>> {
+    let mut counted = counted;
     let (prefer, mounts) = crate::wire::plan::read_anchor(plan_file).map_err(AnchorError::BadPlan)?;
     let mut daemons = Vec::new();
     // The fuse daemons start together and are then waited for in turn, so
@@ -465,13 +485,25 @@ pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
     for (i, m) in mounts.iter().enumerate() {
         let recorded = recorded_driver(&m.key_dir);
         let first = recorded.unwrap_or(prefer);
-        let result = match started[i].take() {
-            Some(child) => wait_fuse(m, child, &mut daemons),
-            None => mount_one(m, first, &mut daemons),
+        let on = match (&mut counted, first) {
+            (Some(f), Driver::Kernel) => Some(f(m).map_err(|e| AnchorError::Mount {
+                guest: m.guest.clone(),
+                first: (first, MountError::Kernel(e)),
+                then: (first, MountError::Counted),
+            })?),
+            _ => None,
+        };
+        let result = match (started[i].take(), &on) {
+            (Some(child), _) => wait_fuse(m, child, &mut daemons),
+            (None, Some(base)) => {
+                crate::sys::mount("overlay", &m.target, "overlay", 0, Some(&m.kernel_options_on(base)))
+                    .map_err(MountError::Kernel)
+            }
+            (None, None) => mount_one(m, first, &mut daemons),
         };
         let used = match result {
             Ok(()) => first,
-            Err(e) if recorded.is_none() => {
+            Err(e) if recorded.is_none() && on.is_none() => {
                 // A fresh upper: the other driver may do.
                 let other = if first == Driver::Kernel {
                     Driver::Fuse
@@ -490,6 +522,13 @@ pub fn mount_all(plan_file: &Path) -> Result<Vec<std::process::Child>> {
                     then: (other, e2),
                 })?;
                 other
+            }
+            Err(e) if on.is_some() => {
+                return Err(AnchorError::Mount {
+                    guest: m.guest.clone(),
+                    first: (first, e),
+                    then: (first, MountError::Counted),
+                })
             }
             Err(e) => {
                 log::error!("State Anchor for {}: {e}", m.guest);
@@ -514,6 +553,9 @@ pub enum MountError {
     FuseSpawn(io::Error),
     FuseExited(std::process::ExitStatus),
     FuseTimeout,
+    /// With a disk cap, a kernel overlay whose upper is counted is the
+    /// only one allowed.
+    Counted,
 }
 
 impl fmt::Display for MountError {
@@ -523,6 +565,7 @@ impl fmt::Display for MountError {
             MountError::FuseSpawn(e) => write!(f, "fuse-overlayfs: {e}"),
             MountError::FuseExited(st) => write!(f, "fuse-overlayfs exited ({st})"),
             MountError::FuseTimeout => write!(f, "fuse-overlayfs did not mount in 10 s"),
+            MountError::Counted => write!(f, "no uncounted fallback under a disk cap"),
         }
     }
 }

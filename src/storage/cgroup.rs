@@ -860,6 +860,15 @@ pub fn persisted_use(domain_root: &Path) -> u64 {
     disk_use(&domain_root.join(crate::storage::anchor::ANCHOR_DIR)) + disk_use(&domain_root.join("ignored"))
 }
 
+/// Under a disk cap, the root filesystem's non-persisted writes outside
+/// `/tmp`, the persisted paths and the workspace (`/srv`, `/run`, a new
+/// top-level directory) go to runsc's overlay filestore on a tmpfs of
+/// this size: the cap, but at most a quarter of the memory limit (whose
+/// cgroup the tmpfs is charged to), and at least 16 MiB.
+pub fn scratch_size(cap: u64, memory: u64) -> u64 {
+    cap.min(memory / 4).max(16 << 20)
+}
+
 /// What a start does about the `disk` cap: refuse at or over it, warn
 /// from 90 %.
 #[derive(Debug, PartialEq, Eq)]
@@ -889,6 +898,13 @@ pub fn disk_verdict(used: u64, cap: Option<u64>, profile: &str) -> DiskVerdict {
 #[cfg(test)]
 mod disk_tests {
     use super::*;
+
+    #[test]
+    fn the_root_overlay_store_is_bounded_by_the_cap_and_the_memory_limit() {
+        assert_eq!(scratch_size(64 << 20, 4 << 30), 64 << 20);
+        assert_eq!(scratch_size(20 << 30, 4 << 30), 1 << 30);
+        assert_eq!(scratch_size(1 << 20, 4 << 30), 16 << 20);
+    }
 
     #[test]
     fn disk_cap_warns_at_ninety_percent_and_refuses_at_the_cap() {

@@ -33,6 +33,7 @@ pub enum SupervisorError {
     Meminfo(PathBuf, io::Error),
     /// Mounting the mailbox's bounded `requests/` tmpfs.
     MailboxTmpfs(PathBuf, io::Error),
+    ScratchTmpfs(PathBuf, io::Error),
     /// Mounting the State Anchor.
     Anchor(crate::storage::anchor::AnchorError),
     /// Installing the network.
@@ -66,6 +67,7 @@ impl fmt::Display for SupervisorError {
             MaskCore(e) => write!(f, "masking /proc/sys/net/core: {e}"),
             Meminfo(p, e) => write!(f, "binding {} over /proc/meminfo: {e}", p.display()),
             MailboxTmpfs(p, e) => write!(f, "mounting a bounded tmpfs on {}: {e}", p.display()),
+            ScratchTmpfs(p, e) => write!(f, "mounting the bounded root overlay store on {}: {e}", p.display()),
             Anchor(e) => write!(f, "{e}"),
             Network(e) => write!(f, "{e}"),
             Views(e) => write!(f, "{e}"),

@@ -70,6 +70,37 @@ pub struct Args {
     /// `--secrets`: the profile has secrets; the lease pipe carries them
     /// after `Mapped` (the flag holds no value).
     pub secrets: bool,
+    /// `limits.disk` (`--disk-cap`): the views count what the sandbox
+    /// writes to the ignored store and to `/tmp` (`--disk-tmp`, the view
+    /// source served there) against it, from `--disk-used` (the persisted
+    /// use the coordinator measured at start), and answer ENOSPC past it.
+    pub disk_cap: Option<u64>,
+    pub disk_used: u64,
+    pub disk_tmp: Option<PathBuf>,
+    /// `--scratch-size`: with a disk cap, `scratch` is a tmpfs of this size.
+    pub scratch_size: Option<u64>,
+}
+
+/// How often the disk budget's count is published for `lazaret ps`
+/// (`gen/disk`), when it changed.
+const DISK_REPORT: Duration = Duration::from_millis(500);
+
+/// Publishes the budget's count to `file` while the process lives.
+fn report_disk(budget: std::sync::Arc<crate::view::budget::Budget>, file: PathBuf) {
+    let mut last = None;
+    loop {
+        let used = budget.used();
+        if last != Some(used) {
+            let msg = crate::wire::show::ShowMsg::Disk {
+                used,
+                cap: budget.cap(),
+            };
+            if crate::wire::show::write(&file, &msg).is_ok() {
+                last = Some(used);
+            }
+        }
+        std::thread::sleep(DISK_REPORT);
+    }
 }
 
 /// Mount options of the mailbox's `requests/` tmpfs: bytes and inodes
@@ -161,8 +192,47 @@ pub fn main(mut args: Args) -> i32 {
             return fail(SupervisorError::MailboxTmpfs(r.clone(), e));
         }
     }
+    if let (Some(size), Some(dir)) = (args.scratch_size, &args.scratch) {
+        // Under a disk cap, the root filesystem's other non-persisted
+        // writes go to a tmpfs of this size: gVisor answers ENOSPC when
+        // its overlay filestore cannot grow, and nothing reaches the disk.
+        let flags = sys::MS_NOSUID | sys::MS_NODEV | sys::MS_NOEXEC;
+        let opts = format!("size={size},mode=0700,uid=0,gid=0");
+        if let Err(e) = sys::mount("lazaret-scratch", dir, "tmpfs", flags, Some(&opts)) {
+            return fail(SupervisorError::ScratchTmpfs(dir.clone(), e));
+        }
+    }
+    let budget = args.disk_cap.map(|cap| {
+        let b = std::sync::Arc::new(crate::view::budget::Budget::new(cap, args.disk_used));
+        let file = args.bundle.parent().unwrap_or(Path::new("/")).join("disk");
+        let r = b.clone();
+        let _ = std::thread::Builder::new()
+            .name("lz-disk".into())
+            .spawn(move || report_disk(r, file));
+        b
+    });
+    // With a disk cap, each kernel overlay's upper and work directories
+    // are reached through a storage view that counts what is written.
+    let mut storage_views = Vec::new();
+    let mut count_upper = |m: &crate::wire::plan::AnchorMount| -> std::io::Result<PathBuf> {
+        let b = budget.clone().ok_or(std::io::ErrorKind::Unsupported)?;
+        let mut at = m.target.clone().into_os_string();
+        at.push(".upper");
+        let at = PathBuf::from(at);
+        std::fs::create_dir_all(&at)?;
+        let served = crate::view::fs::start_storage_view(&m.key_dir, &at, b)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        storage_views.push(served);
+        Ok(at)
+    };
+    let counted: Option<crate::storage::anchor::CountUpper<'_>> =
+        if budget.is_some() { Some(&mut count_upper) } else { None };
     // The State Anchor is mounted here, in our mount namespace, before runsc.
-    let mut anchor_daemons = match args.anchor_plan.as_deref().map(crate::storage::anchor::mount_all) {
+    let mounted = args
+        .anchor_plan
+        .as_deref()
+        .map(|p| crate::storage::anchor::mount_all(p, counted));
+    let mut anchor_daemons = match mounted {
         None => Vec::new(),
         Some(Ok(d)) => d,
         Some(Err(e)) => return fail(SupervisorError::Anchor(e)),
@@ -184,15 +254,29 @@ pub fn main(mut args: Args) -> i32 {
     }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
     let (relay, relayed) = std::sync::mpsc::channel();
-    let _views = match args
+    let mut views = match args
         .views
         .as_deref()
-        .map(|f| crate::view::fs::start_views(f, Some(relay)))
+        .map(|f| crate::view::fs::start_views(f, Some(relay), budget.as_ref()))
     {
         Some(Err(e)) => return fail(SupervisorError::Views(e)),
         Some(Ok(v)) => v,
         None => Vec::new(),
     };
+    // `/tmp` under a cap: a storage view of `scratch/tmp`, counted.
+    if let (Some(b), Some(src)) = (&budget, &args.disk_tmp) {
+        let at = args
+            .bundle
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join(crate::view::budget::TMP_VIEW);
+        match crate::view::fs::start_storage_view(src, &at, b.clone()) {
+            Ok(v) => storage_views.push(v),
+            Err(e) => return fail(SupervisorError::Views(e)),
+        }
+    }
+    views.append(&mut storage_views);
+    let _views = views;
     let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());
     let _ = std::thread::Builder::new()
         .name("lz-relay".into())

@@ -38,9 +38,11 @@ pub(crate) enum Op {
     Getxattr,
     Listxattr,
     Readdirplus,
+    Setxattr,
+    Removexattr,
 }
 
-const NAMES: [&str; 28] = [
+const NAMES: [&str; 30] = [
     "lookup",
     "getattr",
     "setattr",
@@ -69,10 +71,12 @@ const NAMES: [&str; 28] = [
     "getxattr",
     "listxattr",
     "readdirplus",
+    "setxattr",
+    "removexattr",
 ];
 
 #[derive(Default)]
-pub(crate) struct Counts([AtomicU64; 28]);
+pub(crate) struct Counts([AtomicU64; 30]);
 
 impl Counts {
     pub(crate) fn add(&self, op: Op) {

@@ -68,6 +68,7 @@ use fuser::{
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 use crate::sys;
+use crate::view::budget::{self, Budget};
 use crate::view::counts::{Counts, Op};
 use crate::view::gitshape;
 use crate::view::ignored::IgnoreRules;
@@ -365,6 +366,12 @@ pub struct View {
     /// Host paths the sandbox changed through the view, and when: their
     /// host events are the sandbox's own, not relayed back (`relay`).
     guest_changed: Arc<GuestChanged>,
+    /// The Domain's disk budget (`view::budget`), and whether it counts
+    /// the whole view (`/tmp`) or only its ignored store.
+    budget: Option<(Arc<Budget>, bool)>,
+    /// A view of the Domain's own storage (`View::storage`): owners as
+    /// stored, new entries owned by the requester, xattrs writable.
+    raw: bool,
 }
 
 /// Host paths (view-relative) the sandbox last changed through the view.
@@ -672,7 +679,64 @@ impl View {
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))
             },
             guest_changed: Arc::default(),
+            budget: None,
+            raw: false,
         })
+    }
+
+    /// A view of the Domain's own storage `dir` as it is: no host side, no
+    /// rules, owners, modes and xattrs as stored, new entries owned by the
+    /// id that asks for them. The kernel overlay of a persisted path keeps
+    /// its upper and work directories on such a view
+    /// (`storage::anchor::mount_all`), so that what the sandbox persists
+    /// passes a budget (`with_budget`). It is mounted only in the
+    /// supervisor's mount namespace; only the overlay uses it.
+    pub fn storage(dir: &Path) -> io::Result<View> {
+        let mut v = View::new(dir, None, Sentry::for_view(dir, false))?;
+        v.store = Some(open_root(dir)?);
+        v.watch = None;
+        v.raw = true;
+        if let Some(root) = v.t.lock().unwrap().nodes.get_mut(&1) {
+            root.side = Side::Store;
+        }
+        Ok(v)
+    }
+
+    /// In a storage view, the entry `name` just made in `d` belongs to the
+    /// requester (the kernel overlay creates with the owner's fsuid).
+    fn own_new(&self, req: &Request, d: &OwnedFd, name: &OsStr) -> Result<(), Errno> {
+        if !self.raw || (req.uid() == 0 && req.gid() == 0) {
+            return Ok(());
+        }
+        sys::lchownat(d, Path::new(name), Some(req.uid()), Some(req.gid())).map_err(errno)
+    }
+
+    /// Counts what the sandbox writes against `budget`: everything the
+    /// view serves (`all`) or its ignored store only.
+    pub fn with_budget(mut self, budget: Arc<Budget>, all: bool) -> View {
+        self.budget = Some((budget, all));
+        self
+    }
+
+    /// The budget that counts files on `side`, if any.
+    fn budget_for(&self, side: Side) -> Option<&Budget> {
+        match &self.budget {
+            Some((b, all)) if *all || side == Side::Store => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The budget that counts node `ino`'s file, if any (no table lookup
+    /// without a budget).
+    fn budget_of(&self, ino: INodeNo) -> Option<&Budget> {
+        match &self.budget {
+            None => None,
+            Some((b, true)) => Some(b),
+            Some((b, false)) => {
+                let side = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.side);
+                (side == Some(Side::Store)).then_some(&**b)
+            }
+        }
     }
 
     /// Records that the sandbox changes the host file of node `ino`.
@@ -842,6 +906,9 @@ impl View {
     /// with what it keeps Domain-side (`Guest`) in their place.
     fn shown(&self, id: u64, side: Side, st: &rustix::fs::Stat) -> FileAttr {
         let mut a = attr(id, st);
+        if self.raw {
+            (a.uid, a.gid) = (st.st_uid, st.st_gid);
+        }
         if side == Side::Host {
             if let Some(g) = self.guest.lock().unwrap().get(&(st.st_dev, st.st_ino)) {
                 if let Some(u) = g.uid {
@@ -1629,7 +1696,11 @@ impl Filesystem for View {
         self.counts.add(Op::Setattr);
         let (asked_uid, asked_gid) = (uid, gid);
         self.guest_changes(ino);
-        let (uid, gid) = (stored_id(uid), stored_id(gid));
+        let (uid, gid) = if self.raw {
+            (uid, gid)
+        } else {
+            (stored_id(uid), stored_id(gid))
+        };
         let r = (|| {
             let (side, rel, protected, gone) = self.node_any(ino)?;
             let pre = match self.handle_stat(ino) {
@@ -1764,6 +1835,9 @@ impl Filesystem for View {
                 }
                 self.note(ino.0, &st);
                 if let Some(pre) = pre {
+                    if let (Some(b), Some(_)) = (self.budget_for(side), size) {
+                        b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+                    }
                     self.changed(ino.0, &pre, &st);
                 }
                 reply.attr(&ttl, &self.shown(ino.0, side, &st))
@@ -1788,7 +1862,7 @@ impl Filesystem for View {
 
     fn mknod(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -1812,13 +1886,16 @@ impl Filesystem for View {
         ) {
             Ok(()) => {
                 self.keep_new_mode(side, &d, name, mode);
+                if let Err(e) = self.own_new(req, &d, name) {
+                    return reply.error(e);
+                }
                 self.entry_reply(side, &rel, &d, name, reply)
             }
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         self.counts.add(Op::Mkdir);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
@@ -1828,6 +1905,9 @@ impl Filesystem for View {
         match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
             Ok(()) => {
                 self.keep_new_mode(side, &d, name, mode);
+                if let Err(e) = self.own_new(req, &d, name) {
+                    return reply.error(e);
+                }
                 self.entry_reply(side, &rel, &d, name, reply)
             }
             Err(e) => reply.error(errno(e)),
@@ -1844,7 +1924,7 @@ impl Filesystem for View {
         self.remove(parent, name, true, reply)
     }
 
-    fn symlink(&self, _req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.counts.add(Op::Symlink);
         let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
@@ -1859,7 +1939,10 @@ impl Filesystem for View {
             return reply.error(Errno::EPERM);
         }
         match rustix::fs::symlinkat(target, &d, link_name) {
-            Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
+            Ok(()) => match self.own_new(req, &d, link_name) {
+                Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
+                Err(e) => reply.error(e),
+            },
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -1962,13 +2045,21 @@ impl Filesystem for View {
                 self.pin(side, &to);
             }
             // Two names of one file: rename(2) leaves both in place.
-            let same_file = !flags.contains(RenameFlags::RENAME_EXCHANGE)
-                && self
-                    .stat(side, &to)
-                    .is_ok_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
+            let victim = (!flags.contains(RenameFlags::RENAME_EXCHANGE))
+                .then(|| self.stat(side, &to).ok())
+                .flatten();
+            let same_file = victim
+                .as_ref()
+                .is_some_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
             rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
             if same_file {
                 return Ok(());
+            }
+            if let (Some(v), Some(b)) = (&victim, self.budget_for(side)) {
+                if v.st_mode & sys::S_IFMT != sys::S_IFDIR && v.st_nlink <= 1 {
+                    // The file renamed over lost its last name.
+                    b.changed(budget::on_disk(v), 0);
+                }
             }
             if flags.contains(RenameFlags::RENAME_EXCHANGE) {
                 let tmp = PathBuf::from("\0swap");
@@ -2059,7 +2150,12 @@ impl Filesystem for View {
             } else {
                 rel.as_path()
             };
+            let counted = self.budget_for(side).filter(|_| flags.0 & sys::O_TRUNC != 0);
+            let pre = counted.and_then(|_| self.stat(side, &rel).ok());
             let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
+            if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
+                b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+            }
             Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
         })();
         match r {
@@ -2121,12 +2217,21 @@ impl Filesystem for View {
             self.not_locked_on_host(ino, &f)?;
             let pre = rustix::fs::fstat(&*f).map_err(errno)?;
             self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+            let room = match self.budget_of(ino) {
+                Some(b) => Some(b.reserve(budget::growth(&pre, offset, data.len() as u64))?),
+                None => None,
+            };
             kill_priv(&*f)?;
-            f.write_all_at(data, offset).map_err(errno)?;
+            let wrote = f.write_all_at(data, offset).map_err(errno);
             if let Ok(st) = rustix::fs::fstat(&*f) {
-                self.changed(ino.0, &pre, &st);
+                if let Some(r) = room {
+                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                if wrote.is_ok() {
+                    self.changed(ino.0, &pre, &st);
+                }
             }
-            Ok(())
+            wrote
         }) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -2270,13 +2375,22 @@ impl Filesystem for View {
             if mode as u32 & !rustix::fs::FallocateFlags::KEEP_SIZE.bits() != 0 {
                 self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
             }
-            kill_priv(&*f)?;
             let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-            rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno)?;
+            let room = match self.budget_of(ino) {
+                Some(b) => Some(b.reserve(budget::fallocate_growth(&pre, fl, offset, length))?),
+                None => None,
+            };
+            kill_priv(&*f)?;
+            let done = rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno);
             if let Ok(st) = rustix::fs::fstat(&*f) {
-                self.changed(ino.0, &pre, &st);
+                if let Some(r) = room {
+                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                if done.is_ok() {
+                    self.changed(ino.0, &pre, &st);
+                }
             }
-            Ok(())
+            done
         });
         match r {
             Ok(()) => reply.ok(),
@@ -2314,6 +2428,44 @@ impl Filesystem for View {
         }
     }
 
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Setxattr);
+        if !self.raw {
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let fl = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+            rustix::fs::setxattr(&p, name, value, fl).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Removexattr);
+        if !self.raw {
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = self
+            .xattr_path(ino)
+            .and_then(|(p, _keep)| rustix::fs::removexattr(&p, name).map_err(errno));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
         self.counts.add(Op::Releasedir);
         self.t.lock().unwrap().handles.remove(&fh.0);
@@ -2344,7 +2496,7 @@ impl Filesystem for View {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -2369,14 +2521,20 @@ impl Filesystem for View {
             // Exclusive first, so the view knows whether it made the file.
             let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
                 Ok(fd) => (fd, true),
-                Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => (
-                    rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?,
-                    false,
-                ),
+                Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => {
+                    let counted = self.budget_for(side).filter(|_| fl.contains(OFlags::TRUNC));
+                    let pre = counted.and_then(|_| rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).ok());
+                    let fd = rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?;
+                    if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
+                        b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+                    }
+                    (fd, false)
+                }
                 Err(e) => return Err(errno(e)),
             };
             if made {
                 self.keep_new_mode(side, &d, name, asked);
+                self.own_new(req, &d, name)?;
             }
             let a = self.remember(side, &rel)?;
             if made {
@@ -2424,6 +2582,10 @@ impl View {
             }
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
+            if let (false, true, Some(b)) = (dir, st.st_nlink <= 1, self.budget_for(side)) {
+                // The last name: its blocks are given back.
+                b.changed(budget::on_disk(&st), 0);
+            }
             if dir || st.st_nlink <= 1 {
                 // The inode may be reused for another file.
                 self.guest.lock().unwrap().remove(&(st.st_dev, st.st_ino));
@@ -2835,7 +2997,21 @@ pub type Relay = std::sync::mpsc::Sender<PathBuf>;
 /// every view; the workspace view (the first) relays host changes to
 /// `relay`. Called as root of the supervisor's user namespace, before
 /// runsc starts.
-pub fn start_views(file: &Path, relay: Option<Relay>) -> Result<Vec<Served>, ViewError> {
+/// Serves the Domain storage directory `dir` (a persisted path's
+/// `anchor/KEY`) at `mountpoint` as a storage view counted against
+/// `budget` (`View::storage`).
+pub fn start_storage_view(dir: &Path, mountpoint: &Path, budget: Arc<Budget>) -> Result<Served, ViewError> {
+    crate::sys::umask(0);
+    crate::sys::raise_nofile();
+    let view = View::storage(dir)
+        .map_err(|e| ViewError::Open(dir.to_path_buf(), e))?
+        .with_budget(budget, true);
+    serve(view, mountpoint, None).map_err(|e| ViewError::Serve(mountpoint.to_path_buf(), e))
+}
+
+/// `budget`: the Domain's disk budget, which every ignored store counts
+/// against.
+pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget>>) -> Result<Vec<Served>, ViewError> {
     let mut relay = relay;
     let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
     // Modes the sandbox asks for are applied as given (the guest applied its umask).
@@ -2875,10 +3051,14 @@ pub fn start_views(file: &Path, relay: Option<Relay>) -> Result<Vec<Served>, Vie
             None => None,
         };
         let sentry = Sentry::for_view(&v.source, v.git_root);
-        let view = View::new(&v.source, store, sentry)
+        let counted = store.is_some();
+        let mut view = View::new(&v.source, store, sentry)
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone())
             .with_exec(exec);
+        if let (Some(b), true) = (budget, counted) {
+            view = view.with_budget(b.clone(), false);
+        }
         served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }
     Ok(served)

@@ -2,6 +2,7 @@
 //! serves at `/workspace`, its change tracking, and the rules it enforces
 //! (Git Sentry, repository shape, ignored workspace state).
 
+pub mod budget;
 pub mod counts;
 pub mod fs;
 pub mod gitshape;

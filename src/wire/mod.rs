@@ -18,7 +18,7 @@
 //! | `init probe` (in the sandbox) → coordinator | [`guest::ProbeMsg`] | the stdout of `runsc exec` |
 //! | coordinator → `init probe` | [`guest::ProbeCmd`] | the probe's stdin (one frame, then EOF) |
 //! | `init user-setup` (in the sandbox) → coordinator | [`guest::SetupMsg`] | its stdout (one frame) |
-//! | coordinator → `lazaret net show` | [`show::ShowMsg`] | one frame per file in the generation dir |
+//! | coordinator → `lazaret net show`; supervisor → `lazaret ps` (`gen/disk`) | [`show::ShowMsg`] | one frame per file in the generation dir |
 //! | `lazaret-escalate` (in the sandbox) → coordinator | [`mailbox::RequestMsg`] | one signed frame per `<id>.req` file in the Escalation Mailbox |
 //! | coordinator → `lazaret-escalate` | [`mailbox::ResultMsg`] | one frame per `<id>.res` file in the mailbox |
 //!

@@ -1,8 +1,9 @@
 //! What a running Domain publishes for the CLI to show (`lazaret net
 //! show`): one frame per file in the generation dir, written durably by the
 //! Host Coordinator (`net-readiness` once the network is attested, `ports`
-//! once the forwards are installed). The CLI never opens the store; it
-//! reads these. The generation dir is the user's, never the sandbox's.
+//! once the forwards are installed), and by the Runtime Supervisor
+//! (`disk`, the disk budget its views count, for `lazaret ps`). The CLI
+//! never opens the store; it reads these. The generation dir is the user's, never the sandbox's.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -43,6 +44,9 @@ pub enum ShowMsg {
     NetReadiness(NetReadiness),
     /// `ports`: the installed host port forwards.
     Ports(Vec<PortForward>),
+    /// `disk`: the Domain's disk budget as the supervisor's views count it
+    /// (`view::budget`), for `lazaret ps`.
+    Disk { used: u64, cap: u64 },
 }
 
 impl Message for ShowMsg {
@@ -72,6 +76,11 @@ impl Message for ShowMsg {
                 for p in ports {
                     e.u32(u32::from(p.addr)).u16(p.host).u16(p.guest);
                 }
+                e.finish()
+            }
+            ShowMsg::Disk { used, cap } => {
+                let mut e = Enc::new(3);
+                e.u64(*used).u64(*cap);
                 e.finish()
             }
         }
@@ -111,6 +120,13 @@ impl Message for ShowMsg {
                 }
                 ShowMsg::Ports(ports)
             }
+            3 => {
+                let (used, cap) = (d.u64()?, d.u64()?);
+                if cap == 0 {
+                    return Err(DecodeError::BadValue("disk cap"));
+                }
+                ShowMsg::Disk { used, cap }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -121,6 +137,7 @@ impl Message for ShowMsg {
         match self {
             ShowMsg::NetReadiness(_) => "NetReadiness",
             ShowMsg::Ports(_) => "Ports",
+            ShowMsg::Disk { .. } => "Disk",
         }
     }
 }
@@ -140,6 +157,17 @@ pub fn read_readiness(path: &Path) -> Result<NetReadiness, FileError> {
         m => Err(FileError::Unexpected(
             path.to_path_buf(),
             UnexpectedMessage::of("NetReadiness", &m),
+        )),
+    }
+}
+
+/// The CLI's side: (used, cap) of the disk budget in `path`.
+pub fn read_disk(path: &Path) -> Result<(u64, u64), FileError> {
+    match super::read_one::<ShowMsg>(path)? {
+        ShowMsg::Disk { used, cap } => Ok((used, cap)),
+        m => Err(FileError::Unexpected(
+            path.to_path_buf(),
+            UnexpectedMessage::of("Disk", &m),
         )),
     }
 }
@@ -191,6 +219,10 @@ pub(crate) mod tests {
                 guest: 80,
             }]),
             ShowMsg::Ports(Vec::new()),
+            ShowMsg::Disk {
+                used: 5 << 20,
+                cap: 64 << 20,
+            },
         ]
     }
 

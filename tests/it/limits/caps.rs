@@ -741,3 +741,244 @@ fn a_sparse_bomb_layer_is_refused_and_failed_imports_are_pruned() {
     let list = env.lz(&ws, &["image", "list"]).config_home(&cfg).run();
     assert!(!list.stdout.contains("failed"), "{list:?}");
 }
+
+/// Writes 200 MiB to `$1` with dd and reports dd's status, the size the
+/// file reached and whether dd was told ENOSPC; then removes the file.
+const FILL: &str = r#"fill() { out=$(dd if=/dev/zero of="$1" bs=1M count=200 2>&1); rc=$?
+  echo "$1 rc=$rc size=$(stat -c %s "$1")"
+  case "$out" in *"No space left on device"*) echo "$1 enospc";; esac; }
+"#;
+
+/// `path rc=N size=M` from `FILL`'s report.
+fn filled(out: &str, path: &str) -> (i32, u64) {
+    let l = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{path} rc=")))
+        .unwrap_or_else(|| panic!("no report for {path}: {out}"));
+    let num = |k: &str| {
+        l.split(k)
+            .nth(1)
+            .and_then(|v| v.split(' ').next())
+            .unwrap_or("")
+            .to_string()
+    };
+    (num("rc=").parse().unwrap(), num("size=").parse().unwrap())
+}
+
+const CAP: u64 = 64 << 20;
+/// What a write may land past the cap: the blocks of one FUSE write in
+/// flight and the directories counted at start.
+const SLACK: u64 = 4 << 20;
+
+/// Issue 27, acceptance 4 (`/tmp` and an ignored directory): with
+/// `limits.disk = "64MiB"`, 200 MiB written to `/tmp` and to an ignored
+/// directory each fail with ENOSPC near the cap (and to `/srv`, the root
+/// filesystem's own non-persisted store, a tmpfs of the cap's size here), the Domain keeps working
+/// once the files are gone (a small write in the same session, a second
+/// `run`), and `lazaret ps` shows the use against the cap while it runs.
+#[test]
+fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
+    let env = require_env!();
+    let _g = GLOBAL.read();
+    let (base, ws) = env.base_and_workspace("lim-disk");
+    let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
+    env.write(&ws.join(".gitignore"), "build/\n");
+    let id = env.domain_id("default", &ws);
+    let script = format!(
+        "{FILL}mkdir -p /workspace/build
+         fill /tmp/big; rm -f /tmp/big
+         fill /workspace/build/big; rm -f /workspace/build/big
+         fill /srv/big; rm -f /srv/big
+         echo small > /tmp/small && echo small > /workspace/build/small && echo small-ok
+         echo small > /srv/small && echo srv-ok
+         cd /tmp && git init -q r && cd r && echo a > f && git add f && git -c user.email=a@b -c user.name=n commit -qm m && echo git-ok; cd /
+         dd if=/dev/zero of=/tmp/held bs=1M count=20 2>/dev/null && touch /workspace/ready
+         i=0; while [ ! -e /workspace/seen ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+         echo done"
+    );
+    let mut bg = env
+        .lz(&ws, &["run", "--", "sh", "-c", &script])
+        .config_home(&cfg)
+        .command();
+    bg.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = bg.spawn().unwrap();
+    // While the session holds 20 MiB in /tmp, ps shows the count.
+    let ready = eventually(Duration::from_secs(120), || ws.join("ready").exists());
+    let mut used = None;
+    if ready {
+        eventually(Duration::from_secs(5), || {
+            let j = env.ps_json(&ws);
+            used = harness::json_number(&j, &id, "disk_used");
+            harness::json_number(&j, &id, "disk_cap") == Some(CAP as i64) && used.is_some_and(|u| u >= 20 << 20)
+        });
+        let table = env.lz(&ws, &["ps"]).run();
+        assert!(
+            table.stdout.contains("DISK") && table.stdout.contains("/64MiB"),
+            "{table:?}"
+        );
+        env.write(&ws.join("seen"), "");
+    }
+    let out = child.wait_with_output().unwrap();
+    let r = harness::Run::from(out);
+    assert!(ready, "the session never got to its held file: {r:?}");
+    assert_eq!(r.code, 0, "{r:?}");
+    for p in ["/tmp/big", "/workspace/build/big", "/srv/big"] {
+        let (rc, size) = filled(&r.stdout, p);
+        eprintln!("{p}: dd rc={rc}, reached {} MiB of a 64 MiB cap", size >> 20);
+        assert_ne!(rc, 0, "200 MiB fitted under a 64 MiB cap at {p}: {r:?}");
+        assert!(r.stdout.contains(&format!("{p} enospc")), "not ENOSPC at {p}: {r:?}");
+        assert!(size <= CAP + SLACK, "{p} grew to {size} bytes past the cap: {r:?}");
+        assert!(size >= CAP / 2, "{p} stopped far below the cap ({size} bytes): {r:?}");
+    }
+    assert!(r.stdout.contains("small-ok"), "no write after the removal: {r:?}");
+    assert!(r.stdout.contains("srv-ok"), "no write to /srv after the removal: {r:?}");
+    assert!(
+        r.stdout.contains("git-ok"),
+        "a repository in /tmp works as on a plain bind: {r:?}"
+    );
+    let u = used.expect("ps --json shows disk_used");
+    assert!((20 << 20..CAP as i64).contains(&u), "ps disk_used {u}: {r:?}");
+    // A second run works and the budget starts from what stayed.
+    let r = env.run_sh_with_config(
+        &ws,
+        &cfg,
+        "cat /workspace/build/small && echo again > /tmp/x && echo ok",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.stdout, "small\nok\n", "{r:?}");
+    let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// Issue 27, acceptance 4 (a persisted path): with a cap, a persisted
+/// path's overlay keeps its upper on a storage view that counts it
+/// (`view::fs::View::storage`); 200 MiB written to `/root` fail with
+/// ENOSPC near the cap, and the Domain keeps working once the file is gone.
+#[test]
+fn the_disk_cap_holds_for_a_persisted_path_while_the_domain_runs() {
+    let env = require_env!();
+    let _g = GLOBAL.read();
+    let (base, ws) = env.base_and_workspace("lim-disk-p");
+    let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
+    let script = format!("{FILL}fill /root/big; rm -f /root/big; echo small > /root/small && echo small-ok");
+    let r = env.run_sh_with_config(&ws, &cfg, &script);
+    assert_eq!(r.code, 0, "{r:?}");
+    let (rc, size) = filled(&r.stdout, "/root/big");
+    eprintln!("/root/big: dd rc={rc}, reached {} MiB of a 64 MiB cap", size >> 20);
+    assert_ne!(rc, 0, "200 MiB fitted under a 64 MiB cap at /root: {r:?}");
+    assert!(r.stdout.contains("/root/big enospc"), "{r:?}");
+    assert!(size <= CAP + SLACK, "{r:?}");
+    assert!(r.stdout.contains("small-ok"), "{r:?}");
+    let r = env.run_sh_with_config(&ws, &cfg, "cat /root/small");
+    assert_eq!(r.stdout, "small\n", "{r:?}");
+    let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+/// What persisting means holds under a disk cap too (the overlay's upper
+/// on a counting storage view): foreign owners, set-id modes, symlinks,
+/// hard links, FIFOs, deletions of image files (whiteouts) and a
+/// directory replaced as a whole (opaque) are all there at the next run,
+/// exactly as without a cap.
+#[test]
+fn persisted_paths_under_a_disk_cap_keep_what_was_persisted() {
+    let env = require_env!();
+    let _g = GLOBAL.read();
+    let write = "set -e; d=/usr/local/lz; mkdir -p $d/sub; echo a > $d/f; chown 4242:4243 $d/f; chmod 4755 $d/f
+        chown 77:78 $d/sub; chmod 2770 $d/sub; ln -s f $d/l; ln $d/f $d/h; mkfifo $d/p
+        rm /usr/bin/yes; rm -rf /etc/apt; mkdir /etc/apt; touch /etc/apt/new
+        mv $d/sub $d/sub2; echo ok";
+    let check = "d=/usr/local/lz; stat -c '%n %u:%g %a %h %F' $d/f $d/sub2 $d/p; readlink $d/l
+        test -e /usr/bin/yes && echo yes-back; ls -A /etc/apt; cat $d/h";
+    let mut seen = Vec::new();
+    for (name, limits) in [
+        ("lim-sem-ref", ""),
+        ("lim-sem-cap", "[profiles.default.limits]\ndisk = \"256MiB\"\n"),
+    ] {
+        let (base, ws) = env.base_and_workspace(name);
+        let cfg = env.write_config(&base, &format!("[profiles.default]\n{limits}"));
+        let r = env.run_sh_with_config(&ws, &cfg, write);
+        assert_eq!(r.code, 0, "{name}: {r:?}");
+        assert!(r.stdout.ends_with("ok\n"), "{name}: {r:?}");
+        let r = env.run_sh_with_config(&ws, &cfg, check);
+        assert_eq!(r.code, 0, "{name}: {r:?}");
+        eprintln!("{name}: {}", r.stdout);
+        seen.push(r.stdout);
+        let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    assert!(
+        seen[0].contains("/usr/local/lz/f 4242:4243 4755 2 regular file")
+            && seen[0].contains("/usr/local/lz/sub2 77:78 2770")
+            && !seen[0].contains("yes-back")
+            && seen[0].contains("\nnew\na\n"),
+        "the reference run: {}",
+        seen[0]
+    );
+    assert_eq!(seen[1], seen[0], "under a disk cap the persisted state differs");
+}
+
+/// Variants of the disk-cap attack (cap 64 MiB): a `fallocate` of 200 MiB
+/// is refused whole, a 1 GiB sparse file filled in, a hard link that
+/// keeps a removed file's blocks, and two writers at once (`/tmp` and an
+/// ignored directory, one shared budget) each end near the cap; after
+/// removal the Domain writes again.
+#[test]
+fn the_disk_cap_holds_against_fallocate_sparse_files_links_and_parallel_writers() {
+    let env = require_env!();
+    let _g = GLOBAL.read();
+    let (base, ws) = env.base_and_workspace("lim-disk-v");
+    let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
+    env.write(&ws.join(".gitignore"), "build/\n");
+    let script = "mkdir -p /workspace/build
+        fallocate -l 200M /tmp/fa; echo \"fa rc=$? kib=$(du -k /tmp/fa | cut -f1)\"; rm -f /tmp/fa
+        truncate -s 1G /root/sp; out=$(dd if=/dev/zero of=/root/sp bs=1M count=200 conv=notrunc 2>&1)
+        echo \"sp rc=$? kib=$(( $(echo \"$out\" | tail -1 | cut -d' ' -f1) / 1024 ))\"; rm -f /root/sp
+        dd if=/dev/zero of=/tmp/l1 bs=1M count=40 2>/dev/null; ln /tmp/l1 /tmp/l2; rm /tmp/l1
+        dd if=/dev/zero of=/tmp/l3 bs=1M count=40 2>/dev/null; echo \"ln rc=$? kib=$(du -k /tmp/l3 | cut -f1)\"
+        rm -f /tmp/l2 /tmp/l3
+        dd if=/dev/zero of=/tmp/pa bs=1M count=100 2>/dev/null & p=$!
+        dd if=/dev/zero of=/workspace/build/pb bs=1M count=100 2>/dev/null; b=$?; wait $p; a=$?
+        echo \"par rc=$a,$b kib=$(( $(du -k /tmp/pa | cut -f1) + $(du -k /workspace/build/pb | cut -f1) ))\"
+        rm -f /tmp/pa /workspace/build/pb
+        echo small > /root/after && echo small > /tmp/after && echo after-ok";
+    let r = env.run_sh_with_config(&ws, &cfg, script);
+    assert_eq!(r.code, 0, "{r:?}");
+    eprintln!("{}", r.stdout);
+    let field = |tag: &str, k: &str| -> String {
+        let l = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{tag} ")))
+            .unwrap_or_else(|| panic!("no {tag} line: {r:?}"));
+        l.split(&format!("{k}="))
+            .nth(1)
+            .unwrap_or("")
+            .split(' ')
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let kib = |tag: &str| -> u64 { field(tag, "kib").parse().unwrap() };
+    let cap_kib = CAP >> 10;
+    let slack_kib = SLACK >> 10;
+    // fallocate is refused before anything is allocated.
+    assert_ne!(field("fa", "rc"), "0", "{r:?}");
+    assert!(kib("fa") < 1024, "{r:?}");
+    // The sparse file (what dd wrote into it), the link and the parallel
+    // writers stop near the cap.
+    assert_ne!(field("sp", "rc"), "0", "{r:?}");
+    assert!((cap_kib / 2..=cap_kib + slack_kib).contains(&kib("sp")), "{r:?}");
+    // 40 MiB kept by the link + 40 MiB more do not fit under 64 MiB.
+    assert_ne!(field("ln", "rc"), "0", "the link's blocks were given back early: {r:?}");
+    assert!(kib("ln") < 30 << 10, "{r:?}");
+    assert_ne!(field("par", "rc"), "0,0", "{r:?}");
+    assert!(
+        kib("par") <= cap_kib + slack_kib,
+        "two writers passed the cap together: {r:?}"
+    );
+    assert!(r.stdout.contains("after-ok"), "{r:?}");
+    let r = env.lz(&ws, &["rm", "--yes"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
