@@ -348,7 +348,9 @@ pub struct View {
     no_open: AtomicBool,
     /// Host identities hidden during this session (beyond the rules'
     /// snapshot), and the sticky file they are added to.
-    more_hidden: Mutex<std::collections::HashSet<(u64, u64)>>,
+    /// Identities hidden during this session: (device, inode) to birth
+    /// time (`view::ignored::same_birth`).
+    more_hidden: Mutex<HashMap<(u64, u64), u64>>,
     sticky_path: Option<PathBuf>,
     /// Requests answered, per opcode (src/view/counts.rs).
     counts: Arc<Counts>,
@@ -1328,7 +1330,7 @@ impl View {
         if maybe && self.ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
         }
-        if self.is_hidden_host(&st) {
+        if self.is_hidden_host(rel, &st) {
             // A hidden host file under a name the rules do not match (an
             // ancestor was renamed, or .gitignore edited): Domain-side.
             return match self.stat(Side::Store, rel) {
@@ -1566,7 +1568,7 @@ impl View {
                 });
                 let dev = self.stat(Side::Host, rel).map(|st| st.st_dev).unwrap_or(0);
                 read(Side::Host, &|p, d, ino| {
-                    !self.ignored(p, d) && !self.is_hidden_id(dev, ino)
+                    !self.ignored(p, d) && !self.hidden_entry(p, dev, ino)
                 })?;
             }
         }
@@ -2629,32 +2631,62 @@ impl View {
         self.ignored(rel, dir) || self.hidden_host_at(rel)
     }
 
-    /// True when the host file with this identity is hidden.
-    fn is_hidden_id(&self, dev: u64, ino: u64) -> bool {
-        self.rules.as_ref().is_some_and(|r| r.is_hidden_id(dev, ino))
-            || self.more_hidden.lock().unwrap().contains(&(dev, ino))
+    /// True when the host file with this identity is hidden: device,
+    /// inode and birth time, since a filesystem gives a removed hidden
+    /// file's inode number to the next new file (which must not vanish).
+    fn is_hidden_id(&self, dev: u64, ino: u64, btime: u64) -> bool {
+        self.rules.as_ref().is_some_and(|r| r.is_hidden_id(dev, ino, btime))
+            || self
+                .more_hidden
+                .lock()
+                .unwrap()
+                .get(&(dev, ino))
+                .is_some_and(|&b| crate::view::ignored::same_birth(b, btime))
     }
 
-    fn is_hidden_host(&self, st: &rustix::fs::Stat) -> bool {
-        self.rules.is_some() && self.is_hidden_id(st.st_dev, st.st_ino)
+    /// The host file at view path `rel` (device `dev`, inode `ino`) is
+    /// hidden. Its birth time is read only when the inode number is one a
+    /// hidden file had (the common case costs two hash lookups).
+    fn hidden_entry(&self, rel: &Path, dev: u64, ino: u64) -> bool {
+        let candidate = self.rules.as_ref().is_some_and(|r| r.may_be_hidden(dev, ino))
+            || self.more_hidden.lock().unwrap().contains_key(&(dev, ino));
+        candidate && self.is_hidden_id(dev, ino, self.host_btime(rel))
+    }
+
+    /// The birth time (ns) of the host file at `rel`, 0 when unknown.
+    fn host_btime(&self, rel: &Path) -> u64 {
+        let (parent, name) = split(rel);
+        let Ok(d) = self.dir(Side::Host, parent) else { return 0 };
+        match rustix::fs::statx(&d, name, AtFlags::SYMLINK_NOFOLLOW, rustix::fs::StatxFlags::BTIME) {
+            Ok(x) if x.stx_mask & rustix::fs::StatxFlags::BTIME.bits() != 0 && x.stx_btime.tv_sec >= 0 => {
+                x.stx_btime.tv_sec as u64 * 1_000_000_000 + u64::from(x.stx_btime.tv_nsec)
+            }
+            _ => 0,
+        }
+    }
+
+    fn is_hidden_host(&self, rel: &Path, st: &rustix::fs::Stat) -> bool {
+        self.rules.is_some() && self.hidden_entry(rel, st.st_dev, st.st_ino)
     }
 
     /// True when the host has an entry at `rel` and it is hidden.
     fn hidden_host_at(&self, rel: &Path) -> bool {
-        self.stat(Side::Host, rel).is_ok_and(|st| self.is_hidden_host(&st))
+        self.stat(Side::Host, rel).is_ok_and(|st| self.is_hidden_host(rel, &st))
     }
 
     /// Hides one host identity for the rest of the session and later
     /// generations.
     fn hide_id(&self, dev: u64, ino: u64, rel: &Path) {
-        if self.is_hidden_id(dev, ino) {
+        let btime = self.host_btime(rel);
+        if self.is_hidden_id(dev, ino, btime) {
             return;
         }
-        self.more_hidden.lock().unwrap().insert((dev, ino));
+        self.more_hidden.lock().unwrap().insert((dev, ino), btime);
         if let Some(p) = &self.sticky_path {
             let e = crate::view::ignored::StickyEntry {
                 dev,
                 ino,
+                btime,
                 rel: rel.to_path_buf(),
             };
             if let Err(err) = crate::view::ignored::append_sticky(p, &e) {
@@ -2687,7 +2719,7 @@ impl View {
                 }
                 let child = d.join(name);
                 let is_d = file_type == rustix::fs::FileType::Directory;
-                if self.ignored(&child, is_d) || self.is_hidden_id(dev, ino) {
+                if self.ignored(&child, is_d) || self.hidden_entry(&child, dev, ino) {
                     found.push((dev, ino, child));
                 } else if is_d && name != ".git" {
                     stack.push(child);

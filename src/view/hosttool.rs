@@ -351,8 +351,14 @@ pub fn seed_store(
         return Ok(());
     }
     std::fs::create_dir_all(store)?;
-    let hidden =
-        |rel: &Path, dir: bool, (dev, ino): (u64, u64)| rules.is_ignored(rel, dir) || rules.is_hidden_id(dev, ino);
+    let hidden = |rel: &Path, dir: bool, (dev, ino): (u64, u64)| {
+        rules.is_ignored(rel, dir)
+            || (rules.may_be_hidden(dev, ino) && {
+                let btime =
+                    std::fs::symlink_metadata(source.join(rel)).map_or(0, |m| crate::view::ignored::btime_of(&m));
+                rules.is_hidden_id(dev, ino, btime)
+            })
+    };
     seed(source, store, paths, &hidden)?;
     let mut text = Vec::new();
     for p in paths {

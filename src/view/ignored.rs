@@ -70,7 +70,7 @@ pub struct IgnoreRules {
     /// Host identities `(st_dev, st_ino)` of everything hidden: what the
     /// rules ignored at load, and what was hidden in earlier generations
     /// (`Sticky`). The view hides these under any name.
-    hidden: HashSet<(u64, u64)>,
+    hidden: HashMap<(u64, u64), u64>,
     /// The records behind `hidden`, for persisting.
     sticky: Vec<StickyEntry>,
     /// The paths of earlier generations' hidden entries: ignored whatever
@@ -104,7 +104,7 @@ impl IgnoreRules {
             verified: HashSet::new(),
             verified_dirs: HashSet::new(),
             opaque: HashSet::new(),
-            hidden: HashSet::new(),
+            hidden: HashMap::new(),
             sticky: Vec::new(),
             names: HashSet::new(),
             history: Vec::new(),
@@ -177,7 +177,7 @@ impl IgnoreRules {
             verified: HashSet::new(),
             verified_dirs: HashSet::new(),
             opaque,
-            hidden: HashSet::new(),
+            hidden: HashMap::new(),
             sticky: Vec::new(),
             names: previous.iter().map(|e| e.rel.clone()).collect(),
             history: Vec::new(),
@@ -207,9 +207,9 @@ impl IgnoreRules {
                 Err(why) => rules.make_opaque(dir, &why.to_string()),
             }
         }
-        let prev: HashSet<(u64, u64)> = previous.iter().map(|e| (e.dev, e.ino)).collect();
+        let prev: HashMap<(u64, u64), u64> = previous.iter().map(|e| ((e.dev, e.ino), e.btime)).collect();
         // Entries the rules match, before tracked content is taken out.
-        let mut candidates: Vec<(PathBuf, u64, u64, bool)> = Vec::new();
+        let mut candidates: Vec<(PathBuf, u64, u64, u64, bool)> = Vec::new();
         // Walk top-down; an ignored directory's .gitignore files do not count.
         // Below an opaque directory the walk only looks for earlier hidden
         // identities (so they are not forgotten while it is opaque).
@@ -245,12 +245,12 @@ impl IgnoreRules {
                 let child = dir.join(&name);
                 // The identity the view will see (lstat, not d_ino, which
                 // differs on some filesystems).
-                let (dev, ino) = match e.metadata() {
-                    Ok(m) => (m.dev(), m.ino()),
-                    Err(_) => (dev, e.ino()),
+                let (dev, ino, btime) = match e.metadata() {
+                    Ok(m) => (m.dev(), m.ino(), btime_of(&m)),
+                    Err(_) => (dev, e.ino(), 0),
                 };
-                if prev.contains(&(dev, ino)) {
-                    rules.hide(child, dev, ino);
+                if prev.get(&(dev, ino)).is_some_and(|&b| same_birth(b, btime)) {
+                    rules.hide(child, dev, ino, btime);
                     continue;
                 }
                 if in_opaque {
@@ -260,7 +260,7 @@ impl IgnoreRules {
                     continue;
                 }
                 if rules.matches_rules(&child, is_dir) {
-                    candidates.push((child, dev, ino, is_dir));
+                    candidates.push((child, dev, ino, btime, is_dir));
                 } else if is_dir {
                     stack.push((child, false));
                 }
@@ -284,20 +284,20 @@ impl IgnoreRules {
         // Rule-matched entries are hidden unless kept as verified tracked
         // content; below a kept directory, whatever is not kept is hidden.
         let mut stack = candidates;
-        while let Some((rel, dev, ino, is_dir)) = stack.pop() {
+        while let Some((rel, dev, ino, btime, is_dir)) = stack.pop() {
             if !rules.is_ignored(&rel, is_dir) {
                 if is_dir && rules.verified_dirs.contains(&rel) {
                     if let Ok(rd) = std::fs::read_dir(root.join(&rel)) {
                         for e in rd.flatten() {
                             if let Ok(m) = e.metadata() {
-                                stack.push((rel.join(e.file_name()), m.dev(), m.ino(), m.is_dir()));
+                                stack.push((rel.join(e.file_name()), m.dev(), m.ino(), btime_of(&m), m.is_dir()));
                             }
                         }
                     }
                 }
                 continue;
             }
-            rules.hide(rel, dev, ino);
+            rules.hide(rel, dev, ino, btime);
         }
         Ok(rules)
     }
@@ -311,11 +311,11 @@ impl IgnoreRules {
         self.opaque.insert(dir.to_path_buf());
     }
 
-    /// Hides the host file with identity `(dev, ino)`, now at `rel`, under
-    /// any name, for this and later generations.
-    fn hide(&mut self, rel: PathBuf, dev: u64, ino: u64) {
-        if self.hidden.insert((dev, ino)) {
-            self.sticky.push(StickyEntry { dev, ino, rel });
+    /// Hides the host file with identity `(dev, ino, btime)`, now at `rel`,
+    /// under any name, for this and later generations.
+    fn hide(&mut self, rel: PathBuf, dev: u64, ino: u64, btime: u64) {
+        if self.hidden.insert((dev, ino), btime).is_none() {
+            self.sticky.push(StickyEntry { dev, ino, btime, rel });
         }
     }
 
@@ -327,9 +327,18 @@ impl IgnoreRules {
         self
     }
 
-    /// True when the host file with this identity is hidden.
-    pub fn is_hidden_id(&self, dev: u64, ino: u64) -> bool {
-        self.hidden.contains(&(dev, ino))
+    /// True when a hidden file had inode `ino` on `dev` (then the birth
+    /// time decides, [`IgnoreRules::is_hidden_id`]): cheap, for hot paths.
+    pub fn may_be_hidden(&self, dev: u64, ino: u64) -> bool {
+        self.hidden.contains_key(&(dev, ino))
+    }
+
+    /// True when the host file with this identity is hidden: its device
+    /// and inode, and its birth time (`btime`, nanoseconds; 0 unknown), as
+    /// a filesystem reuses the inode number of a removed file for a new
+    /// one that has nothing to do with it.
+    pub fn is_hidden_id(&self, dev: u64, ino: u64, btime: u64) -> bool {
+        self.hidden.get(&(dev, ino)).is_some_and(|&b| same_birth(b, btime))
     }
 
     /// Adds a rules text to remember; false when already there or past
@@ -647,7 +656,25 @@ fn hash_beneath(root: BorrowedFd, rel: &Path, sha256: bool) -> Option<Vec<u8>> {
 pub struct StickyEntry {
     pub dev: u64,
     pub ino: u64,
+    /// Birth time in nanoseconds since 1970 (0: unknown, as in entries
+    /// written before it was recorded: then the inode alone decides).
+    pub btime: u64,
     pub rel: PathBuf,
+}
+
+/// A file's birth time in nanoseconds since 1970, 0 when the filesystem
+/// does not record one.
+pub fn btime_of(m: &std::fs::Metadata) -> u64 {
+    m.created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Whether two birth times can be one file's: equal, or either unknown
+/// (fail closed: an unknown birth time hides).
+pub fn same_birth(recorded: u64, seen: u64) -> bool {
+    recorded == 0 || seen == 0 || recorded == seen
 }
 
 /// `DOMAIN_ROOT/ignored.sticky`, next to the store `DOMAIN_ROOT/ignored`
@@ -661,13 +688,19 @@ pub fn sticky_file(store: &Path) -> PathBuf {
 pub fn read_sticky(path: &Path) -> Result<Vec<StickyEntry>, IgnoredError> {
     read_store_lines(path, |line| {
         let mut it = line.split(' ');
-        let (Some(dev), Some(ino), Some(hexpath), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        let (Some(dev), Some(ino), Some(hexpath), btime, None) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
             return None;
         };
         let path = unhex(hexpath)?;
         Some(StickyEntry {
             dev: dev.parse().ok()?,
             ino: ino.parse().ok()?,
+            btime: match btime {
+                Some(b) => b.parse().ok()?,
+                None => 0,
+            },
             rel: PathBuf::from(std::ffi::OsStr::from_bytes(&path)),
         })
     })
@@ -698,10 +731,11 @@ fn read_store_lines<T>(path: &Path, mut parse: impl FnMut(&str) -> Option<T>) ->
 
 fn sticky_line(e: &StickyEntry) -> String {
     format!(
-        "{} {} {}\n",
+        "{} {} {} {}\n",
         e.dev,
         e.ino,
-        crate::domain::hex(e.rel.as_os_str().as_bytes())
+        crate::domain::hex(e.rel.as_os_str().as_bytes()),
+        e.btime
     )
 }
 
@@ -1036,6 +1070,39 @@ mod tests {
     }
 
     #[test]
+    fn a_new_file_on_a_hidden_files_inode_number_is_not_hidden() {
+        use std::os::unix::fs::MetadataExt;
+        let d = scratch("reuse");
+        std::fs::write(d.join(".gitignore"), "/secret\n").unwrap();
+        std::fs::write(d.join("secret"), "s").unwrap();
+        let r = IgnoreRules::load(&d, None, None, &[]).unwrap();
+        let md = std::fs::metadata(d.join("secret")).unwrap();
+        let (dev, ino, b) = (md.dev(), md.ino(), btime_of(&md));
+        assert!(r.is_hidden_id(dev, ino, b));
+        assert!(r.is_hidden_id(dev, ino, 0), "an unknown birth time hides (fail closed)");
+        assert_eq!(r.sticky()[0].btime, b);
+        if b != 0 {
+            // The filesystem gave the inode number to a file born later.
+            assert!(!r.is_hidden_id(dev, ino, b + 1));
+            let prev = [StickyEntry {
+                dev,
+                ino,
+                btime: b + 1,
+                rel: PathBuf::from("old"),
+            }];
+            std::fs::write(d.join(".gitignore"), "").unwrap();
+            let r2 = IgnoreRules::load(&d, None, None, &prev).unwrap();
+            assert!(!r2.is_hidden_id(dev, ino, b), "a sticky record of another file's birth");
+        }
+        // Records written before birth times were kept: unknown, so hidden.
+        let f = d.join("ignored.sticky");
+        std::fs::write(&f, format!("5 6 {}\n", crate::domain::hex(b"a/b"))).unwrap();
+        let old = read_sticky(&f).unwrap();
+        assert_eq!((old[0].dev, old[0].ino, old[0].btime), (5, 6, 0));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
     fn hidden_identities_are_sticky_across_rule_edits_and_renames() {
         use std::os::unix::fs::MetadataExt;
         let d = scratch("sticky");
@@ -1045,7 +1112,7 @@ mod tests {
         std::fs::write(d.join(".gitignore"), "/config/master.key\n.env\n").unwrap();
         let r = IgnoreRules::load(&d, None, None, &[]).unwrap();
         let md = std::fs::metadata(d.join("config/master.key")).unwrap();
-        assert!(r.is_hidden_id(md.dev(), md.ino()));
+        assert!(r.is_hidden_id(md.dev(), md.ino(), btime_of(&md)));
         assert_eq!(r.sticky().len(), 2);
         let f = d.join("ignored.sticky");
         write_sticky(&f, r.sticky()).unwrap();
@@ -1055,9 +1122,9 @@ mod tests {
         std::fs::write(d.join(".gitignore"), "").unwrap();
         std::fs::rename(d.join("config"), d.join("c2")).unwrap();
         let r2 = IgnoreRules::load(&d, None, None, &prev).unwrap();
-        assert!(r2.is_hidden_id(md.dev(), md.ino()));
+        assert!(r2.is_hidden_id(md.dev(), md.ino(), btime_of(&md)));
         let env = std::fs::metadata(d.join(".env")).unwrap();
-        assert!(r2.is_hidden_id(env.dev(), env.ino()));
+        assert!(r2.is_hidden_id(env.dev(), env.ino(), btime_of(&env)));
         assert!(r2.sticky().iter().any(|e| e.rel == Path::new("c2/master.key")));
         // Replaced on the host at the same path (a new inode, rules still
         // emptied): hidden by its path.
@@ -1065,7 +1132,7 @@ mod tests {
         std::fs::rename(d.join(".env.tmp"), d.join(".env")).unwrap();
         let r2 = IgnoreRules::load(&d, None, None, r2.sticky()).unwrap();
         let env2 = std::fs::metadata(d.join(".env")).unwrap();
-        assert!(r2.is_hidden_id(env2.dev(), env2.ino()));
+        assert!(r2.is_hidden_id(env2.dev(), env2.ino(), btime_of(&env2)));
         assert!(r2.is_ignored(Path::new(".env"), false));
         // Deleted on the host: forgotten.
         std::fs::remove_file(d.join(".env")).unwrap();
