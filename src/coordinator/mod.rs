@@ -177,13 +177,31 @@ pub fn main(mut args: Args) -> i32 {
     code
 }
 
+/// Why the secrets did not arrive on [`SECRETS_FD`].
+#[derive(Debug)]
+enum SecretsPipeError {
+    /// The descriptor was not handed over.
+    Missing(io::Error),
+    /// The frame on it did not arrive whole or did not decode.
+    Read(crate::wire::ReadError),
+}
+
+impl std::fmt::Display for SecretsPipeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            SecretsPipeError::Missing(e) => write!(f, "no secrets pipe ({e})"),
+            SecretsPipeError::Read(e) => write!(f, "reading the secrets pipe: {e}"),
+        }
+    }
+}
+
 /// The one `SecretsMsg` on [`SECRETS_FD`] (then EOF).
-fn read_secrets() -> Result<Vec<(String, crate::config::secrets::SecretValue)>, String> {
-    let fd = sys::take_inherited(SECRETS_FD).map_err(|e| e.to_string())?;
+fn read_secrets() -> Result<Vec<(String, crate::config::secrets::SecretValue)>, SecretsPipeError> {
+    let fd = sys::take_inherited(SECRETS_FD).map_err(SecretsPipeError::Missing)?;
     let mut f = File::from(fd);
     match FrameReader::default().recv::<crate::wire::start::SecretsMsg>(&mut f) {
         Ok(crate::wire::start::SecretsMsg::Values(v)) => Ok(v),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(SecretsPipeError::Read(e)),
     }
 }
 

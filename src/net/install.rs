@@ -740,13 +740,25 @@ mod tests {
             ],
         };
         let r = catch_all_rules(&gate, 40000);
+        let head = "iifname \"lzr1\" tcp flags & (syn | ack) == syn tcp dport != { 22, 80, 443, 3128 }";
+        // A synthetic address (a name the gate's resolver gave) on any
+        // other port goes to the catch-all.
         assert!(
-            r.contains(
-                "iifname \"lzr1\" tcp flags & (syn | ack) == syn ip daddr != { 203.0.113.0/24, 10.0.2.2 } \
-                 tcp dport != { 22, 80, 443, 3128 } tproxy ip to 169.254.255.2:40000"
-            ),
+            r.contains(&format!(
+                "{head} ip daddr 100.127.0.0/16 tproxy ip to 169.254.255.2:40000"
+            )),
             "{r}"
         );
+        // So does an address the router would send to slirp4netns, but not
+        // one of the forwarded ranges (a reject route inside one is not a
+        // forward) and never one the policy rejects (the fib condition).
+        assert!(
+            r.contains(&format!(
+                "{head} ip daddr != {{ 203.0.113.0/24, 10.0.2.2 }} fib daddr oif \"tap0\" tproxy ip to 169.254.255.2:40000"
+            )),
+            "{r}"
+        );
+        assert!(!r.contains("203.0.113.7"), "{r}");
         assert!(
             r.starts_with("table ip lazaret {") && r.contains("hook prerouting"),
             "{r}"
@@ -755,6 +767,10 @@ mod tests {
             forwarded: vec![],
             ..gate
         };
-        assert!(catch_all_rules(&bare, 1).contains("== syn tcp dport"), "no empty set");
+        let b = catch_all_rules(&bare, 1);
+        assert!(
+            b.contains("== syn tcp dport") && !b.contains("daddr != {"),
+            "no empty set: {b}"
+        );
     }
 }
