@@ -8,7 +8,10 @@
 #   - `git status` on a repository of ~20,000 tracked files (warm);
 #   - unpack 5,000 small files into a tracked (not ignored) directory;
 #   - the same into an ignored directory;
-#   - write 200 MiB and fsync it.
+#   - write 200 MiB and fsync it;
+#   - `ls -f` of a directory of 100,000 entries the host made, the first
+#     listing in a new sandbox (extra rounds, the directory present only
+#     for them so the other rows do not see it).
 # Method: one sandbox per side and round, Lazaret and raw rounds
 # interleaved (the side going first alternates), every workload in a
 # directory of its own that is removed at the end of the run, and `sync`
@@ -59,6 +62,7 @@ case $only in
     unpack) mkdir -p trk/$tag && tar -xf /tmp/files.tar -C trk/$tag; exit 0 ;;
     unpack-ign) mkdir -p ign/$tag && tar -xf /tmp/files.tar -C ign/$tag; exit 0 ;;
     write) mkdir -p wr && dd if=/dev/zero of=wr/$tag bs=1M count=200 conv=fsync status=none; exit 0 ;;
+    lsf) t0=$(ms); n=$(ls -f big | wc -l); t1=$(ms); echo "lsf $((t1 - t0)) $n"; exit 0 ;;
 esac
 t0=$(ms); cat $reads >/dev/null; t1=$(ms); echo "read $((t1 - t0))"
 git status --porcelain >/dev/null
@@ -80,12 +84,7 @@ echo "warm-up run inside lazaret" >&2
 run_lz lz 0 > /dev/null &
 lzpid=$!
 # Capture the bundle Lazaret generated while the Domain is up.
-gen=""
-for _ in $(seq 1200); do
-    gen=$(ls -d /tmp/lazaret-"$(id -u)"/*/gen/bundle 2>/dev/null | head -n1 || true)
-    [ -n "$gen" ] && [ -f "$gen/config.json" ] && break
-    sleep 0.05
-done
+gen=$(domain_bundle "$lz" "$ws")
 mkdir -p "$work/bundle" "$work/root"
 cp "$gen/config.json" "$work/bundle/template.json"
 wait "$lzpid"
@@ -125,6 +124,23 @@ for r in $(seq "$rounds"); do
     fi
 done
 
+# The cold listing: 100,000 empty files the host makes, listed once per
+# new sandbox, sides interleaved as above.
+echo "making 100000 entries for the cold listing" >&2
+python3 -c 'import os, sys
+os.mkdir(sys.argv[1])
+for i in range(100000):
+    os.close(os.open(os.path.join(sys.argv[1], "e%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))' "$ws/big"
+for r in $(seq "$rounds"); do
+    if [ $((r % 2)) -eq 1 ]; then
+        run_lz lz "$r" lsf >> "$work/lz.out"; run_raw raw "$r" lsf >> "$work/raw.out"
+    else
+        run_raw raw "$r" lsf >> "$work/raw.out"; run_lz lz "$r" lsf >> "$work/lz.out"
+    fi
+done
+grep -h '^lsf' "$work/lz.out" "$work/raw.out" | awk '$3 != 100002 {print "bench-git: a listing saw " $3 " entries, not 100002" > "/dev/stderr"; bad = 1} END {exit bad}'
+rm -rf "$ws/big"
+
 # FUSE requests: each workload alone, minus a run that does nothing.
 count() {
     local f="$work/counts.$1"
@@ -152,6 +168,7 @@ row unpack "unpack 5000 files into a tracked dir" 2.0x
 row unpack-ign "unpack 5000 files into an ignored dir" 1.5x
 row write "write 200 MiB with fsync" 1.2x
 row read "read 1100 small tracked files" 1.1x
+row lsf "cold ls -f of 100000 entries" 2.0x
 # Requests a workload added over the run that does nothing.
 total() { awk 'FNR == NR {b += $3; next} {a += $3} END {print a - b}' "$work/counts.none" "$work/counts.$1" 2>/dev/null || echo 0; }
 awk -v u="$(total unpack)" -v i="$(total unpack-ign)" -v r="$(total read)" -v w="$(total write)" 'BEGIN {

@@ -110,12 +110,7 @@ for inv in $(seq "$invocations"); do
     "$lz" run --quiet -- bash /workspace/.bench.sh "lz$inv" > "$work/lz.$inv" &
     lzpid=$!
     if [ "$inv" = 1 ]; then
-        gen=""
-        for _ in $(seq 600); do
-            gen=$(ls -d /tmp/lazaret-"$(id -u)"/*/gen/bundle 2>/dev/null | head -n1 || true)
-            [ -n "$gen" ] && [ -f "$gen/config.json" ] && break
-            sleep 0.05
-        done
+        gen=$(domain_bundle "$lz" "$ws")
         cp "$gen/config.json" "$work/bundle/config.json"
     fi
     wait "$lzpid"

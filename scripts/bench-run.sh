@@ -30,12 +30,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 # Baseline bundle: the same prepared lower and the same config.json Lazaret
 # generates (captured from a live generation), with our own state root.
 "$lz" run --quiet -- sleep 3 & bgpid=$!
-gen=""
-for _ in $(seq 100); do
-    gen=$(ls -d /tmp/lazaret-"$(id -u)"/*/gen/bundle 2>/dev/null | head -n1 || true)
-    [ -n "$gen" ] && [ -f "$gen/config.json" ] && break
-    sleep 0.05
-done
+gen=$(domain_bundle "$lz" "$ws")
 mkdir -p "$work/bundle" "$work/root"
 # The raw equivalent: the same rootfs and mounts, with the workspace bound
 # directly (no Git Sentry view), no network namespace (raw runs with

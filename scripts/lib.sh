@@ -165,3 +165,29 @@ use_lint_tools() {
 bench_row() {
     printf 'ROW\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5"
 }
+
+# domain_bundle LAZARET WORKSPACE [SECONDS]: prints the runtime bundle
+# directory of the Domain ready for WORKSPACE (any profile), waiting up to
+# SECONDS (default 300) for it. Finds the Domain by `lazaret ps --json`,
+# never by listing the runtime root: the same user's other Domains come
+# and go there.
+domain_bundle() {
+    local lz=$1 ws secs=${3:-300} id dir
+    ws=$(realpath "$2")
+    for _ in $(seq $((secs * 10))); do
+        id=$("$lz" ps --json 2>/dev/null | python3 -c '
+import json, sys
+for d in json.load(sys.stdin):
+    if d.get("workspace") == sys.argv[1] and d.get("phase") == "ready":
+        print(d["domain_id"]); break
+' "$ws" 2>/dev/null || true)
+        dir=/tmp/lazaret-$(id -u)/$id/gen/bundle
+        if [ -n "$id" ] && [ -f "$dir/config.json" ]; then
+            echo "$dir"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "domain_bundle: no Domain ready for $ws within ${secs}s" >&2
+    return 1
+}

@@ -67,12 +67,7 @@ EOF
 echo "pjdfstest through the view ($*)" >&2
 "$lz" run --quiet -- sh /workspace/.pjd/run.sh t-view "$@" > "$work/view.out" &
 lzpid=$!
-gen=""
-for _ in $(seq 1200); do
-    gen=$(ls -d /tmp/lazaret-"$(id -u)"/*/gen/bundle 2>/dev/null | head -n1 || true)
-    [ -n "$gen" ] && [ -f "$gen/config.json" ] && break
-    sleep 0.05
-done
+gen=$(domain_bundle "$lz" "$ws")
 mkdir -p "$work/bundle" "$work/root"
 cp "$gen/config.json" "$work/bundle/template.json"
 wait "$lzpid" || true

@@ -88,12 +88,7 @@ EOF
 # The raw runsc bundle: one run through Lazaret, its generated config.
 "$lz" run --quiet --profile dev -- sleep 2 &
 lzpid=$!
-gen=""
-for _ in $(seq 1200); do
-    gen=$(ls -d /tmp/lazaret-"$(id -u)"/*/gen/bundle 2>/dev/null | head -n1 || true)
-    [ -n "$gen" ] && [ -f "$gen/config.json" ] && break
-    sleep 0.05
-done
+gen=$(domain_bundle "$lz" "$ws")
 mkdir -p "$work/bundle" "$work/root"
 cp "$gen/config.json" "$work/bundle/template.json"
 wait "$lzpid" || true

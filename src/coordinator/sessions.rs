@@ -473,6 +473,13 @@ impl Coordinator {
             return;
         };
         let _ = self.store.close_session(&s.id, code);
+        // The last session's end stops the Domain: withdraw publication
+        // before its client learns the exit, so a command it runs next
+        // (`lazaret rm`, `state reset`) finds the Domain tearing down
+        // (and waits for its lock), not still published (and refused).
+        if self.sessions.is_empty() && self.had_session {
+            self.withdraw_publication();
+        }
         if let Some(b) = self.broker.as_mut() {
             b.cancel_session(s.id.as_str());
             b.remove_credential(s.id.as_str());

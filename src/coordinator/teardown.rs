@@ -6,15 +6,21 @@ use super::*;
 impl Coordinator {
     // ---- teardown ----------------------------------------------------------------
 
+    /// Stops answering on the Domain socket: no client connects to this
+    /// generation after this. Idempotent.
+    pub(super) fn withdraw_publication(&mut self) {
+        if self.listener.take().is_some() {
+            let _ = std::fs::remove_file(self.paths.socket());
+        }
+    }
+
     /// Withdraw publication, end sessions, stop the sandbox through the
     /// supervisor, release ownership records, remove runtime files.
     pub(super) fn teardown(&mut self) {
         let reason = self.stop_reason.clone().unwrap_or_else(|| "stopping".into());
         log::info!("teardown: {reason}");
         // INVARIANT: publication is withdrawn before anything is stopped.
-        if self.listener.take().is_some() {
-            let _ = std::fs::remove_file(self.paths.socket());
-        }
+        self.withdraw_publication();
         if self.phase != Phase::Failed {
             self.phase = Phase::Stopping;
         }

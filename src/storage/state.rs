@@ -295,7 +295,7 @@ impl Drop for Maintenance {
 
 /// How long maintenance waits for a Domain that holds its lock without
 /// being published (a teardown in progress).
-pub const MAINTENANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+pub const MAINTENANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub fn lock_for_maintenance(p: &DomainPaths, id: &domain::DomainId) -> Result<Maintenance> {
     lock_domain(p, id, MAINTENANCE_WAIT)
