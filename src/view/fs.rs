@@ -414,6 +414,31 @@ fn resolve() -> ResolveFlags {
 /// of any length: a long one is walked in pieces of at most `WALK_CHUNK`
 /// bytes (whole components), each beneath the directory the last reached,
 /// so the whole walk stays beneath `root` as one call would.
+thread_local! {
+    /// Inside one READDIRPLUS (`ParentMemo`): the listed directory's fds,
+    /// by side and view path, opened once for all of its entries.
+    static PARENT_MEMO: std::cell::RefCell<Option<Vec<(Side, PathBuf, OwnedFd)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// While alive, `View::at_dir` keeps the directories it opens on this
+/// thread (one request: what it opened is what a lookup at that moment
+/// would have opened).
+struct ParentMemo;
+
+impl ParentMemo {
+    fn enter() -> ParentMemo {
+        PARENT_MEMO.with(|m| *m.borrow_mut() = Some(Vec::new()));
+        ParentMemo
+    }
+}
+
+impl Drop for ParentMemo {
+    fn drop(&mut self) {
+        PARENT_MEMO.with(|m| *m.borrow_mut() = None);
+    }
+}
+
 fn beneath(root: BorrowedFd<'_>, p: &Path, flags: OFlags, mode: Mode) -> rustix::io::Result<OwnedFd> {
     if p.as_os_str().len() <= WALK_CHUNK {
         return rustix::fs::openat2(root, p, flags, mode, resolve());
@@ -779,16 +804,47 @@ impl View {
             return Ok((rustix::fs::fstat(self.root(side)?).map_err(errno)?, None));
         }
         let (parent, name) = split(rel);
-        let d = self.dir(side, parent)?;
-        let fd = rustix::fs::openat(
-            &d,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)?;
+        let fd = self.at_dir(side, parent, |d| {
+            rustix::fs::openat(
+                d,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(errno)
+        })?;
         let st = rustix::fs::fstat(&fd).map_err(errno)?;
         Ok((st, (!is_dir(&st)).then_some(fd)))
+    }
+
+    /// Runs `f` on directory `rel` of `side` (as `dir` opens it). Inside a
+    /// `ParentMemo` scope the fd is opened once and kept for the scope: a
+    /// listing's entries all have one parent.
+    fn at_dir<T>(
+        &self,
+        side: Side,
+        rel: &Path,
+        f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        PARENT_MEMO.with(|m| {
+            let mut m = m.borrow_mut();
+            let Some(v) = m.as_mut() else {
+                let d = self.dir(side, rel)?;
+                return f(d.as_fd());
+            };
+            let i = match v.iter().position(|(s, p, _)| *s == side && p == rel) {
+                Some(i) => i,
+                None => {
+                    let d = self.dir(side, rel)?;
+                    if v.len() >= 4 {
+                        v.remove(0);
+                    }
+                    v.push((side, rel.to_path_buf(), d));
+                    v.len() - 1
+                }
+            };
+            f(v[i].2.as_fd())
+        })
     }
 
     fn stat(&self, side: Side, rel: &Path) -> Result<rustix::fs::Stat, Errno> {
@@ -796,8 +852,9 @@ impl View {
             return rustix::fs::fstat(self.root(side)?).map_err(errno);
         }
         let (parent, name) = split(rel);
-        let d = self.dir(side, parent)?;
-        rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+        self.at_dir(side, parent, |d| {
+            rustix::fs::statat(d, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)
+        })
     }
 
     /// The node id of the entry at `rel`, if the kernel knows it.
@@ -1264,6 +1321,19 @@ impl View {
         }
     }
 
+    /// `ignored(rel, false) || ignored(rel, true)`, in one walk of the
+    /// rules when no directory was moved.
+    fn ignored_either(&self, rel: &Path) -> bool {
+        let Some(r) = &self.rules else { return false };
+        if r.is_ignored_either(rel) {
+            return true;
+        }
+        if self.moved_dirs.lock().unwrap().is_empty() {
+            return false;
+        }
+        self.ignored(rel, false) || self.ignored(rel, true)
+    }
+
     fn ignored(&self, rel: &Path, dir: bool) -> bool {
         let Some(r) = &self.rules else { return false };
         if r.is_ignored(rel, dir) {
@@ -1275,6 +1345,9 @@ impl View {
         // Every earlier name: each remembered move maps the path below its
         // directory's current name to the name it had (bounded).
         let moved = self.moved_dirs.lock().unwrap();
+        if moved.is_empty() {
+            return false;
+        }
         let mut names = vec![rel.to_path_buf()];
         let mut i = 0;
         while i < names.len() && names.len() < 64 {
@@ -1318,7 +1391,7 @@ impl View {
         if self.rules.is_none() {
             return Ok((Side::Host, self.stat(Side::Host, rel)?));
         }
-        let maybe = self.ignored(rel, false) || self.ignored(rel, true);
+        let maybe = self.ignored_either(rel);
         if maybe {
             if let Ok(st) = self.stat(Side::Store, rel) {
                 if self.ignored(rel, is_dir(&st)) {
@@ -2317,6 +2390,7 @@ impl Filesystem for View {
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
         self.counts.add(Op::Readdirplus);
+        let _memo = ParentMemo::enter();
         let list = match self.listing(ino, fh, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),

@@ -55,6 +55,10 @@ pub struct IgnoreRules {
     root: PathBuf,
     /// Host-tool paths (`hosttool`): always Domain-side, tracked or not.
     host_tool: Vec<PathBuf>,
+    /// The first component of each host-tool path: a path whose first
+    /// component is none of these is below none of them (one set lookup
+    /// instead of a component walk per path, on every lookup).
+    host_tool_heads: HashSet<std::ffi::OsString>,
     /// One matcher per directory that has a `.gitignore`, by view path.
     per_dir: std::collections::HashMap<PathBuf, Gitignore>,
     /// `info/exclude` and the global excludes file, rooted at the workspace.
@@ -99,6 +103,7 @@ impl IgnoreRules {
         IgnoreRules {
             root: root.to_path_buf(),
             host_tool: Vec::new(),
+            host_tool_heads: HashSet::new(),
             per_dir,
             exclude: matcher(root, exclude),
             verified: HashSet::new(),
@@ -172,6 +177,7 @@ impl IgnoreRules {
         let mut rules = IgnoreRules {
             root: root.to_path_buf(),
             host_tool: Vec::new(),
+            host_tool_heads: HashSet::new(),
             per_dir: Default::default(),
             exclude,
             verified: HashSet::new(),
@@ -323,8 +329,30 @@ impl IgnoreRules {
     /// after the load's walk, so the host's files are not added to the
     /// sticky hidden set (an opt-out in a later generation takes effect).
     pub fn with_host_tool(mut self, paths: Vec<PathBuf>) -> IgnoreRules {
+        self.host_tool_heads = paths
+            .iter()
+            .filter_map(|p| p.components().next())
+            .map(|c| c.as_os_str().to_os_string())
+            .collect();
+        // A path without a first component (the workspace itself) covers
+        // everything: no shortcut then.
+        if paths.iter().any(|p| p.components().next().is_none()) {
+            self.host_tool_heads.clear();
+            self.host_tool_heads.insert(std::ffi::OsString::new());
+        }
         self.host_tool = paths;
         self
+    }
+
+    /// Whether `rel` is at or below a host-tool path.
+    fn host_tool_covers(&self, first: Option<&Component>) -> bool {
+        if self.host_tool.is_empty() {
+            return false;
+        }
+        if self.host_tool_heads.contains(std::ffi::OsStr::new("")) {
+            return true;
+        }
+        first.is_some_and(|c| self.host_tool_heads.contains(c.as_os_str()))
     }
 
     /// True when a hidden file had inode `ino` on `dev` (then the birth
@@ -419,11 +447,23 @@ impl IgnoreRules {
     /// it, matches the rules, and it is not verified tracked content.
     /// Nothing inside `.git` is ever ignored.
     pub fn is_ignored(&self, rel: &Path, is_dir: bool) -> bool {
+        self.ignored_as(rel, &[is_dir])
+    }
+
+    /// `is_ignored(rel, false) || is_ignored(rel, true)` in one walk: for
+    /// an entry whose type is not known yet.
+    pub fn is_ignored_either(&self, rel: &Path) -> bool {
+        self.ignored_as(rel, &[false, true])
+    }
+
+    /// Whether `rel` is ignored as any of the types `last_dir` lists for
+    /// its last component (true: a directory).
+    fn ignored_as(&self, rel: &Path, last_dir: &[bool]) -> bool {
         let comps: Vec<Component> = rel.components().collect();
         if comps.iter().any(|c| c.as_os_str() == ".git") {
             return false;
         }
-        if crate::view::hosttool::covers(&self.host_tool, rel) {
+        if self.host_tool_covers(comps.first()) && crate::view::hosttool::covers(&self.host_tool, rel) {
             return true;
         }
         if !self.opaque.is_empty() {
@@ -441,15 +481,18 @@ impl IgnoreRules {
         let mut below_match = false;
         for (i, c) in comps.iter().enumerate() {
             prefix.push(c.as_os_str());
-            let last = i + 1 == comps.len();
-            let dir = !last || is_dir;
-            if below_match || self.matches_rules(&prefix, dir) {
-                let kept = if dir {
-                    self.verified_dirs.contains(&prefix)
-                } else {
-                    self.verified.contains(&prefix)
-                };
-                if !kept {
+            if i + 1 == comps.len() {
+                return last_dir.iter().any(|&dir| {
+                    (below_match || self.matches_rules(&prefix, dir))
+                        && !if dir {
+                            self.verified_dirs.contains(&prefix)
+                        } else {
+                            self.verified.contains(&prefix)
+                        }
+                });
+            }
+            if below_match || self.matches_rules(&prefix, true) {
+                if !self.verified_dirs.contains(&prefix) {
                     return true;
                 }
                 below_match = true;
@@ -956,6 +999,69 @@ mod tests {
         assert!(r.is_ignored(Path::new(".venv/bin/python"), false), "info/exclude");
         assert!(!r.is_ignored(Path::new("src/main.rs"), false));
         assert!(!r.is_ignored(Path::new(".git/x.log"), false));
+    }
+
+    /// The one-walk forms answer exactly what the per-type calls do: the
+    /// shortcut by first component never misses a host-tool path.
+    #[test]
+    fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
+        let r = rules().with_host_tool(vec![
+            PathBuf::from(".vscode"),
+            PathBuf::from(".claude/settings.json"),
+            PathBuf::from("tools/hook.sh"),
+        ]);
+        let paths = [
+            "",
+            ".env",
+            "node_modules",
+            "node_modules/x.js",
+            "a/b/node_modules/x/y.js",
+            "target",
+            "a.log",
+            "keep.log",
+            "build",
+            "build/x",
+            "src/build",
+            "pkg/dist",
+            "pkg/.env",
+            ".venv",
+            "src/main.rs",
+            ".git/x.log",
+            ".vscode",
+            ".vscode/tasks.json",
+            ".vscodex",
+            ".claude",
+            ".claude/settings.json",
+            ".claude/settings.json/x",
+            ".claude/other",
+            "tools",
+            "tools/hook.sh",
+            "tools/hook.shx",
+            "big/e000001",
+        ];
+        for p in paths {
+            let p = Path::new(p);
+            assert_eq!(
+                r.is_ignored_either(p),
+                r.is_ignored(p, false) || r.is_ignored(p, true),
+                "{p:?}"
+            );
+            let covered = crate::view::hosttool::covers(&r.host_tool, p);
+            if covered {
+                assert!(
+                    r.is_ignored(p, false) && r.is_ignored(p, true),
+                    "{p:?} is a host-tool path"
+                );
+            }
+        }
+        assert!(r.is_ignored(Path::new(".vscode/tasks.json"), false));
+        assert!(r.is_ignored(Path::new(".claude/settings.json"), false));
+        assert!(!r.is_ignored(Path::new(".claude/other"), false));
+        assert!(!r.is_ignored(Path::new(".vscodex"), false));
+        assert!(!r.is_ignored(Path::new("tools/hook.shx"), false));
+        // A host-tool path naming the workspace itself covers everything.
+        let all = rules().with_host_tool(vec![PathBuf::new()]);
+        assert!(all.is_ignored(Path::new("src/main.rs"), false));
     }
 
     #[test]
