@@ -410,10 +410,6 @@ fn resolve() -> ResolveFlags {
     ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
 }
 
-/// `openat2(root, p, flags)` beneath `root`, without symlinks, for a path
-/// of any length: a long one is walked in pieces of at most `WALK_CHUNK`
-/// bytes (whole components), each beneath the directory the last reached,
-/// so the whole walk stays beneath `root` as one call would.
 thread_local! {
     /// Inside one READDIRPLUS (`ParentMemo`): the listed directory's fds,
     /// by side and view path, opened once for all of its entries.
@@ -439,6 +435,10 @@ impl Drop for ParentMemo {
     }
 }
 
+/// `openat2(root, p, flags)` beneath `root`, without symlinks, for a path
+/// of any length: a long one is walked in pieces of at most `WALK_CHUNK`
+/// bytes (whole components), each beneath the directory the last reached,
+/// so the whole walk stays beneath `root` as one call would.
 fn beneath(root: BorrowedFd<'_>, p: &Path, flags: OFlags, mode: Mode) -> rustix::io::Result<OwnedFd> {
     if p.as_os_str().len() <= WALK_CHUNK {
         return rustix::fs::openat2(root, p, flags, mode, resolve());

@@ -301,6 +301,26 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Waits for `child` to exit on its own, at most `limit`: past that it is
+/// killed (its process group too, when it leads one) and the test fails
+/// naming `what`. A test never hangs on a child that ignores its signal.
+pub fn wait_bounded(child: &mut std::process::Child, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if t.elapsed() > limit {
+            let pid = child.id().to_string();
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {limit:?}; killed");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 pub fn owner(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().uid()
 }

@@ -576,7 +576,7 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     let _ = std::process::Command::new("kill")
         .args(["-INT", "--", &format!("-{pg}")])
         .status();
-    let st = child.wait().unwrap();
+    let st = wait_bounded(&mut child, Duration::from_secs(120), "the interrupted image build");
     assert!(!st.success());
     // Nothing of that build runs any more.
     assert!(eventually(Duration::from_secs(10), || processes_mentioning(

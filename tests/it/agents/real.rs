@@ -210,7 +210,11 @@ fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
             .args(["-9", &pid.unwrap().to_string()])
             .status()
             .unwrap();
-        let _ = keeper.wait();
+        let _ = crate::harness::wait_bounded(
+            &mut keeper,
+            Duration::from_secs(120),
+            "the session of a killed coordinator",
+        );
         assert!(eventually(Duration::from_secs(30), || !sock.exists()
             || std::os::unix::net::UnixStream::connect(&sock).is_err()));
         expect(&run(false, &check), "after kill -9");

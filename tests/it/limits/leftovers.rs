@@ -217,7 +217,11 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
             std::fs::read_dir(domain_root(env, &id).join("scratch/tmp")).is_ok_and(|rd| rd.count() >= 2)
         }));
         Command::new("kill").args(["-9", &hc.to_string()]).status().unwrap();
-        let _ = keeper.wait();
+        let _ = crate::harness::wait_bounded(
+            &mut keeper,
+            Duration::from_secs(120),
+            "the session of a killed coordinator",
+        );
         assert!(eventually(Duration::from_secs(30), || !sock.exists() || {
             // A dead coordinator leaves its socket file; the next run sees
             // nobody behind it.

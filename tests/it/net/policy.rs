@@ -533,7 +533,7 @@ fn teardown_leaves_no_helper_or_namespace_holder() {
         eventually(Duration::from_secs(20), || !mine("slirp4netns").is_empty()),
         "slirp4netns of the Domain never ran"
     );
-    let st = bg.wait().unwrap();
+    let st = harness::wait_bounded(&mut bg, Duration::from_secs(300), "lazaret run -- sleep 2");
     assert!(st.success());
     let gone = eventually(Duration::from_secs(5), || harness::processes_mentioning(&id).is_empty());
     assert!(gone, "left behind: {:?}", harness::processes_mentioning(&id));
