@@ -143,3 +143,8 @@ if [ -n "${LAZARET_BENCH_CGROUPS:-}" ]; then
 else
     echo "limits: no delegated cgroup for this user (run as root so bench_as_user prepares one); skipped"
 fi
+
+# Where one more cold start spends its time (src/trace.rs).
+settle
+echo "one cold start, step by step (LAZARET_TRACE_STARTUP=1):"
+LAZARET_TRACE_STARTUP=1 "$lz" run --quiet -- true 2>&1 | sed 's/^/  /'

@@ -18,6 +18,7 @@ mod plan;
 mod storage;
 mod supervisor;
 mod sys;
+mod trace;
 mod view;
 mod wire;
 

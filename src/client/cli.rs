@@ -538,6 +538,7 @@ fn warn_unlimited(r: &Resolved, quiet: bool) {
 }
 
 fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -> Result<(), Failure> {
+    let t0 = crate::trace::now_us();
     let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot locate lazaret: {e}")))?;
     let (start_rd, start_wr) = sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?;
     let log = coordinator::open_log(&r.paths.log())
@@ -595,6 +596,13 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
     let mut start = crate::wire::start::StartReceiver::new(File::from(start_rd));
     let result = start.wait_for_ready(|p| progress.step(p));
     progress.done();
+    if result.is_ok() && std::env::var_os(crate::trace::ENV).is_some_and(|v| v == "1") {
+        let log = std::fs::read_to_string(r.paths.log()).unwrap_or_default();
+        eprint!(
+            "lazaret: startup trace (ms since the start began, step time)\n{}",
+            crate::trace::render(&log, t0)
+        );
+    }
     // Written by now, or the coordinator is gone (the write failed).
     if let Some(w) = writer {
         let _ = w.join();

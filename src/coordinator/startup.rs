@@ -39,6 +39,7 @@ impl Coordinator {
             }
         };
         recover(&store, &dp);
+        crate::trace::step("coordinator", "store opened");
 
         let generation =
             store.begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())?;
@@ -107,6 +108,7 @@ impl Coordinator {
         report.progress("preparing image");
         let mut quiet = image::Progress::new(true);
         let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet)?;
+        crate::trace::step("coordinator", "image resolved");
         // INVARIANT: the lease is recorded before the lower is used, so GC
         // never reclaims an artifact a generation depends on. The lowers
         // lock (shared) keeps `image prune` out until the artifact is named
@@ -124,6 +126,7 @@ impl Coordinator {
         )
         .map_err(CoordinatorError::RecordDomain)?;
         self.store.lease(self.generation, &artifact, &digest)?;
+        crate::trace::step("coordinator", "lease recorded");
         let bound = crate::storage::layercheck::Bound {
             floor: self
                 .profile
@@ -134,6 +137,7 @@ impl Coordinator {
         };
         let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound)?;
         drop(gc);
+        crate::trace::step("coordinator", "lower prepared");
 
         report.progress("starting sandbox");
         let gen_dir = self.paths.gen_dir();
@@ -148,6 +152,7 @@ impl Coordinator {
             return Err(CoordinatorError::Missing(init));
         }
         self.net.prepare(&self.store, self.generation, &gen_dir)?;
+        crate::trace::step("coordinator", "network planned");
         // The State Anchor: one persistent overlay per `persist` path.
         let mut binds = crate::storage::anchor::prepare_generation(
             &self.paths.root,
@@ -156,6 +161,7 @@ impl Coordinator {
             &self.profile.persist,
         )?;
         binds.extend(self.net.binds());
+        crate::trace::step("coordinator", "state anchor planned");
         // The profile's volumes (over any persistent path they lie under),
         // and the host's Git identity as read-only system config.
         crate::plan::guest::check_volume_targets(&lower.rootfs(), &self.profile.volumes, &self.profile.persist)?;
@@ -257,6 +263,7 @@ impl Coordinator {
             crate::view::hosttool::effective(&self.profile.host_config, &self.profile.host_config_writable),
         )?;
         gitsentry::add_volume_views(&gen_dir, &volume_views)?;
+        crate::trace::step("coordinator", "views planned");
         binds.extend(views.binds.iter().cloned());
         let mut tmp = self.prepare_scratch(&binds)?;
         if let (Some(b), Some(_)) = (tmp.as_mut(), self.profile.limits.disk) {
@@ -281,7 +288,9 @@ impl Coordinator {
         let bundle_config = gen_dir.join("bundle/config.json");
         std::fs::write(&bundle_config, plan::sandbox_config(&plan))
             .map_err(|e| CoordinatorError::WriteBundle(bundle_config, e))?;
+        crate::trace::step("coordinator", "bundle written");
         self.start_supervisor()?;
+        crate::trace::step("coordinator", "supervisor ready");
         if let (Some(b), Some(sup)) = (self.broker.as_mut(), self.sup.as_ref()) {
             let requests = b.requests_dir().to_path_buf();
             b.attach(sup.child.id() as i32)
@@ -289,9 +298,13 @@ impl Coordinator {
         }
         report.progress("probing the network");
         self.verify_network()?;
+        crate::trace::step("coordinator", "network probed");
         self.setup_user()?;
+        crate::trace::step("coordinator", "user set up");
         self.forward_ports(report)?;
-        self.publish()
+        let published = self.publish();
+        crate::trace::step("coordinator", "published");
+        published
     }
 
     pub(super) fn start_supervisor(&mut self) -> Result<(), CoordinatorError> {

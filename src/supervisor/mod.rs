@@ -163,6 +163,7 @@ pub fn main(mut args: Args) -> i32 {
         return fail(SupervisorError::Unshare(e));
     }
     status(&StatusMsg::Userns);
+    crate::trace::step("supervisor", "namespaces created");
     // LEASE_FD was handed to us by the coordinator and nothing else owns it.
     let lease = match sys::take_inherited(LEASE_FD) {
         Ok(fd) => fd,
@@ -237,6 +238,7 @@ pub fn main(mut args: Args) -> i32 {
         Some(Ok(d)) => d,
         Some(Err(e)) => return fail(SupervisorError::Anchor(e)),
     };
+    crate::trace::step("supervisor", "state anchor mounted");
     let mut net = None;
     if let Some(plan) = &plan {
         let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -247,6 +249,7 @@ pub fn main(mut args: Args) -> i32 {
                     router_inode: n.router_inode,
                 });
                 net = Some(n);
+                crate::trace::step("supervisor", "network installed");
             }
             Err(e) => return fail(SupervisorError::Network(e)),
         }
@@ -276,6 +279,7 @@ pub fn main(mut args: Args) -> i32 {
         }
     }
     views.append(&mut storage_views);
+    crate::trace::step("supervisor", "views mounted");
     let _views = views;
     let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());
     let _ = std::thread::Builder::new()
@@ -459,6 +463,7 @@ fn supervise(
             match ready.as_mut().map(InitReceiver::wait_for_ready) {
                 Some(Ok(true)) => {
                     ready = None;
+                    crate::trace::step("supervisor", "sandbox init ready");
                     let pid = child.id() as i32;
                     // Fail closed: the coordinator records runsc by pid and start
                     // time, never by a guessed one.

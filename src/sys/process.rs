@@ -32,6 +32,14 @@ pub fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// Microseconds on CLOCK_MONOTONIC (one clock for every process here).
+pub fn monotonic_us() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1_000
+}
+
 pub fn getppid() -> i32 {
     // SAFETY: getppid cannot fail.
     unsafe { libc::getppid() }
