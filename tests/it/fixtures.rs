@@ -50,6 +50,32 @@ impl Env {
         assert!(eventually(limit, || sock.exists()), "the Domain was never published");
     }
 
+    /// The pid of the running coordinator of Domain `id` (of `ws`),
+    /// waiting up to 120 s for it; fails the test naming `what`.
+    pub fn coordinator_pid(&self, ws: &Path, id: &str, what: &str) -> i64 {
+        let mut pid = None;
+        assert!(
+            eventually(Duration::from_secs(120), || {
+                pid = crate::harness::json_number(&self.ps_json(ws), id, "coordinator_pid").filter(|p| *p > 0);
+                pid.is_some()
+            }),
+            "{what}: never running"
+        );
+        pid.expect("a pid once running")
+    }
+
+    /// Kills coordinator `pid` with SIGKILL, waits for `session` (a client
+    /// of it) to end and for the Domain of `profile` and `ws` to answer no
+    /// more: a dead coordinator leaves its socket file, with nobody behind
+    /// it.
+    pub fn kill_coordinator(&self, pid: i64, session: &mut std::process::Child, profile: &str, ws: &Path) {
+        let sock = self.domain_socket(profile, ws);
+        Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+        let _ = crate::harness::wait_bounded(session, Duration::from_secs(120), "the session of a killed coordinator");
+        assert!(eventually(Duration::from_secs(30), || !sock.exists()
+            || std::os::unix::net::UnixStream::connect(&sock).is_err()));
+    }
+
     /// Waits up to `limit` until the Domain of `profile` and `ws` is no
     /// longer published, so the next `run` starts a new generation; fails
     /// the test if it stays up.

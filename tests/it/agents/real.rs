@@ -8,7 +8,6 @@
 //! Domain has no network (`network.mode = "none"`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::*;
@@ -197,26 +196,8 @@ fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
             )
             .config_home(&cfg)
             .spawn();
-        let mut pid = None;
-        assert!(
-            eventually(Duration::from_secs(120), || {
-                pid = json_number(&env.ps_json(&ws), &id, "coordinator_pid").filter(|p| *p > 0);
-                pid.is_some()
-            }),
-            "{profile}: never running"
-        );
-        let sock = env.domain_socket(profile, &ws);
-        Command::new("kill")
-            .args(["-9", &pid.unwrap().to_string()])
-            .status()
-            .unwrap();
-        let _ = crate::harness::wait_bounded(
-            &mut keeper,
-            Duration::from_secs(120),
-            "the session of a killed coordinator",
-        );
-        assert!(eventually(Duration::from_secs(30), || !sock.exists()
-            || std::os::unix::net::UnixStream::connect(&sock).is_err()));
+        let pid = env.coordinator_pid(&ws, &id, profile);
+        env.kill_coordinator(pid, &mut keeper, profile, &ws);
         expect(&run(false, &check), "after kill -9");
         let r = env
             .lz(&ws, &["rm", "--yes", "--profile", profile])

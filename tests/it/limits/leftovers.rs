@@ -7,7 +7,6 @@
 //! acceptance 1).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::*;
@@ -200,33 +199,12 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
             .env("ANTHROPIC_API_KEY", "sk-ant-test-key-123")
             .env("OPENAI_API_KEY", "sk-openai-test-key-123")
             .spawn();
-        let hc = {
-            let mut pid = None;
-            assert!(
-                eventually(Duration::from_secs(120), || {
-                    pid = json_number(&env.ps_json(&ws), &id, "coordinator_pid").filter(|p| *p > 0);
-                    pid.is_some()
-                }),
-                "{profile}: never running"
-            );
-            pid.unwrap()
-        };
+        let hc = env.coordinator_pid(&ws, &id, profile);
         // The session's leftovers are there before the kill.
-        let sock = env.domain_socket(profile, &ws);
         assert!(eventually(Duration::from_secs(30), || {
             std::fs::read_dir(domain_root(env, &id).join("scratch/tmp")).is_ok_and(|rd| rd.count() >= 2)
         }));
-        Command::new("kill").args(["-9", &hc.to_string()]).status().unwrap();
-        let _ = crate::harness::wait_bounded(
-            &mut keeper,
-            Duration::from_secs(120),
-            "the session of a killed coordinator",
-        );
-        assert!(eventually(Duration::from_secs(30), || !sock.exists() || {
-            // A dead coordinator leaves its socket file; the next run sees
-            // nobody behind it.
-            std::os::unix::net::UnixStream::connect(&sock).is_err()
-        }));
+        env.kill_coordinator(hc, &mut keeper, profile, &ws);
         let r = run(&format!("ls -A /tmp; {AGENT_TMP}"));
         assert_eq!(r.code, 0, "{profile} after kill -9: {r:?}");
         assert_eq!(r.stdout, "left\n", "{profile} after kill -9: {r:?}");

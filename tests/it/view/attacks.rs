@@ -157,3 +157,66 @@ fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
     );
     env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
+
+/// A listing and a directory swap raced from inside (variant of the
+/// listing change of issue 28: READDIRPLUS opens the listed directory once
+/// per request). While one process lists a large directory and reads every
+/// entry, another renames it away and puts symlinks in its place (to the
+/// workspace's parent, and to a host directory next to the workspace by
+/// its relative name). Neither a hidden secret inside the directory nor a
+/// host file outside the workspace ever reaches the sandbox.
+#[test]
+fn a_listing_raced_with_a_directory_swapped_for_symlinks_reveals_nothing() {
+    let env = require_env!();
+    let _g = GLOBAL.read();
+    let ws = git_repo(env, "atk-list", &[(".gitignore", "*.key\n")]);
+    let big = ws.join("big");
+    std::fs::create_dir(&big).unwrap();
+    for i in 0..2000 {
+        std::fs::write(big.join(format!("f{i:04}")), "x\n").unwrap();
+    }
+    env.write(&big.join("master.key"), "MARKER-LIST-3601\n");
+    let outside = ws.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    env.write(&outside.join("f0001"), "MARKER-OUT-3602\n");
+    let _ = Command::new("chown")
+        .args([
+            "-R",
+            &format!("{}:", env.user),
+            &big.display().to_string(),
+            &outside.display().to_string(),
+        ])
+        .status();
+    let r = env.run_sh(
+        &ws,
+        "cd /workspace
+         ( for i in $(seq 40); do
+             mv big big2 && ln -s .. big && rm big && ln -s ../outside big && rm big && mv big2 big
+           done; echo swapped ) &
+         for i in $(seq 40); do ls -f big 2>/dev/null; cat big/* 2>/dev/null; done > /tmp/seen
+         wait; echo listed $(grep -c '^f1999$' /tmp/seen); grep -a MARKER /tmp/seen; ls big | wc -l; echo done",
+    );
+    assert!(r.stdout.contains("done") && r.stdout.contains("swapped"), "{r:?}");
+    assert!(
+        r.stdout.lines().any(|l| l
+            .strip_prefix("listed ")
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n > 0)),
+        "the race never listed the directory: {r:?}"
+    );
+    for m in ["MARKER-LIST", "MARKER-OUT"] {
+        assert!(
+            !r.stdout.contains(m) && !r.stderr.contains(m),
+            "{m} reached the sandbox: {r:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(big.join("master.key")).ok().as_deref(),
+        Some("MARKER-LIST-3601\n"),
+        "the host's secret is untouched"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("f0001")).ok().as_deref(),
+        Some("MARKER-OUT-3602\n")
+    );
+}
