@@ -47,20 +47,26 @@ pub mod passenv;
 pub mod ports;
 pub mod secrets;
 
+mod defaults;
+mod fingerprint;
 mod model;
 #[cfg(test)]
 mod tests;
 /// A small strict TOML reader.
 mod toml;
 mod validation;
+mod values;
 
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
 use self::validation::Schema;
 
+pub use self::defaults::*;
+pub use self::fingerprint::*;
 pub use self::model::*;
 pub use self::validation::*;
+pub use self::values::*;
 
 // ---------------------------------------------------------------------------
 // Entry points

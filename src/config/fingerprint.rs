@@ -1,0 +1,189 @@
+//! Fingerprints of configuration: a recipe's, a profile's, and the one a
+//! session must match to join a running Domain.
+
+use super::defaults::DEFAULT_CAPS;
+use super::model::*;
+use super::values::Prefix;
+
+impl Recipe {
+    /// Identity of the recipe: a rebuild of the same recipe is skipped, so
+    /// the image's digest changes only when the recipe does. `base_digest`:
+    /// the manifest digest of the `from` image (a rebuilt base changes it).
+    /// A recipe without `from` and `run` keeps its v1 fingerprint.
+    pub fn fingerprint(&self, host_suite: &str, base_digest: Option<&str>) -> String {
+        let mut buf = Vec::new();
+        let layered = self.from.is_some() || !self.run.is_empty();
+        put_field(
+            &mut buf,
+            if layered {
+                b"lazaret-recipe-v2"
+            } else {
+                b"lazaret-recipe-v1"
+            },
+        );
+        put_field(&mut buf, self.suite.as_deref().unwrap_or(host_suite).as_bytes());
+        for p in &self.packages {
+            put_field(&mut buf, p.as_bytes());
+        }
+        if layered {
+            put_field(&mut buf, self.from.as_deref().unwrap_or("").as_bytes());
+            put_field(&mut buf, base_digest.unwrap_or("").as_bytes());
+            for step in &self.run {
+                put_field(&mut buf, step.as_bytes());
+            }
+        }
+        crate::domain::hex(&openssl::sha::sha256(&buf)[..8])
+    }
+}
+
+impl Profile {
+    /// First 16 lowercase hex chars of the SHA-256 of a canonical serialization
+    /// of every field except `name`. Order-insensitive lists (`persist`,
+    /// `allow`, `deny`) are sorted first; `volumes` keep their (mount) order.
+    pub fn fingerprint(&self) -> String {
+        let mut buf = Vec::new();
+        let mut put = |tag: &str, items: &[&str]| {
+            put_field(&mut buf, tag.as_bytes());
+            put_field(&mut buf, items.len().to_string().as_bytes());
+            for s in items {
+                put_field(&mut buf, s.as_bytes());
+            }
+        };
+        put("lazaret-profile", &["1"]);
+        put("image", &[&self.image.to_string()]);
+        put("command", &self.command.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut persist: Vec<&str> = self.persist.iter().map(String::as_str).collect();
+        persist.sort_unstable();
+        put("persist", &persist);
+        let volumes: Vec<String> = self
+            .volumes
+            .iter()
+            .map(|v| {
+                let mut s = Vec::new();
+                put_field(&mut s, v.host.to_string_lossy().as_bytes());
+                put_field(&mut s, v.guest.as_bytes());
+                put_field(&mut s, if v.read_only { b"ro" } else { b"rw" });
+                String::from_utf8_lossy(&s).into_owned()
+            })
+            .collect();
+        put("volumes", &volumes.iter().map(String::as_str).collect::<Vec<_>>());
+        let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{}={}", k, v)).collect();
+        put("env", &env.iter().map(String::as_str).collect::<Vec<_>>());
+        for (tag, list) in [("allow", &self.allow), ("deny", &self.deny)] {
+            let mut v: Vec<Prefix> = list.clone();
+            v.sort_unstable();
+            let v: Vec<String> = v.iter().map(Prefix::to_string).collect();
+            put(tag, &v.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        put("ipv6", &[if self.ipv6 { "true" } else { "false" }]);
+        put(
+            "isolate_ignored",
+            &[if self.isolate_ignored { "true" } else { "false" }],
+        );
+        // Added after the pin below: only non-default values are hashed, so
+        // existing fingerprints stay what they were.
+        if !self.dns.is_empty() {
+            let dns: Vec<String> = self.dns.iter().map(Prefix::to_string).collect();
+            put("dns", &dns.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.network {
+            put("network", &["none"]);
+        }
+        if !self.ports.is_empty() {
+            let ports: Vec<String> = self.ports.iter().map(|p| p.to_string()).collect();
+            put("ports", &ports.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if self.caps.iter().map(String::as_str).ne(DEFAULT_CAPS.iter().copied()) {
+            put("caps", &self.caps.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.git_identity {
+            put("git_identity", &["false"]);
+        }
+        let l = &self.limits;
+        for (tag, v) in [
+            ("memory", l.memory),
+            ("pids", l.pids),
+            ("cpus", l.cpu_millis),
+            ("disk", l.disk),
+            ("image_layer", l.image_layer),
+        ] {
+            if let Some(v) = v {
+                put(&format!("limits.{tag}"), &[&v.to_string()]);
+            }
+        }
+        if let Some(u) = &self.user {
+            put("user", &[u]);
+        }
+        for (tag, list) in [
+            ("host_config", &self.host_config),
+            ("host_config_writable", &self.host_config_writable),
+        ] {
+            if !list.is_empty() {
+                let mut v: Vec<&str> = list.iter().map(String::as_str).collect();
+                v.sort_unstable();
+                put(tag, &v);
+            }
+        }
+        if !self.secrets.is_empty() {
+            let s: Vec<String> = self.secrets.iter().map(|s| s.fingerprint_item()).collect();
+            put("secrets", &s.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if !self.hosts.is_empty() {
+            let mut h: Vec<String> = self.hosts.iter().map(|p| p.to_string()).collect();
+            h.sort_unstable();
+            put("hosts", &h.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if self.egress_log {
+            put("network", &["log"]);
+        }
+        let digest = openssl::sha::sha256(&buf);
+        digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
+    }
+}
+
+/// The fingerprint a session's configuration must match to join a running
+/// Domain: the profile's, plus everything of `[escalation]` and the global
+/// `[network]` section, which the coordinator also applies.
+pub fn join_fingerprint(cfg: &Config, profile: &Profile) -> String {
+    let mut buf = Vec::new();
+    put_field(&mut buf, profile.fingerprint().as_bytes());
+    let e = &cfg.escalation;
+    put_field(&mut buf, if e.enabled { b"escalation-on" } else { b"escalation-off" });
+    put_field(&mut buf, e.prompt_timeout_s.to_string().as_bytes());
+    for r in &e.auto_approve {
+        put_field(&mut buf, b"rule");
+        put_field(&mut buf, r.argv.len().to_string().as_bytes());
+        for a in &r.argv {
+            put_field(&mut buf, a.as_bytes());
+        }
+        put_field(&mut buf, &[r.allow_trailing_args as u8, r.harden_git as u8]);
+        put_field(&mut buf, r.cwd.as_bytes());
+    }
+    match &cfg.default_deny {
+        None => put_field(&mut buf, b"default-deny-builtin"),
+        Some(list) => {
+            put_field(&mut buf, b"default-deny");
+            for p in list {
+                put_field(&mut buf, p.to_string().as_bytes());
+            }
+        }
+    }
+    if !cfg.hosts.is_empty() {
+        put_field(&mut buf, b"hosts");
+        let mut h: Vec<String> = cfg.hosts.iter().map(|p| p.to_string()).collect();
+        h.sort_unstable();
+        for p in h {
+            put_field(&mut buf, p.as_bytes());
+        }
+    }
+    let digest = openssl::sha::sha256(&buf);
+    digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
+}
+
+/// Appends `len:bytes,` so concatenations are unambiguous.
+fn put_field(buf: &mut Vec<u8>, bytes: &[u8]) {
+    buf.extend_from_slice(bytes.len().to_string().as_bytes());
+    buf.push(b':');
+    buf.extend_from_slice(bytes);
+    buf.push(b',');
+}

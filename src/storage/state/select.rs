@@ -1,0 +1,185 @@
+//! Choosing a Domain (`--profile`/`--workspace` or `--domain ID`) and
+//! locking it for maintenance.
+
+use std::fs::File;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+
+use super::error::*;
+use super::meta::*;
+use crate::config;
+use crate::domain;
+use crate::storage::paths::{self, DomainPaths};
+
+// ---- selecting a Domain ----------------------------------------------------------------
+
+pub(super) struct Selected {
+    pub(super) id: domain::DomainId,
+    pub(super) paths: DomainPaths,
+    pub(super) meta: Option<DomainMeta>,
+    pub(super) storage: PathBuf,
+}
+
+pub(crate) fn is_domain_id(s: &str) -> bool {
+    domain::DomainId::parse(s).is_ok()
+}
+
+pub(super) fn dirs() -> Result<(config::Config, PathBuf, PathBuf)> {
+    let cfg = config::load(&config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
+    let storage = paths::storage_root().map_err(|e| StateError::Usage(e.to_string()))?;
+    let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
+    Ok((cfg, storage, runtime))
+}
+
+pub(super) fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Option<String>) -> Result<Selected> {
+    let (_cfg, storage, runtime) = dirs()?;
+    let id = match id {
+        Some(id) => {
+            if profile.is_some() || workspace.is_some() {
+                return Err(StateError::Usage(
+                    "pass either --domain ID or --profile/--workspace, not both".into(),
+                ));
+            }
+            domain::DomainId::parse(&id).map_err(|_| {
+                StateError::Usage(format!(
+                    "{id:?} is not a Domain ID (20 hex digits, as `lazaret state list` prints them)"
+                ))
+            })?
+        }
+        None => {
+            let name = profile.unwrap_or_else(|| "default".into());
+            let dir = match workspace {
+                Some(w) => w,
+                None => std::env::current_dir().map_err(|e| failed("reading the current directory", e))?,
+            };
+            let ws = domain::canonical_workspace(&dir).map_err(|e| StateError::Usage(e.to_string()))?;
+            domain::domain_id(&name, &ws)
+        }
+    };
+    let paths = DomainPaths::new(&storage, &runtime, &id);
+    match std::fs::symlink_metadata(&paths.root) {
+        Ok(md) if md.is_dir() => {}
+        _ => {
+            return Err(StateError::Usage(format!(
+                "Domain {id} has no persistent state (no {}): see `lazaret state list`",
+                paths.root.display()
+            )))
+        }
+    }
+    let meta = read_meta(&paths.root);
+    Ok(Selected {
+        id,
+        paths,
+        meta,
+        storage,
+    })
+}
+
+pub(super) fn domain_args(
+    args: &mut pico_args::Arguments,
+) -> Result<(Option<String>, Option<PathBuf>, Option<String>)> {
+    let u = |e: pico_args::Error| StateError::Usage(e.to_string());
+    Ok((
+        args.opt_value_from_str(["-p", "--profile"]).map_err(u)?,
+        args.opt_value_from_str(["-w", "--workspace"]).map_err(u)?,
+        args.opt_value_from_str("--domain").map_err(u)?,
+    ))
+}
+
+pub(super) fn finish(args: pico_args::Arguments) -> Result<()> {
+    if let Some(a) = args.finish().first() {
+        return Err(StateError::Usage(format!(
+            "unknown argument {:?}: see `lazaret help`",
+            a.to_string_lossy()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether a coordinator answers on the Domain's socket.
+fn published(p: &DomainPaths) -> bool {
+    UnixStream::connect(p.socket()).is_ok()
+}
+
+/// Whether anything uses the Domain: its socket answers or its lock is
+/// held. Takes and drops the lock to find out.
+pub fn is_active(p: &DomainPaths) -> bool {
+    if published(p) {
+        return true;
+    }
+    if !p.lock().exists() {
+        return false;
+    }
+    // Taking the lock (and dropping it at once) means no one holds it.
+    !matches!(domain::try_lock(&p.lock()), Ok(Some(_)))
+}
+
+/// The Domain lock, held for maintenance: refused when a
+/// coordinator holds it or the Domain is published.
+pub struct Maintenance {
+    lock: Option<File>,
+    path: PathBuf,
+}
+
+impl Drop for Maintenance {
+    fn drop(&mut self) {
+        // Like the coordinator: unlink while still holding it.
+        if self.lock.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+            // And the Domain's runtime dir, if that left it empty.
+            if let Some(run) = self.path.parent() {
+                let _ = std::fs::remove_dir(run);
+            }
+        }
+        self.lock = None;
+    }
+}
+
+/// How long maintenance waits for a Domain that holds its lock without
+/// being published (a teardown in progress).
+pub const MAINTENANCE_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+pub fn lock_for_maintenance(p: &DomainPaths, id: &domain::DomainId) -> Result<Maintenance> {
+    lock_domain(p, id, MAINTENANCE_WAIT)
+}
+
+/// The Domain lock if it can be had within `wait` while the Domain stays
+/// unpublished.
+pub fn lock_domain(p: &DomainPaths, id: &domain::DomainId, wait: std::time::Duration) -> Result<Maintenance> {
+    if published(p) {
+        return Err(StateError::InUse(format!(
+            "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
+        )));
+    }
+    paths::ensure_private_dir(&p.run).map_err(|e| StateError::Usage(e.to_string()))?;
+    // A lock held by an unpublished coordinator is one that is tearing
+    // down (or starting): wait a little for it, never while published.
+    let deadline = std::time::Instant::now() + wait;
+    let lock = loop {
+        // A coordinator that just stopped may have removed the runtime dir.
+        let _ = paths::ensure_private_dir(&p.run);
+        if let Some(l) = domain::try_lock(&p.lock()).map_err(|e| StateError::Failed(e.to_string()))? {
+            break l;
+        }
+        if published(p) {
+            return Err(StateError::InUse(format!(
+                "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
+            )));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(StateError::InUse(format!(
+                "Domain {id} is in use (another lazaret holds its lock): wait for it or run `lazaret stop`, then retry"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    if published(p) {
+        return Err(StateError::InUse(format!(
+            "Domain {id} is running: run `lazaret stop`, then retry"
+        )));
+    }
+    Ok(Maintenance {
+        lock: Some(lock),
+        path: p.lock(),
+    })
+}

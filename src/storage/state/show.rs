@@ -1,0 +1,383 @@
+//! `lazaret state list`, `inspect` and `diff`: reading a Domain's state.
+
+use std::path::{Path, PathBuf};
+
+use super::disk::*;
+use super::error::*;
+use super::meta::*;
+use super::select::*;
+use crate::display::{fit, human_size};
+use crate::domain;
+use crate::plan::Json;
+use crate::storage::anchor::{self};
+use crate::storage::paths::DomainPaths;
+use crate::storage::statefs::{self, Kind, Op};
+
+pub(super) fn list(json: bool) -> Result<i32> {
+    let (_cfg, storage, runtime) = dirs()?;
+    let mut ids: Vec<domain::DomainId> = std::fs::read_dir(storage.join("domains"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                .filter_map(|e| domain::DomainId::parse(&e.file_name().to_string_lossy()).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    let mut items = Vec::new();
+    let mut human = String::new();
+    for id in ids {
+        let paths = DomainPaths::new(&storage, &runtime, &id);
+        let meta = read_meta(&paths.root);
+        let active = is_active(&paths);
+        let keys = keys_on_disk(&paths.root);
+        // A key's size is its upper plus its (normally empty) workdir.
+        let mut ops: Vec<Op> = keys
+            .iter()
+            .map(|k| Op::Size {
+                name: k.clone(),
+                in_root: false,
+            })
+            .collect();
+        if paths.root.join(IGNORED_DIR).exists() {
+            ops.push(Op::Size {
+                name: IGNORED_DIR.into(),
+                in_root: true,
+            });
+        }
+        // Leftovers a start or a reset could not delete stay set aside.
+        let aside = trash_on_disk(&paths.root);
+        ops.extend(aside.iter().map(|t| Op::Size {
+            name: t.clone(),
+            in_root: false,
+        }));
+        let report = statefs::run_helper(&paths.root, None, &ops).unwrap_or_default();
+        let size_of = |k: &str| report.sizes.iter().find(|(n, _, _)| n == k).map_or(0, |s| s.2);
+        let total: u64 = keys.iter().map(|k| size_of(k)).sum();
+        let m = meta.clone().unwrap_or_default();
+        items.push(Json::Obj(vec![
+            ("domain_id", Json::s(&id)),
+            ("profile", Json::s(&m.profile)),
+            ("workspace", Json::s(&m.workspace)),
+            ("persist", Json::strs(&m.persist)),
+            ("active", Json::Bool(active)),
+            ("last_used", Json::Num(m.last_used)),
+            (
+                "paths",
+                Json::Arr(
+                    keys.iter()
+                        .map(|k| {
+                            Json::Obj(vec![
+                                ("path", Json::s(guest(k))),
+                                ("bytes", Json::Num(size_of(k) as i64)),
+                                ("driver", Json::s(driver_of(&paths.root, k).name())),
+                            ])
+                        })
+                        .collect(),
+                ),
+            ),
+            ("upper_bytes", Json::Num(total as i64)),
+            (
+                "ignored_bytes",
+                if paths.root.join(IGNORED_DIR).exists() {
+                    Json::Num(size_of(IGNORED_DIR) as i64)
+                } else {
+                    Json::Null
+                },
+            ),
+            (
+                "set_aside",
+                Json::Arr(
+                    aside
+                        .iter()
+                        .map(|t| Json::Obj(vec![("name", Json::s(t)), ("bytes", Json::Num(size_of(t) as i64))]))
+                        .collect(),
+                ),
+            ),
+        ]));
+        human.push_str(&format!(
+            "{id}  {:<12} {:<8} last used {}  {}\n",
+            fit(if m.profile.is_empty() { "?" } else { &m.profile }, 12),
+            if active { "active" } else { "inactive" },
+            if m.last_used > 0 {
+                format_time(m.last_used)
+            } else {
+                "never".into()
+            },
+            human_size(total)
+        ));
+        human.push_str(&format!("    workspace {}\n", fit(&m.workspace, 70)));
+        let mut line = String::from("    persist");
+        for k in &keys {
+            let part = format!(" {} ({})", guest(k), human_size(size_of(k)));
+            if line.chars().count() + part.chars().count() > 79 {
+                human.push_str(&line);
+                human.push('\n');
+                line = String::from("           ");
+            }
+            line.push_str(&part);
+        }
+        if keys.is_empty() {
+            line.push_str(" (nothing yet)");
+        }
+        human.push_str(&line);
+        human.push('\n');
+        if paths.root.join(IGNORED_DIR).exists() {
+            human.push_str(&format!(
+                "    ignored workspace state {}\n",
+                human_size(size_of(IGNORED_DIR))
+            ));
+        }
+        for t in &aside {
+            human.push_str(&format!(
+                "    set aside {} ({}): deleted by the next start, `state reset` or `rm`\n",
+                fit(t, 40),
+                human_size(size_of(t))
+            ));
+        }
+    }
+    if json {
+        println!("{}", Json::Arr(items).render());
+    } else if human.is_empty() {
+        println!("no Domains have persistent state");
+    } else {
+        print!("{human}");
+    }
+    Ok(0)
+}
+
+/// `YYYY-MM-DD HH:MM` UTC from Unix seconds.
+pub fn format_time(t: i64) -> String {
+    let days = t.div_euclid(86400);
+    let secs = t.rem_euclid(86400);
+    // Civil-from-days (Howard Hinnant).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", secs / 3600, secs % 3600 / 60)
+}
+
+fn entry_json(e: &statefs::Entry) -> Json {
+    let id = |v: Option<u32>| v.map_or(Json::Null, |v| Json::Num(v as i64));
+    Json::Obj(vec![
+        ("kind", Json::s(e.kind.name())),
+        ("path", Json::s(entry_guest_path(&e.key, &e.path))),
+        ("type", Json::s(&e.ftype)),
+        ("mode", Json::s(format!("{:04o}", e.mode))),
+        ("uid", id(e.uid)),
+        ("gid", id(e.gid)),
+        ("size", Json::Num(e.size as i64)),
+    ])
+}
+
+fn finding_json(f: &statefs::Finding) -> Json {
+    Json::Obj(vec![
+        ("level", Json::s(&f.level)),
+        ("path", Json::s(entry_guest_path(&f.key, &f.path).trim_end_matches('/'))),
+        ("message", Json::s(&f.message)),
+    ])
+}
+
+/// Host-tool files (`view::hosttool`) whose Domain copy differs from the
+/// workspace's file.
+fn host_config_differences(s: &Selected) -> Vec<(PathBuf, crate::view::hosttool::Difference)> {
+    let store = s.paths.root.join(IGNORED_DIR);
+    let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+    if ws.as_os_str().is_empty() {
+        return Vec::new();
+    }
+    let paths = crate::view::hosttool::read_paths(&store);
+    crate::view::hosttool::differing(&ws, &store, &paths)
+}
+
+/// `lazaret state diff PATH`: the host's file against the Domain's copy.
+pub(super) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
+    let store = s.paths.root.join(IGNORED_DIR);
+    let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+    let rel = if path.is_absolute() {
+        path.strip_prefix(&ws).map(Path::to_path_buf).map_err(|_| {
+            StateError::Usage(format!(
+                "{} is not inside the Domain's workspace {}",
+                crate::display::escape_path(&path),
+                crate::display::escape_path(&ws)
+            ))
+        })?
+    } else {
+        path.clone()
+    };
+    let paths = crate::view::hosttool::read_paths(&store);
+    if !crate::view::hosttool::covers(&paths, &rel) {
+        return Err(StateError::Usage(format!(
+            "{} is not a host-tool file of this Domain (see `lazaret state inspect`)",
+            crate::display::escape_path(&rel)
+        )));
+    }
+    let diffs = crate::view::hosttool::differing(&ws, &store, &paths);
+    let mut shown = 0;
+    for (p, _) in diffs.iter().filter(|(p, _)| p.starts_with(&rel)) {
+        let read = |root: &Path| std::fs::read(root.join(p)).ok();
+        let text = crate::view::hosttool::diff_text(p, read(&ws).as_deref(), read(&store).as_deref());
+        // The copy is the sandbox's: every line is escaped for the terminal.
+        for line in text.lines() {
+            println!("{}", crate::display::escape(line));
+        }
+        shown += 1;
+    }
+    if shown == 0 {
+        println!(
+            "{}: the Domain's copy equals the host's",
+            crate::display::escape_path(&rel)
+        );
+    }
+    Ok(0)
+}
+
+pub(super) fn inspect(s: Selected, json: bool) -> Result<i32> {
+    let active = is_active(&s.paths);
+    let keys = keys_on_disk(&s.paths.root);
+    let report = walk_all(&s, &keys, true)?;
+    let pending = s.paths.root.join(anchor::ANCHOR_DIR).join(anchor::JOURNAL).exists();
+    let lower_known = lower_rootfs(&s).is_some();
+    if json {
+        let mut obj = header_json(&s, active);
+        obj.push(("lower_known", Json::Bool(lower_known)));
+        obj.push(("reset_pending", Json::Bool(pending)));
+        obj.push((
+            "paths",
+            Json::Arr(
+                keys.iter()
+                    .map(|k| {
+                        let (n, b) = report
+                            .sizes
+                            .iter()
+                            .find(|(x, _, _)| x == k)
+                            .map_or((0, 0), |s| (s.1, s.2));
+                        Json::Obj(vec![
+                            ("path", Json::s(guest(k))),
+                            ("driver", Json::s(driver_of(&s.paths.root, k).name())),
+                            ("entries", Json::Num(n as i64)),
+                            ("bytes", Json::Num(b as i64)),
+                            (
+                                "changes",
+                                Json::Arr(report.entries.iter().filter(|e| &e.key == k).map(entry_json).collect()),
+                            ),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ));
+        obj.push((
+            "ignored",
+            match ignored_size(&s, &report) {
+                Some((n, b)) => Json::Obj(vec![("entries", Json::Num(n as i64)), ("bytes", Json::Num(b as i64))]),
+                None => Json::Null,
+            },
+        ));
+        obj.push((
+            "host_config",
+            Json::Arr(
+                host_config_differences(&s)
+                    .iter()
+                    .map(|(p, d)| {
+                        Json::Obj(vec![
+                            ("path", Json::s(p.to_string_lossy())),
+                            ("state", Json::s(d.word())),
+                        ])
+                    })
+                    .collect(),
+            ),
+        ));
+        obj.push((
+            "findings",
+            Json::Arr(report.findings.iter().map(finding_json).collect()),
+        ));
+        println!("{}", Json::Obj(obj).render());
+        return Ok(0);
+    }
+    let mut out = header_human(&s, active);
+    if pending {
+        out.push_str("  a reset was interrupted: the next `lazaret state verify` or `run` finishes it\n");
+    }
+    if !lower_known {
+        out.push_str("  (the prepared lower is gone: \"added\" may also mean modified)\n");
+    }
+    if keys.is_empty() {
+        out.push_str("no persistent changes yet\n");
+    }
+    for k in &keys {
+        let (n, b) = report
+            .sizes
+            .iter()
+            .find(|(x, _, _)| x == k)
+            .map_or((0, 0), |s| (s.1, s.2));
+        let changes: Vec<&statefs::Entry> = report.entries.iter().filter(|e| &e.key == k).collect();
+        out.push_str(&format!(
+            "{}  {} change(s), {} in {n} upper entries\n",
+            guest(k),
+            changes.len(),
+            human_size(b)
+        ));
+        // Inside an added or opaque directory everything is new: show the
+        // directory with a count, not every entry.
+        let mut collapsed: Vec<String> = Vec::new();
+        for e in &changes {
+            if collapsed
+                .iter()
+                .any(|c| e.path.starts_with(c.as_str()) && e.path.as_bytes().get(c.len()) == Some(&b'/'))
+            {
+                continue;
+            }
+            let below = changes
+                .iter()
+                .filter(|o| o.path.starts_with(&e.path) && o.path.as_bytes().get(e.path.len()) == Some(&b'/'))
+                .count();
+            let mut p = entry_guest_path(k, &e.path);
+            if e.ftype == "dir" {
+                p.push('/');
+            }
+            let extra = if e.ftype == "dir" && below > 0 && matches!(e.kind, Kind::Added | Kind::Opaque) {
+                collapsed.push(e.path.clone());
+                format!(" (+{below})")
+            } else {
+                String::new()
+            };
+            let room = 80 - 2 - 9 - 9 - extra.chars().count();
+            out.push_str(&format!(
+                "  {:<8} {:<8} {}{extra}\n",
+                e.kind.name(),
+                e.ftype,
+                fit(&p, room)
+            ));
+        }
+    }
+    if let Some((n, b)) = ignored_size(&s, &report) {
+        out.push_str(&format!("ignored workspace state  {n} entries, {}\n", human_size(b)));
+    }
+    let hc = host_config_differences(&s);
+    if !hc.is_empty() {
+        out.push_str("host-tool files whose Domain copy differs from the host (`lazaret state diff PATH`):\n");
+        for (p, d) in &hc {
+            out.push_str(&format!(
+                "  {:<8} {}\n",
+                d.word(),
+                fit(&crate::display::escape_path(p), 68)
+            ));
+        }
+    }
+    for f in &report.findings {
+        out.push_str(&format!(
+            "{}: {}: {}\n",
+            f.level,
+            fit(&entry_guest_path(&f.key, &f.path), 40),
+            crate::display::escape(&f.message)
+        ));
+    }
+    print!("{out}");
+    Ok(0)
+}
