@@ -1,3 +1,6 @@
+//! Unit tests of the egress gate's pure parts: sniffing, deciding by
+//! name, DNS messages, packet filters, synthetic addresses, the log.
+
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::*;

@@ -1,3 +1,6 @@
+//! Unit tests of the derived network policy: derivation, plan, checks,
+//! probe samples, description and digests.
+
 use std::net::Ipv4Addr;
 use std::path::Path;
 

@@ -1,5 +1,6 @@
-//! `lazaret state list|inspect|verify|reset` and
-//! the Domain metadata file they resolve Domains through.
+//! `lazaret state list|inspect|diff|verify|reset|unhide`: this file parses
+//! the command line and dispatches; the commands and the Domain metadata
+//! file they resolve Domains through live in the files below.
 //!
 //! Domains are chosen by `--profile`/`--workspace` (the Domain ID is
 //! derived) or by `--domain ID` as `list` prints it; never by a
@@ -11,7 +12,7 @@
 //! (`statefs`); this module does the host-side parts: selection, locking,
 //! the reset journal (`anchor::reset`), and output.
 //!
-//! This file parses the `lazaret state` command line. The rest: `error`
+//! The files: `error`
 //! (the commands' errors), `meta` (`domain.json`), `select` (choosing and
 //! locking a Domain), `disk` (what a Domain Root holds), `show` (`list`,
 //! `inspect`, `diff`), `repair` (`verify`, `reset`, `unhide`).

@@ -1,3 +1,5 @@
+//! Unit tests of `domain.json` and of Domain IDs and times.
+
 use super::*;
 
 #[test]
