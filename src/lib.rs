@@ -24,7 +24,7 @@ mod wire;
 
 /// The `lazaret` binary: parses the command line and runs it.
 pub fn main() -> i32 {
-    client::cli::main()
+    client::dispatch::main()
 }
 
 // For the sandbox-side binaries (bin/): the pure modules they share

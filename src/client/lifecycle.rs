@@ -10,10 +10,12 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::client::cli::{self, Failure, Outcome};
+use crate::client::args::{finish_args, refuse_root, utf8_argv};
+use crate::client::failure::Failure;
+use crate::client::resolve::{resolve, warn_broken_profiles, Resolved};
+use crate::client::session::{session, Outcome};
 use crate::config;
-use crate::display::escape;
-use crate::display::human_size;
+use crate::display::{escape, human_size};
 use crate::domain::{self, DomainId};
 use crate::plan::Json;
 use crate::storage::paths::{self, DomainPaths};
@@ -29,7 +31,7 @@ pub const ID_PREFIX_LEN: usize = 12;
 
 fn runtime_root() -> Result<PathBuf, Failure> {
     let cfg = config::load(&config::config_path())?;
-    cli::warn_broken_profiles(&cfg, None);
+    warn_broken_profiles(&cfg, None);
     Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
 }
 
@@ -106,7 +108,7 @@ pub fn escalations_text(st: &StatusInfo, list: &[wire_client::PendingInfo]) -> S
 pub fn cmd_escalations(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
     let id: Option<String> = args.opt_free_from_str()?;
-    cli::finish_args(args)?;
+    finish_args(args)?;
     let root = runtime_root()?;
     let mut all = running(&root);
     if let Some(prefix) = &id {
@@ -271,7 +273,7 @@ pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
 pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
     let json = args.contains("--json");
-    cli::finish_args(args)?;
+    finish_args(args)?;
     let root = runtime_root()?;
     let all: Vec<(StatusInfo, Option<(u64, u64)>)> = running(&root)
         .into_iter()
@@ -411,8 +413,8 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let all = args.contains("--all");
     let id: Option<String> = args.opt_free_from_str()?;
-    cli::finish_args(args)?;
-    cli::refuse_root()?;
+    finish_args(args)?;
+    refuse_root()?;
     let root = runtime_root()?;
     paths::ensure_private_dir(&root)?;
     let by_name = profile.is_some() || workspace.is_some();
@@ -480,7 +482,7 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let sub: Option<String> = args.opt_free_from_str()?;
     let id: Option<String> = args.opt_free_from_str()?;
     let spec: Option<String> = args.opt_free_from_str()?;
-    cli::finish_args(args)?;
+    finish_args(args)?;
     const FORM: &str = "lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT";
     if sub.as_deref() != Some("add") {
         return Err(Failure::usage(format!("usage: {FORM}")));
@@ -493,7 +495,7 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let fwd: crate::config::ports::PortForward = spec
         .parse()
         .map_err(|e: crate::config::ValueError| Failure::usage(format!("port add: {:?} is not {e}", escape(&spec))))?;
-    cli::refuse_root()?;
+    refuse_root()?;
     let root = runtime_root()?;
     let live = running(&root);
     let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
@@ -547,14 +549,14 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let env_flags: Vec<String> = args.values_from_str(["-e", "--env"])?;
     let as_root = args.contains("--root");
     let id: Option<String> = args.opt_free_from_str()?;
-    cli::finish_args(args)?;
+    finish_args(args)?;
     let Some(id) = id else {
         return Err(Failure::usage(
             "`lazaret exec` needs a Domain ID (as `lazaret ps` prints it): lazaret exec ID [-- CMD ARGS...]",
         ));
     };
-    let argv = cli::utf8_argv(cmd)?;
-    cli::refuse_root()?;
+    let argv = utf8_argv(cmd)?;
+    refuse_root()?;
     let root = runtime_root()?;
     let live = running(&root);
     let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
@@ -563,7 +565,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // The Domain's own profile and workspace, resolved as `run` would: a
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
-    let mut r = cli::resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
+    let mut r = resolve(Some(st.profile.clone()), Some(PathBuf::from(&st.workspace)))?;
     r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())?;
     r.root = as_root;
     if r.domain_id != st.domain_id {
@@ -574,7 +576,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     }
     let stream = UnixStream::connect(r.paths.socket())
         .map_err(|_| Failure::usage(format!("Domain {} is not running any more", st.domain_id)))?;
-    match cli::session(stream, &r, argv)? {
+    match session(stream, &r, argv)? {
         Outcome::Exited(code) => Ok(code),
         Outcome::Retry => Err(Failure::runtime(format!(
             "Domain {} stopped while joining it",
@@ -585,7 +587,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
 
 /// After joining: the Domain forwards every `--publish` port this client
 /// asked for (a Domain started without them keeps its forwards).
-pub fn check_published(r: &cli::Resolved) -> Result<(), Failure> {
+pub fn check_published(r: &Resolved) -> Result<(), Failure> {
     if r.publish.is_empty() {
         return Ok(());
     }
@@ -608,78 +610,6 @@ pub fn check_published(r: &cli::Resolved) -> Result<(), Failure> {
     Ok(())
 }
 
-// ---- image build NAME ----------------------------------------------------------
-
-/// `lazaret image build NAME`: builds the recipe `[images.NAME]` into
-/// `images/NAME`. A recipe identical to the one the image was built from
-/// is not rebuilt, so the image's digest changes only when the recipe does.
-pub fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failure> {
-    let cfg = config::load(&config::config_path())?;
-    let recipe = cfg.images.get(name).ok_or_else(|| {
-        Failure::usage(format!(
-            "no image recipe {:?} in {}: known recipes: {} (define [images.NAME])",
-            escape(name),
-            cfg.path.display(),
-            cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
-        ))
-    })?;
-    let storage = paths::storage_root()?;
-    paths::ensure_private_dir(&storage)?;
-    let layout = crate::storage::image::images_dir(&storage).join(name);
-    let built = layout.join("index.json").exists();
-    if if_missing && built {
-        return Ok(0);
-    }
-    let host = match &recipe.suite {
-        Some(s) => s.clone(),
-        None => crate::storage::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
-    };
-    // `base = "NAME"`: that image must be built; its digest is part of
-    // this recipe's fingerprint (a rebuilt base rebuilds this one).
-    let base_layout = recipe
-        .from
-        .as_ref()
-        .map(|b| crate::storage::image::images_dir(&storage).join(b));
-    let base_digest = match (&recipe.from, &base_layout) {
-        (Some(b), Some(l)) => Some(
-            crate::storage::image::manifest_digest(l, crate::storage::image::DEFAULT_TAG).map_err(|_| {
-                Failure::usage(format!(
-                    "the recipe {name} starts from the image {b}, which is not built: run `lazaret image build{}` first",
-                    if b == "default" { String::new() } else { format!(" {b}") }
-                ))
-            })?,
-        ),
-        _ => None,
-    };
-    let fp = recipe.fingerprint(&host, base_digest.as_deref());
-    if built && crate::storage::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
-        let digest = crate::storage::image::manifest_digest(&layout, crate::storage::image::DEFAULT_TAG)
-            .map_err(|e| Failure::runtime(e.to_string()))?;
-        if !quiet {
-            println!("image {name} is up to date with its recipe: {digest}");
-        }
-        return Ok(0);
-    }
-    let mut progress = crate::storage::image::Progress::new(quiet);
-    let digest = crate::storage::image::build_image(
-        &storage,
-        name,
-        Some(&host),
-        &recipe.packages,
-        &crate::storage::image::Layers {
-            from: base_layout.as_deref(),
-            steps: &recipe.run,
-        },
-        Some(&fp),
-        &mut progress,
-    )
-    .map_err(|e| Failure::runtime(e.to_string()))?;
-    if !quiet {
-        println!("built the image {name} {digest}");
-    }
-    Ok(0)
-}
-
 // ---- rm ---------------------------------------------------------------------------
 
 pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -689,8 +619,8 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let yes = args.contains("--yes");
     let json = args.contains("--json");
     let id: Option<String> = args.opt_free_from_str()?;
-    cli::finish_args(args)?;
-    cli::refuse_root()?;
+    finish_args(args)?;
+    refuse_root()?;
     let cfg = config::load(&config::config_path())?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());

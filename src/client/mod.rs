@@ -1,9 +1,18 @@
-//! The Client CLI process: argument parsing, the public commands and the
-//! client side of a session.
+//! The Client CLI process: argument parsing and dispatch, the public
+//! commands and the client side of a session.
 
-pub mod cli;
+mod answer;
+mod args;
+pub mod dispatch;
 pub mod doctor;
+mod failure;
+mod image;
 pub mod lifecycle;
+mod net;
 pub mod prompt;
+mod resolve;
+mod run;
 mod secrets;
+mod session;
+mod start;
 pub mod usage;

@@ -3,7 +3,8 @@
 //! profile needs the egress gate as its swap point, and the values go to
 //! the coordinator on a pipe.
 
-use crate::client::cli::{Failure, Resolved};
+use crate::client::failure::Failure;
+use crate::client::resolve::Resolved;
 use crate::config::secrets;
 use crate::net::tls::SelfCheckError;
 use crate::trust::TrustError;
@@ -63,8 +64,8 @@ pub(crate) fn send(
 
 /// `lazaret doctor`: every secret of every usable profile resolves from
 /// here (values are wiped right after; none is printed).
-pub(crate) fn doctor_check() -> crate::client::doctor::Check {
-    use crate::client::doctor::Check;
+pub(crate) fn doctor_check() -> crate::client::doctor::check::Check {
+    use crate::client::doctor::check::Check;
     let path = crate::config::config_path();
     let Ok(cfg) = crate::config::load(&path) else {
         return Check::pass("secrets", "no config to check (see the config check)");

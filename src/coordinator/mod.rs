@@ -164,7 +164,7 @@ pub fn main(mut args: Args) -> i32 {
     // locked the old inode notices it is unlinked and retries.
     let _ = std::fs::remove_file(paths.lock());
     // The Domain's runtime dir goes too when nothing is left in it (a CLI
-    // that arrives now recreates it; see `cli::connect_or_start`), and so
+    // that arrives now recreates it; see `client::start::connect_or_start`), and so
     // do runtime dirs other Domains' teardowns left empty.
     let _ = std::fs::remove_dir(&paths.run);
     if let Some(base) = paths.run.parent() {

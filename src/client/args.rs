@@ -1,0 +1,38 @@
+//! The argument checks every public command shares: no argument left
+//! over, a UTF-8 command line, never as host root.
+
+use crate::client::failure::Failure;
+use crate::sys;
+
+pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
+    let rest = args.finish();
+    if let Some(a) = rest.first() {
+        return Err(Failure::usage(format!(
+            "unknown argument {:?}: see `lazaret help`",
+            a.to_string_lossy()
+        )));
+    }
+    Ok(())
+}
+
+/// The command after `--` as strings; an argument that is not UTF-8 is
+/// bad input.
+pub(crate) fn utf8_argv(cmd: Vec<std::ffi::OsString>) -> Result<Vec<String>, Failure> {
+    cmd.into_iter()
+        .map(|a| {
+            a.into_string()
+                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
+        })
+        .collect()
+}
+
+/// Lazaret never runs a sandbox as host root.
+pub(crate) fn refuse_root() -> Result<(), Failure> {
+    if sys::geteuid() == 0 || sys::getuid() == 0 {
+        return Err(Failure::usage(
+            "refusing to run as root: Lazaret runs sandboxes rootless; run it as your normal user \
+             (scripts/lazaret-here does this for you under sudo)",
+        ));
+    }
+    Ok(())
+}
