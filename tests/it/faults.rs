@@ -46,7 +46,7 @@ fn a_slow_reader_gets_its_output_and_exit_status() {
     let _hold = hold_domain(env, &ws);
     let mut failures = Vec::new();
     for i in 0..20 {
-        let lz = env.lz(&ws, &["run", "--", "sh", "-c", &format!("echo out-{i}; exit 7")]);
+        let lz = env.lz_sh(&ws, &format!("echo out-{i}; exit 7"));
         let inner = lz.command();
         // strace (as root) traces only the client: the Domain is running.
         let mut c = Command::new("strace");
@@ -148,13 +148,12 @@ fn abort_view(env: &Env, ws: &Path) -> bool {
 /// ready, the running session is told in one line which helper died, and
 /// the next run starts a fresh generation.
 fn helper_death(helper: &str, driver: &str) {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir(&format!("helper-{}", helper.replace(' ', "-")));
     // The session is running (blocked in a shell builtin, nothing left to
     // exec) before the helper dies: it must be told, not fail to start.
     let hold = env
-        .lz(&ws, &["run", "--", "sh", "-c", "touch started; read x"])
+        .lz_sh(&ws, "touch started; read x")
         .env("LAZARET_OVERLAY_DRIVER", driver)
         .spawn();
     let sock = domain_run_dir(env, &ws).join("hc.sock");
@@ -222,8 +221,7 @@ fn an_aborted_workspace_view_fails_the_domain_cleanly() {
 /// status the command could have returned.
 #[test]
 fn a_killed_sandbox_exits_125_with_one_sentence() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("killsandbox");
     let hold = env.lz(&ws, &["run", "--", "sleep", "600"]).spawn();
     let sock = domain_run_dir(env, &ws).join("hc.sock");
@@ -261,21 +259,11 @@ fn a_killed_sandbox_exits_125_with_one_sentence() {
 /// dump reaches the user.
 #[test]
 fn sigquit_reaches_the_command_without_a_goroutine_dump() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("sigquit");
     let _hold = hold_domain(env, &ws);
     let c = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "trap 'echo got-quit; exit 3' QUIT; echo armed; sleep 60 & wait",
-            ],
-        )
+        .lz_sh(&ws, "trap 'echo got-quit; exit 3' QUIT; echo armed; sleep 60 & wait")
         .spawn();
     let pid = c.id();
     std::thread::sleep(Duration::from_secs(3));
@@ -297,8 +285,7 @@ fn sigquit_reaches_the_command_without_a_goroutine_dump() {
 /// its path and a fix (125), never a panic, never silently re-created.
 #[test]
 fn hostile_and_damaged_stores_fail_closed() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("badstore");
     let r = env.lz(&ws, &["run", "--", "true"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -366,8 +353,7 @@ fn hostile_and_damaged_stores_fail_closed() {
 /// leave no file of the dead generation in the runtime dir.
 #[test]
 fn a_killed_supervisor_leaves_nothing_in_the_runtime_dir() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("killsup");
     let hold = env.lz(&ws, &["run", "--", "sleep", "600"]).spawn();
     let run = domain_run_dir(env, &ws);
@@ -454,8 +440,7 @@ fn find_file(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
 /// leaves `state verify` clean once space returns.
 #[test]
 fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let base = env.dir("enospc");
     let data = base.join("data");
     let store = data.join("lazaret");
@@ -497,7 +482,7 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
     // (or empty) tests the default.
     let driver = std::env::var("LAZARET_TEST_OVERLAY_DRIVER").unwrap_or_default();
     let r = env
-        .lz(&ws, &["run", "--", "sh", "-c", script])
+        .lz_sh(&ws, script)
         .env("XDG_DATA_HOME", &xdg)
         .env("LAZARET_OVERLAY_DRIVER", &driver)
         .run();
@@ -544,8 +529,7 @@ fn a_full_disk_is_reported_to_the_writer_and_reset_leaves_no_debris() {
 /// helpers: runsc, slirp4netns, fuse-overlayfs.
 #[test]
 fn supervisor_pipes_are_not_inherited_by_helpers() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("cloexec");
     let _hold = env
         .lz(&ws, &["run", "--", "sleep", "600"])
@@ -587,8 +571,7 @@ fn supervisor_pipes_are_not_inherited_by_helpers() {
 /// "ok: 0 entries".
 #[test]
 fn state_verify_fails_on_an_unreadable_domain_root() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("mode000");
     let r = env.lz(&ws, &["run", "--", "true"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -612,25 +595,12 @@ fn state_verify_fails_on_an_unreadable_domain_root() {
 /// removed while the Domain runs.
 #[test]
 fn joins_need_no_image_while_the_domain_runs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let base = env.dir("noimage");
     let store = base.join("data/lazaret");
     std::fs::create_dir_all(store.join("images")).unwrap();
     std::fs::create_dir_all(store.join("lowers")).unwrap();
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(env.home.join(".local/share/lazaret/images/default"))
-        .arg(store.join("images/default"))
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let _ = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{}:{}", env.uid, env.gid))
-        .arg(base.join("data"))
-        .status();
+    env.copy_default_image(&store.join("images/default"), &base.join("data"));
     for d in [base.join("data"), store.clone()] {
         std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     }

@@ -7,7 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::harness::{eventually, Env, Run, GLOBAL};
+use crate::harness::{eventually, Env, Run};
 use crate::require_env;
 
 /// PATH of a normal (non-root) Debian user: no sbin directories.
@@ -25,8 +25,7 @@ fn stop(env: &Env, ws: &Path, cfg: &Path, profile: &str) {
 
 #[test]
 fn image_build_works_with_a_normal_users_path_into_a_fresh_storage_root() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let data = env.dir("fresh-data");
     let r = env
         .lz(&data, &["image", "build", "--quiet"])
@@ -58,11 +57,7 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let r = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = Run::from(out);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stdout.contains("FAIL umoci: umoci"), "{r:?}");
     assert!(r.stdout.contains("not found on PATH=/nonexistent-dir"), "{r:?}");
@@ -90,8 +85,7 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
 
 #[test]
 fn sandbox_root_can_chown_setuid_and_su_but_not_administer_the_network() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("caps", "");
     let script = r#"
 set -e
@@ -177,8 +171,7 @@ print("ROUTE-ADDED" if "076312C6" in table.upper() else "no-route")
 
 #[test]
 fn volumes_are_mounted_read_only_and_read_write() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let base = env.dir("volumes");
     let ro = base.join("ro");
     let rw = base.join("rw");
@@ -235,8 +228,7 @@ fn volumes_are_mounted_read_only_and_read_write() {
 
 #[test]
 fn host_git_identity_is_visible_and_read_only_inside() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("gitid", "[profiles.anon]\ngit_identity = false\n");
     let gitcfg = cfg.join("host.gitconfig");
     env.write(
@@ -248,7 +240,7 @@ fn host_git_identity_is_visible_and_read_only_inside() {
                   if echo '[core]' >> /.lazaret/gitconfig 2>/dev/null; then echo FILE-WRITTEN; fi; \
                   git config user.name";
     let r = env
-        .lz(&ws, &["run", "--", "sh", "-c", script])
+        .lz_sh(&ws, script)
         .config_home(&cfg)
         .env("GIT_CONFIG_GLOBAL", &gitcfg.display().to_string())
         .run();
@@ -276,8 +268,7 @@ fn host_git_identity_is_visible_and_read_only_inside() {
 
 #[test]
 fn per_command_help_short_options_and_run_without_double_dash() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("cli", "");
     for args in [
         &["run", "--help"][..],
@@ -350,8 +341,7 @@ fn with_closed_stdout(env: &Env, ws: &Path, cfg: &Path, args: &[&str]) -> std::p
 
 #[test]
 fn plain_exit_codes_and_quiet_broken_pipes() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("codes", "");
     let r = run_in(env, &ws, &cfg, &["run", "--", "no-such-cmd"]);
     assert_eq!(r.code, 127, "{r:?}");
@@ -449,8 +439,7 @@ impl Drop for SmallFs {
 
 #[test]
 fn a_full_storage_filesystem_says_no_space_left() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some(fs) = SmallFs::new(env, "full-build", "6m") else {
         if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
             panic!("cannot mount a tmpfs");
@@ -478,19 +467,7 @@ fn a_full_storage_filesystem_says_no_space_left() {
     };
     let images = fs.0.join("lazaret/images");
     std::fs::create_dir_all(&images).unwrap();
-    let ok = Command::new("cp")
-        .arg("-a")
-        .arg(env.home.join(".local/share/lazaret/images/default"))
-        .arg(&images)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let _ = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{}:{}", env.uid, env.gid))
-        .arg(fs.0.join("lazaret"))
-        .status();
+    env.copy_default_image(&images, &fs.0.join("lazaret"));
     let _ = Command::new("chmod").arg("0700").arg(fs.0.join("lazaret")).status();
     let (ws, cfg) = env.workspace_with_config("full-run-ws", "");
     let r = env
@@ -506,8 +483,7 @@ fn a_full_storage_filesystem_says_no_space_left() {
 
 #[test]
 fn a_typo_in_one_profile_leaves_the_others_working() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config(
         "typo",
         "[profiles.a]\nenv = { A = \"1\" }\n\n[profiles.b]\nimage = \"default\"\ncomand = [\"sh\"]\n",
@@ -553,8 +529,7 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
 
 #[test]
 fn chown_chmod_mknod_and_dac_override_do_not_reach_protected_git_paths() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("caps-sentry", "");
     let git = |args: &[&str]| {
         let mut c = Command::new("/usr/bin/setpriv");

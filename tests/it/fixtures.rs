@@ -1,14 +1,16 @@
 //! Fixture builders shared by the integration test modules: workspaces and
 //! config homes owned by the test user, host Git repositories made with a
-//! clean Git environment, and waits on a Domain's published socket.
+//! clean Git environment, waits on a Domain's published socket, and test
+//! hosts (network namespaces on a veth, with a server in them).
 //!
 //! These only build and wait; what a test checks stays in the test.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{eventually, Env, Run};
+use crate::harness::{eventually, sh_quote, Env, Lz, Run, Tmux};
 
 impl Env {
     /// A fresh `env.dir(name)` with an empty workspace `ws` inside it, both
@@ -35,6 +37,45 @@ impl Env {
         let (base, ws) = self.base_and_workspace(name);
         let cfg = self.write_config(&base, config);
         (ws, cfg)
+    }
+
+    /// Whether the CLI is a fault-injection build (`version` says so); when
+    /// not, prints that the test is skipped.
+    pub fn fault_build_or_skip(&self) -> bool {
+        let v = self.lz(&self.home, &["version"]).run();
+        if !v.stdout.contains("fault") {
+            eprintln!("skipping: not a fault-injection build");
+            return false;
+        }
+        true
+    }
+
+    /// Copies the test user's default image to `to` (`cp -a`; fails the
+    /// test if that fails), then gives `tree` (which holds the copy) to the
+    /// test user, best effort (`chown -R`).
+    pub fn copy_default_image(&self, to: &Path, tree: &Path) {
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(self.home.join(".local/share/lazaret/images/default"))
+            .arg(to)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let _ = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", self.uid, self.gid))
+            .arg(tree)
+            .status();
+    }
+
+    /// A config home holding `config` (TOML) under `env.dir(name)` and,
+    /// apart from it, an empty workspace `env.dir("NAME-ws")`: `(cfg, ws)`.
+    pub fn config_and_workspace(&self, name: &str, config: &str) -> (PathBuf, PathBuf) {
+        let base = self.dir(name);
+        let cfg = self.write_config(&base, config);
+        let ws = self.dir(&format!("{name}-ws"));
+        (cfg, ws)
     }
 
     /// The control socket of the Domain of `profile` and `ws`; it exists
@@ -64,6 +105,19 @@ impl Env {
         pid.expect("a pid once running")
     }
 
+    /// Waits up to `limit` until `ps --json` gives Domain `id` (of `ws`) the
+    /// number `key` (fails the test if it never does); then its value, read
+    /// again.
+    pub fn wait_ps_number(&self, ws: &Path, id: &str, key: &str, limit: Duration) -> i64 {
+        assert!(eventually(limit, || crate::harness::json_number(
+            &self.ps_json(ws),
+            id,
+            key
+        )
+        .is_some()));
+        crate::harness::json_number(&self.ps_json(ws), id, key).unwrap()
+    }
+
     /// Kills coordinator `pid` with SIGKILL, waits for `session` (a client
     /// of it) to end and for the Domain of `profile` and `ws` to answer no
     /// more: a dead coordinator leaves its socket file, with nobody behind
@@ -84,14 +138,40 @@ impl Env {
         assert!(eventually(limit, || !sock.exists()), "Domain still published");
     }
 
+    /// A tmux pane `name` (`cols` x `rows`) with an interactive `lazaret run`
+    /// in `ws` under the config home `cfg`, once its shell prompt shows
+    /// (at most 120 s; fails the test showing the screen).
+    pub fn config_pane(&self, ws: &Path, cfg: &Path, name: &str, cols: u16, rows: u16) -> Tmux {
+        let cfgs = cfg.display().to_string();
+        let cmd =
+            self.pane_cmd(ws, &["run"])
+                .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
+        let t = Tmux::new(name, cols, rows, &cmd);
+        t.expect("root@lazaret", Duration::from_secs(120));
+        t
+    }
+
+    /// `lazaret run -- sh -c SCRIPT` in `ws`, to run or spawn (the one
+    /// spawn helper: add a config home or environment before).
+    pub fn lz_sh(&self, ws: &Path, script: &str) -> Lz<'_> {
+        self.lz(ws, &["run", "--", "sh", "-c", script])
+    }
+
+    /// `lazaret run --profile PROFILE -- ARGV` in `ws`, to run or spawn.
+    pub fn lz_in(&self, ws: &Path, profile: &str, argv: &[&str]) -> Lz<'_> {
+        let mut args = vec!["run", "--profile", profile, "--"];
+        args.extend_from_slice(argv);
+        self.lz(ws, &args)
+    }
+
     /// `lazaret run -- sh -c SCRIPT` in `ws` with the default config.
     pub fn run_sh(&self, ws: &Path, script: &str) -> Run {
-        self.lz(ws, &["run", "--", "sh", "-c", script]).run()
+        self.lz_sh(ws, script).run()
     }
 
     /// `lazaret run -- sh -c SCRIPT` in `ws` with the config home `cfg`.
     pub fn run_sh_with_config(&self, ws: &Path, cfg: &Path, script: &str) -> Run {
-        self.lz(ws, &["run", "--", "sh", "-c", script]).config_home(cfg).run()
+        self.lz_sh(ws, script).config_home(cfg).run()
     }
 }
 
@@ -146,4 +226,146 @@ pub fn git_repo(env: &Env, name: &str, files: &[(&str, &str)]) -> PathBuf {
     host_git_ok(env, &ws, &["add", "-A"]);
     host_git_ok(env, &ws, &["commit", "-q", "-m", "initial"]);
     ws
+}
+
+/// `ip ARGS`, quietly: whether it succeeded.
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A test host: a network namespace on its own /30 of a test range, joined
+/// to the root namespace by a veth (`link` on the root side, at
+/// `host_side`, `.1` of the /30; `eth0` inside, at `ip`, `.2`). It may run
+/// one server; the server, the link and the namespace go on drop.
+pub struct TestNs {
+    pub ns: String,
+    pub link: String,
+    /// The test host's address.
+    pub ip: String,
+    /// The root namespace's side of the link.
+    pub host_side: String,
+    server: Option<Child>,
+}
+
+impl TestNs {
+    /// The test host `PREFIX K` on the /30 number K of `net`, K the first
+    /// number from `k` on whose link does not exist yet.
+    pub fn create(prefix: &str, net: std::net::Ipv4Addr, k: u32) -> TestNs {
+        let mut k = k;
+        while Path::new(&format!("/sys/class/net/{prefix}{k}")).exists() {
+            k = (k + 1) % 32768;
+        }
+        let base = u32::from(net) + k * 4;
+        let at = |i: u32| std::net::Ipv4Addr::from(base + i).to_string();
+        let h = TestNs {
+            ns: format!("{prefix}{k}-{}", std::process::id()),
+            link: format!("{prefix}{k}"),
+            ip: at(2),
+            host_side: at(1),
+            server: None,
+        };
+        assert!(ip(&["netns", "add", &h.ns]), "ip netns add {}", h.ns);
+        assert!(ip(&[
+            "link", "add", &h.link, "type", "veth", "peer", "name", "eth0", "netns", &h.ns
+        ]));
+        assert!(ip(&["addr", "add", &format!("{}/30", h.host_side), "dev", &h.link]));
+        assert!(ip(&["link", "set", &h.link, "up"]));
+        assert!(ip(&[
+            "-n",
+            &h.ns,
+            "addr",
+            "add",
+            &format!("{}/30", h.ip),
+            "dev",
+            "eth0"
+        ]));
+        assert!(ip(&["-n", &h.ns, "link", "set", "eth0", "up"]));
+        assert!(ip(&["-n", &h.ns, "link", "set", "lo", "up"]));
+        h
+    }
+
+    /// Runs `PYTHON -c SCRIPT ARGS...` in the namespace and waits for its
+    /// first line, which must be `ready` (it prints it once it listens).
+    pub fn serve<S: AsRef<std::ffi::OsStr>>(&mut self, python: &str, script: &str, args: &[S]) {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.ns, python, "-c", script])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("test host server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "test host server did not start");
+        self.server = Some(child);
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        ip(&["link", "del", &self.link]);
+        ip(&["netns", "del", &self.ns]);
+    }
+}
+
+/// Python for a test host's server: `dns()`, a responder on `ip`:53 that
+/// answers an A query for a name in the dict `zone` with its address. What
+/// it sends for any other query the server's own lines that follow say (an
+/// `elif` or `else` of the `if` this ends in).
+#[macro_export]
+macro_rules! py_zone_dns {
+    () => {
+        r#"def dns():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((ip, 53))
+    while True:
+        q, a = u.recvfrom(512)
+        e, labels = 12, []
+        while q[e] != 0:
+            labels.append(q[e + 1:e + 1 + q[e]].decode().lower())
+            e += q[e] + 1
+        qtype = q[e + 1:e + 3]
+        e += 5
+        addr = zone.get(".".join(labels))
+        if addr and qtype == b"\x00\x01":
+            ans = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(addr)
+            u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e] + ans, a)
+"#
+    };
+}
+
+/// Python for a test host's server: the socket `s` of a function with
+/// `port` in scope, listening on `ip`:`port`.
+#[macro_export]
+macro_rules! py_listen {
+    () => {
+        r#"    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, port))
+    s.listen(64)
+"#
+    };
+}
+
+/// The artifacts in a `lowers` directory: the entries whose name is 24
+/// characters long (anything else there is not an artifact).
+pub fn lower_artifacts(lowers: &Path) -> Vec<String> {
+    std::fs::read_dir(lowers)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.len() == 24)
+        .collect()
 }

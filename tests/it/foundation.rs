@@ -7,8 +7,7 @@ use crate::require_env;
 
 #[test]
 fn proc_version_is_gvisor_and_exit_status_passes_through() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("version");
     let r = env.lz(&ws, &["run", "--", "cat", "/proc/version"]).run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -22,8 +21,7 @@ fn proc_version_is_gvisor_and_exit_status_passes_through() {
 
 #[test]
 fn workspace_is_shared_both_ways_and_owned_by_the_user() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("share");
     env.write(&ws.join("from-host.txt"), "hello from host\n");
     let r = env.run_sh(
@@ -44,8 +42,7 @@ fn workspace_is_shared_both_ways_and_owned_by_the_user() {
 
 #[test]
 fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("secret");
     let secret = env.home.join(".ssh/id_test");
     env.write(&secret, "SECRET-KEY-MATERIAL\n");
@@ -75,8 +72,7 @@ fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
 
 #[test]
 fn nothing_runs_as_host_root_while_the_sandbox_runs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("noroot");
     let id = env.domain_id("default", &ws);
     let child = env.lz(&ws, &["run", "--", "sleep", "4"]).spawn();
@@ -158,8 +154,7 @@ fn nothing_is_left_behind_after_run_returns() {
 
 #[test]
 fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("badinput");
 
     let bad = env.write_config(&base, "[profiles.default]\npersist = \"usr\"\n");
@@ -194,7 +189,7 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
         "{r:?}"
     );
 
-    let r = env.lz(&ws, &["run", "--profile", "nope", "--", "true"]).run();
+    let r = env.lz_in(&ws, "nope", &["true"]).run();
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("nope"), "{r:?}");
 
@@ -206,8 +201,7 @@ fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
 
 #[test]
 fn missing_image_is_bad_input() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("noimage");
     let data = env.dir("emptydata");
     let r = env
@@ -232,29 +226,22 @@ fn refuses_to_run_as_root() {
 
 #[test]
 fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("tty");
     let before = ws.join("stty-before");
     let after = ws.join("stty-after");
     let cmd = env.pane_cmd(&ws, &["run"]);
     let t = Tmux::new("tty", 111, 33, &cmd);
-    assert!(
-        t.wait_for("root@lazaret", Duration::from_secs(120)),
-        "no prompt:\n{}",
-        t.capture()
-    );
+    t.expect_saying("root@lazaret", Duration::from_secs(120), "no prompt:");
     let size = t.cmd(&["display-message", "-p", "-t", "t", "#{pane_height} #{pane_width}"]);
-    t.send("stty size");
-    t.enter();
+    t.line("stty size");
     assert!(
         t.wait_for_line(size.trim(), Duration::from_secs(10)),
         "want {size}:\n{}",
         t.capture()
     );
-    t.send("exit 3");
-    t.enter();
-    assert!(t.wait_for("exit=3", Duration::from_secs(10)), "{}", t.capture());
+    t.line("exit 3");
+    t.expect("exit=3", Duration::from_secs(10));
     // The shell creates the file before `stty -g` has written to it.
     assert!(eventually(Duration::from_secs(5), || std::fs::read_to_string(&after)
         .is_ok_and(|s| s.ends_with('\n'))));

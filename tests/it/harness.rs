@@ -89,6 +89,9 @@ pub fn env_or_skip(test: &str) -> Option<&'static Env> {
     }
 }
 
+/// The environment, or return from the test (see [`env_or_skip`]).
+/// `require_env!(shared)` also takes [`GLOBAL`] shared, after the
+/// environment: `let (env, _g) = require_env!(shared);`.
 #[macro_export]
 macro_rules! require_env {
     () => {
@@ -96,6 +99,9 @@ macro_rules! require_env {
             Some(e) => e,
             None => return,
         }
+    };
+    (shared) => {
+        ($crate::require_env!(), $crate::harness::GLOBAL.read())
     };
 }
 
@@ -369,6 +375,34 @@ impl Tmux {
     }
     pub fn wait_for(&self, needle: &str, limit: Duration) -> bool {
         eventually(limit, || self.capture().contains(needle))
+    }
+    /// Types `keys` and presses Enter.
+    pub fn line(&self, keys: &str) {
+        self.send(keys);
+        self.enter();
+    }
+    /// [`Tmux::wait_for`] that must hold; fails the test showing the screen.
+    #[track_caller]
+    pub fn expect(&self, needle: &str, limit: Duration) {
+        assert!(self.wait_for(needle, limit), "{}", self.capture());
+    }
+    /// [`Tmux::expect`] that fails the test saying `what`, then the screen
+    /// on the next line.
+    #[track_caller]
+    pub fn expect_saying(&self, needle: &str, limit: Duration, what: &str) {
+        assert!(self.wait_for(needle, limit), "{what}\n{}", self.capture());
+    }
+    /// [`Tmux::expect_line`] that fails the test saying `what`, then the
+    /// screen on the next line.
+    #[track_caller]
+    pub fn expect_line_saying(&self, line: &str, limit: Duration, what: &str) {
+        assert!(self.wait_for_line(line, limit), "{what}\n{}", self.capture());
+    }
+    /// [`Tmux::wait_for_line`] that must hold; fails the test showing the
+    /// screen.
+    #[track_caller]
+    pub fn expect_line(&self, line: &str, limit: Duration) {
+        assert!(self.wait_for_line(line, limit), "{}", self.capture());
     }
 }
 

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::harness::{eventually, Env, GLOBAL};
+use crate::fixtures::lower_artifacts;
+use crate::harness::{eventually, Env};
 use crate::require_env;
 
 fn domain_root(env: &Env, data: Option<&Path>, profile: &str, ws: &Path) -> PathBuf {
@@ -22,8 +23,7 @@ fn is_empty_dir(p: &Path) -> bool {
 
 #[test]
 fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("persist");
     env.write(&ws.join("keep.txt"), "workspace file\n");
     // 1. Create, edit, delete; non-persisted paths vanish.
@@ -129,8 +129,7 @@ fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
 
 #[test]
 fn reset_is_crash_consistent_at_every_step() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("crash");
     let root = domain_root(env, None, "default", &ws);
     for step in 1..=5 {
@@ -180,8 +179,7 @@ fn reset_is_crash_consistent_at_every_step() {
 
 #[test]
 fn symlinks_in_the_upper_are_never_followed() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("symlink");
     let outside = env.dir("outside");
     let target = outside.join("precious.txt");
@@ -229,8 +227,7 @@ fn symlinks_in_the_upper_are_never_followed() {
 
 #[test]
 fn two_domains_never_see_each_others_upper() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let a = env.dir("iso-a");
     let b = env.dir("iso-b");
     let r = env.run_sh(&a, "echo A > /usr/only-in-a; echo A > /root/a-note");
@@ -314,8 +311,7 @@ fn umoci_insert(env: &Env, p: &Private, dir: &Path, dest: &str) {
 
 #[test]
 fn a_new_lower_keeps_the_upper() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let p = private(env, "rebuild");
     let ws = env.dir("rebuild-ws");
     let v1 = env.dir("img-v1");
@@ -362,8 +358,7 @@ fn a_new_lower_keeps_the_upper() {
 
 #[test]
 fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let p = private(env, "prune");
     let a = env.dir("prune-a");
     let b = env.dir("prune-b");
@@ -374,14 +369,7 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
     let lowers = p.data.join("lazaret/lowers");
     let foreign = lowers.join("not-lazarets");
     env.write(&foreign.join("file"), "mine\n");
-    let artifacts = |_: ()| -> Vec<String> {
-        std::fs::read_dir(&lowers)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().to_string())
-            .filter(|n| n.len() == 24)
-            .collect()
-    };
+    let artifacts = |_: ()| lower_artifacts(&lowers);
     let arts = artifacts(());
     assert_eq!(arts.len(), 1, "two Domains share one artifact: {arts:?}");
     // A live preparer's tree (this test process stands in for it).
@@ -433,21 +421,14 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
 
 #[test]
 fn both_overlay_drivers_persist_and_verify() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     for driver in ["kernel", "fuse"] {
         let ws = env.dir(&format!("driver-{driver}"));
         let r = env
-            .lz(
+            .lz_sh(
                 &ws,
-                &[
-                    "run",
-                    "--",
-                    "sh",
-                    "-c",
-                    "echo v > /opt/new; rm /etc/motd; rm -rf /etc/apt/apt.conf.d; mkdir /etc/apt/apt.conf.d; \
+                "echo v > /opt/new; rm /etc/motd; rm -rf /etc/apt/apt.conf.d; mkdir /etc/apt/apt.conf.d; \
                      touch /etc/apt/apt.conf.d/mine",
-                ],
             )
             .env("LAZARET_OVERLAY_DRIVER", driver)
             .run();
@@ -458,16 +439,7 @@ fn both_overlay_drivers_persist_and_verify() {
         // The recorded driver wins over the knob for an existing upper.
         let other = if driver == "kernel" { "fuse" } else { "kernel" };
         let r = env
-            .lz(
-                &ws,
-                &[
-                    "run",
-                    "--",
-                    "sh",
-                    "-c",
-                    "cat /opt/new; ls /etc/apt/apt.conf.d; ls /etc/motd 2>&1; true",
-                ],
-            )
+            .lz_sh(&ws, "cat /opt/new; ls /etc/apt/apt.conf.d; ls /etc/motd 2>&1; true")
             .env("LAZARET_OVERLAY_DRIVER", other)
             .run();
         assert_eq!(r.code, 0, "{driver}: {r:?}");

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::fixtures::lower_artifacts;
 use crate::harness::*;
 use crate::require_env;
 
@@ -32,6 +33,13 @@ fn running(env: &Env, ws: &Path, id: &str) -> bool {
 /// prefix `ps` prints; `stop --all` stops every Domain; `rm` deletes a
 /// stopped Domain's state and refuses a running one; `exec ID` joins a
 /// running Domain from anywhere.
+/// `lazaret run --profile PROFILE --publish PUBLISH -- ARGV` in `ws`.
+fn lz_published<'a>(env: &'a Env, ws: &Path, profile: &str, publish: &str, argv: &[&str]) -> Lz<'a> {
+    let mut args = vec!["run", "--profile", profile, "--publish", publish, "--"];
+    args.extend_from_slice(argv);
+    env.lz(ws, &args)
+}
+
 #[test]
 fn lifecycle_ps_stop_rm_exec() {
     let env = require_env!();
@@ -148,8 +156,7 @@ fn unique(tag: &str) -> String {
 /// coordinator.log.
 #[test]
 fn host_env_by_name_reaches_only_its_session() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("hostenv", "[profiles.pe]\npass_env = [\"LZ_PASS_A\", \"LZ_UNSET_Z\"]\n");
     let id = env.domain_id("pe", &ws);
     let (va, vb, vc) = (unique("passA"), unique("flagB"), unique("litC"));
@@ -181,18 +188,7 @@ fn host_env_by_name_reaches_only_its_session() {
 
     // A second session in the same Domain asked for nothing: it sees nothing.
     let second = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--profile",
-                "pe",
-                "--",
-                "sh",
-                "-c",
-                "echo A=$LZ_PASS_A B=$LZ_FLAG_B C=$LZ_LIT_C",
-            ],
-        )
+        .lz_in(&ws, "pe", &["sh", "-c", "echo A=$LZ_PASS_A B=$LZ_FLAG_B C=$LZ_LIT_C"])
         .config_home(&cfg)
         .run();
     assert_eq!(second.code, 0, "{second:?}");
@@ -345,28 +341,14 @@ for i in range(0, len(a), 2):
 /// non-loopback host address; the forwards are gone after teardown.
 #[test]
 fn ports_forward_host_loopback_into_the_domain() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let p1 = free_port(18000);
     let p2 = free_port(p1 + 1);
     let (ws, cfg) = env.workspace_with_config("ports", &format!("[profiles.web]\nports = [\"{p1}:8000\"]\n"));
     let id = env.domain_id("web", &ws);
     env.write(&ws.join("srv.py"), GUEST_SERVER);
     let publish = format!("{p2}:8000");
-    let _server = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--profile",
-                "web",
-                "--publish",
-                &publish,
-                "--",
-                "python3",
-                "/workspace/srv.py",
-            ],
-        )
+    let _server = lz_published(env, &ws, "web", &publish, &["python3", "/workspace/srv.py"])
         .config_home(&cfg)
         .spawn_bg();
     assert!(eventually(Duration::from_secs(60), || ws.join("listening").exists()));
@@ -386,13 +368,10 @@ fn ports_forward_host_loopback_into_the_domain() {
     // port is not reachable through slirp4netns's gateway.
     let p1s = p1.to_string();
     let r = env
-        .lz(
+        .lz_in(
             &ws,
+            "web",
             &[
-                "run",
-                "--profile",
-                "web",
-                "--",
                 "python3",
                 "-c",
                 PROBE,
@@ -430,19 +409,7 @@ fn ports_forward_host_loopback_into_the_domain() {
 
     // Joining with a forward the running Domain lacks is refused.
     let p3 = free_port(p2 + 1);
-    let r = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--profile",
-                "web",
-                "--publish",
-                &format!("{p3}:8000"),
-                "--",
-                "true",
-            ],
-        )
+    let r = lz_published(env, &ws, "web", &format!("{p3}:8000"), &["true"])
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 2, "{r:?}");
@@ -510,14 +477,7 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
     );
     std::fs::remove_dir_all(&locked).unwrap();
     let lowers = env.home.join(".local/share/lazaret/lowers");
-    let arts = || -> Vec<String> {
-        std::fs::read_dir(&lowers)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().to_string())
-            .filter(|n| n.len() == 24)
-            .collect()
-    };
+    let arts = || lower_artifacts(&lowers);
     let meta = std::fs::read_to_string(domain_root(env, &id).join("domain.json")).unwrap();
     let art = meta
         .split("\"artifact\":\"")
@@ -613,21 +573,17 @@ fn housekeeping_keeps_used_lowers_and_prunes_interrupted_builds() {
 /// loopback port, so it could not fetch anything even if it tried.
 #[test]
 fn the_dev_image_has_node_npm_python_and_curl() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
     let dev = env.home.join(".local/share/lazaret/images/dev/index.json");
     let (ws, _creds, cfg) = crate::agents::profiles::fixture(env, "devimg");
     let r = env
-        .lz(
+        .lz_in(
             &ws,
+            "dev",
             &[
-                "run",
-                "--profile",
-                "dev",
-                "--",
                 "sh",
                 "-c",
                 "node --version && npm --version && python3 -c 'import json; print(\"json-ok\")' && curl --version",
@@ -644,44 +600,27 @@ fn the_dev_image_has_node_npm_python_and_curl() {
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let before = std::fs::read_to_string(&dev).unwrap();
-    let r = env
-        .lz(&ws, &["image", "build", "dev"])
-        .config_home(&cfg)
-        .env("LAZARET_IMAGE_MIRROR", &format!("http://127.0.0.1:{port}/debian"))
-        .run();
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("up to date"), "{r:?}");
-    assert_eq!(std::fs::read_to_string(&dev).unwrap(), before, "same digest");
+    // `image build dev` with config home `home` and no mirror to reach:
+    // nothing to fetch, the same image.
+    let rebuild_offline = |home: &Path| {
+        let r = env
+            .lz(&ws, &["image", "build", "dev"])
+            .config_home(home)
+            .env("LAZARET_IMAGE_MIRROR", &format!("http://127.0.0.1:{port}/debian"))
+            .run();
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(r.stdout.contains("up to date"), "{r:?}");
+        assert_eq!(std::fs::read_to_string(&dev).unwrap(), before, "same digest");
+    };
+    rebuild_offline(&cfg);
     // The built-in `dev` recipe (no config file) is the same recipe.
     let empty = env.dir("devimg-nocfg");
-    let r = env
-        .lz(&ws, &["image", "build", "dev"])
-        .config_home(&empty)
-        .env("LAZARET_IMAGE_MIRROR", &format!("http://127.0.0.1:{port}/debian"))
-        .run();
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("up to date"), "{r:?}");
-    assert_eq!(std::fs::read_to_string(&dev).unwrap(), before, "same digest");
+    rebuild_offline(&empty);
 
     // python3 -m http.server on guest port 8000, published on the host.
     let hp = free_port(18000);
     let publish = format!("{hp}:8000");
-    let _srv = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--profile",
-                "dev",
-                "--publish",
-                &publish,
-                "--",
-                "python3",
-                "-m",
-                "http.server",
-                "8000",
-            ],
-        )
+    let _srv = lz_published(env, &ws, "dev", &publish, &["python3", "-m", "http.server", "8000"])
         .config_home(&cfg)
         .spawn_bg();
     assert!(

@@ -78,8 +78,7 @@ fn the_dev_recipe_the_tests_build_is_the_documented_one() {
 /// restart, and `--root` (run and exec) is root.
 #[test]
 fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let base = env.dir("user");
     let (ws, cfg) = (base.join("ws"), base.join("cfg"));
     std::fs::create_dir(&ws).unwrap();
@@ -132,10 +131,7 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
     let r = env.lz(&ws, &["stop", "--profile", "u"]).config_home(&cfg).run();
     assert!(r.code == 0 || r.code == 2, "{r:?}");
     assert!(eventually(Duration::from_secs(20), || !env.ps_json(&ws).contains(&id)));
-    let _bg = env
-        .lz(&ws, &["run", "--profile", "u", "--", "sleep", "60"])
-        .config_home(&cfg)
-        .spawn_bg();
+    let _bg = env.lz_in(&ws, "u", &["sleep", "60"]).config_home(&cfg).spawn_bg();
     assert!(eventually(Duration::from_secs(60), || env.ps_json(&ws).contains(&id)));
     let r = env
         .lz(
@@ -184,8 +180,7 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
 /// survives a restart and is the host user's file.
 #[test]
 fn the_stand_in_agent_profile_runs_end_to_end() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     if !dev_image_built(env) {
         return;
     }
@@ -241,8 +236,7 @@ echo "standin ok"
 /// sandbox is given the one file, not a view of its directory).
 #[test]
 fn a_profile_users_file_volume_is_its_own_and_alone() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let base = env.dir("filevol");
     let (ws, creds, cfg) = (base.join("ws"), base.join("creds"), base.join("cfg"));
     for d in [&ws, &creds] {

@@ -91,7 +91,7 @@ fn claude_round_trip(env: &Env, ws: &Path, cfg: &Path) {
         ANTHROPIC_BASE_URL=http://127.0.0.1:8765 timeout 120 claude -p hi; echo rc=$?; \
         kill $api; cat /tmp/api.log >&2";
     let r = env
-        .lz(ws, &["run", "--profile", "claude", "--", "sh", "-c", script])
+        .lz_in(ws, "claude", &["sh", "-c", script])
         .config_home(cfg)
         .env("ANTHROPIC_API_KEY", "sk-ant-test-not-a-key")
         .run();
@@ -114,8 +114,7 @@ fn claude_round_trip(env: &Env, ws: &Path, cfg: &Path) {
 /// ([`claude_round_trip`]).
 #[test]
 fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
@@ -182,18 +181,7 @@ fn real_claude_and_codex_start_three_times_and_after_a_killed_coordinator() {
         // A session running the agent, its coordinator killed.
         let id = env.domain_id(profile, &ws);
         let mut keeper = env
-            .lz(
-                &ws,
-                &[
-                    "run",
-                    "--profile",
-                    profile,
-                    "--",
-                    "sh",
-                    "-c",
-                    &format!("{check}; sleep 300"),
-                ],
-            )
+            .lz_in(&ws, profile, &["sh", "-c", &format!("{check}; sleep 300")])
             .config_home(&cfg)
             .spawn();
         let pid = env.coordinator_pid(&ws, &id, profile);

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{eventually, GLOBAL};
+use crate::harness::eventually;
 use crate::require_env;
 
 /// A recipe on the default image naming no package of the default set
@@ -17,8 +17,7 @@ use crate::require_env;
 /// unchanged recipe is not rebuilt, a changed step is.
 #[test]
 fn a_recipe_with_steps_puts_a_tool_in_every_project_of_the_profile() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let step =
         "printf '#!/bin/sh\\necho tool-from-the-image\\n' > /usr/local/bin/lz-tool && chmod 755 /usr/local/bin/lz-tool";
     let recipe = |marker: &str| {

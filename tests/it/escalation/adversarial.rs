@@ -8,18 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::escalation::broker::{audit, host_pids, rule, rule_with, setup, ID_OF};
 use crate::fixtures::host_command;
-use crate::harness::{eventually, json_number, sh_quote, Env, Tmux, GLOBAL};
+use crate::harness::{eventually, json_number, sh_quote, Env, Tmux};
 use crate::require_env;
-
-fn pane(env: &Env, ws: &Path, cfg: &Path, name: &str, cols: u16, rows: u16) -> Tmux {
-    let cfgs = cfg.display().to_string();
-    let cmd = env
-        .pane_cmd(ws, &["run"])
-        .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
-    let t = Tmux::new(name, cols, rows, &cmd);
-    assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
-    t
-}
 
 const QUESTION: &str = "type yes, no or edit";
 
@@ -33,16 +23,14 @@ fn type_slowly(t: &Tmux, keys: &str, gap: Duration) {
 
 #[test]
 fn typeahead_and_typed_streams_never_decide() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2type", "prompt_timeout_s = 120\n");
-    let t = pane(env, &ws, &cfg, "esc2type", 160, 40);
+    let t = env.config_pane(&ws, &cfg, "esc2type", 160, 40);
     let marker = ws.join("typeahead-ran");
-    t.send(&format!(
+    t.line(&format!(
         "clear; lazaret-escalate -- touch {}; echo rc=$?",
         sh_quote(&marker.display().to_string())
     ));
-    t.enter();
     // `a` every 250 ms from before the prompt appears until well after it,
     // then Enter: the old single-key prompt approved on the first `a`.
     let start = Instant::now();
@@ -76,9 +64,8 @@ fn typeahead_and_typed_streams_never_decide() {
     assert!(!screen.contains("command to run instead"), "{screen}");
     assert!(!marker.exists());
     // Only the whole word decides.
-    t.send("no");
-    t.enter();
-    assert!(t.wait_for("rc=126", Duration::from_secs(10)), "{}", t.capture());
+    t.line("no");
+    t.expect("rc=126", Duration::from_secs(10));
     assert!(!marker.exists());
     let log = audit(env, &ws);
     assert!(
@@ -89,43 +76,29 @@ fn typeahead_and_typed_streams_never_decide() {
     let edited = ws.join("edited-ran");
     // The shell still holds the `a`s typed before the prompt: clear them.
     t.cmd(&["send-keys", "-t", "t", "C-u"]);
-    t.send("clear; lazaret-escalate -- touch /nonexistent/x; echo rc=$?");
-    t.enter();
-    assert!(t.wait_for(QUESTION, Duration::from_secs(10)), "{}", t.capture());
+    t.line("clear; lazaret-escalate -- touch /nonexistent/x; echo rc=$?");
+    t.expect(QUESTION, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(800));
-    t.send("edit");
-    t.enter();
-    assert!(
-        t.wait_for("command to run instead", Duration::from_secs(5)),
-        "{}",
-        t.capture()
-    );
-    t.send(&format!("touch {}", edited.display()));
-    t.enter();
-    assert!(
-        t.wait_for("run the edited command?", Duration::from_secs(5)),
-        "{}",
-        t.capture()
-    );
+    t.line("edit");
+    t.expect("command to run instead", Duration::from_secs(5));
+    t.line(&format!("touch {}", edited.display()));
+    t.expect("run the edited command?", Duration::from_secs(5));
     assert!(t
         .capture()
         .contains(&format!("edited command: touch {}", edited.display())));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!edited.exists(), "ran before confirmation");
-    t.send("yes");
-    t.enter();
-    assert!(t.wait_for("rc=0", Duration::from_secs(10)), "{}", t.capture());
+    t.line("yes");
+    t.expect("rc=0", Duration::from_secs(10));
     assert!(edited.exists());
-    t.send("exit");
-    t.enter();
+    t.line("exit");
 }
 
 #[test]
 fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2spoof", "prompt_timeout_s = 120\n");
-    let t = pane(env, &ws, &cfg, "esc2spoof", 220, 40);
+    let t = env.config_pane(&ws, &cfg, "esc2spoof", 220, 40);
     let marker = ws.join("spoof-ran");
     // The sandbox draws a fake prompt, confines scrolling to the top five
     // lines (origin mode on), hides the cursor, conceals text, switches to
@@ -139,13 +112,8 @@ fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
     );
     std::fs::write(ws.join("spoof.sh"), script).unwrap();
     env.chown(&ws.join("spoof.sh"));
-    t.send("clear; sh /workspace/spoof.sh");
-    t.enter();
-    assert!(
-        t.wait_for("-- lazaret: the sandbox asks", Duration::from_secs(15)),
-        "{}",
-        t.capture()
-    );
+    t.line("clear; sh /workspace/spoof.sh");
+    t.expect("-- lazaret: the sandbox asks", Duration::from_secs(15));
     std::thread::sleep(Duration::from_millis(300));
     let screen = t.capture();
     eprintln!("screen:\n{screen}");
@@ -177,29 +145,25 @@ fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
     }
     // The decision is the one shown.
     std::thread::sleep(Duration::from_millis(300));
-    t.send("yes");
-    t.enter();
-    assert!(t.wait_for("rc=0", Duration::from_secs(10)), "{}", t.capture());
+    t.line("yes");
+    t.expect("rc=0", Duration::from_secs(10));
     assert!(marker.exists());
-    t.send("exit");
-    t.enter();
+    t.line("exit");
 }
 
 #[test]
 fn an_unanswered_prompt_expires_and_nothing_runs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2exp", "prompt_timeout_s = 3\n");
-    let t = pane(env, &ws, &cfg, "esc2exp", 160, 40);
+    let t = env.config_pane(&ws, &cfg, "esc2exp", 160, 40);
     let marker = ws.join("expired-ran");
-    t.send(&format!(
+    t.line(&format!(
         "clear; lazaret-escalate -- touch {}; echo rc=$?",
         sh_quote(&marker.display().to_string())
     ));
-    t.enter();
-    assert!(t.wait_for(QUESTION, Duration::from_secs(15)), "{}", t.capture());
+    t.expect(QUESTION, Duration::from_secs(15));
     let shown = Instant::now();
-    assert!(t.wait_for("rc=123", Duration::from_secs(20)), "{}", t.capture());
+    t.expect("rc=123", Duration::from_secs(20));
     eprintln!("expired {:?} after the prompt appeared", shown.elapsed());
     let screen = t.capture();
     assert!(screen.contains("the request expired and nothing ran"), "{screen}");
@@ -208,17 +172,14 @@ fn an_unanswered_prompt_expires_and_nothing_runs() {
     let log = audit(env, &ws);
     assert!(log.contains("result=expired"), "{log}");
     // The terminal is the session's again: typing reaches the shell.
-    t.send("echo back-$((40+2))");
-    t.enter();
-    assert!(t.wait_for("back-42", Duration::from_secs(10)), "{}", t.capture());
-    t.send("exit");
-    t.enter();
+    t.line("echo back-$((40+2))");
+    t.expect("back-42", Duration::from_secs(10));
+    t.line("exit");
 }
 
 #[test]
 fn bursts_drain_and_junk_never_blocks_a_request() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2junk", &rule(&["true"], false));
     let q = "/.lazaret/mailbox/requests";
     let res = "/.lazaret/mailbox/results";
@@ -268,7 +229,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
             while [ ! -e /workspace/junk-checked-{n} ]; do sleep 0.2; done
             echo left-inside=$(ls -A | grep -v '^.tmp-' | wc -l)"#
         );
-        let child = env.lz(&ws, &["run", "--", "sh", "-c", &junk]).config_home(&cfg).spawn();
+        let child = env.lz_sh(&ws, &junk).config_home(&cfg).spawn();
         let ready = ws.join(format!("junk-ready-{n}"));
         assert!(
             eventually(Duration::from_secs(600), || ready.exists()),
@@ -306,11 +267,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
         );
         std::fs::write(ws.join(format!("junk-checked-{n}")), "").unwrap();
         let o = child.wait_with_output().unwrap();
-        let r = crate::harness::Run {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        };
+        let r = crate::harness::Run::from(o);
         eprintln!("{n} junk entries of each kind: {}", r.stdout.replace('\n', " "));
         assert!(r.stdout.contains("rc=0"), "{r:?}");
         assert!(
@@ -324,20 +281,18 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
 
 #[test]
 fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2forge", "prompt_timeout_s = 120\n");
-    let t = pane(env, &ws, &cfg, "esc2forge", 160, 40);
+    let t = env.config_pane(&ws, &cfg, "esc2forge", 160, 40);
     let q = "/.lazaret/mailbox/requests";
     let ok = ws.join("a-ran");
     // Session A's request, submitted by hand so its id is known.
-    t.send(&format!(
+    t.line(&format!(
         "clear; {ID_OF}; lazaret-escalate --print-request -- touch {} > /tmp/a.rec; n=$(id_of /tmp/a.rec); \
          echo $n > /tmp/a.id; cp /tmp/a.rec {q}/.tmp-$n; mv {q}/.tmp-$n {q}/$n.req",
         sh_quote(&ok.display().to_string())
     ));
-    t.enter();
-    assert!(t.wait_for(QUESTION, Duration::from_secs(15)), "{}", t.capture());
+    t.expect(QUESTION, Duration::from_secs(15));
     // Session B forges a record under A's id: its own signed record with
     // the id (bytes 9..41) replaced, a hand-written one (a frame cut after
     // the id), and the former text format.
@@ -357,21 +312,17 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     // A's prompt is still up and still decides A's request.
     assert!(t.capture().contains(QUESTION), "{}", t.capture());
     std::thread::sleep(Duration::from_millis(600));
-    t.send("yes");
-    t.enter();
+    t.line("yes");
     assert!(eventually(Duration::from_secs(10), || ok.exists()), "{}", t.capture());
     // The result's status byte (41): 1 is `completed`.
-    t.send("clear; tail -c +42 /.lazaret/mailbox/results/$(cat /tmp/a.id).res | head -c 1 | od -An -tu1");
-    t.enter();
-    assert!(t.wait_for_line("1", Duration::from_secs(10)), "{}", t.capture());
-    t.send("exit");
-    t.enter();
+    t.line("clear; tail -c +42 /.lazaret/mailbox/results/$(cat /tmp/a.id).res | head -c 1 | od -An -tu1");
+    t.expect_line("1", Duration::from_secs(10));
+    t.line("exit");
 }
 
 #[test]
 fn a_host_command_dies_with_a_killed_coordinator() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2orphan", &rule(&["sleep"], true));
     let needle = "sleep 300.123";
     let _c = env
@@ -415,8 +366,7 @@ fn host_sh(env: &Env, dir: &Path, script: &str) -> crate::harness::Run {
 
 #[test]
 fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let rules = rule(&["ls"], false)
         + &rule_with(&["git", "status"], false, "cwd = \"bare\"\n")
         + &rule_with(
@@ -520,8 +470,7 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
 
 #[test]
 fn changed_escalation_or_network_config_refuses_the_next_join() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc2fp", &rule(&["true"], false));
     let file = cfg.join("lazaret/config.toml");
     let original = std::fs::read_to_string(&file).unwrap();

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{eventually, sh_quote, Env, Tmux, GLOBAL};
+use crate::harness::{eventually, sh_quote, Env, Tmux};
 use crate::require_env;
 
 /// A workspace and a config home with escalation on, then `toml` (more
@@ -56,8 +56,7 @@ fn host_git_version() -> String {
 
 #[test]
 fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(
         env,
         "escauto",
@@ -90,25 +89,15 @@ fn pane_text(t: &Tmux) -> String {
 
 #[test]
 fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "escprompt", "");
-    let cfgs = cfg.display().to_string();
-    let pane = |name: &str| {
-        let cmd =
-            env.pane_cmd(&ws, &["run"])
-                .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
-        let t = Tmux::new(name, 120, 40, &cmd);
-        assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
-        t
-    };
+    let pane = |name: &str| env.config_pane(&ws, &cfg, name, 120, 40);
     let a = pane("escA");
     let b = pane("escB");
     let marker = ws.join("edited-ran");
 
     // Approve: output and status come back to the asking client.
-    a.send("clear; lazaret-escalate --justification 'need the host' -- sh -c 'echo from-host; exit 3'; echo rc=$?");
-    a.enter();
+    a.line("clear; lazaret-escalate --justification 'need the host' -- sh -c 'echo from-host; exit 3'; echo rc=$?");
     assert!(
         a.wait_for("type yes, no or edit", Duration::from_secs(10)),
         "{}",
@@ -126,49 +115,42 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     );
     // Keystrokes in the first 500 ms after the prompt appears are discarded.
     std::thread::sleep(Duration::from_millis(700));
-    a.send("yes");
-    a.enter();
+    a.line("yes");
     assert!(a.wait_for("rc=3", Duration::from_secs(10)), "{}", pane_text(&a));
     assert!(pane_text(&a).contains("from-host"));
 
     // Deny: the documented code.
-    a.send("clear; lazaret-escalate --justification step-two -- touch /tmp/never; echo rc=$?");
-    a.enter();
+    a.line("clear; lazaret-escalate --justification step-two -- touch /tmp/never; echo rc=$?");
     assert!(
         a.wait_for("why:     step-two", Duration::from_secs(10)),
         "{}",
         pane_text(&a)
     );
     std::thread::sleep(Duration::from_millis(700));
-    a.send("no");
-    a.enter();
+    a.line("no");
     assert!(a.wait_for("rc=126", Duration::from_secs(10)), "{}", pane_text(&a));
 
     // Edit: the edited command is what runs and what is reported.
-    a.send("clear; lazaret-escalate --justification step-three -- rm -rf /tmp/x; echo rc=$?");
-    a.enter();
+    a.line("clear; lazaret-escalate --justification step-three -- rm -rf /tmp/x; echo rc=$?");
     assert!(
         a.wait_for("why:     step-three", Duration::from_secs(10)),
         "{}",
         pane_text(&a)
     );
     std::thread::sleep(Duration::from_millis(700));
-    a.send("edit");
-    a.enter();
+    a.line("edit");
     assert!(
         a.wait_for("command to run instead", Duration::from_secs(5)),
         "{}",
         pane_text(&a)
     );
-    a.send(&format!("touch {}", marker.display()));
-    a.enter();
+    a.line(&format!("touch {}", marker.display()));
     assert!(
         a.wait_for("run the edited command?", Duration::from_secs(5)),
         "{}",
         pane_text(&a)
     );
-    a.send("yes");
-    a.enter();
+    a.line("yes");
     assert!(a.wait_for("rc=0", Duration::from_secs(10)), "{}", pane_text(&a));
     assert!(marker.exists(), "the edited command did not run");
     let log = audit(env, &ws);
@@ -183,15 +165,13 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
         pane_text(&b)
     );
     for t in [&a, &b] {
-        t.send("exit");
-        t.enter();
+        t.line("exit");
     }
 }
 
 #[test]
 fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "escforge", &(rule(&["true"], false) + &rule(&["touch"], true)));
     let (ws2, cfg2) = setup(env, "escforge2", &rule(&["touch"], true));
     let marker = ws.join("forged-ran");
@@ -208,15 +188,9 @@ fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() 
     assert!(is_request_record(&foreign), "{r:?} {foreign:?}");
     // Session Y of this Domain leaves a record of its own in the shared /tmp.
     let _y = env
-        .lz(
+        .lz_sh(
             &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                &format!("lazaret-escalate --print-request -- touch {m} > /tmp/y.rec; sleep 120"),
-            ],
+            &format!("lazaret-escalate --print-request -- touch {m} > /tmp/y.rec; sleep 120"),
         )
         .config_home(&cfg)
         .spawn_bg();
@@ -295,23 +269,12 @@ pub(crate) fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
 
 #[test]
 fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esckill", &(rule(&["sleep"], true) + &rule(&["echo"], true)));
-    let cfgs = cfg.display().to_string();
     // Session A: interactive, with a prompt left pending.
-    let cmd = env
-        .pane_cmd(&ws, &["run"])
-        .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
-    let a = Tmux::new("esckillA", 100, 30, &cmd);
-    assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
-    a.send("lazaret-escalate -- cat /etc/hostname");
-    a.enter();
-    assert!(
-        a.wait_for("type yes, no or edit", Duration::from_secs(10)),
-        "{}",
-        a.capture()
-    );
+    let a = env.config_pane(&ws, &cfg, "esckillA", 100, 30);
+    a.line("lazaret-escalate -- cat /etc/hostname");
+    a.expect("type yes, no or edit", Duration::from_secs(10));
     // Session B is answered at once while A's prompt is up.
     let t = Instant::now();
     let r = env
@@ -342,16 +305,13 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     eprintln!("host group gone after {:?}", t.elapsed());
     assert!(audit(env, &ws).contains("result=cancelled"));
     std::thread::sleep(Duration::from_millis(700));
-    a.send("no");
-    a.enter();
-    a.send("exit");
-    a.enter();
+    a.line("no");
+    a.line("exit");
 }
 
 #[test]
 fn timeouts_kill_and_output_limits_truncate() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esclimit", &(rule(&["sleep"], true) + &rule(&["head"], true)));
     let r = env.run_sh_with_config(&ws, &cfg, "lazaret-escalate --timeout 1 -- sleep 30; echo rc=$?");
     assert!(r.stdout.contains("rc=124"), "{r:?}");
@@ -368,8 +328,7 @@ fn timeouts_kill_and_output_limits_truncate() {
 
 #[test]
 fn no_key_material_is_reachable_inside_or_left_behind() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esckeys", &rule(&["true"], false));
     let id = env.domain_id("default", &ws);
     let run_dir = env.runtime_root().join(&id);

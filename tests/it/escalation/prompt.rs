@@ -9,20 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::escalation::broker::{audit, rule_with, setup};
-use crate::harness::{sh_quote, Env, Tmux, GLOBAL};
+use crate::harness::{sh_quote, Env, Tmux};
 use crate::require_env;
 
 const QUESTION: &str = "run it? type yes, no or edit, then Enter:";
-
-fn pane(env: &Env, ws: &Path, cfg: &Path, name: &str, cols: u16, rows: u16) -> Tmux {
-    let cfgs = cfg.display().to_string();
-    let cmd = env
-        .pane_cmd(ws, &["run"])
-        .replacen(" env ", &format!(" env XDG_CONFIG_HOME={} ", sh_quote(&cfgs)), 1);
-    let t = Tmux::new(name, cols, rows, &cmd);
-    assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
-    t
-}
 
 /// The screen line right above the real question (the last line that
 /// starts with it: a justification or a fake block is never at a line's
@@ -54,8 +44,7 @@ fn approve_and_check(t: &Tmux, env: &Env, ws: &Path, tag: &str, script: &str, ho
     let body = script.replace("MARKER", &sh_quote(&marker.display().to_string()));
     std::fs::write(&file, format!("{body}; echo rc-{tag}=$?\n")).unwrap();
     env.chown(&file);
-    t.send(&format!("clear; sh /workspace/{tag}.sh"));
-    t.enter();
+    t.line(&format!("clear; sh /workspace/{tag}.sh"));
     let expect = format!(
         "=> touch {}   in {}",
         marker.display(),
@@ -93,8 +82,7 @@ fn approve_and_check(t: &Tmux, env: &Env, ws: &Path, tag: &str, script: &str, ho
     );
     assert_eq!(prompt_rows(&first), prompt_rows(&screen), "{tag}: the prompt changed");
     assert!(!marker.exists());
-    t.send("yes");
-    t.enter();
+    t.line("yes");
     assert!(
         t.wait_for(&format!("rc-{tag}=0"), Duration::from_secs(15)),
         "{tag}:\n{}",
@@ -114,10 +102,9 @@ fn approve_and_check(t: &Tmux, env: &Env, ws: &Path, tag: &str, script: &str, ho
 
 #[test]
 fn held_output_padding_and_fake_blocks_never_change_what_is_approved() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc3held", "prompt_timeout_s = 120\n");
-    let t = pane(env, &ws, &cfg, "esc3held", 160, 40);
+    let t = env.config_pane(&ws, &cfg, "esc3held", 160, 40);
     // Attack (1): text in runsc's error shape (a `urpc method "` line)
     // that the coordinator holds back for up to 3 s, carrying cursor
     // movements that rewrite the prompt's command line, then the request
@@ -144,16 +131,14 @@ fn held_output_padding_and_fake_blocks_never_change_what_is_approved() {
     ] {
         approve_and_check(&t, env, &ws, tag, script, Duration::from_millis(800));
     }
-    t.send("exit");
-    t.enter();
+    t.line("exit");
 }
 
 #[test]
 fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc3loop", "prompt_timeout_s = 120\n");
-    let t = pane(env, &ws, &cfg, "esc3loop", 160, 40);
+    let t = env.config_pane(&ws, &cfg, "esc3loop", 160, 40);
     // A background process of the session draws over the bottom rows
     // (cursor up, clear, fake text, save/restore cursor) as fast as it can.
     let script = "(while :; do printf '\\0337\\033[6A\\r\\033[2Kcommand: git status\\033[2A\\033[2K=> git status   in /\\0338'; done) & \
@@ -176,8 +161,7 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     )
     .unwrap();
     env.chown(&ws.join("odd.sh"));
-    t.send("clear; sh /workspace/odd.sh");
-    t.enter();
+    t.line("clear; sh /workspace/odd.sh");
     let expect = format!(
         "=> touch '{}/ran-g\\u{{456}}thub' '\\u{{754c}}\\x9b2J'   in {}",
         std::fs::canonicalize(&ws).unwrap().display(),
@@ -192,33 +176,28 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     assert!(shown, "{expect}\n{screen}");
     assert!(!marker.exists());
     std::thread::sleep(Duration::from_millis(600));
-    t.send("yes");
-    t.enter();
-    assert!(t.wait_for("rc-odd=0", Duration::from_secs(15)), "{}", t.capture());
+    t.line("yes");
+    t.expect("rc-odd=0", Duration::from_secs(15));
     assert!(marker.exists(), "the approved command did not run");
-    t.send("clear; echo back-$((40+2))");
-    t.enter();
-    assert!(t.wait_for("back-42", Duration::from_secs(10)), "{}", t.capture());
-    t.send("exit");
-    t.enter();
+    t.line("clear; echo back-$((40+2))");
+    t.expect("back-42", Duration::from_secs(10));
+    t.line("exit");
 }
 
 #[test]
 fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = setup(env, "esc3small", "prompt_timeout_s = 120\n");
     // 10 rows cannot hold the prompt of a 12-argument command at 60 columns.
-    let t = pane(env, &ws, &cfg, "esc3small", 60, 10);
+    let t = env.config_pane(&ws, &cfg, "esc3small", 60, 10);
     let marker = ws.join("small-ran");
     let long: Vec<String> = (0..12).map(|i| format!("argument-number-{i}")).collect();
-    t.send(&format!(
+    t.line(&format!(
         "clear; lazaret-escalate -- touch {} {}; echo rc=$?",
         sh_quote(&marker.display().to_string()),
         long.join(" ")
     ));
-    t.enter();
-    assert!(t.wait_for("rc=126", Duration::from_secs(20)), "{}", t.capture());
+    t.expect("rc=126", Duration::from_secs(20));
     let screen = t.capture();
     assert!(screen.contains("too small"), "{screen}");
     assert!(!marker.exists());
@@ -227,7 +206,7 @@ fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
     // A second look from another terminal: every argument in full (this
     // Domain's; other tests' Domains may be waiting too).
     let domain = env.domain_id("default", &ws);
-    let t = pane(env, &ws, &cfg, "esc3list", 160, 40);
+    let t = env.config_pane(&ws, &cfg, "esc3list", 160, 40);
     let arg = format!("{}\u{1b}[2J", "y".repeat(3000));
     let script = format!(
         "lazaret-escalate --justification second-look -- touch {} '{arg}'",
@@ -235,9 +214,8 @@ fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
     );
     std::fs::write(ws.join("list.sh"), format!("{script}; echo rc=$?\n")).unwrap();
     env.chown(&ws.join("list.sh"));
-    t.send("clear; sh /workspace/list.sh");
-    t.enter();
-    assert!(t.wait_for(QUESTION, Duration::from_secs(20)), "{}", t.capture());
+    t.line("clear; sh /workspace/list.sh");
+    t.expect(QUESTION, Duration::from_secs(20));
     let screen = t.capture();
     assert!(
         screen.contains("[cut: "),
@@ -254,19 +232,16 @@ fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
     );
     assert!(!r.stdout.contains('\u{1b}'), "{r:?}");
     std::thread::sleep(Duration::from_millis(600));
-    t.send("no");
-    t.enter();
-    assert!(t.wait_for("rc=126", Duration::from_secs(15)), "{}", t.capture());
+    t.line("no");
+    t.expect("rc=126", Duration::from_secs(15));
     let r = env.lz(&ws, &["escalations", &domain[..12]]).config_home(&cfg).run();
     assert!(r.stdout.contains("no escalation requests waiting"), "{r:?}");
-    t.send("exit");
-    t.enter();
+    t.line("exit");
 }
 
 #[test]
 fn a_directory_swapped_with_a_symlink_never_moves_a_host_command() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let rules = rule_with(&["touch", "race-marker"], false, "cwd = \"tools\"\n");
     let (ws, cfg) = setup(env, "esc3race", &rules);
     let outside = ws.parent().unwrap().join("race-marker");
@@ -316,8 +291,7 @@ fn a_directory_swapped_with_a_symlink_never_moves_a_host_command() {
 
 #[test]
 fn a_user_session_cannot_read_a_root_sessions_credential() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let cfg_text = "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"true\"]\n\
                     [profiles.u]\nuser = \"dev\"\npass_env = [\"LZ_PASSED\"]\n";
     let (ws, cfg) = env.workspace_with_config("esc3uid", cfg_text);

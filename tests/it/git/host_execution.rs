@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::fixtures::{git_repo, host_cmd, host_git_ok};
-use crate::harness::{eventually, sh_quote, Env, Run, GLOBAL};
+use crate::harness::{eventually, sh_quote, Env, Run};
 use crate::require_env;
 
 /// `attempts`, each run in a subshell that prints `attempt N succeeded`
@@ -56,8 +56,7 @@ fn commit_on_host(env: &Env, ws: &Path) {
 
 #[test]
 fn symlinked_hooks_and_hook_dirs_run_only_the_developers_code() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     // `.git/hooks/pre-commit -> ../../scripts/pre-commit`
     let a = git_repo(env, "hx-hooklink", &[]);
     let (own_a, evil_a) = (a.with_extension("own"), a.with_extension("marker"));
@@ -145,8 +144,7 @@ fn symlinked_hooks_and_hook_dirs_run_only_the_developers_code() {
 
 #[test]
 fn husky_runs_the_developers_hooks_and_never_the_sandboxs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "hx-husky", &[]);
     let (own, marker) = (ws.with_extension("own"), ws.with_extension("marker"));
     // husky 9's layout: core.hooksPath = .husky/_, whose hooks run `.husky/NAME`.
@@ -207,8 +205,7 @@ fn poison(m: &Path) -> String {
 
 #[test]
 fn includes_conditions_and_named_programs_cannot_be_planted() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(
         env,
         "hx-include",
@@ -269,8 +266,7 @@ fn includes_conditions_and_named_programs_cannot_be_planted() {
 
 #[test]
 fn surface_added_on_the_host_during_a_session_is_protected() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "hx-late", &[("scripts/late.sh", "")]);
     let (own, marker) = (ws.with_extension("own"), ws.with_extension("marker"));
     let go = ws.join("go");
@@ -289,7 +285,7 @@ fn surface_added_on_the_host_during_a_session_is_protected() {
         "for i in $(seq 600); do [ -e /workspace/go ] && break; sleep 0.1; done\nsleep 1\n{}",
         attempts_script(&attempts, "git commit -q --allow-empty -m inside && echo committed")
     );
-    let child = env.lz(&ws, &["run", "--", "sh", "-c", &script]).spawn();
+    let child = env.lz_sh(&ws, &script).spawn();
     let sock = env.runtime_root().join(env.domain_id("default", &ws)).join("hc.sock");
     assert!(
         eventually(Duration::from_secs(120), || sock.exists()),
@@ -308,11 +304,7 @@ fn surface_added_on_the_host_during_a_session_is_protected() {
     host_cmd(env, &ws, &["ln", "-s", "../githooks2", ".git/hooks"]);
     env.write(&go, "");
     let out = child.wait_with_output().unwrap();
-    let r = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = Run::from(out);
     assert!(r.stdout.contains("committed"), "{r:?}");
     no_attempt_succeeded(&r);
     env.wait_unpublished("default", &ws, Duration::from_secs(15));
@@ -328,8 +320,7 @@ fn surface_added_on_the_host_during_a_session_is_protected() {
 
 #[test]
 fn auto_approved_git_status_runs_nothing_from_any_include() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "hx-esc", &[("a.txt", "one\n")]);
     let cfg = env.write_config(
         &env.dir("hx-esc-cfg"),
@@ -384,8 +375,7 @@ const HOST_TOOL: &[&str] = &[
 
 #[test]
 fn host_tool_files_are_the_sandboxs_own_copies() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let files: Vec<(String, String)> = HOST_TOOL
         .iter()
         .map(|p| {
@@ -470,8 +460,7 @@ fn host_tool_files_are_the_sandboxs_own_copies() {
 
 #[test]
 fn host_config_writable_opts_a_path_out() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(
         env,
         "hx-optout",
@@ -506,8 +495,7 @@ fn host_config_writable_opts_a_path_out() {
 
 #[test]
 fn nested_repositories_keep_their_surface() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "hx-nested", &[]);
     let marker = ws.with_extension("marker");
     // A nested repository (not a submodule) whose config names its own program.
@@ -546,8 +534,7 @@ fn nested_repositories_keep_their_surface() {
 
 #[test]
 fn a_dot_git_file_pointing_elsewhere_keeps_the_programs_its_config_names() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     // `git init --separate-git-dir`: `.git` is a `gitdir:` file, the Git
     // directory lies outside the workspace (Git inside cannot reach it, so
     // only the attempts run there), its config names a workspace program.

@@ -6,13 +6,12 @@
 use std::time::Duration;
 
 use crate::fixtures::{git_repo, host_git, host_git_ok};
-use crate::harness::{self, eventually, sh_quote, GLOBAL};
+use crate::harness::{self, eventually, sh_quote};
 use crate::require_env;
 
 #[test]
 fn git_operations_inside_land_in_the_host_repository() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "gitops", &[("a.txt", "one\n")]);
     // The identity is in the host-written config already; the sandbox must
     // not need to (and cannot) write config.
@@ -49,8 +48,7 @@ fn git_operations_inside_land_in_the_host_repository() {
 
 #[test]
 fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let main = git_repo(env, "wtmain", &[("a.txt", "one\n")]);
     let wt = main.with_file_name(format!("{}-wt", main.file_name().unwrap().to_string_lossy()));
     let _ = std::fs::remove_dir_all(&wt);
@@ -98,8 +96,7 @@ fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
 
 #[test]
 fn the_sandbox_cannot_make_host_git_obey_it() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "sentry", &[("a.txt", "one\n")]);
     let marker = ws.with_extension("marker");
     let m = marker.display().to_string();
@@ -208,8 +205,7 @@ const IGNORES: &str = ".env\nnode_modules/\ncache/\n";
 
 #[test]
 fn ignored_paths_show_domain_state_not_host_content() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "ignored", &[(".gitignore", IGNORES), ("pkg/package.json", "{}\n")]);
     env.write(&ws.join(".env"), "SECRET=hunter2\n");
     env.write(&ws.join("node_modules/x.js"), "host-module\n");
@@ -265,8 +261,7 @@ fn ignored_paths_show_domain_state_not_host_content() {
 
 #[test]
 fn isolate_ignored_false_shows_host_ignored_files() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "noisolate", &[(".gitignore", IGNORES)]);
     env.write(&ws.join(".env"), "SECRET=visible\n");
     env.write(&ws.join("node_modules/x.js"), "host-module\n");
@@ -292,8 +287,7 @@ fn isolate_ignored_false_shows_host_ignored_files() {
 
 #[test]
 fn tracked_files_matching_ignore_rules_stay_visible() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "tracked", &[(".gitignore", "build/\n*.log\n")]);
     env.write(&ws.join("build/keep.txt"), "tracked\n");
     env.write(&ws.join("build/out.bin"), "host-build\n");
@@ -318,8 +312,7 @@ fn tracked_files_matching_ignore_rules_stay_visible() {
 /// the long caches and no invalidation this fails.
 #[test]
 fn host_edits_show_up_inside_despite_the_views_caches() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(
         env,
         "hostedit",

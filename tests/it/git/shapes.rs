@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::fixtures::{git_repo, host_cmd, host_git, host_git_ok};
-use crate::harness::{eventually, sh_quote, Env, Run, GLOBAL};
+use crate::harness::{eventually, sh_quote, Env, Run};
 use crate::require_env;
 
 /// Host `git ARGS` in `dir` on a terminal (`script`), where Git starts its
@@ -52,8 +52,7 @@ fn host_bare(env: &Env, src: &Path, dir: &Path) {
 
 #[test]
 fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let lib = git_repo(env, "v2lib", &[("lib.txt", "lib\n")]);
     let ws = git_repo(env, "v2nested", &[("a.txt", "one\n")]);
     host_bare(env, &lib, &ws.join("vendor/lib.git"));
@@ -149,8 +148,7 @@ fn sandbox_made_repositories_work_inside_and_stay_domain_side() {
 
 #[test]
 fn sandbox_cannot_leave_a_repository_the_host_obeys() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "v2shape", &[("a.txt", "one\n")]);
     // A vendored bare repository that exists on the host at start.
     host_bare(env, &ws, &ws.join("vendor/fix.git"));
@@ -249,8 +247,7 @@ fn sandbox_cannot_leave_a_repository_the_host_obeys() {
 
 #[test]
 fn worktrees_added_on_the_host_during_a_session_are_protected() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "v2late", &[("a.txt", "one\n")]);
     let late = ws.with_extension("late");
     let _ = std::fs::remove_dir_all(&late);
@@ -272,7 +269,7 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
         exit 0",
         p = sh_quote(&poison(&m)),
     );
-    let child = env.lz(&ws, &["run", "--", "sh", "-c", &script]).spawn();
+    let child = env.lz_sh(&ws, &script).spawn();
     // Once the Domain runs, the user adds a worktree on the host.
     let sock = env.runtime_root().join(env.domain_id("default", &ws)).join("hc.sock");
     assert!(
@@ -286,11 +283,7 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
     );
     env.write(&go, "");
     let out = child.wait_with_output().unwrap();
-    let r = Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let r = Run::from(out);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("late"),
@@ -313,13 +306,9 @@ fn worktrees_added_on_the_host_during_a_session_are_protected() {
 
 #[test]
 fn hooks_path_inside_the_workspace_is_read_only() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let ws = git_repo(
-        env,
-        "v2hooks",
-        &[(".githooks/pre-commit", "#!/bin/sh\nexit 0\n"), ("team/hooks.cfg", "")],
-    );
+    let (env, _g) = require_env!(shared);
+    let hooks = [(".githooks/pre-commit", "#!/bin/sh\nexit 0\n"), ("team/hooks.cfg", "")];
+    let ws = git_repo(env, "v2hooks", &hooks);
     host_cmd(env, &ws, &["chmod", "+x", ".githooks/pre-commit"]);
     host_git_ok(env, &ws, &["config", "core.hooksPath", ".githooks"]);
     let marker = ws.with_extension("marker");
@@ -377,8 +366,7 @@ fn hooks_path_inside_the_workspace_is_read_only() {
 
 #[test]
 fn host_submodule_git_dirs_are_protected_like_dot_git() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let lib = git_repo(env, "v2sublib", &[("lib.txt", "lib\n")]);
     let ws = git_repo(env, "v2sub", &[("a.txt", "one\n")]);
     let r = host_cmd(

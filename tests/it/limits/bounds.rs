@@ -114,8 +114,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 /// its byte cap, watched from the host the whole time.
 #[test]
 fn a_growing_request_file_is_deleted_on_sight_and_requests_stay_under_the_cap() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("mailcap", "[escalation]\nenabled = true\n");
     let script = r#"q=/.lazaret/mailbox/requests
 exec 3>$q/.tmp-grow
@@ -129,10 +128,7 @@ echo "wrote=$i"
 i=0; while [ $i -lt 400 ]; do head -c 60000 /dev/zero > $q/.tmp-f$i 2>/dev/null; i=$((i+1)); done
 n=$(cat $q/.tmp-f* 2>/dev/null | wc -c); echo "left=$n"
 "#;
-    let child = env
-        .lz(&ws, &["run", "--", "sh", "-c", script])
-        .config_home(&cfg)
-        .spawn();
+    let child = env.lz_sh(&ws, script).config_home(&cfg).spawn();
     let id = env.domain_id("default", &ws);
     let requests = env.runtime_root().join(&id).join("mailbox/requests");
     let watcher = std::thread::spawn(move || {
@@ -186,8 +182,7 @@ n=$(cat $q/.tmp-f* 2>/dev/null | wc -c); echo "left=$n"
 /// writes it. The setuid copy of a shell is the attack's marker.
 #[test]
 fn read_write_volumes_never_pass_setuid_or_world_write_to_the_host() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let script = |dir: &str| {
         format!(
             "set -e; v={dir}; cat $v/secret; echo more >> $v/secret; \

@@ -133,7 +133,7 @@ impl Sampler {
         let t = std::thread::spawn(move || {
             while !s2.load(Ordering::Relaxed) {
                 if let Some(v) = f() {
-                    v2.lock().unwrap().push((Instant::now(), v));
+                    v2.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), v));
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -149,7 +149,7 @@ impl Sampler {
         if let Some(t) = self.t.take() {
             let _ = t.join();
         }
-        let v = self.samples.lock().unwrap().clone();
+        let v = self.samples.lock().unwrap_or_else(|e| e.into_inner()).clone();
         v
     }
 }
@@ -158,8 +158,7 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn memory_limit_stops_an_allocation_and_spares_other_domains() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     if !delegated(env, "limits::memory") {
         return;
     }
@@ -284,8 +283,7 @@ fn pids_refused(p: &Path) -> Option<u64> {
 
 #[test]
 fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some((_, ws)) = delegated_workspace(env, "limits::pids", "lim-pids") else {
         return;
     };
@@ -343,8 +341,7 @@ fn pids_limit_bounds_a_process_flood_and_the_shell_stays_usable() {
 /// a join after the flood ends works.
 #[test]
 fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some((_, ws)) = delegated_workspace(env, "limits::join", "lim-join") else {
         return;
     };
@@ -411,8 +408,7 @@ fn joining_at_the_task_limit_says_so_and_keeps_the_domain() {
 
 #[test]
 fn the_guest_sees_the_memory_limit_as_its_total_memory() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some((base, ws)) = delegated_workspace(env, "limits::meminfo", "lim-meminfo") else {
         return;
     };
@@ -437,8 +433,7 @@ fn the_guest_sees_the_memory_limit_as_its_total_memory() {
 
 #[test]
 fn cpu_limit_holds_a_busy_loop_to_half_a_core() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some((_, ws)) = delegated_workspace(env, "limits::cpus", "lim-cpu") else {
         return;
     };
@@ -521,8 +516,7 @@ fn undelegated(env: &Env, ws: &Path, args: &[&str], cfg: &Path) -> harness::Run 
 
 #[test]
 fn without_delegation_configured_limits_are_refused_with_the_fix() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some((base, ws)) = delegated_workspace(env, "limits::refused", "lim-none") else {
         return;
     };
@@ -590,8 +584,7 @@ fn domain_rss(domain: &str) -> Option<u64> {
 
 #[test]
 fn writing_a_gigabyte_to_tmp_costs_disk_not_host_memory() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let Some((_, ws)) = delegated_workspace(env, "limits::tmp", "lim-tmp") else {
         return;
     };
@@ -778,8 +771,7 @@ const SLACK: u64 = 4 << 20;
 /// `run`), and `lazaret ps` shows the use against the cap while it runs.
 #[test]
 fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("lim-disk");
     let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
     env.write(&ws.join(".gitignore"), "build/\n");
@@ -796,10 +788,7 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
          i=0; while [ ! -e /workspace/seen ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
          echo done"
     );
-    let mut bg = env
-        .lz(&ws, &["run", "--", "sh", "-c", &script])
-        .config_home(&cfg)
-        .command();
+    let mut bg = env.lz_sh(&ws, &script).config_home(&cfg).command();
     bg.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = bg.spawn().unwrap();
@@ -857,8 +846,7 @@ fn the_disk_cap_holds_for_tmp_and_ignored_state_while_the_domain_runs() {
 /// ENOSPC near the cap, and the Domain keeps working once the file is gone.
 #[test]
 fn the_disk_cap_holds_for_a_persisted_path_while_the_domain_runs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("lim-disk-p");
     let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
     let script = format!("{FILL}fill /root/big; rm -f /root/big; echo small > /root/small && echo small-ok");
@@ -883,8 +871,7 @@ fn the_disk_cap_holds_for_a_persisted_path_while_the_domain_runs() {
 /// exactly as without a cap.
 #[test]
 fn persisted_paths_under_a_disk_cap_keep_what_was_persisted() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let write = "set -e; d=/usr/local/lz; mkdir -p $d/sub; echo a > $d/f; chown 4242:4243 $d/f; chmod 4755 $d/f
         chown 77:78 $d/sub; chmod 2770 $d/sub; ln -s f $d/l; ln $d/f $d/h; mkfifo $d/p
         rm /usr/bin/yes; rm -rf /etc/apt; mkdir /etc/apt; touch /etc/apt/new
@@ -926,8 +913,7 @@ fn persisted_paths_under_a_disk_cap_keep_what_was_persisted() {
 /// removal the Domain writes again.
 #[test]
 fn the_disk_cap_holds_against_fallocate_sparse_files_links_and_parallel_writers() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("lim-disk-v");
     let cfg = env.write_config(&base, "[profiles.default.limits]\ndisk = \"64MiB\"\n");
     env.write(&ws.join(".gitignore"), "build/\n");

@@ -64,8 +64,7 @@ fn plant(env: &Env, ws: &Path, cfg: &Path, base: &str, host_marker: &Path) -> Ru
 /// directory is never followed.
 #[test]
 fn planted_trees_of_any_owner_and_mode_never_brick_a_domain() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("brick");
     let cfg = env.write_config(&base, "[profiles.default]\n");
     env.write(&ws.join(".gitignore"), "build/\n");
@@ -155,8 +154,7 @@ pub fn documented_agent_config(env: &Env, dir: &Path) -> String {
 /// then removes everything. The fixture's root profile `dev` too.
 #[test]
 fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }
@@ -166,7 +164,7 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
         env.write(&cfg.join("lazaret/config.toml"), &text);
         // The documented profiles bind their keys as `secrets` (env:).
         let run = |script: &str| {
-            env.lz(&ws, &["run", "--profile", profile, "--", "sh", "-c", script])
+            env.lz_in(&ws, profile, &["sh", "-c", script])
                 .config_home(&cfg)
                 .env("ANTHROPIC_API_KEY", "sk-ant-test-key-123")
                 .env("OPENAI_API_KEY", "sk-openai-test-key-123")
@@ -183,18 +181,7 @@ fn agent_profiles_start_three_times_and_after_a_killed_coordinator() {
         // A session running, its coordinator killed.
         let id = env.domain_id(profile, &ws);
         let mut keeper = env
-            .lz(
-                &ws,
-                &[
-                    "run",
-                    "--profile",
-                    profile,
-                    "--",
-                    "sh",
-                    "-c",
-                    &format!("{AGENT_TMP}; sleep 300"),
-                ],
-            )
+            .lz_in(&ws, profile, &["sh", "-c", &format!("{AGENT_TMP}; sleep 300")])
             .config_home(&cfg)
             .env("ANTHROPIC_API_KEY", "sk-ant-test-key-123")
             .env("OPENAI_API_KEY", "sk-openai-test-key-123")

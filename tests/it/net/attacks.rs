@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use crate::harness::{self, Env, GLOBAL};
+use crate::harness::{self, Env};
 use crate::require_env;
 
 /// A TCP service on every address of the host (`0.0.0.0`, ephemeral port,
@@ -114,8 +114,7 @@ fn connect(env: &Env, ws: &Path, cfg: &Path, profile: &str, port: &str, addrs: &
 /// kernel treats as local, and an exact allow opens it on purpose.
 #[test]
 fn a_hosts_anyip_local_route_is_denied_like_its_addresses() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     // Inside 198.18.0.0/15 (allowed by default), where no test link is.
     let prefix = "198.19.254.240/28";
     let target = "198.19.254.249";
@@ -133,9 +132,10 @@ fn a_hosts_anyip_local_route_is_denied_like_its_addresses() {
         return;
     };
     let (mut srv, port) = start_service();
-    let base = env.dir("atknet-anyip");
-    let cfg = env.write_config(&base, &format!("[profiles.open.network]\nallow = [\"{prefix}\"]\n"));
-    let ws = env.dir("atknet-anyip-ws");
+    let (cfg, ws) = env.config_and_workspace(
+        "atknet-anyip",
+        &format!("[profiles.open.network]\nallow = [\"{prefix}\"]\n"),
+    );
     let denied = connect(env, &ws, &cfg, "default", &port, &[target]);
     let opened = connect(env, &ws, &cfg, "open", &port, &[target]);
     let shown = env.lz(&ws, &["net", "show"]).config_home(&cfg).run();
@@ -166,13 +166,10 @@ fn a_hosts_anyip_local_route_is_denied_like_its_addresses() {
 /// be off this machine.)
 #[test]
 fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (mut srv, port) = start_service();
     let host = crate::net::policy::TestHost::new();
-    let base = env.dir("atknet-own");
-    let cfg = env.write_config(&base, "");
-    let ws = env.dir("atknet-own-ws");
+    let (cfg, ws) = env.config_and_workspace("atknet-own", "");
     let mapped = format!("::ffff:{}", host.host_side);
     let addrs = [
         "10.0.2.2",
@@ -205,8 +202,7 @@ fn the_routers_and_slirps_own_addresses_do_not_lead_to_the_host() {
 #[test]
 fn a_callers_open_descriptor_does_not_leak_into_the_domains_processes() {
     use std::os::unix::process::CommandExt;
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("atknet-fds-ws");
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two fds, both close-on-exec.
@@ -216,9 +212,7 @@ fn a_callers_open_descriptor_does_not_leak_into_the_domains_processes() {
         std::fs::metadata(format!("/proc/self/fd/{}", fds[1])).unwrap().ino()
     };
     let marker = format!("pipe:[{ino}]");
-    let mut cmd = env
-        .lz(&ws, &["run", "--", "sh", "-c", "echo started; sleep 5"])
-        .command();
+    let mut cmd = env.lz_sh(&ws, "echo started; sleep 5").command();
     let w = fds[1];
     // SAFETY: dup2 only, between fork and exec; it clears close-on-exec.
     unsafe {

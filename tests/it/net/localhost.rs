@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::harness::{self, Env, GLOBAL};
+use crate::harness::{self, Env};
 use crate::require_env;
 
 /// Binds 127.0.0.1:PORT, prints `bound`, and answers every connection with
@@ -52,9 +52,11 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-/// `/proc/PID/ns/net` of a process of the test user in the namespace
-/// whose inode `net show --json` gives under `key`.
-fn netns_of(env: &Env, ws: &Path, cfg: &Path, key: &str) -> Option<PathBuf> {
+/// A path to the network namespace whose inode `net show --json` gives
+/// under `key`, from a process of the test user: its `/proc/PID/ns/net`
+/// when `own` and the process is in that namespace, else a descriptor of
+/// it that refers to the namespace. Shared with `router`.
+pub(crate) fn netns_of(env: &Env, ws: &Path, cfg: &Path, key: &str, own: bool) -> Option<PathBuf> {
     let j = env.lz(ws, &["net", "show", "--json"]).config_home(cfg).run().stdout;
     let k = format!("[\"{key}\",\"");
     let rest = &j[j.find(&k)? + k.len()..];
@@ -64,9 +66,10 @@ fn netns_of(env: &Env, ws: &Path, cfg: &Path, key: &str) -> Option<PathBuf> {
             continue;
         }
         let ns = PathBuf::from(format!("/proc/{pid}/ns/net"));
-        if std::fs::read_link(&ns)
-            .map(|l| l.to_string_lossy() == want)
-            .unwrap_or(false)
+        if own
+            && std::fs::read_link(&ns)
+                .map(|l| l.to_string_lossy() == want)
+                .unwrap_or(false)
         {
             return Some(ns);
         }
@@ -178,8 +181,8 @@ fn loopback_session(env: &Env, profile: &str) {
         "{profile}: the host reached the sandbox's loopback: {host}"
     );
     if profile != "none" {
-        let sandbox = netns_of(env, &ws, &cfg, "netns-inode");
-        let router = netns_of(env, &ws, &cfg, "router-netns-inode");
+        let sandbox = netns_of(env, &ws, &cfg, "netns-inode", true);
+        let router = netns_of(env, &ws, &cfg, "router-netns-inode", true);
         assert!(sandbox.is_some() && router.is_some(), "{profile}: namespaces not found");
         for ns in [sandbox, router].iter().flatten() {
             let seen = host_side_read(Some(ns), port);
@@ -193,15 +196,13 @@ fn loopback_session(env: &Env, profile: &str) {
 
 #[test]
 fn a_localhost_server_is_reached_from_every_session_and_from_nothing_outside() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     loopback_session(env, "default");
 }
 
 #[test]
 fn without_a_network_the_sandbox_still_has_its_loopback() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     loopback_session(env, "none");
 }
 
@@ -302,8 +303,7 @@ fn registry_unreachable(what: &str, r: &harness::Run) -> bool {
 /// the registries through a TLS-intercepting proxy, its CA bundle does.
 #[test]
 fn express_with_supertest_and_flask_with_pytest_pass_inside() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     if !crate::agents::profiles::dev_image_built(env) {
         return;
     }

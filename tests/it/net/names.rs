@@ -17,10 +17,12 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use crate::harness::GLOBAL;
+use crate::fixtures::TestNs;
+use crate::harness::Env;
 use crate::require_env;
 
-const SERVER: &str = r#"
+const SERVER: &str = concat!(
+    r#"
 import socket, ssl, sys, threading
 ip, name, cert, key, marker, zone = sys.argv[1:7]
 zone = dict(kv.split("=") for kv in zone.split(",") if kv)
@@ -28,11 +30,9 @@ def mark(port):
     with open(marker, "a") as f:
         f.write("%s %d\n" % (name, port))
 def serve(port, wrap):
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((ip, port))
-    s.listen(64)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+"#,
+    crate::py_listen!(),
+    r#"    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     while True:
         c, _ = s.accept()
@@ -52,22 +52,9 @@ def serve(port, wrap):
             except Exception:
                 pass
         threading.Thread(target=one, daemon=True).start()
-def dns():
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind((ip, 53))
-    while True:
-        q, a = u.recvfrom(512)
-        e, labels = 12, []
-        while q[e] != 0:
-            labels.append(q[e + 1:e + 1 + q[e]].decode().lower())
-            e += q[e] + 1
-        qtype = q[e + 1:e + 3]
-        e += 5
-        addr = zone.get(".".join(labels))
-        if addr and qtype == b"\x00\x01":
-            ans = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(addr)
-            u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e] + ans, a)
-        else:
+"#,
+    crate::py_zone_dns!(),
+    r#"        else:
             u.sendto(q[:2] + b"\x81\x83" + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:e], a)
 for p, w in [(443, True), (80, False), (22, False), (5432, False), (8080, False)]:
     threading.Thread(target=serve, args=(p, w), daemon=True).start()
@@ -75,61 +62,29 @@ if zone:
     threading.Thread(target=dns, daemon=True).start()
 print("ready", flush=True)
 threading.Event().wait()
-"#;
+"#
+);
 
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// A test host namespace on its own /30 of 198.18.0.0/15 serving as `name`
+/// (see [`TestNs`]).
+pub(crate) struct NameHost {
+    host: TestNs,
+    pub(crate) marker: PathBuf,
 }
 
-/// A test host namespace on its own /30 of 198.18.0.0/15 serving as `name`.
-pub(crate) struct NameHost {
-    ns: String,
-    link: String,
-    pub(crate) ip: String,
-    host_side: String,
-    pub(crate) marker: PathBuf,
-    server: Option<Child>,
+impl std::ops::Deref for NameHost {
+    type Target = TestNs;
+    fn deref(&self) -> &TestNs {
+        &self.host
+    }
 }
 
 impl NameHost {
     pub(crate) fn new(k: u32) -> NameHost {
-        let mut k = k;
-        while Path::new(&format!("/sys/class/net/lzn{k}")).exists() {
-            k = (k + 1) % 32768;
-        }
-        let base = u32::from(std::net::Ipv4Addr::new(198, 19, 0, 0)) + k * 4;
-        let at = |i: u32| std::net::Ipv4Addr::from(base + i).to_string();
-        let h = NameHost {
-            ns: format!("lzn{k}-{}", std::process::id()),
-            link: format!("lzn{k}"),
-            ip: at(2),
-            host_side: at(1),
+        NameHost {
+            host: TestNs::create("lzn", std::net::Ipv4Addr::new(198, 19, 0, 0), k),
             marker: PathBuf::new(),
-            server: None,
-        };
-        assert!(ip(&["netns", "add", &h.ns]), "ip netns add {}", h.ns);
-        assert!(ip(&[
-            "link", "add", &h.link, "type", "veth", "peer", "name", "eth0", "netns", &h.ns
-        ]));
-        assert!(ip(&["addr", "add", &format!("{}/30", h.host_side), "dev", &h.link]));
-        assert!(ip(&["link", "set", &h.link, "up"]));
-        assert!(ip(&[
-            "-n",
-            &h.ns,
-            "addr",
-            "add",
-            &format!("{}/30", h.ip),
-            "dev",
-            "eth0"
-        ]));
-        assert!(ip(&["-n", &h.ns, "link", "set", "eth0", "up"]));
-        assert!(ip(&["-n", &h.ns, "link", "set", "lo", "up"]));
-        h
+        }
     }
 
     fn serve(&mut self, name: &str, pki: &Path, zone: &str) {
@@ -149,20 +104,7 @@ impl NameHost {
     pub(crate) fn serve_with(&mut self, script: &str, marker: PathBuf, args: &[String]) {
         self.marker = marker;
         let _ = std::fs::remove_file(&self.marker);
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c", script])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("test host server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "test host server did not start");
-        self.server = Some(child);
+        self.host.serve("python3", script, args);
     }
 
     pub(crate) fn marked(&self) -> String {
@@ -170,15 +112,18 @@ impl NameHost {
     }
 }
 
-impl Drop for NameHost {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.server.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        ip(&["link", "del", &self.link]);
-        ip(&["netns", "del", &self.ns]);
-    }
+/// `env.dir(name)` with the test PKI (see [`make_pki`]) in its `pki`:
+/// `(base, base/pki, the CA's PEM)`, or `None` after printing why the test
+/// is skipped.
+fn test_pki(env: &Env, name: &str) -> Option<(PathBuf, PathBuf, String)> {
+    let base = env.dir(name);
+    let pki = base.join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let Some(ca) = make_pki(&pki) else {
+        eprintln!("skipping: openssl cannot make the test CA");
+        return None;
+    };
+    Some((base, pki, ca))
 }
 
 /// A test CA and one server certificate for every test name.
@@ -266,13 +211,8 @@ fn field<'a>(out: &'a str, check: &str) -> Vec<&'a str> {
 
 #[test]
 fn allow_by_name_reaches_only_listed_names_through_the_gate() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let base = env.dir("names");
-    let pki = base.join("pki");
-    std::fs::create_dir_all(&pki).unwrap();
-    let Some(ca) = make_pki(&pki) else {
-        eprintln!("skipping: openssl cannot make the test CA");
+    let (env, _g) = require_env!(shared);
+    let Some((base, pki, ca)) = test_pki(env, "names") else {
         return;
     };
     let k = (std::process::id() * 4) % 16000;
@@ -298,20 +238,7 @@ fn allow_by_name_reaches_only_listed_names_through_the_gate() {
     );
     let ws = env.dir("names-ws");
     let r = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--profile",
-                "names",
-                "--",
-                "python3",
-                "-c",
-                CLIENT,
-                &ca,
-                &other.ip,
-            ],
-        )
+        .lz_in(&ws, "names", &["python3", "-c", CLIENT, &ca, &other.ip])
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -391,21 +318,7 @@ except OSError as e:
     print("raw refused", e.errno, flush=True)
 "#;
     let r2 = env
-        .lz(
-            &ws,
-            &[
-                "run",
-                "--profile",
-                "names",
-                "--",
-                "unshare",
-                "-Ur",
-                "python3",
-                "-c",
-                attack,
-                &other.ip,
-            ],
-        )
+        .lz_in(&ws, "names", &["unshare", "-Ur", "python3", "-c", attack, &other.ip])
         .config_home(&cfg)
         .run();
     assert_eq!(r2.code, 0, "{r2:?}");
@@ -462,10 +375,7 @@ for _ in range(3):
 time.sleep(2.5)
 "#;
     let n = env
-        .lz(
-            &ws,
-            &["run", "--profile", "names", "--", "python3", "-c", notice, &other.ip],
-        )
+        .lz_in(&ws, "names", &["python3", "-c", notice, &other.ip])
         .config_home(&cfg)
         .run();
     assert_eq!(n.code, 0, "{n:?}");
@@ -482,13 +392,10 @@ time.sleep(2.5)
     // A profile `allow` range stays the explicit way to open addresses: it
     // is forwarded by address (the global hosts put `hole` in the mode too).
     let h = env
-        .lz(
+        .lz_in(
             &ws,
+            "hole",
             &[
-                "run",
-                "--profile",
-                "hole",
-                "--",
                 "python3",
                 "-c",
                 "import socket,sys\ns=socket.create_connection((sys.argv[1],80),timeout=3)\n\
@@ -504,13 +411,8 @@ time.sleep(2.5)
 
 #[test]
 fn log_mode_allows_every_name_and_logs_it() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let base = env.dir("names-log");
-    let pki = base.join("pki");
-    std::fs::create_dir_all(&pki).unwrap();
-    let Some(ca) = make_pki(&pki) else {
-        eprintln!("skipping: openssl cannot make the test CA");
+    let (env, _g) = require_env!(shared);
+    let Some((base, pki, ca)) = test_pki(env, "names-log") else {
         return;
     };
     let k = (std::process::id() * 4 + 8) % 16000;
@@ -577,20 +479,10 @@ port("ssh-22", "other.test", 22, b"")
 port("denied-5432", sys.argv[3], 5432)
 "#;
     let r = env
-        .lz(
+        .lz_in(
             &ws,
-            &[
-                "run",
-                "--profile",
-                "learn",
-                "--",
-                "python3",
-                "-c",
-                script,
-                &ca,
-                &other.ip,
-                &allowed.host_side,
-            ],
+            "learn",
+            &["python3", "-c", script, &ca, &other.ip, &allowed.host_side],
         )
         .config_home(&cfg)
         .run();
@@ -689,18 +581,13 @@ fn bad_host_patterns_are_config_errors_naming_file_line_and_pattern() {
 /// says what is missing (fault-injection builds hide nft).
 #[test]
 fn log_mode_without_nft_fails_the_start() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let v = env.lz(&env.home, &["version"]).run();
-    if !v.stdout.contains("fault") {
-        eprintln!("skipping: not a fault-injection build");
+    let (env, _g) = require_env!(shared);
+    if !env.fault_build_or_skip() {
         return;
     }
-    let base = env.dir("names-nonft");
-    let cfg = env.write_config(&base, "[profiles.p.network]\nmode = \"log\"\n");
-    let ws = env.dir("names-nonft-ws");
+    let (cfg, ws) = env.config_and_workspace("names-nonft", "[profiles.p.network]\nmode = \"log\"\n");
     let r = env
-        .lz(&ws, &["run", "--profile", "p", "--", "echo", "started"])
+        .lz_in(&ws, "p", &["echo", "started"])
         .config_home(&cfg)
         .env("LAZARET_FAULT", "no-nft")
         .run();
@@ -716,16 +603,11 @@ fn log_mode_without_nft_fails_the_start() {
 /// running session is told in one line, exit 125 (fault-injection builds).
 #[test]
 fn a_dead_egress_gate_fails_the_generation() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let v = env.lz(&env.home, &["version"]).run();
-    if !v.stdout.contains("fault") {
-        eprintln!("skipping: not a fault-injection build");
+    let (env, _g) = require_env!(shared);
+    if !env.fault_build_or_skip() {
         return;
     }
-    let base = env.dir("names-dies");
-    let cfg = env.write_config(&base, "[profiles.p.network]\nhosts = [\"allowed.test\"]\n");
-    let ws = env.dir("names-dies-ws");
+    let (cfg, ws) = env.config_and_workspace("names-dies", "[profiles.p.network]\nhosts = [\"allowed.test\"]\n");
     let script = r#"
 import socket, time
 try:
@@ -736,7 +618,7 @@ time.sleep(30)
 print("still running")
 "#;
     let r = env
-        .lz(&ws, &["run", "--profile", "p", "--", "python3", "-c", script])
+        .lz_in(&ws, "p", &["python3", "-c", script])
         .config_home(&cfg)
         .env("LAZARET_FAULT", "gate-dies")
         .run();

@@ -9,15 +9,15 @@
 //! denies of RFC 1918 and other ranges are checked only by route decision
 //! (UDP connect + getsockname: no packet is sent).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{self, eventually, Env, GLOBAL};
+use crate::fixtures::TestNs;
+use crate::harness::{self, eventually, Env};
 use crate::require_env;
 
-const SERVER: &str = r#"
+const SERVER: &str = concat!(
+    r#"
 import socket, sys, threading
 ip = sys.argv[1]
 def serve(c, echo):
@@ -34,11 +34,9 @@ def serve(c, echo):
         c.sendall(str(n).encode())
     c.close()
 def tcp(port, echo):
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((ip, port))
-    s.listen(64)
-    while True:
+"#,
+    crate::py_listen!(),
+    r#"    while True:
         c, _ = s.accept()
         threading.Thread(target=serve, args=(c, echo), daemon=True).start()
 def dns():
@@ -57,97 +55,34 @@ for t in [(7, True), (9000, False)]:
 threading.Thread(target=dns, daemon=True).start()
 print("ready", flush=True)
 threading.Event().wait()
-"#;
+"#
+);
 
-/// A test host namespace on its own /30 of 198.18.0.0/15; removed on drop.
-pub struct TestHost {
-    pub ns: String,
-    pub link: String,
-    /// The test host's address; the root namespace side is `.1` of the /30.
-    pub ip: String,
-    pub host_side: String,
-    server: Option<Child>,
-}
+/// A test host namespace on its own /30 of 198.18.0.0/15 running
+/// `SERVER` (see [`TestNs`]); removed on drop.
+pub struct TestHost(TestNs);
 
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+impl std::ops::Deref for TestHost {
+    type Target = TestNs;
+    fn deref(&self) -> &TestNs {
+        &self.0
+    }
 }
 
 impl TestHost {
     pub fn new() -> TestHost {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut k = (std::process::id() * 16 + n * 7) % 32768;
-        loop {
-            let link = format!("lzt{k}");
-            if !Path::new(&format!("/sys/class/net/{link}")).exists() {
-                break;
-            }
-            k = (k + 1) % 32768;
-        }
-        let base = u32::from(std::net::Ipv4Addr::new(198, 18, 0, 0)) + k * 4;
-        let at = |i: u32| std::net::Ipv4Addr::from(base + i).to_string();
-        let mut h = TestHost {
-            ns: format!("lzt{k}-{}", std::process::id()),
-            link: format!("lzt{k}"),
-            ip: at(2),
-            host_side: at(1),
-            server: None,
-        };
-        let peer = h.ns.to_string();
-        assert!(ip(&["netns", "add", &h.ns]), "ip netns add {}", h.ns);
-        assert!(ip(&[
-            "link", "add", &h.link, "type", "veth", "peer", "name", "eth0", "netns", &peer
-        ]));
-        assert!(ip(&["addr", "add", &format!("{}/30", h.host_side), "dev", &h.link]));
-        assert!(ip(&["link", "set", &h.link, "up"]));
-        assert!(ip(&[
-            "-n",
-            &h.ns,
-            "addr",
-            "add",
-            &format!("{}/30", h.ip),
-            "dev",
-            "eth0"
-        ]));
-        assert!(ip(&["-n", &h.ns, "link", "set", "eth0", "up"]));
-        assert!(ip(&["-n", &h.ns, "link", "set", "lo", "up"]));
+        let k = (std::process::id() * 16 + n * 7) % 32768;
+        let mut h = TestNs::create("lzt", std::net::Ipv4Addr::new(198, 18, 0, 0), k);
         let python = if Path::new("/usr/bin/python3").exists() {
             "/usr/bin/python3"
         } else {
             "python3"
         };
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &h.ns, python, "-c", SERVER, &h.ip])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("test host server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "test host server did not start");
-        h.server = Some(child);
-        h
-    }
-}
-
-impl Drop for TestHost {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.server.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        ip(&["link", "del", &self.link]);
-        ip(&["netns", "del", &self.ns]);
+        let ip = h.ip.clone();
+        h.serve(python, SERVER, &[ip]);
+        TestHost(h)
     }
 }
 
@@ -173,18 +108,15 @@ except OSError as e:
 
 #[test]
 fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readiness() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let th = TestHost::new();
-    let base = env.dir("netallow");
-    let cfg = env.write_config(
-        &base,
+    let (cfg, ws) = env.config_and_workspace(
+        "netallow",
         &format!(
             "[profiles.net.network]\nallow = [\"198.18.0.0/15\"]\ndns = [\"{}\"]\n",
             th.ip
         ),
     );
-    let ws = env.dir("netallow-ws");
     let r = py(env, &ws, &cfg, "net", CONNECT, &[&th.ip, "7"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
@@ -193,17 +125,10 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
     );
     // DNS through the Domain's resolver (the test host), via resolv.conf.
     let r = env
-        .lz(
+        .lz_in(
             &ws,
-            &[
-                "run",
-                "--profile",
-                "net",
-                "--",
-                "sh",
-                "-c",
-                "cat /etc/resolv.conf; getent ahostsv4 pkg.example.test",
-            ],
+            "net",
+            &["sh", "-c", "cat /etc/resolv.conf; getent ahostsv4 pkg.example.test"],
         )
         .config_home(&cfg)
         .run();
@@ -215,10 +140,7 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
     );
 
     // `net show` while the Domain runs: policy and attested readiness.
-    let mut bg = env
-        .lz(&ws, &["run", "--profile", "net", "--", "sleep", "4"])
-        .config_home(&cfg)
-        .spawn();
+    let mut bg = env.lz_in(&ws, "net", &["sleep", "4"]).config_home(&cfg).spawn();
     let id = env.domain_id("net", &ws);
     let run = env.runtime_root().join(&id);
     let mut r = env.lz(&ws, &["version"]).run();
@@ -261,12 +183,10 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
 
 #[test]
 fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let th = TestHost::new();
-    let base = env.dir("netdeny");
-    let cfg = env.write_config(
-        &base,
+    let (cfg, ws) = env.config_and_workspace(
+        "netdeny",
         &format!(
             "[profiles.deny.network]\ndeny = [\"198.18.0.0/15\"]\n\
              [profiles.hole.network]\ndeny = [\"198.18.0.0/15\"]\nallow = [\"{}/32\"]\n\
@@ -274,7 +194,6 @@ fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
             th.ip
         ),
     );
-    let ws = env.dir("netdeny-ws");
     // Deny: refused (ECONNREFUSED = 111), in under 50 ms.
     let r = py(env, &ws, &cfg, "deny", CONNECT, &[&th.ip, "7"]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -328,33 +247,40 @@ except OSError as e:
     print("ipv6 unreachable", e.errno)
 "#;
 
+/// Addresses in ranges denied by default, part one: RFC 1918 (10.0.2.15,
+/// slirp4netns's guest address, among them). Shared with `router`.
+pub(crate) const DENIED_PRIVATE: &[&str] = &[
+    "10.0.0.1",
+    "10.255.255.254",
+    "10.0.2.15",
+    "172.16.0.1",
+    "172.31.255.254",
+    "192.168.0.1",
+];
+
+/// Addresses in ranges denied by default, part two: the end of 192.168/16,
+/// link-local, shared address space, "this network" and 240/4. Shared
+/// with `router`.
+pub(crate) const DENIED_RESERVED: &[&str] = &[
+    "192.168.255.254",
+    "169.254.169.254",
+    "100.64.0.1",
+    "100.127.255.254",
+    "0.0.0.1",
+    "240.0.0.1",
+];
+
 #[test]
 fn default_denies_take_the_reject_route_and_ipv6_is_unreachable() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let base = env.dir("netdefault");
-    let cfg = env.write_config(&base, "");
-    let ws = env.dir("netdefault-ws");
-    let denied = [
-        "10.0.0.1",
-        "10.255.255.254",
-        "10.0.2.15",
-        "172.16.0.1",
-        "172.31.255.254",
-        "192.168.0.1",
-        "192.168.255.254",
-        "169.254.169.254",
-        "100.64.0.1",
-        "100.127.255.254",
-        "0.0.0.1",
-        "240.0.0.1",
-    ];
+    let (env, _g) = require_env!(shared);
+    let (cfg, ws) = env.config_and_workspace("netdefault", "");
+    let denied = [DENIED_PRIVATE, DENIED_RESERVED].concat();
     let allowed = ["198.18.0.1", "198.51.100.7", "10.0.2.2", "10.0.2.3"];
     let mut args: Vec<&str> = denied.to_vec();
     args.extend_from_slice(&allowed);
     let r = py(env, &ws, &cfg, "default", ROUTES, &args);
     assert_eq!(r.code, 0, "{r:?}");
-    for a in denied {
+    for a in &denied {
         assert!(
             r.stdout.contains(&format!("{a} err 111\n")),
             "{a} must be refused by the router: {r:?}"
@@ -369,26 +295,49 @@ fn default_denies_take_the_reject_route_and_ipv6_is_unreachable() {
     assert!(r.stdout.contains("ipv6 unreachable"), "{r:?}");
 }
 
-/// Netlink requests a process with CAP_NET_ADMIN could use to reroute:
-/// `ip route add`, `ip addr add`, `ip link set down`. Prints each errno.
-const NETLINK: &str = r#"
-import socket, struct
-def req(typ, flags, body):
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+/// Python: the body of a netlink request function `(typ, flags, body)`
+/// up to the reply `d` (a send or receive error returns `send-error ERRNO`).
+/// Shared with `router`.
+#[macro_export]
+macro_rules! py_netlink_send {
+    () => {
+        r#"    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
     msg = struct.pack("=IHHII", 16 + len(body), typ, flags | 1 | 4, 1, 0) + body
     try:
         s.send(msg)
         d = s.recv(4096)
     except OSError as e:
         return "send-error %d" % e.errno
-    ln, t = struct.unpack("=IH", d[:6])
+"#
+    };
+}
+
+/// Python: `attr(t, v)`, a netlink attribute, padded. Shared with `router`.
+#[macro_export]
+macro_rules! py_netlink_attr {
+    () => {
+        r#"def attr(t, v):
+    a = struct.pack("=HH", 4 + len(v), t) + v
+    return a + b"\0" * ((4 - len(a) % 4) % 4)
+"#
+    };
+}
+
+/// Netlink requests a process with CAP_NET_ADMIN could use to reroute:
+/// `ip route add`, `ip addr add`, `ip link set down`. Prints each errno.
+const NETLINK: &str = concat!(
+    r#"
+import socket, struct
+def req(typ, flags, body):
+"#,
+    crate::py_netlink_send!(),
+    r#"    ln, t = struct.unpack("=IH", d[:6])
     if t == 2:
         return "error %d" % -struct.unpack("=i", d[16:20])[0]
     return "reply %d" % t
-def attr(t, v):
-    a = struct.pack("=HH", 4 + len(v), t) + v
-    return a + b"\0" * ((4 - len(a) % 4) % 4)
-idx = socket.if_nametoindex("lzr0")
+"#,
+    crate::py_netlink_attr!(),
+    r#"idx = socket.if_nametoindex("lzr0")
 # RTM_NEWROUTE 198.18.0.0/16 via lzr0 gateway 169.254.255.2
 rt = struct.pack("=BBBBBBBBI", 2, 16, 0, 0, 254, 4, 0, 1, 0) + attr(1, socket.inet_aton("198.18.0.0")) + attr(5, socket.inet_aton("169.254.255.2")) + attr(4, struct.pack("=I", idx))
 print("route-add", req(24, 0x400 | 0x200, rt))
@@ -400,15 +349,13 @@ ln = struct.pack("=BBHiII", 0, 0, 0, idx, 0, 1)
 print("link-down", req(16, 0, ln))
 print(open("/proc/net/route").read())
 print(open("/proc/net/dev").read())
-"#;
+"#
+);
 
 #[test]
 fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let base = env.dir("netadmin");
-    let cfg = env.write_config(&base, "");
-    let ws = env.dir("netadmin-ws");
+    let (env, _g) = require_env!(shared);
+    let (cfg, ws) = env.config_and_workspace("netadmin", "");
     let r = py(env, &ws, &cfg, "default", NETLINK, &[]);
     assert_eq!(r.code, 0, "{r:?}");
     for op in ["route-add", "addr-add", "link-down"] {
@@ -439,10 +386,7 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
     let host_ns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap();
-    let mut bg = env
-        .lz(&ws, &["run", "--profile", "default", "--", "sleep", "3"])
-        .config_home(&cfg)
-        .spawn();
+    let mut bg = env.lz_in(&ws, "default", &["sleep", "3"]).config_home(&cfg).spawn();
     let id = env.domain_id("default", &ws);
     let mut seen = Vec::new();
     eventually(Duration::from_secs(20), || {
@@ -466,16 +410,13 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
 
 #[test]
 fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let v = env.lz(&env.home, &["version"]).run();
     assert!(
         v.stdout.contains("fault-injection"),
         "the binary must be built with --features fault-injection (scripts/test.sh does): {v:?}"
     );
-    let base = env.dir("netfault");
-    let cfg = env.write_config(&base, "");
-    let ws = env.dir("netfault-ws");
+    let (cfg, ws) = env.config_and_workspace("netfault", "");
     let id = env.domain_id("default", &ws);
     // The installer skips the 192.168.0.0/16 deny in the router and its
     // self-check is blind to it: the probe from inside the sandbox must
@@ -516,11 +457,8 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
 
 #[test]
 fn teardown_leaves_no_helper_or_namespace_holder() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let base = env.dir("netteardown");
-    let cfg = env.write_config(&base, "");
-    let ws = env.dir("netteardown-ws");
+    let (env, _g) = require_env!(shared);
+    let (cfg, ws) = env.config_and_workspace("netteardown", "");
     let id = env.domain_id("default", &ws);
     let mut bg = env.lz(&ws, &["run", "--", "sleep", "2"]).config_home(&cfg).spawn();
     let mine = |needle: &str| -> Vec<(i32, Vec<u32>, String)> {

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::harness::{eventually, Bg, Env, GLOBAL};
+use crate::harness::{eventually, Bg, Env};
 use crate::require_env;
 
 /// Answers every connection on 0.0.0.0:PORT with MARKER (forwards arrive
@@ -79,8 +79,7 @@ fn host_ports(env: &Env, ws: &Path, id: &str, guest: u16) -> Vec<u16> {
 
 #[test]
 fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a_free_one() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let fixed = free_port();
     let base = env.dir("ports-two");
     let cfg = env.write_config(
@@ -126,8 +125,7 @@ fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a
 
 #[test]
 fn port_add_forwards_a_new_host_port_into_a_running_domain() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (ws, cfg) = env.workspace_with_config("ports-add", "");
     let _a = serve(env, &ws, &cfg, "default", "added-port");
     let id = env.domain_id("default", &ws);

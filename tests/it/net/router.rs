@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{self, eventually, Env, GLOBAL};
-use crate::net::policy::{py, TestHost};
+use crate::harness::{self, eventually, Env};
+use crate::net::localhost::netns_of;
+use crate::net::policy::{py, TestHost, DENIED_PRIVATE, DENIED_RESERVED};
 use crate::require_env;
 
 /// Shared by the attack scripts: netlink route changes as a process that
@@ -27,23 +28,18 @@ use crate::require_env;
 /// IP TTL 1) and UDP exchanges. `reroute(prefix, len, gw, onlink)` adds a
 /// route on the NIC of the sandbox's default route, via its default gateway
 /// unless `gw` is given, and prints `route PREFIX/LEN via GW: RESULT`.
-const LIB: &str = r#"
+const LIB: &str = concat!(
+    r#"
 import socket, struct, sys, time, os
 def nl(typ, flags, body):
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
-    msg = struct.pack("=IHHII", 16 + len(body), typ, flags | 1 | 4, 1, 0) + body
-    try:
-        s.send(msg)
-        d = s.recv(4096)
-    except OSError as e:
-        return "send-error %d" % e.errno
-    if struct.unpack("=H", d[4:6])[0] == 2:
+"#,
+    crate::py_netlink_send!(),
+    r#"    if struct.unpack("=H", d[4:6])[0] == 2:
         return "error %d" % -struct.unpack("=i", d[16:20])[0]
     return "reply"
-def attr(t, v):
-    a = struct.pack("=HH", 4 + len(v), t) + v
-    return a + b"\0" * ((4 - len(a) % 4) % 4)
-def default_route():
+"#,
+    crate::py_netlink_attr!(),
+    r#"def default_route():
     for l in open("/proc/net/route").read().splitlines()[1:]:
         f = l.split()
         if f[1] == "00000000" and f[7] == "00000000":
@@ -82,7 +78,8 @@ def udp(addr, port, ttl=0):
         print("udp %s reply %d" % (addr, len(s.recv(512))), flush=True)
     except OSError as e:
         print("udp %s err %s" % (addr, e.errno), flush=True)
-"#;
+"#
+);
 
 /// Field `n` of the line starting with `prefix`.
 fn line<'a>(out: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
@@ -112,19 +109,16 @@ fn attack(env: &Env, ws: &Path, cfg: &Path, profile: &str, body: &str, args: &[&
 
 #[test]
 fn a_rerouted_sandbox_still_cannot_reach_a_denied_test_host() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let th = TestHost::new();
-    let base = env.dir("netv2-reroute");
-    let cfg = env.write_config(
-        &base,
+    let (cfg, ws) = env.config_and_workspace(
+        "netv2-reroute",
         &format!(
             "[profiles.deny.network]\ndeny = [\"198.18.0.0/15\"]\n\
              [profiles.hole.network]\ndeny = [\"198.18.0.0/15\"]\nallow = [\"{}/32\"]\n",
             th.ip
         ),
     );
-    let ws = env.dir("netv2-reroute-ws");
     // The attack: a /32 for the test host via the sandbox's own default
     // gateway (the router), and one via slirp4netns's gateway as if it
     // were on the link; then TCP (echo, port 7) and UDP (DNS, port 53).
@@ -188,28 +182,7 @@ udp(th, 53)
 /// path to an fd of it held by one of the user's processes (the supervisor
 /// holds one). Its inode is in `net show --json`'s readiness.
 fn router_ns(env: &Env, ws: &Path, cfg: &Path) -> Option<PathBuf> {
-    let j = env.lz(ws, &["net", "show", "--json"]).config_home(cfg).run().stdout;
-    let key = "[\"router-netns-inode\",\"";
-    let rest = &j[j.find(key)? + key.len()..];
-    let inode = rest[..rest.find('"')?].to_string();
-    let want = format!("net:[{inode}]");
-    for (pid, uids, _) in harness::processes() {
-        if uids.first() != Some(&env.uid) {
-            continue;
-        }
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if std::fs::read_link(e.path())
-                .map(|l| l.to_string_lossy() == want)
-                .unwrap_or(false)
-            {
-                return Some(e.path());
-            }
-        }
-    }
-    None
+    netns_of(env, ws, cfg, "router-netns-inode", false)
 }
 
 /// `ip route get ADDR from 169.254.255.1 iif lzr1` in the router: the
@@ -227,29 +200,16 @@ fn router_decision(ns: &Path, addr: &str) -> String {
     )
 }
 
-const DEFAULT_DENIED: &[&str] = &[
-    "10.0.0.1",
-    "10.255.255.254",
-    "10.0.2.15",
-    "172.16.0.1",
-    "172.31.255.254",
-    "192.168.0.1",
-    "192.168.1.1",
-    "192.168.255.254",
-    "169.254.169.254",
-    "100.64.0.1",
-    "100.127.255.254",
-    "0.0.0.1",
-    "240.0.0.1",
-];
+/// The default-denied samples of `policy`, and one more in 192.168/16.
+fn default_denied() -> Vec<&'static str> {
+    [DENIED_PRIVATE, &["192.168.1.1"], DENIED_RESERVED].concat()
+}
 
 #[test]
 fn default_denies_hold_at_the_router_after_the_sandbox_reroutes() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
-    let base = env.dir("netv2-defaults");
-    let cfg = env.write_config(&base, "");
-    let ws = env.dir("netv2-defaults-ws");
+    let (env, _g) = require_env!(shared);
+    let (cfg, ws) = env.config_and_workspace("netv2-defaults", "");
+    let default_denied = default_denied();
     // Inside: a /32 via the gateway for every sample, then TTL-1 TCP and
     // UDP to each (a TTL-1 packet cannot pass the router), then wait so
     // the router can be inspected while the routes are in place.
@@ -269,7 +229,7 @@ time.sleep(8)
 "#;
     let script = format!("{LIB}\n{body}");
     let mut a = vec!["run", "--", "unshare", "-Ur", "python3", "-c", &script];
-    a.extend_from_slice(DEFAULT_DENIED);
+    a.extend_from_slice(&default_denied);
     let mut child: Child = env.lz(&ws, &a).config_home(&cfg).spawn();
     let mut out = String::new();
     let mut rd = BufReader::new(child.stdout.take().unwrap());
@@ -287,7 +247,7 @@ time.sleep(8)
     // The router's own kernel decision, with the sandbox's routes changed.
     let ns = router_ns(env, &ws, &cfg);
     let decisions: Vec<(String, String)> = match &ns {
-        Some(ns) => DEFAULT_DENIED
+        Some(ns) => default_denied
             .iter()
             .chain(["224.0.0.251", "239.255.255.250", "198.51.100.7"].iter())
             .map(|a| (a.to_string(), router_decision(ns, a)))
@@ -297,7 +257,7 @@ time.sleep(8)
     let _ = child.kill();
     let _ = child.wait();
     assert!(ns.is_some(), "the router namespace of the running Domain was not found");
-    for a in DEFAULT_DENIED {
+    for a in &default_denied {
         let l = line(&out, &format!("route {a}/32 ")).unwrap_or_default();
         assert_eq!(l.last(), Some(&"0"), "route for {a} was not added: {out}");
         let t = line(&out, &format!("tcp {a} ")).unwrap_or_default();
@@ -336,8 +296,7 @@ while True:
 
 #[test]
 fn the_hosts_own_address_is_denied_by_default_and_an_exact_allow_opens_it() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     // The test link's root-namespace side is an address of this host.
     let th = TestHost::new();
     let port = "7070";
@@ -354,16 +313,12 @@ fn the_hosts_own_address_is_denied_by_default_and_an_exact_allow_opens_it() {
     let mut l = String::new();
     BufReader::new(srv.stdout.take().unwrap()).read_line(&mut l).unwrap();
     assert_eq!(l.trim(), "ready");
-    let base = env.dir("netv2-host");
-    let cfg = env.write_config(
-        &base,
-        &format!(
-            "[profiles.broad.network]\nallow = [\"198.18.0.0/15\"]\n\
-             [profiles.devdb.network]\nallow = [\"{}/32\"]\n",
-            th.host_side
-        ),
+    let config = format!(
+        "[profiles.broad.network]\nallow = [\"198.18.0.0/15\"]\n\
+         [profiles.devdb.network]\nallow = [\"{}/32\"]\n",
+        th.host_side
     );
-    let ws = env.dir("netv2-host-ws");
+    let (cfg, ws) = env.config_and_workspace("netv2-host", &config);
     let connect = format!("{LIB}\ntcp(sys.argv[1], int(sys.argv[2]))");
     let mut results = Vec::new();
     for profile in ["default", "broad", "devdb"] {

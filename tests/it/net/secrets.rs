@@ -18,8 +18,7 @@ const REAL: &str = "sk-it-REALVALUE-5f3a9c1e";
 
 #[test]
 fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("secrets-bad");
     let empty = base.join("empty-key");
     env.write(&empty, "  \n");
@@ -80,8 +79,7 @@ fn secrets_bad_sources_and_hosts_refuse_the_start_with_one_sentence() {
 
 #[test]
 fn secrets_net_show_and_doctor_name_them_without_values() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let (base, ws) = env.base_and_workspace("secrets-show");
     let key = base.join("key");
     env.write(&key, REAL);
@@ -117,7 +115,8 @@ fn secrets_net_show_and_doctor_name_them_without_values() {
 /// head goes to the marker. `/leak` answers with the real value in a
 /// header and the body; `info/refs` (git) is a 404; anything else echoes
 /// the request's `Authorization` and `x-api-key` in a header and the body.
-const SERVER: &str = r#"
+const SERVER: &str = concat!(
+    r#"
 import socket, ssl, sys, threading
 ip, marker, zone, real, certs = sys.argv[1:6]
 zone = dict(kv.split("=") for kv in zone.split(",") if kv)
@@ -173,30 +172,15 @@ def handle(c, port):
     finally:
         c.close()
 def serve(port):
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((ip, port))
-    s.listen(64)
-    while True:
+"#,
+    crate::py_listen!(),
+    r#"    while True:
         c, _ = s.accept()
         mark("CONN %d" % port)
         threading.Thread(target=handle, args=(c, port), daemon=True).start()
-def dns():
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind((ip, 53))
-    while True:
-        q, a = u.recvfrom(512)
-        e, labels = 12, []
-        while q[e] != 0:
-            labels.append(q[e + 1:e + 1 + q[e]].decode().lower())
-            e += q[e] + 1
-        qtype = q[e + 1:e + 3]
-        e += 5
-        addr = zone.get(".".join(labels))
-        if addr and qtype == b"\x00\x01":
-            ans = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + socket.inet_aton(addr)
-            u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x01\x00\x00\x00\x00" + q[12:e] + ans, a)
-        elif addr:
+"#,
+    crate::py_zone_dns!(),
+    r#"        elif addr:
             u.sendto(q[:2] + b"\x81\x80" + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:e], a)
         else:
             u.sendto(q[:2] + b"\x81\x83" + q[4:6] + b"\x00\x00\x00\x00\x00\x00" + q[12:e], a)
@@ -206,7 +190,8 @@ if zone:
     threading.Thread(target=dns, daemon=True).start()
 print("ready", flush=True)
 threading.Event().wait()
-"#;
+"#
+);
 
 /// Inside, as root, in the dev image (curl, python3, node, git): `$1` is
 /// the second half of the real value (to grep every readable file for;
@@ -255,6 +240,12 @@ fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
         }
     }
     out
+}
+
+/// No file under `dir` holds `needle` (else the test fails, listing them).
+#[track_caller]
+fn assert_no_file_holds(dir: &std::path::Path, needle: &[u8]) {
+    assert_eq!(files_containing(dir, needle), Vec::<String>::new(), "{}", dir.display());
 }
 
 fn line<'a>(out: &'a str, name: &str) -> &'a str {
@@ -448,12 +439,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let root = env.home.join(".local/share/lazaret/domains").join(&id);
     let run = env.runtime_root().join(&id);
     for d in [&root, &run] {
-        assert_eq!(
-            files_containing(d, real.as_bytes()),
-            Vec::<String>::new(),
-            "{}",
-            d.display()
-        );
+        assert_no_file_holds(d, real.as_bytes());
     }
     // (The test hosts' servers, root's, have it in their argv.)
     let mine: Vec<_> = crate::harness::processes_mentioning(&real)
@@ -470,17 +456,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
         crate::harness::processes_mentioning(&id).is_empty()
     }));
     for d in [&root, &run] {
-        assert_eq!(
-            files_containing(d, real.as_bytes()),
-            Vec::<String>::new(),
-            "{}",
-            d.display()
-        );
-        assert_eq!(
-            files_containing(d, b"PRIVATE KEY"),
-            Vec::<String>::new(),
-            "{}",
-            d.display()
-        );
+        assert_no_file_holds(d, real.as_bytes());
+        assert_no_file_holds(d, b"PRIVATE KEY");
     }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{eventually, json_number, Env, Tmux, GLOBAL};
+use crate::harness::{eventually, Env, Tmux};
 use crate::require_env;
 
 /// The parent of `pid`, from /proc/PID/stat (the field after the command,
@@ -42,13 +42,11 @@ fn domain_gone(env: &Env, ws: &Path) -> bool {
 
 #[test]
 fn a_second_session_joins_the_same_sandbox() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("share2");
     let a = Tmux::new("joinA", 100, 30, &env.pane_cmd(&ws, &["run"]));
-    assert!(a.wait_for("root@lazaret", Duration::from_secs(120)), "{}", a.capture());
-    a.send("echo from-a > /tmp/a-was-here; sleep 300 &");
-    a.enter();
+    a.expect("root@lazaret", Duration::from_secs(120));
+    a.line("echo from-a > /tmp/a-was-here; sleep 300 &");
     std::thread::sleep(Duration::from_millis(500));
     let r = env.run_sh(&ws, "cat /tmp/a-was-here; ps -eo args");
     assert_eq!(r.code, 0, "{r:?}");
@@ -68,19 +66,15 @@ fn a_second_session_joins_the_same_sandbox() {
         .count();
     assert_eq!(coordinators, 1, "{procs:?}");
     assert_eq!(runsc_runs(env, &ws), 1, "{procs:?}");
-    a.send("exit");
-    a.enter();
-    assert!(a.wait_for("exit=0", Duration::from_secs(10)), "{}", a.capture());
+    a.line("exit");
+    a.expect("exit=0", Duration::from_secs(10));
 }
 
 #[test]
 fn concurrent_cold_starts_elect_one_coordinator() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("race");
-    let children: Vec<_> = (0..8)
-        .map(|_| env.lz(&ws, &["run", "--", "sh", "-c", "sleep 1; exit 3"]).spawn())
-        .collect();
+    let children: Vec<_> = (0..8).map(|_| env.lz_sh(&ws, "sleep 1; exit 3").spawn()).collect();
     let mut coordinators = std::collections::BTreeSet::new();
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(8) {
@@ -130,18 +124,11 @@ fn concurrent_cold_starts_elect_one_coordinator() {
 
 #[test]
 fn last_session_out_tears_down_and_the_next_is_a_new_generation() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("lastout");
     let id = env.domain_id("default", &ws);
     let bg = env.lz(&ws, &["run", "--", "sleep", "2"]).spawn();
-    assert!(eventually(Duration::from_secs(20), || json_number(
-        &env.ps_json(&ws),
-        &id,
-        "generation"
-    )
-    .is_some()));
-    let g1 = json_number(&env.ps_json(&ws), &id, "generation").unwrap();
+    let g1 = env.wait_ps_number(&ws, &id, "generation", Duration::from_secs(20));
     let out = bg.wait_with_output().unwrap();
     assert!(out.status.success());
     let t = Instant::now();
@@ -154,13 +141,7 @@ fn last_session_out_tears_down_and_the_next_is_a_new_generation() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&id));
     let bg = env.lz(&ws, &["run", "--", "sleep", "2"]).spawn();
-    assert!(eventually(Duration::from_secs(20), || json_number(
-        &env.ps_json(&ws),
-        &id,
-        "generation"
-    )
-    .is_some()));
-    let g2 = json_number(&env.ps_json(&ws), &id, "generation").unwrap();
+    let g2 = env.wait_ps_number(&ws, &id, "generation", Duration::from_secs(20));
     assert_eq!(g2, g1 + 1);
     assert!(bg.wait_with_output().unwrap().status.success());
 }
@@ -173,34 +154,23 @@ fn pane_size(t: &Tmux) -> String {
 
 /// Resize, full-screen programs, Ctrl-C and exit status, for one pane.
 fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
-    assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
+    t.expect("root@lazaret", Duration::from_secs(120));
     t.cmd(&["resize-window", "-t", "t", "-x", "90", "-y", "27"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(pane_size(t), "27 90");
-    t.send("clear; stty size");
-    t.enter();
-    assert!(
-        t.wait_for_line("27 90", Duration::from_secs(10)),
-        "resize not seen inside:\n{}",
-        t.capture()
-    );
+    t.line("clear; stty size");
+    t.expect_line_saying("27 90", Duration::from_secs(10), "resize not seen inside:");
     // The guest got SIGWINCH too: a trap fires on the next resize.
-    t.send("trap 'echo WINCH-$(stty size | tr \" \" x)' WINCH; echo trap-$((6*7))");
-    t.enter();
-    assert!(t.wait_for_line("trap-42", Duration::from_secs(10)), "{}", t.capture());
+    t.line("trap 'echo WINCH-$(stty size | tr \" \" x)' WINCH; echo trap-$((6*7))");
+    t.expect_line("trap-42", Duration::from_secs(10));
     t.cmd(&["resize-window", "-t", "t", "-x", "84", "-y", "25"]);
-    assert!(
-        t.wait_for("WINCH-25x84", Duration::from_secs(10)),
-        "no SIGWINCH:\n{}",
-        t.capture()
-    );
+    t.expect_saying("WINCH-25x84", Duration::from_secs(10), "no SIGWINCH:");
 
     // less fills the screen: first line at the top, prompt on the last row.
     let lines: String = (1..=200).map(|i| format!("line {i}\n")).collect();
     env.write(&ws.join("numbers.txt"), &lines);
-    t.send("clear; less numbers.txt");
-    t.enter();
-    assert!(t.wait_for("line 24", Duration::from_secs(10)), "{}", t.capture());
+    t.line("clear; less numbers.txt");
+    t.expect("line 24", Duration::from_secs(10));
     let screen = t.capture();
     let rows: Vec<&str> = screen.lines().collect();
     assert_eq!(rows.first().map(|s| s.trim_end()), Some("line 1"), "{screen}");
@@ -208,21 +178,14 @@ fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
     assert!(!screen.contains("line 25\n"), "less drew past the pane: {screen}");
     t.send("q");
     // vi draws the file and its status line at the bottom.
-    t.send("clear; vi numbers.txt");
-    t.enter();
-    assert!(
-        t.wait_for("\"numbers.txt\"", Duration::from_secs(10)),
-        "{}",
-        t.capture()
-    );
+    t.line("clear; vi numbers.txt");
+    t.expect("\"numbers.txt\"", Duration::from_secs(10));
     let screen = t.capture();
     assert!(screen.starts_with("line 1\n"), "{screen}");
-    t.send(":q!");
-    t.enter();
+    t.line(":q!");
 
     // Ctrl-C stops the foreground job, not the session.
-    t.send("sleep 100");
-    t.enter();
+    t.line("sleep 100");
     std::thread::sleep(Duration::from_millis(500));
     t.cmd(&["send-keys", "-t", "t", "C-c"]);
     // Type only once the shell is back at its prompt: keys typed while
@@ -241,22 +204,15 @@ fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
     // just after it drew the prompt; a key typed in that moment can be
     // dropped (seen under load), so let it settle first.
     std::thread::sleep(Duration::from_millis(500));
-    t.send("echo alive-$((20+22))");
-    t.enter();
-    assert!(
-        t.wait_for("alive-42", Duration::from_secs(5)),
-        "Ctrl-C ended the session?\n{}",
-        t.capture()
-    );
-    t.send("exit 5");
-    t.enter();
-    assert!(t.wait_for("exit=5", Duration::from_secs(10)), "{}", t.capture());
+    t.line("echo alive-$((20+22))");
+    t.expect_saying("alive-42", Duration::from_secs(5), "Ctrl-C ended the session?");
+    t.line("exit 5");
+    t.expect("exit=5", Duration::from_secs(10));
 }
 
 #[test]
 fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("fidelity");
     // A keeper session holds the Domain so the second pane joins it.
     let _keeper = env.lz(&ws, &["run", "--", "sleep", "120"]).spawn_bg();
@@ -270,20 +226,13 @@ fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
 
 #[test]
 fn a_killed_client_loses_only_its_own_guest_processes() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("killclient");
     let mut keeper = env.lz(&ws, &["run", "--", "sleep", "120"]).spawn_bg();
     let mut victim = env
-        .lz(
+        .lz_sh(
             &ws,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                "sleep 1000 & echo $! > /tmp/victim-child; echo $$ > /tmp/victim; wait",
-            ],
+            "sleep 1000 & echo $! > /tmp/victim-child; echo $$ > /tmp/victim; wait",
         )
         .spawn();
     let read = |f: &str| env.lz(&ws, &["run", "--", "cat", f]).run().stdout.trim().to_string();
@@ -311,24 +260,13 @@ fn a_killed_client_loses_only_its_own_guest_processes() {
 
 #[test]
 fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("killhc");
     let pane = Tmux::new("killhc", 100, 30, &env.pane_cmd(&ws, &["run"]));
-    assert!(
-        pane.wait_for("root@lazaret", Duration::from_secs(120)),
-        "{}",
-        pane.capture()
-    );
+    pane.expect("root@lazaret", Duration::from_secs(120));
     let other = env.lz(&ws, &["run", "--", "sleep", "100"]).spawn();
     let id = env.domain_id("default", &ws);
-    assert!(eventually(Duration::from_secs(10), || json_number(
-        &env.ps_json(&ws),
-        &id,
-        "coordinator_pid"
-    )
-    .is_some()));
-    let hc = json_number(&env.ps_json(&ws), &id, "coordinator_pid").unwrap();
+    let hc = env.wait_ps_number(&ws, &id, "coordinator_pid", Duration::from_secs(10));
     let ps = env.ps_json(&ws);
     // This Domain's object: other tests' Domains may be listed first.
     let ps = &ps[ps[..ps.find(&id).unwrap()].rfind('{').unwrap()..];
@@ -353,7 +291,7 @@ fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("lazaret: lost the connection to the coordinator"), "{err}");
-    assert!(pane.wait_for("exit=125", Duration::from_secs(5)), "{}", pane.capture());
+    pane.expect("exit=125", Duration::from_secs(5));
     assert!(pane.capture().contains("lost the connection"), "{}", pane.capture());
     let after = ws.join("stty-after");
     // The shell creates the file before stty writes it: wait for its line.
@@ -422,13 +360,10 @@ fn lp(s: &str) -> Vec<u8> {
 
 #[test]
 fn hostile_connections_are_dropped_and_sessions_continue() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("hostile");
     let id = env.domain_id("default", &ws);
-    let session = env
-        .lz(&ws, &["run", "--", "sh", "-c", "sleep 4; echo survived"])
-        .spawn();
+    let session = env.lz_sh(&ws, "sleep 4; echo survived").spawn();
     let sock = env.runtime_root().join(&id).join("hc.sock");
     assert!(eventually(Duration::from_secs(20), || sock.exists()));
 
@@ -463,8 +398,7 @@ fn hostile_connections_are_dropped_and_sessions_continue() {
 
 #[test]
 fn ps_and_stop_report_and_end_a_domain() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("pstop");
     let id = env.domain_id("default", &ws);
     let session = env.lz(&ws, &["run", "--", "sleep", "100"]).spawn();

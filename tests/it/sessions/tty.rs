@@ -16,21 +16,15 @@ use crate::require_env;
 /// terminal of its own. Without a terminal, `tty` exits 1.
 #[test]
 fn a_terminal_session_has_a_tty_name() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("ttyname");
     let t = Tmux::new("ttyname", 100, 30, &env.pane_cmd(&ws, &["run"]));
-    assert!(t.wait_for("root@lazaret", Duration::from_secs(120)), "{}", t.capture());
-    t.send(
+    t.expect("root@lazaret", Duration::from_secs(120));
+    t.line(
         "export GPG_TTY=$(tty); test -c \"$GPG_TTY\" && echo \"char-$GPG_TTY\"; \
          echo by-name-$((6*7)) > $GPG_TTY",
     );
-    t.enter();
-    assert!(
-        t.wait_for_line("by-name-42", Duration::from_secs(10)),
-        "{}",
-        t.capture()
-    );
+    t.expect_line("by-name-42", Duration::from_secs(10));
     let screen = t.capture();
     let name = screen
         .lines()
@@ -43,22 +37,16 @@ fn a_terminal_session_has_a_tty_name() {
     assert!(!screen.contains("job control"), "{screen}");
     // A joining session has a terminal of its own.
     let j = Tmux::new("ttyjoin", 100, 30, &env.pane_cmd(&ws, &["run"]));
-    assert!(j.wait_for("root@lazaret", Duration::from_secs(60)), "{}", j.capture());
-    j.send("echo \"second-$(tty)\"");
-    j.enter();
-    assert!(
-        j.wait_for("second-/dev/pts/", Duration::from_secs(10)),
-        "{}",
-        j.capture()
-    );
+    j.expect("root@lazaret", Duration::from_secs(60));
+    j.line("echo \"second-$(tty)\"");
+    j.expect("second-/dev/pts/", Duration::from_secs(10));
     assert!(
         !j.capture().contains(&format!("second-/dev/pts/{name}\n")),
         "{}",
         j.capture()
     );
-    t.send("exit 4");
-    t.enter();
-    assert!(t.wait_for("exit=4", Duration::from_secs(10)), "{}", t.capture());
+    t.line("exit 4");
+    t.expect("exit=4", Duration::from_secs(10));
     // The pane's shell writes stty-after just after `exit=4`.
     assert!(eventually(Duration::from_secs(5), || std::fs::read_to_string(
         ws.join("stty-after")
@@ -73,10 +61,9 @@ fn a_terminal_session_has_a_tty_name() {
     // relay's inner session included (a background job that ignores the
     // hangup), while the other session runs on.
     let k = Tmux::new("ttykill", 100, 30, &env.pane_cmd(&ws, &["run"]));
-    assert!(k.wait_for("root@lazaret", Duration::from_secs(60)), "{}", k.capture());
-    k.send("nohup sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/tty-bg; echo bg-$((5*5))");
-    k.enter();
-    assert!(k.wait_for_line("bg-25", Duration::from_secs(10)), "{}", k.capture());
+    k.expect("root@lazaret", Duration::from_secs(60));
+    k.line("nohup sleep 1000 >/dev/null 2>&1 & echo $! > /tmp/tty-bg; echo bg-$((5*5))");
+    k.expect_line("bg-25", Duration::from_secs(10));
     let bg = env
         .lz(&ws, &["run", "--", "cat", "/tmp/tty-bg"])
         .run()
@@ -100,12 +87,10 @@ fn a_terminal_session_has_a_tty_name() {
         eventually(Duration::from_secs(10), || !alive()),
         "the killed session's background job survives"
     );
-    j.send("echo still-$((8*8))");
-    j.enter();
-    assert!(j.wait_for_line("still-64", Duration::from_secs(10)), "{}", j.capture());
-    j.send("exit 3");
-    j.enter();
-    assert!(j.wait_for("exit=3", Duration::from_secs(10)), "{}", j.capture());
+    j.line("echo still-$((8*8))");
+    j.expect_line("still-64", Duration::from_secs(10));
+    j.line("exit 3");
+    j.expect("exit=3", Duration::from_secs(10));
     // No terminal: `tty` says so.
     let r = env.lz(&ws, &["run", "--", "tty"]).run();
     assert_eq!(r.code, 1, "{r:?}");

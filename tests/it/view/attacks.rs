@@ -7,7 +7,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::fixtures::git_repo;
-use crate::harness::GLOBAL;
 use crate::require_env;
 
 /// The sandbox's root holds FOWNER and FSETID: `chmod 4755` (or a create
@@ -17,8 +16,7 @@ use crate::require_env;
 /// would let any local user plant files in the workspace.
 #[test]
 fn sandbox_cannot_make_setid_or_world_writable_host_files() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "atk-setid", &[]);
     let r = env.run_sh(
         &ws,
@@ -53,8 +51,7 @@ fn sandbox_cannot_make_setid_or_world_writable_host_files() {
 /// old inode.
 #[test]
 fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emptied() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(
         env,
         "atk-replace",
@@ -97,8 +94,7 @@ fn hidden_path_stays_hidden_when_the_host_replaces_the_file_after_rules_were_emp
 /// runtime dir, other Domains' control sockets. Refused with exit 2.
 #[test]
 fn workspace_inside_lazarets_own_directories_is_refused() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let base = env.dir("atk-inside");
     // The test user's real Storage Root (it holds the built image).
     let images = env.home.join(".local/share/lazaret/images");
@@ -115,16 +111,7 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
     }
     let marker = "MARKER-INSIDE-0721";
     for (cwd, rt_env) in [(&images, None), (&rt_proj, Some(&rt))] {
-        let mut lz = env.lz(
-            cwd,
-            &[
-                "run",
-                "--",
-                "sh",
-                "-c",
-                &format!("echo {marker}; touch /workspace/{marker}"),
-            ],
-        );
+        let mut lz = env.lz_sh(cwd, &format!("echo {marker}; touch /workspace/{marker}"));
         if let Some(rt) = rt_env {
             lz = lz.env("XDG_RUNTIME_DIR", rt.to_str().unwrap());
         }
@@ -142,8 +129,7 @@ fn workspace_inside_lazarets_own_directories_is_refused() {
 /// earlier generations are remembered and still apply.
 #[test]
 fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "atk-late", &[(".gitignore", ".env\n")]);
     let r = env.run_sh(&ws, "cd /workspace; : > .gitignore; echo done");
     assert!(r.stdout.contains("done"), "{r:?}");
@@ -167,8 +153,7 @@ fn secret_created_after_the_sandbox_emptied_gitignore_stays_hidden() {
 /// host file outside the workspace ever reaches the sandbox.
 #[test]
 fn a_listing_raced_with_a_directory_swapped_for_symlinks_reveals_nothing() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "atk-list", &[(".gitignore", "*.key\n")]);
     let big = ws.join("big");
     std::fs::create_dir(&big).unwrap();

@@ -73,8 +73,7 @@ print('done')
 
 #[test]
 fn open_files_outlive_their_names_as_on_a_bind() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-open", &[]);
     env.write(&ws.join("doc"), "v1");
     env.write(&ws.join("t.py"), OPEN_FILES);
@@ -111,8 +110,7 @@ fn open_files_outlive_their_names_as_on_a_bind() {
 
 #[test]
 fn hard_links_are_one_file_and_copies_keep_them() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-links", &[(".gitignore", "build/\n")]);
     env.write(&ws.join("x1"), "x");
     std::fs::hard_link(ws.join("x1"), ws.join("x2")).unwrap();
@@ -186,8 +184,7 @@ print('LISTX', os.listxattr('fa'))
 
 #[test]
 fn deep_paths_fallocate_times_and_xattrs_as_on_a_bind() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-deep", &[]);
     env.write(&ws.join("x.py"), XATTR_TIMES);
     let r = env.run_sh(&ws, "python3 x.py 2>&1; echo done");
@@ -215,8 +212,7 @@ fn deep_paths_fallocate_times_and_xattrs_as_on_a_bind() {
 
 #[test]
 fn the_host_executes_a_script_the_sandbox_wrote_while_the_domain_runs() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-txtbsy", &[]);
     let host_ws = ws.clone();
     let pre = env.as_user();
@@ -255,8 +251,7 @@ fn the_host_executes_a_script_the_sandbox_wrote_while_the_domain_runs() {
 
 #[test]
 fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-own", &[]);
     env.write(&ws.join("cred"), "secret");
     std::fs::set_permissions(ws.join("cred"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -295,8 +290,7 @@ fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
 
 #[test]
 fn a_cold_listing_answers_its_lookups_with_readdirplus() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-rdplus", &[]);
     let many = ws.join("many");
     std::fs::create_dir(&many).unwrap();
@@ -310,10 +304,7 @@ fn a_cold_listing_answers_its_lookups_with_readdirplus() {
         .unwrap();
     let counts = env.dir("disk-rdplus-counts").join("counts");
     let r = env
-        .lz(
-            &ws,
-            &["run", "--", "sh", "-c", "ls -f many | wc -l; ls -l many | wc -l"],
-        )
+        .lz_sh(&ws, "ls -f many | wc -l; ls -l many | wc -l")
         .env("LAZARET_VIEW_COUNTS", &counts.display().to_string())
         .run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -337,8 +328,7 @@ fn a_cold_listing_answers_its_lookups_with_readdirplus() {
 
 #[test]
 fn a_secret_regenerated_under_a_renamed_directory_stays_hidden() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-moved", &[(".gitignore", "/config/master.key\n")]);
     env.write(&ws.join("config/master.key"), "MARKER-OLD-2801\n");
     let host_ws = ws.clone();
@@ -376,8 +366,7 @@ fn a_secret_regenerated_under_a_renamed_directory_stays_hidden() {
 /// but the documented refusals (scripts/posix-refusals.txt).
 #[test]
 fn posix_suite_subset_passes_what_a_plain_bind_passes() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let tools = std::env::var("LAZARET_TOOLS").unwrap_or_else(|_| "/var/tmp/lazaret-tools".into());
     let pjd = std::env::var("PJDFSTEST").unwrap_or_else(|_| format!("{tools}/bin/pjdfstest"));
     let have_cargo = std::process::Command::new("sh")
@@ -488,7 +477,7 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
             let _ = std::fs::remove_file(ws.join(f));
         }
         let reader = env
-            .lz(&ws, &["run", "--profile", "dev", "--", "python3", "/workspace/r.py"])
+            .lz_in(&ws, "dev", &["python3", "/workspace/r.py"])
             .config_home(&cfg)
             .spawn();
         std::thread::sleep(Duration::from_secs(2));
@@ -534,8 +523,7 @@ fn a_host_sqlite_writer_keeps_every_row_with_a_sandbox_reader() {
 /// whole-file rewrite still work, as on a bind.
 #[test]
 fn overwriting_what_the_host_changed_since_the_sandbox_read_it_is_refused() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-stale", &[]);
     env.write(&ws.join("f"), "OLD-CONTENT-0\n");
     env.write(&ws.join("g"), "G-OLD\n");
@@ -579,8 +567,7 @@ fn overwriting_what_the_host_changed_since_the_sandbox_read_it_is_refused() {
 /// the host process is gone, all of it works.
 #[test]
 fn files_in_use_on_the_host_are_not_reset_from_inside() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-inuse", &[]);
     env.write(&ws.join("locked"), "LOCKED-DATA\n");
     env.write(&ws.join("written"), "WRITTEN-DATA\n");

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::fixtures::git_repo;
-use crate::harness::{eventually, json_number, Run, GLOBAL};
+use crate::harness::{eventually, json_number, Run};
 use crate::require_env;
 
 fn no_marker(r: &Run, marker: &str) {
@@ -37,8 +37,7 @@ fn host_unchanged(ws: &Path, candidates: &[&str], content: &str) {
 
 #[test]
 fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(
         env,
         "v2-rename",
@@ -117,8 +116,7 @@ fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits(
 
 #[test]
 fn hostile_gitignore_files_fail_closed() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("v2-hostile");
     // A BOM before the only rule; a non-UTF-8 line before a rule; a rules
     // file over the size limit; a symlinked one; a FIFO.
@@ -178,8 +176,7 @@ fn vm_hwm(pid: i64) -> Option<u64> {
 
 #[test]
 fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "v2-zero", &[(".gitignore", ".env\n"), ("pkg/a.txt", "a\n")]);
     env.write(&ws.join(".env"), "MARKER-ZERO-0471\n");
     // From inside: the root .gitignore becomes a symlink to /dev/zero and
@@ -196,9 +193,7 @@ fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
         .file_type()
         .is_symlink());
 
-    let bg = env
-        .lz(&ws, &["run", "--", "sh", "-c", "cat .env; echo started; sleep 30"])
-        .spawn_bg();
+    let bg = env.lz_sh(&ws, "cat .env; echo started; sleep 30").spawn_bg();
     let id = env.domain_id("default", &ws);
     let mut pid = None;
     assert!(
@@ -225,8 +220,7 @@ fn planted_dev_zero_and_huge_gitignore_do_not_stop_the_next_start() {
 
 #[test]
 fn workspace_roots_that_are_not_the_users_or_swallow_too_much_are_refused() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let refused = |cwd: &Path, extra: &[(&str, &str)], needle: &str| {
         let mut lz = env.lz(cwd, &["run", "--", "true"]);
         for (k, v) in extra {
@@ -276,8 +270,7 @@ fn workspace_roots_that_are_not_the_users_or_swallow_too_much_are_refused() {
 
 #[test]
 fn names_the_sandbox_chose_reach_stdout_escaped() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = env.dir("v2-names");
     let r = env.run_sh(&ws,
         "mkdir -p /usr/local/bin && touch \"/usr/local/bin/$(printf 'a\\033[2Jb\\342\\200\\256c\\033]0;t\\007')\" && echo made",
@@ -310,8 +303,7 @@ fn names_the_sandbox_chose_reach_stdout_escaped() {
 
 #[test]
 fn the_user_unhides_on_purpose_with_state_unhide() {
-    let env = require_env!();
-    let _g = GLOBAL.read();
+    let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "v2-unhide", &[(".gitignore", ".env\n")]);
     env.write(&ws.join(".env"), "MARKER-UNHIDE-0481\n");
     let r = env.run_sh(&ws, "cat .env; echo done");
