@@ -53,6 +53,7 @@ impl Env {
     /// Copies the test user's default image to `to` (`cp -a`; fails the
     /// test if that fails), then gives `tree` (which holds the copy) to the
     /// test user, best effort (`chown -R`).
+    #[track_caller]
     pub fn copy_default_image(&self, to: &Path, tree: &Path) {
         let ok = Command::new("cp")
             .arg("-a")
@@ -108,6 +109,7 @@ impl Env {
     /// Waits up to `limit` until `ps --json` gives Domain `id` (of `ws`) the
     /// number `key` (fails the test if it never does); then its value, read
     /// again.
+    #[track_caller]
     pub fn wait_ps_number(&self, ws: &Path, id: &str, key: &str, limit: Duration) -> i64 {
         assert!(eventually(limit, || crate::harness::json_number(
             &self.ps_json(ws),
@@ -141,6 +143,7 @@ impl Env {
     /// A tmux pane `name` (`cols` x `rows`) with an interactive `lazaret run`
     /// in `ws` under the config home `cfg`, once its shell prompt shows
     /// (at most 120 s; fails the test showing the screen).
+    #[track_caller]
     pub fn config_pane(&self, ws: &Path, cfg: &Path, name: &str, cols: u16, rows: u16) -> Tmux {
         let cfgs = cfg.display().to_string();
         let cmd =
