@@ -58,7 +58,7 @@
 //! fds and open handles), `attr` (attributes, owners and modes shown),
 //! `guards` (refusals that protect host processes), `hidden` (ignored
 //! paths), `sides` (which tree serves an entry), `gitstore` (repository
-//! shapes), `entries` (making, renaming, removing), `setattr`, `ops` (the
+//! shapes), `entries` (making, renaming, removing), `ops` (the
 //! FUSE operations), `serve` (mounting, the watcher, the entry points).
 
 use std::collections::{HashMap, VecDeque};
@@ -91,7 +91,6 @@ mod host;
 mod nodes;
 mod ops;
 pub mod serve;
-mod setattr;
 mod sides;
 mod table;
 #[cfg(test)]
