@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark of the workspace view (Git Sentry + ignored state, src/view/fs.rs)
+# Benchmark of the workspace view (Git Sentry + ignored state, src/view/fs/)
 # against a raw runsc sandbox whose /workspace is a plain bind of the host
 # directory (bundle = the config.json Lazaret generated, workspace source
 # swapped back to the host path). Rows, each timed inside the sandbox (so

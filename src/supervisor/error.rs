@@ -39,7 +39,7 @@ pub enum SupervisorError {
     /// Installing the network.
     Network(crate::net::install::InstallError),
     /// Starting the workspace views.
-    Views(crate::view::fs::ViewError),
+    Views(crate::view::fs::serve::ViewError),
     /// The pipe runsc reports `ready` on.
     ReadyPipe(io::Error),
     /// Spawning `runsc run`.

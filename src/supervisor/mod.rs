@@ -221,7 +221,7 @@ pub fn main(mut args: Args) -> i32 {
         at.push(".upper");
         let at = PathBuf::from(at);
         std::fs::create_dir_all(&at)?;
-        let served = crate::view::fs::start_storage_view(&m.key_dir, &at, b)
+        let served = crate::view::fs::serve::start_storage_view(&m.key_dir, &at, b)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         storage_views.push(served);
         Ok(at)
@@ -260,7 +260,7 @@ pub fn main(mut args: Args) -> i32 {
     let mut views = match args
         .views
         .as_deref()
-        .map(|f| crate::view::fs::start_views(f, Some(relay), budget.as_ref()))
+        .map(|f| crate::view::fs::serve::start_views(f, Some(relay), budget.as_ref()))
     {
         Some(Err(e)) => return fail(SupervisorError::Views(e)),
         Some(Ok(v)) => v,
@@ -273,7 +273,7 @@ pub fn main(mut args: Args) -> i32 {
             .parent()
             .unwrap_or(Path::new("/"))
             .join(crate::view::budget::TMP_VIEW);
-        match crate::view::fs::start_storage_view(src, &at, b.clone()) {
+        match crate::view::fs::serve::start_storage_view(src, &at, b.clone()) {
             Ok(v) => storage_views.push(v),
             Err(e) => return fail(SupervisorError::Views(e)),
         }
@@ -396,7 +396,7 @@ const HELPER_CHECK: Duration = Duration::from_millis(250);
 /// The first helper found dead, by name: an exited child (reaped here, so
 /// none stays a zombie) or a workspace view whose FUSE session ended (its
 /// connection was aborted or its device closed).
-pub fn dead_helper(children: &mut [(&str, &mut Child)], views: &[crate::view::fs::Served]) -> Option<String> {
+pub fn dead_helper(children: &mut [(&str, &mut Child)], views: &[crate::view::fs::serve::Served]) -> Option<String> {
     for (name, c) in children.iter_mut() {
         let pid = c.id();
         if let Ok(Some(st)) = c.try_wait() {

@@ -1,4 +1,4 @@
-//! Host-side change tracking for the workspace view (src/view/fs.rs).
+//! Host-side change tracking for the workspace view (src/view/fs/).
 //!
 //! The view lets the kernel cache entries, attributes, file pages and
 //! directory listings for a long time, because every uncached lookup is a

@@ -1,10 +1,16 @@
 //! The node table without FUSE: a [`View`] over a temporary host directory,
 //! driven through the same methods the FUSE handlers call.
 
+use super::attr::{time, timespec};
+use super::table::WRITE_IDLE;
 use super::*;
 use std::collections::HashSet;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
 use std::sync::Weak;
+use std::time::UNIX_EPOCH;
 
 /// A fresh host directory, removed on drop.
 struct Tmp(PathBuf);

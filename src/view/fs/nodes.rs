@@ -1,0 +1,294 @@
+//! The view's nodes: which node a path is, registering the kernel's
+//! lookups (hard links as one node), what the guest saw of a file, and
+//! keeping the table in step with renames, removals and forgets.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr, INodeNo};
+
+use super::host::{is_dir, Side};
+use super::table::{told, version, Node};
+use super::{View, PINNED_MAX};
+
+impl View {
+    /// The node id of the entry at `rel`, if the kernel knows it.
+    pub(super) fn known(&self, side: Side, rel: &Path) -> Option<u64> {
+        self.t.lock().unwrap().by_key.get(&(side, rel.to_path_buf())).copied()
+    }
+
+    pub(super) fn node(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool), Errno> {
+        let (side, rel, protected, gone) = self.node_any(ino)?;
+        if gone {
+            return Err(Errno::ENOENT);
+        }
+        Ok((side, rel, protected))
+    }
+
+    /// Like `node`, for a node whose names are gone too (its handle still
+    /// serves it): side, last path, protected, gone. Protected when any of
+    /// its paths is.
+    pub(super) fn node_any(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool, bool), Errno> {
+        let t = self.t.lock().unwrap();
+        let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
+        let (side, rel, sticky, gone, aliases) = (n.side, n.rel.clone(), n.protected, n.gone, n.aliases.clone());
+        drop(t);
+        let protected = sticky || self.protected_at(side, &rel) || aliases.iter().any(|a| self.protected_at(side, a));
+        Ok((side, rel, protected, gone))
+    }
+
+    /// Registers one kernel lookup of the entry at `rel` and returns its
+    /// attributes under its node id.
+    pub(super) fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
+        let (st, handle) = self.stat_handle(side, rel)?;
+        let dir = is_dir(&st);
+        if dir && side == Side::Host {
+            // Watched before the kernel can cache anything below it.
+            if let Some(w) = &self.watch {
+                if !w.is_watched(rel) {
+                    if let Ok(d) = self.dir(side, rel) {
+                        w.watch(d.as_fd(), rel);
+                    }
+                }
+            }
+        }
+        let protected = self.protected_at(side, rel);
+        let key = (side, rel.to_path_buf());
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        let existing = t.by_key.get(&key).copied();
+        let same = |n: &Node| n.host_ino == st.st_ino && n.host_dev == st.st_dev;
+        let id = match existing {
+            // The same file as before.
+            Some(id) if t.nodes.get(&id).is_some_and(same) => id,
+            _ => {
+                if let Some(old) = existing {
+                    // Another file now has this path (replaced on the host).
+                    t.detach(old, side, rel);
+                }
+                // Another name of a file the kernel knows: the same node.
+                // Only a node holding a handle is sure to be that file (an
+                // inode number is reused once its file is freed).
+                let linked = if dir {
+                    None
+                } else {
+                    t.by_ino
+                        .get(&(side, st.st_dev, st.st_ino))
+                        .copied()
+                        .filter(|id| t.nodes.get(id).is_some_and(|n| same(n) && n.file.is_some()))
+                };
+                match linked {
+                    Some(id) => {
+                        let n = t.nodes.get_mut(&id).expect("node of a known inode");
+                        if n.gone {
+                            n.gone = false;
+                            n.rel = rel.to_path_buf();
+                        } else if n.rel != rel && !n.aliases.iter().any(|a| a == rel) {
+                            n.aliases.push(rel.to_path_buf());
+                        }
+                        t.by_key.insert(key, id);
+                        id
+                    }
+                    None => {
+                        let id = t.next_id;
+                        t.next_id += 1;
+                        t.by_key.insert(key, id);
+                        t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
+                        if !dir {
+                            t.by_ino.insert((side, st.st_dev, st.st_ino), id);
+                        }
+                        id
+                    }
+                }
+            }
+        };
+        let keep = t.handles_held < self.handles_max;
+        let n = t.nodes.get_mut(&id).expect("node of a known key");
+        n.protected |= protected;
+        n.lookups += 1;
+        n.told = Some(told(&st));
+        if n.file.is_none() && keep {
+            if let Some(h) = handle {
+                n.file = Some(Arc::new(h));
+                t.handles_held += 1;
+            }
+        }
+        Ok(self.shown(id, side, &st))
+    }
+
+    /// Records the attributes about to be sent for node `id`.
+    pub(super) fn note(&self, id: u64, st: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.told = Some(told(st));
+        }
+    }
+
+    /// The guest has read node `id` as it is now.
+    pub(super) fn saw(&self, id: u64, st: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.seen = version(st);
+        }
+    }
+
+    /// The guest changed node `id` from `pre` to `post`: what it knew
+    /// stays current if it was current (its own change), and stays stale if
+    /// a host change came first (an append to, or a `touch` of, a file the
+    /// host rewrote does not make the guest's copy of it fresh).
+    pub(super) fn changed(&self, id: u64, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            if n.seen == version(pre) {
+                n.seen = version(post);
+            }
+        }
+    }
+
+    /// Node `id` was just made through the view: its host IN_CREATE tells
+    /// the kernel nothing it does not know (src/view/watch.rs).
+    pub(super) fn made(&self, id: u64) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.made_here = true;
+        }
+    }
+
+    /// Stats a node's path and checks it still names the node's file.
+    pub(super) fn node_stat(&self, ino: INodeNo) -> Result<(Side, PathBuf, rustix::fs::Stat), Errno> {
+        let (side, rel, _) = self.node(ino)?;
+        let want = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.host_ino);
+        let st = self.stat(side, &rel)?;
+        if want != Some(st.st_ino) {
+            return Err(Errno::ESTALE);
+        }
+        Ok((side, rel, st))
+    }
+
+    /// Before `rel` stops naming its file (unlink, rename over it): the
+    /// node the kernel knows there gets a handle if it has none (beyond
+    /// `HANDLES_MAX`, up to `PINNED_MAX` more), so an open fd keeps reading
+    /// and writing the file until the kernel forgets it, as on a plain bind.
+    pub(super) fn pin(&self, side: Side, rel: &Path) {
+        let Some(id) = self.known(side, rel) else { return };
+        {
+            let t = self.t.lock().unwrap();
+            match t.nodes.get(&id) {
+                Some(n) if n.file.is_none() && !n.dir && t.handles_held < self.handles_max + PINNED_MAX => {}
+                _ => return,
+            }
+        }
+        let Ok((st, Some(h))) = self.stat_handle(side, rel) else {
+            return;
+        };
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        if let Some(n) = t.nodes.get_mut(&id) {
+            if n.file.is_none() && n.host_ino == st.st_ino && n.host_dev == st.st_dev {
+                n.file = Some(Arc::new(h));
+                t.handles_held += 1;
+            }
+        }
+    }
+
+    /// After a rename: every node at or below `from` moves to `to`; a node
+    /// that was at `to` is gone.
+    pub(super) fn renamed(&self, side: Side, from: &Path, to: &Path) {
+        if let (Side::Host, Some(w)) = (side, &self.watch) {
+            w.renamed(from, to);
+        }
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        let moved_id = t.by_key.get(&(side, from.to_path_buf())).copied();
+        // (node, old path, new path or none: no longer names the node).
+        let mut changes: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
+        for (id, n) in t.nodes.iter() {
+            if n.side != side || n.gone {
+                continue;
+            }
+            for p in std::iter::once(&n.rel).chain(n.aliases.iter()) {
+                if Some(*id) != moved_id && p.starts_with(to) && !p.starts_with(from) {
+                    changes.push((*id, p.clone(), None));
+                } else if let Ok(rest) = p.strip_prefix(from) {
+                    let new = if rest.as_os_str().is_empty() {
+                        to.to_path_buf()
+                    } else {
+                        to.join(rest)
+                    };
+                    changes.push((*id, p.clone(), Some(new)));
+                }
+            }
+        }
+        for (id, old, new) in &changes {
+            if new.is_none() {
+                t.detach(*id, side, old);
+                continue;
+            }
+            let key = (side, old.clone());
+            if t.by_key.get(&key) == Some(id) {
+                t.by_key.remove(&key);
+            }
+        }
+        for (id, old, new) in changes {
+            let Some(new) = new else { continue };
+            if let Some(n) = t.nodes.get_mut(&id) {
+                if n.rel == old {
+                    n.rel = new.clone();
+                } else if let Some(a) = n.aliases.iter_mut().find(|a| **a == old) {
+                    *a = new.clone();
+                }
+            }
+            t.by_key.insert((side, new), id);
+        }
+    }
+
+    /// After an unlink or rmdir: the entry at `rel` no longer names its
+    /// node (gone unless another link of it is known).
+    pub(super) fn removed(&self, side: Side, rel: &Path) {
+        let mut t = self.t.lock().unwrap();
+        if let Some(id) = t.by_key.get(&(side, rel.to_path_buf())).copied() {
+            t.detach(id, side, rel);
+        }
+    }
+
+    /// FORGET of node `ino` (`nlookup` lookups): the node goes with its
+    /// last lookup.
+    pub(super) fn forget_node(&self, ino: INodeNo, nlookup: u64) {
+        if ino.0 == 1 {
+            return;
+        }
+        let mut t = self.t.lock().unwrap();
+        let drop_it = match t.nodes.get_mut(&ino.0) {
+            Some(n) => {
+                n.lookups = n.lookups.saturating_sub(nlookup);
+                n.lookups == 0
+            }
+            None => false,
+        };
+        if drop_it {
+            if let Some(n) = t.nodes.remove(&ino.0) {
+                if n.fd.is_some() {
+                    t.cached_fds -= 1;
+                }
+                t.writers.remove(&ino.0);
+                if n.file.is_some() {
+                    t.handles_held -= 1;
+                }
+                let ikey = (n.side, n.host_dev, n.host_ino);
+                if t.by_ino.get(&ikey) == Some(&ino.0) {
+                    t.by_ino.remove(&ikey);
+                }
+                for a in n.aliases {
+                    let key = (n.side, a);
+                    if t.by_key.get(&key) == Some(&ino.0) {
+                        t.by_key.remove(&key);
+                    }
+                }
+                let key = (n.side, n.rel);
+                if t.by_key.get(&key) == Some(&ino.0) {
+                    t.by_key.remove(&key);
+                    if let (true, Side::Host, Some(w)) = (n.dir, key.0, &self.watch) {
+                        w.unwatch(&key.1);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,802 @@
+//! The FUSE operations (`impl Filesystem for View`): each request counted
+//! and answered, the larger ones through the helpers of the files beside.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow,
+};
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use crate::sys;
+use crate::view::budget;
+use crate::view::counts::Op;
+
+use super::attr::{host_mode, host_owner_stays, kill_priv, negative, stored_id, timestamps};
+use super::host::{beneath, errno, is_dir, open_flags, resolve, split, writes, Side};
+use super::table::Handle;
+use super::{ParentMemo, View, TTL};
+
+impl Filesystem for View {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.counts.add(Op::Lookup);
+        let mut negative_ttl = None;
+        let r = (|| {
+            let (pside, prel, _) = self.node(parent)?;
+            let rel = prel.join(name);
+            negative_ttl = Some(self.ttl(pside, &rel));
+            let (side, _) = self.find(pside, &rel)?;
+            Ok((self.remember(side, &rel)?, self.ttl(side, &rel)))
+        })();
+        match (r, negative_ttl) {
+            (Ok((a, ttl)), _) => reply.entry(&ttl, &a, Generation(0)),
+            // A negative entry: the kernel remembers the absence as long as
+            // it would remember a presence. Creating the name through the
+            // view replaces it; a host-side create is invalidated by the
+            // watcher.
+            (Err(Errno::ENOENT), Some(ttl)) => reply.entry(&ttl, &negative(), Generation(0)),
+            (Err(e), _) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.counts.add(Op::Getattr);
+        if let Some(f) = fh.and_then(|fh| self.file(fh).ok()) {
+            match rustix::fs::fstat(&*f) {
+                Ok(st) => {
+                    let ttl = self.node(ino).map_or(TTL, |(side, rel, _)| self.ttl(side, &rel));
+                    self.note(ino.0, &st);
+                    let side = self.node_any(ino).map_or(Side::Host, |n| n.0);
+                    return reply.attr(&ttl, &self.shown(ino.0, side, &st));
+                }
+                Err(e) => return reply.error(errno(e)),
+            }
+        }
+        let r = match self.handle_stat(ino) {
+            Some(r) => r,
+            None => self.node_stat(ino).map(|(side, rel, st)| (side, rel, st, false)),
+        };
+        match r {
+            Ok((side, rel, st, gone)) => {
+                self.note(ino.0, &st);
+                let ttl = if gone { TTL } else { self.ttl(side, &rel) };
+                reply.attr(&ttl, &self.shown(ino.0, side, &st))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.counts.add(Op::Forget);
+        self.forget_node(ino, nlookup)
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.counts.add(Op::Setattr);
+        let (asked_uid, asked_gid) = (uid, gid);
+        self.guest_changes(ino);
+        let (uid, gid) = if self.raw {
+            (uid, gid)
+        } else {
+            (stored_id(uid), stored_id(gid))
+        };
+        let r = (|| {
+            let (side, rel, protected, gone) = self.node_any(ino)?;
+            let pre = match self.handle_stat(ino) {
+                Some(Ok((_, _, st, _))) => Some(st),
+                _ => self.stat(side, &rel).ok(),
+            };
+            if protected {
+                log::warn!(
+                    "git sentry: refused changing attributes of {}",
+                    crate::display::escape_path(&rel)
+                );
+                return Err(Errno::EPERM);
+            }
+            // An owner the host file may not get, and the mode bits it may
+            // not get, are kept Domain-side (shown inside); the host file
+            // gets the rest.
+            let (uid, gid) = if host_owner_stays(side, uid, gid) {
+                (None, None)
+            } else {
+                (uid, gid)
+            };
+            if size.is_some() && side == Side::Host && !gone && !rel.as_os_str().is_empty() {
+                // Not a file a host process is writing (or has locked).
+                self.not_in_use_on_host(ino.0, &rel)?;
+            }
+            let own = match self.cached_fd(ino) {
+                Some(fw) => Some(fw),
+                // A file whose names are gone: through its handle.
+                None if gone => Some((self.node_file(ino, false)?, false)),
+                None => None,
+            };
+            if let Some((f, w)) = own {
+                // The node's own fd: no path walks.
+                if let Some(sz) = size {
+                    let wf = if w {
+                        f.clone()
+                    } else {
+                        self.node_file_with(ino, true, false)?
+                    };
+                    self.not_locked_on_host(ino, &wf)?;
+                    let st = rustix::fs::fstat(&*wf).map_err(errno)?;
+                    self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
+                    kill_priv(&*wf)?;
+                    wf.set_len(sz).map_err(errno)?;
+                }
+                if let Some(m) = mode {
+                    let d = is_dir(&rustix::fs::fstat(&*f).map_err(errno)?);
+                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(host_mode(side, m, d))).map_err(errno)?;
+                }
+                if uid.is_some() || gid.is_some() {
+                    sys::fchown(&*f, uid, gid).map_err(errno)?;
+                }
+                if atime.is_some() || mtime.is_some() {
+                    rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
+                }
+                let ttl = if gone { TTL } else { self.ttl(side, &rel) };
+                let st = rustix::fs::fstat(&*f).map_err(errno)?;
+                return Ok((st, ttl, side, pre));
+            }
+            let (parent, name) = split(&rel);
+            let d = self.dir(side, parent)?;
+            let target = if rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                Path::new(name)
+            };
+            let d = if rel.as_os_str().is_empty() {
+                self.dir(side, &rel)?
+            } else {
+                d
+            };
+            if let Some(sz) = size {
+                match fh.and_then(|fh| self.file(fh).ok()) {
+                    Some(f) => {
+                        kill_priv(&*f)?;
+                        f.set_len(sz).map_err(errno)?
+                    }
+                    None => {
+                        let fd = rustix::fs::openat2(
+                            &d,
+                            target,
+                            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                            Mode::empty(),
+                            resolve(),
+                        )
+                        .map_err(errno)?;
+                        self.not_locked_on_host(ino, &fd)?;
+                        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+                        self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
+                        kill_priv(&fd)?;
+                        rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
+                    }
+                }
+            }
+            if let Some(m) = mode {
+                let fd = rustix::fs::openat2(
+                    &d,
+                    target,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    resolve(),
+                );
+                match fd {
+                    Ok(fd) => {
+                        use std::os::unix::fs::PermissionsExt;
+                        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+                        if st.st_mode & sys::S_IFMT != sys::S_IFLNK {
+                            let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
+                            std::fs::set_permissions(
+                                proc,
+                                std::fs::Permissions::from_mode(host_mode(side, m, is_dir(&st))),
+                            )
+                            .map_err(errno)?;
+                        }
+                    }
+                    Err(e) => return Err(errno(e)),
+                }
+            }
+            if uid.is_some() || gid.is_some() {
+                sys::lchownat(&d, target, uid, gid).map_err(errno)?;
+            }
+            if atime.is_some() || mtime.is_some() {
+                let times = timestamps(atime, mtime);
+                rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+            }
+            Ok((self.stat(side, &rel)?, self.ttl(side, &rel), side, pre))
+        })();
+        match r {
+            Ok((st, ttl, side, pre)) => {
+                if side == Side::Host && (mode.is_some() || asked_uid.is_some() || asked_gid.is_some()) {
+                    self.keep_guest(&st, mode, asked_uid, asked_gid);
+                }
+                self.note(ino.0, &st);
+                if let Some(pre) = pre {
+                    if let (Some(b), Some(_)) = (self.budget_for(side), size) {
+                        b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+                    }
+                    self.changed(ino.0, &pre, &st);
+                }
+                reply.attr(&ttl, &self.shown(ino.0, side, &st))
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.counts.add(Op::Readlink);
+        let r = (|| {
+            let (side, rel, _) = self.node(ino)?;
+            let (parent, name) = split(&rel);
+            let d = self.dir(side, parent)?;
+            rustix::fs::readlinkat(&d, name, Vec::new()).map_err(errno)
+        })();
+        match r {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.counts.add(Op::Mknod);
+        let _shape = self.shape_guard(name);
+        let (side, rel, d) = match self.prepare_new(parent, name, false) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        let ft = rustix::fs::FileType::from_raw_mode(mode);
+        match rustix::fs::mknodat(
+            &d,
+            name,
+            ft,
+            Mode::from_raw_mode(host_mode(side, mode, false)),
+            rdev as u64,
+        ) {
+            Ok(()) => {
+                self.keep_new_mode(side, &d, name, mode);
+                if let Err(e) = self.own_new(req, &d, name) {
+                    return reply.error(e);
+                }
+                self.entry_reply(side, &rel, &d, name, reply)
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        self.counts.add(Op::Mkdir);
+        let _shape = self.shape_guard(name);
+        let (side, rel, d) = match self.prepare_new(parent, name, true) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
+            Ok(()) => {
+                self.keep_new_mode(side, &d, name, mode);
+                if let Err(e) = self.own_new(req, &d, name) {
+                    return reply.error(e);
+                }
+                self.entry_reply(side, &rel, &d, name, reply)
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Unlink);
+        self.remove(parent, name, false, reply)
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Rmdir);
+        self.remove(parent, name, true, reply)
+    }
+
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        self.counts.add(Op::Symlink);
+        let _shape = self.shape_guard(link_name);
+        let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        if side == Side::Host && self.in_host_git_dir(&rel) {
+            log::warn!(
+                "git sentry: refused a symlink inside a Git directory: {}",
+                crate::display::escape_path(&rel)
+            );
+            return reply.error(Errno::EPERM);
+        }
+        match rustix::fs::symlinkat(target, &d, link_name) {
+            Ok(()) => match self.own_new(req, &d, link_name) {
+                Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
+                Err(e) => reply.error(e),
+            },
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Rename);
+        let _shape = self.shape_guard(newname);
+        let r = self.rename_entry(parent, name, newparent, newname, flags);
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+        self.counts.add(Op::Link);
+        let r = (|| {
+            let (side, rel, protected) = self.node(ino)?;
+            if protected {
+                log::warn!(
+                    "git sentry: refused a hard link to {}",
+                    crate::display::escape_path(&rel)
+                );
+                return Err(Errno::EPERM);
+            }
+            let _shape = self.shape_guard(newname);
+            let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
+            if nside != side {
+                return Err(Errno::EXDEV);
+            }
+            let (parent, name) = split(&rel);
+            let d1 = self.dir(side, parent)?;
+            rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
+            Ok((side, nrel, d2))
+        })();
+        match r {
+            Ok((side, nrel, d2)) => self.entry_reply(side, &nrel, &d2, newname, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn init(&mut self, _req: &Request, config: &mut fuser::KernelConfig) -> io::Result<()> {
+        use fuser::InitFlags;
+        if config.capabilities().contains(InitFlags::FUSE_NO_OPEN_SUPPORT) {
+            self.no_open.store(true, Ordering::Relaxed);
+        }
+        // A safety net under the watcher: a changed mtime or size seen on
+        // any attribute refresh drops the file's cached pages.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        // Set-id bits are cleared here (chown by the host kernel, write and
+        // truncate by `kill_priv`), which spares the kernel a GETATTR and a
+        // SETATTR around every chown.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
+        // A listing answers the lookups of its entries too (one request per
+        // page of entries, not one per entry).
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        Ok(())
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(Op::Open);
+        if self.no_open.load(Ordering::Relaxed) {
+            // The kernel takes this as "opens need no round trip" from now on.
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = (|| {
+            let (side, rel, protected) = self.node(ino)?;
+            if protected && writes(flags.0) {
+                log::warn!(
+                    "git sentry: refused opening {} for writing",
+                    crate::display::escape_path(&rel)
+                );
+                return Err(Errno::EPERM);
+            }
+            let p = if rel.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                rel.as_path()
+            };
+            let counted = self.budget_for(side).filter(|_| flags.0 & sys::O_TRUNC != 0);
+            let pre = counted.and_then(|_| self.stat(side, &rel).ok());
+            let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
+            if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
+                b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+            }
+            Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
+        })();
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.counts.add(Op::Read);
+        let r = self.handle_or_node(fh, ino, false).and_then(|f| {
+            let mut buf = vec![0u8; size as usize];
+            let mut n = 0;
+            while n < buf.len() {
+                match f.read_at(&mut buf[n..], offset + n as u64) {
+                    Ok(0) => break,
+                    Ok(k) => n += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(errno(e)),
+                }
+            }
+            buf.truncate(n);
+            if let Ok(st) = rustix::fs::fstat(&*f) {
+                self.saw(ino.0, &st);
+            }
+            Ok(buf)
+        });
+        match r {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: fuser::WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.counts.add(Op::Write);
+        self.guest_changes(ino);
+        match self.handle_or_node(fh, ino, true).and_then(|f| {
+            self.not_locked_on_host(ino, &f)?;
+            let pre = rustix::fs::fstat(&*f).map_err(errno)?;
+            self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+            let room = match self.budget_of(ino) {
+                Some(b) => Some(b.reserve(budget::growth(&pre, offset, data.len() as u64))?),
+                None => None,
+            };
+            kill_priv(&*f)?;
+            let wrote = f.write_all_at(data, offset).map_err(errno);
+            if let Ok(st) = rustix::fs::fstat(&*f) {
+                if let Some(r) = room {
+                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                if wrote.is_ok() {
+                    self.changed(ino.0, &pre, &st);
+                }
+            }
+            wrote
+        }) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
+        self.counts.add(Op::Flush);
+        // Nothing is buffered here; the kernel stops sending FLUSH. (gVisor
+        // keeps its fds of the view open after the guest closes, so FLUSH
+        // would say little: write fds go when idle, `WRITE_IDLE`.)
+        reply.error(Errno::ENOSYS)
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Release);
+        self.t.lock().unwrap().handles.remove(&fh.0);
+        reply.ok()
+    }
+
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        self.counts.add(Op::Fsync);
+        let r = self.handle_or_node(fh, ino, false).and_then(|f| {
+            if datasync {
+                f.sync_data().map_err(errno)
+            } else {
+                f.sync_all().map_err(errno)
+            }
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.counts.add(Op::Opendir);
+        match self.node(ino) {
+            Ok(_) => {
+                let fh = self.add_handle(Handle::Dir(Arc::new(Vec::new())));
+                // The kernel keeps listings until the directory changes
+                // (through the view, or on the host: see fusewatch).
+                reply.opened(
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+                )
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        self.counts.add(Op::Readdir);
+        let list = match self.listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        for (i, (ino, ft, name)) in list.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), (i + 1) as u64, *ft, name) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.counts.add(Op::Readdirplus);
+        let _memo = ParentMemo::enter();
+        let list = match self.listing(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let Ok((side, rel, _)) = self.node(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        for (i, (ent_ino, _, name)) in list.iter().enumerate().skip(offset as usize) {
+            let off = (i + 1) as u64;
+            if name == "." || name == ".." {
+                // Not looked up by the kernel: attributes only for the form.
+                let mut a = negative();
+                a.ino = INodeNo(*ent_ino);
+                a.kind = FileType::Directory;
+                if reply.add(INodeNo(*ent_ino), off, name, &Duration::ZERO, &a, Generation(0)) {
+                    break;
+                }
+                continue;
+            }
+            // The entry exactly as a LOOKUP would answer it (the same rules).
+            let child = rel.join(name);
+            let found = self.find(side, &child);
+            let Ok(a) = found.and_then(|(eside, _)| Ok((eside, self.remember(eside, &child)?))) else {
+                // Gone since the listing: a plain entry the kernel looks up.
+                let mut a = negative();
+                a.ino = INodeNo(0);
+                if reply.add(INodeNo(0), off, name, &Duration::ZERO, &a, Generation(0)) {
+                    break;
+                }
+                continue;
+            };
+            let (eside, a) = a;
+            if reply.add(a.ino, off, name, &self.ttl(eside, &child), &a, Generation(0)) {
+                // Not sent: the kernel did not get this lookup.
+                self.forget(_req, a.ino, 1);
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Fallocate);
+        let r = self.handle_or_node(fh, ino, true).and_then(|f| {
+            self.not_locked_on_host(ino, &f)?;
+            let pre = rustix::fs::fstat(&*f).map_err(errno)?;
+            // Punching, zeroing or collapsing a range drops bytes; plain
+            // allocation keeps them.
+            if mode as u32 & !rustix::fs::FallocateFlags::KEEP_SIZE.bits() != 0 {
+                self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+            }
+            let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+            let room = match self.budget_of(ino) {
+                Some(b) => Some(b.reserve(budget::fallocate_growth(&pre, fl, offset, length))?),
+                None => None,
+            };
+            kill_priv(&*f)?;
+            let done = rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno);
+            if let Ok(st) = rustix::fs::fstat(&*f) {
+                if let Some(r) = room {
+                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                if done.is_ok() {
+                    self.changed(ino.0, &pre, &st);
+                }
+            }
+            done
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
+        self.counts.add(Op::Getxattr);
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::getxattr(&p, name, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
+        self.counts.add(Op::Listxattr);
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::listxattr(&p, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.counts.add(Op::Setxattr);
+        if !self.raw {
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let fl = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
+            rustix::fs::setxattr(&p, name, value, fl).map_err(errno)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.counts.add(Op::Removexattr);
+        if !self.raw {
+            return reply.error(Errno::ENOSYS);
+        }
+        let r = self
+            .xattr_path(ino)
+            .and_then(|(p, _keep)| rustix::fs::removexattr(&p, name).map_err(errno));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.counts.add(Op::Releasedir);
+        self.t.lock().unwrap().handles.remove(&fh.0);
+        reply.ok()
+    }
+
+    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.counts.add(Op::Fsyncdir);
+        reply.ok()
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.counts.add(Op::Statfs);
+        match rustix::fs::fstatvfs(&self.host) {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.counts.add(Op::Create);
+        let r = self.create_entry(req, parent, name, mode, flags);
+        match r {
+            Ok((a, ttl, fh)) => reply.created(&ttl, &a, Generation(0), FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! Serving views: mounting one, the writer reaper and the watcher thread
+//! (host-side changes become kernel invalidations and relayed paths), and
+//! the supervisor's entry points that read the views and serve them.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use fuser::INodeNo;
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use crate::sys;
+use crate::view::budget::Budget;
+use crate::view::counts::Counts;
+use crate::view::ignored::IgnoreRules;
+use crate::view::sentry::Sentry;
+use crate::view::watch::{Inval, Watches};
+
+use super::attr::set_guest_owner;
+use super::host::{resolve, split, Side};
+use super::table::{told, Tables, WRITE_IDLE};
+use super::{GuestChanged, View};
+
+/// A served view; dropping it stops serving (the mount goes with the
+/// supervisor's mount namespace).
+pub struct Served {
+    _session: fuser::BackgroundSession,
+    counts: Arc<Counts>,
+    mountpoint: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.counts.write_out(&self.mountpoint);
+    }
+}
+
+impl Served {
+    /// The session's server loop returned: the connection is gone.
+    pub fn ended(&self) -> bool {
+        self._session.guard.is_finished()
+    }
+}
+
+/// Mounts `view` at `mountpoint` (in the caller's mount namespace, where it
+/// must be root of its user namespace) and serves it on background threads.
+pub fn serve(view: View, mountpoint: &Path, relay: Option<Relay>) -> io::Result<Served> {
+    let dev = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse")?;
+    let data = format!("fd={},rootmode=40000,user_id=0,group_id=0,allow_other", dev.as_raw_fd());
+    crate::sys::mount(
+        "lazaret",
+        mountpoint,
+        "fuse",
+        sys::MS_NOSUID | sys::MS_NODEV,
+        Some(&data),
+    )?;
+    let mut cfg = fuser::Config::default();
+    cfg.n_threads = Some(2);
+    cfg.clone_fd = true;
+    let watched = match &view.watch {
+        Some(w) => Some((w.clone(), view.t.clone(), view.host.try_clone()?)),
+        None => None,
+    };
+    let guest_changed = view.guest_changed.clone();
+    let counts = view.counts.clone();
+    let tables = Arc::downgrade(&view.t);
+    std::thread::Builder::new().name("view-writers".into()).spawn(move || {
+        // Ends with the view (its tables dropped).
+        while let Some(t) = tables.upgrade() {
+            t.lock().unwrap().drop_idle_writers();
+            drop(t);
+            std::thread::sleep(WRITE_IDLE / 4);
+        }
+    })?;
+    let session = fuser::Session::from_fd(view, OwnedFd::from(dev), fuser::SessionACL::All, cfg)?;
+    if let Some((w, t, host)) = watched {
+        let notifier = session.notifier();
+        std::thread::Builder::new()
+            .name("view-watch".into())
+            .spawn(move || watch_loop(&w, &t, &host, &notifier, relay.as_ref().map(|r| (r, &*guest_changed))))?;
+    }
+    Ok(Served {
+        _session: session.spawn()?,
+        counts,
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}
+
+/// The watcher thread: host-side changes become kernel invalidations. Never
+/// holds the tables while notifying (the kernel may wait for a request the
+/// server threads are answering).
+fn watch_loop(
+    w: &Watches,
+    t: &Mutex<Tables>,
+    host: &OwnedFd,
+    notifier: &fuser::Notifier,
+    relay: Option<(&Relay, &GuestChanged)>,
+) {
+    let node_of = |rel: &Path| -> Option<u64> {
+        if rel.as_os_str().is_empty() {
+            return Some(1);
+        }
+        t.lock().unwrap().by_key.get(&(Side::Host, rel.to_path_buf())).copied()
+    };
+    loop {
+        let events = match w.read() {
+            Ok(ev) => ev,
+            Err(e) => {
+                log::warn!("workspace view: watcher stopped ({e}); host edits show up within 1 s");
+                w.set_unhealthy();
+                invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
+                return;
+            }
+        };
+        for ev in &events {
+            if ev.mask & sys::IN_IGNORED != 0 {
+                w.dropped(ev.wd);
+            }
+        }
+        let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
+        if let Some((tx, own)) = relay {
+            for rel in crate::view::watch::relayed(&events, &|wd| w.dir_of(wd)) {
+                if !own.recent(&rel) {
+                    let _ = tx.send(rel);
+                }
+            }
+        }
+        let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
+        if plan.contains(&Inval::All) {
+            invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
+        } else {
+            invalidate(&plan, notifier);
+        }
+    }
+}
+
+/// Whether host event `ev` tells the kernel nothing it does not hold:
+/// - an attribute change after which the file stats exactly as the view
+///   last told the kernel (typically the view's own chown, chmod or utimes,
+///   answered with the new attributes);
+/// - the creation of a name the view itself just made (the kernel got the
+///   entry in the reply, and dropped the directory's cached attributes and
+///   listing itself), still the same host file.
+///
+/// Anything else, or anything that cannot be checked, is invalidated.
+fn already_known(ev: &crate::view::watch::Event, w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
+    let m = ev.mask & !crate::sys::IN_ISDIR;
+    if ev.name.is_empty() || (m != crate::sys::IN_ATTRIB && m != crate::sys::IN_CREATE) {
+        return false;
+    }
+    let Some(dir) = w.dir_of(ev.wd) else { return false };
+    let rel = dir.join(&ev.name);
+    let key = (Side::Host, rel);
+    let (id, was, made, host_ino) = {
+        let t = t.lock().unwrap();
+        let Some(&id) = t.by_key.get(&key) else { return false };
+        match t.nodes.get(&id) {
+            Some(n) if !n.gone => (id, n.told, n.made_here, n.host_ino),
+            _ => return false,
+        }
+    };
+    let p = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir.as_path()
+    };
+    let st = match rustix::fs::openat2(
+        host,
+        p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve(),
+    )
+    .and_then(|d| rustix::fs::statat(&d, ev.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW))
+    {
+        Ok(st) => st,
+        Err(_) => return false,
+    };
+    if m == crate::sys::IN_ATTRIB {
+        return was == Some(told(&st));
+    }
+    if !made || st.st_ino != host_ino {
+        return false;
+    }
+    // Once per creation: a later IN_CREATE of the name is the host's.
+    let mut t = t.lock().unwrap();
+    match t.nodes.get_mut(&id) {
+        Some(n) if n.made_here => {
+            n.made_here = false;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Every live host node as (id, parent id, name).
+fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
+    let t = t.lock().unwrap();
+    t.nodes
+        .iter()
+        .filter(|(_, n)| n.side == Side::Host && !n.gone)
+        .map(|(&id, n)| {
+            let (parent, name) = split(&n.rel);
+            let pid = if parent.as_os_str().is_empty() {
+                Some(1)
+            } else {
+                t.by_key.get(&(Side::Host, parent.to_path_buf())).copied()
+            };
+            (id, pid.filter(|_| id != 1), name.to_os_string())
+        })
+        .collect()
+}
+
+fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
+    for i in plan {
+        // ENOENT: the kernel no longer holds it, which is just as good.
+        let _ = match i {
+            Inval::Entry { parent, name } => n.inval_entry(INodeNo(*parent), name),
+            Inval::Inode(id) => n.inval_inode(INodeNo(*id), 0, 0),
+            Inval::All => Ok(()),
+        };
+    }
+}
+
+/// Why the workspace views could not be served: a variant per step.
+/// `Display` is the sentence the supervisor reports.
+#[derive(Debug)]
+pub enum ViewError {
+    /// The coordinator's `--views` file.
+    Plan(crate::wire::FileError),
+    /// The repository layout of a view's source.
+    Layout(crate::view::sentry::GitError),
+    /// The ignored store: sticky names, rules history, the rules walk.
+    Ignored(crate::view::ignored::IgnoredError),
+    /// Copying host-tool files into the store (`hosttool`).
+    HostConfig(std::io::Error),
+    /// Opening a view's source directory.
+    Open(PathBuf, io::Error),
+    /// Mounting a view (its mount point).
+    Serve(PathBuf, io::Error),
+}
+
+impl std::fmt::Display for ViewError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            ViewError::Plan(e) => write!(f, "reading the views: {e}"),
+            ViewError::Layout(e) => write!(f, "{e}"),
+            ViewError::Ignored(e) => write!(f, "{e}"),
+            ViewError::HostConfig(e) => write!(f, "copying host-tool files into the Domain: {e}"),
+            ViewError::Open(p, e) => write!(f, "opening {} for the workspace view: {e}", p.display()),
+            ViewError::Serve(p, e) => write!(
+                f,
+                "serving the workspace view at {}: {e} (run `lazaret doctor`: /dev/fuse must be usable)",
+                p.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ViewError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ViewError::Plan(e) => Some(e),
+            ViewError::Layout(e) => Some(e),
+            ViewError::Ignored(e) => Some(e),
+            ViewError::HostConfig(e) | ViewError::Open(_, e) | ViewError::Serve(_, e) => Some(e),
+        }
+    }
+}
+
+/// Where the workspace view sends the host paths (view-relative) whose
+/// host-side changes watchers inside should hear of (`crate::view::watch::relayed`).
+pub type Relay = std::sync::mpsc::Sender<PathBuf>;
+
+/// The supervisor's part: reads the coordinator's `--views` file and serves
+/// every view; the workspace view (the first) relays host changes to
+/// `relay`. Called as root of the supervisor's user namespace, before
+/// runsc starts.
+/// Serves the Domain storage directory `dir` (a persisted path's
+/// `anchor/KEY`) at `mountpoint` as a storage view counted against
+/// `budget` (`View::storage`).
+pub fn start_storage_view(dir: &Path, mountpoint: &Path, budget: Arc<Budget>) -> Result<Served, ViewError> {
+    crate::sys::umask(0);
+    crate::sys::raise_nofile();
+    let view = View::storage(dir)
+        .map_err(|e| ViewError::Open(dir.to_path_buf(), e))?
+        .with_budget(budget, true);
+    serve(view, mountpoint, None).map_err(|e| ViewError::Serve(mountpoint.to_path_buf(), e))
+}
+
+/// `budget`: the Domain's disk budget, which every ignored store counts
+/// against.
+pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget>>) -> Result<Vec<Served>, ViewError> {
+    let mut relay = relay;
+    let (owner, specs) = crate::wire::plan::read_views(file).map_err(ViewError::Plan)?;
+    // Modes the sandbox asks for are applied as given (the guest applied its umask).
+    crate::sys::umask(0);
+    // Cached per-node fds (FD_CACHE per view) and gVisor's many opens.
+    crate::sys::raise_nofile();
+    // The read-lease probe of `not_in_use_on_host`: a lease broken in its
+    // instant must not kill the supervisor (SIGIO's default).
+    crate::sys::ignore_signal(crate::sys::SIGIO);
+    set_guest_owner(owner);
+    let mut served = Vec::new();
+    let workspace = specs.first().map(|v| v.source.clone());
+    for v in specs {
+        let (v, exec) = crate::view::hosttool::prepare_view(v, workspace.as_deref()).map_err(ViewError::HostConfig)?;
+        let store = match &v.store {
+            Some(dir) => {
+                use ViewError::Ignored;
+                let layout = crate::view::sentry::discover(&v.source).map_err(ViewError::Layout)?;
+                let sticky = crate::view::ignored::sticky_file(dir);
+                let previous = crate::view::ignored::read_sticky(&sticky).map_err(Ignored)?;
+                let hist_file = crate::view::ignored::rules_history_file(dir);
+                let history = crate::view::ignored::read_rules_history(&hist_file).map_err(Ignored)?;
+                let rules = IgnoreRules::load_with_history(
+                    &v.source,
+                    layout.git_dir(),
+                    layout.common_dir(),
+                    &previous,
+                    &history,
+                )
+                .map_err(Ignored)?;
+                crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(Ignored)?;
+                crate::view::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(Ignored)?;
+                crate::view::hosttool::seed_store(&v.source, dir, &v.host_config, &rules)
+                    .map_err(ViewError::HostConfig)?;
+                Some((dir.as_path(), rules.with_host_tool(v.host_config.clone())))
+            }
+            None => None,
+        };
+        let sentry = Sentry::for_view(&v.source, v.git_root);
+        let counted = store.is_some();
+        let mut view = View::new(&v.source, store, sentry)
+            .map_err(|e| ViewError::Open(v.source.clone(), e))?
+            .with_hooks(v.protect.clone())
+            .with_exec(exec);
+        if let (Some(b), true) = (budget, counted) {
+            view = view.with_budget(b.clone(), false);
+        }
+        served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
+    }
+    Ok(served)
+}

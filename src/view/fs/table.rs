@@ -1,0 +1,175 @@
+//! The node table: a node per file the kernel knows (its paths, handle,
+//! cached fd, what the kernel was told), the open handles, and the
+//! bookkeeping of cached fds, write fds and held handles.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::FileType;
+
+use super::host::{is_dir, Side};
+
+/// A cached write fd goes once unused this long (gVisor keeps its own fds
+/// of a file open after the guest closed it, so the kernel's FLUSH comes
+/// late): a host `exec` of a file the sandbox wrote is not `Text file busy`.
+pub(super) const WRITE_IDLE: Duration = Duration::from_secs(1);
+
+pub(super) struct Node {
+    pub(super) side: Side,
+    pub(super) rel: PathBuf,
+    /// More view paths of the same file (hard links the kernel looked up).
+    pub(super) aliases: Vec<PathBuf>,
+    /// No path names the file any more (removed, overwritten): path
+    /// operations fail, its handle serves reads, writes and attributes.
+    pub(super) gone: bool,
+    /// Ever seen at a protected path (sticks across hard links).
+    pub(super) protected: bool,
+    pub(super) lookups: u64,
+    pub(super) dir: bool,
+    /// The host (or store) file the node stands for: (device, inode).
+    pub(super) host_dev: u64,
+    pub(super) host_ino: u64,
+    /// An `O_PATH` handle of the file (not for directories), kept until the
+    /// kernel forgets the node: the node is this file whatever happens to
+    /// its names, as an open fd on a plain bind is (`reopen`).
+    pub(super) file: Option<Arc<OwnedFd>>,
+    /// Cached fd for handle-less reads and writes, and whether it writes.
+    /// A write fd is kept only until the kernel's next FLUSH of the node.
+    pub(super) fd: Option<(Arc<File>, bool)>,
+    /// The attributes last sent to the kernel for this node.
+    pub(super) told: Option<Told>,
+    /// Made by the view (mkdir, mknod, symlink, link, an exclusive create)
+    /// and its host IN_CREATE not seen yet.
+    pub(super) made_here: bool,
+    /// The file's version (`version`) when the guest last read or changed
+    /// it through the view: a host file changed since then by a host
+    /// process is not overwritten in place from inside (`fresh_for_write`).
+    pub(super) seen: Version,
+}
+
+/// A host file's version as far as the view can tell: size, mtime, ctime.
+pub(super) type Version = [i64; 5];
+
+pub(super) fn version(st: &rustix::fs::Stat) -> Version {
+    [
+        st.st_size,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ]
+}
+
+/// What the kernel caches of a file's attributes, as compared by the
+/// watcher: an attribute event after which the file still stats exactly as
+/// last told changed nothing the kernel holds.
+pub(super) type Told = [i64; 10];
+
+pub(super) fn told(st: &rustix::fs::Stat) -> Told {
+    [
+        st.st_ino as i64,
+        st.st_mode as i64,
+        st.st_uid as i64,
+        st.st_gid as i64,
+        st.st_size,
+        st.st_nlink as i64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+    ]
+}
+
+impl Node {
+    pub(super) fn new(side: Side, rel: PathBuf, st: &rustix::fs::Stat) -> Node {
+        Node {
+            side,
+            rel,
+            gone: false,
+            protected: false,
+            lookups: 0,
+            dir: is_dir(st),
+            aliases: Vec::new(),
+            host_dev: st.st_dev,
+            host_ino: st.st_ino,
+            file: None,
+            fd: None,
+            told: None,
+            made_here: false,
+            seen: version(st),
+        }
+    }
+}
+
+pub(super) enum Handle {
+    File(Arc<File>),
+    Dir(Arc<Vec<(u64, FileType, OsString)>>),
+}
+
+pub(super) struct Tables {
+    pub(super) nodes: HashMap<u64, Node>,
+    /// Live nodes by (side, view path). A node id is never reused, and a
+    /// path gets a new id once its node is gone (removed, overwritten), so
+    /// the kernel and gVisor never see one id for two different files.
+    pub(super) by_key: HashMap<(Side, PathBuf), u64>,
+    pub(super) next_id: u64,
+    pub(super) handles: HashMap<u64, Handle>,
+    pub(super) next_fh: u64,
+    /// Nodes with a cached fd, oldest first (may hold stale ids).
+    pub(super) fd_order: VecDeque<u64>,
+    pub(super) cached_fds: usize,
+    /// Non-directory nodes by (side, device, inode): hard links the kernel
+    /// looks up are one node, one inode number, one set of attributes.
+    pub(super) by_ino: HashMap<(Side, u64, u64), u64>,
+    /// Nodes holding an `O_PATH` handle (`Node::file`).
+    pub(super) handles_held: usize,
+    /// Nodes with a cached write fd, and when it last served a write.
+    pub(super) writers: HashMap<u64, std::time::Instant>,
+}
+
+impl Tables {
+    pub(super) fn drop_write_fd(&mut self, id: u64) {
+        self.writers.remove(&id);
+        if let Some(n) = self.nodes.get_mut(&id) {
+            if matches!(n.fd, Some((_, true))) {
+                n.fd = None;
+                self.cached_fds -= 1;
+            }
+        }
+    }
+
+    /// Drops the write fds unused for `WRITE_IDLE` (the reaper thread).
+    pub(super) fn drop_idle_writers(&mut self) {
+        let idle: Vec<u64> = self
+            .writers
+            .iter()
+            .filter(|(_, t)| t.elapsed() >= WRITE_IDLE)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            self.drop_write_fd(id);
+        }
+    }
+
+    /// View path `rel` no longer names node `id`'s file: another path of
+    /// it becomes its name, or, with none left, the node is gone.
+    pub(super) fn detach(&mut self, id: u64, side: Side, rel: &Path) {
+        let key = (side, rel.to_path_buf());
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        }
+        let Some(n) = self.nodes.get_mut(&id) else { return };
+        n.aliases.retain(|a| a != rel);
+        if n.rel == rel {
+            match n.aliases.pop() {
+                Some(a) => n.rel = a,
+                None => n.gone = true,
+            }
+        }
+    }
+}
