@@ -475,30 +475,92 @@ impl IgnoreRules {
                 d = p.parent();
             }
         }
+        let Some((last, parents)) = comps.split_last() else {
+            return false;
+        };
         let mut prefix = PathBuf::new();
-        // Below a matching directory kept only for its tracked content,
-        // everything else is ignored, as Git never looks inside it.
-        let mut below_match = false;
-        for (i, c) in comps.iter().enumerate() {
+        for c in parents {
             prefix.push(c.as_os_str());
-            if i + 1 == comps.len() {
-                return last_dir.iter().any(|&dir| {
-                    (below_match || self.matches_rules(&prefix, dir))
-                        && !if dir {
-                            self.verified_dirs.contains(&prefix)
-                        } else {
-                            self.verified.contains(&prefix)
-                        }
-                });
-            }
+        }
+        let Some(below_match) = AncestorMemo::get(self, &prefix, || self.ancestors(parents)) else {
+            return true;
+        };
+        prefix.push(last.as_os_str());
+        last_dir.iter().any(|&dir| {
+            (below_match || self.matches_rules(&prefix, dir))
+                && !if dir {
+                    self.verified_dirs.contains(&prefix)
+                } else {
+                    self.verified.contains(&prefix)
+                }
+        })
+    }
+
+    /// What the rules say of the directories `parents` (a path's leading
+    /// components) for an entry below them: `None` when one of them is
+    /// ignored, else whether one matched and is kept only for its tracked
+    /// content (below it everything else is ignored, as Git never looks
+    /// inside it).
+    fn ancestors(&self, parents: &[Component]) -> Option<bool> {
+        let mut prefix = PathBuf::new();
+        let mut below_match = false;
+        for c in parents {
+            prefix.push(c.as_os_str());
             if below_match || self.matches_rules(&prefix, true) {
                 if !self.verified_dirs.contains(&prefix) {
-                    return true;
+                    return None;
                 }
                 below_match = true;
             }
         }
-        false
+        Some(below_match)
+    }
+}
+
+/// The last verdict of `ancestors`: the rules' address, the directory,
+/// the verdict.
+type Judged = (usize, PathBuf, Option<bool>);
+
+thread_local! {
+    /// Inside an `AncestorMemo` scope (`Some`): the last directory
+    /// `ancestors` judged, if any.
+    static ANCESTORS: std::cell::RefCell<Option<Option<Judged>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// While alive, the rules' verdict on a directory's ancestors is kept on
+/// this thread for the next path below the same directory: one listing's
+/// entries share their parent, and the rules of a view do not change
+/// while it serves (the scope is one request).
+pub struct AncestorMemo;
+
+impl AncestorMemo {
+    pub fn enter() -> AncestorMemo {
+        ANCESTORS.with(|m| *m.borrow_mut() = Some(None));
+        AncestorMemo
+    }
+
+    fn get(rules: &IgnoreRules, parent: &Path, judge: impl FnOnce() -> Option<bool>) -> Option<bool> {
+        let key = rules as *const IgnoreRules as usize;
+        let hit = ANCESTORS.with(|m| match &*m.borrow() {
+            Some(Some((k, p, v))) if *k == key && p == parent => Some(*v),
+            _ => None,
+        });
+        if let Some(v) = hit {
+            return v;
+        }
+        let v = judge();
+        ANCESTORS.with(|m| {
+            if let Some(slot) = m.borrow_mut().as_mut() {
+                *slot = Some((key, parent.to_path_buf(), v));
+            }
+        });
+        v
+    }
+}
+
+impl Drop for AncestorMemo {
+    fn drop(&mut self) {
+        ANCESTORS.with(|m| *m.borrow_mut() = None);
     }
 }
 
@@ -999,6 +1061,56 @@ mod tests {
         assert!(r.is_ignored(Path::new(".venv/bin/python"), false), "info/exclude");
         assert!(!r.is_ignored(Path::new("src/main.rs"), false));
         assert!(!r.is_ignored(Path::new(".git/x.log"), false));
+    }
+
+    /// Inside an `AncestorMemo` scope every answer is the one given
+    /// outside it, whatever order paths come in (siblings, a parent's
+    /// verdict reused, another rules set at the same parent path).
+    #[test]
+    fn ancestor_memo_changes_no_answer() {
+        let r = rules();
+        let other = IgnoreRules::from_texts(Path::new("/ws"), &[("", "src/\n")], "");
+        let paths = [
+            "node_modules/x.js",
+            "node_modules/y.js",
+            "src/main.rs",
+            "src/build",
+            "src/build/x",
+            "src/lib.rs",
+            "build/x",
+            "build/y",
+            "a/b/node_modules/x/y.js",
+            "a/b/node_modules/x/z.js",
+            "big/e000001",
+            "big/e000002",
+            "pkg/.env",
+            "pkg/dist",
+            ".git/x.log",
+            "a.log",
+        ];
+        let plain: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                let p = Path::new(p);
+                (
+                    r.is_ignored_either(p),
+                    r.is_ignored(p, false),
+                    other.is_ignored(p, true),
+                )
+            })
+            .collect();
+        let _memo = AncestorMemo::enter();
+        for _ in 0..2 {
+            for (p, want) in paths.iter().zip(&plain) {
+                let p = Path::new(p);
+                let got = (
+                    r.is_ignored_either(p),
+                    r.is_ignored(p, false),
+                    other.is_ignored(p, true),
+                );
+                assert_eq!(&got, want, "{p:?}");
+            }
+        }
     }
 
     /// The one-walk forms answer exactly what the per-type calls do: the

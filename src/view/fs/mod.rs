@@ -437,14 +437,19 @@ impl View {
 
     /// How long the kernel may keep what it learns about `rel`.
     fn ttl(&self, side: Side, rel: &Path) -> Duration {
-        if side == Side::Store {
-            return TTL_LONG;
-        }
         let parent = if rel.as_os_str().is_empty() {
             rel
         } else {
             rel.parent().unwrap_or(Path::new(""))
         };
+        self.ttl_below(side, parent)
+    }
+
+    /// `ttl` of an entry of directory `parent` on `side`.
+    fn ttl_below(&self, side: Side, parent: &Path) -> Duration {
+        if side == Side::Store {
+            return TTL_LONG;
+        }
         match &self.watch {
             Some(w) if w.is_watched(parent) => TTL_LONG,
             _ => TTL,

@@ -2,7 +2,7 @@
 //! lookups (hard links as one node), what the guest saw of a file, and
 //! keeping the table in step with renames, removals and forgets.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,6 +42,30 @@ impl View {
     /// attributes under its node id.
     pub(super) fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
         let (st, handle) = self.stat_handle(side, rel)?;
+        self.remember_stat(side, rel, &st, handle)
+    }
+
+    /// A lookup's `find` and `remember` on one stat: the entry's side and
+    /// its attributes under its node id. The stat `find` decides by is the
+    /// one the node records (no second stat that could see another file),
+    /// and it takes an `O_PATH` handle only while the node table may keep
+    /// one (`handles_max`); past that a plain `statat` does.
+    pub(super) fn look_up(&self, parent_side: Side, rel: &Path) -> Result<(Side, FileAttr), Errno> {
+        let want = self.t.lock().unwrap().handles_held < self.handles_max;
+        let (side, st, handle) = self.find_with(parent_side, rel, want)?;
+        Ok((side, self.remember_stat(side, rel, &st, handle)?))
+    }
+
+    /// `remember` for an entry already stat'ed (`handle`: its `O_PATH`
+    /// handle from the same stat, if taken).
+    fn remember_stat(
+        &self,
+        side: Side,
+        rel: &Path,
+        st: &rustix::fs::Stat,
+        handle: Option<OwnedFd>,
+    ) -> Result<FileAttr, Errno> {
+        let st = *st;
         let dir = is_dir(&st);
         if dir && side == Side::Host {
             // Watched before the kernel can cache anything below it.

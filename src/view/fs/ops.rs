@@ -25,7 +25,7 @@ use crate::view::counts::Op;
 use super::attr::{host_mode, host_owner_stays, kill_priv, negative, stored_id, timestamps};
 use super::host::{beneath, errno, is_dir, open_flags, resolve, split, writes, Side};
 use super::table::Handle;
-use super::{ParentMemo, View, TTL};
+use super::{ParentMemo, View, TTL, TTL_LONG};
 
 impl Filesystem for View {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -35,8 +35,8 @@ impl Filesystem for View {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
             negative_ttl = Some(self.ttl(pside, &rel));
-            let (side, _) = self.find(pside, &rel)?;
-            Ok((self.remember(side, &rel)?, self.ttl(side, &rel)))
+            let (side, a) = self.look_up(pside, &rel)?;
+            Ok((a, self.ttl(side, &rel)))
         })();
         match (r, negative_ttl) {
             (Ok((a, ttl)), _) => reply.entry(&ttl, &a, Generation(0)),
@@ -603,6 +603,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Readdirplus);
         let _memo = ParentMemo::enter();
+        let _rules_memo = crate::view::ignored::AncestorMemo::enter();
         let list = match self.listing(ino, fh, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),
@@ -610,6 +611,8 @@ impl Filesystem for View {
         let Ok((side, rel, _)) = self.node(ino) else {
             return reply.error(Errno::ENOENT);
         };
+        // Every entry has this parent: `ttl` by side, decided once.
+        let host_ttl = self.ttl_below(Side::Host, &rel);
         for (i, (ent_ino, _, name)) in list.iter().enumerate().skip(offset as usize) {
             let off = (i + 1) as u64;
             if name == "." || name == ".." {
@@ -624,8 +627,7 @@ impl Filesystem for View {
             }
             // The entry exactly as a LOOKUP would answer it (the same rules).
             let child = rel.join(name);
-            let found = self.find(side, &child);
-            let Ok(a) = found.and_then(|(eside, _)| Ok((eside, self.remember(eside, &child)?))) else {
+            let Ok(a) = self.look_up(side, &child) else {
                 // Gone since the listing: a plain entry the kernel looks up.
                 let mut a = negative();
                 a.ino = INodeNo(0);
@@ -635,7 +637,8 @@ impl Filesystem for View {
                 continue;
             };
             let (eside, a) = a;
-            if reply.add(a.ino, off, name, &self.ttl(eside, &child), &a, Generation(0)) {
+            let ttl = if eside == Side::Host { host_ttl } else { TTL_LONG };
+            if reply.add(a.ino, off, name, &ttl, &a, Generation(0)) {
                 // Not sent: the kernel did not get this lookup.
                 self.forget(_req, a.ino, 1);
                 break;

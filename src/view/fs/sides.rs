@@ -3,6 +3,7 @@
 //! scaffolding of host directories, and listings merged from both trees.
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use fuser::{Errno, FileType};
@@ -24,24 +25,44 @@ impl View {
     /// Finds an existing child: the store's entry for an ignored path, else
     /// the host's unless ignored.
     pub(super) fn find(&self, parent_side: Side, rel: &Path) -> Result<(Side, rustix::fs::Stat), Errno> {
+        self.find_with(parent_side, rel, false).map(|(side, st, _)| (side, st))
+    }
+
+    /// `find`, and with `want` the `O_PATH` handle of a non-directory
+    /// from the very stat it returns (`stat_handle`).
+    pub(super) fn find_with(
+        &self,
+        parent_side: Side,
+        rel: &Path,
+        want: bool,
+    ) -> Result<(Side, rustix::fs::Stat, Option<OwnedFd>), Errno> {
+        let look = |side: Side| -> Result<(rustix::fs::Stat, Option<OwnedFd>), Errno> {
+            if want {
+                self.stat_handle(side, rel)
+            } else {
+                Ok((self.stat(side, rel)?, None))
+            }
+        };
         if parent_side == Side::Store {
-            return Ok((Side::Store, self.stat(Side::Store, rel)?));
+            let (st, h) = look(Side::Store)?;
+            return Ok((Side::Store, st, h));
         }
         if let Some(st) = self.git_store_entry(rel) {
-            return Ok((Side::Store, st));
+            return Ok((Side::Store, st, None));
         }
         if self.rules.is_none() {
-            return Ok((Side::Host, self.stat(Side::Host, rel)?));
+            let (st, h) = look(Side::Host)?;
+            return Ok((Side::Host, st, h));
         }
         let maybe = self.ignored_either(rel);
         if maybe {
-            if let Ok(st) = self.stat(Side::Store, rel) {
+            if let Ok((st, h)) = look(Side::Store) {
                 if self.ignored(rel, is_dir(&st)) {
-                    return Ok((Side::Store, st));
+                    return Ok((Side::Store, st, h));
                 }
             }
         }
-        let st = self.stat(Side::Host, rel)?;
+        let (st, h) = look(Side::Host)?;
         if maybe && self.ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
         }
@@ -49,11 +70,11 @@ impl View {
             // A hidden host file under a name the rules do not match (an
             // ancestor was renamed, or .gitignore edited): Domain-side.
             return match self.stat(Side::Store, rel) {
-                Ok(sst) => Ok((Side::Store, sst)),
+                Ok(sst) => Ok((Side::Store, sst, None)),
                 Err(_) => Err(Errno::ENOENT),
             };
         }
-        Ok((Side::Host, st))
+        Ok((Side::Host, st, h))
     }
 
     /// Makes the store's copy of host directory `rel` (scaffolding for an
