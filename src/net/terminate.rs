@@ -110,21 +110,6 @@ impl Secrets {
     }
 }
 
-/// Whether the gate hands this connection to [`serve`], and with TLS
-/// termination (`Some(true)`) or as plain HTTP (`Some(false)`): a TLS or
-/// CONNECT connection to a bound name, or any plain HTTP request while
-/// the gate holds secrets (a sentinel in it towards an unbound host is a
-/// leak). Everything else is relayed untouched.
-pub fn wants(s: Option<&Secrets>, name: &str, sniffed: &crate::net::gate::Sniffed) -> Option<bool> {
-    use crate::net::gate::Sniffed;
-    let s = s?;
-    match sniffed {
-        Sniffed::Tls(_) | Sniffed::Connect { .. } if s.bound(name) => Some(true),
-        Sniffed::Http { .. } => Some(false),
-        _ => None,
-    }
-}
-
 /// The reason the gate logs for an outcome, if it was a refusal.
 pub fn log_line(o: &Outcome) -> Option<String> {
     match o {

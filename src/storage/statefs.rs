@@ -192,7 +192,7 @@ pub fn set_aside(domain_root: &Path, name: &str) -> io::Result<Option<String>> {
 /// `name: why`; what stays is listed by `lazaret state list` and retried
 /// by the next start, `state reset|verify` and `rm`.
 pub fn empty_trash(domain_root: &Path) -> Result<Vec<String>, StateHelperError> {
-    let ops: Vec<Op> = crate::storage::state::trash_on_disk(domain_root)
+    let ops: Vec<Op> = crate::storage::anchor::trash_on_disk(domain_root)
         .into_iter()
         .map(|name| Op::Remove { name })
         .collect();
