@@ -36,9 +36,9 @@ mod probe;
 mod ptyrelay;
 mod usersetup;
 // The crate's syscall layer, shared by path: every `unsafe` and `libc::`
-// of this binary lives there too. Most of it is for the `lazaret` binary.
+// of this binary lives there too.
 #[path = "../src/sys/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(dead_code, unused_imports)] // most of it is for the `lazaret` binary
 mod sys;
 
 fn main() {

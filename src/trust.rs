@@ -16,7 +16,7 @@
 
 use std::fmt;
 
-use openssl::asn1::Asn1Time;
+use openssl::asn1::{Asn1Time, Asn1TimeRef};
 use openssl::bn::{BigNum, BigNumContext, MsbOption};
 use openssl::ec::{EcGroup, EcKey, EcPoint};
 use openssl::ecdsa::EcdsaSig;
@@ -27,7 +27,7 @@ use openssl::sign::Verifier;
 use openssl::x509::extension::{
     AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName, SubjectKeyIdentifier,
 };
-use openssl::x509::{X509NameBuilder, X509};
+use openssl::x509::{X509Builder, X509NameBuilder, X509NameRef, X509};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -253,21 +253,39 @@ fn serial() -> Result<openssl::asn1::Asn1Integer, TrustError> {
     Ok(bn.to_asn1_integer()?)
 }
 
+/// A v3 certificate builder for `key`, named `cn`, with a random serial,
+/// issued by `issuer` (itself when `None`), valid `from` … `until`.
+fn cert_builder(
+    cn: &str,
+    issuer: Option<&X509NameRef>,
+    key: &PKey<Private>,
+    from: &Asn1TimeRef,
+    until: &Asn1TimeRef,
+) -> Result<X509Builder, TrustError> {
+    let mut name = X509NameBuilder::new()?;
+    name.append_entry_by_nid(Nid::COMMONNAME, cn)?;
+    let name = name.build();
+    let mut b = X509::builder()?;
+    b.set_version(2)?;
+    let sn = serial()?;
+    b.set_serial_number(&sn)?;
+    b.set_subject_name(&name)?;
+    match issuer {
+        Some(i) => b.set_issuer_name(i)?,
+        None => b.set_issuer_name(&name)?,
+    }
+    b.set_pubkey(key)?;
+    b.set_not_before(from)?;
+    b.set_not_after(until)?;
+    Ok(b)
+}
+
 impl TrustAnchor {
     pub fn new(domain: &str, generation: u64, profile: &str) -> Result<TrustAnchor, TrustError> {
         let key = new_key()?;
-        let mut name = X509NameBuilder::new()?;
-        name.append_entry_by_nid(Nid::COMMONNAME, &format!("lazaret trust anchor g{generation}"))?;
-        let name = name.build();
-        let mut b = X509::builder()?;
-        b.set_version(2)?;
-        let sn = serial()?;
-        b.set_serial_number(&sn)?;
-        b.set_subject_name(&name)?;
-        b.set_issuer_name(&name)?;
-        b.set_pubkey(&key)?;
-        b.set_not_before(&*Asn1Time::days_from_now(0)?)?;
-        b.set_not_after(&*Asn1Time::days_from_now(7)?)?;
+        let cn = format!("lazaret trust anchor g{generation}");
+        let (from, until) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(7)?);
+        let mut b = cert_builder(&cn, None, &key, &from, &until)?;
         b.append_extension(BasicConstraints::new().critical().ca().build()?)?;
         // What strict verifiers (Python 3.13's VERIFY_X509_STRICT) require
         // of a CA that TLS clients inside the sandbox trust (issue 31).
@@ -298,18 +316,8 @@ impl TrustAnchor {
     pub fn issue(&self, role: Role, component: &str, session: Option<&str>) -> Result<Credential, TrustError> {
         let key = new_key()?;
         let id = self.identity(role, component, session);
-        let mut name = X509NameBuilder::new()?;
-        name.append_entry_by_nid(Nid::COMMONNAME, component)?;
-        let name = name.build();
-        let mut b = X509::builder()?;
-        b.set_version(2)?;
-        let sn = serial()?;
-        b.set_serial_number(&sn)?;
-        b.set_subject_name(&name)?;
-        b.set_issuer_name(self.ca.cert.subject_name())?;
-        b.set_pubkey(&key)?;
-        b.set_not_before(&*Asn1Time::days_from_now(0)?)?;
-        b.set_not_after(&*Asn1Time::days_from_now(7)?)?;
+        let (from, until) = (Asn1Time::days_from_now(0)?, Asn1Time::days_from_now(7)?);
+        let mut b = cert_builder(component, Some(self.ca.cert.subject_name()), &key, &from, &until)?;
         let san = SubjectAlternativeName::new()
             .uri(&id.uri())
             .build(&b.x509v3_context(Some(&self.ca.cert), None))?;
@@ -333,18 +341,8 @@ impl TrustAnchor {
     /// [`TrustAnchor::issue_tls_server`] for the window `from..until` (Unix seconds).
     pub fn issue_tls_server_valid(&self, host: &str, from: i64, until: i64) -> Result<Credential, TrustError> {
         let key = new_key()?;
-        let mut name = X509NameBuilder::new()?;
-        name.append_entry_by_nid(Nid::COMMONNAME, host)?;
-        let name = name.build();
-        let mut b = X509::builder()?;
-        b.set_version(2)?;
-        let sn = serial()?;
-        b.set_serial_number(&sn)?;
-        b.set_subject_name(&name)?;
-        b.set_issuer_name(self.ca.cert.subject_name())?;
-        b.set_pubkey(&key)?;
-        b.set_not_before(&*Asn1Time::from_unix(from)?)?;
-        b.set_not_after(&*Asn1Time::from_unix(until)?)?;
+        let (from, until) = (Asn1Time::from_unix(from)?, Asn1Time::from_unix(until)?);
+        let mut b = cert_builder(host, Some(self.ca.cert.subject_name()), &key, &from, &until)?;
         b.append_extension(BasicConstraints::new().critical().build()?)?;
         b.append_extension(KeyUsage::new().critical().digital_signature().build()?)?;
         b.append_extension(ExtendedKeyUsage::new().server_auth().build()?)?;

@@ -35,8 +35,9 @@ fn runtime_root() -> Result<PathBuf, Failure> {
     Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
 }
 
-/// Asks a published coordinator for its status.
-pub fn query_status(sock: &Path) -> Option<StatusInfo> {
+/// Asks a published coordinator one question as an observer: a Hello
+/// without profile, then `ask`; its first answer.
+fn ask_as_observer(sock: &Path, ask: &ClientMsg) -> Option<ServerMsg> {
     let mut s = UnixStream::connect(sock).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     // A Hello without profile is an observer's: it may only ask for status.
@@ -47,8 +48,13 @@ pub fn query_status(sock: &Path) -> Option<StatusInfo> {
         fingerprint: String::new(),
     };
     codec::send(&mut s, &hello).ok()?;
-    codec::send(&mut s, &ClientMsg::Status).ok()?;
-    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
+    codec::send(&mut s, ask).ok()?;
+    FrameReader::default().recv::<ServerMsg>(&mut s).ok()
+}
+
+/// Asks a published coordinator for its status.
+pub fn query_status(sock: &Path) -> Option<StatusInfo> {
+    match ask_as_observer(sock, &ClientMsg::Status)? {
         ServerMsg::Status(st) => Some(st),
         _ => None,
     }
@@ -57,17 +63,7 @@ pub fn query_status(sock: &Path) -> Option<StatusInfo> {
 /// Asks a published coordinator for the escalation requests waiting for a
 /// decision.
 pub fn query_escalations(sock: &Path) -> Option<Vec<wire_client::PendingInfo>> {
-    let mut s = UnixStream::connect(sock).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let hello = ClientMsg::Hello {
-        version: wire_client::PROTOCOL_VERSION,
-        client_id: domain::random_id(8),
-        profile: String::new(),
-        fingerprint: String::new(),
-    };
-    codec::send(&mut s, &hello).ok()?;
-    codec::send(&mut s, &ClientMsg::Escalations).ok()?;
-    match FrameReader::default().recv::<ServerMsg>(&mut s).ok()? {
+    match ask_as_observer(sock, &ClientMsg::Escalations)? {
         ServerMsg::Escalations(list) => Some(list),
         _ => None,
     }
@@ -130,6 +126,18 @@ pub fn cmd_escalations(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         println!("no escalation requests waiting");
     }
     Ok(0)
+}
+
+/// The running Domain whose ID starts with `id` (refused as root): the
+/// runtime root and the Domain's status.
+fn running_one(id: &str) -> Result<(PathBuf, StatusInfo), Failure> {
+    refuse_root()?;
+    let root = runtime_root()?;
+    let live = running(&root);
+    let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
+    let one = match_prefix(id, &ids, "running")?.clone();
+    let st = live.into_iter().find(|s| s.domain_id == one).unwrap();
+    Ok((root, st))
 }
 
 /// Every running Domain of the user that answers, sorted by ID.
@@ -495,12 +503,8 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let fwd: crate::config::ports::PortForward = spec
         .parse()
         .map_err(|e: crate::config::ValueError| Failure::usage(format!("port add: {:?} is not {e}", escape(&spec))))?;
-    refuse_root()?;
-    let root = runtime_root()?;
-    let live = running(&root);
-    let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
-    let one = match_prefix(&id, &ids, "running")?;
-    let st = live.iter().find(|s| &s.domain_id == one).unwrap();
+    let (root, st) = running_one(&id)?;
+    let one = &st.domain_id;
     let mut s = UnixStream::connect(root.join(one.as_str()).join("hc.sock"))
         .map_err(|_| Failure::usage(format!("Domain {one} is not running any more")))?;
     let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
@@ -556,12 +560,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         ));
     };
     let argv = utf8_argv(cmd)?;
-    refuse_root()?;
-    let root = runtime_root()?;
-    let live = running(&root);
-    let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
-    let one = match_prefix(&id, &ids, "running")?;
-    let st = live.iter().find(|s| &s.domain_id == one).unwrap();
+    let (_, st) = running_one(&id)?;
     // The Domain's own profile and workspace, resolved as `run` would: a
     // profile changed since the Domain started is refused by its
     // coordinator, as for `run`.
@@ -703,27 +702,12 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     let keys = state::keys_on_disk(&dp.root);
     let ignored = dp.root.join(state::IGNORED_DIR);
     let has_ignored = std::fs::symlink_metadata(&ignored).map(|m| m.is_dir()).unwrap_or(false);
-    let mut ops: Vec<Op> = keys
-        .iter()
-        .map(|k| Op::Size {
-            name: k.clone(),
-            in_root: false,
-        })
-        .collect();
+    let mut ops: Vec<Op> = statefs::anchor_sizes(&keys);
     if has_ignored {
-        ops.push(Op::Size {
-            name: state::IGNORED_DIR.into(),
-            in_root: true,
-        });
+        ops.push(statefs::root_size(state::IGNORED_DIR));
     }
     let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
-    let size_of = |k: &str| {
-        sizes
-            .sizes
-            .iter()
-            .find(|(n, _, _)| n == k)
-            .map_or((0, 0), |s| (s.1, s.2))
-    };
+    let size_of = |k: &str| sizes.size_of(k);
     let store_bytes: u64 = STORE_FILES
         .iter()
         .filter_map(|f| std::fs::symlink_metadata(dp.root.join(f)).ok())

@@ -474,37 +474,30 @@ impl Parser {
 
     /// After the opening `"`.
     fn basic_string(&mut self) -> Result<String, SyntaxError> {
-        let mut s = String::new();
-        loop {
-            match self.peek() {
-                None | Some('\n') => return Err(self.err("unterminated string")),
-                Some('"') => {
-                    self.bump();
-                    return Ok(s);
-                }
-                Some('\\') => {
-                    self.bump();
-                    s.push(self.escape()?);
-                }
-                Some(c) if is_control(c) => return Err(self.err("control character in string; use an escape")),
-                Some(c) => {
-                    s.push(c);
-                    self.bump();
-                }
-            }
-        }
+        self.one_line_string(true)
     }
 
     /// After the opening `'`.
     fn literal_string(&mut self) -> Result<String, SyntaxError> {
+        self.one_line_string(false)
+    }
+
+    /// After the opening `"` (`basic`: with escapes) or `'`.
+    fn one_line_string(&mut self, basic: bool) -> Result<String, SyntaxError> {
+        let quote = if basic { '"' } else { '\'' };
         let mut s = String::new();
         loop {
             match self.peek() {
                 None | Some('\n') => return Err(self.err("unterminated string")),
-                Some('\'') => {
+                Some(c) if c == quote => {
                     self.bump();
                     return Ok(s);
                 }
+                Some('\\') if basic => {
+                    self.bump();
+                    s.push(self.escape()?);
+                }
+                Some(c) if is_control(c) && basic => return Err(self.err("control character in string; use an escape")),
                 Some(c) if is_control(c) => return Err(self.err("control character in string")),
                 Some(c) => {
                     s.push(c);
@@ -613,6 +606,21 @@ impl Parser {
 }
 
 /// Control characters TOML does not allow raw in strings and comments.
+/// The table a header or a dotted key walks into: a table, or the last
+/// element of an array of tables; `None` for any other value.
+fn table_of(val: &mut Val) -> Option<&mut Table> {
+    match val {
+        Val::Table(sub) => Some(sub),
+        Val::TableArray(elems) => match elems.last_mut() {
+            Some(Item {
+                val: Val::Table(sub), ..
+            }) => Some(sub),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 fn is_control(c: char) -> bool {
     (c < ' ' && c != '\t') || c == '\u{7f}'
 }
@@ -646,20 +654,9 @@ fn define_header(root: &mut Table, key: &[String], array: bool, line: usize) -> 
                 ),
             });
         }
-        t = match &mut item.val {
-            Val::Table(sub) => sub,
-            Val::TableArray(elems) => match elems.last_mut() {
-                Some(Item {
-                    val: Val::Table(sub), ..
-                }) => sub,
-                _ => {
-                    return Err(SyntaxError {
-                        line,
-                        message: format!("cannot define {}", header),
-                    })
-                }
-            },
-            _ => {
+        t = match table_of(&mut item.val) {
+            Some(sub) => sub,
+            None => {
                 return Err(SyntaxError {
                     line,
                     message: format!("cannot define {}", header),
@@ -719,20 +716,9 @@ fn navigate<'t>(root: &'t mut Table, path: &[String], line: usize) -> Result<&'t
             line,
             message: "internal: lost table".into(),
         })?;
-        t = match &mut t.entries[idx].1.val {
-            Val::Table(sub) => sub,
-            Val::TableArray(elems) => match elems.last_mut() {
-                Some(Item {
-                    val: Val::Table(sub), ..
-                }) => sub,
-                _ => {
-                    return Err(SyntaxError {
-                        line,
-                        message: "internal: lost table".into(),
-                    })
-                }
-            },
-            _ => {
+        t = match table_of(&mut t.entries[idx].1.val) {
+            Some(sub) => sub,
+            None => {
                 return Err(SyntaxError {
                     line,
                     message: "internal: lost table".into(),

@@ -155,7 +155,7 @@ impl Coordinator {
         }
     }
 
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity)] // the exec and its three stdio pipe ends, taken apart by the one caller
     pub(super) fn spawn_exec(
         &self,
         spec: &[u8],

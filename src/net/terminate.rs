@@ -110,21 +110,6 @@ impl Secrets {
     }
 }
 
-/// Whether the gate hands this connection to [`serve`], and with TLS
-/// termination (`Some(true)`) or as plain HTTP (`Some(false)`): a TLS or
-/// CONNECT connection to a bound name, or any plain HTTP request while
-/// the gate holds secrets (a sentinel in it towards an unbound host is a
-/// leak). Everything else is relayed untouched.
-pub fn wants(s: Option<&Secrets>, name: &str, sniffed: &crate::net::gate::Sniffed) -> Option<bool> {
-    use crate::net::gate::Sniffed;
-    let s = s?;
-    match sniffed {
-        Sniffed::Tls(_) | Sniffed::Connect { .. } if s.bound(name) => Some(true),
-        Sniffed::Http { .. } => Some(false),
-        _ => None,
-    }
-}
-
 /// The reason the gate logs for an outcome, if it was a refusal.
 pub fn log_line(o: &Outcome) -> Option<String> {
     match o {
@@ -499,6 +484,26 @@ mod tests {
         (got, gate.join().unwrap())
     }
 
+    /// [`through_gate`] with TLS to `api.test`: the gate trusts the
+    /// upstream CA in `up_ca`, the client trusts `domain`'s CA.
+    fn tls_to_api(
+        domain: &TrustAnchor,
+        up_ca: &std::path::Path,
+        s1: &str,
+        up_port: u16,
+        request: String,
+    ) -> (Vec<u8>, Outcome) {
+        let client_ca = Some(domain.ca_cert_pem().unwrap());
+        through_gate(
+            secrets(domain, Some(up_ca), s1),
+            "api.test",
+            true,
+            up_port,
+            client_ca,
+            request,
+        )
+    }
+
     fn ca_file(a: &TrustAnchor, tag: &str) -> std::path::PathBuf {
         let p = std::env::temp_dir().join(format!("lz-term-{}-{tag}.pem", std::process::id()));
         std::fs::write(&p, a.ca_cert_pem().unwrap()).unwrap();
@@ -513,14 +518,7 @@ mod tests {
         let s1 = sentinel().unwrap();
         let (port, up) = upstream(Some((&test_ca, "api.test")));
         let req = format!("GET /v1 HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\r\n");
-        let (got, outcome) = through_gate(
-            secrets(&domain, Some(&f), &s1),
-            "api.test",
-            true,
-            port,
-            Some(domain.ca_cert_pem().unwrap()),
-            req,
-        );
+        let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
         let head = String::from_utf8(up.join().unwrap()).unwrap();
         assert!(head.contains(&format!("Authorization: Bearer {REAL}\r\n")), "{head}");
         assert!(!head.contains(&s1), "{head}");
@@ -544,14 +542,7 @@ mod tests {
         for (ca, leaf_name) in [(&stranger, "api.test"), (&test_ca, "wrong.test")] {
             let (port, up) = upstream(Some((ca, leaf_name)));
             let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n");
-            let (got, outcome) = through_gate(
-                secrets(&domain, Some(&f), &s1),
-                "api.test",
-                true,
-                port,
-                Some(domain.ca_cert_pem().unwrap()),
-                req,
-            );
+            let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
             let got = String::from_utf8(got).unwrap();
             assert!(got.starts_with("HTTP/1.1 502 "), "{got}");
             assert!(matches!(outcome, Outcome::Upstream(_)), "{outcome:?}");

@@ -238,6 +238,21 @@ pub fn anchor_dir(domain_root: &Path) -> PathBuf {
     domain_root.join(ANCHOR_DIR)
 }
 
+/// The names of the trash trees in the anchor of `root`, sorted.
+pub(crate) fn trash_on_disk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(anchor_dir(root)) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.starts_with(TRASH_PREFIX) {
+                out.push(n);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 pub fn empty_lower(gen_dir: &Path) -> PathBuf {
     gen_dir.join("anchor-empty")
 }

@@ -139,27 +139,10 @@ pub fn classify(name: &str, is_dir: bool, marker: Option<&str>, alive: impl Fn(i
     Some(Item::Foreign(name.into()))
 }
 
-/// The entries of `dir` as (name, is a directory, not following links),
-/// sorted by name; `None` when `dir` cannot be read.
-pub(crate) fn sorted_entries(dir: &Path) -> Option<Vec<(String, bool)>> {
-    let rd = std::fs::read_dir(dir).ok()?;
-    let mut names: Vec<(String, bool)> = rd
-        .flatten()
-        .map(|e| {
-            (
-                e.file_name().to_string_lossy().to_string(),
-                e.file_type().map(|t| t.is_dir()).unwrap_or(false),
-            )
-        })
-        .collect();
-    names.sort();
-    Some(names)
-}
-
 fn scan(storage: &Path) -> Vec<Item> {
     let lowers = image::lowers_dir(storage);
     let mut out = Vec::new();
-    let Some(names) = sorted_entries(&lowers) else {
+    let Some(names) = crate::storage::imagegc::sorted_entries(&lowers) else {
         return out;
     };
     for (n, is_dir) in names {

@@ -361,7 +361,7 @@ pub fn import_state(marker: Option<&str>, has_index: bool, alive: impl Fn(i32, u
 }
 
 /// Prepares (or reuses) the lower for `layout:tag`.
-#[allow(dead_code)]
+#[allow(dead_code)] // the unbounded form of `prepare_bounded`; no caller in the binaries now
 pub fn prepare(storage: &Path, layout: &Path, tag: &str, progress: &mut Progress) -> Result<Prepared> {
     prepare_bounded(
         storage,

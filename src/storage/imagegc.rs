@@ -149,9 +149,26 @@ pub fn referenced(cfg: &Config, storage: &Path) -> Referenced {
     r
 }
 
+/// The entries of `dir` as (name, is a directory, not following links),
+/// sorted by name; `None` when `dir` cannot be read.
+pub(crate) fn sorted_entries(dir: &Path) -> Option<Vec<(String, bool)>> {
+    let rd = std::fs::read_dir(dir).ok()?;
+    let mut names: Vec<(String, bool)> = rd
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().to_string(),
+                e.file_type().map(|t| t.is_dir()).unwrap_or(false),
+            )
+        })
+        .collect();
+    names.sort();
+    Some(names)
+}
+
 /// Lazaret's items under `images/`, sorted by name.
 pub fn scan(storage: &Path, imports: &BTreeMap<String, Vec<String>>) -> Vec<ImageItem> {
-    let Some(names) = crate::storage::gc::sorted_entries(&image::images_dir(storage)) else {
+    let Some(names) = sorted_entries(&image::images_dir(storage)) else {
         return Vec::new();
     };
     names

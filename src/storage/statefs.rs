@@ -63,6 +63,37 @@ pub struct Report {
     pub removed: Vec<(String, Result<(), String>)>,
 }
 
+impl Report {
+    /// The (entries, bytes) the helper measured for `name`; (0, 0) when
+    /// it did not.
+    pub fn size_of(&self, name: &str) -> (u64, u64) {
+        self.sizes
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map_or((0, 0), |s| (s.1, s.2))
+    }
+}
+
+/// One `Size` op per name in the anchor (a key's upper plus its workdir,
+/// or a trash tree).
+pub fn anchor_sizes(names: &[String]) -> Vec<Op> {
+    names
+        .iter()
+        .map(|k| Op::Size {
+            name: k.clone(),
+            in_root: false,
+        })
+        .collect()
+}
+
+/// The `Size` op for an entry of the Domain Root itself.
+pub fn root_size(name: &str) -> Op {
+    Op::Size {
+        name: name.into(),
+        in_root: true,
+    }
+}
+
 /// Gathers the helper's report (`wire::helper::HelperMsg`).
 pub fn collect_report(msgs: Vec<HelperMsg>) -> Report {
     let mut r = Report::default();
@@ -192,7 +223,7 @@ pub fn set_aside(domain_root: &Path, name: &str) -> io::Result<Option<String>> {
 /// `name: why`; what stays is listed by `lazaret state list` and retried
 /// by the next start, `state reset|verify` and `rm`.
 pub fn empty_trash(domain_root: &Path) -> Result<Vec<String>, StateHelperError> {
-    let ops: Vec<Op> = crate::storage::state::trash_on_disk(domain_root)
+    let ops: Vec<Op> = crate::storage::anchor::trash_on_disk(domain_root)
         .into_iter()
         .map(|name| Op::Remove { name })
         .collect();

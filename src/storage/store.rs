@@ -168,17 +168,24 @@ impl Phase {
     }
 }
 
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// `Display` and `ToSql` for a type stored as its word (`as_str`).
+macro_rules! stored_as_word {
+    ($t:ty) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl rusqlite::types::ToSql for $t {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+    };
 }
 
-impl rusqlite::types::ToSql for Phase {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
+stored_as_word!(Phase);
 
 /// A phase no lazaret writes is a damaged row (fail closed).
 impl rusqlite::types::FromSql for Phase {
@@ -221,17 +228,7 @@ impl OwnedKind {
     }
 }
 
-impl fmt::Display for OwnedKind {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl rusqlite::types::ToSql for OwnedKind {
-    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-        Ok(self.as_str().into())
-    }
-}
+stored_as_word!(OwnedKind);
 
 impl rusqlite::types::FromSql for OwnedKind {
     fn column_result(v: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
@@ -313,20 +310,7 @@ pub fn check_file(path: &Path) -> Result<()> {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|e| damaged_or_sql(path, e))?;
     let known = MIGRATIONS.len() as i64;
-    if found < 0 {
-        return Err(StoreError::Damaged {
-            path: path.to_path_buf(),
-            what: format!("has schema version {found}, which no lazaret writes"),
-        });
-    }
-    if found > known {
-        return Err(StoreError::NewerSchema {
-            path: path.to_path_buf(),
-            found,
-            known,
-        });
-    }
-    Ok(())
+    schema_known(path, found, known)
 }
 
 /// Builds a new, migrated store at `<path>.new` and renames it to `path`.
@@ -368,6 +352,25 @@ fn create(path: &Path) -> Result<()> {
 
 fn rusqlite_io(e: std::io::Error) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(e))
+}
+
+/// A schema version this lazaret can open: not negative, not newer than
+/// its own `known` (the number of migrations).
+fn schema_known(path: &Path, found: i64, known: i64) -> Result<()> {
+    if found < 0 {
+        return Err(StoreError::Damaged {
+            path: path.to_path_buf(),
+            what: format!("has schema version {found}, which no lazaret writes"),
+        });
+    }
+    if found > known {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    Ok(())
 }
 
 /// SQLite's "this is not a usable database" errors become [`StoreError::Damaged`].
@@ -452,19 +455,7 @@ impl Store {
         let found: i64 = tx
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(|e| damaged_or_sql(path, e))?;
-        if found < 0 {
-            return Err(StoreError::Damaged {
-                path: path.to_path_buf(),
-                what: format!("has schema version {found}, which no lazaret writes"),
-            });
-        }
-        if found > known {
-            return Err(StoreError::NewerSchema {
-                path: path.to_path_buf(),
-                found,
-                known,
-            });
-        }
+        schema_known(path, found, known)?;
         for sql in &MIGRATIONS[found as usize..] {
             tx.execute_batch(sql).map_err(|e| damaged_or_sql(path, e))?;
         }

@@ -2,7 +2,7 @@
 //! sandbox, and its network probe) makes. Compiled into every binary that
 //! includes `sys`, hence the `dead_code` allowance: the `lazaret` binary
 //! does not call these.
-#![allow(dead_code)]
+#![allow(dead_code)] // the `lazaret` binary compiles these but only `lazaret-init` calls them
 
 use std::ffi::CString;
 use std::io;

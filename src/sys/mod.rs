@@ -44,7 +44,7 @@ pub use libc::{SIGCHLD, SIGHUP, SIGINT, SIGIO, SIGKILL, SIGPIPE, SIGQUIT, SIGTER
 /// Error numbers the roles compare against (`io::Error::raw_os_error`).
 pub use libc::{EACCES, EDQUOT, EINVAL, ELOOP, ENOMEM, ENOSPC, ENOSYS, EPERM, EPIPE, EUSERS, EXDEV};
 /// Used by `lazaret-init` and tests only.
-#[allow(unused_imports)]
+#[allow(unused_imports)] // unused in the `lazaret` binary; `lazaret-init` and the tests use them
 pub use libc::{ENOENT, ENOTDIR};
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {

@@ -13,6 +13,7 @@ mod kernel;
 mod programs;
 mod report;
 mod runtime_dir;
+mod secrets;
 mod subids;
 mod target;
 
@@ -27,6 +28,7 @@ use kernel::{check_device, check_userns};
 use programs::{check_idmap, check_runsc, check_tool};
 use report::{to_json, to_text};
 use runtime_dir::check_xdg_runtime_dir;
+use secrets::check_secrets;
 use subids::{check_subid, free_subid_start};
 use target::{check_not_root, read_optional, Target};
 
@@ -93,7 +95,7 @@ pub fn checks() -> Vec<Check> {
     }
     out.push(check_xdg_runtime_dir(&target));
     out.push(check_config());
-    out.push(crate::client::secrets::doctor_check());
+    out.push(check_secrets());
     out.push(check_egress_by_name());
     out.push(check_egress_log_mode());
     out.push(check_resource_limits());

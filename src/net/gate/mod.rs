@@ -373,7 +373,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
     };
     // Issue 31: a name with a secret bound, and any plain HTTP while
     // secrets exist (a sentinel sent there is a leak), go through the swap.
-    if let Some(tls) = crate::net::terminate::wants(shared.secrets.as_ref(), &name, &sniffed) {
+    if let Some(tls) = wants(shared.secrets.as_ref(), &name, &sniffed) {
         let port = target[0].port();
         let secrets = shared.secrets.as_ref().expect("wants() saw secrets");
         let outcome = crate::net::terminate::serve(conn, first.to_vec(), upstream, &name, tls, secrets);
@@ -387,6 +387,21 @@ fn handle(shared: &Shared, conn: TcpStream) {
     }
     match pick_handler(&name) {
         Handler::Relay => relay(conn, upstream),
+    }
+}
+
+/// Whether the gate hands this connection to
+/// [`crate::net::terminate::serve`], and with TLS termination
+/// (`Some(true)`) or as plain HTTP (`Some(false)`): a TLS or CONNECT
+/// connection to a bound name, or any plain HTTP request while the gate
+/// holds secrets (a sentinel in it towards an unbound host is a leak).
+/// Everything else is relayed untouched.
+fn wants(s: Option<&crate::net::terminate::Secrets>, name: &str, sniffed: &Sniffed) -> Option<bool> {
+    let s = s?;
+    match sniffed {
+        Sniffed::Tls(_) | Sniffed::Connect { .. } if s.bound(name) => Some(true),
+        Sniffed::Http { .. } => Some(false),
+        _ => None,
     }
 }
 

@@ -31,19 +31,7 @@ pub(crate) fn keys_on_disk(root: &Path) -> Vec<String> {
     out
 }
 
-pub(crate) fn trash_on_disk(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(anchor::anchor_dir(root)) {
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().to_string();
-            if n.starts_with(anchor::TRASH_PREFIX) {
-                out.push(n);
-            }
-        }
-    }
-    out.sort();
-    out
-}
+pub(crate) use crate::storage::anchor::trash_on_disk;
 
 pub(super) fn driver_of(root: &Path, key: &str) -> Driver {
     anchor::recorded_driver(&anchor::anchor_dir(root).join(key)).unwrap_or(Driver::Kernel)

@@ -213,25 +213,9 @@ pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
             vec![k]
         }
     };
-    let sizes = statefs::run_helper(
-        &s.paths.root,
-        None,
-        &scope
-            .iter()
-            .map(|k| Op::Size {
-                name: k.clone(),
-                in_root: false,
-            })
-            .collect::<Vec<_>>(),
-    )
-    .map_err(|e| StateError::Failed(e.to_string()))?;
-    let size_of = |k: &str| {
-        sizes
-            .sizes
-            .iter()
-            .find(|(n, _, _)| n == k)
-            .map_or((0, 0), |s| (s.1, s.2))
-    };
+    let sizes = statefs::run_helper(&s.paths.root, None, &statefs::anchor_sizes(&scope))
+        .map_err(|e| StateError::Failed(e.to_string()))?;
+    let size_of = |k: &str| sizes.size_of(k);
     let untouched: Vec<String> = keys.iter().filter(|k| !scope.contains(k)).map(|k| guest(k)).collect();
     if !json || !yes {
         let mut out = header_human(&s, false);

@@ -32,27 +32,15 @@ pub(super) fn list(json: bool) -> Result<i32> {
         let active = is_active(&paths);
         let keys = keys_on_disk(&paths.root);
         // A key's size is its upper plus its (normally empty) workdir.
-        let mut ops: Vec<Op> = keys
-            .iter()
-            .map(|k| Op::Size {
-                name: k.clone(),
-                in_root: false,
-            })
-            .collect();
+        let mut ops: Vec<Op> = statefs::anchor_sizes(&keys);
         if paths.root.join(IGNORED_DIR).exists() {
-            ops.push(Op::Size {
-                name: IGNORED_DIR.into(),
-                in_root: true,
-            });
+            ops.push(statefs::root_size(IGNORED_DIR));
         }
         // Leftovers a start or a reset could not delete stay set aside.
         let aside = trash_on_disk(&paths.root);
-        ops.extend(aside.iter().map(|t| Op::Size {
-            name: t.clone(),
-            in_root: false,
-        }));
+        ops.extend(statefs::anchor_sizes(&aside));
         let report = statefs::run_helper(&paths.root, None, &ops).unwrap_or_default();
-        let size_of = |k: &str| report.sizes.iter().find(|(n, _, _)| n == k).map_or(0, |s| s.2);
+        let size_of = |k: &str| report.size_of(k).1;
         let total: u64 = keys.iter().map(|k| size_of(k)).sum();
         let m = meta.clone().unwrap_or_default();
         items.push(Json::Obj(vec![
