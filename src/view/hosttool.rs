@@ -50,10 +50,7 @@ pub fn effective(additions: &[String], writable: &[String]) -> Vec<PathBuf> {
     v
 }
 
-/// True when view path `rel` is, or lies below, a host-tool path.
-pub fn covers(paths: &[PathBuf], rel: &Path) -> bool {
-    paths.iter().any(|p| rel.starts_with(p))
-}
+pub use crate::view::ignored::covers;
 
 /// `DOMAIN_ROOT/hostconfig.seeded`, next to the store: the paths already
 /// copied once (a copy the sandbox removed stays removed).

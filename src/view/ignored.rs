@@ -94,7 +94,7 @@ pub struct IgnoreRules {
 impl IgnoreRules {
     /// Rules from explicit pattern files, for tests and tools: `(dir, text)`
     /// pairs, where `dir` is the view path holding a `.gitignore`.
-    #[allow(dead_code)]
+    #[allow(dead_code)] // used by unit tests and bench tools only
     pub fn from_texts(root: &Path, gitignores: &[(&str, &str)], exclude: &str) -> IgnoreRules {
         let mut per_dir = std::collections::HashMap::new();
         for (dir, text) in gitignores {
@@ -463,7 +463,7 @@ impl IgnoreRules {
         if comps.iter().any(|c| c.as_os_str() == ".git") {
             return false;
         }
-        if self.host_tool_covers(comps.first()) && crate::view::hosttool::covers(&self.host_tool, rel) {
+        if self.host_tool_covers(comps.first()) && covers(&self.host_tool, rel) {
             return true;
         }
         if !self.opaque.is_empty() {
@@ -562,6 +562,11 @@ impl Drop for AncestorMemo {
     fn drop(&mut self) {
         ANCESTORS.with(|m| *m.borrow_mut() = None);
     }
+}
+
+/// True when view path `rel` is, or lies below, a host-tool path.
+pub fn covers(paths: &[PathBuf], rel: &Path) -> bool {
+    paths.iter().any(|p| rel.starts_with(p))
 }
 
 /// Bound on one rules file, and on all of them together.
@@ -1158,7 +1163,7 @@ mod tests {
                 r.is_ignored(p, false) || r.is_ignored(p, true),
                 "{p:?}"
             );
-            let covered = crate::view::hosttool::covers(&r.host_tool, p);
+            let covered = covers(&r.host_tool, p);
             if covered {
                 assert!(
                     r.is_ignored(p, false) && r.is_ignored(p, true),

@@ -198,7 +198,7 @@ pub struct Sentry {
     /// Names under `worktrees/` that existed when the view started, as view
     /// paths (`.git/worktrees/NAME` or `worktrees/NAME`). Informational: every
     /// host worktree is protected, whenever it appeared.
-    #[allow(dead_code)]
+    #[allow(dead_code)] // kept for diagnostics; nothing reads it yet
     existing_worktrees: HashSet<PathBuf>,
 }
 
