@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark: `lazaret run -- true` (image prepared, Domain cold) against raw
 # `runsc run` of an equivalent bundle in an equivalent user namespace, in
-# one invocation. Prints medians and the ratio. Run as root (it switches to
+# one invocation: with the network off on both sides, and with Lazaret's
+# network against raw runsc with gVisor's netstack on one veth. Prints medians and the ratio. Run as root (it switches to
 # the test user) or as the user that owns the image.
 #
 #   scripts/bench-run.sh [ROUNDS]
@@ -50,6 +51,10 @@ c["mounts"] = mounts
 c["linux"]["namespaces"] = [n for n in c["linux"]["namespaces"] if n["type"] != "network"]
 c["process"]["args"] = ["/bin/true"]
 json.dump(c, open(dst, "w"))
+# For the netstack baseline: the same, joined to the network namespace the
+# run makes (runsc takes a spec without one for the host's).
+c["linux"]["namespaces"].append({"type": "network", "path": "@NETNS@"})
+json.dump(c, open(dst.replace("bundle/config.json", "bundle-net.json"), "w"))
 PY
 wait "$bgpid"
 
@@ -57,6 +62,21 @@ raw_once() {
     unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
         mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
         runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" "bench-$2" >/dev/null' sh "$work" "$1"
+}
+# The same with gVisor's own network stack: a fresh network namespace
+# holding one veth with an address and a default route (what runsc copies
+# into its netstack), set up inside the timed call. No packet is sent.
+raw_net_once() {
+    unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
+        mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
+        ip link add lzb0 type veth peer name lzb1 &&
+        ip addr add 10.0.2.100/24 dev lzb0 &&
+        ip link set lzb0 up && ip link set lzb1 up &&
+        ip route add default via 10.0.2.2 dev lzb0 &&
+        mkdir -p "$1/bundle-net-$2" &&
+        sed "s|@NETNS@|/proc/$$/ns/net|" "$1/bundle-net.json" > "$1/bundle-net-$2/config.json" &&
+        ln -s "$1/bundle/rootfs" "$1/bundle-net-$2/rootfs" 2>/dev/null
+        runsc --root="$1/root" --ignore-cgroups --network=sandbox --overlay2=root:memory run --bundle "$1/bundle-net-$2" "bench-net-$2" >/dev/null' sh "$work" "$1"
 }
 
 # Join latency: a keeper session holds the Domain; `lazaret run -- true`
@@ -89,7 +109,7 @@ settle
 
 mkdir -p "$work/nonet/lazaret"
 printf '[profiles.default.network]\nmode = "none"\n' > "$work/nonet/lazaret/config.toml"
-lz_times=(); raw_times=(); nonet_times=()
+lz_times=(); raw_times=(); nonet_times=(); rawnet_times=()
 for i in $(seq "$rounds"); do
     settle
     t0=$(ms); "$lz" run --quiet -- true; t1=$(ms)
@@ -99,7 +119,10 @@ for i in $(seq "$rounds"); do
     nonet_times+=($(( (t1 - t0) / 1000000 )))
     t0=$(ms); raw_once "$i"; t1=$(ms)
     raw_times+=($(( (t1 - t0) / 1000000 )))
+    t0=$(ms); raw_net_once "$i"; t1=$(ms)
+    rawnet_times+=($(( (t1 - t0) / 1000000 )))
 done
+rawnetm=$(printf '%s\n' "${rawnet_times[@]}" | median)
 lzm=$(printf '%s\n' "${lz_times[@]}" | median)
 rawm=$(printf '%s\n' "${raw_times[@]}" | median)
 jl=$(printf '%s\n' "${join_lz[@]}" | median)
@@ -117,6 +140,9 @@ awk -v a="$nnm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(no network)/raw
 awk -v a="$lzm" -v b="$rawm" 'BEGIN { printf "cold ratio lazaret(network)/raw(no network): %.2fx\n", a / b }'
 bench_row "cold start, no network (vs runsc run)" "$nnm" "$rawm" ms "<=1.25x"
 bench_row "cold start, network (vs runsc run, no network)" "$lzm" "$rawm" ms "-"
+echo "raw runsc run, gVisor netstack (same bundle, veth in a fresh netns): median ${rawnetm} ms"
+awk -v a="$lzm" -v b="$rawnetm" 'BEGIN { printf "cold ratio lazaret(network)/raw(netstack): %.2fx (target <= 1.2x)\n", a / b }'
+bench_row "cold start, network (vs runsc run, netstack)" "$lzm" "$rawnetm" ms "<=1.2x"
 
 # Resource limits: the same cold start inside a delegated cgroup, with
 # explicit limits (a per-generation cgroup is created, written, joined and
