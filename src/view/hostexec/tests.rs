@@ -1,4 +1,19 @@
+//! The surface of temporary repositories: config parsing, includes, hooks,
+//! programs, hook managers, and the live recomputation.
+
+use super::config::parse_config;
+use super::programs::command_paths;
 use super::*;
+
+impl Entry {
+    /// `section.sub.name` (or `section.name`), as Git spells the key.
+    pub fn key(&self) -> String {
+        match &self.sub {
+            Some(s) => format!("{}.{s}.{}", self.section, self.name),
+            None => format!("{}.{}", self.section, self.name),
+        }
+    }
+}
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lz-hx-{name}-{}", std::process::id()));

@@ -1,0 +1,321 @@
+//! The mailbox intake: one scan of `requests/` (junk removed without
+//! being opened, bounded counts and bytes), each record read, parsed and
+//! bound to its session, then auto-approved by a rule or handed on for
+//! the developer.
+
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{Broker, SessionView};
+use crate::escalation::{self, Request, Status};
+use crate::sys;
+use crate::trust::Role;
+use crate::wire::mailbox;
+
+/// Most well-formed requests handled in one scan; the rest are handled
+/// by the next one, which the coordinator runs at once (`backlog`), so a
+/// burst of any size drains without waiting for another event while the
+/// event loop stays responsive.
+const SCAN_MAX: usize = 256;
+/// Most junk entries removed in one scan: small, so a flood of junk is
+/// removed over several short passes and a request waits at most one.
+const JUNK_MAX: usize = 1024;
+/// A `.tmp-*` file older than this is abandoned and removed. Generous: a
+/// writer inside a loaded sandbox can be slow, and a young one costs only a
+/// `stat` per scan, never a place in it. Bytes are bounded apart from
+/// age: a file over the record limit goes on sight, and so do the largest
+/// young ones while `requests/` holds more than [`REQUESTS_MAX_BYTES`].
+const TMP_GRACE: Duration = Duration::from_secs(120);
+/// Most requests waiting for the developer at once (each holds its
+/// directory open): more are refused, so a flood cannot exhaust fds.
+const MAX_WAITING: usize = 1024;
+use escalation::REQUESTS_MAX_BYTES;
+
+/// Why a mailbox record was rejected (no result is written for it; the
+/// reason goes to the audit log).
+#[derive(Debug)]
+enum Rejection {
+    Open(io::Error),
+    Read(io::Error),
+    NotAFile,
+    /// Its size.
+    TooLarge(u64),
+    Record(mailbox::RecordError),
+    NameMismatch,
+    OtherGeneration,
+    NoSession,
+    ClientMismatch,
+    Signature(crate::trust::TrustError),
+    ForeignCertificate,
+    Replayed,
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        use Rejection::*;
+        match self {
+            Open(e) => write!(f, "cannot open: {e}"),
+            Read(e) => write!(f, "{e}"),
+            NotAFile => write!(f, "not a regular file"),
+            TooLarge(n) => write!(f, "record of {n} bytes is over the limit"),
+            Record(e) => write!(f, "{e}"),
+            NameMismatch => write!(f, "file name does not match the request id"),
+            OtherGeneration => write!(f, "request is for another Domain or generation"),
+            NoSession => write!(f, "no such session"),
+            ClientMismatch => write!(f, "client does not match the session"),
+            Signature(e) => write!(f, "{e}"),
+            ForeignCertificate => write!(f, "certificate is not the session's own"),
+            Replayed => write!(f, "replayed request id"),
+        }
+    }
+}
+
+impl Broker {
+    /// Reads every waiting request. Returns the accepted ones that need a
+    /// human, keyed by session; auto-approved ones are started here.
+    ///
+    /// Only well-formed entries (a regular file named `<32 hex>.req`) are
+    /// read, and only they count against [`SCAN_MAX`]; everything else the
+    /// sandbox can put there (abandoned temporary files, directories,
+    /// FIFOs, sockets, symlinks, other names) is removed without being
+    /// opened. A result is written only for a record whose signature and
+    /// session binding were verified: a forged record naming someone
+    /// else's request id leaves that request alone.
+    pub fn scan(&mut self, session: &dyn Fn(&str) -> Option<SessionView>) -> Vec<(String, Request)> {
+        let mut buf = [0u8; 4096];
+        while sys::read(&self.inotify, &mut buf).map(|n| n > 0).unwrap_or(false) {}
+        let rd = match std::fs::read_dir(&self.requests) {
+            Ok(rd) => rd,
+            Err(_) => return Vec::new(),
+        };
+        let mut names: Vec<String> = Vec::new();
+        let mut junk: Vec<(PathBuf, bool)> = Vec::new();
+        let mut bad_named: Vec<(String, &'static str)> = Vec::new();
+        let now = std::time::SystemTime::now();
+        // Bytes of the regular files seen, and the young temporary ones.
+        let mut total: u64 = 0;
+        let mut young_tmps: Vec<(u64, PathBuf)> = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Ok(ft) = e.file_type() else { continue };
+            let name_ok = name.to_str().is_some_and(well_formed_name);
+            let md = if ft.is_file() { e.metadata().ok() } else { None };
+            let bytes = md.as_ref().map_or(0, |m| m.len().max(m.blocks() * 512));
+            total = total.saturating_add(bytes);
+            let oversized = bytes > escalation::MAX_REQUEST_BYTES as u64;
+            // An oversized record is read no further than its size and
+            // rejected (audited) like any bad record.
+            if name_ok && ft.is_file() {
+                names.push(name.to_string_lossy().into_owned());
+                continue;
+            }
+            if junk.len() >= JUNK_MAX {
+                continue; // the next scan removes the rest
+            }
+            let is_tmp = name.as_encoded_bytes().starts_with(b".tmp-");
+            if is_tmp && ft.is_file() && !oversized {
+                // Being written; its rename brings it back. Abandoned ones go.
+                let young = md
+                    .as_ref()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_none_or(|age| age < TMP_GRACE);
+                if young {
+                    young_tmps.push((bytes, e.path()));
+                    continue;
+                }
+            }
+            if name_ok {
+                bad_named.push((
+                    name.to_string_lossy().into_owned(),
+                    if ft.is_symlink() {
+                        "cannot open: a symlink"
+                    } else {
+                        "not a regular file"
+                    },
+                ));
+            }
+            junk.push((e.path(), ft.is_dir()));
+        }
+        // Over the byte cap: the largest young temporary files go too.
+        young_tmps.sort();
+        while total > REQUESTS_MAX_BYTES {
+            let Some((bytes, p)) = young_tmps.pop() else { break };
+            total -= bytes;
+            junk.push((p, false));
+        }
+        names.sort();
+        // Requests past SCAN_MAX are left for the next scan, which runs at once.
+        self.backlog = names.len() > SCAN_MAX;
+        let mut ask = Vec::new();
+        for name in names.into_iter().take(SCAN_MAX) {
+            let path = self.requests.join(&name);
+            let data = self.take(&path);
+            // INVARIANT: the record is gone from the mailbox before it is
+            // acted on, so nothing is processed twice.
+            let _ = std::fs::remove_file(&path);
+            let verdict = data.and_then(|d| self.accept(&name, &d, session));
+            match verdict {
+                Ok((req, client)) => {
+                    let dir = match self.resolve_cwd(&req.cwd) {
+                        Ok(d) => d,
+                        Err(why) => {
+                            let why = format!(
+                                "working directory {}: {why}; nothing ran",
+                                escalation::quote_argv(std::slice::from_ref(&req.cwd))
+                            );
+                            self.refuse(&req, Status::Failed, &why);
+                            continue;
+                        }
+                    };
+                    match self.auto_rule(&req, &dir) {
+                        Some((rule, harden)) => {
+                            let why = format!("auto-approved by rule {rule}");
+                            self.audit(format!(
+                                "request={} session={} client={client} cwd={} argv={} decision=\"{why}\"",
+                                req.id,
+                                req.session,
+                                escalation::quote_argv(std::slice::from_ref(&req.cwd)),
+                                escalation::quote_argv(&req.argv)
+                            ));
+                            let argv = if harden {
+                                self.harden_git(&req.argv)
+                            } else {
+                                req.argv.clone()
+                            };
+                            self.start_in(req, argv, why, dir);
+                        }
+                        None if self.dirs.len() >= MAX_WAITING => self.refuse(
+                            &req,
+                            Status::Failed,
+                            "too many requests are waiting for a decision; nothing ran",
+                        ),
+                        None => {
+                            self.dirs.insert(req.id.clone(), dir);
+                            ask.push((req.session.clone(), req))
+                        }
+                    }
+                }
+                Err(reason) => {
+                    // INVARIANT: no result for a record that failed
+                    // verification; its id may be another session's.
+                    log::warn!("escalation: rejected {name}: {reason}");
+                    self.audit(format!("rejected file={name} reason=\"{reason}\""));
+                }
+            }
+        }
+        // Only now, so no amount of junk delays a legitimate request.
+        if !junk.is_empty() {
+            let mut progress = false;
+            for (p, dir) in &junk {
+                // Never through a symlink; directories of ours the sandbox
+                // closed (mode 0000 at any level) are opened up on the way.
+                let removed = if *dir {
+                    match (p.parent(), p.file_name()) {
+                        (Some(d), Some(n)) => sys::remove_tree_nofollow(d, n),
+                        _ => Err(io::Error::from(io::ErrorKind::InvalidInput)),
+                    }
+                } else {
+                    // Emptied first: a writer holding it open keeps an
+                    // unlinked file's bytes until it closes.
+                    let _ = sys::truncate_nofollow(p);
+                    std::fs::remove_file(p)
+                };
+                // What cannot be removed (a tree the sandbox made unreadable)
+                // is moved out of the sandbox's reach, so it never comes back.
+                let moved = removed.is_err() && {
+                    self.quarantined += 1;
+                    std::fs::rename(p, self.quarantine.join(self.quarantined.to_string())).is_ok()
+                };
+                progress |= removed.is_ok() || moved;
+            }
+            // Rescan at once only while the junk is going away.
+            self.backlog |= progress && junk.len() >= JUNK_MAX;
+            for (name, why) in bad_named {
+                self.audit(format!("rejected file={name} reason=\"{why}\""));
+            }
+            log::warn!("escalation: removed {} junk entries from the mailbox", junk.len());
+        }
+        ask
+    }
+
+    /// Reads one record: a regular file reached without symlinks, of
+    /// bounded size.
+    fn take(&self, path: &Path) -> Result<Vec<u8>, Rejection> {
+        let f = sys::open_nofollow(path).map_err(Rejection::Open)?;
+        let md = f.metadata().map_err(Rejection::Read)?;
+        if !md.file_type().is_file() {
+            return Err(Rejection::NotAFile);
+        }
+        if md.len() as usize > escalation::MAX_REQUEST_BYTES {
+            return Err(Rejection::TooLarge(md.len()));
+        }
+        let mut data = Vec::new();
+        f.take(escalation::MAX_REQUEST_BYTES as u64 + 1)
+            .read_to_end(&mut data)
+            .map_err(Rejection::Read)?;
+        Ok(data)
+    }
+
+    /// Strict parse, then every check that binds the record to one live
+    /// session of this Domain and generation.
+    fn accept(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        session: &dyn Fn(&str) -> Option<SessionView>,
+    ) -> Result<(Request, String), Rejection> {
+        let (req, signed, sig) = mailbox::decode_request(data).map_err(Rejection::Record)?;
+        if name != format!("{}.req", req.id) {
+            return Err(Rejection::NameMismatch);
+        }
+        if req.domain != self.anchor.domain || req.generation != self.anchor.generation {
+            return Err(Rejection::OtherGeneration);
+        }
+        let view = session(&req.session).ok_or(Rejection::NoSession)?;
+        if view.client_id != req.client {
+            return Err(Rejection::ClientMismatch);
+        }
+        let expected = self.anchor.identity(Role::ClientCli, &req.client, Some(&req.session));
+        self.anchor
+            .verify(&req.cert, &expected, &signed, &sig)
+            .map_err(Rejection::Signature)?;
+        // The Session Anchor: exactly the certificate issued at registration.
+        if req.cert != view.cert_der {
+            return Err(Rejection::ForeignCertificate);
+        }
+        if !self.seen.insert(req.id.clone()) {
+            return Err(Rejection::Replayed);
+        }
+        let client = req.client.clone();
+        Ok((req, client))
+    }
+
+    /// The first rule matching both the argv and the working directory
+    /// `dir` (already resolved): the rule's own directory is resolved the
+    /// same way now and must be the same directory (device and inode), so
+    /// a symlink at the rule's path matches nothing. With its Git hardening.
+    fn auto_rule(&self, req: &Request, dir: &OwnedFd) -> Option<(usize, bool)> {
+        if !self.config.enabled {
+            return None;
+        }
+        let here = sys::fd_identity(dir).ok()?;
+        self.config.auto_approve.iter().enumerate().find_map(|(n, r)| {
+            (escalation::rule_matches(&r.argv, r.allow_trailing_args, &req.argv)
+                && self
+                    .resolve_cwd(&r.cwd)
+                    .ok()
+                    .and_then(|d| sys::fd_identity(&d).ok())
+                    .is_some_and(|rc| rc == here))
+            .then_some((n, r.harden_git))
+        })
+    }
+}
+
+/// A request file's name: `<32 lowercase hex>.req`.
+fn well_formed_name(n: &str) -> bool {
+    n.len() == 36 && n.ends_with(".req") && n[..32].bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}

@@ -1,0 +1,299 @@
+//! The mailbox intake against what a hostile sandbox can put there. Real
+//! files in a temporary directory, the real Trust Anchor; nothing runs
+//! (escalation is off, so no rule auto-approves).
+
+use super::*;
+use crate::escalation::REQUESTS_MAX_BYTES;
+use crate::trust::{Role, SessionKey};
+
+const CLIENT: &str = "0123456789abcdef";
+const SESSION: &str = "fedcba9876543210";
+
+struct Fixture {
+    dir: PathBuf,
+    broker: Broker,
+    key: SessionKey,
+    cert: Vec<u8>,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn fixture(tag: &str) -> Fixture {
+    let dir = std::env::temp_dir().join(format!("lz-broker-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    let ws = std::fs::canonicalize(dir.join("ws")).unwrap();
+    let anchor = TrustAnchor::new(&"d".repeat(20), 3, "default").unwrap();
+    let cred = anchor.issue(Role::ClientCli, CLIENT, Some(SESSION)).unwrap();
+    let key = SessionKey::parse(&cred.export().unwrap()).unwrap();
+    let cert = key.cert.clone();
+    let broker = Broker::new(
+        anchor,
+        Escalation::default(),
+        &ws,
+        &dir.join("mbox"),
+        &dir.join("audit.log"),
+    )
+    .unwrap();
+    Fixture { dir, broker, key, cert }
+}
+
+fn request(f: &Fixture, n: u8) -> Request {
+    Request {
+        id: format!("{n:02x}").repeat(16),
+        domain: "d".repeat(20),
+        generation: 3,
+        session: SESSION.into(),
+        client: CLIENT.into(),
+        cwd: String::new(),
+        timeout_secs: 10,
+        justification: "test".into(),
+        argv: vec!["true".into()],
+        cert: f.cert.clone(),
+    }
+}
+
+fn record(f: &Fixture, req: &Request) -> Vec<u8> {
+    let sig = f.key.sign(&mailbox::signed_part(req)).unwrap();
+    mailbox::encode_request(req, &sig)
+}
+
+impl Fixture {
+    fn put(&self, name: &str, data: &[u8]) -> PathBuf {
+        let p = self.broker.requests_dir().join(name);
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+    fn scan(&mut self) -> Vec<String> {
+        let cert = self.cert.clone();
+        let view = move |s: &str| {
+            (s == SESSION).then(|| SessionView {
+                client_id: CLIENT.into(),
+                cert_der: cert.clone(),
+            })
+        };
+        self.broker.scan(&view).into_iter().map(|(_, r)| r.id).collect()
+    }
+    fn left(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.broker.requests_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+    fn audit(&self) -> String {
+        std::fs::read_to_string(self.dir.join("audit.log")).unwrap_or_default()
+    }
+    fn results(&self) -> usize {
+        // The results dir is not listable by its mode (0300) unless we
+        // are root; open it up for the check.
+        let r = self.broker.results_dir();
+        std::fs::set_permissions(r, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let n = std::fs::read_dir(r).unwrap().count();
+        std::fs::set_permissions(r, std::fs::Permissions::from_mode(0o300)).unwrap();
+        n
+    }
+}
+
+#[test]
+fn a_working_directory_is_resolved_beneath_the_workspace_without_symlinks() {
+    let f = fixture("cwd");
+    let ws = std::fs::canonicalize(f.dir.join("ws")).unwrap();
+    std::fs::create_dir_all(ws.join("a/b")).unwrap();
+    std::os::unix::fs::symlink("a", ws.join("link")).unwrap();
+    std::os::unix::fs::symlink("..", ws.join("a/up")).unwrap();
+    std::fs::write(ws.join("file"), b"").unwrap();
+    let id = |d: &OwnedFd| sys::fd_identity(d).unwrap();
+    let ab = f.broker.resolve_cwd("a/b").unwrap();
+    let meta = std::fs::metadata(ws.join("a/b")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(id(&ab), (meta.dev(), meta.ino()));
+    assert!(f.broker.resolve_cwd("").is_ok());
+    for (rel, why) in [
+        ("link", "symlink"),
+        ("link/b", "symlink"),
+        ("a/up", "symlink"),
+        ("a/../..", "plain path"),
+        ("/etc", "plain path"),
+        ("missing", "no such directory"),
+        ("file", "not a directory"),
+    ] {
+        let e = f.broker.resolve_cwd(rel).unwrap_err();
+        assert!(e.contains(why), "{rel}: {e}");
+    }
+}
+
+#[test]
+fn a_well_formed_signed_request_is_accepted_once_and_removed() {
+    let mut f = fixture("ok");
+    let req = request(&f, 1);
+    f.put(&format!("{}.req", req.id), &record(&f, &req));
+    assert_eq!(f.scan(), vec![req.id.clone()]);
+    assert!(f.left().is_empty());
+    // The same record again is a replay.
+    f.put(&format!("{}.req", req.id), &record(&f, &req));
+    assert!(f.scan().is_empty());
+    assert!(f.audit().contains("replayed request id"), "{}", f.audit());
+    assert!(f.left().is_empty());
+    assert_eq!(f.results(), 0);
+}
+
+#[test]
+fn an_oversize_record_is_rejected_unread() {
+    let mut f = fixture("big");
+    let req = request(&f, 2);
+    let mut data = record(&f, &req);
+    data.resize(escalation::MAX_REQUEST_BYTES + 1, b'\n');
+    f.put(&format!("{}.req", req.id), &data);
+    assert!(f.scan().is_empty());
+    assert!(f.audit().contains("over the limit"), "{}", f.audit());
+    assert!(f.left().is_empty());
+}
+
+#[test]
+fn a_symlink_is_never_followed() {
+    let mut f = fixture("link");
+    let req = request(&f, 3);
+    // A valid record outside the mailbox, reached through a symlink
+    // with a well-formed name: the marker file must stay untouched.
+    let target = f.dir.join("outside.req");
+    std::fs::write(&target, record(&f, &req)).unwrap();
+    std::os::unix::fs::symlink(&target, f.broker.requests_dir().join(format!("{}.req", req.id))).unwrap();
+    // And one to a directory with a junk name.
+    std::os::unix::fs::symlink(&f.dir, f.broker.requests_dir().join("up")).unwrap();
+    assert!(f.scan().is_empty());
+    assert!(f.left().is_empty());
+    assert!(target.exists(), "the symlink's target was removed");
+    assert!(f.dir.join("ws").is_dir(), "a directory symlink was followed");
+    assert!(f.audit().contains("cannot open: a symlink"), "{}", f.audit());
+}
+
+#[test]
+fn junk_is_removed_and_does_not_block_a_request() {
+    let mut f = fixture("junk");
+    let good = request(&f, 4);
+    f.put(&format!("{}.req", good.id), &record(&f, &good));
+    for name in [
+        "x",
+        "ABCDEF0123456789ABCDEF0123456789.req",
+        "0123.req",
+        "a b.req",
+        ".hidden",
+        "\u{202e}.req",
+    ] {
+        f.put(name, b"junk");
+    }
+    std::fs::create_dir(f.broker.requests_dir().join(format!("{}.req", "5".repeat(32)))).unwrap();
+    std::fs::create_dir_all(f.broker.requests_dir().join("deep/er")).unwrap();
+    std::os::unix::net::UnixListener::bind(f.broker.requests_dir().join("sock")).unwrap();
+    // A young temporary file is a writer at work: it stays.
+    f.put(".tmp-young", b"half a record");
+    assert_eq!(f.scan(), vec![good.id.clone()]);
+    assert_eq!(f.left(), vec![".tmp-young".to_string()]);
+    assert!(f.audit().contains("not a regular file"), "{}", f.audit());
+}
+
+#[test]
+fn an_unreadable_or_garbled_record_is_rejected_without_a_result() {
+    let mut f = fixture("mode");
+    let a = request(&f, 6);
+    let p = f.put(&format!("{}.req", a.id), b"LZESC1\ngarbage\n");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let b = request(&f, 7);
+    f.put(&format!("{}.req", b.id), &record(&f, &b));
+    assert_eq!(f.scan(), vec![b.id.clone()]);
+    assert!(f.left().is_empty());
+    assert_eq!(f.results(), 0);
+}
+
+#[test]
+fn a_record_in_the_former_text_format_cut_or_with_trailing_bytes_is_malformed() {
+    let mut f = fixture("frame");
+    let a = request(&f, 14);
+    f.put(&format!("{}.req", a.id), format!("LZESC1\nid {}\n", a.id).as_bytes());
+    let b = request(&f, 15);
+    let rec = record(&f, &b);
+    f.put(&format!("{}.req", b.id), &rec[..rec.len() - 1]);
+    let c = request(&f, 16);
+    let mut rec = record(&f, &c);
+    rec.push(0);
+    f.put(&format!("{}.req", c.id), &rec);
+    assert!(f.scan().is_empty());
+    assert!(f.left().is_empty());
+    assert_eq!(f.audit().matches("malformed record").count(), 3, "{}", f.audit());
+    assert_eq!(f.results(), 0);
+}
+
+#[test]
+fn a_record_not_bound_to_its_name_session_or_key_is_rejected() {
+    let mut f = fixture("bind");
+    // Under another request's name.
+    let a = request(&f, 8);
+    f.put(&format!("{}.req", "9".repeat(32)), &record(&f, &a));
+    // For a session that is not registered.
+    let mut b = request(&f, 10);
+    b.session = "0000000000000000".into();
+    f.put(&format!("{}.req", b.id), &record(&f, &b));
+    // Another generation.
+    let mut c = request(&f, 11);
+    c.generation = 2;
+    f.put(&format!("{}.req", c.id), &record(&f, &c));
+    // Signed by someone else's key (the signature does not verify).
+    let d = request(&f, 12);
+    let other = TrustAnchor::new(&"d".repeat(20), 3, "default").unwrap();
+    let ok = other.issue(Role::ClientCli, CLIENT, Some(SESSION)).unwrap();
+    let k = SessionKey::parse(&ok.export().unwrap()).unwrap();
+    f.put(
+        &format!("{}.req", d.id),
+        &mailbox::encode_request(&d, &k.sign(&mailbox::signed_part(&d)).unwrap()),
+    );
+    // A changed byte after signing.
+    let mut e = request(&f, 13);
+    let sig = f.key.sign(&mailbox::signed_part(&e)).unwrap();
+    e.argv = vec!["rm".into()];
+    f.put(&format!("{}.req", e.id), &mailbox::encode_request(&e, &sig));
+    assert!(f.scan().is_empty());
+    assert!(f.left().is_empty());
+    let audit = f.audit();
+    for why in [
+        "file name does not match the request id",
+        "no such session",
+        "another Domain or generation",
+    ] {
+        assert!(audit.contains(why), "{why}: {audit}");
+    }
+    assert_eq!(audit.matches("rejected").count(), 5, "{audit}");
+    // INVARIANT: no result for a record that failed verification.
+    assert_eq!(f.results(), 0);
+}
+
+#[test]
+fn young_temporaries_are_bounded_by_bytes_not_only_by_age() {
+    let mut f = fixture("bytes");
+    // Over the record limit: gone on sight, young as it is.
+    f.put(".tmp-big", &vec![0u8; escalation::MAX_REQUEST_BYTES + 1]);
+    // Young and small: a writer's file in progress, kept.
+    f.put(".tmp-small", b"partial");
+    assert!(f.scan().is_empty());
+    assert_eq!(f.left(), vec![".tmp-small".to_string()]);
+    // Young files under the limit that add up to more than the cap: the
+    // largest go until what is left is under it.
+    let n = (REQUESTS_MAX_BYTES / escalation::MAX_REQUEST_BYTES as u64) as usize + 8;
+    for i in 0..n {
+        f.put(&format!(".tmp-{i}"), &vec![1u8; escalation::MAX_REQUEST_BYTES - i]);
+    }
+    assert!(f.scan().is_empty());
+    let total: u64 = f
+        .left()
+        .iter()
+        .map(|n| std::fs::metadata(f.broker.requests_dir().join(n)).unwrap().len())
+        .sum();
+    assert!(total <= REQUESTS_MAX_BYTES, "{total}");
+    assert!(f.left().contains(&".tmp-small".to_string()), "the smallest stays");
+    assert!(f.left().len() < n, "some went");
+}

@@ -1,0 +1,143 @@
+//! The response side, towards the sandbox: every real value in a head or
+//! body becomes its sentinel, streaming; a body whose length changes is
+//! re-chunked (or close-delimited to an HTTP/1.0 client).
+
+use std::collections::VecDeque;
+
+use super::body::{emit, Body, Chunk};
+use super::head::{framing, parse_head, Framing};
+use super::replace::Replacer;
+use super::{Binding, Expect, Refusal};
+
+/// The responses of one connection, towards the sandbox: real -> sentinel.
+#[derive(Debug)]
+pub struct ResponseSide {
+    repl: Replacer,
+    pending: Vec<u8>,
+    /// The body being relayed, and whether it is re-chunked.
+    body: Option<(Body, bool)>,
+    closing: bool,
+}
+
+impl ResponseSide {
+    /// Every secret's real value is replaced, whatever host it is bound to.
+    pub fn new(bindings: &[Binding]) -> ResponseSide {
+        let pats = bindings
+            .iter()
+            .map(|b| (b.real.expose().to_vec(), Some(b.sentinel.as_bytes().to_vec())))
+            .collect();
+        ResponseSide {
+            repl: Replacer::new(pats),
+            pending: Vec::new(),
+            body: None,
+            closing: false,
+        }
+    }
+
+    /// Feeds bytes from the server; appends what goes to the sandbox.
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>, expects: &mut VecDeque<Expect>) -> Result<(), Refusal> {
+        let mut buf: Vec<u8> = input.to_vec();
+        loop {
+            if self.closing {
+                // Close-delimited towards an HTTP/1.0 client: nothing after it.
+                return Ok(());
+            }
+            if let Some((body, rechunk)) = &mut self.body {
+                let rechunk = *rechunk;
+                let repl = &mut self.repl;
+                let mut data_out = Vec::new();
+                let d = body.decode(&buf, &mut |data| {
+                    // Only replacements here, never a detect-only pattern.
+                    let _ = repl.feed(data, &mut data_out);
+                    Ok(())
+                })?;
+                if d.end.is_none() {
+                    emit(out, &data_out, rechunk);
+                    return Ok(());
+                }
+                self.repl.finish(&mut data_out);
+                emit(out, &data_out, rechunk);
+                if rechunk {
+                    // Trailers are dropped, as towards the server.
+                    out.extend_from_slice(b"0\r\n\r\n");
+                } else {
+                    self.closing = true;
+                }
+                self.body = None;
+                buf.drain(..d.used);
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                continue;
+            }
+            self.pending.extend_from_slice(&buf);
+            let Some((mut head, used)) = parse_head(&self.pending, false).map_err(Refusal::BadResponse)? else {
+                return Ok(());
+            };
+            buf = self.pending.split_off(used);
+            self.pending.clear();
+            let status: u16 = std::str::from_utf8(&head.second)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            if status == 101 {
+                return Err(Refusal::BadResponse("a protocol switch that was not asked for"));
+            }
+            let informational = (100..200).contains(&status);
+            let expect = if informational {
+                expects.front().copied()
+            } else {
+                expects.pop_front()
+            }
+            .ok_or(Refusal::BadResponse("a response without a request"))?;
+            let framing = if expect.head || informational || status == 204 || status == 304 {
+                Framing::None
+            } else {
+                match framing(&head).map_err(Refusal::BadResponse)? {
+                    Framing::None => Framing::Close,
+                    f => f,
+                }
+            };
+            head.third = self.repl.once(&head.third).unwrap_or_default();
+            for (_, v) in head.fields.iter_mut() {
+                *v = self.repl.once(v).unwrap_or_default();
+            }
+            self.body = match framing {
+                Framing::None | Framing::Length(0) => None,
+                Framing::Close => Some((Body::Close, false)),
+                f => {
+                    head.remove("content-length");
+                    head.remove("transfer-encoding");
+                    if expect.http10 {
+                        head.remove("connection");
+                        head.fields.push((b"Connection".to_vec(), b"close".to_vec()));
+                    } else {
+                        head.fields.push((b"Transfer-Encoding".to_vec(), b"chunked".to_vec()));
+                    }
+                    let decoder = match f {
+                        Framing::Length(n) => Body::Length(n),
+                        _ => Body::Chunked(Chunk::Size(Vec::new())),
+                    };
+                    Some((decoder, !expect.http10))
+                }
+            };
+            head.serialize(out);
+            if buf.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether the gate must close the connection towards the sandbox now
+    /// (a body sent close-delimited has ended).
+    pub fn closing(&self) -> bool {
+        self.closing
+    }
+
+    /// The server closed the connection: the rest of a close-delimited body.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if let Some((Body::Close, _)) = &self.body {
+            self.repl.finish(out);
+        }
+    }
+}

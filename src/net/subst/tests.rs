@@ -1,0 +1,361 @@
+//! The secret swap on whole and cut-up HTTP/1.1 exchanges.
+
+use std::collections::VecDeque;
+
+use super::replace::Replacer;
+use super::*;
+
+const REAL: &str = "sk-ant-REAL-0123456789abcdef";
+const OTHER_REAL: &str = "ghp_OTHERREAL987654321";
+
+fn bindings() -> (Vec<Binding>, String, String) {
+    let s1 = crate::config::secrets::sentinel().unwrap();
+    let s2 = crate::config::secrets::sentinel().unwrap();
+    let b = vec![
+        Binding {
+            var: "ANTHROPIC_API_KEY".into(),
+            sentinel: s1.clone(),
+            real: SecretValue::new(REAL.into()).unwrap(),
+            hosts: vec!["api.test".into()],
+        },
+        Binding {
+            var: "GH_TOKEN".into(),
+            sentinel: s2.clone(),
+            real: SecretValue::new(OTHER_REAL.into()).unwrap(),
+            hosts: vec!["git.test".into()],
+        },
+    ];
+    (b, s1, s2)
+}
+
+fn send(side: &mut RequestSide, parts: &[&[u8]]) -> Result<(Vec<u8>, VecDeque<Expect>), Refusal> {
+    let mut out = Vec::new();
+    let mut ex = VecDeque::new();
+    for p in parts {
+        side.feed(p, &mut out, &mut ex)?;
+    }
+    Ok((out, ex))
+}
+
+fn contains(h: &[u8], n: &str) -> bool {
+    h.windows(n.len()).any(|w| w == n.as_bytes())
+}
+
+#[test]
+fn replacer_across_every_cut() {
+    let text = b"aa PATTERN bb PATTERNPATTERN cc PATT".to_vec();
+    let want = b"aa X bb XX cc PATT".to_vec();
+    for cut in 0..=text.len() {
+        for cut2 in cut..=text.len() {
+            let mut r = Replacer::new(vec![(b"PATTERN".to_vec(), Some(b"X".to_vec()))]);
+            let mut out = Vec::new();
+            r.feed(&text[..cut], &mut out).unwrap();
+            r.feed(&text[cut..cut2], &mut out).unwrap();
+            r.feed(&text[cut2..], &mut out).unwrap();
+            r.finish(&mut out);
+            assert_eq!(out, want, "cuts {cut} {cut2}");
+        }
+    }
+}
+
+#[test]
+fn replacer_holds_back_only_a_possible_match() {
+    let mut r = Replacer::new(vec![(b"secretvalue".to_vec(), Some(b"S".to_vec()))]);
+    let mut out = Vec::new();
+    // An SSE event ends in "\n\n": nothing of it is held back.
+    r.feed(b"data: hello\n\n", &mut out).unwrap();
+    assert_eq!(out, b"data: hello\n\n");
+    out.clear();
+    r.feed(b"data: secr", &mut out).unwrap();
+    assert_eq!(out, b"data: ");
+    r.feed(b"etvalue!\n\n", &mut out).unwrap();
+    assert_eq!(out, b"data: S!\n\n");
+    let d = Replacer::new(vec![(b"sentinel".to_vec(), None)]);
+    assert_eq!(d.once(b"xx sentinel yy"), Err(0));
+}
+
+#[test]
+fn sentinel_becomes_real_in_any_header_for_its_host() {
+    let (b, s1, _) = bindings();
+    let mut side = RequestSide::new("api.test", &b);
+    let req = format!(
+        "POST /v1/messages?key={s1} HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\
+         x-api-key: {s1}\r\nAccept-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhello"
+    );
+    // Byte by byte: every cut of the head.
+    let parts: Vec<&[u8]> = req.as_bytes().chunks(1).collect();
+    let (out, ex) = send(&mut side, &parts).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(!text.contains(&s1), "{text}");
+    assert!(text.contains(&format!("Authorization: Bearer {REAL}\r\n")), "{text}");
+    assert!(text.contains(&format!("x-api-key: {REAL}\r\n")), "{text}");
+    assert!(text.contains(&format!("?key={REAL} ")), "{text}");
+    assert!(!text.to_ascii_lowercase().contains("accept-encoding"), "{text}");
+    assert!(text.ends_with("\r\n\r\nhello"), "{text}");
+    assert_eq!(ex.len(), 1);
+}
+
+#[test]
+fn basic_auth_user_or_password() {
+    let (b, s1, _) = bindings();
+    for cred in [format!("x:{s1}"), format!("{s1}:x-oauth-basic")] {
+        let mut side = RequestSide::new("api.test", &b);
+        let enc = openssl::base64::encode_block(cred.as_bytes());
+        let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Basic {enc}\r\n\r\n");
+        let (out, _) = send(&mut side, &[req.as_bytes()]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let got = text.split("Basic ").nth(1).unwrap().split("\r\n").next().unwrap();
+        let dec = String::from_utf8(openssl::base64::decode_block(got).unwrap()).unwrap();
+        assert_eq!(dec, cred.replace(&s1, REAL));
+    }
+}
+
+#[test]
+fn sentinel_towards_another_host_is_a_leak() {
+    let (b, s1, s2) = bindings();
+    // In a header, towards a host with no secret.
+    let mut side = RequestSide::new("other.test", &b);
+    let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nx-api-key: {s1}\r\n\r\n");
+    let e = send(&mut side, &[req.as_bytes()]).unwrap_err();
+    assert_eq!(
+        e,
+        Refusal::Leak {
+            var: "ANTHROPIC_API_KEY".into(),
+            host: "other.test".into()
+        }
+    );
+    // GH_TOKEN's sentinel towards api.test (bound to another secret).
+    let mut side = RequestSide::new("api.test", &b);
+    let req = format!("GET /?t={s2} HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    assert!(matches!(send(&mut side, &[req.as_bytes()]), Err(Refusal::Leak { var, .. }) if var == "GH_TOKEN"));
+    // Base64 inside Basic.
+    let mut side = RequestSide::new("other.test", &b);
+    let enc = openssl::base64::encode_block(format!("u:{s1}").as_bytes());
+    let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nAuthorization: Basic {enc}\r\n\r\n");
+    assert!(matches!(send(&mut side, &[req.as_bytes()]), Err(Refusal::Leak { .. })));
+    // In a chunked body, cut across chunks and reads: refused, and the
+    // piece holding the sentinel is never output.
+    let mut side = RequestSide::new("other.test", &b);
+    let (half1, half2) = s1.split_at(20);
+    let head = b"POST / HTTP/1.1\r\nHost: other.test\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let c1 = format!("{:x}\r\nabc{half1}\r\n", half1.len() + 3);
+    let c2 = format!("{:x}\r\n{half2}\r\n0\r\n\r\n", half2.len());
+    let mut out = Vec::new();
+    let mut ex = VecDeque::new();
+    side.feed(&head, &mut out, &mut ex).unwrap();
+    side.feed(c1.as_bytes(), &mut out, &mut ex).unwrap();
+    assert!(matches!(
+        side.feed(c2.as_bytes(), &mut out, &mut ex),
+        Err(Refusal::Leak { .. })
+    ));
+    assert!(!contains(&out, &s1[..21]));
+    // Content-Length body.
+    let mut side = RequestSide::new("other.test", &b);
+    let req = format!("POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: 60\r\n\r\n{{\"k\":\"{s1}\"}}");
+    assert!(matches!(send(&mut side, &[req.as_bytes()]), Err(Refusal::Leak { .. })));
+}
+
+#[test]
+fn no_secret_host_without_sentinel_passes_unchanged() {
+    let (b, _, _) = bindings();
+    let mut side = RequestSide::new("other.test", &b);
+    let req = b"GET /x HTTP/1.1\r\nHost: other.test\r\nAccept-Encoding: gzip\r\n\r\n";
+    let (out, _) = send(&mut side, &[req]).unwrap();
+    assert_eq!(out, req);
+}
+
+#[test]
+fn framing_attacks_are_refused() {
+    let (b, s1, _) = bindings();
+    let cases: Vec<String> = vec![
+        "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n".into(),
+        "GET / HTTP/1.1\r\nHost: api.test\r\nHost: evil.test\r\n\r\n".into(),
+        "GET / HTTP/1.1\r\n\r\n".into(),
+        "GET http://evil.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n".into(),
+        "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n".into(),
+        "POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n".into(),
+        "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked, gzip\r\n\r\n".into(),
+        "GET / HTTP/1.1\r\nHost: api.test\r\nX: a\r\n b\r\n\r\n".into(),
+        "GET / HTTP/1.1\nHost: api.test\n\n".into(),
+        "CONNECT api.test:443 HTTP/1.1\r\nHost: api.test\r\n\r\n".into(),
+        "GET / HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n".into(),
+        "GET / HTTP/2.0\r\nHost: api.test\r\n\r\n".into(),
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\nX: {}\r\n", "a".repeat(MAX_HEAD)),
+    ];
+    for c in cases {
+        let mut side = RequestSide::new("api.test", &b);
+        let r = send(&mut side, &[c.as_bytes()]);
+        assert!(
+            matches!(r, Err(Refusal::BadRequest(_))),
+            "{:?}: {r:?}",
+            &c[..c.len().min(90)]
+        );
+    }
+    // A smuggled second request after a body is parsed and swapped too.
+    let mut side = RequestSide::new("api.test", &b);
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+         GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n"
+    );
+    let (out, ex) = send(&mut side, &[req.as_bytes()]).unwrap();
+    assert_eq!(ex.len(), 2);
+    assert!(contains(&out, &format!("x-api-key: {REAL}")) && !contains(&out, &s1));
+    assert!(contains(&out, "3\r\nabc\r\n0\r\n\r\n"));
+    // Trailers never reach the server.
+    let mut side = RequestSide::new("api.test", &b);
+    let req = "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: 1\nGET /smuggled HTTP/1.1\r\n\r\n";
+    let (out, ex) = send(&mut side, &[req.as_bytes()]).unwrap();
+    assert!(out.ends_with(b"1\r\na\r\n0\r\n\r\n") && !contains(&out, "X-T") && !contains(&out, "smuggled"));
+    assert_eq!(ex.len(), 1);
+}
+
+fn receive(side: &mut ResponseSide, ex: &mut VecDeque<Expect>, parts: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in parts {
+        side.feed(p, &mut out, ex).unwrap();
+    }
+    side.finish(&mut out);
+    out
+}
+
+/// Decodes a chunked body (test oracle).
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(std::str::from_utf8(&b[..nl]).unwrap(), 16).unwrap();
+        b = &b[nl + 2..];
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[..n]);
+        b = &b[n + 2..];
+    }
+}
+
+#[test]
+fn real_value_in_response_becomes_sentinel() {
+    let (b, s1, s2) = bindings();
+    let body = format!("{{\"echo\":\"{REAL}\",\"other\":\"{OTHER_REAL}\"}}");
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nX-Echo: Bearer {REAL}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for step in [1, 7, resp.len()] {
+        let mut side = ResponseSide::new(&b);
+        let mut ex = VecDeque::from([Expect {
+            head: false,
+            http10: false,
+        }]);
+        let parts: Vec<&[u8]> = resp.as_bytes().chunks(step).collect();
+        let out = receive(&mut side, &mut ex, &parts);
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(!text.contains(REAL) && !text.contains(OTHER_REAL), "{text}");
+        assert!(text.contains(&format!("X-Echo: Bearer {s1}\r\n")), "{text}");
+        assert!(
+            text.contains("Transfer-Encoding: chunked") && !text.contains("Content-Length"),
+            "{text}"
+        );
+        let (_, rest) = text.split_once("\r\n\r\n").unwrap();
+        let decoded = String::from_utf8(dechunk(rest.as_bytes())).unwrap();
+        assert_eq!(decoded, body.replace(REAL, &s1).replace(OTHER_REAL, &s2));
+        assert!(ex.is_empty());
+    }
+}
+
+#[test]
+fn chunked_and_sse_stream_without_holding_events() {
+    let (b, s1, _) = bindings();
+    let mut side = ResponseSide::new(&b);
+    let mut ex = VecDeque::from([Expect {
+        head: false,
+        http10: false,
+    }]);
+    let mut out = Vec::new();
+    side.feed(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+        &mut out,
+        &mut ex,
+    )
+    .unwrap();
+    out.clear();
+    // Each event is out as soon as its chunk is in.
+    for i in 0..3 {
+        let ev = format!("data: event {i}\n\n");
+        side.feed(format!("{:x}\r\n{ev}\r\n", ev.len()).as_bytes(), &mut out, &mut ex)
+            .unwrap();
+        assert!(contains(&out, &ev), "event {i} held back");
+        out.clear();
+    }
+    // A real value cut across two chunks.
+    let (a, z) = REAL.split_at(10);
+    side.feed(
+        format!("{:x}\r\ndata: {a}\r\n", a.len() + 6).as_bytes(),
+        &mut out,
+        &mut ex,
+    )
+    .unwrap();
+    side.feed(
+        format!("{:x}\r\n{z}\n\n\r\n0\r\n\r\n", z.len() + 2).as_bytes(),
+        &mut out,
+        &mut ex,
+    )
+    .unwrap();
+    let text = String::from_utf8(dechunk(&out)).unwrap();
+    assert_eq!(text, format!("data: {s1}\n\n"));
+    assert!(out.ends_with(b"0\r\n\r\n"));
+}
+
+#[test]
+fn head_informational_and_http10_responses() {
+    let (b, s1, _) = bindings();
+    let mut side = ResponseSide::new(&b);
+    let mut ex = VecDeque::from([
+        Expect {
+            head: true,
+            http10: false,
+        },
+        Expect {
+            head: false,
+            http10: false,
+        },
+    ]);
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nHTTP/1.1 100 Continue\r\n\r\n\
+         HTTP/1.1 204 No Content\r\nX-K: {REAL}\r\n\r\n"
+    );
+    let out = receive(&mut side, &mut ex, &[resp.as_bytes()]);
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("Content-Length: 99") && text.contains("100 Continue"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("X-K: {s1}")), "{text}");
+    assert!(ex.is_empty());
+
+    let mut side = ResponseSide::new(&b);
+    let mut ex = VecDeque::from([Expect {
+        head: false,
+        http10: true,
+    }]);
+    let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{REAL}", REAL.len());
+    let out = receive(&mut side, &mut ex, &[resp.as_bytes()]);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("Connection: close") && text.ends_with(&s1), "{text}");
+    assert!(side.closing());
+    // A close-delimited body, value cut at the very end.
+    let mut side = ResponseSide::new(&b);
+    let mut ex = VecDeque::from([Expect {
+        head: false,
+        http10: false,
+    }]);
+    let out = receive(
+        &mut side,
+        &mut ex,
+        &[b"HTTP/1.1 200 OK\r\n\r\nabc ", &REAL.as_bytes()[..5]],
+    );
+    assert!(out.ends_with(&REAL.as_bytes()[..5]));
+    let mut ex = VecDeque::new();
+    let mut side = ResponseSide::new(&b);
+    assert!(side.feed(b"HTTP/1.1 200 OK\r\n\r\n", &mut Vec::new(), &mut ex).is_err());
+}
