@@ -696,8 +696,7 @@ fn sandbox_shaped_dirs(root: &Path) -> Vec<String> {
 fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Result<i32, StateError> {
     // Refuses a running Domain (published or locked by a coordinator).
     let lock = state::lock_for_maintenance(dp, id)?;
-    crate::storage::anchor::finish_reset(&dp.root)
-        .map_err(|e| StateError::Failed(format!("finishing an interrupted reset: {e}")))?;
+    crate::storage::anchor::finish_reset(&dp.root).map_err(StateError::FinishReset)?;
     let meta = state::read_meta(&dp.root).unwrap_or_default();
     let keys = state::keys_on_disk(&dp.root);
     let ignored = dp.root.join(state::IGNORED_DIR);
@@ -706,7 +705,7 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     if has_ignored {
         ops.push(statefs::root_size(state::IGNORED_DIR));
     }
-    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
+    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Helper)?;
     let size_of = |k: &str| sizes.size_of(k);
     let store_bytes: u64 = STORE_FILES
         .iter()
@@ -755,8 +754,11 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     //    subordinate id, mode and depth can be removed.
     let anchor = crate::storage::anchor::anchor_dir(&dp.root);
     let nonce = domain::random_id(4);
-    let fail = |what: &str, e: io::Error| StateError::Failed(format!("{what}: {e}"));
-    paths::ensure_private_dir(&anchor).map_err(|e| StateError::Failed(e.to_string()))?;
+    let fail = |name: &str, err: io::Error| StateError::Trash {
+        name: name.to_string(),
+        err,
+    };
+    paths::ensure_private_dir(&anchor).map_err(StateError::AnchorDir)?;
     for k in &keys {
         let to = anchor.join(format!("{}{k}-{nonce}", crate::storage::anchor::TRASH_PREFIX));
         std::fs::rename(anchor.join(k), to).map_err(|e| fail(k, e))?;
@@ -764,12 +766,9 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     for name in sandbox_shaped_dirs(&dp.root) {
         statefs::set_aside(&dp.root, &name).map_err(|e| fail(&name, e))?;
     }
-    let left = statefs::empty_trash(&dp.root).map_err(|e| StateError::Failed(e.to_string()))?;
+    let left = statefs::empty_trash(&dp.root).map_err(StateError::Helper)?;
     if !left.is_empty() {
-        return Err(StateError::Failed(format!(
-            "could not delete all persistent state ({}); the Domain stays listed: retry `lazaret rm`",
-            left.join("; ")
-        )));
+        return Err(StateError::Undeleted(left));
     }
     // 2. What is left is Lazaret's own host files: the store first, the
     //    metadata (which names the Domain in `state list`) with the rest.
