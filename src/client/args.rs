@@ -7,10 +7,7 @@ use crate::sys;
 pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
     let rest = args.finish();
     if let Some(a) = rest.first() {
-        return Err(Failure::usage(format!(
-            "unknown argument {:?}: see `lazaret help`",
-            a.to_string_lossy()
-        )));
+        return Err(Failure::UnknownArgument(a.to_string_lossy().into_owned()));
     }
     Ok(())
 }
@@ -19,20 +16,14 @@ pub(crate) fn finish_args(args: pico_args::Arguments) -> Result<(), Failure> {
 /// bad input.
 pub(crate) fn utf8_argv(cmd: Vec<std::ffi::OsString>) -> Result<Vec<String>, Failure> {
     cmd.into_iter()
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| Failure::usage(format!("argument {a:?} is not UTF-8")))
-        })
+        .map(|a| a.into_string().map_err(Failure::NotUtf8))
         .collect()
 }
 
 /// Lazaret never runs a sandbox as host root.
 pub(crate) fn refuse_root() -> Result<(), Failure> {
     if sys::geteuid() == 0 || sys::getuid() == 0 {
-        return Err(Failure::usage(
-            "refusing to run as root: Lazaret runs sandboxes rootless; run it as your normal user \
-             (scripts/lazaret-here does this for you under sudo)",
-        ));
+        return Err(Failure::AsRoot);
     }
     Ok(())
 }

@@ -113,22 +113,22 @@ pub fn main() -> i32 {
                     print!("{u}");
                     Ok(0)
                 }
-                None => Err(Failure::usage(format!("unknown command {c:?}: see `lazaret help`"))),
+                None => Err(Failure::UnknownCommand(c.to_string())),
             },
         },
         Some("__coordinator") => internal_coordinator(raw),
         Some("__supervisor") => internal_supervisor(raw),
         Some("__state-helper") => Ok(crate::storage::statefs::helper_main(raw)),
-        Some(other) => Err(Failure::usage(format!("unknown command {other:?}: see `lazaret help`"))),
-        None => Err(Failure::usage(format!("a command is required\n{USAGE}"))),
+        Some(other) => Err(Failure::UnknownCommand(other.to_string())),
+        None => Err(Failure::NoCommand(USAGE)),
     };
     match result {
         Ok(code) => code,
         Err(f) => {
             restore_terminal();
             let f = plain_failure(f);
-            eprintln!("lazaret: {}", f.msg);
-            f.code
+            eprintln!("lazaret: {f}");
+            f.code()
         }
     }
 }

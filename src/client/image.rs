@@ -4,7 +4,6 @@
 use crate::client::args::{finish_args, refuse_root};
 use crate::client::failure::Failure;
 use crate::config;
-use crate::display::escape;
 use crate::storage::image;
 use crate::storage::paths;
 
@@ -28,7 +27,7 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
                 return Ok(0);
             }
             let mut progress = image::Progress::new(quiet);
-            let digest = image::build_default(&storage, &mut progress).map_err(|e| Failure::runtime(e.to_string()))?;
+            let digest = image::build_default(&storage, &mut progress)?;
             if !quiet {
                 println!("built the default image {digest}");
             }
@@ -48,10 +47,11 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
             };
             r.map_err(Failure::from)
         }
-        Some(other) => Err(Failure::usage(format!(
-            "unknown image command {other:?}: expected build, list or prune"
-        ))),
-        None => Err(Failure::usage("`lazaret image` needs a command: build, list or prune")),
+        Some(other) => Err(Failure::UnknownImageCommand(other.to_string())),
+        None => Err(Failure::NeedsSubcommand {
+            cmd: "image",
+            choices: "build, list or prune",
+        }),
     }
 }
 
@@ -60,13 +60,10 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
 /// is not rebuilt, so the image's digest changes only when the recipe does.
 fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failure> {
     let cfg = config::load(&config::config_path())?;
-    let recipe = cfg.images.get(name).ok_or_else(|| {
-        Failure::usage(format!(
-            "no image recipe {:?} in {}: known recipes: {} (define [images.NAME])",
-            escape(name),
-            cfg.path.display(),
-            cfg.images.keys().cloned().collect::<Vec<_>>().join(", ")
-        ))
+    let recipe = cfg.images.get(name).ok_or_else(|| Failure::NoRecipe {
+        name: name.to_string(),
+        config: cfg.path.clone(),
+        known: cfg.images.keys().cloned().collect(),
     })?;
     let storage = paths::storage_root()?;
     paths::ensure_private_dir(&storage)?;
@@ -77,7 +74,7 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
     }
     let host = match &recipe.suite {
         Some(s) => s.clone(),
-        None => crate::storage::image::host_codename().map_err(|e| Failure::runtime(e.to_string()))?,
+        None => crate::storage::image::host_codename()?,
     };
     // `base = "NAME"`: that image must be built; its digest is part of
     // this recipe's fingerprint (a rebuilt base rebuilds this one).
@@ -88,18 +85,17 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
     let base_digest = match (&recipe.from, &base_layout) {
         (Some(b), Some(l)) => Some(
             crate::storage::image::manifest_digest(l, crate::storage::image::DEFAULT_TAG).map_err(|_| {
-                Failure::usage(format!(
-                    "the recipe {name} starts from the image {b}, which is not built: run `lazaret image build{}` first",
-                    if b == "default" { String::new() } else { format!(" {b}") }
-                ))
+                Failure::BaseNotBuilt {
+                    recipe: name.to_string(),
+                    base: b.to_string(),
+                }
             })?,
         ),
         _ => None,
     };
     let fp = recipe.fingerprint(&host, base_digest.as_deref());
     if built && crate::storage::image::built_recipe(&storage, name).as_deref() == Some(fp.as_str()) {
-        let digest = crate::storage::image::manifest_digest(&layout, crate::storage::image::DEFAULT_TAG)
-            .map_err(|e| Failure::runtime(e.to_string()))?;
+        let digest = crate::storage::image::manifest_digest(&layout, crate::storage::image::DEFAULT_TAG)?;
         if !quiet {
             println!("image {name} is up to date with its recipe: {digest}");
         }
@@ -117,8 +113,7 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
         },
         Some(&fp),
         &mut progress,
-    )
-    .map_err(|e| Failure::runtime(e.to_string()))?;
+    )?;
     if !quiet {
         println!("built the image {name} {digest}");
     }

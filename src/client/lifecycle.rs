@@ -170,22 +170,19 @@ pub fn match_prefix<'a>(prefix: &str, ids: &'a [DomainId], what: &str) -> Result
         || prefix.len() > 20
         || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     {
-        return Err(Failure::usage(format!(
-            "{:?} is not a Domain ID: expected lowercase hex digits, a prefix of the ID `lazaret ps` or `lazaret state list` prints",
-            escape(prefix)
-        )));
+        return Err(Failure::NotADomainId(prefix.to_string()));
     }
     let hits: Vec<&DomainId> = ids.iter().filter(|i| i.as_str().starts_with(prefix)).collect();
     match hits.as_slice() {
         [one] => Ok(one),
-        [] => Err(Failure::usage(format!(
-            "no {what} Domain has an ID starting with {prefix}: see `lazaret {}`",
-            if what == "running" { "ps" } else { "state list" }
-        ))),
-        many => Err(Failure::usage(format!(
-            "{prefix} is ambiguous: it starts the IDs {}; give more digits",
-            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-        ))),
+        [] => Err(Failure::NoDomain {
+            what: what.to_string(),
+            prefix: prefix.to_string(),
+        }),
+        many => Err(Failure::Ambiguous {
+            prefix: prefix.to_string(),
+            ids: many.iter().map(|s| s.as_str().to_string()).collect(),
+        }),
     }
 }
 
@@ -356,7 +353,7 @@ fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
         Ok(s) => s,
         Err(_) => return Ok(false),
     };
-    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
+    let lost = Failure::Unreachable;
     let hello = ClientMsg::Hello {
         version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
@@ -374,10 +371,9 @@ fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
     // The coordinator answers a Stop only by closing; anything else is a refusal.
     s.set_read_timeout(Some(Duration::from_secs(5))).ok();
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
-        Ok(ServerMsg::Refused { reason }) => Err(Failure::runtime(format!("the coordinator refused: {reason}"))),
-        Ok(other) => Err(Failure::runtime(format!(
-            "unexpected reply from the coordinator ({})",
-            crate::wire::UnexpectedMessage::of("Welcome", &other)
+        Ok(ServerMsg::Refused { reason }) => Err(Failure::StopRefused(reason)),
+        Ok(other) => Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
+            "Welcome", &other,
         ))),
         Err(_) => Ok(true),
     }
@@ -427,9 +423,7 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     paths::ensure_private_dir(&root)?;
     let by_name = profile.is_some() || workspace.is_some();
     if [all, id.is_some(), by_name].iter().filter(|b| **b).count() > 1 {
-        return Err(Failure::usage(
-            "name the Domain one way: ID, --all, or --profile/--workspace",
-        ));
+        return Err(Failure::NameOneWay { all: true });
     }
     let targets: Vec<(DomainId, String, String)> = if all || id.is_some() {
         let live = running(&root);
@@ -451,8 +445,7 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
         let dir = match workspace {
             Some(w) => w,
-            None => std::env::current_dir()
-                .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+            None => std::env::current_dir().map_err(Failure::CurrentDir)?,
         };
         let ws = domain::canonical_workspace(&dir)?;
         let id = domain::domain_id(&name, &ws);
@@ -491,23 +484,23 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let id: Option<String> = args.opt_free_from_str()?;
     let spec: Option<String> = args.opt_free_from_str()?;
     finish_args(args)?;
-    const FORM: &str = "lazaret port add ID [ADDR:]HOSTPORT:GUESTPORT";
     if sub.as_deref() != Some("add") {
-        return Err(Failure::usage(format!("usage: {FORM}")));
+        return Err(Failure::PortUsage);
     }
     let (Some(id), Some(spec)) = (id, spec) else {
-        return Err(Failure::usage(format!(
-            "`lazaret port add` needs a Domain ID (as `lazaret ps` prints it) and a forward: {FORM}"
-        )));
+        return Err(Failure::PortNeedsArgs);
     };
-    let fwd: crate::config::ports::PortForward = spec
-        .parse()
-        .map_err(|e: crate::config::ValueError| Failure::usage(format!("port add: {:?} is not {e}", escape(&spec))))?;
+    let fwd: crate::config::ports::PortForward =
+        spec.parse()
+            .map_err(|err: crate::config::ValueError| Failure::BadForward {
+                spec: spec.clone(),
+                err,
+            })?;
     let (root, st) = running_one(&id)?;
     let one = &st.domain_id;
     let mut s = UnixStream::connect(root.join(one.as_str()).join("hc.sock"))
-        .map_err(|_| Failure::usage(format!("Domain {one} is not running any more")))?;
-    let lost = |e: io::Error| Failure::runtime(format!("cannot reach the coordinator: {e}"));
+        .map_err(|_| Failure::NotRunningAnyMore(one.clone()))?;
+    let lost = Failure::Unreachable;
     let hello = ClientMsg::Hello {
         version: wire_client::PROTOCOL_VERSION,
         client_id: domain::random_id(8),
@@ -533,12 +526,11 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             println!("Domain {}: forwarding {}", &one.as_str()[..ID_PREFIX_LEN], escape(&got));
             Ok(0)
         }
-        Ok(ServerMsg::Refused { reason }) => Err(Failure::runtime(escape(&reason).to_string())),
-        Ok(other) => Err(Failure::runtime(format!(
-            "unexpected reply from the coordinator ({})",
-            crate::wire::UnexpectedMessage::of("Status", &other)
+        Ok(ServerMsg::Refused { reason }) => Err(Failure::PortRefused(reason)),
+        Ok(other) => Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
+            "Status", &other,
         ))),
-        Err(e) => Err(Failure::runtime(format!("the coordinator did not answer: {e}"))),
+        Err(e) => Err(Failure::NoAnswer(e)),
     }
 }
 
@@ -555,9 +547,7 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let id: Option<String> = args.opt_free_from_str()?;
     finish_args(args)?;
     let Some(id) = id else {
-        return Err(Failure::usage(
-            "`lazaret exec` needs a Domain ID (as `lazaret ps` prints it): lazaret exec ID [-- CMD ARGS...]",
-        ));
+        return Err(Failure::ExecNeedsId);
     };
     let argv = utf8_argv(cmd)?;
     let (_, st) = running_one(&id)?;
@@ -568,19 +558,12 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     r.pass = crate::config::passenv::resolve(&r.profile.pass_env, &env_flags, |k| std::env::var(k).ok())?;
     r.root = as_root;
     if r.domain_id != st.domain_id {
-        return Err(Failure::runtime(format!(
-            "Domain {} does not match its profile and workspace any more: stop it and start it again",
-            st.domain_id
-        )));
+        return Err(Failure::Mismatch(st.domain_id));
     }
-    let stream = UnixStream::connect(r.paths.socket())
-        .map_err(|_| Failure::usage(format!("Domain {} is not running any more", st.domain_id)))?;
+    let stream = UnixStream::connect(r.paths.socket()).map_err(|_| Failure::NotRunningAnyMore(st.domain_id.clone()))?;
     match session(stream, &r, argv)? {
         Outcome::Exited(code) => Ok(code),
-        Outcome::Retry => Err(Failure::runtime(format!(
-            "Domain {} stopped while joining it",
-            st.domain_id
-        ))),
+        Outcome::Retry => Err(Failure::StoppedWhileJoining(st.domain_id)),
     }
 }
 
@@ -590,7 +573,7 @@ pub fn check_published(r: &Resolved) -> Result<(), Failure> {
     if r.publish.is_empty() {
         return Ok(());
     }
-    let st = query_status(&r.paths.socket()).ok_or_else(|| Failure::runtime("cannot ask the Domain for its ports"))?;
+    let st = query_status(&r.paths.socket()).ok_or(Failure::NoPorts)?;
     let missing: Vec<String> = r
         .publish
         .iter()
@@ -598,13 +581,11 @@ pub fn check_published(r: &Resolved) -> Result<(), Failure> {
         .filter(|p| !st.ports.contains(p))
         .collect();
     if !missing.is_empty() {
-        return Err(Failure::usage(format!(
-            "Domain {} is already running without --publish {}: its forwards are fixed when it starts; \
-             run `lazaret stop {}` and try again",
-            st.domain_id,
-            missing.join(", "),
-            &st.domain_id.as_str()[..ID_PREFIX_LEN]
-        )));
+        return Err(Failure::WithoutPublish {
+            short: st.domain_id.as_str()[..ID_PREFIX_LEN].to_string(),
+            id: st.domain_id,
+            missing,
+        });
     }
     Ok(())
 }
@@ -626,7 +607,7 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let id = match id {
         Some(p) => {
             if profile.is_some() || workspace.is_some() {
-                return Err(Failure::usage("name the Domain one way: ID or --profile/--workspace"));
+                return Err(Failure::NameOneWay { all: false });
             }
             let ids = domains_with_state(&storage);
             match_prefix(&p, &ids, "stored")?.clone()
@@ -635,8 +616,7 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
             let dir = match workspace {
                 Some(w) => w,
-                None => std::env::current_dir()
-                    .map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?,
+                None => std::env::current_dir().map_err(Failure::CurrentDir)?,
             };
             domain::domain_id(&name, &domain::canonical_workspace(&dir)?)
         }
@@ -644,12 +624,7 @@ pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let dp = DomainPaths::new(&storage, &runtime, &id);
     match std::fs::symlink_metadata(&dp.root) {
         Ok(md) if md.is_dir() => {}
-        _ => {
-            return Err(Failure::usage(format!(
-                "Domain {id} has no state to remove (no {}): see `lazaret state list`",
-                dp.root.display()
-            )))
-        }
+        _ => return Err(Failure::NoStateToRemove { id, root: dp.root }),
     }
     remove_domain(&dp, &id, yes, json).map_err(Failure::from)
 }
@@ -696,8 +671,7 @@ fn sandbox_shaped_dirs(root: &Path) -> Vec<String> {
 fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Result<i32, StateError> {
     // Refuses a running Domain (published or locked by a coordinator).
     let lock = state::lock_for_maintenance(dp, id)?;
-    crate::storage::anchor::finish_reset(&dp.root)
-        .map_err(|e| StateError::Failed(format!("finishing an interrupted reset: {e}")))?;
+    crate::storage::anchor::finish_reset(&dp.root).map_err(StateError::FinishReset)?;
     let meta = state::read_meta(&dp.root).unwrap_or_default();
     let keys = state::keys_on_disk(&dp.root);
     let ignored = dp.root.join(state::IGNORED_DIR);
@@ -706,7 +680,7 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     if has_ignored {
         ops.push(statefs::root_size(state::IGNORED_DIR));
     }
-    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
+    let sizes = statefs::run_helper(&dp.root, None, &ops).map_err(StateError::Helper)?;
     let size_of = |k: &str| sizes.size_of(k);
     let store_bytes: u64 = STORE_FILES
         .iter()
@@ -755,8 +729,11 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     //    subordinate id, mode and depth can be removed.
     let anchor = crate::storage::anchor::anchor_dir(&dp.root);
     let nonce = domain::random_id(4);
-    let fail = |what: &str, e: io::Error| StateError::Failed(format!("{what}: {e}"));
-    paths::ensure_private_dir(&anchor).map_err(|e| StateError::Failed(e.to_string()))?;
+    let fail = |name: &str, err: io::Error| StateError::Trash {
+        name: name.to_string(),
+        err,
+    };
+    paths::ensure_private_dir(&anchor).map_err(StateError::AnchorDir)?;
     for k in &keys {
         let to = anchor.join(format!("{}{k}-{nonce}", crate::storage::anchor::TRASH_PREFIX));
         std::fs::rename(anchor.join(k), to).map_err(|e| fail(k, e))?;
@@ -764,12 +741,9 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     for name in sandbox_shaped_dirs(&dp.root) {
         statefs::set_aside(&dp.root, &name).map_err(|e| fail(&name, e))?;
     }
-    let left = statefs::empty_trash(&dp.root).map_err(|e| StateError::Failed(e.to_string()))?;
+    let left = statefs::empty_trash(&dp.root).map_err(StateError::Helper)?;
     if !left.is_empty() {
-        return Err(StateError::Failed(format!(
-            "could not delete all persistent state ({}); the Domain stays listed: retry `lazaret rm`",
-            left.join("; ")
-        )));
+        return Err(StateError::Undeleted(left));
     }
     // 2. What is left is Lazaret's own host files: the store first, the
     //    metadata (which names the Domain in `state list`) with the rest.
@@ -845,15 +819,15 @@ mod tests {
         assert_eq!(match_prefix("abc", &ids, "running").unwrap(), &ids[0]);
         assert!(match_prefix("ab", &ids, "running")
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("ambiguous"));
         assert!(match_prefix("ff", &ids, "running")
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("lazaret ps"));
         assert!(match_prefix("../x", &ids, "running")
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("not a Domain ID"));
         assert!(match_prefix("", &ids, "running").is_err());
         assert_eq!(match_prefix("abcdef0123456789abcd", &ids, "running").unwrap(), &ids[0]);

@@ -11,7 +11,10 @@ pub(super) fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> 
     let sub = if raw.is_empty() { None } else { Some(raw.remove(0)) };
     let sub = sub.as_ref().and_then(|s| s.to_str());
     if sub != Some("show") && sub != Some("log") {
-        return Err(Failure::usage("`lazaret net` needs a command: show or log"));
+        return Err(Failure::NeedsSubcommand {
+            cmd: "net",
+            choices: "show or log",
+        });
     }
     let mut args = pico_args::Arguments::from_vec(raw);
     let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
@@ -40,5 +43,5 @@ pub(super) fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> 
         published,
         json,
     )
-    .map_err(|e| Failure::usage(e.to_string()))
+    .map_err(Failure::NetShow)
 }

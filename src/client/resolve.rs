@@ -39,16 +39,11 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
     let dir = match workspace {
         Some(w) => {
             if !w.exists() {
-                return Err(Failure::usage(format!(
-                    "workspace {} does not exist: pass an existing directory to --workspace",
-                    w.display()
-                )));
+                return Err(Failure::NoWorkspace(w));
             }
             w
         }
-        None => {
-            std::env::current_dir().map_err(|e| Failure::usage(format!("cannot read the current directory: {e}")))?
-        }
+        None => std::env::current_dir().map_err(Failure::CurrentDir)?,
     };
     let workspace = domain::canonical_workspace(&dir)?;
     refuse_home(&workspace)?;
@@ -81,11 +76,7 @@ pub(crate) fn resolve(profile: Option<String>, workspace: Option<PathBuf>) -> Re
 fn refuse_home(workspace: &Path) -> Result<(), Failure> {
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     match home.and_then(|h| h.canonicalize().ok()) {
-        Some(h) if h == workspace => Err(Failure::usage(format!(
-            "{} is your home directory: a workspace is one project's directory (the sandbox would read and \
-             write all of your home, your config and Lazaret's own state); cd into a project, or pass -w DIR",
-            workspace.display()
-        ))),
+        Some(h) if h == workspace => Err(Failure::HomeAsWorkspace(workspace.to_path_buf())),
         _ => Ok(()),
     }
 }

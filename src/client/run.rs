@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::client::args::{finish_args, refuse_root, utf8_argv};
-use crate::client::failure::Failure;
+use crate::client::failure::{Expected, Failure};
 use crate::client::resolve::{resolve, Resolved};
 use crate::client::session::{session, Outcome};
 use crate::client::start::connect_or_start;
@@ -16,22 +16,35 @@ use crate::storage::image;
 fn limit_flags(args: &mut pico_args::Arguments) -> Result<config::Limits, Failure> {
     let mut l = config::Limits::default();
     if let Some(v) = args.opt_value_from_str::<_, String>("--memory")? {
-        l.memory = Some(config::parse_size(&v).ok().filter(|m| *m >= 64 << 20).ok_or_else(|| {
-            Failure::usage(format!(
-                "--memory {v:?}: expected a size of at least 64MiB like \"4GiB\""
-            ))
-        })?);
+        l.memory = Some(
+            config::parse_size(&v)
+                .ok()
+                .filter(|m| *m >= 64 << 20)
+                .ok_or_else(|| Failure::BadValue {
+                    flag: "--memory",
+                    value: v.clone(),
+                    expected: Expected::Memory,
+                })?,
+        );
     }
     if let Some(v) = args.opt_value_from_str::<_, String>("--pids")? {
         l.pids = Some(
             v.parse::<u64>()
                 .ok()
                 .filter(|n| (32..=4_194_304).contains(n))
-                .ok_or_else(|| Failure::usage(format!("--pids {v:?}: expected an integer between 32 and 4194304")))?,
+                .ok_or_else(|| Failure::BadValue {
+                    flag: "--pids",
+                    value: v.clone(),
+                    expected: Expected::Pids,
+                })?,
         );
     }
     if let Some(v) = args.opt_value_from_str::<_, String>("--cpus")? {
-        l.cpu_millis = Some(config::parse_cpus(&v).map_err(|e| Failure::usage(format!("--cpus {v:?}: expected {e}")))?);
+        l.cpu_millis = Some(config::parse_cpus(&v).map_err(|e| Failure::BadValue {
+            flag: "--cpus",
+            value: v.clone(),
+            expected: Expected::Value(e),
+        })?);
     }
     Ok(l)
 }
@@ -44,10 +57,11 @@ fn check_limits(r: &Resolved) -> Result<(), Failure> {
         return Ok(());
     }
     match crate::storage::cgroup::detect() {
-        crate::storage::cgroup::Mechanism::Unavailable { why, fix } => Err(Failure::usage(format!(
-            "profile {:?} sets resource limits but they cannot be enforced here: {why}. Fix: {fix} (see `lazaret doctor`)",
-            r.profile.name
-        ))),
+        crate::storage::cgroup::Mechanism::Unavailable { why, fix } => Err(Failure::LimitsUnenforceable {
+            profile: r.profile.name.clone(),
+            why,
+            fix,
+        }),
         _ => Ok(()),
     }
 }
@@ -69,7 +83,11 @@ pub(super) fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         .iter()
         .map(|p| {
             p.parse::<crate::config::ports::PortForward>()
-                .map_err(|e| Failure::usage(format!("--publish {:?}: expected {e}", crate::display::escape(p))))
+                .map_err(|e| Failure::BadValue {
+                    flag: "--publish",
+                    value: crate::display::escape(p),
+                    expected: Expected::Value(e),
+                })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let argv = utf8_argv(cmd)?;
@@ -82,8 +100,7 @@ pub(super) fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     r.limit_overrides = overrides;
     check_limits(&r)?;
     // A network policy the config cannot yield is bad input too.
-    crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[]).map_err(Failure::Policy)?;
     preflight(&r)?;
     r.secrets = crate::client::secrets::check_start(&r)?;
     // A missing image is bad input, reported before anything starts; a
@@ -92,17 +109,16 @@ pub(super) fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         && !image::images_dir(&r.storage).join("default/index.json").exists()
         && !r.paths.socket().exists()
     {
-        return Err(Failure::usage(format!(
-            "the default image is not built yet: run `lazaret image build` (it goes to {})",
-            image::images_dir(&r.storage).join("default").display()
-        )));
+        return Err(Failure::DefaultImageMissing(
+            image::images_dir(&r.storage).join("default"),
+        ));
     }
     if let ImageSource::Named(n) = &r.profile.image {
         if !image::images_dir(&r.storage).join(n).join("index.json").exists() {
-            return Err(Failure::usage(format!(
-                "the image {n} of profile {} is not built yet: run `lazaret image build {n}`",
-                r.profile.name
-            )));
+            return Err(Failure::ImageMissing {
+                image: n.clone(),
+                profile: r.profile.name.clone(),
+            });
         }
     }
     // A connection that closes before Welcome opened nothing: the Domain
@@ -115,20 +131,19 @@ pub(super) fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             Outcome::Retry => std::thread::sleep(Duration::from_millis(20)),
         }
     }
-    Err(Failure::runtime("the Domain kept stopping while joining it; try again"))
+    Err(Failure::KeptStopping)
 }
 
 /// Bad input a `run` can be refused for before anything starts (exit 2): a
 /// volume whose host path does not exist, an image path that is not there.
 fn preflight(r: &Resolved) -> Result<(), Failure> {
     if let Some(v) = crate::plan::guest::missing_volume(&r.profile.volumes) {
-        return Err(Failure::usage(format!(
-            "{}: profile {:?}: volume host path {} (for {}) does not exist: create it or fix `volumes`",
-            r.cfg.path.display(),
-            r.profile.name,
-            v.host.display(),
-            v.guest
-        )));
+        return Err(Failure::MissingVolume {
+            config: r.cfg.path.clone(),
+            profile: r.profile.name.clone(),
+            host: v.host.clone(),
+            guest: v.guest.clone(),
+        });
     }
     // Where a volume may be mounted is known once the lower exists (the
     // coordinator checks again after preparing it).
@@ -140,26 +155,28 @@ fn preflight(r: &Resolved) -> Result<(), Failure> {
                 .join("rootfs");
             if rootfs.is_dir() {
                 crate::plan::guest::check_volume_targets(&rootfs, &r.profile.volumes, &r.profile.persist).map_err(
-                    |e| Failure::usage(format!("{}: profile {:?}: {e}", r.cfg.path.display(), r.profile.name)),
+                    |err| Failure::VolumeTarget {
+                        config: r.cfg.path.clone(),
+                        profile: r.profile.name.clone(),
+                        err,
+                    },
                 )?;
             }
         }
     }
     match &r.profile.image {
-        ImageSource::Oci { path, .. } if !path.join("index.json").is_file() => Err(Failure::usage(format!(
-            "{}: profile {:?}: image {}: {} is not an OCI layout (no index.json): fix `image`",
-            r.cfg.path.display(),
-            r.profile.name,
-            r.profile.image,
-            path.display()
-        ))),
-        ImageSource::DockerArchive(file) if !file.is_file() => Err(Failure::usage(format!(
-            "{}: profile {:?}: image {}: {} is not a file: fix `image`",
-            r.cfg.path.display(),
-            r.profile.name,
-            r.profile.image,
-            file.display()
-        ))),
+        ImageSource::Oci { path, .. } if !path.join("index.json").is_file() => Err(Failure::NotOciLayout {
+            config: r.cfg.path.clone(),
+            profile: r.profile.name.clone(),
+            image: r.profile.image.clone(),
+            path: path.clone(),
+        }),
+        ImageSource::DockerArchive(file) if !file.is_file() => Err(Failure::NotAFile {
+            config: r.cfg.path.clone(),
+            profile: r.profile.name.clone(),
+            image: r.profile.image.clone(),
+            file: file.clone(),
+        }),
         _ => Ok(()),
     }
 }

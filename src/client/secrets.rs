@@ -20,26 +20,23 @@ pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretVa
     }
     let mut out = Vec::new();
     for s in &r.profile.secrets {
-        let v =
-            secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(|e| Failure::usage(e.to_string()))?;
+        let v = secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(Failure::Secret)?;
         out.push((s.var.clone(), v));
     }
     let policy = crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
-        .map_err(|e| Failure::usage(e.to_string()))?
+        .map_err(Failure::Policy)?
         .by_name(&r.cfg.hosts, &r.profile);
     if !policy.enabled || policy.gate.is_none() {
-        return Err(Failure::usage(no_gate(&r.profile.name, &r.profile.secrets)));
+        return Err(no_gate(&r.profile.name, &r.profile.secrets));
     }
     Ok(out)
 }
 
-fn no_gate(profile: &str, s: &[secrets::Secret]) -> String {
-    let vars: Vec<&str> = s.iter().map(|s| s.var.as_str()).collect();
-    format!(
-        "profile {profile:?} binds secrets ({}) but has no egress gate to swap them in: \
-         give it network.hosts (the secrets' hosts), or remove [profiles.{profile}.secrets]",
-        vars.join(", ")
-    )
+fn no_gate(profile: &str, s: &[secrets::Secret]) -> Failure {
+    Failure::NoGate {
+        profile: profile.to_string(),
+        vars: s.iter().map(|s| s.var.clone()).collect(),
+    }
 }
 
 /// Writes the resolved values to the coordinator's secrets pipe from a
@@ -125,7 +122,7 @@ mod tests {
         };
         let v = secrets::SecretValue::new(b"sk-test-value-123".to_vec()).unwrap();
         swap_self_check(&s, v).unwrap();
-        let msg = no_gate("claude", std::slice::from_ref(&s));
+        let msg = no_gate("claude", std::slice::from_ref(&s)).to_string();
         assert!(
             msg.contains("\"claude\"") && msg.contains("(K)") && msg.contains("network.hosts"),
             "{msg}"

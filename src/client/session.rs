@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
 
 use crate::client::answer::Terminal;
-use crate::client::failure::Failure;
+use crate::client::failure::{sys_step, Failure, SysStep};
 use crate::client::resolve::Resolved;
 use crate::config;
 use crate::domain;
@@ -82,17 +82,16 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
     let mut reader = FrameReader::default();
     match reader.recv::<ServerMsg>(&mut stream) {
         Ok(ServerMsg::Welcome { .. }) => {}
-        Ok(ServerMsg::Refused { reason }) => return Err(Failure::usage(reason)),
+        Ok(ServerMsg::Refused { reason }) => return Err(Failure::SessionRefused(reason)),
         Ok(other) => {
-            return Err(Failure::runtime(format!(
-                "unexpected reply from the coordinator ({})",
-                crate::wire::UnexpectedMessage::of("Welcome", &other)
+            return Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
+                "Welcome", &other,
             )))
         }
         // Closed (or reset) before Welcome: the Domain was stopping.
         Err(codec::ReadError::Closed) => return Ok(Outcome::Retry),
         Err(codec::ReadError::Io(e)) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(Outcome::Retry),
-        Err(e) => return Err(Failure::runtime(format!("the coordinator closed the session: {e}"))),
+        Err(e) => return Err(Failure::ClosedSession(e)),
     }
     let signals = sys::signal_pipe(&[
         sys::SIGWINCH,
@@ -102,10 +101,9 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         sys::SIGTERM,
         sys::SIGHUP,
     ])
-    .map_err(|e| Failure::runtime(format!("signal pipe: {e}")))?;
+    .map_err(sys_step(SysStep::SignalPipe))?;
     if tty {
-        let mode =
-            sys::TermMode::make_raw(sys::STDIN).map_err(|e| Failure::runtime(format!("cannot set raw mode: {e}")))?;
+        let mode = sys::TermMode::make_raw(sys::STDIN).map_err(sys_step(SysStep::RawMode))?;
         *SAVED_TERM.lock().unwrap() = Some(mode);
         std::panic::set_hook(Box::new(|info| {
             restore_terminal();
@@ -143,7 +141,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
         if stdin_open {
             fds.read(sys::STDIN, PumpEvent::Stdin);
         }
-        fds.wait(None).map_err(|e| Failure::runtime(format!("poll: {e}")))?;
+        fds.wait(None).map_err(sys_step(SysStep::Poll))?;
         if fds.is_readable(PumpEvent::Signals) {
             for sig in sys::drain_signals(signals) {
                 if sig == sys::SIGWINCH {
@@ -204,9 +202,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
             }
             if let Err(e) = filled {
                 restore_terminal();
-                return Err(Failure::runtime(format!(
-                    "lost the connection to the coordinator ({e}); the session is gone"
-                )));
+                return Err(Failure::ConnectionLost(e));
             }
         }
     }
@@ -255,16 +251,11 @@ fn drain_frames(
                 if tty {
                     eprint!("\r\n");
                 }
-                return Err(Failure::runtime(format!("session closed: {reason}")));
+                return Err(Failure::SessionClosed(reason));
             }
-            Ok(Some(other)) => {
-                return Err(Failure::runtime(format!(
-                    "unexpected message from the coordinator: {}",
-                    codec::Message::name(&other)
-                )))
-            }
+            Ok(Some(other)) => return Err(Failure::UnexpectedFrame(codec::Message::name(&other))),
             Ok(None) => return Ok(None),
-            Err(e) => return Err(Failure::runtime(format!("bad frame from the coordinator: {e}"))),
+            Err(e) => return Err(Failure::BadFrame(e)),
         }
     }
 }

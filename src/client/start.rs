@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::client::failure::Failure;
+use crate::client::failure::{sys_step, Failure, SysStep};
 use crate::client::resolve::Resolved;
 use crate::coordinator;
 use crate::domain;
@@ -30,10 +30,10 @@ pub(super) fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, 
             Ok(s) => return Ok(s),
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => {}
             Err(e) => {
-                return Err(Failure::runtime(format!(
-                    "cannot connect to {}: {e}",
-                    r.paths.socket().display()
-                )))
+                return Err(Failure::Connect {
+                    socket: r.paths.socket(),
+                    err: e,
+                })
             }
         }
         // A coordinator that just stopped removes the runtime dir.
@@ -45,10 +45,7 @@ pub(super) fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, 
             continue;
         }
         if Instant::now() > deadline {
-            return Err(Failure::runtime(
-                "the Domain is locked by another lazaret but was never published: \
-                 check `lazaret ps`, or stop the other process",
-            ));
+            return Err(Failure::LockedUnpublished);
         }
         if !waited {
             progress.step("waiting for the Domain to start");
@@ -60,7 +57,7 @@ pub(super) fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, 
 
 /// The Domain lock, if we win it on the file that is still at its path.
 fn try_domain_lock(path: &Path) -> Result<Option<File>, Failure> {
-    domain::try_lock(path).map_err(|e| Failure::runtime(e.to_string()))
+    domain::try_lock(path).map_err(Failure::Lock)
 }
 
 /// The profile's `disk` cap on persisted state, checked at each start
@@ -76,7 +73,7 @@ fn check_disk(r: &Resolved) -> Result<(), Failure> {
             eprintln!("lazaret: warning: {m}");
             Ok(())
         }
-        crate::storage::cgroup::DiskVerdict::Refuse(m) => Err(Failure::runtime(m)),
+        crate::storage::cgroup::DiskVerdict::Refuse(m) => Err(Failure::DiskCap(m)),
     }
 }
 
@@ -97,15 +94,17 @@ fn warn_unlimited(r: &Resolved, quiet: bool) {
 
 fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -> Result<(), Failure> {
     let t0 = crate::trace::now_us();
-    let exe = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot locate lazaret: {e}")))?;
-    let (start_rd, start_wr) = sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?;
-    let log = coordinator::open_log(&r.paths.log())
-        .map_err(|e| Failure::runtime(format!("cannot open {}: {e}", r.paths.log().display())))?;
+    let exe = std::env::current_exe().map_err(sys_step(SysStep::LocateSelf))?;
+    let (start_rd, start_wr) = sys::pipe().map_err(sys_step(SysStep::Pipe))?;
+    let log = coordinator::open_log(&r.paths.log()).map_err(|err| Failure::OpenLog {
+        path: r.paths.log(),
+        err,
+    })?;
     // The profile's secrets reach the coordinator on a pipe of their own.
     let secrets_pipe = if r.secrets.is_empty() {
         None
     } else {
-        Some(sys::pipe().map_err(|e| Failure::runtime(format!("pipe: {e}")))?)
+        Some(sys::pipe().map_err(sys_step(SysStep::Pipe))?)
     };
     let mut cmd = Command::new(exe);
     cmd.arg0("lazaret:[coordinator]")
@@ -141,9 +140,7 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
         .close_fds_from(3, &fds.iter().map(|(_, to)| *to).collect::<Vec<_>>())
         .detach()
         .apply(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failure::runtime(format!("cannot start the coordinator: {e}")))?;
+    let mut child = cmd.spawn().map_err(sys_step(SysStep::StartCoordinator))?;
     let writer = secrets_pipe.map(|(rd, wr)| {
         drop(rd);
         crate::client::secrets::send(&r.secrets, wr)
@@ -167,14 +164,13 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
     }
     match result {
         Ok(()) => Ok(()),
-        Err(crate::wire::start::StartError::Failed(e)) => Err(Failure::runtime(e)),
-        Err(crate::wire::start::StartError::Read(e)) => Err(Failure::runtime(format!(
-            "the coordinator exited during startup{}; see {}",
-            match e {
-                codec::ReadError::Closed => String::new(),
-                e => format!(" ({e})"),
+        Err(crate::wire::start::StartError::Failed(e)) => Err(Failure::StartFailed(e)),
+        Err(crate::wire::start::StartError::Read(e)) => Err(Failure::StartExited {
+            err: match e {
+                codec::ReadError::Closed => None,
+                e => Some(e),
             },
-            r.paths.log().display()
-        ))),
+            log: r.paths.log(),
+        }),
     }
 }

@@ -229,14 +229,14 @@ fn leases(storage: &Path, runtime: &Path) -> Leases {
 }
 
 fn dirs() -> Result<(PathBuf, PathBuf)> {
-    let cfg = crate::config::load(&crate::config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
-    let storage = paths::storage_root().map_err(|e| StateError::Usage(e.to_string()))?;
+    let cfg = crate::config::load(&crate::config::config_path()).map_err(StateError::Config)?;
+    let storage = paths::storage_root().map_err(StateError::Dirs)?;
     Ok((storage, paths::runtime_root(cfg.runtime_dir.as_deref())))
 }
 
 /// What the current configuration's profiles refer to (kept by prune).
 fn referenced(storage: &Path) -> Result<crate::storage::imagegc::Referenced> {
-    let cfg = crate::config::load(&crate::config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
+    let cfg = crate::config::load(&crate::config::config_path()).map_err(StateError::Config)?;
     Ok(crate::storage::imagegc::referenced(&cfg, storage))
 }
 
@@ -438,28 +438,21 @@ pub fn cmd_list(json: bool) -> Result<i32> {
 
 pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
     let (storage, runtime) = dirs()?;
-    let gc = open_gc_lock(&storage).map_err(|e| StateError::Failed(format!("lowers lock: {e}")))?;
+    let gc = open_gc_lock(&storage).map_err(StateError::LowersLock)?;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match crate::sys::try_lock_exclusive(&gc) {
             Ok(true) => break,
             Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(false) => {
-                return Err(StateError::InUse(
-                    "a Domain is preparing its lower right now: retry `lazaret image prune` in a moment".into(),
-                ))
-            }
-            Err(e) => return Err(StateError::Failed(format!("lowers lock: {e}"))),
+            Ok(false) => return Err(StateError::LowerBeingPrepared),
+            Err(e) => return Err(StateError::LowersLock(e)),
         }
     }
     let items = scan(&storage);
     let l = leases(&storage, &runtime);
     let refs = referenced(&storage)?;
     if !l.unknown.is_empty() {
-        return Err(StateError::InUse(format!(
-            "not pruning: the leases of some Domains cannot be read ({}); fix or stop them and retry",
-            l.unknown.join("; ")
-        )));
+        return Err(StateError::LeasesUnreadable(l.unknown));
     }
     let lowers = image::lowers_dir(&storage);
     let mut removed = Vec::new();
@@ -492,7 +485,8 @@ pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
                 }
                 if !dry_run {
                     let trash = lowers.join(format!(".trash-{id}-{}", crate::domain::random_id(4)));
-                    std::fs::rename(lowers.join(id), &trash).map_err(|e| StateError::Failed(format!("{id}: {e}")))?;
+                    std::fs::rename(lowers.join(id), &trash)
+                        .map_err(|err| StateError::TrashLower { id: id.clone(), err })?;
                     image::remove_tree(&trash);
                 }
                 removed.push(id.clone());

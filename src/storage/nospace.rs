@@ -98,32 +98,67 @@ pub fn unescape_mountinfo(s: &str) -> String {
 
 /// "no space left on DEVICE (PATH)".
 pub fn message(path: &Path) -> String {
-    format!("no space left on {} ({})", device_of(path), path.display())
+    Full::at(path).to_string()
 }
 
-/// `msg` led by the plain sentence when it reports a full disk or one of
-/// `paths` is full; otherwise `msg` unchanged. A helper's log after the
-/// sentence is cut to its first line: the rest is its fallout.
-pub fn explain(msg: &str, paths: &[&Path]) -> String {
-    if msg.starts_with("no space left on ") && msg.contains(": free space there") {
-        return msg.to_string();
+/// A full filesystem a failure is said through: its device and the path
+/// on it.
+#[derive(Debug)]
+pub struct Full {
+    pub device: String,
+    pub path: PathBuf,
+}
+
+impl Full {
+    /// The filesystem holding `path`.
+    pub fn at(path: &Path) -> Full {
+        Full {
+            device: device_of(path),
+            path: path.to_path_buf(),
+        }
     }
-    let full = paths.iter().find(|p| is_full(p));
-    let path = match (full, mentions(msg)) {
-        (Some(p), _) => p,
-        (None, true) => match paths.first() {
-            Some(p) => p,
-            None => return msg.to_string(),
-        },
-        (None, false) => return msg.to_string(),
+
+    /// `msg` led by "no space left on DEVICE (PATH)". A helper's log after
+    /// the sentence is cut to its first line: the rest is its fallout.
+    pub fn said(&self, msg: &str) -> String {
+        let first = msg.lines().next().unwrap_or("");
+        format!("{self}: free space there and try again ({first})")
+    }
+}
+
+/// "no space left on DEVICE (PATH)".
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "no space left on {} ({})", self.device, self.path.display())
+    }
+}
+
+/// The full filesystem `msg` is to be said through: the first of `paths`
+/// that is full, else the first of them when `msg` reports a full disk;
+/// none when `msg` is already said so.
+pub fn full_for(msg: &str, paths: &[&Path]) -> Option<Full> {
+    if msg.starts_with("no space left on ") && msg.contains(": free space there") {
+        return None;
+    }
+    let path = match paths.iter().find(|p| is_full(p)) {
+        Some(p) => p,
+        None if mentions(msg) => paths.first()?,
+        None => return None,
     };
-    let first = msg.lines().next().unwrap_or("");
-    format!("{}: free space there and try again ({first})", message(path))
+    Some(Full::at(path))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `msg` as the client settles it (`client::failure::plain_failure`).
+    fn explain(msg: &str, paths: &[&Path]) -> String {
+        match full_for(msg, paths) {
+            Some(full) => full.said(msg),
+            None => msg.to_string(),
+        }
+    }
 
     #[test]
     fn device_is_the_longest_mount_holding_the_path() {

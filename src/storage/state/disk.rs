@@ -99,5 +99,5 @@ pub(super) fn walk_all(s: &Selected, keys: &[String], with_ignored: bool) -> Res
         });
     }
     let lower = lower_rootfs(s);
-    statefs::run_helper(&s.paths.root, lower.as_deref(), &ops).map_err(|e| StateError::Failed(e.to_string()))
+    statefs::run_helper(&s.paths.root, lower.as_deref(), &ops).map_err(StateError::Helper)
 }

@@ -60,19 +60,13 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
             let (p, w, d) = domain_args(&mut args)?;
             let all = args.contains("--all");
             let yes = args.contains("--yes");
-            let path: Option<String> = args
-                .opt_value_from_str("--path")
-                .map_err(|e| StateError::Usage(e.to_string()))?;
+            let path: Option<String> = args.opt_value_from_str("--path").map_err(StateError::Args)?;
             finish(args)?;
             let scope = match (path, all) {
-                (Some(_), true) => return Err(StateError::Usage("pass --path P or --all, not both".into())),
+                (Some(_), true) => return Err(StateError::ResetPathAndAll),
                 (Some(p), false) => Some(p),
                 (None, true) => None,
-                (None, false) => {
-                    return Err(StateError::Usage(
-                        "say what to reset: --path P (one persistent path) or --all".into(),
-                    ))
-                }
+                (None, false) => return Err(StateError::ResetWhat),
             };
             reset(select(p, w, d)?, scope, yes, json)
         }
@@ -81,12 +75,10 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
             let all = args.contains("--all");
             let path: Option<PathBuf> = args
                 .opt_value_from_os_str("--path", |v| Ok::<_, std::convert::Infallible>(PathBuf::from(v)))
-                .map_err(|e| StateError::Usage(e.to_string()))?;
+                .map_err(StateError::Args)?;
             finish(args)?;
             if path.is_some() == all {
-                return Err(StateError::Usage(
-                    "say what to un-hide: --path P (a workspace path, relative or absolute) or --all".into(),
-                ));
+                return Err(StateError::UnhideWhat);
             }
             unhide(select(p, w, d)?, path, json)
         }
@@ -94,15 +86,11 @@ pub fn cmd(mut raw: Vec<std::ffi::OsString>) -> Result<i32> {
             let (p, w, d) = domain_args(&mut args)?;
             let path: PathBuf = args
                 .free_from_os_str(|v| Ok::<_, std::convert::Infallible>(PathBuf::from(v)))
-                .map_err(|_| StateError::Usage("`lazaret state diff` needs a PATH (a host-tool file)".into()))?;
+                .map_err(|_| StateError::DiffNeedsPath)?;
             finish(args)?;
             diff(select(p, w, d)?, path)
         }
-        Some(other) => Err(StateError::Usage(format!(
-            "unknown state command {other:?}: expected list, inspect, diff, verify, reset or unhide"
-        ))),
-        None => Err(StateError::Usage(
-            "`lazaret state` needs a command: list, inspect, verify or reset".into(),
-        )),
+        Some(other) => Err(StateError::UnknownCommand(other.to_string())),
+        None => Err(StateError::NeedsCommand),
     }
 }

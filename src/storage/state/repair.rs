@@ -19,7 +19,7 @@ use crate::storage::statefs::{self, Op};
 fn clean_trash(s: &Selected) -> Result<Vec<String>> {
     let trash = trash_on_disk(&s.paths.root);
     let ops: Vec<Op> = trash.iter().map(|t| Op::Remove { name: t.clone() }).collect();
-    let r = statefs::run_helper(&s.paths.root, None, &ops).map_err(|e| StateError::Failed(e.to_string()))?;
+    let r = statefs::run_helper(&s.paths.root, None, &ops).map_err(StateError::Helper)?;
     Ok(r.removed
         .into_iter()
         .filter_map(|(n, res)| res.err().map(|e| format!("{n}: {e}")))
@@ -129,7 +129,7 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
 
 pub(super) fn verify(s: Selected, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
-    let finished = anchor::finish_reset(&s.paths.root).map_err(|e| failed("finishing an interrupted reset", e))?;
+    let finished = anchor::finish_reset(&s.paths.root).map_err(StateError::FinishReset)?;
     let _ = clean_trash(&s)?;
     let keys = keys_on_disk(&s.paths.root);
     let report = walk_all(&s, &keys, false)?;
@@ -192,7 +192,7 @@ pub(super) fn verify(s: Selected, json: bool) -> Result<i32> {
 
 pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
-    let finished = anchor::finish_reset(&s.paths.root).map_err(|e| failed("finishing an interrupted reset", e))?;
+    let finished = anchor::finish_reset(&s.paths.root).map_err(StateError::FinishReset)?;
     let keys = keys_on_disk(&s.paths.root);
     let scope: Vec<String> = match &path {
         None => keys.clone(),
@@ -200,21 +200,16 @@ pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
             let k = anchor::path_key(p);
             if !keys.contains(&k) {
                 let have: Vec<String> = keys.iter().map(|k| guest(k)).collect();
-                return Err(StateError::Usage(format!(
-                    "{p} has no persistent state in Domain {}; persistent paths with state: {}",
-                    s.id,
-                    if have.is_empty() {
-                        "none".into()
-                    } else {
-                        have.join(", ")
-                    }
-                )));
+                return Err(StateError::NoStateAt {
+                    path: p.clone(),
+                    id: s.id.clone(),
+                    have,
+                });
             }
             vec![k]
         }
     };
-    let sizes = statefs::run_helper(&s.paths.root, None, &statefs::anchor_sizes(&scope))
-        .map_err(|e| StateError::Failed(e.to_string()))?;
+    let sizes = statefs::run_helper(&s.paths.root, None, &statefs::anchor_sizes(&scope)).map_err(StateError::Helper)?;
     let size_of = |k: &str| sizes.size_of(k);
     let untouched: Vec<String> = keys.iter().filter(|k| !scope.contains(k)).map(|k| guest(k)).collect();
     if !json || !yes {
@@ -241,7 +236,7 @@ pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
     }
     let steps = anchor::plan_reset(&scope, &domain::random_id(4));
     if !steps.is_empty() {
-        anchor::reset(&s.paths.root, &steps).map_err(|e| failed("reset", e))?;
+        anchor::reset(&s.paths.root, &steps).map_err(StateError::Reset)?;
     }
     let leftovers = clean_trash(&s)?;
     if json {
@@ -268,7 +263,7 @@ pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
 pub(super) fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
     let file = crate::view::ignored::sticky_file(&s.paths.ignored_dir());
-    let entries = crate::view::ignored::read_sticky(&file).map_err(|e| StateError::Failed(e.to_string()))?;
+    let entries = crate::view::ignored::read_sticky(&file).map_err(StateError::Sticky)?;
     let rel = path.map(|p| {
         let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
         p.strip_prefix(&ws).map(Path::to_path_buf).unwrap_or(p)
@@ -276,14 +271,14 @@ pub(super) fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i
     let (gone, kept): (Vec<_>, Vec<_>) = entries
         .into_iter()
         .partition(|e| rel.as_ref().is_none_or(|r| e.rel.starts_with(r)));
-    crate::view::ignored::write_sticky(&file, &kept).map_err(|e| StateError::Failed(e.to_string()))?;
+    crate::view::ignored::write_sticky(&file, &kept).map_err(StateError::Sticky)?;
     // Un-hiding on purpose also forgets the remembered rules of earlier
     // generations: the next start applies the rules as they are then.
     let hist = crate::view::ignored::rules_history_file(&s.paths.ignored_dir());
     match std::fs::remove_file(&hist) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(StateError::Failed(format!("{}: {e}", hist.display()))),
+        Err(err) => return Err(StateError::RulesHistory { path: hist, err }),
     }
     let names: Vec<String> = gone.iter().map(|e| crate::display::escape_path(&e.rel)).collect();
     if json {
@@ -304,11 +299,9 @@ pub(super) fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i
 /// Asks `VERB? [y/N]` on the terminal before a destructive command; without
 /// a terminal the command needs `--yes`. False (after saying `declined`)
 /// unless the answer is y/yes.
-pub fn confirm(doing: &str, verb: &str, declined: &str) -> Result<bool> {
+pub fn confirm(doing: &'static str, verb: &str, declined: &str) -> Result<bool> {
     if !crate::sys::isatty(crate::sys::STDIN) {
-        return Err(StateError::Usage(format!(
-            "not {doing}: confirm with --yes (stdin is not a terminal)"
-        )));
+        return Err(StateError::NotConfirmed(doing));
     }
     eprint!("{verb}? [y/N] ");
     let _ = io::stderr().flush();

@@ -25,8 +25,8 @@ pub(crate) fn is_domain_id(s: &str) -> bool {
 }
 
 pub(super) fn dirs() -> Result<(config::Config, PathBuf, PathBuf)> {
-    let cfg = config::load(&config::config_path()).map_err(|e| StateError::Usage(e.to_string()))?;
-    let storage = paths::storage_root().map_err(|e| StateError::Usage(e.to_string()))?;
+    let cfg = config::load(&config::config_path()).map_err(StateError::Config)?;
+    let storage = paths::storage_root().map_err(StateError::Dirs)?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
     Ok((cfg, storage, runtime))
 }
@@ -36,35 +36,24 @@ pub(super) fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Op
     let id = match id {
         Some(id) => {
             if profile.is_some() || workspace.is_some() {
-                return Err(StateError::Usage(
-                    "pass either --domain ID or --profile/--workspace, not both".into(),
-                ));
+                return Err(StateError::DomainAndName);
             }
-            domain::DomainId::parse(&id).map_err(|_| {
-                StateError::Usage(format!(
-                    "{id:?} is not a Domain ID (20 hex digits, as `lazaret state list` prints them)"
-                ))
-            })?
+            domain::DomainId::parse(&id).map_err(|_| StateError::NotADomainId(id.clone()))?
         }
         None => {
             let name = profile.unwrap_or_else(|| "default".into());
             let dir = match workspace {
                 Some(w) => w,
-                None => std::env::current_dir().map_err(|e| failed("reading the current directory", e))?,
+                None => std::env::current_dir().map_err(StateError::CurrentDir)?,
             };
-            let ws = domain::canonical_workspace(&dir).map_err(|e| StateError::Usage(e.to_string()))?;
+            let ws = domain::canonical_workspace(&dir).map_err(StateError::Workspace)?;
             domain::domain_id(&name, &ws)
         }
     };
     let paths = DomainPaths::new(&storage, &runtime, &id);
     match std::fs::symlink_metadata(&paths.root) {
         Ok(md) if md.is_dir() => {}
-        _ => {
-            return Err(StateError::Usage(format!(
-                "Domain {id} has no persistent state (no {}): see `lazaret state list`",
-                paths.root.display()
-            )))
-        }
+        _ => return Err(StateError::NoState { id, root: paths.root }),
     }
     let meta = read_meta(&paths.root);
     Ok(Selected {
@@ -78,7 +67,7 @@ pub(super) fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Op
 pub(super) fn domain_args(
     args: &mut pico_args::Arguments,
 ) -> Result<(Option<String>, Option<PathBuf>, Option<String>)> {
-    let u = |e: pico_args::Error| StateError::Usage(e.to_string());
+    let u = StateError::Args;
     Ok((
         args.opt_value_from_str(["-p", "--profile"]).map_err(u)?,
         args.opt_value_from_str(["-w", "--workspace"]).map_err(u)?,
@@ -88,10 +77,7 @@ pub(super) fn domain_args(
 
 pub(super) fn finish(args: pico_args::Arguments) -> Result<()> {
     if let Some(a) = args.finish().first() {
-        return Err(StateError::Usage(format!(
-            "unknown argument {:?}: see `lazaret help`",
-            a.to_string_lossy()
-        )));
+        return Err(StateError::UnknownArgument(a.to_string_lossy().into_owned()));
     }
     Ok(())
 }
@@ -147,36 +133,28 @@ pub fn lock_for_maintenance(p: &DomainPaths, id: &domain::DomainId) -> Result<Ma
 /// unpublished.
 pub fn lock_domain(p: &DomainPaths, id: &domain::DomainId, wait: std::time::Duration) -> Result<Maintenance> {
     if published(p) {
-        return Err(StateError::InUse(format!(
-            "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
-        )));
+        return Err(StateError::Running(id.clone()));
     }
-    paths::ensure_private_dir(&p.run).map_err(|e| StateError::Usage(e.to_string()))?;
+    paths::ensure_private_dir(&p.run).map_err(StateError::Dirs)?;
     // A lock held by an unpublished coordinator is one that is tearing
     // down (or starting): wait a little for it, never while published.
     let deadline = std::time::Instant::now() + wait;
     let lock = loop {
         // A coordinator that just stopped may have removed the runtime dir.
         let _ = paths::ensure_private_dir(&p.run);
-        if let Some(l) = domain::try_lock(&p.lock()).map_err(|e| StateError::Failed(e.to_string()))? {
+        if let Some(l) = domain::try_lock(&p.lock()).map_err(StateError::Lock)? {
             break l;
         }
         if published(p) {
-            return Err(StateError::InUse(format!(
-                "Domain {id} is running (its sessions use the state): end them or run `lazaret stop`, then retry"
-            )));
+            return Err(StateError::Running(id.clone()));
         }
         if std::time::Instant::now() > deadline {
-            return Err(StateError::InUse(format!(
-                "Domain {id} is in use (another lazaret holds its lock): wait for it or run `lazaret stop`, then retry"
-            )));
+            return Err(StateError::Locked(id.clone()));
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     if published(p) {
-        return Err(StateError::InUse(format!(
-            "Domain {id} is running: run `lazaret stop`, then retry"
-        )));
+        return Err(StateError::StartedMeanwhile(id.clone()));
     }
     Ok(Maintenance {
         lock: Some(lock),

@@ -189,22 +189,18 @@ pub(super) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
     let store = s.paths.root.join(IGNORED_DIR);
     let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
     let rel = if path.is_absolute() {
-        path.strip_prefix(&ws).map(Path::to_path_buf).map_err(|_| {
-            StateError::Usage(format!(
-                "{} is not inside the Domain's workspace {}",
-                crate::display::escape_path(&path),
-                crate::display::escape_path(&ws)
-            ))
-        })?
+        path.strip_prefix(&ws)
+            .map(Path::to_path_buf)
+            .map_err(|_| StateError::NotInWorkspace {
+                path: path.clone(),
+                workspace: ws.clone(),
+            })?
     } else {
         path.clone()
     };
     let paths = crate::view::hosttool::read_paths(&store);
     if !crate::view::hosttool::covers(&paths, &rel) {
-        return Err(StateError::Usage(format!(
-            "{} is not a host-tool file of this Domain (see `lazaret state inspect`)",
-            crate::display::escape_path(&rel)
-        )));
+        return Err(StateError::NotHostTool(rel));
     }
     let diffs = crate::view::hosttool::differing(&ws, &store, &paths);
     let mut shown = 0;
