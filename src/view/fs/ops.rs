@@ -504,21 +504,9 @@ impl Filesystem for View {
             self.not_locked_on_host(ino, &f)?;
             let pre = rustix::fs::fstat(&*f).map_err(errno)?;
             self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
-            let room = match self.budget_of(ino) {
-                Some(b) => Some(b.reserve(budget::growth(&pre, offset, data.len() as u64))?),
-                None => None,
-            };
-            kill_priv(&*f)?;
-            let wrote = f.write_all_at(data, offset).map_err(errno);
-            if let Ok(st) = rustix::fs::fstat(&*f) {
-                if let Some(r) = room {
-                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
-                }
-                if wrote.is_ok() {
-                    self.changed(ino.0, &pre, &st);
-                }
-            }
-            wrote
+            self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, data.len() as u64), |f| {
+                f.write_all_at(data, offset).map_err(errno)
+            })
         }) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -667,21 +655,9 @@ impl Filesystem for View {
                 self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
             }
             let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-            let room = match self.budget_of(ino) {
-                Some(b) => Some(b.reserve(budget::fallocate_growth(&pre, fl, offset, length))?),
-                None => None,
-            };
-            kill_priv(&*f)?;
-            let done = rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno);
-            if let Ok(st) = rustix::fs::fstat(&*f) {
-                if let Some(r) = room {
-                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
-                }
-                if done.is_ok() {
-                    self.changed(ino.0, &pre, &st);
-                }
-            }
-            done
+            self.grow_in_place(ino, &f, &pre, budget::fallocate_growth(&pre, fl, offset, length), |f| {
+                rustix::fs::fallocate(f, fl, offset, length).map_err(errno)
+            })
         });
         match r {
             Ok(()) => reply.ok(),
@@ -801,5 +777,37 @@ impl Filesystem for View {
             Ok((a, ttl, fh)) => reply.created(&ttl, &a, Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
+    }
+}
+
+impl View {
+    /// Changes open file `f` (node `ino`, `pre` its stat before) in place
+    /// by `act`, which may grow it by up to `growth` bytes (WRITE,
+    /// FALLOCATE): the budget is reserved first and settled with the size
+    /// on disk after, setuid/setgid bits are dropped before, and a
+    /// successful change is noted for the node.
+    fn grow_in_place(
+        &self,
+        ino: INodeNo,
+        f: &File,
+        pre: &rustix::fs::Stat,
+        growth: u64,
+        act: impl FnOnce(&File) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        let room = match self.budget_of(ino) {
+            Some(b) => Some(b.reserve(growth)?),
+            None => None,
+        };
+        kill_priv(f)?;
+        let done = act(f);
+        if let Ok(st) = rustix::fs::fstat(f) {
+            if let Some(r) = room {
+                r.settle(budget::on_disk(pre), budget::on_disk(&st));
+            }
+            if done.is_ok() {
+                self.changed(ino.0, pre, &st);
+            }
+        }
+        done
     }
 }
