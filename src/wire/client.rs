@@ -34,14 +34,7 @@ pub enum ClientMsg {
         fingerprint: String,
     },
     /// Opens this connection's session (after Welcome).
-    Open {
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: String,
-        tty: Option<WinSize>,
-        /// `--root`: run as root even when the profile names a `user`.
-        root: bool,
-    },
+    Open(OpenRequest),
     Stdin(Vec<u8>),
     StdinEof,
     Resize(WinSize),
@@ -66,6 +59,17 @@ pub enum ClientMsg {
     /// Asks for the escalation requests waiting for a decision (an
     /// observer may ask, like `Status`).
     Escalations,
+}
+
+/// What a client asks for when it opens its session ([`ClientMsg::Open`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenRequest {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub tty: Option<WinSize>,
+    /// `--root`: run as root even when the profile names a `user`.
+    pub root: bool,
 }
 
 pub const VERDICT_DENY: u8 = 0;
@@ -289,13 +293,13 @@ impl Message for ClientMsg {
                 .str(profile)
                 .str(fingerprint)
                 .finish(),
-            ClientMsg::Open {
+            ClientMsg::Open(OpenRequest {
                 argv,
                 env,
                 cwd,
                 tty,
                 root,
-            } => {
+            }) => {
                 let mut e = Enc::new(2);
                 e.strs(argv).u32(env.len() as u32);
                 for (k, v) in env {
@@ -341,13 +345,13 @@ impl Message for ClientMsg {
                 let cwd = d.str()?;
                 let tty = if d.flag()? { Some(d.winsize()?) } else { None };
                 let root = d.flag()?;
-                ClientMsg::Open {
+                ClientMsg::Open(OpenRequest {
                     argv,
                     env,
                     cwd,
                     tty,
                     root,
-                }
+                })
             }
             3 => ClientMsg::Stdin(d.bytes()?),
             4 => ClientMsg::StdinEof,
@@ -371,7 +375,7 @@ impl Message for ClientMsg {
     fn name(&self) -> &'static str {
         match self {
             ClientMsg::Hello { .. } => "Hello",
-            ClientMsg::Open { .. } => "Open",
+            ClientMsg::Open(_) => "Open",
             ClientMsg::Stdin(_) => "Stdin",
             ClientMsg::StdinEof => "StdinEof",
             ClientMsg::Resize(_) => "Resize",
@@ -539,20 +543,20 @@ mod tests {
                 profile: "default".into(),
                 fingerprint: "f".into(),
             },
-            ClientMsg::Open {
+            ClientMsg::Open(OpenRequest {
                 argv: vec!["sh".into(), "-c".into(), "exit 7".into()],
                 env: vec![("TERM".into(), "xterm".into())],
                 cwd: "/workspace/src".into(),
                 tty: Some(WinSize { rows: 40, cols: 132 }),
                 root: false,
-            },
-            ClientMsg::Open {
+            }),
+            ClientMsg::Open(OpenRequest {
                 argv: vec![],
                 env: vec![],
                 cwd: String::new(),
                 tty: None,
                 root: true,
-            },
+            }),
             ClientMsg::Stdin(vec![0, 1, 2, 255]),
             ClientMsg::StdinEof,
             ClientMsg::Resize(WinSize { rows: 1, cols: 2 }),
