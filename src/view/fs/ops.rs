@@ -178,6 +178,16 @@ impl Filesystem for View {
             } else {
                 d
             };
+            // The node itself, never through a link, beneath the view's root.
+            let open_target = |how: OFlags| {
+                rustix::fs::openat2(
+                    &d,
+                    target,
+                    how | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    resolve(),
+                )
+            };
             if let Some(sz) = size {
                 match fh.and_then(|fh| self.file(fh).ok()) {
                     Some(f) => {
@@ -185,14 +195,7 @@ impl Filesystem for View {
                         f.set_len(sz).map_err(errno)?
                     }
                     None => {
-                        let fd = rustix::fs::openat2(
-                            &d,
-                            target,
-                            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                            Mode::empty(),
-                            resolve(),
-                        )
-                        .map_err(errno)?;
+                        let fd = open_target(OFlags::WRONLY).map_err(errno)?;
                         self.not_locked_on_host(ino, &fd)?;
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
                         self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
@@ -202,14 +205,7 @@ impl Filesystem for View {
                 }
             }
             if let Some(m) = mode {
-                let fd = rustix::fs::openat2(
-                    &d,
-                    target,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                    resolve(),
-                );
-                match fd {
+                match open_target(OFlags::PATH) {
                     Ok(fd) => {
                         use std::os::unix::fs::PermissionsExt;
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
@@ -283,22 +279,14 @@ impl Filesystem for View {
             Err(e) => return reply.error(e),
         };
         let ft = rustix::fs::FileType::from_raw_mode(mode);
-        match rustix::fs::mknodat(
+        let made = rustix::fs::mknodat(
             &d,
             name,
             ft,
             Mode::from_raw_mode(host_mode(side, mode, false)),
             rdev as u64,
-        ) {
-            Ok(()) => {
-                self.keep_new_mode(side, &d, name, mode);
-                if let Err(e) = self.own_new(req, &d, name) {
-                    return reply.error(e);
-                }
-                self.entry_reply(side, &rel, &d, name, reply)
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        );
+        self.new_entry_reply(req, side, &rel, &d, name, Some(mode), made, reply)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
@@ -308,16 +296,8 @@ impl Filesystem for View {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
-            Ok(()) => {
-                self.keep_new_mode(side, &d, name, mode);
-                if let Err(e) = self.own_new(req, &d, name) {
-                    return reply.error(e);
-                }
-                self.entry_reply(side, &rel, &d, name, reply)
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        let made = rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true)));
+        self.new_entry_reply(req, side, &rel, &d, name, Some(mode), made, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -344,13 +324,8 @@ impl Filesystem for View {
             );
             return reply.error(Errno::EPERM);
         }
-        match rustix::fs::symlinkat(target, &d, link_name) {
-            Ok(()) => match self.own_new(req, &d, link_name) {
-                Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
-                Err(e) => reply.error(e),
-            },
-            Err(e) => reply.error(errno(e)),
-        }
+        let made = rustix::fs::symlinkat(target, &d, link_name);
+        self.new_entry_reply(req, side, &rel, &d, link_name, None, made, reply)
     }
 
     fn rename(
@@ -667,32 +642,12 @@ impl Filesystem for View {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
         self.counts.add(Op::Getxattr);
-        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
-            let mut buf = vec![0u8; size as usize];
-            let n = rustix::fs::getxattr(&p, name, &mut buf[..]).map_err(errno)?;
-            buf.truncate(n);
-            Ok((n, buf))
-        });
-        match r {
-            Ok((n, _)) if size == 0 => reply.size(n as u32),
-            Ok((_, buf)) => reply.data(&buf),
-            Err(e) => reply.error(e),
-        }
+        self.xattr_read_reply(ino, size, reply, |p, buf| rustix::fs::getxattr(p, name, buf))
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
         self.counts.add(Op::Listxattr);
-        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
-            let mut buf = vec![0u8; size as usize];
-            let n = rustix::fs::listxattr(&p, &mut buf[..]).map_err(errno)?;
-            buf.truncate(n);
-            Ok((n, buf))
-        });
-        match r {
-            Ok((n, _)) if size == 0 => reply.size(n as u32),
-            Ok((_, buf)) => reply.data(&buf),
-            Err(e) => reply.error(e),
-        }
+        self.xattr_read_reply(ino, size, reply, |p, buf| rustix::fs::listxattr(p, buf))
     }
 
     fn setxattr(
@@ -781,6 +736,55 @@ impl Filesystem for View {
 }
 
 impl View {
+    /// Answers GETXATTR and LISTXATTR: `read` fills a buffer of the guest's
+    /// `size` from the node's path (size 0 asks only how much it needs).
+    fn xattr_read_reply(
+        &self,
+        ino: INodeNo,
+        size: u32,
+        reply: fuser::ReplyXattr,
+        read: impl FnOnce(&Path, &mut [u8]) -> rustix::io::Result<usize>,
+    ) {
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = read(&p, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Answers MKNOD, MKDIR and SYMLINK once the node `name` in `d` (`rel`
+    /// on `side`) was `made`: a new node keeps the guest's `mode` (none for
+    /// a symlink) and gets its owner, then is looked up for the reply.
+    #[allow(clippy::too_many_arguments)] // what the three callers hold (request, place, outcome, reply); a struct would only rename them
+    fn new_entry_reply(
+        &self,
+        req: &Request,
+        side: Side,
+        rel: &Path,
+        d: &std::os::fd::OwnedFd,
+        name: &OsStr,
+        mode: Option<u32>,
+        made: rustix::io::Result<()>,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = made {
+            return reply.error(errno(e));
+        }
+        if let Some(mode) = mode {
+            self.keep_new_mode(side, d, name, mode);
+        }
+        match self.own_new(req, d, name) {
+            Ok(()) => self.entry_reply(side, rel, d, name, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
     /// Changes open file `f` (node `ino`, `pre` its stat before) in place
     /// by `act`, which may grow it by up to `growth` bytes (WRITE,
     /// FALLOCATE): the budget is reserved first and settled with the size
