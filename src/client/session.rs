@@ -60,7 +60,7 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
     if codec::send(&mut stream, &hello(r)).is_err() {
         return Ok(Outcome::Retry);
     }
-    let open = ClientMsg::Open {
+    let open = ClientMsg::Open(wire_client::OpenRequest {
         argv,
         env,
         cwd,
@@ -75,7 +75,7 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
             None
         },
         root: r.root,
-    };
+    });
     if codec::send(&mut stream, &open).is_err() {
         return Ok(Outcome::Retry);
     }

@@ -29,6 +29,22 @@ fn assert_has(msg: &str, parts: &[&str]) {
     }
 }
 
+/// The network and escalation tables the two large examples
+/// (`full_example`, `garbage_never_panics`) share: a default deny list and
+/// one auto-approve rule for `git --version`.
+const NETWORK_AND_GIT_RULE: &str = r#"[network]
+default_deny = ["10.0.0.0/8", "fd00::/8"]
+[escalation]
+enabled = true
+[[escalation.auto_approve]]
+argv = ["git", "--version"]
+"#;
+
+/// A config text: `runtime_dir`, then [`NETWORK_AND_GIT_RULE`], then `rest`.
+fn example(runtime_dir: &str, rest: &str) -> String {
+    format!("runtime_dir = \"{runtime_dir}\"\n{NETWORK_AND_GIT_RULE}{rest}")
+}
+
 fn pfx(s: &str) -> Prefix {
     s.parse().unwrap()
 }
@@ -179,15 +195,9 @@ fn load_unreadable_path_is_a_read_error() {
 
 #[test]
 fn full_example() {
-    let c = ok(r#"
-runtime_dir = "/run/user/1000/lazaret"
-[network]
-default_deny = ["10.0.0.0/8", "fd00::/8"]
-[escalation]
-enabled = true
-[[escalation.auto_approve]]
-argv = ["git", "--version"]
-[[escalation.auto_approve]]
+    let c = ok(&example(
+        "/run/user/1000/lazaret",
+        r#"[[escalation.auto_approve]]
 argv = ["gh", "pr", "view"]
 allow_trailing_args = true
 cwd = "./sub/dir"
@@ -203,7 +213,8 @@ ipv6 = true
 [profiles.dev.network]
 allow = ["198.18.0.0/15"]
 deny = ["198.18.0.0/15", "2001:db8::/32"]
-"#);
+"#,
+    ));
     assert_eq!(c.runtime_dir, Some(PathBuf::from("/run/user/1000/lazaret")));
     assert_eq!(c.default_deny, Some(vec![pfx("10.0.0.0/8"), pfx("fd00::/8")]));
     assert!(c.escalation.enabled);
@@ -1102,14 +1113,9 @@ impl Rng {
 
 #[test]
 fn garbage_never_panics() {
-    const SEED: &str = r#"runtime_dir = "/r"
-[network]
-default_deny = ["10.0.0.0/8", "fd00::/8"]
-[escalation]
-enabled = true
-[[escalation.auto_approve]]
-argv = ["git", "--version"]
-allow_trailing_args = false
+    let seed_text = example(
+        "/r",
+        r#"allow_trailing_args = false
 [profiles.dev]
 image = "oci:/a:b"
 command = ["bash", "-l"]
@@ -1121,12 +1127,13 @@ ipv6 = false
 [profiles.dev.network]
 allow = ["198.18.0.0/15"]
 deny = ["::/0"]
-"#;
-    assert!(parse(Path::new(FILE), SEED).is_ok());
+"#,
+    );
+    assert!(parse(Path::new(FILE), &seed_text).is_ok());
     let alphabet: Vec<char> = "[]{}=,.\"'\\#\n\r\t :/-_0123456789abcdefxyzAZ\u{0}\u{7f}é😀truefalse"
         .chars()
         .collect();
-    let seed: Vec<char> = SEED.chars().collect();
+    let seed: Vec<char> = seed_text.chars().collect();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut errors = 0;
     for round in 0..3000 {

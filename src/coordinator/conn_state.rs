@@ -16,7 +16,7 @@
 //! ```
 
 use crate::sys;
-use crate::wire::client::{self as wire_client, ClientMsg, WinSize};
+use crate::wire::client::{self as wire_client, ClientMsg, OpenRequest, WinSize};
 use crate::wire::codec;
 
 /// Where one client connection is in its protocol.
@@ -81,13 +81,7 @@ pub(super) enum Action {
     /// Close this connection (and its session) at once.
     Drop(String),
     /// Open the session (→ `InSession`, or `Refuse` when it cannot start).
-    Open {
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: String,
-        tty: Option<WinSize>,
-        root: bool,
-    },
+    Open(OpenRequest),
     /// Reply with the status (→ `Closing`).
     Status,
     /// Reply with the pending escalation requests (→ `Closing`).
@@ -137,26 +131,11 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
             });
             Action::Enter(S::Joined { client_id, stale })
         }
-        (S::Joined { stale: Some(why), .. }, ClientMsg::Open { .. }) => Action::Refuse(why.clone()),
-        (S::Observer, ClientMsg::Open { .. } | ClientMsg::Stop { .. } | ClientMsg::AddPort(_)) => {
+        (S::Joined { stale: Some(why), .. }, ClientMsg::Open(_)) => Action::Refuse(why.clone()),
+        (S::Observer, ClientMsg::Open(_) | ClientMsg::Stop { .. } | ClientMsg::AddPort(_)) => {
             Action::Drop("an observer connection may only ask for status".into())
         }
-        (
-            S::Joined { stale: None, .. },
-            ClientMsg::Open {
-                argv,
-                env,
-                cwd,
-                tty,
-                root,
-            },
-        ) => Action::Open {
-            argv,
-            env,
-            cwd,
-            tty,
-            root,
-        },
+        (S::Joined { stale: None, .. }, ClientMsg::Open(req)) => Action::Open(req),
         (S::Observer | S::Joined { .. }, ClientMsg::Status) => Action::Status,
         (S::Observer | S::Joined { .. }, ClientMsg::Escalations) => Action::Escalations,
         // A stale client may add a port too: forwards are not part of the
@@ -219,13 +198,13 @@ mod tests {
         }
     }
     fn open() -> ClientMsg {
-        ClientMsg::Open {
+        ClientMsg::Open(OpenRequest {
             argv: vec!["sh".into()],
             env: vec![],
             cwd: "/w".into(),
             tty: None,
             root: false,
-        }
+        })
     }
     fn joined() -> ConnState {
         ConnState::Joined {
@@ -362,7 +341,7 @@ mod tests {
     fn a_joined_client_opens_asks_or_stops() {
         assert!(matches!(
             decide(&joined(), open(), &RUNNING),
-            Action::Open { root: false, .. }
+            Action::Open(OpenRequest { root: false, .. })
         ));
         assert_eq!(decide(&joined(), ClientMsg::Status, &RUNNING), Action::Status);
         let p: crate::config::ports::PortForward = "0:3000".parse().unwrap();

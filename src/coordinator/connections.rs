@@ -117,13 +117,7 @@ impl Coordinator {
             Action::Enter(state) => self.set_state(key, state),
             Action::Refuse(why) => self.refuse(key, why),
             Action::Drop(why) => self.drop_conn(key, &why),
-            Action::Open {
-                argv,
-                env,
-                cwd,
-                tty,
-                root,
-            } => self.open_session(key, argv, env, cwd, tty, root),
+            Action::Open(req) => self.open_session(key, req),
             Action::Status => {
                 let st = self.status();
                 self.send(key, &ServerMsg::Status(st));

@@ -23,15 +23,14 @@ impl Coordinator {
         Ok(cmd)
     }
 
-    pub(super) fn open_session(
-        &mut self,
-        key: u64,
-        argv: Vec<String>,
-        env: Vec<(String, String)>,
-        cwd: String,
-        tty: Option<wire_client::WinSize>,
-        root: bool,
-    ) {
+    pub(super) fn open_session(&mut self, key: u64, req: wire_client::OpenRequest) {
+        let wire_client::OpenRequest {
+            argv,
+            env,
+            cwd,
+            tty,
+            root,
+        } = req;
         let argv = if argv.is_empty() {
             self.profile.command.clone()
         } else {

@@ -33,22 +33,27 @@ const fn h(prog: &'static str, package: &'static str, used_by: &'static str) -> 
     Helper { prog, package, used_by }
 }
 
+/// A helper whose Debian package has the program's own name.
+const fn own(prog: &'static str, used_by: &'static str) -> Helper {
+    h(prog, prog, used_by)
+}
+
 /// Plain helpers that only need to be on the `PATH` (runsc, newuidmap and
 /// newgidmap have their own, deeper checks in `lazaret doctor`).
 pub const HELPERS: &[Helper] = &[
-    h("slirp4netns", "slirp4netns", "the sandbox network"),
-    h("fuse-overlayfs", "fuse-overlayfs", "persistent state"),
-    h("umoci", "umoci", "image build and unpack"),
-    h("skopeo", "skopeo", "images from oci:, docker-archive: and docker://"),
-    h("debootstrap", "debootstrap", "image build"),
+    own("slirp4netns", "the sandbox network"),
+    own("fuse-overlayfs", "persistent state"),
+    own("umoci", "image build and unpack"),
+    own("skopeo", "images from oci:, docker-archive: and docker://"),
+    own("debootstrap", "image build"),
     h("chroot", "coreutils", "image build (debootstrap)"),
-    h("arch-test", "arch-test", "image build (debootstrap)"),
-    h("wget", "wget", "image build (debootstrap downloads)"),
-    h("gpgv", "gpgv", "image build (debootstrap verifies the Release file)"),
+    own("arch-test", "image build (debootstrap)"),
+    own("wget", "image build (debootstrap downloads)"),
+    own("gpgv", "image build (debootstrap verifies the Release file)"),
     h("perl", "perl-base", "image build (debootstrap)"),
     h("unshare", "util-linux", "image build (user namespace)"),
     h("ip", "iproute2", "the sandbox network"),
-    h("git", "git", "Git identity and the workspace view"),
+    own("git", "Git identity and the workspace view"),
 ];
 
 /// `current` with every directory of [`SBIN_DIRS`] that is missing appended;

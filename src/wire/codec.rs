@@ -158,6 +158,167 @@ impl<'a> Dec<'a> {
     }
 }
 
+// ---- typed fields ------------------------------------------------------------
+
+/// A value with one wire form, so that a message's fields are named once
+/// ([`record!`], [`messages!`]) and written and read in the same order.
+/// `bool` is a flag byte, `Option<T>` a flag then `T`, `Vec<u8>` a byte
+/// string, any other `Vec` a bounded list, a pair its two halves.
+pub(crate) trait Field: Sized {
+    fn put(&self, e: &mut Enc);
+    fn get(d: &mut Dec) -> Result<Self, DecodeError>;
+}
+
+/// A type that may stand in a list (`u32 count + items`).
+pub(crate) trait Listed: Field {}
+
+macro_rules! plain_fields {
+    ($($t:ty),*) => {
+        $(impl Field for $t {
+            fn put(&self, e: &mut Enc) {
+                e.0.extend_from_slice(&self.to_le_bytes());
+            }
+            fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+                Ok(<$t>::from_le_bytes(d.take(std::mem::size_of::<$t>())?.try_into().unwrap()))
+            }
+        })*
+    };
+}
+plain_fields!(u8, u16, u32, i32, u64, i64);
+
+impl Field for bool {
+    fn put(&self, e: &mut Enc) {
+        e.u8(*self as u8);
+    }
+    fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+        d.flag()
+    }
+}
+
+impl Field for String {
+    fn put(&self, e: &mut Enc) {
+        e.str(self);
+    }
+    fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+        d.str()
+    }
+}
+impl Listed for String {}
+
+impl Field for Vec<u8> {
+    fn put(&self, e: &mut Enc) {
+        e.bytes(self);
+    }
+    fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+        d.bytes()
+    }
+}
+
+impl<T: Listed> Field for Vec<T> {
+    fn put(&self, e: &mut Enc) {
+        e.u32(self.len() as u32);
+        for x in self {
+            x.put(e);
+        }
+    }
+    fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+        let n = d.count()?;
+        (0..n).map(|_| T::get(d)).collect()
+    }
+}
+
+impl<T: Field> Field for Option<T> {
+    fn put(&self, e: &mut Enc) {
+        match self {
+            Some(x) => x.put(e.u8(1)),
+            None => {
+                e.u8(0);
+            }
+        }
+    }
+    fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+        if d.flag()? {
+            T::get(d).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl<A: Field, B: Field> Field for (A, B) {
+    fn put(&self, e: &mut Enc) {
+        self.0.put(e);
+        self.1.put(e);
+    }
+    fn get(d: &mut Dec) -> Result<Self, DecodeError> {
+        Ok((A::get(d)?, B::get(d)?))
+    }
+}
+impl<A: Field, B: Field> Listed for (A, B) {}
+
+/// [`Field`] for a struct: its fields, named in wire order, one after the
+/// other. `record!(T { a, b })`; `T` may then stand in a list too.
+macro_rules! record {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl $crate::wire::codec::Field for $t {
+            fn put(&self, e: &mut $crate::wire::codec::Enc) {
+                $($crate::wire::codec::Field::put(&self.$f, e);)*
+            }
+            fn get(d: &mut $crate::wire::codec::Dec) -> Result<Self, $crate::wire::codec::DecodeError> {
+                Ok($t {
+                    $($f: $crate::wire::codec::Field::get(d)?,)*
+                })
+            }
+        }
+        impl $crate::wire::codec::Listed for $t {}
+    };
+}
+pub(crate) use record;
+
+/// [`Message`] for a message enum, each variant written once: its tag, its
+/// name and its fields in wire order (`1 => Hello { version, id }`,
+/// `3 => Stdin(data)`, `4 => StdinEof`). A variant's payload is its tag
+/// then each field's [`Field`] form; its name is the variant's.
+macro_rules! messages {
+    ($m:ident { $($tag:literal => $v:ident $(($one:ident))? $({ $($f:ident),* $(,)? })?),* $(,)? }) => {
+        impl $crate::wire::codec::Message for $m {
+            fn encode(&self) -> Vec<u8> {
+                use $crate::wire::codec::Field;
+                match self {
+                    $($m::$v $(($one))? $({ $($f),* })? => {
+                        let mut e = $crate::wire::codec::Enc::new($tag);
+                        $($one.put(&mut e);)?
+                        $($($f.put(&mut e);)*)?
+                        e.finish()
+                    })*
+                }
+            }
+
+            fn decode(payload: &[u8]) -> Result<Self, $crate::wire::codec::DecodeError> {
+                use $crate::wire::codec::Field;
+                let mut d = $crate::wire::codec::Dec::new(payload);
+                let msg = match d.u8()? {
+                    $($tag => {
+                        $(let $one = Field::get(&mut d)?;)?
+                        $($(let $f = Field::get(&mut d)?;)*)?
+                        $m::$v $(($one))? $({ $($f),* })?
+                    })*
+                    t => return Err($crate::wire::codec::DecodeError::UnknownTag(t)),
+                };
+                d.end()?;
+                Ok(msg)
+            }
+
+            fn name(&self) -> &'static str {
+                match self {
+                    $($m::$v { .. } => stringify!($v),)*
+                }
+            }
+        }
+    };
+}
+pub(crate) use messages;
+
 /// A message type that travels in frames.
 pub trait Message: Sized {
     fn encode(&self) -> Vec<u8>;

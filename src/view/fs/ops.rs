@@ -178,6 +178,16 @@ impl Filesystem for View {
             } else {
                 d
             };
+            // The node itself, never through a link, beneath the view's root.
+            let open_target = |how: OFlags| {
+                rustix::fs::openat2(
+                    &d,
+                    target,
+                    how | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                    resolve(),
+                )
+            };
             if let Some(sz) = size {
                 match fh.and_then(|fh| self.file(fh).ok()) {
                     Some(f) => {
@@ -185,14 +195,7 @@ impl Filesystem for View {
                         f.set_len(sz).map_err(errno)?
                     }
                     None => {
-                        let fd = rustix::fs::openat2(
-                            &d,
-                            target,
-                            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                            Mode::empty(),
-                            resolve(),
-                        )
-                        .map_err(errno)?;
+                        let fd = open_target(OFlags::WRONLY).map_err(errno)?;
                         self.not_locked_on_host(ino, &fd)?;
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
                         self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
@@ -202,14 +205,7 @@ impl Filesystem for View {
                 }
             }
             if let Some(m) = mode {
-                let fd = rustix::fs::openat2(
-                    &d,
-                    target,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                    resolve(),
-                );
-                match fd {
+                match open_target(OFlags::PATH) {
                     Ok(fd) => {
                         use std::os::unix::fs::PermissionsExt;
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
@@ -283,22 +279,14 @@ impl Filesystem for View {
             Err(e) => return reply.error(e),
         };
         let ft = rustix::fs::FileType::from_raw_mode(mode);
-        match rustix::fs::mknodat(
+        let made = rustix::fs::mknodat(
             &d,
             name,
             ft,
             Mode::from_raw_mode(host_mode(side, mode, false)),
             rdev as u64,
-        ) {
-            Ok(()) => {
-                self.keep_new_mode(side, &d, name, mode);
-                if let Err(e) = self.own_new(req, &d, name) {
-                    return reply.error(e);
-                }
-                self.entry_reply(side, &rel, &d, name, reply)
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        );
+        self.new_entry_reply(req, side, &rel, &d, name, Some(mode), made, reply)
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
@@ -308,16 +296,8 @@ impl Filesystem for View {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        match rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true))) {
-            Ok(()) => {
-                self.keep_new_mode(side, &d, name, mode);
-                if let Err(e) = self.own_new(req, &d, name) {
-                    return reply.error(e);
-                }
-                self.entry_reply(side, &rel, &d, name, reply)
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        let made = rustix::fs::mkdirat(&d, name, Mode::from_raw_mode(host_mode(side, mode, true)));
+        self.new_entry_reply(req, side, &rel, &d, name, Some(mode), made, reply)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -344,13 +324,8 @@ impl Filesystem for View {
             );
             return reply.error(Errno::EPERM);
         }
-        match rustix::fs::symlinkat(target, &d, link_name) {
-            Ok(()) => match self.own_new(req, &d, link_name) {
-                Ok(()) => self.entry_reply(side, &rel, &d, link_name, reply),
-                Err(e) => reply.error(e),
-            },
-            Err(e) => reply.error(errno(e)),
-        }
+        let made = rustix::fs::symlinkat(target, &d, link_name);
+        self.new_entry_reply(req, side, &rel, &d, link_name, None, made, reply)
     }
 
     fn rename(
@@ -504,21 +479,9 @@ impl Filesystem for View {
             self.not_locked_on_host(ino, &f)?;
             let pre = rustix::fs::fstat(&*f).map_err(errno)?;
             self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
-            let room = match self.budget_of(ino) {
-                Some(b) => Some(b.reserve(budget::growth(&pre, offset, data.len() as u64))?),
-                None => None,
-            };
-            kill_priv(&*f)?;
-            let wrote = f.write_all_at(data, offset).map_err(errno);
-            if let Ok(st) = rustix::fs::fstat(&*f) {
-                if let Some(r) = room {
-                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
-                }
-                if wrote.is_ok() {
-                    self.changed(ino.0, &pre, &st);
-                }
-            }
-            wrote
+            self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, data.len() as u64), |f| {
+                f.write_all_at(data, offset).map_err(errno)
+            })
         }) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
@@ -667,21 +630,9 @@ impl Filesystem for View {
                 self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
             }
             let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-            let room = match self.budget_of(ino) {
-                Some(b) => Some(b.reserve(budget::fallocate_growth(&pre, fl, offset, length))?),
-                None => None,
-            };
-            kill_priv(&*f)?;
-            let done = rustix::fs::fallocate(&*f, fl, offset, length).map_err(errno);
-            if let Ok(st) = rustix::fs::fstat(&*f) {
-                if let Some(r) = room {
-                    r.settle(budget::on_disk(&pre), budget::on_disk(&st));
-                }
-                if done.is_ok() {
-                    self.changed(ino.0, &pre, &st);
-                }
-            }
-            done
+            self.grow_in_place(ino, &f, &pre, budget::fallocate_growth(&pre, fl, offset, length), |f| {
+                rustix::fs::fallocate(f, fl, offset, length).map_err(errno)
+            })
         });
         match r {
             Ok(()) => reply.ok(),
@@ -691,32 +642,12 @@ impl Filesystem for View {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
         self.counts.add(Op::Getxattr);
-        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
-            let mut buf = vec![0u8; size as usize];
-            let n = rustix::fs::getxattr(&p, name, &mut buf[..]).map_err(errno)?;
-            buf.truncate(n);
-            Ok((n, buf))
-        });
-        match r {
-            Ok((n, _)) if size == 0 => reply.size(n as u32),
-            Ok((_, buf)) => reply.data(&buf),
-            Err(e) => reply.error(e),
-        }
+        self.xattr_read_reply(ino, size, reply, |p, buf| rustix::fs::getxattr(p, name, buf))
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
         self.counts.add(Op::Listxattr);
-        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
-            let mut buf = vec![0u8; size as usize];
-            let n = rustix::fs::listxattr(&p, &mut buf[..]).map_err(errno)?;
-            buf.truncate(n);
-            Ok((n, buf))
-        });
-        match r {
-            Ok((n, _)) if size == 0 => reply.size(n as u32),
-            Ok((_, buf)) => reply.data(&buf),
-            Err(e) => reply.error(e),
-        }
+        self.xattr_read_reply(ino, size, reply, |p, buf| rustix::fs::listxattr(p, buf))
     }
 
     fn setxattr(
@@ -801,5 +732,86 @@ impl Filesystem for View {
             Ok((a, ttl, fh)) => reply.created(&ttl, &a, Generation(0), FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
+    }
+}
+
+impl View {
+    /// Answers GETXATTR and LISTXATTR: `read` fills a buffer of the guest's
+    /// `size` from the node's path (size 0 asks only how much it needs).
+    fn xattr_read_reply(
+        &self,
+        ino: INodeNo,
+        size: u32,
+        reply: fuser::ReplyXattr,
+        read: impl FnOnce(&Path, &mut [u8]) -> rustix::io::Result<usize>,
+    ) {
+        let r = self.xattr_path(ino).and_then(|(p, _keep)| {
+            let mut buf = vec![0u8; size as usize];
+            let n = read(&p, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok((n, buf))
+        });
+        match r {
+            Ok((n, _)) if size == 0 => reply.size(n as u32),
+            Ok((_, buf)) => reply.data(&buf),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Answers MKNOD, MKDIR and SYMLINK once the node `name` in `d` (`rel`
+    /// on `side`) was `made`: a new node keeps the guest's `mode` (none for
+    /// a symlink) and gets its owner, then is looked up for the reply.
+    #[allow(clippy::too_many_arguments)] // what the three callers hold (request, place, outcome, reply); a struct would only rename them
+    fn new_entry_reply(
+        &self,
+        req: &Request,
+        side: Side,
+        rel: &Path,
+        d: &std::os::fd::OwnedFd,
+        name: &OsStr,
+        mode: Option<u32>,
+        made: rustix::io::Result<()>,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = made {
+            return reply.error(errno(e));
+        }
+        if let Some(mode) = mode {
+            self.keep_new_mode(side, d, name, mode);
+        }
+        match self.own_new(req, d, name) {
+            Ok(()) => self.entry_reply(side, rel, d, name, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// Changes open file `f` (node `ino`, `pre` its stat before) in place
+    /// by `act`, which may grow it by up to `growth` bytes (WRITE,
+    /// FALLOCATE): the budget is reserved first and settled with the size
+    /// on disk after, setuid/setgid bits are dropped before, and a
+    /// successful change is noted for the node.
+    fn grow_in_place(
+        &self,
+        ino: INodeNo,
+        f: &File,
+        pre: &rustix::fs::Stat,
+        growth: u64,
+        act: impl FnOnce(&File) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        let room = match self.budget_of(ino) {
+            Some(b) => Some(b.reserve(growth)?),
+            None => None,
+        };
+        kill_priv(f)?;
+        let done = act(f);
+        if let Ok(st) = rustix::fs::fstat(f) {
+            if let Some(r) = room {
+                r.settle(budget::on_disk(pre), budget::on_disk(&st));
+            }
+            if done.is_ok() {
+                self.changed(ino.0, pre, &st);
+            }
+        }
+        done
     }
 }
