@@ -95,7 +95,7 @@ pub fn main() -> i32 {
         Some("image") => crate::client::image::cmd_image(raw),
         Some("doctor") => crate::client::doctor::cmd(raw),
         Some("net") => crate::client::net::cmd_net(raw),
-        Some("state") => refuse_root().and_then(|()| crate::storage::state::cmd(raw).map_err(Failure::from)),
+        Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
         Some("version") | Some("--version") | Some("-V") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
             if cfg!(feature = "fault-injection") {

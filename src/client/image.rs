@@ -1,10 +1,16 @@
 //! `lazaret image`: `build` (the default image or a recipe), `list` and
-//! `prune`.
+//! `prune` (what they find is `storage::gc`'s; printing it is here).
 
 use crate::client::args::{finish_args, refuse_root};
 use crate::client::failure::Failure;
+use std::path::Path;
+
 use crate::config;
-use crate::storage::image;
+use crate::display::{fit, human_size};
+use crate::plan::Json;
+use crate::storage::gc::{self, Listed, Pruned};
+use crate::storage::image::{self, ImportState};
+use crate::storage::imagegc::ImageItem;
 use crate::storage::paths;
 
 pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -40,12 +46,13 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
             let all = sub == "prune" && args.contains("--all");
             finish_args(args)?;
             refuse_root()?;
-            let r = if sub == "list" {
-                crate::storage::gc::cmd_list(json)
+            if sub == "list" {
+                let (listed, lowers) = gc::list()?;
+                print_list(&listed, &lowers, json);
             } else {
-                crate::storage::gc::cmd_prune(json, dry_run, all)
-            };
-            r.map_err(Failure::from)
+                print_pruned(&gc::prune(dry_run, all)?, dry_run, json);
+            }
+            Ok(0)
         }
         Some(other) => Err(Failure::UnknownImageCommand(other.to_string())),
         None => Err(Failure::NeedsSubcommand {
@@ -118,4 +125,177 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
         println!("built the image {name} {digest}");
     }
     Ok(0)
+}
+
+/// `image list`: a line per entry, or one JSON array.
+fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
+    let mut arr = Vec::new();
+    let mut out = String::new();
+    for l in listed {
+        match l {
+            Listed::Image { name, bytes } => {
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s("image")),
+                    ("name", Json::s(name)),
+                    ("bytes", Json::Num(*bytes as i64)),
+                ]));
+                out.push_str(&format!("image {}  {:>8}\n", fit(name, 40), human_size(*bytes)));
+            }
+            Listed::Import {
+                name,
+                state: st,
+                bytes,
+                profiles,
+            } => {
+                let state = match st {
+                    ImportState::Complete => "imported",
+                    ImportState::Importing => "importing",
+                    ImportState::Failed => "failed",
+                };
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s("import")),
+                    ("name", Json::s(name)),
+                    ("state", Json::s(state)),
+                    ("bytes", Json::Num(*bytes as i64)),
+                ]));
+                let users = match profiles {
+                    Some(p) => format!("  image of profile {}", p.join(", ")),
+                    None if *st == ImportState::Complete => "  no profile uses it".to_string(),
+                    None => String::new(),
+                };
+                let prunable =
+                    *st == ImportState::Failed || (*st == ImportState::Complete && users.contains("no profile"));
+                out.push_str(&format!(
+                    "image {name}  {:>8}  {state}{}{users}\n",
+                    human_size(*bytes),
+                    if prunable {
+                        " (`lazaret image prune` removes it)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            Listed::Artifact {
+                id,
+                digest,
+                source,
+                bytes,
+                leased_by,
+                active,
+                profiles,
+            } => {
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s("artifact")),
+                    ("id", Json::s(id)),
+                    ("digest", Json::s(digest)),
+                    ("source", Json::s(source)),
+                    ("bytes", Json::Num(*bytes as i64)),
+                    ("leased_by", Json::strs(leased_by)),
+                    ("active", Json::strs(active)),
+                    ("profiles", Json::strs(profiles)),
+                ]));
+                out.push_str(&format!(
+                    "{id}  {:>8}  {} lease(s), {} active  {}{}\n",
+                    human_size(*bytes),
+                    leased_by.len(),
+                    active.len(),
+                    &digest[..digest.len().min(19)],
+                    if profiles.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  image of profile {}", profiles.join(", "))
+                    }
+                ));
+            }
+            Listed::Preparing { name, live } => {
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s("preparing")),
+                    ("name", Json::s(name)),
+                    ("live", Json::Bool(*live)),
+                ]));
+                out.push_str(&format!(
+                    "{}  being prepared{}\n",
+                    fit(name, 50),
+                    if *live { "" } else { " (preparer is gone)" }
+                ));
+            }
+            Listed::Trash(n) => {
+                arr.push(Json::Obj(vec![("kind", Json::s("trash")), ("name", Json::s(n))]));
+                out.push_str(&format!("{}  being deleted\n", fit(n, 60)));
+            }
+            Listed::Foreign(n) => {
+                arr.push(Json::Obj(vec![("kind", Json::s("foreign")), ("name", Json::s(n))]));
+                out.push_str(&format!("{}  not Lazaret's: never touched\n", fit(n, 50)));
+            }
+            Listed::ImageDir { item, path, bytes } => {
+                let (kind, what) = match item {
+                    ImageItem::Build { live: true, .. } => ("build", "image build in progress".to_string()),
+                    ImageItem::Build { live: false, .. } => (
+                        "build",
+                        "interrupted image build (builder is gone): `image prune` removes it".to_string(),
+                    ),
+                    ImageItem::Old { .. } => (
+                        "old",
+                        "old image left by an interrupted rebuild: `image prune` removes it".to_string(),
+                    ),
+                    ImageItem::Import { profiles, .. } if profiles.is_empty() => (
+                        "import",
+                        "imported image no profile uses: `image prune` removes it".to_string(),
+                    ),
+                    ImageItem::Import { profiles, .. } => {
+                        ("import", format!("imported image of profile {}", profiles.join(", ")))
+                    }
+                };
+                arr.push(Json::Obj(vec![
+                    ("kind", Json::s(kind)),
+                    ("name", Json::s(item.name())),
+                    ("path", Json::s(path.to_string_lossy())),
+                    ("bytes", Json::Num(*bytes as i64)),
+                    ("removable", Json::Bool(item.removable())),
+                ]));
+                out.push_str(&format!(
+                    "images/{}  {:>8}  {what}\n",
+                    fit(item.name(), 40),
+                    human_size(*bytes)
+                ));
+            }
+        }
+    }
+    if json {
+        println!("{}", Json::Arr(arr).render());
+    } else if out.is_empty() {
+        println!("no prepared lowers in {}", lowers.display());
+    } else {
+        print!("{out}");
+    }
+}
+
+/// `image prune`: what went (or would), what stayed and why.
+fn print_pruned(p: &Pruned, dry_run: bool, json: bool) {
+    if json {
+        println!(
+            "{}",
+            Json::Obj(vec![
+                ("dry_run", Json::Bool(dry_run)),
+                ("removed", Json::strs(&p.removed)),
+                ("kept", Json::strs(&p.kept)),
+                ("foreign", Json::strs(&p.foreign)),
+            ])
+            .render()
+        );
+        return;
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for r in &p.removed {
+        println!("{verb} {r}");
+    }
+    for k in &p.kept {
+        println!("kept {k} (leased, an image a profile uses, or being prepared)");
+    }
+    for f in &p.foreign {
+        println!("left {f} alone (not Lazaret's)");
+    }
+    if p.removed.is_empty() && p.kept.is_empty() {
+        println!("nothing to prune");
+    }
 }

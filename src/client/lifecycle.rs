@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::client::args::{finish_args, refuse_root, utf8_argv};
 use crate::client::failure::Failure;
 use crate::client::resolve::{resolve, warn_broken_profiles, Resolved};
+use crate::client::select;
 use crate::client::session::{session, Outcome};
 use crate::config;
 use crate::display::{escape, human_size};
@@ -109,7 +110,7 @@ pub fn cmd_escalations(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut all = running(&root);
     if let Some(prefix) = &id {
         let ids: Vec<DomainId> = all.iter().map(|s| s.domain_id.clone()).collect();
-        let one = match_prefix(prefix, &ids, "running")?.clone();
+        let one = select::match_prefix(prefix, &ids, "running")?.clone();
         all.retain(|s| s.domain_id == one);
     }
     let mut any = false;
@@ -135,7 +136,7 @@ fn running_one(id: &str) -> Result<(PathBuf, StatusInfo), Failure> {
     let root = runtime_root()?;
     let live = running(&root);
     let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
-    let one = match_prefix(id, &ids, "running")?.clone();
+    let one = select::match_prefix(id, &ids, "running")?.clone();
     let st = live.into_iter().find(|s| s.domain_id == one).unwrap();
     Ok((root, st))
 }
@@ -162,28 +163,6 @@ fn running(root: &Path) -> Vec<StatusInfo> {
     }
     all.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
     all
-}
-
-/// The one ID among `ids` that starts with `prefix` (pure).
-pub fn match_prefix<'a>(prefix: &str, ids: &'a [DomainId], what: &str) -> Result<&'a DomainId, Failure> {
-    if prefix.is_empty()
-        || prefix.len() > 20
-        || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return Err(Failure::NotADomainId(prefix.to_string()));
-    }
-    let hits: Vec<&DomainId> = ids.iter().filter(|i| i.as_str().starts_with(prefix)).collect();
-    match hits.as_slice() {
-        [one] => Ok(one),
-        [] => Err(Failure::NoDomain {
-            what: what.to_string(),
-            prefix: prefix.to_string(),
-        }),
-        many => Err(Failure::Ambiguous {
-            prefix: prefix.to_string(),
-            ids: many.iter().map(|s| s.as_str().to_string()).collect(),
-        }),
-    }
 }
 
 // ---- ps ---------------------------------------------------------------------------
@@ -413,43 +392,44 @@ fn lock_free(path: &Path) -> bool {
 
 pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
+    let names = select::name_args(&mut args)?;
     let all = args.contains("--all");
     let id: Option<String> = args.opt_free_from_str()?;
     finish_args(args)?;
+    let named = match select::named(id, names) {
+        Ok(select::Named::Derived {
+            profile: None,
+            workspace: None,
+        }) if all => None,
+        Ok(_) if all => return Err(Failure::NameOneWay { all: true }),
+        Err(Failure::NameOneWay { .. }) => return Err(Failure::NameOneWay { all: true }),
+        n => Some(n?),
+    };
     refuse_root()?;
     let root = runtime_root()?;
     paths::ensure_private_dir(&root)?;
-    let by_name = profile.is_some() || workspace.is_some();
-    if [all, id.is_some(), by_name].iter().filter(|b| **b).count() > 1 {
-        return Err(Failure::NameOneWay { all: true });
-    }
-    let targets: Vec<(DomainId, String, String)> = if all || id.is_some() {
-        let live = running(&root);
-        let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
-        let chosen: Vec<&StatusInfo> = match &id {
-            Some(p) => {
-                let one = match_prefix(p, &ids, "running")?;
-                live.iter().filter(|s| &s.domain_id == one).collect()
-            }
-            None => live.iter().collect(),
-        };
-        chosen
-            .into_iter()
-            .map(|s| (s.domain_id.clone(), s.profile.clone(), s.workspace.clone()))
-            .collect()
-    } else {
+    let targets: Vec<(DomainId, String, String)> = match named {
+        None | Some(select::Named::Id(_)) => {
+            let live = running(&root);
+            let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
+            let chosen: Vec<&StatusInfo> = match &named {
+                Some(select::Named::Id(p)) => {
+                    let one = select::match_prefix(p, &ids, "running")?;
+                    live.iter().filter(|s| &s.domain_id == one).collect()
+                }
+                _ => live.iter().collect(),
+            };
+            chosen
+                .into_iter()
+                .map(|s| (s.domain_id.clone(), s.profile.clone(), s.workspace.clone()))
+                .collect()
+        }
         // The Domain ID is derived: the profile need not be valid in the
         // current configuration to stop what runs under its name.
-        let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
-        let dir = match workspace {
-            Some(w) => w,
-            None => std::env::current_dir().map_err(Failure::CurrentDir)?,
-        };
-        let ws = domain::canonical_workspace(&dir)?;
-        let id = domain::domain_id(&name, &ws);
-        vec![(id, name, ws.to_string_lossy().into_owned())]
+        Some(select::Named::Derived { profile, workspace }) => {
+            let (id, name, ws) = select::derived(profile, workspace)?;
+            vec![(id, name, ws.to_string_lossy().into_owned())]
+        }
     };
     if targets.is_empty() {
         println!("no running Domains");
@@ -594,52 +574,23 @@ pub fn check_published(r: &Resolved) -> Result<(), Failure> {
 
 pub fn cmd_rm(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let mut args = pico_args::Arguments::from_vec(raw);
-    let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
-    let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
+    let names = select::name_args(&mut args)?;
     let yes = args.contains("--yes");
     let json = args.contains("--json");
     let id: Option<String> = args.opt_free_from_str()?;
     finish_args(args)?;
+    let named = select::named(id, names)?;
     refuse_root()?;
     let cfg = config::load(&config::config_path())?;
     let storage = paths::storage_root()?;
     let runtime = paths::runtime_root(cfg.runtime_dir.as_deref());
-    let id = match id {
-        Some(p) => {
-            if profile.is_some() || workspace.is_some() {
-                return Err(Failure::NameOneWay { all: false });
-            }
-            let ids = domains_with_state(&storage);
-            match_prefix(&p, &ids, "stored")?.clone()
-        }
-        None => {
-            let name = profile.unwrap_or_else(|| config::DEFAULT_PROFILE.into());
-            let dir = match workspace {
-                Some(w) => w,
-                None => std::env::current_dir().map_err(Failure::CurrentDir)?,
-            };
-            domain::domain_id(&name, &domain::canonical_workspace(&dir)?)
-        }
-    };
+    let id = select::stored(named, &storage)?;
     let dp = DomainPaths::new(&storage, &runtime, &id);
     match std::fs::symlink_metadata(&dp.root) {
         Ok(md) if md.is_dir() => {}
         _ => return Err(Failure::NoStateToRemove { id, root: dp.root }),
     }
     remove_domain(&dp, &id, yes, json).map_err(Failure::from)
-}
-
-fn domains_with_state(storage: &Path) -> Vec<DomainId> {
-    let mut ids: Vec<DomainId> = std::fs::read_dir(storage.join("domains"))
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
-                .filter_map(|e| DomainId::parse(&e.file_name().to_string_lossy()).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.sort();
-    ids
 }
 
 /// Names under the Domain Root `rm` deletes with host rights once the
@@ -808,29 +759,6 @@ mod tests {
             pending_escalations: 0,
             ports: Vec::new(),
         }
-    }
-
-    #[test]
-    fn prefixes_resolve_uniquely() {
-        let ids: Vec<DomainId> = ["abcdef0123456789abcd", "abd00000000000000000"]
-            .iter()
-            .map(|i| DomainId::parse(i).unwrap())
-            .collect();
-        assert_eq!(match_prefix("abc", &ids, "running").unwrap(), &ids[0]);
-        assert!(match_prefix("ab", &ids, "running")
-            .unwrap_err()
-            .to_string()
-            .contains("ambiguous"));
-        assert!(match_prefix("ff", &ids, "running")
-            .unwrap_err()
-            .to_string()
-            .contains("lazaret ps"));
-        assert!(match_prefix("../x", &ids, "running")
-            .unwrap_err()
-            .to_string()
-            .contains("not a Domain ID"));
-        assert!(match_prefix("", &ids, "running").is_err());
-        assert_eq!(match_prefix("abcdef0123456789abcd", &ids, "running").unwrap(), &ids[0]);
     }
 
     #[test]

@@ -13,6 +13,8 @@ pub mod prompt;
 mod resolve;
 mod run;
 mod secrets;
+mod select;
 mod session;
 mod start;
+mod state;
 pub mod usage;

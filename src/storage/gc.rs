@@ -1,4 +1,6 @@
-//! `lazaret image list|prune`: prepared lowers and their leases.
+//! What `lazaret image list|prune` show and remove: prepared lowers and
+//! their leases, image leftovers (the client prints them,
+//! `client/image.rs`).
 //!
 //! An artifact is reclaimed only when no Domain holds an unreleased lease
 //! on it. Finding that out needs every Domain's store, and only the holder
@@ -25,8 +27,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::display::human_size;
-use crate::plan::Json;
 use crate::storage::image;
 use crate::storage::paths::{self, DomainPaths};
 use crate::storage::state::{self, StateError};
@@ -263,24 +263,57 @@ fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
     out
 }
 
-pub fn cmd_list(json: bool) -> Result<i32> {
+/// One thing `image list` shows, in the order it shows them.
+pub enum Listed {
+    /// An image layout: the built default or a built recipe.
+    Image { name: String, bytes: u64 },
+    /// An imported image, its import state and the profiles that use it.
+    Import {
+        name: String,
+        state: image::ImportState,
+        bytes: u64,
+        profiles: Option<Vec<String>>,
+    },
+    /// A prepared lower, its leases and the profiles whose image it is.
+    Artifact {
+        id: String,
+        digest: String,
+        source: String,
+        bytes: u64,
+        leased_by: Vec<String>,
+        active: Vec<String>,
+        profiles: Vec<String>,
+    },
+    /// A lower being prepared (`live` while its preparer runs).
+    Preparing { name: String, live: bool },
+    /// One of prune's `.trash-*` trees.
+    Trash(String),
+    /// Not Lazaret's: never touched.
+    Foreign(String),
+    /// A leftover under `images/` (an import is listed as `Import`).
+    ImageDir {
+        item: crate::storage::imagegc::ImageItem,
+        path: PathBuf,
+        bytes: u64,
+    },
+}
+
+/// What `image list` shows, and the lowers directory it looked in.
+pub fn list() -> Result<(Vec<Listed>, PathBuf)> {
     let (storage, runtime) = dirs()?;
     let items = scan(&storage);
     let l = leases(&storage, &runtime);
     let refs = referenced(&storage)?;
     let lowers = image::lowers_dir(&storage);
-    let mut arr = Vec::new();
-    let mut out = String::new();
+    let mut out = Vec::new();
     // Image layouts (the built default and imports) and their disk use.
     let default = image::images_dir(&storage).join("default");
     if default.is_dir() {
-        let size = crate::storage::cgroup::disk_use(&default);
-        arr.push(Json::Obj(vec![
-            ("kind", Json::s("image")),
-            ("name", Json::s("default")),
-            ("bytes", Json::Num(size as i64)),
-        ]));
-        out.push_str(&format!("image default  {:>8}\n", human_size(size)));
+        let bytes = crate::storage::cgroup::disk_use(&default);
+        out.push(Listed::Image {
+            name: "default".into(),
+            bytes,
+        });
     }
     // Images built from `[images.NAME]` recipes.
     let mut recipes: Vec<String> = std::fs::read_dir(image::images_dir(&storage))
@@ -294,149 +327,59 @@ pub fn cmd_list(json: bool) -> Result<i32> {
         .unwrap_or_default();
     recipes.sort();
     for name in recipes {
-        let size = crate::storage::cgroup::disk_use(&image::images_dir(&storage).join(&name));
-        arr.push(Json::Obj(vec![
-            ("kind", Json::s("image")),
-            ("name", Json::s(&name)),
-            ("bytes", Json::Num(size as i64)),
-        ]));
-        out.push_str(&format!(
-            "image {}  {:>8}\n",
-            crate::display::fit(&name, 40),
-            human_size(size)
-        ));
+        let bytes = crate::storage::cgroup::disk_use(&image::images_dir(&storage).join(&name));
+        out.push(Listed::Image { name, bytes });
     }
-    for (name, st, size) in imports(&storage) {
-        let state = match st {
-            image::ImportState::Complete => "imported",
-            image::ImportState::Importing => "importing",
-            image::ImportState::Failed => "failed",
-        };
-        arr.push(Json::Obj(vec![
-            ("kind", Json::s("import")),
-            ("name", Json::s(&name)),
-            ("state", Json::s(state)),
-            ("bytes", Json::Num(size as i64)),
-        ]));
-        let users = match refs.imports.get(&name) {
-            Some(p) => format!("  image of profile {}", p.join(", ")),
-            None if st == image::ImportState::Complete => "  no profile uses it".to_string(),
-            None => String::new(),
-        };
-        out.push_str(&format!(
-            "image {name}  {:>8}  {state}{}{users}\n",
-            human_size(size),
-            if st == image::ImportState::Failed || (st == image::ImportState::Complete && users.contains("no profile"))
-            {
-                " (`lazaret image prune` removes it)"
-            } else {
-                ""
-            }
-        ));
+    for (name, state, bytes) in imports(&storage) {
+        let profiles = refs.imports.get(&name).cloned();
+        out.push(Listed::Import {
+            name,
+            state,
+            bytes,
+            profiles,
+        });
     }
-    for it in &items {
-        match it {
+    for it in items {
+        out.push(match it {
             Item::Artifact { id, digest, source } => {
-                let size = crate::storage::cgroup::disk_use(&lowers.join(id));
-                let (doms, act) = l.by_artifact.get(id).cloned().unwrap_or_default();
-                arr.push(Json::Obj(vec![
-                    ("kind", Json::s("artifact")),
-                    ("id", Json::s(id)),
-                    ("digest", Json::s(digest)),
-                    ("source", Json::s(source)),
-                    ("bytes", Json::Num(size as i64)),
-                    ("leased_by", Json::strs(&doms.iter().collect::<Vec<_>>())),
-                    ("active", Json::strs(&act.iter().collect::<Vec<_>>())),
-                    ("profiles", Json::strs(refs.artifacts.get(id).map_or(&[][..], |v| v))),
-                ]));
-                out.push_str(&format!(
-                    "{id}  {:>8}  {} lease(s), {} active  {}{}\n",
-                    human_size(size),
-                    doms.len(),
-                    act.len(),
-                    &digest[..digest.len().min(19)],
-                    refs.artifacts
-                        .get(id)
-                        .map(|p| format!("  image of profile {}", p.join(", ")))
-                        .unwrap_or_default()
-                ));
+                let bytes = crate::storage::cgroup::disk_use(&lowers.join(&id));
+                let (doms, act) = l.by_artifact.get(&id).cloned().unwrap_or_default();
+                let profiles = refs.artifacts.get(&id).cloned().unwrap_or_default();
+                Listed::Artifact {
+                    id,
+                    digest,
+                    source,
+                    bytes,
+                    leased_by: doms.into_iter().collect(),
+                    active: act.into_iter().collect(),
+                    profiles,
+                }
             }
-            Item::Preparing { name, live } => {
-                arr.push(Json::Obj(vec![
-                    ("kind", Json::s("preparing")),
-                    ("name", Json::s(name)),
-                    ("live", Json::Bool(*live)),
-                ]));
-                out.push_str(&format!(
-                    "{}  being prepared{}\n",
-                    crate::display::fit(name, 50),
-                    if *live { "" } else { " (preparer is gone)" }
-                ));
-            }
-            Item::Trash(n) => {
-                arr.push(Json::Obj(vec![("kind", Json::s("trash")), ("name", Json::s(n))]));
-                out.push_str(&format!("{}  being deleted\n", crate::display::fit(n, 60)));
-            }
-            Item::Foreign(n) => {
-                arr.push(Json::Obj(vec![("kind", Json::s("foreign")), ("name", Json::s(n))]));
-                out.push_str(&format!(
-                    "{}  not Lazaret's: never touched\n",
-                    crate::display::fit(n, 50)
-                ));
-            }
-        }
+            Item::Preparing { name, live } => Listed::Preparing { name, live },
+            Item::Trash(n) => Listed::Trash(n),
+            Item::Foreign(n) => Listed::Foreign(n),
+        });
     }
-    for it in crate::storage::imagegc::scan(&storage, &refs.imports) {
+    for item in crate::storage::imagegc::scan(&storage, &refs.imports) {
         // Imports are listed above, with their import state.
-        if let crate::storage::imagegc::ImageItem::Import { .. } = it {
+        if let crate::storage::imagegc::ImageItem::Import { .. } = item {
             continue;
         }
-        let (kind, what) = match &it {
-            crate::storage::imagegc::ImageItem::Build { live: true, .. } => {
-                ("build", "image build in progress".to_string())
-            }
-            crate::storage::imagegc::ImageItem::Build { live: false, .. } => (
-                "build",
-                "interrupted image build (builder is gone): `image prune` removes it".to_string(),
-            ),
-            crate::storage::imagegc::ImageItem::Old { .. } => (
-                "old",
-                "old image left by an interrupted rebuild: `image prune` removes it".to_string(),
-            ),
-            crate::storage::imagegc::ImageItem::Import { profiles, .. } if profiles.is_empty() => (
-                "import",
-                "imported image no profile uses: `image prune` removes it".to_string(),
-            ),
-            crate::storage::imagegc::ImageItem::Import { profiles, .. } => {
-                ("import", format!("imported image of profile {}", profiles.join(", ")))
-            }
-        };
-        let path = image::images_dir(&storage).join(it.name());
-        let size = crate::storage::cgroup::disk_use(&path);
-        arr.push(Json::Obj(vec![
-            ("kind", Json::s(kind)),
-            ("name", Json::s(it.name())),
-            ("path", Json::s(path.to_string_lossy())),
-            ("bytes", Json::Num(size as i64)),
-            ("removable", Json::Bool(it.removable())),
-        ]));
-        out.push_str(&format!(
-            "images/{}  {:>8}  {what}\n",
-            crate::display::fit(it.name(), 40),
-            human_size(size)
-        ));
+        let path = image::images_dir(&storage).join(item.name());
+        let bytes = crate::storage::cgroup::disk_use(&path);
+        out.push(Listed::ImageDir { item, path, bytes });
     }
-    if json {
-        println!("{}", Json::Arr(arr).render());
-    } else if out.is_empty() {
-        println!("no prepared lowers in {}", lowers.display());
-    } else {
-        print!("{out}");
-    }
-    Ok(0)
+    Ok((out, lowers))
 }
 
-pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
+/// What `image prune` removed (or would), kept, and left alone.
+pub struct Pruned {
+    pub removed: Vec<String>,
+    pub kept: Vec<String>,
+    pub foreign: Vec<String>,
+}
+
+pub fn prune(dry_run: bool, all: bool) -> Result<Pruned> {
     let (storage, runtime) = dirs()?;
     let gc = open_gc_lock(&storage).map_err(StateError::LowersLock)?;
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -521,33 +464,7 @@ pub fn cmd_prune(json: bool, dry_run: bool, all: bool) -> Result<i32> {
             _ => None,
         })
         .collect();
-    if json {
-        println!(
-            "{}",
-            Json::Obj(vec![
-                ("dry_run", Json::Bool(dry_run)),
-                ("removed", Json::strs(&removed)),
-                ("kept", Json::strs(&kept)),
-                ("foreign", Json::strs(&foreign)),
-            ])
-            .render()
-        );
-    } else {
-        let verb = if dry_run { "would remove" } else { "removed" };
-        for r in &removed {
-            println!("{verb} {r}");
-        }
-        for k in &kept {
-            println!("kept {k} (leased, an image a profile uses, or being prepared)");
-        }
-        for f in &foreign {
-            println!("left {f} alone (not Lazaret's)");
-        }
-        if removed.is_empty() && kept.is_empty() {
-            println!("nothing to prune");
-        }
-    }
-    Ok(0)
+    Ok(Pruned { removed, kept, foreign })
 }
 
 #[cfg(test)]

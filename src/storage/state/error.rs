@@ -8,7 +8,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::config::ConfigError;
-use crate::domain::{self, DomainError, DomainId};
+use crate::domain::{self, DomainId};
 use crate::storage::paths::PathError;
 use crate::storage::statefs::StateHelperError;
 use crate::view::ignored::IgnoredError;
@@ -32,16 +32,10 @@ pub enum StateError {
     UnhideWhat,
     /// `state diff` without a PATH.
     DiffNeedsPath,
-    /// `--domain ID` with `--profile`/`--workspace`.
-    DomainAndName,
-    /// `--domain` given something that is not an ID.
-    NotADomainId(String),
     /// The config file could not be loaded.
     Config(ConfigError),
     /// The storage root or the runtime dir could not be found or made.
     Dirs(PathError),
-    /// The workspace could not be resolved.
-    Workspace(DomainError),
     /// The chosen Domain has no Domain Root.
     NoState { id: DomainId, root: PathBuf },
     /// `state diff PATH` outside the Domain's workspace.
@@ -71,8 +65,6 @@ pub enum StateError {
     LeasesUnreadable(Vec<String>),
 
     // ---- a failing step (exit 125) ----
-    /// Reading the current directory.
-    CurrentDir(io::Error),
     /// Taking the Domain lock.
     Lock(domain::LockError),
     /// Running the state helper.
@@ -109,11 +101,8 @@ impl StateError {
             | ResetWhat
             | UnhideWhat
             | DiffNeedsPath
-            | DomainAndName
-            | NotADomainId(_)
             | Config(_)
             | Dirs(_)
-            | Workspace(_)
             | NoState { .. }
             | NotInWorkspace { .. }
             | NotHostTool(_)
@@ -124,8 +113,7 @@ impl StateError {
             | StartedMeanwhile(_)
             | LowerBeingPrepared
             | LeasesUnreadable(_) => crate::exit::Exit::Usage.code(),
-            CurrentDir(_)
-            | Lock(_)
+            Lock(_)
             | Helper(_)
             | FinishReset(_)
             | Reset(_)
@@ -160,16 +148,8 @@ impl fmt::Display for StateError {
                 f.write_str("say what to un-hide: --path P (a workspace path, relative or absolute) or --all")
             }
             DiffNeedsPath => f.write_str("`lazaret state diff` needs a PATH (a host-tool file)"),
-            DomainAndName => f.write_str("pass either --domain ID or --profile/--workspace, not both"),
-            NotADomainId(id) => {
-                write!(
-                    f,
-                    "{id:?} is not a Domain ID (20 hex digits, as `lazaret state list` prints them)"
-                )
-            }
             Config(e) => write!(f, "{e}"),
             Dirs(e) | AnchorDir(e) => write!(f, "{e}"),
-            Workspace(e) => write!(f, "{e}"),
             NoState { id, root } => write!(
                 f,
                 "Domain {id} has no persistent state (no {}): see `lazaret state list`",
@@ -213,7 +193,6 @@ impl fmt::Display for StateError {
                 "not pruning: the leases of some Domains cannot be read ({}); fix or stop them and retry",
                 which.join("; ")
             ),
-            CurrentDir(e) => write!(f, "reading the current directory: {e}"),
             Lock(e) => write!(f, "{e}"),
             Helper(e) => write!(f, "{e}"),
             FinishReset(e) => write!(f, "finishing an interrupted reset: {e}"),

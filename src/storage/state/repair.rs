@@ -127,7 +127,7 @@ fn structure_findings(root: &Path) -> Vec<(String, String, String)> {
     out
 }
 
-pub(super) fn verify(s: Selected, json: bool) -> Result<i32> {
+pub(crate) fn verify(s: Selected, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
     let finished = anchor::finish_reset(&s.paths.root).map_err(StateError::FinishReset)?;
     let _ = clean_trash(&s)?;
@@ -190,7 +190,7 @@ pub(super) fn verify(s: Selected, json: bool) -> Result<i32> {
     Ok(if errors == 0 { Exit::Success } else { Exit::Problem }.code())
 }
 
-pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32> {
+pub(crate) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
     let finished = anchor::finish_reset(&s.paths.root).map_err(StateError::FinishReset)?;
     let keys = keys_on_disk(&s.paths.root);
@@ -260,7 +260,7 @@ pub(super) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
 /// hidden set of ignored paths, docs/git.md) at or below a workspace path,
 /// or all of them. The rules still apply at the next start: change them on
 /// the host first.
-pub(super) fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
+pub(crate) fn unhide(s: Selected, path: Option<PathBuf>, json: bool) -> Result<i32> {
     let _lock = lock_for_maintenance(&s.paths, &s.id)?;
     let file = crate::view::ignored::sticky_file(&s.paths.ignored_dir());
     let entries = crate::view::ignored::read_sticky(&file).map_err(StateError::Sticky)?;

@@ -1,5 +1,5 @@
-//! Choosing a Domain (`--profile`/`--workspace` or `--domain ID`) and
-//! locking it for maintenance.
+//! Opening a chosen Domain's state (`open`) and locking it for
+//! maintenance.
 
 use std::fs::File;
 use std::os::unix::net::UnixStream;
@@ -13,7 +13,7 @@ use crate::storage::paths::{self, DomainPaths};
 
 // ---- selecting a Domain ----------------------------------------------------------------
 
-pub(super) struct Selected {
+pub(crate) struct Selected {
     pub(super) id: domain::DomainId,
     pub(super) paths: DomainPaths,
     pub(super) meta: Option<DomainMeta>,
@@ -31,25 +31,10 @@ pub(super) fn dirs() -> Result<(config::Config, PathBuf, PathBuf)> {
     Ok((cfg, storage, runtime))
 }
 
-pub(super) fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Option<String>) -> Result<Selected> {
+/// The Domain `id` names, with its state: `NoState` when it has no
+/// Domain Root. Choosing it is the client's (`client::select`).
+pub(crate) fn open(id: domain::DomainId) -> Result<Selected> {
     let (_cfg, storage, runtime) = dirs()?;
-    let id = match id {
-        Some(id) => {
-            if profile.is_some() || workspace.is_some() {
-                return Err(StateError::DomainAndName);
-            }
-            domain::DomainId::parse(&id).map_err(|_| StateError::NotADomainId(id.clone()))?
-        }
-        None => {
-            let name = profile.unwrap_or_else(|| "default".into());
-            let dir = match workspace {
-                Some(w) => w,
-                None => std::env::current_dir().map_err(StateError::CurrentDir)?,
-            };
-            let ws = domain::canonical_workspace(&dir).map_err(StateError::Workspace)?;
-            domain::domain_id(&name, &ws)
-        }
-    };
     let paths = DomainPaths::new(&storage, &runtime, &id);
     match std::fs::symlink_metadata(&paths.root) {
         Ok(md) if md.is_dir() => {}
@@ -62,24 +47,6 @@ pub(super) fn select(profile: Option<String>, workspace: Option<PathBuf>, id: Op
         meta,
         storage,
     })
-}
-
-pub(super) fn domain_args(
-    args: &mut pico_args::Arguments,
-) -> Result<(Option<String>, Option<PathBuf>, Option<String>)> {
-    let u = StateError::Args;
-    Ok((
-        args.opt_value_from_str(["-p", "--profile"]).map_err(u)?,
-        args.opt_value_from_str(["-w", "--workspace"]).map_err(u)?,
-        args.opt_value_from_str("--domain").map_err(u)?,
-    ))
-}
-
-pub(super) fn finish(args: pico_args::Arguments) -> Result<()> {
-    if let Some(a) = args.finish().first() {
-        return Err(StateError::UnknownArgument(a.to_string_lossy().into_owned()));
-    }
-    Ok(())
 }
 
 /// Whether a coordinator answers on the Domain's socket.

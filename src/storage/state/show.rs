@@ -13,7 +13,7 @@ use crate::storage::anchor::{self};
 use crate::storage::paths::DomainPaths;
 use crate::storage::statefs::{self, Kind, Op};
 
-pub(super) fn list(json: bool) -> Result<i32> {
+pub(crate) fn list(json: bool) -> Result<i32> {
     let (_cfg, storage, runtime) = dirs()?;
     let mut ids: Vec<domain::DomainId> = std::fs::read_dir(storage.join("domains"))
         .map(|rd| {
@@ -185,7 +185,7 @@ fn host_config_differences(s: &Selected) -> Vec<(PathBuf, crate::view::hosttool:
 }
 
 /// `lazaret state diff PATH`: the host's file against the Domain's copy.
-pub(super) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
+pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
     let store = s.paths.root.join(IGNORED_DIR);
     let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
     let rel = if path.is_absolute() {
@@ -222,7 +222,7 @@ pub(super) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
     Ok(0)
 }
 
-pub(super) fn inspect(s: Selected, json: bool) -> Result<i32> {
+pub(crate) fn inspect(s: Selected, json: bool) -> Result<i32> {
     let active = is_active(&s.paths);
     let keys = keys_on_disk(&s.paths.root);
     let report = walk_all(&s, &keys, true)?;

@@ -383,9 +383,14 @@ impl Filesystem for View {
         // any attribute refresh drops the file's cached pages.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         // Set-id bits are cleared here (chown by the host kernel, write and
-        // truncate by `kill_priv`), which spares the kernel a GETATTR and a
-        // SETATTR around every chown.
-        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
+        // truncate by `kill_priv`, whatever the kernel asks), which spares
+        // the kernel a GETATTR and a SETATTR around every chown. The host
+        // kernel drops `security.capability` when the view writes to or
+        // chowns the host file. With v2 the kernel here marks the mount
+        // SB_NOSEC and stops asking for `security.capability` (a GETXATTR)
+        // before every write to a file it has seen without one: 200 round
+        // trips fewer for a 200 MiB write.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV | InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         // A listing answers the lookups of its entries too (one request per
         // page of entries, not one per entry).
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
