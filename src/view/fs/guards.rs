@@ -89,7 +89,20 @@ impl View {
             return Ok(());
         };
         self.not_locked_on_host(INodeNo(id), &f)?;
-        if sys::open_for_write_elsewhere(&f) {
+        // The view's own write fd of the file may still be open for a
+        // moment: a request on another worker thread that took it from the
+        // cache before it was dropped above. A host writer keeps its file
+        // open far longer than this short grace, so it is still refused.
+        let mut busy = sys::open_for_write_elsewhere(&f);
+        for wait_ms in [2, 8, 30] {
+            if !busy {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
+            self.t.lock().unwrap().drop_write_fd(id);
+            busy = sys::open_for_write_elsewhere(&f);
+        }
+        if busy {
             log::warn!(
                 "workspace view: refused removing or truncating {}: a host process has it open for writing (EBUSY)",
                 crate::display::escape_path(rel)
