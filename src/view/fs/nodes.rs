@@ -9,7 +9,7 @@ use std::sync::Arc;
 use fuser::{Errno, FileAttr, INodeNo};
 
 use super::host::{is_dir, Side};
-use super::table::{told, version, Node};
+use super::table::{told, unchanged_between, version, Node};
 use super::{View, PINNED_MAX};
 
 impl View {
@@ -145,6 +145,17 @@ impl View {
     pub(super) fn note(&self, id: u64, st: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.told = Some(told(st));
+        }
+    }
+
+    /// The guest read node `id` between two stats of it, `pre` and `post`:
+    /// what it read is current only if no change fell between them. A host
+    /// write that lands during the read leaves `seen` where it was, so the
+    /// guest's next overwrite of the possibly stale bytes is refused
+    /// (`fresh_for_write`) instead of being let through on the later stat.
+    pub(super) fn read_between(&self, id: u64, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
+        if unchanged_between(pre, post) {
+            self.saw(id, post);
         }
     }
 

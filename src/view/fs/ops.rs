@@ -444,6 +444,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Read);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
+            let pre = rustix::fs::fstat(&*f).ok();
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
             while n < buf.len() {
@@ -455,8 +456,8 @@ impl Filesystem for View {
                 }
             }
             buf.truncate(n);
-            if let Ok(st) = rustix::fs::fstat(&*f) {
-                self.saw(ino.0, &st);
+            if let (Some(pre), Ok(post)) = (pre, rustix::fs::fstat(&*f)) {
+                self.read_between(ino.0, &pre, &post);
             }
             Ok(buf)
         });

@@ -65,6 +65,12 @@ pub(super) fn version(st: &rustix::fs::Stat) -> Version {
     ]
 }
 
+/// Whether nothing changed a file between two stats of it (the bytes read
+/// between them are one version of it).
+pub(super) fn unchanged_between(pre: &rustix::fs::Stat, post: &rustix::fs::Stat) -> bool {
+    version(pre) == version(post)
+}
+
 /// What the kernel caches of a file's attributes, as compared by the
 /// watcher: an attribute event after which the file still stats exactly as
 /// last told changed nothing the kernel holds.

@@ -344,3 +344,23 @@ fn rules_apply_at_the_original_path_of_a_moved_directory() {
     assert!(v.ignored(Path::new("c3/c4/master.key"), false));
     assert!(!v.ignored(Path::new("c3/c4/other"), false));
 }
+
+/// A host write that lands while the guest reads: the guest's bytes may be
+/// the old version, so its next overwrite is refused (EBUSY) as after any
+/// unseen host change; a read with nothing between its two stats makes the
+/// guest current again.
+#[test]
+fn a_host_write_during_a_read_leaves_the_guest_stale() {
+    let dir = Tmp::new("read-race");
+    dir.write("db", "page one");
+    let v = view(&dir);
+    let id = lookup(&v, "db");
+    let stat = || rustix::fs::stat(dir.0.join("db")).unwrap();
+    let pre = stat();
+    dir.write("db", "page one, rewritten by the host");
+    let post = stat();
+    v.read_between(id, &pre, &post);
+    assert_eq!(errno_of(v.fresh_for_write(INodeNo(id), &post, true)), Errno::EBUSY);
+    v.read_between(id, &post, &post);
+    assert!(v.fresh_for_write(INodeNo(id), &post, true).is_ok());
+}
