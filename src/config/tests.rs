@@ -1,3 +1,4 @@
+//! Unit tests of the configuration: the TOML subset, the profile model and its defaults, fingerprints, and that bad input is named and never panics.
 use super::toml::{self, Val};
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};

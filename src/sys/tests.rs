@@ -1,3 +1,4 @@
+//! Unit tests of the syscall layer, and the check that `unsafe` and `libc` stay inside `sys/`.
 use super::*;
 
 #[test]

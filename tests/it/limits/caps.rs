@@ -57,7 +57,7 @@ fn dir_for(ctl: &str) -> Option<PathBuf> {
     Some(mp.join(p.trim_start_matches('/')))
 }
 
-fn is_v2() -> bool {
+fn unified_hierarchy() -> bool {
     hierarchies().iter().any(|(c, _, _)| c.is_empty())
 }
 
@@ -67,7 +67,7 @@ fn delegated(env: &Env, test: &str) -> bool {
     let ok = ["memory", "pids", "cpu"].iter().all(|c| {
         dir_for(c).is_some_and(|d| {
             // v2: the delegated directory is our parent.
-            let d = if is_v2() {
+            let d = if unified_hierarchy() {
                 d.parent().map(Path::to_path_buf).unwrap_or(d)
             } else {
                 d
@@ -103,7 +103,7 @@ fn delegated_workspace(env: &Env, test: &str, name: &str) -> Option<(PathBuf, Pa
 /// searched below our own cgroup (v1) or its parent (v2).
 fn domain_cgroup(ctl: &str, domain: &str) -> Option<PathBuf> {
     let mut base = dir_for(ctl)?;
-    if is_v2() {
+    if unified_hierarchy() {
         base = base.parent()?.to_path_buf();
     }
     let prefix = format!("lz-{}-", &domain[..8]);
@@ -192,7 +192,7 @@ fn memory_limit_stops_an_allocation_and_spares_other_domains() {
     let domain_a = env.domain_id("default", &ws_a);
     let peak = Sampler::start(move || {
         let d = domain_cgroup("memory", &domain_a)?;
-        read_u64(&d.join(if is_v2() {
+        read_u64(&d.join(if unified_hierarchy() {
             "memory.peak"
         } else {
             "memory.max_usage_in_bytes"
@@ -440,7 +440,7 @@ fn cpu_limit_holds_a_busy_loop_to_half_a_core() {
     let domain = env.domain_id("default", &ws);
     // CPU time in nanoseconds by the host's account.
     let usage = Sampler::start(move || {
-        if is_v2() {
+        if unified_hierarchy() {
             let d = domain_cgroup("", &domain)?;
             let t = std::fs::read_to_string(d.join("cpu.stat")).ok()?;
             t.lines()
