@@ -3,7 +3,8 @@
 #  1. cold start `lazaret run -- true` with the network (slirp4netns, policy,
 #     probe) vs a profile with `network.mode = "none"`;
 #  2. TCP throughput of 256 MiB over one connection, sandbox -> test host vs
-#     host -> test host;
+#     host -> test host, and the same from a plain namespace behind
+#     slirp4netns alone (the user-mode relay's own floor);
 #  3. allow-by-name mode (network.hosts, docs/network.md): cold start vs
 #     today's default, a 256 MiB TLS download from a test host through the
 #     egress gate vs the forwarded path, and 100 sequential HTTPS GETs (new
@@ -48,8 +49,10 @@ work=$(mktemp -d "$home/bench-net.XXXXXX"); chown "$user:" "$work"
 cleanup() {
     [ -n "${srv:-}" ] && kill "$srv" 2>/dev/null || true
     [ -n "${srv2:-}" ] && kill "$srv2" 2>/dev/null || true
+    [ -n "${slirp:-}" ] && kill "$slirp" 2>/dev/null || true
     ip link del "$link" 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
+    ip netns del "$ns-slirp" 2>/dev/null || true
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -194,6 +197,19 @@ for _ in $(seq 3); do
 done
 sbxm=$(printf '%s\n' "${sbx[@]}" | median)
 hstm=$(printf '%s\n' "${hst[@]}" | median)
+# The floor of that path: the same sender in a plain network namespace
+# (the host kernel's TCP, no gVisor, no router hop) whose only way out is
+# slirp4netns, started as the supervisor starts it. What gVisor and the
+# router add is the difference between this and the sandbox's row.
+ip netns add "$ns-slirp"
+slirp4netns --configure --mtu=65520 --disable-host-loopback --netns-type=path "/run/netns/$ns-slirp" tap0 >/dev/null 2>&1 & slirp=$!
+for _ in $(seq 50); do ip -n "$ns-slirp" -4 route show default 2>/dev/null | grep -q tap0 && break; sleep 0.1; done
+slp=()
+for _ in $(seq 3); do
+    slp+=($(ip netns exec "$ns-slirp" /usr/bin/python3 -c "$send" "$thip" "$mib"))
+done
+kill "$slirp" 2>/dev/null || true; slirp=
+slpm=$(printf '%s\n' "${slp[@]}" | median)
 
 # TLS download of MIB MiB (MiB/s), and N sequential HTTPS GETs on new
 # connections (ms per GET), to HOST (name for SNI and the certificate) at
@@ -277,9 +293,11 @@ echo "cold start, lazaret run -- true, network.mode = \"none\":                m
 awk -v a="$netm" -v b="$nonem" 'BEGIN { printf "ratio network/none: %.2fx (+%d ms)\n", a / b, a - b }'
 echo "TCP sandbox -> test host: median ${sbxm} MiB/s"
 echo "TCP host    -> test host: median ${hstm} MiB/s"
-awk -v a="$sbxm" -v b="$hstm" 'BEGIN { printf "ratio sandbox/host: %.3f\n", a / b }'
+echo "TCP slirp4netns alone (host netns) -> test host: median ${slpm} MiB/s"
+awk -v a="$sbxm" -v b="$hstm" -v c="$slpm" 'BEGIN { printf "ratio sandbox/host: %.3f; slirp4netns alone/host: %.3f (the relay floor); sandbox/slirp4netns alone: %.3f\n", a / b, c / b, a / c }'
 bench_row "cold start, network (vs network.mode = none)" "$netm" "$nonem" ms "-"
 bench_row "TCP sandbox -> test host (vs host)" "$sbxm" "$hstm" MiB/s ">=0.5x"
+bench_row "TCP slirp4netns alone -> test host (vs host; the relay's floor)" "$slpm" "$hstm" MiB/s "-"
 echo "allow-by-name (network.hosts = [\"bench.test\"]) vs forwarded, load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "cold start, lazaret run -- true, allow-by-name:                        median ${namesm} ms"
 awk -v a="$namesm" -v b="$netm" 'BEGIN { printf "ratio allow-by-name/default: %.3f (target <= 1.10)\n", a / b }'
