@@ -77,6 +77,9 @@ fn typeahead_and_typed_streams_never_decide() {
     // The shell still holds the `a`s typed before the prompt: clear them.
     t.cmd(&["send-keys", "-t", "t", "C-u"]);
     t.line("clear; lazaret-escalate -- touch /nonexistent/x; echo rc=$?");
+    // The screen still shows the last prompt's question until `clear` runs:
+    // wait for this request's own command line in the prompt.
+    t.expect("command: touch /nonexistent/x", Duration::from_secs(10));
     t.expect(QUESTION, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(800));
     t.line("edit");
