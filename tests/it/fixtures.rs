@@ -92,13 +92,19 @@ impl Env {
         assert!(eventually(limit, || sock.exists()), "the Domain was never published");
     }
 
-    /// The pid of the running coordinator of Domain `id` (of `ws`),
-    /// waiting up to 120 s for it; fails the test naming `what`.
+    /// The pid of the coordinator of Domain `id` (of `ws`) that has a
+    /// session, waiting up to 120 s for it; fails the test naming `what`.
+    /// Callers have just spawned that session: the coordinator of an
+    /// earlier `run` may still answer while it stops (its last session
+    /// ended), and it has none.
     pub fn coordinator_pid(&self, ws: &Path, id: &str, what: &str) -> i64 {
         let mut pid = None;
         assert!(
             eventually(Duration::from_secs(120), || {
-                pid = crate::harness::json_number(&self.ps_json(ws), id, "coordinator_pid").filter(|p| *p > 0);
+                let json = self.ps_json(ws);
+                pid = crate::harness::json_number(&json, id, "coordinator_pid").filter(|p| {
+                    *p > 0 && crate::harness::json_domain(&json, id).is_some_and(|d| d.contains("\"session_id\""))
+                });
                 pid.is_some()
             }),
             "{what}: never running"

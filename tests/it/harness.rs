@@ -458,12 +458,20 @@ impl Env {
     }
 }
 
-/// The value of a numeric field after `"key":` in the JSON object that
-/// mentions `domain` (a deliberately small reader for test oracles).
-pub fn json_number(json: &str, domain: &str, key: &str) -> Option<i64> {
+/// The object of Domain `domain` in `ps --json` output, as text: from its
+/// `{` to the next Domain's.
+pub fn json_domain<'a>(json: &'a str, domain: &str) -> Option<&'a str> {
     let at = json.find(domain)?;
     let obj_start = json[..at].rfind('{')?;
     let rest = &json[obj_start..];
+    let end = rest[1..].find("{\"domain_id\"").map_or(rest.len(), |e| e + 1);
+    Some(&rest[..end])
+}
+
+/// The value of a numeric field after `"key":` in the JSON object that
+/// mentions `domain` (a deliberately small reader for test oracles).
+pub fn json_number(json: &str, domain: &str, key: &str) -> Option<i64> {
+    let rest = json_domain(json, domain)?;
     let k = format!("\"{key}\":");
     let v = &rest[rest.find(&k)? + k.len()..];
     let end = v.find(|c: char| !(c.is_ascii_digit() || c == '-')).unwrap_or(v.len());
