@@ -27,32 +27,30 @@ export XDG_CONFIG_HOME="$work/cfg"
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # One bash loop, used inside the sandbox and on the host alike: each round
-# reads bash's $EPOCHREALTIME around the command alone, so the harness
-# forks nothing else (a `date` costs a whole guest exec inside gVisor).
-# Prints one duration in microseconds per round; a failing command fails
-# the benchmark rather than counting as a fast round.
+# runs every command once, in turn, and reads bash's $EPOCHREALTIME around
+# each command alone, so the harness forks nothing else (a `date` costs a
+# whole guest exec inside gVisor) and the commands are compared under the
+# same conditions (interleaved, one session). Prints "NAME MICROSECONDS"
+# per command and round; a failing command fails the benchmark rather than
+# counting as a fast round.
 loop='
+    run() { local n=$1; shift; t0=$EPOCHREALTIME; "$@" >/dev/null || { echo "failed: $*" >&2; exit 1; }; t1=$EPOCHREALTIME
+        echo "$n $(( ${t1/[.,]/} - ${t0/[.,]/} ))"; }
     for ((i = 0; i < ROUNDS; i++)); do
-        t0=$EPOCHREALTIME; "$@" || { echo "failed: $*" >&2; exit 1; }; t1=$EPOCHREALTIME
-        echo $(( ${t1/[.,]/} - ${t0/[.,]/} ))
+        CMDS
     done'
 loop=${loop//ROUNDS/$rounds}
-# The same, with the command's own output thrown away.
-quiet=${loop/'"$@" ||'/'"$@" >/dev/null ||'}
-
-# Inside one session: the auto-approved round trip (after one warm-up).
-inside=$("$lz" run --quiet -- bash -c "lazaret-escalate -- true || exit 1; $loop" lazaret-escalate lazaret-escalate -- true)
-# The same loop running /bin/true inside the sandbox: what gVisor itself
-# costs per process, for reference.
-sandbox=$("$lz" run --quiet -- bash -c "$loop" true /bin/true)
-host=$(bash -c "$loop" true /bin/true)
-# Where the round trip's time beyond a guest exec goes: starting the
-# escalate binary itself (about 6 MB, static, with OpenSSL, against
-# /bin/true's 35 KB; gVisor pays for each page it maps), then building and
-# signing a request without sending it; the rest is the mailbox and the
-# host side.
-bare=$("$lz" run --quiet -- bash -c "$quiet" lazaret-escalate lazaret-escalate --help)
-signed=$("$lz" run --quiet -- bash -c "$quiet" lazaret-escalate lazaret-escalate --print-request -- true)
+# Inside one session, interleaved: the auto-approved round trip; /bin/true
+# (what gVisor itself costs per process); and where the round trip's time
+# beyond a guest exec goes: starting the escalate binary itself (about
+# 6 MB, static, with OpenSSL, against /bin/true's 35 KB; gVisor pays for
+# each page it maps), then building and signing a request without sending
+# it; the rest is the mailbox and the host side. One warm-up first.
+inside_cmds='run true /bin/true; run bare lazaret-escalate --help; run signed lazaret-escalate --print-request -- true; run inside lazaret-escalate -- true'
+all=$("$lz" run --quiet -- bash -c "lazaret-escalate -- true >/dev/null || exit 1; ${loop//CMDS/$inside_cmds}")
+host_all=$(bash -c "${loop//CMDS/run host /bin/true}")
+pick() { printf '%s\n' "$all" "$host_all" | awk -v n="$1" '$1 == n && $2 ~ /^[0-9]+$/ { print $2 }'; }
+inside=$(pick inside); sandbox=$(pick true); host=$(pick host); bare=$(pick bare); signed=$(pick signed)
 for v in inside sandbox host bare signed; do
     n=$(printf '%s\n' "${!v}" | grep -c '^[0-9][0-9]*$' || true)
     if [ "$n" -ne "$rounds" ]; then
@@ -63,7 +61,7 @@ done
 im=$(printf '%s\n' "$inside" | median)
 hm=$(printf '%s\n' "$host" | median)
 sm=$(printf '%s\n' "$sandbox" | median)
-echo "rounds: $rounds"
+echo "rounds: $rounds (interleaved in one session)"
 awk -v v="$im" 'BEGIN { printf "lazaret-escalate -- true (auto-approved round trip): median %.1f ms\n", v / 1000 }'
 awk -v v="$hm" 'BEGIN { printf "true on the host:                                   median %.1f ms\n", v / 1000 }'
 awk -v v="$sm" 'BEGIN { printf "true inside the sandbox (gVisor exec cost):          median %.1f ms\n", v / 1000 }'

@@ -22,7 +22,7 @@ use openssl::ec::{EcGroup, EcKey, EcPoint};
 use openssl::ecdsa::EcdsaSig;
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
-use openssl::pkey::{PKey, Private};
+use openssl::pkey::{PKey, Private, Public};
 use openssl::sign::Verifier;
 use openssl::x509::extension::{
     AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectAlternativeName, SubjectKeyIdentifier,
@@ -363,6 +363,15 @@ impl TrustAnchor {
     /// Checks that `cert_der` was issued by this anchor for exactly
     /// `expected`, and that `sig` by its key covers `data`.
     pub fn verify(&self, cert_der: &[u8], expected: &Identity, data: &[u8], sig: &[u8]) -> Result<(), TrustError> {
+        self.check_cert(cert_der, expected)?.verify(data, sig)
+    }
+
+    /// Checks that `cert_der` was issued by this anchor for exactly
+    /// `expected`; the result verifies signatures by its key without
+    /// checking the certificate again (a caller that keeps it must compare
+    /// the certificate bytes and identity of each later use with it:
+    /// [`CheckedCert::is`]).
+    pub fn check_cert(&self, cert_der: &[u8], expected: &Identity) -> Result<CheckedCert, TrustError> {
         let cert = X509::from_der(cert_der).map_err(|_| TrustError::NotIssuedByAnchor)?;
         let ca_key = self.ca.cert.public_key()?;
         if !cert.verify(&ca_key).unwrap_or(false) {
@@ -375,8 +384,32 @@ impl TrustAnchor {
                 found: found.uri(),
             });
         }
-        let key = cert.public_key()?;
-        let mut v = Verifier::new(MessageDigest::sha256(), &key)?;
+        Ok(CheckedCert {
+            der: cert_der.to_vec(),
+            identity: found,
+            key: cert.public_key()?,
+        })
+    }
+}
+
+/// A certificate this anchor issued, checked once (issuer and identity),
+/// with its public key ready: the broker keeps one per session, so each
+/// later request of the session costs one signature check.
+pub struct CheckedCert {
+    der: Vec<u8>,
+    identity: Identity,
+    key: PKey<Public>,
+}
+
+impl CheckedCert {
+    /// Whether this is exactly the certificate `der`, checked for `identity`.
+    pub fn is(&self, der: &[u8], identity: &Identity) -> bool {
+        self.der == der && &self.identity == identity
+    }
+
+    /// Checks that `sig` by this certificate's key covers `data`.
+    pub fn verify(&self, data: &[u8], sig: &[u8]) -> Result<(), TrustError> {
+        let mut v = Verifier::new(MessageDigest::sha256(), &self.key)?;
         v.update(data)?;
         if !v.verify(sig).unwrap_or(false) {
             return Err(TrustError::BadSignature);

@@ -146,7 +146,7 @@ impl Coordinator {
                 self.send(key, &welcome);
             }
             Err(e) => {
-                if let Some(b) = &self.broker {
+                if let Some(b) = self.broker.as_mut() {
                     b.remove_credential(sid);
                 }
                 self.refuse(key, e.to_string())

@@ -280,12 +280,23 @@ impl Broker {
             return Err(Rejection::ClientMismatch);
         }
         let expected = self.anchor.identity(Role::ClientCli, &req.client, Some(&req.session));
-        self.anchor
-            .verify(&req.cert, &expected, &signed, &sig)
-            .map_err(Rejection::Signature)?;
-        // The Session Anchor: exactly the certificate issued at registration.
-        if req.cert != view.cert_der {
-            return Err(Rejection::ForeignCertificate);
+        // The session's certificate, once checked (issuer, identity), is
+        // kept: a later request bearing exactly it, for the same identity,
+        // costs one signature check. Anything else is checked in full.
+        match self.checked.get(&req.session) {
+            Some(c) if c.is(&req.cert, &expected) => c.verify(&signed, &sig).map_err(Rejection::Signature)?,
+            _ => {
+                let c = self
+                    .anchor
+                    .check_cert(&req.cert, &expected)
+                    .map_err(Rejection::Signature)?;
+                c.verify(&signed, &sig).map_err(Rejection::Signature)?;
+                // The Session Anchor: exactly the certificate issued at registration.
+                if req.cert != view.cert_der {
+                    return Err(Rejection::ForeignCertificate);
+                }
+                self.checked.insert(req.session.clone(), c);
+            }
         }
         if !self.seen.insert(req.id.clone()) {
             return Err(Rejection::Replayed);

@@ -70,6 +70,9 @@ pub struct Broker {
     quarantined: u64,
     inotify: OwnedFd,
     seen: HashSet<String>,
+    /// Each session's certificate once checked, by session id (only one
+    /// equal to the session's own is kept), until the session ends.
+    checked: HashMap<String, crate::trust::CheckedCert>,
     runs: HashMap<String, HostRun>,
     audit: File,
     /// More well-formed requests are waiting than one scan handled.
@@ -128,6 +131,7 @@ impl Broker {
             quarantined: 0,
             inotify,
             seen: HashSet::new(),
+            checked: HashMap::new(),
             runs: HashMap::new(),
             audit,
             backlog: false,
@@ -182,7 +186,8 @@ impl Broker {
     }
 
     /// The session ended: its credential file goes.
-    pub fn remove_credential(&self, session: &str) {
+    pub fn remove_credential(&mut self, session: &str) {
+        self.checked.remove(session);
         let _ = std::fs::remove_file(self.keys.join(session));
     }
     pub fn inotify_fd(&self) -> std::os::fd::BorrowedFd<'_> {

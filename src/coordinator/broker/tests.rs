@@ -297,3 +297,50 @@ fn young_temporaries_are_bounded_by_bytes_not_only_by_age() {
     assert!(f.left().contains(&".tmp-small".to_string()), "the smallest stays");
     assert!(f.left().len() < n, "some went");
 }
+
+/// The session's certificate is checked once and kept: later requests
+/// bearing exactly it are accepted on their signature alone, and every
+/// other certificate is still checked in full, so the cache never lets a
+/// changed byte, a second certificate for the same identity from this
+/// anchor, or another anchor's certificate through.
+#[test]
+fn a_kept_session_certificate_still_refuses_every_other_record() {
+    let mut f = fixture("kept");
+    let first = request(&f, 20);
+    f.put(&format!("{}.req", first.id), &record(&f, &first));
+    assert_eq!(f.scan(), vec![first.id.clone()]);
+    // The same key, a changed byte after signing.
+    let mut a = request(&f, 21);
+    let sig = f.key.sign(&mailbox::signed_part(&a)).unwrap();
+    a.argv = vec!["rm".into()];
+    f.put(&format!("{}.req", a.id), &mailbox::encode_request(&a, &sig));
+    // A second certificate of this anchor for the very same identity.
+    let twin = f.broker.anchor.issue(Role::ClientCli, CLIENT, Some(SESSION)).unwrap();
+    let twin = SessionKey::parse(&twin.export().unwrap()).unwrap();
+    let mut b = request(&f, 22);
+    b.cert = twin.cert.clone();
+    f.put(
+        &format!("{}.req", b.id),
+        &mailbox::encode_request(&b, &twin.sign(&mailbox::signed_part(&b)).unwrap()),
+    );
+    // The session's own certificate with a signature by the twin's key.
+    let c = request(&f, 23);
+    f.put(
+        &format!("{}.req", c.id),
+        &mailbox::encode_request(&c, &twin.sign(&mailbox::signed_part(&c)).unwrap()),
+    );
+    assert!(f.scan().is_empty());
+    let audit = f.audit();
+    assert!(audit.contains("certificate is not the session's own"), "{audit}");
+    assert_eq!(audit.matches("rejected").count(), 3, "{audit}");
+    // The session's own, well signed: accepted again.
+    let d = request(&f, 24);
+    f.put(&format!("{}.req", d.id), &record(&f, &d));
+    assert_eq!(f.scan(), vec![d.id.clone()]);
+    // Once the session ends, its certificate is checked in full again.
+    f.broker.remove_credential(SESSION);
+    assert!(f.broker.checked.is_empty());
+    let e = request(&f, 25);
+    f.put(&format!("{}.req", e.id), &record(&f, &e));
+    assert_eq!(f.scan(), vec![e.id.clone()]);
+}
