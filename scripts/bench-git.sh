@@ -13,7 +13,11 @@
 #     listing in a new sandbox (extra rounds, the directory present only
 #     for them so the other rows do not see it), and the same listing
 #     through fuse-overlayfs over the host directory in the raw sandbox:
-#     the floor any FUSE view pays before doing anything of its own.
+#     the floor any FUSE view pays before doing anything of its own;
+#   - the same floor for the other rows: a third sandbox per round whose
+#     /workspace is fuse-overlayfs over the host workspace with an upper
+#     directory on the host disk (so creates and writes go through a C
+#     FUSE passthrough to the same disk as the bind's).
 # Method: one sandbox per side and round, Lazaret and raw rounds
 # interleaved (the side going first alternates), every workload in a
 # directory of its own that is removed at the end of the run, and `sync`
@@ -115,28 +119,35 @@ json.dump(c, open(dst, "w"))
 EOF
     sync
     # FLOOR=1: /workspace is the host workspace through fuse-overlayfs (a
-    # C FUSE passthrough, one read-only lower), mounted in the same
-    # namespace: what any FUSE view costs before it does anything of its own.
+    # C FUSE passthrough: the workspace as its lower, writes to an upper
+    # directory on the same disk), mounted in the same namespace: what any
+    # FUSE view costs before it does anything of its own.
     unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
         mount -t tmpfs -o size=16k lzmask /proc/sys/net/core || exit 1
         if [ "$3" = 1 ]; then
-            mkdir -p "$1/floor" && fuse-overlayfs -o "lowerdir=$4" "$1/floor" || exit 1
+            rm -rf "$1/fup" "$1/fwk"
+            mkdir -p "$1/floor" "$1/fup" "$1/fwk" &&
+                fuse-overlayfs -o "lowerdir=$4,upperdir=$1/fup,workdir=$1/fwk" "$1/floor" || exit 1
             sed "s|\"source\": *\"$4\"|\"source\": \"$1/floor\"|" "$1/bundle/config.json" > "$1/bundle/floor.json" &&
                 mv "$1/bundle/floor.json" "$1/bundle/config.json"
         fi
         runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" "bench-git-$2"
         rc=$?
-        [ "$3" != 1 ] || umount "$1/floor" || rc=1
+        [ "$3" != 1 ] || { umount "$1/floor" && rm -rf "$1/fup" "$1/fwk"; } || rc=1
         exit $rc' \
         sh "$work" "$1$2" "${FLOOR:-0}" "$ws" | tr -d '\r'
 }
 
 : > "$work/lz.out"; : > "$work/raw.out"
+floor=false
+command -v fuse-overlayfs >/dev/null && floor=true
 for r in $(seq "$rounds"); do
     echo "round $r of $rounds" >&2
     if [ $((r % 2)) -eq 1 ]; then
         run_lz lz "$r" >> "$work/lz.out"; run_raw raw "$r" >> "$work/raw.out"
+        ! $floor || FLOOR=1 run_raw floor "$r" | sed 's/^/floor-/' >> "$work/lz.out"
     else
+        ! $floor || FLOOR=1 run_raw floor "$r" | sed 's/^/floor-/' >> "$work/lz.out"
         run_raw raw "$r" >> "$work/raw.out"; run_lz lz "$r" >> "$work/lz.out"
     fi
 done
@@ -148,8 +159,6 @@ python3 -c 'import os, sys
 os.mkdir(sys.argv[1])
 for i in range(100000):
     os.close(os.open(os.path.join(sys.argv[1], "e%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))' "$ws/big"
-floor=false
-command -v fuse-overlayfs >/dev/null && floor=true
 for r in $(seq "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then
         run_lz lz "$r" lsf >> "$work/lz.out"; run_raw raw "$r" lsf >> "$work/raw.out"
@@ -193,6 +202,13 @@ row write "write 200 MiB with fsync" 1.2x
 row read "read 1100 small tracked files" 1.1x
 row lsf "cold ls -f of 100000 entries" 2.0x
 ! $floor || row floor "the same through fuse-overlayfs (FUSE floor)" - lsf
+if $floor; then
+    row floor-status "git status through fuse-overlayfs (FUSE floor)" - status
+    row floor-unpack "unpack 5000 files through fuse-overlayfs (FUSE floor)" - unpack
+    row floor-unpack-ign "the ignored-dir unpack through fuse-overlayfs (FUSE floor)" - unpack-ign
+    row floor-write "write 200 MiB with fsync through fuse-overlayfs (FUSE floor)" - write
+    row floor-read "read 1100 small files through fuse-overlayfs (FUSE floor)" - read
+fi
 # Requests a workload added over the run that does nothing.
 total() { awk 'FNR == NR {b += $3; next} {a += $3} END {print a - b}' "$work/counts.none" "$work/counts.$1" 2>/dev/null || echo 0; }
 awk -v u="$(total unpack)" -v i="$(total unpack-ign)" -v r="$(total read)" -v w="$(total write)" 'BEGIN {
