@@ -168,7 +168,7 @@ for r in $(seq "$rounds"); do
         run_raw raw "$r" lsf >> "$work/raw.out"; run_lz lz "$r" lsf >> "$work/lz.out"
     fi
 done
-grep -h '^lsf\|^floor' "$work/lz.out" "$work/raw.out" | awk '$3 != 100002 {print "bench-git: a listing saw " $3 " entries, not 100002" > "/dev/stderr"; bad = 1} END {exit bad}'
+grep -h '^lsf \|^floor ' "$work/lz.out" "$work/raw.out" | awk '$3 != 100002 {print "bench-git: a listing saw " $3 " entries, not 100002" > "/dev/stderr"; bad = 1} END {exit bad}'
 rm -rf "$ws/big"
 
 # FUSE requests: each workload alone, minus a run that does nothing.
