@@ -26,7 +26,14 @@
 # per created and per read file (LAZARET_VIEW_COUNTS, src/view/counts.rs),
 # counted in extra runs against a run that does nothing.
 #
-#   scripts/bench-git.sh [ROUNDS] [FILES]
+# With BENCH_BASELINE_BIN=DIR (another build's lazaret, lazaret-init and
+# lazaret-escalate, readable by the test user), every round also runs the
+# workloads through that build, interleaved with the others, and each row
+# is printed for it too and as this build against it ("vs the baseline
+# build"): a before/after of a change on the same machine under the same
+# load.
+#
+#   [BENCH_BASELINE_BIN=DIR] scripts/bench-git.sh [ROUNDS] [FILES]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-5}
@@ -36,6 +43,11 @@ files=${2:-20000}
 bench_as_user "$here" "$(basename "$0")" "$@"
 
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
+base=${BENCH_BASELINE_BIN:-}
+if [ -n "$base" ] && ! { [ -x "$base/lazaret" ] && [ -x "$base/lazaret-init" ]; }; then
+    echo "bench-git.sh: BENCH_BASELINE_BIN=$base: expected a directory with lazaret and lazaret-init this user can run" >&2
+    exit 2
+fi
 work=$(mktemp -d "$HOME/lazaret-bench-git.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 ws="$work/ws"; mkdir -p "$ws"
@@ -89,6 +101,8 @@ git add -A && git commit -q -m bench
 median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 run_lz() { sync; "$lz" run --quiet -- bash /workspace/.bench.sh "$@"; }
+# The baseline build, when there is one (a no-op without).
+run_base() { [ -z "$base" ] || { sync; "$base/lazaret" run --quiet -- bash /workspace/.bench.sh "$@"; }; }
 
 echo "warm-up run inside lazaret" >&2
 run_lz lz 0 > /dev/null &
@@ -98,6 +112,7 @@ gen=$(domain_bundle "$lz" "$ws")
 mkdir -p "$work/bundle" "$work/root"
 cp "$gen/config.json" "$work/bundle/template.json"
 wait "$lzpid"
+[ -z "$base" ] || { echo "warm-up run inside the baseline build" >&2; run_base base 0 >/dev/null; }
 
 run_raw() {
     # Baseline: plain bind of the host workspace, the bench script as the
@@ -138,17 +153,17 @@ EOF
         sh "$work" "$1$2" "${FLOOR:-0}" "$ws" | tr -d '\r'
 }
 
-: > "$work/lz.out"; : > "$work/raw.out"
+: > "$work/lz.out"; : > "$work/raw.out"; : > "$work/base.out"
 floor=false
 command -v fuse-overlayfs >/dev/null && floor=true
 for r in $(seq "$rounds"); do
     echo "round $r of $rounds" >&2
     if [ $((r % 2)) -eq 1 ]; then
-        run_lz lz "$r" >> "$work/lz.out"; run_raw raw "$r" >> "$work/raw.out"
+        run_lz lz "$r" >> "$work/lz.out"; run_base base "$r" >> "$work/base.out"; run_raw raw "$r" >> "$work/raw.out"
         ! $floor || FLOOR=1 run_raw floor "$r" | sed 's/^/floor-/' >> "$work/lz.out"
     else
         ! $floor || FLOOR=1 run_raw floor "$r" | sed 's/^/floor-/' >> "$work/lz.out"
-        run_raw raw "$r" >> "$work/raw.out"; run_lz lz "$r" >> "$work/lz.out"
+        run_raw raw "$r" >> "$work/raw.out"; run_base base "$r" >> "$work/base.out"; run_lz lz "$r" >> "$work/lz.out"
     fi
 done
 
@@ -161,14 +176,14 @@ for i in range(100000):
     os.close(os.open(os.path.join(sys.argv[1], "e%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))' "$ws/big"
 for r in $(seq "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then
-        run_lz lz "$r" lsf >> "$work/lz.out"; run_raw raw "$r" lsf >> "$work/raw.out"
+        run_lz lz "$r" lsf >> "$work/lz.out"; run_base base "$r" lsf >> "$work/base.out"; run_raw raw "$r" lsf >> "$work/raw.out"
         ! $floor || FLOOR=1 run_raw floor "$r" lsf | sed 's/^lsf/floor/' >> "$work/lz.out"
     else
         ! $floor || FLOOR=1 run_raw floor "$r" lsf | sed 's/^lsf/floor/' >> "$work/lz.out"
-        run_raw raw "$r" lsf >> "$work/raw.out"; run_lz lz "$r" lsf >> "$work/lz.out"
+        run_raw raw "$r" lsf >> "$work/raw.out"; run_base base "$r" lsf >> "$work/base.out"; run_lz lz "$r" lsf >> "$work/lz.out"
     fi
 done
-grep -h '^lsf \|^floor ' "$work/lz.out" "$work/raw.out" | awk '$3 != 100002 {print "bench-git: a listing saw " $3 " entries, not 100002" > "/dev/stderr"; bad = 1} END {exit bad}'
+grep -h '^lsf \|^floor ' "$work/lz.out" "$work/raw.out" "$work/base.out" | awk '$3 != 100002 {print "bench-git: a listing saw " $3 " entries, not 100002" > "/dev/stderr"; bad = 1} END {exit bad}'
 rm -rf "$ws/big"
 
 # FUSE requests: each workload alone, minus a run that does nothing.
@@ -184,14 +199,24 @@ ops() {
 }
 
 row() {
-    local what=$1 label=$2 target=$3 base=${4:-$1} a b
+    local what=$1 label=$2 target=$3 against=${4:-$1} a b c
     a=$(awk -v w="$what" '$1 == w {print $2}' "$work/lz.out" | median)
-    b=$(awk -v w="$base" '$1 == w {print $2}' "$work/raw.out" | median)
+    b=$(awk -v w="$against" '$1 == w {print $2}' "$work/raw.out" | median)
     awk -v a="$a" -v b="$b" -v l="$label" -v t="$target" \
         'BEGIN { printf "%-44s lazaret %6s ms  raw %6s ms  ratio %.2fx (target <= %s)\n", l, a, b, (b > 0 ? a / b : 0), t }'
+    # Every round's value (ms), so the spread behind each median shows.
+    each() { awk -v w="$1" '$1 == w {printf " %s", $2}' "$2"; }
+    echo "  rounds: this build$(each "$what" "$work/lz.out"); raw$(each "$against" "$work/raw.out")${base:+; baseline build$(each "$what" "$work/base.out")}"
     local goal="<=$target"
     [ "$target" != - ] || goal=-
     bench_row "view: $label" "$a" "$b" ms "$goal"
+    # The baseline build's own row, and this build against it.
+    [ -n "$base" ] && [ "$what" = "$against" ] || return 0
+    c=$(awk -v w="$what" '$1 == w {print $2}' "$work/base.out" | median)
+    awk -v a="$a" -v c="$c" -v b="$b" -v l="$label" \
+        'BEGIN { printf "%-44s baseline build %6s ms (%.2fx raw); this build / baseline build %.3fx\n", l, c, (b > 0 ? c / b : 0), (c > 0 ? a / c : 0) }'
+    bench_row "view, baseline build: $label" "$c" "$b" ms "-"
+    bench_row "view: $label (vs the baseline build)" "$a" "$c" ms "<=1.05x"
 }
 echo "rounds: $rounds (interleaved), tracked files: $files; load: $(uptime | sed 's/.*load average: //')"
 "$lz" run --quiet -- rm -rf /workspace/ign /workspace/trk /workspace/wr >/dev/null 2>&1 || true

@@ -25,8 +25,8 @@
 # lazaret-init and lazaret-escalate, readable by the test user), the same
 # invocation measures that build too, interleaved round by round, and
 # prints both sets of ratios and after/before: how a change (for example
-# the router hop) moves cold start and throughput on the same machine
-# under the same load.
+# the router hop) moves cold start, throughput and the connection setup
+# through the egress gate on the same machine under the same load.
 #
 #   [BENCH_BASELINE_BIN=DIR] scripts/bench-net.sh [ROUNDS]
 set -euo pipefail
@@ -239,12 +239,16 @@ else:
     print("%.2f" % ((time.monotonic() - t) * 10))
 '
 ca=$(cat "$work/ca.pem")
-gbig=(); fbig=(); gget=(); fget=()
+gbig=(); fbig=(); gget=(); fget=(); bgget=(); bfget=()
 for _ in $(seq 3); do
     gbig+=($(as_user "$lz" run --quiet --profile names -- python3 -c "$tls" "$ca" bench.test bench.test big))
     fbig+=($(as_user "$lz" run --quiet --profile fwd -- python3 -c "$tls" "$ca" bench.test "$thip" big))
     gget+=($(as_user "$lz" run --quiet --profile names -- python3 -c "$tls" "$ca" bench.test bench.test get))
     fget+=($(as_user "$lz" run --quiet --profile fwd -- python3 -c "$tls" "$ca" bench.test "$thip" get))
+    if [ -n "$base" ]; then
+        bgget+=($(as_user "$base/lazaret" run --quiet --profile names -- python3 -c "$tls" "$ca" bench.test bench.test get))
+        bfget+=($(as_user "$base/lazaret" run --quiet --profile fwd -- python3 -c "$tls" "$ca" bench.test "$thip" get))
+    fi
 done
 sbig=()
 for _ in $(seq 3); do
@@ -325,4 +329,12 @@ if [ -n "$base" ]; then
     awk -v a="$bsbxm" -v b="$hstm" 'BEGIN { printf "  ratio sandbox/host: %.3f\n", a / b }'
     awk -v a="$netm" -v b="$bnetm" -v c="$nonem" -v d="$bnonem" -v e="$sbxm" -v f="$bsbxm" 'BEGIN {
         printf "this build / baseline: cold start with network %.3f, without %.3f; sandbox throughput %.3f\n", a / b, c / d, e / f }'
+    bggetm=$(printf '%s\n' "${bgget[@]}" | median); bfgetm=$(printf '%s\n' "${bfget[@]}" | median)
+    echo "  100 sequential HTTPS GETs, ms per connection: gate median ${bggetm}, forwarded median ${bfgetm}"
+    bench_row "cold start, network, baseline build (vs network.mode = none)" "$bnetm" "$bnonem" ms "-"
+    bench_row "cold start, network (vs the baseline build)" "$netm" "$bnetm" ms "<=1.05x"
+    bench_row "TCP sandbox -> test host, baseline build (vs host)" "$bsbxm" "$hstm" MiB/s "-"
+    bench_row "TCP sandbox -> test host (vs the baseline build)" "$sbxm" "$bsbxm" MiB/s ">=0.95x"
+    bench_row "HTTPS connection through the gate, baseline build (vs forwarded)" "$bggetm" "$bfgetm" ms "-"
+    bench_row "HTTPS connection through the gate (vs the baseline build)" "$ggetm" "$bggetm" ms "<=1.05x"
 fi

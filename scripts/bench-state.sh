@@ -6,7 +6,12 @@
 # ROUNDS sessions and the ratios. Run as root (it switches to the test
 # user) or as the user that owns the image.
 #
-#   scripts/bench-state.sh [ROUNDS] [N]
+#   [BENCH_BASELINE_BIN=DIR] scripts/bench-state.sh [ROUNDS] [N]
+#
+# With BENCH_BASELINE_BIN (another build's binaries, readable by the test
+# user), each round also runs the bare and the kernel-overlayfs sessions
+# through that build, and the kernel row is printed for it too and as this
+# build against it.
 #
 # Workload: N (default 50) x `python3 -c 'import ...'` in one session. The
 # default image has python3-minimal, which lacks json and http.client, so
@@ -21,6 +26,11 @@ n=${2:-50}
 bench_as_user "$here" "$(basename "$0")" "$@"
 
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
+base=${BENCH_BASELINE_BIN:-}
+if [ -n "$base" ] && ! { [ -x "$base/lazaret" ] && [ -x "$base/lazaret-init" ]; }; then
+    echo "bench-state.sh: BENCH_BASELINE_BIN=$base: expected a directory with lazaret and lazaret-init this user can run" >&2
+    exit 2
+fi
 work=$(mktemp -d /tmp/lazaret-bench-state.XXXXXX)
 domains="${XDG_DATA_HOME:-$HOME/.local/share}/lazaret/domains"
 cleanup() {
@@ -63,11 +73,18 @@ for p in anchored fuse bare; do
     d=kernel; [ "$p" = fuse ] && d=fuse
     LAZARET_OVERLAY_DRIVER=$d "$lz" run --quiet --profile "$p" -- true
 done
+if [ -n "$base" ]; then
+    for p in anchored bare; do LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile "$p" -- true; done
+fi
 
 # Rounds interleave the three setups so that a change in machine load
 # affects all of them alike.
-: >"$work/bare"; : >"$work/kernel"; : >"$work/fuse"
+: >"$work/bare"; : >"$work/kernel"; : >"$work/fuse"; : >"$work/bbare"; : >"$work/bkernel"
 for _ in $(seq "$rounds"); do
+    if [ -n "$base" ]; then
+        LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile bare -- sh -c "$script" >>"$work/bbare"
+        LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile anchored -- sh -c "$script" >>"$work/bkernel"
+    fi
     LAZARET_OVERLAY_DRIVER=kernel "$lz" run --quiet --profile bare -- sh -c "$script" >>"$work/bare"
     LAZARET_OVERLAY_DRIVER=kernel "$lz" run --quiet --profile anchored -- sh -c "$script" >>"$work/kernel"
     LAZARET_OVERLAY_DRIVER=fuse "$lz" run --quiet --profile fuse -- sh -c "$script" >>"$work/fuse"
@@ -92,3 +109,9 @@ echo "drivers recorded per profile: $drv"
 echo "default driver: kernel overlayfs (userxattr), fuse-overlayfs as fallback; target ratio <= 1.20"
 bench_row "rootfs workload, State Anchor kernel overlayfs (vs bare lower)" "$kernel" "$bare" ms "<=1.20x"
 bench_row "rootfs workload, State Anchor fuse-overlayfs (vs bare lower)" "$fuse" "$bare" ms "<=1.20x"
+if [ -n "$base" ]; then
+    bbare=$(tot bbare); bkernel=$(tot bkernel)
+    echo "baseline build: bare $bbare ms, kernel overlayfs $bkernel ms ($(ratio "$bkernel" "$bbare")x); this build / baseline build, kernel overlayfs: $(ratio "$kernel" "$bkernel")x"
+    bench_row "rootfs workload, kernel overlayfs, baseline build (vs its bare lower)" "$bkernel" "$bbare" ms "-"
+    bench_row "rootfs workload, kernel overlayfs (vs the baseline build)" "$kernel" "$bkernel" ms "<=1.05x"
+fi

@@ -40,7 +40,9 @@ stage_binaries() {
 # bench_as_user SCRIPTDIR SCRIPT ARGS...: run as root, a benchmark builds
 # Lazaret, stages it where the test user can read it, makes sure the user
 # has the default image, and re-executes itself as that user (returns at
-# once when not root).
+# once when not root). BENCH_BASELINE_BIN (a directory holding another
+# build's lazaret, lazaret-init and lazaret-escalate, readable by the
+# user) is passed on for the scripts that measure a second build.
 bench_as_user() {
     local here=$1 script=$2; shift 2
     [ "$(id -u)" -eq 0 ] || return 0
@@ -59,7 +61,8 @@ bench_as_user() {
     run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        LAZARET_BIN="$bindir/lazaret" LAZARET_BENCH_CGROUPS="${DELEGATED_DIRS:-}" bash "$bindir/$script" "$@"
+        LAZARET_BIN="$bindir/lazaret" LAZARET_BENCH_CGROUPS="${DELEGATED_DIRS:-}" \
+        BENCH_BASELINE_BIN="${BENCH_BASELINE_BIN:-}" bash "$bindir/$script" "$@"
 }
 
 # delegate_cgroup USER: as systemd's Delegate= would, gives USER a cgroup
