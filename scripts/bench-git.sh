@@ -206,7 +206,9 @@ row() {
         'BEGIN { printf "%-44s lazaret %6s ms  raw %6s ms  ratio %.2fx (target <= %s)\n", l, a, b, (b > 0 ? a / b : 0), t }'
     # Every round's value (ms), so the spread behind each median shows.
     each() { awk -v w="$1" '$1 == w {printf " %s", $2}' "$2"; }
-    echo "  rounds: this build$(each "$what" "$work/lz.out"); raw$(each "$against" "$work/raw.out")${base:+; baseline build$(each "$what" "$work/base.out")}"
+    local others=""
+    [ -z "$base" ] || [ "$what" != "$against" ] || others="; baseline build$(each "$what" "$work/base.out")"
+    echo "  rounds: this build$(each "$what" "$work/lz.out"); raw$(each "$against" "$work/raw.out")$others"
     local goal="<=$target"
     [ "$target" != - ] || goal=-
     bench_row "view: $label" "$a" "$b" ms "$goal"
