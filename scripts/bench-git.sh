@@ -43,11 +43,7 @@ files=${2:-20000}
 bench_as_user "$here" "$(basename "$0")" "$@"
 
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
-base=${BENCH_BASELINE_BIN:-}
-if [ -n "$base" ] && ! { [ -x "$base/lazaret" ] && [ -x "$base/lazaret-init" ]; }; then
-    echo "bench-git.sh: BENCH_BASELINE_BIN=$base: expected a directory with lazaret and lazaret-init this user can run" >&2
-    exit 2
-fi
+base=$(baseline_bin bench-git.sh)
 work=$(mktemp -d "$HOME/lazaret-bench-git.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 ws="$work/ws"; mkdir -p "$ws"
@@ -198,6 +194,8 @@ ops() {
         "$work/counts.none" "$work/counts.$1" 2>/dev/null
 }
 
+# each WORKLOAD FILE: that workload's value in every round, in order.
+each() { awk -v w="$1" '$1 == w {printf " %s", $2}' "$2"; }
 row() {
     local what=$1 label=$2 target=$3 against=${4:-$1} a b c
     a=$(awk -v w="$what" '$1 == w {print $2}' "$work/lz.out" | median)
@@ -205,7 +203,6 @@ row() {
     awk -v a="$a" -v b="$b" -v l="$label" -v t="$target" \
         'BEGIN { printf "%-44s lazaret %6s ms  raw %6s ms  ratio %.2fx (target <= %s)\n", l, a, b, (b > 0 ? a / b : 0), t }'
     # Every round's value (ms), so the spread behind each median shows.
-    each() { awk -v w="$1" '$1 == w {printf " %s", $2}' "$2"; }
     local others=""
     [ -z "$base" ] || [ "$what" != "$against" ] || others="; baseline build$(each "$what" "$work/base.out")"
     echo "  rounds: this build$(each "$what" "$work/lz.out"); raw$(each "$against" "$work/raw.out")$others"

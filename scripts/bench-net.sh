@@ -154,9 +154,8 @@ as_user "$lz" run --quiet --profile names -- true
 # The gate verifies bench.test against the bench CA (test-only knob).
 as_user env LAZARET_TEST_UPSTREAM_CA="$work/ca.pem" "$lz" run --quiet --profile sec -- true
 
-base=${BENCH_BASELINE_BIN:-}
+base=$(baseline_bin bench-net.sh)
 if [ -n "$base" ]; then
-    [ -x "$base/lazaret" ] && [ -x "$base/lazaret-init" ] || { echo "bench-net.sh: no lazaret build in $base" >&2; exit 2; }
     as_user "$base/lazaret" run --quiet --profile default -- true
     as_user "$base/lazaret" run --quiet --profile none -- true
 fi

@@ -26,11 +26,7 @@ n=${2:-50}
 bench_as_user "$here" "$(basename "$0")" "$@"
 
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
-base=${BENCH_BASELINE_BIN:-}
-if [ -n "$base" ] && ! { [ -x "$base/lazaret" ] && [ -x "$base/lazaret-init" ]; }; then
-    echo "bench-state.sh: BENCH_BASELINE_BIN=$base: expected a directory with lazaret and lazaret-init this user can run" >&2
-    exit 2
-fi
+base=$(baseline_bin bench-state.sh)
 work=$(mktemp -d /tmp/lazaret-bench-state.XXXXXX)
 domains="${XDG_DATA_HOME:-$HOME/.local/share}/lazaret/domains"
 cleanup() {
@@ -80,14 +76,19 @@ fi
 # Rounds interleave the three setups so that a change in machine load
 # affects all of them alike.
 : >"$work/bare"; : >"$work/kernel"; : >"$work/fuse"; : >"$work/bbare"; : >"$work/bkernel"
-for _ in $(seq "$rounds"); do
-    if [ -n "$base" ]; then
-        LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile bare -- sh -c "$script" >>"$work/bbare"
-        LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile anchored -- sh -c "$script" >>"$work/bkernel"
-    fi
+# The baseline build's two sessions (bare, kernel overlayfs), when there is one.
+run_base() {
+    [ -n "$base" ] || return 0
+    LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile bare -- sh -c "$script" >>"$work/bbare"
+    LAZARET_OVERLAY_DRIVER=kernel "$base/lazaret" run --quiet --profile anchored -- sh -c "$script" >>"$work/bkernel"
+}
+for r in $(seq "$rounds"); do
+    # The baseline build goes first in odd rounds and last in even ones.
+    [ $((r % 2)) -eq 0 ] || run_base
     LAZARET_OVERLAY_DRIVER=kernel "$lz" run --quiet --profile bare -- sh -c "$script" >>"$work/bare"
     LAZARET_OVERLAY_DRIVER=kernel "$lz" run --quiet --profile anchored -- sh -c "$script" >>"$work/kernel"
     LAZARET_OVERLAY_DRIVER=fuse "$lz" run --quiet --profile fuse -- sh -c "$script" >>"$work/fuse"
+    [ $((r % 2)) -eq 1 ] || run_base
 done
 # Session totals (ms) and single invocations (us): the median of all
 # invocations is the steadier figure on a busy machine.

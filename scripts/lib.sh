@@ -37,6 +37,17 @@ stage_binaries() {
     printf '%s\n' "$dir"
 }
 
+# baseline_bin SCRIPT: prints $BENCH_BASELINE_BIN (empty when unset), or
+# fails naming SCRIPT when it is set but holds no lazaret build.
+baseline_bin() {
+    local d=${BENCH_BASELINE_BIN:-}
+    if [ -n "$d" ] && ! { [ -x "$d/lazaret" ] && [ -x "$d/lazaret-init" ]; }; then
+        echo "$1: BENCH_BASELINE_BIN=$d: expected a directory with lazaret and lazaret-init this user can run" >&2
+        return 2
+    fi
+    printf '%s\n' "$d"
+}
+
 # bench_as_user SCRIPTDIR SCRIPT ARGS...: run as root, a benchmark builds
 # Lazaret, stages it where the test user can read it, makes sure the user
 # has the default image, and re-executes itself as that user (returns at
