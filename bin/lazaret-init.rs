@@ -2,17 +2,14 @@
 //! read-only at `/.lazaret/init`. A static binary with no dependencies on
 //! the image.
 //!
-//! With no arguments it is PID 1: it sends `InitMsg::Ready` (one frame of
+//! With no arguments it is PID 1: it runs the pre-publication network
+//! probe its stdin asks for (a `ProbeCmd` frame; nothing when empty;
+//! bin/probe.rs), sends each check and then `InitMsg::Ready` (frames of
 //! `lazaret::guest`) on stdout, the Runtime Supervisor's readiness signal,
-//! then reaps every child until it is told
-//! to stop. The coordinator also runs it through `runsc exec` as a tiny
-//! in-sandbox tool:
+//! then reaps every child until it is told to stop. The coordinator also
+//! runs it through `runsc exec` as a tiny in-sandbox tool:
 //!   `init signal-session SID SIG`  signal every process of guest session SID
 //!   `init signal-group PGID SIG`   signal one guest process group
-//!   `init probe`                   the pre-publication network probe,
-//!                                  from the sandbox's own network view:
-//!                                  a `ProbeCmd` frame on stdin, `ProbeMsg`
-//!                                  frames on stdout
 //!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
 //!                                  home, made when missing (bin/usersetup.rs)
 //!   `init touch -- PATH...`        a host-side edit of each workspace file:
@@ -47,7 +44,6 @@ fn main() {
         [] => run_init(),
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
-        ["probe", rest @ ..] => probe::run(rest),
         ["user-setup", name, uid] => usersetup::run(name, uid),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
         ["exec", "--tty", "--", cmd, ..] => ptyrelay::run(&args[3..]).unwrap_or_else(|| exec_command(cmd, &args[3..])),
@@ -123,6 +119,9 @@ fn run_init() -> i32 {
     // Set before any child exists: SIGCHLD and SIGTERM stay pending until
     // they interrupt the wait below.
     sys::guest::block_for_suspend(&[sys::SIGCHLD, sys::SIGTERM], &[sys::SIGINT, sys::SIGHUP]);
+    // The network probe, before Ready: the Domain is published only when
+    // it passed, and no session exists yet.
+    probe::at_boot();
     let mut out = std::io::stdout();
     let _ = out.write_all(&InitMsg::Ready.encode());
     let _ = out.flush();

@@ -1,9 +1,12 @@
-//! The pre-publication network probe, run inside the sandbox by
-//! the Host Coordinator through `runsc exec … /.lazaret/init probe`.
+//! The pre-publication network probe, run inside the sandbox by PID 1 at
+//! boot, before it reports `Ready` (so before any session exists and
+//! without a `runsc exec` of its own).
 //!
-//! The request is one `lazaret::guest::ProbeCmd::Run` frame on stdin
-//! (built by `net::policy::Policy::probe_request`): the sandbox's address
-//! on its only NIC, then the checks (`ProbeKind`):
+//! The request is one `lazaret::guest::ProbeCmd::Run` frame on init's
+//! stdin (built by `net::policy::Policy::probe_request`, the file
+//! `gen/probe-request` the supervisor gives `runsc run` as stdin; empty
+//! without a network): the sandbox's address on its only NIC, then the
+//! checks (`ProbeKind`):
 //!   `Deny ADDR (PREFIX)`   a TCP connect with IP TTL 1 must be refused
 //!                          at once by the router (a RST)
 //!   `Allow ADDR (PREFIX)`  route decision must leave through the NIC
@@ -28,14 +31,16 @@
 //! A route decision is a UDP `connect()` followed by `getsockname()`: no
 //! packet is sent. The live checks only send to the router's own address,
 //! to slirp4netns's gateway (host loopback is disabled, so it refuses) and
-//! TTL-1 SYNs that cannot pass the router. Report on stdout: one
-//! `lazaret::guest::ProbeMsg::Check` frame per check, then `Done`; exit 1
-//! on any failed check.
+//! TTL-1 SYNs that cannot pass the router. Report on init's stdout: one
+//! `lazaret::guest::InitMsg::Check` frame per check (init's `Ready`
+//! follows); a request init cannot read is one failed check. The host
+//! judges the report: a failed check, or fewer checks than it asked for,
+//! and the Domain is not published.
 
 use std::fmt;
 use std::io::{self, ErrorKind, Write};
 
-use lazaret::guest::{wait_for_run, Message, ProbeKind, ProbeMsg, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
+use lazaret::guest::{wait_for_run, InitMsg, Message, ProbeKind, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -83,12 +88,10 @@ impl fmt::Display for CheckError {
     }
 }
 
-struct Out {
-    failed: bool,
-}
+struct Out;
 
 impl Out {
-    fn send(&mut self, msg: ProbeMsg) {
+    fn send(&mut self, msg: InitMsg) {
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
     }
@@ -96,7 +99,6 @@ impl Out {
         self.check(check, true, detail);
     }
     fn fail(&mut self, check: &str, detail: impl fmt::Display) {
-        self.failed = true;
         self.check(check, false, detail.to_string());
     }
     /// Name and detail are cut to what the host takes.
@@ -108,7 +110,7 @@ impl Out {
             }
             s[..end].to_string()
         };
-        self.send(ProbeMsg::Check {
+        self.send(InitMsg::Check {
             name: cut(name, MAX_CHECK_NAME),
             ok,
             detail: cut(&detail, MAX_CHECK_DETAIL),
@@ -176,20 +178,28 @@ fn dns_query(addr: IpAddr) -> Result<Duration, CheckError> {
     Ok(t.elapsed())
 }
 
-pub fn run(args: &[&str]) -> i32 {
-    if !args.is_empty() {
-        eprintln!("probe: takes no arguments (the request is a frame on stdin)");
-        return 2;
+/// At boot: reads the request on stdin (to EOF, bounded) and runs it;
+/// nothing when stdin is empty. Closes stdin after.
+pub fn at_boot() {
+    let mut request = Vec::new();
+    let read = std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::io::stdin().lock(), lazaret::guest::MAX_REQUEST_BYTES + 1),
+        &mut request,
+    );
+    let mut out = Out;
+    match read {
+        Ok(0) => {}
+        Ok(_) => match wait_for_run(&mut &request[..]) {
+            Ok((src, checks)) => run(&mut out, src, checks),
+            Err(e) => out.fail("request", e),
+        },
+        Err(e) => out.fail("request", format!("reading it: {e}")),
     }
-    let (sandbox_src, checks) = match wait_for_run(&mut std::io::stdin().lock()) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("probe: {e}");
-            return 2;
-        }
-    };
+    drop(crate::sys::take_inherited(0));
+}
+
+fn run(out: &mut Out, sandbox_src: IpAddr, checks: Vec<lazaret::guest::ProbeSpec>) {
     let sandbox_src = Some(sandbox_src);
-    let mut out = Out { failed: false };
     for c in checks {
         let (addr, k) = (c.addr, c.kind);
         let check = match c.prefix {
@@ -264,6 +274,4 @@ pub fn run(args: &[&str]) -> i32 {
             },
         }
     }
-    out.send(ProbeMsg::Done);
-    i32::from(out.failed)
 }

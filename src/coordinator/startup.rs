@@ -570,11 +570,6 @@ impl Coordinator {
     /// from inside the sandbox; records the readiness fingerprint.
     pub(super) fn verify_network(&mut self) -> Result<(), CoordinatorError> {
         let sup_pid = self.sup.as_ref().map_or(0, |s| s.child.id() as i32);
-        let cmd = || -> Result<Command, CoordinatorError> {
-            let mut c = self.runsc_in_ns()?;
-            c.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
-            Ok(c)
-        };
         self.net
             .verify(
                 &self.store,
@@ -583,7 +578,6 @@ impl Coordinator {
                 &self.profile.fingerprint(),
                 sup_pid,
                 self.runsc_pid,
-                cmd,
             )
             .map_err(CoordinatorError::Network)
     }

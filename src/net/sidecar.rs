@@ -1,20 +1,19 @@
 //! The Network Sidecar role on the Host Coordinator's side: it
 //! derives the policy from trusted config, hands the install plan to the
-//! Runtime Supervisor, owns the slirp4netns record, runs the
-//! pre-publication probe inside the sandbox and records the network
-//! readiness fingerprint. The Network Sidecar ID is a random role
+//! Runtime Supervisor, owns the slirp4netns record, asks for the
+//! pre-publication probe the sandbox's init runs at boot, judges it and
+//! records the network readiness fingerprint. The Network Sidecar ID is a random role
 //! id minted here, never a helper pid.
 //!
 //! The coordinator calls, in order: [`NetRole::new`] (with the config),
-//! [`NetRole::prepare`] (writes `gen/netplan` and `gen/resolv.conf`),
+//! [`NetRole::prepare`] (writes `gen/netplan`, `gen/resolv.conf` and
+//! `gen/probe-request`),
 //! [`NetRole::record_intent`] (before the supervisor may start the helper),
 //! [`NetRole::status_msg`] for each supervisor report before `Ready`, then
 //! [`NetRole::verify`] before publication.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use crate::config::{Config, Profile};
 use crate::domain::{random_id, DomainId, Generation};
@@ -23,13 +22,15 @@ use crate::net::policy::{self as netpolicy, Policy};
 use crate::plan::BindMount;
 use crate::storage::store::{NetworkReadiness, Store};
 use crate::sys;
-use crate::wire::guest::{ProbeCheck, ProbeCmd, ProbeError};
+use crate::wire::guest::{ProbeCheck, ProbeCmd, MAX_CHECKS};
 use crate::wire::plan::PlanMsg;
 use crate::wire::show::{NetReadiness as WireReadiness, RouterFacts, ShowMsg};
 use crate::wire::supervisor::StatusMsg;
 use crate::wire::Message;
 
-const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// The probe's request (`wire::guest::ProbeCmd`), in the generation dir:
+/// the supervisor hands it to `runsc run` as stdin, init reads it at boot.
+pub const PROBE_REQUEST_FILE: &str = "probe-request";
 /// The readiness summary `lazaret net show` reads, in the generation dir
 /// (`wire::show::ShowMsg::NetReadiness`).
 pub const READINESS_FILE: &str = "net-readiness";
@@ -42,6 +43,10 @@ pub struct NetRole {
     slirp: Option<(i32, u64)>,
     netns_inode: Option<u64>,
     router_inode: Option<u64>,
+    /// The boot probe's checks as the supervisor relayed them, in order
+    /// (at most `MAX_CHECKS`; `probe_overflow` when more came).
+    probe: Vec<ProbeCheck>,
+    probe_overflow: bool,
 }
 
 /// Why the network role could not derive, prepare or attest the network:
@@ -69,16 +74,10 @@ pub enum SidecarError {
     },
     /// `/proc/PID/ns/net` is unreadable.
     NsInode(i32, std::io::Error),
-    /// The probe command could not be built (the caller's sentence).
-    ProbeCommand(String),
-    ProbeSpawn(std::io::Error),
-    ProbeTimeout,
     /// The probe's failed checks.
     ProbeFailed(String),
-    /// The probe exited unsuccessfully (its status, its stderr, escaped).
-    ProbeCouldNotRun(std::process::ExitStatus, String),
-    /// The probe's report is malformed, cut or oversized.
-    ProbeReport(ProbeError),
+    /// The probe's report has too many or too few checks (what).
+    ProbeReport(String),
 }
 
 impl std::fmt::Display for SidecarError {
@@ -103,12 +102,8 @@ impl std::fmt::Display for SidecarError {
                 f,
                 "network readiness: cannot read the network namespace of pid {pid}: {e}"
             ),
-            ProbeCommand(e) => write!(f, "{e}"),
-            ProbeSpawn(e) => write!(f, "network probe: cannot run runsc exec: {e}"),
-            ProbeTimeout => write!(f, "network probe did not finish in 20 s; the Domain is not published"),
             ProbeFailed(checks) => write!(f, "network probe failed, the Domain is not published: {checks}"),
-            ProbeCouldNotRun(st, err) => write!(f, "network probe could not run ({st}): {err}"),
-            ProbeReport(e) => write!(f, "network probe: {e}; the Domain is not published"),
+            ProbeReport(e) => write!(f, "network probe report: {e}; the Domain is not published"),
         }
     }
 }
@@ -200,6 +195,8 @@ impl NetRole {
             slirp: None,
             netns_inode: None,
             router_inode: None,
+            probe: Vec::new(),
+            probe_overflow: false,
         })
     }
 
@@ -213,11 +210,19 @@ impl NetRole {
         };
         crate::wire::plan::write_plan(&gen_dir.join("netplan"), &PlanMsg::Network(self.policy.plan()))
             .map_err(|e| SidecarError::Write("netplan", e))?;
+        if self.policy.enabled {
+            std::fs::write(gen_dir.join(PROBE_REQUEST_FILE), self.policy.probe_request().encode())
+                .map_err(|e| SidecarError::Write(PROBE_REQUEST_FILE, e))?;
+        }
         w("resolv.conf", self.policy.resolv_conf())
     }
 
     pub fn supervisor_args(&self) -> Vec<PathBuf> {
-        vec!["--net-plan".into(), self.gen_dir.join("netplan")]
+        let mut args = vec!["--net-plan".into(), self.gen_dir.join("netplan")];
+        if self.policy.enabled {
+            args.extend(["--probe-request".into(), self.gen_dir.join(PROBE_REQUEST_FILE)]);
+        }
+        args
     }
 
     /// The namespace path for `config.json`, when the Domain has a network.
@@ -247,10 +252,18 @@ impl NetRole {
         Ok(Some(row))
     }
 
-    /// Handles the supervisor's `Slirp` and `NetReady` reports; false for
-    /// any other message.
+    /// Handles the supervisor's `Slirp`, `NetReady` and `ProbeCheck`
+    /// reports; false for any other message.
     pub fn status_msg(&mut self, msg: &StatusMsg, store: &Store) -> bool {
         match *msg {
+            StatusMsg::ProbeCheck(ref c) => {
+                if self.probe.len() < MAX_CHECKS {
+                    self.probe.push(c.clone());
+                } else {
+                    self.probe_overflow = true;
+                }
+                true
+            }
             StatusMsg::Slirp { pid, start } => {
                 if let Some(row) = self.slirp_row {
                     let _ = store.set_owned_pid(row, pid, start);
@@ -268,10 +281,9 @@ impl NetRole {
     }
 
     /// Before publication: the helper still runs, the sandbox is in the
-    /// attested namespace, and the probe passes from the sandbox's own
-    /// view. Then records the readiness fingerprint.
-    #[allow(clippy::too_many_arguments)] // The Domain's identity pieces; a struct for them is out of scope here.
-    pub fn verify<E: std::fmt::Display>(
+    /// attested namespace, and the probe init ran at boot passed, from the
+    /// sandbox's own view. Then records the readiness fingerprint.
+    pub fn verify(
         &self,
         store: &Store,
         domain_id: &DomainId,
@@ -279,7 +291,6 @@ impl NetRole {
         config_fp: &str,
         supervisor_pid: i32,
         runsc_pid: i32,
-        probe_cmd: impl FnOnce() -> Result<Command, E>,
     ) -> Result<(), SidecarError> {
         let (inode, router_inode, probe) = if self.policy.enabled {
             let inode = self.netns_inode.ok_or(SidecarError::NotAttested)?;
@@ -292,9 +303,12 @@ impl NetRole {
             if seen != inode {
                 return Err(SidecarError::WrongNamespace { seen, attested: inode });
             }
-            let mut cmd = probe_cmd().map_err(|e| SidecarError::ProbeCommand(e.to_string()))?;
-            cmd.arg("probe");
-            (inode, router_inode, run_probe(cmd, &self.policy.probe_request())?)
+            let ProbeCmd::Run { checks: asked, .. } = self.policy.probe_request();
+            (
+                inode,
+                router_inode,
+                judge_probe(&self.probe, self.probe_overflow, asked.len())?,
+            )
         } else {
             (ns_inode(supervisor_pid)?, 0, vec![ProbeLine::Skipped])
         };
@@ -382,37 +396,14 @@ impl ProbeLine {
     }
 }
 
-/// Runs the probe (bounded) on `request` and returns its checks, or the
-/// failing ones.
-/// Its stdout is `wire::guest::ProbeMsg` frames from inside the sandbox:
-/// hostile, bounded, and anything but checks then `Done` fails closed.
-fn run_probe(mut cmd: Command, request: &ProbeCmd) -> Result<Vec<ProbeLine>, SidecarError> {
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(SidecarError::ProbeSpawn)?;
-    // The request, then EOF. Written aside: a probe that never reads must
-    // not hold us past the deadline (its end closes when it is killed).
-    if let Some(mut stdin) = child.stdin.take() {
-        let frame = request.encode();
-        std::thread::spawn(move || {
-            let _ = std::io::Write::write_all(&mut stdin, &frame);
-        });
+/// The boot probe's report, judged: one check for each asked for, and
+/// every one passed; otherwise the failing ones (or what is wrong with
+/// the report). Its checks came from inside the sandbox: the text is
+/// escaped wherever it is shown.
+fn judge_probe(checks: &[ProbeCheck], overflow: bool, asked: usize) -> Result<Vec<ProbeLine>, SidecarError> {
+    if overflow {
+        return Err(SidecarError::ProbeReport(format!("more than {MAX_CHECKS} checks")));
     }
-    let status = crate::sys::wait_deadline(&mut child, PROBE_TIMEOUT);
-    let Some(status) = status else {
-        return Err(SidecarError::ProbeTimeout);
-    };
-    let mut err = Vec::new();
-    let _ = child.stderr.take().map(|s| s.take(64 * 1024).read_to_end(&mut err));
-    let err = crate::display::escape(&String::from_utf8_lossy(&err).trim().replace('\n', " "));
-    let report = match child.stdout.take() {
-        Some(mut out) => crate::wire::guest::wait_for_report(&mut out),
-        None => return Err(SidecarError::ProbeCouldNotRun(status, err)),
-    };
-    let checks = match report {
-        Ok(c) => c,
-        Err(_) if !status.success() => return Err(SidecarError::ProbeCouldNotRun(status, err)),
-        Err(e) => return Err(SidecarError::ProbeReport(e)),
-    };
     let lines: Vec<String> = checks.iter().map(ProbeCheck::line).collect();
     log::info!("network probe:\n{}", lines.join("\n"));
     let failed: Vec<String> = checks
@@ -423,10 +414,43 @@ fn run_probe(mut cmd: Command, request: &ProbeCmd) -> Result<Vec<ProbeLine>, Sid
     if !failed.is_empty() {
         return Err(SidecarError::ProbeFailed(failed.join("; ")));
     }
-    if !status.success() {
-        return Err(SidecarError::ProbeCouldNotRun(status, err));
+    if checks.len() != asked {
+        return Err(SidecarError::ProbeReport(format!(
+            "{} checks reported, {asked} asked for",
+            checks.len()
+        )));
     }
-    Ok(checks.into_iter().map(ProbeLine::Check).collect())
+    Ok(checks.iter().cloned().map(ProbeLine::Check).collect())
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::*;
+
+    fn check(name: &str, ok: bool) -> ProbeCheck {
+        ProbeCheck {
+            name: name.into(),
+            ok,
+            detail: "seen \x1b[2J".into(),
+        }
+    }
+
+    #[test]
+    fn the_boot_probe_passes_only_with_every_check_asked_for_passed() {
+        let good = [check("router live", true), check("ipv6 disabled", true)];
+        assert_eq!(judge_probe(&good, false, 2).unwrap().len(), 2);
+        // A failed check names itself, escaped.
+        let bad = [check("router live", true), check("deny 10.0.0.1 (10.0.0.0/8)", false)];
+        match judge_probe(&bad, false, 2) {
+            Err(SidecarError::ProbeFailed(t)) => assert_eq!(t, "deny 10.0.0.1 (10.0.0.0/8): seen \\x1b[2J"),
+            r => panic!("{:?}", r.map(|l| l.len())),
+        }
+        // Fewer or more checks than asked for, none at all, too many.
+        assert!(matches!(judge_probe(&good[..1], false, 2), Err(SidecarError::ProbeReport(_))));
+        assert!(matches!(judge_probe(&good, false, 3), Err(SidecarError::ProbeReport(_))));
+        assert!(matches!(judge_probe(&[], false, 3), Err(SidecarError::ProbeReport(_))));
+        assert!(matches!(judge_probe(&good, true, 2), Err(SidecarError::ProbeReport(_))));
+    }
 }
 
 #[cfg(test)]

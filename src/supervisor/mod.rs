@@ -16,9 +16,12 @@
 //!    with `--meminfo`, bind the Domain's meminfo view over
 //!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
-//!    namespace) on the coordinator's bundle; its root process is
-//!    Lazaret's init, which reports `wire::guest::InitMsg::Ready` on its stdout;
-//! 5. report `Ready { pid, start }` and wait. EOF on the lease pipe (coordinator
+//!    namespace) on the coordinator's bundle, with the probe request as its
+//!    stdin; its root process is Lazaret's init, which runs the network
+//!    probe and reports each check then `wire::guest::InitMsg::Ready` on
+//!    its stdout;
+//! 5. relay the checks (`ProbeCheck`), report `Ready { pid, start }` and
+//!    wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
 //! Wire format: `wire::supervisor` (`StatusMsg` frames on the status pipe,
@@ -53,6 +56,10 @@ pub struct Args {
     pub runsc_args: Vec<String>,
     /// The install plan the coordinator derived (`--net-plan`), if any.
     pub net_plan: Option<PathBuf>,
+    /// The network probe's request (`--probe-request`,
+    /// `wire::guest::ProbeCmd`): `runsc run`'s stdin, so init reads it at
+    /// boot. Without it, stdin is empty and init probes nothing.
+    pub probe_request: Option<PathBuf>,
     /// The workspace views to serve (`fusefs`), written by the coordinator.
     pub views: Option<PathBuf>,
     /// The State Anchor's mount plan (`anchor::plan_message`).
@@ -361,13 +368,19 @@ fn prepare_namespace(mask_core: bool) -> Result<(), SupervisorError> {
 
 fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd), SupervisorError> {
     let (ready_rd, ready_wr) = sys::pipe().map_err(SupervisorError::ReadyPipe)?;
+    // Init's stdin: the probe request (a host file the sandbox sees only
+    // as this stream), or nothing.
+    let stdin = match &args.probe_request {
+        Some(p) => Stdio::from(std::fs::File::open(p).map_err(|e| SupervisorError::ProbeRequest(p.clone(), e))?),
+        None => Stdio::null(),
+    };
     let mut cmd = Command::new("runsc");
     cmd.args(&args.runsc_args)
         .arg("run")
         .arg("--bundle")
         .arg(&args.bundle)
         .arg(&args.container_id)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::from(ready_wr));
     let mut setup = sys::ChildSetup::new().reset_signals().parent_death_signal(sys::SIGKILL);
     if let Some(ns) = netns {
@@ -458,10 +471,12 @@ fn supervise(
             }
         }
         if fds.is_readable(Wake::Ready) {
-            // Init's report comes from inside the sandbox: one bounded
-            // `InitMsg::Ready` frame, anything else stops the sandbox.
+            // Init's report comes from inside the sandbox: bounded
+            // `InitMsg::Check` frames then `Ready`, anything else stops the
+            // sandbox. The checks go on as they came; the coordinator
+            // judges them.
             match ready.as_mut().map(InitReceiver::wait_for_ready) {
-                Some(Ok(true)) => {
+                Some(Ok(Some(checks))) => {
                     ready = None;
                     crate::trace::step("supervisor", "sandbox init ready");
                     let pid = child.id() as i32;
@@ -472,10 +487,13 @@ fn supervise(
                         stop_sandbox(args, child);
                         return 1;
                     };
+                    for c in checks {
+                        status(&StatusMsg::ProbeCheck(c));
+                    }
                     status(&StatusMsg::Ready { pid, start });
                     reported = true;
                 }
-                Some(Ok(false)) | None => {}
+                Some(Ok(None)) | None => {}
                 // runsc closes it when it exits (reported on SIGCHLD);
                 // no Ready means the Domain is never published.
                 Some(Err(InitError::Read(ReadError::Closed))) => ready = None,

@@ -356,6 +356,11 @@ impl FrameReader {
         self.buf.is_empty()
     }
 
+    /// How many bytes are buffered (of frames not yet taken).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Appends bytes received from the peer.
     pub fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);

@@ -3,12 +3,14 @@
 //! bound what they read and fail closed on anything but the expected
 //! sequence.
 //!
+//! - [`ProbeCmd`]: Host Coordinator → PID 1, the one message this direction
+//!   has: which network checks to run at boot. The coordinator writes it to
+//!   `gen/probe-request`; the supervisor gives that file to `runsc run` as
+//!   stdin, which becomes init's (with no network, stdin is empty).
 //! - [`InitMsg`]: PID 1 → Runtime Supervisor, on init's stdout (the stdout
-//!   of `runsc run`): `Ready`, then the pipe closes.
-//! - [`ProbeMsg`]: `init probe` → Host Coordinator, on the stdout of
-//!   `runsc exec`: one `Check` per check, then `Done`.
-//! - [`ProbeCmd`]: Host Coordinator → `init probe`, on its stdin (the one
-//!   message this direction has): which checks to run.
+//!   of `runsc run`): one `Check` per check it was asked for, then `Ready`,
+//!   then the pipe closes. The supervisor relays the checks to the
+//!   coordinator (`StatusMsg::ProbeCheck`), which judges them.
 //! - [`SetupMsg`]: `init user-setup` → Host Coordinator, on its stdout: one
 //!   frame, `Done` or `Failed`.
 //!
@@ -18,7 +20,7 @@ use std::fs::File;
 use std::io::Read;
 use std::net::IpAddr;
 
-use super::{FrameReader, ReadError, UnexpectedMessage};
+use super::{FrameReader, ReadError};
 use crate::config::Prefix;
 pub use crate::wire::codec::Message;
 use crate::wire::codec::{Dec, DecodeError, Enc};
@@ -26,14 +28,19 @@ use crate::wire::codec::{Dec, DecodeError, Enc};
 /// PID 1 → Runtime Supervisor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InitMsg {
-    /// Signals are set up; the sandbox's root process runs.
+    /// Signals are set up and the boot probe ran; the sandbox's root
+    /// process runs. Nothing follows.
     Ready,
+    /// One check of the boot probe: its outcome, `detail` says what was
+    /// seen (not yet escaped).
+    Check { name: String, ok: bool, detail: String },
 }
 
 impl Message for InitMsg {
     fn encode(&self) -> Vec<u8> {
         match self {
             InitMsg::Ready => Enc::new(1).finish(),
+            InitMsg::Check { name, ok, detail } => Enc::new(2).str(name).u8(*ok as u8).str(detail).finish(),
         }
     }
 
@@ -41,6 +48,18 @@ impl Message for InitMsg {
         let mut d = Dec::new(payload);
         let m = match d.u8()? {
             1 => InitMsg::Ready,
+            2 => {
+                let name = d.str()?;
+                if name.is_empty() || name.len() > MAX_CHECK_NAME {
+                    return Err(DecodeError::BadValue("check name"));
+                }
+                let ok = d.flag()?;
+                let detail = d.str()?;
+                if detail.len() > MAX_CHECK_DETAIL {
+                    return Err(DecodeError::BadValue("check detail"));
+                }
+                InitMsg::Check { name, ok, detail }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -50,19 +69,26 @@ impl Message for InitMsg {
     fn name(&self) -> &'static str {
         match self {
             InitMsg::Ready => "Ready",
+            InitMsg::Check { .. } => "Check",
         }
     }
 }
 
-/// Most bytes the supervisor takes from init's stdout: `Ready` is 5.
-pub const MAX_INIT_BYTES: usize = 64;
+/// Longest check name and detail the host takes from the probe.
+pub const MAX_CHECK_NAME: usize = 128;
+pub const MAX_CHECK_DETAIL: usize = 512;
+/// Most checks in one report.
+pub const MAX_CHECKS: usize = 256;
+/// Most bytes the supervisor takes from init's stdout: every check at its
+/// longest, then `Ready`.
+pub const MAX_INIT_BYTES: usize = MAX_CHECKS * (5 + 1 + 4 + MAX_CHECK_NAME + 1 + 4 + MAX_CHECK_DETAIL) + 5;
 
 /// Why init's report was refused.
 #[derive(Debug)]
 pub enum InitError {
     /// Reading failed, the pipe closed before `Ready`, or a malformed frame.
     Read(ReadError),
-    /// More than [`MAX_INIT_BYTES`] without a `Ready`.
+    /// More than [`MAX_INIT_BYTES`] or [`MAX_CHECKS`] checks without a `Ready`.
     TooLong,
 }
 
@@ -70,10 +96,13 @@ impl std::fmt::Display for InitError {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             InitError::Read(ReadError::Closed) => write!(f, "the sandbox's init closed its stdout before Ready"),
-            InitError::Read(e) => write!(f, "the sandbox's init reported something other than Ready: {e}"),
+            InitError::Read(e) => write!(
+                f,
+                "the sandbox's init reported something other than checks then Ready: {e}"
+            ),
             InitError::TooLong => write!(
                 f,
-                "the sandbox's init wrote more than {MAX_INIT_BYTES} bytes without Ready"
+                "the sandbox's init wrote more than {MAX_CHECKS} checks or {MAX_INIT_BYTES} bytes without Ready"
             ),
         }
     }
@@ -84,6 +113,7 @@ pub struct InitReceiver {
     pipe: File,
     reader: FrameReader,
     taken: usize,
+    checks: Vec<ProbeCheck>,
 }
 
 impl InitReceiver {
@@ -92,6 +122,7 @@ impl InitReceiver {
             pipe,
             reader: FrameReader::default(),
             taken: 0,
+            checks: Vec::new(),
         }
     }
 
@@ -100,81 +131,37 @@ impl InitReceiver {
     }
 
     /// One step of waiting for `Ready`, for a poll loop: reads once (call
-    /// when the pipe is readable). `Ok(true)` when `Ready` arrived,
-    /// `Ok(false)` when more is needed; anything else, EOF first, or more
-    /// than [`MAX_INIT_BYTES`] is an error.
-    pub fn wait_for_ready(&mut self) -> Result<bool, InitError> {
-        let mut chunk = [0u8; MAX_INIT_BYTES];
-        let n = match self.pipe.read(&mut chunk[..MAX_INIT_BYTES - self.taken]) {
+    /// when the pipe is readable). `Ok(Some(checks))` when `Ready` arrived
+    /// (the boot probe's checks before it, in order), `Ok(None)` when more
+    /// is needed; anything else, EOF first, bytes after `Ready`, or more
+    /// than the bounds is an error.
+    pub fn wait_for_ready(&mut self) -> Result<Option<Vec<ProbeCheck>>, InitError> {
+        let mut chunk = [0u8; 16 * 1024];
+        let room = (MAX_INIT_BYTES - self.taken).min(chunk.len());
+        let n = match self.pipe.read(&mut chunk[..room]) {
             Ok(0) => return Err(InitError::Read(ReadError::Closed)),
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(None),
             Err(e) => return Err(InitError::Read(ReadError::Io(e))),
         };
         self.taken += n;
         self.reader.push(&chunk[..n]);
-        match self.reader.next::<InitMsg>() {
-            Ok(Some(InitMsg::Ready)) if self.reader.is_empty() => Ok(true),
-            Ok(Some(InitMsg::Ready)) => Err(InitError::Read(ReadError::Decode(DecodeError::TrailingBytes(
-                self.taken - 5,
-            )))),
-            Ok(None) if self.taken >= MAX_INIT_BYTES => Err(InitError::TooLong),
-            Ok(None) => Ok(false),
-            Err(e) => Err(InitError::Read(ReadError::Decode(e))),
-        }
-    }
-}
-
-/// Longest check name and detail the host takes from the probe.
-pub const MAX_CHECK_NAME: usize = 128;
-pub const MAX_CHECK_DETAIL: usize = 512;
-/// Most checks in one report, and most bytes of it.
-pub const MAX_CHECKS: usize = 256;
-pub const MAX_PROBE_BYTES: u64 = 256 * 1024;
-
-/// `init probe` → Host Coordinator.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProbeMsg {
-    /// One check's outcome; `detail` says what was seen.
-    Check { name: String, ok: bool, detail: String },
-    /// Every check ran; nothing follows.
-    Done,
-}
-
-impl Message for ProbeMsg {
-    fn encode(&self) -> Vec<u8> {
-        match self {
-            ProbeMsg::Check { name, ok, detail } => Enc::new(1).str(name).u8(*ok as u8).str(detail).finish(),
-            ProbeMsg::Done => Enc::new(2).finish(),
-        }
-    }
-
-    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
-        let mut d = Dec::new(payload);
-        let m = match d.u8()? {
-            1 => {
-                let name = d.str()?;
-                if name.is_empty() || name.len() > MAX_CHECK_NAME {
-                    return Err(DecodeError::BadValue("check name"));
+        loop {
+            match self.reader.next::<InitMsg>() {
+                Ok(Some(InitMsg::Check { .. })) if self.checks.len() == MAX_CHECKS => return Err(InitError::TooLong),
+                Ok(Some(InitMsg::Check { name, ok, detail })) => self.checks.push(ProbeCheck { name, ok, detail }),
+                Ok(Some(InitMsg::Ready)) if self.reader.is_empty() => {
+                    return Ok(Some(std::mem::take(&mut self.checks)))
                 }
-                let ok = d.flag()?;
-                let detail = d.str()?;
-                if detail.len() > MAX_CHECK_DETAIL {
-                    return Err(DecodeError::BadValue("check detail"));
+                Ok(Some(InitMsg::Ready)) => {
+                    return Err(InitError::Read(ReadError::Decode(DecodeError::TrailingBytes(
+                        self.reader.buffered(),
+                    ))))
                 }
-                ProbeMsg::Check { name, ok, detail }
+                Ok(None) if self.taken >= MAX_INIT_BYTES => return Err(InitError::TooLong),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(InitError::Read(ReadError::Decode(e))),
             }
-            2 => ProbeMsg::Done,
-            t => return Err(DecodeError::UnknownTag(t)),
-        };
-        d.end()?;
-        Ok(m)
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            ProbeMsg::Check { .. } => "Check",
-            ProbeMsg::Done => "Done",
         }
     }
 }
@@ -197,58 +184,6 @@ impl ProbeCheck {
             crate::display::escape(&self.detail)
         )
     }
-}
-
-/// Why a probe report was refused.
-#[derive(Debug)]
-pub enum ProbeError {
-    /// A malformed frame, a cut stream or a read error.
-    Read(ReadError),
-    /// More than [`MAX_CHECKS`] checks or [`MAX_PROBE_BYTES`] bytes.
-    TooLong,
-    /// The stream ended without `Done`, or something followed it.
-    Unexpected(UnexpectedMessage),
-}
-
-impl std::fmt::Display for ProbeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            ProbeError::Read(e) => write!(f, "malformed probe report: {e}"),
-            ProbeError::TooLong => write!(f, "probe report exceeds {MAX_CHECKS} checks or {MAX_PROBE_BYTES} bytes"),
-            ProbeError::Unexpected(u) => write!(f, "probe report: {u}"),
-        }
-    }
-}
-
-/// The coordinator's end of the probe's stdout: every `Check`, then `Done`,
-/// then EOF; at most [`MAX_PROBE_BYTES`] are read.
-pub fn wait_for_report(r: &mut impl Read) -> Result<Vec<ProbeCheck>, ProbeError> {
-    let mut limited = r.take(MAX_PROBE_BYTES + 1);
-    let msgs = super::read_rest::<ProbeMsg>(&mut FrameReader::default(), &mut limited).map_err(ProbeError::Read)?;
-    if limited.limit() == 0 {
-        return Err(ProbeError::TooLong);
-    }
-    let mut checks = Vec::new();
-    let mut it = msgs.into_iter();
-    loop {
-        match it.next() {
-            Some(ProbeMsg::Check { name, ok, detail }) if checks.len() < MAX_CHECKS => {
-                checks.push(ProbeCheck { name, ok, detail })
-            }
-            Some(ProbeMsg::Check { .. }) => return Err(ProbeError::TooLong),
-            Some(ProbeMsg::Done) => break,
-            None => {
-                return Err(ProbeError::Unexpected(UnexpectedMessage {
-                    expected: "Done",
-                    received: "end of stream",
-                }))
-            }
-        }
-    }
-    if let Some(m) = it.next() {
-        return Err(ProbeError::Unexpected(UnexpectedMessage::of("end of stream", &m)));
-    }
-    Ok(checks)
 }
 
 /// One check the probe runs (bin/probe.rs says what each proves).
@@ -304,7 +239,10 @@ pub struct ProbeSpec {
     pub prefix: Option<Prefix>,
 }
 
-/// Host Coordinator → `init probe`.
+/// Most bytes of a probe request: one frame.
+pub const MAX_REQUEST_BYTES: u64 = crate::wire::codec::MAX_FRAME_LEN as u64 + 4;
+
+/// Host Coordinator → PID 1 (`gen/probe-request`, init's stdin at boot).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeCmd {
     /// Run `checks` in order; `sandbox_src` is the sandbox's address on its
@@ -419,7 +357,7 @@ impl std::fmt::Display for RequestError {
 /// frame maximum).
 pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), RequestError> {
     let mut buf = Vec::new();
-    r.take(crate::wire::codec::MAX_FRAME_LEN as u64 + 5)
+    r.take(MAX_REQUEST_BYTES + 1)
         .read_to_end(&mut buf)
         .map_err(RequestError::Read)?;
     match super::decode_one::<ProbeCmd>(&buf) {
@@ -478,7 +416,19 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn samples_init() -> Vec<InitMsg> {
-        vec![InitMsg::Ready]
+        vec![
+            InitMsg::Check {
+                name: "deny 198.18.0.1 (198.18.0.0/15)".into(),
+                ok: true,
+                detail: "refused by the router in 1 ms (TTL 1)".into(),
+            },
+            InitMsg::Check {
+                name: "dns 10.0.2.3".into(),
+                ok: false,
+                detail: "no answer: \x1b[31m".into(),
+            },
+            InitMsg::Ready,
+        ]
     }
 
     pub(crate) fn samples_cmd() -> Vec<ProbeCmd> {
@@ -532,42 +482,40 @@ pub(crate) mod tests {
         ]
     }
 
-    pub(crate) fn samples_probe() -> Vec<ProbeMsg> {
-        vec![
-            ProbeMsg::Check {
-                name: "deny 198.18.0.1 (198.18.0.0/15)".into(),
-                ok: true,
-                detail: "refused by the router in 1 ms (TTL 1)".into(),
-            },
-            ProbeMsg::Check {
-                name: "dns 10.0.2.3".into(),
-                ok: false,
-                detail: "no answer: \x1b[31m".into(),
-            },
-            ProbeMsg::Done,
-        ]
-    }
-
+    /// A file that reads as `bytes` then EOF, like init's stdout does
+    /// (unlinked at once; a pipe would not hold more than 64 KiB).
     fn pipe_with(bytes: &[u8]) -> File {
-        let (r, w) = crate::sys::pipe().unwrap();
-        let mut w = File::from(w);
-        std::io::Write::write_all(&mut w, bytes).unwrap();
-        File::from(r)
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "lazaret-init-report-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&path, bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
     }
 
-    fn ready_of(bytes: &[u8]) -> Result<bool, InitError> {
+    fn ready_of(bytes: &[u8]) -> Result<Vec<ProbeCheck>, InitError> {
         let mut rx = InitReceiver::new(pipe_with(bytes));
         loop {
             match rx.wait_for_ready() {
-                Ok(false) => continue,
-                r => return r,
+                Ok(None) => continue,
+                Ok(Some(checks)) => return Ok(checks),
+                Err(e) => return Err(e),
             }
         }
     }
 
+    fn report(msgs: &[InitMsg]) -> Vec<u8> {
+        msgs.iter().flat_map(Message::encode).collect()
+    }
+
     #[test]
     fn init_ready_is_a_frame_and_anything_else_fails_closed() {
-        assert!(ready_of(&InitMsg::Ready.encode()).unwrap());
+        assert!(ready_of(&InitMsg::Ready.encode()).unwrap().is_empty());
         // The old word, EOF, garbage, a huge frame header, trailing bytes.
         assert!(matches!(
             ready_of(b"ready\n"),
@@ -581,46 +529,53 @@ pub(crate) mod tests {
         // A frame that never completes within the bound.
         let mut long = vec![200, 0, 0, 0, 1];
         long.extend([0u8; 100]);
-        assert!(matches!(ready_of(&long), Err(InitError::TooLong)));
-    }
-
-    fn report(msgs: &[ProbeMsg]) -> Vec<u8> {
-        msgs.iter().flat_map(Message::encode).collect()
+        assert!(matches!(ready_of(&long), Err(InitError::Read(ReadError::Closed))));
+        let mut endless = ((MAX_INIT_BYTES + 100) as u32).to_le_bytes().to_vec();
+        endless.resize(MAX_INIT_BYTES + 50, 2);
+        assert!(matches!(ready_of(&endless), Err(InitError::TooLong)));
     }
 
     #[test]
-    fn probe_report_needs_done_and_bounds_everything() {
-        let checks = wait_for_report(&mut &report(&samples_probe())[..]).unwrap();
+    fn boot_probe_checks_come_before_ready_and_everything_is_bounded() {
+        let checks = ready_of(&report(&samples_init())).unwrap();
         assert_eq!(checks.len(), 2);
         assert_eq!(checks[1].line(), "FAIL dns 10.0.2.3: no answer: \\x1b[31m");
-        // No Done, something after Done, the old text, a cut frame.
+        // Checks without Ready (EOF), something after Ready, the old text,
+        // a cut frame.
         assert!(matches!(
-            wait_for_report(&mut &report(&samples_probe()[..2])[..]),
-            Err(ProbeError::Unexpected(_))
+            ready_of(&report(&samples_init()[..2])),
+            Err(InitError::Read(ReadError::Closed))
         ));
-        let mut after = samples_probe();
-        after.push(ProbeMsg::Done);
-        assert!(matches!(
-            wait_for_report(&mut &report(&after)[..]),
-            Err(ProbeError::Unexpected(_))
-        ));
-        assert!(wait_for_report(&mut &b"ok dns: fine\n"[..]).is_err());
-        let b = report(&samples_probe());
-        assert!(matches!(
-            wait_for_report(&mut &b[..b.len() - 1]),
-            Err(ProbeError::Read(_))
-        ));
-        // Too many checks; an oversized detail.
-        let many: Vec<ProbeMsg> = (0..=MAX_CHECKS).map(|_| samples_probe()[0].clone()).collect();
-        assert!(matches!(
-            wait_for_report(&mut &report(&many)[..]),
-            Err(ProbeError::TooLong)
-        ));
-        let big = ProbeMsg::Check {
+        let mut after = samples_init();
+        after.push(samples_init()[0].clone());
+        assert!(ready_of(&report(&after)).is_err());
+        assert!(ready_of(b"ok dns: fine\n").is_err());
+        let b = report(&samples_init());
+        assert!(ready_of(&b[..b.len() - 1]).is_err());
+        // Too many checks; an oversized name or detail.
+        let mut many: Vec<InitMsg> = (0..=MAX_CHECKS).map(|_| samples_init()[0].clone()).collect();
+        many.push(InitMsg::Ready);
+        assert!(matches!(ready_of(&report(&many)), Err(InitError::TooLong)));
+        let big = InitMsg::Check {
             name: "x".into(),
             ok: true,
             detail: "d".repeat(MAX_CHECK_DETAIL + 1),
         };
-        assert!(wait_for_report(&mut &report(&[big, ProbeMsg::Done])[..]).is_err());
+        assert!(ready_of(&report(&[big, InitMsg::Ready])).is_err());
+        let long_name = InitMsg::Check {
+            name: "n".repeat(MAX_CHECK_NAME + 1),
+            ok: true,
+            detail: String::new(),
+        };
+        assert!(ready_of(&report(&[long_name, InitMsg::Ready])).is_err());
+        // At the longest each check may be, the most checks fit the bound.
+        let longest = InitMsg::Check {
+            name: "n".repeat(MAX_CHECK_NAME),
+            ok: true,
+            detail: "d".repeat(MAX_CHECK_DETAIL),
+        };
+        let mut full: Vec<InitMsg> = (0..MAX_CHECKS).map(|_| longest.clone()).collect();
+        full.push(InitMsg::Ready);
+        assert!(report(&full).len() <= MAX_INIT_BYTES);
     }
 }

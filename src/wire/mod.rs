@@ -14,9 +14,8 @@
 //! | coordinator → supervisor (plans) | [`plan::PlanMsg`] | one frame per plan file in the generation dir |
 //! | state helper → parent | [`helper::HelperMsg`] | the helper's stdout |
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |
-//! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s) |
-//! | `init probe` (in the sandbox) → coordinator | [`guest::ProbeMsg`] | the stdout of `runsc exec` |
-//! | coordinator → `init probe` | [`guest::ProbeCmd`] | the probe's stdin (one frame, then EOF) |
+//! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s): the boot probe's checks, then `Ready` |
+//! | coordinator → sandbox init (PID 1) | [`guest::ProbeCmd`] | `gen/probe-request`, `runsc run`'s stdin (one frame, then EOF) |
 //! | `init user-setup` (in the sandbox) → coordinator | [`guest::SetupMsg`] | its stdout (one frame) |
 //! | coordinator → `lazaret net show`; supervisor → `lazaret ps` (`gen/disk`) | [`show::ShowMsg`] | one frame per file in the generation dir |
 //! | `lazaret-escalate` (in the sandbox) → coordinator | [`mailbox::RequestMsg`] | one signed frame per `<id>.req` file in the Escalation Mailbox |
@@ -204,7 +203,6 @@ mod tests {
         v.extend(helper::tests::samples().iter().map(Message::encode));
         v.extend(helper::tests::samples_cmd().iter().map(Message::encode));
         v.extend(guest::tests::samples_init().iter().map(Message::encode));
-        v.extend(guest::tests::samples_probe().iter().map(Message::encode));
         v.extend(guest::tests::samples_cmd().iter().map(Message::encode));
         v.extend(guest::tests::samples_setup().iter().map(Message::encode));
         v.extend(show::tests::samples().iter().map(Message::encode));
@@ -240,7 +238,6 @@ mod tests {
         rt(helper::tests::samples());
         rt(helper::tests::samples_cmd());
         rt(guest::tests::samples_init());
-        rt(guest::tests::samples_probe());
         rt(guest::tests::samples_cmd());
         rt(guest::tests::samples_setup());
         rt(show::tests::samples());
@@ -317,7 +314,7 @@ mod tests {
         for_each_mutation(0x2545f4914f6cdd1d, &all_samples(), |mut input| {
             let _ = decode_one::<plan::PlanMsg>(&input);
             let _ = decode_one::<show::ShowMsg>(&input);
-            let _ = guest::wait_for_report(&mut &input[..]);
+            let _ = guest::wait_for_run(&mut &input[..]);
             // A decoded request's signed part is exactly what it says, and
             // the record is exactly its encoding.
             if let Ok((r, signed, sig)) = mailbox::decode_request(&input) {
@@ -336,7 +333,6 @@ mod tests {
                 check::<helper::HelperMsg>(&payload);
                 check::<helper::HelperCmd>(&payload);
                 check::<guest::InitMsg>(&payload);
-                check::<guest::ProbeMsg>(&payload);
                 check::<guest::ProbeCmd>(&payload);
                 check::<guest::SetupMsg>(&payload);
                 check::<show::ShowMsg>(&payload);

@@ -2,7 +2,8 @@
 //!
 //! - status (supervisor → coordinator): [`StatusMsg`], in this order at
 //!   startup: `Userns`, then with a network `Slirp` and `NetReady`, then
-//!   `Ready`; afterwards only `HelperDied`, `Exited`, `Stopped` or `Error`.
+//!   the boot probe's `ProbeCheck`s as the sandbox's init reported them,
+//!   then `Ready`; afterwards only `HelperDied`, `Exited`, `Stopped` or `Error`.
 //! - lease (coordinator → supervisor): [`LeaseMsg::Mapped`] once the id
 //!   maps are written; for a profile with `secrets` (`--secrets`) then
 //!   [`LeaseMsg::Secrets`], what the egress gate needs to swap them in
@@ -26,6 +27,9 @@ pub enum StatusMsg {
     NetReady { inode: u64, router_inode: u64 },
     /// `runsc run` runs (pid, start time) and the guest init is ready.
     Ready { pid: i32, start: u64 },
+    /// One check of the network probe init ran at boot, relayed as init
+    /// reported it (from inside the sandbox; bounded like there).
+    ProbeCheck(crate::wire::guest::ProbeCheck),
     /// A helper (overlay daemon, slirp4netns, workspace view) died.
     HelperDied { name: String },
     /// `runsc run` exited with this code.
@@ -47,6 +51,7 @@ impl Message for StatusMsg {
             StatusMsg::Exited { code } => Enc::new(6).i32(*code).finish(),
             StatusMsg::Stopped => Enc::new(7).finish(),
             StatusMsg::Error { message } => Enc::new(8).str(message).finish(),
+            StatusMsg::ProbeCheck(c) => Enc::new(9).str(&c.name).u8(c.ok as u8).str(&c.detail).finish(),
         }
     }
 
@@ -70,6 +75,19 @@ impl Message for StatusMsg {
             6 => StatusMsg::Exited { code: d.i32()? },
             7 => StatusMsg::Stopped,
             8 => StatusMsg::Error { message: d.str()? },
+            9 => {
+                use crate::wire::guest::{MAX_CHECK_DETAIL, MAX_CHECK_NAME};
+                let name = d.str()?;
+                if name.is_empty() || name.len() > MAX_CHECK_NAME {
+                    return Err(DecodeError::BadValue("check name"));
+                }
+                let ok = d.flag()?;
+                let detail = d.str()?;
+                if detail.len() > MAX_CHECK_DETAIL {
+                    return Err(DecodeError::BadValue("check detail"));
+                }
+                StatusMsg::ProbeCheck(crate::wire::guest::ProbeCheck { name, ok, detail })
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -86,6 +104,7 @@ impl Message for StatusMsg {
             StatusMsg::Exited { .. } => "Exited",
             StatusMsg::Stopped => "Stopped",
             StatusMsg::Error { .. } => "Error",
+            StatusMsg::ProbeCheck(_) => "ProbeCheck",
         }
     }
 }
@@ -300,7 +319,7 @@ impl StatusReceiver {
     ) -> Result<(i32, u64), StatusError> {
         loop {
             match self.recv_until(deadline)? {
-                m @ (StatusMsg::Slirp { .. } | StatusMsg::NetReady { .. }) => net(&m),
+                m @ (StatusMsg::Slirp { .. } | StatusMsg::NetReady { .. } | StatusMsg::ProbeCheck(_)) => net(&m),
                 StatusMsg::Ready { pid, start } => return Ok((pid, start)),
                 StatusMsg::Error { message } => return Err(StatusError::Failed(message)),
                 m => return Err(StatusError::Unexpected(UnexpectedMessage::of("Ready", &m))),
@@ -392,6 +411,11 @@ pub(crate) mod tests {
             StatusMsg::Error {
                 message: "unshare: EPERM\n".into(),
             },
+            StatusMsg::ProbeCheck(crate::wire::guest::ProbeCheck {
+                name: "router live".into(),
+                ok: false,
+                detail: "169.254.255.2: \x1b]0;t\x07".into(),
+            }),
         ]
     }
 

@@ -47,7 +47,7 @@ impl Policy {
         out
     }
 
-    /// The request `/.lazaret/init probe` reads on its stdin (see
+    /// The request the sandbox's init reads on its stdin at boot (see
     /// bin/probe.rs).
     pub fn probe_request(&self) -> ProbeCmd {
         let spec = |kind, addr: IpAddr, prefix| ProbeSpec { kind, addr, prefix };

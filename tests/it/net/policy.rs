@@ -139,6 +139,19 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
         "{r:?}"
     );
 
+    // The probe request reached init as its stdin (the checks below ran),
+    // and init closed it and its report pipe before any session started:
+    // nothing in the sandbox can read or write either host file.
+    let r = env
+        .lz_in(
+            &ws,
+            "net",
+            &["sh", "-c", "test -e /proc/1/fd/0 || test -e /proc/1/fd/1 || echo closed"],
+        )
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.stdout.trim(), "closed", "{r:?}");
+
     // `net show` while the Domain runs: policy and attested readiness.
     let mut bg = env.lz_in(&ws, "net", &["sleep", "4"]).config_home(&cfg).spawn();
     let id = env.domain_id("net", &ws);
