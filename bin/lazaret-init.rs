@@ -2,16 +2,16 @@
 //! read-only at `/.lazaret/init`. A static binary with no dependencies on
 //! the image.
 //!
-//! With no arguments it is PID 1: it runs the pre-publication network
-//! probe its stdin asks for (a `ProbeCmd` frame; nothing when empty;
-//! bin/probe.rs), sends each check and then `InitMsg::Ready` (frames of
-//! `lazaret::guest`) on stdout, the Runtime Supervisor's readiness signal,
-//! then reaps every child until it is told to stop. The coordinator also
-//! runs it through `runsc exec` as a tiny in-sandbox tool:
+//! With no arguments it is PID 1. At boot it does what its stdin asks
+//! (`BootCmd` frames of `lazaret::guest`; nothing when empty): the
+//! pre-publication network probe (bin/probe.rs) and the profile's `user`,
+//! its passwd entry and home, made when missing (bin/usersetup.rs). It
+//! sends each outcome and then `InitMsg::Ready` on stdout, the Runtime
+//! Supervisor's readiness signal, closes both, and reaps every child until
+//! it is told to stop. The coordinator also runs it through `runsc exec`
+//! as a tiny in-sandbox tool:
 //!   `init signal-session SID SIG`  signal every process of guest session SID
 //!   `init signal-group PGID SIG`   signal one guest process group
-//!   `init user-setup NAME UID`     the profile's `user`: its passwd entry and
-//!                                  home, made when missing (bin/usersetup.rs)
 //!   `init touch -- PATH...`        a host-side edit of each workspace file:
 //!                                  sets its mtime to itself through gVisor,
 //!                                  so watchers inside get an event
@@ -44,7 +44,6 @@ fn main() {
         [] => run_init(),
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
-        ["user-setup", name, uid] => usersetup::run(name, uid),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
         ["exec", "--tty", "--", cmd, ..] => ptyrelay::run(&args[3..]).unwrap_or_else(|| exec_command(cmd, &args[3..])),
         ["touch", "--", ..] => touch(&args[2..]),
@@ -119,12 +118,10 @@ fn run_init() -> i32 {
     // Set before any child exists: SIGCHLD and SIGTERM stay pending until
     // they interrupt the wait below.
     sys::guest::block_for_suspend(&[sys::SIGCHLD, sys::SIGTERM], &[sys::SIGINT, sys::SIGHUP]);
-    // The network probe, before Ready: the Domain is published only when
-    // it passed, and no session exists yet.
-    probe::at_boot();
-    let mut out = std::io::stdout();
-    let _ = out.write_all(&InitMsg::Ready.encode());
-    let _ = out.flush();
+    // Before Ready, so before any session exists: the Domain is published
+    // only when the host judged these outcomes good.
+    boot();
+    report(&InitMsg::Ready);
     // Our stdout is closed: nothing else uses it afterwards.
     drop(sys::take_inherited(1));
     loop {
@@ -134,6 +131,35 @@ fn run_init() -> i32 {
         }
         sys::guest::suspend_until_signal();
     }
+}
+
+/// Does what the boot request on stdin asks, in its order, then closes
+/// stdin. A request that cannot be read is one failed check (the host
+/// then refuses the probe, and a user it asked for was not reported).
+fn boot() {
+    use lazaret::guest::BootCmd;
+    match lazaret::guest::read_boot_request(&mut std::io::stdin().lock()) {
+        Ok(cmds) => {
+            for c in cmds {
+                match c {
+                    BootCmd::Probe { sandbox_src, checks } => probe::run(sandbox_src, checks),
+                    BootCmd::User { name, uid } => usersetup::at_boot(&name, uid),
+                }
+            }
+        }
+        Err(e) => report(&InitMsg::Check {
+            name: "boot request".into(),
+            ok: false,
+            detail: e.to_string(),
+        }),
+    }
+    drop(sys::take_inherited(0));
+}
+
+/// One frame on stdout, init's report to the Runtime Supervisor.
+fn report(msg: &InitMsg) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
 }
 
 fn parse(s: &str) -> Option<i32> {

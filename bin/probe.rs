@@ -2,9 +2,8 @@
 //! boot, before it reports `Ready` (so before any session exists and
 //! without a `runsc exec` of its own).
 //!
-//! The request is one `lazaret::guest::ProbeCmd::Run` frame on init's
-//! stdin (built by `net::policy::Policy::probe_request`, the file
-//! `gen/probe-request` the supervisor gives `runsc run` as stdin; empty
+//! The request is the `lazaret::guest::BootCmd::Probe` frame of init's
+//! boot request (built by `net::policy::Policy::probe_request`; none
 //! without a network): the sandbox's address on its only NIC, then the
 //! checks (`ProbeKind`):
 //!   `Deny ADDR (PREFIX)`   a TCP connect with IP TTL 1 must be refused
@@ -33,14 +32,14 @@
 //! to slirp4netns's gateway (host loopback is disabled, so it refuses) and
 //! TTL-1 SYNs that cannot pass the router. Report on init's stdout: one
 //! `lazaret::guest::InitMsg::Check` frame per check (init's `Ready`
-//! follows); a request init cannot read is one failed check. The host
+//! follows); a boot request init cannot read is one failed check. The host
 //! judges the report: a failed check, or fewer checks than it asked for,
 //! and the Domain is not published.
 
 use std::fmt;
-use std::io::{self, ErrorKind, Write};
+use std::io::{self, ErrorKind};
 
-use lazaret::guest::{wait_for_run, InitMsg, Message, ProbeKind, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
+use lazaret::guest::{InitMsg, ProbeKind, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -92,8 +91,7 @@ struct Out;
 
 impl Out {
     fn send(&mut self, msg: InitMsg) {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
+        crate::report(&msg);
     }
     fn ok(&mut self, check: &str, detail: String) {
         self.check(check, true, detail);
@@ -178,27 +176,9 @@ fn dns_query(addr: IpAddr) -> Result<Duration, CheckError> {
     Ok(t.elapsed())
 }
 
-/// At boot: reads the request on stdin (to EOF, bounded) and runs it;
-/// nothing when stdin is empty. Closes stdin after.
-pub fn at_boot() {
-    let mut request = Vec::new();
-    let read = std::io::Read::read_to_end(
-        &mut std::io::Read::take(std::io::stdin().lock(), lazaret::guest::MAX_REQUEST_BYTES + 1),
-        &mut request,
-    );
-    let mut out = Out;
-    match read {
-        Ok(0) => {}
-        Ok(_) => match wait_for_run(&mut &request[..]) {
-            Ok((src, checks)) => run(&mut out, src, checks),
-            Err(e) => out.fail("request", e),
-        },
-        Err(e) => out.fail("request", format!("reading it: {e}")),
-    }
-    drop(crate::sys::take_inherited(0));
-}
-
-fn run(out: &mut Out, sandbox_src: IpAddr, checks: Vec<lazaret::guest::ProbeSpec>) {
+/// Runs `checks` in order, one `InitMsg::Check` each on stdout.
+pub fn run(sandbox_src: IpAddr, checks: Vec<lazaret::guest::ProbeSpec>) {
+    let out = &mut Out;
     let sandbox_src = Some(sandbox_src);
     for c in checks {
         let (addr, k) = (c.addr, c.kind);

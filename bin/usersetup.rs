@@ -1,21 +1,23 @@
-//! `init user-setup NAME UID`: makes the profile's unprivileged user exist
-//! in the guest, run as root before the Domain's first session. Idempotent:
+//! The profile's user, at init's boot (a `BootCmd::User` frame of its boot
+//! request): makes the unprivileged user exist in the guest, as root,
+//! before any session of the generation. Idempotent:
 //! an existing entry of NAME with UID is kept, a missing one is appended to
 //! `/etc/passwd`, `/etc/group` (and `/etc/shadow` when the image has one),
 //! and the home `/home/NAME` is made (from `/etc/skel`) when missing. Both
 //! live under persisted paths by default, so this happens once per Domain.
 //! Written without the image's tools (an image need not have `useradd`).
-//! Reports one `lazaret::guest::SetupMsg` frame on stdout.
+//! Reports one `lazaret::guest::InitMsg::UserReady` or `UserFailed` frame
+//! on init's stdout.
 
 use std::fmt;
 use std::io::{self, Write};
 
-use lazaret::guest::{Message, SetupMsg, MAX_SETUP_REASON};
+use lazaret::guest::{InitMsg, MAX_SETUP_REASON};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Why the user could not be set up; shows as the reason of
-/// `SetupMsg::Failed`.
+/// `InitMsg::UserFailed`.
 #[derive(Debug)]
 enum SetupError {
     /// The image has the user with another uid (its uid, the wanted one).
@@ -45,38 +47,36 @@ impl fmt::Display for SetupError {
     }
 }
 
-pub fn run(name: &str, uid: &str) -> i32 {
-    let Ok(uid) = uid.parse::<u32>() else { return 2 };
+/// Sets up user `name` with `uid` and reports the outcome.
+pub fn at_boot(name: &str, uid: u32) {
     let valid = !name.is_empty()
         && name.len() <= 32
         && name != "root"
         && name
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-');
-    if !valid || uid == 0 {
-        return 2;
-    }
-    // The report is one `SetupMsg` frame on stdout; stderr is for the log.
-    let (msg, code) = match setup(name, uid) {
-        Ok(()) => (SetupMsg::Done, 0),
-        Err(e) => {
+    let outcome = if !valid || uid == 0 {
+        Err("not a valid user name and uid".to_string())
+    } else {
+        setup(name, uid).map_err(|e| {
+            // stderr is for the log.
             eprintln!("lazaret: user {name}: {e}");
-            let e = e.to_string();
+            e.to_string()
+        })
+    };
+    let msg = match outcome {
+        Ok(()) => InitMsg::UserReady,
+        Err(e) => {
             let mut end = e.len().min(MAX_SETUP_REASON);
             while !e.is_char_boundary(end) {
                 end -= 1;
             }
-            (
-                SetupMsg::Failed {
-                    reason: e[..end].to_string(),
-                },
-                1,
-            )
+            InitMsg::UserFailed {
+                reason: e[..end].to_string(),
+            }
         }
     };
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(&msg.encode()).and_then(|_| out.flush());
-    code
+    crate::report(&msg);
 }
 
 /// (name, id) of the entries of a passwd- or group-style file.

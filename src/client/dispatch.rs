@@ -201,7 +201,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         bundle: args.value_from_str("--bundle")?,
         container_id: args.value_from_str("--id")?,
         net_plan: args.opt_value_from_str("--net-plan")?,
-        probe_request: args.opt_value_from_str("--probe-request")?,
+        boot_request: args.opt_value_from_str("--boot-request")?,
         views: args.opt_value_from_str("--views")?,
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
         scratch: args.opt_value_from_str("--scratch")?,

@@ -281,6 +281,9 @@ struct Coordinator {
     sup: Option<Supervisor>,
     runsc_pid: i32,
     runsc_start: u64,
+    /// The profile user's setup as init reported it at boot; `None` until
+    /// then.
+    user_report: Option<crate::wire::guest::UserOutcome>,
     owned_rows: Vec<i64>,
     listener: Option<UnixListener>,
     signals: OwnedFd,

@@ -3,12 +3,11 @@
 
 use super::teardown::recover;
 use super::*;
-use std::io::Read;
+use crate::wire::guest::UserOutcome;
 
-/// How long `init user-setup` may take, and how much of each of its
-/// streams is read (its report is one small frame).
-const USER_SETUP_TIMEOUT: Duration = Duration::from_secs(60);
-const USER_SETUP_OUT_MAX: u64 = 16 * 1024;
+/// What init does at boot (`wire::guest::BootCmd` frames), in the
+/// generation dir: the supervisor gives it to `runsc run` as stdin.
+const BOOT_REQUEST_FILE: &str = "boot-request";
 
 impl Coordinator {
     pub(super) fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, CoordinatorError> {
@@ -64,6 +63,7 @@ impl Coordinator {
             sup: None,
             runsc_pid: 0,
             runsc_start: 0,
+            user_report: None,
             owned_rows: Vec::new(),
             listener: None,
             signals,
@@ -288,6 +288,7 @@ impl Coordinator {
         let bundle_config = gen_dir.join("bundle/config.json");
         std::fs::write(&bundle_config, plan::sandbox_config(&plan))
             .map_err(|e| CoordinatorError::WriteBundle(bundle_config, e))?;
+        self.write_boot_request(&gen_dir)?;
         crate::trace::step("coordinator", "bundle written");
         self.start_supervisor()?;
         crate::trace::step("coordinator", "supervisor ready");
@@ -339,6 +340,8 @@ impl Coordinator {
             .arg(self.paths.gen_dir().join("bundle"))
             .arg("--id")
             .arg(&self.sandbox_id)
+            .arg("--boot-request")
+            .arg(self.paths.gen_dir().join(BOOT_REQUEST_FILE))
             .args(self.net.supervisor_args())
             .args(self.gate_secrets.as_ref().map(|_| "--secrets"))
             .arg("--views")
@@ -408,9 +411,13 @@ impl Coordinator {
         // 2. runsc run is up and the init printed ready.
         let sup = self.sup.as_mut().unwrap();
         // The network is installed and attested before runsc starts.
-        let (net, store) = (&mut self.net, &self.store);
-        let (rpid, rstart) = sup.status.wait_for_ready(deadline, |m| {
-            net.status_msg(m, store);
+        let (net, store, user) = (&mut self.net, &self.store, &mut self.user_report);
+        let (rpid, rstart) = sup.status.wait_for_ready(deadline, |m| match m {
+            StatusMsg::UserReady => *user = Some(UserOutcome::Ready),
+            StatusMsg::UserFailed { reason } => *user = Some(UserOutcome::Failed(reason.clone())),
+            m => {
+                net.status_msg(m, store);
+            }
         })?;
         self.runsc_pid = rpid;
         self.runsc_start = rstart;
@@ -582,50 +589,47 @@ impl Coordinator {
             .map_err(CoordinatorError::Network)
     }
 
+    /// What init does at boot, before it reports ready: the network probe
+    /// (with a network) and the profile user's setup (with a `user`), one
+    /// `BootCmd` frame each; empty for neither.
+    fn write_boot_request(&self, gen_dir: &Path) -> Result<(), CoordinatorError> {
+        use crate::wire::guest::BootCmd;
+        use crate::wire::Message;
+        let mut frames = Vec::new();
+        if let Some(probe) = self.net.boot_request() {
+            frames.extend(probe.encode());
+        }
+        if let Some(name) = &self.profile.user {
+            let user = BootCmd::User {
+                name: name.clone(),
+                uid: config::GUEST_USER_UID,
+            };
+            frames.extend(user.encode());
+        }
+        let path = gen_dir.join(BOOT_REQUEST_FILE);
+        std::fs::write(&path, frames).map_err(|e| CoordinatorError::WriteBundle(path, e))
+    }
+
     /// The profile's `user`: its passwd entry and home inside (made once;
-    /// both persist by default), before any session starts. Fails the start
-    /// when the image's ids conflict.
+    /// both persist by default), by init at boot, before any session
+    /// starts. Fails the start when init could not make it (the image's
+    /// ids conflict, for example) or did not say.
     pub(super) fn setup_user(&mut self) -> Result<(), CoordinatorError> {
         let Some(name) = self.profile.user.clone() else {
             return Ok(());
         };
-        let mut cmd = self.runsc_in_ns()?;
-        cmd.arg("exec").arg(&self.sandbox_id).arg(plan::GUEST_INIT);
-        cmd.args(["user-setup", &name, &config::GUEST_USER_UID.to_string()]);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(CoordinatorError::RunscExec)?;
-        // Bounded like every report from the sandbox: a deadline (then it is
-        // killed), and a capped read of each stream (a longer report fails
-        // the decode below; one past the pipe's size blocks until killed).
-        let status = crate::sys::wait_deadline(&mut child, USER_SETUP_TIMEOUT);
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            let _ = out.take(USER_SETUP_OUT_MAX).read_to_end(&mut stdout);
-        }
-        if let Some(err) = child.stderr.take() {
-            let _ = err.take(USER_SETUP_OUT_MAX).read_to_end(&mut stderr);
-        }
-        let ok = status.is_some_and(|s| s.success());
-        // Its report is one `wire::guest::SetupMsg` frame (from the sandbox:
-        // anything else is a failure).
-        use crate::wire::guest::SetupMsg;
-        match crate::wire::decode_one::<SetupMsg>(&stdout) {
-            Ok(SetupMsg::Done) if ok => Ok(()),
-            report => {
-                let line = match report {
-                    Ok(SetupMsg::Failed { reason }) => crate::display::escape(&format!("user {name}: {reason}")),
-                    _ => "the guest could not create it".into(),
-                };
-                let text = String::from_utf8_lossy(&stderr);
-                log::warn!("user setup failed: {}", crate::display::escape(&text));
-                Err(CoordinatorError::UserSetup {
-                    profile: self.profile.name.clone(),
-                    user: name,
-                    reason: line,
-                })
-            }
-        }
+        // Its report came from inside the sandbox, bounded (`InitMsg`).
+        let reason = match self.user_report.take() {
+            Some(UserOutcome::Ready) => return Ok(()),
+            Some(UserOutcome::Failed(reason)) => crate::display::escape(&format!("user {name}: {reason}")),
+            None => "the guest did not report it".into(),
+        };
+        log::warn!("user setup failed: {reason}");
+        Err(CoordinatorError::UserSetup {
+            profile: self.profile.name.clone(),
+            user: name,
+            reason,
+        })
     }
 
     /// Host port forwards through slirp4netns's API socket; the list goes

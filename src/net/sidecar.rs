@@ -6,8 +6,8 @@
 //! id minted here, never a helper pid.
 //!
 //! The coordinator calls, in order: [`NetRole::new`] (with the config),
-//! [`NetRole::prepare`] (writes `gen/netplan`, `gen/resolv.conf` and
-//! `gen/probe-request`),
+//! [`NetRole::prepare`] (writes `gen/netplan` and `gen/resolv.conf`),
+//! [`NetRole::boot_request`] (the probe, for init's boot request),
 //! [`NetRole::record_intent`] (before the supervisor may start the helper),
 //! [`NetRole::status_msg`] for each supervisor report before `Ready`, then
 //! [`NetRole::verify`] before publication.
@@ -22,15 +22,11 @@ use crate::net::policy::{self as netpolicy, Policy};
 use crate::plan::BindMount;
 use crate::storage::store::{NetworkReadiness, Store};
 use crate::sys;
-use crate::wire::guest::{ProbeCheck, ProbeCmd, MAX_CHECKS};
+use crate::wire::guest::{BootCmd, ProbeCheck, MAX_CHECKS};
 use crate::wire::plan::PlanMsg;
 use crate::wire::show::{NetReadiness as WireReadiness, RouterFacts, ShowMsg};
 use crate::wire::supervisor::StatusMsg;
-use crate::wire::Message;
 
-/// The probe's request (`wire::guest::ProbeCmd`), in the generation dir:
-/// the supervisor hands it to `runsc run` as stdin, init reads it at boot.
-pub const PROBE_REQUEST_FILE: &str = "probe-request";
 /// The readiness summary `lazaret net show` reads, in the generation dir
 /// (`wire::show::ShowMsg::NetReadiness`).
 pub const READINESS_FILE: &str = "net-readiness";
@@ -210,19 +206,16 @@ impl NetRole {
         };
         crate::wire::plan::write_plan(&gen_dir.join("netplan"), &PlanMsg::Network(self.policy.plan()))
             .map_err(|e| SidecarError::Write("netplan", e))?;
-        if self.policy.enabled {
-            std::fs::write(gen_dir.join(PROBE_REQUEST_FILE), self.policy.probe_request().encode())
-                .map_err(|e| SidecarError::Write(PROBE_REQUEST_FILE, e))?;
-        }
         w("resolv.conf", self.policy.resolv_conf())
     }
 
     pub fn supervisor_args(&self) -> Vec<PathBuf> {
-        let mut args = vec!["--net-plan".into(), self.gen_dir.join("netplan")];
-        if self.policy.enabled {
-            args.extend(["--probe-request".into(), self.gen_dir.join(PROBE_REQUEST_FILE)]);
-        }
-        args
+        vec!["--net-plan".into(), self.gen_dir.join("netplan")]
+    }
+
+    /// What init probes at boot, when the Domain has a network.
+    pub fn boot_request(&self) -> Option<BootCmd> {
+        self.policy.enabled.then(|| self.policy.probe_request())
     }
 
     /// The namespace path for `config.json`, when the Domain has a network.
@@ -303,7 +296,10 @@ impl NetRole {
             if seen != inode {
                 return Err(SidecarError::WrongNamespace { seen, attested: inode });
             }
-            let ProbeCmd::Run { checks: asked, .. } = self.policy.probe_request();
+            let asked = match self.policy.probe_request() {
+                BootCmd::Probe { checks, .. } => checks,
+                BootCmd::User { .. } => Vec::new(),
+            };
             (
                 inode,
                 router_inode,
@@ -446,8 +442,14 @@ mod probe_tests {
             r => panic!("{:?}", r.map(|l| l.len())),
         }
         // Fewer or more checks than asked for, none at all, too many.
-        assert!(matches!(judge_probe(&good[..1], false, 2), Err(SidecarError::ProbeReport(_))));
-        assert!(matches!(judge_probe(&good, false, 3), Err(SidecarError::ProbeReport(_))));
+        assert!(matches!(
+            judge_probe(&good[..1], false, 2),
+            Err(SidecarError::ProbeReport(_))
+        ));
+        assert!(matches!(
+            judge_probe(&good, false, 3),
+            Err(SidecarError::ProbeReport(_))
+        ));
         assert!(matches!(judge_probe(&[], false, 3), Err(SidecarError::ProbeReport(_))));
         assert!(matches!(judge_probe(&good, true, 2), Err(SidecarError::ProbeReport(_))));
     }

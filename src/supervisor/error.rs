@@ -42,8 +42,8 @@ pub enum SupervisorError {
     Views(crate::view::fs::serve::ViewError),
     /// The pipe runsc reports `ready` on.
     ReadyPipe(io::Error),
-    /// The probe request the coordinator wrote cannot be opened.
-    ProbeRequest(PathBuf, io::Error),
+    /// The boot request the coordinator wrote cannot be opened.
+    BootRequest(PathBuf, io::Error),
     /// Spawning `runsc run`.
     StartRunsc(io::Error),
     /// The signal pipe of the supervise loop.
@@ -74,7 +74,7 @@ impl fmt::Display for SupervisorError {
             Network(e) => write!(f, "{e}"),
             Views(e) => write!(f, "{e}"),
             ReadyPipe(e) => write!(f, "pipe: {e}"),
-            ProbeRequest(p, e) => write!(f, "cannot open the network probe request {}: {e}", p.display()),
+            BootRequest(p, e) => write!(f, "cannot open init's boot request {}: {e}", p.display()),
             StartRunsc(e) => write!(f, "cannot start runsc: {e} (run `lazaret doctor`)"),
             SignalPipe(e) => write!(f, "signal pipe: {e}"),
             StartTime(pid) => write!(f, "cannot read the start time of runsc run (pid {pid})"),

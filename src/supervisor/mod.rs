@@ -16,12 +16,12 @@
 //!    with `--meminfo`, bind the Domain's meminfo view over
 //!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
-//!    namespace) on the coordinator's bundle, with the probe request as its
+//!    namespace) on the coordinator's bundle, with the boot request as its
 //!    stdin; its root process is Lazaret's init, which runs the network
-//!    probe and reports each check then `wire::guest::InitMsg::Ready` on
-//!    its stdout;
-//! 5. relay the checks (`ProbeCheck`), report `Ready { pid, start }` and
-//!    wait. EOF on the lease pipe (coordinator
+//!    probe and the user setup it asks for and reports each outcome, then
+//!    `wire::guest::InitMsg::Ready`, on its stdout;
+//! 5. relay the outcomes (`ProbeCheck`, `UserReady`/`UserFailed`), report
+//!    `Ready { pid, start }` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
 //! Wire format: `wire::supervisor` (`StatusMsg` frames on the status pipe,
@@ -37,7 +37,7 @@ use crate::net::install as netns;
 use crate::net::policy;
 use crate::plan;
 use crate::sys;
-use crate::wire::guest::{InitError, InitReceiver};
+use crate::wire::guest::{InitError, InitReceiver, UserOutcome};
 use crate::wire::supervisor::StatusMsg;
 use crate::wire::ReadError;
 
@@ -56,10 +56,10 @@ pub struct Args {
     pub runsc_args: Vec<String>,
     /// The install plan the coordinator derived (`--net-plan`), if any.
     pub net_plan: Option<PathBuf>,
-    /// The network probe's request (`--probe-request`,
-    /// `wire::guest::ProbeCmd`): `runsc run`'s stdin, so init reads it at
-    /// boot. Without it, stdin is empty and init probes nothing.
-    pub probe_request: Option<PathBuf>,
+    /// What init does at boot (`--boot-request`, `wire::guest::BootCmd`
+    /// frames: the network probe, the profile user's setup): `runsc run`'s
+    /// stdin, so init reads it. Without it, stdin is empty.
+    pub boot_request: Option<PathBuf>,
     /// The workspace views to serve (`fusefs`), written by the coordinator.
     pub views: Option<PathBuf>,
     /// The State Anchor's mount plan (`anchor::plan_message`).
@@ -368,10 +368,10 @@ fn prepare_namespace(mask_core: bool) -> Result<(), SupervisorError> {
 
 fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd), SupervisorError> {
     let (ready_rd, ready_wr) = sys::pipe().map_err(SupervisorError::ReadyPipe)?;
-    // Init's stdin: the probe request (a host file the sandbox sees only
-    // as this stream), or nothing.
-    let stdin = match &args.probe_request {
-        Some(p) => Stdio::from(std::fs::File::open(p).map_err(|e| SupervisorError::ProbeRequest(p.clone(), e))?),
+    // Init's stdin: the boot request (a host file, opened read-only, that
+    // the sandbox sees only as this stream; init closes it), or nothing.
+    let stdin = match &args.boot_request {
+        Some(p) => Stdio::from(std::fs::File::open(p).map_err(|e| SupervisorError::BootRequest(p.clone(), e))?),
         None => Stdio::null(),
     };
     let mut cmd = Command::new("runsc");
@@ -472,11 +472,11 @@ fn supervise(
         }
         if fds.is_readable(Wake::Ready) {
             // Init's report comes from inside the sandbox: bounded
-            // `InitMsg::Check` frames then `Ready`, anything else stops the
-            // sandbox. The checks go on as they came; the coordinator
-            // judges them.
+            // `InitMsg::Check` frames and the user's outcome, then `Ready`;
+            // anything else stops the sandbox. The outcomes go on as they
+            // came; the coordinator judges them.
             match ready.as_mut().map(InitReceiver::wait_for_ready) {
-                Some(Ok(Some(checks))) => {
+                Some(Ok(Some(boot))) => {
                     ready = None;
                     crate::trace::step("supervisor", "sandbox init ready");
                     let pid = child.id() as i32;
@@ -487,8 +487,13 @@ fn supervise(
                         stop_sandbox(args, child);
                         return 1;
                     };
-                    for c in checks {
+                    for c in boot.checks {
                         status(&StatusMsg::ProbeCheck(c));
+                    }
+                    match boot.user {
+                        Some(UserOutcome::Ready) => status(&StatusMsg::UserReady),
+                        Some(UserOutcome::Failed(reason)) => status(&StatusMsg::UserFailed { reason }),
+                        None => {}
                     }
                     status(&StatusMsg::Ready { pid, start });
                     reported = true;

@@ -3,16 +3,16 @@
 //! bound what they read and fail closed on anything but the expected
 //! sequence.
 //!
-//! - [`ProbeCmd`]: Host Coordinator → PID 1, the one message this direction
-//!   has: which network checks to run at boot. The coordinator writes it to
-//!   `gen/probe-request`; the supervisor gives that file to `runsc run` as
-//!   stdin, which becomes init's (with no network, stdin is empty).
+//! - [`BootCmd`]: Host Coordinator → PID 1, the one direction into the
+//!   sandbox: what init does at boot before it reports ready (the network
+//!   probe's checks, the profile user's setup). The coordinator writes the
+//!   frames to `gen/boot-request`; the supervisor gives that file to `runsc
+//!   run` as stdin, which becomes init's (empty: nothing to do).
 //! - [`InitMsg`]: PID 1 → Runtime Supervisor, on init's stdout (the stdout
-//!   of `runsc run`): one `Check` per check it was asked for, then `Ready`,
-//!   then the pipe closes. The supervisor relays the checks to the
-//!   coordinator (`StatusMsg::ProbeCheck`), which judges them.
-//! - [`SetupMsg`]: `init user-setup` → Host Coordinator, on its stdout: one
-//!   frame, `Done` or `Failed`.
+//!   of `runsc run`): one `Check` per probe check it was asked for, the
+//!   user's outcome when asked, then `Ready`, then the pipe closes. The
+//!   supervisor relays what came before `Ready` to the coordinator
+//!   (`StatusMsg::ProbeCheck`, `StatusMsg::User`), which judges it.
 //!
 //! `lazaret-init` links this module from the library (`lazaret::guest`).
 
@@ -34,6 +34,10 @@ pub enum InitMsg {
     /// One check of the boot probe: its outcome, `detail` says what was
     /// seen (not yet escaped).
     Check { name: String, ok: bool, detail: String },
+    /// The profile's user exists (made now or already there).
+    UserReady,
+    /// It could not be made: why (not yet escaped).
+    UserFailed { reason: String },
 }
 
 impl Message for InitMsg {
@@ -41,6 +45,8 @@ impl Message for InitMsg {
         match self {
             InitMsg::Ready => Enc::new(1).finish(),
             InitMsg::Check { name, ok, detail } => Enc::new(2).str(name).u8(*ok as u8).str(detail).finish(),
+            InitMsg::UserReady => Enc::new(3).finish(),
+            InitMsg::UserFailed { reason } => Enc::new(4).str(reason).finish(),
         }
     }
 
@@ -60,6 +66,14 @@ impl Message for InitMsg {
                 }
                 InitMsg::Check { name, ok, detail }
             }
+            3 => InitMsg::UserReady,
+            4 => {
+                let reason = d.str()?;
+                if reason.len() > MAX_SETUP_REASON {
+                    return Err(DecodeError::BadValue("setup reason"));
+                }
+                InitMsg::UserFailed { reason }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -70,6 +84,8 @@ impl Message for InitMsg {
         match self {
             InitMsg::Ready => "Ready",
             InitMsg::Check { .. } => "Check",
+            InitMsg::UserReady => "UserReady",
+            InitMsg::UserFailed { .. } => "UserFailed",
         }
     }
 }
@@ -79,9 +95,28 @@ pub const MAX_CHECK_NAME: usize = 128;
 pub const MAX_CHECK_DETAIL: usize = 512;
 /// Most checks in one report.
 pub const MAX_CHECKS: usize = 256;
+/// Longest reason the host takes for a failed user setup.
+pub const MAX_SETUP_REASON: usize = 1024;
 /// Most bytes the supervisor takes from init's stdout: every check at its
-/// longest, then `Ready`.
-pub const MAX_INIT_BYTES: usize = MAX_CHECKS * (5 + 1 + 4 + MAX_CHECK_NAME + 1 + 4 + MAX_CHECK_DETAIL) + 5;
+/// longest, the user's outcome at its longest, then `Ready`.
+pub const MAX_INIT_BYTES: usize =
+    MAX_CHECKS * (5 + 1 + 4 + MAX_CHECK_NAME + 1 + 4 + MAX_CHECK_DETAIL) + (5 + 4 + MAX_SETUP_REASON) + 5;
+
+/// What init reported before `Ready`: the probe's checks in order, and
+/// the user setup's outcome when there was one.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BootReport {
+    pub checks: Vec<ProbeCheck>,
+    pub user: Option<UserOutcome>,
+}
+
+/// How the profile user's setup at boot went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UserOutcome {
+    Ready,
+    /// Why it failed (from inside the sandbox, not yet escaped).
+    Failed(String),
+}
 
 /// Why init's report was refused.
 #[derive(Debug)]
@@ -90,6 +125,8 @@ pub enum InitError {
     Read(ReadError),
     /// More than [`MAX_INIT_BYTES`] or [`MAX_CHECKS`] checks without a `Ready`.
     TooLong,
+    /// A second user outcome.
+    TwoUserReports,
 }
 
 impl std::fmt::Display for InitError {
@@ -104,6 +141,7 @@ impl std::fmt::Display for InitError {
                 f,
                 "the sandbox's init wrote more than {MAX_CHECKS} checks or {MAX_INIT_BYTES} bytes without Ready"
             ),
+            InitError::TwoUserReports => write!(f, "the sandbox's init reported its user setup twice"),
         }
     }
 }
@@ -113,7 +151,7 @@ pub struct InitReceiver {
     pipe: File,
     reader: FrameReader,
     taken: usize,
-    checks: Vec<ProbeCheck>,
+    report: BootReport,
 }
 
 impl InitReceiver {
@@ -122,7 +160,7 @@ impl InitReceiver {
             pipe,
             reader: FrameReader::default(),
             taken: 0,
-            checks: Vec::new(),
+            report: BootReport::default(),
         }
     }
 
@@ -131,11 +169,11 @@ impl InitReceiver {
     }
 
     /// One step of waiting for `Ready`, for a poll loop: reads once (call
-    /// when the pipe is readable). `Ok(Some(checks))` when `Ready` arrived
-    /// (the boot probe's checks before it, in order), `Ok(None)` when more
-    /// is needed; anything else, EOF first, bytes after `Ready`, or more
-    /// than the bounds is an error.
-    pub fn wait_for_ready(&mut self) -> Result<Option<Vec<ProbeCheck>>, InitError> {
+    /// when the pipe is readable). `Ok(Some(report))` when `Ready` arrived
+    /// (with what came before it), `Ok(None)` when more is needed;
+    /// anything else, EOF first, bytes after `Ready`, or more than the
+    /// bounds is an error.
+    pub fn wait_for_ready(&mut self) -> Result<Option<BootReport>, InitError> {
         let mut chunk = [0u8; 16 * 1024];
         let room = (MAX_INIT_BYTES - self.taken).min(chunk.len());
         let n = match self.pipe.read(&mut chunk[..room]) {
@@ -148,10 +186,19 @@ impl InitReceiver {
         self.reader.push(&chunk[..n]);
         loop {
             match self.reader.next::<InitMsg>() {
-                Ok(Some(InitMsg::Check { .. })) if self.checks.len() == MAX_CHECKS => return Err(InitError::TooLong),
-                Ok(Some(InitMsg::Check { name, ok, detail })) => self.checks.push(ProbeCheck { name, ok, detail }),
+                Ok(Some(InitMsg::Check { .. })) if self.report.checks.len() == MAX_CHECKS => {
+                    return Err(InitError::TooLong)
+                }
+                Ok(Some(InitMsg::Check { name, ok, detail })) => {
+                    self.report.checks.push(ProbeCheck { name, ok, detail })
+                }
+                Ok(Some(InitMsg::UserReady | InitMsg::UserFailed { .. })) if self.report.user.is_some() => {
+                    return Err(InitError::TwoUserReports)
+                }
+                Ok(Some(InitMsg::UserReady)) => self.report.user = Some(UserOutcome::Ready),
+                Ok(Some(InitMsg::UserFailed { reason })) => self.report.user = Some(UserOutcome::Failed(reason)),
                 Ok(Some(InitMsg::Ready)) if self.reader.is_empty() => {
-                    return Ok(Some(std::mem::take(&mut self.checks)))
+                    return Ok(Some(std::mem::take(&mut self.report)))
                 }
                 Ok(Some(InitMsg::Ready)) => {
                     return Err(InitError::Read(ReadError::Decode(DecodeError::TrailingBytes(
@@ -239,18 +286,23 @@ pub struct ProbeSpec {
     pub prefix: Option<Prefix>,
 }
 
-/// Most bytes of a probe request: one frame.
-pub const MAX_REQUEST_BYTES: u64 = crate::wire::codec::MAX_FRAME_LEN as u64 + 4;
+/// Most bytes of a boot request: a probe frame at its largest, and a
+/// user frame.
+pub const MAX_REQUEST_BYTES: u64 = crate::wire::codec::MAX_FRAME_LEN as u64 + 4 + 64;
 
-/// Host Coordinator → PID 1 (`gen/probe-request`, init's stdin at boot).
+/// Host Coordinator → PID 1 (`gen/boot-request`, init's stdin at boot):
+/// each frame one thing to do, in order; at most one of each kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProbeCmd {
-    /// Run `checks` in order; `sandbox_src` is the sandbox's address on its
-    /// only NIC (what a route through the router leaves from).
-    Run {
+pub enum BootCmd {
+    /// Run `checks` in order (the network probe, bin/probe.rs);
+    /// `sandbox_src` is the sandbox's address on its only NIC (what a
+    /// route through the router leaves from).
+    Probe {
         sandbox_src: IpAddr,
         checks: Vec<ProbeSpec>,
     },
+    /// Make the profile's user `name` with `uid` exist (bin/usersetup.rs).
+    User { name: String, uid: u32 },
 }
 
 fn enc_ip(e: &mut Enc, a: IpAddr) {
@@ -274,10 +326,10 @@ fn dec_ip(d: &mut Dec) -> Result<IpAddr, DecodeError> {
     }
 }
 
-impl Message for ProbeCmd {
+impl Message for BootCmd {
     fn encode(&self) -> Vec<u8> {
         match self {
-            ProbeCmd::Run { sandbox_src, checks } => {
+            BootCmd::Probe { sandbox_src, checks } => {
                 let mut e = Enc::new(1);
                 enc_ip(&mut e, *sandbox_src);
                 e.u32(checks.len() as u32);
@@ -294,6 +346,7 @@ impl Message for ProbeCmd {
                 }
                 e.finish()
             }
+            BootCmd::User { name, uid } => Enc::new(2).str(name).u32(*uid).finish(),
         }
     }
 
@@ -322,8 +375,12 @@ impl Message for ProbeCmd {
                     };
                     checks.push(ProbeSpec { kind, addr, prefix });
                 }
-                ProbeCmd::Run { sandbox_src, checks }
+                BootCmd::Probe { sandbox_src, checks }
             }
+            2 => BootCmd::User {
+                name: d.str()?,
+                uid: d.u32()?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -332,16 +389,21 @@ impl Message for ProbeCmd {
 
     fn name(&self) -> &'static str {
         match self {
-            ProbeCmd::Run { .. } => "Run",
+            BootCmd::Probe { .. } => "Probe",
+            BootCmd::User { .. } => "User",
         }
     }
 }
 
-/// Why the probe could not take its request.
+/// Why init could not take its boot request.
 #[derive(Debug)]
 pub enum RequestError {
     Read(std::io::Error),
     Malformed(DecodeError),
+    /// More than [`MAX_REQUEST_BYTES`].
+    TooLong,
+    /// Two frames of one kind.
+    Twice(&'static str),
 }
 
 impl std::fmt::Display for RequestError {
@@ -349,66 +411,35 @@ impl std::fmt::Display for RequestError {
         match self {
             RequestError::Read(e) => write!(f, "reading the request: {e}"),
             RequestError::Malformed(e) => write!(f, "malformed request: {e}"),
+            RequestError::TooLong => write!(f, "the request exceeds {MAX_REQUEST_BYTES} bytes"),
+            RequestError::Twice(what) => write!(f, "the request asks for {what} twice"),
         }
     }
 }
 
-/// The probe's side: the one `Run` on stdin, read to EOF (bounded by the
-/// frame maximum).
-pub fn wait_for_run(r: &mut impl Read) -> Result<(IpAddr, Vec<ProbeSpec>), RequestError> {
+/// Init's side: every frame on stdin, read to EOF (bounded); empty is
+/// nothing to do.
+pub fn read_boot_request(r: &mut impl Read) -> Result<Vec<BootCmd>, RequestError> {
     let mut buf = Vec::new();
     r.take(MAX_REQUEST_BYTES + 1)
         .read_to_end(&mut buf)
         .map_err(RequestError::Read)?;
-    match super::decode_one::<ProbeCmd>(&buf) {
-        Ok(ProbeCmd::Run { sandbox_src, checks }) => Ok((sandbox_src, checks)),
-        Err(e) => Err(RequestError::Malformed(e)),
+    if buf.len() as u64 > MAX_REQUEST_BYTES {
+        return Err(RequestError::TooLong);
     }
-}
-
-/// Longest reason the host takes from `init user-setup`.
-pub const MAX_SETUP_REASON: usize = 1024;
-
-/// `init user-setup` → Host Coordinator.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SetupMsg {
-    /// The profile's user exists (made now or already there).
-    Done,
-    /// It could not be made: why (not yet escaped).
-    Failed { reason: String },
-}
-
-impl Message for SetupMsg {
-    fn encode(&self) -> Vec<u8> {
-        match self {
-            SetupMsg::Done => Enc::new(1).finish(),
-            SetupMsg::Failed { reason } => Enc::new(2).str(reason).finish(),
+    let mut reader = FrameReader::default();
+    reader.push(&buf);
+    let mut cmds: Vec<BootCmd> = Vec::new();
+    while let Some(c) = reader.next::<BootCmd>().map_err(RequestError::Malformed)? {
+        if cmds.iter().any(|o| o.name() == c.name()) {
+            return Err(RequestError::Twice(c.name()));
         }
+        cmds.push(c);
     }
-
-    fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
-        let mut d = Dec::new(payload);
-        let m = match d.u8()? {
-            1 => SetupMsg::Done,
-            2 => {
-                let reason = d.str()?;
-                if reason.len() > MAX_SETUP_REASON {
-                    return Err(DecodeError::BadValue("setup reason"));
-                }
-                SetupMsg::Failed { reason }
-            }
-            t => return Err(DecodeError::UnknownTag(t)),
-        };
-        d.end()?;
-        Ok(m)
+    if !reader.is_empty() {
+        return Err(RequestError::Malformed(DecodeError::Truncated));
     }
-
-    fn name(&self) -> &'static str {
-        match self {
-            SetupMsg::Done => "Done",
-            SetupMsg::Failed { .. } => "Failed",
-        }
-    }
+    Ok(cmds)
 }
 
 #[cfg(test)]
@@ -427,14 +458,18 @@ pub(crate) mod tests {
                 ok: false,
                 detail: "no answer: \x1b[31m".into(),
             },
+            InitMsg::UserFailed {
+                reason: "cannot write /etc/passwd: Read-only file system".into(),
+            },
             InitMsg::Ready,
+            InitMsg::UserReady,
         ]
     }
 
-    pub(crate) fn samples_cmd() -> Vec<ProbeCmd> {
+    pub(crate) fn samples_cmd() -> Vec<BootCmd> {
         let p = |s: &str| s.parse::<Prefix>().unwrap();
         vec![
-            ProbeCmd::Run {
+            BootCmd::Probe {
                 sandbox_src: "169.254.255.1".parse().unwrap(),
                 checks: vec![
                     ProbeSpec {
@@ -454,32 +489,38 @@ pub(crate) mod tests {
                     },
                 ],
             },
-            ProbeCmd::Run {
+            BootCmd::Probe {
                 sandbox_src: "::1".parse().unwrap(),
                 checks: Vec::new(),
+            },
+            BootCmd::User {
+                name: "dev".into(),
+                uid: 1000,
             },
         ]
     }
 
     #[test]
-    fn probe_request_is_one_frame_to_eof() {
-        let b = samples_cmd()[0].encode();
-        let (src, checks) = wait_for_run(&mut &b[..]).unwrap();
-        assert_eq!(src.to_string(), "169.254.255.1");
-        assert_eq!(checks.len(), 3);
-        assert!(wait_for_run(&mut &b"deny=192.168.0.1@192.168.0.0/16"[..]).is_err());
+    fn the_boot_request_is_frames_to_eof_at_most_one_of_each() {
+        let s = samples_cmd();
+        let probe_and_user: Vec<u8> = [s[0].encode(), s[2].encode()].concat();
+        let cmds = read_boot_request(&mut &probe_and_user[..]).unwrap();
+        assert_eq!(cmds, vec![s[0].clone(), s[2].clone()]);
+        assert!(read_boot_request(&mut &b""[..]).unwrap().is_empty());
+        // The old text, a cut frame, trailing bytes, a kind twice, too long.
+        assert!(read_boot_request(&mut &b"deny=192.168.0.1@192.168.0.0/16"[..]).is_err());
+        let b = s[0].encode();
+        assert!(read_boot_request(&mut &b[..b.len() - 1]).is_err());
         let mut t = b.clone();
         t.push(1);
-        assert!(wait_for_run(&mut &t[..]).is_err());
-    }
-
-    pub(crate) fn samples_setup() -> Vec<SetupMsg> {
-        vec![
-            SetupMsg::Done,
-            SetupMsg::Failed {
-                reason: "cannot write /etc/passwd: Read-only file system".into(),
-            },
-        ]
+        assert!(read_boot_request(&mut &t[..]).is_err());
+        let twice: Vec<u8> = [s[0].encode(), s[1].encode()].concat();
+        assert!(matches!(
+            read_boot_request(&mut &twice[..]),
+            Err(RequestError::Twice("Probe"))
+        ));
+        let long = vec![0u8; MAX_REQUEST_BYTES as usize + 1];
+        assert!(matches!(read_boot_request(&mut &long[..]), Err(RequestError::TooLong)));
     }
 
     /// A file that reads as `bytes` then EOF, like init's stdout does
@@ -498,12 +539,12 @@ pub(crate) mod tests {
         f
     }
 
-    fn ready_of(bytes: &[u8]) -> Result<Vec<ProbeCheck>, InitError> {
+    fn ready_of(bytes: &[u8]) -> Result<BootReport, InitError> {
         let mut rx = InitReceiver::new(pipe_with(bytes));
         loop {
             match rx.wait_for_ready() {
                 Ok(None) => continue,
-                Ok(Some(checks)) => return Ok(checks),
+                Ok(Some(report)) => return Ok(report),
                 Err(e) => return Err(e),
             }
         }
@@ -515,7 +556,7 @@ pub(crate) mod tests {
 
     #[test]
     fn init_ready_is_a_frame_and_anything_else_fails_closed() {
-        assert!(ready_of(&InitMsg::Ready.encode()).unwrap().is_empty());
+        assert_eq!(ready_of(&InitMsg::Ready.encode()).unwrap(), BootReport::default());
         // The old word, EOF, garbage, a huge frame header, trailing bytes.
         assert!(matches!(
             ready_of(b"ready\n"),
@@ -537,20 +578,39 @@ pub(crate) mod tests {
 
     #[test]
     fn boot_probe_checks_come_before_ready_and_everything_is_bounded() {
-        let checks = ready_of(&report(&samples_init())).unwrap();
-        assert_eq!(checks.len(), 2);
-        assert_eq!(checks[1].line(), "FAIL dns 10.0.2.3: no answer: \\x1b[31m");
+        let boot = &samples_init()[..4];
+        let got = ready_of(&report(boot)).unwrap();
+        assert_eq!(got.checks.len(), 2);
+        assert_eq!(got.checks[1].line(), "FAIL dns 10.0.2.3: no answer: \\x1b[31m");
+        assert_eq!(
+            got.user,
+            Some(UserOutcome::Failed(
+                "cannot write /etc/passwd: Read-only file system".into()
+            ))
+        );
+        let ready = ready_of(&report(&[InitMsg::UserReady, InitMsg::Ready])).unwrap();
+        assert_eq!(ready.user, Some(UserOutcome::Ready));
+        assert!(ready.checks.is_empty());
+        // Two user outcomes.
+        assert!(matches!(
+            ready_of(&report(&[InitMsg::UserReady, InitMsg::UserReady, InitMsg::Ready])),
+            Err(InitError::TwoUserReports)
+        ));
+        let long_reason = InitMsg::UserFailed {
+            reason: "r".repeat(MAX_SETUP_REASON + 1),
+        };
+        assert!(ready_of(&report(&[long_reason, InitMsg::Ready])).is_err());
         // Checks without Ready (EOF), something after Ready, the old text,
         // a cut frame.
         assert!(matches!(
             ready_of(&report(&samples_init()[..2])),
             Err(InitError::Read(ReadError::Closed))
         ));
-        let mut after = samples_init();
+        let mut after = boot.to_vec();
         after.push(samples_init()[0].clone());
         assert!(ready_of(&report(&after)).is_err());
         assert!(ready_of(b"ok dns: fine\n").is_err());
-        let b = report(&samples_init());
+        let b = report(boot);
         assert!(ready_of(&b[..b.len() - 1]).is_err());
         // Too many checks; an oversized name or detail.
         let mut many: Vec<InitMsg> = (0..=MAX_CHECKS).map(|_| samples_init()[0].clone()).collect();
@@ -575,7 +635,11 @@ pub(crate) mod tests {
             detail: "d".repeat(MAX_CHECK_DETAIL),
         };
         let mut full: Vec<InitMsg> = (0..MAX_CHECKS).map(|_| longest.clone()).collect();
+        full.push(InitMsg::UserFailed {
+            reason: "r".repeat(MAX_SETUP_REASON),
+        });
         full.push(InitMsg::Ready);
+        assert!(ready_of(&report(&full)).is_ok());
         assert!(report(&full).len() <= MAX_INIT_BYTES);
     }
 }

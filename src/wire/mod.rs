@@ -14,9 +14,8 @@
 //! | coordinator → supervisor (plans) | [`plan::PlanMsg`] | one frame per plan file in the generation dir |
 //! | state helper → parent | [`helper::HelperMsg`] | the helper's stdout |
 //! | parent → state helper | [`helper::HelperCmd`] | the helper's stdin |
-//! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s): the boot probe's checks, then `Ready` |
-//! | coordinator → sandbox init (PID 1) | [`guest::ProbeCmd`] | `gen/probe-request`, `runsc run`'s stdin (one frame, then EOF) |
-//! | `init user-setup` (in the sandbox) → coordinator | [`guest::SetupMsg`] | its stdout (one frame) |
+//! | sandbox init (PID 1) → supervisor | [`guest::InitMsg`] | init's stdout (`runsc run`'s): the boot probe's checks and the user's setup, then `Ready` |
+//! | coordinator → sandbox init (PID 1) | [`guest::BootCmd`] | `gen/boot-request`, `runsc run`'s stdin (frames, then EOF) |
 //! | coordinator → `lazaret net show`; supervisor → `lazaret ps` (`gen/disk`) | [`show::ShowMsg`] | one frame per file in the generation dir |
 //! | `lazaret-escalate` (in the sandbox) → coordinator | [`mailbox::RequestMsg`] | one signed frame per `<id>.req` file in the Escalation Mailbox |
 //! | coordinator → `lazaret-escalate` | [`mailbox::ResultMsg`] | one frame per `<id>.res` file in the mailbox |
@@ -204,7 +203,6 @@ mod tests {
         v.extend(helper::tests::samples_cmd().iter().map(Message::encode));
         v.extend(guest::tests::samples_init().iter().map(Message::encode));
         v.extend(guest::tests::samples_cmd().iter().map(Message::encode));
-        v.extend(guest::tests::samples_setup().iter().map(Message::encode));
         v.extend(show::tests::samples().iter().map(Message::encode));
         v.extend(mailbox::tests::samples_request().iter().map(Message::encode));
         v.extend(mailbox::tests::samples_result().iter().map(Message::encode));
@@ -239,7 +237,6 @@ mod tests {
         rt(helper::tests::samples_cmd());
         rt(guest::tests::samples_init());
         rt(guest::tests::samples_cmd());
-        rt(guest::tests::samples_setup());
         rt(show::tests::samples());
         rt(mailbox::tests::samples_request());
         rt(mailbox::tests::samples_result());
@@ -314,7 +311,7 @@ mod tests {
         for_each_mutation(0x2545f4914f6cdd1d, &all_samples(), |mut input| {
             let _ = decode_one::<plan::PlanMsg>(&input);
             let _ = decode_one::<show::ShowMsg>(&input);
-            let _ = guest::wait_for_run(&mut &input[..]);
+            let _ = guest::read_boot_request(&mut &input[..]);
             // A decoded request's signed part is exactly what it says, and
             // the record is exactly its encoding.
             if let Ok((r, signed, sig)) = mailbox::decode_request(&input) {
@@ -333,8 +330,7 @@ mod tests {
                 check::<helper::HelperMsg>(&payload);
                 check::<helper::HelperCmd>(&payload);
                 check::<guest::InitMsg>(&payload);
-                check::<guest::ProbeCmd>(&payload);
-                check::<guest::SetupMsg>(&payload);
+                check::<guest::BootCmd>(&payload);
                 check::<show::ShowMsg>(&payload);
                 check::<mailbox::RequestMsg>(&payload);
                 check::<mailbox::ResultMsg>(&payload);

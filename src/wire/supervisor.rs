@@ -2,8 +2,8 @@
 //!
 //! - status (supervisor → coordinator): [`StatusMsg`], in this order at
 //!   startup: `Userns`, then with a network `Slirp` and `NetReady`, then
-//!   the boot probe's `ProbeCheck`s as the sandbox's init reported them,
-//!   then `Ready`; afterwards only `HelperDied`, `Exited`, `Stopped` or `Error`.
+//!   the boot probe's `ProbeCheck`s and the user's `UserReady` or
+//!   `UserFailed` as the sandbox's init reported them, then `Ready`; afterwards only `HelperDied`, `Exited`, `Stopped` or `Error`.
 //! - lease (coordinator → supervisor): [`LeaseMsg::Mapped`] once the id
 //!   maps are written; for a profile with `secrets` (`--secrets`) then
 //!   [`LeaseMsg::Secrets`], what the egress gate needs to swap them in
@@ -30,6 +30,10 @@ pub enum StatusMsg {
     /// One check of the network probe init ran at boot, relayed as init
     /// reported it (from inside the sandbox; bounded like there).
     ProbeCheck(crate::wire::guest::ProbeCheck),
+    /// Init made the profile's user exist at boot.
+    UserReady,
+    /// … or could not: why (from inside the sandbox, not yet escaped).
+    UserFailed { reason: String },
     /// A helper (overlay daemon, slirp4netns, workspace view) died.
     HelperDied { name: String },
     /// `runsc run` exited with this code.
@@ -52,6 +56,8 @@ impl Message for StatusMsg {
             StatusMsg::Stopped => Enc::new(7).finish(),
             StatusMsg::Error { message } => Enc::new(8).str(message).finish(),
             StatusMsg::ProbeCheck(c) => Enc::new(9).str(&c.name).u8(c.ok as u8).str(&c.detail).finish(),
+            StatusMsg::UserReady => Enc::new(10).finish(),
+            StatusMsg::UserFailed { reason } => Enc::new(11).str(reason).finish(),
         }
     }
 
@@ -88,6 +94,14 @@ impl Message for StatusMsg {
                 }
                 StatusMsg::ProbeCheck(crate::wire::guest::ProbeCheck { name, ok, detail })
             }
+            10 => StatusMsg::UserReady,
+            11 => {
+                let reason = d.str()?;
+                if reason.len() > crate::wire::guest::MAX_SETUP_REASON {
+                    return Err(DecodeError::BadValue("setup reason"));
+                }
+                StatusMsg::UserFailed { reason }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -105,6 +119,8 @@ impl Message for StatusMsg {
             StatusMsg::Stopped => "Stopped",
             StatusMsg::Error { .. } => "Error",
             StatusMsg::ProbeCheck(_) => "ProbeCheck",
+            StatusMsg::UserReady => "UserReady",
+            StatusMsg::UserFailed { .. } => "UserFailed",
         }
     }
 }
@@ -311,15 +327,20 @@ impl StatusReceiver {
     }
 
     /// Step 2: `runsc run` is up and its init ready: (pid, start time).
-    /// The network reports before it (`Slirp`, `NetReady`) go to `net`.
+    /// The reports before it (`Slirp`, `NetReady`, and init's boot report:
+    /// `ProbeCheck`, `UserReady`, `UserFailed`) go to `before`.
     pub fn wait_for_ready(
         &mut self,
         deadline: Instant,
-        mut net: impl FnMut(&StatusMsg),
+        mut before: impl FnMut(&StatusMsg),
     ) -> Result<(i32, u64), StatusError> {
         loop {
             match self.recv_until(deadline)? {
-                m @ (StatusMsg::Slirp { .. } | StatusMsg::NetReady { .. } | StatusMsg::ProbeCheck(_)) => net(&m),
+                m @ (StatusMsg::Slirp { .. }
+                | StatusMsg::NetReady { .. }
+                | StatusMsg::ProbeCheck(_)
+                | StatusMsg::UserReady
+                | StatusMsg::UserFailed { .. }) => before(&m),
                 StatusMsg::Ready { pid, start } => return Ok((pid, start)),
                 StatusMsg::Error { message } => return Err(StatusError::Failed(message)),
                 m => return Err(StatusError::Unexpected(UnexpectedMessage::of("Ready", &m))),
@@ -416,6 +437,10 @@ pub(crate) mod tests {
                 ok: false,
                 detail: "169.254.255.2: \x1b]0;t\x07".into(),
             }),
+            StatusMsg::UserReady,
+            StatusMsg::UserFailed {
+                reason: "/home/dev exists and is not a directory".into(),
+            },
         ]
     }
 

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::rules::*;
 use crate::config::Prefix;
-use crate::wire::guest::{ProbeCmd, ProbeKind, ProbeSpec};
+use crate::wire::guest::{BootCmd, ProbeKind, ProbeSpec};
 
 impl Policy {
     /// Addresses the probe checks by route decision, each with the rule it
@@ -47,9 +47,9 @@ impl Policy {
         out
     }
 
-    /// The request the sandbox's init reads on its stdin at boot (see
-    /// bin/probe.rs).
-    pub fn probe_request(&self) -> ProbeCmd {
+    /// The probe's frame of the boot request the sandbox's init reads on
+    /// its stdin (see bin/probe.rs).
+    pub fn probe_request(&self) -> BootCmd {
         let spec = |kind, addr: IpAddr, prefix| ProbeSpec { kind, addr, prefix };
         let mut checks = vec![
             spec(ProbeKind::RouterLive, ROUTER_ADDR.into(), None),
@@ -73,7 +73,7 @@ impl Policy {
                 checks.push(spec(ProbeKind::DnsQuery, (*r).into(), None));
             }
         }
-        ProbeCmd::Run {
+        BootCmd::Probe {
             sandbox_src: SANDBOX_ADDR.into(),
             checks,
         }

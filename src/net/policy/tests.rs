@@ -7,11 +7,13 @@ use std::path::Path;
 use super::probe::Sample;
 use super::*;
 use crate::config::{Prefix, Profile};
-use crate::wire::guest::ProbeCmd;
+use crate::wire::guest::BootCmd;
 
 /// The probe request as `KIND=ADDR[@PREFIX]` words, for assertions.
 fn probe_words(pol: &Policy) -> Vec<String> {
-    let ProbeCmd::Run { checks, .. } = pol.probe_request();
+    let BootCmd::Probe { checks, .. } = pol.probe_request() else {
+        panic!("a probe request")
+    };
     checks
         .iter()
         .map(|c| match c.prefix {

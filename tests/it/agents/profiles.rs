@@ -173,6 +173,48 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
     assert!(r.stderr.contains("persist"), "{r:?}");
 }
 
+/// The user is made by the sandbox's init at boot. When it cannot be (the
+/// sandbox, as root, turned the persisted home into a file), the start
+/// fails with one sentence naming the profile, the user and why,
+/// and nothing is published; the Domain can still be removed.
+#[test]
+fn a_user_setup_that_fails_at_boot_fails_the_start_with_its_reason() {
+    let (env, _g) = require_env!(shared);
+    let base = env.dir("userfail");
+    let (ws, cfg) = (base.join("ws"), base.join("cfg"));
+    std::fs::create_dir(&ws).unwrap();
+    env.chown(&ws);
+    env.write(&cfg.join("lazaret/config.toml"), "[profiles.u]\nuser = \"dev\"\n");
+    let id = env.domain_id("u", &ws);
+    let r = run_profile_u(env, &ws, &cfg, &["--", "id", "-un"]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "dev\n"), "{r:?}");
+    let r = run_profile_u(
+        env,
+        &ws,
+        &cfg,
+        &[
+            "--root",
+            "--",
+            "sh",
+            "-c",
+            "rm -rf /home/dev && printf 'x\\033[2J' > /home/dev",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(eventually(Duration::from_secs(20), || !env.ps_json(&ws).contains(&id)));
+    let r = run_profile_u(env, &ws, &cfg, &["--", "id", "-un"]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("profile u user dev: user dev: /home/dev exists and is not a directory"),
+        "{r:?}"
+    );
+    assert!(!r.stdout.contains("dev"), "no command ran: {r:?}");
+    assert!(!env.runtime_root().join(&id).join("hc.sock").exists());
+    let r = env.lz(&ws, &["rm", "--yes", "--profile", "u"]).config_home(&cfg).run();
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
 /// The stand-in agent profile of docs/agents.md (fixture) on
 /// the `dev` image: its command starts with no CMD as user `dev` (uid
 /// 1000), gets its key by name and `IS_SANDBOX`, reads what the host put in

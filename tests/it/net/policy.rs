@@ -146,7 +146,11 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
         .lz_in(
             &ws,
             "net",
-            &["sh", "-c", "test -e /proc/1/fd/0 || test -e /proc/1/fd/1 || echo closed"],
+            &[
+                "sh",
+                "-c",
+                "test -e /proc/1/fd/0 || test -e /proc/1/fd/1 || echo closed",
+            ],
         )
         .config_home(&cfg)
         .run();
