@@ -155,6 +155,10 @@ impl Env {
     }
 
     /// The argv prefix that runs a command as the test user.
+    /// The prefix that runs a command as the test user, with every signal
+    /// at its default disposition, as from a terminal: a suite started
+    /// from a non-interactive shell's background job inherits SIGINT and
+    /// SIGQUIT ignored, and a test's Ctrl-C would then interrupt nothing.
     pub fn as_user(&self) -> Vec<String> {
         vec![
             "setpriv".into(),
@@ -162,6 +166,8 @@ impl Env {
             format!("--regid={}", self.gid),
             "--clear-groups".into(),
             "--".into(),
+            "/usr/bin/env".into(),
+            "--default-signal".into(),
         ]
     }
 
