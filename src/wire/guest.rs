@@ -55,25 +55,13 @@ impl Message for InitMsg {
         let m = match d.u8()? {
             1 => InitMsg::Ready,
             2 => {
-                let name = d.str()?;
-                if name.is_empty() || name.len() > MAX_CHECK_NAME {
-                    return Err(DecodeError::BadValue("check name"));
-                }
-                let ok = d.flag()?;
-                let detail = d.str()?;
-                if detail.len() > MAX_CHECK_DETAIL {
-                    return Err(DecodeError::BadValue("check detail"));
-                }
+                let ProbeCheck { name, ok, detail } = ProbeCheck::decode_from(&mut d)?;
                 InitMsg::Check { name, ok, detail }
             }
             3 => InitMsg::UserReady,
-            4 => {
-                let reason = d.str()?;
-                if reason.len() > MAX_SETUP_REASON {
-                    return Err(DecodeError::BadValue("setup reason"));
-                }
-                InitMsg::UserFailed { reason }
-            }
+            4 => InitMsg::UserFailed {
+                reason: dec_setup_reason(&mut d)?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -221,7 +209,35 @@ pub struct ProbeCheck {
     pub detail: String,
 }
 
+/// A failed user setup's reason, bounded ([`MAX_SETUP_REASON`]).
+pub(crate) fn dec_setup_reason(d: &mut Dec) -> Result<String, DecodeError> {
+    let reason = d.str()?;
+    if reason.len() > MAX_SETUP_REASON {
+        return Err(DecodeError::BadValue("setup reason"));
+    }
+    Ok(reason)
+}
+
 impl ProbeCheck {
+    /// Its fields in a frame: name, ok, detail; decoding bounds the name
+    /// and the detail ([`MAX_CHECK_NAME`], [`MAX_CHECK_DETAIL`]).
+    pub(crate) fn encode_into(&self, e: &mut Enc) {
+        e.str(&self.name).u8(self.ok as u8).str(&self.detail);
+    }
+
+    pub(crate) fn decode_from(d: &mut Dec) -> Result<ProbeCheck, DecodeError> {
+        let name = d.str()?;
+        if name.is_empty() || name.len() > MAX_CHECK_NAME {
+            return Err(DecodeError::BadValue("check name"));
+        }
+        let ok = d.flag()?;
+        let detail = d.str()?;
+        if detail.len() > MAX_CHECK_DETAIL {
+            return Err(DecodeError::BadValue("check detail"));
+        }
+        Ok(ProbeCheck { name, ok, detail })
+    }
+
     /// `ok NAME: DETAIL` or `FAIL NAME: DETAIL`, escaped for a terminal.
     pub fn line(&self) -> String {
         format!(

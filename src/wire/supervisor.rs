@@ -55,7 +55,11 @@ impl Message for StatusMsg {
             StatusMsg::Exited { code } => Enc::new(6).i32(*code).finish(),
             StatusMsg::Stopped => Enc::new(7).finish(),
             StatusMsg::Error { message } => Enc::new(8).str(message).finish(),
-            StatusMsg::ProbeCheck(c) => Enc::new(9).str(&c.name).u8(c.ok as u8).str(&c.detail).finish(),
+            StatusMsg::ProbeCheck(c) => {
+                let mut e = Enc::new(9);
+                c.encode_into(&mut e);
+                e.finish()
+            }
             StatusMsg::UserReady => Enc::new(10).finish(),
             StatusMsg::UserFailed { reason } => Enc::new(11).str(reason).finish(),
         }
@@ -81,27 +85,11 @@ impl Message for StatusMsg {
             6 => StatusMsg::Exited { code: d.i32()? },
             7 => StatusMsg::Stopped,
             8 => StatusMsg::Error { message: d.str()? },
-            9 => {
-                use crate::wire::guest::{MAX_CHECK_DETAIL, MAX_CHECK_NAME};
-                let name = d.str()?;
-                if name.is_empty() || name.len() > MAX_CHECK_NAME {
-                    return Err(DecodeError::BadValue("check name"));
-                }
-                let ok = d.flag()?;
-                let detail = d.str()?;
-                if detail.len() > MAX_CHECK_DETAIL {
-                    return Err(DecodeError::BadValue("check detail"));
-                }
-                StatusMsg::ProbeCheck(crate::wire::guest::ProbeCheck { name, ok, detail })
-            }
+            9 => StatusMsg::ProbeCheck(crate::wire::guest::ProbeCheck::decode_from(&mut d)?),
             10 => StatusMsg::UserReady,
-            11 => {
-                let reason = d.str()?;
-                if reason.len() > crate::wire::guest::MAX_SETUP_REASON {
-                    return Err(DecodeError::BadValue("setup reason"));
-                }
-                StatusMsg::UserFailed { reason }
-            }
+            11 => StatusMsg::UserFailed {
+                reason: crate::wire::guest::dec_setup_reason(&mut d)?,
+            },
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
