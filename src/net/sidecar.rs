@@ -296,14 +296,10 @@ impl NetRole {
             if seen != inode {
                 return Err(SidecarError::WrongNamespace { seen, attested: inode });
             }
-            let asked = match self.policy.probe_request() {
-                BootCmd::Probe { checks, .. } => checks,
-                BootCmd::User { .. } => Vec::new(),
-            };
             (
                 inode,
                 router_inode,
-                judge_probe(&self.probe, self.probe_overflow, asked.len())?,
+                judge_probe(&self.probe, self.probe_overflow, self.policy.probe_checks().len())?,
             )
         } else {
             (ns_inode(supervisor_pid)?, 0, vec![ProbeLine::Skipped])

@@ -50,6 +50,15 @@ impl Policy {
     /// The probe's frame of the boot request the sandbox's init reads on
     /// its stdin (see bin/probe.rs).
     pub fn probe_request(&self) -> BootCmd {
+        BootCmd::Probe {
+            sandbox_src: SANDBOX_ADDR.into(),
+            checks: self.probe_checks(),
+        }
+    }
+
+    /// The checks the probe runs, in order; the sidecar requires one
+    /// passed report for each.
+    pub fn probe_checks(&self) -> Vec<ProbeSpec> {
         let spec = |kind, addr: IpAddr, prefix| ProbeSpec { kind, addr, prefix };
         let mut checks = vec![
             spec(ProbeKind::RouterLive, ROUTER_ADDR.into(), None),
@@ -73,10 +82,7 @@ impl Policy {
                 checks.push(spec(ProbeKind::DnsQuery, (*r).into(), None));
             }
         }
-        BootCmd::Probe {
-            sandbox_src: SANDBOX_ADDR.into(),
-            checks,
-        }
+        checks
     }
 }
 
