@@ -45,6 +45,9 @@ use std::time::{Duration, Instant};
 
 /// How long a TTL-1 SYN may take to be refused by the router.
 const DENY_WAIT: Duration = Duration::from_millis(500);
+/// A live check's refusal must come within this (the router or the helper
+/// answering by itself, not a timeout somewhere).
+const LIVE_WAIT: Duration = Duration::from_millis(500);
 
 /// Why a check failed; shows as the detail of its `FAIL` line.
 #[derive(Debug)]
@@ -236,8 +239,18 @@ pub fn run(sandbox_src: IpAddr, checks: Vec<lazaret::guest::ProbeSpec>) {
                     out.fail(&format!("{name} live"), format!("{addr}: {e}"));
                     continue;
                 }
-                match refused_fast(addr, k == ProbeKind::HelperLive) {
-                    Ok(d) if d < Duration::from_millis(500) => out.ok(
+                // The first connect is the sandbox's first packet: under
+                // load, resolving the router's neighbour entry can make its
+                // refusal slow. A slow refusal is asked again once; the
+                // second must be fast by itself.
+                let icmp_ok = k == ProbeKind::HelperLive;
+                let first = refused_fast(addr, icmp_ok);
+                let result = match first {
+                    Ok(d) if d >= LIVE_WAIT => refused_fast(addr, icmp_ok),
+                    other => other,
+                };
+                match result {
+                    Ok(d) if d < LIVE_WAIT => out.ok(
                         &format!("{name} live"),
                         format!("{addr} refused a connection in {} ms", d.as_millis()),
                     ),
