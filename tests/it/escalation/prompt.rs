@@ -249,12 +249,15 @@ fn a_directory_swapped_with_a_symlink_never_moves_a_host_command() {
     // workspace's parent while 2,000 auto-approved requests name it.
     // The shell sits in the directory, so each request names `tools`
     // whenever the directory is in place, and the swap races the broker.
+    // The swapper stops at the end of a whole swap (a flag, not a kill:
+    // a killed `mv` or `ln` could leave `tools` moved out of the tree).
     let script = "cd /workspace; mkdir -p tools; cd tools; \
-        (cd /workspace; while :; do mv tools tools.d; ln -s .. tools; rm -f tools; mv tools.d tools; done) 2>/dev/null & swap=$!; \
+        rm -f /tmp/stop-swap; \
+        (cd /workspace; while [ ! -e /tmp/stop-swap ]; do mv tools tools.d; ln -s .. tools; rm -f tools; mv tools.d tools; done) 2>/dev/null & swap=$!; \
         ok=0; other=0; i=0; while [ $i -lt 2000 ]; do \
           if lazaret-escalate -- touch race-marker >/dev/null 2>&1; then ok=$((ok+1)); else other=$((other+1)); fi; \
           i=$((i+1)); done; \
-        kill $swap; wait $swap 2>/dev/null; cd /workspace; \
+        touch /tmp/stop-swap; wait $swap 2>/dev/null; cd /workspace; \
         while [ ! -d tools ] || [ -L tools ]; do rm -f tools; [ -d tools.d ] && mv tools.d tools; mkdir -p tools; done; \
         echo ok=$ok other=$other";
     let start = Instant::now();
