@@ -181,7 +181,10 @@ pub fn run_helper(domain_root: &Path, lower_rootfs: Option<&Path>, ops: &[Op]) -
         let _ = child.wait();
         return Err(e);
     }
-    let _ = crate::wire::codec::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() });
+    // A helper that died here is reported by its status below, not by a
+    // SIGPIPE that would end `rm` or `state reset` without a word.
+    let _ =
+        crate::sys::without_sigpipe(|| crate::wire::codec::send(&mut stdin, &HelperCmd::Mapped { ops: ops.to_vec() }));
     drop(stdin);
     let report = out.wait_for_report();
     let st = child.wait().map_err(StateHelperError::Wait)?;

@@ -220,6 +220,34 @@ pub fn drain_signals(fd: impl AsFd) -> Vec<i32> {
     out
 }
 
+/// Runs `f` (writes to a child's stdin) with SIGPIPE blocked in this
+/// thread, then discards a SIGPIPE the writes raised: a child that exits
+/// before reading its input makes the write fail with EPIPE instead of
+/// ending a process that has SIGPIPE at its default action (every command
+/// that only prints, so `| head` ends it quietly).
+pub fn without_sigpipe<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t values are initialised by sigemptyset before use;
+    // pthread_sigmask and sigtimedwait only read and write them.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        let pending_before = {
+            let mut p: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut p) == 0 && libc::sigismember(&p, libc::SIGPIPE) == 1
+        };
+        let r = f();
+        if !pending_before {
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            while libc::sigtimedwait(&block, std::ptr::null_mut(), &zero) == libc::SIGPIPE {}
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
 pub fn ignore_signal(sig: libc::c_int) {
     // SAFETY: SIG_IGN is a valid disposition.
     unsafe {

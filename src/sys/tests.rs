@@ -449,3 +449,19 @@ fn lock_and_write_probes_see_other_open_files_only() {
     assert!(!open_for_write_elsewhere(&probe));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_write_to_a_closed_pipe_fails_with_epipe_instead_of_ending_the_process() {
+    use std::io::Write;
+    let (r, w) = std::io::pipe().unwrap();
+    drop(r);
+    let mut w = std::fs::File::from(std::os::fd::OwnedFd::from(w));
+    // With SIGPIPE at its default, as every command that only prints has
+    // it: the test process would die here if the signal got through.
+    default_signal(SIGPIPE);
+    let got = without_sigpipe(|| w.write_all(b"rules"));
+    let again = without_sigpipe(|| w.write_all(b"more"));
+    ignore_signal(SIGPIPE);
+    assert_eq!(got.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+    assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+}

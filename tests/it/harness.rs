@@ -107,6 +107,8 @@ macro_rules! require_env {
 
 pub struct Run {
     pub code: i32,
+    /// The signal that ended the command, when one did (`code` is -1).
+    pub signal: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -116,6 +118,7 @@ impl Run {
     pub fn from(o: Output) -> Run {
         Run {
             code: o.status.code().unwrap_or(-1),
+            signal: std::os::unix::process::ExitStatusExt::signal(&o.status),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         }
@@ -124,11 +127,11 @@ impl Run {
 
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
+        match self.signal {
+            Some(sig) => write!(f, "killed by signal {sig}")?,
+            None => write!(f, "exit {}", self.code)?,
+        }
+        write!(f, "\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr)
     }
 }
 

@@ -25,7 +25,7 @@ pub(super) fn check_egress_by_name() -> Check {
         ip = ip.display()
     );
     let tried = std::process::Command::new(crate::net::install::tool("unshare"))
-        .args(["-Urn", "sh", "-c", &script])
+        .args(["-Urn", "/bin/sh", "-c", &script])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -101,7 +101,7 @@ pub(super) fn check_egress_log_mode() -> Check {
         rif = crate::net::policy::ROUTER_IF,
     );
     let tried = std::process::Command::new(crate::net::install::tool("unshare"))
-        .args(["-Urn", "sh", "-c", &script])
+        .args(["-Urn", "/bin/sh", "-c", &script])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -109,7 +109,9 @@ pub(super) fn check_egress_log_mode() -> Check {
         .and_then(|mut c| {
             use std::io::Write;
             let rules = crate::net::install::catch_all_rules(&sample, 1);
-            let _ = c.stdin.take().map(|mut i| i.write_all(rules.as_bytes()));
+            // unshare fails at once when it cannot run sh: the write
+            // must not end doctor with SIGPIPE.
+            let _ = crate::sys::without_sigpipe(|| c.stdin.take().map(|mut i| i.write_all(rules.as_bytes())));
             c.wait_with_output()
         });
     let fix = "install nftables (scripts/install-deps.sh) on a kernel with nft_tproxy";
