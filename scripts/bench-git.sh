@@ -18,7 +18,8 @@
 #     /workspace is fuse-overlayfs over the host workspace with an upper
 #     directory on the host disk (so creates and writes go through a C
 #     FUSE passthrough to the same disk as the bind's).
-# Method: one sandbox per side and round, Lazaret and raw rounds
+# Method: one sandbox (and for Lazaret one new Domain) per side and round,
+# Lazaret and raw rounds
 # interleaved (the side going first alternates), every workload in a
 # directory of its own that is removed at the end of the run, and `sync`
 # before every run so no side pays for the other's dirty pages. Prints
@@ -96,9 +97,22 @@ git add -A && git commit -q -m bench
 
 median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-run_lz() { sync; "$lz" run --quiet -- bash /workspace/.bench.sh "$@"; }
+# Every timed run starts in a Domain of its own: the previous one is
+# removed first (untimed). Two Domains of the same build were seen to
+# differ by up to 50 % in `git status` while the runs within one Domain
+# stayed within 10 %, so a Domain kept for every round made one side's
+# luck the whole invocation's. BENCH_SAME_DOMAIN=1 keeps one Domain.
+fresh() {
+    [ -z "${BENCH_SAME_DOMAIN:-}" ] || return 0
+    local err
+    err=$("$lz" rm --yes 2>&1 >/dev/null) && return 0
+    case $err in *"has no state to remove"*) return 0 ;; esac
+    echo "bench-git: could not remove the Domain: $err" >&2
+    exit 1
+}
+run_lz() { fresh; sync; "$lz" run --quiet -- bash /workspace/.bench.sh "$@"; }
 # The baseline build, when there is one (a no-op without).
-run_base() { [ -z "$base" ] || { sync; "$base/lazaret" run --quiet -- bash /workspace/.bench.sh "$@"; }; }
+run_base() { [ -z "$base" ] || { fresh; sync; "$base/lazaret" run --quiet -- bash /workspace/.bench.sh "$@"; }; }
 
 echo "warm-up run inside lazaret" >&2
 run_lz lz 0 > /dev/null &
