@@ -452,16 +452,38 @@ fn lock_and_write_probes_see_other_open_files_only() {
 
 #[test]
 fn a_write_to_a_closed_pipe_fails_with_epipe_instead_of_ending_the_process() {
-    use std::io::Write;
-    let (r, w) = std::io::pipe().unwrap();
-    drop(r);
-    let mut w = std::fs::File::from(std::os::fd::OwnedFd::from(w));
-    // With SIGPIPE at its default, as every command that only prints has
-    // it: the test process would die here if the signal got through.
-    default_signal(SIGPIPE);
-    let got = without_sigpipe(|| w.write_all(b"rules"));
-    let again = without_sigpipe(|| w.write_all(b"more"));
-    ignore_signal(SIGPIPE);
-    assert_eq!(got.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
-    assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+    // SIGPIPE's disposition is the whole process's: the body runs in a
+    // child of this test binary, so no other test's writes share it.
+    const CHILD: &str = "LAZARET_SIGPIPE_TEST_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        use std::io::Write;
+        let (r, w) = std::io::pipe().unwrap();
+        drop(r);
+        let mut w = std::fs::File::from(std::os::fd::OwnedFd::from(w));
+        // SIGPIPE at its default, as every command that only prints has
+        // it: this process dies here if the signal gets through.
+        default_signal(SIGPIPE);
+        let got = without_sigpipe(|| w.write_all(b"rules"));
+        let again = without_sigpipe(|| w.write_all(b"more"));
+        assert_eq!(got.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+        assert_eq!(again.unwrap_err().kind(), std::io::ErrorKind::BrokenPipe);
+        println!("survived");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sys::tests::a_write_to_a_closed_pipe_fails_with_epipe_instead_of_ending_the_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("survived"),
+        "{:?}: {text}",
+        out.status
+    );
 }
