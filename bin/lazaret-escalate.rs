@@ -8,6 +8,16 @@
 //! for the correlated result, prints the host command's output and exits
 //! with its status — or 126 denied, 124 timed out, 130 cancelled, 125
 //! failed, 123 expired (nobody decided in time), 2 usage.
+//!
+//! Every step costs more inside gVisor than on a host: a system call, a
+//! trapped `cpuid` or a sleep's wake-up is tens of microseconds there, and a
+//! 500 µs sleep lasts 1–3 ms. So the client skips the Rust runtime's start
+//! (`no_main`: its stack-guard probe alone reads `/proc/self/maps`), polls
+//! for the result without sleeping while a quick answer is likely, and with
+//! `LAZARET_ESCALATE_TRACE=1` prints the microseconds of each step to
+//! stderr (`scripts/bench-escalate.sh` reports their medians).
+
+#![no_main]
 
 use lazaret::{escalation, mailbox, trust};
 
@@ -115,7 +125,42 @@ mod lean_openssl {
     }
 }
 
-fn main() {
+/// The C entry point, in place of the Rust runtime's `main`, which would
+/// first make about fifteen system calls this client does not need (its
+/// main-thread stack guard, the stack-overflow handler's alternate stack,
+/// a probe of fds 0–2). What it keeps: SIGPIPE ignored, so a closed stdout
+/// is a write error and the exit status is still the host command's.
+/// (`std::env::args` reads argv on its own on Linux.)
+#[no_mangle]
+pub extern "C" fn main(_argc: std::ffi::c_int, _argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory
+    // preconditions and installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    run();
+    0
+}
+
+/// `LAZARET_ESCALATE_TRACE=1`: prints `trace STEP MICROS` (since the start)
+/// to stderr after each step. Reading the clock is a vDSO call, not a trap.
+struct Trace(Option<std::time::Instant>);
+
+impl Trace {
+    fn step(&self, what: &str) {
+        if let Some(t0) = self.0 {
+            eprintln!("lazaret-escalate: trace {what} {}", t0.elapsed().as_micros());
+        }
+    }
+}
+
+/// How long to poll for the result without sleeping: an auto-approved
+/// command's answer usually comes within a few milliseconds, and inside
+/// gVisor even a 50 µs sleep can last a millisecond. Each attempt is one
+/// failed `open` (about 15 µs there), so the spin costs at most this much
+/// CPU per request.
+const SPIN: Duration = Duration::from_millis(10);
+
+fn run() {
+    let trace = Trace(std::env::var_os("LAZARET_ESCALATE_TRACE").map(|_| std::time::Instant::now()));
     let mut args = std::env::args().skip(1);
     let mut justification = String::new();
     let mut timeout = DEFAULT_TIMEOUT_SECS;
@@ -168,7 +213,9 @@ fn main() {
             )
         });
     let cred = cred.trim_end();
+    trace.step("credential");
     lean_openssl::init();
+    trace.step("openssl-init");
     let key = trust::SessionKey::parse(cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let cwd = std::env::current_dir().unwrap_or_default();
     let rel = cwd
@@ -196,6 +243,7 @@ fn main() {
         .sign(&mailbox::signed_part(&req))
         .unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let record = mailbox::encode_request(&req, &sig);
+    trace.step("signed");
     if print_only {
         let mut out = std::io::stdout();
         if let Err(e) = out.write_all(&record).and_then(|()| out.flush()) {
@@ -211,9 +259,10 @@ fn main() {
             &format!("cannot write to the mailbox {GUEST_REQUESTS}: {e}"),
         );
     }
+    trace.step("written");
     let res = Path::new(GUEST_RESULTS).join(format!("{id}.res"));
-    // Poll briskly while an auto-approved answer is likely, then relax:
-    // a human decision takes seconds.
+    // Poll without sleeping while an auto-approved answer is likely, then
+    // briskly, then relax: a human decision takes seconds.
     let started = std::time::Instant::now();
     // The coordinator ends every request (a decision, expiry after the
     // prompt timeout, the command's own timeout); this deadline only
@@ -234,13 +283,19 @@ fn main() {
         }
         match std::fs::read(&res) {
             Ok(d) if !d.is_empty() => break d,
-            _ => std::thread::sleep(if started.elapsed() < Duration::from_secs(2) {
-                Duration::from_micros(500)
-            } else {
-                Duration::from_millis(20)
-            }),
+            _ => {
+                let waited = started.elapsed();
+                if waited >= SPIN {
+                    std::thread::sleep(if waited < Duration::from_secs(2) {
+                        Duration::from_micros(500)
+                    } else {
+                        Duration::from_millis(20)
+                    });
+                }
+            }
         }
     };
+    trace.step("answered");
     let out = mailbox::decode_result(&data).unwrap_or_else(|e| die(EXIT_FAILED, &format!("unreadable result: {e}")));
     if out.id != id {
         die(EXIT_FAILED, "result does not belong to this request");
@@ -257,5 +312,6 @@ fn main() {
     if !matches!(out.status, Status::Completed(_)) {
         eprintln!("lazaret-escalate: {}: {}", out.status.name(), out.reason);
     }
+    trace.step("printed");
     std::process::exit(out.status.exit_code());
 }

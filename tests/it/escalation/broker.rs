@@ -62,13 +62,36 @@ fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
         "escauto",
         &(rule(&["git", "--version"], false) + &rule(&["echo", "hi"], true)),
     );
+    // Then the client's step trace, asked for once; and a reader that has
+    // closed the pipe before the answer comes: the client gets EPIPE, not
+    // SIGPIPE, and still exits with the host command's status.
     let script = "lazaret-escalate -- git --version; echo rc=$?; \
                   lazaret-escalate -- git --version --foo; echo rc=$?; \
                   lazaret-escalate -- echo hi there; echo rc=$?; \
-                  git --version";
+                  git --version; \
+                  LAZARET_ESCALATE_TRACE=1 lazaret-escalate -- echo hi traced; \
+                  { lazaret-escalate -- echo hi piped; echo piped-rc=$? >&2; } | { exec 0<&-; sleep 1; }";
     let r = env.run_sh_with_config(&ws, &cfg, script);
     assert_eq!(r.code, 0, "{r:?}");
     let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.get(6), Some(&"hi traced"), "{r:?}");
+    assert!(r.stderr.contains("piped-rc=0"), "a closed stdout must not end the client by SIGPIPE: {r:?}");
+    let trace: Vec<(&str, u64)> = r
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("lazaret-escalate: trace "))
+        .map(|l| {
+            let (step, us) = l.split_once(' ').expect("trace STEP MICROS");
+            (step, us.parse().expect("microseconds"))
+        })
+        .collect();
+    let steps: Vec<&str> = trace.iter().map(|t| t.0).collect();
+    assert_eq!(
+        steps,
+        ["credential", "openssl-init", "signed", "written", "answered", "printed"],
+        "one traced request, its steps in order, and no trace from the others: {r:?}"
+    );
+    assert!(trace.windows(2).all(|w| w[0].1 <= w[1].1), "marks since the start: {trace:?}");
     // The host's git answered, not the image's.
     assert_eq!(lines[0], host_git_version(), "{r:?}");
     assert_eq!(lines[1], "rc=0");
