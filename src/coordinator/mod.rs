@@ -98,6 +98,7 @@ impl Reporter {
 }
 
 pub fn main(mut args: Args) -> i32 {
+    crate::trace::step("coordinator", "process started");
     sys::set_thread_name("lz-coordinator");
     sys::ignore_signal(sys::SIGPIPE);
     // Both fds were handed to us by the spawning CLI and nothing else in
@@ -290,6 +291,9 @@ struct Coordinator {
     conns: HashMap<u64, Conn>,
     sessions: HashMap<u64, Session>,
     helpers: Vec<Child>,
+    /// The removal of earlier generations' trash, running since the start
+    /// (joined at teardown; a drop joins it too).
+    trash: Option<crate::storage::statefs::TrashRemoval>,
     next_key: u64,
     had_session: bool,
     published_at: Instant,

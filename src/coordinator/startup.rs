@@ -12,6 +12,7 @@ const BOOT_REQUEST_FILE: &str = "boot-request";
 impl Coordinator {
     pub(super) fn start(args: &Args, report: &mut Reporter) -> Result<Coordinator, CoordinatorError> {
         let cfg = config::load(&args.config)?;
+        crate::trace::step("coordinator", "config read");
         let profile = cfg.profile(&args.profile)?.clone();
         let net = NetRole::new(&cfg, &profile)?;
         let ports = crate::config::ports::merge(&profile.ports, &args.publish)?;
@@ -37,8 +38,9 @@ impl Coordinator {
                 return Err(CoordinatorError::OpenStore(e));
             }
         };
-        recover(&store, &dp);
         crate::trace::step("coordinator", "store opened");
+        recover(&store, &dp);
+        crate::trace::step("coordinator", "leftovers recovered");
 
         let generation =
             store.begin_generation(&profile.name, &args.workspace.to_string_lossy(), &profile.fingerprint())?;
@@ -70,6 +72,7 @@ impl Coordinator {
             conns: HashMap::new(),
             sessions: HashMap::new(),
             helpers: Vec::new(),
+            trash: None,
             next_key: 1,
             had_session: false,
             published_at: Instant::now(),
@@ -105,6 +108,8 @@ impl Coordinator {
         values: Vec<crate::net::subst::Binding>,
         report: &mut Reporter,
     ) -> Result<(), CoordinatorError> {
+        // Git reads the host's identity while the generation is planned.
+        let mut git_identity = self.profile.git_identity.then(crate::plan::guest::HostGitIdentity::start);
         report.progress("preparing image");
         let mut quiet = image::Progress::new(true);
         let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet)?;
@@ -203,8 +208,8 @@ impl Coordinator {
             }
             binds.push(b);
         }
-        if self.profile.git_identity {
-            binds.push(crate::plan::guest::git_identity_bind(&gen_dir).map_err(CoordinatorError::GitIdentity)?);
+        if let Some(host) = git_identity.take() {
+            binds.push(crate::plan::guest::git_identity_bind(&gen_dir, host).map_err(CoordinatorError::GitIdentity)?);
         }
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
@@ -251,6 +256,7 @@ impl Coordinator {
             });
             self.broker = Some(broker);
         }
+        crate::trace::step("coordinator", "escalation planned");
         // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.
         let views = gitsentry::prepare_views(
             &self.workspace,
@@ -440,19 +446,16 @@ impl Coordinator {
     /// What even that cannot delete stays aside (`lazaret state list`
     /// shows it) and never stops a start.
     pub(super) fn prepare_scratch(
-        &self,
+        &mut self,
         binds: &[plan::BindMount],
     ) -> Result<Option<plan::BindMount>, CoordinatorError> {
         let dir = self.paths.root.join("scratch");
         crate::storage::statefs::set_aside(&self.paths.root, "scratch")
             .map_err(|e| CoordinatorError::SetAside(dir.clone(), e))?;
-        match crate::storage::statefs::empty_trash(&self.paths.root) {
-            Ok(left) if left.is_empty() => {}
-            Ok(left) => log::warn!(
-                "leftovers of an earlier session stay set aside ({}): see `lazaret state list`",
-                left.join("; ")
-            ),
-            Err(e) => log::warn!("leftovers of an earlier session stay set aside ({e}): see `lazaret state list`"),
+        // The last generation's scratch (and any older trash) is removed
+        // while the sandbox boots; set aside, nothing of it is in the way.
+        if !crate::storage::anchor::trash_on_disk(&self.paths.root).is_empty() {
+            self.trash = Some(crate::storage::statefs::TrashRemoval::start(&self.paths.root));
         }
         paths::ensure_private_dir(&dir.join("overlay"))?;
         if binds.iter().any(|b| b.guest == "/tmp") || self.profile.persist.iter().any(|p| p == "/tmp") {

@@ -54,6 +54,9 @@ impl Coordinator {
         if let Some(mut c) = self.cgroup.take() {
             c.remove();
         }
+        if let Some(mut t) = self.trash.take() {
+            t.join();
+        }
         // Never assume a process vanished with its parent: check each owned
         // pid by start time and kill only an exact match.
         if let Ok(list) = self.store.unreleased() {

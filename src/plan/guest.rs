@@ -98,26 +98,80 @@ pub fn missing_volume(volumes: &[Volume]) -> Option<&Volume> {
     volumes.iter().find(|v| std::fs::symlink_metadata(&v.host).is_err())
 }
 
-/// The host's effective value of `key` at user and system level (never a
-/// repository's own config: the command runs in `/`, outside any repo).
-fn host_git_value(key: &str) -> Option<String> {
-    let out = Command::new("git")
-        .args(["config", "--get", key])
-        .current_dir("/")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_CONFIG_PARAMETERS")
-        .env_remove("GIT_CONFIG_COUNT")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
+/// The host's effective values of [`GIT_KEYS`] at user and system level
+/// (never a repository's own config: the command runs in `/`, outside any
+/// repo), read by one `git config` started when the generation's planning
+/// begins and collected when its identity file is written, so Git's own
+/// start (about 1.5 ms) overlaps the planning in between. Dropped unread
+/// (a failed start), the child is killed and reaped.
+pub struct HostGitIdentity(Option<std::process::Child>);
+
+impl HostGitIdentity {
+    /// Starts the read (nothing when Git cannot be started: no identity).
+    pub fn start() -> HostGitIdentity {
+        let child = Command::new("git")
+            .args(["config", "--null", "--get-regexp", &git_keys_regex()])
+            .current_dir("/")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_CONFIG_PARAMETERS")
+            .env_remove("GIT_CONFIG_COUNT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
+        HostGitIdentity(child)
     }
-    let v = String::from_utf8(out.stdout).ok()?;
-    let v = v.strip_suffix('\n').unwrap_or(&v);
-    (!v.is_empty() && !v.contains('\n')).then(|| v.to_string())
+
+    /// The values read, in [`GIT_KEYS`] order. Git exits 1 when none is
+    /// set; any other failure counts as none set.
+    fn values(mut self) -> Vec<(&'static str, String)> {
+        let Some(child) = self.0.take() else { return Vec::new() };
+        match child.wait_with_output() {
+            Ok(out) if out.status.success() => parse_git_values(&out.stdout),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Drop for HostGitIdentity {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `^(user\.name|...)$` over the keys as Git names them in its output
+/// (section and key lowercased).
+fn git_keys_regex() -> String {
+    let keys: Vec<String> = GIT_KEYS.iter().map(|k| k.to_ascii_lowercase().replace('.', "\\.")).collect();
+    format!("^({})$", keys.join("|"))
+}
+
+/// Parses `git config --null --get-regexp` output (`KEY\nVALUE\0` per
+/// entry, in the order Git read them): for each of [`GIT_KEYS`] the last
+/// value, as `git config --get` would give it; an empty value, one that
+/// spans lines or is not UTF-8 counts as unset.
+pub fn parse_git_values(out: &[u8]) -> Vec<(&'static str, String)> {
+    let mut last: Vec<Option<&[u8]>> = vec![None; GIT_KEYS.len()];
+    for entry in out.split(|b| *b == 0) {
+        let Some(nl) = entry.iter().position(|b| *b == b'\n') else { continue };
+        let (key, value) = (&entry[..nl], &entry[nl + 1..]);
+        if let Some(i) = GIT_KEYS.iter().position(|k| k.as_bytes().eq_ignore_ascii_case(key)) {
+            last[i] = Some(value);
+        }
+    }
+    GIT_KEYS
+        .iter()
+        .zip(last)
+        .filter_map(|(k, v)| {
+            let v = std::str::from_utf8(v?).ok()?;
+            (!v.is_empty() && !v.contains('\n')).then(|| (*k, v.to_string()))
+        })
+        .collect()
 }
 
 /// Renders the generated Git config for `values` ((key, value) pairs).
@@ -151,12 +205,10 @@ fn quote_value(v: &str) -> String {
     s
 }
 
-/// Writes `DIR/gitconfig` with the host's identity; returns its bind.
-pub fn git_identity_bind(gen_dir: &Path) -> std::io::Result<BindMount> {
-    let values: Vec<(&str, String)> = GIT_KEYS
-        .iter()
-        .filter_map(|k| host_git_value(k).map(|v| (*k, v)))
-        .collect();
+/// Writes `DIR/gitconfig` with the host's identity read by `host`;
+/// returns its bind.
+pub fn git_identity_bind(gen_dir: &Path, host: HostGitIdentity) -> std::io::Result<BindMount> {
+    let values = host.values();
     let path: PathBuf = gen_dir.join("gitconfig");
     std::fs::write(&path, render_gitconfig(&values))?;
     Ok(BindMount {
@@ -189,5 +241,24 @@ mod tests {
         assert!(s.contains("[init]\n\tdefaultBranch = \"main\"\n"), "{s}");
         assert!(s.starts_with("# Written by Lazaret"));
         assert_eq!(s.lines().filter(|l| l.starts_with('[')).count(), 3, "{s}");
+    }
+
+    #[test]
+    fn one_git_read_gives_each_keys_last_value_and_skips_what_get_would_not_give() {
+        // As `git config --null --get-regexp` prints them: lowercased keys,
+        // several scopes (the later wins), and values --get would refuse.
+        let out = b"user.name\nSystem Name\0init.defaultbranch\ntrunk\0user.name\nA \"B\"\0\
+                    user.email\n\0init.defaultbranch\nmain\nx\0junk-without-newline\0";
+        let v = parse_git_values(out);
+        assert_eq!(v, vec![("user.name", "A \"B\"".to_string())], "{v:?}");
+        let v = parse_git_values(b"init.defaultbranch\nmain\0user.email\na@b\0");
+        assert_eq!(
+            v,
+            vec![("user.email", "a@b".to_string()), ("init.defaultBranch", "main".to_string())],
+            "in GIT_KEYS order: {v:?}"
+        );
+        assert!(parse_git_values(b"").is_empty());
+        assert!(parse_git_values(b"user.name\n\xff\xfe\0").is_empty(), "not UTF-8");
+        assert_eq!(git_keys_regex(), "^(user\\.name|user\\.email|init\\.defaultbranch)$");
     }
 }

@@ -237,6 +237,53 @@ pub fn empty_trash(domain_root: &Path) -> Result<Vec<String>, StateHelperError> 
         .collect())
 }
 
+/// [`empty_trash`] on a thread of its own, for a start: the state helper
+/// (a process in a user namespace, about 5 ms) runs while the sandbox
+/// boots instead of before it. What stays is logged as a warning, as the
+/// start did when it waited. Joined when dropped (the coordinator drops it
+/// at teardown or a failed start, while it still holds the Domain lock), so
+/// no helper of ours is still deleting when `rm` or the next start may run
+/// their own.
+pub struct TrashRemoval(Option<std::thread::JoinHandle<()>>);
+
+impl TrashRemoval {
+    pub fn start(domain_root: &Path) -> TrashRemoval {
+        let root = domain_root.to_path_buf();
+        let handle = std::thread::Builder::new()
+            .name("lz-trash".into())
+            .spawn(move || match empty_trash(&root) {
+                Ok(left) if left.is_empty() => {}
+                Ok(left) => log::warn!(
+                    "leftovers of an earlier session stay set aside ({}): see `lazaret state list`",
+                    left.join("; ")
+                ),
+                Err(e) => log::warn!("leftovers of an earlier session stay set aside ({e}): see `lazaret state list`"),
+            });
+        match handle {
+            Ok(h) => TrashRemoval(Some(h)),
+            Err(e) => {
+                // No thread: the trash stays set aside for the next start,
+                // `state reset` or `rm` (all retry it).
+                log::warn!("leftovers of an earlier session stay set aside (no thread to remove them: {e})");
+                TrashRemoval(None)
+            }
+        }
+    }
+
+    /// Waits for the removal to end.
+    pub fn join(&mut self) {
+        if let Some(h) = self.0.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for TrashRemoval {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
 fn write_helper_maps(pid: i32) -> Result<(), StateHelperError> {
     plan::write_id_maps(pid, SUB_BASE).map_err(StateHelperError::IdMap)
 }
