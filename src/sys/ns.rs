@@ -123,6 +123,91 @@ pub fn ethtool_set(name: &str, cmd: u32, on: bool) -> io::Result<()> {
     cvt(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut ifr) }).map(|_| ())
 }
 
+/// Sends one netlink request (`NETLINK_ROUTE`, a dump) and returns every
+/// datagram of the answer, up to and including the one holding the
+/// message that ends it (`NLMSG_DONE` or `NLMSG_ERROR`), for the caller to
+/// parse. Fails on a truncated datagram, a silent kernel (2 s) or an
+/// answer over `max_datagrams`, never returning a partial dump as whole.
+pub fn netlink_route_dump(request: &[u8], max_datagrams: usize) -> io::Result<Vec<Vec<u8>>> {
+    // SAFETY: plain socket creation; the fd is owned below.
+    let fd = cvt(unsafe {
+        libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE)
+    })?;
+    // SAFETY: `fd` is a fresh socket that nothing else owns.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let tv = libc::timeval { tv_sec: 2, tv_usec: 0 };
+    // SAFETY: the option value points to a timeval of the size passed.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    })?;
+    // SAFETY: an all-zero sockaddr_nl (pid 0, groups 0) names the kernel.
+    let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    // SAFETY: the buffer and the address are valid for the lengths passed.
+    let sent = cvt(unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            request.as_ptr().cast(),
+            request.len(),
+            0,
+            (&kernel as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    } as i32)?;
+    if sent as usize != request.len() {
+        return Err(io::Error::other("netlink request sent in part"));
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while out.len() < max_datagrams {
+        // SAFETY: `buf` is valid for writes of its length; MSG_TRUNC makes
+        // the call return the datagram's real length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_TRUNC) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let n = n as usize;
+        if n > buf.len() {
+            return Err(io::Error::other("netlink datagram truncated"));
+        }
+        let d = buf[..n].to_vec();
+        let ends = netlink_ends_dump(&d);
+        out.push(d);
+        if ends {
+            return Ok(out);
+        }
+    }
+    Err(io::Error::other(format!("netlink dump longer than {max_datagrams} datagrams")))
+}
+
+/// Whether a datagram holds `NLMSG_DONE` or `NLMSG_ERROR` (headers walked
+/// as far as their lengths are sound; the caller's parser judges the rest).
+fn netlink_ends_dump(d: &[u8]) -> bool {
+    let mut at = 0;
+    while at + 16 <= d.len() {
+        let len = u32::from_ne_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]]) as usize;
+        let ty = u16::from_ne_bytes([d[at + 4], d[at + 5]]);
+        if ty == libc::NLMSG_DONE as u16 || ty == libc::NLMSG_ERROR as u16 {
+            return true;
+        }
+        if len < 16 {
+            return true; // malformed: stop reading, the parser refuses it
+        }
+        at += (len + 3) & !3;
+    }
+    false
+}
+
 /// Every IPv4 address configured on the interfaces of the calling
 /// thread's network namespace.
 pub fn ipv4_addrs() -> io::Result<Vec<std::net::Ipv4Addr>> {
