@@ -109,7 +109,10 @@ impl Coordinator {
         report: &mut Reporter,
     ) -> Result<(), CoordinatorError> {
         // Git reads the host's identity while the generation is planned.
-        let mut git_identity = self.profile.git_identity.then(crate::plan::guest::HostGitIdentity::start);
+        let mut git_identity = self
+            .profile
+            .git_identity
+            .then(crate::plan::guest::HostGitIdentity::start);
         report.progress("preparing image");
         let mut quiet = image::Progress::new(true);
         let (layout, tag) = image::resolve(storage, &self.profile.image, &mut quiet)?;

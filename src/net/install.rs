@@ -205,7 +205,10 @@ struct IpShow {
 impl IpShow {
     fn start(ns: &OwnedFd, args: &[&str]) -> Result<IpShow, InstallError> {
         let mut cmd = Command::new(tool("ip"));
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         sys::command_in_netns(&mut cmd, ns);
         let child = cmd.spawn().map_err(InstallError::RunIp)?;
         Ok(IpShow {
@@ -747,7 +750,9 @@ fn attest(net: &Network, expected: &Plan) -> Result<(), InstallError> {
         ("sandbox", IpShow::start(&net.sandbox, &["-6", "-o", "addr", "show"])?),
         ("router", IpShow::start(&net.router, &["-6", "-o", "addr", "show"])?),
     ];
-    expected.verify_routes(&routes.output()?).map_err(InstallError::Readiness)?;
+    expected
+        .verify_routes(&routes.output()?)
+        .map_err(InstallError::Readiness)?;
     let n = attest_lookups(lookups, expected)?;
     log::info!("network readiness: the router's own lookups agree with the plan for {n} routes");
     netpolicy::verify_sandbox_routes(&sroutes.output()?).map_err(InstallError::Readiness)?;

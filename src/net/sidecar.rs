@@ -230,7 +230,6 @@ pub fn parse_local_route_dump(datagrams: &[Vec<u8>]) -> Result<Vec<crate::config
     Err(bad("no end of dump"))
 }
 
-
 impl NetRole {
     pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, SidecarError> {
         let (host, nets) = if profile.network {
@@ -584,30 +583,59 @@ mod local_route_tests {
     #[test]
     fn a_route_dump_yields_its_local_routes_and_anything_unsound_fails_closed() {
         const RTA_TABLE: u16 = 15;
-        let local = route(32, RTN_LOCAL, &[(RTA_TABLE, &255u32.to_ne_bytes()), (RTA_DST, &[10, 1, 2, 3])]);
+        let local = route(
+            32,
+            RTN_LOCAL,
+            &[(RTA_TABLE, &255u32.to_ne_bytes()), (RTA_DST, &[10, 1, 2, 3])],
+        );
         let unicast = route(24, 1, &[(RTA_DST, &[192, 0, 2, 0])]);
         let anyip_default = route(0, RTN_LOCAL, &[]);
         let done = nlmsg(NLMSG_DONE, 2, &0i32.to_ne_bytes());
         // Spread over two datagrams, as a long dump is.
-        let dump = vec![[local.clone(), unicast.clone()].concat(), [anyip_default, done.clone()].concat()];
-        assert_eq!(shown(&parse_local_route_dump(&dump).unwrap()), ["10.1.2.3/32", "0.0.0.0/0"]);
+        let dump = vec![
+            [local.clone(), unicast.clone()].concat(),
+            [anyip_default, done.clone()].concat(),
+        ];
+        assert_eq!(
+            shown(&parse_local_route_dump(&dump).unwrap()),
+            ["10.1.2.3/32", "0.0.0.0/0"]
+        );
         assert!(parse_local_route_dump(&[done.clone()]).unwrap().is_empty());
 
         let refused = |dump: Vec<Vec<u8>>, why: &str| {
             assert!(parse_local_route_dump(&dump).is_err(), "{why} must fail closed");
         };
         refused(vec![local.clone()], "a dump without its end");
-        refused(vec![[local.clone(), nlmsg(NLMSG_ERROR, 0, &(-16i32).to_ne_bytes())].concat()], "an error");
+        refused(
+            vec![[local.clone(), nlmsg(NLMSG_ERROR, 0, &(-16i32).to_ne_bytes())].concat()],
+            "an error",
+        );
         let mut intr = local.clone();
         intr[6..8].copy_from_slice(&(2 | NLM_F_DUMP_INTR).to_ne_bytes());
         refused(vec![[intr, done.clone()].concat()], "an interrupted dump");
         let mut long = local.clone();
         long[0..4].copy_from_slice(&4096u32.to_ne_bytes());
-        refused(vec![[long, done.clone()].concat()], "a message longer than its datagram");
+        refused(
+            vec![[long, done.clone()].concat()],
+            "a message longer than its datagram",
+        );
         refused(vec![local[..20].to_vec()], "a cut message");
-        refused(vec![[route(33, RTN_LOCAL, &[(RTA_DST, &[10, 0, 0, 0])]), done.clone()].concat()], "/33");
-        refused(vec![[route(24, RTN_LOCAL, &[]), done.clone()].concat()], "a prefix without its address");
-        refused(vec![[route(32, RTN_LOCAL, &[(RTA_DST, &[10, 0, 0, 1, 0, 0, 0, 0])]), done.clone()].concat()], "an 8-byte IPv4 address");
+        refused(
+            vec![[route(33, RTN_LOCAL, &[(RTA_DST, &[10, 0, 0, 0])]), done.clone()].concat()],
+            "/33",
+        );
+        refused(
+            vec![[route(24, RTN_LOCAL, &[]), done.clone()].concat()],
+            "a prefix without its address",
+        );
+        refused(
+            vec![[
+                route(32, RTN_LOCAL, &[(RTA_DST, &[10, 0, 0, 1, 0, 0, 0, 0])]),
+                done.clone(),
+            ]
+            .concat()],
+            "an 8-byte IPv4 address",
+        );
         let mut bad_attr = route(32, RTN_LOCAL, &[(RTA_DST, &[10, 0, 0, 1])]);
         let a = 16 + 12;
         bad_attr[a..a + 2].copy_from_slice(&200u16.to_ne_bytes());

@@ -147,7 +147,10 @@ impl Drop for HostGitIdentity {
 /// `^(user\.name|...)$` over the keys as Git names them in its output
 /// (section and key lowercased).
 fn git_keys_regex() -> String {
-    let keys: Vec<String> = GIT_KEYS.iter().map(|k| k.to_ascii_lowercase().replace('.', "\\.")).collect();
+    let keys: Vec<String> = GIT_KEYS
+        .iter()
+        .map(|k| k.to_ascii_lowercase().replace('.', "\\."))
+        .collect();
     format!("^({})$", keys.join("|"))
 }
 
@@ -158,7 +161,9 @@ fn git_keys_regex() -> String {
 pub fn parse_git_values(out: &[u8]) -> Vec<(&'static str, String)> {
     let mut last: Vec<Option<&[u8]>> = vec![None; GIT_KEYS.len()];
     for entry in out.split(|b| *b == 0) {
-        let Some(nl) = entry.iter().position(|b| *b == b'\n') else { continue };
+        let Some(nl) = entry.iter().position(|b| *b == b'\n') else {
+            continue;
+        };
         let (key, value) = (&entry[..nl], &entry[nl + 1..]);
         if let Some(i) = GIT_KEYS.iter().position(|k| k.as_bytes().eq_ignore_ascii_case(key)) {
             last[i] = Some(value);
@@ -254,7 +259,10 @@ mod tests {
         let v = parse_git_values(b"init.defaultbranch\nmain\0user.email\na@b\0");
         assert_eq!(
             v,
-            vec![("user.email", "a@b".to_string()), ("init.defaultBranch", "main".to_string())],
+            vec![
+                ("user.email", "a@b".to_string()),
+                ("init.defaultBranch", "main".to_string())
+            ],
             "in GIT_KEYS order: {v:?}"
         );
         assert!(parse_git_values(b"").is_empty());

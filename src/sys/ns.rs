@@ -131,7 +131,11 @@ pub fn ethtool_set(name: &str, cmd: u32, on: bool) -> io::Result<()> {
 pub fn netlink_route_dump(request: &[u8], max_datagrams: usize) -> io::Result<Vec<Vec<u8>>> {
     // SAFETY: plain socket creation; the fd is owned below.
     let fd = cvt(unsafe {
-        libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE)
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
     })?;
     // SAFETY: `fd` is a fresh socket that nothing else owns.
     let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
@@ -187,7 +191,9 @@ pub fn netlink_route_dump(request: &[u8], max_datagrams: usize) -> io::Result<Ve
             return Ok(out);
         }
     }
-    Err(io::Error::other(format!("netlink dump longer than {max_datagrams} datagrams")))
+    Err(io::Error::other(format!(
+        "netlink dump longer than {max_datagrams} datagrams"
+    )))
 }
 
 /// Whether a datagram holds `NLMSG_DONE` or `NLMSG_ERROR` (headers walked

@@ -75,7 +75,10 @@ fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
     assert_eq!(r.code, 0, "{r:?}");
     let lines: Vec<&str> = r.stdout.lines().collect();
     assert_eq!(lines.get(6), Some(&"hi traced"), "{r:?}");
-    assert!(r.stderr.contains("piped-rc=0"), "a closed stdout must not end the client by SIGPIPE: {r:?}");
+    assert!(
+        r.stderr.contains("piped-rc=0"),
+        "a closed stdout must not end the client by SIGPIPE: {r:?}"
+    );
     let trace: Vec<(&str, u64)> = r
         .stderr
         .lines()
@@ -91,7 +94,10 @@ fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
         ["credential", "openssl-init", "signed", "written", "answered", "printed"],
         "one traced request, its steps in order, and no trace from the others: {r:?}"
     );
-    assert!(trace.windows(2).all(|w| w[0].1 <= w[1].1), "marks since the start: {trace:?}");
+    assert!(
+        trace.windows(2).all(|w| w[0].1 <= w[1].1),
+        "marks since the start: {trace:?}"
+    );
     // The host's git answered, not the image's.
     assert_eq!(lines[0], host_git_version(), "{r:?}");
     assert_eq!(lines[1], "rc=0");
