@@ -181,7 +181,7 @@ pub fn parse_local_route_dump(datagrams: &[Vec<u8>]) -> Result<Vec<crate::config
             match ty {
                 NLMSG_DONE => return Ok(nets),
                 NLMSG_ERROR => {
-                    let code = (msg.len() >= 20).then(|| u32_at(msg, 16) as i32).unwrap_or(0);
+                    let code = if msg.len() >= 20 { u32_at(msg, 16) as i32 } else { 0 };
                     return Err(bad(&format!("the kernel answered error {}", -code)));
                 }
                 RTM_NEWROUTE => {
@@ -600,7 +600,7 @@ mod local_route_tests {
             shown(&parse_local_route_dump(&dump).unwrap()),
             ["10.1.2.3/32", "0.0.0.0/0"]
         );
-        assert!(parse_local_route_dump(&[done.clone()]).unwrap().is_empty());
+        assert!(parse_local_route_dump(std::slice::from_ref(&done)).unwrap().is_empty());
 
         let refused = |dump: Vec<Vec<u8>>, why: &str| {
             assert!(parse_local_route_dump(&dump).is_err(), "{why} must fail closed");
