@@ -12,14 +12,15 @@
 //! Every step costs more inside gVisor than on a host: a system call, a
 //! trapped `cpuid` or a sleep's wake-up is tens of microseconds there, and a
 //! 500 µs sleep lasts 1–3 ms. So the client skips the Rust runtime's start
-//! (`no_main`: its stack-guard probe alone reads `/proc/self/maps`), polls
+//! (`no_main`: its stack-guard probe alone reads `/proc/self/maps`), links
+//! no OpenSSL (it signs with [`session_key`]), polls
 //! for the result without sleeping while a quick answer is likely, and with
 //! `LAZARET_ESCALATE_TRACE=1` prints the microseconds of each step to
 //! stderr (`scripts/bench-escalate.sh` reports their medians).
 
 #![no_main]
 
-use lazaret::{escalation, mailbox, trust};
+use lazaret::{escalation, mailbox, session_key};
 
 use std::io::Write;
 use std::path::Path;
@@ -47,82 +48,6 @@ fn random_bytes(buf: &mut [u8]) -> bool {
         }
     }
     true
-}
-
-/// A lean OpenSSL for one signature in a fresh process. By default the
-/// first OpenSSL call loads the config file, every error string and the
-/// legacy cipher and digest tables, and the ECDSA nonce's random bytes come
-/// from the provider DRBG, which must first be instantiated (CTR-DRBG, its
-/// AES cipher, the seed source). Inside gVisor that is several milliseconds
-/// of page faults and allocations, more than the rest of the request. The
-/// client needs none of it: it signs with the low-level EC functions
-/// (`trust::SessionKey::sign`), and its random bytes come straight from
-/// the kernel, which also seeds the DRBG it replaces.
-mod lean_openssl {
-    use std::ffi::{c_int, c_void};
-
-    // From <openssl/crypto.h> and <openssl/ssl.h> (OpenSSL 3).
-    const NO_LOAD_CRYPTO_STRINGS: u64 = 0x0000_0001;
-    const NO_ADD_ALL_CIPHERS: u64 = 0x0000_0010;
-    const NO_ADD_ALL_DIGESTS: u64 = 0x0000_0020;
-    const NO_LOAD_CONFIG: u64 = 0x0000_0080;
-    const NO_ATEXIT: u64 = 0x0008_0000;
-    const NO_LOAD_SSL_STRINGS: u64 = 0x0010_0000;
-
-    /// `RAND_METHOD` from <openssl/rand.h>.
-    #[repr(C)]
-    struct RandMethod {
-        seed: Option<unsafe extern "C" fn(*const c_void, c_int) -> c_int>,
-        bytes: Option<unsafe extern "C" fn(*mut u8, c_int) -> c_int>,
-        cleanup: Option<unsafe extern "C" fn()>,
-        add: Option<unsafe extern "C" fn(*const c_void, c_int, f64) -> c_int>,
-        pseudorand: Option<unsafe extern "C" fn(*mut u8, c_int) -> c_int>,
-        status: Option<unsafe extern "C" fn() -> c_int>,
-    }
-
-    extern "C" {
-        fn OPENSSL_init_crypto(opts: u64, settings: *const c_void) -> c_int;
-        fn OPENSSL_init_ssl(opts: u64, settings: *const c_void) -> c_int;
-        fn RAND_set_rand_method(meth: *const RandMethod) -> c_int;
-    }
-
-    unsafe extern "C" fn kernel_bytes(buf: *mut u8, num: c_int) -> c_int {
-        let Ok(len) = usize::try_from(num) else { return 0 };
-        if len == 0 {
-            return 1;
-        }
-        // SAFETY: OpenSSL hands us `num` writable bytes at `buf`.
-        let buf = unsafe { std::slice::from_raw_parts_mut(buf, len) };
-        c_int::from(super::random_bytes(buf))
-    }
-
-    unsafe extern "C" fn ready() -> c_int {
-        1
-    }
-
-    static KERNEL_RAND: RandMethod = RandMethod {
-        seed: None,
-        bytes: Some(kernel_bytes),
-        cleanup: None,
-        add: None,
-        pseudorand: Some(kernel_bytes),
-        status: Some(ready),
-    };
-
-    /// Must run before any other OpenSSL call: each step is a run-once
-    /// that the `openssl` crate's own init then finds done.
-    pub fn init() {
-        let opts = NO_LOAD_CONFIG | NO_LOAD_CRYPTO_STRINGS | NO_ADD_ALL_CIPHERS | NO_ADD_ALL_DIGESTS | NO_ATEXIT;
-        // SAFETY: plain library initialisation with no settings object;
-        // `KERNEL_RAND` is a static, so it outlives every use OpenSSL makes
-        // of it, and its functions only write the buffer OpenSSL passes.
-        // A failure leaves OpenSSL's defaults, which are slower but correct.
-        unsafe {
-            OPENSSL_init_crypto(opts, std::ptr::null());
-            OPENSSL_init_ssl(opts | NO_LOAD_SSL_STRINGS, std::ptr::null());
-            RAND_set_rand_method(&KERNEL_RAND);
-        }
-    }
 }
 
 /// The C entry point, in place of the Rust runtime's `main`, which would
@@ -213,10 +138,8 @@ fn run() {
             )
         });
     let cred = cred.trim_end();
+    let key = session_key::SessionKey::parse(cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     trace.step("credential");
-    lean_openssl::init();
-    trace.step("openssl-init");
-    let key = trust::SessionKey::parse(cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     let cwd = std::env::current_dir().unwrap_or_default();
     let rel = cwd
         .strip_prefix("/workspace")
@@ -239,9 +162,7 @@ fn run() {
         argv,
         cert: key.cert.clone(),
     };
-    let sig = key
-        .sign(&mailbox::signed_part(&req))
-        .unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
+    let sig = key.sign(&mailbox::signed_part(&req));
     let record = mailbox::encode_request(&req, &sig);
     trace.step("signed");
     if print_only {

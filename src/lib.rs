@@ -28,9 +28,10 @@ pub fn main() -> i32 {
 }
 
 // For the sandbox-side binaries (bin/): the pure modules they share
-// (`display` and `escalation` above, the Trust Anchor's session side, the
-// messages `lazaret-init` sends to the host and the Escalation Mailbox's
-// records).
+// (`display` and `escalation` above, the Trust Anchor's session side,
+// which links no OpenSSL, the messages `lazaret-init` sends to the host and
+// the Escalation Mailbox's records). `trust` is the host's side.
+pub mod session_key;
 pub mod trust;
 pub use crate::wire::guest;
 pub use crate::wire::mailbox;

@@ -9,17 +9,18 @@
 //! coordinator expects, and a session's certificate must also be the very
 //! one issued at its registration.
 //!
-//! The session's side is [`SessionKey`]: what the escalation client parses
-//! from [`Credential::export`] and signs with. It decodes no DER and builds
-//! no EVP signing context: in a fresh process inside gVisor, OpenSSL 3's
-//! PKCS#8 and X.509 decoders and EVP fetches cost milliseconds.
+//! The session's side is [`crate::session_key::SessionKey`]: what the
+//! escalation client parses from [`Credential::export`] and signs with,
+//! without OpenSSL (a fresh process inside gVisor pays milliseconds for
+//! linking and starting it).
 
 use std::fmt;
 
+use crate::session_key::{is_credential_field, CREDENTIAL_TAG};
+
 use openssl::asn1::{Asn1Time, Asn1TimeRef};
-use openssl::bn::{BigNum, BigNumContext, MsbOption};
-use openssl::ec::{EcGroup, EcKey, EcPoint};
-use openssl::ecdsa::EcdsaSig;
+use openssl::bn::{BigNum, MsbOption};
+use openssl::ec::{EcGroup, EcKey};
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
 use openssl::pkey::{PKey, Private, Public};
@@ -158,80 +159,6 @@ impl Credential {
             id.component,
             openssl::base64::encode_block(&self.cert.to_der()?)
         ))
-    }
-}
-
-/// Version tag that starts an exported session credential.
-pub const CREDENTIAL_TAG: &str = "lzc2:";
-
-fn is_credential_field(f: &str) -> bool {
-    !f.is_empty() && f.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// A session's signing key as the escalation client holds it: parsed from
-/// [`Credential::export`] with no DER decoding.
-#[allow(dead_code)] // used by bin/lazaret-escalate.rs and the tests
-pub struct SessionKey {
-    scalar: [u8; 32],
-    pub domain: String,
-    pub generation: u64,
-    pub session: String,
-    pub client: String,
-    /// The certificate DER, forwarded with each request.
-    pub cert: Vec<u8>,
-}
-
-#[allow(dead_code)] // used by bin/lazaret-escalate.rs and the tests
-impl SessionKey {
-    pub fn parse(cred: &str) -> Result<SessionKey, TrustError> {
-        let bad = TrustError::MalformedCredential;
-        let rest = cred.strip_prefix(CREDENTIAL_TAG).ok_or(bad("unknown format"))?;
-        let f: Vec<&str> = rest.split('.').collect();
-        let [key, domain, generation, session, client, cert] = f.as_slice() else {
-            return Err(bad("wrong number of fields"));
-        };
-        if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad("key"));
-        }
-        let mut scalar = [0u8; 32];
-        for (i, b) in scalar.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&key[2 * i..2 * i + 2], 16).map_err(|_| bad("key"))?;
-        }
-        if ![domain, session, client].iter().all(|f| is_credential_field(f)) {
-            return Err(bad("identity"));
-        }
-        if generation.is_empty() || !generation.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad("generation"));
-        }
-        let generation = generation.parse().map_err(|_| bad("generation"))?;
-        let cert = openssl::base64::decode_block(cert).map_err(|_| bad("certificate"))?;
-        Ok(SessionKey {
-            scalar,
-            domain: domain.to_string(),
-            generation,
-            session: session.to_string(),
-            client: client.to_string(),
-            cert,
-        })
-    }
-
-    /// A DER ECDSA signature over SHA-256(`data`), what [`TrustAnchor::verify`]
-    /// checks. Built from the low-level SHA-256 and EC functions, with no
-    /// key decoding. (OpenSSL still fetches SHA-512 to derive the nonce;
-    /// avoiding that too, with `ECDSA_sign_setup`, measured no faster.)
-    pub fn sign(&self, data: &[u8]) -> Result<Vec<u8>, TrustError> {
-        let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1)?;
-        let d = BigNum::from_slice(&self.scalar)?;
-        let mut ctx = BigNumContext::new()?;
-        let mut public = EcPoint::new(&group)?;
-        public.mul_generator2(&group, &d, &mut ctx)?;
-        let key = EcKey::from_private_components(&group, &d, &public)?;
-        // `Sha256`, not the one-shot `sha256`, which OpenSSL 3 runs
-        // through an EVP fetch.
-        let mut h = openssl::sha::Sha256::new();
-        h.update(data);
-        let digest = h.finish();
-        Ok(EcdsaSig::sign(&digest, &key)?.to_der()?)
     }
 }
 
@@ -429,7 +356,7 @@ pub fn identity_of(cert: &X509) -> Option<Identity> {
 }
 
 /// Signs `data` with a credential's key through EVP (tests: the reference
-/// for [`SessionKey::sign`]).
+/// for [`crate::session_key::SessionKey::sign`]).
 #[cfg(test)]
 pub fn sign(key: &PKey<Private>, data: &[u8]) -> Result<Vec<u8>, TrustError> {
     let mut s = openssl::sign::Signer::new(MessageDigest::sha256(), key)?;
@@ -440,6 +367,7 @@ pub fn sign(key: &PKey<Private>, data: &[u8]) -> Result<Vec<u8>, TrustError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session_key::SessionKey;
 
     #[test]
     fn a_session_certificate_authorizes_only_its_own_identity() {
@@ -508,12 +436,15 @@ mod tests {
         assert_eq!(sk.cert, cred.cert.to_der().unwrap());
         let me = ta.identity(Role::ClientCli, &sk.client, Some(&sk.session));
         let data = b"LZESC1\nid 00\n";
-        // Low-level ECDSA nonces are random: sign more than once.
-        for _ in 0..8 {
-            let sig = sk.sign(data).unwrap();
+        // Nonces are derived from the key and the data (RFC 6979): the
+        // same input signs the same, other inputs differently.
+        assert_eq!(sk.sign(data), sk.sign(data));
+        for i in 0..8u8 {
+            let data = &[&data[..], &[i]].concat()[..];
+            let sig = sk.sign(data);
             ta.verify(&sk.cert, &me, data, &sig).unwrap();
             assert!(matches!(
-                ta.verify(&sk.cert, &me, b"LZESC1\nid 01\n", &sig),
+                ta.verify(&sk.cert, &me, b"LZESC1\nid 01\n\0", &sig),
                 Err(TrustError::BadSignature)
             ));
         }
@@ -528,7 +459,7 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(
-            ta.verify(&sk.cert, &me, data, &other.sign(data).unwrap()),
+            ta.verify(&sk.cert, &me, data, &other.sign(data)),
             Err(TrustError::BadSignature)
         ));
     }

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::escalation::REQUESTS_MAX_BYTES;
-use crate::trust::{Role, SessionKey};
+use crate::session_key::SessionKey;
+use crate::trust::Role;
 
 const CLIENT: &str = "0123456789abcdef";
 const SESSION: &str = "fedcba9876543210";
@@ -58,7 +59,7 @@ fn request(f: &Fixture, n: u8) -> Request {
 }
 
 fn record(f: &Fixture, req: &Request) -> Vec<u8> {
-    let sig = f.key.sign(&mailbox::signed_part(req)).unwrap();
+    let sig = f.key.sign(&mailbox::signed_part(req));
     mailbox::encode_request(req, &sig)
 }
 
@@ -250,11 +251,11 @@ fn a_record_not_bound_to_its_name_session_or_key_is_rejected() {
     let k = SessionKey::parse(&ok.export().unwrap()).unwrap();
     f.put(
         &format!("{}.req", d.id),
-        &mailbox::encode_request(&d, &k.sign(&mailbox::signed_part(&d)).unwrap()),
+        &mailbox::encode_request(&d, &k.sign(&mailbox::signed_part(&d))),
     );
     // A changed byte after signing.
     let mut e = request(&f, 13);
-    let sig = f.key.sign(&mailbox::signed_part(&e)).unwrap();
+    let sig = f.key.sign(&mailbox::signed_part(&e));
     e.argv = vec!["rm".into()];
     f.put(&format!("{}.req", e.id), &mailbox::encode_request(&e, &sig));
     assert!(f.scan().is_empty());
@@ -311,7 +312,7 @@ fn a_kept_session_certificate_still_refuses_every_other_record() {
     assert_eq!(f.scan(), vec![first.id.clone()]);
     // The same key, a changed byte after signing.
     let mut a = request(&f, 21);
-    let sig = f.key.sign(&mailbox::signed_part(&a)).unwrap();
+    let sig = f.key.sign(&mailbox::signed_part(&a));
     a.argv = vec!["rm".into()];
     f.put(&format!("{}.req", a.id), &mailbox::encode_request(&a, &sig));
     // A second certificate of this anchor for the very same identity.
@@ -321,13 +322,13 @@ fn a_kept_session_certificate_still_refuses_every_other_record() {
     b.cert = twin.cert.clone();
     f.put(
         &format!("{}.req", b.id),
-        &mailbox::encode_request(&b, &twin.sign(&mailbox::signed_part(&b)).unwrap()),
+        &mailbox::encode_request(&b, &twin.sign(&mailbox::signed_part(&b))),
     );
     // The session's own certificate with a signature by the twin's key.
     let c = request(&f, 23);
     f.put(
         &format!("{}.req", c.id),
-        &mailbox::encode_request(&c, &twin.sign(&mailbox::signed_part(&c)).unwrap()),
+        &mailbox::encode_request(&c, &twin.sign(&mailbox::signed_part(&c))),
     );
     assert!(f.scan().is_empty());
     let audit = f.audit();

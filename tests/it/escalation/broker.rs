@@ -91,7 +91,7 @@ fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
     let steps: Vec<&str> = trace.iter().map(|t| t.0).collect();
     assert_eq!(
         steps,
-        ["credential", "openssl-init", "signed", "written", "answered", "printed"],
+        ["credential", "signed", "written", "answered", "printed"],
         "one traced request, its steps in order, and no trace from the others: {r:?}"
     );
     assert!(
