@@ -43,13 +43,13 @@ loop=${loop//ROUNDS/$rounds}
 # Inside one session, interleaved: the auto-approved round trip; /bin/true
 # (what gVisor itself costs per process); and where the round trip's time
 # beyond a guest exec goes: starting the escalate binary itself (about
-# 6 MB, static, with OpenSSL, against /bin/true's 35 KB; gVisor pays for
-# each page it maps), then building and signing a request without sending
-# it; the rest is the mailbox and the host side. One warm-up first.
+# 1 MB, static, against /bin/true's 35 KB and the libc it loads), then
+# building and signing a request without sending it; the rest is the
+# mailbox and the host side. One warm-up first.
 inside_cmds='run true /bin/true; run bare lazaret-escalate --help; run signed lazaret-escalate --print-request -- true; run inside lazaret-escalate -- true'
 # Then, in the same session, where the client's own time goes: each traced
 # round trip prints the microseconds at the end of each step (reading the
-# credential, OpenSSL's start, signing, writing the request, the answer,
+# and parsing the credential, signing, writing the request, the answer,
 # printing it) on stderr, which the loop keeps and the awk below pairs up.
 traced='for ((i = 0; i < ROUNDS; i++)); do LAZARET_ESCALATE_TRACE=1 lazaret-escalate -- true 2>&1 >/dev/null || exit 1; done'
 traced=${traced//ROUNDS/$rounds}

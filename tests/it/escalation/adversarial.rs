@@ -477,9 +477,19 @@ fn changed_escalation_or_network_config_refuses_the_next_join() {
     let (ws, cfg) = setup(env, "esc2fp", &rule(&["true"], false));
     let file = cfg.join("lazaret/config.toml");
     let original = std::fs::read_to_string(&file).unwrap();
-    let _first = env.lz(&ws, &["run", "--", "sleep", "120"]).config_home(&cfg).spawn_bg();
+    let mut first = env.lz(&ws, &["run", "--", "sleep", "120"]).config_home(&cfg).spawn_bg();
     let sock = env.runtime_root().join(env.domain_id("default", &ws)).join("hc.sock");
     assert!(eventually(Duration::from_secs(120), || sock.exists()));
+    // Each join below must meet the first session's Domain: had it ended
+    // (a failed start), a join would start a new Domain with the changed
+    // configuration and prove nothing, so that is reported as such.
+    let mut still_running = |when: &str| {
+        if let Ok(Some(status)) = first.0.try_wait() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(first.0.stderr.as_mut().unwrap(), &mut err);
+            panic!("the first session ended ({status}) {when}; its stderr: {err}");
+        }
+    };
     let r = env.lz(&ws, &["run", "--", "true"]).config_home(&cfg).run();
     assert_eq!(r.code, 0, "unchanged config must join: {r:?}");
     for changed in [
@@ -487,8 +497,10 @@ fn changed_escalation_or_network_config_refuses_the_next_join() {
         original.replace("argv = [\"true\"]", "argv = [\"false\"]"),
         format!("[network]\ndefault_deny = [\"10.0.0.0/8\"]\n{original}"),
     ] {
+        still_running("before a join with a changed configuration");
         env.write(&file, &changed);
         let r = env.lz(&ws, &["run", "--", "true"]).config_home(&cfg).run();
+        still_running("during a join with a changed configuration");
         assert_ne!(r.code, 0, "{changed}: {r:?}");
         assert!(
             r.stderr.contains("changed since this Domain started"),
