@@ -53,6 +53,15 @@ inside_cmds='run true /bin/true; run bare lazaret-escalate --help; run signed la
 # printing it) on stderr, which the loop keeps and the awk below pairs up.
 traced='for ((i = 0; i < ROUNDS; i++)); do LAZARET_ESCALATE_TRACE=1 lazaret-escalate -- true 2>&1 >/dev/null || exit 1; done'
 traced=${traced//ROUNDS/$rounds}
+# A second session holds the Domain open after the measured one ends, so
+# that the coordinator log (removed with the Domain) can be read below.
+dom=$(printf 'lazaret-domain-v1\0default\0%s' "$(pwd -P)" | sha256sum | cut -c1-20)
+rt="${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/lazaret}"
+rt="${rt:-/tmp/lazaret-$(id -u)}/$dom"
+"$lz" run --quiet -- sleep 3600 >/dev/null 2>&1 </dev/null &
+holder=$!
+trap 'kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 300); do [ -S "$rt/hc.sock" ] && break; sleep 0.1; done
 all=$("$lz" run --quiet -- bash -c "lazaret-escalate -- true >/dev/null || exit 1; ${loop//CMDS/$inside_cmds}; $traced")
 host_all=$(bash -c "${loop//CMDS/run host /bin/true}")
 pick() { printf '%s\n' "$all" "$host_all" | awk -v n="$1" '$1 == n && $2 ~ /^[0-9]+$/ { print $2 }'; }
@@ -105,5 +114,27 @@ END {
     }
     print line
 }'
+# The host's side of the same requests: the coordinator logs one
+# `escalation-steps ID verify=.. spawn=.. run=.. deliver=..` line (µs) per
+# auto-approved request it answers (src/coordinator/broker/run.rs).
+clog="$rt/coordinator.log"
+if [ -r "$clog" ]; then
+    grep -o 'escalation-steps .*' "$clog" | awk '
+    { for (i = 3; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } v[kv[1], ++n[kv[1]]] = kv[2] } }
+    END {
+        if (k == 0) { print "on the host: no step lines (a build that logs none)"; exit }
+        line = sprintf("on the host, medians over %d requests (ms):", n[order[1]])
+        for (i = 1; i <= k; i++) {
+            s = order[i]; m = n[s]
+            for (a = 1; a <= m; a++) x[a] = v[s, a]
+            for (a = 2; a <= m; a++) { t = x[a]; for (b = a - 1; b >= 1 && x[b] > t; b--) x[b + 1] = x[b]; x[b + 1] = t }
+            med = (m % 2) ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
+            line = line sprintf(" %s %.2f", s, med / 1000)
+        }
+        print line
+    }'
+else
+    echo "on the host: no coordinator log at $clog"
+fi
 bench_row "escalation round trip (vs a guest exec)" "$(awk -v v="$im" 'BEGIN{printf "%.2f", v/1000}')" "$(awk -v v="$sm" 'BEGIN{printf "%.2f", v/1000}')" ms "-"
 bench_row "escalation beyond a guest exec (median of per-round pairs)" "$(awk -v v="$beyond" 'BEGIN{printf "%.2f", v/1000}')" 0 ms "<=+2ms"

@@ -7,7 +7,7 @@ use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Broker, SessionView};
 use crate::escalation::{self, Request, Status};
@@ -152,6 +152,7 @@ impl Broker {
         self.backlog = names.len() > SCAN_MAX;
         let mut ask = Vec::new();
         for name in names.into_iter().take(SCAN_MAX) {
+            let seen = Instant::now();
             let path = self.requests.join(&name);
             let data = self.take(&path);
             // INVARIANT: the record is gone from the mailbox before it is
@@ -186,7 +187,7 @@ impl Broker {
                             } else {
                                 req.argv.clone()
                             };
-                            self.start_in(req, argv, why, dir);
+                            self.start_in(req, argv, why, dir, Some(seen));
                         }
                         None if self.dirs.len() >= MAX_WAITING => self.refuse(
                             &req,

@@ -63,7 +63,24 @@ pub(super) struct HostRun {
     out: Capture,
     err: Capture,
     deadline: Instant,
+    steps: Option<Steps>,
 }
+
+/// When an auto-approved request passed each step on the host, logged as
+/// one line when its result is written: `escalation-steps ID verify=µs
+/// spawn=µs run=µs deliver=µs` (reading and checking the record; starting
+/// the command; the command itself until its exit is noticed; reaping it,
+/// recording its end and writing the result). `scripts/bench-escalate.sh`
+/// prints their medians beside the client's own steps.
+struct Steps {
+    seen: Instant,
+    spawning: Instant,
+    started: Instant,
+    exited: Option<Instant>,
+}
+
+/// The marker of a step line in the coordinator log.
+const STEPS_MARK: &str = "escalation-steps ";
 
 impl Broker {
     /// Runs a command the developer approved, in the directory resolved
@@ -85,12 +102,22 @@ impl Broker {
                  named); nothing ran",
             );
         }
-        self.start_in(req, argv, decision, dir)
+        self.start_in(req, argv, decision, dir, None)
     }
 
     /// Runs an approved command on the host, its working directory the
-    /// handle `dir` (`fchdir`: no path is looked up again).
-    pub(super) fn start_in(&mut self, req: Request, argv: Vec<String>, decision: String, dir: OwnedFd) {
+    /// handle `dir` (`fchdir`: no path is looked up again). `seen`: when
+    /// the mailbox scan found an auto-approved request (its steps are
+    /// logged when it ends, see [`Steps`]).
+    pub(super) fn start_in(
+        &mut self,
+        req: Request,
+        argv: Vec<String>,
+        decision: String,
+        dir: OwnedFd,
+        seen: Option<Instant>,
+    ) {
+        let spawning = Instant::now();
         let home = std::env::var("HOME").unwrap_or_else(|_| "/".into());
         let user = std::env::var("USER").unwrap_or_default();
         let mut cmd = Command::new(&argv[0]);
@@ -137,7 +164,14 @@ impl Broker {
             pid: pgid,
             start_time: sys::proc_start_time(pgid).unwrap_or(0),
         });
-        let deadline = Instant::now() + Duration::from_secs(req.timeout_secs.min(escalation::MAX_TIMEOUT_SECS));
+        let started = Instant::now();
+        let steps = seen.map(|seen| Steps {
+            seen,
+            spawning,
+            started,
+            exited: None,
+        });
+        let deadline = started + Duration::from_secs(req.timeout_secs.min(escalation::MAX_TIMEOUT_SECS));
         self.runs.insert(
             req.id.clone(),
             HostRun {
@@ -149,6 +183,7 @@ impl Broker {
                 out: Capture::new(out),
                 err: Capture::new(err),
                 deadline,
+                steps,
             },
         );
     }
@@ -185,6 +220,9 @@ impl Broker {
             let r = self.runs.get_mut(&id).unwrap();
             let status = match r.child.try_wait() {
                 Ok(Some(st)) => {
+                    if let Some(s) = r.steps.as_mut() {
+                        s.exited = Some(Instant::now());
+                    }
                     r.out.pump();
                     r.err.pump();
                     Some(Status::Completed(st.code().unwrap_or_else(|| {
@@ -235,6 +273,22 @@ impl Broker {
             stdout_truncated: r.out.truncated,
             stderr_truncated: r.err.truncated,
         });
+        if let Some(Steps {
+            seen,
+            spawning,
+            started,
+            exited: Some(exited),
+        }) = r.steps
+        {
+            let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros();
+            log::info!(
+                "{STEPS_MARK}{id} verify={} spawn={} run={} deliver={}",
+                us(seen, spawning),
+                us(spawning, started),
+                us(started, exited),
+                us(exited, Instant::now())
+            );
+        }
     }
 
     /// The session is gone: cancel whatever it started.
