@@ -60,7 +60,7 @@ rt="${XDG_RUNTIME_DIR:+$XDG_RUNTIME_DIR/lazaret}"
 rt="${rt:-/tmp/lazaret-$(id -u)}/$dom"
 "$lz" run --quiet -- sleep 3600 >/dev/null 2>&1 </dev/null &
 holder=$!
-trap 'kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "$holder" 2>/dev/null || true; wait "$holder" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 300); do [ -S "$rt/hc.sock" ] && break; sleep 0.1; done
 all=$("$lz" run --quiet -- bash -c "lazaret-escalate -- true >/dev/null || exit 1; ${loop//CMDS/$inside_cmds}; $traced")
 host_all=$(bash -c "${loop//CMDS/run host /bin/true}")
