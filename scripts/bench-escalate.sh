@@ -94,36 +94,15 @@ awk -v v="$bm" 'BEGIN { printf "lazaret-escalate --help inside (its start alone)
 awk -v v="$gm" 'BEGIN { printf "lazaret-escalate --print-request (start + signing): median %.1f ms\n", v / 1000 }'
 awk -v a="$beyond" -v b="$start_d" -v c="$sign_d" -v d="$mail_d" 'BEGIN { printf "beyond a guest exec, median of per-round differences: %.1f ms (starting the binary %.1f, signing %.1f, mailbox and host %.1f)\n", a / 1000, b / 1000, c / 1000, d / 1000 }'
 awk -v a="$im" -v b="$hm" 'BEGIN { printf "overhead vs host true: %.1f ms (target <= 20 ms)\n", (a - b) / 1000 }'
-# The client's steps, medians over the traced rounds (each step's own
-# microseconds, from the cumulative marks).
-printf '%s\n' "$all" | awk '
-$1 == "lazaret-escalate:" && $2 == "trace" {
-    step = $3; d = $4 - prev; prev = ($3 == "printed") ? 0 : $4
-    if (!(step in seen)) { seen[step] = 1; order[++k] = step }
-    v[step, ++n[step]] = d
-}
-END {
-    if (k == 0) { print "inside the client: no trace (a build whose client prints none)"; exit }
-    line = "inside the client, medians (ms):"
-    for (i = 1; i <= k; i++) {
-        s = order[i]; m = n[s]
-        for (a = 1; a <= m; a++) x[a] = v[s, a]
-        for (a = 2; a <= m; a++) { t = x[a]; for (b = a - 1; b >= 1 && x[b] > t; b--) x[b + 1] = x[b]; x[b + 1] = t }
-        med = (m % 2) ? x[(m + 1) / 2] : (x[m / 2] + x[m / 2 + 1]) / 2
-        line = line sprintf(" %s %.2f", s, med / 1000)
-    }
-    print line
-}'
-# The host's side of the same requests: the coordinator logs one
-# `escalation-steps ID verify=.. spawn=.. run=.. deliver=..` line (µs) per
-# auto-approved request it answers (src/coordinator/broker/run.rs).
-clog="$rt/coordinator.log"
-if [ -r "$clog" ]; then
-    { grep -o 'escalation-steps .*' "$clog" || true; } | awk '
-    { for (i = 3; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } v[kv[1], ++n[kv[1]]] = kv[2] } }
+# step_medians TITLE EMPTY: reads "STEP MICROSECONDS" lines and prints
+# TITLE followed by each step's median in milliseconds, steps in the order
+# they first appear (or EMPTY when there are none).
+step_medians() {
+    awk -v title="$1" -v empty="$2" '
+    { if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } v[$1, ++n[$1]] = $2 }
     END {
-        if (k == 0) { print "on the host: no step lines (a build that logs none)"; exit }
-        line = sprintf("on the host, medians over %d requests (ms):", n[order[1]])
+        if (k == 0) { print empty; exit }
+        line = sprintf(title, n[order[1]])
         for (i = 1; i <= k; i++) {
             s = order[i]; m = n[s]
             for (a = 1; a <= m; a++) x[a] = v[s, a]
@@ -133,6 +112,22 @@ if [ -r "$clog" ]; then
         }
         print line
     }'
+}
+# The client's steps over the traced rounds (each step's own microseconds,
+# from the cumulative marks).
+printf '%s\n' "$all" | awk '
+$1 == "lazaret-escalate:" && $2 == "trace" { print $3, $4 - prev; prev = ($3 == "printed") ? 0 : $4 }' |
+    step_medians "inside the client, medians over %d requests (ms):" \
+        "inside the client: no trace (a build whose client prints none)"
+# The host's side of the same requests: the coordinator logs one
+# `escalation-steps ID verify=.. spawn=.. run=.. deliver=..` line (µs) per
+# auto-approved request it answers (src/coordinator/broker/run.rs).
+clog="$rt/coordinator.log"
+if [ -r "$clog" ]; then
+    { grep -o 'escalation-steps .*' "$clog" || true; } |
+        awk '{ for (i = 3; i <= NF; i++) { split($i, kv, "="); print kv[1], kv[2] } }' |
+        step_medians "on the host, medians over %d requests (ms):" \
+            "on the host: no step lines (a build that logs none)"
 else
     echo "on the host: no coordinator log at $clog"
 fi
