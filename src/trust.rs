@@ -465,6 +465,55 @@ mod tests {
     }
 
     #[test]
+    fn the_anchor_refuses_a_client_signature_in_any_other_encoding() {
+        // The client now writes the DER itself: the host must accept only
+        // the one canonical encoding of a valid signature, whatever bytes
+        // a sandbox puts in the record's signature field.
+        let ta = TrustAnchor::new(&"d".repeat(20), 3, "default").unwrap();
+        let cred = ta.issue(Role::ClientCli, "c", Some("s")).unwrap();
+        let sk = SessionKey::parse(&cred.export().unwrap()).unwrap();
+        let me = ta.identity(Role::ClientCli, "c", Some("s"));
+        let data = b"LZESC1\nid 02\n";
+        let sig = sk.sign(data);
+        ta.verify(&sk.cert, &me, data, &sig).unwrap();
+        let (r_len, s_at) = (sig[3] as usize, 4 + sig[3] as usize);
+        let r = &sig[4..s_at];
+        let s_int = &sig[s_at + 2..];
+        let der = |r: &[u8], s: &[u8]| {
+            let mut body = vec![0x02, r.len() as u8];
+            body.extend_from_slice(r);
+            body.extend_from_slice(&[0x02, s.len() as u8]);
+            body.extend_from_slice(s);
+            let mut out = vec![0x30, body.len() as u8];
+            out.extend_from_slice(&body);
+            out
+        };
+        assert_eq!(
+            der(r, s_int),
+            sig,
+            "the test rebuilds the client's DER ({r_len} byte r)"
+        );
+        let padded_r = [&[0u8][..], r].concat();
+        let mut trailing = sig.clone();
+        trailing.push(0);
+        let mut long_form = vec![0x30, 0x81, sig[1]];
+        long_form.extend_from_slice(&sig[2..]);
+        let mut flipped = sig.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        for (what, bad) in [
+            ("r with a needless leading zero", der(&padded_r, s_int)),
+            ("r and s swapped", der(s_int, r)),
+            ("a trailing byte", trailing),
+            ("a long-form length", long_form),
+            ("one bit of s flipped", flipped),
+            ("nothing", Vec::new()),
+            ("the raw r || s", [r, s_int].concat()),
+        ] {
+            assert!(ta.verify(&sk.cert, &me, data, &bad).is_err(), "accepted {what}");
+        }
+    }
+
+    #[test]
     fn malformed_credentials_are_refused() {
         let ta = TrustAnchor::new(&"d".repeat(20), 1, "p").unwrap();
         let good = ta.issue(Role::ClientCli, "c", Some("s")).unwrap().export().unwrap();
