@@ -42,6 +42,7 @@
 //! keys. The reader here also records the line of every key, so semantic
 //! errors point at the right line.
 
+pub mod hostname;
 pub mod hosts;
 pub mod passenv;
 pub mod ports;

@@ -267,7 +267,8 @@ impl Schema<'_> {
                     }
                     // A secret goes only to a name the Domain may reach.
                     crate::config::secrets::check_hosts(self.file, name, &profile.secrets, |h| {
-                        cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(h))
+                        crate::config::hostname::HostName::from_bytes(h.as_bytes())
+                            .is_ok_and(|h| cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(&h)))
                     })?;
                     Ok(profile)
                 });

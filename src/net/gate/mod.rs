@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::hosts::HostPattern;
+use crate::config::hosts::{self, HostName};
 use crate::net::policy::{self as netpolicy, GatePlan, Plan};
 use crate::sys;
 
@@ -281,7 +281,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
     let Ok(SocketAddr::V4(dst)) = conn.local_addr() else {
         return;
     };
-    let synthetic = is_synthetic(*dst.ip())
+    let synthetic: Option<HostName> = is_synthetic(*dst.ip())
         .then(|| shared.names.lock().ok()?.by_addr.get(dst.ip()).cloned())
         .flatten();
     let mut buf = Vec::new();
@@ -290,9 +290,10 @@ fn handle(shared: &Shared, conn: TcpStream) {
     } else {
         Sniffed::Other
     };
-    let verdict = decide(&shared.gate, dst, synthetic.as_deref(), &sniffed);
+    let verdict = decide(&shared.gate, dst, synthetic.as_ref(), &sniffed);
     let http = matches!(sniffed, Sniffed::Http { .. } | Sniffed::Connect { .. });
-    let (name, target) = match verdict {
+    // `host`: the name decided (none: log mode's connection by address).
+    let (host, target): (Option<HostName>, Vec<SocketAddrV4>) = match verdict {
         Verdict::Refuse { what, port, why } => {
             shared.log.record("refused", "tcp", &what, port, why);
             return refuse(conn, http, &what, port, why);
@@ -306,7 +307,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
             shared
                 .log
                 .record("allowed", "tcp", &a.ip().to_string(), a.port(), "log mode");
-            (a.ip().to_string(), vec![a])
+            (None, vec![a])
         }
         Verdict::Name { name, port } => {
             let addrs = resolve(shared, &name);
@@ -327,9 +328,11 @@ fn handle(shared: &Shared, conn: TcpStream) {
             if shared.gate.log_only {
                 shared.log.record("allowed", "tcp", &name, port, "log mode");
             }
-            (name, ok)
+            (Some(name), ok)
         }
     };
+    let by_addr = target[0].ip().to_string();
+    let name: &str = host.as_deref().unwrap_or(&by_addr);
     // Issue 31: a plain HTTP head that carries a sentinel towards a host
     // its secret is not bound to is refused before the gate connects, so
     // that host sees nothing at all (the swap refuses the rest later).
@@ -487,22 +490,43 @@ fn pump(from: &TcpStream, to: &TcpStream) {
 
 // ---- names to addresses ---------------------------------------------------------
 
-/// The name's addresses: from the cache (filled when the sandbox resolved
-/// it through the gate), else asked upstream now.
-fn resolve(shared: &Shared, name: &str) -> Vec<Ipv4Addr> {
+/// The name's addresses: from the cache (filled when the gate resolved it
+/// before), else asked upstream now. Called only for a name the list
+/// allows (or any name in log mode): nothing else is asked upstream.
+fn resolve(shared: &Shared, name: &HostName) -> Vec<Ipv4Addr> {
     if let Ok(n) = shared.names.lock() {
-        if let Some((a, until)) = n.cache.get(name) {
-            if *until > Instant::now() {
-                return a.clone();
-            }
+        if let Some(a) = n.cache.get(name, Instant::now()) {
+            return a;
         }
     }
     let (addrs, ttl) = query_upstream(&shared.gate.upstream, name).unwrap_or_default();
     if let Ok(mut n) = shared.names.lock() {
-        let ttl = Duration::from_secs(ttl.clamp(5, 300) as u64);
-        n.cache.insert(name.to_string(), (addrs.clone(), Instant::now() + ttl));
+        n.cache.put(name, addrs.clone(), ttl, Instant::now());
     }
     addrs
+}
+
+/// What the resolver answers a question for `name` (type A, class IN).
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    /// Not listed: `REFUSED`, nothing asked upstream.
+    Refused,
+    /// Listed by a `*.` pattern only: a synthetic address without asking
+    /// upstream (asked when a connection names it).
+    Synthetic,
+    /// An exact name (every name in log mode): resolved upstream now,
+    /// then its synthetic address (`NXDOMAIN` without addresses).
+    Resolve,
+}
+
+fn lookup(gate: &GatePlan, name: &HostName) -> Lookup {
+    if gate.log_only || gate.hosts.iter().any(|h| !h.wildcard && h.matches_name(name)) {
+        Lookup::Resolve
+    } else if hosts::only_by_wildcard(&gate.hosts, name) {
+        Lookup::Synthetic
+    } else {
+        Lookup::Refused
+    }
 }
 
 fn serve_dns(shared: &Shared, sock: &UdpSocket) {
@@ -515,33 +539,42 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
             continue;
         }
         let q = &buf[..n];
-        let Some(question) = parse_question(q) else { continue };
-        let name = question.name.clone();
-        let listed = shared.gate.log_only || shared.gate.hosts.iter().any(|h| h.matches_name(&name));
-        let valid = name
-            .parse::<HostPattern>()
-            .is_ok_and(|p| !p.wildcard && p.port.is_none());
-        let reply = if !listed || !valid {
-            // The readiness probe's own query (bin/probe.rs) is no egress.
-            if name != PROBE_NAME {
-                shared.log.record("refused", "dns", &name, 53, "not in network.hosts");
+        let Some(question) = parse_question(q) else {
+            if let Some(r) = dns_formerr(q) {
+                let _ = sock.send_to(&r, from);
             }
-            dns_answer(q, &question, 5, None)
-        } else if question.qtype != 1 {
+            continue;
+        };
+        let name = match &question.name {
+            Ok(n) => n,
+            Err(u) => {
+                shared.log.record("refused", "dns", &u.shown, 53, u.err.reason());
+                let _ = sock.send_to(&dns_answer(q, &question, RCODE_REFUSED, None), from);
+                continue;
+            }
+        };
+        let how = lookup(&shared.gate, name);
+        let reply = if how == Lookup::Refused || question.qclass != 1 {
+            // The readiness probe's own query (bin/probe.rs) is no egress.
+            if *name != PROBE_NAME {
+                shared.log.record("refused", "dns", name, 53, "not in network.hosts");
+            }
+            dns_answer(q, &question, RCODE_REFUSED, None)
+        } else if question.qtype != TYPE_A {
             // AAAA and the rest: no data (IPv6 is off; nothing else is needed).
             dns_answer(q, &question, 0, None)
         } else {
-            let addrs = resolve(shared, &name);
-            if addrs.is_empty() {
-                dns_answer(q, &question, 3, None)
+            let found = how == Lookup::Synthetic || !resolve(shared, name).is_empty();
+            if !found {
+                dns_answer(q, &question, RCODE_NXDOMAIN, None)
             } else {
                 if shared.gate.log_only {
-                    shared.log.record("allowed", "dns", &name, 53, "log mode");
+                    shared.log.record("allowed", "dns", name, 53, "log mode");
                 }
-                let syn = shared.names.lock().ok().and_then(|mut n| n.synthetic(&name));
+                let syn = shared.names.lock().ok().and_then(|mut n| n.synthetic(name));
                 match syn {
                     Some(a) => dns_answer(q, &question, 0, Some(a)),
-                    None => dns_answer(q, &question, 2, None),
+                    None => dns_answer(q, &question, RCODE_SERVFAIL, None),
                 }
             }
         };
@@ -567,7 +600,7 @@ fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
             };
             let what = if is_synthetic(dst) {
                 let name = shared.names.lock().ok().and_then(|n| n.by_addr.get(&dst).cloned());
-                name.unwrap_or_else(|| dst.to_string())
+                name.map_or_else(|| dst.to_string(), |n| n.to_string())
             } else {
                 dst.to_string()
             };
