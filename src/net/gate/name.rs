@@ -75,6 +75,7 @@ impl Cache {
         self.0.insert(name.clone(), (addrs, now + ttl, now));
     }
 
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.0.len()
     }

@@ -1,8 +1,10 @@
 //! The network: the router's policy (`policy`, `router`), attacks around it
-//! (`attacks`), egress by name (`names`), keys swapped in at the gate
+//! (`attacks`), egress by name (`names`, and attacks through the names
+//! themselves: `name_attacks`), keys swapped in at the gate
 //! (`secrets`), loopback inside (`localhost`) and published ports (`ports`).
 pub mod attacks;
 pub mod localhost;
+pub mod name_attacks;
 pub mod names;
 pub mod policy;
 pub mod ports;
