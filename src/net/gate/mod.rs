@@ -25,7 +25,11 @@
 //! log mode) with a synthetic address from [`SYNTHETIC_NET`] per name,
 //! which maps back to the name here: so a nameless protocol (SSH to
 //! `git.example:22`) is allowed exactly for the name it was resolved for.
-//! Other names are refused (`REFUSED`), nothing is forwarded.
+//! Other names are refused (`REFUSED`), nothing is forwarded. Every name
+//! is a [`HostName`] (docs/network.md, "Names"); the gate asks upstream
+//! only for a name the list allows: an exact name at lookup time, a name
+//! under a `*.` pattern only when a connection names it ("Names under a
+//! wildcard").
 //!
 //! Blocking sockets, one thread per connection (two while relaying),
 //! bounded by [`MAX_CONNECTIONS`]; no async runtime.
