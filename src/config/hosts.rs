@@ -180,7 +180,10 @@ mod tests {
         assert!(w.matches_name(&n("api.github.com")) && w.matches_name(&n("a.b.github.com")));
         assert!(!w.matches_name(&n("github.com")) && !w.matches_name(&n("evilgithub.com")));
         assert!(only_by_wildcard(std::slice::from_ref(&w), &n("a.github.com")));
-        assert!(!only_by_wildcard(&[w, p("a.github.com:22").unwrap()], &n("a.github.com")));
+        assert!(!only_by_wildcard(
+            &[w, p("a.github.com:22").unwrap()],
+            &n("a.github.com")
+        ));
         let s = p("github.com:22").unwrap();
         assert!(s.allows_port(22) && !s.allows_port(443));
         assert_eq!(s.to_string(), "github.com:22");

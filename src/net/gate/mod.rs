@@ -277,6 +277,23 @@ enum Handler {
     Relay,
 }
 
+/// Where an allowed connection goes: a name, or (log mode) an address;
+/// read as the `str` it is.
+enum Dest {
+    Name(HostName),
+    Addr(String),
+}
+
+impl std::ops::Deref for Dest {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            Dest::Name(n) => n,
+            Dest::Addr(a) => a,
+        }
+    }
+}
+
 fn pick_handler(_name: &str) -> Handler {
     Handler::Relay
 }
@@ -296,8 +313,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
     };
     let verdict = decide(&shared.gate, dst, synthetic.as_ref(), &sniffed);
     let http = matches!(sniffed, Sniffed::Http { .. } | Sniffed::Connect { .. });
-    // `host`: the name decided (none: log mode's connection by address).
-    let (host, target): (Option<HostName>, Vec<SocketAddrV4>) = match verdict {
+    let (name, target) = match verdict {
         Verdict::Refuse { what, port, why } => {
             shared.log.record("refused", "tcp", &what, port, why);
             return refuse(conn, http, &what, port, why);
@@ -311,7 +327,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
             shared
                 .log
                 .record("allowed", "tcp", &a.ip().to_string(), a.port(), "log mode");
-            (None, vec![a])
+            (Dest::Addr(a.ip().to_string()), vec![a])
         }
         Verdict::Name { name, port } => {
             let addrs = resolve(shared, &name);
@@ -332,11 +348,9 @@ fn handle(shared: &Shared, conn: TcpStream) {
             if shared.gate.log_only {
                 shared.log.record("allowed", "tcp", &name, port, "log mode");
             }
-            (Some(name), ok)
+            (Dest::Name(name), ok)
         }
     };
-    let by_addr = target[0].ip().to_string();
-    let name: &str = host.as_deref().unwrap_or(&by_addr);
     // Issue 31: a plain HTTP head that carries a sentinel towards a host
     // its secret is not bound to is refused before the gate connects, so
     // that host sees nothing at all (the swap refuses the rest later).

@@ -275,19 +275,12 @@ fn client_hello_sni(h: &[u8]) -> Option<Sent> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Connect to this name's own addresses at `port`.
-    Name {
-        name: HostName,
-        port: u16,
-    },
+    Name { name: HostName, port: u16 },
     /// Log mode only: a connection that names nothing goes to its address.
     Addr(SocketAddrV4),
     /// `what`, for the log and the refusal: a name, an address, or what
     /// the client sent (escaped).
-    Refuse {
-        what: String,
-        port: u16,
-        why: &'static str,
-    },
+    Refuse { what: String, port: u16, why: &'static str },
 }
 
 /// Decides by name (pure): the name the client sent, else the name the
@@ -317,10 +310,9 @@ pub fn decide(gate: &GatePlan, dst: SocketAddrV4, synthetic: Option<&HostName>, 
         None => synthetic,
     };
     match name {
-        Some(n) if gate.log_only || hosts::allowing(&gate.hosts, n, port).is_some() => Verdict::Name {
-            name: n.clone(),
-            port,
-        },
+        Some(n) if gate.log_only || hosts::allowing(&gate.hosts, n, port).is_some() => {
+            Verdict::Name { name: n.clone(), port }
+        }
         Some(n) => Verdict::Refuse {
             what: n.to_string(),
             port,

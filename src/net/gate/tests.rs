@@ -186,7 +186,10 @@ fn dns_round_trip() {
     assert_eq!(r[3] & 0x0f, 3);
     assert_eq!(parse_a_answers(&r, 0x1234, &name), Some((vec![], 0)));
     // REFUSED (or any RCODE but 0 and NXDOMAIN) is no answer.
-    assert_eq!(parse_a_answers(&dns_answer(&q, &question, 5, None), 0x1234, &name), None);
+    assert_eq!(
+        parse_a_answers(&dns_answer(&q, &question, 5, None), 0x1234, &name),
+        None
+    );
     assert!(parse_question(&r).is_none(), "a response is not a question");
 }
 
@@ -337,7 +340,10 @@ fn hostile() -> Vec<(Vec<u8>, Result<&'static str, NameError>)> {
         // Case and trailing dots.
         (b"Allowed.TEST".to_vec(), Ok("allowed.test")),
         (b"allowed.test.".to_vec(), Ok("allowed.test")),
-        (b"XN--BCHER-KVA.Allowed.Test.".to_vec(), Ok("xn--bcher-kva.allowed.test")),
+        (
+            b"XN--BCHER-KVA.Allowed.Test.".to_vec(),
+            Ok("xn--bcher-kva.allowed.test"),
+        ),
         (b"allowed.test..".to_vec(), Err(EmptyLabel)),
         (b"".to_vec(), Err(Empty)),
         (b".".to_vec(), Err(Empty)),
@@ -464,7 +470,10 @@ fn the_long_label_attack_matches_no_pattern_and_asks_nothing() {
             panic!("{s:?}");
         };
         assert_eq!(why, NameError::TooLong.reason());
-        assert!(what.starts_with("evil.test.\\x00\\x01\\x00\\x01aaa") && what.len() < 100, "{what}");
+        assert!(
+            what.starts_with("evil.test.\\x00\\x01\\x00\\x01aaa") && what.len() < 100,
+            "{what}"
+        );
     }
 }
 
@@ -534,11 +543,20 @@ fn upstream_answers_count_only_for_the_question_asked() {
         ("another opcode", response(7, 0x8980, (&q, 1, 1), &[(here, 1, a1)])),
         ("SERVFAIL", response(7, 0x8182, (&q, 1, 1), &[])),
         ("REFUSED", response(7, 0x8185, (&q, 1, 1), &[])),
-        ("another name", response(7, 0x8180, (&wire("evil.test"), 1, 1), &[(here, 1, a1)])),
-        ("a shorter name", response(7, 0x8180, (&wire("allowed.test"), 1, 1), &[(here, 1, a1)])),
+        (
+            "another name",
+            response(7, 0x8180, (&wire("evil.test"), 1, 1), &[(here, 1, a1)]),
+        ),
+        (
+            "a shorter name",
+            response(7, 0x8180, (&wire("allowed.test"), 1, 1), &[(here, 1, a1)]),
+        ),
         ("type AAAA", response(7, 0x8180, (&q, 28, 1), &[(here, 1, a1)])),
         ("class CH", response(7, 0x8180, (&q, 1, 3), &[(here, 1, a1)])),
-        ("cut short", response(7, 0x8180, (&q, 1, 1), &[(here, 1, a1)])[..40].to_vec()),
+        (
+            "cut short",
+            response(7, 0x8180, (&q, 1, 1), &[(here, 1, a1)])[..40].to_vec(),
+        ),
     ] {
         assert_eq!(ok(&m), None, "{why}");
     }
@@ -551,7 +569,10 @@ fn upstream_answers_count_only_for_the_question_asked() {
     assert_eq!(ok(&response(7, 0x8183, (&q, 1, 1), &[])), Some((vec![], 0)));
     // An A record for another owner is not the asked name's address.
     let evil = wire("evil.test");
-    assert_eq!(ok(&response(7, 0x8180, (&q, 1, 1), &[(&evil, 1, a2)])), Some((vec![], 0)));
+    assert_eq!(
+        ok(&response(7, 0x8180, (&q, 1, 1), &[(&evil, 1, a2)])),
+        Some((vec![], 0))
+    );
     assert_eq!(
         ok(&response(7, 0x8180, (&q, 1, 1), &[(&evil, 1, a2), (here, 1, a1)])),
         one
@@ -577,7 +598,24 @@ fn upstream_answers_count_only_for_the_question_asked() {
     let mut looped = response(7, 0x8180, (&q, 1, 1), &[]);
     looped[7] = 1;
     let at = looped.len();
-    looped.extend_from_slice(&[0xc0 | (at >> 8) as u8, at as u8, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 1, 2, 3, 4]);
+    looped.extend_from_slice(&[
+        0xc0 | (at >> 8) as u8,
+        at as u8,
+        0,
+        1,
+        0,
+        1,
+        0,
+        0,
+        0,
+        60,
+        0,
+        4,
+        1,
+        2,
+        3,
+        4,
+    ]);
     assert_eq!(ok(&looped), None, "a pointer to itself");
     let mut fwd = response(7, 0x8180, (&q, 1, 1), &[]);
     fwd[7] = 1;
@@ -606,8 +644,21 @@ fn upstream_answers_count_only_for_the_question_asked() {
 
 #[test]
 fn the_encoder_writes_only_names_and_reads_back_the_same() {
-    let long = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
-    for n in ["a", "A.Test", "xn--bcher-kva.example", "1.allowed.test", "a-b.c", long.as_str()] {
+    let long = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    for n in [
+        "a",
+        "A.Test",
+        "xn--bcher-kva.example",
+        "1.allowed.test",
+        "a-b.c",
+        long.as_str(),
+    ] {
         let name = hn(n);
         let q = dns_query(0x4242, &name, 1);
         assert_eq!(q.len(), 12 + name.len() + 2 + 4, "{n}");
@@ -676,15 +727,31 @@ fn the_resolver_cache_is_bounded_and_clamps_ttls() {
     let addr = vec![Ipv4Addr::new(198, 18, 0, 1)];
     c.put(&hn("short.test"), addr.clone(), 0, t0);
     c.put(&hn("long.test"), addr.clone(), u32::MAX, t0);
-    assert_eq!(c.get(&hn("short.test"), t0 + Duration::from_secs(4)), Some(addr.clone()));
-    assert_eq!(c.get(&hn("short.test"), t0 + Duration::from_secs(5)), None, "TTL 0 kept 5 s");
+    assert_eq!(
+        c.get(&hn("short.test"), t0 + Duration::from_secs(4)),
+        Some(addr.clone())
+    );
+    assert_eq!(
+        c.get(&hn("short.test"), t0 + Duration::from_secs(5)),
+        None,
+        "TTL 0 kept 5 s"
+    );
     assert!(c.get(&hn("long.test"), t0 + Duration::from_secs(299)).is_some());
-    assert_eq!(c.get(&hn("long.test"), t0 + Duration::from_secs(300)), None, "kept 300 s at most");
+    assert_eq!(
+        c.get(&hn("long.test"), t0 + Duration::from_secs(300)),
+        None,
+        "kept 300 s at most"
+    );
     // Full: the expired go first, then the oldest.
     let mut c = Cache::default();
     for i in 0..CACHE_MAX {
         let ttl = if i < 3 { 5 } else { 300 };
-        c.put(&hn(&format!("n{i}.test")), addr.clone(), ttl, t0 + Duration::from_millis(i as u64));
+        c.put(
+            &hn(&format!("n{i}.test")),
+            addr.clone(),
+            ttl,
+            t0 + Duration::from_millis(i as u64),
+        );
     }
     assert_eq!(c.len(), CACHE_MAX);
     let later = t0 + Duration::from_secs(10);

@@ -170,7 +170,10 @@ fn malformed_names_and_wildcard_lookups_never_reach_upstream() {
     assert!(field(&r.stdout, "sni").contains(" err "), "{r:?}");
     // Nothing reached evil.test, and nobody asked for it.
     assert_eq!(evil.marked(), "", "a connection reached evil.test: {r:?}");
-    assert!(!queries.contains("evil"), "the gate asked upstream for evil.test: {queries}");
+    assert!(
+        !queries.contains("evil"),
+        "the gate asked upstream for evil.test: {queries}"
+    );
 
     // Made-up names under the wildcard resolve (to synthetic addresses)
     // without a query upstream.
