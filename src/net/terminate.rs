@@ -2,6 +2,10 @@
 //! terminate the sandbox's TLS with the Domain leaf for that name (or take
 //! its plain HTTP as it is), open a verified TLS connection (or plain TCP)
 //! upstream, and relay both ways through the swap engine (`net::subst`).
+//! A real value goes only into the verified TLS connection
+//! ([`Upstream::Verified`]); plain HTTP (also inside a `CONNECT` tunnel)
+//! carries one only for a secret with `plain_http = true`, else the
+//! request is refused as a downgrade.
 //!
 //! One thread per connection, blocking sockets and `poll`: a side is read
 //! only when its socket is readable or its TLS layer holds decrypted bytes.
@@ -17,7 +21,7 @@ use std::sync::Arc;
 
 use openssl::ssl::{SslAcceptor, SslConnector, SslStream};
 
-use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide};
+use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide, Upstream};
 use crate::net::tls;
 use crate::sys;
 
@@ -78,6 +82,8 @@ impl Secrets {
                 sentinel: b.sentinel.clone(),
                 real: b.real.clone(),
                 hosts: b.hosts.clone(),
+                headers: b.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+                plain_http: b.plain_http,
             })
             .collect();
         for b in &bindings {
@@ -114,6 +120,9 @@ impl Secrets {
 pub fn log_line(o: &Outcome) -> Option<String> {
     match o {
         Outcome::Refused(Refusal::Leak { var, .. }) => Some(format!("leak attempt: the sentinel of {var}")),
+        Outcome::Refused(Refusal::Downgrade { var, .. }) => Some(format!(
+            "downgrade: the sentinel of {var} in plain HTTP (its value goes only over TLS the gate verifies)"
+        )),
         Outcome::Refused(r) => Some(r.to_string()),
         Outcome::Upstream(why) => Some(format!("upstream TLS: {why}")),
         Outcome::Done | Outcome::Handshake | Outcome::Io => None,
@@ -239,15 +248,31 @@ impl<S: End> End for SslStream<S> {
     }
 }
 
+/// How long the gate waits for the first byte inside a `CONNECT` tunnel
+/// (TLS or plain HTTP, it decides by that byte).
+const FIRST_BYTE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves one connection to `name` (bound: [`Secrets::bound`]). `first`:
 /// what the gate read from the sandbox to learn the name; `tls`: it was a
-/// ClientHello (else plain HTTP); `upstream`: connected to the name's own
-/// address, nothing sent yet.
+/// ClientHello or a `CONNECT` tunnel to a bound name (else plain HTTP);
+/// `upstream`: connected to the name's own address, nothing sent yet. A
+/// tunnel whose first byte is no TLS record is plain HTTP: relayed as
+/// such, never with a real value (unless its secret has `plain_http`).
 pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, tls: bool, s: &Secrets) -> Outcome {
+    let mut first = first;
+    if tls && first.is_empty() {
+        let _ = conn.set_read_timeout(Some(FIRST_BYTE_TIMEOUT));
+        let mut b = [0u8; 4096];
+        match (&conn).read(&mut b) {
+            Ok(n) if n > 0 => first.extend_from_slice(&b[..n]),
+            _ => return Outcome::Io,
+        }
+    }
     let _ = conn.set_read_timeout(None);
+    let tls = tls && first.first() == Some(&0x16);
     let sandbox = Prefixed::new(first, conn);
     if !tls {
-        return relay(sandbox, upstream, name, s);
+        return relay(sandbox, upstream, name, s, Upstream::Plain);
     }
     let Some(acc) = s.acceptor(name) else {
         return Outcome::Handshake;
@@ -273,7 +298,7 @@ pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, t
         Err(e) => Err(e.to_string()),
     };
     match up {
-        Ok(up) => relay(inside, up, name, s),
+        Ok(up) => relay(inside, up, name, s, Upstream::Verified),
         Err(why) => {
             let line = why.lines().next().unwrap_or("TLS handshake failed").to_string();
             let _ = inside.write_all(&tls::bad_gateway(name, &format!("upstream TLS: {line}")));
@@ -292,9 +317,9 @@ fn refused(r: &Refusal) -> Vec<u8> {
     .into_bytes()
 }
 
-fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome {
-    let mut req = RequestSide::new(name, &s.bindings);
-    let mut resp = ResponseSide::new(&s.bindings);
+fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets, up: Upstream) -> Outcome {
+    let mut req = RequestSide::new(name, &s.bindings, up);
+    let mut resp = ResponseSide::new(name, &s.bindings);
     let mut expects = VecDeque::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(64 * 1024);
@@ -360,6 +385,11 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
                 }
                 Ok(Some(n)) => {
                     if let Err(r) = resp.feed(&buf[..n], &mut out, &mut expects) {
+                        // Between responses: this one's answer is a 502
+                        // with one line (mid-body, the connection just ends).
+                        if let (Refusal::BadResponse(why), false) = (&r, resp.in_body()) {
+                            let _ = a.write_all(&tls::bad_gateway(name, why));
+                        }
                         a.close_write();
                         return Outcome::Refused(r);
                     }
