@@ -417,8 +417,11 @@ mod tests {
 
     /// A loopback "upstream" (nothing leaves the machine): TLS with a leaf
     /// for `name` from `ca` when given, else plain; records the request
-    /// head and answers `body`, which echoes the Authorization header.
-    fn upstream(ca: Option<(&TrustAnchor, &str)>) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+    /// head and answers what `respond` makes of it.
+    fn upstream_with(
+        ca: Option<(&TrustAnchor, &str)>,
+        respond: fn(&str) -> Vec<u8>,
+    ) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let acc =
@@ -440,32 +443,51 @@ mod tests {
                     Ok(n) => head.extend_from_slice(&b[..n]),
                 }
             }
-            let text = String::from_utf8_lossy(&head).into_owned();
-            let auth = text
-                .lines()
-                .find_map(|l| l.strip_prefix("Authorization: "))
-                .unwrap_or("")
-                .to_string();
-            let body = format!("you sent {auth}\n");
-            let _ = write!(
-                io,
-                "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let _ = io.write_all(&respond(&String::from_utf8_lossy(&head)));
             head
         });
         (port, t)
+    }
+
+    /// The header `name`'s value in a request head.
+    fn header<'a>(head: &'a str, name: &str) -> &'a str {
+        head.lines()
+            .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)))
+            .map_or("", |(_, v)| v.trim())
+    }
+
+    /// [`upstream_with`] an answer that echoes the Authorization header in
+    /// a header and the body.
+    fn upstream(ca: Option<(&TrustAnchor, &str)>) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+        upstream_with(ca, |head| {
+            let auth = header(head, "authorization");
+            let body = format!("you sent {auth}\n");
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        })
     }
 
     trait ReadWrite: Read + Write + Send {}
     impl<T: Read + Write + Send> ReadWrite for T {}
 
     fn secrets(domain: &TrustAnchor, up_ca: Option<&std::path::Path>, s1: &str) -> Secrets {
+        secrets_plain(domain, up_ca, s1, false)
+    }
+
+    fn secrets_plain(domain: &TrustAnchor, up_ca: Option<&std::path::Path>, s1: &str, plain_http: bool) -> Secrets {
         let bindings = vec![Binding {
             var: "ANTHROPIC_API_KEY".into(),
             sentinel: s1.into(),
             real: SecretValue::new(REAL.into()).unwrap(),
             hosts: vec!["api.test".into()],
+            headers: crate::config::secrets::DEFAULT_HEADERS
+                .iter()
+                .map(|h| h.to_string())
+                .collect(),
+            plain_http,
         }];
         Secrets::build(bindings, domain, up_ca).unwrap()
     }
@@ -596,6 +618,8 @@ mod tests {
                 sentinel: sentinel().unwrap(),
                 real: SecretValue::new(REAL.into()).unwrap(),
                 hosts: vec!["api.test".into()],
+                headers: vec!["x-api-key".into()],
+                plain_http: false,
             }],
             leaves: vec![GateLeaf {
                 host: "api.test".into(),
@@ -619,15 +643,46 @@ mod tests {
     }
 
     #[test]
-    fn plain_http_is_swapped_and_a_leak_is_refused_before_upstream_sees_it() {
+    fn plain_http_to_a_bound_host_is_a_downgrade_unless_the_secret_opts_in() {
         let domain = TrustAnchor::new("d", 1, "p").unwrap();
         let s1 = sentinel().unwrap();
-        let (port, up) = upstream(None);
         let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\r\n");
-        let (got, _) = through_gate(secrets(&domain, None, &s1), "api.test", false, port, None, req);
+        // Plain HTTP, and plain HTTP inside a tunnel the gate would have
+        // terminated (`tls` true, the first byte no TLS record): refused,
+        // the impostor upstream gets no byte.
+        for tls_mode in [false, true] {
+            let (port, up) = upstream(None);
+            let (got, outcome) = through_gate(
+                secrets(&domain, None, &s1),
+                "api.test",
+                tls_mode,
+                port,
+                None,
+                req.clone(),
+            );
+            let got = String::from_utf8(got).unwrap();
+            assert!(got.starts_with("HTTP/1.1 403 "), "{got}");
+            let body = got.split("\r\n\r\n").nth(1).unwrap();
+            assert_eq!(body.lines().count(), 1, "{got}");
+            assert!(body.contains("ANTHROPIC_API_KEY") && body.contains("downgrade"), "{got}");
+            assert!(matches!(outcome, Outcome::Refused(Refusal::Downgrade { .. })), "{outcome:?}");
+            assert!(log_line(&outcome).unwrap().starts_with("downgrade: "));
+            assert!(up.join().unwrap().is_empty(), "the upstream saw bytes");
+        }
+        // `plain_http = true`: swapped, and echoed back as the sentinel.
+        let (port, up) = upstream(None);
+        let (got, _) = through_gate(
+            secrets_plain(&domain, None, &s1, true),
+            "api.test",
+            false,
+            port,
+            None,
+            req,
+        );
         let head = String::from_utf8(up.join().unwrap()).unwrap();
         assert!(head.contains(&format!("Bearer {REAL}")), "{head}");
-        assert!(!String::from_utf8_lossy(&got).contains(REAL));
+        let got = String::from_utf8(got).unwrap();
+        assert!(!got.contains(REAL) && got.contains(&format!("you sent Bearer {s1}")), "{got}");
 
         // The sentinel towards other.test (plain HTTP, no secret bound).
         let (port, up) = upstream(None);
@@ -640,5 +695,82 @@ mod tests {
         );
         assert!(matches!(outcome, Outcome::Refused(Refusal::Leak { .. })), "{outcome:?}");
         assert!(up.join().unwrap().is_empty(), "other.test saw bytes");
+    }
+
+    /// An upstream that echoes `x-api-key` in a header *name*: the sandbox
+    /// sees the sentinel there.
+    #[test]
+    fn a_value_echoed_in_a_header_name_comes_back_as_the_sentinel() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "name");
+        let s1 = sentinel().unwrap();
+        let (port, up) = upstream_with(Some((&test_ca, "api.test")), |head| {
+            let k = header(head, "x-api-key");
+            format!("HTTP/1.1 200 OK\r\nX-{k}: 1\r\n{k}: 2\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .into_bytes()
+        });
+        let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n");
+        let (got, _) = tls_to_api(&domain, &f, &s1, port, req);
+        assert!(String::from_utf8(up.join().unwrap()).unwrap().contains(REAL));
+        let got = String::from_utf8(got).unwrap();
+        assert!(!got.contains(REAL), "{got}");
+        assert!(got.contains(&format!("X-{s1}: 1\r\n")) && got.contains(&format!("\r\n{s1}: 2\r\n")), "{got}");
+        std::fs::remove_file(f).unwrap();
+    }
+
+    /// An upstream that ignores `Accept-Encoding: identity` and gzips its
+    /// echo: the sandbox gets a 502 with one line, never the body.
+    #[test]
+    fn an_encoding_the_gate_did_not_ask_for_is_a_502() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "gzip");
+        let s1 = sentinel().unwrap();
+        for ce in ["gzip", "GZip", "identity, gzip", "br"] {
+            let (port, up) = upstream_with(Some((&test_ca, "api.test")), |head| {
+                // Stands for a compressed echo; the encoding is the point.
+                let body = format!("z{}", header(head, "x-api-key"));
+                let ce = header(head, "x-ce");
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: {ce}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+            });
+            let req = format!(
+                "GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\nx-ce: {ce}\r\nAccept-Encoding: gzip\r\n\r\n"
+            );
+            let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
+            let head = String::from_utf8(up.join().unwrap()).unwrap();
+            assert_eq!(header(&head, "accept-encoding"), "identity", "{head}");
+            let got = String::from_utf8(got).unwrap();
+            assert!(got.starts_with("HTTP/1.1 502 "), "{ce}: {got}");
+            let body = got.split("\r\n\r\n").nth(1).unwrap();
+            assert_eq!(body.lines().count(), 1, "{got}");
+            assert!(body.contains("Content-Encoding") && !got.contains(REAL), "{got}");
+            assert!(matches!(outcome, Outcome::Refused(Refusal::BadResponse(_))), "{outcome:?}");
+        }
+        std::fs::remove_file(f).unwrap();
+    }
+
+    /// Pipelined on one TLS connection: an HTTP/1.0 request without
+    /// `Host` after a good one is refused before a byte of it is sent.
+    #[test]
+    fn a_pipelined_http10_request_without_host_gets_no_value() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "http10");
+        let s1 = sentinel().unwrap();
+        let (port, up) = upstream(Some((&test_ca, "api.test")));
+        let req = format!(
+            "GET /a HTTP/1.1\r\nHost: api.test\r\n\r\nGET /b HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n"
+        );
+        let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
+        let head = String::from_utf8(up.join().unwrap()).unwrap();
+        assert!(!head.contains(REAL) && !head.contains("/b"), "{head}");
+        assert!(String::from_utf8(got).unwrap().contains("no Host header"));
+        assert!(matches!(outcome, Outcome::Refused(Refusal::BadRequest(_))), "{outcome:?}");
+        std::fs::remove_file(f).unwrap();
     }
 }
