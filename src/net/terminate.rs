@@ -362,7 +362,12 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets, up: Upstre
                     b.close_write();
                 }
                 Ok(Some(n)) => {
-                    if let Err(r) = req.feed(&buf[..n], &mut out, &mut expects) {
+                    // The `Basic` credentials swapped in are turned back in
+                    // responses too (before a byte of them is sent).
+                    let fed = req
+                        .feed(&buf[..n], &mut out, &mut expects)
+                        .and_then(|()| resp.add_encoded(req.take_encoded()));
+                    if let Err(r) = fed {
                         let _ = a.write_all(&refused(&r));
                         a.close_write();
                         return Outcome::Refused(r);

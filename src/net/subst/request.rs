@@ -55,6 +55,10 @@ pub struct RequestSide {
     /// `Host`, and asks for `Accept-Encoding: identity` so that responses
     /// can be scanned.
     bound: bool,
+    /// `Basic` credentials the gate encoded with a real value in them, and
+    /// the sandbox's own encoding: the response side turns the first back
+    /// into the second ([`RequestSide::take_encoded`]).
+    encoded: Vec<(Vec<u8>, Vec<u8>)>,
     pending: Vec<u8>,
     body: Option<Body>,
 }
@@ -107,6 +111,7 @@ impl RequestSide {
             leak: Scan::new(leak),
             swaps,
             bound: !bound.is_empty(),
+            encoded: Vec::new(),
             pending: Vec::new(),
             body: None,
         }
@@ -175,7 +180,16 @@ impl RequestSide {
         }
     }
 
-    fn rewrite(&self, mut head: Head) -> Result<(Vec<u8>, Expect, Framing), Refusal> {
+    /// The `Basic` credentials swapped since the last call: (what the
+    /// server got, what the sandbox sent), base64 both. The real value in
+    /// the first is no byte string the response scan would otherwise find
+    /// (base64 of `user:value`), so the relay hands these to
+    /// [`super::ResponseSide::add_encoded`].
+    pub fn take_encoded(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        std::mem::take(&mut self.encoded)
+    }
+
+    fn rewrite(&mut self, mut head: Head) -> Result<(Vec<u8>, Expect, Framing), Refusal> {
         let bad = Refusal::BadRequest;
         if head.first.eq_ignore_ascii_case(b"CONNECT") {
             return Err(bad("CONNECT inside a connection to a host with secrets"));
@@ -209,6 +223,7 @@ impl RequestSide {
             head: head.first == b"HEAD",
             http10,
         };
+        let mut encoded = Vec::new();
         for (name, value) in head.fields.iter_mut() {
             let scan = self
                 .swaps
@@ -217,7 +232,9 @@ impl RequestSide {
                 .map_or(&self.leak, |(_, s)| s);
             let mut v = scan.once(value)?;
             if name.eq_ignore_ascii_case(b"authorization") || name.eq_ignore_ascii_case(b"proxy-authorization") {
-                v = basic(scan, &v)?;
+                let (b, pair) = basic(scan, &v)?;
+                v = b;
+                encoded.extend(pair);
             }
             *value = v;
         }
@@ -228,6 +245,7 @@ impl RequestSide {
             head.remove("te");
             head.fields.push((b"Accept-Encoding".to_vec(), b"identity".to_vec()));
         }
+        self.encoded.extend(encoded);
         let mut out = Vec::with_capacity(256);
         head.serialize(&mut out);
         // A sentinel of a secret not bound here, anywhere in the head: the
@@ -238,29 +256,32 @@ impl RequestSide {
 }
 
 /// `Basic BASE64(user:password)`: the sentinel in either part, through
-/// `scan` (the header's own).
-fn basic(scan: &Scan, v: &[u8]) -> Result<Vec<u8>, Refusal> {
+/// `scan` (the header's own). With the new value, when it changed: (the
+/// new credentials, the sandbox's), base64 both.
+fn basic(scan: &Scan, v: &[u8]) -> Result<(Vec<u8>, Option<(Vec<u8>, Vec<u8>)>), Refusal> {
+    let same = || Ok((v.to_vec(), None));
     let Some(pos) = v.iter().position(|c| *c == b' ') else {
-        return Ok(v.to_vec());
+        return same();
     };
     let (scheme, cred) = (&v[..pos], v[pos..].trim_ascii());
     if !scheme.eq_ignore_ascii_case(b"basic") {
-        return Ok(v.to_vec());
+        return same();
     }
     let Ok(text) = std::str::from_utf8(cred) else {
-        return Ok(v.to_vec());
+        return same();
     };
     let Ok(decoded) = openssl::base64::decode_block(text) else {
-        return Ok(v.to_vec());
+        return same();
     };
     let replaced = scan.once(&decoded)?;
     if replaced == decoded {
-        return Ok(v.to_vec());
+        return same();
     }
+    let enc = openssl::base64::encode_block(&replaced).into_bytes();
     let mut out = scheme.to_vec();
     out.push(b' ');
-    out.extend_from_slice(openssl::base64::encode_block(&replaced).as_bytes());
-    Ok(out)
+    out.extend_from_slice(&enc);
+    Ok((out, Some((enc, cred.to_vec()))))
 }
 
 /// Whether `auth` (`host[:port]`, any case) names `host`.

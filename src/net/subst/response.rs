@@ -11,10 +11,17 @@ use super::head::{framing, parse_head, scannable, Framing};
 use super::replace::Replacer;
 use super::{Binding, Expect, Refusal};
 
+/// Distinct `Basic` credentials with a real value one connection may
+/// carry (each is one more pattern the response scan looks for).
+const MAX_ENCODED: usize = 64;
+
 /// The responses of one connection, towards the sandbox: real -> sentinel.
 #[derive(Debug)]
 pub struct ResponseSide {
     repl: Replacer,
+    /// How many of `repl`'s patterns are the secrets' values (the rest are
+    /// `Basic` credentials, [`ResponseSide::add_encoded`]).
+    base: usize,
     /// A secret is bound to the connection's host: only codings the scan
     /// reads (identity content, chunked transfer).
     bound: bool,
@@ -33,6 +40,7 @@ impl ResponseSide {
             .map(|b| (b.real.expose().to_vec(), Some(b.sentinel.as_bytes().to_vec())))
             .collect();
         ResponseSide {
+            base: bindings.len(),
             repl: Replacer::new(pats),
             bound: bindings.iter().any(|b| b.bound_to(host)),
             pending: Vec::new(),
@@ -136,6 +144,29 @@ impl ResponseSide {
                 return Ok(());
             }
         }
+    }
+
+    /// Also turns these (server form, sandbox form) back, from now on:
+    /// `Basic` credentials the request side encoded with a real value
+    /// ([`super::RequestSide::take_encoded`]). At most [`MAX_ENCODED`]
+    /// per connection; past that the connection is refused.
+    pub fn add_encoded(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), Refusal> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut pats = self.repl.pats.clone();
+        for (server, sandbox) in pairs {
+            if !pats.iter().any(|(p, _)| *p == server) {
+                pats.push((server, Some(sandbox)));
+            }
+        }
+        if pats.len() > self.base + MAX_ENCODED {
+            return Err(Refusal::BadRequest("too many different Basic credentials on one connection"));
+        }
+        let held = std::mem::take(&mut self.repl.held);
+        self.repl = Replacer::new(pats);
+        self.repl.held = held;
+        Ok(())
     }
 
     /// Whether a body is being relayed (after a refusal: part of a

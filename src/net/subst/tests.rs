@@ -259,7 +259,33 @@ fn basic_auth_user_or_password() {
         let got = text.split("Basic ").nth(1).unwrap().split("\r\n").next().unwrap();
         let dec = String::from_utf8(openssl::base64::decode_block(got).unwrap()).unwrap();
         assert_eq!(dec, cred.replace(&s1, REAL));
+        // An upstream that echoes the header hands back the gate's base64
+        // (no real value as bytes): it becomes the sandbox's own again.
+        let pairs = side.take_encoded();
+        assert_eq!(pairs, [(got.as_bytes().to_vec(), enc.as_bytes().to_vec())]);
+        assert!(side.take_encoded().is_empty());
+        let mut resp = ResponseSide::new("api.test", &b);
+        resp.add_encoded(pairs).unwrap();
+        let body = format!("{{\"auth\":\"Basic {got}\"}}");
+        let echo = format!(
+            "HTTP/1.1 200 OK\r\nX-Echo: Basic {got}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let parts: Vec<&[u8]> = echo.as_bytes().chunks(3).collect();
+        let out = receive(&mut resp, &mut one_get(), &parts);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains(got), "{text}");
+        assert!(text.contains(&format!("X-Echo: Basic {enc}\r\n")), "{text}");
+        assert_eq!(String::from_utf8(dechunk(text.split_once("\r\n\r\n").unwrap().1.as_bytes())).unwrap(), format!("{{\"auth\":\"Basic {enc}\"}}"));
     }
+    // Bounded per connection.
+    let mut resp = ResponseSide::new("api.test", &b);
+    for i in 0..64 {
+        resp.add_encoded(vec![(format!("enc{i:04}xx").into_bytes(), b"s".to_vec())]).unwrap();
+    }
+    assert!(resp.add_encoded(vec![(b"enc9999xx".to_vec(), b"s".to_vec())]).is_err());
+    // The same one again is no new pattern.
+    assert!(resp.add_encoded(vec![(b"enc0001xx".to_vec(), b"s".to_vec())]).is_ok());
 }
 
 #[test]

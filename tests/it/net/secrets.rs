@@ -111,13 +111,16 @@ fn secrets_net_show_and_doctor_name_them_without_values() {
 }
 
 /// The test hosts' server: TLS on 443 (a certificate per SNI name), plain
-/// HTTP on 80, DNS for the zone on 53. Every connection, SNI and request
-/// head goes to the marker. `/leak` answers with the real value in a
-/// header and the body; `info/refs` (git) is a 404; anything else echoes
-/// the request's `Authorization` and `x-api-key` in a header and the body.
+/// HTTP on 80, DNS for the zone on 53. Every connection, SNI, request head
+/// and request body goes to the marker. `/leak` answers with the real
+/// value in a header and the body; `/name` echoes `x-api-key` in a header
+/// *name*; `/gz` echoes gzip-compressed whatever `Accept-Encoding` says;
+/// `/pipe...` keeps the connection open for the next request;
+/// `info/refs` (git) is a 404; anything else echoes the request's
+/// `Authorization`, `x-api-key` and `x-plain-key` in a header and the body.
 const SERVER: &str = concat!(
     r#"
-import socket, ssl, sys, threading
+import gzip, socket, ssl, sys, threading
 ip, marker, zone, real, certs = sys.argv[1:6]
 zone = dict(kv.split("=") for kv in zone.split(",") if kv)
 ctxs = {}
@@ -141,32 +144,43 @@ def handle(c, port):
         if port == 443:
             c = first.wrap_socket(c, server_side=True)
         f = c.makefile("rb")
-        line = f.readline()
-        if not line:
-            return
-        head, headers = [line.decode().strip()], {}
         while True:
-            l = f.readline()
-            if l in (b"\r\n", b"\n", b""):
-                break
-            head.append(l.decode().strip())
-            k, _, v = l.decode().partition(":")
-            headers[k.strip().lower()] = v.strip()
-        mark("REQ %d %s" % (port, " | ".join(head)))
-        n = int(headers.get("content-length", "0") or 0)
-        if n:
-            f.read(n)
-        path = line.split()[1].decode()
-        status, extra = "200 OK", ""
-        if path.startswith("/leak"):
-            body, extra = "value=%s\n" % real, "X-Leak: %s\r\n" % real
-        elif "info/refs" in path:
-            status, body = "404 Not Found", "no repo\n"
-        else:
+            line = f.readline()
+            if not line:
+                return
+            head, headers = [line.decode().strip()], {}
+            while True:
+                l = f.readline()
+                if l in (b"\r\n", b"\n", b""):
+                    break
+                head.append(l.decode().strip())
+                k, _, v = l.decode().partition(":")
+                headers[k.strip().lower()] = v.strip()
+            mark("REQ %d %s" % (port, " | ".join(head)))
+            path = line.split()[1].decode()
+            n = int(headers.get("content-length", "0") or 0)
+            if n:
+                mark("BODY %d %s %s" % (port, path, f.read(n).decode(errors="replace")))
+            status, extra = "200 OK", ""
             a, k = headers.get("authorization", ""), headers.get("x-api-key", "")
-            body, extra = "auth=%s key=%s\n" % (a, k), "X-Echo: %s\r\n" % a
-        body = body.encode()
-        c.sendall(("HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n" % (status, extra, len(body))).encode() + body)
+            keep = path.startswith("/pipe")
+            if path.startswith("/leak"):
+                body, extra = "value=%s\n" % real, "X-Leak: %s\r\n" % real
+            elif "info/refs" in path:
+                status, body = "404 Not Found", "no repo\n"
+            elif path.startswith("/name"):
+                body, extra = "named\n", "X-K-%s: 1\r\n" % k
+            elif path.startswith("/gz"):
+                body, extra = gzip.compress(("auth=%s key=%s\n" % (a, k)).encode()), "Content-Encoding: gzip\r\n"
+            else:
+                p = headers.get("x-plain-key", "")
+                body, extra = "auth=%s key=%s%s\n" % (a, k, " plain=" + p if p else ""), "X-Echo: %s\r\n" % a
+            if isinstance(body, str):
+                body = body.encode()
+            conn = "keep-alive" if keep else "close"
+            c.sendall(("HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: %s\r\n\r\n" % (status, extra, len(body), conn)).encode() + body)
+            if not keep:
+                return
     except Exception as e:
         mark("ERR %d %s" % (port, type(e).__name__))
     finally:
@@ -202,7 +216,33 @@ S="$API_KEY"
 echo "shape: $(printf %s "$S" | grep -cE '^lzr-sk-[0-9A-Za-z]{40}$')"
 echo "other: $(curl -sS http://other.test/o -H "x-api-key: $S" -o /dev/null -w '%{http_code}' 2>&1)"
 echo "curl-https: $(curl -sS https://api.test/h -H "Authorization: Bearer $S" -H "x-api-key: $S" 2>&1)"
-echo "curl-http: $(curl -sS http://api.test/p -H "Authorization: Bearer $S" 2>&1)"
+echo "curl-http: $(curl -sS http://api.test/p -H "Authorization: Bearer $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
+echo "tunnel-plain: $(curl -sS -p -x http://169.254.255.2:3128 http://api.test/t -H "x-api-key: $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
+echo "plain-opt-in: $(curl -sS http://api.test/q -H "x-plain-key: $PLAIN_KEY" -H "Authorization: Basic $(printf 'u:%s' "$PLAIN_KEY" | base64 -w0)" 2>&1)"
+echo "not-named: $(curl -sS "https://api.test/nn?k=$S" -H "X-Other: $S" -H "X-$S: 1" -H 'Content-Type: application/json' -d "{\"k\":\"$S\"}" 2>&1)"
+echo "name-echo: $(curl -sS -D - -o /dev/null https://api.test/name -H "x-api-key: $S" 2>&1 | grep -i '^x-k-' | tr -d '\r')"
+echo "gzip: $(curl -sS --compressed https://api.test/gz -H "x-api-key: $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
+echo "pipe: $(python3 -c '
+import os, ssl, socket
+S = os.environ["API_KEY"]
+s = ssl.create_default_context().wrap_socket(socket.create_connection(("api.test", 443)), server_hostname="api.test")
+def upto(end):
+    r = b""
+    try:
+        while not r.endswith(end):
+            d = s.recv(4096)
+            if not d:
+                break
+            r += d
+    except OSError as e:
+        r += (" (%s)" % type(e).__name__).encode()
+    return r
+s.sendall(("GET /pipe1 HTTP/1.1\r\nHost: api.test\r\nx-api-key: %s\r\n\r\n" % S).encode())
+r = upto(b"0\r\n\r\n")
+s.sendall(("GET /pipe2 HTTP/1.0\r\nx-api-key: %s\r\n\r\n" % S).encode())
+t = upto(b"\0")
+print(r.split(b"\r\n")[0].decode(), "|", t.split(b"\r\n")[0].decode(), "|", t.split(b"\r\n\r\n", 1)[-1].decode().strip())
+' 2>&1)"
 echo "curl-leak: $(curl -sS -D - https://api.test/leak 2>&1 | tr '\r\n' '  ')"
 echo "python: $(python3 -c 'import os,urllib.request as u; r=u.Request("https://api.test/py", headers={"x-api-key": os.environ["API_KEY"]}); print(u.urlopen(r, timeout=10).read().decode().strip())' 2>&1)"
 echo "node-fetch: $(node -e 'fetch("https://api.test/nf",{headers:{authorization:"Bearer "+process.env.API_KEY}}).then(r=>r.text()).then(t=>console.log(t.trim()),e=>console.log("ERR",(e.cause&&e.cause.code)||e.message))' 2>&1)"
