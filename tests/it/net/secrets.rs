@@ -1,7 +1,10 @@
 //! Issue 31, "keys that never enter the sandbox". Acceptance 8 (bad
 //! sources and hosts: one sentence, exit 2, nothing started), `net show`
 //! and `doctor` naming secrets without their values, and the swap itself
-//! (`secrets_swap`: acceptance 1, 2, 3, 4, 6, 7) against test hosts.
+//! (`secrets_swap`: acceptance 1, 2, 3, 4, 6, 7) against test hosts, with
+//! issue 45's attacks on it: plain HTTP to a bound host (also inside a
+//! `CONNECT` tunnel), reflection in a header name and in a gzip body, a
+//! pipelined HTTP/1.0 request without `Host`; and `plain_http = true`.
 //!
 //! Test safety: no packet leaves this machine. The "internet" is two test
 //! host namespaces on /30s of 198.18.0.0/15 (`net_names::NameHost`):
@@ -315,6 +318,10 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let real = format!("{half_a}{half_b}");
     let key = base.join("api-key");
     env.write(&key, &format!("{real}\n"));
+    // A second secret that opts in to plain HTTP (`plain_http = true`).
+    let plain_real = format!("sk-plain-{}", rand(8));
+    let plain_key = base.join("plain-key");
+    env.write(&plain_key, &format!("{plain_real}\n"));
     // The test CA, a stranger CA, and one certificate per name.
     let ca = TrustAnchor::new("lazaret-test-ca", 1, "it").unwrap();
     let stranger = TrustAnchor::new("stranger", 1, "it").unwrap();
@@ -384,9 +391,12 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
             "{recipe}\n[profiles.sec]\nimage = \"dev\"\n[profiles.sec.network]\ndns = [\"{a}\"]\n\
              hosts = [\"api.test\", \"other.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n\
              [profiles.sec.secrets.API_KEY]\nfrom = \"file:{key}\"\n\
-             hosts = [\"api.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n",
+             hosts = [\"api.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n\
+             [profiles.sec.secrets.PLAIN_KEY]\nfrom = \"file:{plain}\"\nhosts = [\"api.test\"]\n\
+             headers = [\"X-Plain-Key\", \"Authorization\"]\nplain_http = true\n",
             a = api.ip,
-            key = key.display()
+            key = key.display(),
+            plain = plain_key.display()
         ),
     );
     let ws = env.dir("secrets-swap-ws");
@@ -414,8 +424,16 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     assert!(leaf.len() > 200 && leaf.bytes().all(|b| b.is_ascii_hexdigit()), "{r:?}");
     let hex: String = real.bytes().map(|b| format!("{b:02x}")).collect();
     assert!(!leaf.contains(&hex), "{r:?}");
-    // The server saw the real value, over HTTPS and plain HTTP, and never
-    // the sentinel.
+    assert!(!out.contains(&plain_real) && !r.stderr.contains(&plain_real), "{r:?}");
+    let plain_sentinel = out
+        .lines()
+        .find_map(|l| l.strip_prefix("PLAIN_KEY="))
+        .unwrap_or_else(|| panic!("no PLAIN_KEY inside: {r:?}"))
+        .to_string();
+    // The server saw the real value over verified HTTPS, in the headers
+    // the secret names; the sentinel only where the sandbox put it and
+    // nothing swaps it (the /nn request: target, another header, a header
+    // name, the body).
     let marked = api.marked();
     assert!(
         marked.contains("REQ 443 GET /h HTTP/1.1")
@@ -423,20 +441,89 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
             && marked.contains(&format!("x-api-key: {real}")),
         "{marked}"
     );
+    for l in marked.lines().filter(|l| l.contains(&sentinel)) {
+        assert!(l.contains("/nn"), "the sentinel reached the server outside /nn: {l}");
+    }
+    let nn = marked
+        .lines()
+        .find(|l| l.starts_with("REQ 443 POST /nn?k="))
+        .unwrap_or_else(|| panic!("{marked}"));
     assert!(
-        marked
-            .lines()
-            .any(|l| l.starts_with("REQ 80 GET /p ") && l.contains(&format!("Bearer {real}"))),
+        nn.contains(&format!("/nn?k={sentinel} "))
+            && nn.contains(&format!("X-Other: {sentinel}"))
+            && nn.contains(&format!("X-{sentinel}: 1"))
+            && !nn.contains(&real),
+        "{nn}"
+    );
+    assert!(
+        marked.contains(&format!("BODY 443 /nn?k={sentinel} {{\"k\":\"{sentinel}\"}}")),
         "{marked}"
     );
-    assert!(!marked.contains(&sentinel), "{marked}");
+    assert_eq!(line(out, "not-named"), "auth= key=", "{r:?}");
+    // Every request to the bound host asked for identity.
+    for l in marked.lines().filter(|l| l.starts_with("REQ ")) {
+        assert!(l.contains("Accept-Encoding: identity"), "{l}");
+    }
+    // Attack: the sandbox picks http:// for the bound host. Refused before
+    // the gate connects (no request, no connection on 80 for it), with a
+    // 403 of one line naming the secret; the same inside a CONNECT tunnel
+    // (the gate connects before it sees the tunnel's first byte, and sends
+    // nothing).
+    for (name, path) in [("curl-http", "/p"), ("tunnel-plain", "/t")] {
+        let got = line(out, name);
+        assert!(
+            got.ends_with(" 403") && got.contains("API_KEY") && got.contains("downgrade"),
+            "{name}: {r:?}"
+        );
+        assert!(!marked.contains(&format!("GET {path} ")), "{name}: {marked}");
+    }
+    let notice = "lazaret: egress to api.test:80 refused (downgrade: the sentinel of API_KEY in plain HTTP";
+    assert_eq!(r.stderr.matches(notice).count(), 1, "{r:?}");
+    // `plain_http = true`: that secret is swapped over plain HTTP (also in
+    // Basic credentials), and its echo comes back as the sentinel (the
+    // Basic one as the sandbox's own base64).
+    let q = marked
+        .lines()
+        .find(|l| l.starts_with("REQ 80 GET /q "))
+        .unwrap_or_else(|| panic!("{marked}"));
+    let basic_real = openssl::base64::encode_block(format!("u:{plain_real}").as_bytes());
+    let basic_sentinel = openssl::base64::encode_block(format!("u:{plain_sentinel}").as_bytes());
+    assert!(
+        q.contains(&format!("X-Plain-Key: {plain_real}")) && q.contains(&format!("Basic {basic_real}")),
+        "{q}"
+    );
+    assert_eq!(
+        line(out, "plain-opt-in"),
+        format!("auth=Basic {basic_sentinel} key= plain={plain_sentinel}"),
+        "{r:?}"
+    );
+    assert_eq!(marked.matches("CONN 80").count(), 2, "{marked}");
+    // Attack: reflection. The value echoed in a header name comes back as
+    // the sentinel; a gzip-encoded echo (the gate asked for identity) is a
+    // 502 of one line, never the body.
+    assert_eq!(line(out, "name-echo"), format!("X-K-{sentinel}: 1"), "{r:?}");
+    assert!(marked.contains("REQ 443 GET /name HTTP/1.1"), "{marked}");
+    let gz = line(out, "gzip");
+    assert!(
+        gz.ends_with(" 502") && gz.contains("lazaret: api.test refused: a Content-Encoding other than identity"),
+        "{r:?}"
+    );
+    assert!(marked.contains("REQ 443 GET /gz HTTP/1.1"), "{marked}");
+    // Attack: on one kept-alive TLS connection, a pipelined HTTP/1.0
+    // request without Host after a good one: refused, never sent.
+    let pipe = line(out, "pipe");
+    assert!(
+        pipe.starts_with("HTTP/1.1 200 OK | HTTP/1.1 403 Forbidden |") && pipe.contains("no Host header"),
+        "{r:?}"
+    );
+    assert!(marked.contains("REQ 443 GET /pipe1 HTTP/1.1") && !marked.contains("/pipe2"), "{marked}");
+    assert!(!marked.contains(&plain_sentinel), "{marked}");
     // Acceptance 4 (and the echo): what comes back carries the sentinel.
     assert_eq!(
         line(out, "curl-https"),
         format!("auth=Bearer {sentinel} key={sentinel}"),
         "{r:?}"
     );
-    assert_eq!(line(out, "curl-http"), format!("auth=Bearer {sentinel} key="), "{r:?}");
     let leak = line(out, "curl-leak");
     assert!(
         leak.contains(&format!("X-Leak: {sentinel}")) && leak.contains(&format!("value={sentinel}")),
@@ -480,6 +567,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let run = env.runtime_root().join(&id);
     for d in [&root, &run] {
         assert_no_file_holds(d, real.as_bytes());
+        assert_no_file_holds(d, plain_real.as_bytes());
     }
     // (The test hosts' servers, root's, have it in their argv.)
     let mine: Vec<_> = crate::harness::processes_mentioning(&real)
@@ -497,6 +585,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     }));
     for d in [&root, &run] {
         assert_no_file_holds(d, real.as_bytes());
+        assert_no_file_holds(d, plain_real.as_bytes());
         assert_no_file_holds(d, b"PRIVATE KEY");
     }
 }
