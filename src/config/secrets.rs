@@ -398,8 +398,7 @@ fn parse_headers(file: &Path, item: &Item, key: &str) -> Result<Vec<String>, Con
         };
         let token = !s.is_empty()
             && s.len() <= 256
-            && s
-                .bytes()
+            && s.bytes()
                 .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c));
         if !token {
             return Err(invalid(
@@ -821,26 +820,46 @@ mod tests {
         assert!(s.plain_http);
         // The defaults, spelled out or not, keep the fingerprint; anything
         // else changes it.
-        let same = secret("headers = [\"Proxy-Authorization\", \"authorization\", \"x-api-key\"]\nplain_http = false\n");
+        let same =
+            secret("headers = [\"Proxy-Authorization\", \"authorization\", \"x-api-key\"]\nplain_http = false\n");
         assert_eq!(same.fingerprint_item(), d.fingerprint_item());
         assert!(!d.fingerprint_item().contains("headers") && !d.fingerprint_item().contains("plain_http"));
-        assert_ne!(secret("headers = [\"x-api-key\"]\n").fingerprint_item(), d.fingerprint_item());
+        assert_ne!(
+            secret("headers = [\"x-api-key\"]\n").fingerprint_item(),
+            d.fingerprint_item()
+        );
         assert_ne!(secret("plain_http = true\n").fingerprint_item(), d.fingerprint_item());
         for (extra, line, want) in [
             ("headers = []\n", 6, "a non-empty array of request header names"),
-            ("headers = \"x-api-key\"\n", 6, "a non-empty array of request header names"),
+            (
+                "headers = \"x-api-key\"\n",
+                6,
+                "a non-empty array of request header names",
+            ),
             ("headers = [1]\n", 6, "a non-empty array of request header names"),
             ("headers = [\"x api\"]\n", 6, "HTTP header field names"),
             ("headers = [\"x-api-key:\"]\n", 6, "HTTP header field names"),
             ("headers = [\"\"]\n", 6, "HTTP header field names"),
             ("headers = [\"Host\"]\n", 6, "not one the gate frames or routes by"),
-            ("headers = [\"transfer-encoding\"]\n", 6, "not one the gate frames or routes by"),
+            (
+                "headers = [\"transfer-encoding\"]\n",
+                6,
+                "not one the gate frames or routes by",
+            ),
             ("headers = [\"x-k\",\n  \"X-K\"]\n", 7, "listed twice"),
             ("plain_http = \"yes\"\n", 6, "expected true or false"),
             ("plain_http = 1\n", 6, "expected true or false"),
         ] {
-            let e = parse_profile(&text(extra)).unwrap().profile("c").unwrap_err().to_string();
-            let key = if extra.starts_with("plain") { "plain_http" } else { "headers" };
+            let e = parse_profile(&text(extra))
+                .unwrap()
+                .profile("c")
+                .unwrap_err()
+                .to_string();
+            let key = if extra.starts_with("plain") {
+                "plain_http"
+            } else {
+                "headers"
+            };
             assert!(
                 e.contains(&format!("/cfg.toml:{line}: profiles.c.secrets.K.{key}")) && e.contains(want),
                 "{extra}: {e}"

@@ -669,8 +669,14 @@ mod tests {
             assert!(got.starts_with("HTTP/1.1 403 "), "{got}");
             let body = got.split("\r\n\r\n").nth(1).unwrap();
             assert_eq!(body.lines().count(), 1, "{got}");
-            assert!(body.contains("ANTHROPIC_API_KEY") && body.contains("downgrade"), "{got}");
-            assert!(matches!(outcome, Outcome::Refused(Refusal::Downgrade { .. })), "{outcome:?}");
+            assert!(
+                body.contains("ANTHROPIC_API_KEY") && body.contains("downgrade"),
+                "{got}"
+            );
+            assert!(
+                matches!(outcome, Outcome::Refused(Refusal::Downgrade { .. })),
+                "{outcome:?}"
+            );
             assert!(log_line(&outcome).unwrap().starts_with("downgrade: "));
             assert!(up.join().unwrap().is_empty(), "the upstream saw bytes");
         }
@@ -687,7 +693,10 @@ mod tests {
         let head = String::from_utf8(up.join().unwrap()).unwrap();
         assert!(head.contains(&format!("Bearer {REAL}")), "{head}");
         let got = String::from_utf8(got).unwrap();
-        assert!(!got.contains(REAL) && got.contains(&format!("you sent Bearer {s1}")), "{got}");
+        assert!(
+            !got.contains(REAL) && got.contains(&format!("you sent Bearer {s1}")),
+            "{got}"
+        );
 
         // The sentinel towards other.test (plain HTTP, no secret bound).
         let (port, up) = upstream(None);
@@ -720,7 +729,10 @@ mod tests {
         assert!(String::from_utf8(up.join().unwrap()).unwrap().contains(REAL));
         let got = String::from_utf8(got).unwrap();
         assert!(!got.contains(REAL), "{got}");
-        assert!(got.contains(&format!("X-{s1}: 1\r\n")) && got.contains(&format!("\r\n{s1}: 2\r\n")), "{got}");
+        assert!(
+            got.contains(&format!("X-{s1}: 1\r\n")) && got.contains(&format!("\r\n{s1}: 2\r\n")),
+            "{got}"
+        );
         std::fs::remove_file(f).unwrap();
     }
 
@@ -754,7 +766,10 @@ mod tests {
             let body = got.split("\r\n\r\n").nth(1).unwrap();
             assert_eq!(body.lines().count(), 1, "{got}");
             assert!(body.contains("Content-Encoding") && !got.contains(REAL), "{got}");
-            assert!(matches!(outcome, Outcome::Refused(Refusal::BadResponse(_))), "{outcome:?}");
+            assert!(
+                matches!(outcome, Outcome::Refused(Refusal::BadResponse(_))),
+                "{outcome:?}"
+            );
         }
         std::fs::remove_file(f).unwrap();
     }
@@ -768,14 +783,15 @@ mod tests {
         let f = ca_file(&test_ca, "http10");
         let s1 = sentinel().unwrap();
         let (port, up) = upstream(Some((&test_ca, "api.test")));
-        let req = format!(
-            "GET /a HTTP/1.1\r\nHost: api.test\r\n\r\nGET /b HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n"
-        );
+        let req = format!("GET /a HTTP/1.1\r\nHost: api.test\r\n\r\nGET /b HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n");
         let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
         let head = String::from_utf8(up.join().unwrap()).unwrap();
         assert!(!head.contains(REAL) && !head.contains("/b"), "{head}");
         assert!(String::from_utf8(got).unwrap().contains("no Host header"));
-        assert!(matches!(outcome, Outcome::Refused(Refusal::BadRequest(_))), "{outcome:?}");
+        assert!(
+            matches!(outcome, Outcome::Refused(Refusal::BadRequest(_))),
+            "{outcome:?}"
+        );
         std::fs::remove_file(f).unwrap();
     }
 }

@@ -58,7 +58,7 @@ pub struct RequestSide {
     /// `Basic` credentials the gate encoded with a real value in them, and
     /// the sandbox's own encoding: the response side turns the first back
     /// into the second ([`RequestSide::take_encoded`]).
-    encoded: Vec<(Vec<u8>, Vec<u8>)>,
+    encoded: Vec<Encoded>,
     pending: Vec<u8>,
     body: Option<Body>,
 }
@@ -185,7 +185,7 @@ impl RequestSide {
     /// the first is no byte string the response scan would otherwise find
     /// (base64 of `user:value`), so the relay hands these to
     /// [`super::ResponseSide::add_encoded`].
-    pub fn take_encoded(&mut self) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub fn take_encoded(&mut self) -> Vec<Encoded> {
         std::mem::take(&mut self.encoded)
     }
 
@@ -255,10 +255,14 @@ impl RequestSide {
     }
 }
 
+/// A `Basic` credential as the server gets it and as the sandbox sent
+/// it, base64 both.
+type Encoded = (Vec<u8>, Vec<u8>);
+
 /// `Basic BASE64(user:password)`: the sentinel in either part, through
 /// `scan` (the header's own). With the new value, when it changed: (the
 /// new credentials, the sandbox's), base64 both.
-fn basic(scan: &Scan, v: &[u8]) -> Result<(Vec<u8>, Option<(Vec<u8>, Vec<u8>)>), Refusal> {
+fn basic(scan: &Scan, v: &[u8]) -> Result<(Vec<u8>, Option<Encoded>), Refusal> {
     let same = || Ok((v.to_vec(), None));
     let Some(pos) = v.iter().position(|c| *c == b' ') else {
         return same();

@@ -161,7 +161,9 @@ impl ResponseSide {
             }
         }
         if pats.len() > self.base + MAX_ENCODED {
-            return Err(Refusal::BadRequest("too many different Basic credentials on one connection"));
+            return Err(Refusal::BadRequest(
+                "too many different Basic credentials on one connection",
+            ));
         }
         let held = std::mem::take(&mut self.repl.held);
         self.repl = Replacer::new(pats);

@@ -122,9 +122,7 @@ fn sentinel_becomes_real_only_in_the_headers_its_secret_names() {
     // A secret that names its own header: swapped there only.
     let mut b2 = b.clone();
     b2[0].headers = vec!["x-goog-api-key".into()];
-    let req = format!(
-        "GET / HTTP/1.1\r\nHost: api.test\r\nX-Goog-Api-Key: {s1}\r\nAuthorization: Bearer {s1}\r\n\r\n"
-    );
+    let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nX-Goog-Api-Key: {s1}\r\nAuthorization: Bearer {s1}\r\n\r\n");
     let (out, _) = send(&mut tls("api.test", &b2), &[req.as_bytes()]).unwrap();
     let text = String::from_utf8(out).unwrap();
     assert!(text.contains(&format!("X-Goog-Api-Key: {REAL}\r\n")), "{text}");
@@ -134,12 +132,16 @@ fn sentinel_becomes_real_only_in_the_headers_its_secret_names() {
 #[test]
 fn towards_a_bound_host_only_identity_is_asked_for() {
     let (b, _, _) = bindings();
-    let req = b"GET / HTTP/1.1\r\nHost: api.test\r\nAccept-Encoding: gzip, br\r\naccept-encoding: zstd\r\nTE: gzip\r\n\r\n";
+    let req =
+        b"GET / HTTP/1.1\r\nHost: api.test\r\nAccept-Encoding: gzip, br\r\naccept-encoding: zstd\r\nTE: gzip\r\n\r\n";
     let (out, _) = send(&mut tls("api.test", &b), &[req]).unwrap();
     let text = String::from_utf8(out).unwrap().to_ascii_lowercase();
     assert_eq!(text.matches("accept-encoding").count(), 1, "{text}");
     assert!(text.contains("accept-encoding: identity\r\n"), "{text}");
-    assert!(!text.contains("gzip") && !text.contains("zstd") && !text.contains("\r\nte:"), "{text}");
+    assert!(
+        !text.contains("gzip") && !text.contains("zstd") && !text.contains("\r\nte:"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -159,14 +161,15 @@ fn plain_http_refuses_a_bound_sentinel_where_it_would_be_swapped() {
         let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\n{h}\r\n\r\n");
         // Whole, and cut byte by byte.
         let parts: Vec<&[u8]> = req.as_bytes().chunks(1).collect();
-        assert_eq!(send(&mut plain("api.test", &b), &[req.as_bytes()]).unwrap_err(), downgrade);
+        assert_eq!(
+            send(&mut plain("api.test", &b), &[req.as_bytes()]).unwrap_err(),
+            downgrade
+        );
         assert_eq!(send(&mut plain("api.test", &b), &parts).unwrap_err(), downgrade);
     }
     assert!(downgrade.to_string().contains("ANTHROPIC_API_KEY") && downgrade.to_string().contains("downgrade"));
     // Where it would not be swapped, it goes as it is (worthless).
-    let req = format!(
-        "POST /?k={s1} HTTP/1.1\r\nHost: api.test\r\nX-Other: {s1}\r\nContent-Length: 47\r\n\r\n{s1}"
-    );
+    let req = format!("POST /?k={s1} HTTP/1.1\r\nHost: api.test\r\nX-Other: {s1}\r\nContent-Length: 47\r\n\r\n{s1}");
     let (out, _) = send(&mut plain("api.test", &b), &[req.as_bytes()]).unwrap();
     assert!(!contains(&out, REAL) && contains(&out, &format!("X-Other: {s1}")));
     // A pipelined second request on the same connection is refused too.
@@ -242,7 +245,10 @@ fn an_unbound_sentinel_anywhere_in_the_head_is_a_leak() {
     ] {
         for mut side in [tls("api.test", &b), plain("api.test", &b)] {
             let r = send(&mut side, &[req.as_bytes()]);
-            assert!(matches!(&r, Err(Refusal::Leak { var, .. }) if var == "GH_TOKEN"), "{req}: {r:?}");
+            assert!(
+                matches!(&r, Err(Refusal::Leak { var, .. }) if var == "GH_TOKEN"),
+                "{req}: {r:?}"
+            );
         }
     }
 }
@@ -276,12 +282,16 @@ fn basic_auth_user_or_password() {
         let text = String::from_utf8(out).unwrap();
         assert!(!text.contains(got), "{text}");
         assert!(text.contains(&format!("X-Echo: Basic {enc}\r\n")), "{text}");
-        assert_eq!(String::from_utf8(dechunk(text.split_once("\r\n\r\n").unwrap().1.as_bytes())).unwrap(), format!("{{\"auth\":\"Basic {enc}\"}}"));
+        assert_eq!(
+            String::from_utf8(dechunk(text.split_once("\r\n\r\n").unwrap().1.as_bytes())).unwrap(),
+            format!("{{\"auth\":\"Basic {enc}\"}}")
+        );
     }
     // Bounded per connection.
     let mut resp = ResponseSide::new("api.test", &b);
     for i in 0..64 {
-        resp.add_encoded(vec![(format!("enc{i:04}xx").into_bytes(), b"s".to_vec())]).unwrap();
+        resp.add_encoded(vec![(format!("enc{i:04}xx").into_bytes(), b"s".to_vec())])
+            .unwrap();
     }
     assert!(resp.add_encoded(vec![(b"enc9999xx".to_vec(), b"s".to_vec())]).is_err());
     // The same one again is no new pattern.
@@ -601,15 +611,27 @@ fn codings_the_scan_cannot_read_are_refused_from_a_bound_host() {
         assert!(out.is_empty() && !side.in_body(), "{field}");
     }
     // Identity in any case, or an empty list, passes.
-    for field in ["Content-Encoding: identity", "Content-Encoding: IDENTITY", "Content-Encoding: ,"] {
+    for field in [
+        "Content-Encoding: identity",
+        "Content-Encoding: IDENTITY",
+        "Content-Encoding: ,",
+    ] {
         let resp = format!("HTTP/1.1 200 OK\r\n{field}\r\nContent-Length: 3\r\n\r\nabc");
-        let out = receive(&mut ResponseSide::new("api.test", &b), &mut one_get(), &[resp.as_bytes()]);
+        let out = receive(
+            &mut ResponseSide::new("api.test", &b),
+            &mut one_get(),
+            &[resp.as_bytes()],
+        );
         assert!(contains(&out, "abc"), "{field}");
     }
     // From a host with no secret (plain HTTP through the engine), codings
     // pass: it never had a value to echo.
     let resp = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc";
-    let out = receive(&mut ResponseSide::new("other.test", &b), &mut one_get(), &[resp.as_bytes()]);
+    let out = receive(
+        &mut ResponseSide::new("other.test", &b),
+        &mut one_get(),
+        &[resp.as_bytes()],
+    );
     assert!(contains(&out, "gzip"));
     // A framing error mid-body: part of a response went out.
     let mut side = ResponseSide::new("api.test", &b);

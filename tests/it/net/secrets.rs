@@ -516,7 +516,10 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
         pipe.starts_with("HTTP/1.1 200 OK | HTTP/1.1 403 Forbidden |") && pipe.contains("no Host header"),
         "{r:?}"
     );
-    assert!(marked.contains("REQ 443 GET /pipe1 HTTP/1.1") && !marked.contains("/pipe2"), "{marked}");
+    assert!(
+        marked.contains("REQ 443 GET /pipe1 HTTP/1.1") && !marked.contains("/pipe2"),
+        "{marked}"
+    );
     assert!(!marked.contains(&plain_sentinel), "{marked}");
     // Acceptance 4 (and the echo): what comes back carries the sentinel.
     assert_eq!(
