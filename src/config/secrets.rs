@@ -6,6 +6,8 @@
 //! from = "env:ANTHROPIC_API_KEY"      # | "file:/abs/path" | "cmd:gh auth token"
 //! hosts = ["api.anthropic.com"]       # names of the profile's network.hosts
 //! ttl_s = 3600                        # optional, cmd: only: re-run after this long
+//! headers = ["x-api-key"]             # optional: the request headers swapped in
+//! plain_http = false                  # optional: also over plain HTTP (cleartext!)
 //! ```
 //!
 //! Inside, `VAR` holds a per-generation [`sentinel`] (`lzr-sk-` and 40
@@ -27,7 +29,22 @@ use super::toml::{join_key, Item, Table, Val};
 use super::ConfigError;
 
 /// Keys of one `[profiles.NAME.secrets.VAR]` table.
-const SECRET_KEYS: &[&str] = &["from", "hosts", "ttl_s"];
+const SECRET_KEYS: &[&str] = &["from", "hosts", "ttl_s", "headers", "plain_http"];
+/// The request headers a sentinel is swapped in when the secret names
+/// none (`headers`): nowhere else (not the target, a header name, another
+/// header or a body).
+pub const DEFAULT_HEADERS: [&str; 3] = ["authorization", "x-api-key", "proxy-authorization"];
+/// Headers no secret may name: the gate frames and routes by them.
+const FRAMING_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "accept-encoding",
+];
 /// The sentinel's fixed prefix.
 pub const SENTINEL_PREFIX: &str = "lzr-sk-";
 /// Base62 characters after [`SENTINEL_PREFIX`].
@@ -113,23 +130,41 @@ pub struct Secret {
     /// `ttl_s`: a `cmd:` value is re-resolved after this long; `None`: once
     /// for the Domain's life.
     pub ttl_s: Option<u64>,
+    /// `headers`: lowercase request header names the sentinel is swapped
+    /// in (unique, non-empty; [`DEFAULT_HEADERS`] when not set).
+    pub headers: Vec<String>,
+    /// `plain_http = true`: the value may also go into plain HTTP to the
+    /// secret's hosts (cleartext; default false: only over verified TLS).
+    pub plain_http: bool,
     /// The line of the table's `from` (for errors found later).
     pub line: usize,
 }
 
 impl Secret {
-    /// Canonical text for the profile fingerprint: name, source, hosts, ttl
-    /// (never a value).
+    /// Canonical text for the profile fingerprint: name, source, hosts,
+    /// ttl, and the headers and `plain_http` when not the defaults (so a
+    /// profile without them keeps its fingerprint); never a value.
     pub fn fingerprint_item(&self) -> String {
         let mut h = self.hosts.clone();
         h.sort_unstable();
-        format!(
+        let mut s = format!(
             "{}\u{0}{}\u{0}{}\u{0}{}",
             self.var,
             self.source,
             h.join(","),
             self.ttl_s.map(|t| t.to_string()).unwrap_or_default()
-        )
+        );
+        let mut headers = self.headers.clone();
+        headers.sort_unstable();
+        let mut default: Vec<String> = DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect();
+        default.sort_unstable();
+        if headers != default {
+            s.push_str(&format!("\u{0}headers={}", headers.join(",")));
+        }
+        if self.plain_http {
+            s.push_str("\u{0}plain_http");
+        }
+        s
     }
 }
 
@@ -315,13 +350,85 @@ pub(super) fn parse(file: &Path, item: &Item, key: &str, taken: &[&str]) -> Resu
                 }
             },
         };
+        let headers = match get("headers") {
+            None => DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            Some(i) => parse_headers(file, i, &join_key(&vkey, "headers"))?,
+        };
+        let plain_http = match get("plain_http") {
+            None => false,
+            Some(i) => match &i.val {
+                Val::Bool(b) => *b,
+                other => {
+                    return Err(invalid(
+                        file,
+                        i.line,
+                        &join_key(&vkey, "plain_http"),
+                        "true or false",
+                        got(other),
+                    ))
+                }
+            },
+        };
         out.push(Secret {
             var: var.clone(),
             source,
             hosts,
             ttl_s,
+            headers,
+            plain_http,
             line: from.line,
         });
+    }
+    Ok(out)
+}
+
+/// `headers = ["x-goog-api-key", ...]`: HTTP field names (tokens),
+/// lower-cased, unique, none the gate frames or routes by.
+fn parse_headers(file: &Path, item: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+    const HEADERS: &str = "a non-empty array of request header names like \"x-api-key\"";
+    let items = match &item.val {
+        Val::Array(a) if !a.is_empty() => a,
+        other => return Err(invalid(file, item.line, key, HEADERS, got(other))),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for h in items {
+        let s = match &h.val {
+            Val::Str(s) => s,
+            other => return Err(invalid(file, h.line, key, HEADERS, got(other))),
+        };
+        let token = !s.is_empty()
+            && s.len() <= 256
+            && s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c));
+        if !token {
+            return Err(invalid(
+                file,
+                h.line,
+                key,
+                "HTTP header field names (letters, digits and !#$%&'*+-.^_`|~, no colon or space)",
+                format!("{:?}", s),
+            ));
+        }
+        let lower = s.to_ascii_lowercase();
+        if FRAMING_HEADERS.contains(&lower.as_str()) {
+            return Err(invalid(
+                file,
+                h.line,
+                key,
+                "a header that carries credentials, not one the gate frames or routes by (Host, Content-Length, Transfer-Encoding, Connection, Upgrade, TE, Trailer, Accept-Encoding)",
+                format!("{:?}", s),
+            ));
+        }
+        if out.contains(&lower) {
+            return Err(ConfigError::Duplicate {
+                path: file.to_path_buf(),
+                line: h.line,
+                first_line: item.line,
+                key: key.to_string(),
+                value: lower,
+            });
+        }
+        out.push(lower);
     }
     Ok(out)
 }
@@ -698,12 +805,77 @@ mod tests {
     }
 
     #[test]
+    fn headers_and_plain_http_parse_and_enter_the_fingerprint() {
+        let text = |extra: &str| {
+            format!(
+                "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n{extra}"
+            )
+        };
+        let secret = |extra: &str| parse_profile(&text(extra)).unwrap().profile("c").unwrap().secrets[0].clone();
+        let d = secret("");
+        assert_eq!(d.headers, DEFAULT_HEADERS);
+        assert!(!d.plain_http);
+        let s = secret("headers = [\"X-Goog-Api-Key\", \"authorization\"]\nplain_http = true\n");
+        assert_eq!(s.headers, ["x-goog-api-key", "authorization"]);
+        assert!(s.plain_http);
+        // The defaults, spelled out or not, keep the fingerprint; anything
+        // else changes it.
+        let same =
+            secret("headers = [\"Proxy-Authorization\", \"authorization\", \"x-api-key\"]\nplain_http = false\n");
+        assert_eq!(same.fingerprint_item(), d.fingerprint_item());
+        assert!(!d.fingerprint_item().contains("headers") && !d.fingerprint_item().contains("plain_http"));
+        assert_ne!(
+            secret("headers = [\"x-api-key\"]\n").fingerprint_item(),
+            d.fingerprint_item()
+        );
+        assert_ne!(secret("plain_http = true\n").fingerprint_item(), d.fingerprint_item());
+        for (extra, line, want) in [
+            ("headers = []\n", 6, "a non-empty array of request header names"),
+            (
+                "headers = \"x-api-key\"\n",
+                6,
+                "a non-empty array of request header names",
+            ),
+            ("headers = [1]\n", 6, "a non-empty array of request header names"),
+            ("headers = [\"x api\"]\n", 6, "HTTP header field names"),
+            ("headers = [\"x-api-key:\"]\n", 6, "HTTP header field names"),
+            ("headers = [\"\"]\n", 6, "HTTP header field names"),
+            ("headers = [\"Host\"]\n", 6, "not one the gate frames or routes by"),
+            (
+                "headers = [\"transfer-encoding\"]\n",
+                6,
+                "not one the gate frames or routes by",
+            ),
+            ("headers = [\"x-k\",\n  \"X-K\"]\n", 7, "listed twice"),
+            ("plain_http = \"yes\"\n", 6, "expected true or false"),
+            ("plain_http = 1\n", 6, "expected true or false"),
+        ] {
+            let e = parse_profile(&text(extra))
+                .unwrap()
+                .profile("c")
+                .unwrap_err()
+                .to_string();
+            let key = if extra.starts_with("plain") {
+                "plain_http"
+            } else {
+                "headers"
+            };
+            assert!(
+                e.contains(&format!("/cfg.toml:{line}: profiles.c.secrets.K.{key}")) && e.contains(want),
+                "{extra}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn host_outside_network_hosts_is_an_error() {
         let s = Secret {
             var: "K".into(),
             source: Source::Env("K".into()),
             hosts: vec!["api.test".into(), "evil.test".into()],
             ttl_s: None,
+            headers: DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            plain_http: false,
             line: 3,
         };
         let e = check_hosts(Path::new("/cfg.toml"), "c", std::slice::from_ref(&s), |h| {
@@ -724,6 +896,8 @@ mod tests {
             source,
             hosts: vec!["api.test".into()],
             ttl_s: None,
+            headers: DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            plain_http: false,
             line: 1,
         }
     }

@@ -351,18 +351,21 @@ fn handle(shared: &Shared, conn: TcpStream) {
             (Dest::Name(name), ok)
         }
     };
-    // Issue 31: a plain HTTP head that carries a sentinel towards a host
-    // its secret is not bound to is refused before the gate connects, so
-    // that host sees nothing at all (the swap refuses the rest later).
+    // Issue 31: a plain HTTP head the swap would refuse is refused before
+    // the gate connects, so that the host sees nothing at all: a sentinel
+    // towards a host its secret is not bound to (a leak), a bound secret's
+    // sentinel where it would be swapped (a downgrade: its value goes only
+    // over TLS the gate verifies), a head it cannot frame. The swap
+    // refuses the rest (later requests, bodies) later.
     if let (Some(s), Sniffed::Http { .. }) = (shared.secrets.as_ref(), &sniffed) {
         let mut scratch = Vec::new();
-        let r = crate::net::subst::RequestSide::new(&name, &s.bindings).feed(
+        let r = crate::net::subst::RequestSide::new(&name, &s.bindings, crate::net::subst::Upstream::Plain).feed(
             &buf,
             &mut scratch,
             &mut std::collections::VecDeque::new(),
         );
         scratch.iter_mut().for_each(|b| *b = 0);
-        if let Err(r @ crate::net::subst::Refusal::Leak { .. }) = r {
+        if let Err(r) = r {
             let outcome = crate::net::terminate::Outcome::Refused(r);
             let why = crate::net::terminate::log_line(&outcome).unwrap_or_default();
             shared.log.record("refused", "tcp", &name, target[0].port(), &why);
@@ -414,9 +417,12 @@ fn handle(shared: &Shared, conn: TcpStream) {
 /// Whether the gate hands this connection to
 /// [`crate::net::terminate::serve`], and with TLS termination
 /// (`Some(true)`) or as plain HTTP (`Some(false)`): a TLS or CONNECT
-/// connection to a bound name, or any plain HTTP request while the gate
-/// holds secrets (a sentinel in it towards an unbound host is a leak).
-/// Everything else is relayed untouched.
+/// connection to a bound name (a tunnel whose first byte is no TLS record
+/// is served as plain HTTP there, never with a real value unless its
+/// secret has `plain_http`), or any plain HTTP request while the gate
+/// holds secrets (a sentinel in it towards an unbound host is a leak, a
+/// bound one where it would be swapped a downgrade). Everything else is
+/// relayed untouched.
 fn wants(s: Option<&crate::net::terminate::Secrets>, name: &str, sniffed: &Sniffed) -> Option<bool> {
     let s = s?;
     match sniffed {
