@@ -45,6 +45,7 @@
 pub mod hosts;
 pub mod passenv;
 pub mod ports;
+pub mod secret_sources;
 pub mod secrets;
 
 mod defaults;
