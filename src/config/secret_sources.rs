@@ -134,6 +134,7 @@ impl Fence {
         self.places.iter().find(|pl| p.starts_with(&pl.path))
     }
 
+    #[cfg(test)]
     pub fn places(&self) -> &[Place] {
         &self.places
     }
@@ -229,14 +230,27 @@ pub fn locate(path: &Path, fence: &Fence) -> Result<PathBuf, Walk> {
     let mut cur = PathBuf::from("/");
     let mut hops = 0;
     let mut exists = true;
-    let check = |p: &Path| match fence.holding(p) {
-        Some(place) => Err(Walk::Inside {
-            at: p.to_path_buf(),
-            place: place.clone(),
-        }),
+    // `at`: the fenced location and, lexically, the rest of the way.
+    let check = |p: &Path, rest: &[OsString]| match fence.holding(p) {
+        Some(place) => {
+            let mut at = p.to_path_buf();
+            for c in rest.iter().rev() {
+                match c.to_str() {
+                    Some("/") => at = PathBuf::from("/"),
+                    Some("..") => {
+                        at.pop();
+                    }
+                    _ => at.push(c),
+                }
+            }
+            Err(Walk::Inside {
+                at,
+                place: place.clone(),
+            })
+        }
         None => Ok(()),
     };
-    check(&cur)?;
+    check(&cur, &todo)?;
     while let Some(c) = todo.pop() {
         if c == "/" {
             cur = PathBuf::from("/");
@@ -247,7 +261,7 @@ pub fn locate(path: &Path, fence: &Fence) -> Result<PathBuf, Walk> {
             continue;
         }
         let next = cur.join(&c);
-        check(&next)?;
+        check(&next, &todo)?;
         if exists {
             match std::fs::symlink_metadata(&next) {
                 Ok(md) if md.file_type().is_symlink() => {
@@ -596,6 +610,14 @@ mod tests {
         assert_eq!(inside(s.p("outside/../ws/key")).what, Reach::Workspace);
         std::os::unix::fs::symlink(s.p("ws/key"), s.p("outside/link")).unwrap();
         assert_eq!(inside(s.p("outside/link")).path, s.p("ws"));
+        // The error shows where the path leads, not only the fenced root.
+        assert_eq!(
+            locate(&s.p("outside/link"), &f),
+            Err(Walk::Inside {
+                at: s.p("ws/key"),
+                place: f.places()[0].clone()
+            })
+        );
         std::os::unix::fs::symlink("../vol", s.p("outside/voldir")).unwrap();
         assert!(matches!(inside(s.p("outside/voldir/x")).what, Reach::Volume { .. }));
         // A symlink inside the Fence that leads back out is still refused:

@@ -1,6 +1,7 @@
 //! The network: the router's policy (`policy`, `router`), attacks around it
 //! (`attacks`), egress by name (`names`), keys swapped in at the gate
-//! (`secrets`), loopback inside (`localhost`) and published ports (`ports`).
+//! (`secrets`), secret sources the sandbox cannot steer (`sources`),
+//! loopback inside (`localhost`) and published ports (`ports`).
 pub mod attacks;
 pub mod localhost;
 pub mod names;
@@ -8,3 +9,4 @@ pub mod policy;
 pub mod ports;
 pub mod router;
 pub mod secrets;
+pub mod sources;
