@@ -18,9 +18,18 @@ pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretVa
     if r.profile.secrets.is_empty() {
         return Ok(Vec::new());
     }
+    let host = crate::config::secret_sources::SourceHost::here(
+        &r.cfg,
+        Some(&r.workspace),
+        Some(&r.storage),
+        r.paths.run.parent(),
+    );
     let mut out = Vec::new();
     for s in &r.profile.secrets {
-        let v = secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(Failure::Secret)?;
+        let v = secrets::resolve(&r.profile.name, s, &host).map_err(|e| match e {
+            secrets::SourceError::Config(c) => Failure::Config(c),
+            secrets::SourceError::Resolve(e) => Failure::Secret(e),
+        })?;
         out.push((s.var.clone(), v));
     }
     let policy = crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])

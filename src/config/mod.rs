@@ -46,6 +46,7 @@ pub mod hostname;
 pub mod hosts;
 pub mod passenv;
 pub mod ports;
+pub mod secret_sources;
 pub mod secrets;
 
 mod defaults;

@@ -25,6 +25,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::secret_sources;
 use super::toml::{join_key, Item, Table, Val};
 use super::ConfigError;
 
@@ -94,7 +95,7 @@ impl std::str::FromStr for Source {
     type Err = &'static str;
 
     fn from_str(s: &str) -> Result<Source, &'static str> {
-        const EXPECTED: &str = "\"env:NAME\", \"file:/ABSOLUTE/PATH\" or \"cmd:PROGRAM ARGS...\" (run without a shell)";
+        const EXPECTED: &str = "\"env:NAME\", \"file:/ABSOLUTE/PATH\" or \"cmd:PROGRAM ARGS...\" (PROGRAM a name looked up in PATH or an absolute path; run without a shell)";
         if let Some(n) = s.strip_prefix("env:") {
             if !super::valid_env_name(n) {
                 return Err(EXPECTED);
@@ -110,7 +111,9 @@ impl std::str::FromStr for Source {
         }
         if let Some(c) = s.strip_prefix("cmd:") {
             let argv: Vec<String> = c.split_ascii_whitespace().map(String::from).collect();
-            if argv.is_empty() {
+            // The program is a name looked up in PATH or an absolute path:
+            // `./tool` would name a file in whatever directory it runs from.
+            if argv.is_empty() || (argv[0].contains('/') && !argv[0].starts_with('/')) {
                 return Err(EXPECTED);
             }
             return Ok(Source::Cmd(argv));
@@ -556,27 +559,66 @@ impl fmt::Display for ResolveError {
 
 impl std::error::Error for ResolveError {}
 
-/// Resolves `secret` on the host. `env` reads the starting client's
-/// environment; a `cmd:` runs as argv without a shell, stdin closed,
-/// stderr discarded (it could echo a value), for at most [`CMD_TIMEOUT`].
-pub fn resolve(
-    profile: &str,
-    secret: &Secret,
-    env: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Result<SecretValue, ResolveError> {
-    let fail = |why: String| ResolveError {
-        var: secret.var.clone(),
-        profile: profile.to_string(),
-        source: secret.source.to_string(),
-        why,
+/// Why a secret gave no value: a source that reaches where the sandbox
+/// writes is a config error (file, line, key); any other failure is a
+/// [`ResolveError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceError {
+    Config(super::ConfigError),
+    Resolve(ResolveError),
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceError::Config(e) => e.fmt(f),
+            SourceError::Resolve(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// Resolves `secret` on the host (`host`: the starting client's
+/// environment and the Fence, `secret_sources`). A `file:` is read at its
+/// canonical path; a `cmd:` runs as argv without a shell, with the
+/// program, working directory and environment of
+/// [`secret_sources::plan_cmd`], stdin closed, stderr discarded (it could
+/// echo a value), for at most [`CMD_TIMEOUT`]. A `file:` or `cmd:` that
+/// leads inside a workspace, a volume or Lazaret's own directories is a
+/// config error and nothing is read or run.
+pub fn resolve(profile: &str, secret: &Secret, host: &secret_sources::SourceHost) -> Result<SecretValue, SourceError> {
+    let fail = |why: String| {
+        SourceError::Resolve(ResolveError {
+            var: secret.var.clone(),
+            profile: profile.to_string(),
+            source: secret.source.to_string(),
+            why,
+        })
+    };
+    let steered = |e: secret_sources::Steer| {
+        let key = join_key(
+            &join_key(&join_key(&join_key("profiles", profile), "secrets"), &secret.var),
+            "from",
+        );
+        match e.config_error(&host.file, secret.line, &key, &secret.source.to_string()) {
+            Some(c) => SourceError::Config(c),
+            None => fail(e.to_string()),
+        }
     };
     let raw: Vec<u8> = match &secret.source {
-        Source::Env(n) => match env(n) {
+        Source::Env(n) => match host.var(n) {
             None => return Err(fail("is not set in your environment".into())),
             Some(v) => std::os::unix::ffi::OsStringExt::into_vec(v),
         },
-        Source::File(p) => std::fs::read(p).map_err(|e| fail(format!("cannot be read: {e}")))?,
-        Source::Cmd(argv) => run_cmd(argv).map_err(|e| fail(e.to_string()))?,
+        Source::File(p) => {
+            let real = secret_sources::plan_file(p, &host.fence).map_err(steered)?;
+            std::fs::read(real).map_err(|e| fail(format!("cannot be read: {e}")))?
+        }
+        Source::Cmd(argv) => {
+            let plan = secret_sources::plan_cmd(argv, &host.env, &host.fence).map_err(steered)?;
+            run_cmd(&plan).map_err(|e| fail(e.to_string()))?
+        }
     };
     SecretValue::new(raw).map_err(|p| fail(format!("gave a value that {p}")))
 }
@@ -608,10 +650,15 @@ impl fmt::Display for CmdError {
     }
 }
 
-/// Runs a `cmd:` source; its stdout (bounded), or why not.
-fn run_cmd(argv: &[String]) -> Result<Vec<u8>, CmdError> {
-    let mut child = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
+/// Runs a planned `cmd:` source; its stdout (bounded), or why not.
+fn run_cmd(plan: &secret_sources::CmdPlan) -> Result<Vec<u8>, CmdError> {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(&plan.program)
+        .arg0(&plan.argv[0])
+        .args(&plan.argv[1..])
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&plan.cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -902,9 +949,23 @@ mod tests {
         }
     }
 
+    /// A host side with `env` as the client's environment (plus a PATH)
+    /// and an empty Fence.
+    fn host(env: &[(&str, &str)]) -> secret_sources::SourceHost {
+        let mut e: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+            env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+        e.push(("PATH".into(), "/usr/bin:/bin".into()));
+        secret_sources::SourceHost {
+            file: "/cfg.toml".into(),
+            fence: secret_sources::Fence::default(),
+            env: e,
+        }
+    }
+
     #[test]
     fn resolve_sources() {
-        let env = |n: &str| (n == "K").then(|| std::ffi::OsString::from("  sk-real-12345\n"));
+        let env = host(&[("K", "  sk-real-12345\n")]);
+        let env = &env;
         let v = resolve("c", &secret(Source::Env("K".into())), env).unwrap();
         assert_eq!(v.expose(), b"sk-real-12345");
         assert!(!format!("{v:?}").contains("real"));
@@ -949,6 +1010,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("could not be started"), "{e}");
+        let e = resolve("c", &cmd("cmd:lz-no-such-program x"), env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no program lz-no-such-program in PATH"), "{e}");
         // No shell: the `;` is an argument of echo.
         assert_eq!(
             resolve("c", &cmd("cmd:echo abcdefgh;touch"), env).unwrap().expose(),
@@ -956,5 +1021,84 @@ mod tests {
         );
         let e = resolve("c", &cmd("cmd:echo short"), env).unwrap_err().to_string();
         assert!(e.contains("shorter"), "{e}");
+    }
+
+    #[test]
+    fn a_cmd_runs_from_home_with_the_allow_listed_environment() {
+        let dir = std::env::temp_dir().join(format!("lzsecret-env-{}", std::process::id()));
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let home = std::fs::canonicalize(&home).unwrap();
+        let h = home.to_str().unwrap();
+        let env = host(&[
+            ("HOME", h),
+            ("LANG", "C.UTF-8"),
+            ("PYTHONPATH", "/x"),
+            ("LD_PRELOAD", "/x.so"),
+            ("SECRETISH", "y"),
+        ]);
+        // `env` prints the child's environment (lines: no value), `pwd -P`
+        // its directory.
+        let plan = secret_sources::plan_cmd(&["env".into()], &env.env, &env.fence).unwrap();
+        let text = String::from_utf8(run_cmd(&plan).unwrap()).unwrap();
+        let mut names: Vec<&str> = text.lines().filter_map(|l| l.split('=').next()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["HOME", "LANG", "PATH"], "{text}");
+        let out = resolve("c", &secret("cmd:pwd -P".parse().unwrap()), &env).unwrap();
+        assert_eq!(out.expose(), h.as_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sources_inside_the_fence_are_config_errors_naming_the_secret() {
+        let dir = std::env::temp_dir().join(format!("lzsecret-fence-{}", std::process::id()));
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let ws = std::fs::canonicalize(&ws).unwrap();
+        std::fs::write(ws.join("key"), "file-value-123").unwrap();
+        std::fs::write(ws.join("marker-src"), "").unwrap();
+        let mut env = host(&[]);
+        env.fence.add(&ws, secret_sources::Reach::Workspace);
+        let mut s = secret(Source::File(ws.join("key")));
+        s.line = 9;
+        let e = resolve("my.p", &s, &env).unwrap_err();
+        let SourceError::Config(c) = &e else { panic!("{e:?}") };
+        let t = c.to_string();
+        assert!(
+            t.starts_with("/cfg.toml:9: profiles.\"my.p\".secrets.K.from: expected a file outside")
+                && t.contains(&format!("inside the workspace {}", ws.display())),
+            "{t}"
+        );
+        // A program and an argument inside.
+        let mut s = secret(Source::Cmd(vec![
+            "/bin/cp".into(),
+            ws.join("marker-src").display().to_string(),
+            ws.join("marker").display().to_string(),
+        ]));
+        s.line = 4;
+        let t = resolve("c", &s, &env).unwrap_err().to_string();
+        assert!(
+            t.starts_with("/cfg.toml:4: profiles.c.secrets.K.from: expected a program and arguments outside")
+                && t.contains("whose argument"),
+            "{t}"
+        );
+        assert!(!ws.join("marker").exists(), "nothing ran");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_relative_program_does_not_parse() {
+        for bad in ["cmd:./tool", "cmd:bin/tool x", "cmd:../x"] {
+            assert!(bad.parse::<Source>().is_err(), "{bad}");
+        }
+        let cfg = parse_profile(
+            "[profiles.c.network]\nhosts = [\"a.test\"]\n[profiles.c.secrets.K]\nfrom = \"cmd:./tool\"\nhosts = [\"a.test\"]\n",
+        )
+        .unwrap();
+        let e = cfg.profile("c").unwrap_err().to_string();
+        assert!(
+            e.starts_with("/cfg.toml:4: profiles.c.secrets.K.from:") && e.contains("absolute path"),
+            "{e}"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The network: the router's policy (`policy`, `router`), attacks around it
 //! (`attacks`), egress by name (`names`, and attacks through the names
 //! themselves: `name_attacks`), keys swapped in at the gate
-//! (`secrets`), loopback inside (`localhost`) and published ports (`ports`).
+//! (`secrets`), secret sources the sandbox cannot steer (`sources`),
+//! loopback inside (`localhost`) and published ports (`ports`).
 pub mod attacks;
 pub mod localhost;
 pub mod name_attacks;
@@ -10,3 +11,4 @@ pub mod policy;
 pub mod ports;
 pub mod router;
 pub mod secrets;
+pub mod sources;
