@@ -154,7 +154,10 @@ impl EgressLog {
             if let Err(e) = w.rotate() {
                 // Not rotated: the line is dropped (the bound holds); said
                 // once, then the log is closed.
-                log::warn!("egress gate: cannot rotate {}: {e}; the log ends here", w.path.display());
+                log::warn!(
+                    "egress gate: cannot rotate {}: {e}; the log ends here",
+                    w.path.display()
+                );
                 *g = None;
                 return;
             }
@@ -370,4 +373,201 @@ pub fn suggest_capped(current: &[HostPattern], rows: &[(LogEntry, u64)]) -> Opti
 #[cfg(test)]
 pub fn suggestion(current: &[HostPattern], rows: &[(LogEntry, u64)]) -> Option<String> {
     suggest_capped(current, rows).map(|s| s.line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lz-egress-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A name of exactly `len` bytes, distinct per `i`.
+    fn long_name(i: usize, len: usize) -> String {
+        let head = format!("n{i}-");
+        let mut s = head.clone();
+        while s.len() < len - 5 {
+            s.push('a');
+            if (s.len() + 1) % 60 == 0 {
+                s.push('.');
+            }
+        }
+        s.push_str(".test");
+        s
+    }
+
+    #[test]
+    fn the_log_rotates_at_its_bound_keeps_the_newest_and_counts_the_dropped() {
+        let d = dir("rotate");
+        let log = EgressLog::bounded(d.join(LOG_FILE), 1000);
+        // ~60-byte lines: 16 to a file.
+        for i in 0..100 {
+            log.record("refused", "dns", &format!("n{i:03}.test"), 53, "not in network.hosts");
+        }
+        log.record("allowed", "tcp", "last.test", 443, "log mode");
+        for f in [LOG_FILE, LOG_PREV] {
+            let len = std::fs::metadata(d.join(f)).unwrap().len();
+            assert!(len <= 1000 && len > 0, "{f}: {len}");
+        }
+        let (text, dropped) = read_log(&d);
+        let kept = parse_log(&text);
+        // Nothing lost without a count, nothing counted twice.
+        assert_eq!(kept.len() as u64 + dropped.entries, 101, "{dropped:?}");
+        assert_eq!(dropped.refusals, dropped.entries, "every dropped line was a refusal");
+        assert!(dropped.entries > 0);
+        // The newest are kept, oldest first, ending with the last line.
+        assert_eq!(kept.last().unwrap().what, "last.test");
+        assert_eq!(kept[0].what, format!("n{:03}.test", dropped.entries));
+        assert!(kept.windows(2).all(|w| w[0].ms <= w[1].ms));
+        assert_eq!(
+            std::fs::read_to_string(d.join(LOG_DROPPED)).unwrap(),
+            format!("{} {}\n", dropped.entries, dropped.refusals)
+        );
+        // A gate of the next generation appends to the same log and count.
+        let again = EgressLog::bounded(d.join(LOG_FILE), 1000);
+        for i in 0..40 {
+            again.record("refused", "tcp", &format!("m{i:03}.test"), 443, "not in network.hosts");
+        }
+        let (text, d2) = read_log(&d);
+        assert_eq!(parse_log(&text).len() as u64 + d2.entries, 141);
+        assert!(d2.entries > dropped.entries);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_bound_holds_with_the_longest_names() {
+        let d = dir("long");
+        let log = EgressLog::bounded(d.join(LOG_FILE), 64 * 1024);
+        for i in 0..2000 {
+            log.record("refused", "dns", &long_name(i, 253), 53, "not in network.hosts");
+        }
+        let total: u64 = [LOG_FILE, LOG_PREV]
+            .iter()
+            .map(|f| std::fs::metadata(d.join(f)).unwrap().len())
+            .sum();
+        assert!(total <= 2 * 64 * 1024, "{total}");
+        let (text, dropped) = read_log(&d);
+        assert_eq!(parse_log(&text).len() as u64 + dropped.entries, 2000);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_malformed_count_is_none() {
+        let d = dir("count");
+        for bad in ["", "x y\n", "1\n", "1 2 3\n", "1 5\n", "-1 0\n"] {
+            std::fs::write(d.join(LOG_DROPPED), bad).unwrap();
+            assert_eq!(Dropped::read(&d), Dropped::default(), "{bad:?}");
+        }
+        std::fs::write(d.join(LOG_DROPPED), "7 5\n").unwrap();
+        assert_eq!(
+            Dropped::read(&d),
+            Dropped {
+                entries: 7,
+                refusals: 5
+            }
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_follower_reads_every_line_once_across_rotations() {
+        let d = dir("follow");
+        let log = EgressLog::bounded(d.join(LOG_FILE), 600);
+        let mut f = Follower::default();
+        log.record("refused", "tcp", "before.test", 443, "x");
+        // The first call starts at the end: older lines are not returned.
+        assert_eq!(f.next(&d, 1 << 20), Chunk::default());
+        let mut seen = Vec::new();
+        let mut rotations = 0;
+        let mut n = 0;
+        for round in 0..6 {
+            // Less than one file per round: the follower keeps up.
+            for _ in 0..5 {
+                log.record("refused", "tcp", &format!("r{n}.test"), 443, "x");
+                n += 1;
+            }
+            // Small reads: the rest of a rotated file comes over turns.
+            loop {
+                let c = f.next(&d, 100);
+                rotations += c.rotated as usize;
+                if c.text.is_empty() && !c.rotated {
+                    break;
+                }
+                seen.extend(parse_log(&c.text).into_iter().map(|e| e.what));
+                if c.text.is_empty() {
+                    continue;
+                }
+            }
+            let _ = round;
+        }
+        let want: Vec<String> = (0..n).map(|i| format!("r{i}.test")).collect();
+        assert_eq!(seen, want);
+        assert!(rotations > 0, "the log must have rotated");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    fn row(what: &str, port: u16, n: u64, ms: u128) -> (LogEntry, u64) {
+        (
+            LogEntry {
+                ms,
+                action: "refused".into(),
+                proto: "tcp".into(),
+                what: what.into(),
+                port,
+                why: "not in network.hosts".into(),
+            },
+            n,
+        )
+    }
+
+    #[test]
+    fn the_suggestion_is_capped_and_sorted_by_count() {
+        let mut rows: Vec<(LogEntry, u64)> = (0..30).map(|i| row(&format!("n{i:02}.test"), 443, i + 1, 0)).collect();
+        // Counted together: the DNS refusal and the TLS one of one name.
+        rows.push(row("n00.test", 80, 100, 0));
+        // Already allowed, and not a name: never suggested.
+        rows.push(row("a.test", 443, 1000, 0));
+        rows.push(row("n??.test", 443, 1000, 0));
+        rows.push(row("git.test", 22, 50, 0));
+        let s = suggest_capped(&["a.test".parse().unwrap()], &rows).unwrap();
+        assert_eq!(s.more, 31 - SUGGEST_MAX);
+        let names: Vec<&str> = s
+            .line
+            .trim_start_matches("hosts = [")
+            .trim_end_matches(']')
+            .split(", ")
+            .map(|q| q.trim_matches('"'))
+            .collect();
+        assert_eq!(names.len(), 1 + SUGGEST_MAX, "{}", s.line);
+        assert_eq!(
+            &names[..4],
+            ["a.test", "n00.test", "git.test:22", "n29.test"],
+            "{}",
+            s.line
+        );
+        assert_eq!(names[SUGGEST_MAX], "n12.test", "{}", s.line);
+        assert!(!s.line.contains("n11.test") && !s.line.contains('?'), "{}", s.line);
+        // Bounded whatever the log holds.
+        let many: Vec<(LogEntry, u64)> = (0..5000).map(|i| row(&long_name(i, 253), 443, 1, 0)).collect();
+        let s = suggest_capped(&[], &many).unwrap();
+        assert!(s.line.len() < SUGGEST_MAX * 260 + 20, "{}", s.line.len());
+        assert_eq!(s.more, 5000 - SUGGEST_MAX);
+        assert_eq!(suggest_capped(&[], &[row("a?b", 443, 1, 0)]), None);
+    }
+
+    #[test]
+    fn summarize_scales_to_a_flood() {
+        let text: String = (0..30_000)
+            .map(|i| format!("{i}\trefused\tdns\t{}\t53\tnot in network.hosts\n", long_name(i, 200)))
+            .collect();
+        let t = std::time::Instant::now();
+        let rows = summarize(&parse_log(&text));
+        assert_eq!(rows.len(), 30_000);
+        assert!(rows[0].0.ms == 29_999);
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    }
 }
