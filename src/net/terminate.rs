@@ -340,9 +340,11 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets, up: Upstre
                 return Outcome::Done;
             }
             let mut p: Vec<sys::PollFd> = fds.into_iter().map(|(_, f)| f).collect();
-            if let Err(e) = sys::poll(&mut p, -1) {
-                let _ = e;
-                return Outcome::Io;
+            // Idle both ways for network.idle_timeout_s: closed.
+            match crate::net::gate::poll_idle(&mut p) {
+                Err(_) => return Outcome::Io,
+                Ok(false) => return Outcome::Done,
+                Ok(true) => {}
             }
             let mut k = 0;
             if a_open {

@@ -35,7 +35,8 @@
 //! bounded by [`MAX_CONNECTIONS`]; no async runtime.
 //!
 //! This file runs the gate's threads (listeners, per-connection handling
-//! and relay, the resolver, the refusal watcher). The pure parts: `name`
+//! and relay, the resolver, the refusal watcher). `relay`: the plain
+//! relay and the idle timeout of every relay. The pure parts: `name`
 //! (sniffing and deciding by name, synthetic addresses), `dns` (DNS
 //! messages and the upstream query), `filter` (the raw-socket filters for
 //! what the router refuses), `egress_log` (the egress log), `cursor` (a byte
@@ -58,6 +59,7 @@ mod dns;
 mod egress_log;
 mod filter;
 mod name;
+mod relay;
 #[cfg(test)]
 mod tests;
 
@@ -65,6 +67,8 @@ pub use self::dns::*;
 pub use self::egress_log::*;
 pub use self::filter::*;
 pub use self::name::*;
+pub(crate) use self::relay::poll_idle;
+use self::relay::relay;
 
 pub const MAX_CONNECTIONS: usize = 1024;
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
@@ -255,6 +259,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool)
             }
             let s = shared.clone();
             let r = std::thread::Builder::new().name("lz-gate-conn".into()).spawn(move || {
+                relay::set_idle(Duration::from_secs(s.gate.idle_timeout_s.into()));
                 handle(&s, conn);
                 s.conns.fetch_sub(1, Ordering::SeqCst);
             });
@@ -465,51 +470,6 @@ fn refuse(mut conn: TcpStream, http: bool, what: &str, port: u16, why: &str) {
         return;
     }
     reset(conn);
-}
-
-fn relay(a: TcpStream, b: TcpStream) {
-    let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) else {
-        return;
-    };
-    let back = std::thread::Builder::new()
-        .name("lz-gate-relay".into())
-        .spawn(move || pump(&b2, &a2));
-    pump(&a, &b);
-    if let Ok(t) = back {
-        let _ = t.join();
-    }
-}
-
-/// Moves bytes `from` → `to` through a pipe with splice until EOF; then
-/// half-closes `to`. On an error both connections are shut.
-fn pump(from: &TcpStream, to: &TcpStream) {
-    let ok = (|| -> io::Result<()> {
-        let (r, w) = sys::pipe()?;
-        let _ = sys::sock::set_pipe_size(&w, 1 << 20);
-        loop {
-            let n = sys::sock::splice(from, &w, 1 << 20)?;
-            if n == 0 {
-                return Ok(());
-            }
-            let mut left = n;
-            while left > 0 {
-                let m = sys::sock::splice(&r, to, left)?;
-                if m == 0 {
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                left -= m;
-            }
-        }
-    })();
-    match ok {
-        Ok(()) => {
-            let _ = to.shutdown(Shutdown::Write);
-        }
-        Err(_) => {
-            let _ = from.shutdown(Shutdown::Both);
-            let _ = to.shutdown(Shutdown::Both);
-        }
-    }
 }
 
 // ---- names to addresses ---------------------------------------------------------

@@ -22,6 +22,7 @@ fn gate(hosts: &[&str], log_only: bool) -> GatePlan {
         hosts: hosts.iter().map(|h| h.parse().unwrap()).collect(),
         upstream: vec![],
         forwarded: vec![],
+        idle_timeout_s: crate::config::DEFAULT_IDLE_TIMEOUT_S,
     }
 }
 
