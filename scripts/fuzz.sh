@@ -64,9 +64,10 @@ for t in "$@"; do
     grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$tdir/$t.log" | sed "s/^/fuzz.sh: $t: /" || true
     if [ $rc -ne 0 ]; then
         new=$(comm -13 <(echo "$before") <(ls "$art") | head -n1)
+        new=${new:+$art/$new}
         grep -m1 -E "panicked at|ERROR: libFuzzer" -A3 "$tdir/$t.log" | sed "s/^/fuzz.sh: $t: /" || true
-        echo "fuzz.sh: $t FAILED after $((SECONDS - start)) s (exit $rc): input ${new:+$art/$new}${new:-not written}; log $tdir/$t.log" >&2
-        echo "fuzz.sh: replay: LAZARET_FUZZ_TARGET=$t $bin ${new:+$art/$new}" >&2
+        echo "fuzz.sh: $t FAILED after $((SECONDS - start)) s (exit $rc): input ${new:-not written}; log $tdir/$t.log" >&2
+        echo "fuzz.sh: replay: LAZARET_FUZZ_TARGET=$t $bin ${new:-INPUT}" >&2
         failed+=("$t")
     elif [ "${FUZZ_MERGE:-0}" = 1 ]; then
         LAZARET_FUZZ_TARGET=$t nice -n 19 "$bin" -merge=1 -max_len="${FUZZ_MAX_LEN:-16384}" "$seeds" "$work" \
