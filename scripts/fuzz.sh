@@ -12,7 +12,10 @@
 # target and where, and exits 1 after the other targets ran.
 #
 # Environment: FUZZ_MAX_LEN (default 16384 bytes per input),
-# FUZZ_MERGE=1 (see above).
+# FUZZ_MERGE=1 (see above), FUZZ_KEEP_GOING=1: go on after a crash
+# (libFuzzer's fork mode, still one core) to find the bugs behind a known
+# one; its crash inputs go to tests/fuzz/target/crashes/TARGET/ and the
+# script lists one line per distinct panic (location and message).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -58,9 +61,24 @@ for t in "$@"; do
     echo "fuzz.sh: $t for ${secs} s (seeds: $(ls "$seeds" | wc -l))"
     start=$SECONDS
     rc=0
+    mode=()
+    if [ "${FUZZ_KEEP_GOING:-0}" = 1 ]; then
+        art=$tdir/crashes/$t
+        rm -rf "$art"
+        mkdir -p "$art"
+        before=
+        mode=(-fork=1 -ignore_crashes=1)
+    fi
     LAZARET_FUZZ_TARGET=$t nice -n 19 "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-        -max_len="${FUZZ_MAX_LEN:-16384}" -use_value_profile=1 -print_final_stats=1 \
+        -max_len="${FUZZ_MAX_LEN:-16384}" -use_value_profile=1 -print_final_stats=1 "${mode[@]}" \
         -artifact_prefix="$art/" "$work" "$seeds" >"$tdir/$t.log" 2>&1 || rc=$?
+    if [ ${#mode[@]} -gt 0 ] && [ -n "$(ls "$art")" ]; then
+        echo "fuzz.sh: $t: $(ls "$art" | wc -l) crash inputs in $art; distinct panics (count, where, what):"
+        for f in "$art"/*; do
+            LAZARET_FUZZ_TARGET=$t "$bin" "$f" 2>&1 | grep -m1 -A1 'panicked at' | sed 's/^thread .* panicked at //' | paste -sd' ' - || true
+        done | sort | uniq -c | sort -rn | sed "s/^/fuzz.sh: $t:   /"
+        rc=1
+    fi
     grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$tdir/$t.log" | sed "s/^/fuzz.sh: $t: /" || true
     if [ $rc -ne 0 ]; then
         new=$(comm -13 <(echo "$before") <(ls "$art") | head -n1)

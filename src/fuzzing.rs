@@ -39,17 +39,27 @@ pub fn target(name: &str) -> Option<fn(&[u8])> {
 /// Patterns of the `name` target's list: a wildcard and an exact name.
 pub const NAME_HOSTS: [&str; 2] = ["*.allowed.test", "exact.test:8443"];
 
-/// A name the gate may resolve and connect to: labels of 1 to 63 bytes of
-/// `[a-z0-9_-]`, at most 253 bytes, one trailing dot allowed (looser than
-/// the config's grammar, so it only flags names no DNS encoder can carry).
-fn host_grammar(n: &str) -> bool {
+/// Why `n` is not a name the gate may resolve and connect to: labels of
+/// 1 to 63 bytes of `[a-z0-9_-]`, at most 253 bytes, one trailing dot
+/// allowed (looser than the config's grammar, so it only flags names no
+/// DNS encoder can carry).
+fn outside_grammar(n: &str) -> Option<&'static str> {
     let n = n.strip_suffix('.').unwrap_or(n);
-    n.len() <= 253
-        && n.split('.').all(|l| {
-            (1..=63).contains(&l.len())
-                && l.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        })
+    if n.len() > 253 {
+        return Some("a name over 253 bytes");
+    }
+    for l in n.split('.') {
+        if l.is_empty() {
+            return Some("an empty label");
+        }
+        if l.len() > 63 {
+            return Some("a label over 63 bytes");
+        }
+        if !l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_') {
+            return Some("a byte outside [a-z0-9_-]");
+        }
+    }
+    None
 }
 
 /// TLS ClientHello SNI, HTTP `Host` and `CONNECT` ([`gate::sniff`]), then
@@ -77,7 +87,9 @@ pub fn name(data: &[u8]) {
     if let Verdict::Name { name, port } = gate::decide(&plan, dst, None, &sniffed) {
         assert_eq!(Some(&name), sent.as_ref(), "a name that was not sniffed: {sniffed:?}");
         assert!(hosts::allowing(&plan.hosts, &name, port).is_some(), "{name:?}:{port} not listed");
-        assert!(host_grammar(&name), "a name outside the host-name grammar: {name:?}");
+        if let Some(why) = outside_grammar(&name) {
+            panic!("a name decided with {why}\n{name:?}");
+        }
     }
 }
 
@@ -184,8 +196,24 @@ fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
         .collect()
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+/// Where `needle` first lies in an HTTP byte stream: a header name, the
+/// rest of a line, or a body (for the panic message, so that distinct
+/// bugs read differently).
+fn where_in(hay: &[u8], needle: &[u8]) -> Option<&'static str> {
+    let at = hay.windows(needle.len()).position(|w| w == needle)?;
+    let line_start = hay[..at].iter().rposition(|b| *b == b'\n').map_or(0, |k| k + 1);
+    let line = &hay[line_start..];
+    let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
+    let colon = line.iter().position(|b| *b == b':');
+    Some(if line.starts_with(b"HTTP/") || line.ends_with(b"HTTP/1.1\r") || line.ends_with(b"HTTP/1.0\r") {
+        "a first line"
+    } else if colon.is_some_and(|c| line_start + c > at) {
+        "a header name"
+    } else if colon.is_some() {
+        "a header value (or a body line with a colon)"
+    } else {
+        "a body"
+    })
 }
 
 /// The swap towards a host ([`RequestSide`]), the input cut in two at a
@@ -207,10 +235,9 @@ pub fn swap_request(data: &[u8]) {
     };
     let (out, r, ex) = run("unbound-value-one-1111");
     for (_, sentinel, _, bound) in SWAP_SECRETS {
-        assert!(
-            bound == host || !contains(&out, sentinel.as_bytes()),
-            "the sentinel of a secret bound to {bound} went to {host}"
-        );
+        if let Some(place) = where_in(&out, sentinel.as_bytes()).filter(|_| bound != host) {
+            panic!("the sentinel of a secret bound to {bound} went to {host}, in {place}");
+        }
     }
     assert_eq!((out, r, ex), run("unbound-value-two-2222"), "an unbound real value reached {host}");
 }
@@ -229,7 +256,9 @@ pub fn swap_response(data: &[u8]) {
         side.finish(&mut out);
     }
     for (var, _, real, _) in SWAP_SECRETS {
-        assert!(!contains(&out, real.as_bytes()), "the real value of {var} went to the sandbox");
+        if let Some(place) = where_in(&out, real.as_bytes()) {
+            panic!("the real value of {var} went to the sandbox, in {place}");
+        }
     }
 }
 
