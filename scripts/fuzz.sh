@@ -47,6 +47,13 @@ if [ $# -eq 0 ]; then
     set -- $(ls tests/fuzz/corpus)
 fi
 
+# CPU seconds the shell's children used so far (user + system), into
+# $cpu: `times` in this shell (a subshell has its own children).
+child_cpu() {
+    times >"$tdir/times"
+    cpu=$(tail -n1 "$tdir/times" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+}
+
 failed=()
 for t in "$@"; do
     seeds=tests/fuzz/corpus/$t
@@ -60,6 +67,8 @@ for t in "$@"; do
     before=$(ls "$art")
     echo "fuzz.sh: $t for ${secs} s (seeds: $(ls "$seeds" | wc -l))"
     start=$SECONDS
+    child_cpu
+    cpu0=$cpu
     rc=0
     mode=()
     if [ "${FUZZ_KEEP_GOING:-0}" = 1 ]; then
@@ -79,7 +88,8 @@ for t in "$@"; do
         done | sort | uniq -c | sort -rn | sed "s/^/fuzz.sh: $t:   /"
         rc=1
     fi
-    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$tdir/$t.log" | sed "s/^/fuzz.sh: $t: /" || true
+    child_cpu
+    echo "fuzz.sh: $t: $((SECONDS - start)) s, $((cpu - cpu0)) CPU seconds; $(grep -E '^#[0-9]+' "$tdir/$t.log" | tail -n1)"
     if [ $rc -ne 0 ]; then
         new=$(comm -13 <(echo "$before") <(ls "$art") | head -n1)
         new=${new:+$art/$new}
