@@ -13,6 +13,10 @@ pub mod display;
 mod domain;
 pub mod escalation;
 mod exit;
+/// Fuzz targets: tests/fuzz (the coverage-guided harness) and
+/// tests/fuzz_replay.rs (the corpora, replayed) call them.
+#[doc(hidden)]
+pub mod fuzzing;
 mod net;
 mod plan;
 mod storage;

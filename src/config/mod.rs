@@ -55,7 +55,7 @@ mod model;
 #[cfg(test)]
 mod tests;
 /// A small strict TOML reader.
-mod toml;
+pub(crate) mod toml;
 mod validation;
 mod values;
 

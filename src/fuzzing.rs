@@ -1,0 +1,317 @@
+//! Fuzz targets (docs/fuzzing.md): one function per parser that the
+//! sandbox or a remote host feeds. Each takes arbitrary bytes and panics
+//! only on a real bug: a panic inside the parser, or a broken property
+//! (stated above each function). The coverage-guided harness in
+//! `tests/fuzz/` and the corpus replay (`tests/fuzz_replay.rs`) call
+//! these same functions; [`TARGETS`] names them.
+//!
+//! Thin on purpose: each target calls the public entry points, so a change
+//! of their signatures is a few lines here.
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+
+use crate::config::hosts::{self, HostPattern};
+use crate::config::secrets::SecretValue;
+use crate::net::gate::{self, Sniffed, Verdict};
+use crate::net::policy::GatePlan;
+use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide};
+use crate::wire::mailbox;
+
+/// Every target, by the name its corpus directory and the harness use.
+pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+    ("name", name),
+    ("dns", dns),
+    ("http", http),
+    ("swap_request", swap_request),
+    ("swap_response", swap_response),
+    ("mailbox", mailbox),
+    ("toml", toml),
+    ("config", config),
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<fn(&[u8])> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+}
+
+/// Patterns of the `name` target's list: a wildcard and an exact name.
+pub const NAME_HOSTS: [&str; 2] = ["*.allowed.test", "exact.test:8443"];
+
+/// Why `n` is not a name the gate may resolve and connect to: labels of
+/// 1 to 63 bytes of `[a-z0-9_-]`, at most 253 bytes, one trailing dot
+/// allowed (looser than the config's grammar, so it only flags names no
+/// DNS encoder can carry).
+fn outside_grammar(n: &str) -> Option<&'static str> {
+    let n = n.strip_suffix('.').unwrap_or(n);
+    if n.len() > 253 {
+        return Some("a name over 253 bytes");
+    }
+    for l in n.split('.') {
+        if l.is_empty() {
+            return Some("an empty label");
+        }
+        if l.len() > 63 {
+            return Some("a label over 63 bytes");
+        }
+        if !l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_') {
+            return Some("a byte outside [a-z0-9_-]");
+        }
+    }
+    None
+}
+
+/// TLS ClientHello SNI, HTTP `Host` and `CONNECT` ([`gate::sniff`]), then
+/// [`gate::decide`] against [`NAME_HOSTS`]. Property: a `Verdict::Name`
+/// names exactly what was sniffed, a name the list allows at that port,
+/// in the host-name grammar; a `CONNECT` head lies inside the input.
+pub fn name(data: &[u8]) {
+    let plan = GatePlan {
+        log_only: false,
+        hosts: NAME_HOSTS.iter().map(|p| p.parse::<HostPattern>().unwrap()).collect(),
+        upstream: Vec::new(),
+        forwarded: Vec::new(),
+    };
+    let sniffed = gate::sniff(data);
+    let sent = match &sniffed {
+        Sniffed::Connect { host, header_len, .. } => {
+            assert!(*header_len <= data.len(), "CONNECT head beyond the input");
+            Some(host.clone())
+        }
+        Sniffed::Tls(n) => n.clone(),
+        Sniffed::Http { host, .. } => host.clone(),
+        Sniffed::NeedMore | Sniffed::Other => None,
+    };
+    let dst = SocketAddrV4::new(Ipv4Addr::new(100, 127, 0, 9), 443);
+    if let Verdict::Name { name, port } = gate::decide(&plan, dst, None, &sniffed) {
+        assert_eq!(Some(&name), sent.as_ref(), "a name that was not sniffed: {sniffed:?}");
+        assert!(hosts::allowing(&plan.hosts, &name, port).is_some(), "{name:?}:{port} not listed");
+        if let Some(why) = outside_grammar(&name) {
+            panic!("a name decided with {why}\n{name:?}");
+        }
+    }
+}
+
+/// The resolver's question ([`gate::parse_question`]), its answer
+/// ([`gate::dns_answer`]) and the gate's reading of an upstream answer
+/// ([`gate::parse_a_answers`]). Properties: the answer built for a parsed
+/// question is read back as exactly its one A record; a parsed answer has
+/// no more records than it says.
+pub fn dns(data: &[u8]) {
+    if data.len() >= 2 {
+        let id = u16::from_be_bytes([data[0], data[1]]);
+        if let Some((addrs, _)) = gate::parse_a_answers(data, id) {
+            let an = data.get(6..8).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
+            assert!(addrs.len() <= an as usize);
+        }
+    }
+    if let Some(q) = gate::parse_question(data) {
+        let a = Ipv4Addr::new(100, 127, 0, 2);
+        let answer = gate::dns_answer(data, &q, 0, Some(a));
+        assert_eq!(gate::parse_a_answers(&answer, q.id), Some((vec![a], 30)));
+        assert!(gate::parse_question(&answer).is_none(), "an answer read as a question");
+        let refused = gate::dns_answer(data, &q, 5, None);
+        assert_eq!(gate::parse_a_answers(&refused, q.id), Some((vec![], 0)));
+    }
+}
+
+/// The input cut in two at a point its first two bytes choose (the rest
+/// of the input is what is fed).
+fn cut(data: &[u8]) -> (&[u8], &[u8]) {
+    let (at, rest) = match data {
+        [a, b, rest @ ..] => (u16::from_be_bytes([*a, *b]) as usize, rest),
+        _ => (0, &[][..]),
+    };
+    rest.split_at(at % (rest.len() + 1))
+}
+
+/// Up to four responses' expectations, from one byte (per request: HEAD,
+/// HTTP/1.0).
+fn expects(flags: u8) -> VecDeque<Expect> {
+    (0..4)
+        .map(|i| Expect {
+            head: flags >> (2 * i) & 1 != 0,
+            http10: flags >> (2 * i + 1) & 1 != 0,
+        })
+        .collect()
+}
+
+/// HTTP request and response heads and bodies (length, chunked,
+/// close-delimited) through the gate's two sides with no secrets bound
+/// (`net::subst` head.rs, body.rs). Property: what a side writes out, fed
+/// whole to a fresh side, is accepted, with as many requests.
+pub fn http(data: &[u8]) {
+    let Some((&flags, data)) = data.split_first() else {
+        return;
+    };
+    let (a, b) = cut(data);
+    let (mut out, mut ex) = (Vec::new(), VecDeque::new());
+    let mut req = RequestSide::new("a.test", &[]);
+    if req.feed(a, &mut out, &mut ex).and_then(|_| req.feed(b, &mut out, &mut ex)).is_ok() {
+        let (mut again, mut ex2) = (Vec::new(), VecDeque::new());
+        let r = RequestSide::new("a.test", &[]).feed(&out, &mut again, &mut ex2);
+        assert!(r.is_ok(), "the request side's own output refused: {r:?}");
+        assert_eq!(ex.len(), ex2.len(), "a different number of requests");
+    }
+    let (mut out, mut ex) = (Vec::new(), expects(flags));
+    let mut resp = ResponseSide::new(&[]);
+    if resp.feed(a, &mut out, &mut ex).and_then(|_| resp.feed(b, &mut out, &mut ex)).is_ok() {
+        resp.finish(&mut out);
+        let r = ResponseSide::new(&[]).feed(&out, &mut Vec::new(), &mut expects(flags));
+        assert!(r.is_ok(), "the response side's own output refused: {r:?}");
+    }
+}
+
+/// The swap's hosts: two secrets, each bound to one; the third has none.
+pub const SWAP_HOSTS: [&str; 3] = ["api.test", "git.test", "other.test"];
+/// The swap's secrets: (variable, sentinel, real value, bound host).
+pub const SWAP_SECRETS: [(&str, &str, &str, &str); 2] = [
+    (
+        "API_KEY",
+        "lzr-sk-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "sk-real-api-0123456789",
+        "api.test",
+    ),
+    (
+        "GH_TOKEN",
+        "lzr-sk-BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB",
+        "ghp_realgit9876543210",
+        "git.test",
+    ),
+];
+
+/// [`SWAP_SECRETS`], the real value of those not bound to `unbound_of`
+/// replaced by `other` (a value the sandbox never saw).
+fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
+    SWAP_SECRETS
+        .iter()
+        .map(|(var, sentinel, real, host)| Binding {
+            var: var.to_string(),
+            sentinel: sentinel.to_string(),
+            real: SecretValue::new(if unbound_of.is_some_and(|h| h != *host) { other } else { real }.into())
+                .unwrap(),
+            hosts: vec![host.to_string()],
+        })
+        .collect()
+}
+
+/// Where `needle` first lies in an HTTP byte stream: a header name, the
+/// rest of a line, or a body (for the panic message, so that distinct
+/// bugs read differently).
+fn where_in(hay: &[u8], needle: &[u8]) -> Option<&'static str> {
+    let at = hay.windows(needle.len()).position(|w| w == needle)?;
+    let line_start = hay[..at].iter().rposition(|b| *b == b'\n').map_or(0, |k| k + 1);
+    let line = &hay[line_start..];
+    let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
+    let colon = line.iter().position(|b| *b == b':');
+    Some(if line.starts_with(b"HTTP/") || line.ends_with(b"HTTP/1.1\r") || line.ends_with(b"HTTP/1.0\r") {
+        "a first line"
+    } else if colon.is_some_and(|c| line_start + c > at) {
+        "a header name"
+    } else if colon.is_some() {
+        "a header value (or a body line with a colon)"
+    } else {
+        "a body"
+    })
+}
+
+/// The swap towards a host ([`RequestSide`]), the input cut in two at a
+/// fuzz-chosen point; the first byte picks the host of [`SWAP_HOSTS`].
+/// Properties: what goes to the host holds no sentinel of a secret not
+/// bound to it, and does not depend on the real value of such a secret
+/// (so never contains it, unless the sandbox sent it itself).
+pub fn swap_request(data: &[u8]) {
+    let Some((&pick, data)) = data.split_first() else {
+        return;
+    };
+    let host = SWAP_HOSTS[pick as usize % SWAP_HOSTS.len()];
+    let (a, b) = cut(data);
+    let run = |other: &str| {
+        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other));
+        let (mut out, mut ex) = (Vec::new(), VecDeque::new());
+        let r = side.feed(a, &mut out, &mut ex).and_then(|_| side.feed(b, &mut out, &mut ex));
+        (out, r, ex)
+    };
+    let (out, r, ex) = run("unbound-value-one-1111");
+    for (_, sentinel, _, bound) in SWAP_SECRETS {
+        if let Some(place) = where_in(&out, sentinel.as_bytes()).filter(|_| bound != host) {
+            panic!("the sentinel of a secret bound to {bound} went to {host}, in {place}");
+        }
+    }
+    assert_eq!((out, r, ex), run("unbound-value-two-2222"), "an unbound real value reached {host}");
+}
+
+/// The swap towards the sandbox ([`ResponseSide`]), the input cut in two;
+/// the first byte gives up to four requests' expectations. Property: what
+/// goes to the sandbox contains no real value.
+pub fn swap_response(data: &[u8]) {
+    let Some((&flags, data)) = data.split_first() else {
+        return;
+    };
+    let (a, b) = cut(data);
+    let mut side = ResponseSide::new(&swap_bindings(None, ""));
+    let (mut out, mut ex) = (Vec::new(), expects(flags));
+    if side.feed(a, &mut out, &mut ex).and_then(|_| side.feed(b, &mut out, &mut ex)).is_ok() {
+        side.finish(&mut out);
+    }
+    for (var, _, real, _) in SWAP_SECRETS {
+        if let Some(place) = where_in(&out, real.as_bytes()) {
+            panic!("the real value of {var} went to the sandbox, in {place}");
+        }
+    }
+}
+
+/// The Escalation Mailbox's records (`wire::mailbox`). Property: a record
+/// that decodes re-encodes to the same bytes, and its signed part is the
+/// encoder's.
+pub fn mailbox(data: &[u8]) {
+    if let Ok((request, signed, sig)) = mailbox::decode_request(data) {
+        assert_eq!(mailbox::encode_request(&request, &sig), data, "a request with two encodings");
+        assert_eq!(mailbox::signed_part(&request), signed, "the signed part differs");
+    }
+    if let Ok(outcome) = mailbox::decode_result(data) {
+        assert_eq!(mailbox::encode_result(&outcome), data, "a result with two encodings");
+    }
+}
+
+/// The config's TOML reader (`config::toml`): no panic on any text.
+pub fn toml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::config::toml::parse(text);
+    }
+}
+
+/// The whole config read from text (TOML, then the schema and its checks;
+/// nothing is resolved, no command runs): no panic on any text.
+pub fn config(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::config::parse(Path::new("/nonexistent/lazaret/config.toml"), text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::wire::mailbox::tests::{samples_request, samples_result};
+    use crate::wire::mailbox::Message;
+
+    /// The mailbox seeds are what the encoder writes today;
+    /// `LAZARET_WRITE_SEEDS=1` writes them anew.
+    #[test]
+    fn mailbox_seeds_are_the_encoders() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus/mailbox");
+        let requests = samples_request().into_iter().map(|m| m.encode());
+        let results = samples_result().into_iter().map(|m| m.encode());
+        let seeds = requests
+            .enumerate()
+            .map(|(i, b)| (format!("request-{i}"), b))
+            .chain(results.enumerate().map(|(i, b)| (format!("result-{i}"), b)));
+        for (name, bytes) in seeds {
+            let path = dir.join(&name);
+            if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            assert_eq!(std::fs::read(&path).ok(), Some(bytes), "{}: not the encoder's", path.display());
+        }
+    }
+}
