@@ -341,12 +341,15 @@ pub fn suggest_capped(current: &[HostPattern], rows: &[(LogEntry, u64)]) -> Opti
         if e.action != "refused" || e.what.parse::<HostPattern>().is_err() {
             continue;
         }
+        let Ok(name) = crate::config::hostname::HostName::from_bytes(e.what.as_bytes()) else {
+            continue;
+        };
         let port = if e.proto == "dns" { 443 } else { e.port };
-        if hosts::allowing(current, &e.what, port).is_some() {
+        if hosts::allowing(current, &name, port).is_some() {
             continue;
         }
         let key = (
-            e.what.to_ascii_lowercase(),
+            name.to_string(),
             (!hosts::DEFAULT_PORTS.contains(&port)).then_some(port),
         );
         *count.entry(key).or_default() += n;
