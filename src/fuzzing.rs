@@ -12,11 +12,12 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
+use crate::config::hostname::HostName;
 use crate::config::hosts::{self, HostPattern};
-use crate::config::secrets::SecretValue;
+use crate::config::secrets::{SecretValue, DEFAULT_HEADERS};
 use crate::net::gate::{self, Sniffed, Verdict};
 use crate::net::policy::GatePlan;
-use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide};
+use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide, Upstream};
 use crate::wire::mailbox;
 
 /// Every target, by the name its corpus directory and the harness use.
@@ -55,7 +56,10 @@ fn outside_grammar(n: &str) -> Option<&'static str> {
         if l.len() > 63 {
             return Some("a label over 63 bytes");
         }
-        if !l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_') {
+        if !l
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
             return Some("a byte outside [a-z0-9_-]");
         }
     }
@@ -72,21 +76,25 @@ pub fn name(data: &[u8]) {
         hosts: NAME_HOSTS.iter().map(|p| p.parse::<HostPattern>().unwrap()).collect(),
         upstream: Vec::new(),
         forwarded: Vec::new(),
+        idle_timeout_s: 3600,
     };
     let sniffed = gate::sniff(data);
     let sent = match &sniffed {
         Sniffed::Connect { host, header_len, .. } => {
             assert!(*header_len <= data.len(), "CONNECT head beyond the input");
-            Some(host.clone())
+            host.as_ref().ok().cloned()
         }
-        Sniffed::Tls(n) => n.clone(),
-        Sniffed::Http { host, .. } => host.clone(),
+        Sniffed::Tls(n) => n.as_ref().and_then(|n| n.as_ref().ok().cloned()),
+        Sniffed::Http { host, .. } => host.as_ref().and_then(|n| n.as_ref().ok().cloned()),
         Sniffed::NeedMore | Sniffed::Other => None,
     };
     let dst = SocketAddrV4::new(Ipv4Addr::new(100, 127, 0, 9), 443);
     if let Verdict::Name { name, port } = gate::decide(&plan, dst, None, &sniffed) {
         assert_eq!(Some(&name), sent.as_ref(), "a name that was not sniffed: {sniffed:?}");
-        assert!(hosts::allowing(&plan.hosts, &name, port).is_some(), "{name:?}:{port} not listed");
+        assert!(
+            hosts::allowing(&plan.hosts, &name, port).is_some(),
+            "{name:?}:{port} not listed"
+        );
         if let Some(why) = outside_grammar(&name) {
             panic!("a name decided with {why}\n{name:?}");
         }
@@ -99,9 +107,10 @@ pub fn name(data: &[u8]) {
 /// question is read back as exactly its one A record; a parsed answer has
 /// no more records than it says.
 pub fn dns(data: &[u8]) {
+    let asked: HostName = "a.test".parse().expect("a valid name");
     if data.len() >= 2 {
         let id = u16::from_be_bytes([data[0], data[1]]);
-        if let Some((addrs, _)) = gate::parse_a_answers(data, id) {
+        if let Some((addrs, _)) = gate::parse_a_answers(data, id, &asked) {
             let an = data.get(6..8).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
             assert!(addrs.len() <= an as usize);
         }
@@ -109,10 +118,16 @@ pub fn dns(data: &[u8]) {
     if let Some(q) = gate::parse_question(data) {
         let a = Ipv4Addr::new(100, 127, 0, 2);
         let answer = gate::dns_answer(data, &q, 0, Some(a));
-        assert_eq!(gate::parse_a_answers(&answer, q.id), Some((vec![a], 30)));
         assert!(gate::parse_question(&answer).is_none(), "an answer read as a question");
-        let refused = gate::dns_answer(data, &q, 5, None);
-        assert_eq!(gate::parse_a_answers(&refused, q.id), Some((vec![], 0)));
+        if let (Ok(name), 1, 1) = (&q.name, q.qtype, q.qclass) {
+            assert_eq!(gate::parse_a_answers(&answer, q.id, name), Some((vec![a], 30)));
+            let refused = gate::dns_answer(data, &q, 5, None);
+            assert_eq!(
+                gate::parse_a_answers(&refused, q.id, name),
+                None,
+                "a refusal read as an answer"
+            );
+        }
     }
 }
 
@@ -147,18 +162,26 @@ pub fn http(data: &[u8]) {
     };
     let (a, b) = cut(data);
     let (mut out, mut ex) = (Vec::new(), VecDeque::new());
-    let mut req = RequestSide::new("a.test", &[]);
-    if req.feed(a, &mut out, &mut ex).and_then(|_| req.feed(b, &mut out, &mut ex)).is_ok() {
+    let mut req = RequestSide::new("a.test", &[], Upstream::Verified);
+    if req
+        .feed(a, &mut out, &mut ex)
+        .and_then(|_| req.feed(b, &mut out, &mut ex))
+        .is_ok()
+    {
         let (mut again, mut ex2) = (Vec::new(), VecDeque::new());
-        let r = RequestSide::new("a.test", &[]).feed(&out, &mut again, &mut ex2);
+        let r = RequestSide::new("a.test", &[], Upstream::Verified).feed(&out, &mut again, &mut ex2);
         assert!(r.is_ok(), "the request side's own output refused: {r:?}");
         assert_eq!(ex.len(), ex2.len(), "a different number of requests");
     }
     let (mut out, mut ex) = (Vec::new(), expects(flags));
-    let mut resp = ResponseSide::new(&[]);
-    if resp.feed(a, &mut out, &mut ex).and_then(|_| resp.feed(b, &mut out, &mut ex)).is_ok() {
+    let mut resp = ResponseSide::new("a.test", &[]);
+    if resp
+        .feed(a, &mut out, &mut ex)
+        .and_then(|_| resp.feed(b, &mut out, &mut ex))
+        .is_ok()
+    {
         resp.finish(&mut out);
-        let r = ResponseSide::new(&[]).feed(&out, &mut Vec::new(), &mut expects(flags));
+        let r = ResponseSide::new("a.test", &[]).feed(&out, &mut Vec::new(), &mut expects(flags));
         assert!(r.is_ok(), "the response side's own output refused: {r:?}");
     }
 }
@@ -189,9 +212,18 @@ fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
         .map(|(var, sentinel, real, host)| Binding {
             var: var.to_string(),
             sentinel: sentinel.to_string(),
-            real: SecretValue::new(if unbound_of.is_some_and(|h| h != *host) { other } else { real }.into())
-                .unwrap(),
+            real: SecretValue::new(
+                if unbound_of.is_some_and(|h| h != *host) {
+                    other
+                } else {
+                    real
+                }
+                .into(),
+            )
+            .unwrap(),
             hosts: vec![host.to_string()],
+            headers: DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            plain_http: false,
         })
         .collect()
 }
@@ -205,15 +237,17 @@ fn where_in(hay: &[u8], needle: &[u8]) -> Option<&'static str> {
     let line = &hay[line_start..];
     let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
     let colon = line.iter().position(|b| *b == b':');
-    Some(if line.starts_with(b"HTTP/") || line.ends_with(b"HTTP/1.1\r") || line.ends_with(b"HTTP/1.0\r") {
-        "a first line"
-    } else if colon.is_some_and(|c| line_start + c > at) {
-        "a header name"
-    } else if colon.is_some() {
-        "a header value (or a body line with a colon)"
-    } else {
-        "a body"
-    })
+    Some(
+        if line.starts_with(b"HTTP/") || line.ends_with(b"HTTP/1.1\r") || line.ends_with(b"HTTP/1.0\r") {
+            "a first line"
+        } else if colon.is_some_and(|c| line_start + c > at) {
+            "a header name"
+        } else if colon.is_some() {
+            "a header value (or a body line with a colon)"
+        } else {
+            "a body"
+        },
+    )
 }
 
 /// The swap towards a host ([`RequestSide`]), the input cut in two at a
@@ -226,11 +260,19 @@ pub fn swap_request(data: &[u8]) {
         return;
     };
     let host = SWAP_HOSTS[pick as usize % SWAP_HOSTS.len()];
+    // The high bit: plain HTTP (no real value may be written) or verified TLS.
+    let upstream = if pick & 0x80 != 0 {
+        Upstream::Plain
+    } else {
+        Upstream::Verified
+    };
     let (a, b) = cut(data);
     let run = |other: &str| {
-        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other));
+        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other), upstream);
         let (mut out, mut ex) = (Vec::new(), VecDeque::new());
-        let r = side.feed(a, &mut out, &mut ex).and_then(|_| side.feed(b, &mut out, &mut ex));
+        let r = side
+            .feed(a, &mut out, &mut ex)
+            .and_then(|_| side.feed(b, &mut out, &mut ex));
         (out, r, ex)
     };
     let (out, r, ex) = run("unbound-value-one-1111");
@@ -239,7 +281,11 @@ pub fn swap_request(data: &[u8]) {
             panic!("the sentinel of a secret bound to {bound} went to {host}, in {place}");
         }
     }
-    assert_eq!((out, r, ex), run("unbound-value-two-2222"), "an unbound real value reached {host}");
+    assert_eq!(
+        (out, r, ex),
+        run("unbound-value-two-2222"),
+        "an unbound real value reached {host}"
+    );
 }
 
 /// The swap towards the sandbox ([`ResponseSide`]), the input cut in two;
@@ -250,9 +296,13 @@ pub fn swap_response(data: &[u8]) {
         return;
     };
     let (a, b) = cut(data);
-    let mut side = ResponseSide::new(&swap_bindings(None, ""));
+    let mut side = ResponseSide::new(SWAP_HOSTS[0], &swap_bindings(None, ""));
     let (mut out, mut ex) = (Vec::new(), expects(flags));
-    if side.feed(a, &mut out, &mut ex).and_then(|_| side.feed(b, &mut out, &mut ex)).is_ok() {
+    if side
+        .feed(a, &mut out, &mut ex)
+        .and_then(|_| side.feed(b, &mut out, &mut ex))
+        .is_ok()
+    {
         side.finish(&mut out);
     }
     for (var, _, real, _) in SWAP_SECRETS {
@@ -267,7 +317,11 @@ pub fn swap_response(data: &[u8]) {
 /// encoder's.
 pub fn mailbox(data: &[u8]) {
     if let Ok((request, signed, sig)) = mailbox::decode_request(data) {
-        assert_eq!(mailbox::encode_request(&request, &sig), data, "a request with two encodings");
+        assert_eq!(
+            mailbox::encode_request(&request, &sig),
+            data,
+            "a request with two encodings"
+        );
         assert_eq!(mailbox::signed_part(&request), signed, "the signed part differs");
     }
     if let Ok(outcome) = mailbox::decode_result(data) {
@@ -311,7 +365,12 @@ mod tests {
             if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
                 std::fs::write(&path, &bytes).unwrap();
             }
-            assert_eq!(std::fs::read(&path).ok(), Some(bytes), "{}: not the encoder's", path.display());
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(bytes),
+                "{}: not the encoder's",
+                path.display()
+            );
         }
     }
 }
