@@ -12,6 +12,7 @@
 //! trailing dot is removed.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// At most this many bytes in a name (without a trailing dot).
 pub const MAX_NAME: usize = 253;
@@ -20,8 +21,9 @@ pub const MAX_LABEL: usize = 63;
 
 /// A host name in canonical form (see the module docs): lower case, no
 /// trailing dot, every label LDH of 1 to 63 bytes, 253 bytes at most.
+/// Shared, so the gate's tables hold each name once.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct HostName(String);
+pub struct HostName(Arc<str>);
 
 /// Why bytes are not a [`HostName`]: what was expected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +121,8 @@ impl HostName {
         if is_number(last) {
             return Err(NameError::Address);
         }
-        Ok(HostName(b.iter().map(|c| c.to_ascii_lowercase() as char).collect()))
+        let s: String = b.iter().map(|c| c.to_ascii_lowercase() as char).collect();
+        Ok(HostName(s.into()))
     }
 
     /// A name from DNS wire labels (a `.` inside a label is a byte
@@ -142,7 +145,7 @@ impl HostName {
     /// Whether `self` is strictly below `parent` (`a.b.test` below `b.test`).
     pub fn is_below(&self, parent: &HostName) -> bool {
         self.0.len() > parent.0.len() + 1
-            && self.0.ends_with(&parent.0)
+            && self.0.ends_with(&*parent.0)
             && self.0.as_bytes()[self.0.len() - parent.0.len() - 1] == b'.'
     }
 
@@ -215,13 +218,13 @@ impl AsRef<str> for HostName {
 
 impl PartialEq<str> for HostName {
     fn eq(&self, other: &str) -> bool {
-        self.0 == other
+        &*self.0 == other
     }
 }
 
 impl PartialEq<&str> for HostName {
     fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
+        &*self.0 == *other
     }
 }
 

@@ -77,7 +77,9 @@ threading.Event().wait()
 const CLIENT: &str = r#"
 import socket, struct, sys
 evil_ip = sys.argv[1]
-attack = b"evil.test.\x00\x01\x00\x01" + b"a" * 256 + b".allowed.test"
+# A 256-byte label starting with type A, class IN: a length byte of 256
+# written as 0 would end the name at evil.test and make the rest the type.
+attack = b"evil.test.\x00\x01\x00\x01" + b"a" * 252 + b".allowed.test"
 def report(name, f):
     try:
         print("%s ok %r" % (name, f()), flush=True)
