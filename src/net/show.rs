@@ -175,6 +175,8 @@ fn secrets_json(secrets: &[crate::config::secrets::Secret]) -> Json {
                     ("name", Json::s(&s.var)),
                     ("source", Json::s(s.source.kind())),
                     ("hosts", Json::strs(&s.hosts)),
+                    ("headers", Json::strs(&s.headers)),
+                    ("plain_http", Json::Bool(s.plain_http)),
                 ])
             })
             .collect(),
@@ -189,10 +191,16 @@ fn describe_secrets(secrets: &[crate::config::secrets::Secret]) -> String {
         String::from("secrets (the sandbox sees a sentinel; the value is swapped in only for these hosts):\n");
     for s in secrets {
         out.push_str(&format!(
-            "  {} from {} -> {}\n",
+            "  {} from {} -> {} (in {}{})\n",
             s.var,
             s.source.kind(),
-            crate::display::escape(&s.hosts.join(", "))
+            crate::display::escape(&s.hosts.join(", ")),
+            s.headers.join(", "),
+            if s.plain_http {
+                "; also over plain HTTP, in cleartext"
+            } else {
+                ""
+            }
         ));
     }
     out
@@ -327,7 +335,10 @@ mod secret_tests {
         .unwrap();
         let p = cfg.profile("c").unwrap();
         let text = super::describe_secrets(&p.secrets);
-        assert!(text.contains("API_KEY from file -> api.test"), "{text}");
+        assert!(
+            text.contains("API_KEY from file -> api.test (in authorization, x-api-key, proxy-authorization)\n"),
+            "{text}"
+        );
         assert!(!text.contains("/k/secret-file"), "{text}");
         let j = super::secrets_json(&p.secrets).render();
         assert!(

@@ -489,7 +489,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let basic_real = openssl::base64::encode_block(format!("u:{plain_real}").as_bytes());
     let basic_sentinel = openssl::base64::encode_block(format!("u:{plain_sentinel}").as_bytes());
     assert!(
-        q.contains(&format!("X-Plain-Key: {plain_real}")) && q.contains(&format!("Basic {basic_real}")),
+        q.contains(&format!("x-plain-key: {plain_real}")) && q.contains(&format!("Basic {basic_real}")),
         "{q}"
     );
     assert_eq!(
