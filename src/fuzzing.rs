@@ -19,8 +19,11 @@ use crate::net::policy::GatePlan;
 use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide};
 use crate::wire::mailbox;
 
+/// A fuzz target: panics only on a bug.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
@@ -32,7 +35,7 @@ pub const TARGETS: [(&str, fn(&[u8])); 8] = [
 ];
 
 /// The target called `name`.
-pub fn target(name: &str) -> Option<fn(&[u8])> {
+pub fn target(name: &str) -> Option<Target> {
     TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
 }
 
@@ -55,7 +58,10 @@ fn outside_grammar(n: &str) -> Option<&'static str> {
         if l.len() > 63 {
             return Some("a label over 63 bytes");
         }
-        if !l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_') {
+        if !l
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        {
             return Some("a byte outside [a-z0-9_-]");
         }
     }
@@ -86,7 +92,10 @@ pub fn name(data: &[u8]) {
     let dst = SocketAddrV4::new(Ipv4Addr::new(100, 127, 0, 9), 443);
     if let Verdict::Name { name, port } = gate::decide(&plan, dst, None, &sniffed) {
         assert_eq!(Some(&name), sent.as_ref(), "a name that was not sniffed: {sniffed:?}");
-        assert!(hosts::allowing(&plan.hosts, &name, port).is_some(), "{name:?}:{port} not listed");
+        assert!(
+            hosts::allowing(&plan.hosts, &name, port).is_some(),
+            "{name:?}:{port} not listed"
+        );
         if let Some(why) = outside_grammar(&name) {
             panic!("a name decided with {why}\n{name:?}");
         }
@@ -148,7 +157,11 @@ pub fn http(data: &[u8]) {
     let (a, b) = cut(data);
     let (mut out, mut ex) = (Vec::new(), VecDeque::new());
     let mut req = RequestSide::new("a.test", &[]);
-    if req.feed(a, &mut out, &mut ex).and_then(|_| req.feed(b, &mut out, &mut ex)).is_ok() {
+    if req
+        .feed(a, &mut out, &mut ex)
+        .and_then(|_| req.feed(b, &mut out, &mut ex))
+        .is_ok()
+    {
         let (mut again, mut ex2) = (Vec::new(), VecDeque::new());
         let r = RequestSide::new("a.test", &[]).feed(&out, &mut again, &mut ex2);
         assert!(r.is_ok(), "the request side's own output refused: {r:?}");
@@ -156,7 +169,11 @@ pub fn http(data: &[u8]) {
     }
     let (mut out, mut ex) = (Vec::new(), expects(flags));
     let mut resp = ResponseSide::new(&[]);
-    if resp.feed(a, &mut out, &mut ex).and_then(|_| resp.feed(b, &mut out, &mut ex)).is_ok() {
+    if resp
+        .feed(a, &mut out, &mut ex)
+        .and_then(|_| resp.feed(b, &mut out, &mut ex))
+        .is_ok()
+    {
         resp.finish(&mut out);
         let r = ResponseSide::new(&[]).feed(&out, &mut Vec::new(), &mut expects(flags));
         assert!(r.is_ok(), "the response side's own output refused: {r:?}");
@@ -189,8 +206,15 @@ fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
         .map(|(var, sentinel, real, host)| Binding {
             var: var.to_string(),
             sentinel: sentinel.to_string(),
-            real: SecretValue::new(if unbound_of.is_some_and(|h| h != *host) { other } else { real }.into())
-                .unwrap(),
+            real: SecretValue::new(
+                if unbound_of.is_some_and(|h| h != *host) {
+                    other
+                } else {
+                    real
+                }
+                .into(),
+            )
+            .unwrap(),
             hosts: vec![host.to_string()],
         })
         .collect()
@@ -205,15 +229,17 @@ fn where_in(hay: &[u8], needle: &[u8]) -> Option<&'static str> {
     let line = &hay[line_start..];
     let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
     let colon = line.iter().position(|b| *b == b':');
-    Some(if line.starts_with(b"HTTP/") || line.ends_with(b"HTTP/1.1\r") || line.ends_with(b"HTTP/1.0\r") {
-        "a first line"
-    } else if colon.is_some_and(|c| line_start + c > at) {
-        "a header name"
-    } else if colon.is_some() {
-        "a header value (or a body line with a colon)"
-    } else {
-        "a body"
-    })
+    Some(
+        if line.starts_with(b"HTTP/") || line.ends_with(b"HTTP/1.1\r") || line.ends_with(b"HTTP/1.0\r") {
+            "a first line"
+        } else if colon.is_some_and(|c| line_start + c > at) {
+            "a header name"
+        } else if colon.is_some() {
+            "a header value (or a body line with a colon)"
+        } else {
+            "a body"
+        },
+    )
 }
 
 /// The swap towards a host ([`RequestSide`]), the input cut in two at a
@@ -230,7 +256,9 @@ pub fn swap_request(data: &[u8]) {
     let run = |other: &str| {
         let mut side = RequestSide::new(host, &swap_bindings(Some(host), other));
         let (mut out, mut ex) = (Vec::new(), VecDeque::new());
-        let r = side.feed(a, &mut out, &mut ex).and_then(|_| side.feed(b, &mut out, &mut ex));
+        let r = side
+            .feed(a, &mut out, &mut ex)
+            .and_then(|_| side.feed(b, &mut out, &mut ex));
         (out, r, ex)
     };
     let (out, r, ex) = run("unbound-value-one-1111");
@@ -239,7 +267,11 @@ pub fn swap_request(data: &[u8]) {
             panic!("the sentinel of a secret bound to {bound} went to {host}, in {place}");
         }
     }
-    assert_eq!((out, r, ex), run("unbound-value-two-2222"), "an unbound real value reached {host}");
+    assert_eq!(
+        (out, r, ex),
+        run("unbound-value-two-2222"),
+        "an unbound real value reached {host}"
+    );
 }
 
 /// The swap towards the sandbox ([`ResponseSide`]), the input cut in two;
@@ -252,7 +284,11 @@ pub fn swap_response(data: &[u8]) {
     let (a, b) = cut(data);
     let mut side = ResponseSide::new(&swap_bindings(None, ""));
     let (mut out, mut ex) = (Vec::new(), expects(flags));
-    if side.feed(a, &mut out, &mut ex).and_then(|_| side.feed(b, &mut out, &mut ex)).is_ok() {
+    if side
+        .feed(a, &mut out, &mut ex)
+        .and_then(|_| side.feed(b, &mut out, &mut ex))
+        .is_ok()
+    {
         side.finish(&mut out);
     }
     for (var, _, real, _) in SWAP_SECRETS {
@@ -267,7 +303,11 @@ pub fn swap_response(data: &[u8]) {
 /// encoder's.
 pub fn mailbox(data: &[u8]) {
     if let Ok((request, signed, sig)) = mailbox::decode_request(data) {
-        assert_eq!(mailbox::encode_request(&request, &sig), data, "a request with two encodings");
+        assert_eq!(
+            mailbox::encode_request(&request, &sig),
+            data,
+            "a request with two encodings"
+        );
         assert_eq!(mailbox::signed_part(&request), signed, "the signed part differs");
     }
     if let Ok(outcome) = mailbox::decode_result(data) {
@@ -311,7 +351,12 @@ mod tests {
             if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
                 std::fs::write(&path, &bytes).unwrap();
             }
-            assert_eq!(std::fs::read(&path).ok(), Some(bytes), "{}: not the encoder's", path.display());
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(bytes),
+                "{}: not the encoder's",
+                path.display()
+            );
         }
     }
 }

@@ -61,11 +61,19 @@ fn every_target_has_seeds() {
 fn corpora_replay_without_a_panic() {
     let (ran, failed) = replay("tests/fuzz/corpus");
     assert!(ran > 0, "no corpus files found");
-    assert!(failed.is_empty(), "fuzz corpus inputs that fail:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "fuzz corpus inputs that fail:\n{}",
+        failed.join("\n")
+    );
 }
 
 #[test]
 fn crash_inputs_stay_fixed() {
     let (_, failed) = replay("tests/fuzz/artifacts");
-    assert!(failed.is_empty(), "fuzz crash inputs that fail again:\n{}", failed.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "fuzz crash inputs that fail again:\n{}",
+        failed.join("\n")
+    );
 }
