@@ -12,11 +12,12 @@ use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
+use crate::config::hostname::HostName;
 use crate::config::hosts::{self, HostPattern};
-use crate::config::secrets::SecretValue;
+use crate::config::secrets::{SecretValue, DEFAULT_HEADERS};
 use crate::net::gate::{self, Sniffed, Verdict};
 use crate::net::policy::GatePlan;
-use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide};
+use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide, Upstream};
 use crate::wire::mailbox;
 
 /// A fuzz target: panics only on a bug.
@@ -78,15 +79,16 @@ pub fn name(data: &[u8]) {
         hosts: NAME_HOSTS.iter().map(|p| p.parse::<HostPattern>().unwrap()).collect(),
         upstream: Vec::new(),
         forwarded: Vec::new(),
+        idle_timeout_s: 3600,
     };
     let sniffed = gate::sniff(data);
     let sent = match &sniffed {
         Sniffed::Connect { host, header_len, .. } => {
             assert!(*header_len <= data.len(), "CONNECT head beyond the input");
-            Some(host.clone())
+            host.as_ref().ok().cloned()
         }
-        Sniffed::Tls(n) => n.clone(),
-        Sniffed::Http { host, .. } => host.clone(),
+        Sniffed::Tls(n) => n.as_ref().and_then(|n| n.as_ref().ok().cloned()),
+        Sniffed::Http { host, .. } => host.as_ref().and_then(|n| n.as_ref().ok().cloned()),
         Sniffed::NeedMore | Sniffed::Other => None,
     };
     let dst = SocketAddrV4::new(Ipv4Addr::new(100, 127, 0, 9), 443);
@@ -108,9 +110,10 @@ pub fn name(data: &[u8]) {
 /// question is read back as exactly its one A record; a parsed answer has
 /// no more records than it says.
 pub fn dns(data: &[u8]) {
+    let asked: HostName = "a.test".parse().expect("a valid name");
     if data.len() >= 2 {
         let id = u16::from_be_bytes([data[0], data[1]]);
-        if let Some((addrs, _)) = gate::parse_a_answers(data, id) {
+        if let Some((addrs, _)) = gate::parse_a_answers(data, id, &asked) {
             let an = data.get(6..8).map_or(0, |b| u16::from_be_bytes([b[0], b[1]]));
             assert!(addrs.len() <= an as usize);
         }
@@ -118,10 +121,16 @@ pub fn dns(data: &[u8]) {
     if let Some(q) = gate::parse_question(data) {
         let a = Ipv4Addr::new(100, 127, 0, 2);
         let answer = gate::dns_answer(data, &q, 0, Some(a));
-        assert_eq!(gate::parse_a_answers(&answer, q.id), Some((vec![a], 30)));
         assert!(gate::parse_question(&answer).is_none(), "an answer read as a question");
-        let refused = gate::dns_answer(data, &q, 5, None);
-        assert_eq!(gate::parse_a_answers(&refused, q.id), Some((vec![], 0)));
+        if let (Ok(name), 1, 1) = (&q.name, q.qtype, q.qclass) {
+            assert_eq!(gate::parse_a_answers(&answer, q.id, name), Some((vec![a], 30)));
+            let refused = gate::dns_answer(data, &q, 5, None);
+            assert_eq!(
+                gate::parse_a_answers(&refused, q.id, name),
+                None,
+                "a refusal read as an answer"
+            );
+        }
     }
 }
 
@@ -156,26 +165,26 @@ pub fn http(data: &[u8]) {
     };
     let (a, b) = cut(data);
     let (mut out, mut ex) = (Vec::new(), VecDeque::new());
-    let mut req = RequestSide::new("a.test", &[]);
+    let mut req = RequestSide::new("a.test", &[], Upstream::Verified);
     if req
         .feed(a, &mut out, &mut ex)
         .and_then(|_| req.feed(b, &mut out, &mut ex))
         .is_ok()
     {
         let (mut again, mut ex2) = (Vec::new(), VecDeque::new());
-        let r = RequestSide::new("a.test", &[]).feed(&out, &mut again, &mut ex2);
+        let r = RequestSide::new("a.test", &[], Upstream::Verified).feed(&out, &mut again, &mut ex2);
         assert!(r.is_ok(), "the request side's own output refused: {r:?}");
         assert_eq!(ex.len(), ex2.len(), "a different number of requests");
     }
     let (mut out, mut ex) = (Vec::new(), expects(flags));
-    let mut resp = ResponseSide::new(&[]);
+    let mut resp = ResponseSide::new("a.test", &[]);
     if resp
         .feed(a, &mut out, &mut ex)
         .and_then(|_| resp.feed(b, &mut out, &mut ex))
         .is_ok()
     {
         resp.finish(&mut out);
-        let r = ResponseSide::new(&[]).feed(&out, &mut Vec::new(), &mut expects(flags));
+        let r = ResponseSide::new("a.test", &[]).feed(&out, &mut Vec::new(), &mut expects(flags));
         assert!(r.is_ok(), "the response side's own output refused: {r:?}");
     }
 }
@@ -216,6 +225,8 @@ fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
             )
             .unwrap(),
             hosts: vec![host.to_string()],
+            headers: DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            plain_http: false,
         })
         .collect()
 }
@@ -252,9 +263,15 @@ pub fn swap_request(data: &[u8]) {
         return;
     };
     let host = SWAP_HOSTS[pick as usize % SWAP_HOSTS.len()];
+    // The high bit: plain HTTP (no real value may be written) or verified TLS.
+    let upstream = if pick & 0x80 != 0 {
+        Upstream::Plain
+    } else {
+        Upstream::Verified
+    };
     let (a, b) = cut(data);
     let run = |other: &str| {
-        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other));
+        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other), upstream);
         let (mut out, mut ex) = (Vec::new(), VecDeque::new());
         let r = side
             .feed(a, &mut out, &mut ex)
@@ -282,7 +299,7 @@ pub fn swap_response(data: &[u8]) {
         return;
     };
     let (a, b) = cut(data);
-    let mut side = ResponseSide::new(&swap_bindings(None, ""));
+    let mut side = ResponseSide::new(SWAP_HOSTS[0], &swap_bindings(None, ""));
     let (mut out, mut ex) = (Vec::new(), expects(flags));
     if side
         .feed(a, &mut out, &mut ex)

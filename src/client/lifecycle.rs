@@ -710,7 +710,9 @@ fn remove_domain(dp: &DomainPaths, id: &DomainId, yes: bool, json: bool) -> Resu
     drop(lock);
     let _ = std::fs::remove_dir(dp.runsc_root());
     // The egress gate's log (allow-by-name mode) outlives generations, not the Domain.
-    let _ = std::fs::remove_file(dp.run.join(crate::net::gate::LOG_FILE));
+    for f in crate::net::gate::LOG_FILES {
+        let _ = std::fs::remove_file(dp.run.join(f));
+    }
     let _ = std::fs::remove_dir(&dp.run);
     if json {
         println!(

@@ -18,9 +18,18 @@ pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretVa
     if r.profile.secrets.is_empty() {
         return Ok(Vec::new());
     }
+    let host = crate::config::secret_sources::SourceHost::here(
+        &r.cfg,
+        Some(&r.workspace),
+        Some(&r.storage),
+        r.paths.run.parent(),
+    );
     let mut out = Vec::new();
     for s in &r.profile.secrets {
-        let v = secrets::resolve(&r.profile.name, s, |n| std::env::var_os(n)).map_err(Failure::Secret)?;
+        let v = secrets::resolve(&r.profile.name, s, &host).map_err(|e| match e {
+            secrets::SourceError::Config(c) => Failure::Config(c),
+            secrets::SourceError::Resolve(e) => Failure::Secret(e),
+        })?;
         out.push((s.var.clone(), v));
     }
     let policy = crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
@@ -60,11 +69,13 @@ pub(crate) fn send(
 }
 
 /// The swap path on this host, with the real value in memory only: a
-/// sentinel in a request to the secret's first host becomes the value, the
-/// value in a response becomes the sentinel, the sentinel towards another
-/// host is refused, and a TLS leaf for the host verifies by name.
+/// sentinel in a header the secret names, in a request to the secret's
+/// first host over verified TLS, becomes the value; over plain HTTP it is
+/// refused as a downgrade (unless `plain_http`); the value in a response
+/// becomes the sentinel, the sentinel towards another host is refused, and
+/// a TLS leaf for the host verifies by name.
 pub(crate) fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) -> Result<(), SelfCheckError> {
-    use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide};
+    use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide, Upstream};
     use std::collections::VecDeque;
     let host = &s.hosts[0];
     let sentinel = secrets::sentinel().map_err(|e| SelfCheckError::Trust(TrustError::OpenSsl(e)))?;
@@ -73,22 +84,30 @@ pub(crate) fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) 
         sentinel: sentinel.clone(),
         real: value,
         hosts: s.hosts.clone(),
+        headers: s.headers.clone(),
+        plain_http: s.plain_http,
     }];
     let has = |h: &[u8], n: &[u8]| h.windows(n.len()).any(|w| w == n);
-    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {sentinel}\r\n\r\n");
+    let header = s.headers.first().map_or("authorization", String::as_str);
+    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\n{header}: {sentinel}\r\n\r\n");
     let (mut out, mut ex) = (Vec::new(), VecDeque::new());
     let swap = SelfCheckError::Swap;
-    RequestSide::new(host, &b)
+    RequestSide::new(host, &b, Upstream::Verified)
         .feed(req.as_bytes(), &mut out, &mut ex)
         .map_err(|_| swap("a request with a sentinel was refused"))?;
     if !has(&out, b[0].real.expose()) || has(&out, sentinel.as_bytes()) {
         return Err(swap("the sentinel was not replaced in a request"));
     }
+    let plain = RequestSide::new(host, &b, Upstream::Plain).feed(req.as_bytes(), &mut Vec::new(), &mut VecDeque::new());
+    match (plain, s.plain_http) {
+        (Err(Refusal::Downgrade { .. }), false) | (Ok(()), true) => {}
+        _ => return Err(swap("plain HTTP was not handled as the secret's plain_http says")),
+    }
     let mut resp = b"HTTP/1.1 200 OK\r\nContent-Length: ".to_vec();
     resp.extend_from_slice(format!("{}\r\n\r\n", b[0].real.expose().len()).as_bytes());
     resp.extend_from_slice(b[0].real.expose());
     let mut back = Vec::new();
-    ResponseSide::new(&b)
+    ResponseSide::new(host, &b)
         .feed(&resp, &mut back, &mut ex)
         .map_err(|_| swap("a response was refused"))?;
     if has(&back, b[0].real.expose()) || !has(&back, sentinel.as_bytes()) {
@@ -96,7 +115,7 @@ pub(crate) fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) 
     }
     let other = "not-a-secret-host.invalid";
     let leak = format!("GET / HTTP/1.1\r\nHost: {other}\r\nx-api-key: {sentinel}\r\n\r\n");
-    match RequestSide::new(other, &b).feed(leak.as_bytes(), &mut Vec::new(), &mut VecDeque::new()) {
+    match RequestSide::new(other, &b, Upstream::Verified).feed(leak.as_bytes(), &mut Vec::new(), &mut VecDeque::new()) {
         Err(Refusal::Leak { .. }) => {}
         _ => return Err(swap("a sentinel towards another host was not refused")),
     }
@@ -118,6 +137,8 @@ mod tests {
             source: secrets::Source::Env("K".into()),
             hosts: vec!["api.test".into()],
             ttl_s: None,
+            headers: vec!["x-goog-api-key".into()],
+            plain_http: false,
             line: 1,
         };
         let v = secrets::SecretValue::new(b"sk-test-value-123".to_vec()).unwrap();

@@ -30,6 +30,15 @@ pub const DEFAULT_CAPS: &[&str] = &[
     "CAP_MKNOD",
 ];
 
+/// Built-in `network.idle_timeout_s`: an hour. Well above every keep-alive
+/// a client sends on a connection it means to keep (SSH's and HTTP/2's
+/// pings, WebSocket pings, long polls: seconds to minutes), so nothing in
+/// use is cut; and still a bound on what a sandbox can hold open through
+/// the gate without a byte (one thread each, `gate::MAX_CONNECTIONS`).
+pub const DEFAULT_IDLE_TIMEOUT_S: u32 = 3600;
+/// The largest `network.idle_timeout_s`: a week.
+pub const MAX_IDLE_TIMEOUT_S: u32 = 7 * 24 * 3600;
+
 /// The built-in `dev` image recipe: what coding agents and their dev
 /// servers need on top of the default image.
 pub const DEV_PACKAGES: &[&str] = &[
@@ -171,6 +180,7 @@ impl Profile {
             network: true,
             hosts: Vec::new(),
             egress_log: false,
+            idle_timeout_s: DEFAULT_IDLE_TIMEOUT_S,
             caps: DEFAULT_CAPS.iter().map(|s| s.to_string()).collect(),
             git_identity: true,
             limits: Limits::default(),
@@ -179,5 +189,45 @@ impl Profile {
             host_config_writable: Vec::new(),
             secrets: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod idle_timeout_tests {
+    use std::path::Path;
+
+    #[test]
+    fn idle_timeout_is_validated_and_fingerprinted() {
+        let parse = |t: &str| crate::config::parse(Path::new("/c.toml"), t);
+        let p = parse("[profiles.p.network]\nhosts = [\"a.test\"]\n").unwrap();
+        let dflt = p.profile("p").unwrap();
+        assert_eq!(dflt.idle_timeout_s, super::DEFAULT_IDLE_TIMEOUT_S);
+        let c = parse("[profiles.p.network]\nhosts = [\"a.test\"]\nidle_timeout_s = 5\n").unwrap();
+        let short = c.profile("p").unwrap();
+        assert_eq!(short.idle_timeout_s, 5);
+        assert_ne!(short.fingerprint(), dflt.fingerprint());
+        // The default spelled out is the default: the same fingerprint.
+        let same = parse("[profiles.p.network]\nhosts = [\"a.test\"]\nidle_timeout_s = 3600\n").unwrap();
+        assert_eq!(same.profile("p").unwrap().fingerprint(), dflt.fingerprint());
+        for bad in ["0", "-1", "604801", "\"60\"", "1.5"] {
+            // A broken profile is an error when it is used.
+            let r = parse(&format!("[profiles.p.network]\nidle_timeout_s = {bad}\n"))
+                .and_then(|c| c.profile("p").map(|_| ()));
+            let e = r
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| format!("{bad} parsed"));
+            assert!(
+                e.contains("profiles.p.network.idle_timeout_s") && e.contains("1..=604800"),
+                "{bad}: {e}"
+            );
+        }
+        // It reaches the gate's plan, and the plan's text (its digest).
+        let pol = crate::net::policy::derive_with_host_nets(Path::new("/c.toml"), None, short, &[], &[])
+            .unwrap()
+            .by_name(&c.hosts, short);
+        let plan = pol.plan();
+        assert_eq!(plan.gate.as_ref().unwrap().idle_timeout_s, 5);
+        assert!(plan.render().contains("idle-timeout 5s\n"), "{}", plan.render());
     }
 }

@@ -136,6 +136,9 @@ impl Profile {
         if self.egress_log {
             put("network", &["log"]);
         }
+        if self.idle_timeout_s != crate::config::DEFAULT_IDLE_TIMEOUT_S {
+            put("network.idle_timeout_s", &[&self.idle_timeout_s.to_string()]);
+        }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
     }

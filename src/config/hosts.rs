@@ -8,13 +8,15 @@
 
 use std::fmt;
 
+pub use super::hostname::{HostName, NameError};
+
 /// Ports a pattern without `:PORT` allows.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HostPattern {
-    /// Lowercase, without the `*.` and without a trailing dot.
-    pub name: String,
+    /// Without the `*.`.
+    pub name: HostName,
     /// `*.NAME`: any name strictly below `name`.
     pub wildcard: bool,
     /// `None`: [`DEFAULT_PORTS`].
@@ -22,15 +24,12 @@ pub struct HostPattern {
 }
 
 impl HostPattern {
-    /// Whether `name` (any case, optional trailing dot) matches, port aside.
-    pub fn matches_name(&self, name: &str) -> bool {
-        let n = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
+    /// Whether `name` matches, port aside.
+    pub fn matches_name(&self, name: &HostName) -> bool {
         if self.wildcard {
-            n.len() > self.name.len() + 1
-                && n.ends_with(&self.name)
-                && n.as_bytes()[n.len() - self.name.len() - 1] == b'.'
+            name.is_below(&self.name)
         } else {
-            n == self.name
+            *name == self.name
         }
     }
 
@@ -65,123 +64,96 @@ impl fmt::Display for HostPattern {
 /// Why a `hosts` entry is not a pattern (the config error's "expected").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatternError {
-    Empty,
     /// `*` alone, or a `*` anywhere but a leading `*.`.
     Star,
     /// `*.com`: a wildcard over a top-level domain.
     WildTld,
-    /// An IPv4 or IPv6 literal.
-    Address,
     Port,
-    /// Non-ASCII: not in IDNA (`xn--`) form.
-    Unicode,
-    /// A label that is not `[a-z0-9-]{1,63}` without a leading or trailing `-`.
-    Label,
-    TooLong,
+    /// The name is not a [`HostName`].
+    Name(NameError),
 }
 
 impl fmt::Display for PatternError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str(match self {
-            PatternError::Empty => "a host name like \"api.example.com\" (empty)",
-            PatternError::Star => {
+        match self {
+            PatternError::Star => f.write_str(
                 "a host name, or \"*.\" and a name for its subdomains (a bare \"*\" or a \"*\" inside a name would \
-                 match too much)"
-            }
-            PatternError::WildTld => {
+                 match too much)",
+            ),
+            PatternError::WildTld => f.write_str(
                 "a wildcard below a registered name, like \"*.example.com\" (a wildcard over a top-level domain \
-                 matches too much)"
-            }
-            PatternError::Address => "a host name, not an address (open address ranges with network.allow)",
-            PatternError::Port => "an optional \":PORT\" with PORT a number in 1..=65535",
-            PatternError::Unicode => "an ASCII host name (write international names in their IDNA form, \"xn--...\")",
-            PatternError::Label => "a host name of labels [a-z0-9-] (1 to 63 characters, no leading or trailing \"-\")",
-            PatternError::TooLong => "a host name of at most 253 characters",
-        })
+                 matches too much)",
+            ),
+            PatternError::Port => f.write_str("an optional \":PORT\" with PORT a number in 1..=65535"),
+            PatternError::Name(e) => e.fmt(f),
+        }
     }
 }
 
 impl std::str::FromStr for HostPattern {
     type Err = PatternError;
 
+    /// `[*.]NAME[:PORT]`: the `:PORT` and the `*.` are split off first,
+    /// the rest is a [`HostName`].
     fn from_str(s: &str) -> Result<HostPattern, PatternError> {
-        if s.is_empty() {
-            return Err(PatternError::Empty);
-        }
-        if !s.is_ascii() {
-            return Err(PatternError::Unicode);
-        }
         if s.starts_with('[') || s.matches(':').count() > 1 {
-            return Err(PatternError::Address);
+            return Err(PatternError::Name(NameError::Address));
         }
         let (host, port) = match s.rsplit_once(':') {
-            Some((h, p)) => {
-                let ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
-                let n: u32 = if ok { p.parse().unwrap_or(0) } else { 0 };
-                if !(1..=65535).contains(&n) {
-                    return Err(PatternError::Port);
-                }
-                (h, Some(n as u16))
-            }
+            Some((h, p)) => (h, Some(parse_port(p).ok_or(PatternError::Port)?)),
             None => (s, None),
         };
         let (wildcard, name) = match host.strip_prefix("*.") {
             Some(rest) => (true, rest),
             None => (false, host),
         };
-        if name.contains('*') || name.is_empty() && wildcard || host == "*" {
+        if name.contains('*') || name.is_empty() && wildcard {
             return Err(PatternError::Star);
         }
-        let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-        if name.is_empty() {
-            return Err(PatternError::Empty);
-        }
-        if name.parse::<std::net::Ipv4Addr>().is_ok() {
-            return Err(PatternError::Address);
-        }
-        if name.len() > 253 {
-            return Err(PatternError::TooLong);
-        }
-        let labels: Vec<&str> = name.split('.').collect();
-        for l in &labels {
-            let b = l.as_bytes();
-            let ok = !b.is_empty()
-                && b.len() <= 63
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
-            if !ok {
-                return Err(PatternError::Label);
-            }
-        }
-        // All-numeric last label: an address-like name (inet_aton forms).
-        if labels.last().is_some_and(|l| l.bytes().all(|c| c.is_ascii_digit())) {
-            return Err(PatternError::Address);
-        }
-        if wildcard && labels.len() < 2 {
+        let name = HostName::from_bytes(name.as_bytes()).map_err(PatternError::Name)?;
+        if wildcard && name.labels().count() < 2 {
             return Err(PatternError::WildTld);
         }
         Ok(HostPattern { name, wildcard, port })
     }
 }
 
+/// A port in 1..=65535 written as 1 to 5 ASCII digits (no sign, no space).
+pub fn parse_port(p: &str) -> Option<u16> {
+    let ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+    let n: u32 = if ok { p.parse().ok()? } else { 0 };
+    (1..=65535).contains(&n).then_some(n as u16)
+}
+
 /// The pattern of `list` that allows `name:port`, if any.
-pub fn allowing<'a>(list: &'a [HostPattern], name: &str, port: u16) -> Option<&'a HostPattern> {
+pub fn allowing<'a>(list: &'a [HostPattern], name: &HostName, port: u16) -> Option<&'a HostPattern> {
     list.iter().find(|p| p.matches_name(name) && p.allows_port(port))
 }
 
+/// Whether `name` is allowed only through `*.` patterns (on some port):
+/// the gate's resolver does not ask upstream for it (docs/network.md,
+/// "Names under a wildcard").
+pub fn only_by_wildcard(list: &[HostPattern], name: &HostName) -> bool {
+    list.iter().any(|p| p.wildcard && p.matches_name(name)) && !list.iter().any(|p| !p.wildcard && p.name == *name)
+}
+
 /// The `hosts = [...]` line that would allow `refused` (name, port) pairs,
-/// added to `current`.
+/// added to `current` (a refused entry that is no host name is left out).
 pub fn suggest(current: &[HostPattern], refused: &[(String, u16)]) -> String {
     let mut all: Vec<String> = current.iter().map(|p| p.to_string()).collect();
     for (n, port) in refused {
+        let Ok(name) = HostName::from_bytes(n.as_bytes()) else {
+            continue;
+        };
+        if allowing(current, &name, *port).is_some() {
+            continue;
+        }
         let p = HostPattern {
-            name: n.to_ascii_lowercase(),
+            name,
             wildcard: false,
             port: (!DEFAULT_PORTS.contains(port)).then_some(*port),
         };
-        if allowing(current, n, *port).is_none() && !all.contains(&p.to_string()) {
+        if !all.contains(&p.to_string()) {
             all.push(p.to_string());
         }
     }
@@ -201,11 +173,17 @@ mod tests {
     fn patterns_parse_and_match() {
         let a = p("API.Anthropic.com").unwrap();
         assert_eq!(a.to_string(), "api.anthropic.com");
-        assert!(a.matches_name("api.anthropic.com.") && a.allows_port(443) && a.allows_port(80));
-        assert!(!a.allows_port(22) && !a.matches_name("x.api.anthropic.com"));
+        let n = |s: &str| -> HostName { s.parse().unwrap() };
+        assert!(a.matches_name(&n("api.anthropic.com.")) && a.allows_port(443) && a.allows_port(80));
+        assert!(!a.allows_port(22) && !a.matches_name(&n("x.api.anthropic.com")));
         let w = p("*.github.com").unwrap();
-        assert!(w.matches_name("api.github.com") && w.matches_name("a.b.github.com"));
-        assert!(!w.matches_name("github.com") && !w.matches_name("evilgithub.com"));
+        assert!(w.matches_name(&n("api.github.com")) && w.matches_name(&n("a.b.github.com")));
+        assert!(!w.matches_name(&n("github.com")) && !w.matches_name(&n("evilgithub.com")));
+        assert!(only_by_wildcard(std::slice::from_ref(&w), &n("a.github.com")));
+        assert!(!only_by_wildcard(
+            &[w, p("a.github.com:22").unwrap()],
+            &n("a.github.com")
+        ));
         let s = p("github.com:22").unwrap();
         assert!(s.allows_port(22) && !s.allows_port(443));
         assert_eq!(s.to_string(), "github.com:22");
@@ -219,19 +197,20 @@ mod tests {
             ("*.", PatternError::Star),
             ("a.*.com", PatternError::Star),
             ("*.com", PatternError::WildTld),
-            ("1.2.3.4", PatternError::Address),
-            ("1.2.3.4:443", PatternError::Address),
-            ("[::1]:443", PatternError::Address),
-            ("::1", PatternError::Address),
+            ("1.2.3.4", PatternError::Name(NameError::Address)),
+            ("1.2.3.4:443", PatternError::Name(NameError::Address)),
+            ("[::1]:443", PatternError::Name(NameError::Address)),
+            ("::1", PatternError::Name(NameError::Address)),
+            ("*.127.1", PatternError::Name(NameError::Address)),
             ("example.com:0", PatternError::Port),
             ("example.com:65536", PatternError::Port),
             ("example.com:", PatternError::Port),
             ("example.com:+1", PatternError::Port),
-            ("bücher.example", PatternError::Unicode),
-            ("-a.example", PatternError::Label),
-            ("a_b.example", PatternError::Label),
-            ("a..example", PatternError::Label),
-            ("", PatternError::Empty),
+            ("bücher.example", PatternError::Name(NameError::NotAscii)),
+            ("-a.example", PatternError::Name(NameError::Hyphen)),
+            ("a_b.example", PatternError::Name(NameError::Byte(b'_'))),
+            ("a..example", PatternError::Name(NameError::EmptyLabel)),
+            ("", PatternError::Name(NameError::Empty)),
         ] {
             assert_eq!(p(s), Err(e.clone()), "{s}");
         }
@@ -242,7 +221,12 @@ mod tests {
         let cur = vec![p("a.test").unwrap()];
         let s = suggest(
             &cur,
-            &[("b.test".into(), 443), ("a.test".into(), 443), ("git.test".into(), 22)],
+            &[
+                ("b.test".into(), 443),
+                ("a.test".into(), 443),
+                ("git.test".into(), 22),
+                ("bad?name".into(), 443),
+            ],
         );
         assert_eq!(s, "hosts = [\"a.test\", \"b.test\", \"git.test:22\"]");
     }

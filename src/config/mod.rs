@@ -42,9 +42,11 @@
 //! keys. The reader here also records the line of every key, so semantic
 //! errors point at the right line.
 
+pub mod hostname;
 pub mod hosts;
 pub mod passenv;
 pub mod ports;
+pub mod secret_sources;
 pub mod secrets;
 
 mod defaults;

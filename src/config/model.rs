@@ -122,6 +122,9 @@ pub struct Profile {
     pub hosts: Vec<crate::config::hosts::HostPattern>,
     /// `network.mode = "log"`: the egress gate allows every name and logs it.
     pub egress_log: bool,
+    /// `network.idle_timeout_s`: the egress gate closes a relayed
+    /// connection after this many seconds without a byte either way.
+    pub idle_timeout_s: u32,
     /// Capabilities of sandboxed processes (`CAP_*`), a subset of
     /// [`DEFAULT_CAPS`] in that order.
     pub caps: Vec<String>,

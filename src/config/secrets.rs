@@ -6,6 +6,8 @@
 //! from = "env:ANTHROPIC_API_KEY"      # | "file:/abs/path" | "cmd:gh auth token"
 //! hosts = ["api.anthropic.com"]       # names of the profile's network.hosts
 //! ttl_s = 3600                        # optional, cmd: only: re-run after this long
+//! headers = ["x-api-key"]             # optional: the request headers swapped in
+//! plain_http = false                  # optional: also over plain HTTP (cleartext!)
 //! ```
 //!
 //! Inside, `VAR` holds a per-generation [`sentinel`] (`lzr-sk-` and 40
@@ -23,11 +25,27 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::secret_sources;
 use super::toml::{join_key, Item, Table, Val};
 use super::ConfigError;
 
 /// Keys of one `[profiles.NAME.secrets.VAR]` table.
-const SECRET_KEYS: &[&str] = &["from", "hosts", "ttl_s"];
+const SECRET_KEYS: &[&str] = &["from", "hosts", "ttl_s", "headers", "plain_http"];
+/// The request headers a sentinel is swapped in when the secret names
+/// none (`headers`): nowhere else (not the target, a header name, another
+/// header or a body).
+pub const DEFAULT_HEADERS: [&str; 3] = ["authorization", "x-api-key", "proxy-authorization"];
+/// Headers no secret may name: the gate frames and routes by them.
+const FRAMING_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "accept-encoding",
+];
 /// The sentinel's fixed prefix.
 pub const SENTINEL_PREFIX: &str = "lzr-sk-";
 /// Base62 characters after [`SENTINEL_PREFIX`].
@@ -77,7 +95,7 @@ impl std::str::FromStr for Source {
     type Err = &'static str;
 
     fn from_str(s: &str) -> Result<Source, &'static str> {
-        const EXPECTED: &str = "\"env:NAME\", \"file:/ABSOLUTE/PATH\" or \"cmd:PROGRAM ARGS...\" (run without a shell)";
+        const EXPECTED: &str = "\"env:NAME\", \"file:/ABSOLUTE/PATH\" or \"cmd:PROGRAM ARGS...\" (PROGRAM a name looked up in PATH or an absolute path; run without a shell)";
         if let Some(n) = s.strip_prefix("env:") {
             if !super::valid_env_name(n) {
                 return Err(EXPECTED);
@@ -93,7 +111,9 @@ impl std::str::FromStr for Source {
         }
         if let Some(c) = s.strip_prefix("cmd:") {
             let argv: Vec<String> = c.split_ascii_whitespace().map(String::from).collect();
-            if argv.is_empty() {
+            // The program is a name looked up in PATH or an absolute path:
+            // `./tool` would name a file in whatever directory it runs from.
+            if argv.is_empty() || (argv[0].contains('/') && !argv[0].starts_with('/')) {
                 return Err(EXPECTED);
             }
             return Ok(Source::Cmd(argv));
@@ -113,23 +133,41 @@ pub struct Secret {
     /// `ttl_s`: a `cmd:` value is re-resolved after this long; `None`: once
     /// for the Domain's life.
     pub ttl_s: Option<u64>,
+    /// `headers`: lowercase request header names the sentinel is swapped
+    /// in (unique, non-empty; [`DEFAULT_HEADERS`] when not set).
+    pub headers: Vec<String>,
+    /// `plain_http = true`: the value may also go into plain HTTP to the
+    /// secret's hosts (cleartext; default false: only over verified TLS).
+    pub plain_http: bool,
     /// The line of the table's `from` (for errors found later).
     pub line: usize,
 }
 
 impl Secret {
-    /// Canonical text for the profile fingerprint: name, source, hosts, ttl
-    /// (never a value).
+    /// Canonical text for the profile fingerprint: name, source, hosts,
+    /// ttl, and the headers and `plain_http` when not the defaults (so a
+    /// profile without them keeps its fingerprint); never a value.
     pub fn fingerprint_item(&self) -> String {
         let mut h = self.hosts.clone();
         h.sort_unstable();
-        format!(
+        let mut s = format!(
             "{}\u{0}{}\u{0}{}\u{0}{}",
             self.var,
             self.source,
             h.join(","),
             self.ttl_s.map(|t| t.to_string()).unwrap_or_default()
-        )
+        );
+        let mut headers = self.headers.clone();
+        headers.sort_unstable();
+        let mut default: Vec<String> = DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect();
+        default.sort_unstable();
+        if headers != default {
+            s.push_str(&format!("\u{0}headers={}", headers.join(",")));
+        }
+        if self.plain_http {
+            s.push_str("\u{0}plain_http");
+        }
+        s
     }
 }
 
@@ -315,13 +353,85 @@ pub(super) fn parse(file: &Path, item: &Item, key: &str, taken: &[&str]) -> Resu
                 }
             },
         };
+        let headers = match get("headers") {
+            None => DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            Some(i) => parse_headers(file, i, &join_key(&vkey, "headers"))?,
+        };
+        let plain_http = match get("plain_http") {
+            None => false,
+            Some(i) => match &i.val {
+                Val::Bool(b) => *b,
+                other => {
+                    return Err(invalid(
+                        file,
+                        i.line,
+                        &join_key(&vkey, "plain_http"),
+                        "true or false",
+                        got(other),
+                    ))
+                }
+            },
+        };
         out.push(Secret {
             var: var.clone(),
             source,
             hosts,
             ttl_s,
+            headers,
+            plain_http,
             line: from.line,
         });
+    }
+    Ok(out)
+}
+
+/// `headers = ["x-goog-api-key", ...]`: HTTP field names (tokens),
+/// lower-cased, unique, none the gate frames or routes by.
+fn parse_headers(file: &Path, item: &Item, key: &str) -> Result<Vec<String>, ConfigError> {
+    const HEADERS: &str = "a non-empty array of request header names like \"x-api-key\"";
+    let items = match &item.val {
+        Val::Array(a) if !a.is_empty() => a,
+        other => return Err(invalid(file, item.line, key, HEADERS, got(other))),
+    };
+    let mut out: Vec<String> = Vec::new();
+    for h in items {
+        let s = match &h.val {
+            Val::Str(s) => s,
+            other => return Err(invalid(file, h.line, key, HEADERS, got(other))),
+        };
+        let token = !s.is_empty()
+            && s.len() <= 256
+            && s.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c));
+        if !token {
+            return Err(invalid(
+                file,
+                h.line,
+                key,
+                "HTTP header field names (letters, digits and !#$%&'*+-.^_`|~, no colon or space)",
+                format!("{:?}", s),
+            ));
+        }
+        let lower = s.to_ascii_lowercase();
+        if FRAMING_HEADERS.contains(&lower.as_str()) {
+            return Err(invalid(
+                file,
+                h.line,
+                key,
+                "a header that carries credentials, not one the gate frames or routes by (Host, Content-Length, Transfer-Encoding, Connection, Upgrade, TE, Trailer, Accept-Encoding)",
+                format!("{:?}", s),
+            ));
+        }
+        if out.contains(&lower) {
+            return Err(ConfigError::Duplicate {
+                path: file.to_path_buf(),
+                line: h.line,
+                first_line: item.line,
+                key: key.to_string(),
+                value: lower,
+            });
+        }
+        out.push(lower);
     }
     Ok(out)
 }
@@ -449,27 +559,66 @@ impl fmt::Display for ResolveError {
 
 impl std::error::Error for ResolveError {}
 
-/// Resolves `secret` on the host. `env` reads the starting client's
-/// environment; a `cmd:` runs as argv without a shell, stdin closed,
-/// stderr discarded (it could echo a value), for at most [`CMD_TIMEOUT`].
-pub fn resolve(
-    profile: &str,
-    secret: &Secret,
-    env: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Result<SecretValue, ResolveError> {
-    let fail = |why: String| ResolveError {
-        var: secret.var.clone(),
-        profile: profile.to_string(),
-        source: secret.source.to_string(),
-        why,
+/// Why a secret gave no value: a source that reaches where the sandbox
+/// writes is a config error (file, line, key); any other failure is a
+/// [`ResolveError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceError {
+    Config(super::ConfigError),
+    Resolve(ResolveError),
+}
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceError::Config(e) => e.fmt(f),
+            SourceError::Resolve(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// Resolves `secret` on the host (`host`: the starting client's
+/// environment and the Fence, `secret_sources`). A `file:` is read at its
+/// canonical path; a `cmd:` runs as argv without a shell, with the
+/// program, working directory and environment of
+/// [`secret_sources::plan_cmd`], stdin closed, stderr discarded (it could
+/// echo a value), for at most [`CMD_TIMEOUT`]. A `file:` or `cmd:` that
+/// leads inside a workspace, a volume or Lazaret's own directories is a
+/// config error and nothing is read or run.
+pub fn resolve(profile: &str, secret: &Secret, host: &secret_sources::SourceHost) -> Result<SecretValue, SourceError> {
+    let fail = |why: String| {
+        SourceError::Resolve(ResolveError {
+            var: secret.var.clone(),
+            profile: profile.to_string(),
+            source: secret.source.to_string(),
+            why,
+        })
+    };
+    let steered = |e: secret_sources::Steer| {
+        let key = join_key(
+            &join_key(&join_key(&join_key("profiles", profile), "secrets"), &secret.var),
+            "from",
+        );
+        match e.config_error(&host.file, secret.line, &key, &secret.source.to_string()) {
+            Some(c) => SourceError::Config(c),
+            None => fail(e.to_string()),
+        }
     };
     let raw: Vec<u8> = match &secret.source {
-        Source::Env(n) => match env(n) {
+        Source::Env(n) => match host.var(n) {
             None => return Err(fail("is not set in your environment".into())),
             Some(v) => std::os::unix::ffi::OsStringExt::into_vec(v),
         },
-        Source::File(p) => std::fs::read(p).map_err(|e| fail(format!("cannot be read: {e}")))?,
-        Source::Cmd(argv) => run_cmd(argv).map_err(|e| fail(e.to_string()))?,
+        Source::File(p) => {
+            let real = secret_sources::plan_file(p, &host.fence).map_err(steered)?;
+            std::fs::read(real).map_err(|e| fail(format!("cannot be read: {e}")))?
+        }
+        Source::Cmd(argv) => {
+            let plan = secret_sources::plan_cmd(argv, &host.env, &host.fence).map_err(steered)?;
+            run_cmd(&plan).map_err(|e| fail(e.to_string()))?
+        }
     };
     SecretValue::new(raw).map_err(|p| fail(format!("gave a value that {p}")))
 }
@@ -501,10 +650,15 @@ impl fmt::Display for CmdError {
     }
 }
 
-/// Runs a `cmd:` source; its stdout (bounded), or why not.
-fn run_cmd(argv: &[String]) -> Result<Vec<u8>, CmdError> {
-    let mut child = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
+/// Runs a planned `cmd:` source; its stdout (bounded), or why not.
+fn run_cmd(plan: &secret_sources::CmdPlan) -> Result<Vec<u8>, CmdError> {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new(&plan.program)
+        .arg0(&plan.argv[0])
+        .args(&plan.argv[1..])
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&plan.cwd)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -698,12 +852,77 @@ mod tests {
     }
 
     #[test]
+    fn headers_and_plain_http_parse_and_enter_the_fingerprint() {
+        let text = |extra: &str| {
+            format!(
+                "[network]\nhosts = [\"api.test\"]\n[profiles.c.secrets.K]\nfrom = \"env:K\"\nhosts = [\"api.test\"]\n{extra}"
+            )
+        };
+        let secret = |extra: &str| parse_profile(&text(extra)).unwrap().profile("c").unwrap().secrets[0].clone();
+        let d = secret("");
+        assert_eq!(d.headers, DEFAULT_HEADERS);
+        assert!(!d.plain_http);
+        let s = secret("headers = [\"X-Goog-Api-Key\", \"authorization\"]\nplain_http = true\n");
+        assert_eq!(s.headers, ["x-goog-api-key", "authorization"]);
+        assert!(s.plain_http);
+        // The defaults, spelled out or not, keep the fingerprint; anything
+        // else changes it.
+        let same =
+            secret("headers = [\"Proxy-Authorization\", \"authorization\", \"x-api-key\"]\nplain_http = false\n");
+        assert_eq!(same.fingerprint_item(), d.fingerprint_item());
+        assert!(!d.fingerprint_item().contains("headers") && !d.fingerprint_item().contains("plain_http"));
+        assert_ne!(
+            secret("headers = [\"x-api-key\"]\n").fingerprint_item(),
+            d.fingerprint_item()
+        );
+        assert_ne!(secret("plain_http = true\n").fingerprint_item(), d.fingerprint_item());
+        for (extra, line, want) in [
+            ("headers = []\n", 6, "a non-empty array of request header names"),
+            (
+                "headers = \"x-api-key\"\n",
+                6,
+                "a non-empty array of request header names",
+            ),
+            ("headers = [1]\n", 6, "a non-empty array of request header names"),
+            ("headers = [\"x api\"]\n", 6, "HTTP header field names"),
+            ("headers = [\"x-api-key:\"]\n", 6, "HTTP header field names"),
+            ("headers = [\"\"]\n", 6, "HTTP header field names"),
+            ("headers = [\"Host\"]\n", 6, "not one the gate frames or routes by"),
+            (
+                "headers = [\"transfer-encoding\"]\n",
+                6,
+                "not one the gate frames or routes by",
+            ),
+            ("headers = [\"x-k\",\n  \"X-K\"]\n", 7, "listed twice"),
+            ("plain_http = \"yes\"\n", 6, "expected true or false"),
+            ("plain_http = 1\n", 6, "expected true or false"),
+        ] {
+            let e = parse_profile(&text(extra))
+                .unwrap()
+                .profile("c")
+                .unwrap_err()
+                .to_string();
+            let key = if extra.starts_with("plain") {
+                "plain_http"
+            } else {
+                "headers"
+            };
+            assert!(
+                e.contains(&format!("/cfg.toml:{line}: profiles.c.secrets.K.{key}")) && e.contains(want),
+                "{extra}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn host_outside_network_hosts_is_an_error() {
         let s = Secret {
             var: "K".into(),
             source: Source::Env("K".into()),
             hosts: vec!["api.test".into(), "evil.test".into()],
             ttl_s: None,
+            headers: DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            plain_http: false,
             line: 3,
         };
         let e = check_hosts(Path::new("/cfg.toml"), "c", std::slice::from_ref(&s), |h| {
@@ -724,13 +943,29 @@ mod tests {
             source,
             hosts: vec!["api.test".into()],
             ttl_s: None,
+            headers: DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            plain_http: false,
             line: 1,
+        }
+    }
+
+    /// A host side with `env` as the client's environment (plus a PATH)
+    /// and an empty Fence.
+    fn host(env: &[(&str, &str)]) -> secret_sources::SourceHost {
+        let mut e: Vec<(std::ffi::OsString, std::ffi::OsString)> =
+            env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+        e.push(("PATH".into(), "/usr/bin:/bin".into()));
+        secret_sources::SourceHost {
+            file: "/cfg.toml".into(),
+            fence: secret_sources::Fence::default(),
+            env: e,
         }
     }
 
     #[test]
     fn resolve_sources() {
-        let env = |n: &str| (n == "K").then(|| std::ffi::OsString::from("  sk-real-12345\n"));
+        let env = host(&[("K", "  sk-real-12345\n")]);
+        let env = &env;
         let v = resolve("c", &secret(Source::Env("K".into())), env).unwrap();
         assert_eq!(v.expose(), b"sk-real-12345");
         assert!(!format!("{v:?}").contains("real"));
@@ -775,6 +1010,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("could not be started"), "{e}");
+        let e = resolve("c", &cmd("cmd:lz-no-such-program x"), env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no program lz-no-such-program in PATH"), "{e}");
         // No shell: the `;` is an argument of echo.
         assert_eq!(
             resolve("c", &cmd("cmd:echo abcdefgh;touch"), env).unwrap().expose(),
@@ -782,5 +1021,84 @@ mod tests {
         );
         let e = resolve("c", &cmd("cmd:echo short"), env).unwrap_err().to_string();
         assert!(e.contains("shorter"), "{e}");
+    }
+
+    #[test]
+    fn a_cmd_runs_from_home_with_the_allow_listed_environment() {
+        let dir = std::env::temp_dir().join(format!("lzsecret-env-{}", std::process::id()));
+        let home = dir.join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let home = std::fs::canonicalize(&home).unwrap();
+        let h = home.to_str().unwrap();
+        let env = host(&[
+            ("HOME", h),
+            ("LANG", "C.UTF-8"),
+            ("PYTHONPATH", "/x"),
+            ("LD_PRELOAD", "/x.so"),
+            ("SECRETISH", "y"),
+        ]);
+        // `env` prints the child's environment (lines: no value), `pwd -P`
+        // its directory.
+        let plan = secret_sources::plan_cmd(&["env".into()], &env.env, &env.fence).unwrap();
+        let text = String::from_utf8(run_cmd(&plan).unwrap()).unwrap();
+        let mut names: Vec<&str> = text.lines().filter_map(|l| l.split('=').next()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["HOME", "LANG", "PATH"], "{text}");
+        let out = resolve("c", &secret("cmd:pwd -P".parse().unwrap()), &env).unwrap();
+        assert_eq!(out.expose(), h.as_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sources_inside_the_fence_are_config_errors_naming_the_secret() {
+        let dir = std::env::temp_dir().join(format!("lzsecret-fence-{}", std::process::id()));
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let ws = std::fs::canonicalize(&ws).unwrap();
+        std::fs::write(ws.join("key"), "file-value-123").unwrap();
+        std::fs::write(ws.join("marker-src"), "").unwrap();
+        let mut env = host(&[]);
+        env.fence.add(&ws, secret_sources::Reach::Workspace);
+        let mut s = secret(Source::File(ws.join("key")));
+        s.line = 9;
+        let e = resolve("my.p", &s, &env).unwrap_err();
+        let SourceError::Config(c) = &e else { panic!("{e:?}") };
+        let t = c.to_string();
+        assert!(
+            t.starts_with("/cfg.toml:9: profiles.\"my.p\".secrets.K.from: expected a file outside")
+                && t.contains(&format!("inside the workspace {}", ws.display())),
+            "{t}"
+        );
+        // A program and an argument inside.
+        let mut s = secret(Source::Cmd(vec![
+            "/bin/cp".into(),
+            ws.join("marker-src").display().to_string(),
+            ws.join("marker").display().to_string(),
+        ]));
+        s.line = 4;
+        let t = resolve("c", &s, &env).unwrap_err().to_string();
+        assert!(
+            t.starts_with("/cfg.toml:4: profiles.c.secrets.K.from: expected a program and arguments outside")
+                && t.contains("whose argument"),
+            "{t}"
+        );
+        assert!(!ws.join("marker").exists(), "nothing ran");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_relative_program_does_not_parse() {
+        for bad in ["cmd:./tool", "cmd:bin/tool x", "cmd:../x"] {
+            assert!(bad.parse::<Source>().is_err(), "{bad}");
+        }
+        let cfg = parse_profile(
+            "[profiles.c.network]\nhosts = [\"a.test\"]\n[profiles.c.secrets.K]\nfrom = \"cmd:./tool\"\nhosts = [\"a.test\"]\n",
+        )
+        .unwrap();
+        let e = cfg.profile("c").unwrap_err().to_string();
+        assert!(
+            e.starts_with("/cfg.toml:4: profiles.c.secrets.K.from:") && e.contains("absolute path"),
+            "{e}"
+        );
     }
 }

@@ -32,7 +32,7 @@ const PROFILE_KEYS: &[&str] = &[
     "secrets",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
-const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode", "hosts"];
+const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode", "hosts", "idle_timeout_s"];
 
 // ---------------------------------------------------------------------------
 // Schema: TOML tree -> Config
@@ -267,7 +267,8 @@ impl Schema<'_> {
                     }
                     // A secret goes only to a name the Domain may reach.
                     crate::config::secrets::check_hosts(self.file, name, &profile.secrets, |h| {
-                        cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(h))
+                        crate::config::hostname::HostName::from_bytes(h.as_bytes())
+                            .is_ok_and(|h| cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(&h)))
                     })?;
                     Ok(profile)
                 });
@@ -546,6 +547,16 @@ impl Schema<'_> {
             }
             if let Some(h) = nt.get("hosts") {
                 p.hosts = self.hosts(h, &join_key(&key, "hosts"))?;
+            }
+            if let Some(i) = nt.get("idle_timeout_s") {
+                let ikey = join_key(&key, "idle_timeout_s");
+                let max = crate::config::MAX_IDLE_TIMEOUT_S;
+                let expected = format!("a whole number of seconds in 1..={max}");
+                p.idle_timeout_s = match &i.val {
+                    Val::Int(n) if (1..=max as i64).contains(n) => *n as u32,
+                    Val::Int(n) => return Err(self.invalid(i.line, &ikey, expected, n.to_string())),
+                    other => return Err(self.invalid(i.line, &ikey, expected, got(other))),
+                };
             }
         }
         if let Some(i) = t.get("caps") {

@@ -2,10 +2,12 @@
 //! the first time the egress gate refuses a name while it is attached
 //! (`lazaret: egress to NAME:PORT refused (...)`), at most once per name
 //! per session. The gate writes refusals to `egress.log` in the Domain's
-//! runtime dir (`net::gate`); the coordinator reads what was appended.
+//! runtime dir (`net::gate`); the coordinator follows what was appended,
+//! across the log's rotations. When the log first rotates in this
+//! generation (it reached its bound: older entries are dropped from now
+//! on), every attached session is told so in one line, once.
 
 use std::collections::HashSet;
-use std::io::{Read, Seek, SeekFrom};
 
 use super::Coordinator;
 use crate::net::gate;
@@ -15,41 +17,43 @@ use crate::wire::client::ServerMsg;
 const READ_MAX: u64 = 64 * 1024;
 /// At most this many names are remembered per Domain (then no new notices).
 const TOLD_MAX: usize = 4096;
+/// The line a session gets when the log first rotates.
+pub(super) const FULL_LINE: &str =
+    "lazaret: egress log full: the oldest entries are dropped from now on (lazaret net log counts them)";
 
 #[derive(Default)]
 pub(super) struct EgressNotices {
-    /// Where the next read starts; `None` until the first turn (older
-    /// refusals are not announced).
-    offset: Option<u64>,
+    /// Where the next read starts (the end of the log at the first turn:
+    /// older refusals are not announced).
+    follow: gate::Follower,
     /// (session key, name) already told.
     told: HashSet<(u64, String)>,
+    /// The sessions were told that the log is full.
+    told_full: bool,
 }
 
 impl Coordinator {
     pub(super) fn egress_notices(&mut self) {
         let Some(g) = &self.net.policy.gate else { return };
-        if g.log_only || self.sessions.is_empty() {
+        let log_only = g.log_only;
+        if self.sessions.is_empty() {
             return;
         }
-        let path = self.paths.run.join(gate::LOG_FILE);
-        let Ok(mut f) = std::fs::File::open(&path) else { return };
-        let Ok(len) = f.metadata().map(|m| m.len()) else { return };
-        let start = *self.egress.offset.get_or_insert(len);
-        if len <= start {
-            return;
-        }
-        let mut buf = Vec::new();
-        if f.seek(SeekFrom::Start(start)).is_err() || f.take(READ_MAX).read_to_end(&mut buf).is_err() {
-            return;
-        }
-        // Only whole lines; the rest is read next time.
-        let Some(end) = buf.iter().rposition(|b| *b == b'\n') else {
-            return;
-        };
-        self.egress.offset = Some(start + end as u64 + 1);
-        let entries = gate::parse_log(&String::from_utf8_lossy(&buf[..end + 1]));
-        let profile = self.profile.name.clone();
+        let chunk = self.egress.follow.next(&self.paths.run, READ_MAX);
         let mut out = Vec::new();
+        if chunk.rotated && !self.egress.told_full {
+            self.egress.told_full = true;
+            for s in self.sessions.values() {
+                let eol = if s.tty { "\r\n" } else { "\n" };
+                out.push((s.conn, format!("{FULL_LINE}{eol}").into_bytes()));
+            }
+        }
+        let entries = if log_only {
+            Vec::new()
+        } else {
+            gate::parse_log(&chunk.text)
+        };
+        let profile = self.profile.name.clone();
         for e in entries.iter().filter(|e| e.action == "refused") {
             for (&key, s) in &self.sessions {
                 let told = (key, e.what.clone());

@@ -50,6 +50,8 @@ pub(super) fn match_values(
             sentinel,
             real: real.clone(),
             hosts: s.hosts.clone(),
+            headers: s.headers.clone(),
+            plain_http: s.plain_http,
         });
     }
     Ok(out)
@@ -152,6 +154,8 @@ impl Coordinator {
                     sentinel: b.sentinel.clone(),
                     real: b.real.clone(),
                     hosts: b.hosts.clone(),
+                    headers: b.headers.clone(),
+                    plain_http: b.plain_http,
                 })
                 .collect(),
             leaves,

@@ -785,6 +785,7 @@ mod tests {
             log_only: true,
             hosts: vec!["git.test:22".parse().unwrap()],
             upstream: vec![],
+            idle_timeout_s: crate::config::DEFAULT_IDLE_TIMEOUT_S,
             forwarded: vec![
                 netpolicy::PlanRoute {
                     prefix: "203.0.113.0/24".parse().unwrap(),

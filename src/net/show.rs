@@ -198,16 +198,22 @@ fn describe_secrets(secrets: &[crate::config::secrets::Secret]) -> String {
     out
 }
 
+/// `lazaret net log` lists at most this many rows (newest first); `--json`
+/// has them all.
+pub const LOG_ROWS_MAX: usize = 200;
+
 /// `lazaret net log`: the egress gate's log of the Domain (its runtime dir
-/// `run`), aggregated, newest first, and the `hosts` line that would allow
-/// the refused names. Names came from the sandbox: printed escaped.
+/// `run`: the log and the file before its last rotation), aggregated,
+/// newest first, how many older refusals the rotations dropped, and the
+/// `hosts` line that would allow the most refused names. Names came from
+/// the sandbox: printed escaped.
 pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: bool) -> i32 {
     use crate::net::gate;
-    let text = std::fs::read_to_string(run.join(gate::LOG_FILE)).unwrap_or_default();
+    let (text, dropped) = gate::read_log(run);
     let rows = gate::summarize(&gate::parse_log(&text));
     let mut current: Vec<crate::config::hosts::HostPattern> = cfg.hosts.clone();
     current.extend(profile.hosts.iter().cloned());
-    let suggestion = gate::suggestion(&current, &rows);
+    let suggestion = gate::suggest_capped(&current, &rows);
     if json {
         let out = Json::Obj(vec![
             ("domain_id", Json::s(domain_id)),
@@ -230,20 +236,50 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
                         .collect(),
                 ),
             ),
-            ("suggestion", suggestion.as_deref().map_or(Json::Null, Json::s)),
+            (
+                "dropped",
+                Json::Obj(vec![
+                    ("entries", Json::s(dropped.entries.to_string())),
+                    ("refusals", Json::s(dropped.refusals.to_string())),
+                ]),
+            ),
+            (
+                "suggestion",
+                suggestion.as_ref().map_or(Json::Null, |s| Json::s(&s.line)),
+            ),
+            (
+                "suggestion_more",
+                Json::s(suggestion.as_ref().map_or(0, |s| s.more).to_string()),
+            ),
         ]);
         println!("{}", out.render());
         return 0;
     }
+    let dropped_line = (dropped.entries > 0).then(|| {
+        let other = dropped.entries - dropped.refusals;
+        let also = if other > 0 {
+            format!(" and {other} other entries")
+        } else {
+            String::new()
+        };
+        format!(
+            "{} older refusals{also} dropped (the log keeps its newest {} MiB)",
+            dropped.refusals,
+            (2 * gate::LOG_MAX) >> 20
+        )
+    });
     if rows.is_empty() {
         println!("egress log of Domain {domain_id} (profile {}): empty", profile.name);
+        if let Some(l) = dropped_line {
+            println!("{l}");
+        }
         return 0;
     }
     println!(
         "egress log of Domain {domain_id} (profile {}), newest first:",
         profile.name
     );
-    for (e, n) in &rows {
+    for (e, n) in rows.iter().take(LOG_ROWS_MAX) {
         let esc = crate::display::escape;
         println!(
             "  {:<8} {:<3} {}:{} x{n} ({})",
@@ -254,12 +290,28 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
             esc(&e.why)
         );
     }
+    if rows.len() > LOG_ROWS_MAX {
+        println!(
+            "  ... and {} older rows (lazaret net log --json lists them all)",
+            rows.len() - LOG_ROWS_MAX
+        );
+    }
+    if let Some(l) = dropped_line {
+        println!("{l}");
+    }
     if let Some(s) = suggestion {
         println!(
             "to allow the refused names, in [profiles.{}.network]:\n  {}",
             profile.name,
-            crate::display::escape(&s)
+            crate::display::escape(&s.line)
         );
+        if s.more > 0 {
+            println!(
+                "  ({} more refused names not listed: the {} most refused are, most first)",
+                s.more,
+                gate::SUGGEST_MAX
+            );
+        }
     }
     0
 }

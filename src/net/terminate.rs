@@ -2,6 +2,10 @@
 //! terminate the sandbox's TLS with the Domain leaf for that name (or take
 //! its plain HTTP as it is), open a verified TLS connection (or plain TCP)
 //! upstream, and relay both ways through the swap engine (`net::subst`).
+//! A real value goes only into the verified TLS connection
+//! ([`Upstream::Verified`]); plain HTTP (also inside a `CONNECT` tunnel)
+//! carries one only for a secret with `plain_http = true`, else the
+//! request is refused as a downgrade.
 //!
 //! One thread per connection, blocking sockets and `poll`: a side is read
 //! only when its socket is readable or its TLS layer holds decrypted bytes.
@@ -17,7 +21,7 @@ use std::sync::Arc;
 
 use openssl::ssl::{SslAcceptor, SslConnector, SslStream};
 
-use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide};
+use crate::net::subst::{Binding, Refusal, RequestSide, ResponseSide, Upstream};
 use crate::net::tls;
 use crate::sys;
 
@@ -78,6 +82,8 @@ impl Secrets {
                 sentinel: b.sentinel.clone(),
                 real: b.real.clone(),
                 hosts: b.hosts.clone(),
+                headers: b.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+                plain_http: b.plain_http,
             })
             .collect();
         for b in &bindings {
@@ -114,6 +120,9 @@ impl Secrets {
 pub fn log_line(o: &Outcome) -> Option<String> {
     match o {
         Outcome::Refused(Refusal::Leak { var, .. }) => Some(format!("leak attempt: the sentinel of {var}")),
+        Outcome::Refused(Refusal::Downgrade { var, .. }) => Some(format!(
+            "downgrade: the sentinel of {var} in plain HTTP (its value goes only over TLS the gate verifies)"
+        )),
         Outcome::Refused(r) => Some(r.to_string()),
         Outcome::Upstream(why) => Some(format!("upstream TLS: {why}")),
         Outcome::Done | Outcome::Handshake | Outcome::Io => None,
@@ -239,15 +248,31 @@ impl<S: End> End for SslStream<S> {
     }
 }
 
+/// How long the gate waits for the first byte inside a `CONNECT` tunnel
+/// (TLS or plain HTTP, it decides by that byte).
+const FIRST_BYTE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves one connection to `name` (bound: [`Secrets::bound`]). `first`:
 /// what the gate read from the sandbox to learn the name; `tls`: it was a
-/// ClientHello (else plain HTTP); `upstream`: connected to the name's own
-/// address, nothing sent yet.
+/// ClientHello or a `CONNECT` tunnel to a bound name (else plain HTTP);
+/// `upstream`: connected to the name's own address, nothing sent yet. A
+/// tunnel whose first byte is no TLS record is plain HTTP: relayed as
+/// such, never with a real value (unless its secret has `plain_http`).
 pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, tls: bool, s: &Secrets) -> Outcome {
+    let mut first = first;
+    if tls && first.is_empty() {
+        let _ = conn.set_read_timeout(Some(FIRST_BYTE_TIMEOUT));
+        let mut b = [0u8; 4096];
+        match (&conn).read(&mut b) {
+            Ok(n) if n > 0 => first.extend_from_slice(&b[..n]),
+            _ => return Outcome::Io,
+        }
+    }
     let _ = conn.set_read_timeout(None);
+    let tls = tls && first.first() == Some(&0x16);
     let sandbox = Prefixed::new(first, conn);
     if !tls {
-        return relay(sandbox, upstream, name, s);
+        return relay(sandbox, upstream, name, s, Upstream::Plain);
     }
     let Some(acc) = s.acceptor(name) else {
         return Outcome::Handshake;
@@ -273,7 +298,7 @@ pub fn serve(conn: TcpStream, first: Vec<u8>, upstream: TcpStream, name: &str, t
         Err(e) => Err(e.to_string()),
     };
     match up {
-        Ok(up) => relay(inside, up, name, s),
+        Ok(up) => relay(inside, up, name, s, Upstream::Verified),
         Err(why) => {
             let line = why.lines().next().unwrap_or("TLS handshake failed").to_string();
             let _ = inside.write_all(&tls::bad_gateway(name, &format!("upstream TLS: {line}")));
@@ -292,9 +317,9 @@ fn refused(r: &Refusal) -> Vec<u8> {
     .into_bytes()
 }
 
-fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome {
-    let mut req = RequestSide::new(name, &s.bindings);
-    let mut resp = ResponseSide::new(&s.bindings);
+fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets, up: Upstream) -> Outcome {
+    let mut req = RequestSide::new(name, &s.bindings, up);
+    let mut resp = ResponseSide::new(name, &s.bindings);
     let mut expects = VecDeque::new();
     let mut buf = vec![0u8; 64 * 1024];
     let mut out = Vec::with_capacity(64 * 1024);
@@ -315,9 +340,11 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
                 return Outcome::Done;
             }
             let mut p: Vec<sys::PollFd> = fds.into_iter().map(|(_, f)| f).collect();
-            if let Err(e) = sys::poll(&mut p, -1) {
-                let _ = e;
-                return Outcome::Io;
+            // Idle both ways for network.idle_timeout_s: closed.
+            match crate::net::gate::poll_idle(&mut p) {
+                Err(_) => return Outcome::Io,
+                Ok(false) => return Outcome::Done,
+                Ok(true) => {}
             }
             let mut k = 0;
             if a_open {
@@ -337,7 +364,12 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
                     b.close_write();
                 }
                 Ok(Some(n)) => {
-                    if let Err(r) = req.feed(&buf[..n], &mut out, &mut expects) {
+                    // The `Basic` credentials swapped in are turned back in
+                    // responses too (before a byte of them is sent).
+                    let fed = req
+                        .feed(&buf[..n], &mut out, &mut expects)
+                        .and_then(|()| resp.add_encoded(req.take_encoded()));
+                    if let Err(r) = fed {
                         let _ = a.write_all(&refused(&r));
                         a.close_write();
                         return Outcome::Refused(r);
@@ -360,6 +392,11 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets) -> Outcome
                 }
                 Ok(Some(n)) => {
                     if let Err(r) = resp.feed(&buf[..n], &mut out, &mut expects) {
+                        // Between responses: this one's answer is a 502
+                        // with one line (mid-body, the connection just ends).
+                        if let (Refusal::BadResponse(why), false) = (&r, resp.in_body()) {
+                            let _ = a.write_all(&tls::bad_gateway(name, why));
+                        }
                         a.close_write();
                         return Outcome::Refused(r);
                     }
@@ -387,8 +424,11 @@ mod tests {
 
     /// A loopback "upstream" (nothing leaves the machine): TLS with a leaf
     /// for `name` from `ca` when given, else plain; records the request
-    /// head and answers `body`, which echoes the Authorization header.
-    fn upstream(ca: Option<(&TrustAnchor, &str)>) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+    /// head and answers what `respond` makes of it.
+    fn upstream_with(
+        ca: Option<(&TrustAnchor, &str)>,
+        respond: fn(&str) -> Vec<u8>,
+    ) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let acc =
@@ -410,32 +450,51 @@ mod tests {
                     Ok(n) => head.extend_from_slice(&b[..n]),
                 }
             }
-            let text = String::from_utf8_lossy(&head).into_owned();
-            let auth = text
-                .lines()
-                .find_map(|l| l.strip_prefix("Authorization: "))
-                .unwrap_or("")
-                .to_string();
-            let body = format!("you sent {auth}\n");
-            let _ = write!(
-                io,
-                "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let _ = io.write_all(&respond(&String::from_utf8_lossy(&head)));
             head
         });
         (port, t)
+    }
+
+    /// The header `name`'s value in a request head.
+    fn header<'a>(head: &'a str, name: &str) -> &'a str {
+        head.lines()
+            .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)))
+            .map_or("", |(_, v)| v.trim())
+    }
+
+    /// [`upstream_with`] an answer that echoes the Authorization header in
+    /// a header and the body.
+    fn upstream(ca: Option<(&TrustAnchor, &str)>) -> (u16, std::thread::JoinHandle<Vec<u8>>) {
+        upstream_with(ca, |head| {
+            let auth = header(head, "authorization");
+            let body = format!("you sent {auth}\n");
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        })
     }
 
     trait ReadWrite: Read + Write + Send {}
     impl<T: Read + Write + Send> ReadWrite for T {}
 
     fn secrets(domain: &TrustAnchor, up_ca: Option<&std::path::Path>, s1: &str) -> Secrets {
+        secrets_plain(domain, up_ca, s1, false)
+    }
+
+    fn secrets_plain(domain: &TrustAnchor, up_ca: Option<&std::path::Path>, s1: &str, plain_http: bool) -> Secrets {
         let bindings = vec![Binding {
             var: "ANTHROPIC_API_KEY".into(),
             sentinel: s1.into(),
             real: SecretValue::new(REAL.into()).unwrap(),
             hosts: vec!["api.test".into()],
+            headers: crate::config::secrets::DEFAULT_HEADERS
+                .iter()
+                .map(|h| h.to_string())
+                .collect(),
+            plain_http,
         }];
         Secrets::build(bindings, domain, up_ca).unwrap()
     }
@@ -566,6 +625,8 @@ mod tests {
                 sentinel: sentinel().unwrap(),
                 real: SecretValue::new(REAL.into()).unwrap(),
                 hosts: vec!["api.test".into()],
+                headers: vec!["x-api-key".into()],
+                plain_http: false,
             }],
             leaves: vec![GateLeaf {
                 host: "api.test".into(),
@@ -589,15 +650,55 @@ mod tests {
     }
 
     #[test]
-    fn plain_http_is_swapped_and_a_leak_is_refused_before_upstream_sees_it() {
+    fn plain_http_to_a_bound_host_is_a_downgrade_unless_the_secret_opts_in() {
         let domain = TrustAnchor::new("d", 1, "p").unwrap();
         let s1 = sentinel().unwrap();
-        let (port, up) = upstream(None);
         let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\r\n");
-        let (got, _) = through_gate(secrets(&domain, None, &s1), "api.test", false, port, None, req);
+        // Plain HTTP, and plain HTTP inside a tunnel the gate would have
+        // terminated (`tls` true, the first byte no TLS record): refused,
+        // the impostor upstream gets no byte.
+        for tls_mode in [false, true] {
+            let (port, up) = upstream(None);
+            let (got, outcome) = through_gate(
+                secrets(&domain, None, &s1),
+                "api.test",
+                tls_mode,
+                port,
+                None,
+                req.clone(),
+            );
+            let got = String::from_utf8(got).unwrap();
+            assert!(got.starts_with("HTTP/1.1 403 "), "{got}");
+            let body = got.split("\r\n\r\n").nth(1).unwrap();
+            assert_eq!(body.lines().count(), 1, "{got}");
+            assert!(
+                body.contains("ANTHROPIC_API_KEY") && body.contains("downgrade"),
+                "{got}"
+            );
+            assert!(
+                matches!(outcome, Outcome::Refused(Refusal::Downgrade { .. })),
+                "{outcome:?}"
+            );
+            assert!(log_line(&outcome).unwrap().starts_with("downgrade: "));
+            assert!(up.join().unwrap().is_empty(), "the upstream saw bytes");
+        }
+        // `plain_http = true`: swapped, and echoed back as the sentinel.
+        let (port, up) = upstream(None);
+        let (got, _) = through_gate(
+            secrets_plain(&domain, None, &s1, true),
+            "api.test",
+            false,
+            port,
+            None,
+            req,
+        );
         let head = String::from_utf8(up.join().unwrap()).unwrap();
         assert!(head.contains(&format!("Bearer {REAL}")), "{head}");
-        assert!(!String::from_utf8_lossy(&got).contains(REAL));
+        let got = String::from_utf8(got).unwrap();
+        assert!(
+            !got.contains(REAL) && got.contains(&format!("you sent Bearer {s1}")),
+            "{got}"
+        );
 
         // The sentinel towards other.test (plain HTTP, no secret bound).
         let (port, up) = upstream(None);
@@ -610,5 +711,89 @@ mod tests {
         );
         assert!(matches!(outcome, Outcome::Refused(Refusal::Leak { .. })), "{outcome:?}");
         assert!(up.join().unwrap().is_empty(), "other.test saw bytes");
+    }
+
+    /// An upstream that echoes `x-api-key` in a header *name*: the sandbox
+    /// sees the sentinel there.
+    #[test]
+    fn a_value_echoed_in_a_header_name_comes_back_as_the_sentinel() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "name");
+        let s1 = sentinel().unwrap();
+        let (port, up) = upstream_with(Some((&test_ca, "api.test")), |head| {
+            let k = header(head, "x-api-key");
+            format!("HTTP/1.1 200 OK\r\nX-{k}: 1\r\n{k}: 2\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .into_bytes()
+        });
+        let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n");
+        let (got, _) = tls_to_api(&domain, &f, &s1, port, req);
+        assert!(String::from_utf8(up.join().unwrap()).unwrap().contains(REAL));
+        let got = String::from_utf8(got).unwrap();
+        assert!(!got.contains(REAL), "{got}");
+        assert!(
+            got.contains(&format!("X-{s1}: 1\r\n")) && got.contains(&format!("\r\n{s1}: 2\r\n")),
+            "{got}"
+        );
+        std::fs::remove_file(f).unwrap();
+    }
+
+    /// An upstream that ignores `Accept-Encoding: identity` and gzips its
+    /// echo: the sandbox gets a 502 with one line, never the body.
+    #[test]
+    fn an_encoding_the_gate_did_not_ask_for_is_a_502() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "gzip");
+        let s1 = sentinel().unwrap();
+        for ce in ["gzip", "GZip", "identity, gzip", "br"] {
+            let (port, up) = upstream_with(Some((&test_ca, "api.test")), |head| {
+                // Stands for a compressed echo; the encoding is the point.
+                let body = format!("z{}", header(head, "x-api-key"));
+                let ce = header(head, "x-ce");
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: {ce}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+            });
+            let req = format!(
+                "GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\nx-ce: {ce}\r\nAccept-Encoding: gzip\r\n\r\n"
+            );
+            let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
+            let head = String::from_utf8(up.join().unwrap()).unwrap();
+            assert_eq!(header(&head, "accept-encoding"), "identity", "{head}");
+            let got = String::from_utf8(got).unwrap();
+            assert!(got.starts_with("HTTP/1.1 502 "), "{ce}: {got}");
+            let body = got.split("\r\n\r\n").nth(1).unwrap();
+            assert_eq!(body.lines().count(), 1, "{got}");
+            assert!(body.contains("Content-Encoding") && !got.contains(REAL), "{got}");
+            assert!(
+                matches!(outcome, Outcome::Refused(Refusal::BadResponse(_))),
+                "{outcome:?}"
+            );
+        }
+        std::fs::remove_file(f).unwrap();
+    }
+
+    /// Pipelined on one TLS connection: an HTTP/1.0 request without
+    /// `Host` after a good one is refused before a byte of it is sent.
+    #[test]
+    fn a_pipelined_http10_request_without_host_gets_no_value() {
+        let domain = TrustAnchor::new("d", 1, "p").unwrap();
+        let test_ca = TrustAnchor::new("testca", 1, "p").unwrap();
+        let f = ca_file(&test_ca, "http10");
+        let s1 = sentinel().unwrap();
+        let (port, up) = upstream(Some((&test_ca, "api.test")));
+        let req = format!("GET /a HTTP/1.1\r\nHost: api.test\r\n\r\nGET /b HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n");
+        let (got, outcome) = tls_to_api(&domain, &f, &s1, port, req);
+        let head = String::from_utf8(up.join().unwrap()).unwrap();
+        assert!(!head.contains(REAL) && !head.contains("/b"), "{head}");
+        assert!(String::from_utf8(got).unwrap().contains("no Host header"));
+        assert!(
+            matches!(outcome, Outcome::Refused(Refusal::BadRequest(_))),
+            "{outcome:?}"
+        );
+        std::fs::remove_file(f).unwrap();
     }
 }

@@ -53,6 +53,9 @@ pub struct GatePlan {
     /// `GATE_TABLE`): profile `allow` ranges and slirp4netns's gateway
     /// (`Helper`); denies inside them (`Reject`: back to the gate).
     pub forwarded: Vec<PlanRoute>,
+    /// `network.idle_timeout_s`: the gate closes a relayed connection with
+    /// no byte either way for this long.
+    pub idle_timeout_s: u32,
 }
 
 /// The State Anchor's overlay driver for one persisted path.
@@ -160,11 +163,16 @@ fn dec_gate(d: &mut Dec) -> Result<Option<GatePlan>, DecodeError> {
         let r = dec_route(d, &forwarded)?;
         forwarded.push(r);
     }
+    let idle_timeout_s = d.u32()?;
+    if !(1..=crate::config::MAX_IDLE_TIMEOUT_S).contains(&idle_timeout_s) {
+        return Err(DecodeError::BadValue("idle timeout"));
+    }
     Ok(Some(GatePlan {
         log_only,
         hosts,
         upstream,
         forwarded,
+        idle_timeout_s,
     }))
 }
 
@@ -211,6 +219,7 @@ impl Message for PlanMsg {
                         for r in &g.forwarded {
                             enc_route(&mut e, r);
                         }
+                        e.u32(g.idle_timeout_s);
                     }
                 }
                 e.finish()
@@ -409,6 +418,7 @@ pub(crate) mod tests {
                         route("198.18.4.0/24", RouteKind::Helper),
                         route("198.18.4.8/29", RouteKind::Reject),
                     ],
+                    idle_timeout_s: 90,
                 }),
             }),
             PlanMsg::Views {

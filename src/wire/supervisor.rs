@@ -140,6 +140,10 @@ pub struct GateBinding {
     pub sentinel: String,
     pub real: crate::config::secrets::SecretValue,
     pub hosts: Vec<String>,
+    /// The request headers the sentinel is swapped in (lowercase).
+    pub headers: Vec<String>,
+    /// `plain_http = true`: also into plain HTTP to the hosts.
+    pub plain_http: bool,
 }
 
 /// A leaf for `host`: certificate and private key, PEM. `Debug` shows no
@@ -173,6 +177,7 @@ impl Message for LeaseMsg {
                 e.u32(g.bindings.len() as u32);
                 for b in &g.bindings {
                     e.str(&b.var).str(&b.sentinel).bytes(b.real.expose()).strs(&b.hosts);
+                    e.strs(&b.headers).u8(u8::from(b.plain_http));
                 }
                 e.u32(g.leaves.len() as u32);
                 for l in &g.leaves {
@@ -207,6 +212,8 @@ impl Message for LeaseMsg {
                         sentinel,
                         real,
                         hosts: d.strs()?,
+                        headers: d.strs()?,
+                        plain_http: d.flag()?,
                     });
                 }
                 let mut leaves = Vec::new();
@@ -441,6 +448,8 @@ pub(crate) mod tests {
                     sentinel: "lzr-sk-0123456789012345678901234567890123456789".into(),
                     real: crate::config::secrets::SecretValue::new(b"sk-real-value".to_vec()).unwrap(),
                     hosts: vec!["api.test".into(), "b.test".into()],
+                    headers: vec!["authorization".into(), "x-goog-api-key".into()],
+                    plain_http: true,
                 }],
                 leaves: vec![GateLeaf {
                     host: "api.test".into(),

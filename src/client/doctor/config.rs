@@ -91,6 +91,7 @@ pub(super) fn check_egress_log_mode() -> Check {
         hosts: vec![],
         upstream: vec![],
         forwarded: vec![],
+        idle_timeout_s: crate::config::DEFAULT_IDLE_TIMEOUT_S,
     };
     // The rule names the router's links: a veth pair stands in for them.
     let script = format!(

@@ -12,10 +12,21 @@ pub(super) fn check_secrets() -> Check {
     let Ok(cfg) = crate::config::load(&path) else {
         return Check::pass("secrets", "no config to check (see the config check)");
     };
+    // The workspace a `lazaret run` here would use, when there is one.
+    // (`run` refuses home, and any directory holding it, as a workspace.)
+    let home = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok());
+    let workspace = std::env::current_dir()
+        .ok()
+        .and_then(|d| crate::domain::canonical_workspace(&d).ok())
+        .filter(|w| !home.as_deref().is_some_and(|h| h.starts_with(w)));
+    let storage = crate::storage::paths::storage_root().ok();
+    let runtime = crate::storage::paths::runtime_root(cfg.runtime_dir.as_deref());
+    let host =
+        crate::config::secret_sources::SourceHost::here(&cfg, workspace.as_deref(), storage.as_deref(), Some(&runtime));
     let mut n = 0;
     for p in cfg.profiles.values() {
         for s in &p.secrets {
-            let value = match secrets::resolve(&p.name, s, |n| std::env::var_os(n)) {
+            let value = match secrets::resolve(&p.name, s, &host) {
                 Ok(v) => v,
                 Err(e) => {
                     return Check::fail(

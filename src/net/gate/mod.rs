@@ -25,13 +25,18 @@
 //! log mode) with a synthetic address from [`SYNTHETIC_NET`] per name,
 //! which maps back to the name here: so a nameless protocol (SSH to
 //! `git.example:22`) is allowed exactly for the name it was resolved for.
-//! Other names are refused (`REFUSED`), nothing is forwarded.
+//! Other names are refused (`REFUSED`), nothing is forwarded. Every name
+//! is a [`HostName`] (docs/network.md, "Names"); the gate asks upstream
+//! only for a name the list allows: an exact name at lookup time, a name
+//! under a `*.` pattern only when a connection names it ("Names under a
+//! wildcard").
 //!
 //! Blocking sockets, one thread per connection (two while relaying),
 //! bounded by [`MAX_CONNECTIONS`]; no async runtime.
 //!
 //! This file runs the gate's threads (listeners, per-connection handling
-//! and relay, the resolver, the refusal watcher). The pure parts: `name`
+//! and relay, the resolver, the refusal watcher). `relay`: the plain
+//! relay and the idle timeout of every relay. The pure parts: `name`
 //! (sniffing and deciding by name, synthetic addresses), `dns` (DNS
 //! messages and the upstream query), `filter` (the raw-socket filters for
 //! what the router refuses), `egress_log` (the egress log), `cursor` (a byte
@@ -45,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::hosts::HostPattern;
+use crate::config::hosts::{self, HostName};
 use crate::net::policy::{self as netpolicy, GatePlan, Plan};
 use crate::sys;
 
@@ -54,6 +59,7 @@ mod dns;
 mod egress_log;
 mod filter;
 mod name;
+mod relay;
 #[cfg(test)]
 mod tests;
 
@@ -61,6 +67,8 @@ pub use self::dns::*;
 pub use self::egress_log::*;
 pub use self::filter::*;
 pub use self::name::*;
+pub(crate) use self::relay::poll_idle;
+use self::relay::relay;
 
 pub const MAX_CONNECTIONS: usize = 1024;
 const SNIFF_TIMEOUT: Duration = Duration::from_secs(5);
@@ -251,6 +259,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool)
             }
             let s = shared.clone();
             let r = std::thread::Builder::new().name("lz-gate-conn".into()).spawn(move || {
+                relay::set_idle(Duration::from_secs(s.gate.idle_timeout_s.into()));
                 handle(&s, conn);
                 s.conns.fetch_sub(1, Ordering::SeqCst);
             });
@@ -273,6 +282,23 @@ enum Handler {
     Relay,
 }
 
+/// Where an allowed connection goes: a name, or (log mode) an address;
+/// read as the `str` it is.
+enum Dest {
+    Name(HostName),
+    Addr(String),
+}
+
+impl std::ops::Deref for Dest {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            Dest::Name(n) => n,
+            Dest::Addr(a) => a,
+        }
+    }
+}
+
 fn pick_handler(_name: &str) -> Handler {
     Handler::Relay
 }
@@ -281,7 +307,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
     let Ok(SocketAddr::V4(dst)) = conn.local_addr() else {
         return;
     };
-    let synthetic = is_synthetic(*dst.ip())
+    let synthetic: Option<HostName> = is_synthetic(*dst.ip())
         .then(|| shared.names.lock().ok()?.by_addr.get(dst.ip()).cloned())
         .flatten();
     let mut buf = Vec::new();
@@ -290,7 +316,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
     } else {
         Sniffed::Other
     };
-    let verdict = decide(&shared.gate, dst, synthetic.as_deref(), &sniffed);
+    let verdict = decide(&shared.gate, dst, synthetic.as_ref(), &sniffed);
     let http = matches!(sniffed, Sniffed::Http { .. } | Sniffed::Connect { .. });
     let (name, target) = match verdict {
         Verdict::Refuse { what, port, why } => {
@@ -306,7 +332,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
             shared
                 .log
                 .record("allowed", "tcp", &a.ip().to_string(), a.port(), "log mode");
-            (a.ip().to_string(), vec![a])
+            (Dest::Addr(a.ip().to_string()), vec![a])
         }
         Verdict::Name { name, port } => {
             let addrs = resolve(shared, &name);
@@ -327,21 +353,24 @@ fn handle(shared: &Shared, conn: TcpStream) {
             if shared.gate.log_only {
                 shared.log.record("allowed", "tcp", &name, port, "log mode");
             }
-            (name, ok)
+            (Dest::Name(name), ok)
         }
     };
-    // Issue 31: a plain HTTP head that carries a sentinel towards a host
-    // its secret is not bound to is refused before the gate connects, so
-    // that host sees nothing at all (the swap refuses the rest later).
+    // Issue 31: a plain HTTP head the swap would refuse is refused before
+    // the gate connects, so that the host sees nothing at all: a sentinel
+    // towards a host its secret is not bound to (a leak), a bound secret's
+    // sentinel where it would be swapped (a downgrade: its value goes only
+    // over TLS the gate verifies), a head it cannot frame. The swap
+    // refuses the rest (later requests, bodies) later.
     if let (Some(s), Sniffed::Http { .. }) = (shared.secrets.as_ref(), &sniffed) {
         let mut scratch = Vec::new();
-        let r = crate::net::subst::RequestSide::new(&name, &s.bindings).feed(
+        let r = crate::net::subst::RequestSide::new(&name, &s.bindings, crate::net::subst::Upstream::Plain).feed(
             &buf,
             &mut scratch,
             &mut std::collections::VecDeque::new(),
         );
         scratch.iter_mut().for_each(|b| *b = 0);
-        if let Err(r @ crate::net::subst::Refusal::Leak { .. }) = r {
+        if let Err(r) = r {
             let outcome = crate::net::terminate::Outcome::Refused(r);
             let why = crate::net::terminate::log_line(&outcome).unwrap_or_default();
             shared.log.record("refused", "tcp", &name, target[0].port(), &why);
@@ -393,9 +422,12 @@ fn handle(shared: &Shared, conn: TcpStream) {
 /// Whether the gate hands this connection to
 /// [`crate::net::terminate::serve`], and with TLS termination
 /// (`Some(true)`) or as plain HTTP (`Some(false)`): a TLS or CONNECT
-/// connection to a bound name, or any plain HTTP request while the gate
-/// holds secrets (a sentinel in it towards an unbound host is a leak).
-/// Everything else is relayed untouched.
+/// connection to a bound name (a tunnel whose first byte is no TLS record
+/// is served as plain HTTP there, never with a real value unless its
+/// secret has `plain_http`), or any plain HTTP request while the gate
+/// holds secrets (a sentinel in it towards an unbound host is a leak, a
+/// bound one where it would be swapped a downgrade). Everything else is
+/// relayed untouched.
 fn wants(s: Option<&crate::net::terminate::Secrets>, name: &str, sniffed: &Sniffed) -> Option<bool> {
     let s = s?;
     match sniffed {
@@ -440,69 +472,45 @@ fn refuse(mut conn: TcpStream, http: bool, what: &str, port: u16, why: &str) {
     reset(conn);
 }
 
-fn relay(a: TcpStream, b: TcpStream) {
-    let (Ok(a2), Ok(b2)) = (a.try_clone(), b.try_clone()) else {
-        return;
-    };
-    let back = std::thread::Builder::new()
-        .name("lz-gate-relay".into())
-        .spawn(move || pump(&b2, &a2));
-    pump(&a, &b);
-    if let Ok(t) = back {
-        let _ = t.join();
-    }
-}
-
-/// Moves bytes `from` → `to` through a pipe with splice until EOF; then
-/// half-closes `to`. On an error both connections are shut.
-fn pump(from: &TcpStream, to: &TcpStream) {
-    let ok = (|| -> io::Result<()> {
-        let (r, w) = sys::pipe()?;
-        let _ = sys::sock::set_pipe_size(&w, 1 << 20);
-        loop {
-            let n = sys::sock::splice(from, &w, 1 << 20)?;
-            if n == 0 {
-                return Ok(());
-            }
-            let mut left = n;
-            while left > 0 {
-                let m = sys::sock::splice(&r, to, left)?;
-                if m == 0 {
-                    return Err(io::ErrorKind::WriteZero.into());
-                }
-                left -= m;
-            }
-        }
-    })();
-    match ok {
-        Ok(()) => {
-            let _ = to.shutdown(Shutdown::Write);
-        }
-        Err(_) => {
-            let _ = from.shutdown(Shutdown::Both);
-            let _ = to.shutdown(Shutdown::Both);
-        }
-    }
-}
-
 // ---- names to addresses ---------------------------------------------------------
 
-/// The name's addresses: from the cache (filled when the sandbox resolved
-/// it through the gate), else asked upstream now.
-fn resolve(shared: &Shared, name: &str) -> Vec<Ipv4Addr> {
+/// The name's addresses: from the cache (filled when the gate resolved it
+/// before), else asked upstream now. Called only for a name the list
+/// allows (or any name in log mode): nothing else is asked upstream.
+fn resolve(shared: &Shared, name: &HostName) -> Vec<Ipv4Addr> {
     if let Ok(n) = shared.names.lock() {
-        if let Some((a, until)) = n.cache.get(name) {
-            if *until > Instant::now() {
-                return a.clone();
-            }
+        if let Some(a) = n.cache.get(name, Instant::now()) {
+            return a;
         }
     }
     let (addrs, ttl) = query_upstream(&shared.gate.upstream, name).unwrap_or_default();
     if let Ok(mut n) = shared.names.lock() {
-        let ttl = Duration::from_secs(ttl.clamp(5, 300) as u64);
-        n.cache.insert(name.to_string(), (addrs.clone(), Instant::now() + ttl));
+        n.cache.put(name, addrs.clone(), ttl, Instant::now());
     }
     addrs
+}
+
+/// What the resolver answers a question for `name` (type A, class IN).
+#[derive(Debug, PartialEq, Eq)]
+enum Lookup {
+    /// Not listed: `REFUSED`, nothing asked upstream.
+    Refused,
+    /// Listed by a `*.` pattern only: a synthetic address without asking
+    /// upstream (asked when a connection names it).
+    Synthetic,
+    /// An exact name (every name in log mode): resolved upstream now,
+    /// then its synthetic address (`NXDOMAIN` without addresses).
+    Resolve,
+}
+
+fn lookup(gate: &GatePlan, name: &HostName) -> Lookup {
+    if gate.log_only || gate.hosts.iter().any(|h| !h.wildcard && h.matches_name(name)) {
+        Lookup::Resolve
+    } else if hosts::only_by_wildcard(&gate.hosts, name) {
+        Lookup::Synthetic
+    } else {
+        Lookup::Refused
+    }
 }
 
 fn serve_dns(shared: &Shared, sock: &UdpSocket) {
@@ -515,33 +523,42 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
             continue;
         }
         let q = &buf[..n];
-        let Some(question) = parse_question(q) else { continue };
-        let name = question.name.clone();
-        let listed = shared.gate.log_only || shared.gate.hosts.iter().any(|h| h.matches_name(&name));
-        let valid = name
-            .parse::<HostPattern>()
-            .is_ok_and(|p| !p.wildcard && p.port.is_none());
-        let reply = if !listed || !valid {
-            // The readiness probe's own query (bin/probe.rs) is no egress.
-            if name != PROBE_NAME {
-                shared.log.record("refused", "dns", &name, 53, "not in network.hosts");
+        let Some(question) = parse_question(q) else {
+            if let Some(r) = dns_formerr(q) {
+                let _ = sock.send_to(&r, from);
             }
-            dns_answer(q, &question, 5, None)
-        } else if question.qtype != 1 {
+            continue;
+        };
+        let name = match &question.name {
+            Ok(n) => n,
+            Err(u) => {
+                shared.log.record("refused", "dns", &u.shown, 53, u.err.reason());
+                let _ = sock.send_to(&dns_answer(q, &question, RCODE_REFUSED, None), from);
+                continue;
+            }
+        };
+        let how = lookup(&shared.gate, name);
+        let reply = if how == Lookup::Refused || question.qclass != 1 {
+            // The readiness probe's own query (bin/probe.rs) is no egress.
+            if *name != PROBE_NAME {
+                shared.log.record("refused", "dns", name, 53, "not in network.hosts");
+            }
+            dns_answer(q, &question, RCODE_REFUSED, None)
+        } else if question.qtype != TYPE_A {
             // AAAA and the rest: no data (IPv6 is off; nothing else is needed).
             dns_answer(q, &question, 0, None)
         } else {
-            let addrs = resolve(shared, &name);
-            if addrs.is_empty() {
-                dns_answer(q, &question, 3, None)
+            let found = how == Lookup::Synthetic || !resolve(shared, name).is_empty();
+            if !found {
+                dns_answer(q, &question, RCODE_NXDOMAIN, None)
             } else {
                 if shared.gate.log_only {
-                    shared.log.record("allowed", "dns", &name, 53, "log mode");
+                    shared.log.record("allowed", "dns", name, 53, "log mode");
                 }
-                let syn = shared.names.lock().ok().and_then(|mut n| n.synthetic(&name));
+                let syn = shared.names.lock().ok().and_then(|mut n| n.synthetic(name));
                 match syn {
                     Some(a) => dns_answer(q, &question, 0, Some(a)),
-                    None => dns_answer(q, &question, 2, None),
+                    None => dns_answer(q, &question, RCODE_SERVFAIL, None),
                 }
             }
         };
@@ -567,7 +584,7 @@ fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
             };
             let what = if is_synthetic(dst) {
                 let name = shared.names.lock().ok().and_then(|n| n.by_addr.get(&dst).cloned());
-                name.unwrap_or_else(|| dst.to_string())
+                name.map_or_else(|| dst.to_string(), |n| n.to_string())
             } else {
                 dst.to_string()
             };

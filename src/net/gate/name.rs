@@ -1,30 +1,36 @@
 //! Deciding a connection by name (pure): what its first bytes say (TLS SNI,
-//! HTTP `Host`, `CONNECT`), the synthetic address per name, the verdict.
+//! HTTP `Host`, `CONNECT`), each parsed into a [`HostName`] or refused;
+//! the synthetic address per name, the resolver cache, the verdict.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cursor::Cursor;
-use crate::config::hosts;
+use crate::config::hosts::{self, parse_port, HostName, NameError};
 use crate::net::policy::GatePlan;
 
 /// Synthetic addresses the gate's resolver hands out, one per name.
 pub const SYNTHETIC_NET: (Ipv4Addr, u8) = (Ipv4Addr::new(100, 127, 0, 0), 16);
 /// At most this much of a connection's start is read for its name.
 pub(super) const SNIFF_MAX: usize = 16 * 1024 + 5;
+/// At most this many names in the resolver cache.
+pub const CACHE_MAX: usize = 4096;
+/// How long the resolver cache keeps an answer: its TTL, clamped to this.
+pub const CACHE_TTL: (u32, u32) = (5, 300);
 
 #[derive(Default)]
 pub(super) struct Names {
-    pub(super) by_name: HashMap<String, Ipv4Addr>,
-    pub(super) by_addr: HashMap<Ipv4Addr, String>,
+    pub(super) by_name: HashMap<HostName, Ipv4Addr>,
+    pub(super) by_addr: HashMap<Ipv4Addr, HostName>,
     next: u32,
-    /// name -> (addresses, valid until)
-    pub(super) cache: HashMap<String, (Vec<Ipv4Addr>, Instant)>,
+    pub(super) cache: Cache,
 }
 
 impl Names {
-    pub(super) fn synthetic(&mut self, name: &str) -> Option<Ipv4Addr> {
+    /// The name's synthetic address (a new one if it has none); `None`
+    /// once [`SYNTHETIC_NET`] is used up (the resolver answers `SERVFAIL`).
+    pub(super) fn synthetic(&mut self, name: &HostName) -> Option<Ipv4Addr> {
         if let Some(a) = self.by_name.get(name) {
             return Some(*a);
         }
@@ -34,9 +40,44 @@ impl Names {
         }
         self.next += 1;
         let a = Ipv4Addr::from(u32::from(SYNTHETIC_NET.0) + self.next);
-        self.by_name.insert(name.to_string(), a);
-        self.by_addr.insert(a, name.to_string());
+        self.by_name.insert(name.clone(), a);
+        self.by_addr.insert(a, name.clone());
         Some(a)
+    }
+}
+
+/// What the gate resolved: name -> (addresses, valid until, stored at),
+/// at most [`CACHE_MAX`] names (a full cache drops the expired, then the
+/// oldest).
+#[derive(Default)]
+pub(super) struct Cache(HashMap<HostName, (Vec<Ipv4Addr>, Instant, Instant)>);
+
+impl Cache {
+    pub(super) fn get(&self, name: &HostName, now: Instant) -> Option<Vec<Ipv4Addr>> {
+        self.0
+            .get(name)
+            .filter(|(_, until, _)| *until > now)
+            .map(|(a, _, _)| a.clone())
+    }
+
+    /// Keeps `addrs` for `ttl` seconds, clamped to [`CACHE_TTL`].
+    pub(super) fn put(&mut self, name: &HostName, addrs: Vec<Ipv4Addr>, ttl: u32, now: Instant) {
+        if self.0.len() >= CACHE_MAX && !self.0.contains_key(name) {
+            self.0.retain(|_, (_, until, _)| *until > now);
+            if self.0.len() >= CACHE_MAX {
+                let oldest = self.0.iter().min_by_key(|(_, (_, _, at))| *at).map(|(n, _)| n.clone());
+                if let Some(n) = oldest {
+                    self.0.remove(&n);
+                }
+            }
+        }
+        let ttl = Duration::from_secs(ttl.clamp(CACHE_TTL.0, CACHE_TTL.1) as u64);
+        self.0.insert(name.clone(), (addrs, now + ttl, now));
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -45,21 +86,40 @@ pub fn is_synthetic(a: Ipv4Addr) -> bool {
     u32::from(a) & mask == u32::from(SYNTHETIC_NET.0)
 }
 
+/// What a client sent that is not a [`HostName`]: shown escaped (for the
+/// log and the refusal), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unnamed {
+    pub shown: String,
+    pub err: NameError,
+}
+
+/// A name as a client sent it: a [`HostName`], or why it is none.
+pub type Sent = Result<HostName, Unnamed>;
+
+/// Parses `raw` as a [`HostName`] at a door.
+pub fn sent_name(raw: &[u8]) -> Sent {
+    HostName::from_bytes(raw).map_err(|err| Unnamed {
+        shown: HostName::shown(raw),
+        err,
+    })
+}
+
 /// What the first bytes of a connection say about where it goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sniffed {
     NeedMore,
     /// A TLS ClientHello, with its SNI host name.
-    Tls(Option<String>),
+    Tls(Option<Sent>),
     /// An HTTP request: its `Host` (or absolute-form URL's host and port).
     Http {
-        host: Option<String>,
+        host: Option<Sent>,
         port: Option<u16>,
         proxy: bool,
     },
     /// `CONNECT host:port`; the header is `header_len` bytes long.
     Connect {
-        host: String,
+        host: Sent,
         port: u16,
         header_len: usize,
     },
@@ -99,31 +159,30 @@ pub fn sniff(buf: &[u8]) -> Sniffed {
         return Sniffed::Other;
     }
     if req[0] == "CONNECT" {
-        return match split_host_port(req[1]) {
-            Some((h, Some(p))) => Sniffed::Connect {
-                host: h,
-                port: p,
-                header_len: end + 4,
-            },
-            _ => Sniffed::Other,
+        let (host, port) = match split_host_port(req[1]) {
+            // CONNECT names its port.
+            (Ok(_), None) => (Err(unnamed(req[1], NameError::Port)), 0),
+            (h, p) => (h, p.unwrap_or(0)),
+        };
+        return Sniffed::Connect {
+            host,
+            port,
+            header_len: end + 4,
         };
     }
     if let Some(rest) = req[1].strip_prefix("http://") {
         let auth = rest.split('/').next().unwrap_or("");
-        return match split_host_port(auth) {
-            Some((h, p)) => Sniffed::Http {
-                host: Some(h),
-                port: Some(p.unwrap_or(80)),
-                proxy: true,
-            },
-            None => Sniffed::Other,
+        let (host, port) = split_host_port(auth);
+        return Sniffed::Http {
+            host: Some(host),
+            port: Some(port.unwrap_or(80)),
+            proxy: true,
         };
     }
     let host = lines
         .filter_map(|l| l.split_once(':'))
         .find(|(k, _)| k.trim().eq_ignore_ascii_case("host"))
-        .and_then(|(_, v)| split_host_port(v.trim()))
-        .map(|(h, _)| h);
+        .map(|(_, v)| split_host_port(v.trim_matches([' ', '\t'])).0);
     Sniffed::Http {
         host,
         port: None,
@@ -131,14 +190,25 @@ pub fn sniff(buf: &[u8]) -> Sniffed {
     }
 }
 
-/// `host[:port]` (no userinfo, no IPv6 brackets), host lowercased.
-fn split_host_port(s: &str) -> Option<(String, Option<u16>)> {
-    if s.is_empty() || s.contains('@') || s.starts_with('[') {
-        return None;
+fn unnamed(s: &str, err: NameError) -> Unnamed {
+    Unnamed {
+        shown: HostName::shown(s.as_bytes()),
+        err,
+    }
+}
+
+/// `host[:port]`: an IPv6 literal (bracketed or not) is an address, a
+/// bad port makes the whole a refusal, the rest is a [`HostName`].
+fn split_host_port(s: &str) -> (Sent, Option<u16>) {
+    if s.starts_with('[') || s.matches(':').count() > 1 {
+        return (Err(unnamed(s, NameError::Address)), None);
     }
     match s.rsplit_once(':') {
-        Some((h, p)) => Some((h.to_ascii_lowercase(), Some(p.parse().ok().filter(|p| *p != 0)?))),
-        None => Some((s.to_ascii_lowercase(), None)),
+        Some((h, p)) => match parse_port(p) {
+            Some(p) => (sent_name(h.as_bytes()), Some(p)),
+            None => (Err(unnamed(s, NameError::Port)), None),
+        },
+        None => (sent_name(s.as_bytes()), None),
     }
 }
 
@@ -153,8 +223,10 @@ fn sniff_tls(buf: &[u8]) -> Sniffed {
     Sniffed::Tls(client_hello_sni(&buf[5..5 + rec_len]))
 }
 
-/// The SNI host name of a ClientHello handshake message (one record).
-fn client_hello_sni(h: &[u8]) -> Option<String> {
+/// The SNI host name of a ClientHello handshake message (one record):
+/// `None` without one. A second `server_name` extension or host name is
+/// refused (a server might act on the other one).
+fn client_hello_sni(h: &[u8]) -> Option<Sent> {
     let mut r = Cursor(h, 0);
     if r.u8()? != 1 {
         return None;
@@ -168,73 +240,96 @@ fn client_hello_sni(h: &[u8]) -> Option<String> {
     let n = r.u8()? as usize;
     r.skip(n)?; // compression
     let ext_len = r.u16()? as usize;
-    let end = r.1 + ext_len;
-    while r.1 + 4 <= end {
+    let exts = r.take(ext_len)?;
+    let mut r = Cursor(exts, 0);
+    let mut found: Option<Sent> = None;
+    let twice = || Some(Err(unnamed("(two server names)", NameError::Twice)));
+    while r.1 < exts.len() {
         let (t, l) = (r.u16()?, r.u16()? as usize);
+        let body = r.take(l)?;
         if t != 0 {
-            r.skip(l)?;
             continue;
         }
-        r.skip(2)?; // list length
-        while r.1 < end {
-            let (kind, l) = (r.u8()?, r.u16()? as usize);
-            let name = r.take(l)?;
+        if found.is_some() {
+            return twice();
+        }
+        let mut b = Cursor(body, 0);
+        let n = b.u16()? as usize;
+        let list = b.take(n)?;
+        let mut b = Cursor(list, 0);
+        while b.1 < list.len() {
+            let (kind, l) = (b.u8()?, b.u16()? as usize);
+            let name = b.take(l)?;
             if kind == 0 {
-                return std::str::from_utf8(name).ok().map(|s| s.to_ascii_lowercase());
+                if found.is_some() {
+                    return twice();
+                }
+                found = Some(sent_name(name));
             }
         }
-        return None;
     }
-    None
+    found
 }
 
 /// The gate's decision for one connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Connect to this name's own addresses at `port`.
-    Name {
-        name: String,
-        port: u16,
-    },
+    Name { name: HostName, port: u16 },
     /// Log mode only: a connection that names nothing goes to its address.
     Addr(SocketAddrV4),
-    Refuse {
-        what: String,
-        port: u16,
-        why: &'static str,
-    },
+    /// `what`, for the log and the refusal: a name, an address, or what
+    /// the client sent (escaped).
+    Refuse { what: String, port: u16, why: &'static str },
 }
 
 /// Decides by name (pure): the name the client sent, else the name the
-/// synthetic destination stands for; an IP literal is no name.
-pub fn decide(gate: &GatePlan, dst: SocketAddrV4, synthetic: Option<&str>, sniffed: &Sniffed) -> Verdict {
+/// synthetic destination stands for. An IP literal is no name; a name
+/// the client sent that is not a [`HostName`] is refused for what it is.
+pub fn decide(gate: &GatePlan, dst: SocketAddrV4, synthetic: Option<&HostName>, sniffed: &Sniffed) -> Verdict {
     let (sent, port) = match sniffed {
-        Sniffed::Connect { host, port, .. } => (Some(host.as_str()), *port),
+        Sniffed::Connect { host, port, .. } => (Some(host), *port),
         Sniffed::Http {
             host: Some(h),
             port: Some(p),
             proxy: true,
-        } => (Some(h.as_str()), *p),
-        Sniffed::Tls(Some(n)) | Sniffed::Http { host: Some(n), .. } => (Some(n.as_str()), dst.port()),
+        } => (Some(h), *p),
+        Sniffed::Tls(Some(n)) | Sniffed::Http { host: Some(n), .. } => (Some(n), dst.port()),
         _ => (None, dst.port()),
     };
-    let name = sent.or(synthetic).filter(|n| n.parse::<Ipv4Addr>().is_err());
+    let name = match sent {
+        Some(Ok(n)) => Some(n),
+        Some(Err(u)) if u.err != NameError::Address => {
+            return Verdict::Refuse {
+                what: u.shown.clone(),
+                port,
+                why: u.err.reason(),
+            };
+        }
+        Some(Err(_)) => None,
+        None => synthetic,
+    };
     match name {
-        Some(n) if gate.log_only || hosts::allowing(&gate.hosts, n, port).is_some() => Verdict::Name {
-            name: n.to_string(),
-            port,
-        },
+        Some(n) if gate.log_only || hosts::allowing(&gate.hosts, n, port).is_some() => {
+            Verdict::Name { name: n.clone(), port }
+        }
         Some(n) => Verdict::Refuse {
             what: n.to_string(),
             port,
             why: "not in network.hosts",
         },
         None if gate.log_only && !is_synthetic(*dst.ip()) => {
-            let ip = sent.and_then(|n| n.parse().ok()).unwrap_or(*dst.ip());
-            Verdict::Addr(SocketAddrV4::new(ip, port))
+            let literal = match sent {
+                Some(Err(u)) => u.shown.parse().ok(),
+                _ => None,
+            };
+            Verdict::Addr(SocketAddrV4::new(literal.unwrap_or(*dst.ip()), port))
         }
         None => Verdict::Refuse {
-            what: sent.unwrap_or(&dst.ip().to_string()).to_string(),
+            what: match sent {
+                Some(Err(u)) => u.shown.clone(),
+                _ => dst.ip().to_string(),
+            },
             port,
             why: "an address, not a listed name",
         },

@@ -224,6 +224,7 @@ impl Policy {
             log_only: profile.egress_log,
             hosts,
             upstream,
+            idle_timeout_s: profile.idle_timeout_s,
         });
         self
     }

@@ -97,6 +97,10 @@ impl Policy {
              refused\n",
         ));
         s.push_str(&format!(
+            "  a relayed connection with no byte either way for {}s is closed (network.idle_timeout_s)\n",
+            g.idle_timeout_s
+        ));
+        s.push_str(&format!(
             "  the gate resolves through: {}\n",
             g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(", ")
         ));
@@ -130,6 +134,7 @@ impl Policy {
                     "upstream",
                     Json::strs(&g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>()),
                 ),
+                ("idle_timeout_s", Json::Num(g.idle_timeout_s as i64)),
             ]),
         };
         Json::Obj(vec![

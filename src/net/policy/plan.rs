@@ -36,6 +36,7 @@ impl Policy {
                 hosts: g.hosts.clone(),
                 upstream: g.upstream.clone(),
                 forwarded: self.forwarded(),
+                idle_timeout_s: g.idle_timeout_s,
             }),
         }
     }
@@ -105,6 +106,7 @@ impl Plan {
             for r in &g.forwarded {
                 s.push_str(&format!("forward {} {}\n", r.prefix, r.word()));
             }
+            s.push_str(&format!("idle-timeout {}s\n", g.idle_timeout_s));
         }
         s
     }

@@ -151,6 +151,9 @@ pub struct Gate {
     /// What the gate resolves names through: the profile's `network.dns`,
     /// else slirp4netns's forwarder (the host's resolver).
     pub upstream: Vec<Ipv4Addr>,
+    /// `network.idle_timeout_s`: a relayed connection without a byte
+    /// either way for this long is closed.
+    pub idle_timeout_s: u32,
 }
 
 /// The gate's address for the sandbox: its DNS resolver and explicit proxy

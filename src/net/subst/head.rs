@@ -172,3 +172,25 @@ pub(super) fn framing(head: &Head) -> Result<Framing, &'static str> {
         _ => Err("more than one Content-Length"),
     }
 }
+
+/// A response from a bound host: only codings the scan can read. The
+/// gate asked for `Accept-Encoding: identity`; any other
+/// `Content-Encoding` (any case, any list) would hide a real value from
+/// it, and so would a transfer coding other than `chunked`.
+pub(super) fn scannable(head: &Head) -> Result<(), &'static str> {
+    let list = |name: &'static str| -> Vec<Vec<u8>> {
+        head.get_all(name)
+            .flat_map(|v| v.split(|c| *c == b','))
+            .map(|c| c.trim_ascii().to_ascii_lowercase())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    if list("content-encoding").iter().any(|c| c != b"identity") {
+        return Err("a Content-Encoding other than identity, which the gate did not ask for and cannot scan");
+    }
+    let te = list("transfer-encoding");
+    if !te.is_empty() && te != [b"chunked".to_vec()] {
+        return Err("a Transfer-Encoding other than chunked, which the gate cannot scan");
+    }
+    Ok(())
+}

@@ -1,76 +1,120 @@
-//! The request side, towards the server: each head checked and its
-//! sentinels swapped for real values of secrets bound to the host; a
-//! sentinel of any other secret, in the head or the body, refuses.
+//! The request side, towards the server: each head checked; a bound
+//! secret's sentinel swapped for its real value in the headers the secret
+//! names (refused there on a connection without verified TLS, unless the
+//! secret opts in to plain HTTP); a sentinel of any other secret, anywhere
+//! in the head or the body, refuses.
 
 use std::collections::VecDeque;
 
 use super::body::{emit, Body, Chunk};
 use super::head::{framing, parse_head, Framing, Head};
 use super::replace::Replacer;
-use super::{Binding, Expect, Refusal};
+use super::{Binding, Expect, Refusal, Upstream};
+
+/// A replacer and, for each of its patterns, the refusal it stands for
+/// when it has no replacement (a detect-only pattern).
+#[derive(Debug, Clone)]
+struct Scan {
+    repl: Replacer,
+    why: Vec<Refusal>,
+}
+
+impl Scan {
+    fn new(pats: Vec<(Vec<u8>, Option<Vec<u8>>, Refusal)>) -> Scan {
+        let pats: Vec<_> = pats.into_iter().filter(|(p, _, _)| !p.is_empty()).collect();
+        let why = pats.iter().map(|(_, _, w)| w.clone()).collect();
+        let repl = Replacer::new(pats.into_iter().map(|(p, r, _)| (p, r)).collect());
+        Scan { repl, why }
+    }
+
+    fn refusal(&self, n: usize) -> Refusal {
+        self.why
+            .get(n)
+            .cloned()
+            .unwrap_or(Refusal::BadRequest("a sentinel where none may be"))
+    }
+
+    fn once(&self, v: &[u8]) -> Result<Vec<u8>, Refusal> {
+        self.repl.once(v).map_err(|n| self.refusal(n))
+    }
+}
 
 /// The requests of one connection to `host`, towards the server.
 #[derive(Debug)]
 pub struct RequestSide {
     host: String,
-    /// sentinel -> real for secrets bound to `host`; other sentinels: refuse.
-    head_repl: Replacer,
-    /// Every sentinel not bound to `host` (detect only), for bodies.
-    leak: Replacer,
-    /// Variable names, by pattern index of both replacers.
-    vars: Vec<String>,
-    /// Whether any secret is bound here (then the gate strips
-    /// `Accept-Encoding`, so responses can be scanned).
+    /// Detect only: the sentinel of every secret not bound to `host`.
+    /// Scanned for in the whole head (target, names, values) and bodies.
+    leak: Scan,
+    /// Per request header name (lowercase) that a secret bound to `host`
+    /// names: sentinel -> real value for those secrets (detect only, a
+    /// downgrade, when this connection may not carry it), and the leak
+    /// patterns. Any other header: `leak` alone.
+    swaps: Vec<(Vec<u8>, Scan)>,
+    /// Whether any secret is bound here: then every request needs its
+    /// `Host`, and asks for `Accept-Encoding: identity` so that responses
+    /// can be scanned.
     bound: bool,
+    /// `Basic` credentials the gate encoded with a real value in them, and
+    /// the sandbox's own encoding: the response side turns the first back
+    /// into the second ([`RequestSide::take_encoded`]).
+    encoded: Vec<Encoded>,
     pending: Vec<u8>,
     body: Option<Body>,
 }
 
 impl RequestSide {
-    pub fn new(host: &str, bindings: &[Binding]) -> RequestSide {
-        let mut pats = Vec::new();
-        let mut leak = Vec::new();
-        let mut vars = Vec::new();
-        let mut leak_vars = Vec::new();
-        for b in bindings {
-            if b.bound_to(host) {
-                pats.push((b.sentinel.as_bytes().to_vec(), Some(b.real.expose().to_vec())));
-                vars.push(b.var.clone());
-            }
-        }
-        let bound = !pats.is_empty();
-        for b in bindings {
-            if !b.bound_to(host) {
-                pats.push((b.sentinel.as_bytes().to_vec(), None));
-                vars.push(b.var.clone());
-                leak.push((b.sentinel.as_bytes().to_vec(), None));
-                leak_vars.push(b.var.clone());
-            }
-        }
-        vars.extend(leak_vars);
+    /// `upstream`: what the gate's connection to `host` is (a real value
+    /// goes only into a verified one, or to a secret with `plain_http`).
+    pub fn new(host: &str, bindings: &[Binding], upstream: Upstream) -> RequestSide {
+        let host = host.to_ascii_lowercase();
+        let leak: Vec<(Vec<u8>, Option<Vec<u8>>, Refusal)> = bindings
+            .iter()
+            .filter(|b| !b.bound_to(&host))
+            .map(|b| {
+                let why = Refusal::Leak {
+                    var: b.var.clone(),
+                    host: host.clone(),
+                };
+                (b.sentinel.as_bytes().to_vec(), None, why)
+            })
+            .collect();
+        let bound: Vec<&Binding> = bindings.iter().filter(|b| b.bound_to(&host)).collect();
+        let mut names: Vec<Vec<u8>> = bound
+            .iter()
+            .flat_map(|b| b.headers.iter().map(|h| h.to_ascii_lowercase().into_bytes()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        let swaps = names
+            .into_iter()
+            .map(|n| {
+                let mut pats: Vec<_> = bound
+                    .iter()
+                    .filter(|b| b.names_header(&n))
+                    .map(|b| {
+                        let may = upstream == Upstream::Verified || b.plain_http;
+                        let why = Refusal::Downgrade {
+                            var: b.var.clone(),
+                            host: host.clone(),
+                        };
+                        let real = may.then(|| b.real.expose().to_vec());
+                        (b.sentinel.as_bytes().to_vec(), real, why)
+                    })
+                    .collect();
+                pats.extend(leak.iter().cloned());
+                (n, Scan::new(pats))
+            })
+            .collect();
         RequestSide {
-            host: host.to_ascii_lowercase(),
-            head_repl: Replacer::new(pats),
-            leak: Replacer::new(leak),
-            vars,
-            bound,
+            host,
+            leak: Scan::new(leak),
+            swaps,
+            bound: !bound.is_empty(),
+            encoded: Vec::new(),
             pending: Vec::new(),
             body: None,
         }
-    }
-
-    fn leak_at(&self, n: usize) -> Refusal {
-        Refusal::Leak {
-            var: self.vars.get(n).cloned().unwrap_or_default(),
-            host: self.host.clone(),
-        }
-    }
-
-    /// Leak index of a body pattern -> the variable (leak vars follow the
-    /// head patterns in `vars`).
-    fn body_leak(&self, n: usize) -> Refusal {
-        let base = self.vars.len() - self.leak.pats.len();
-        self.leak_at(base + n)
     }
 
     /// Feeds bytes from the sandbox; appends what goes to the server to
@@ -82,7 +126,7 @@ impl RequestSide {
         loop {
             if let Some(body) = &mut self.body {
                 let chunked = matches!(body, Body::Chunked(_));
-                let leak = &mut self.leak;
+                let leak = &mut self.leak.repl;
                 let mut found = None;
                 let mut data_out: Vec<u8> = Vec::new();
                 let mut scratch = Vec::new();
@@ -96,7 +140,7 @@ impl RequestSide {
                     Ok(())
                 });
                 if let Some(n) = found {
-                    return Err(self.body_leak(n));
+                    return Err(self.leak.refusal(n));
                 }
                 let d = d?;
                 emit(out, &data_out, chunked);
@@ -108,7 +152,7 @@ impl RequestSide {
                     out.extend_from_slice(b"0\r\n\r\n");
                 }
                 self.body = None;
-                self.leak.held.clear();
+                self.leak.repl.held.clear();
                 buf.drain(..d.used);
                 if buf.is_empty() {
                     return Ok(());
@@ -136,7 +180,16 @@ impl RequestSide {
         }
     }
 
-    fn rewrite(&self, mut head: Head) -> Result<(Vec<u8>, Expect, Framing), Refusal> {
+    /// The `Basic` credentials swapped since the last call: (what the
+    /// server got, what the sandbox sent), base64 both. The real value in
+    /// the first is no byte string the response scan would otherwise find
+    /// (base64 of `user:value`), so the relay hands these to
+    /// [`super::ResponseSide::add_encoded`].
+    pub fn take_encoded(&mut self) -> Vec<Encoded> {
+        std::mem::take(&mut self.encoded)
+    }
+
+    fn rewrite(&mut self, mut head: Head) -> Result<(Vec<u8>, Expect, Framing), Refusal> {
         let bad = Refusal::BadRequest;
         if head.first.eq_ignore_ascii_case(b"CONNECT") {
             return Err(bad("CONNECT inside a connection to a host with secrets"));
@@ -148,7 +201,9 @@ impl RequestSide {
         let http10 = head.third == b"HTTP/1.0";
         match hosts.as_slice() {
             [h] if authority_is(h, &self.host) => {}
-            [] if http10 => {}
+            // An HTTP/1.0 request may omit it, except towards a bound host:
+            // a server (a shared front) would pick some default host for it.
+            [] if http10 && !self.bound => {}
             [_] => return Err(bad("a Host header naming another host than the connection's")),
             [] => return Err(bad("no Host header")),
             _ => return Err(bad("more than one Host header")),
@@ -168,47 +223,69 @@ impl RequestSide {
             head: head.first == b"HEAD",
             http10,
         };
-        head.second = self.head_repl.once(&head.second).map_err(|n| self.leak_at(n))?;
+        let mut encoded = Vec::new();
         for (name, value) in head.fields.iter_mut() {
-            let mut v = self.head_repl.once(value).map_err(|n| self.leak_at(n))?;
+            let scan = self
+                .swaps
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map_or(&self.leak, |(_, s)| s);
+            let mut v = scan.once(value)?;
             if name.eq_ignore_ascii_case(b"authorization") || name.eq_ignore_ascii_case(b"proxy-authorization") {
-                v = self.basic(&v)?;
+                let (b, pair) = basic(scan, &v)?;
+                v = b;
+                encoded.extend(pair);
             }
             *value = v;
         }
         if self.bound {
-            // Compressed responses could hide a real value from the scan.
+            // Only what the response scan can read: no content or
+            // transfer codings (`ResponseSide` refuses any it gets).
             head.remove("accept-encoding");
+            head.remove("te");
+            head.fields.push((b"Accept-Encoding".to_vec(), b"identity".to_vec()));
         }
+        self.encoded.extend(encoded);
         let mut out = Vec::with_capacity(256);
         head.serialize(&mut out);
+        // A sentinel of a secret not bound here, anywhere in the head: the
+        // target, a header name, a value.
+        self.leak.once(&out)?;
         Ok((out, expect, framing))
     }
+}
 
-    /// `Basic BASE64(user:password)`: the sentinel in either part.
-    fn basic(&self, v: &[u8]) -> Result<Vec<u8>, Refusal> {
-        let Some(pos) = v.iter().position(|c| *c == b' ') else {
-            return Ok(v.to_vec());
-        };
-        let (scheme, cred) = (&v[..pos], v[pos..].trim_ascii());
-        if !scheme.eq_ignore_ascii_case(b"basic") {
-            return Ok(v.to_vec());
-        }
-        let Ok(text) = std::str::from_utf8(cred) else {
-            return Ok(v.to_vec());
-        };
-        let Ok(decoded) = openssl::base64::decode_block(text) else {
-            return Ok(v.to_vec());
-        };
-        let replaced = self.head_repl.once(&decoded).map_err(|n| self.leak_at(n))?;
-        if replaced == decoded {
-            return Ok(v.to_vec());
-        }
-        let mut out = scheme.to_vec();
-        out.push(b' ');
-        out.extend_from_slice(openssl::base64::encode_block(&replaced).as_bytes());
-        Ok(out)
+/// A `Basic` credential as the server gets it and as the sandbox sent
+/// it, base64 both.
+type Encoded = (Vec<u8>, Vec<u8>);
+
+/// `Basic BASE64(user:password)`: the sentinel in either part, through
+/// `scan` (the header's own). With the new value, when it changed: (the
+/// new credentials, the sandbox's), base64 both.
+fn basic(scan: &Scan, v: &[u8]) -> Result<(Vec<u8>, Option<Encoded>), Refusal> {
+    let same = || Ok((v.to_vec(), None));
+    let Some(pos) = v.iter().position(|c| *c == b' ') else {
+        return same();
+    };
+    let (scheme, cred) = (&v[..pos], v[pos..].trim_ascii());
+    if !scheme.eq_ignore_ascii_case(b"basic") {
+        return same();
     }
+    let Ok(text) = std::str::from_utf8(cred) else {
+        return same();
+    };
+    let Ok(decoded) = openssl::base64::decode_block(text) else {
+        return same();
+    };
+    let replaced = scan.once(&decoded)?;
+    if replaced == decoded {
+        return same();
+    }
+    let enc = openssl::base64::encode_block(&replaced).into_bytes();
+    let mut out = scheme.to_vec();
+    out.push(b' ');
+    out.extend_from_slice(&enc);
+    Ok((out, Some((enc, cred.to_vec()))))
 }
 
 /// Whether `auth` (`host[:port]`, any case) names `host`.

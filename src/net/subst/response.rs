@@ -1,18 +1,30 @@
-//! The response side, towards the sandbox: every real value in a head or
-//! body becomes its sentinel, streaming; a body whose length changes is
-//! re-chunked (or close-delimited to an HTTP/1.0 client).
+//! The response side, towards the sandbox: every real value in a head
+//! (status line, header names and values) or body becomes its sentinel,
+//! streaming; a body whose length changes is re-chunked (or
+//! close-delimited to an HTTP/1.0 client); from a bound host, a coding
+//! the scan cannot read is refused.
 
 use std::collections::VecDeque;
 
 use super::body::{emit, Body, Chunk};
-use super::head::{framing, parse_head, Framing};
+use super::head::{framing, parse_head, scannable, Framing};
 use super::replace::Replacer;
 use super::{Binding, Expect, Refusal};
+
+/// Distinct `Basic` credentials with a real value one connection may
+/// carry (each is one more pattern the response scan looks for).
+const MAX_ENCODED: usize = 64;
 
 /// The responses of one connection, towards the sandbox: real -> sentinel.
 #[derive(Debug)]
 pub struct ResponseSide {
     repl: Replacer,
+    /// How many of `repl`'s patterns are the secrets' values (the rest are
+    /// `Basic` credentials, [`ResponseSide::add_encoded`]).
+    base: usize,
+    /// A secret is bound to the connection's host: only codings the scan
+    /// reads (identity content, chunked transfer).
+    bound: bool,
     pending: Vec<u8>,
     /// The body being relayed, and whether it is re-chunked.
     body: Option<(Body, bool)>,
@@ -20,14 +32,17 @@ pub struct ResponseSide {
 }
 
 impl ResponseSide {
-    /// Every secret's real value is replaced, whatever host it is bound to.
-    pub fn new(bindings: &[Binding]) -> ResponseSide {
+    /// The responses of a connection to `host`. Every secret's real value
+    /// is replaced, whatever host it is bound to.
+    pub fn new(host: &str, bindings: &[Binding]) -> ResponseSide {
         let pats = bindings
             .iter()
             .map(|b| (b.real.expose().to_vec(), Some(b.sentinel.as_bytes().to_vec())))
             .collect();
         ResponseSide {
+            base: bindings.len(),
             repl: Replacer::new(pats),
+            bound: bindings.iter().any(|b| b.bound_to(host)),
             pending: Vec::new(),
             body: None,
             closing: false,
@@ -83,6 +98,9 @@ impl ResponseSide {
             if status == 101 {
                 return Err(Refusal::BadResponse("a protocol switch that was not asked for"));
             }
+            if self.bound {
+                scannable(&head).map_err(Refusal::BadResponse)?;
+            }
             let informational = (100..200).contains(&status);
             let expect = if informational {
                 expects.front().copied()
@@ -98,10 +116,6 @@ impl ResponseSide {
                     f => f,
                 }
             };
-            head.third = self.repl.once(&head.third).unwrap_or_default();
-            for (_, v) in head.fields.iter_mut() {
-                *v = self.repl.once(v).unwrap_or_default();
-            }
             self.body = match framing {
                 Framing::None | Framing::Length(0) => None,
                 Framing::Close => Some((Body::Close, false)),
@@ -121,11 +135,46 @@ impl ResponseSide {
                     Some((decoder, !expect.http10))
                 }
             };
-            head.serialize(out);
+            // Every real value anywhere in the head: the reason phrase, a
+            // header name, a value (a sentinel is a token: names stay names).
+            let mut text = Vec::with_capacity(256);
+            head.serialize(&mut text);
+            out.extend_from_slice(&self.repl.once(&text).unwrap_or_default());
             if buf.is_empty() {
                 return Ok(());
             }
         }
+    }
+
+    /// Also turns these (server form, sandbox form) back, from now on:
+    /// `Basic` credentials the request side encoded with a real value
+    /// ([`super::RequestSide::take_encoded`]). At most [`MAX_ENCODED`]
+    /// per connection; past that the connection is refused.
+    pub fn add_encoded(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), Refusal> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut pats = self.repl.pats.clone();
+        for (server, sandbox) in pairs {
+            if !pats.iter().any(|(p, _)| *p == server) {
+                pats.push((server, Some(sandbox)));
+            }
+        }
+        if pats.len() > self.base + MAX_ENCODED {
+            return Err(Refusal::BadRequest(
+                "too many different Basic credentials on one connection",
+            ));
+        }
+        let held = std::mem::take(&mut self.repl.held);
+        self.repl = Replacer::new(pats);
+        self.repl.held = held;
+        Ok(())
+    }
+
+    /// Whether a body is being relayed (after a refusal: part of a
+    /// response went out, so no error response can follow it).
+    pub fn in_body(&self) -> bool {
+        self.body.is_some()
     }
 
     /// Whether the gate must close the connection towards the sandbox now

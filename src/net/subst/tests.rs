@@ -8,6 +8,13 @@ use super::*;
 const REAL: &str = "sk-ant-REAL-0123456789abcdef";
 const OTHER_REAL: &str = "ghp_OTHERREAL987654321";
 
+fn default_headers() -> Vec<String> {
+    crate::config::secrets::DEFAULT_HEADERS
+        .iter()
+        .map(|h| h.to_string())
+        .collect()
+}
+
 fn bindings() -> (Vec<Binding>, String, String) {
     let s1 = crate::config::secrets::sentinel().unwrap();
     let s2 = crate::config::secrets::sentinel().unwrap();
@@ -17,15 +24,29 @@ fn bindings() -> (Vec<Binding>, String, String) {
             sentinel: s1.clone(),
             real: SecretValue::new(REAL.into()).unwrap(),
             hosts: vec!["api.test".into()],
+            headers: default_headers(),
+            plain_http: false,
         },
         Binding {
             var: "GH_TOKEN".into(),
             sentinel: s2.clone(),
             real: SecretValue::new(OTHER_REAL.into()).unwrap(),
             hosts: vec!["git.test".into()],
+            headers: default_headers(),
+            plain_http: false,
         },
     ];
     (b, s1, s2)
+}
+
+/// The request side of a connection the gate opened with verified TLS.
+fn tls(host: &str, b: &[Binding]) -> RequestSide {
+    RequestSide::new(host, b, Upstream::Verified)
+}
+
+/// The request side of a plain HTTP connection.
+fn plain(host: &str, b: &[Binding]) -> RequestSide {
+    RequestSide::new(host, b, Upstream::Plain)
 }
 
 fn send(side: &mut RequestSide, parts: &[&[u8]]) -> Result<(Vec<u8>, VecDeque<Expect>), Refusal> {
@@ -75,31 +96,168 @@ fn replacer_holds_back_only_a_possible_match() {
 }
 
 #[test]
-fn sentinel_becomes_real_in_any_header_for_its_host() {
+fn sentinel_becomes_real_only_in_the_headers_its_secret_names() {
     let (b, s1, _) = bindings();
-    let mut side = RequestSide::new("api.test", &b);
+    let mut side = tls("api.test", &b);
     let req = format!(
         "POST /v1/messages?key={s1} HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\
-         x-api-key: {s1}\r\nAccept-Encoding: gzip\r\nContent-Length: 5\r\n\r\nhello"
+         X-Api-Key: {s1}\r\nPROXY-AUTHORIZATION: {s1}\r\nX-Other: {s1}\r\nX-{s1}: 1\r\n\
+         Accept-Encoding: gzip\r\nContent-Length: 55\r\n\r\n{{\"k\":\"{s1}\"}}"
     );
-    // Byte by byte: every cut of the head.
+    // Byte by byte: every cut of the head (a sentinel split across reads).
     let parts: Vec<&[u8]> = req.as_bytes().chunks(1).collect();
     let (out, ex) = send(&mut side, &parts).unwrap();
     let text = String::from_utf8(out).unwrap();
-    assert!(!text.contains(&s1), "{text}");
     assert!(text.contains(&format!("Authorization: Bearer {REAL}\r\n")), "{text}");
-    assert!(text.contains(&format!("x-api-key: {REAL}\r\n")), "{text}");
-    assert!(text.contains(&format!("?key={REAL} ")), "{text}");
-    assert!(!text.to_ascii_lowercase().contains("accept-encoding"), "{text}");
-    assert!(text.ends_with("\r\n\r\nhello"), "{text}");
+    assert!(text.contains(&format!("X-Api-Key: {REAL}\r\n")), "{text}");
+    assert!(text.contains(&format!("PROXY-AUTHORIZATION: {REAL}\r\n")), "{text}");
+    // Never in the target, another header, a header name or the body.
+    assert!(text.starts_with(&format!("POST /v1/messages?key={s1} ")), "{text}");
+    assert!(text.contains(&format!("X-Other: {s1}\r\n")), "{text}");
+    assert!(text.contains(&format!("X-{s1}: 1\r\n")), "{text}");
+    assert!(text.ends_with(&format!("\r\n\r\n{{\"k\":\"{s1}\"}}")), "{text}");
+    assert_eq!(text.matches(REAL).count(), 3, "{text}");
     assert_eq!(ex.len(), 1);
+
+    // A secret that names its own header: swapped there only.
+    let mut b2 = b.clone();
+    b2[0].headers = vec!["x-goog-api-key".into()];
+    let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nX-Goog-Api-Key: {s1}\r\nAuthorization: Bearer {s1}\r\n\r\n");
+    let (out, _) = send(&mut tls("api.test", &b2), &[req.as_bytes()]).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains(&format!("X-Goog-Api-Key: {REAL}\r\n")), "{text}");
+    assert!(text.contains(&format!("Authorization: Bearer {s1}\r\n")), "{text}");
+}
+
+#[test]
+fn towards_a_bound_host_only_identity_is_asked_for() {
+    let (b, _, _) = bindings();
+    let req =
+        b"GET / HTTP/1.1\r\nHost: api.test\r\nAccept-Encoding: gzip, br\r\naccept-encoding: zstd\r\nTE: gzip\r\n\r\n";
+    let (out, _) = send(&mut tls("api.test", &b), &[req]).unwrap();
+    let text = String::from_utf8(out).unwrap().to_ascii_lowercase();
+    assert_eq!(text.matches("accept-encoding").count(), 1, "{text}");
+    assert!(text.contains("accept-encoding: identity\r\n"), "{text}");
+    assert!(
+        !text.contains("gzip") && !text.contains("zstd") && !text.contains("\r\nte:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn plain_http_refuses_a_bound_sentinel_where_it_would_be_swapped() {
+    let (b, s1, _) = bindings();
+    let downgrade = Refusal::Downgrade {
+        var: "ANTHROPIC_API_KEY".into(),
+        host: "api.test".into(),
+    };
+    let basic = openssl::base64::encode_block(format!("u:{s1}").as_bytes());
+    for h in [
+        format!("Authorization: Bearer {s1}"),
+        format!("authorization: Basic {basic}"),
+        format!("X-API-KEY: {s1}"),
+        format!("Proxy-Authorization: {s1}"),
+    ] {
+        let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\n{h}\r\n\r\n");
+        // Whole, and cut byte by byte.
+        let parts: Vec<&[u8]> = req.as_bytes().chunks(1).collect();
+        assert_eq!(
+            send(&mut plain("api.test", &b), &[req.as_bytes()]).unwrap_err(),
+            downgrade
+        );
+        assert_eq!(send(&mut plain("api.test", &b), &parts).unwrap_err(), downgrade);
+    }
+    assert!(downgrade.to_string().contains("ANTHROPIC_API_KEY") && downgrade.to_string().contains("downgrade"));
+    // Where it would not be swapped, it goes as it is (worthless).
+    let req = format!("POST /?k={s1} HTTP/1.1\r\nHost: api.test\r\nX-Other: {s1}\r\nContent-Length: 47\r\n\r\n{s1}");
+    let (out, _) = send(&mut plain("api.test", &b), &[req.as_bytes()]).unwrap();
+    assert!(!contains(&out, REAL) && contains(&out, &format!("X-Other: {s1}")));
+    // A pipelined second request on the same connection is refused too.
+    let req = format!(
+        "GET /a HTTP/1.1\r\nHost: api.test\r\n\r\nGET /b HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n"
+    );
+    let mut side = plain("api.test", &b);
+    let (first, _) = send(&mut side, &[&req.as_bytes()[..35]]).unwrap();
+    assert!(first.starts_with(b"GET /a "));
+    assert_eq!(send(&mut side, &[&req.as_bytes()[35..]]).unwrap_err(), downgrade);
+    // Unless the secret opts in.
+    let mut b2 = b.clone();
+    b2[0].plain_http = true;
+    let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {s1}\r\n\r\n");
+    let (out, _) = send(&mut plain("api.test", &b2), &[req.as_bytes()]).unwrap();
+    assert!(contains(&out, &format!("Bearer {REAL}")) && !contains(&out, &s1));
+    // Over verified TLS the same request is swapped.
+    let (out, _) = send(&mut tls("api.test", &b), &[req.as_bytes()]).unwrap();
+    assert!(contains(&out, &format!("Bearer {REAL}")));
+}
+
+#[test]
+fn every_request_to_a_bound_host_names_it_once() {
+    let (b, s1, _) = bindings();
+    let bad: Vec<String> = vec![
+        // HTTP/1.0 without Host, alone and pipelined after a good request.
+        format!("GET / HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET /a HTTP/1.1\r\nHost: api.test\r\n\r\nGET /b HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n"),
+        // Absolute form naming the host, but no Host.
+        format!("GET http://api.test/ HTTP/1.0\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET http://api.test/ HTTP/1.1\r\nHost: evil.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET https://evil.test/ HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET http://api.test@evil.test/ HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: api.test, evil.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\nhost: api.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: api.test.evil.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost:\r\nx-api-key: {s1}\r\n\r\n"),
+        // Folded (obs-fold) Host or credentials.
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\n evil.test\r\nx-api-key: {s1}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key:\r\n {s1}\r\n\r\n"),
+    ];
+    for c in &bad {
+        for side in [tls("api.test", &b), plain("api.test", &b)] {
+            let mut side = side;
+            let mut out = Vec::new();
+            let r = side.feed(c.as_bytes(), &mut out, &mut VecDeque::new());
+            assert!(matches!(r, Err(Refusal::BadRequest(_))), "{c:?}: {r:?}");
+            assert!(!contains(&out, REAL), "{c:?}");
+        }
+    }
+    // Any case, a port, a trailing dot: the same host.
+    for h in ["API.Test", "api.test:443", "api.test.", "api.test.:8443"] {
+        let req = format!("GET / HTTP/1.1\r\nHOST: {h}\r\nx-api-key: {s1}\r\n\r\n");
+        let (out, _) = send(&mut tls("api.test", &b), &[req.as_bytes()]).unwrap();
+        assert!(contains(&out, REAL), "{h}");
+    }
+    // HTTP/1.0 with its Host is fine; towards a host with no secret, an
+    // HTTP/1.0 request may still omit it.
+    let req = format!("GET / HTTP/1.0\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n");
+    let (out, ex) = send(&mut tls("api.test", &b), &[req.as_bytes()]).unwrap();
+    assert!(contains(&out, REAL) && ex[0].http10);
+    assert!(send(&mut tls("other.test", &b), &[b"GET / HTTP/1.0\r\n\r\n"]).is_ok());
+}
+
+#[test]
+fn an_unbound_sentinel_anywhere_in_the_head_is_a_leak() {
+    let (b, _, s2) = bindings();
+    for req in [
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\nX-{s2}: 1\r\n\r\n"),
+        format!("GET /{s2} HTTP/1.1\r\nHost: api.test\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\nX-Other: {s2}\r\n\r\n"),
+        format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: {s2}\r\n\r\n"),
+    ] {
+        for mut side in [tls("api.test", &b), plain("api.test", &b)] {
+            let r = send(&mut side, &[req.as_bytes()]);
+            assert!(
+                matches!(&r, Err(Refusal::Leak { var, .. }) if var == "GH_TOKEN"),
+                "{req}: {r:?}"
+            );
+        }
+    }
 }
 
 #[test]
 fn basic_auth_user_or_password() {
     let (b, s1, _) = bindings();
     for cred in [format!("x:{s1}"), format!("{s1}:x-oauth-basic")] {
-        let mut side = RequestSide::new("api.test", &b);
+        let mut side = tls("api.test", &b);
         let enc = openssl::base64::encode_block(cred.as_bytes());
         let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Basic {enc}\r\n\r\n");
         let (out, _) = send(&mut side, &[req.as_bytes()]).unwrap();
@@ -107,14 +265,44 @@ fn basic_auth_user_or_password() {
         let got = text.split("Basic ").nth(1).unwrap().split("\r\n").next().unwrap();
         let dec = String::from_utf8(openssl::base64::decode_block(got).unwrap()).unwrap();
         assert_eq!(dec, cred.replace(&s1, REAL));
+        // An upstream that echoes the header hands back the gate's base64
+        // (no real value as bytes): it becomes the sandbox's own again.
+        let pairs = side.take_encoded();
+        assert_eq!(pairs, [(got.as_bytes().to_vec(), enc.as_bytes().to_vec())]);
+        assert!(side.take_encoded().is_empty());
+        let mut resp = ResponseSide::new("api.test", &b);
+        resp.add_encoded(pairs).unwrap();
+        let body = format!("{{\"auth\":\"Basic {got}\"}}");
+        let echo = format!(
+            "HTTP/1.1 200 OK\r\nX-Echo: Basic {got}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let parts: Vec<&[u8]> = echo.as_bytes().chunks(3).collect();
+        let out = receive(&mut resp, &mut one_get(), &parts);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains(got), "{text}");
+        assert!(text.contains(&format!("X-Echo: Basic {enc}\r\n")), "{text}");
+        assert_eq!(
+            String::from_utf8(dechunk(text.split_once("\r\n\r\n").unwrap().1.as_bytes())).unwrap(),
+            format!("{{\"auth\":\"Basic {enc}\"}}")
+        );
     }
+    // Bounded per connection.
+    let mut resp = ResponseSide::new("api.test", &b);
+    for i in 0..64 {
+        resp.add_encoded(vec![(format!("enc{i:04}xx").into_bytes(), b"s".to_vec())])
+            .unwrap();
+    }
+    assert!(resp.add_encoded(vec![(b"enc9999xx".to_vec(), b"s".to_vec())]).is_err());
+    // The same one again is no new pattern.
+    assert!(resp.add_encoded(vec![(b"enc0001xx".to_vec(), b"s".to_vec())]).is_ok());
 }
 
 #[test]
 fn sentinel_towards_another_host_is_a_leak() {
     let (b, s1, s2) = bindings();
     // In a header, towards a host with no secret.
-    let mut side = RequestSide::new("other.test", &b);
+    let mut side = tls("other.test", &b);
     let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nx-api-key: {s1}\r\n\r\n");
     let e = send(&mut side, &[req.as_bytes()]).unwrap_err();
     assert_eq!(
@@ -125,17 +313,17 @@ fn sentinel_towards_another_host_is_a_leak() {
         }
     );
     // GH_TOKEN's sentinel towards api.test (bound to another secret).
-    let mut side = RequestSide::new("api.test", &b);
+    let mut side = tls("api.test", &b);
     let req = format!("GET /?t={s2} HTTP/1.1\r\nHost: api.test\r\n\r\n");
     assert!(matches!(send(&mut side, &[req.as_bytes()]), Err(Refusal::Leak { var, .. }) if var == "GH_TOKEN"));
     // Base64 inside Basic.
-    let mut side = RequestSide::new("other.test", &b);
+    let mut side = tls("other.test", &b);
     let enc = openssl::base64::encode_block(format!("u:{s1}").as_bytes());
     let req = format!("GET / HTTP/1.1\r\nHost: other.test\r\nAuthorization: Basic {enc}\r\n\r\n");
     assert!(matches!(send(&mut side, &[req.as_bytes()]), Err(Refusal::Leak { .. })));
     // In a chunked body, cut across chunks and reads: refused, and the
     // piece holding the sentinel is never output.
-    let mut side = RequestSide::new("other.test", &b);
+    let mut side = tls("other.test", &b);
     let (half1, half2) = s1.split_at(20);
     let head = b"POST / HTTP/1.1\r\nHost: other.test\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     let c1 = format!("{:x}\r\nabc{half1}\r\n", half1.len() + 3);
@@ -150,7 +338,7 @@ fn sentinel_towards_another_host_is_a_leak() {
     ));
     assert!(!contains(&out, &s1[..21]));
     // Content-Length body.
-    let mut side = RequestSide::new("other.test", &b);
+    let mut side = tls("other.test", &b);
     let req = format!("POST / HTTP/1.1\r\nHost: other.test\r\nContent-Length: 60\r\n\r\n{{\"k\":\"{s1}\"}}");
     assert!(matches!(send(&mut side, &[req.as_bytes()]), Err(Refusal::Leak { .. })));
 }
@@ -158,7 +346,7 @@ fn sentinel_towards_another_host_is_a_leak() {
 #[test]
 fn no_secret_host_without_sentinel_passes_unchanged() {
     let (b, _, _) = bindings();
-    let mut side = RequestSide::new("other.test", &b);
+    let mut side = tls("other.test", &b);
     let req = b"GET /x HTTP/1.1\r\nHost: other.test\r\nAccept-Encoding: gzip\r\n\r\n";
     let (out, _) = send(&mut side, &[req]).unwrap();
     assert_eq!(out, req);
@@ -183,7 +371,7 @@ fn framing_attacks_are_refused() {
         format!("GET / HTTP/1.1\r\nHost: api.test\r\nX: {}\r\n", "a".repeat(MAX_HEAD)),
     ];
     for c in cases {
-        let mut side = RequestSide::new("api.test", &b);
+        let mut side = tls("api.test", &b);
         let r = send(&mut side, &[c.as_bytes()]);
         assert!(
             matches!(r, Err(Refusal::BadRequest(_))),
@@ -192,7 +380,7 @@ fn framing_attacks_are_refused() {
         );
     }
     // A smuggled second request after a body is parsed and swapped too.
-    let mut side = RequestSide::new("api.test", &b);
+    let mut side = tls("api.test", &b);
     let req = format!(
         "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
          GET / HTTP/1.1\r\nHost: api.test\r\nx-api-key: {s1}\r\n\r\n"
@@ -202,7 +390,7 @@ fn framing_attacks_are_refused() {
     assert!(contains(&out, &format!("x-api-key: {REAL}")) && !contains(&out, &s1));
     assert!(contains(&out, "3\r\nabc\r\n0\r\n\r\n"));
     // Trailers never reach the server.
-    let mut side = RequestSide::new("api.test", &b);
+    let mut side = tls("api.test", &b);
     let req = "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\nX-T: 1\nGET /smuggled HTTP/1.1\r\n\r\n";
     let (out, ex) = send(&mut side, &[req.as_bytes()]).unwrap();
     assert!(out.ends_with(b"1\r\na\r\n0\r\n\r\n") && !contains(&out, "X-T") && !contains(&out, "smuggled"));
@@ -242,7 +430,7 @@ fn real_value_in_response_becomes_sentinel() {
         body.len()
     );
     for step in [1, 7, resp.len()] {
-        let mut side = ResponseSide::new(&b);
+        let mut side = ResponseSide::new("api.test", &b);
         let mut ex = VecDeque::from([Expect {
             head: false,
             http10: false,
@@ -266,7 +454,7 @@ fn real_value_in_response_becomes_sentinel() {
 #[test]
 fn chunked_and_sse_stream_without_holding_events() {
     let (b, s1, _) = bindings();
-    let mut side = ResponseSide::new(&b);
+    let mut side = ResponseSide::new("api.test", &b);
     let mut ex = VecDeque::from([Expect {
         head: false,
         http10: false,
@@ -309,7 +497,7 @@ fn chunked_and_sse_stream_without_holding_events() {
 #[test]
 fn head_informational_and_http10_responses() {
     let (b, s1, _) = bindings();
-    let mut side = ResponseSide::new(&b);
+    let mut side = ResponseSide::new("api.test", &b);
     let mut ex = VecDeque::from([
         Expect {
             head: true,
@@ -333,7 +521,7 @@ fn head_informational_and_http10_responses() {
     assert!(text.contains(&format!("X-K: {s1}")), "{text}");
     assert!(ex.is_empty());
 
-    let mut side = ResponseSide::new(&b);
+    let mut side = ResponseSide::new("api.test", &b);
     let mut ex = VecDeque::from([Expect {
         head: false,
         http10: true,
@@ -344,7 +532,7 @@ fn head_informational_and_http10_responses() {
     assert!(text.contains("Connection: close") && text.ends_with(&s1), "{text}");
     assert!(side.closing());
     // A close-delimited body, value cut at the very end.
-    let mut side = ResponseSide::new(&b);
+    let mut side = ResponseSide::new("api.test", &b);
     let mut ex = VecDeque::from([Expect {
         head: false,
         http10: false,
@@ -356,6 +544,98 @@ fn head_informational_and_http10_responses() {
     );
     assert!(out.ends_with(&REAL.as_bytes()[..5]));
     let mut ex = VecDeque::new();
-    let mut side = ResponseSide::new(&b);
+    let mut side = ResponseSide::new("api.test", &b);
     assert!(side.feed(b"HTTP/1.1 200 OK\r\n\r\n", &mut Vec::new(), &mut ex).is_err());
+}
+
+fn one_get() -> VecDeque<Expect> {
+    VecDeque::from([Expect {
+        head: false,
+        http10: false,
+    }])
+}
+
+#[test]
+fn real_value_in_a_header_name_becomes_sentinel() {
+    let (b, s1, s2) = bindings();
+    let resp = format!(
+        "HTTP/1.1 200 {REAL}\r\nX-{REAL}: 1\r\n{OTHER_REAL}: 2\r\nX-Echo-{REAL}-{REAL}: {REAL}\r\nContent-Length: 0\r\n\r\n"
+    );
+    for step in [1, 5, resp.len()] {
+        let mut side = ResponseSide::new("api.test", &b);
+        let parts: Vec<&[u8]> = resp.as_bytes().chunks(step).collect();
+        let out = receive(&mut side, &mut one_get(), &parts);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains(REAL) && !text.contains(OTHER_REAL), "{text}");
+        assert!(text.starts_with(&format!("HTTP/1.1 200 {s1}\r\n")), "{text}");
+        assert!(text.contains(&format!("\r\nX-{s1}: 1\r\n")), "{text}");
+        assert!(text.contains(&format!("\r\n{s2}: 2\r\n")), "{text}");
+        assert!(text.contains(&format!("\r\nX-Echo-{s1}-{s1}: {s1}\r\n")), "{text}");
+        // Still a head a client parses: names stay tokens.
+        let (h, used) = super::head::parse_head(text.as_bytes(), false).unwrap().unwrap();
+        assert_eq!(used, text.len());
+        assert_eq!(h.fields.len(), 4);
+    }
+}
+
+#[test]
+fn codings_the_scan_cannot_read_are_refused_from_a_bound_host() {
+    let (b, _, _) = bindings();
+    let body = format!("\x1f\x0b{REAL}");
+    for field in [
+        "Content-Encoding: gzip",
+        "content-encoding: GZIP",
+        "Content-Encoding: identity, gzip",
+        "Content-Encoding: identity\r\nContent-Encoding: br",
+        "Content-Encoding: deflate",
+        "Content-Encoding: x-anything",
+        "Transfer-Encoding: gzip, chunked",
+        "Transfer-Encoding: chunked, chunked",
+    ] {
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\n{field}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let resp = if field.starts_with("Transfer") {
+            format!(
+                "HTTP/1.1 200 OK\r\n{field}\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+                body.len()
+            )
+        } else {
+            resp
+        };
+        let mut side = ResponseSide::new("api.test", &b);
+        let mut out = Vec::new();
+        let r = side.feed(resp.as_bytes(), &mut out, &mut one_get());
+        assert!(matches!(r, Err(Refusal::BadResponse(_))), "{field}: {r:?}");
+        assert!(out.is_empty() && !side.in_body(), "{field}");
+    }
+    // Identity in any case, or an empty list, passes.
+    for field in [
+        "Content-Encoding: identity",
+        "Content-Encoding: IDENTITY",
+        "Content-Encoding: ,",
+    ] {
+        let resp = format!("HTTP/1.1 200 OK\r\n{field}\r\nContent-Length: 3\r\n\r\nabc");
+        let out = receive(
+            &mut ResponseSide::new("api.test", &b),
+            &mut one_get(),
+            &[resp.as_bytes()],
+        );
+        assert!(contains(&out, "abc"), "{field}");
+    }
+    // From a host with no secret (plain HTTP through the engine), codings
+    // pass: it never had a value to echo.
+    let resp = "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc";
+    let out = receive(
+        &mut ResponseSide::new("other.test", &b),
+        &mut one_get(),
+        &[resp.as_bytes()],
+    );
+    assert!(contains(&out, "gzip"));
+    // A framing error mid-body: part of a response went out.
+    let mut side = ResponseSide::new("api.test", &b);
+    let resp = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX";
+    assert!(side.feed(resp.as_bytes(), &mut Vec::new(), &mut one_get()).is_err());
+    assert!(side.in_body());
 }

@@ -1,10 +1,16 @@
 //! The network: the router's policy (`policy`, `router`), attacks around it
-//! (`attacks`), egress by name (`names`), keys swapped in at the gate
-//! (`secrets`), loopback inside (`localhost`) and published ports (`ports`).
+//! (`attacks`), egress by name (`names`, and attacks through the names
+//! themselves: `name_attacks`), a flood of refusals and idle relays
+//! (`flood`), keys swapped in at the gate (`secrets`), secret sources the
+//! sandbox cannot steer (`sources`), loopback inside (`localhost`) and
+//! published ports (`ports`).
 pub mod attacks;
+pub mod flood;
 pub mod localhost;
+pub mod name_attacks;
 pub mod names;
 pub mod policy;
 pub mod ports;
 pub mod router;
 pub mod secrets;
+pub mod sources;

@@ -1,7 +1,10 @@
 //! Issue 31, "keys that never enter the sandbox". Acceptance 8 (bad
 //! sources and hosts: one sentence, exit 2, nothing started), `net show`
 //! and `doctor` naming secrets without their values, and the swap itself
-//! (`secrets_swap`: acceptance 1, 2, 3, 4, 6, 7) against test hosts.
+//! (`secrets_swap`: acceptance 1, 2, 3, 4, 6, 7) against test hosts, with
+//! issue 45's attacks on it: plain HTTP to a bound host (also inside a
+//! `CONNECT` tunnel), reflection in a header name and in a gzip body, a
+//! pipelined HTTP/1.0 request without `Host`; and `plain_http = true`.
 //!
 //! Test safety: no packet leaves this machine. The "internet" is two test
 //! host namespaces on /30s of 198.18.0.0/15 (`net_names::NameHost`):
@@ -111,13 +114,16 @@ fn secrets_net_show_and_doctor_name_them_without_values() {
 }
 
 /// The test hosts' server: TLS on 443 (a certificate per SNI name), plain
-/// HTTP on 80, DNS for the zone on 53. Every connection, SNI and request
-/// head goes to the marker. `/leak` answers with the real value in a
-/// header and the body; `info/refs` (git) is a 404; anything else echoes
-/// the request's `Authorization` and `x-api-key` in a header and the body.
+/// HTTP on 80, DNS for the zone on 53. Every connection, SNI, request head
+/// and request body goes to the marker. `/leak` answers with the real
+/// value in a header and the body; `/name` echoes `x-api-key` in a header
+/// *name*; `/gz` echoes gzip-compressed whatever `Accept-Encoding` says;
+/// `/pipe...` keeps the connection open for the next request;
+/// `info/refs` (git) is a 404; anything else echoes the request's
+/// `Authorization`, `x-api-key` and `x-plain-key` in a header and the body.
 const SERVER: &str = concat!(
     r#"
-import socket, ssl, sys, threading
+import gzip, socket, ssl, sys, threading
 ip, marker, zone, real, certs = sys.argv[1:6]
 zone = dict(kv.split("=") for kv in zone.split(",") if kv)
 ctxs = {}
@@ -141,32 +147,43 @@ def handle(c, port):
         if port == 443:
             c = first.wrap_socket(c, server_side=True)
         f = c.makefile("rb")
-        line = f.readline()
-        if not line:
-            return
-        head, headers = [line.decode().strip()], {}
         while True:
-            l = f.readline()
-            if l in (b"\r\n", b"\n", b""):
-                break
-            head.append(l.decode().strip())
-            k, _, v = l.decode().partition(":")
-            headers[k.strip().lower()] = v.strip()
-        mark("REQ %d %s" % (port, " | ".join(head)))
-        n = int(headers.get("content-length", "0") or 0)
-        if n:
-            f.read(n)
-        path = line.split()[1].decode()
-        status, extra = "200 OK", ""
-        if path.startswith("/leak"):
-            body, extra = "value=%s\n" % real, "X-Leak: %s\r\n" % real
-        elif "info/refs" in path:
-            status, body = "404 Not Found", "no repo\n"
-        else:
+            line = f.readline()
+            if not line:
+                return
+            head, headers = [line.decode().strip()], {}
+            while True:
+                l = f.readline()
+                if l in (b"\r\n", b"\n", b""):
+                    break
+                head.append(l.decode().strip())
+                k, _, v = l.decode().partition(":")
+                headers[k.strip().lower()] = v.strip()
+            mark("REQ %d %s" % (port, " | ".join(head)))
+            path = line.split()[1].decode()
+            n = int(headers.get("content-length", "0") or 0)
+            if n:
+                mark("BODY %d %s %s" % (port, path, f.read(n).decode(errors="replace")))
+            status, extra = "200 OK", ""
             a, k = headers.get("authorization", ""), headers.get("x-api-key", "")
-            body, extra = "auth=%s key=%s\n" % (a, k), "X-Echo: %s\r\n" % a
-        body = body.encode()
-        c.sendall(("HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n" % (status, extra, len(body))).encode() + body)
+            keep = path.startswith("/pipe")
+            if path.startswith("/leak"):
+                body, extra = "value=%s\n" % real, "X-Leak: %s\r\n" % real
+            elif "info/refs" in path:
+                status, body = "404 Not Found", "no repo\n"
+            elif path.startswith("/name"):
+                body, extra = "named\n", "X-K-%s: 1\r\n" % k
+            elif path.startswith("/gz"):
+                body, extra = gzip.compress(("auth=%s key=%s\n" % (a, k)).encode()), "Content-Encoding: gzip\r\n"
+            else:
+                p = headers.get("x-plain-key", "")
+                body, extra = "auth=%s key=%s%s\n" % (a, k, " plain=" + p if p else ""), "X-Echo: %s\r\n" % a
+            if isinstance(body, str):
+                body = body.encode()
+            conn = "keep-alive" if keep else "close"
+            c.sendall(("HTTP/1.1 %s\r\n%sContent-Length: %d\r\nConnection: %s\r\n\r\n" % (status, extra, len(body), conn)).encode() + body)
+            if not keep:
+                return
     except Exception as e:
         mark("ERR %d %s" % (port, type(e).__name__))
     finally:
@@ -202,7 +219,33 @@ S="$API_KEY"
 echo "shape: $(printf %s "$S" | grep -cE '^lzr-sk-[0-9A-Za-z]{40}$')"
 echo "other: $(curl -sS http://other.test/o -H "x-api-key: $S" -o /dev/null -w '%{http_code}' 2>&1)"
 echo "curl-https: $(curl -sS https://api.test/h -H "Authorization: Bearer $S" -H "x-api-key: $S" 2>&1)"
-echo "curl-http: $(curl -sS http://api.test/p -H "Authorization: Bearer $S" 2>&1)"
+echo "curl-http: $(curl -sS http://api.test/p -H "Authorization: Bearer $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
+echo "tunnel-plain: $(curl -sS -p -x http://169.254.255.2:3128 http://api.test/t -H "x-api-key: $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
+echo "plain-opt-in: $(curl -sS http://api.test/q -H "x-plain-key: $PLAIN_KEY" -H "Authorization: Basic $(printf 'u:%s' "$PLAIN_KEY" | base64 -w0)" 2>&1)"
+echo "not-named: $(curl -sS "https://api.test/nn?k=$S" -H "X-Other: $S" -H "X-$S: 1" -H 'Content-Type: application/json' -d "{\"k\":\"$S\"}" 2>&1)"
+echo "name-echo: $(curl -sS -D - -o /dev/null https://api.test/name -H "x-api-key: $S" 2>&1 | grep -i '^x-k-' | tr -d '\r')"
+echo "gzip: $(curl -sS --compressed https://api.test/gz -H "x-api-key: $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
+echo "pipe: $(python3 -c '
+import os, ssl, socket
+S = os.environ["API_KEY"]
+s = ssl.create_default_context().wrap_socket(socket.create_connection(("api.test", 443)), server_hostname="api.test")
+def upto(end):
+    r = b""
+    try:
+        while not r.endswith(end):
+            d = s.recv(4096)
+            if not d:
+                break
+            r += d
+    except OSError as e:
+        r += (" (%s)" % type(e).__name__).encode()
+    return r
+s.sendall(("GET /pipe1 HTTP/1.1\r\nHost: api.test\r\nx-api-key: %s\r\n\r\n" % S).encode())
+r = upto(b"0\r\n\r\n")
+s.sendall(("GET /pipe2 HTTP/1.0\r\nx-api-key: %s\r\n\r\n" % S).encode())
+t = upto(b"\0")
+print(r.split(b"\r\n")[0].decode(), "|", t.split(b"\r\n")[0].decode(), "|", t.split(b"\r\n\r\n", 1)[-1].decode().strip())
+' 2>&1)"
 echo "curl-leak: $(curl -sS -D - https://api.test/leak 2>&1 | tr '\r\n' '  ')"
 echo "python: $(python3 -c 'import os,urllib.request as u; r=u.Request("https://api.test/py", headers={"x-api-key": os.environ["API_KEY"]}); print(u.urlopen(r, timeout=10).read().decode().strip())' 2>&1)"
 echo "node-fetch: $(node -e 'fetch("https://api.test/nf",{headers:{authorization:"Bearer "+process.env.API_KEY}}).then(r=>r.text()).then(t=>console.log(t.trim()),e=>console.log("ERR",(e.cause&&e.cause.code)||e.message))' 2>&1)"
@@ -275,6 +318,10 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let real = format!("{half_a}{half_b}");
     let key = base.join("api-key");
     env.write(&key, &format!("{real}\n"));
+    // A second secret that opts in to plain HTTP (`plain_http = true`).
+    let plain_real = format!("sk-plain-{}", rand(8));
+    let plain_key = base.join("plain-key");
+    env.write(&plain_key, &format!("{plain_real}\n"));
     // The test CA, a stranger CA, and one certificate per name.
     let ca = TrustAnchor::new("lazaret-test-ca", 1, "it").unwrap();
     let stranger = TrustAnchor::new("stranger", 1, "it").unwrap();
@@ -344,9 +391,12 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
             "{recipe}\n[profiles.sec]\nimage = \"dev\"\n[profiles.sec.network]\ndns = [\"{a}\"]\n\
              hosts = [\"api.test\", \"other.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n\
              [profiles.sec.secrets.API_KEY]\nfrom = \"file:{key}\"\n\
-             hosts = [\"api.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n",
+             hosts = [\"api.test\", \"badca.test\", \"badname.test\", \"expired.test\"]\n\
+             [profiles.sec.secrets.PLAIN_KEY]\nfrom = \"file:{plain}\"\nhosts = [\"api.test\"]\n\
+             headers = [\"X-Plain-Key\", \"Authorization\"]\nplain_http = true\n",
             a = api.ip,
-            key = key.display()
+            key = key.display(),
+            plain = plain_key.display()
         ),
     );
     let ws = env.dir("secrets-swap-ws");
@@ -374,8 +424,16 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     assert!(leaf.len() > 200 && leaf.bytes().all(|b| b.is_ascii_hexdigit()), "{r:?}");
     let hex: String = real.bytes().map(|b| format!("{b:02x}")).collect();
     assert!(!leaf.contains(&hex), "{r:?}");
-    // The server saw the real value, over HTTPS and plain HTTP, and never
-    // the sentinel.
+    assert!(!out.contains(&plain_real) && !r.stderr.contains(&plain_real), "{r:?}");
+    let plain_sentinel = out
+        .lines()
+        .find_map(|l| l.strip_prefix("PLAIN_KEY="))
+        .unwrap_or_else(|| panic!("no PLAIN_KEY inside: {r:?}"))
+        .to_string();
+    // The server saw the real value over verified HTTPS, in the headers
+    // the secret names; the sentinel only where the sandbox put it and
+    // nothing swaps it (the /nn request: target, another header, a header
+    // name, the body).
     let marked = api.marked();
     assert!(
         marked.contains("REQ 443 GET /h HTTP/1.1")
@@ -383,20 +441,92 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
             && marked.contains(&format!("x-api-key: {real}")),
         "{marked}"
     );
+    for l in marked.lines().filter(|l| l.contains(&sentinel)) {
+        assert!(l.contains("/nn"), "the sentinel reached the server outside /nn: {l}");
+    }
+    let nn = marked
+        .lines()
+        .find(|l| l.starts_with("REQ 443 POST /nn?k="))
+        .unwrap_or_else(|| panic!("{marked}"));
     assert!(
-        marked
-            .lines()
-            .any(|l| l.starts_with("REQ 80 GET /p ") && l.contains(&format!("Bearer {real}"))),
+        nn.contains(&format!("/nn?k={sentinel} "))
+            && nn.contains(&format!("X-Other: {sentinel}"))
+            && nn.contains(&format!("X-{sentinel}: 1"))
+            && !nn.contains(&real),
+        "{nn}"
+    );
+    assert!(
+        marked.contains(&format!("BODY 443 /nn?k={sentinel} {{\"k\":\"{sentinel}\"}}")),
         "{marked}"
     );
-    assert!(!marked.contains(&sentinel), "{marked}");
+    assert_eq!(line(out, "not-named"), "auth= key=", "{r:?}");
+    // Every request to the bound host asked for identity.
+    for l in marked.lines().filter(|l| l.starts_with("REQ ")) {
+        assert!(l.contains("Accept-Encoding: identity"), "{l}");
+    }
+    // Attack: the sandbox picks http:// for the bound host. Refused before
+    // the gate connects (no request, no connection on 80 for it), with a
+    // 403 of one line naming the secret; the same inside a CONNECT tunnel
+    // (the gate connects before it sees the tunnel's first byte, and sends
+    // nothing).
+    for (name, path) in [("curl-http", "/p"), ("tunnel-plain", "/t")] {
+        let got = line(out, name);
+        assert!(
+            got.ends_with(" 403") && got.contains("API_KEY") && got.contains("downgrade"),
+            "{name}: {r:?}"
+        );
+        assert!(!marked.contains(&format!("GET {path} ")), "{name}: {marked}");
+    }
+    let notice = "lazaret: egress to api.test:80 refused (downgrade: the sentinel of API_KEY in plain HTTP";
+    assert_eq!(r.stderr.matches(notice).count(), 1, "{r:?}");
+    // `plain_http = true`: that secret is swapped over plain HTTP (also in
+    // Basic credentials), and its echo comes back as the sentinel (the
+    // Basic one as the sandbox's own base64).
+    let q = marked
+        .lines()
+        .find(|l| l.starts_with("REQ 80 GET /q "))
+        .unwrap_or_else(|| panic!("{marked}"));
+    let basic_real = openssl::base64::encode_block(format!("u:{plain_real}").as_bytes());
+    let basic_sentinel = openssl::base64::encode_block(format!("u:{plain_sentinel}").as_bytes());
+    assert!(
+        q.contains(&format!("X-Plain-Key: {plain_real}")) && q.contains(&format!("Basic {basic_real}")),
+        "{q}"
+    );
+    assert_eq!(
+        line(out, "plain-opt-in"),
+        format!("auth=Basic {basic_sentinel} key= plain={plain_sentinel}"),
+        "{r:?}"
+    );
+    assert_eq!(marked.matches("CONN 80").count(), 2, "{marked}");
+    // Attack: reflection. The value echoed in a header name comes back as
+    // the sentinel; a gzip-encoded echo (the gate asked for identity) is a
+    // 502 of one line, never the body.
+    assert_eq!(line(out, "name-echo"), format!("X-K-{sentinel}: 1"), "{r:?}");
+    assert!(marked.contains("REQ 443 GET /name HTTP/1.1"), "{marked}");
+    let gz = line(out, "gzip");
+    assert!(
+        gz.ends_with(" 502") && gz.contains("lazaret: api.test refused: a Content-Encoding other than identity"),
+        "{r:?}"
+    );
+    assert!(marked.contains("REQ 443 GET /gz HTTP/1.1"), "{marked}");
+    // Attack: on one kept-alive TLS connection, a pipelined HTTP/1.0
+    // request without Host after a good one: refused, never sent.
+    let pipe = line(out, "pipe");
+    assert!(
+        pipe.starts_with("HTTP/1.1 200 OK | HTTP/1.1 403 Forbidden |") && pipe.contains("no Host header"),
+        "{r:?}"
+    );
+    assert!(
+        marked.contains("REQ 443 GET /pipe1 HTTP/1.1") && !marked.contains("/pipe2"),
+        "{marked}"
+    );
+    assert!(!marked.contains(&plain_sentinel), "{marked}");
     // Acceptance 4 (and the echo): what comes back carries the sentinel.
     assert_eq!(
         line(out, "curl-https"),
         format!("auth=Bearer {sentinel} key={sentinel}"),
         "{r:?}"
     );
-    assert_eq!(line(out, "curl-http"), format!("auth=Bearer {sentinel} key="), "{r:?}");
     let leak = line(out, "curl-leak");
     assert!(
         leak.contains(&format!("X-Leak: {sentinel}")) && leak.contains(&format!("value={sentinel}")),
@@ -440,6 +570,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     let run = env.runtime_root().join(&id);
     for d in [&root, &run] {
         assert_no_file_holds(d, real.as_bytes());
+        assert_no_file_holds(d, plain_real.as_bytes());
     }
     // (The test hosts' servers, root's, have it in their argv.)
     let mine: Vec<_> = crate::harness::processes_mentioning(&real)
@@ -457,6 +588,7 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     }));
     for d in [&root, &run] {
         assert_no_file_holds(d, real.as_bytes());
+        assert_no_file_holds(d, plain_real.as_bytes());
         assert_no_file_holds(d, b"PRIVATE KEY");
     }
 }
