@@ -93,7 +93,9 @@ for t in "$@"; do
     if [ $rc -ne 0 ]; then
         new=$(comm -13 <(echo "$before") <(ls "$art") | head -n1)
         new=${new:+$art/$new}
-        grep -m1 -E "panicked at|ERROR: libFuzzer" -A3 "$tdir/$t.log" | sed "s/^/fuzz.sh: $t: /" || true
+        if [ ${#mode[@]} -eq 0 ]; then
+            grep -m1 -E "panicked at|ERROR: libFuzzer" -A3 "$tdir/$t.log" | sed "s/^/fuzz.sh: $t: /" || true
+        fi
         echo "fuzz.sh: $t FAILED after $((SECONDS - start)) s (exit $rc): input ${new:-not written}; log $tdir/$t.log" >&2
         echo "fuzz.sh: replay: LAZARET_FUZZ_TARGET=$t $bin ${new:-INPUT}" >&2
         failed+=("$t")

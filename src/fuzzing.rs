@@ -20,8 +20,11 @@ use crate::net::policy::GatePlan;
 use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide, Upstream};
 use crate::wire::mailbox;
 
+/// A fuzz target: panics only on a bug.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
@@ -33,7 +36,7 @@ pub const TARGETS: [(&str, fn(&[u8])); 8] = [
 ];
 
 /// The target called `name`.
-pub fn target(name: &str) -> Option<fn(&[u8])> {
+pub fn target(name: &str) -> Option<Target> {
     TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
 }
 
@@ -205,15 +208,16 @@ pub const SWAP_SECRETS: [(&str, &str, &str, &str); 2] = [
 ];
 
 /// [`SWAP_SECRETS`], the real value of those not bound to `unbound_of`
-/// replaced by `other` (a value the sandbox never saw).
-fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
+/// (of every one with `all`) replaced by `other` (a value the sandbox
+/// never saw).
+fn swap_bindings(unbound_of: Option<&str>, other: &str, all: bool) -> Vec<Binding> {
     SWAP_SECRETS
         .iter()
         .map(|(var, sentinel, real, host)| Binding {
             var: var.to_string(),
             sentinel: sentinel.to_string(),
             real: SecretValue::new(
-                if unbound_of.is_some_and(|h| h != *host) {
+                if all || unbound_of.is_some_and(|h| h != *host) {
                     other
                 } else {
                     real
@@ -226,6 +230,19 @@ fn swap_bindings(unbound_of: Option<&str>, other: &str) -> Vec<Binding> {
             plain_http: false,
         })
         .collect()
+}
+
+/// The name of the header line `needle` lies on at each place it occurs
+/// (`None`: on no header line's value: a first line, a header name, a body
+/// line without a colon).
+fn header_names_at(hay: &[u8], needle: &[u8]) -> Vec<Option<Vec<u8>>> {
+    let mut v = Vec::new();
+    for at in (0..hay.len().saturating_sub(needle.len() - 1)).filter(|&i| hay[i..].starts_with(needle)) {
+        let start = hay[..at].iter().rposition(|b| *b == b'\n').map_or(0, |k| k + 1);
+        let colon = hay[start..at].iter().position(|b| *b == b':');
+        v.push(colon.map(|c| hay[start..start + c].trim_ascii().to_ascii_lowercase()));
+    }
+    v
 }
 
 /// Where `needle` first lies in an HTTP byte stream: a header name, the
@@ -251,10 +268,13 @@ fn where_in(hay: &[u8], needle: &[u8]) -> Option<&'static str> {
 }
 
 /// The swap towards a host ([`RequestSide`]), the input cut in two at a
-/// fuzz-chosen point; the first byte picks the host of [`SWAP_HOSTS`].
+/// fuzz-chosen point; the first byte picks the host of [`SWAP_HOSTS`]
+/// and, with its high bit, a plain-HTTP upstream instead of verified TLS.
 /// Properties: what goes to the host holds no sentinel of a secret not
 /// bound to it, and does not depend on the real value of such a secret
-/// (so never contains it, unless the sandbox sent it itself).
+/// (so never contains it, unless the sandbox sent it itself); a real value
+/// appears only in the value of a header its secret names; on a plain-HTTP
+/// upstream nothing depends on any real value.
 pub fn swap_request(data: &[u8]) {
     let Some((&pick, data)) = data.split_first() else {
         return;
@@ -267,23 +287,37 @@ pub fn swap_request(data: &[u8]) {
         Upstream::Verified
     };
     let (a, b) = cut(data);
-    let run = |other: &str| {
-        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other), upstream);
+    let run = |other: &str, all: bool| {
+        let mut side = RequestSide::new(host, &swap_bindings(Some(host), other, all), upstream);
         let (mut out, mut ex) = (Vec::new(), VecDeque::new());
         let r = side
             .feed(a, &mut out, &mut ex)
             .and_then(|_| side.feed(b, &mut out, &mut ex));
         (out, r, ex)
     };
-    let (out, r, ex) = run("unbound-value-one-1111");
-    for (_, sentinel, _, bound) in SWAP_SECRETS {
+    let (out, r, ex) = run("unbound-value-one-1111", false);
+    for (var, sentinel, real, bound) in SWAP_SECRETS {
         if let Some(place) = where_in(&out, sentinel.as_bytes()).filter(|_| bound != host) {
             panic!("the sentinel of a secret bound to {bound} went to {host}, in {place}");
         }
+        for name in header_names_at(&out, real.as_bytes()) {
+            if !name.is_some_and(|n| DEFAULT_HEADERS.iter().any(|h| h.as_bytes() == n)) {
+                let place = where_in(&out, real.as_bytes()).unwrap_or_default();
+                panic!("the real value of {var} written outside the headers it names, in {place}");
+            }
+        }
+    }
+    if upstream == Upstream::Plain {
+        let all = run("unbound-value-one-1111", true);
+        assert_eq!(
+            (&out, &r, &ex),
+            (&all.0, &all.1, &all.2),
+            "a real value on a plain-HTTP path to {host}"
+        );
     }
     assert_eq!(
         (out, r, ex),
-        run("unbound-value-two-2222"),
+        run("unbound-value-two-2222", false),
         "an unbound real value reached {host}"
     );
 }
@@ -296,7 +330,7 @@ pub fn swap_response(data: &[u8]) {
         return;
     };
     let (a, b) = cut(data);
-    let mut side = ResponseSide::new(SWAP_HOSTS[0], &swap_bindings(None, ""));
+    let mut side = ResponseSide::new(SWAP_HOSTS[0], &swap_bindings(None, "", false));
     let (mut out, mut ex) = (Vec::new(), expects(flags));
     if side
         .feed(a, &mut out, &mut ex)

@@ -109,3 +109,14 @@ sresp = {
 }
 for k, (f, v) in sresp.items():
     w('swap_response', k, bytes([f]) + cut(len(v)//2) + v.encode())
+
+# The upstream answers the dns target reads are for the name it asked, a.test.
+w('dns', 'answer-asked-a', answer(0x2468, 'a.test', [[10,0,0,7]]))
+w('dns', 'answer-asked-cname', answer(0x1357, 'a.test', [[10,0,0,8],[10,0,0,9]], cname='b.a.test'))
+w('dns', 'answer-asked-other-name', answer(0x1111, 'b.test', [[10,0,0,10]]))
+# The high bit of the first byte: a plain-HTTP upstream.
+for k in ('bound-header', 'basic', 'bound-target'):
+    h, v = sreq[k]
+    w('swap_request', 'plain-' + k, bytes([h | 0x80]) + cut(len(v)//2) + v.encode())
+v = f'GET / HTTP/1.1\r\nHost: api.test\r\nx-other: {SA}\r\nCookie: k={SA}\r\n\r\n'
+w('swap_request', 'unnamed-header', b'\x00' + cut(len(v)//2) + v.encode())
