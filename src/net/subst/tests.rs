@@ -129,6 +129,23 @@ fn sentinel_becomes_real_only_in_the_headers_its_secret_names() {
     assert!(text.contains(&format!("Authorization: Bearer {s1}\r\n")), "{text}");
 }
 
+/// Attack: two range requests for an echo, cut in the middle of the real
+/// value: each response holds half of it, which no scan matches. Towards
+/// a bound host the gate asks for whole bodies only.
+#[test]
+fn towards_a_bound_host_no_range_is_asked_for() {
+    let (b, _, _) = bindings();
+    let req =
+        b"GET /echo HTTP/1.1\r\nHost: api.test\r\nRange: bytes=0-40\r\nIf-Range: \"x\"\r\nrange: bytes=41-\r\n\r\n";
+    let (out, _) = send(&mut tls("api.test", &b), &[req]).unwrap();
+    let text = String::from_utf8(out).unwrap().to_ascii_lowercase();
+    assert!(!text.contains("range"), "{text}");
+    // Elsewhere (no secret bound) ranges pass.
+    let req = b"GET / HTTP/1.1\r\nHost: cdn.test\r\nRange: bytes=0-40\r\n\r\n";
+    let (out, _) = send(&mut tls("cdn.test", &b), &[req]).unwrap();
+    assert!(contains(&out, "Range: bytes=0-40"));
+}
+
 #[test]
 fn towards_a_bound_host_only_identity_is_asked_for() {
     let (b, _, _) = bindings();
