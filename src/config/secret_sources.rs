@@ -531,12 +531,21 @@ pub fn plan_cmd(argv: &[String], host: &[(OsString, OsString)], fence: &Fence) -
 /// tail that names no fenced place costs a look and nothing more.
 fn arg_paths(a: &str, cwd: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for piece in a.split(['=', ':', ',', ';']).filter(|p| !p.is_empty()) {
+    // After a `=` a piece is a value (`PYTHONPATH=proj` given to `env`):
+    // relative, it names a place under `cwd` even without a `/`.
+    let value_at = a.find('=').map_or(a.len(), |i| i + 1);
+    let mut at = 0;
+    for piece in a.split(['=', ':', ',', ';']) {
+        let value = at >= value_at;
+        at += piece.len() + 1;
+        if piece.is_empty() {
+            continue;
+        }
         for (i, _) in piece.match_indices('/') {
             out.push(PathBuf::from(&piece[i..]));
         }
         let relative = !piece.starts_with('/') && !piece.starts_with('-');
-        if relative && (piece.contains('/') || piece == "." || piece == "..") {
+        if relative && (value || piece.contains('/') || piece == "." || piece == "..") {
             out.push(cwd.join(piece));
         }
     }
@@ -800,6 +809,7 @@ mod tests {
             );
         }
         assert!(plan_cmd(&argv(&["/bin/echo", "./x", "a=b", "-I."]), &h, &f).is_ok());
+        std::os::unix::fs::symlink(s.p("ws"), s.p("home/wslink")).unwrap();
         // Attack: a path into the workspace the check did not read as one:
         // glued to its option, in a PATH-like list after an entry outside,
         // after a second `=`, or relative to the child's directory (home).
@@ -809,6 +819,10 @@ mod tests {
             format!("--x=y={}/c", s.p("vol").display()),
             "../ws/x.py".to_string(),
             "--script=../ws/x.py".to_string(),
+            // `env` given a module path relative to home (home/ws links
+            // to the workspace).
+            "PYTHONPATH=wslink".to_string(),
+            "NODE_PATH=/usr/lib/node:wslink".to_string(),
         ] {
             assert!(
                 matches!(plan_cmd(&argv(&["/bin/echo", &a]), &h, &f), Err(Steer::Inside { .. })),
