@@ -20,8 +20,11 @@ use crate::net::policy::GatePlan;
 use crate::net::subst::{Binding, Expect, RequestSide, ResponseSide, Upstream};
 use crate::wire::mailbox;
 
+/// A fuzz target: arbitrary bytes in, a panic only on a bug.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
