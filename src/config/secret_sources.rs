@@ -25,8 +25,9 @@
 //!   Nothing else passes (`PYTHONPATH`, `NODE_OPTIONS`, `LD_PRELOAD`, …);
 //! - the program is resolved here, in that `PATH`, to an absolute path;
 //!   every location on the way (each symlink, each directory) must lie
-//!   outside the Fence ([`locate`]), and so must every argument that is
-//!   an absolute path.
+//!   outside the Fence ([`locate`]), and so must every path an argument
+//!   names ([`arg_paths`]: absolute, glued to an option, in a `:` list,
+//!   or relative to the child's directory).
 //!
 //! Paths are compared canonically (symlinks resolved one by one, as the
 //! kernel does) and by whole components (`/a/bc` is not inside `/a/b`).
@@ -504,25 +505,51 @@ pub fn plan_cmd(argv: &[String], host: &[(OsString, OsString)], fence: &Fence) -
             path,
         })?
     };
-    for a in &argv[1..] {
-        let p = match a.split_once('=') {
-            _ if a.starts_with('/') => a.as_str(),
-            Some((_, v)) if v.starts_with('/') => v,
-            _ => continue,
-        };
-        locate(Path::new(p), fence).map_err(walk_err(format!("argument {}", crate::display::escape(a))))?;
-    }
     let home = env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v));
     let cwd = home
         .and_then(|h| locate(&h, fence).ok())
         .filter(|h| h.is_dir())
         .unwrap_or_else(|| PathBuf::from("/"));
+    for a in &argv[1..] {
+        for p in arg_paths(a, &cwd) {
+            locate(&p, fence).map_err(walk_err(format!("argument {}", crate::display::escape(a))))?;
+        }
+    }
     Ok(CmdPlan {
         program,
         argv: argv.to_vec(),
         cwd,
         env,
     })
+}
+
+/// The paths an argument may name, as the child would read them: the
+/// argument split at `=`, `:`, `,` and `;` (`--config=P`, a `PATH`-like
+/// list `A:B`), and of each piece every tail that starts at a `/` (an
+/// option glued to its path, `-I/p`, `--file/p`); a relative piece with a
+/// `/` in it (or `.`, `..`) is taken from `cwd`, where the child runs. A
+/// tail that names no fenced place costs a look and nothing more.
+fn arg_paths(a: &str, cwd: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    // After a `=` a piece is a value (`PYTHONPATH=proj` given to `env`):
+    // relative, it names a place under `cwd` even without a `/`.
+    let value_at = a.find('=').map_or(a.len(), |i| i + 1);
+    let mut at = 0;
+    for piece in a.split(['=', ':', ',', ';']) {
+        let value = at >= value_at;
+        at += piece.len() + 1;
+        if piece.is_empty() {
+            continue;
+        }
+        for (i, _) in piece.match_indices('/') {
+            out.push(PathBuf::from(&piece[i..]));
+        }
+        let relative = !piece.starts_with('/') && !piece.starts_with('-');
+        if relative && (value || piece.contains('/') || piece == "." || piece == "..") {
+            out.push(cwd.join(piece));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -782,6 +809,40 @@ mod tests {
             );
         }
         assert!(plan_cmd(&argv(&["/bin/echo", "./x", "a=b", "-I."]), &h, &f).is_ok());
+        std::os::unix::fs::symlink(s.p("ws"), s.p("home/wslink")).unwrap();
+        // Attack: a path into the workspace the check did not read as one:
+        // glued to its option, in a PATH-like list after an entry outside,
+        // after a second `=`, or relative to the child's directory (home).
+        for a in [
+            format!("-I{}/lib", s.p("ws").display()),
+            format!("PATH=/usr/bin:{}/bin", s.p("ws").display()),
+            format!("--x=y={}/c", s.p("vol").display()),
+            "../ws/x.py".to_string(),
+            "--script=../ws/x.py".to_string(),
+            // `env` given a module path relative to home (home/ws links
+            // to the workspace).
+            "PYTHONPATH=wslink".to_string(),
+            "NODE_PATH=/usr/lib/node:wslink".to_string(),
+        ] {
+            assert!(
+                matches!(plan_cmd(&argv(&["/bin/echo", &a]), &h, &f), Err(Steer::Inside { .. })),
+                "{a}"
+            );
+        }
+        // What names nothing inside still runs.
+        assert!(plan_cmd(
+            &argv(&[
+                "/bin/echo",
+                "https://api.test/v1",
+                "repos/o/r",
+                "-u",
+                "a:b",
+                "../outside/x"
+            ]),
+            &h,
+            &f
+        )
+        .is_ok());
     }
 
     #[test]

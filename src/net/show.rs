@@ -206,9 +206,17 @@ fn describe_secrets(secrets: &[crate::config::secrets::Secret]) -> String {
     out
 }
 
-/// `lazaret net log` lists at most this many rows (newest first); `--json`
-/// has them all.
+/// `lazaret net log` lists at most this many rows (leak attempts and
+/// downgrades first, then newest first); `--json` has them all.
 pub const LOG_ROWS_MAX: usize = 200;
+
+/// The rows `lazaret net log` lists, at most [`LOG_ROWS_MAX`]: leak
+/// attempts and downgrades first (no flood of newer refusals pushes one
+/// out), then the rest, each part newest first as `rows` is.
+fn listed(rows: &[(crate::net::gate::LogEntry, u64)]) -> Vec<&(crate::net::gate::LogEntry, u64)> {
+    let (alarms, rest): (Vec<_>, Vec<_>) = rows.iter().partition(|(e, _)| crate::net::gate::alarm(&e.why));
+    alarms.into_iter().chain(rest).take(LOG_ROWS_MAX).collect()
+}
 
 /// `lazaret net log`: the egress gate's log of the Domain (its runtime dir
 /// `run`: the log and the file before its last rotation), aggregated,
@@ -249,6 +257,7 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
                 Json::Obj(vec![
                     ("entries", Json::s(dropped.entries.to_string())),
                     ("refusals", Json::s(dropped.refusals.to_string())),
+                    ("alarms", Json::s(dropped.alarms.to_string())),
                 ]),
             ),
             (
@@ -270,8 +279,16 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
         } else {
             String::new()
         };
+        let alarms = if dropped.alarms > 0 {
+            format!(
+                ", {} of them LEAK ATTEMPTS OR DOWNGRADES (a secret's sentinel)",
+                dropped.alarms
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{} older refusals{also} dropped (the log keeps its newest {} MiB)",
+            "{} older refusals{also} dropped{alarms} (the log keeps its newest {} MiB)",
             dropped.refusals,
             (2 * gate::LOG_MAX) >> 20
         )
@@ -287,7 +304,7 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
         "egress log of Domain {domain_id} (profile {}), newest first:",
         profile.name
     );
-    for (e, n) in rows.iter().take(LOG_ROWS_MAX) {
+    for (e, n) in listed(&rows) {
         let esc = crate::display::escape;
         println!(
             "  {:<8} {:<3} {}:{} x{n} ({})",
@@ -346,5 +363,28 @@ mod secret_tests {
             "{j}"
         );
         assert_eq!(super::describe_secrets(&[]), "secrets: none\n");
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use crate::net::gate;
+
+    /// Attack: one leak attempt, then a flood of newer refusals of
+    /// made-up names: `net log` still lists the leak attempt, first.
+    #[test]
+    fn a_flood_does_not_push_a_leak_attempt_out_of_the_listing() {
+        let mut text = String::from("1\trefused\ttcp\tother.test\t80\tleak attempt: the sentinel of K\n");
+        for i in 0..1000 {
+            text.push_str(&format!(
+                "{}\trefused\tdns\tn{i}.test\t53\tnot in network.hosts\n",
+                i + 2
+            ));
+        }
+        let rows = gate::summarize(&gate::parse_log(&text));
+        let l = super::listed(&rows);
+        assert_eq!(l.len(), super::LOG_ROWS_MAX);
+        assert_eq!(l[0].0.what, "other.test");
+        assert_eq!(l[1].0.what, "n999.test");
     }
 }

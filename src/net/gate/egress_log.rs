@@ -24,8 +24,9 @@ use crate::config::hosts::{self, HostPattern};
 pub const LOG_FILE: &str = "egress.log";
 /// The log before the last rotation.
 pub const LOG_PREV: &str = "egress.log.1";
-/// What the rotations dropped, `ENTRIES REFUSALS` (two decimal numbers and
-/// a newline), replaced whole at each rotation.
+/// What the rotations dropped, `ENTRIES REFUSALS ALARMS` (decimal numbers
+/// and a newline; a file of two numbers has no alarms), replaced whole at
+/// each rotation.
 pub const LOG_DROPPED: &str = "egress.log.dropped";
 /// The egress log's files in the runtime dir (removed with the Domain).
 pub const LOG_FILES: [&str; 3] = [LOG_FILE, LOG_PREV, LOG_DROPPED];
@@ -40,17 +41,34 @@ pub struct Dropped {
     pub entries: u64,
     /// Of those, refusals.
     pub refusals: u64,
+    /// Of the refusals, leak attempts and downgrades ([`alarm`]).
+    pub alarms: u64,
+}
+
+/// Whether a refusal's reason is a secret's: its sentinel sent where the
+/// secret is not bound (a leak attempt) or where it would cross in
+/// cleartext (a downgrade). `net log` lists these first and counts the
+/// dropped ones apart; the sessions are told of each.
+pub fn alarm(why: &str) -> bool {
+    why.starts_with("leak attempt") || why.starts_with("downgrade")
 }
 
 impl Dropped {
     /// The count file's content; malformed or missing is none dropped.
     pub fn read(dir: &Path) -> Dropped {
         let text = std::fs::read_to_string(dir.join(LOG_DROPPED)).unwrap_or_default();
-        let mut f = text.trim_end_matches('\n').split(' ');
-        match (f.next(), f.next(), f.next()) {
-            (Some(a), Some(b), None) => match (a.parse(), b.parse()) {
-                (Ok(entries), Ok(refusals)) if refusals <= entries => Dropped { entries, refusals },
-                _ => Dropped::default(),
+        let f: Vec<&str> = text.trim_end_matches('\n').split(' ').collect();
+        let n: Vec<u64> = f.iter().map_while(|x| x.parse().ok()).collect();
+        match (n.len() == f.len(), n.as_slice()) {
+            (true, [entries, refusals]) if refusals <= entries => Dropped {
+                entries: *entries,
+                refusals: *refusals,
+                alarms: 0,
+            },
+            (true, [entries, refusals, alarms]) if alarms <= refusals && refusals <= entries => Dropped {
+                entries: *entries,
+                refusals: *refusals,
+                alarms: *alarms,
             },
             _ => Dropped::default(),
         }
@@ -59,7 +77,7 @@ impl Dropped {
     /// Replaces the count file (written aside, then renamed over it).
     fn write(&self, dir: &Path) -> io::Result<()> {
         let tmp = dir.join(format!("{LOG_DROPPED}.tmp"));
-        std::fs::write(&tmp, format!("{} {}\n", self.entries, self.refusals))?;
+        std::fs::write(&tmp, format!("{} {} {}\n", self.entries, self.refusals, self.alarms))?;
         std::fs::rename(&tmp, dir.join(LOG_DROPPED))
     }
 
@@ -68,8 +86,12 @@ impl Dropped {
         let mut d = Dropped::default();
         for l in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             d.entries += 1;
-            if l.split(|b| *b == b'\t').nth(1) == Some(&b"refused"[..]) {
+            let f: Vec<&[u8]> = l.split(|b| *b == b'\t').collect();
+            if f.get(1) == Some(&&b"refused"[..]) {
                 d.refusals += 1;
+                if f.get(5).is_some_and(|w| alarm(&String::from_utf8_lossy(w))) {
+                    d.alarms += 1;
+                }
             }
         }
         d
@@ -102,6 +124,7 @@ impl Writer {
                 Dropped {
                     entries: had.entries + now.entries,
                     refusals: had.refusals + now.refusals,
+                    alarms: had.alarms + now.alarms,
                 }
                 .write(dir)?;
             }
@@ -147,6 +170,9 @@ impl EgressLog {
         let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
+        // A reason may quote what a remote host said (a TLS error): no
+        // byte of it may split the line or its fields.
+        let why: String = why.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
         let line = format!("{ms}\t{action}\t{proto}\t{clean}\t{port}\t{why}\n");
         let Ok(mut g) = self.file.lock() else { return };
         let Some(w) = g.as_mut() else { return };
@@ -428,7 +454,7 @@ mod tests {
         assert!(kept.windows(2).all(|w| w[0].ms <= w[1].ms));
         assert_eq!(
             std::fs::read_to_string(d.join(LOG_DROPPED)).unwrap(),
-            format!("{} {}\n", dropped.entries, dropped.refusals)
+            format!("{} {} 0\n", dropped.entries, dropped.refusals)
         );
         // A gate of the next generation appends to the same log and count.
         let again = EgressLog::bounded(d.join(LOG_FILE), 1000);
@@ -438,6 +464,30 @@ mod tests {
         let (text, d2) = read_log(&d);
         assert_eq!(parse_log(&text).len() as u64 + d2.entries, 141);
         assert!(d2.entries > dropped.entries);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Attack: a leak attempt, then a flood of refused made-up names that
+    /// rotates it out of both files: the count of dropped lines says a
+    /// leak attempt was among them.
+    #[test]
+    fn a_flood_cannot_drop_a_leak_attempt_without_a_word() {
+        let d = dir("alarm");
+        let log = EgressLog::bounded(d.join(LOG_FILE), 2000);
+        log.record(
+            "refused",
+            "tcp",
+            "other.test",
+            80,
+            "leak attempt: the sentinel of API_KEY",
+        );
+        for i in 0..200 {
+            log.record("refused", "dns", &format!("n{i:03}.test"), 53, "not in network.hosts");
+        }
+        let (text, dropped) = read_log(&d);
+        assert!(!text.contains("leak attempt"), "the flood did not rotate it out");
+        assert_eq!(dropped.alarms, 1, "{dropped:?}");
+        assert!(alarm("downgrade: the sentinel of K in plain HTTP") && !alarm("not in network.hosts"));
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -458,10 +508,33 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// A reason with a tab, a newline or an escape (a TLS error quoting
+    /// a remote host) stays one line of six fields: nothing forged, the
+    /// line not lost to `net log`.
+    #[test]
+    fn a_reason_cannot_split_or_forge_a_line() {
+        let d = dir("why");
+        let log = EgressLog::bounded(d.join(LOG_FILE), 1 << 20);
+        log.record(
+            "refused",
+            "tcp",
+            "a.test",
+            443,
+            "upstream TLS: x\t1\trefused\tdns\tforged.test\t53\ty\n2\tallowed\ttcp\tb.test\t443\t\x1b[2J",
+        );
+        let (text, _) = read_log(&d);
+        let e = parse_log(&text);
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert_eq!(e.len(), 1, "{text:?}");
+        assert_eq!(e[0].what, "a.test");
+        assert!(!e[0].why.chars().any(char::is_control), "{:?}", e[0].why);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[test]
     fn a_malformed_count_is_none() {
         let d = dir("count");
-        for bad in ["", "x y\n", "1\n", "1 2 3\n", "1 5\n", "-1 0\n"] {
+        for bad in ["", "x y\n", "1\n", "1 2 3\n", "1 5\n", "-1 0\n", "5 3 1 1\n", "5 3 x\n"] {
             std::fs::write(d.join(LOG_DROPPED), bad).unwrap();
             assert_eq!(Dropped::read(&d), Dropped::default(), "{bad:?}");
         }
@@ -470,9 +543,12 @@ mod tests {
             Dropped::read(&d),
             Dropped {
                 entries: 7,
-                refusals: 5
+                refusals: 5,
+                alarms: 0
             }
         );
+        std::fs::write(d.join(LOG_DROPPED), "7 5 2\n").unwrap();
+        assert_eq!(Dropped::read(&d).alarms, 2);
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -362,7 +362,8 @@ fn handle(shared: &Shared, conn: TcpStream) {
     // sentinel where it would be swapped (a downgrade: its value goes only
     // over TLS the gate verifies), a head it cannot frame. The swap
     // refuses the rest (later requests, bodies) later.
-    if let (Some(s), Sniffed::Http { .. }) = (shared.secrets.as_ref(), &sniffed) {
+    let plain = plain_http(&sniffed, dst.port(), &buf);
+    if let (Some(s), true) = (shared.secrets.as_ref(), plain) {
         let mut scratch = Vec::new();
         let r = crate::net::subst::RequestSide::new(&name, &s.bindings, crate::net::subst::Upstream::Plain).feed(
             &buf,
@@ -402,7 +403,7 @@ fn handle(shared: &Shared, conn: TcpStream) {
     };
     // Issue 31: a name with a secret bound, and any plain HTTP while
     // secrets exist (a sentinel sent there is a leak), go through the swap.
-    if let Some(tls) = wants(shared.secrets.as_ref(), &name, &sniffed) {
+    if let Some(tls) = wants(shared.secrets.as_ref(), &name, &sniffed, plain) {
         let port = target[0].port();
         let secrets = shared.secrets.as_ref().expect("wants() saw secrets");
         let outcome = crate::net::terminate::serve(conn, first.to_vec(), upstream, &name, tls, secrets);
@@ -425,16 +426,55 @@ fn handle(shared: &Shared, conn: TcpStream) {
 /// connection to a bound name (a tunnel whose first byte is no TLS record
 /// is served as plain HTTP there, never with a real value unless its
 /// secret has `plain_http`), or any plain HTTP request while the gate
-/// holds secrets (a sentinel in it towards an unbound host is a leak, a
-/// bound one where it would be swapped a downgrade). Everything else is
-/// relayed untouched.
-fn wants(s: Option<&crate::net::terminate::Secrets>, name: &str, sniffed: &Sniffed) -> Option<bool> {
+/// holds secrets (`plain`, [`plain_http`]: a sentinel in it towards an
+/// unbound host is a leak, a bound one where it would be swapped a
+/// downgrade). Everything else is relayed untouched.
+fn wants(s: Option<&crate::net::terminate::Secrets>, name: &str, sniffed: &Sniffed, plain: bool) -> Option<bool> {
     let s = s?;
     match sniffed {
         Sniffed::Tls(_) | Sniffed::Connect { .. } if s.bound(name) => Some(true),
-        Sniffed::Http { .. } => Some(false),
+        _ if plain => Some(false),
         _ => None,
     }
+}
+
+/// Whether a connection is plain HTTP to the swap: a head [`sniff`] read,
+/// or, on a port the gate reads names on, bytes it could not read as one
+/// that a server may still take for a request (a head that is not UTF-8,
+/// lines ending in a bare LF, an unknown or lower-case method, two spaces
+/// in the request line, empty lines before it, an HTTP/0.9 `GET /`): the
+/// swap frames them strictly and refuses what it cannot, so a sentinel in
+/// them is never relayed unseen. Bytes that look like no request (a TLS
+/// record, an SSH banner) are not HTTP.
+pub(super) fn plain_http(sniffed: &Sniffed, port: u16, buf: &[u8]) -> bool {
+    match sniffed {
+        Sniffed::Http { .. } => true,
+        Sniffed::Other if NAMED_PORTS.contains(&port) => looks_like_http(buf),
+        _ => false,
+    }
+}
+
+/// The first line (after empty ones) mentions `HTTP/`, or starts like a
+/// request: a token, one or more spaces, and `/`, `*` or a URL.
+fn looks_like_http(buf: &[u8]) -> bool {
+    let start = buf.iter().position(|b| !b"\r\n".contains(b)).unwrap_or(buf.len());
+    let rest = &buf[start..];
+    if rest.first() == Some(&0x16) {
+        return false;
+    }
+    let line = &rest[..rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len())];
+    if line.windows(5).any(|w| w.eq_ignore_ascii_case(b"HTTP/")) {
+        return true;
+    }
+    let token = line
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(c))
+        .count();
+    let after = &line[token..];
+    let target = after.trim_ascii_start();
+    token > 0
+        && target.len() < after.len()
+        && (target.starts_with(b"/") || target.starts_with(b"*") || target.windows(3).any(|w| w == b"://"))
 }
 
 /// Reads until [`sniff`] decides, within [`SNIFF_TIMEOUT`].

@@ -772,3 +772,66 @@ fn the_resolver_cache_is_bounded_and_clamps_ttls() {
     assert!(c.get(&hn("n4.test"), later).is_some() && c.get(&hn("more2.test"), later).is_some());
     assert_eq!(c.len(), CACHE_MAX);
 }
+
+/// Attack: a plain HTTP request the sniff cannot read as a head (a header
+/// value that is not UTF-8, bare LF line ends, an unknown or lower-case
+/// method, two spaces in the request line, an empty line first, HTTP/0.9)
+/// but a lenient server takes, carrying a sentinel towards a host it is
+/// not bound to. It must reach the swap (which refuses it as a leak or as
+/// a head it cannot frame), never the plain relay.
+#[test]
+fn requests_the_sniff_cannot_read_still_go_through_the_swap() {
+    use crate::config::secrets::SecretValue;
+    use crate::net::subst::{Binding, RequestSide, Upstream};
+    let s = "lzr-sk-0123456789abcdefghijABCDEFGHIJ0123456789";
+    let bindings = vec![Binding {
+        var: "API_KEY".into(),
+        sentinel: s.into(),
+        real: SecretValue::new(b"sk-real-value-1234".to_vec()).unwrap(),
+        hosts: vec!["api.test".into()],
+        headers: vec!["authorization".into()],
+        plain_http: false,
+    }];
+    let attacks: Vec<Vec<u8>> = vec![
+        [
+            &b"GET / HTTP/1.1\r\nHost: other.test\r\nX: \xff\r\n"[..],
+            format!("Authorization: Bearer {s}\r\n\r\n").as_bytes(),
+        ]
+        .concat(),
+        format!("GET / HTTP/1.1\nHost: other.test\nAuthorization: Bearer {s}\n\n").into_bytes(),
+        format!("PROPFIND / HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {s}\r\n\r\n").into_bytes(),
+        format!("get / HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {s}\r\n\r\n").into_bytes(),
+        format!("GET  /  HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {s}\r\n\r\n").into_bytes(),
+        format!("\r\nGET / HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {s}\r\n\r\n").into_bytes(),
+        format!("GET /?k={s}\r\n").into_bytes(),
+    ];
+    for a in &attacks {
+        // As the gate's read_name ends it: a head never complete is Other.
+        let sn = match sniff(a) {
+            Sniffed::NeedMore => Sniffed::Other,
+            x => x,
+        };
+        let shown = String::from_utf8_lossy(a);
+        for port in [80, 443, netpolicy::PROXY_PORT] {
+            assert!(plain_http(&sn, port, a), "{port}: {shown:?}");
+        }
+        // What the swap does with it: refused, nothing goes out.
+        let mut out = Vec::new();
+        let r = RequestSide::new("other.test", &bindings, Upstream::Plain).feed(
+            a,
+            &mut out,
+            &mut std::collections::VecDeque::new(),
+        );
+        assert!(
+            r.is_err() || !out.windows(s.len()).any(|w| w == s.as_bytes()),
+            "{shown:?}"
+        );
+    }
+    // Not requests: relayed as they are (SSH over 443, TLS, a port the
+    // gate does not read names on).
+    assert!(!plain_http(&Sniffed::Other, 443, b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3\r\n"));
+    assert!(!plain_http(&Sniffed::Other, 443, &client_hello("a.test")[..3]));
+    assert!(!plain_http(&Sniffed::Other, 443, b""));
+    assert!(!plain_http(&Sniffed::Other, 8080, &attacks[0]));
+    assert!(plain_http(&sniff(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"), 8080, b""));
+}

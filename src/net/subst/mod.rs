@@ -25,7 +25,8 @@
 //! only while it can still become a match, so a server-sent event is
 //! never delayed). A body whose length changes is sent chunked
 //! (close-delimited to an HTTP/1.0 client). Requests to a bound host ask
-//! for `Accept-Encoding: identity`; a response from it with any other
+//! for `Accept-Encoding: identity` and whole bodies (no `Range`, which
+//! could cut an echoed value in two responses); a response from it with any other
 //! `Content-Encoding`, or a `Transfer-Encoding` other than `chunked`, is
 //! refused (the scan could not see into it).
 //!

@@ -30,6 +30,15 @@ impl Replacer {
     /// Appends the replaced `input` to `out`; `Err(i)`: detect-only
     /// pattern `i` was found (nothing of the match is written).
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<(), usize> {
+        self.run(input, out, false)
+    }
+
+    /// [`Replacer::feed`]; `last`: nothing follows `input` (nothing is
+    /// held back). Where patterns overlap the longest match wins: a value
+    /// that begins with another (shorter) one is replaced whole, and
+    /// bytes that could still become the longer one are held back even
+    /// when the shorter one is complete.
+    fn run(&mut self, input: &[u8], out: &mut Vec<u8>, last: bool) -> Result<(), usize> {
         if self.pats.is_empty() {
             out.extend_from_slice(input);
             return Ok(());
@@ -52,17 +61,22 @@ impl Replacer {
                 Some(k) => i += k,
             }
             let rest = &buf[i..];
-            let mut matched = None;
+            let mut matched: Option<usize> = None;
             let mut partial = false;
             for (n, (p, _)) in self.pats.iter().enumerate() {
                 if rest.len() >= p.len() {
-                    if rest[..p.len()] == p[..] {
+                    if rest[..p.len()] == p[..] && matched.is_none_or(|m| p.len() > self.pats[m].0.len()) {
                         matched = Some(n);
-                        break;
                     }
-                } else if p.starts_with(rest) {
+                } else if !last && p.starts_with(rest) {
                     partial = true;
                 }
+            }
+            if partial {
+                // A longer match may still come: hold from here.
+                out.extend_from_slice(&buf[copied..i]);
+                self.held = rest.to_vec();
+                return Ok(());
             }
             if let Some(n) = matched {
                 out.extend_from_slice(&buf[copied..i]);
@@ -72,10 +86,6 @@ impl Replacer {
                 }
                 i += self.pats[n].0.len();
                 copied = i;
-            } else if partial {
-                out.extend_from_slice(&buf[copied..i]);
-                self.held = rest.to_vec();
-                return Ok(());
             } else {
                 i += 1;
             }
@@ -84,9 +94,15 @@ impl Replacer {
         Ok(())
     }
 
-    /// End of stream: whatever was held back (it never became a match).
+    /// End of stream: whatever was held back, replaced as it stands (a
+    /// shorter complete match in it is replaced; the rest never became
+    /// one).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        out.append(&mut self.held);
+        let held = std::mem::take(&mut self.held);
+        if self.run(&held, out, true).is_err() {
+            // Only a detect-only pattern errs; nothing follows a find.
+            self.held.clear();
+        }
     }
 
     /// Replaces in one complete buffer.
@@ -97,8 +113,7 @@ impl Replacer {
             held: Vec::new(),
         };
         let mut out = Vec::with_capacity(input.len());
-        r.feed(input, &mut out)?;
-        r.finish(&mut out);
+        r.run(input, &mut out, true)?;
         Ok(out)
     }
 }

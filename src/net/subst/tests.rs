@@ -129,6 +129,23 @@ fn sentinel_becomes_real_only_in_the_headers_its_secret_names() {
     assert!(text.contains(&format!("Authorization: Bearer {s1}\r\n")), "{text}");
 }
 
+/// Attack: two range requests for an echo, cut in the middle of the real
+/// value: each response holds half of it, which no scan matches. Towards
+/// a bound host the gate asks for whole bodies only.
+#[test]
+fn towards_a_bound_host_no_range_is_asked_for() {
+    let (b, _, _) = bindings();
+    let req =
+        b"GET /echo HTTP/1.1\r\nHost: api.test\r\nRange: bytes=0-40\r\nIf-Range: \"x\"\r\nrange: bytes=41-\r\n\r\n";
+    let (out, _) = send(&mut tls("api.test", &b), &[req]).unwrap();
+    let text = String::from_utf8(out).unwrap().to_ascii_lowercase();
+    assert!(!text.contains("range"), "{text}");
+    // Elsewhere (no secret bound) ranges pass.
+    let req = b"GET / HTTP/1.1\r\nHost: cdn.test\r\nRange: bytes=0-40\r\n\r\n";
+    let (out, _) = send(&mut tls("cdn.test", &b), &[req]).unwrap();
+    assert!(contains(&out, "Range: bytes=0-40"));
+}
+
 #[test]
 fn towards_a_bound_host_only_identity_is_asked_for() {
     let (b, _, _) = bindings();
@@ -638,4 +655,86 @@ fn codings_the_scan_cannot_read_are_refused_from_a_bound_host() {
     let resp = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX";
     assert!(side.feed(resp.as_bytes(), &mut Vec::new(), &mut one_get()).is_err());
     assert!(side.in_body());
+}
+
+/// Attack: an echoing bound host puts the value where a scan might not
+/// look: the reason phrase, an early-hints (103) head, a chunk extension,
+/// a trailer, a chunk boundary in the middle of it, a header line cut
+/// across reads. None of it reaches the sandbox as the value.
+#[test]
+fn the_value_in_odd_places_of_a_response_never_comes_back() {
+    let (b, s1, _) = bindings();
+    let (h1, h2) = REAL.split_at(9);
+    let resp = format!(
+        "HTTP/1.1 103 {REAL}\r\nLink: </{REAL}>\r\n\r\n\
+         HTTP/1.1 200 {REAL}\r\nX-A: {h1}{h2}\r\nTransfer-Encoding: chunked\r\n\r\n\
+         {:x};e={REAL}\r\n{h1}\r\n{:x}\r\n{h2}\r\n0\r\nX-T: {REAL}\r\n\r\n",
+        h1.len(),
+        h2.len()
+    );
+    for step in [1, 3, 10, resp.len()] {
+        let mut side = ResponseSide::new("api.test", &b);
+        let mut ex = one_get();
+        let parts: Vec<&[u8]> = resp.as_bytes().chunks(step).collect();
+        let out = receive(&mut side, &mut ex, &parts);
+        let text = String::from_utf8_lossy(&out).into_owned();
+        assert!(!text.contains(REAL), "{step}: {text}");
+        assert!(
+            text.contains(&format!("HTTP/1.1 103 {s1}\r\n")) && text.contains(&format!("HTTP/1.1 200 {s1}\r\n")),
+            "{step}: {text}"
+        );
+        let body = text.split_once(&format!("200 {s1}\r\n")).unwrap().1;
+        let body = body.split_once("\r\n\r\n").unwrap().1;
+        assert_eq!(String::from_utf8(dechunk(body.as_bytes())).unwrap(), s1, "{step}");
+        assert!(!text.contains("X-T"), "a trailer was forwarded: {text}");
+    }
+}
+
+/// Attack: two secrets, one value the start of the other (a key and a
+/// longer one derived from it). An echo of the longer one must come back
+/// whole as its sentinel, in whatever order the secrets are listed and
+/// wherever the reads cut it; before, the shorter one matched first and
+/// the longer one's tail went out as it is.
+#[test]
+fn a_value_that_begins_with_another_is_replaced_whole() {
+    let mk = |var: &str, real: &str, host: &str| Binding {
+        var: var.into(),
+        sentinel: crate::config::secrets::sentinel().unwrap(),
+        real: SecretValue::new(real.into()).unwrap(),
+        hosts: vec![host.into()],
+        headers: default_headers(),
+        plain_http: false,
+    };
+    let (short, long) = ("sk-live-1234", "sk-live-1234-extra-tail");
+    let a = mk("A", short, "a.test");
+    let b = mk("B", long, "b.test");
+    for list in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
+        let body = format!("{long} {short} {long}");
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nX: {long}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        for step in 1..=resp.len() {
+            let mut side = ResponseSide::new("b.test", &list);
+            let mut ex = one_get();
+            let parts: Vec<&[u8]> = resp.as_bytes().chunks(step).collect();
+            let out = receive(&mut side, &mut ex, &parts);
+            let text = String::from_utf8_lossy(&out).into_owned();
+            assert!(!text.contains("extra-tail") && !text.contains(short), "{step}: {text}");
+            assert!(text.contains(&format!("X: {}\r\n", b.sentinel)), "{step}: {text}");
+            let body = text.split_once("\r\n\r\n").unwrap().1;
+            let want = format!("{} {} {}", b.sentinel, a.sentinel, b.sentinel);
+            assert_eq!(String::from_utf8(dechunk(body.as_bytes())).unwrap(), want, "{step}");
+        }
+    }
+    // A shorter value complete at the very end of a close-delimited body.
+    let mut side = ResponseSide::new("b.test", &[a.clone(), b.clone()]);
+    let mut ex = one_get();
+    let out = receive(
+        &mut side,
+        &mut ex,
+        &[b"HTTP/1.1 200 OK\r\n\r\nx ", short.as_bytes(), b"-ext"],
+    );
+    let text = String::from_utf8_lossy(&out).into_owned();
+    assert!(text.ends_with(&format!("x {}-ext", a.sentinel)), "{text}");
 }

