@@ -25,7 +25,8 @@
 //!   Nothing else passes (`PYTHONPATH`, `NODE_OPTIONS`, `LD_PRELOAD`, …);
 //! - the program is resolved here, in that `PATH`, to an absolute path;
 //!   every location on the way (each symlink, each directory) must lie
-//!   outside the Fence ([`locate`]), and so must every path an argument
+//!   outside the Fence ([`locate`]), and so must a script's `#!`
+//!   interpreter ([`shebang`]) and every path an argument
 //!   names ([`arg_paths`]: absolute, glued to an option, in a `:` list,
 //!   or relative to the child's directory).
 //!
@@ -510,6 +511,21 @@ pub fn plan_cmd(argv: &[String], host: &[(OsString, OsString)], fence: &Fence) -
         .and_then(|h| locate(&h, fence).ok())
         .filter(|h| h.is_dir())
         .unwrap_or_else(|| PathBuf::from("/"));
+    // A script runs its `#!` interpreter: that is what runs, so it (and a
+    // path its one argument names) must lie outside too, and so on down
+    // a chain of scripts, as the kernel follows it.
+    let mut script = program.clone();
+    for _ in 0..MAX_SHEBANGS {
+        let Some((interp, arg)) = shebang(&script) else { break };
+        let what = format!("program {shown}'s interpreter {}", crate::display::escape_path(&interp));
+        let real = locate(&interp, fence).map_err(walk_err(what.clone()))?;
+        if let Some(a) = &arg {
+            for p in arg_paths(a, &cwd) {
+                locate(&p, fence).map_err(walk_err(what.clone()))?;
+            }
+        }
+        script = real;
+    }
     for a in &argv[1..] {
         for p in arg_paths(a, &cwd) {
             locate(&p, fence).map_err(walk_err(format!("argument {}", crate::display::escape(a))))?;
@@ -521,6 +537,31 @@ pub fn plan_cmd(argv: &[String], host: &[(OsString, OsString)], fence: &Fence) -
         cwd,
         env,
     })
+}
+
+/// Interpreters of interpreters followed (Linux follows four).
+const MAX_SHEBANGS: usize = 4;
+
+/// The `#!` line of the file at `p`: the interpreter (an absolute path)
+/// and its optional argument, as the kernel reads them (the rest of the
+/// first line after the first blank is one argument); `None` for a file
+/// that is no script or cannot be read.
+fn shebang(p: &Path) -> Option<(PathBuf, Option<String>)> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(p).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|b| *b == b'\n').unwrap_or(line.len())];
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_matches([' ', '\t', '\r']);
+    let (interp, arg) = match line.split_once([' ', '\t']) {
+        Some((i, a)) => (
+            i,
+            Some(a.trim_matches([' ', '\t']).to_string()).filter(|a| !a.is_empty()),
+        ),
+        None => (line, None),
+    };
+    (!interp.is_empty()).then(|| (PathBuf::from(interp), arg))
 }
 
 /// The paths an argument may name, as the child would read them: the
@@ -829,6 +870,31 @@ mod tests {
                 "{a}"
             );
         }
+        // Attack: a script outside whose `#!` interpreter lies inside (a
+        // project's virtualenv), directly or through an outside script.
+        let venv = s.exe("ws/bin/python");
+        let tool = s.p("outside/bin/keytool");
+        std::fs::write(&tool, format!("#!{} -u\nprint(1)\n", venv.display())).unwrap();
+        match plan_cmd(&argv(&[tool.to_str().unwrap()]), &h, &f) {
+            Err(Steer::Inside { what, place, .. }) => {
+                assert!(what.contains("interpreter"), "{what}");
+                assert_eq!(place.what, Reach::Workspace);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mid = s.p("outside/bin/mid");
+        std::fs::write(&mid, format!("#!{}\n", venv.display())).unwrap();
+        std::fs::write(&tool, format!("#!{}\n", mid.display())).unwrap();
+        assert!(matches!(
+            plan_cmd(&argv(&[tool.to_str().unwrap()]), &h, &f),
+            Err(Steer::Inside { .. })
+        ));
+        // `#!/usr/bin/env python3` names no place: env looks in the
+        // filtered PATH.
+        std::fs::write(&tool, "#!/usr/bin/env python3\n").unwrap();
+        assert!(plan_cmd(&argv(&[tool.to_str().unwrap()]), &h, &f).is_ok());
+        std::fs::write(&tool, format!("#!/usr/bin/env {}\n", venv.display())).unwrap();
+        assert!(plan_cmd(&argv(&[tool.to_str().unwrap()]), &h, &f).is_err());
         // What names nothing inside still runs.
         assert!(plan_cmd(
             &argv(&[

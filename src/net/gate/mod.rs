@@ -442,10 +442,12 @@ fn wants(s: Option<&crate::net::terminate::Secrets>, name: &str, sniffed: &Sniff
 /// or, on a port the gate reads names on, bytes it could not read as one
 /// that a server may still take for a request (a head that is not UTF-8,
 /// lines ending in a bare LF, an unknown or lower-case method, two spaces
-/// in the request line, empty lines before it, an HTTP/0.9 `GET /`): the
-/// swap frames them strictly and refuses what it cannot, so a sentinel in
-/// them is never relayed unseen. Bytes that look like no request (a TLS
-/// record, an SSH banner) are not HTTP.
+/// in the request line, empty lines before it, an HTTP/0.9 `GET /`), and
+/// a client that paused before its first line was complete, or before
+/// its first byte, longer than the sniff waits (the rest would follow
+/// unread): the swap frames them strictly and refuses what it cannot, so
+/// a sentinel in them is never relayed unseen. Bytes that look like no
+/// request (a TLS record, an SSH banner) are not HTTP.
 pub(super) fn plain_http(sniffed: &Sniffed, port: u16, buf: &[u8]) -> bool {
     match sniffed {
         Sniffed::Http { .. } => true,
@@ -454,15 +456,19 @@ pub(super) fn plain_http(sniffed: &Sniffed, port: u16, buf: &[u8]) -> bool {
     }
 }
 
-/// The first line (after empty ones) mentions `HTTP/`, or starts like a
-/// request: a token, one or more spaces, and `/`, `*` or a URL.
+/// Nothing yet; a first line (after empty ones) not complete yet that is
+/// text; one that mentions `HTTP/`, or starts like a request: a token, one
+/// or more spaces, and `/`, `*` or a URL.
 fn looks_like_http(buf: &[u8]) -> bool {
     let start = buf.iter().position(|b| !b"\r\n".contains(b)).unwrap_or(buf.len());
     let rest = &buf[start..];
     if rest.first() == Some(&0x16) {
         return false;
     }
-    let line = &rest[..rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len())];
+    let Some(nl) = rest.iter().position(|b| *b == b'\n') else {
+        return rest.iter().all(|c| c.is_ascii_graphic() || b" \t\r".contains(c));
+    };
+    let line = &rest[..nl];
     if line.windows(5).any(|w| w.eq_ignore_ascii_case(b"HTTP/")) {
         return true;
     }

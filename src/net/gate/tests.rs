@@ -805,6 +805,15 @@ fn requests_the_sniff_cannot_read_still_go_through_the_swap() {
         format!("\r\nGET / HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {s}\r\n\r\n").into_bytes(),
         format!("GET /?k={s}\r\n").into_bytes(),
     ];
+    // A client that pauses past the sniff's wait mid-line or before its
+    // first byte: what follows would be relayed unread.
+    for early in [&b"G"[..], b"GET / HTTP/1.1", b"\r\nPOST /x", b""] {
+        assert!(
+            plain_http(&Sniffed::Other, 80, early),
+            "{:?}",
+            String::from_utf8_lossy(early)
+        );
+    }
     for a in &attacks {
         // As the gate's read_name ends it: a head never complete is Other.
         let sn = match sniff(a) {
@@ -831,7 +840,7 @@ fn requests_the_sniff_cannot_read_still_go_through_the_swap() {
     // gate does not read names on).
     assert!(!plain_http(&Sniffed::Other, 443, b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3\r\n"));
     assert!(!plain_http(&Sniffed::Other, 443, &client_hello("a.test")[..3]));
-    assert!(!plain_http(&Sniffed::Other, 443, b""));
+    assert!(!plain_http(&Sniffed::Other, 443, b"\x00\x01binary"));
     assert!(!plain_http(&Sniffed::Other, 8080, &attacks[0]));
     assert!(plain_http(&sniff(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"), 8080, b""));
 }

@@ -295,3 +295,49 @@ fn sources_a_file_the_sandbox_can_reach_is_a_config_error() {
         );
     }
 }
+
+/// A program outside whose `#!` interpreter the sandbox can write (a
+/// project virtualenv's `python` in the workspace), and a workspace
+/// directory in a `PATH` given to `env` after one outside: each would
+/// have run the sandbox's code on the host; each is a config error
+/// naming the secret, and nothing runs or starts.
+#[test]
+fn sources_an_interpreter_or_a_listed_path_in_the_workspace_is_a_config_error() {
+    let (env, _g) = require_env!(shared);
+    let (base, ws) = env.base_and_workspace("sources-shebang");
+    let marker = base.join("marker-shebang");
+    let venv_py = ws.join("venv/bin/py");
+    sh_plant(env, &venv_py, &marker);
+    sh_plant(env, &ws.join("bin/keytool2"), &marker);
+    let tool = base.join("bin/keytool");
+    env.write(&tool, &format!("#!{}\nprint('x')\n", venv_py.display()));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tool_s = tool.display().to_string();
+    let listed = format!("PATH=/usr/bin:{}/bin", ws.display());
+    // Both plants are live the old way (the kernel runs the interpreter;
+    // env searches the PATH it is given).
+    assert_live(env, &base, &[], &[&tool_s], &marker);
+    assert_live(env, &base, &[], &["/usr/bin/env", &listed, "keytool2"], &marker);
+    let text = [
+        profile("shebang", &format!("cmd:{tool_s}")),
+        profile("listed", &format!("cmd:/usr/bin/env {listed} keytool2")),
+    ]
+    .concat();
+    let cfg = env.write_config(&base, &text);
+    for (p, what) in [("shebang", "interpreter"), ("listed", "argument")] {
+        let r = env.lz(&ws, &["run", "-p", p, "--", "true"]).config_home(&cfg).run();
+        assert!(!marker.exists(), "{p}: the sandbox's code ran on the host: {r:?}");
+        assert_refused(
+            env,
+            &r,
+            p,
+            &ws,
+            &[
+                &format!("profiles.{p}.secrets.API_KEY.from: expected a program and arguments outside"),
+                what,
+                &format!("inside the workspace {}", ws.display()),
+            ],
+        );
+    }
+}
