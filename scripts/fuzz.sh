@@ -29,6 +29,10 @@ case $secs in
         ;;
 esac
 use_cargo "$PWD"
+if ! command -v c++ >/dev/null 2>&1; then
+    echo "fuzz.sh: no C++ compiler (c++): libfuzzer-sys builds libFuzzer with it; install g++ (apt-get install g++)" >&2
+    exit 2
+fi
 
 triple=x86_64-unknown-linux-gnu
 tdir=$PWD/tests/fuzz/target
