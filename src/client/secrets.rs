@@ -5,9 +5,11 @@
 
 use crate::client::failure::Failure;
 use crate::client::resolve::Resolved;
-use crate::config::secrets;
+use crate::config::secret_sources::{Fence, Reach};
+use crate::config::{secrets, Config};
 use crate::net::tls::SelfCheckError;
 use crate::trust::TrustError;
+use std::path::{Path, PathBuf};
 
 /// Resolves every secret of the profile and refuses the start when one
 /// does not, naming the secret and its source (exit 2, nothing started).
@@ -20,9 +22,7 @@ pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretVa
     }
     let host = crate::config::secret_sources::SourceHost::here(
         &r.cfg,
-        Some(&r.workspace),
-        Some(&r.storage),
-        r.paths.run.parent(),
+        fence(&r.cfg, Some(&r.workspace), Some(&r.storage), r.paths.run.parent()),
     );
     let mut out = Vec::new();
     for s in &r.profile.secrets {
@@ -126,6 +126,52 @@ pub(crate) fn swap_self_check(s: &secrets::Secret, value: secrets::SecretValue) 
     Ok(())
 }
 
+/// The Fence of this host: `workspace` (the one being started, when
+/// there is one) and its Git common directory, every volume of every
+/// profile of `cfg`, the workspace of every Domain recorded under
+/// `storage` (`domains/ID/domain.json`), and `storage` and `runtime`
+/// themselves: what a secret source may not touch
+/// (`config::secret_sources`).
+pub(crate) fn fence(cfg: &Config, workspace: Option<&Path>, storage: Option<&Path>, runtime: Option<&Path>) -> Fence {
+    fn add_workspace(f: &mut Fence, ws: &Path, what: Reach) {
+        f.add(ws, what);
+        if let Ok(crate::view::sentry::GitLayout::Linked { common_real, .. }) = crate::view::sentry::discover(ws) {
+            f.add(&common_real, Reach::GitCommon);
+        }
+    }
+    let mut f = Fence::default();
+    if let Some(ws) = workspace {
+        add_workspace(&mut f, ws, Reach::Workspace);
+    }
+    for p in cfg.profiles.values() {
+        for v in &p.volumes {
+            f.add(
+                &v.host,
+                Reach::Volume {
+                    profile: p.name.clone(),
+                    guest: v.guest.clone(),
+                },
+            );
+        }
+    }
+    if let Some(storage) = storage {
+        let mut roots: Vec<PathBuf> = std::fs::read_dir(storage.join("domains"))
+            .map(|rd| rd.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        roots.sort();
+        for root in roots {
+            if let Some(m) = crate::storage::state::read_meta(&root) {
+                add_workspace(&mut f, Path::new(&m.workspace), Reach::OtherWorkspace);
+            }
+        }
+        f.add(storage, Reach::Storage);
+    }
+    if let Some(r) = runtime {
+        f.add(r, Reach::Runtime);
+    }
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +193,73 @@ mod tests {
         assert!(
             msg.contains("\"claude\"") && msg.contains("(K)") && msg.contains("network.hosts"),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn gather_finds_volumes_other_domains_and_lazarets_dirs() {
+        // A scratch tree of canonical paths (nothing outside it is touched).
+        struct Scratch(PathBuf);
+        impl Scratch {
+            fn p(&self, rel: &str) -> PathBuf {
+                self.0.join(rel)
+            }
+        }
+        let root = std::env::temp_dir().join(format!("lzfence-gather-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["ws", "vol"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let s = Scratch(std::fs::canonicalize(&root).unwrap());
+        let cfg = crate::config::parse(
+            Path::new("/cfg.toml"),
+            &format!(
+                "[profiles.a]\nvolumes = [\"{}:/data:ro\"]\n[profiles.b]\nvolumes = [\"/nonexistent-lz/v:/v\"]\n",
+                s.p("vol").display()
+            ),
+        )
+        .unwrap();
+        let storage = s.p("outside/storage");
+        let other = s.p("outside/otherws");
+        std::fs::create_dir_all(storage.join("domains/0123456789abcdef0123")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(
+            storage.join("domains/0123456789abcdef0123/domain.json"),
+            format!(
+                "{{\"domain_id\":\"0123456789abcdef0123\",\"profile\":\"a\",\"workspace\":\"{}\",\"persist\":[]}}",
+                other.display()
+            ),
+        )
+        .unwrap();
+        let f = fence(
+            &cfg,
+            Some(&s.p("ws")),
+            Some(&storage),
+            Some(Path::new("/nonexistent-lz/run")),
+        );
+        let whats: Vec<(PathBuf, Reach)> = f.places().iter().map(|p| (p.path.clone(), p.what.clone())).collect();
+        assert_eq!(
+            whats,
+            [
+                (s.p("ws"), Reach::Workspace),
+                (
+                    s.p("vol"),
+                    Reach::Volume {
+                        profile: "a".into(),
+                        guest: "/data".into()
+                    }
+                ),
+                (
+                    PathBuf::from("/nonexistent-lz/v"),
+                    Reach::Volume {
+                        profile: "b".into(),
+                        guest: "/v".into()
+                    }
+                ),
+                (other, Reach::OtherWorkspace),
+                (storage, Reach::Storage),
+                (PathBuf::from("/nonexistent-lz/run"), Reach::Runtime),
+            ]
         );
     }
 }

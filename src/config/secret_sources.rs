@@ -140,51 +140,6 @@ impl Fence {
     pub fn places(&self) -> &[Place] {
         &self.places
     }
-
-    /// The Fence of this host: `workspace` (the one being started, when
-    /// there is one) and its Git common directory, every volume of every
-    /// profile of `cfg`, the workspace of every Domain recorded under
-    /// `storage` (`domains/ID/domain.json`), and `storage` and `runtime`
-    /// themselves.
-    pub fn gather(cfg: &Config, workspace: Option<&Path>, storage: Option<&Path>, runtime: Option<&Path>) -> Fence {
-        fn add_workspace(f: &mut Fence, ws: &Path, what: Reach) {
-            f.add(ws, what);
-            if let Ok(crate::view::sentry::GitLayout::Linked { common_real, .. }) = crate::view::sentry::discover(ws) {
-                f.add(&common_real, Reach::GitCommon);
-            }
-        }
-        let mut f = Fence::default();
-        if let Some(ws) = workspace {
-            add_workspace(&mut f, ws, Reach::Workspace);
-        }
-        for p in cfg.profiles.values() {
-            for v in &p.volumes {
-                f.add(
-                    &v.host,
-                    Reach::Volume {
-                        profile: p.name.clone(),
-                        guest: v.guest.clone(),
-                    },
-                );
-            }
-        }
-        if let Some(storage) = storage {
-            let mut roots: Vec<PathBuf> = std::fs::read_dir(storage.join("domains"))
-                .map(|rd| rd.flatten().map(|e| e.path()).collect())
-                .unwrap_or_default();
-            roots.sort();
-            for root in roots {
-                if let Some(m) = crate::storage::state::read_meta(&root) {
-                    add_workspace(&mut f, Path::new(&m.workspace), Reach::OtherWorkspace);
-                }
-            }
-            f.add(storage, Reach::Storage);
-        }
-        if let Some(r) = runtime {
-            f.add(r, Reach::Runtime);
-        }
-        f
-    }
 }
 
 /// What a secret source is resolved against on the host: the config file
@@ -198,11 +153,12 @@ pub struct SourceHost {
 }
 
 impl SourceHost {
-    /// This process's environment and the Fence of [`Fence::gather`].
-    pub fn here(cfg: &Config, workspace: Option<&Path>, storage: Option<&Path>, runtime: Option<&Path>) -> SourceHost {
+    /// This process's environment and `fence` (the client gathers it:
+    /// `client::secrets::fence`).
+    pub fn here(cfg: &Config, fence: Fence) -> SourceHost {
         SourceHost {
             file: cfg.path.clone(),
-            fence: Fence::gather(cfg, workspace, storage, runtime),
+            fence,
             env: std::env::vars_os().collect(),
         }
     }
@@ -962,60 +918,5 @@ mod tests {
         assert!(Steer::Loop { what: "x".into() }
             .config_error(Path::new("/c"), 1, "k", "cmd:x")
             .is_none());
-    }
-
-    #[test]
-    fn gather_finds_volumes_other_domains_and_lazarets_dirs() {
-        let s = Scratch::new("gather");
-        let cfg = super::super::parse(
-            Path::new("/cfg.toml"),
-            &format!(
-                "[profiles.a]\nvolumes = [\"{}:/data:ro\"]\n[profiles.b]\nvolumes = [\"/nonexistent-lz/v:/v\"]\n",
-                s.p("vol").display()
-            ),
-        )
-        .unwrap();
-        let storage = s.p("outside/storage");
-        let other = s.p("outside/otherws");
-        std::fs::create_dir_all(storage.join("domains/0123456789abcdef0123")).unwrap();
-        std::fs::create_dir_all(&other).unwrap();
-        std::fs::write(
-            storage.join("domains/0123456789abcdef0123/domain.json"),
-            format!(
-                "{{\"domain_id\":\"0123456789abcdef0123\",\"profile\":\"a\",\"workspace\":\"{}\",\"persist\":[]}}",
-                other.display()
-            ),
-        )
-        .unwrap();
-        let f = Fence::gather(
-            &cfg,
-            Some(&s.p("ws")),
-            Some(&storage),
-            Some(Path::new("/nonexistent-lz/run")),
-        );
-        let whats: Vec<(PathBuf, Reach)> = f.places().iter().map(|p| (p.path.clone(), p.what.clone())).collect();
-        assert_eq!(
-            whats,
-            [
-                (s.p("ws"), Reach::Workspace),
-                (
-                    s.p("vol"),
-                    Reach::Volume {
-                        profile: "a".into(),
-                        guest: "/data".into()
-                    }
-                ),
-                (
-                    PathBuf::from("/nonexistent-lz/v"),
-                    Reach::Volume {
-                        profile: "b".into(),
-                        guest: "/v".into()
-                    }
-                ),
-                (other, Reach::OtherWorkspace),
-                (storage, Reach::Storage),
-                (PathBuf::from("/nonexistent-lz/run"), Reach::Runtime),
-            ]
-        );
     }
 }

@@ -3,6 +3,7 @@
 //! of the role, and `lazaret net show`.
 
 pub mod gate;
+pub mod idle;
 pub mod install;
 pub mod policy;
 pub mod show;

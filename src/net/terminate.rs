@@ -341,7 +341,7 @@ fn relay<A: End, B: End>(mut a: A, mut b: B, name: &str, s: &Secrets, up: Upstre
             }
             let mut p: Vec<sys::PollFd> = fds.into_iter().map(|(_, f)| f).collect();
             // Idle both ways for network.idle_timeout_s: closed.
-            match crate::net::gate::poll_idle(&mut p) {
+            match crate::net::idle::poll_idle(&mut p) {
                 Err(_) => return Outcome::Io,
                 Ok(false) => return Outcome::Done,
                 Ok(true) => {}

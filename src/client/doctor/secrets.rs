@@ -21,8 +21,10 @@ pub(super) fn check_secrets() -> Check {
         .filter(|w| !home.as_deref().is_some_and(|h| h.starts_with(w)));
     let storage = crate::storage::paths::storage_root().ok();
     let runtime = crate::storage::paths::runtime_root(cfg.runtime_dir.as_deref());
-    let host =
-        crate::config::secret_sources::SourceHost::here(&cfg, workspace.as_deref(), storage.as_deref(), Some(&runtime));
+    let host = crate::config::secret_sources::SourceHost::here(
+        &cfg,
+        crate::client::secrets::fence(&cfg, workspace.as_deref(), storage.as_deref(), Some(&runtime)),
+    );
     let mut n = 0;
     for p in cfg.profiles.values() {
         for s in &p.secrets {

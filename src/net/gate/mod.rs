@@ -67,7 +67,6 @@ pub use self::dns::*;
 pub use self::egress_log::*;
 pub use self::filter::*;
 pub use self::name::*;
-pub(crate) use self::relay::poll_idle;
 use self::relay::relay;
 
 pub const MAX_CONNECTIONS: usize = 1024;
@@ -259,7 +258,7 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool)
             }
             let s = shared.clone();
             let r = std::thread::Builder::new().name("lz-gate-conn".into()).spawn(move || {
-                relay::set_idle(Duration::from_secs(s.gate.idle_timeout_s.into()));
+                crate::net::idle::set_idle(Duration::from_secs(s.gate.idle_timeout_s.into()));
                 handle(&s, conn);
                 s.conns.fetch_sub(1, Ordering::SeqCst);
             });

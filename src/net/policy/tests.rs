@@ -582,3 +582,19 @@ fn allow_by_name_mode_keeps_allows_forwarded_and_changes_the_digest() {
     };
     assert!(derive_ok(None, &none).by_name(&[], &none).gate.is_none());
 }
+
+#[test]
+fn the_idle_timeout_reaches_the_gates_plan_and_its_text() {
+    let c = crate::config::parse(
+        Path::new("/c.toml"),
+        "[profiles.p.network]\nhosts = [\"a.test\"]\nidle_timeout_s = 5\n",
+    )
+    .unwrap();
+    let short = c.profile("p").unwrap();
+    let pol = derive_with_host_nets(Path::new("/c.toml"), None, short, &[], &[])
+        .unwrap()
+        .by_name(&c.hosts, short);
+    let plan = pol.plan();
+    assert_eq!(plan.gate.as_ref().unwrap().idle_timeout_s, 5);
+    assert!(plan.render().contains("idle-timeout 5s\n"), "{}", plan.render());
+}
