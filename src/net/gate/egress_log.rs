@@ -321,13 +321,23 @@ pub fn parse_log(text: &str) -> Vec<LogEntry> {
         .collect()
 }
 
-/// Aggregated: one row per (action, proto, what, port) with its count and
-/// last time, newest first.
+/// Aggregated: one row per (action, proto, what, port, reason) with its
+/// count and last time, newest first. The reason is part of the key: a
+/// later refusal of the same name and port for another reason (a head the
+/// gate cannot frame) must not turn a leak attempt's row into its own.
 pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
-    let mut at: HashMap<(&str, &str, &str, u16), usize> = HashMap::new();
+    type Key<'a> = (&'a str, &'a str, &'a str, u16, &'a str);
+    let mut at: HashMap<Key, usize> = HashMap::new();
     let mut rows: Vec<(LogEntry, u64)> = Vec::new();
     for e in entries {
-        match at.get(&(e.action.as_str(), e.proto.as_str(), e.what.as_str(), e.port)) {
+        let key = (
+            e.action.as_str(),
+            e.proto.as_str(),
+            e.what.as_str(),
+            e.port,
+            e.why.as_str(),
+        );
+        match at.get(&key) {
             Some(&i) => {
                 let (r, n) = &mut rows[i];
                 *n += 1;
@@ -336,7 +346,7 @@ pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
                 }
             }
             None => {
-                at.insert((&e.action, &e.proto, &e.what, e.port), rows.len());
+                at.insert(key, rows.len());
                 rows.push((e.clone(), 1));
             }
         }
@@ -632,6 +642,26 @@ mod tests {
         assert!(s.line.len() < SUGGEST_MAX * 260 + 20, "{}", s.line.len());
         assert_eq!(s.more, 5000 - SUGGEST_MAX);
         assert_eq!(suggest_capped(&[], &[row("a?b", 443, 1, 0)]), None);
+    }
+
+    /// Attack: a sentinel towards other.test:80 (a leak attempt), then
+    /// requests to the same name and port the gate refuses for another
+    /// reason: the leak attempt keeps a row of its own.
+    #[test]
+    fn a_later_refusal_of_the_name_does_not_hide_a_leak_attempt() {
+        let text = "1\trefused\ttcp\tother.test\t80\tleak attempt: the sentinel of K\n\
+                    2\trefused\ttcp\tother.test\t80\trequest refused: a malformed request target\n\
+                    3\trefused\ttcp\tother.test\t80\trequest refused: a malformed request target\n";
+        let rows = summarize(&parse_log(text));
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(
+            (rows[0].0.why.as_str(), rows[0].1),
+            ("request refused: a malformed request target", 2)
+        );
+        assert_eq!(
+            (rows[1].0.why.as_str(), rows[1].1),
+            ("leak attempt: the sentinel of K", 1)
+        );
     }
 
     #[test]
