@@ -506,11 +506,12 @@ fn read_name(mut conn: &TcpStream, buf: &mut Vec<u8>) -> Sniffed {
 fn refuse(mut conn: TcpStream, http: bool, what: &str, port: u16, why: &str) {
     if http {
         let body = format!("lazaret: egress to {what}:{port} refused ({why})\n");
-        let _ = write!(
-            conn,
+        // One write: a client that reads once gets the whole refusal.
+        let whole = format!(
             "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
+        let _ = conn.write_all(whole.as_bytes());
         let _ = conn.shutdown(Shutdown::Write);
         return;
     }

@@ -88,7 +88,18 @@ def report(name, f):
 def talk(addr, port, data):
     s = socket.create_connection((addr, port), timeout=3)
     s.sendall(data)
-    d = s.recv(4096)
+    # Until the gate closes (a response may come in more than one read).
+    d = b""
+    while len(d) < 65536:
+        try:
+            b = s.recv(4096)
+        except ConnectionResetError:
+            if d:
+                break
+            raise
+        if not b:
+            break
+        d += b
     if not d:
         raise EOFError()
     return d.decode(errors="replace").split("\r\n")[0] + " | " + d.decode(errors="replace").split("\r\n\r\n")[-1].strip()
