@@ -329,7 +329,10 @@ pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
     type Key<'a> = (&'a str, &'a str, &'a str, u16, &'a str);
     let mut at: HashMap<Key, usize> = HashMap::new();
     let mut rows: Vec<(LogEntry, u64)> = Vec::new();
-    for e in entries {
+    // Each row's newest entry's place in the log: the order among rows of
+    // one millisecond (a flood logs many in one).
+    let mut last: Vec<usize> = Vec::new();
+    for (k, e) in entries.iter().enumerate() {
         let key = (
             e.action.as_str(),
             e.proto.as_str(),
@@ -343,16 +346,20 @@ pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
                 *n += 1;
                 if e.ms >= r.ms {
                     *r = e.clone();
+                    last[i] = k;
                 }
             }
             None => {
                 at.insert(key, rows.len());
                 rows.push((e.clone(), 1));
+                last.push(k);
             }
         }
     }
-    rows.sort_by_key(|r| std::cmp::Reverse(r.0.ms));
-    rows
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse((rows[i].0.ms, last[i])));
+    let mut rows: Vec<Option<(LogEntry, u64)>> = rows.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| rows[i].take()).collect()
 }
 
 /// At most this many names in the suggested `hosts` line.
@@ -674,5 +681,21 @@ mod tests {
         assert_eq!(rows.len(), 30_000);
         assert!(rows[0].0.ms == 29_999);
         assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn rows_of_one_millisecond_are_newest_first_by_their_place_in_the_log() {
+        let e = |what: &str| LogEntry {
+            ms: 7,
+            action: "refused".into(),
+            proto: "dns".into(),
+            what: what.into(),
+            port: 53,
+            why: "not in network.hosts".into(),
+        };
+        let rows = summarize(&[e("a.test"), e("b.test"), e("a.test"), e("c.test")]);
+        let names: Vec<&str> = rows.iter().map(|(r, _)| r.what.as_str()).collect();
+        assert_eq!(names, ["c.test", "a.test", "b.test"]);
+        assert_eq!(rows[1].1, 2);
     }
 }
