@@ -738,3 +738,42 @@ fn a_value_that_begins_with_another_is_replaced_whole() {
     let text = String::from_utf8_lossy(&out).into_owned();
     assert!(text.ends_with(&format!("x {}-ext", a.sentinel)), "{text}");
 }
+
+/// Variants the downgrade rule must also catch on plain HTTP: the named
+/// header twice (the sentinel in the second), `Basic` with no padding or a
+/// tab after the scheme, and a bound sentinel in a chunked request's
+/// trailer (never forwarded). None may put the real value on the wire.
+#[test]
+fn plain_http_downgrade_variants_never_carry_the_real_value() {
+    let (b, s1, _) = bindings();
+    let unpadded = openssl::base64::encode_block(format!("u:{s1}x").as_bytes());
+    let unpadded = unpadded.trim_end_matches('=').to_string();
+    for h in [
+        format!("Authorization: Bearer none\r\nAuthorization: Bearer {s1}"),
+        format!("Authorization: Basic {unpadded}"),
+        format!(
+            "Authorization: basic\t{}",
+            openssl::base64::encode_block(format!("u:{s1}").as_bytes())
+        ),
+        format!("x-api-key: a{s1}b"),
+    ] {
+        let req = format!("GET / HTTP/1.1\r\nHost: api.test\r\n{h}\r\n\r\n");
+        match send(&mut plain("api.test", &b), &[req.as_bytes()]) {
+            Ok((out, _)) => assert!(!contains(&out, REAL), "{h}: {}", String::from_utf8_lossy(&out)),
+            Err(r) => assert!(
+                matches!(r, Refusal::Downgrade { .. } | Refusal::BadRequest(_)),
+                "{h}: {r:?}"
+            ),
+        }
+    }
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nAuthorization: Bearer {s1}\r\n\r\n"
+    );
+    if let Ok((out, _)) = send(&mut plain("api.test", &b), &[req.as_bytes()]) {
+        assert!(
+            !contains(&out, REAL) && !contains(&out, &s1),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+    }
+}
