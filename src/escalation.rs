@@ -109,81 +109,333 @@ pub struct Outcome {
     pub stderr_truncated: bool,
 }
 
-/// Programs that run a command string (shells, interpreters, and wrappers
-/// that run another program): never auto-approved. Matched on the
-/// base name without a version suffix (`python3.12` is `python`).
-const COMMAND_RUNNERS: &[&str] = &[
-    "sh",
-    "bash",
-    "dash",
-    "zsh",
-    "ksh",
-    "mksh",
-    "pdksh",
-    "yash",
-    "fish",
-    "csh",
-    "tcsh",
-    "ash",
-    "busybox",
-    "toybox",
-    "rbash",
-    "python",
-    "pypy",
-    "perl",
-    "ruby",
-    "node",
-    "nodejs",
-    "deno",
-    "bun",
-    "php",
-    "lua",
-    "luajit",
-    "tclsh",
-    "wish",
-    "awk",
-    "gawk",
-    "mawk",
-    "nawk",
-    "env",
-    "xargs",
-    "nohup",
-    "timeout",
-    "nice",
-    "ionice",
-    "setsid",
-    "stdbuf",
-    "time",
-    "sudo",
-    "doas",
-    "su",
-    "runuser",
-    "chroot",
-    "unshare",
-    "nsenter",
-    "flock",
-    "watch",
-    "script",
-    "expect",
-    "ssh",
-    "osascript",
-    "pwsh",
-    "powershell",
-    "eval",
-    "exec",
-    "command",
-    "builtin",
-    "find",
-    "make",
-    "sed",
+/// One class of programs no auto-approval rule may name, and why.
+pub struct RunnerClass {
+    /// What the programs are ("a package manager or task runner").
+    pub class: &'static str,
+    /// Why a rule for one of them could run the sandbox's code.
+    pub why: &'static str,
+    /// Base names, lower case, without a version suffix.
+    pub programs: &'static [&'static str],
+}
+
+/// The closed list of programs that run a command string or, by
+/// convention, files of the workspace (the sandbox's files): never
+/// auto-approved, whatever their arguments. A program is matched by its base
+/// name (also given as a path), lower-cased, as written, without a version
+/// suffix (`python3.12`, `node18`, `pip-3`), and by the last `-` part of
+/// that (`x86_64-linux-gnu-gcc`). docs/escalation.md lists this table
+/// ([`runner_table_markdown`], checked by a test).
+pub const RUNNER_CLASSES: &[RunnerClass] = &[
+    RunnerClass {
+        class: "shell",
+        why: "it runs any command string or script it is given",
+        programs: &[
+            "sh",
+            "bash",
+            "dash",
+            "zsh",
+            "ksh",
+            "mksh",
+            "pdksh",
+            "yash",
+            "fish",
+            "csh",
+            "tcsh",
+            "ash",
+            "rbash",
+            "busybox",
+            "toybox",
+            "pwsh",
+            "powershell",
+            "nu",
+            "xonsh",
+            "elvish",
+        ],
+    },
+    RunnerClass {
+        class: "interpreter",
+        why: "it runs the script, module or program text it is named, a file the sandbox can write",
+        programs: &[
+            "python",
+            "pypy",
+            "ipython",
+            "jupyter",
+            "perl",
+            "ruby",
+            "irb",
+            "node",
+            "nodejs",
+            "deno",
+            "bun",
+            "ts-node",
+            "tsx",
+            "php",
+            "lua",
+            "luajit",
+            "tclsh",
+            "wish",
+            "awk",
+            "gawk",
+            "mawk",
+            "nawk",
+            "sed",
+            "java",
+            "jshell",
+            "rscript",
+            "r",
+            "julia",
+            "guile",
+            "racket",
+            "runghc",
+            "runhaskell",
+            "elixir",
+            "erl",
+            "escript",
+            "scala",
+            "kotlin",
+            "groovy",
+            "clojure",
+            "clj",
+            "bb",
+            "osascript",
+            "expect",
+            "gnuplot",
+            "octave",
+        ],
+    },
+    RunnerClass {
+        class: "package manager or task runner",
+        why: "it runs the scripts the workspace's manifest or task file names (package.json, pyproject.toml, \
+              Gemfile, Rakefile, composer.json, Taskfile, tasks.py, …)",
+        programs: &[
+            "npm", "npx", "yarn", "pnpm", "pnpx", "bunx", "corepack", "pip", "pipx", "uv", "uvx", "poetry", "pdm",
+            "hatch", "pipenv", "conda", "mamba", "tox", "nox", "invoke", "bundle", "bundler", "gem", "rake",
+            "composer", "task", "lein", "mix", "rebar3", "cabal", "stack", "dub", "nimble",
+        ],
+    },
+    RunnerClass {
+        class: "build tool",
+        why: "it runs the workspace's build files (Makefile, justfile, build.rs, go:generate, build.gradle, \
+              pom.xml, CMakeLists.txt, …) and the code they name",
+        programs: &[
+            "make",
+            "gmake",
+            "bmake",
+            "just",
+            "ninja",
+            "cmake",
+            "meson",
+            "scons",
+            "waf",
+            "bazel",
+            "bazelisk",
+            "buck",
+            "buck2",
+            "pants",
+            "cargo",
+            "go",
+            "mvn",
+            "mvnw",
+            "gradle",
+            "gradlew",
+            "ant",
+            "sbt",
+            "dotnet",
+            "msbuild",
+            "xcodebuild",
+            "swift",
+            "zig",
+        ],
+    },
+    RunnerClass {
+        class: "compiler",
+        why: "it compiles the sandbox's source, which can read any host file (include!, #include) or run code \
+              while it builds (proc macros, annotation processors)",
+        programs: &[
+            "rustc", "gcc", "cc", "c++", "g++", "clang", "clang++", "javac", "kotlinc", "scalac", "tsc", "ghc",
+        ],
+    },
+    RunnerClass {
+        class: "test runner",
+        why: "it runs the workspace's tests and the configuration that loads them",
+        programs: &[
+            "pytest", "py.test", "jest", "vitest", "mocha", "ava", "rspec", "phpunit", "ctest",
+        ],
+    },
+    RunnerClass {
+        class: "tool whose configuration is code",
+        why: "it loads the workspace's configuration, which is a program or names plugins it runs \
+              (eslint.config.js, .rubocop.yml require, conf.py, Vagrantfile, .tf external data)",
+        programs: &[
+            "eslint",
+            "prettier",
+            "stylelint",
+            "webpack",
+            "vite",
+            "rollup",
+            "babel",
+            "next",
+            "nuxt",
+            "rubocop",
+            "mypy",
+            "pylint",
+            "sphinx-build",
+            "mkdocs",
+            "terraform",
+            "tofu",
+            "pulumi",
+            "ansible-playbook",
+            "vagrant",
+        ],
+    },
+    RunnerClass {
+        class: "hook or environment runner",
+        why: "it runs the hooks or environment scripts the workspace configures (.pre-commit-config.yaml, \
+              .envrc, mise.toml, flake.nix, …)",
+        programs: &[
+            "pre-commit",
+            "lint-staged",
+            "husky",
+            "lefthook",
+            "direnv",
+            "mise",
+            "asdf",
+            "rtx",
+            "nix",
+            "nix-shell",
+            "nix-build",
+            "devbox",
+            "devenv",
+        ],
+    },
+    RunnerClass {
+        class: "container tool",
+        why: "it builds or starts what the workspace's Dockerfile or compose file describes, with the host \
+              mounts that file names",
+        programs: &[
+            "docker",
+            "docker-compose",
+            "podman",
+            "podman-compose",
+            "nerdctl",
+            "buildah",
+        ],
+    },
+    RunnerClass {
+        class: "editor or agent",
+        why: "it opens the workspace and runs what its settings name (tasks, modelines, .exrc, hooks, MCP servers)",
+        programs: &[
+            "vi", "vim", "nvim", "ex", "emacs", "code", "codium", "cursor", "zed", "claude", "codex", "aider", "gemini",
+        ],
+    },
+    RunnerClass {
+        class: "command wrapper",
+        why: "it runs another program named in its arguments or opens a file with whatever program the host \
+              associates with it",
+        programs: &[
+            "env",
+            "xargs",
+            "nohup",
+            "timeout",
+            "nice",
+            "ionice",
+            "setsid",
+            "stdbuf",
+            "time",
+            "sudo",
+            "doas",
+            "su",
+            "runuser",
+            "chroot",
+            "unshare",
+            "nsenter",
+            "flock",
+            "watch",
+            "script",
+            "ssh",
+            "eval",
+            "exec",
+            "command",
+            "builtin",
+            "find",
+            "strace",
+            "ltrace",
+            "gdb",
+            "valgrind",
+            "taskset",
+            "chrt",
+            "prlimit",
+            "systemd-run",
+            "firejail",
+            "bwrap",
+            "parallel",
+            "entr",
+            "watchexec",
+            "nodemon",
+            "run-parts",
+            "xdg-open",
+            "open",
+            "gio",
+        ],
+    },
 ];
 
-/// `Some(name)` when `program` is a shell or interpreter that runs a
-/// command string, or a wrapper that runs another program.
-pub fn command_runner(program: &str) -> Option<&'static str> {
-    let base = program.rsplit('/').next().unwrap_or(program);
+/// `Some((name, class))` when `program` (a name or a path) is on
+/// [`RUNNER_CLASSES`]: `name` is the listed name it matched.
+pub fn command_runner(program: &str) -> Option<(&'static str, &'static RunnerClass)> {
+    let base = program.rsplit('/').next().unwrap_or(program).to_ascii_lowercase();
     let stem = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
-    COMMAND_RUNNERS.iter().copied().find(|r| *r == base || *r == stem)
+    let last = stem.rsplit('-').next().unwrap_or(stem);
+    RUNNER_CLASSES.iter().find_map(|c| {
+        c.programs
+            .iter()
+            .copied()
+            .find(|p| *p == base || *p == stem || *p == last)
+            .map(|p| (p, c))
+    })
+}
+
+/// The list docs/escalation.md carries, one line per class.
+pub fn runner_table_markdown() -> String {
+    RUNNER_CLASSES
+        .iter()
+        .map(|c| {
+            let progs = c
+                .programs
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("- **{}** ({}): {progs}\n", c.class, c.why)
+        })
+        .collect()
+}
+
+/// Why a rule's program is refused when the config is loaded: a listed
+/// runner, or a relative path (a file of the workspace, the sandbox's).
+pub fn refused_program(program: &str) -> Option<String> {
+    if let Some((name, c)) = command_runner(program) {
+        let article = if c.class.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        return Some(format!(
+            "{} is {article} {} ({name}): {}; approve such commands each time",
+            quote_argv(&[program.to_string()]),
+            c.class,
+            c.why
+        ));
+    }
+    if program.contains('/') && !program.starts_with('/') {
+        return Some(format!(
+            "{} is a path relative to the working directory, a file of the workspace that the sandbox can \
+             write; name a program outside the workspace",
+            quote_argv(&[program.to_string()])
+        ));
+    }
+    None
 }
 
 /// Configuration given to host Git on its command line, ahead of the
@@ -218,6 +470,18 @@ pub type GitKey = (String, Option<String>, String);
 /// drivers `false`, `!` aliases empty. None for keys left alone.
 fn neutral(key: &GitKey) -> Option<&'static str> {
     let (sec, sub, name) = (key.0.as_str(), key.1.is_some(), key.2.as_str());
+    // Signing programs (`git log --format=%G?` verifies through them) are
+    // the host's own; editors fail; credential helpers are reset.
+    match (sec, key.1.as_deref(), name) {
+        ("gpg", None | Some("openpgp"), "program") => return Some("gpg"),
+        ("gpg", Some("x509"), "program") => return Some("gpgsm"),
+        ("gpg", Some("ssh"), "program") => return Some("ssh-keygen"),
+        ("gpg", Some(_), "program") => return Some("gpg"),
+        ("core" | "sequence", None, "editor") => return Some("false"),
+        ("credential", _, "helper") => return Some(""),
+        ("mergetool" | "difftool", Some(_), "cmd") => return Some("false"),
+        _ => {}
+    }
     Some(match (sec, sub, name) {
         ("filter", true, "clean" | "smudge") => "cat",
         ("filter", true, "process") => "",
@@ -295,14 +559,395 @@ pub fn parse_answer(line: &str) -> Option<Answer> {
 
 // ---- rules and display -------------------------------------------------------------
 
-/// An auto-approval rule matches its argv exactly, or as a prefix when it
-/// allows trailing arguments. Never a shell, never a pattern.
-pub fn rule_matches(rule_argv: &[String], allow_trailing: bool, argv: &[String]) -> bool {
-    if allow_trailing {
-        argv.len() >= rule_argv.len() && argv[..rule_argv.len()] == *rule_argv
-    } else {
-        argv == rule_argv
+/// How an auto-approval rule treats a request's argv.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuleMatch {
+    /// Not this rule's command.
+    No,
+    /// Approved without asking.
+    Yes,
+    /// The rule's command with trailing arguments it does not grant: one
+    /// line saying which and why (sandbox text escaped). Refused, never
+    /// prompted for.
+    Refused(String),
+}
+
+/// An auto-approval rule against a request's argv: the argv exactly, or
+/// the rule's argv followed by trailing arguments when the rule grants
+/// them (`allow_trailing`). Trailing arguments of host Git pass
+/// [`git_trailing`]; every other program's (and Git's too, when the rule
+/// declares any) must each match one of the rule's `patterns`
+/// ([`pattern_matches`]); without patterns nothing trails a program other
+/// than Git (the config refuses such a rule; this fails closed as well).
+/// Never a shell.
+pub fn rule_match(rule_argv: &[String], allow_trailing: bool, patterns: &[String], argv: &[String]) -> RuleMatch {
+    if argv == rule_argv {
+        return RuleMatch::Yes;
     }
+    if !allow_trailing || argv.len() <= rule_argv.len() || argv[..rule_argv.len()] != *rule_argv {
+        return RuleMatch::No;
+    }
+    let trailing = &argv[rule_argv.len()..];
+    if is_git(&rule_argv[0]) {
+        if let Err(why) = git_trailing(rule_argv, trailing) {
+            return RuleMatch::Refused(why);
+        }
+    } else if patterns.is_empty() {
+        return RuleMatch::Refused("the rule declares no trailing_args patterns".into());
+    }
+    if !patterns.is_empty() {
+        for (i, a) in trailing.iter().enumerate() {
+            if !patterns.iter().any(|p| pattern_matches(p, a)) {
+                return RuleMatch::Refused(format!(
+                    "trailing argument {} ({}) matches none of the rule's trailing_args patterns",
+                    i + 1,
+                    quote_argv(std::slice::from_ref(a))
+                ));
+            }
+        }
+    }
+    RuleMatch::Yes
+}
+
+/// Whether `program` (a name or a path) is Git.
+pub fn is_git(program: &str) -> bool {
+    program.rsplit('/').next() == Some("git")
+}
+
+/// A `trailing_args` pattern against one argument: `*` matches any run of
+/// characters and `?` any one character, except `/` and except a `.` that
+/// begins the argument or follows a `/` (so no pattern's `*` reaches
+/// another directory, `..` or a hidden file); every other character stands
+/// for itself. The whole argument must match.
+pub fn pattern_matches(pattern: &str, arg: &str) -> bool {
+    fn wild_ok(arg: &[char], i: usize) -> bool {
+        arg[i] != '/' && !(arg[i] == '.' && (i == 0 || arg[i - 1] == '/'))
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let a: Vec<char> = arg.chars().collect();
+    if a.len() > 4096 || p.len() > 4096 {
+        return false;
+    }
+    // at[i]: the pattern read so far matches the first i characters.
+    let mut at = vec![false; a.len() + 1];
+    at[0] = true;
+    for pc in p {
+        let mut next = vec![false; a.len() + 1];
+        for i in 0..=a.len() {
+            next[i] = match pc {
+                '*' => at[i] || (i > 0 && next[i - 1] && wild_ok(&a, i - 1)),
+                '?' => i > 0 && at[i - 1] && wild_ok(&a, i - 1),
+                c => i > 0 && at[i - 1] && a[i - 1] == c,
+            };
+        }
+        at = next;
+    }
+    at[a.len()]
+}
+
+/// Git subcommands a rule may grant trailing arguments to: they inspect
+/// the repository and, with the options of [`GIT_LONG_OPTIONS`] and
+/// [`GIT_SHORT_OPTIONS`], neither read nor write a file outside it nor run
+/// a program.
+pub const GIT_TRAILING_SUBCOMMANDS: &[&str] = &[
+    "status",
+    "log",
+    "show",
+    "diff",
+    "shortlog",
+    "describe",
+    "rev-parse",
+    "rev-list",
+    "ls-files",
+    "ls-tree",
+    "grep",
+    "blame",
+    "show-ref",
+    "merge-base",
+    "name-rev",
+    "for-each-ref",
+    "whatchanged",
+    "diff-tree",
+    "count-objects",
+    "version",
+];
+
+/// The long options accepted in Git's trailing arguments, by exact name
+/// (an `=VALUE` after it is allowed; none of them names a file or a
+/// program). Git also accepts any unique prefix of a long option
+/// (`--outp=FILE` is `--output=FILE`): an abbreviation is not an exact
+/// name here, so it is refused, whatever it abbreviates.
+pub const GIT_LONG_OPTIONS: &[&str] = &[
+    "--oneline",
+    "--graph",
+    "--stat",
+    "--shortstat",
+    "--numstat",
+    "--summary",
+    "--name-only",
+    "--name-status",
+    "--patch",
+    "--no-patch",
+    "--raw",
+    "--all",
+    "--branches",
+    "--tags",
+    "--remotes",
+    "--max-count",
+    "--skip",
+    "--since",
+    "--until",
+    "--after",
+    "--before",
+    "--author",
+    "--committer",
+    "--grep",
+    "--invert-grep",
+    "--all-match",
+    "--regexp-ignore-case",
+    "--decorate",
+    "--no-decorate",
+    "--abbrev-commit",
+    "--no-abbrev-commit",
+    "--abbrev",
+    "--reverse",
+    "--first-parent",
+    "--merges",
+    "--no-merges",
+    "--date",
+    "--relative-date",
+    "--format",
+    "--pretty",
+    "--color",
+    "--no-color",
+    "--follow",
+    "--full-history",
+    "--simplify-by-decoration",
+    "--left-right",
+    "--cherry-pick",
+    "--cherry-mark",
+    "--boundary",
+    "--topo-order",
+    "--date-order",
+    "--author-date-order",
+    "--ancestry-path",
+    "--parents",
+    "--children",
+    "--log-size",
+    "--cached",
+    "--staged",
+    "--unified",
+    "--word-diff",
+    "--color-words",
+    "--ignore-space-change",
+    "--ignore-all-space",
+    "--ignore-blank-lines",
+    "--ignore-space-at-eol",
+    "--diff-filter",
+    "--find-renames",
+    "--find-copies",
+    "--no-renames",
+    "--minimal",
+    "--patience",
+    "--histogram",
+    "--function-context",
+    "--exit-code",
+    "--quiet",
+    "--check",
+    "--dirstat",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--src-prefix",
+    "--dst-prefix",
+    "--no-prefix",
+    "--ignore-submodules",
+    "--short",
+    "--long",
+    "--porcelain",
+    "--branch",
+    "--untracked-files",
+    "--ignored",
+    "--show-stash",
+    "--ahead-behind",
+    "--no-ahead-behind",
+    "--verbose",
+    "--null",
+    "--exact-match",
+    "--contains",
+    "--always",
+    "--dirty",
+    "--match",
+    "--exclude",
+    "--candidates",
+    "--first-match",
+    "--show-toplevel",
+    "--show-prefix",
+    "--show-cdup",
+    "--abbrev-ref",
+    "--symbolic-full-name",
+    "--verify",
+    "--is-inside-work-tree",
+    "--is-bare-repository",
+    "--line-number",
+    "--ignore-case",
+    "--fixed-strings",
+    "--extended-regexp",
+    "--basic-regexp",
+    "--word-regexp",
+    "--invert-match",
+    "--files-with-matches",
+    "--files-without-match",
+    "--count",
+    "--heading",
+    "--break",
+    "--full-name",
+    "--max-depth",
+    "--others",
+    "--exclude-standard",
+    "--modified",
+    "--deleted",
+    "--stage",
+    "--error-unmatch",
+    "--directory",
+    "--sort",
+    "--points-at",
+    "--merged",
+    "--no-merged",
+    "--full-tree",
+    "--show-email",
+    "--line-porcelain",
+    "--numbered",
+    "--email",
+    "--max-parents",
+    "--min-parents",
+    "--no-walk",
+    "--root",
+    "--mailmap",
+    "--use-mailmap",
+    "--no-mailmap",
+    "--no-column",
+    "--text",
+];
+
+/// The short options accepted in Git's trailing arguments, as whole
+/// arguments (no clusters, no attached values), besides `-NUMBER`. Not
+/// `-c`, `-C`, `-o`, `-O`, `-x`, `-f`, `-F`, `-L`: somewhere they name a
+/// configuration, a directory, a file or a program.
+pub const GIT_SHORT_OPTIONS: &[&str] = &[
+    "-p", "-u", "-s", "-v", "-q", "-n", "-w", "-b", "-i", "-l", "-r", "-e", "-E", "-z", "-t", "-M", "-a", "-d", "-W",
+    "-h",
+];
+
+/// The subcommand of a Git argv (`argv[0]` is Git): the first word that
+/// is not a global option or the value of one.
+fn git_subcommand(argv: &[String]) -> Option<(usize, &str)> {
+    let mut i = 1;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        if !a.starts_with('-') {
+            return Some((i, a));
+        }
+        // Global options that take their value as the next argument.
+        if matches!(
+            a,
+            "-C" | "-c"
+                | "--git-dir"
+                | "--work-tree"
+                | "--namespace"
+                | "--exec-path"
+                | "--super-prefix"
+                | "--config-env"
+                | "--list-cmds"
+                | "--attr-source"
+        ) {
+            i += 1;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// For the config: a Git rule that grants trailing arguments must name no
+/// subcommand, or one of [`GIT_TRAILING_SUBCOMMANDS`].
+pub fn git_rule_subcommand_ok(rule_argv: &[String]) -> Result<(), String> {
+    match git_subcommand(rule_argv) {
+        Some((_, sub)) if !GIT_TRAILING_SUBCOMMANDS.contains(&sub) => Err(format!(
+            "git {} takes no trailing arguments in a rule (only {} do: they read the repository and nothing \
+             else); list each command in full instead",
+            quote_argv(&[sub.to_string()]),
+            GIT_TRAILING_SUBCOMMANDS.join(", ")
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Git's trailing arguments, checked against the closed lists above: the
+/// subcommand (named by the rule, or else the first trailing argument)
+/// is on [`GIT_TRAILING_SUBCOMMANDS`]; every option is on
+/// [`GIT_LONG_OPTIONS`] (by its name before any `=`) or
+/// [`GIT_SHORT_OPTIONS`], or is `-NUMBER`; every other argument (a
+/// revision, a path, a value, anything after `--`) is neither absolute nor
+/// has a `..` component, so no path names a file outside the repository
+/// (`git diff A B` with a path outside the work tree is `--no-index`,
+/// which reads any host file). `Err` is one line saying what was refused.
+pub fn git_trailing(rule_argv: &[String], trailing: &[String]) -> Result<(), String> {
+    let q = |a: &String| quote_argv(std::slice::from_ref(a));
+    let mut rest = trailing;
+    match git_subcommand(rule_argv) {
+        Some((_, sub)) if !GIT_TRAILING_SUBCOMMANDS.contains(&sub) => {
+            return Err(format!("git {} takes no trailing arguments", q(&sub.to_string())));
+        }
+        Some(_) => {}
+        None => {
+            let first = &trailing[0];
+            if first.starts_with('-') {
+                return Err(format!(
+                    "git option {} before the subcommand is refused (it can name a directory, a configuration \
+                     or a program)",
+                    q(first)
+                ));
+            }
+            if !GIT_TRAILING_SUBCOMMANDS.contains(&first.as_str()) {
+                return Err(format!(
+                    "git {} is not granted by this rule (it grants only {})",
+                    q(first),
+                    GIT_TRAILING_SUBCOMMANDS.join(", ")
+                ));
+            }
+            rest = &trailing[1..];
+        }
+    }
+    let mut paths_only = false;
+    for a in rest {
+        if !paths_only && a == "--" {
+            paths_only = true;
+            continue;
+        }
+        if !paths_only && a.starts_with('-') && a.len() > 1 {
+            let name = a.split('=').next().unwrap_or(a);
+            let ok = if a.starts_with("--") {
+                GIT_LONG_OPTIONS.contains(&name)
+            } else {
+                GIT_SHORT_OPTIONS.contains(&a.as_str()) || a[1..].bytes().all(|b| b.is_ascii_digit())
+            };
+            if !ok {
+                return Err(format!(
+                    "git option {} is refused: only options that neither read nor write a file outside the \
+                     repository nor run a program are granted (docs/escalation.md lists them; an abbreviation \
+                     counts as the option it abbreviates)",
+                    q(a)
+                ));
+            }
+            continue;
+        }
+        if a == "-" || a.starts_with('/') || a.split('/').any(|c| c == "..") {
+            return Err(format!(
+                "git argument {} names a path outside the repository (or standard input); refused",
+                q(a)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Makes sandbox-chosen text safe to print: every Cc and Cf character
@@ -386,49 +1031,230 @@ pub fn split_words(line: &str) -> Option<Vec<String>> {
 mod tests {
     use super::*;
 
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
     #[test]
     fn rules_match_exactly_unless_trailing_args_are_granted() {
-        let rule: Vec<String> = vec!["git".into(), "--version".into()];
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert!(rule_matches(&rule, false, &v(&["git", "--version"])));
-        assert!(!rule_matches(&rule, false, &v(&["git", "--version", "--foo"])));
-        assert!(!rule_matches(&rule, false, &v(&["git"])));
-        assert!(rule_matches(&rule, true, &v(&["git", "--version", "--foo"])));
-        assert!(!rule_matches(&rule, true, &v(&["git", "status"])));
+        let rule = v(&["git", "--version"]);
+        assert_eq!(rule_match(&rule, false, &[], &v(&["git", "--version"])), RuleMatch::Yes);
+        assert_eq!(
+            rule_match(&rule, false, &[], &v(&["git", "--version", "--foo"])),
+            RuleMatch::No
+        );
+        assert_eq!(rule_match(&rule, false, &[], &v(&["git"])), RuleMatch::No);
+        assert!(matches!(
+            rule_match(&rule, true, &[], &v(&["git", "--version", "--foo"])),
+            RuleMatch::Refused(_)
+        ));
+        assert_eq!(rule_match(&rule, true, &[], &v(&["git", "status"])), RuleMatch::No);
+        let log = v(&["git", "log"]);
+        assert_eq!(
+            rule_match(&log, true, &[], &v(&["git", "log", "--oneline", "-5"])),
+            RuleMatch::Yes
+        );
+        // Another program: only what the declared patterns match.
+        let pats = v(&["--json", "title*", "1*"]);
+        let gh = v(&["gh", "pr", "view"]);
+        assert_eq!(
+            rule_match(&gh, true, &pats, &v(&["gh", "pr", "view", "12", "--json", "title"])),
+            RuleMatch::Yes
+        );
+        assert_eq!(
+            rule_match(&gh, true, &pats, &v(&["gh", "pr", "view", "--web"])),
+            RuleMatch::Refused("trailing argument 1 (--web) matches none of the rule's trailing_args patterns".into())
+        );
+        assert_eq!(
+            rule_match(&v(&["touch"]), true, &[], &v(&["touch", "/home/u/.bashrc"])),
+            RuleMatch::Refused("the rule declares no trailing_args patterns".into())
+        );
+        // The escaped argument, on one line.
+        let RuleMatch::Refused(why) = rule_match(&gh, true, &pats, &v(&["gh", "pr", "view", "a\nb\u{1b}"])) else {
+            panic!()
+        };
+        assert!(!why.contains('\n') && !why.contains('\u{1b}'), "{why}");
     }
 
     #[test]
-    fn display_is_quoted_and_neutralised() {
-        let q = quote_argv(&["echo".into(), "a b".into(), "\u{1b}[2J".into(), "it's".into()]);
-        assert_eq!(q, r"echo 'a b' '\x1b[2J' 'it'\''s'");
-        assert!(!q.contains('\u{1b}'));
-        let q = quote_argv(&["x\u{202e}y".into(), "a\\x1b".into(), "\u{200b}".into()]);
-        assert_eq!(q, r"'x\u{202e}y' 'a\\x1b' '\u{200b}'");
-    }
-
-    #[test]
-    fn shells_and_interpreters_are_recognised() {
-        for p in [
-            "sh",
-            "/bin/bash",
-            "python3",
-            "python3.12",
-            "perl",
-            "env",
-            "/usr/bin/env",
-            "zsh",
-            "node",
+    fn patterns_never_reach_another_directory_or_a_dot_file() {
+        for (p, a, want) in [
+            ("*", "abc", true),
+            ("*", "", true),
+            ("*", "a/b", false),
+            ("*", "..", false),
+            ("*", ".env", false),
+            ("src/*", "src/main.rs", true),
+            ("src/*", "src/..", false),
+            ("src/*", "src/a/b", false),
+            ("src/*.rs", "src/x.rs", true),
+            ("src/*.rs", "src/x.rsx", false),
+            ("--limit=*", "--limit=10", true),
+            ("--limit=*", "--limit=/etc/passwd", false),
+            ("?", "a", true),
+            ("?", "ab", false),
+            ("?", ".", false),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("-v", "-v", true),
+            ("-v", "-vv", false),
         ] {
-            assert!(command_runner(p).is_some(), "{p}");
+            assert_eq!(pattern_matches(p, a), want, "{p:?} {a:?}");
         }
-        for p in ["git", "gh", "ls", "echo", "true", "cargo", "shellcheck"] {
+        // Many stars on a long argument stay cheap.
+        let t = std::time::Instant::now();
+        assert!(!pattern_matches(&("*a".repeat(50) + "b"), &"a".repeat(4000)));
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn git_options_that_reach_host_files_or_run_programs_are_refused_in_every_form() {
+        let under = |rule: &[&str], trailing: &[&str]| git_trailing(&v(rule), &v(trailing));
+        for bad in [
+            "--output=/home/u/marker",
+            "--output",
+            "--outp=/home/u/marker",
+            "--out=/x",
+            "--no-index",
+            "--no-ind",
+            "-c",
+            "-C",
+            "--git-dir=/x",
+            "--git-d=/x",
+            "--work-tree=/x",
+            "--exec-path=/x",
+            "--upload-pack=evil",
+            "--receive-pack=evil",
+            "--ext-diff",
+            "--textconv",
+            "--open-files-in-pager",
+            "--open-files-in-pager=vim",
+            "-O",
+            "-Ovim",
+            "--config-env=a=b",
+            "--namespace=x",
+            "--exec=x",
+            "-x",
+            "--template=/x",
+            "--separate-git-dir=/x",
+            "--output-directory=/x",
+            "-o",
+            "--contents=/home/u/secret",
+            "--pathspec-from-file=/home/u/secret",
+            "-f",
+            "-F",
+            "--show-signature",
+            "--recurse-submodules",
+            "-pn",
+            "-U3",
+        ] {
+            let e = under(&["git", "log"], &[bad]).expect_err(bad);
+            assert!(e.starts_with("git option ") && !e.contains('\n'), "{bad}: {e}");
+        }
+        for bad in [
+            &["/home/u/secret", "/dev/null"][..],
+            &["--", "../../x"],
+            &["a/../../b"],
+            &["-"],
+        ] {
+            let e = under(&["git", "diff"], bad).expect_err(&format!("{bad:?}"));
+            assert!(e.contains("outside the repository"), "{e}");
+        }
+        // Git chosen by the request: only a listed subcommand, no global option.
+        assert!(under(&["git"], &["log", "--oneline"]).is_ok());
+        for bad in [
+            &["-C", "/x", "log"][..],
+            &["--no-pager", "log"],
+            &["config", "--global", "x", "y"],
+            &["bisect"],
+        ] {
+            assert!(under(&["git"], bad).is_err(), "{bad:?}");
+        }
+        assert!(under(&["git", "commit"], &["-m", "x"]).is_err());
+        for ok in [
+            &["--oneline", "-5", "--format=%h %s", "main..HEAD", "--", "src/x.rs"][..],
+            &["--stat", "HEAD~3"],
+            &["-p", "--no-ext-diff", "--", "-odd-name"],
+        ] {
+            assert_eq!(under(&["git", "log"], ok), Ok(()), "{ok:?}");
+        }
+        assert!(git_rule_subcommand_ok(&v(&["git", "log"])).is_ok());
+        assert!(git_rule_subcommand_ok(&v(&["git"])).is_ok());
+        assert!(git_rule_subcommand_ok(&v(&["git", "-C", "sub", "status"])).is_ok());
+        assert!(git_rule_subcommand_ok(&v(&["git", "push"])).is_err());
+        assert!(git_rule_subcommand_ok(&v(&["git", "-c", "x=y", "config"])).is_err());
+    }
+
+    #[test]
+    fn runners_are_recognised_by_base_name_and_version_suffix() {
+        for (p, name) in [
+            ("sh", "sh"),
+            ("/bin/bash", "bash"),
+            ("python3", "python"),
+            ("python3.12", "python"),
+            ("/usr/bin/python3", "python"),
+            ("node18", "node"),
+            ("/usr/bin/npm", "npm"),
+            ("npx", "npx"),
+            ("make", "make"),
+            ("gmake", "gmake"),
+            ("cargo", "cargo"),
+            ("go", "go"),
+            ("pip3", "pip"),
+            ("pre-commit", "pre-commit"),
+            ("x86_64-linux-gnu-gcc-12", "gcc"),
+            ("docker", "docker"),
+            ("env", "env"),
+            ("/usr/bin/env", "env"),
+            ("Python3", "python"),
+        ] {
+            assert_eq!(command_runner(p).map(|r| r.0), Some(name), "{p}");
+        }
+        for p in [
+            "git",
+            "gh",
+            "ls",
+            "echo",
+            "true",
+            "shellcheck",
+            "touch",
+            "head",
+            "sleep",
+            "rg",
+        ] {
             assert!(command_runner(p).is_none(), "{p}");
+        }
+        assert!(refused_program("./x.sh")
+            .unwrap()
+            .contains("relative to the working directory"));
+        assert!(refused_program("scripts/x").is_some());
+        assert!(refused_program("/usr/bin/gh").is_none());
+        // One table: no program is listed twice.
+        let mut all: Vec<&str> = RUNNER_CLASSES.iter().flat_map(|c| c.programs.iter().copied()).collect();
+        let n = all.len();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n, "a program is listed twice");
+    }
+
+    #[test]
+    fn docs_list_the_runner_table() {
+        let docs = include_str!("../docs/escalation.md");
+        let unwrapped = docs.replace("\n  ", " ");
+        let table = runner_table_markdown();
+        assert!(
+            table.lines().all(|l| unwrapped.contains(l)),
+            "docs/escalation.md must list the table, one line per class (wrapped lines indented by two):\n{table}"
+        );
+        for l in [GIT_TRAILING_SUBCOMMANDS, GIT_LONG_OPTIONS, GIT_SHORT_OPTIONS] {
+            for o in l {
+                assert!(docs.contains(&format!("`{o}`")), "docs/escalation.md lacks `{o}`");
+            }
         }
     }
 
     #[test]
     fn git_is_hardened_and_nothing_else_is() {
-        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let g = harden_git(&v(&["git", "status"]), &[]);
         assert_eq!(g[0], "git");
         assert_eq!(g.last().unwrap(), "status");
@@ -454,6 +1280,23 @@ mod tests {
             assert!(g.contains(&want.to_string()), "{want} in {g:?}");
         }
         assert!(!g.iter().any(|a| a.starts_with("user.")));
+        let g = harden_git(
+            &v(&["git", "log"]),
+            &[
+                k("gpg", None, "program"),
+                k("gpg", Some("ssh"), "program"),
+                k("core", None, "editor"),
+                k("credential", Some("https://h"), "helper"),
+            ],
+        );
+        for want in [
+            "gpg.program=gpg",
+            "gpg.ssh.program=ssh-keygen",
+            "core.editor=false",
+            "credential.https://h.helper=",
+        ] {
+            assert!(g.contains(&want.to_string()), "{want} in {g:?}");
+        }
         let g = harden_git(&v(&["git", "status"]), &[k("filter", Some("a=b"), "clean")]);
         assert!(g.windows(2).any(|w| w[0] == "-c" && w[1] == "="), "{g:?}");
     }

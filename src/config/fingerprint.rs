@@ -160,6 +160,10 @@ pub fn join_fingerprint(cfg: &Config, profile: &Profile) -> String {
             put_field(&mut buf, a.as_bytes());
         }
         put_field(&mut buf, &[r.allow_trailing_args as u8, r.harden_git as u8]);
+        put_field(&mut buf, r.trailing_args.len().to_string().as_bytes());
+        for p in &r.trailing_args {
+            put_field(&mut buf, p.as_bytes());
+        }
         put_field(&mut buf, r.cwd.as_bytes());
     }
     match &cfg.default_deny {

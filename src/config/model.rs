@@ -80,8 +80,14 @@ impl Default for Escalation {
 pub struct AutoRule {
     /// Non-empty; `argv[0]` is non-empty.
     pub argv: Vec<String>,
-    /// Whether extra arguments after `argv` are still approved.
+    /// Whether extra arguments after `argv` are still approved (host
+    /// Git's are checked by `escalation::git_trailing`; any other
+    /// program's must match `trailing_args`).
     pub allow_trailing_args: bool,
+    /// `trailing_args`: the patterns each trailing argument must match
+    /// (`escalation::pattern_matches`); required for trailing arguments of
+    /// a program other than Git.
+    pub trailing_args: Vec<String>,
     /// The only working directory the rule approves, relative to the
     /// workspace ("" = its root).
     pub cwd: String,

@@ -200,7 +200,7 @@ fn full_example() {
         "/run/user/1000/lazaret",
         r#"[[escalation.auto_approve]]
 argv = ["gh", "pr", "view"]
-allow_trailing_args = true
+trailing_args = ["--json", "title", "1*"]
 cwd = "./sub/dir"
 
 [profiles.dev]
@@ -225,12 +225,14 @@ deny = ["198.18.0.0/15", "2001:db8::/32"]
             AutoRule {
                 argv: vec!["git".into(), "--version".into()],
                 allow_trailing_args: false,
+                trailing_args: vec![],
                 cwd: String::new(),
                 harden_git: true,
             },
             AutoRule {
                 argv: vec!["gh".into(), "pr".into(), "view".into()],
                 allow_trailing_args: true,
+                trailing_args: vec!["--json".into(), "title".into(), "1*".into()],
                 cwd: "sub/dir".into(),
                 harden_git: true,
             },
@@ -312,7 +314,7 @@ fn unknown_keys_name_file_line_and_key() {
     );
     assert_has(
             &err("[[escalation.auto_approve]]\nargv = [\"a\"]\n[[escalation.auto_approve]]\nargv = [\"b\"]\ntrailing = true\n"),
-            &[":5: escalation.auto_approve[1].trailing: unknown key; expected one of: argv, allow_trailing_args, cwd, harden_git"],
+            &[":5: escalation.auto_approve[1].trailing: unknown key; expected one of: argv, allow_trailing_args, trailing_args, cwd, harden_git"],
         );
     assert_has(
         &err("[profiles.dev.network]\nalow = []\n"),
@@ -721,14 +723,101 @@ fn auto_approve_validation() {
         &err("[[escalation.auto_approve]]\nargv = [\"a\"]\nallow_trailing_args = 1\n"),
         &[":3: escalation.auto_approve[0].allow_trailing_args: expected a boolean"],
     );
-    for prog in ["sh", "bash", "/bin/dash", "python3", "perl", "env"] {
-        assert_has(
-            &err(&format!(
-                "[[escalation.auto_approve]]\nargv = [{prog:?}, \"-c\", \"x\"]\n"
-            )),
-            &[":2: escalation.auto_approve[0].argv: expected a program that does not run a command string"],
-        );
+    // A program that runs the workspace's files by convention: the file,
+    // the rule (index and argv) and why, in one message.
+    for (argv, want) in [
+        (
+            r#"["npm", "test"]"#,
+            "escalation.auto_approve[0].argv: expected a program that runs no file of the workspace (npm is a \
+             package manager or task runner (npm): it runs the scripts the workspace's manifest or task file \
+             names (package.json, pyproject.toml, Gemfile, Rakefile, composer.json, Taskfile, tasks.py, …); \
+             approve such commands each time), got argv npm test",
+        ),
+        (
+            r#"["make"]"#,
+            "escalation.auto_approve[0].argv: expected a program that runs no file of the workspace (make is a \
+             build tool (make): it runs the workspace's build files (Makefile, justfile, build.rs, go:generate, \
+             build.gradle, pom.xml, CMakeLists.txt, …) and the code they name; approve such commands each time), \
+             got argv make",
+        ),
+        (
+            r#"["python3", "-m", "x"]"#,
+            "escalation.auto_approve[0].argv: expected a program that runs no file of the workspace (python3 is \
+             an interpreter (python): it runs the script, module or program text it is named, a file the sandbox \
+             can write; approve such commands each time), got argv python3 -m x",
+        ),
+        (
+            r#"["sh", "-c", "x"]"#,
+            "escalation.auto_approve[0].argv: expected a program that runs no file of the workspace (sh is a \
+             shell (sh): it runs any command string or script it is given; approve such commands each time), \
+             got argv sh -c x",
+        ),
+    ] {
+        let e = err(&format!("[[escalation.auto_approve]]\nargv = {argv}\n"));
+        assert_eq!(e, format!("{FILE}:2: {want}"), "{argv}");
     }
+    for prog in [
+        "bash",
+        "/bin/dash",
+        "perl",
+        "env",
+        "/usr/bin/npm",
+        "npx",
+        "yarn",
+        "pnpm",
+        "node18",
+        "python3.12",
+        "cargo",
+        "go",
+        "mvn",
+        "gradle",
+        "pytest",
+        "pre-commit",
+        "lint-staged",
+        "direnv",
+        "docker",
+        "xargs",
+        "sudo",
+        "./gradlew",
+        "scripts/x.sh",
+    ] {
+        let e = err(&format!("[[escalation.auto_approve]]\nargv = [{prog:?}, \"x\"]\n"));
+        assert_has(
+            &e,
+            &[":2: escalation.auto_approve[0].argv: expected a program that runs no file of the workspace ("],
+        );
+        assert!(e.contains(&format!("got argv {prog} x")), "{e}");
+    }
+    // Trailing arguments: patterns for any program but Git; Git only for
+    // a subcommand that inspects.
+    assert_has(
+        &err("[[escalation.auto_approve]]\nargv = [\"touch\"]\nallow_trailing_args = true\n"),
+        &[
+            ":3: escalation.auto_approve[0].allow_trailing_args: expected trailing_args patterns for argv touch \
+           (any trailing argument could name a host file or an option that writes one; only Git's are checked by \
+           Lazaret), got true without patterns",
+        ],
+    );
+    assert_has(
+        &err("[[escalation.auto_approve]]\nargv = [\"git\", \"push\"]\nallow_trailing_args = true\n"),
+        &[":3: escalation.auto_approve[0].argv: expected a Git command that inspects (git push takes no trailing"],
+    );
+    assert_has(
+        &err("[[escalation.auto_approve]]\nargv = [\"gh\"]\nallow_trailing_args = false\ntrailing_args = [\"x\"]\n"),
+        &[":3: escalation.auto_approve[0].allow_trailing_args: expected true (or no value) with trailing_args"],
+    );
+    assert_has(
+        &err("[[escalation.auto_approve]]\nargv = [\"gh\"]\ntrailing_args = []\n"),
+        &[":3: escalation.auto_approve[0].trailing_args: expected a non-empty array"],
+    );
+    let c = ok(
+        "[[escalation.auto_approve]]\nargv = [\"gh\"]\ntrailing_args = [\"*\"]\n\
+                [[escalation.auto_approve]]\nargv = [\"git\", \"log\"]\nallow_trailing_args = true\n\
+                [[escalation.auto_approve]]\nargv = [\"git\"]\nallow_trailing_args = true\n",
+    );
+    assert!(c.escalation.auto_approve[0].allow_trailing_args);
+    assert_eq!(c.escalation.auto_approve[0].trailing_args, vec!["*"]);
+    assert!(c.escalation.auto_approve[1].allow_trailing_args);
     assert_has(
         &err("[[escalation.auto_approve]]\nargv = [\"git\"]\ncwd = \"../x\"\n"),
         &[":3: escalation.auto_approve[0].cwd: expected a directory relative to the workspace"],
@@ -755,6 +844,8 @@ fn join_fingerprint_covers_escalation_and_global_network() {
         "[escalation]\nenabled = true\nprompt_timeout_s = 5\n",
         "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"git\"]\n",
         "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"git\"]\ncwd = \"a\"\n",
+        "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"gh\"]\ntrailing_args = [\"a\"]\n",
+        "[escalation]\nenabled = true\n[[escalation.auto_approve]]\nargv = [\"gh\"]\ntrailing_args = [\"b\"]\n",
         "[escalation]\nenabled = true\n[network]\ndefault_deny = [\"10.0.0.0/8\"]\n",
     ] {
         assert!(seen.insert(fp(&ok(v))), "{v:?} collides");

@@ -10,7 +10,7 @@ const ROOT_KEYS: &[&str] = &["runtime_dir", "network", "escalation", "images", "
 const IMAGE_KEYS: &[&str] = &["base", "packages", "run"];
 const NETWORK_KEYS: &[&str] = &["default_deny", "hosts"];
 const ESCALATION_KEYS: &[&str] = &["enabled", "auto_approve", "prompt_timeout_s"];
-const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "cwd", "harden_git"];
+const RULE_KEYS: &[&str] = &["argv", "allow_trailing_args", "trailing_args", "cwd", "harden_git"];
 const PROFILE_KEYS: &[&str] = &[
     "image",
     "command",
@@ -337,22 +337,72 @@ impl Schema<'_> {
             }
             _ => {}
         }
-        // SR-8: a command that needs a shell is never auto-approved.
-        if let Some(runner) = crate::escalation::command_runner(argv[0].1) {
+        let shown = || {
+            let v: Vec<String> = argv.iter().map(|(_, s)| s.to_string()).collect();
+            format!("argv {}", crate::escalation::quote_argv(&v))
+        };
+        // SR-8: a command that needs a shell, or runs the workspace's files
+        // by convention, is never auto-approved.
+        if let Some(why) = crate::escalation::refused_program(argv[0].1) {
             return Err(self.invalid(
                 argv[0].0,
                 &argv_key,
-                format!(
-                    "a program that does not run a command string ({runner:?} is a shell, interpreter or \
-                     command wrapper; such commands must be approved by the developer each time)"
-                ),
-                quote(argv[0].1),
+                format!("a program that runs no file of the workspace ({why})"),
+                shown(),
             ));
         }
-        let allow_trailing_args = match t.get("allow_trailing_args") {
-            Some(i) => self.boolean(i, &format!("{}.allow_trailing_args", key))?,
-            None => false,
+        let trailing_key = format!("{}.trailing_args", key);
+        let trailing_args: Vec<String> = match t.get("trailing_args") {
+            Some(i) => {
+                const EXPECTED: &str =
+                    "a non-empty array of non-empty patterns (`*` and `?` within one path component)";
+                let pats = self.strings(i, &trailing_key, EXPECTED)?;
+                if pats.is_empty() {
+                    return Err(self.invalid(i.line, &trailing_key, EXPECTED, "an empty array"));
+                }
+                if let Some((l, _)) = pats.iter().find(|(_, p)| p.is_empty()) {
+                    return Err(self.invalid(*l, &trailing_key, EXPECTED, "\"\""));
+                }
+                pats.into_iter().map(|(_, p)| p.to_string()).collect()
+            }
+            None => Vec::new(),
         };
+        let allow_trailing_args = match t.get("allow_trailing_args") {
+            Some(i) => {
+                let allow = self.boolean(i, &format!("{}.allow_trailing_args", key))?;
+                if !allow && !trailing_args.is_empty() {
+                    return Err(self.invalid(
+                        i.line,
+                        &format!("{}.allow_trailing_args", key),
+                        "true (or no value) with trailing_args patterns",
+                        "false",
+                    ));
+                }
+                allow
+            }
+            None => !trailing_args.is_empty(),
+        };
+        if allow_trailing_args {
+            let at = t.get("allow_trailing_args").map_or(line, |i| i.line);
+            if crate::escalation::is_git(argv[0].1) {
+                if let Err(why) = crate::escalation::git_rule_subcommand_ok(
+                    &argv.iter().map(|(_, s)| s.to_string()).collect::<Vec<_>>(),
+                ) {
+                    return Err(self.invalid(at, &argv_key, format!("a Git command that inspects ({why})"), shown()));
+                }
+            } else if trailing_args.is_empty() {
+                return Err(self.invalid(
+                    at,
+                    &format!("{}.allow_trailing_args", key),
+                    format!(
+                        "trailing_args patterns for {} (any trailing argument could name a host file or an option \
+                         that writes one; only Git's are checked by Lazaret)",
+                        shown()
+                    ),
+                    "true without patterns",
+                ));
+            }
+        }
         let cwd = match t.get("cwd") {
             Some(i) => {
                 let ck = format!("{}.cwd", key);
@@ -382,6 +432,7 @@ impl Schema<'_> {
         Ok(AutoRule {
             argv: argv.into_iter().map(|(_, s)| s.to_string()).collect(),
             allow_trailing_args,
+            trailing_args,
             cwd,
             harden_git,
         })

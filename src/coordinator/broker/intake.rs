@@ -6,7 +6,7 @@
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{Broker, SessionView};
@@ -173,7 +173,8 @@ impl Broker {
                         }
                     };
                     match self.auto_rule(&req, &dir) {
-                        Some((rule, harden)) => {
+                        AutoDecision::Refuse(why) => self.refuse(&req, Status::Denied, &why),
+                        AutoDecision::Approve(rule, harden) => {
                             let why = format!("auto-approved by rule {rule}");
                             self.audit(format!(
                                 "request={} session={} client={client} cwd={} argv={} decision=\"{why}\"",
@@ -189,12 +190,12 @@ impl Broker {
                             };
                             self.start_in(req, argv, why, dir, Some(seen));
                         }
-                        None if self.dirs.len() >= MAX_WAITING => self.refuse(
+                        AutoDecision::Ask if self.dirs.len() >= MAX_WAITING => self.refuse(
                             &req,
                             Status::Failed,
                             "too many requests are waiting for a decision; nothing ran",
                         ),
-                        None => {
+                        AutoDecision::Ask => {
                             self.dirs.insert(req.id.clone(), dir);
                             ask.push((req.session.clone(), req))
                         }
@@ -310,21 +311,81 @@ impl Broker {
     /// `dir` (already resolved): the rule's own directory is resolved the
     /// same way now and must be the same directory (device and inode), so
     /// a symlink at the rule's path matches nothing. With its Git hardening.
-    fn auto_rule(&self, req: &Request, dir: &OwnedFd) -> Option<(usize, bool)> {
+    /// A rule whose command it is but whose trailing arguments it does not
+    /// grant refuses the request (one line, `escalation::rule_match`), as
+    /// does a rule whose program is a file of the workspace.
+    fn auto_rule(&self, req: &Request, dir: &OwnedFd) -> AutoDecision {
         if !self.config.enabled {
-            return None;
+            return AutoDecision::Ask;
         }
-        let here = sys::fd_identity(dir).ok()?;
-        self.config.auto_approve.iter().enumerate().find_map(|(n, r)| {
-            (escalation::rule_matches(&r.argv, r.allow_trailing_args, &req.argv)
-                && self
-                    .resolve_cwd(&r.cwd)
-                    .ok()
-                    .and_then(|d| sys::fd_identity(&d).ok())
-                    .is_some_and(|rc| rc == here))
-            .then_some((n, r.harden_git))
-        })
+        let Ok(here) = sys::fd_identity(dir) else {
+            return AutoDecision::Ask;
+        };
+        let mut refused = None;
+        for (n, r) in self.config.auto_approve.iter().enumerate() {
+            let m = escalation::rule_match(&r.argv, r.allow_trailing_args, &r.trailing_args, &req.argv);
+            if m == escalation::RuleMatch::No {
+                continue;
+            }
+            let same_dir = self
+                .resolve_cwd(&r.cwd)
+                .ok()
+                .and_then(|d| sys::fd_identity(&d).ok())
+                .is_some_and(|rc| rc == here);
+            if !same_dir {
+                continue;
+            }
+            if self.in_workspace(&r.argv[0]) {
+                refused.get_or_insert(format!(
+                    "rule {n}: its program {} is a file of the workspace, which the sandbox can write; nothing ran",
+                    escalation::quote_argv(std::slice::from_ref(&r.argv[0]))
+                ));
+                continue;
+            }
+            match m {
+                escalation::RuleMatch::Yes => return AutoDecision::Approve(n, r.harden_git),
+                escalation::RuleMatch::Refused(why) => {
+                    refused.get_or_insert(format!("rule {n}: {why}; nothing ran"));
+                }
+                escalation::RuleMatch::No => {}
+            }
+        }
+        refused.map_or(AutoDecision::Ask, AutoDecision::Refuse)
     }
+
+    /// Whether an absolute program path lies in the workspace, as written
+    /// (`..` taken lexically) or once resolved on the host.
+    fn in_workspace(&self, program: &str) -> bool {
+        let p = Path::new(program);
+        if !p.is_absolute() {
+            return false;
+        }
+        let mut lexical = PathBuf::new();
+        for c in p.components() {
+            match c {
+                Component::ParentDir => {
+                    lexical.pop();
+                }
+                Component::CurDir => {}
+                c => lexical.push(c),
+            }
+        }
+        let ws = &self.workspace;
+        let ws_real = std::fs::canonicalize(ws).unwrap_or_else(|_| ws.clone());
+        let real = std::fs::canonicalize(p).ok();
+        let inside = |q: &Path| q.starts_with(ws) || q.starts_with(&ws_real);
+        inside(&lexical) || real.as_deref().is_some_and(inside)
+    }
+}
+
+/// What the rules say about a request.
+enum AutoDecision {
+    /// Run it without asking: the rule's index and its Git hardening.
+    Approve(usize, bool),
+    /// Refuse it: one line.
+    Refuse(String),
+    /// No rule is about it: the developer decides.
+    Ask,
 }
 
 /// A request file's name: `<32 lowercase hex>.req`.
