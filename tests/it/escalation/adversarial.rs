@@ -465,7 +465,8 @@ fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
         assert_ne!(r.code, 0, "{bad}: {r:?}");
         assert!(
             r.stderr.contains("escalation.auto_approve[0].argv")
-                && r.stderr.contains("shell, interpreter or command wrapper"),
+                && r.stderr
+                    .contains("expected a program that runs no file of the workspace"),
             "{bad}: {r:?}"
         );
     }

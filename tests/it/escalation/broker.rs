@@ -18,10 +18,17 @@ pub(crate) fn rule(argv: &[&str], trailing: bool) -> String {
     rule_with(argv, trailing, "")
 }
 
-/// [`rule`] with `more` (TOML keys) appended to the rule's table.
+/// [`rule`] with `more` (TOML keys) appended to the rule's table. A
+/// program other than Git that gets trailing arguments gets the pattern
+/// `*` (one word without `/`) unless `more` declares `trailing_args`.
 pub(crate) fn rule_with(argv: &[&str], trailing: bool, more: &str) -> String {
     let list = argv.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
-    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n{more}")
+    let pats = if trailing && argv[0] != "git" && !more.contains("trailing_args") {
+        "trailing_args = [\"*\"]\n"
+    } else {
+        ""
+    };
+    format!("[[escalation.auto_approve]]\nargv = [{list}]\nallow_trailing_args = {trailing}\n{pats}{more}")
 }
 
 /// The Domain's escalation audit log (empty when there is none yet).
@@ -347,7 +354,16 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
 #[test]
 fn timeouts_kill_and_output_limits_truncate() {
     let (env, _g) = require_env!(shared);
-    let (ws, cfg) = setup(env, "esclimit", &(rule(&["sleep"], true) + &rule(&["head"], true)));
+    let (ws, cfg) = setup(
+        env,
+        "esclimit",
+        &(rule(&["sleep"], true)
+            + &rule_with(
+                &["head"],
+                true,
+                "trailing_args = [\"-c\", \"3000000\", \"/dev/zero\"]\n",
+            )),
+    );
     let r = env.run_sh_with_config(&ws, &cfg, "lazaret-escalate --timeout 1 -- sleep 30; echo rc=$?");
     assert!(r.stdout.contains("rc=124"), "{r:?}");
     assert!(r.stderr.contains("timed-out"), "{r:?}");

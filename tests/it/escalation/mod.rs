@@ -1,7 +1,9 @@
 //! Host escalation: the agent asks, the developer decides (docs/escalation.md).
 //! `broker`: rules, prompts, records, timeouts, key material; `adversarial`:
 //! typeahead, drawn prompts, bursts, forged records, a killed coordinator;
-//! `prompt`: what is approved is exactly what runs, where the prompt says.
+//! `prompt`: what is approved is exactly what runs, where the prompt says;
+//! `rules`: what a rule may name, and the trailing arguments it grants.
 pub mod adversarial;
 pub mod broker;
 pub mod prompt;
+pub mod rules;
