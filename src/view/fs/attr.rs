@@ -69,6 +69,35 @@ pub(super) fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
     m & !strip
 }
 
+/// A volume's host files by host identity (device, inode): the mode each
+/// had when the sandbox first changed it, or the mode the sandbox made it
+/// with. In memory, for the view's life: a file first changed in a later
+/// generation takes its mode then. Bounded by the files the sandbox
+/// changes.
+#[derive(Default)]
+pub(super) struct VolumeModes(std::sync::Mutex<std::collections::HashMap<(u64, u64), u32>>);
+
+impl VolumeModes {
+    /// The mode a chmod to `mode` gives host file `st` (its current
+    /// stat): [`host_mode`], without any group or other bit that the file
+    /// had neither at first sight nor has now. Owner bits are the
+    /// developer's own and pass.
+    pub(super) fn capped(&self, st: &rustix::fs::Stat, mode: u32) -> u32 {
+        let now = st.st_mode & 0o7777;
+        let first = *self.0.lock().unwrap().entry((st.st_dev, st.st_ino)).or_insert(now);
+        host_mode(Side::Host, mode, is_dir(st)) & (0o7700 | ((first | now) & 0o077))
+    }
+
+    /// The sandbox made `st`: its mode now is its mode at first sight
+    /// (also over a stale entry of a reused inode number).
+    pub(super) fn made(&self, st: &rustix::fs::Stat) {
+        self.0
+            .lock()
+            .unwrap()
+            .insert((st.st_dev, st.st_ino), st.st_mode & 0o7777);
+    }
+}
+
 pub(super) fn kind(mode: u32) -> FileType {
     match mode & sys::S_IFMT {
         sys::S_IFDIR => FileType::Directory,
@@ -214,6 +243,15 @@ impl View {
         a
     }
 
+    /// The mode a chmod to `mode` gives the file `st` on `side`
+    /// ([`host_mode`]; in a volume, [`VolumeModes::capped`]).
+    pub(super) fn chmod_mode(&self, side: Side, st: &rustix::fs::Stat, mode: u32) -> u32 {
+        match &self.volume {
+            Some(v) if side == Side::Host => v.capped(st, mode),
+            _ => host_mode(side, mode, is_dir(st)),
+        }
+    }
+
     /// Keeps Domain-side what a chmod or chown of host file `st` asked for
     /// and the host file does not get. `mode`: the requested bits, `uid`
     /// and `gid`: the ids as the sandbox named them.
@@ -222,9 +260,12 @@ impl View {
         let mut all = self.guest.lock().unwrap();
         let mut g = all.get(&key).copied().unwrap_or_default();
         let dir = is_dir(st);
+        // What the host file got (`host_mode`, and in a volume never a
+        // widened mode) is compared with what was asked for.
+        let host = st.st_mode & 0o7777;
         if let Some(m) = mode {
             let m = m & 0o7777;
-            g.mode = (host_mode(Side::Host, m, dir) != m).then_some(m);
+            g.mode = (host != m).then_some(m);
         }
         for (want, slot) in [(uid, &mut g.uid), (gid, &mut g.gid)] {
             if let Some(i) = want {
@@ -241,7 +282,7 @@ impl View {
                 if m & sgid == sgid {
                     k &= !sys::S_ISGID;
                 }
-                g.mode = (host_mode(Side::Host, k, dir) != k).then_some(k);
+                g.mode = (host != k).then_some(k);
             }
         }
         if g.uid.is_none() && g.gid.is_none() && g.mode.is_none() {
@@ -258,6 +299,9 @@ impl View {
             return;
         }
         if let Ok(st) = rustix::fs::statat(d, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if let Some(v) = &self.volume {
+                v.made(&st);
+            }
             if host_mode(side, mode, is_dir(&st)) != mode & 0o7777 {
                 self.keep_guest(&st, Some(mode), None, None);
             }

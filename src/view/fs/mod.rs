@@ -175,6 +175,9 @@ pub struct View {
     /// A view of the Domain's own storage (`View::storage`): owners as
     /// stored, new entries owned by the requester, xattrs writable.
     raw: bool,
+    /// A read-write volume's view (`as_volume`): a mode change never adds
+    /// group or other bits a host file did not have (`attr::VolumeModes`).
+    volume: Option<attr::VolumeModes>,
 }
 
 /// Host paths (view-relative) the sandbox last changed through the view.
@@ -295,7 +298,18 @@ impl View {
             guest_changed: Arc::default(),
             budget: None,
             raw: false,
+            volume: None,
         })
+    }
+
+    /// Serves a read-write volume: a chmod inside removes permission bits
+    /// of a host file but never adds a group or other bit the file had
+    /// neither when the sandbox first changed its mode (or made it) nor has
+    /// now; set-user-ID, set-group-ID and world-write stay stripped. The
+    /// workspace is not served so (a `chmod +x` there is ordinary work).
+    pub fn as_volume(mut self) -> View {
+        self.volume = Some(attr::VolumeModes::default());
+        self
     }
 
     /// A view of the Domain's own storage `dir` as it is: no host side, no

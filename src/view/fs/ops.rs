@@ -23,7 +23,7 @@ use crate::view::budget;
 use crate::view::counts::Op;
 
 use super::attr::{host_mode, host_owner_stays, kill_priv, negative, stored_id, timestamps};
-use super::host::{beneath, errno, is_dir, open_flags, resolve, split, writes, Side};
+use super::host::{beneath, errno, open_flags, resolve, split, writes, Side};
 use super::table::Handle;
 use super::{ParentMemo, View, TTL, TTL_LONG};
 
@@ -153,8 +153,8 @@ impl Filesystem for View {
                     wf.set_len(sz).map_err(errno)?;
                 }
                 if let Some(m) = mode {
-                    let d = is_dir(&rustix::fs::fstat(&*f).map_err(errno)?);
-                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(host_mode(side, m, d))).map_err(errno)?;
+                    let st = rustix::fs::fstat(&*f).map_err(errno)?;
+                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(self.chmod_mode(side, &st, m))).map_err(errno)?;
                 }
                 if uid.is_some() || gid.is_some() {
                     sys::fchown(&*f, uid, gid).map_err(errno)?;
@@ -213,7 +213,7 @@ impl Filesystem for View {
                             let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
                             std::fs::set_permissions(
                                 proc,
-                                std::fs::Permissions::from_mode(host_mode(side, m, is_dir(&st))),
+                                std::fs::Permissions::from_mode(self.chmod_mode(side, &st, m)),
                             )
                             .map_err(errno)?;
                         }

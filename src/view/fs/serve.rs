@@ -305,7 +305,10 @@ pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget
     set_guest_owner(owner);
     let mut served = Vec::new();
     let workspace = specs.first().map(|v| v.source.clone());
-    for v in specs {
+    for (i, v) in specs.into_iter().enumerate() {
+        // After the workspace (first) come a linked worktree's common
+        // directory (`git_root`) and the read-write volumes.
+        let volume = i > 0 && !v.git_root;
         let (v, exec) = crate::view::hosttool::prepare_view(v, workspace.as_deref()).map_err(ViewError::HostConfig)?;
         let store = match &v.store {
             Some(dir) => {
@@ -339,6 +342,9 @@ pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget
             .with_exec(exec);
         if let (Some(b), true) = (budget, counted) {
             view = view.with_budget(b.clone(), false);
+        }
+        if volume {
+            view = view.as_volume();
         }
         served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }

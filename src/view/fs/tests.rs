@@ -364,3 +364,49 @@ fn a_host_write_during_a_read_leaves_the_guest_stale() {
     v.read_between(id, &post, &post);
     assert!(v.fresh_for_write(INodeNo(id), &post, true).is_ok());
 }
+
+#[test]
+fn a_volume_mode_change_never_adds_group_or_other_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Tmp::new("volmode");
+    let v = view(&dir).as_volume();
+    let ws = view(&dir);
+    let set = |rel: &str, m: u32| {
+        std::fs::set_permissions(dir.0.join(rel), std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let st = |rel: &str| rustix::fs::stat(dir.0.join(rel)).unwrap();
+    // 0600 at first sight: 0644 gives 0600, 0400 is 0400, then 0600 again.
+    dir.write("secret", "s");
+    set("secret", 0o600);
+    assert_eq!(v.chmod_mode(Side::Host, &st("secret"), 0o644), 0o600);
+    assert_eq!(v.chmod_mode(Side::Host, &st("secret"), 0o400), 0o400);
+    set("secret", 0o400);
+    assert_eq!(v.chmod_mode(Side::Host, &st("secret"), 0o600), 0o600);
+    assert_eq!(v.chmod_mode(Side::Host, &st("secret"), 0o644), 0o600);
+    assert_eq!(v.chmod_mode(Side::Host, &st("secret"), 0o700), 0o700);
+    // Bits it had at first sight come back after being removed.
+    dir.write("shared", "s");
+    set("shared", 0o640);
+    assert_eq!(v.chmod_mode(Side::Host, &st("shared"), 0o600), 0o600);
+    set("shared", 0o600);
+    assert_eq!(v.chmod_mode(Side::Host, &st("shared"), 0o640), 0o640);
+    assert_eq!(v.chmod_mode(Side::Host, &st("shared"), 0o666), 0o640);
+    // Set-id and world-write stay stripped, also where the file had them.
+    dir.write("tool", "s");
+    set("tool", 0o757);
+    assert_eq!(v.chmod_mode(Side::Host, &st("tool"), 0o4777), 0o755);
+    // Directories alike.
+    std::fs::create_dir(dir.0.join("d")).unwrap();
+    set("d", 0o700);
+    assert_eq!(v.chmod_mode(Side::Host, &st("d"), 0o755), 0o700);
+    // A file the sandbox made starts from the mode it was made with.
+    dir.write("new", "n");
+    set("new", 0o644);
+    v.volume.as_ref().unwrap().made(&st("new"));
+    set("new", 0o600);
+    assert_eq!(v.chmod_mode(Side::Host, &st("new"), 0o664), 0o644);
+    // The workspace view keeps `chmod` as it is (set-id and world-write
+    // stripped, nothing else).
+    assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o755), 0o755);
+    assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o4777), 0o775);
+}
