@@ -175,6 +175,61 @@ n=$(cat $q/.tmp-f* 2>/dev/null | wc -c); echo "left=$n"
     eprintln!("requests/ peaked at {max} bytes on the host (cap {cap}); {left} bytes of small files stayed; {wrote} MiB more through the open fd");
 }
 
+/// A chmod inside a read-write volume removes bits of the host file but
+/// never adds a group or other bit it did not have: a 0600 file volume
+/// stays 0600 after `chmod 0644` (the sandbox sees 0644), becomes 0400
+/// and then 0600 again; a 0640 file in a directory volume gets its group
+/// read back after losing it, but never group write. Host modes are the
+/// marker (`stat` on the host after each run).
+#[test]
+fn volume_modes_never_widen_on_the_host() {
+    let (env, _g) = require_env!(shared);
+    let base = env.dir("volwiden");
+    let (ws, vol) = (base.join("ws"), base.join("vol"));
+    for d in [&ws, &vol] {
+        std::fs::create_dir(d).unwrap();
+        env.chown(d);
+    }
+    let file = base.join("token");
+    env.write(&file, "token\n");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let shared = vol.join("shared");
+    env.write(&shared, "shared\n");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let cfg = env.write_config(
+        &base,
+        &format!(
+            "[profiles.default]\nvolumes = [\"{}:/root/token\", \"{}:/root/vol\"]\n",
+            file.display(),
+            vol.display()
+        ),
+    );
+    let host_mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+    let run = |script: &str| {
+        let r = env.lz(&ws, &["run", "--", "sh", "-c", script]).config_home(&cfg).run();
+        assert_eq!(r.code, 0, "{script}: {r:?}");
+        r
+    };
+    let r = run("chmod 0644 /root/token && stat -c %a /root/token");
+    assert_eq!(r.stdout.trim(), "644", "the sandbox sees the mode it asked for: {r:?}");
+    assert_eq!(host_mode(&file), 0o600, "chmod 0644 inside widened the host file");
+    run("chmod 0400 /root/token");
+    assert_eq!(host_mode(&file), 0o400, "chmod 0400 inside narrows the host file");
+    run("chmod 0600 /root/token");
+    assert_eq!(host_mode(&file), 0o600, "the owner's bits come back");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "token\n");
+    let r = run(
+        "v=/root/vol/shared; chmod 0600 $v; chmod 0640 $v; stat -c %a $v; chmod 0664 $v; chmod 0755 $v; \
+         stat -c %a $v",
+    );
+    assert_eq!(r.stdout.lines().collect::<Vec<_>>(), ["640", "755"], "{r:?}");
+    assert_eq!(
+        host_mode(&shared),
+        0o740,
+        "group read comes back, group write and other bits never arrive"
+    );
+}
+
 /// Acceptance 2: on a read-write volume, `chmod 4777`, `2777` and `0666`
 /// leave host modes without setuid, setgid or world-write, for a profile
 /// without `user` (a plain bind before) and with one (as that user and as
