@@ -175,7 +175,7 @@ pub struct View {
     /// A view of the Domain's own storage (`View::storage`): owners as
     /// stored, new entries owned by the requester, xattrs writable.
     raw: bool,
-    /// A read-write volume's view (`as_volume`): a mode change never adds
+    /// A read-write volume's view (`for_volume`): a mode change never adds
     /// group or other bits a host file did not have (`attr::VolumeModes`).
     volume: Option<attr::VolumeModes>,
 }
@@ -307,7 +307,7 @@ impl View {
     /// neither when the sandbox first changed its mode (or made it) nor has
     /// now; set-user-ID, set-group-ID and world-write stay stripped. The
     /// workspace is not served so (a `chmod +x` there is ordinary work).
-    pub fn as_volume(mut self) -> View {
+    pub fn for_volume(mut self) -> View {
         self.volume = Some(attr::VolumeModes::default());
         self
     }

@@ -344,7 +344,7 @@ pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget
             view = view.with_budget(b.clone(), false);
         }
         if volume {
-            view = view.as_volume();
+            view = view.for_volume();
         }
         served.push(serve(view, &v.mountpoint, relay.take()).map_err(|e| ViewError::Serve(v.mountpoint.clone(), e))?);
     }

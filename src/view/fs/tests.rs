@@ -369,7 +369,7 @@ fn a_host_write_during_a_read_leaves_the_guest_stale() {
 fn a_volume_mode_change_never_adds_group_or_other_bits() {
     use std::os::unix::fs::PermissionsExt;
     let dir = Tmp::new("volmode");
-    let v = view(&dir).as_volume();
+    let v = view(&dir).for_volume();
     let ws = view(&dir);
     let set = |rel: &str, m: u32| {
         std::fs::set_permissions(dir.0.join(rel), std::fs::Permissions::from_mode(m)).unwrap();

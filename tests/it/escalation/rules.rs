@@ -52,7 +52,7 @@ fn git_options_that_reach_host_files_are_refused_at_request_time() {
         format!("git diff --no-index {s} /dev/null"),
         format!("git diff --no-ind {s} /dev/null"),
         format!("git diff {s} /dev/null"),
-        format!("git diff -- ../secret.txt /dev/null"),
+        "git diff -- ../secret.txt /dev/null".to_string(),
         format!("git -C {} diff --no-index secret.txt /dev/null", base.display()),
         "git -c core.pager=touch log".to_string(),
         format!("git log -O{m}"),
