@@ -1,6 +1,7 @@
 //! The mailbox intake against what a hostile sandbox can put there. Real
 //! files in a temporary directory, the real Trust Anchor; nothing runs
-//! (escalation is off, so no rule auto-approves).
+//! (escalation is off, so no rule auto-approves; where it is on, only
+//! requests the rules refuse are sent).
 
 use super::*;
 use crate::escalation::REQUESTS_MAX_BYTES;
@@ -24,6 +25,11 @@ impl Drop for Fixture {
 }
 
 fn fixture(tag: &str) -> Fixture {
+    fixture_with(tag, |_| Escalation::default())
+}
+
+/// A fixture whose escalation settings `esc` makes from the workspace path.
+fn fixture_with(tag: &str, esc: impl Fn(&Path) -> Escalation) -> Fixture {
     let dir = std::env::temp_dir().join(format!("lz-broker-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("ws")).unwrap();
@@ -32,14 +38,7 @@ fn fixture(tag: &str) -> Fixture {
     let cred = anchor.issue(Role::ClientCli, CLIENT, Some(SESSION)).unwrap();
     let key = SessionKey::parse(&cred.export().unwrap()).unwrap();
     let cert = key.cert.clone();
-    let broker = Broker::new(
-        anchor,
-        Escalation::default(),
-        &ws,
-        &dir.join("mbox"),
-        &dir.join("audit.log"),
-    )
-    .unwrap();
+    let broker = Broker::new(anchor, esc(&ws), &ws, &dir.join("mbox"), &dir.join("audit.log")).unwrap();
     Fixture { dir, broker, key, cert }
 }
 
@@ -344,4 +343,54 @@ fn a_kept_session_certificate_still_refuses_every_other_record() {
     let e = request(&f, 25);
     f.put(&format!("{}.req", e.id), &record(&f, &e));
     assert_eq!(f.scan(), vec![e.id.clone()]);
+}
+
+#[test]
+fn a_request_beyond_what_its_rule_grants_is_refused_with_one_line() {
+    let rule = |argv: &[&str], trailing: bool| crate::config::AutoRule {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        allow_trailing_args: trailing,
+        trailing_args: Vec::new(),
+        cwd: String::new(),
+        harden_git: true,
+    };
+    let mut f = fixture_with("rules", |ws| Escalation {
+        enabled: true,
+        auto_approve: vec![
+            rule(&["git", "log"], true),
+            rule(&[&ws.join("tool").display().to_string()], false),
+            rule(&[&ws.join("sub/../tool").display().to_string()], false),
+        ],
+        prompt_timeout_s: 5,
+    });
+    let ws = std::fs::canonicalize(f.dir.join("ws")).unwrap();
+    let mut asks = Vec::new();
+    for (n, argv) in [
+        vec!["git".to_string(), "log".into(), "--output=/tmp/x\n".into()],
+        vec![ws.join("tool").display().to_string()],
+        vec![ws.join("sub/../tool").display().to_string()],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut req = request(&f, n as u8 + 1);
+        req.argv = argv;
+        f.put(&format!("{}.req", req.id), &record(&f, &req));
+        asks.extend(f.scan());
+    }
+    assert!(asks.is_empty(), "nothing is asked: {asks:?}");
+    assert_eq!(f.results(), 3);
+    let log = f.audit();
+    let denied: Vec<&str> = log.lines().filter(|l| l.contains("result=denied")).collect();
+    assert_eq!(denied.len(), 3, "{log}");
+    assert!(
+        denied[0].contains("decision=\"rule 0: git option '--output=/tmp/x")
+            && denied[0].contains("' is refused: only options that neither read nor write"),
+        "{log}"
+    );
+    assert!(
+        denied[1].contains("rule 1: its program") && denied[1].contains("is a file of the workspace"),
+        "{log}"
+    );
+    assert!(denied[2].contains("rule 2: its program"), "{log}");
 }

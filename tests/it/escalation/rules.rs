@@ -111,8 +111,9 @@ fn rules_for_programs_that_run_workspace_files_are_config_errors() {
             rule(&["/usr/bin/npx", "x"], false),
             "is a package manager or task runner (npx)",
         ),
+        (rule(&["./gradlew"], false), "is a build tool (gradlew)"),
         (
-            rule(&["./gradlew"], false),
+            rule(&["scripts/x.sh"], false),
             "is a path relative to the working directory",
         ),
         (
