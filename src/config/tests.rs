@@ -780,6 +780,12 @@ fn auto_approve_validation() {
         "sudo",
         "./gradlew",
         "scripts/x.sh",
+        "rustc",
+        "gcc-12",
+        "eslint",
+        "terraform",
+        "claude",
+        "vim",
     ] {
         let e = err(&format!("[[escalation.auto_approve]]\nargv = [{prog:?}, \"x\"]\n"));
         assert_has(
