@@ -5,8 +5,10 @@
 //! tuple checked against the registered session, replay rejection — and
 //! one bad record never blocks the others.
 //!
-//! Accepted requests are auto-approved by an exact trusted rule, or routed
-//! to the developer by the coordinator (which owns the terminals); approved
+//! Accepted requests are auto-approved by an exact trusted rule (trailing
+//! arguments only as the rule grants them: otherwise refused with one
+//! line), or routed to the developer by the coordinator (which owns the
+//! terminals); approved
 //! ones run here on the host: argv only (no shell), cwd inside the
 //! workspace, a fixed trusted environment, output captured with a limit,
 //! a timeout, and the whole process group killed on cancel.
