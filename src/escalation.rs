@@ -566,10 +566,78 @@ pub enum RuleMatch {
     No,
     /// Approved without asking.
     Yes,
-    /// The rule's command with trailing arguments it does not grant: one
-    /// line saying which and why (sandbox text escaped). Refused, never
-    /// prompted for.
-    Refused(String),
+    /// The rule's command with trailing arguments it does not grant.
+    /// Refused, never prompted for.
+    Refused(Refusal),
+}
+
+/// Why a rule does not grant a request's trailing arguments (or, for
+/// `RuleSubcommand`, why the config refuses a Git rule). Shown as one
+/// line, the sandbox's text escaped ([`quote_argv`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A rule for a Git subcommand that takes no trailing arguments.
+    RuleSubcommand(String),
+    /// The same, found at request time.
+    Subcommand(String),
+    /// A Git option before the request's subcommand.
+    GlobalOption(String),
+    /// A Git subcommand a plain `git` rule does not grant.
+    NotGranted(String),
+    /// A Git option off the closed lists.
+    GitOption(String),
+    /// A Git argument naming a path outside the repository, or `-`.
+    GitPath(String),
+    /// A trailing argument (1-based place) matching none of the patterns.
+    Pattern(usize, String),
+    /// Trailing arguments for a program other than Git, without patterns.
+    NoPatterns,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let q = |a: &String| quote_argv(std::slice::from_ref(a));
+        match self {
+            Refusal::RuleSubcommand(sub) => write!(
+                f,
+                "git {} takes no trailing arguments in a rule (only {} do: they read the repository and nothing \
+                 else); list each command in full instead",
+                q(sub),
+                GIT_TRAILING_SUBCOMMANDS.join(", ")
+            ),
+            Refusal::Subcommand(sub) => write!(f, "git {} takes no trailing arguments", q(sub)),
+            Refusal::GlobalOption(a) => write!(
+                f,
+                "git option {} before the subcommand is refused (it can name a directory, a configuration or a \
+                 program)",
+                q(a)
+            ),
+            Refusal::NotGranted(a) => write!(
+                f,
+                "git {} is not granted by this rule (it grants only {})",
+                q(a),
+                GIT_TRAILING_SUBCOMMANDS.join(", ")
+            ),
+            Refusal::GitOption(a) => write!(
+                f,
+                "git option {} is refused: only options that neither read nor write a file outside the \
+                 repository nor run a program are granted (docs/escalation.md lists them; an abbreviation \
+                 counts as the option it abbreviates)",
+                q(a)
+            ),
+            Refusal::GitPath(a) => write!(
+                f,
+                "git argument {} names a path outside the repository (or standard input); refused",
+                q(a)
+            ),
+            Refusal::Pattern(n, a) => write!(
+                f,
+                "trailing argument {n} ({}) matches none of the rule's trailing_args patterns",
+                q(a)
+            ),
+            Refusal::NoPatterns => f.write_str("the rule declares no trailing_args patterns"),
+        }
+    }
 }
 
 /// An auto-approval rule against a request's argv: the argv exactly, or
@@ -593,16 +661,12 @@ pub fn rule_match(rule_argv: &[String], allow_trailing: bool, patterns: &[String
             return RuleMatch::Refused(why);
         }
     } else if patterns.is_empty() {
-        return RuleMatch::Refused("the rule declares no trailing_args patterns".into());
+        return RuleMatch::Refused(Refusal::NoPatterns);
     }
     if !patterns.is_empty() {
         for (i, a) in trailing.iter().enumerate() {
             if !patterns.iter().any(|p| pattern_matches(p, a)) {
-                return RuleMatch::Refused(format!(
-                    "trailing argument {} ({}) matches none of the rule's trailing_args patterns",
-                    i + 1,
-                    quote_argv(std::slice::from_ref(a))
-                ));
+                return RuleMatch::Refused(Refusal::Pattern(i + 1, a.clone()));
             }
         }
     }
@@ -869,14 +933,9 @@ fn git_subcommand(argv: &[String]) -> Option<(usize, &str)> {
 
 /// For the config: a Git rule that grants trailing arguments must name no
 /// subcommand, or one of [`GIT_TRAILING_SUBCOMMANDS`].
-pub fn git_rule_subcommand_ok(rule_argv: &[String]) -> Result<(), String> {
+pub fn git_rule_subcommand_ok(rule_argv: &[String]) -> Result<(), Refusal> {
     match git_subcommand(rule_argv) {
-        Some((_, sub)) if !GIT_TRAILING_SUBCOMMANDS.contains(&sub) => Err(format!(
-            "git {} takes no trailing arguments in a rule (only {} do: they read the repository and nothing \
-             else); list each command in full instead",
-            quote_argv(&[sub.to_string()]),
-            GIT_TRAILING_SUBCOMMANDS.join(", ")
-        )),
+        Some((_, sub)) if !GIT_TRAILING_SUBCOMMANDS.contains(&sub) => Err(Refusal::RuleSubcommand(sub.to_string())),
         _ => Ok(()),
     }
 }
@@ -889,30 +948,21 @@ pub fn git_rule_subcommand_ok(rule_argv: &[String]) -> Result<(), String> {
 /// revision, a path, a value, anything after `--`) is neither absolute nor
 /// has a `..` component, so no path names a file outside the repository
 /// (`git diff A B` with a path outside the work tree is `--no-index`,
-/// which reads any host file). `Err` is one line saying what was refused.
-pub fn git_trailing(rule_argv: &[String], trailing: &[String]) -> Result<(), String> {
-    let q = |a: &String| quote_argv(std::slice::from_ref(a));
+/// which reads any host file).
+pub fn git_trailing(rule_argv: &[String], trailing: &[String]) -> Result<(), Refusal> {
     let mut rest = trailing;
     match git_subcommand(rule_argv) {
         Some((_, sub)) if !GIT_TRAILING_SUBCOMMANDS.contains(&sub) => {
-            return Err(format!("git {} takes no trailing arguments", q(&sub.to_string())));
+            return Err(Refusal::Subcommand(sub.to_string()));
         }
         Some(_) => {}
         None => {
             let first = &trailing[0];
             if first.starts_with('-') {
-                return Err(format!(
-                    "git option {} before the subcommand is refused (it can name a directory, a configuration \
-                     or a program)",
-                    q(first)
-                ));
+                return Err(Refusal::GlobalOption(first.clone()));
             }
             if !GIT_TRAILING_SUBCOMMANDS.contains(&first.as_str()) {
-                return Err(format!(
-                    "git {} is not granted by this rule (it grants only {})",
-                    q(first),
-                    GIT_TRAILING_SUBCOMMANDS.join(", ")
-                ));
+                return Err(Refusal::NotGranted(first.clone()));
             }
             rest = &trailing[1..];
         }
@@ -931,20 +981,12 @@ pub fn git_trailing(rule_argv: &[String], trailing: &[String]) -> Result<(), Str
                 GIT_SHORT_OPTIONS.contains(&a.as_str()) || a[1..].bytes().all(|b| b.is_ascii_digit())
             };
             if !ok {
-                return Err(format!(
-                    "git option {} is refused: only options that neither read nor write a file outside the \
-                     repository nor run a program are granted (docs/escalation.md lists them; an abbreviation \
-                     counts as the option it abbreviates)",
-                    q(a)
-                ));
+                return Err(Refusal::GitOption(a.clone()));
             }
             continue;
         }
         if a == "-" || a.starts_with('/') || a.split('/').any(|c| c == "..") {
-            return Err(format!(
-                "git argument {} names a path outside the repository (or standard input); refused",
-                q(a)
-            ));
+            return Err(Refusal::GitPath(a.clone()));
         }
     }
     Ok(())
@@ -1063,16 +1105,21 @@ mod tests {
         );
         assert_eq!(
             rule_match(&gh, true, &pats, &v(&["gh", "pr", "view", "--web"])),
-            RuleMatch::Refused("trailing argument 1 (--web) matches none of the rule's trailing_args patterns".into())
+            RuleMatch::Refused(Refusal::Pattern(1, "--web".into()))
         );
         assert_eq!(
             rule_match(&v(&["touch"]), true, &[], &v(&["touch", "/home/u/.bashrc"])),
-            RuleMatch::Refused("the rule declares no trailing_args patterns".into())
+            RuleMatch::Refused(Refusal::NoPatterns)
         );
         // The escaped argument, on one line.
         let RuleMatch::Refused(why) = rule_match(&gh, true, &pats, &v(&["gh", "pr", "view", "a\nb\u{1b}"])) else {
             panic!()
         };
+        let why = why.to_string();
+        assert_eq!(
+            Refusal::Pattern(1, "--web".into()).to_string(),
+            "trailing argument 1 (--web) matches none of the rule's trailing_args patterns"
+        );
         assert!(!why.contains('\n') && !why.contains('\u{1b}'), "{why}");
     }
 
@@ -1109,7 +1156,7 @@ mod tests {
 
     #[test]
     fn git_options_that_reach_host_files_or_run_programs_are_refused_in_every_form() {
-        let under = |rule: &[&str], trailing: &[&str]| git_trailing(&v(rule), &v(trailing));
+        let under = |rule: &[&str], trailing: &[&str]| git_trailing(&v(rule), &v(trailing)).map_err(|e| e.to_string());
         for bad in [
             "--output=/home/u/marker",
             "--output",
