@@ -75,26 +75,48 @@ pub(super) fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
 /// generation takes its mode then. Bounded by the files the sandbox
 /// changes.
 #[derive(Default)]
-pub(super) struct VolumeModes(std::sync::Mutex<std::collections::HashMap<(u64, u64), u32>>);
+pub(super) struct VolumeModes(std::sync::Mutex<std::collections::HashMap<(u64, u64), Seen>>);
+
+/// What a volume's view knows of a host file's mode.
+#[derive(Clone, Copy)]
+enum Seen {
+    /// The host's file: its mode when the sandbox first changed it.
+    Host(u32),
+    /// The sandbox made it (a new file, an editor's save-aside): its modes
+    /// are the sandbox's own, as on any file it creates.
+    Made,
+}
 
 impl VolumeModes {
     /// The mode a chmod to `mode` gives host file `st` (its current
-    /// stat): [`host_mode`], without any group or other bit that the file
-    /// had neither at first sight nor has now. Owner bits are the
-    /// developer's own and pass.
+    /// stat): [`host_mode`], and for a file the host had, without any
+    /// group or other bit that it had neither at first sight nor has now.
+    /// Owner bits are the developer's own and pass.
     pub(super) fn capped(&self, st: &rustix::fs::Stat, mode: u32) -> u32 {
         let now = st.st_mode & 0o7777;
-        let first = *self.0.lock().unwrap().entry((st.st_dev, st.st_ino)).or_insert(now);
-        host_mode(Side::Host, mode, is_dir(st)) & (0o7700 | ((first | now) & 0o077))
-    }
-
-    /// The sandbox made `st`: its mode now is its mode at first sight
-    /// (also over a stale entry of a reused inode number).
-    pub(super) fn made(&self, st: &rustix::fs::Stat) {
-        self.0
+        let seen = *self
+            .0
             .lock()
             .unwrap()
-            .insert((st.st_dev, st.st_ino), st.st_mode & 0o7777);
+            .entry((st.st_dev, st.st_ino))
+            .or_insert(Seen::Host(now));
+        let wanted = host_mode(Side::Host, mode, is_dir(st));
+        match seen {
+            Seen::Made => wanted,
+            Seen::Host(first) => wanted & (0o7700 | ((first | now) & 0o077)),
+        }
+    }
+
+    /// The sandbox made `st` (also over a stale entry of a reused inode
+    /// number): a later chmod is not capped (an editor's atomic save makes
+    /// its temporary file 0600 and then gives it the original's mode).
+    pub(super) fn made(&self, st: &rustix::fs::Stat) {
+        self.0.lock().unwrap().insert((st.st_dev, st.st_ino), Seen::Made);
+    }
+
+    /// The last name of `st` is gone: its inode number may be reused.
+    pub(super) fn gone(&self, st: &rustix::fs::Stat) {
+        self.0.lock().unwrap().remove(&(st.st_dev, st.st_ino));
     }
 }
 

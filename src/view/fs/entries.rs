@@ -270,6 +270,9 @@ impl View {
             if dir || st.st_nlink <= 1 {
                 // The inode may be reused for another file.
                 self.guest.lock().unwrap().remove(&(st.st_dev, st.st_ino));
+                if let Some(v) = &self.volume {
+                    v.gone(&st);
+                }
             }
             Ok(())
         })();

@@ -399,12 +399,17 @@ fn a_volume_mode_change_never_adds_group_or_other_bits() {
     std::fs::create_dir(dir.0.join("d")).unwrap();
     set("d", 0o700);
     assert_eq!(v.chmod_mode(Side::Host, &st("d"), 0o755), 0o700);
-    // A file the sandbox made starts from the mode it was made with.
+    // A file the sandbox made is its own: an editor's save-aside made
+    // 0600 gets the original's 0644 (set-id and world-write still go).
     dir.write("new", "n");
-    set("new", 0o644);
-    v.volume.as_ref().unwrap().made(&st("new"));
     set("new", 0o600);
-    assert_eq!(v.chmod_mode(Side::Host, &st("new"), 0o664), 0o644);
+    v.volume.as_ref().unwrap().made(&st("new"));
+    assert_eq!(v.chmod_mode(Side::Host, &st("new"), 0o644), 0o644);
+    assert_eq!(v.chmod_mode(Side::Host, &st("new"), 0o4666), 0o664);
+    // Once its last name is gone, a host file at a reused inode number is
+    // the host's again.
+    v.volume.as_ref().unwrap().gone(&st("new"));
+    assert_eq!(v.chmod_mode(Side::Host, &st("new"), 0o644), 0o600);
     // The workspace view keeps `chmod` as it is (set-id and world-write
     // stripped, nothing else).
     assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o755), 0o755);
