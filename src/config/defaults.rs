@@ -187,6 +187,7 @@ impl Profile {
             user: None,
             host_config: Vec::new(),
             host_config_writable: Vec::new(),
+            host_hooks: HostHooks::Warn,
             secrets: Vec::new(),
         }
     }

@@ -43,8 +43,8 @@ mod shell;
 mod tests;
 
 use self::config::{is_exec_key, Entry};
-pub use self::programs::{MAX_SCRIPT_DEPTH, PROJECT_RUNNERS};
-pub use self::repos::{compute, WALK_MAX_ENTRIES};
+pub use self::programs::MAX_SCRIPT_DEPTH;
+pub use self::repos::compute;
 
 /// How long a computed surface is trusted before its inputs are re-stat'ed.
 pub const RECHECK: Duration = Duration::from_millis(200);
