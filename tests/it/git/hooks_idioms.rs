@@ -245,3 +245,38 @@ fn hooks_that_run_project_code_are_warned_about_or_refused() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("host hooks run project code"), "{r:?}");
 }
+
+#[test]
+fn a_workspace_of_200000_files_and_20_nested_repositories_starts() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(env, "hk-big", &[]);
+    // 200 directories of 1,000 empty files, and 20 nested repositories
+    // (each with a hooks directory of its own), made on the host.
+    let r = host_cmd(
+        env,
+        &ws,
+        &[
+            "sh",
+            "-c",
+            "for d in $(seq 1 200); do mkdir -p tree/d$d && (cd tree/d$d && seq -f f%g 1 1000 | xargs touch); done; \
+             for n in $(seq 1 20); do git init -q tree/d$n/repo$n && git -C tree/d$n/repo$n config core.hooksPath .githooks; done",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let t0 = std::time::Instant::now();
+    let r = env.run_sh(
+        &ws,
+        "printf x > tree/d7/repo7/.githooks/pre-commit && echo rewrote; echo started",
+    );
+    let took = t0.elapsed();
+    eprintln!("a_workspace_of_200000_files_and_20_nested_repositories_starts: lazaret run took {took:?}");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("started") && !r.stdout.contains("rewrote"), "{r:?}");
+    env.wait_unpublished("default", &ws, Duration::from_secs(30));
+    let t0 = std::time::Instant::now();
+    let s = env.lz(&ws, &["git", "show", "--json"]).run();
+    eprintln!("a_workspace_of_200000_files_and_20_nested_repositories_starts: git show took {:?}", t0.elapsed());
+    assert_eq!(s.code, 0, "{s:?}");
+    assert!(s.stdout.contains("tree/d20/repo20/.githooks"), "{s:?}");
+    let _ = std::fs::remove_dir_all(ws.join("tree"));
+}
