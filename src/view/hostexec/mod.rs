@@ -260,33 +260,8 @@ fn view_paths(s: &Surface, view_root: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The surface's paths inside the workspace, relative, with what put them
-/// there, for `lazaret doctor`.
-pub fn describe(workspace: &Path) -> (Vec<PathBuf>, Vec<Manager>) {
-    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    let s = compute(&root, &Scopes::from_env());
-    let rels = view_paths(&s, &root);
-    let managers = s
-        .managers
-        .iter()
-        .map(|m| Manager {
-            name: m.name,
-            protects: m
-                .protects
-                .iter()
-                .map(|p| {
-                    p.strip_prefix(&root)
-                        .map(Path::to_path_buf)
-                        .unwrap_or_else(|_| p.clone())
-                })
-                .collect(),
-        })
-        .collect();
-    (rels, managers)
-}
-
-/// Everything `lazaret git show` lists, relative to the workspace where
-/// inside it.
+/// Everything `lazaret git show` lists (and `lazaret doctor` sums up),
+/// relative to the workspace where inside it.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     pub paths: Vec<PathBuf>,
