@@ -141,7 +141,10 @@ mod tests {
         };
         let t = to_text(&rep, "/w");
         assert!(t.contains("  .git/hooks\n"), "{t}");
-        assert!(t.contains("pre-commit runs `npm test\\x1b[2J` (in .husky/pre-commit): a package manager"), "{t}");
+        assert!(
+            t.contains("pre-commit runs `npm test\\x1b[2J` (in .husky/pre-commit): a package manager"),
+            "{t}"
+        );
         let j = to_json(&rep);
         assert!(j.contains("\"command\":\"npm test\\u001b[2J\""), "{j}");
         assert!(j.contains("\"error\":null"), "{j}");

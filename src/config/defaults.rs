@@ -215,7 +215,10 @@ mod idle_timeout_tests {
                 .err()
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| format!("{bad} parsed"));
-            assert!(e.contains("profiles.p.host_hooks") && e.contains("\"refuse\""), "{bad}: {e}");
+            assert!(
+                e.contains("profiles.p.host_hooks") && e.contains("\"refuse\""),
+                "{bad}: {e}"
+            );
         }
     }
 

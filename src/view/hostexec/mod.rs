@@ -274,7 +274,11 @@ pub struct Report {
 pub fn report(workspace: &Path) -> Report {
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let s = compute(&root, &Scopes::from_env());
-    let rel = |p: &Path| p.strip_prefix(&root).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
+    let rel = |p: &Path| {
+        p.strip_prefix(&root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| p.to_path_buf())
+    };
     Report {
         paths: view_paths(&s, &root),
         managers: s

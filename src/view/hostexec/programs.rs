@@ -75,16 +75,82 @@ const MAX_ALTS: usize = 16;
 /// files, test suites, configured hooks): what they run cannot be decided
 /// from the command line.
 pub const PROJECT_RUNNERS: &[&str] = &[
-    "npm", "yarn", "pnpm", "npx", "pnpx", "bun", "bunx", "deno", "corepack", "make", "gmake", "bmake", "just",
-    "cargo", "mvn", "mvnw", "gradle", "gradlew", "ant", "sbt", "lein", "mix", "rake", "bundle", "composer", "poetry",
-    "pipenv", "uv", "uvx", "hatch", "pdm", "rye", "tox", "nox", "invoke", "task", "mage", "go", "dotnet", "bazel",
-    "bazelisk", "buck", "buck2", "cmake", "ninja", "meson", "scons", "nx", "turbo", "lerna", "rush", "pre-commit",
-    "prek", "lefthook", "lint-staged", "overcommit", "commitlint", "eslint", "prettier", "stylelint", "jest",
-    "vitest", "mocha", "pytest", "mypy", "direnv", "mise", "asdf", "nix", "earthly",
+    "npm",
+    "yarn",
+    "pnpm",
+    "npx",
+    "pnpx",
+    "bun",
+    "bunx",
+    "deno",
+    "corepack",
+    "make",
+    "gmake",
+    "bmake",
+    "just",
+    "cargo",
+    "mvn",
+    "mvnw",
+    "gradle",
+    "gradlew",
+    "ant",
+    "sbt",
+    "lein",
+    "mix",
+    "rake",
+    "bundle",
+    "composer",
+    "poetry",
+    "pipenv",
+    "uv",
+    "uvx",
+    "hatch",
+    "pdm",
+    "rye",
+    "tox",
+    "nox",
+    "invoke",
+    "task",
+    "mage",
+    "go",
+    "dotnet",
+    "bazel",
+    "bazelisk",
+    "buck",
+    "buck2",
+    "cmake",
+    "ninja",
+    "meson",
+    "scons",
+    "nx",
+    "turbo",
+    "lerna",
+    "rush",
+    "pre-commit",
+    "prek",
+    "lefthook",
+    "lint-staged",
+    "overcommit",
+    "commitlint",
+    "eslint",
+    "prettier",
+    "stylelint",
+    "jest",
+    "vitest",
+    "mocha",
+    "pytest",
+    "mypy",
+    "direnv",
+    "mise",
+    "asdf",
+    "nix",
+    "earthly",
 ];
 const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh"];
 /// Interpreters that take a script and run inline code with `-e`.
-const OTHER_INTERPRETERS: &[&str] = &["perl", "ruby", "php", "lua", "luajit", "tclsh", "wish", "pwsh", "Rscript"];
+const OTHER_INTERPRETERS: &[&str] = &[
+    "perl", "ruby", "php", "lua", "luajit", "tclsh", "wish", "pwsh", "Rscript",
+];
 /// Shell builtins and keywords: never looked up in `PATH`.
 const BUILTINS: &[&str] = &[
     "[", "[[", "]]", "test", "echo", "printf", "exit", "return", "export", "local", "set", "unset", "shift", "read",
@@ -96,10 +162,42 @@ const KEYWORDS: &[&str] = &[
 ];
 /// Node's built-in modules (a `require` of one loads nothing from disk).
 const NODE_BUILTINS: &[&str] = &[
-    "assert", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram", "dns", "events",
-    "fs", "fs/promises", "http", "http2", "https", "module", "net", "os", "path", "perf_hooks", "process",
-    "punycode", "querystring", "readline", "repl", "stream", "string_decoder", "timers", "tls", "tty", "url",
-    "util", "v8", "vm", "worker_threads", "zlib",
+    "assert",
+    "buffer",
+    "child_process",
+    "cluster",
+    "console",
+    "constants",
+    "crypto",
+    "dgram",
+    "dns",
+    "events",
+    "fs",
+    "fs/promises",
+    "http",
+    "http2",
+    "https",
+    "module",
+    "net",
+    "os",
+    "path",
+    "perf_hooks",
+    "process",
+    "punycode",
+    "querystring",
+    "readline",
+    "repl",
+    "stream",
+    "string_decoder",
+    "timers",
+    "tls",
+    "tty",
+    "url",
+    "util",
+    "v8",
+    "vm",
+    "worker_threads",
+    "zlib",
 ];
 
 /// Where one repository's hooks and programs run.
@@ -254,7 +352,11 @@ impl Ana<'_, '_> {
             "XDG_CONFIG_HOME" => std::env::var_os("XDG_CONFIG_HOME")
                 .filter(|v| !v.is_empty())
                 .map(|v| vec![v.to_string_lossy().into_owned()])
-                .or_else(|| self.cx.home.map(|h| vec![h.join(".config").to_string_lossy().into_owned()])),
+                .or_else(|| {
+                    self.cx
+                        .home
+                        .map(|h| vec![h.join(".config").to_string_lossy().into_owned()])
+                }),
             _ => None,
         }
     }
@@ -419,7 +521,11 @@ impl Ana<'_, '_> {
         while i < words.len() && words[i].lit().is_some_and(|l| KEYWORDS.contains(&l.as_str())) {
             i += 1;
         }
-        if i < words.len() && words[i].lit().is_some_and(|l| matches!(l.as_str(), "for" | "case" | "select" | "function")) {
+        if i < words.len()
+            && words[i]
+                .lit()
+                .is_some_and(|l| matches!(l.as_str(), "for" | "case" | "select" | "function"))
+        {
             return;
         }
         // Assignments alone set variables; before a program, its environment.
@@ -496,11 +602,23 @@ impl Ana<'_, '_> {
         }
     }
 
-    fn program_named(&mut self, v: &str, rest: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+    fn program_named(
+        &mut self,
+        v: &str,
+        rest: &[Word],
+        cmd_text: &str,
+        st: &mut St,
+        file: Option<&Path>,
+        depth: usize,
+    ) {
         let name = prog_name(v).to_string();
         if v.contains('/') {
             let Some(p) = self.path_of(v, st) else {
-                self.finding(cmd_text, file, "runs a program relative to a directory the analysis cannot resolve");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs a program relative to a directory the analysis cannot resolve",
+                );
                 return;
             };
             self.protect(p.clone());
@@ -539,7 +657,11 @@ impl Ana<'_, '_> {
                             self.protect(p.clone());
                             self.run_file(&p, st, false, depth + 1, cmd_text, file);
                         }
-                        None => self.finding(cmd_text, file, "looks a program up in a PATH entry the analysis cannot resolve"),
+                        None => self.finding(
+                            cmd_text,
+                            file,
+                            "looks a program up in a PATH entry the analysis cannot resolve",
+                        ),
                     }
                 }
             }
@@ -551,8 +673,15 @@ impl Ana<'_, '_> {
                 if n == "command" && rest.first().and_then(lit).is_some_and(|l| l == "-v" || l == "-V") {
                     return;
                 }
-                let skip = rest.iter().take_while(|w| lit(w).is_some_and(|l| l.starts_with('-'))).count();
-                let skip = if n == "exec" && rest.first().and_then(lit).as_deref() == Some("-a") { 2 } else { skip };
+                let skip = rest
+                    .iter()
+                    .take_while(|w| lit(w).is_some_and(|l| l.starts_with('-')))
+                    .count();
+                let skip = if n == "exec" && rest.first().and_then(lit).as_deref() == Some("-a") {
+                    2
+                } else {
+                    skip
+                };
                 self.program(&rest[skip.min(rest.len())..], cmd_text, st, file, depth);
             }
             "env" | "sudo" | "doas" | "nice" | "ionice" | "timeout" | "xargs" => {
@@ -595,8 +724,11 @@ impl Ana<'_, '_> {
                     // Options that take a value.
                     let takes = matches!(
                         (n, l.as_str()),
-                        ("env", "-u") | ("sudo", "-u" | "-g" | "-C" | "-h" | "-p" | "-r" | "-t" | "-U")
-                            | ("nice", "-n") | ("ionice", "-c" | "-n" | "-p") | ("timeout", "-s" | "-k")
+                        ("env", "-u")
+                            | ("sudo", "-u" | "-g" | "-C" | "-h" | "-p" | "-r" | "-t" | "-U")
+                            | ("nice", "-n")
+                            | ("ionice", "-c" | "-n" | "-p")
+                            | ("timeout", "-s" | "-k")
                             | ("xargs", "-I" | "-n" | "-P" | "-d" | "-a" | "-E" | "-L" | "-s")
                     );
                     i += if takes { 2 } else { 1 };
@@ -617,7 +749,9 @@ impl Ana<'_, '_> {
                 }
             }
             "cd" | "pushd" | "popd" => {
-                let target = rest.iter().find(|w| !lit(w).is_some_and(|l| l.starts_with('-') && l != "-"));
+                let target = rest
+                    .iter()
+                    .find(|w| !lit(w).is_some_and(|l| l.starts_with('-') && l != "-"));
                 let old = st.cwd.clone();
                 let new = match (n, target) {
                     ("popd", _) => st.dirstack.pop().flatten(),
@@ -651,11 +785,19 @@ impl Ana<'_, '_> {
                                     self.protect(p.clone());
                                     self.run_file(&p, st, true, depth + 1, cmd_text, file);
                                 }
-                                None => self.finding(cmd_text, file, "sources a script relative to a directory the analysis cannot resolve"),
+                                None => self.finding(
+                                    cmd_text,
+                                    file,
+                                    "sources a script relative to a directory the analysis cannot resolve",
+                                ),
                             }
                         }
                     }
-                    None => self.finding(cmd_text, file, "sources a script named by an expansion the analysis cannot resolve"),
+                    None => self.finding(
+                        cmd_text,
+                        file,
+                        "sources a script named by an expansion the analysis cannot resolve",
+                    ),
                 }
             }
             n if SHELLS.contains(&n) => self.shell(rest, cmd_text, st, file, depth),
@@ -666,7 +808,11 @@ impl Ana<'_, '_> {
                 while i < rest.len() {
                     match lit(&rest[i]) {
                         Some(l) if l == "-e" || l == "-E" || l == "-c" || l == "-r" || l == "-Command" => {
-                            self.finding(cmd_text, file, "runs inline interpreter code the analysis does not follow");
+                            self.finding(
+                                cmd_text,
+                                file,
+                                "runs inline interpreter code the analysis does not follow",
+                            );
                             return;
                         }
                         Some(l) if l == "-I" || l == "-S" => i += 2,
@@ -679,7 +825,11 @@ impl Ana<'_, '_> {
                 }
             }
             n if PROJECT_RUNNERS.contains(&n) => {
-                self.finding(cmd_text, file, "a package manager or build tool runs code the project defines");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "a package manager or build tool runs code the project defines",
+                );
             }
             _ => {
                 for w in rest {
@@ -691,7 +841,15 @@ impl Ana<'_, '_> {
 
     /// The script argument of an interpreter: protected; followed when a
     /// shell runs it.
-    fn script_arg(&mut self, w: &Word, cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize, shell: bool) -> Vec<PathBuf> {
+    fn script_arg(
+        &mut self,
+        w: &Word,
+        cmd_text: &str,
+        st: &mut St,
+        file: Option<&Path>,
+        depth: usize,
+        shell: bool,
+    ) -> Vec<PathBuf> {
         let mut out = Vec::new();
         match self.eval(w, st, depth) {
             Some(vals) => {
@@ -706,11 +864,19 @@ impl Ana<'_, '_> {
                             }
                             out.push(p);
                         }
-                        None => self.finding(cmd_text, file, "runs a script relative to a directory the analysis cannot resolve"),
+                        None => self.finding(
+                            cmd_text,
+                            file,
+                            "runs a script relative to a directory the analysis cannot resolve",
+                        ),
                     }
                 }
             }
-            None => self.finding(cmd_text, file, "runs a script named by an expansion the analysis cannot resolve"),
+            None => self.finding(
+                cmd_text,
+                file,
+                "runs a script named by an expansion the analysis cannot resolve",
+            ),
         }
         out
     }
@@ -741,7 +907,11 @@ impl Ana<'_, '_> {
                 self.finding(cmd_text, file, "a shell reading its commands from standard input");
                 return;
             }
-            i += if l == "-o" || l == "+o" || l == "-O" || l == "+O" { 2 } else { 1 };
+            i += if l == "-o" || l == "+o" || l == "-O" || l == "+O" {
+                2
+            } else {
+                1
+            };
         }
         match rest.get(i) {
             Some(w) => {
@@ -758,7 +928,11 @@ impl Ana<'_, '_> {
         while i < rest.len() {
             let Some(l) = rest[i].lit() else { break };
             if l == "-c" || (l.starts_with("-c") && !l.starts_with("--")) {
-                self.finding(cmd_text, file, "runs inline interpreter code the analysis does not follow");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs inline interpreter code the analysis does not follow",
+                );
                 return;
             }
             let module = if l == "-m" {
@@ -772,11 +946,19 @@ impl Ana<'_, '_> {
                 break;
             };
             let Some(mods) = module else {
-                self.finding(cmd_text, file, "runs a Python module named by an expansion the analysis cannot resolve");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs a Python module named by an expansion the analysis cannot resolve",
+                );
                 return;
             };
             let Some(cwd) = st.cwd.clone() else {
-                self.finding(cmd_text, file, "runs a Python module relative to a directory the analysis cannot resolve");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs a Python module relative to a directory the analysis cannot resolve",
+                );
                 return;
             };
             for m in mods {
@@ -836,7 +1018,11 @@ impl Ana<'_, '_> {
         while i < rest.len() {
             let Some(l) = rest[i].lit() else { break };
             if matches!(l.as_str(), "-e" | "--eval" | "-p" | "--print") {
-                self.finding(cmd_text, file, "runs inline interpreter code the analysis does not follow");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs inline interpreter code the analysis does not follow",
+                );
                 return;
             }
             if matches!(l.as_str(), "-r" | "--require" | "--import" | "--loader") {
@@ -886,7 +1072,11 @@ impl Ana<'_, '_> {
                     }
                 }
             } else {
-                self.finding(cmd_text, file, "node loads a package from node_modules, which the sandbox can write");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "node loads a package from node_modules, which the sandbox can write",
+                );
                 return;
             }
         }
@@ -930,7 +1120,11 @@ impl Ana<'_, '_> {
             return;
         }
         if text.contains(&0) || text.starts_with(b"\x7fELF") {
-            self.finding(cmd_text, file, &format!("{shown} is a binary program: what it runs cannot be read"));
+            self.finding(
+                cmd_text,
+                file,
+                &format!("{shown} is a binary program: what it runs cannot be read"),
+            );
             return;
         }
         let text = String::from_utf8_lossy(&text).into_owned();
@@ -958,7 +1152,11 @@ impl Ana<'_, '_> {
                 return;
             }
             Some(i) if PROJECT_RUNNERS.contains(&i) => {
-                self.finding(cmd_text, file, "a package manager or build tool runs code the project defines");
+                self.finding(
+                    cmd_text,
+                    file,
+                    "a package manager or build tool runs code the project defines",
+                );
                 return;
             }
             Some(_) => return,

@@ -129,7 +129,10 @@ fn nested_repos(root: &Path, out: &mut Vec<(Repo, PathBuf)>) -> Result<(), Strin
                 // and host Git as this user cannot use either.
                 let other = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.uid() != me);
                 if other && e.kind() == std::io::ErrorKind::PermissionDenied {
-                    log::info!("git surface: not reading {} (another user's)", crate::display::escape_path(&dir));
+                    log::info!(
+                        "git surface: not reading {} (another user's)",
+                        crate::display::escape_path(&dir)
+                    );
                     continue;
                 }
                 if e.kind() == std::io::ErrorKind::NotFound && dir != root {

@@ -189,7 +189,13 @@ impl Lexer<'_> {
 fn brace_var(inner: &str) -> Part {
     let name_end = inner
         .char_indices()
-        .find(|&(i, c)| !(if i == 0 { is_name_start(c) || c.is_ascii_digit() } else { is_name(c) }))
+        .find(|&(i, c)| {
+            !(if i == 0 {
+                is_name_start(c) || c.is_ascii_digit()
+            } else {
+                is_name(c)
+            })
+        })
         .map_or(inner.len(), |(i, _)| i);
     if name_end == 0 {
         return Part::Unknown;
@@ -391,7 +397,8 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
             '{' if has && text[lx.pos()..].contains('}') && {
                 // Brace expansion `a{b,c}`: a glob for this purpose.
                 let rest = &text[lx.pos()..];
-                rest.find('}').is_some_and(|e| rest[..e].contains(',') && !rest[..e].contains(char::is_whitespace))
+                rest.find('}')
+                    .is_some_and(|e| rest[..e].contains(',') && !rest[..e].contains(char::is_whitespace))
             } =>
             {
                 lx.i += 1;

@@ -198,7 +198,10 @@ fn command_lines() {
     assert_eq!(p("bash run.sh; cat"), vec![PathBuf::from("/w/run.sh")]);
     assert_eq!(p("f() { ./a/b; }; f"), vec![PathBuf::from("/w/a/b")]);
     assert!(p("git-lfs smudge -- %f").is_empty());
-    assert_eq!(p("sh -c 'tools/x.sh --fix' 2>&1 >/dev/null"), vec![PathBuf::from("/w/tools/x.sh")]);
+    assert_eq!(
+        p("sh -c 'tools/x.sh --fix' 2>&1 >/dev/null"),
+        vec![PathBuf::from("/w/tools/x.sh")]
+    );
     assert_eq!(p("env -C sub ./x"), vec![PathBuf::from("/w/sub/x")]);
 }
 
@@ -262,7 +265,11 @@ fn hooks_find_the_top_by_git_rev_parse_and_git_dir() {
 
 #[test]
 fn a_subshell_cd_ends_with_it() {
-    let d = hooked("subcd", "#!/bin/sh\n(cd tools && ./x.sh)\n./y.sh\ncd lib; ../z.sh\n", &[]);
+    let d = hooked(
+        "subcd",
+        "#!/bin/sh\n(cd tools && ./x.sh)\n./y.sh\ncd lib; ../z.sh\n",
+        &[],
+    );
     let r = rels(&d);
     for want in ["tools/x.sh", "y.sh", "z.sh"] {
         assert!(r.contains(&want.to_string()), "{want} in {r:?}");
@@ -326,7 +333,9 @@ fn scripts_a_hook_runs_are_followed_to_the_depth_bound() {
     }
     assert!(!has(&r, "s/l6.sh"), "{r:?}");
     assert!(
-        s.findings.iter().any(|f| f.reason.contains(&format!("deeper than {MAX_SCRIPT_DEPTH}"))),
+        s.findings
+            .iter()
+            .any(|f| f.reason.contains(&format!("deeper than {MAX_SCRIPT_DEPTH}"))),
         "{:?}",
         s.findings
     );
@@ -337,7 +346,11 @@ fn scripts_a_hook_runs_are_followed_to_the_depth_bound() {
 fn husky_v9_scripts_and_what_they_run() {
     let d = repo("husky9");
     std::fs::create_dir_all(d.join(".husky/_")).unwrap();
-    std::fs::write(d.join(".husky/_/pre-commit"), "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n").unwrap();
+    std::fs::write(
+        d.join(".husky/_/pre-commit"),
+        "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n",
+    )
+    .unwrap();
     std::fs::write(
         d.join(".husky/_/h"),
         "#!/usr/bin/env sh\n[ \"$HUSKY\" = \"2\" ] && set -x\nn=$(basename \"$0\")\ns=$(dirname \"$(dirname \"$0\")\")/$n\n\n[ ! -f \"$s\" ] && exit 0\n\ni=\"${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh\"\n[ -f \"$i\" ] && . \"$i\"\n\n[ \"${HUSKY-}\" = \"0\" ] && exit 0\n\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\" \"$@\"\nc=$?\n\n[ $c != 0 ] && echo \"husky - $n script failed (code $c)\"\n[ $c = 127 ] && echo \"husky - command not found in PATH=$PATH\"\nexit $c\n",
@@ -361,7 +374,10 @@ fn husky_v9_scripts_and_what_they_run() {
     std::fs::write(d.join(".husky/pre-commit"), "npm test\n").unwrap();
     let s = compute(&d, &scopes);
     assert_eq!(s.findings.len(), 1, "{:?}", s.findings);
-    assert_eq!((s.findings[0].origin.as_str(), s.findings[0].command.as_str()), ("pre-commit", "npm test"));
+    assert_eq!(
+        (s.findings[0].origin.as_str(), s.findings[0].command.as_str()),
+        ("pre-commit", "npm test")
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -378,13 +394,21 @@ fn what_cannot_be_decided_is_a_finding() {
         ("#!/bin/sh\n\"$HOOK_SCRIPT\" --x\n", "\"$HOOK_SCRIPT\" --x"),
         ("#!/bin/sh\nsh \"$1\"\n", "sh \"$1\""),
         ("#!/bin/sh\ncd \"$1\" && ./x.sh\n", "./x.sh"),
-        ("#!/bin/sh\npython3 -c 'import scripts.x'\n", "python3 -c 'import scripts.x'"),
-        ("#!/usr/bin/env bash\nexec pre-commit run \"$@\"\n", "exec pre-commit run \"$@\""),
+        (
+            "#!/bin/sh\npython3 -c 'import scripts.x'\n",
+            "python3 -c 'import scripts.x'",
+        ),
+        (
+            "#!/usr/bin/env bash\nexec pre-commit run \"$@\"\n",
+            "exec pre-commit run \"$@\"",
+        ),
     ] {
         let d = hooked("undecided", hook, &[]);
         let s = compute(&d, &no_scopes());
         assert!(
-            s.findings.iter().any(|f| f.origin == "pre-commit" && f.command == command),
+            s.findings
+                .iter()
+                .any(|f| f.origin == "pre-commit" && f.command == command),
             "{hook:?}: {:?}",
             s.findings
         );
@@ -392,10 +416,17 @@ fn what_cannot_be_decided_is_a_finding() {
     }
     // Configured programs too, by key.
     let d = repo("undecided-key");
-    std::fs::write(d.join(".git/config"), "[alias]\nt = !npm test\n[filter \"x\"]\nclean = ./tools/clean.sh\n").unwrap();
+    std::fs::write(
+        d.join(".git/config"),
+        "[alias]\nt = !npm test\n[filter \"x\"]\nclean = ./tools/clean.sh\n",
+    )
+    .unwrap();
     let s = compute(&d, &no_scopes());
     assert_eq!(s.findings.len(), 1, "{:?}", s.findings);
-    assert_eq!((s.findings[0].origin.as_str(), s.findings[0].command.as_str()), ("alias.t", "npm test"));
+    assert_eq!(
+        (s.findings[0].origin.as_str(), s.findings[0].command.as_str()),
+        ("alias.t", "npm test")
+    );
     assert_eq!(
         warning_line(&s.findings).unwrap(),
         "host hooks run project code: alias.t runs `npm test`; a host commit runs what the sandbox wrote — commit inside, or review first (lazaret git show)"

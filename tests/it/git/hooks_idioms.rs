@@ -25,7 +25,10 @@ fn chmod_x(env: &Env, ws: &Path, p: &str) {
 fn attempts_script(attempts: &[String], tail: &str) -> String {
     let mut script = String::new();
     for (i, a) in attempts.iter().enumerate() {
-        script.push_str(&format!("( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded: {}\"\n", a.replace('"', "'")));
+        script.push_str(&format!(
+            "( {a} ) >/dev/null 2>&1 && echo \"attempt {i} succeeded: {}\"\n",
+            a.replace('"', "'")
+        ));
     }
     script.push_str(tail);
     script.push_str("\nexit 0\n");
@@ -67,10 +70,16 @@ fn hooks_that_find_the_top_by_expansion_run_only_the_developers_scripts() {
         chmod_x(env, &ws, &format!("scripts/{t}.sh"));
     }
     // Sourced: no `exit`.
-    env.write(&ws.join("scripts/f.sh"), &format!("touch {} 2>/dev/null\n", own(&ws, "f").display()));
+    env.write(
+        &ws.join("scripts/f.sh"),
+        &format!("touch {} 2>/dev/null\n", own(&ws, "f").display()),
+    );
     env.write(
         &ws.join("scripts/e.py"),
-        &format!("try:\n    open({:?}, 'w').close()\nexcept OSError:\n    pass\n", own(&ws, "e").display().to_string()),
+        &format!(
+            "try:\n    open({:?}, 'w').close()\nexcept OSError:\n    pass\n",
+            own(&ws, "e").display().to_string()
+        ),
     );
     env.write(&ws.join("scripts/y.js"), "process.exit(0)\n");
     // The developer's hook, every idiom of the issue and three more.
@@ -105,9 +114,18 @@ fn hooks_that_find_the_top_by_expansion_run_only_the_developers_scripts() {
         format!("mkdir -p scripts/e && printf {} > scripts/e/__main__.py", sh_quote(&py)),
         format!("printf {} > scripts/__init__.py", sh_quote(&py)),
         format!("mkdir -p scripts/__pycache__ && printf x > scripts/__pycache__/e.cpython-311.pyc"),
-        format!("printf {} > scripts/y.js", sh_quote("require('child_process').execSync('touch /x')\n")),
-        format!("mv scripts s2 && mkdir scripts && printf {} > scripts/a.sh", sh_quote(&evil_sh(&ws, "a"))),
-        format!("printf {} > t && chmod +x t && mv t scripts/d.sh", sh_quote(&evil_sh(&ws, "d"))),
+        format!(
+            "printf {} > scripts/y.js",
+            sh_quote("require('child_process').execSync('touch /x')\n")
+        ),
+        format!(
+            "mv scripts s2 && mkdir scripts && printf {} > scripts/a.sh",
+            sh_quote(&evil_sh(&ws, "a"))
+        ),
+        format!(
+            "printf {} > t && chmod +x t && mv t scripts/d.sh",
+            sh_quote(&evil_sh(&ws, "d"))
+        ),
         "rm scripts/c.sh".to_string(),
     ]);
     let r = env.run_sh(&ws, &attempts_script(&attempts, "echo done"));
@@ -120,10 +138,16 @@ fn hooks_that_find_the_top_by_expansion_run_only_the_developers_scripts() {
     }
     let python = !ws.parent().unwrap().join("no-python").exists();
     for t in sh_tags {
-        assert!(own(&ws, t).exists(), "the hook must still run the developer's scripts/{t}");
+        assert!(
+            own(&ws, t).exists(),
+            "the hook must still run the developer's scripts/{t}"
+        );
     }
     if python {
-        assert!(own(&ws, "e").exists(), "python3 -m scripts.e must still run the developer's module");
+        assert!(
+            own(&ws, "e").exists(),
+            "python3 -m scripts.e must still run the developer's module"
+        );
     }
 }
 
@@ -137,10 +161,16 @@ fn scripts_a_husky_hook_runs_are_the_developers() {
         &ws.join(".husky/_/h"),
         "#!/usr/bin/env sh\nn=$(basename \"$0\")\ns=$(dirname \"$(dirname \"$0\")\")/$n\n[ ! -f \"$s\" ] && exit 0\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\" \"$@\"\n",
     );
-    env.write(&ws.join(".husky/_/pre-commit"), "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n");
+    env.write(
+        &ws.join(".husky/_/pre-commit"),
+        "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n",
+    );
     chmod_x(env, &ws, ".husky/_/pre-commit");
     env.write(&ws.join(".husky/pre-commit"), "./scripts/lint.sh\n");
-    env.write(&ws.join("scripts/lint.sh"), &format!("{}sh scripts/more.sh\n", own_sh(&ws, "lint")));
+    env.write(
+        &ws.join("scripts/lint.sh"),
+        &format!("{}sh scripts/more.sh\n", own_sh(&ws, "lint")),
+    );
     env.write(&ws.join("scripts/more.sh"), &own_sh(&ws, "more"));
     chmod_x(env, &ws, "scripts/lint.sh");
     host_git_ok(env, &ws, &["config", "core.hooksPath", ".husky/_"]);
@@ -155,7 +185,10 @@ fn scripts_a_husky_hook_runs_are_the_developers() {
             "mkdir -p node_modules/.bin && printf {} > node_modules/.bin/sh && chmod +x node_modules/.bin/sh",
             sh_quote(&evil_sh(&ws, "path"))
         ),
-        format!("mv scripts s2 && mkdir scripts && printf {} > scripts/lint.sh", sh_quote(&evil_sh(&ws, "lint"))),
+        format!(
+            "mv scripts s2 && mkdir scripts && printf {} > scripts/lint.sh",
+            sh_quote(&evil_sh(&ws, "lint"))
+        ),
     ];
     let r = env.run_sh(&ws, &attempts_script(&attempts, "echo done"));
     assert!(r.stdout.contains("done"), "{r:?}");
@@ -165,7 +198,10 @@ fn scripts_a_husky_hook_runs_are_the_developers() {
     for t in ["lint", "more", "path"] {
         assert!(!marker(&ws, t).exists(), "host commit ran the sandbox's {t}");
     }
-    assert!(own(&ws, "lint").exists() && own(&ws, "more").exists(), "husky must still run the developer's scripts");
+    assert!(
+        own(&ws, "lint").exists() && own(&ws, "more").exists(),
+        "husky must still run the developer's scripts"
+    );
 }
 
 #[test]
@@ -191,8 +227,14 @@ fn many_entries_do_not_hide_a_nested_repositorys_hooks() {
     env.wait_unpublished("default", &ws, Duration::from_secs(30));
     // Next start: the nested repository's hook is still the developer's.
     let attempts = [
-        format!("printf {} > vendor/lib/.githooks/pre-commit", sh_quote(&evil_sh(&ws, "lib"))),
-        format!("printf {} > vendor/lib/.githooks/post-commit && chmod +x vendor/lib/.githooks/post-commit", sh_quote(&evil_sh(&ws, "lib"))),
+        format!(
+            "printf {} > vendor/lib/.githooks/pre-commit",
+            sh_quote(&evil_sh(&ws, "lib"))
+        ),
+        format!(
+            "printf {} > vendor/lib/.githooks/post-commit && chmod +x vendor/lib/.githooks/post-commit",
+            sh_quote(&evil_sh(&ws, "lib"))
+        ),
         "mv vendor/lib/.githooks vendor/lib/gh2".to_string(),
     ];
     let r = env.run_sh(&ws, &attempts_script(&attempts, "echo done"));
@@ -201,14 +243,24 @@ fn many_entries_do_not_hide_a_nested_repositorys_hooks() {
     env.wait_unpublished("default", &ws, Duration::from_secs(15));
     let _ = std::fs::remove_file(own(&ws, "lib"));
     host_git_ok(env, &lib, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
-    assert!(!marker(&ws, "lib").exists(), "host commit in the nested repository ran the sandbox's hook");
-    assert!(own(&ws, "lib").exists(), "the nested repository's own hook must still run");
+    assert!(
+        !marker(&ws, "lib").exists(),
+        "host commit in the nested repository ran the sandbox's hook"
+    );
+    assert!(
+        own(&ws, "lib").exists(),
+        "the nested repository's own hook must still run"
+    );
 }
 
 #[test]
 fn hooks_that_run_project_code_are_warned_about_or_refused() {
     let (env, _g) = require_env!(shared);
-    let ws = git_repo(env, "hk-npm", &[("package.json", "{\"scripts\":{\"test\":\"true\"}}\n")]);
+    let ws = git_repo(
+        env,
+        "hk-npm",
+        &[("package.json", "{\"scripts\":{\"test\":\"true\"}}\n")],
+    );
     env.write(&ws.join(".git/hooks/pre-commit"), "#!/bin/sh\nnpm test\n");
     chmod_x(env, &ws, ".git/hooks/pre-commit");
     let r = env.run_sh(&ws, "echo started");
@@ -228,10 +280,16 @@ fn hooks_that_run_project_code_are_warned_about_or_refused() {
         "{s:?}"
     );
     let j = env.lz(&ws, &["git", "show", "--json"]).run();
-    assert!(j.stdout.contains("\"origin\":\"pre-commit\",\"command\":\"npm test\""), "{j:?}");
+    assert!(
+        j.stdout.contains("\"origin\":\"pre-commit\",\"command\":\"npm test\""),
+        "{j:?}"
+    );
     // `host_hooks = "refuse"`: the start is refused, naming the finding.
     let cfg = ws.with_extension("cfg");
-    env.write(&cfg.join("lazaret/config.toml"), "[profiles.default]\nhost_hooks = \"refuse\"\n");
+    env.write(
+        &cfg.join("lazaret/config.toml"),
+        "[profiles.default]\nhost_hooks = \"refuse\"\n",
+    );
     let r = env.run_sh_with_config(&ws, &cfg, "echo started");
     assert_eq!(r.code, 2, "{r:?}");
     assert!(!r.stdout.contains("started"), "{r:?}");
@@ -275,7 +333,10 @@ fn a_workspace_of_200000_files_and_20_nested_repositories_starts() {
     env.wait_unpublished("default", &ws, Duration::from_secs(30));
     let t0 = std::time::Instant::now();
     let s = env.lz(&ws, &["git", "show", "--json"]).run();
-    eprintln!("a_workspace_of_200000_files_and_20_nested_repositories_starts: git show took {:?}", t0.elapsed());
+    eprintln!(
+        "a_workspace_of_200000_files_and_20_nested_repositories_starts: git show took {:?}",
+        t0.elapsed()
+    );
     assert_eq!(s.code, 0, "{s:?}");
     assert!(s.stdout.contains("tree/d20/repo20/.githooks"), "{s:?}");
     let _ = std::fs::remove_dir_all(ws.join("tree"));
