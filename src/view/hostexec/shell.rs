@@ -466,26 +466,3 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
     end_word!();
     out
 }
-
-/// The simple commands of a token list, as word lists (redirections and
-/// brackets dropped): for callers that need no state.
-#[cfg(test)]
-pub(super) fn simple_commands(toks: &[Tok]) -> Vec<Vec<Word>> {
-    let mut out = Vec::new();
-    let mut cur = Vec::new();
-    for t in toks {
-        match t {
-            Tok::Word(w) => cur.push(w.clone()),
-            Tok::Redirect(_) => {}
-            Tok::Sep | Tok::Open | Tok::Close => {
-                if !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
-            }
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}

@@ -3,6 +3,7 @@
 
 use super::config::parse_config;
 use super::programs::command_paths;
+use super::shell::{lex, Part, Tok};
 use super::*;
 
 fn tmp(name: &str) -> PathBuf {
@@ -467,4 +468,36 @@ fn the_walk_finds_nested_repositories_behind_many_entries_and_at_any_depth() {
         view_paths(&s, &d)
     );
     let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn the_lexer_keeps_expansions_and_their_places() {
+    let t = "R=\"$(git rev-parse --show-toplevel)\" && ${GIT_DIR:-.git}/x 2>&1 >out; [ -f a* ]\n";
+    let toks = lex(t);
+    let words: Vec<&super::shell::Word> = toks
+        .iter()
+        .filter_map(|t| if let Tok::Word(w) = t { Some(w) } else { None })
+        .collect();
+    assert_eq!(words[0].assign.as_deref(), Some("R"));
+    assert_eq!(words[0].parts, vec![Part::Cmd("git rev-parse --show-toplevel".into())]);
+    assert_eq!(
+        words[1].parts,
+        vec![
+            Part::Var {
+                name: "GIT_DIR".into(),
+                default: Some(".git".into())
+            },
+            Part::Lit("/x".into())
+        ]
+    );
+    assert_eq!(&t[words[1].start..words[1].end], "${GIT_DIR:-.git}/x");
+    assert!(toks
+        .iter()
+        .any(|t| matches!(t, Tok::Redirect(w) if w.lit().as_deref() == Some("out"))));
+    // `[` is the test command; `a*` a glob.
+    assert_eq!(words[2].lit().as_deref(), Some("["));
+    assert!(words.iter().any(|w| w.parts.contains(&Part::Glob)));
+    assert!(!words
+        .iter()
+        .any(|w| w.lit().as_deref() == Some("2") || w.lit().as_deref() == Some("1")));
 }

@@ -113,7 +113,7 @@ fn hooks_that_find_the_top_by_expansion_run_only_the_developers_scripts() {
         format!("printf {} > scripts/e.py", sh_quote(&py)),
         format!("mkdir -p scripts/e && printf {} > scripts/e/__main__.py", sh_quote(&py)),
         format!("printf {} > scripts/__init__.py", sh_quote(&py)),
-        format!("mkdir -p scripts/__pycache__ && printf x > scripts/__pycache__/e.cpython-311.pyc"),
+        "mkdir -p scripts/__pycache__ && printf x > scripts/__pycache__/e.cpython-311.pyc".to_string(),
         format!(
             "printf {} > scripts/y.js",
             sh_quote("require('child_process').execSync('touch /x')\n")
