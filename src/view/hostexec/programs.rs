@@ -1114,7 +1114,43 @@ impl Ana<'_, '_> {
         if !self.visited.insert(real.clone()) && !sourced {
             return;
         }
-        self.managers(&text);
+        let runs_config = self.managers(&text);
+        if let Some(name) = runs_config {
+            // A hook manager that runs the commands its configuration names
+            // (local hooks, `run:` entries): not decided, whatever the
+            // hook's own text says.
+            let before = self.s.findings.len();
+            self.analyse_text(&text, p, &interp_of(&text), st, sourced, depth, cmd_text, file);
+            let named = self.s.findings[before..]
+                .iter()
+                .any(|f| f.file.as_deref() == Some(p) && f.origin == self.origin);
+            if !named {
+                let shown = p.strip_prefix(self.cx.wt).unwrap_or(p).to_string_lossy().into_owned();
+                self.finding(
+                    &shown,
+                    Some(p),
+                    &format!("the hook manager {name} runs the commands its configuration names"),
+                );
+            }
+            return;
+        }
+        self.analyse_text(&text, p, &interp_of(&text), st, sourced, depth, cmd_text, file);
+    }
+
+    /// A script's text, by its interpreter.
+    #[allow(clippy::too_many_arguments)] // the state of one step of the walk
+    fn analyse_text(
+        &mut self,
+        text: &[u8],
+        p: &Path,
+        interp: &Option<String>,
+        st: &mut St,
+        sourced: bool,
+        depth: usize,
+        cmd_text: &str,
+        file: Option<&Path>,
+    ) {
+        let shown = p.to_string_lossy();
         if text.len() > SCRIPT_MAX {
             self.finding(cmd_text, file, &format!("{shown} is over 64 KiB: not analysed"));
             return;
@@ -1127,17 +1163,7 @@ impl Ana<'_, '_> {
             );
             return;
         }
-        let text = String::from_utf8_lossy(&text).into_owned();
-        // The interpreter of a `#!` line.
-        let interp = text.strip_prefix("#!").map(|l| {
-            let l = l.lines().next().unwrap_or("");
-            let mut w = l.split_whitespace();
-            let mut prog = w.next().map(prog_name).unwrap_or("").to_string();
-            if prog == "env" {
-                prog = w.find(|a| !a.starts_with('-')).map(prog_name).unwrap_or("").to_string();
-            }
-            prog
-        });
+        let text = String::from_utf8_lossy(text).into_owned();
         match interp.as_deref() {
             None => {}
             Some(i) if SHELLS.contains(&i) => {}
@@ -1177,10 +1203,12 @@ impl Ana<'_, '_> {
         }
     }
 
-    /// Hook managers a script runs, and their configuration.
-    fn managers(&mut self, text: &[u8]) {
+    /// Hook managers a script runs, and their configuration; the name of
+    /// one that runs the commands its configuration names.
+    fn managers(&mut self, text: &[u8]) -> Option<&'static str> {
         let lower = String::from_utf8_lossy(text).to_ascii_lowercase();
         let wt = self.cx.wt;
+        let mut runs = None;
         for (name, mark, files) in MANAGERS {
             if lower.contains(mark) {
                 let protects: Vec<PathBuf> = files.iter().map(|f| wt.join(f)).collect();
@@ -1188,9 +1216,26 @@ impl Ana<'_, '_> {
                 if !self.s.managers.iter().any(|m| m.name == *name) {
                     self.s.managers.push(Manager { name, protects });
                 }
+                if matches!(*name, "pre-commit" | "lefthook" | "overcommit") {
+                    runs = Some(*name);
+                }
             }
         }
+        runs
     }
+}
+
+/// The interpreter a `#!` line names (through `env`), if any.
+fn interp_of(text: &[u8]) -> Option<String> {
+    let rest = text.strip_prefix(b"#!")?;
+    let line = rest.split(|&b| b == b'\n').next().unwrap_or(b"");
+    let line = String::from_utf8_lossy(line);
+    let mut w = line.split_whitespace();
+    let mut prog = w.next().map(prog_name).unwrap_or("").to_string();
+    if prog == "env" {
+        prog = w.find(|a| !a.starts_with('-')).map(prog_name).unwrap_or("").to_string();
+    }
+    Some(prog)
 }
 
 /// Hook managers: (name, a mark in the hook's text, their files).

@@ -126,6 +126,14 @@ fn husky_protects_its_directory_and_managers_are_named() {
     let s = compute(&d, &no_scopes());
     assert!(view_paths(&s, &d).contains(&PathBuf::from(".pre-commit-config.yaml")));
     assert!(s.managers.iter().any(|m| m.name == "pre-commit"));
+    // It runs what `.pre-commit-config.yaml` names: not decided.
+    assert!(
+        s.findings
+            .iter()
+            .any(|f| f.reason == "the hook manager pre-commit runs the commands its configuration names"),
+        "{:?}",
+        s.findings
+    );
     std::fs::write(
         d.join(".git/hooks/pre-push"),
         "#!/bin/sh\nif lefthook -h >/dev/null 2>&1; then exec lefthook run \"pre-push\" \"$@\"; fi\n",
