@@ -1067,7 +1067,7 @@ impl Ana<'_, '_> {
                 cands.push(base.join("package.json"));
                 for c in cands {
                     self.protect(c.clone());
-                    if level < MAX_SCRIPT_DEPTH && c.is_file() {
+                    if level < MAX_SCRIPT_DEPTH && c.is_file() && self.visited.insert(c.clone()) {
                         self.node_requires(&c, cmd_text, file, level + 1);
                     }
                 }
