@@ -571,10 +571,10 @@ impl Ana<'_, '_> {
     fn arg(&mut self, w: &Word, st: &St, depth: usize) {
         let Some(vals) = self.eval(w, st, depth) else { return };
         for v in vals {
+            // `--in=cfg/z`: the value; an assignment's word is its value.
             let v = match v.split_once('=') {
-                Some((k, val)) if k.starts_with('-') || w.assign.is_some() => val.to_string(),
-                _ if w.assign.is_some() => v.clone(),
-                _ => v.clone(),
+                Some((k, val)) if w.assign.is_none() && k.starts_with('-') => val.to_string(),
+                _ => v,
             };
             if v.is_empty() || v.starts_with('-') || !v.contains('/') || v.contains('\u{0}') {
                 continue;
