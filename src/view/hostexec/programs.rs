@@ -1288,7 +1288,7 @@ fn read_script(p: &Path) -> Option<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(p)
         .ok()?;
     if !f.metadata().ok()?.is_file() {

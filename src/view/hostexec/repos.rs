@@ -61,7 +61,7 @@ pub fn compute(root: &Path, scopes: &Scopes) -> Surface {
     // Nested repositories in the workspace (`sub/.git`): the whole tree.
     if let Err(e) = nested_repos(&root, &mut repos) {
         log::warn!("git surface: {e}");
-        s.walk_error = Some(e);
+        s.walk_error = Some(e.to_string());
     }
     for (repo, wt) in repos {
         repo_surface(&mut s, &root, &repo, &wt, scopes);
@@ -107,6 +107,29 @@ fn worktree_of(git_dir: &Path) -> Option<PathBuf> {
     Some(normalize(&git_dir.join(wt)))
 }
 
+/// Why the nested-repository walk did not complete.
+#[derive(Debug)]
+enum WalkError {
+    Unreadable { dir: PathBuf, err: std::io::Error },
+    TooMany,
+}
+
+impl std::fmt::Display for WalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            WalkError::Unreadable { dir, err } => write!(
+                f,
+                "cannot read {} to find the repositories in the workspace: {err}",
+                crate::display::escape_path(dir)
+            ),
+            WalkError::TooMany => write!(
+                f,
+                "the workspace has more than {WALK_MAX_ENTRIES} entries: the search for its repositories cannot complete"
+            ),
+        }
+    }
+}
+
 /// Every repository below `root` host Git would use when run there (a
 /// directory holding a `.git` entry), by a walk of the whole tree that
 /// reads each directory once (`getdents` with its entry types: no `stat`
@@ -115,7 +138,7 @@ fn worktree_of(git_dir: &Path) -> Option<PathBuf> {
 /// are found where it leads, when that is in the tree). A directory it
 /// cannot read, or more than [`WALK_MAX_ENTRIES`] entries, is an error:
 /// the surface would be incomplete.
-fn nested_repos(root: &Path, out: &mut Vec<(Repo, PathBuf)>) -> Result<(), String> {
+fn nested_repos(root: &Path, out: &mut Vec<(Repo, PathBuf)>) -> Result<(), WalkError> {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
     let mut stack = vec![root.to_path_buf()];
@@ -138,24 +161,17 @@ fn nested_repos(root: &Path, out: &mut Vec<(Repo, PathBuf)>) -> Result<(), Strin
                 if e.kind() == std::io::ErrorKind::NotFound && dir != root {
                     continue;
                 }
-                return Err(format!(
-                    "cannot read {} to find the repositories in the workspace: {e}",
-                    crate::display::escape_path(&dir)
-                ));
+                return Err(WalkError::Unreadable { dir, err: e });
             }
         };
         for e in rd {
-            let e = e.map_err(|e| {
-                format!(
-                    "cannot read {} to find the repositories in the workspace: {e}",
-                    crate::display::escape_path(&dir)
-                )
-            })?;
+            let e = match e {
+                Ok(e) => e,
+                Err(err) => return Err(WalkError::Unreadable { dir, err }),
+            };
             n += 1;
             if n > WALK_MAX_ENTRIES {
-                return Err(format!(
-                    "the workspace has more than {WALK_MAX_ENTRIES} entries: the search for its repositories stops there, so the Domain does not start"
-                ));
+                return Err(WalkError::TooMany);
             }
             let name = e.file_name();
             if crate::view::gitshape::is_dotgit(&name) {
