@@ -509,3 +509,37 @@ fn the_lexer_keeps_expansions_and_their_places() {
         .iter()
         .any(|w| w.lit().as_deref() == Some("2") || w.lit().as_deref() == Some("1")));
 }
+
+#[test]
+fn the_docs_state_the_bounds_and_name_only_listed_runners() {
+    let docs = include_str!("../../../docs/git.md");
+    let flat = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "up to {MAX_SCRIPT_DEPTH} levels** (`hostexec::MAX_SCRIPT_DEPTH`"
+        )),
+        "docs/git.md states the script depth"
+    );
+    let max = super::repos::WALK_MAX_ENTRIES
+        .to_string()
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(
+        flat.contains(&format!("more than {max} entries (`hostexec::WALK_MAX_ENTRIES`)")),
+        "docs/git.md states the walk's cap ({max})"
+    );
+    // Every runner the docs list is one the analysis knows.
+    let start = flat.find("(`hostexec::PROJECT_RUNNERS`:").unwrap();
+    let end = start + flat[start..].find("the full list").unwrap();
+    for name in flat[start..end].split('`').skip(3).step_by(2) {
+        let n = name.trim_start_matches("./");
+        assert!(
+            super::programs::PROJECT_RUNNERS.contains(&n),
+            "docs/git.md names {n}, which PROJECT_RUNNERS does not hold"
+        );
+    }
+}
