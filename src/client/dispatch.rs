@@ -45,6 +45,10 @@ commands:
   net log [--profile P] [--workspace DIR] [--json]
                        egress refusals by name (allow-by-name mode), newest
                        first, and the hosts line that would allow them
+  git show [--profile P] [--workspace DIR] [--json]
+                       Git's execution surface: what stays read-only
+                       inside, hook managers, and hooks or programs that
+                       run project code (warned about at each start)
   image list [--json]  list prepared lowers, their leases and foreign dirs
   image prune [--dry-run] [--all] [--json]
                        delete prepared lowers no Domain leases (the lowers
@@ -95,6 +99,7 @@ pub fn main() -> i32 {
         Some("image") => crate::client::image::cmd_image(raw),
         Some("doctor") => crate::client::doctor::cmd(raw),
         Some("net") => crate::client::net::cmd_net(raw),
+        Some("git") => crate::client::git::cmd_git(raw),
         Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
         Some("version") | Some("--version") | Some("-V") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));

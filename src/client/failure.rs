@@ -154,6 +154,10 @@ pub enum Failure {
     NoGate { profile: String, vars: Vec<String> },
     /// The coordinator refused the session (its sentence).
     SessionRefused(String),
+    /// Git's execution surface refuses the start: host hooks run project
+    /// code under `host_hooks = "refuse"`, or the workspace could not be
+    /// searched for its repositories (the sentence).
+    HostHooks(String),
 
     // ---- starting the coordinator (exit 125) ----
     /// Connecting to a published Domain.
@@ -274,7 +278,8 @@ impl Failure {
             | NoRecipe { .. }
             | BaseNotBuilt { .. }
             | NoGate { .. }
-            | SessionRefused(_) => EXIT_USAGE,
+            | SessionRefused(_)
+            | HostHooks(_) => EXIT_USAGE,
             Image(_)
             | Lock(_)
             | Connect { .. }
@@ -469,7 +474,9 @@ impl fmt::Display for Failure {
                  give it network.hosts (the secrets' hosts), or remove [profiles.{profile}.secrets]",
                 vars.join(", ")
             ),
-            SessionRefused(reason) | DiskCap(reason) | StartFailed(reason) => f.write_str(reason),
+            SessionRefused(reason) | DiskCap(reason) | StartFailed(reason) | HostHooks(reason) => {
+                f.write_str(reason)
+            }
 
             Connect { socket, err } => write!(f, "cannot connect to {}: {err}", socket.display()),
             LockedUnpublished => f.write_str(

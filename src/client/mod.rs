@@ -6,6 +6,7 @@ mod args;
 pub mod dispatch;
 pub mod doctor;
 mod failure;
+mod git;
 mod image;
 pub mod lifecycle;
 mod net;

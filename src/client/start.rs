@@ -40,6 +40,7 @@ pub(super) fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, 
         r.paths.ensure()?;
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
             check_disk(r)?;
+            check_host_hooks(r)?;
             warn_unlimited(r, quiet);
             start_coordinator(r, lock, &mut progress)?;
             continue;
@@ -75,6 +76,30 @@ fn check_disk(r: &Resolved) -> Result<(), Failure> {
         }
         crate::storage::cgroup::DiskVerdict::Refuse(m) => Err(Failure::DiskCap(m)),
     }
+}
+
+/// Git's execution surface at each Domain start (`view::hostexec`): a
+/// workspace whose repositories could not all be found does not start;
+/// host hooks or configured programs that run project code are one
+/// warning line, or refuse the start under `host_hooks = "refuse"`.
+fn check_host_hooks(r: &Resolved) -> Result<(), Failure> {
+    let rep = crate::view::hostexec::report(&r.workspace);
+    if let Some(e) = rep.walk_error {
+        return Err(Failure::HostHooks(format!("{e}; the Domain does not start")));
+    }
+    let Some(line) = crate::view::hostexec::warning_line(&rep.findings) else {
+        return Ok(());
+    };
+    if r.profile.host_hooks == crate::config::HostHooks::Refuse {
+        let f = &rep.findings[0];
+        return Err(Failure::HostHooks(format!(
+            "{line}; profile {} sets host_hooks = \"refuse\": the Domain does not start ({})",
+            crate::display::escape(&r.profile.name),
+            crate::display::escape(&f.reason)
+        )));
+    }
+    eprintln!("lazaret: {line}");
+    Ok(())
 }
 
 /// Once per Domain start, unless quiet: nothing bounds the sandbox here.

@@ -144,6 +144,26 @@ usage: lazaret help [CMD]   (or lazaret CMD --help)
 ";
 
 /// The usage text of a public command.
+pub const GIT: &str = "\
+usage: lazaret git show [--profile P] [--workspace DIR] [--json]
+
+Git's execution surface of the workspace, as host Git sees it now
+(docs/git.md): every path the sandbox may not change because host Git runs
+it or reads its configuration there (hooks, the scripts they run, followed
+up to 4 levels deep, programs configuration names, config files and their
+includes), the hook managers found, and every hook or configured program
+whose command line cannot be decided (a package manager or build tool, an
+expansion the analysis cannot resolve, `eval`): a host Git command runs
+what the sandbox wrote there. A Domain start warns about those in one
+line, or refuses to start under `host_hooks = \"refuse\"`. Exit status 2
+when the workspace could not be searched for its repositories.
+
+options:
+  -p, --profile P      the profile (default: default)
+  -w, --workspace DIR  the workspace (default: the current directory)
+  --json               one JSON object: paths, managers, findings, error
+";
+
 pub fn of(cmd: &str) -> Option<&'static str> {
     Some(match cmd {
         "run" => RUN,
@@ -154,6 +174,7 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "rm" => RM,
         "image" => IMAGE,
         "net" => NET,
+        "git" => GIT,
         "state" => STATE,
         "escalations" => ESCALATIONS,
         "doctor" => DOCTOR,
@@ -253,6 +274,7 @@ mod tests {
             "version",
             "help",
             "escalations",
+            "git",
         ] {
             assert!(of(c).unwrap().starts_with("usage: lazaret"), "{c}");
         }

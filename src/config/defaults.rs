@@ -187,6 +187,7 @@ impl Profile {
             user: None,
             host_config: Vec::new(),
             host_config_writable: Vec::new(),
+            host_hooks: HostHooks::Warn,
             secrets: Vec::new(),
         }
     }
@@ -195,6 +196,31 @@ impl Profile {
 #[cfg(test)]
 mod idle_timeout_tests {
     use std::path::Path;
+
+    #[test]
+    fn host_hooks_is_validated_and_fingerprinted() {
+        let parse = |t: &str| crate::config::parse(Path::new("/c.toml"), t);
+        let c = parse("[profiles.p]\nimage = \"default\"\n").unwrap();
+        let dflt = c.profile("p").unwrap();
+        assert_eq!(dflt.host_hooks, super::HostHooks::Warn);
+        let c = parse("[profiles.p]\nhost_hooks = \"warn\"\n").unwrap();
+        assert_eq!(c.profile("p").unwrap().fingerprint(), dflt.fingerprint());
+        let c = parse("[profiles.p]\nhost_hooks = \"refuse\"\n").unwrap();
+        let refuse = c.profile("p").unwrap();
+        assert_eq!(refuse.host_hooks, super::HostHooks::Refuse);
+        assert_ne!(refuse.fingerprint(), dflt.fingerprint());
+        for bad in ["\"ignore\"", "true"] {
+            let e = parse(&format!("[profiles.p]\nhost_hooks = {bad}\n"))
+                .and_then(|c| c.profile("p").map(|_| ()))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| format!("{bad} parsed"));
+            assert!(
+                e.contains("profiles.p.host_hooks") && e.contains("\"refuse\""),
+                "{bad}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn idle_timeout_is_validated_and_fingerprinted() {

@@ -124,6 +124,9 @@ impl Profile {
                 put(tag, &v);
             }
         }
+        if self.host_hooks == HostHooks::Refuse {
+            put("host_hooks", &["refuse"]);
+        }
         if !self.secrets.is_empty() {
             let s: Vec<String> = self.secrets.iter().map(|s| s.fingerprint_item()).collect();
             put("secrets", &s.iter().map(String::as_str).collect::<Vec<_>>());

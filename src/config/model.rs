@@ -148,9 +148,22 @@ pub struct Profile {
     /// `host_config_writable`: paths taken out of the host-config set (the
     /// sandbox writes the host's files there: a host-execution risk).
     pub host_config_writable: Vec<String>,
+    /// `host_hooks`: what a Domain start does when a host hook or
+    /// configured Git program runs code the analysis cannot decide
+    /// (`view::hostexec`, docs/git.md).
+    pub host_hooks: HostHooks,
     /// `[profiles.NAME.secrets.VAR]`: keys the sandbox sees only as
     /// sentinels (`config::secrets`), in file order.
     pub secrets: Vec<crate::config::secrets::Secret>,
+}
+
+/// `host_hooks`: warn (one line at each Domain start, the default) or
+/// refuse to start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum HostHooks {
+    #[default]
+    Warn,
+    Refuse,
 }
 
 /// The guest uid and gid of a profile's `user`.

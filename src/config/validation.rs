@@ -28,6 +28,7 @@ const PROFILE_KEYS: &[&str] = &[
     "user",
     "host_config",
     "host_config_writable",
+    "host_hooks",
     "ca_certs",
     "secrets",
 ];
@@ -557,6 +558,15 @@ impl Schema<'_> {
                     p.host_config_writable = seen;
                 }
             }
+        }
+        if let Some(i) = t.get("host_hooks") {
+            let key = k("host_hooks");
+            const MODES: &str = "\"warn\" or \"refuse\"";
+            p.host_hooks = match self.string(i, &key, MODES)? {
+                "warn" => HostHooks::Warn,
+                "refuse" => HostHooks::Refuse,
+                other => return Err(self.invalid(i.line, &key, MODES, quote(other))),
+            };
         }
         if let Some(i) = t.get("isolate_ignored") {
             p.isolate_ignored = self.boolean(i, &k("isolate_ignored"))?;

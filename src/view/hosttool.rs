@@ -331,8 +331,9 @@ pub fn prepare_view(
     }
     // Every view, volumes included: a host config may include a file or
     // name a program in a volume the sandbox writes.
-    let exec =
-        workspace.map(|ws| crate::view::hostexec::Live::new(ws, &v.source, crate::view::hostexec::Scopes::from_env()));
+    let exec = workspace
+        .map(|ws| crate::view::hostexec::Live::new(ws, &v.source, crate::view::hostexec::Scopes::from_env()))
+        .transpose()?;
     Ok((v, exec))
 }
 

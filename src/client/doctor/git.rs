@@ -13,8 +13,18 @@ pub(super) fn check_git_surface(dir: &std::path::Path) -> Check {
     ) {
         return Check::pass("git-execution-surface", "the current directory is not a Git workspace");
     }
-    let (paths, managers) = crate::view::hostexec::describe(dir);
+    let rep = crate::view::hostexec::report(dir);
+    let (paths, managers) = (rep.paths, rep.managers);
     let mut detail = String::new();
+    if let Some(e) = &rep.walk_error {
+        detail.push_str(&format!("{e}: a Domain does not start here; "));
+    }
+    if !rep.findings.is_empty() {
+        detail.push_str(&format!(
+            "{} hook(s) or program(s) run project code the view cannot protect (`lazaret git show`); ",
+            rep.findings.len()
+        ));
+    }
     for m in &managers {
         let list: Vec<String> = m.protects.iter().map(|p| crate::display::escape_path(p)).collect();
         detail.push_str(&format!(

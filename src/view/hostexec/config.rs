@@ -11,6 +11,16 @@ pub struct Entry {
     pub value: Option<String>,
 }
 
+impl Entry {
+    /// `section.sub.name` (or `section.name`), as Git spells the key.
+    pub fn key(&self) -> String {
+        match &self.sub {
+            Some(s) => format!("{}.{s}.{}", self.section, self.name),
+            None => format!("{}.{}", self.section, self.name),
+        }
+    }
+}
+
 /// Parses Git's config syntax. Lines Git would reject are skipped (Git
 /// then refuses the whole file and runs nothing from it).
 pub(super) fn parse_config(text: &[u8]) -> Vec<Entry> {

@@ -38,10 +38,12 @@ mod config;
 mod paths;
 mod programs;
 mod repos;
+mod shell;
 #[cfg(test)]
 mod tests;
 
 use self::config::{is_exec_key, Entry};
+pub use self::programs::MAX_SCRIPT_DEPTH;
 pub use self::repos::compute;
 
 /// How long a computed surface is trusted before its inputs are re-stat'ed.
@@ -107,9 +109,27 @@ pub struct Manager {
     pub protects: Vec<PathBuf>,
 }
 
+/// A hook or configured program whose command line the analysis cannot
+/// resolve: what it runs may be what the sandbox wrote.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Finding {
+    /// The hook's name (`pre-commit`) or the config key (`alias.t`).
+    pub origin: String,
+    /// The command as written.
+    pub command: String,
+    /// The script it is in (`None`: the hook's or key's own text).
+    pub file: Option<PathBuf>,
+    pub reason: String,
+}
+
 /// The computed surface, as absolute host paths.
 #[derive(Clone, Debug, Default)]
 pub struct Surface {
+    /// What the analysis could not decide, sorted.
+    pub findings: Vec<Finding>,
+    /// Why the nested-repository walk did not complete (the surface is
+    /// then incomplete: a Domain does not start).
+    pub walk_error: Option<String>,
     /// Read-only from the sandbox, with everything below and the names of
     /// their ancestors.
     pub protect: BTreeSet<PathBuf>,
@@ -171,29 +191,47 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn new(workspace: &Path, view_root: &Path, scopes: Scopes) -> Live {
+    /// The surface at start; an error when the nested-repository walk did
+    /// not complete (the surface would be incomplete).
+    pub fn new(workspace: &Path, view_root: &Path, scopes: Scopes) -> std::io::Result<Live> {
         let surface = compute(workspace, &scopes);
+        if let Some(e) = &surface.walk_error {
+            return Err(std::io::Error::other(e.clone()));
+        }
         let view_root = std::fs::canonicalize(view_root).unwrap_or_else(|_| view_root.to_path_buf());
         let rels = view_paths(&surface, &view_root);
         for r in &rels {
             log::info!("git surface: read-only {}", crate::display::escape_path(r));
         }
-        Live {
+        Ok(Live {
             workspace: workspace.to_path_buf(),
             view_root,
             scopes,
             state: Mutex::new((Instant::now(), surface, rels)),
-        }
+        })
     }
 
     /// True when the view path `rel` is, lies below, or is an ancestor of a
     /// path of the surface.
+    ///
+    /// A recomputation runs only when an input changed; every input is a
+    /// path of the surface itself (read-only inside) or a host file outside
+    /// the workspace, so only the host triggers one. It walks the tree again
+    /// (new host repositories count); a walk that fails keeps every path of
+    /// the previous surface too. A `.git` the sandbox creates never reaches
+    /// the host (`gitshape`), so no repository appears through a sandbox
+    /// write.
     pub fn protects(&self, rel: &Path) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if st.0.elapsed() >= RECHECK {
             if st.1.stale() {
                 let surface = compute(&self.workspace, &self.scopes);
-                let rels = view_paths(&surface, &self.view_root);
+                let mut rels = view_paths(&surface, &self.view_root);
+                if surface.walk_error.is_some() {
+                    rels.extend(st.2.iter().cloned());
+                    rels.sort();
+                    rels.dedup();
+                }
                 if rels != st.2 {
                     log::info!("git surface: recomputed, {} paths read-only", rels.len());
                 }
@@ -222,27 +260,59 @@ fn view_paths(s: &Surface, view_root: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The surface's paths inside the workspace, relative, with what put them
-/// there, for `lazaret doctor`.
-pub fn describe(workspace: &Path) -> (Vec<PathBuf>, Vec<Manager>) {
+/// Everything `lazaret git show` lists (and `lazaret doctor` sums up),
+/// relative to the workspace where inside it.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub paths: Vec<PathBuf>,
+    pub managers: Vec<Manager>,
+    pub findings: Vec<Finding>,
+    pub walk_error: Option<String>,
+}
+
+/// The surface of the workspace as the host's Git sees it now.
+pub fn report(workspace: &Path) -> Report {
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let s = compute(&root, &Scopes::from_env());
-    let rels = view_paths(&s, &root);
-    let managers = s
-        .managers
-        .iter()
-        .map(|m| Manager {
-            name: m.name,
-            protects: m
-                .protects
-                .iter()
-                .map(|p| {
-                    p.strip_prefix(&root)
-                        .map(Path::to_path_buf)
-                        .unwrap_or_else(|_| p.clone())
-                })
-                .collect(),
-        })
-        .collect();
-    (rels, managers)
+    let rel = |p: &Path| {
+        p.strip_prefix(&root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| p.to_path_buf())
+    };
+    Report {
+        paths: view_paths(&s, &root),
+        managers: s
+            .managers
+            .iter()
+            .map(|m| Manager {
+                name: m.name,
+                protects: m.protects.iter().map(|p| rel(p)).collect(),
+            })
+            .collect(),
+        findings: s
+            .findings
+            .iter()
+            .map(|f| Finding {
+                file: f.file.as_deref().map(rel),
+                ..f.clone()
+            })
+            .collect(),
+        walk_error: s.walk_error.clone(),
+    }
+}
+
+/// The one line a Domain start prints when host hooks or programs run
+/// project code (`None` when none does), every part escaped.
+pub fn warning_line(findings: &[Finding]) -> Option<String> {
+    let f = findings.first()?;
+    let more = if findings.len() > 1 {
+        format!(" and {} more", findings.len() - 1)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "host hooks run project code: {} runs `{}`{more}; a host commit runs what the sandbox wrote — commit inside, or review first (lazaret git show)",
+        crate::display::escape(&f.origin),
+        crate::display::escape(&f.command),
+    ))
 }

@@ -1,12 +1,34 @@
 //! What hooks and configured programs lead to: the hooks of a hooks
-//! directory, the files a command line or hook script names, and the hook
-//! managers a hook runs.
+//! directory, the files a command line or hook script runs, and the hook
+//! managers a hook runs; and, where that cannot be decided, a [`Finding`].
+//!
+//! A hook or a configured command line is read as the shell would run it
+//! (`shell::lex`), with what can be known substituted:
+//! `$(git rev-parse --show-toplevel | --git-dir | --git-common-dir)` and
+//! their backquoted forms, `GIT_DIR`, `GIT_WORK_TREE`, `GIT_COMMON_DIR`,
+//! `HOME`, `$0`, `${NAME:-default}` (every alternative counts), variables
+//! the script assigned from those, `dirname`/`basename`/`realpath`/`pwd`
+//! of them; the current directory follows `cd`/`pushd`/`popd` (a subshell
+//! restores it), and `PATH` entries the script adds. Relative paths resolve
+//! against the current directory, which starts at the work tree's top (Git
+//! runs hooks there). Programs named by a path, the script of `sh`/`bash`/
+//! `.`/`source`, `python FILE`, `python -m pkg.mod`, `node FILE` are
+//! protected whether they exist or not, and workspace shell scripts are
+//! followed [`MAX_SCRIPT_DEPTH`] levels deep.
+//!
+//! What cannot be decided becomes a finding: an expansion the analysis
+//! cannot resolve where a program or script is named, `eval`, inline
+//! interpreter code, a package manager or build tool ([`PROJECT_RUNNERS`]),
+//! a script nested deeper than the bound, a binary or oversized script in
+//! the workspace.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::paths::{expand, read_small, symlink_hops};
-use super::{Manager, Surface};
+use super::paths::symlink_hops;
+use super::shell::{lex, Part, Tok, Word};
+use super::{Finding, Manager, Surface};
 use crate::view::sentry::normalize;
 
 /// Hook names Git runs (`githooks(5)`).
@@ -40,96 +62,1317 @@ const HOOK_NAMES: &[&str] = &[
     "p4-pre-submit",
     "post-index-change",
 ];
-/// Interpreters whose first argument is a script (`sh tools/x.sh`).
-const INTERPRETERS: &[&str] = &[
-    "sh", "bash", "dash", "zsh", "ksh", "fish", "python", "python3", "perl", "ruby", "node", "deno", "bun", "php",
-    "lua", "tclsh", "pwsh", "npx", "env", "exec", "source", ".",
+/// How many levels of scripts a hook or configured program is followed
+/// through: the hook is level 0, a script it runs level 1, …; a script at a
+/// deeper level is protected but not read, and reported.
+pub const MAX_SCRIPT_DEPTH: usize = 4;
+/// The largest script read; a larger one is protected and reported.
+const SCRIPT_MAX: usize = 64 * 1024;
+/// Alternatives a word may evaluate to before it counts as unknown.
+const MAX_ALTS: usize = 16;
+
+/// Programs that run code the project defines (package scripts, build
+/// files, test suites, configured hooks): what they run cannot be decided
+/// from the command line.
+pub const PROJECT_RUNNERS: &[&str] = &[
+    "npm",
+    "yarn",
+    "pnpm",
+    "npx",
+    "pnpx",
+    "bun",
+    "bunx",
+    "deno",
+    "corepack",
+    "make",
+    "gmake",
+    "bmake",
+    "just",
+    "cargo",
+    "mvn",
+    "mvnw",
+    "gradle",
+    "gradlew",
+    "ant",
+    "sbt",
+    "lein",
+    "mix",
+    "rake",
+    "bundle",
+    "composer",
+    "poetry",
+    "pipenv",
+    "uv",
+    "uvx",
+    "hatch",
+    "pdm",
+    "rye",
+    "tox",
+    "nox",
+    "invoke",
+    "task",
+    "mage",
+    "go",
+    "dotnet",
+    "bazel",
+    "bazelisk",
+    "buck",
+    "buck2",
+    "cmake",
+    "ninja",
+    "meson",
+    "scons",
+    "nx",
+    "turbo",
+    "lerna",
+    "rush",
+    "pre-commit",
+    "prek",
+    "lefthook",
+    "lint-staged",
+    "overcommit",
+    "commitlint",
+    "eslint",
+    "prettier",
+    "stylelint",
+    "jest",
+    "vitest",
+    "mocha",
+    "pytest",
+    "mypy",
+    "direnv",
+    "mise",
+    "asdf",
+    "nix",
+    "earthly",
+];
+const SHELLS: &[&str] = &["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh"];
+/// Interpreters that take a script and run inline code with `-e`.
+const OTHER_INTERPRETERS: &[&str] = &[
+    "perl", "ruby", "php", "lua", "luajit", "tclsh", "wish", "pwsh", "Rscript",
+];
+/// Shell builtins and keywords: never looked up in `PATH`.
+const BUILTINS: &[&str] = &[
+    "[", "[[", "]]", "test", "echo", "printf", "exit", "return", "export", "local", "set", "unset", "shift", "read",
+    "cd", "pushd", "popd", "true", "false", ":", ".", "source", "eval", "exec", "command", "type", "hash", "trap",
+    "wait", "break", "continue", "readonly", "declare", "typeset", "alias", "let", "getopts", "umask", "builtin",
+];
+const KEYWORDS: &[&str] = &[
+    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "time", "esac", "in",
+];
+/// Node's built-in modules (a `require` of one loads nothing from disk).
+const NODE_BUILTINS: &[&str] = &[
+    "assert",
+    "buffer",
+    "child_process",
+    "cluster",
+    "console",
+    "constants",
+    "crypto",
+    "dgram",
+    "dns",
+    "events",
+    "fs",
+    "fs/promises",
+    "http",
+    "http2",
+    "https",
+    "module",
+    "net",
+    "os",
+    "path",
+    "perf_hooks",
+    "process",
+    "punycode",
+    "querystring",
+    "readline",
+    "repl",
+    "stream",
+    "string_decoder",
+    "timers",
+    "tls",
+    "tty",
+    "url",
+    "util",
+    "v8",
+    "vm",
+    "worker_threads",
+    "zlib",
 ];
 
-/// Protects a program and what it leads to: symlink hops, and for a hook
-/// script, the files and hook managers it names.
-pub(super) fn protect_program(s: &mut Surface, p: &Path, wt: &Path) {
-    s.protect.insert(p.to_path_buf());
-    s.input(p);
-    for hop in symlink_hops(p) {
-        s.input(&hop);
-        s.protect.insert(hop);
-    }
-    let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let Some(text) = read_small(&real) else { return };
-    if text.len() > 64 * 1024 || text.contains(&0) {
-        return;
-    }
-    let text = String::from_utf8_lossy(&text);
-    // Hook managers the script runs, and their configuration.
-    let lower = text.to_ascii_lowercase();
-    let managers: &[(&'static str, &str, &[&str])] = &[
-        (
-            "pre-commit",
-            "pre-commit.com",
-            &[".pre-commit-config.yaml", ".pre-commit-config.yml"],
-        ),
-        (
-            "pre-commit",
-            "pre_commit",
-            &[".pre-commit-config.yaml", ".pre-commit-config.yml"],
-        ),
-        (
-            "lefthook",
-            "lefthook",
-            &[
-                "lefthook.yml",
-                ".lefthook.yml",
-                "lefthook.yaml",
-                ".lefthook.yaml",
-                "lefthook.toml",
-                ".lefthook.toml",
-                "lefthook.json",
-                ".lefthook.json",
-                "lefthook-local.yml",
-                ".lefthook-local.yml",
-                "lefthook-local.yaml",
-                ".lefthook-local.yaml",
-                ".lefthook",
-                ".lefthook-local",
-                ".config/lefthook.yml",
-                ".config/lefthook.yaml",
-            ],
-        ),
-        ("overcommit", "overcommit", &[".overcommit.yml", ".git-hooks"]),
-        ("husky", "husky", &[".husky"]),
-        (
-            "simple-git-hooks",
-            "simple-git-hooks",
-            &[".simple-git-hooks.json", ".simple-git-hooks.js"],
-        ),
-    ];
-    for (name, mark, files) in managers {
-        if lower.contains(mark) {
-            let protects: Vec<PathBuf> = files.iter().map(|f| wt.join(f)).collect();
-            s.protect.extend(protects.iter().cloned());
-            if !s.managers.iter().any(|m| m.name == *name) {
-                s.managers.push(Manager { name, protects });
-            }
-        }
-    }
-    // Relative paths the script names (hooks run at the worktree's top).
-    for line in text.lines() {
-        let line = line.trim_start();
-        if line.starts_with('#') {
-            continue;
-        }
-        for p in command_paths(line, wt, None) {
-            // Directories a hook merely mentions (`cargo fmt -- src/`) stay
-            // writable; hook managers' directories are named above.
-            if p.starts_with(wt) && p != *wt && !p.is_dir() {
-                s.protect.insert(p);
-            }
+/// Where one repository's hooks and programs run.
+pub(super) struct RepoCtx<'a> {
+    /// The workspace root.
+    pub root: &'a Path,
+    /// The work tree's top: hooks and `!` commands start there.
+    pub wt: &'a Path,
+    pub git_dir: &'a Path,
+    pub common: &'a Path,
+    pub home: Option<&'a Path>,
+}
+
+/// What a shell knows while the analysis walks a script.
+#[derive(Clone, Debug)]
+struct St {
+    /// The current directory (`None`: a `cd` the analysis could not follow).
+    cwd: Option<PathBuf>,
+    /// Variables assigned so far (`None`: to something unknown).
+    vars: HashMap<String, Option<Vec<String>>>,
+    /// `$0`.
+    zero: Option<PathBuf>,
+    /// `PATH` entries the script added, as written (relative ones resolve
+    /// against the directory a program is looked up from).
+    path_extra: Vec<String>,
+    dirstack: Vec<Option<PathBuf>>,
+}
+
+impl St {
+    fn new(cwd: &Path) -> St {
+        St {
+            cwd: Some(cwd.to_path_buf()),
+            vars: HashMap::new(),
+            zero: None,
+            path_extra: Vec::new(),
+            dirstack: Vec::new(),
         }
     }
 }
 
-pub(super) fn hooks_surface(s: &mut Surface, root: &Path, dir: &Path, wt: &Path) {
+/// One analysis of a hook or configured command line.
+struct Ana<'a, 'b> {
+    s: &'a mut Surface,
+    cx: &'a RepoCtx<'b>,
+    origin: String,
+    visited: HashSet<PathBuf>,
+    /// Every path protected, in order (for `command_paths`).
+    found: Vec<PathBuf>,
+}
+
+fn within(p: &Path, dirs: &[&Path]) -> bool {
+    dirs.iter().any(|d| p.starts_with(d))
+}
+
+fn dirname(v: &str) -> String {
+    let t = v.trim_end_matches('/');
+    if t.is_empty() {
+        return "/".into();
+    }
+    match t.rfind('/') {
+        Some(i) => {
+            let d = t[..i].trim_end_matches('/');
+            if d.is_empty() {
+                "/".into()
+            } else {
+                d.to_string()
+            }
+        }
+        None => ".".into(),
+    }
+}
+
+fn basename(v: &str) -> String {
+    let t = v.trim_end_matches('/');
+    t.rsplit('/').next().unwrap_or(t).to_string()
+}
+
+/// The program name of a word (`/usr/bin/python3` → `python3`).
+fn prog_name(v: &str) -> &str {
+    v.rsplit('/').next().unwrap_or(v)
+}
+
+fn is_python(n: &str) -> bool {
+    n.strip_prefix("python")
+        .is_some_and(|r| r.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        || n == "pypy"
+        || n == "pypy3"
+}
+
+/// Cartesian concatenation of alternatives, bounded.
+fn concat(acc: Vec<String>, alts: &[String]) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for a in &acc {
+        for b in alts {
+            out.push(format!("{a}{b}"));
+            if out.len() > MAX_ALTS {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+impl Ana<'_, '_> {
+    fn roots(&self) -> [&Path; 4] {
+        [self.cx.root, self.cx.wt, self.cx.git_dir, self.cx.common]
+    }
+
+    fn protect(&mut self, p: PathBuf) {
+        if !self.found.contains(&p) {
+            self.found.push(p.clone());
+        }
+        self.s.protect.insert(p);
+    }
+
+    fn finding(&mut self, command: &str, file: Option<&Path>, reason: &str) {
+        let f = Finding {
+            origin: self.origin.clone(),
+            command: command.trim().to_string(),
+            file: file.map(Path::to_path_buf),
+            reason: reason.to_string(),
+        };
+        if !self.s.findings.contains(&f) {
+            self.s.findings.push(f);
+        }
+    }
+
+    /// A value as a path: absolute, or relative to the current directory.
+    fn path_of(&self, v: &str, st: &St) -> Option<PathBuf> {
+        if Path::new(v).is_absolute() {
+            Some(normalize(Path::new(v)))
+        } else {
+            st.cwd.as_ref().map(|c| normalize(&c.join(v)))
+        }
+    }
+
+    fn var(&self, name: &str, st: &St) -> Option<Vec<String>> {
+        if let Some(v) = st.vars.get(name) {
+            return v.clone();
+        }
+        let s = |p: &Path| Some(vec![p.to_string_lossy().into_owned()]);
+        match name {
+            "GIT_DIR" => s(self.cx.git_dir),
+            "GIT_WORK_TREE" => s(self.cx.wt),
+            "GIT_COMMON_DIR" => s(self.cx.common),
+            "HOME" => self.cx.home.and_then(s),
+            "PWD" => st.cwd.as_deref().and_then(s),
+            "0" => st.zero.as_deref().and_then(s),
+            // Whatever PATH the developer has: its entries are host
+            // directories; only what a script adds is tracked.
+            "PATH" => Some(vec!["\u{0}PATH\u{0}".into()]),
+            "XDG_CONFIG_HOME" => std::env::var_os("XDG_CONFIG_HOME")
+                .filter(|v| !v.is_empty())
+                .map(|v| vec![v.to_string_lossy().into_owned()])
+                .or_else(|| {
+                    self.cx
+                        .home
+                        .map(|h| vec![h.join(".config").to_string_lossy().into_owned()])
+                }),
+            _ => None,
+        }
+    }
+
+    /// Every value a word may have, or `None` when it cannot be known.
+    fn eval(&mut self, w: &Word, st: &St, depth: usize) -> Option<Vec<String>> {
+        let mut acc = vec![String::new()];
+        for p in &w.parts {
+            let alts: Vec<String> = match p {
+                Part::Lit(l) => vec![l.clone()],
+                Part::Glob | Part::Unknown => return None,
+                Part::Cmd(c) => self.subst(c, st, depth)?,
+                Part::Var { name, default } => {
+                    let mut alts = self.var(name, st).unwrap_or_default();
+                    let known = self.var(name, st).is_some();
+                    if let Some(d) = default {
+                        let dw = lex(d);
+                        let mut dv = vec![String::new()];
+                        for t in &dw {
+                            if let Tok::Word(w) = t {
+                                dv = concat(dv, &self.eval(w, st, depth)?)?;
+                            }
+                        }
+                        alts.extend(dv);
+                    } else if !known {
+                        return None;
+                    }
+                    alts.sort();
+                    alts.dedup();
+                    alts
+                }
+            };
+            acc = concat(acc, &alts)?;
+        }
+        Some(acc)
+    }
+
+    /// The output of a command substitution, when it is one the analysis
+    /// knows: `git rev-parse`'s directories, `pwd`, `dirname`, `basename`,
+    /// `realpath`, `readlink -f`, `echo`, after `cd`s.
+    fn subst(&mut self, inner: &str, st: &St, depth: usize) -> Option<Vec<String>> {
+        if depth > MAX_SCRIPT_DEPTH + 4 {
+            return None;
+        }
+        let mut st = st.clone();
+        let mut out: Vec<String> = Vec::new();
+        let mut cur: Vec<Word> = Vec::new();
+        let toks = lex(inner);
+        let mut cmds = Vec::new();
+        for t in toks {
+            match t {
+                Tok::Word(w) => cur.push(w),
+                Tok::Redirect(_) => {}
+                Tok::Sep | Tok::Open | Tok::Close => cmds.push(std::mem::take(&mut cur)),
+            }
+        }
+        cmds.push(cur);
+        for words in cmds.into_iter().filter(|c| !c.is_empty()) {
+            if words.iter().all(|w| w.assign.is_some()) {
+                continue;
+            }
+            let name = words[0].lit()?;
+            let mut args = Vec::new();
+            for w in &words[1..] {
+                if w.lit().as_deref() == Some("--") {
+                    continue;
+                }
+                args.push(self.eval(w, &st, depth + 1)?);
+            }
+            let first = |args: &[Vec<String>]| -> Option<Vec<String>> {
+                args.iter().find(|a| !a.iter().any(|v| v.starts_with('-'))).cloned()
+            };
+            let abs = |v: &str, st: &St| -> Option<String> {
+                let p = if Path::new(v).is_absolute() {
+                    normalize(Path::new(v))
+                } else {
+                    normalize(&st.cwd.as_ref()?.join(v))
+                };
+                Some(p.to_string_lossy().into_owned())
+            };
+            match name.as_str() {
+                "git" => {
+                    let flat: Vec<&str> = args.iter().filter_map(|a| a.first().map(String::as_str)).collect();
+                    if flat.first() != Some(&"rev-parse") {
+                        return None;
+                    }
+                    for f in &flat[1..] {
+                        let p = match *f {
+                            "--show-toplevel" => self.cx.wt,
+                            "--git-dir" | "--absolute-git-dir" => self.cx.git_dir,
+                            "--git-common-dir" => self.cx.common,
+                            "--path-format=absolute" | "--path-format=relative" => continue,
+                            _ => return None,
+                        };
+                        out.push(p.to_string_lossy().into_owned());
+                    }
+                }
+                "pwd" => out.push(st.cwd.as_ref()?.to_string_lossy().into_owned()),
+                "dirname" => out.extend(first(&args)?.iter().map(|v| dirname(v))),
+                "basename" => out.extend(first(&args)?.iter().map(|v| basename(v))),
+                "realpath" | "readlink" => {
+                    for v in first(&args)? {
+                        out.push(abs(&v, &st)?);
+                    }
+                }
+                "echo" if args.len() == 1 => out.extend(args[0].iter().cloned()),
+                "cd" | "pushd" => {
+                    let t = first(&args)?;
+                    if t.len() != 1 {
+                        return None;
+                    }
+                    st.cwd = Some(PathBuf::from(abs(&t[0], &st)?));
+                }
+                _ => return None,
+            }
+        }
+        out.sort();
+        out.dedup();
+        if out.is_empty() || out.len() > MAX_ALTS {
+            return None;
+        }
+        Some(out)
+    }
+
+    /// Runs a script's text.
+    fn run_text(&mut self, text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+        let toks = lex(text);
+        let mut stack: Vec<St> = Vec::new();
+        let mut cur: Vec<Word> = Vec::new();
+        let flush = |a: &mut Self, cur: &mut Vec<Word>, st: &mut St| {
+            if !cur.is_empty() {
+                let words = std::mem::take(cur);
+                a.exec(&words, text, st, file, depth);
+            }
+        };
+        for t in toks {
+            match t {
+                Tok::Word(w) => cur.push(w),
+                Tok::Redirect(_) => {}
+                Tok::Sep => flush(self, &mut cur, st),
+                Tok::Open => {
+                    flush(self, &mut cur, st);
+                    stack.push(st.clone());
+                }
+                Tok::Close => {
+                    flush(self, &mut cur, st);
+                    // A subshell's `cd` and variables end with it.
+                    if let Some(saved) = stack.pop() {
+                        *st = saved;
+                    }
+                }
+            }
+        }
+        flush(self, &mut cur, st);
+    }
+
+    /// Runs one simple command.
+    fn exec(&mut self, words: &[Word], text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+        let cmd_text = &text[words[0].start.min(text.len())..words[words.len() - 1].end.min(text.len())];
+        let mut i = 0;
+        // Keywords.
+        while i < words.len() && words[i].lit().is_some_and(|l| KEYWORDS.contains(&l.as_str())) {
+            i += 1;
+        }
+        if i < words.len()
+            && words[i]
+                .lit()
+                .is_some_and(|l| matches!(l.as_str(), "for" | "case" | "select" | "function"))
+        {
+            return;
+        }
+        // Assignments alone set variables; before a program, its environment.
+        let start = i;
+        while i < words.len() && words[i].assign.is_some() {
+            i += 1;
+        }
+        if i == words.len() {
+            for w in &words[start..] {
+                self.assign(w, st, depth, cmd_text, file);
+            }
+            return;
+        }
+        for w in &words[start..i] {
+            // `VAR=path prog`: a path named there is protected.
+            self.arg(w, st, depth);
+        }
+        self.program(&words[i..], cmd_text, st, file, depth);
+    }
+
+    fn assign(&mut self, w: &Word, st: &mut St, depth: usize, cmd_text: &str, file: Option<&Path>) {
+        let Some(name) = w.assign.clone() else { return };
+        let v = self.eval(w, st, depth);
+        if name == "PATH" {
+            match &v {
+                Some(alts) => {
+                    for a in alts {
+                        for e in a.split(':') {
+                            if e != "\u{0}PATH\u{0}" && !st.path_extra.iter().any(|x| x == e) {
+                                st.path_extra.push(e.to_string());
+                            }
+                        }
+                    }
+                }
+                None => self.finding(cmd_text, file, "PATH set to a value the analysis cannot resolve"),
+            }
+        }
+        st.vars.insert(name, v);
+    }
+
+    /// An argument: a path it names (with a `/`) in the work tree is
+    /// protected, unless it is a directory.
+    fn arg(&mut self, w: &Word, st: &St, depth: usize) {
+        let Some(vals) = self.eval(w, st, depth) else { return };
+        for v in vals {
+            // `--in=cfg/z`: the value; an assignment's word is its value.
+            let v = match v.split_once('=') {
+                Some((k, val)) if w.assign.is_none() && k.starts_with('-') => val.to_string(),
+                _ => v,
+            };
+            if v.is_empty() || v.starts_with('-') || !v.contains('/') || v.contains('\u{0}') {
+                continue;
+            }
+            let Some(p) = self.path_of(&v, st) else { continue };
+            if p.starts_with(self.cx.wt) && p != self.cx.wt && !p.is_dir() {
+                self.protect(p);
+            }
+        }
+    }
+
+    fn program(&mut self, words: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+        let Some(first) = words.first() else { return };
+        let Some(vals) = self.eval(first, st, depth) else {
+            self.finding(
+                cmd_text,
+                file,
+                "runs a program named by an expansion the analysis cannot resolve",
+            );
+            return;
+        };
+        let rest = &words[1..];
+        for v in vals {
+            self.program_named(&v, rest, cmd_text, st, file, depth);
+        }
+    }
+
+    fn program_named(
+        &mut self,
+        v: &str,
+        rest: &[Word],
+        cmd_text: &str,
+        st: &mut St,
+        file: Option<&Path>,
+        depth: usize,
+    ) {
+        let name = prog_name(v).to_string();
+        if v.contains('/') {
+            let Some(p) = self.path_of(v, st) else {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs a program relative to a directory the analysis cannot resolve",
+                );
+                return;
+            };
+            self.protect(p.clone());
+            let interp = is_python(&name)
+                || name == "node"
+                || SHELLS.contains(&name.as_str())
+                || OTHER_INTERPRETERS.contains(&name.as_str());
+            // An interpreter the work tree holds (`.venv/bin/python`)
+            // loads what the sandbox wrote.
+            let in_ws = p.starts_with(self.cx.root) || p.starts_with(self.cx.wt);
+            if PROJECT_RUNNERS.contains(&name.as_str()) {
+                // Reported below.
+            } else if interp && in_ws {
+                self.symlinks(&p);
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs an interpreter the work tree holds, which loads what the sandbox wrote",
+                );
+                return;
+            } else if !interp {
+                self.run_file(&p, st, false, depth + 1, cmd_text, file);
+                for w in rest {
+                    self.arg(w, st, depth);
+                }
+                return;
+            }
+        } else {
+            // A name: `PATH` entries the script added come first.
+            if !BUILTINS.contains(&name.as_str()) {
+                for e in st.path_extra.clone() {
+                    let d = if e.is_empty() { ".".to_string() } else { e };
+                    match self.path_of(&d, st) {
+                        Some(dir) => {
+                            let p = dir.join(&name);
+                            self.protect(p.clone());
+                            self.run_file(&p, st, false, depth + 1, cmd_text, file);
+                        }
+                        None => self.finding(
+                            cmd_text,
+                            file,
+                            "looks a program up in a PATH entry the analysis cannot resolve",
+                        ),
+                    }
+                }
+            }
+        }
+        let n = name.as_str();
+        let lit = |w: &Word| w.lit();
+        match n {
+            "exec" | "command" | "builtin" | "nohup" | "time" | "setsid" | "stdbuf" | "chronic" | "unbuffer" => {
+                if n == "command" && rest.first().and_then(lit).is_some_and(|l| l == "-v" || l == "-V") {
+                    return;
+                }
+                let skip = rest
+                    .iter()
+                    .take_while(|w| lit(w).is_some_and(|l| l.starts_with('-')))
+                    .count();
+                let skip = if n == "exec" && rest.first().and_then(lit).as_deref() == Some("-a") {
+                    2
+                } else {
+                    skip
+                };
+                self.program(&rest[skip.min(rest.len())..], cmd_text, st, file, depth);
+            }
+            "env" | "sudo" | "doas" | "nice" | "ionice" | "timeout" | "xargs" => {
+                let mut i = 0;
+                let mut st2 = st.clone();
+                while i < rest.len() {
+                    let w = &rest[i];
+                    if w.assign.is_some() {
+                        i += 1;
+                        continue;
+                    }
+                    let Some(l) = lit(w) else { break };
+                    if l == "--" {
+                        i += 1;
+                        break;
+                    }
+                    if !l.starts_with('-') {
+                        if n == "timeout" {
+                            i += 1;
+                        }
+                        break;
+                    }
+                    if n == "env" && (l == "-S" || l == "--split-string") {
+                        if let Some(s) = rest.get(i + 1).and_then(|w| self.eval(w, st, depth)) {
+                            for s in s {
+                                self.run_text(&s, &mut st2.clone(), file, depth + 1);
+                            }
+                        }
+                        return;
+                    }
+                    if n == "env" && (l == "-C" || l == "--chdir") {
+                        let t = rest.get(i + 1).and_then(|w| self.eval(w, st, depth));
+                        st2.cwd = match t.as_deref() {
+                            Some([one]) => self.path_of(one, st),
+                            _ => None,
+                        };
+                        i += 2;
+                        continue;
+                    }
+                    // Options that take a value.
+                    let takes = matches!(
+                        (n, l.as_str()),
+                        ("env", "-u")
+                            | ("sudo", "-u" | "-g" | "-C" | "-h" | "-p" | "-r" | "-t" | "-U")
+                            | ("nice", "-n")
+                            | ("ionice", "-c" | "-n" | "-p")
+                            | ("timeout", "-s" | "-k")
+                            | ("xargs", "-I" | "-n" | "-P" | "-d" | "-a" | "-E" | "-L" | "-s")
+                    );
+                    i += if takes { 2 } else { 1 };
+                }
+                let rest = &rest[i.min(rest.len())..];
+                if rest.is_empty() {
+                    if n == "xargs" {
+                        // xargs runs `echo`: nothing.
+                    }
+                    return;
+                }
+                self.program(rest, cmd_text, &mut st2, file, depth);
+            }
+            "eval" => self.finding(cmd_text, file, "`eval` runs text the analysis cannot follow"),
+            "export" | "local" | "readonly" | "declare" | "typeset" => {
+                for w in rest {
+                    self.assign(w, st, depth, cmd_text, file);
+                }
+            }
+            "cd" | "pushd" | "popd" => {
+                let target = rest
+                    .iter()
+                    .find(|w| !lit(w).is_some_and(|l| l.starts_with('-') && l != "-"));
+                let old = st.cwd.clone();
+                let new = match (n, target) {
+                    ("popd", _) => st.dirstack.pop().flatten(),
+                    (_, None) => self.cx.home.map(Path::to_path_buf),
+                    (_, Some(w)) => match self.eval(w, st, depth).as_deref() {
+                        Some([one]) if one != "-" => self.path_of(one, st),
+                        _ => None,
+                    },
+                };
+                if n == "pushd" {
+                    st.dirstack.push(old);
+                }
+                st.cwd = new;
+            }
+            "trap" => {
+                if let Some(w) = rest.first() {
+                    if let Some(vals) = self.eval(w, st, depth) {
+                        for v in vals {
+                            self.run_text(&v, &mut st.clone(), file, depth + 1);
+                        }
+                    }
+                }
+            }
+            "." | "source" => {
+                let Some(w) = rest.first() else { return };
+                match self.eval(w, st, depth) {
+                    Some(vals) => {
+                        for v in vals {
+                            match self.path_of(&v, st) {
+                                Some(p) => {
+                                    self.protect(p.clone());
+                                    self.run_file(&p, st, true, depth + 1, cmd_text, file);
+                                }
+                                None => self.finding(
+                                    cmd_text,
+                                    file,
+                                    "sources a script relative to a directory the analysis cannot resolve",
+                                ),
+                            }
+                        }
+                    }
+                    None => self.finding(
+                        cmd_text,
+                        file,
+                        "sources a script named by an expansion the analysis cannot resolve",
+                    ),
+                }
+            }
+            n if SHELLS.contains(&n) => self.shell(rest, cmd_text, st, file, depth),
+            n if is_python(n) => self.python(rest, cmd_text, st, file, depth),
+            "node" | "nodejs" => self.node(rest, cmd_text, st, file, depth),
+            n if OTHER_INTERPRETERS.contains(&n) => {
+                let mut i = 0;
+                while i < rest.len() {
+                    match lit(&rest[i]) {
+                        Some(l) if l == "-e" || l == "-E" || l == "-c" || l == "-r" || l == "-Command" => {
+                            self.finding(
+                                cmd_text,
+                                file,
+                                "runs inline interpreter code the analysis does not follow",
+                            );
+                            return;
+                        }
+                        Some(l) if l == "-I" || l == "-S" => i += 2,
+                        Some(l) if l.starts_with('-') => i += 1,
+                        _ => break,
+                    }
+                }
+                if let Some(w) = rest.get(i) {
+                    self.script_arg(w, cmd_text, st, file, depth, false);
+                }
+            }
+            n if PROJECT_RUNNERS.contains(&n) => {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "a package manager or build tool runs code the project defines",
+                );
+            }
+            _ => {
+                for w in rest {
+                    self.arg(w, st, depth);
+                }
+            }
+        }
+    }
+
+    /// The script argument of an interpreter: protected; followed when a
+    /// shell runs it.
+    fn script_arg(
+        &mut self,
+        w: &Word,
+        cmd_text: &str,
+        st: &mut St,
+        file: Option<&Path>,
+        depth: usize,
+        shell: bool,
+    ) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        match self.eval(w, st, depth) {
+            Some(vals) => {
+                for v in vals {
+                    match self.path_of(&v, st) {
+                        Some(p) => {
+                            self.protect(p.clone());
+                            if shell {
+                                self.run_file(&p, st, false, depth + 1, cmd_text, file);
+                            } else {
+                                self.symlinks(&p);
+                            }
+                            out.push(p);
+                        }
+                        None => self.finding(
+                            cmd_text,
+                            file,
+                            "runs a script relative to a directory the analysis cannot resolve",
+                        ),
+                    }
+                }
+            }
+            None => self.finding(
+                cmd_text,
+                file,
+                "runs a script named by an expansion the analysis cannot resolve",
+            ),
+        }
+        out
+    }
+
+    fn shell(&mut self, rest: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+        let mut i = 0;
+        while i < rest.len() {
+            let Some(l) = rest[i].lit() else { break };
+            if l == "--" {
+                i += 1;
+                break;
+            }
+            if !(l.starts_with('-') || l.starts_with('+')) || l == "-" {
+                break;
+            }
+            if l.starts_with('-') && !l.starts_with("--") && l.contains('c') {
+                match rest.get(i + 1).and_then(|w| self.eval(w, st, depth)) {
+                    Some(vals) => {
+                        for v in vals {
+                            self.run_text(&v, &mut st.clone(), file, depth + 1);
+                        }
+                    }
+                    None => self.finding(cmd_text, file, "runs a shell command the analysis cannot resolve"),
+                }
+                return;
+            }
+            if l.starts_with('-') && !l.starts_with("--") && l.contains('s') {
+                self.finding(cmd_text, file, "a shell reading its commands from standard input");
+                return;
+            }
+            i += if l == "-o" || l == "+o" || l == "-O" || l == "+O" {
+                2
+            } else {
+                1
+            };
+        }
+        match rest.get(i) {
+            Some(w) => {
+                self.script_arg(w, cmd_text, st, file, depth, true);
+            }
+            None => self.finding(cmd_text, file, "a shell reading its commands from standard input"),
+        }
+    }
+
+    /// `python FILE` (the script and its directory, first on the module
+    /// path) and `python -m pkg.mod`.
+    fn python(&mut self, rest: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+        let mut i = 0;
+        while i < rest.len() {
+            let Some(l) = rest[i].lit() else { break };
+            if l == "-c" || (l.starts_with("-c") && !l.starts_with("--")) {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs inline interpreter code the analysis does not follow",
+                );
+                return;
+            }
+            let module = if l == "-m" {
+                rest.get(i + 1).and_then(|w| self.eval(w, st, depth))
+            } else if let Some(m) = l.strip_prefix("-m") {
+                Some(vec![m.to_string()])
+            } else if l.starts_with('-') {
+                i += if l == "-W" || l == "-X" { 2 } else { 1 };
+                continue;
+            } else {
+                break;
+            };
+            let Some(mods) = module else {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs a Python module named by an expansion the analysis cannot resolve",
+                );
+                return;
+            };
+            let Some(cwd) = st.cwd.clone() else {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs a Python module relative to a directory the analysis cannot resolve",
+                );
+                return;
+            };
+            for m in mods {
+                let parts: Vec<&str> = m.split('.').collect();
+                let mut dir = cwd.clone();
+                for (k, part) in parts.iter().enumerate() {
+                    if k + 1 < parts.len() {
+                        dir = dir.join(part);
+                        self.protect(dir.join("__init__.py"));
+                        self.protect(dir.join("__pycache__"));
+                    } else {
+                        self.protect(dir.join(format!("{part}.py")));
+                        self.protect(dir.join(format!("{part}.pyc")));
+                        self.protect(dir.join(part).join("__main__.py"));
+                        self.protect(dir.join(part).join("__init__.py"));
+                        self.protect(dir.join(part).join("__pycache__"));
+                        self.protect(dir.join("__pycache__"));
+                    }
+                }
+            }
+            self.python_path_dir(&cwd, cmd_text, file);
+            return;
+        }
+        if let Some(w) = rest.get(i) {
+            for p in self.script_arg(w, cmd_text, st, file, depth, false) {
+                if let Some(d) = p.parent() {
+                    self.python_path_dir(d, cmd_text, file);
+                }
+            }
+        }
+    }
+
+    /// Python puts the script's directory (or, with `-m`, the current one)
+    /// first on its module path: any module there shadows an import. The
+    /// directory is protected whole, unless it is the work tree's top or
+    /// the workspace root (which cannot be), which is reported.
+    fn python_path_dir(&mut self, d: &Path, cmd_text: &str, file: Option<&Path>) {
+        let inside = d.starts_with(self.cx.root) || d.starts_with(self.cx.wt);
+        if !inside {
+            return;
+        }
+        if d == self.cx.root || d == self.cx.wt || self.cx.wt.starts_with(d) {
+            self.finding(
+                cmd_text,
+                file,
+                "Python puts the work tree's top first on its module path: a module the sandbox writes there shadows an import",
+            );
+        } else {
+            self.protect(d.to_path_buf());
+        }
+    }
+
+    /// `node FILE`: the file, and the modules it requires by relative path;
+    /// a package it loads from `node_modules` is reported.
+    fn node(&mut self, rest: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
+        let mut i = 0;
+        while i < rest.len() {
+            let Some(l) = rest[i].lit() else { break };
+            if matches!(l.as_str(), "-e" | "--eval" | "-p" | "--print") {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "runs inline interpreter code the analysis does not follow",
+                );
+                return;
+            }
+            if matches!(l.as_str(), "-r" | "--require" | "--import" | "--loader") {
+                if let Some(w) = rest.get(i + 1) {
+                    self.arg(w, st, depth);
+                }
+                i += 2;
+                continue;
+            }
+            if !l.starts_with('-') {
+                break;
+            }
+            i += 1;
+        }
+        let Some(w) = rest.get(i) else {
+            self.finding(cmd_text, file, "node reading its program from standard input");
+            return;
+        };
+        for p in self.script_arg(w, cmd_text, st, file, depth, false) {
+            self.node_requires(&p, cmd_text, file, 0);
+        }
+    }
+
+    fn node_requires(&mut self, p: &Path, cmd_text: &str, file: Option<&Path>, level: usize) {
+        let Some(text) = read_script(p) else { return };
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let dir = p.parent().unwrap_or(Path::new("/")).to_path_buf();
+        for spec in js_specifiers(&text) {
+            let bare = spec.strip_prefix("node:").unwrap_or(&spec);
+            if spec.starts_with("node:") || NODE_BUILTINS.contains(&bare) {
+                continue;
+            }
+            if spec.starts_with("./") || spec.starts_with("../") || spec.starts_with('/') {
+                let base = normalize(&dir.join(&spec));
+                let mut cands = vec![base.clone()];
+                for ext in ["js", "mjs", "cjs", "json", "ts", "node"] {
+                    let mut s = base.clone().into_os_string();
+                    s.push(format!(".{ext}"));
+                    cands.push(PathBuf::from(s));
+                }
+                cands.push(base.join("index.js"));
+                cands.push(base.join("package.json"));
+                for c in cands {
+                    self.protect(c.clone());
+                    if level < MAX_SCRIPT_DEPTH && c.is_file() && self.visited.insert(c.clone()) {
+                        self.node_requires(&c, cmd_text, file, level + 1);
+                    }
+                }
+            } else {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "node loads a package from node_modules, which the sandbox can write",
+                );
+                return;
+            }
+        }
+    }
+
+    fn symlinks(&mut self, p: &Path) {
+        self.s.input(p);
+        for hop in symlink_hops(p) {
+            self.s.input(&hop);
+            self.protect(hop);
+        }
+    }
+
+    /// A program or script file: protected with every symlink hop, and,
+    /// when it is a workspace (or hook) script, read and followed.
+    fn run_file(&mut self, p: &Path, st: &mut St, sourced: bool, depth: usize, cmd_text: &str, file: Option<&Path>) {
+        self.protect(p.to_path_buf());
+        self.symlinks(p);
+        let real = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        // Host programs outside the workspace are the host's: only a hook
+        // itself (level 0) is read wherever it is.
+        if depth > 0 && !within(&real, &self.roots()) && !within(p, &self.roots()) {
+            return;
+        }
+        let Some(text) = read_script(&real) else { return };
+        let shown = p.to_string_lossy();
+        if depth > MAX_SCRIPT_DEPTH {
+            self.finding(
+                cmd_text,
+                file,
+                &format!("runs scripts nested deeper than {MAX_SCRIPT_DEPTH} levels ({shown} is not read)"),
+            );
+            return;
+        }
+        if !self.visited.insert(real.clone()) && !sourced {
+            return;
+        }
+        let runs_config = self.managers(&text);
+        if let Some(name) = runs_config {
+            // A hook manager that runs the commands its configuration names
+            // (local hooks, `run:` entries): not decided, whatever the
+            // hook's own text says.
+            let before = self.s.findings.len();
+            self.analyse_text(&text, p, &interp_of(&text), st, sourced, depth, cmd_text, file);
+            let named = self.s.findings[before..]
+                .iter()
+                .any(|f| f.file.as_deref() == Some(p) && f.origin == self.origin);
+            if !named {
+                let shown = p.strip_prefix(self.cx.wt).unwrap_or(p).to_string_lossy().into_owned();
+                self.finding(
+                    &shown,
+                    Some(p),
+                    &format!("the hook manager {name} runs the commands its configuration names"),
+                );
+            }
+            return;
+        }
+        self.analyse_text(&text, p, &interp_of(&text), st, sourced, depth, cmd_text, file);
+    }
+
+    /// A script's text, by its interpreter.
+    #[allow(clippy::too_many_arguments)] // the state of one step of the walk
+    fn analyse_text(
+        &mut self,
+        text: &[u8],
+        p: &Path,
+        interp: &Option<String>,
+        st: &mut St,
+        sourced: bool,
+        depth: usize,
+        cmd_text: &str,
+        file: Option<&Path>,
+    ) {
+        let shown = p.to_string_lossy();
+        if text.len() > SCRIPT_MAX {
+            self.finding(cmd_text, file, &format!("{shown} is over 64 KiB: not analysed"));
+            return;
+        }
+        if text.contains(&0) || text.starts_with(b"\x7fELF") {
+            self.finding(
+                cmd_text,
+                file,
+                &format!("{shown} is a binary program: what it runs cannot be read"),
+            );
+            return;
+        }
+        let text = String::from_utf8_lossy(text).into_owned();
+        match interp.as_deref() {
+            None => {}
+            Some(i) if SHELLS.contains(&i) => {}
+            Some(i) if is_python(i) => {
+                if let Some(d) = p.parent() {
+                    self.python_path_dir(d, cmd_text, file);
+                }
+                return;
+            }
+            Some("node") | Some("nodejs") => {
+                self.node_requires(p, cmd_text, file, 0);
+                return;
+            }
+            Some(i) if PROJECT_RUNNERS.contains(&i) => {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "a package manager or build tool runs code the project defines",
+                );
+                return;
+            }
+            Some(_) => return,
+        }
+        // husky's own runner (`.husky/_/h`, `husky.sh`) is sourced with
+        // the hook's `$0`; it is read like any script.
+        if sourced {
+            self.run_text(&text, st, Some(p), depth);
+        } else {
+            let mut st2 = St {
+                cwd: st.cwd.clone(),
+                vars: HashMap::new(),
+                zero: Some(p.to_path_buf()),
+                path_extra: st.path_extra.clone(),
+                dirstack: Vec::new(),
+            };
+            self.run_text(&text, &mut st2, Some(p), depth);
+        }
+    }
+
+    /// Hook managers a script runs, and their configuration; the name of
+    /// one that runs the commands its configuration names.
+    fn managers(&mut self, text: &[u8]) -> Option<&'static str> {
+        let lower = String::from_utf8_lossy(text).to_ascii_lowercase();
+        let wt = self.cx.wt;
+        let mut runs = None;
+        for (name, mark, files) in MANAGERS {
+            if lower.contains(mark) {
+                let protects: Vec<PathBuf> = files.iter().map(|f| wt.join(f)).collect();
+                self.s.protect.extend(protects.iter().cloned());
+                if !self.s.managers.iter().any(|m| m.name == *name) {
+                    self.s.managers.push(Manager { name, protects });
+                }
+                if matches!(*name, "pre-commit" | "lefthook" | "overcommit") {
+                    runs = Some(*name);
+                }
+            }
+        }
+        runs
+    }
+}
+
+/// The interpreter a `#!` line names (through `env`), if any.
+fn interp_of(text: &[u8]) -> Option<String> {
+    let rest = text.strip_prefix(b"#!")?;
+    let line = rest.split(|&b| b == b'\n').next().unwrap_or(b"");
+    let line = String::from_utf8_lossy(line);
+    let mut w = line.split_whitespace();
+    let mut prog = w.next().map(prog_name).unwrap_or("").to_string();
+    if prog == "env" {
+        prog = w.find(|a| !a.starts_with('-')).map(prog_name).unwrap_or("").to_string();
+    }
+    Some(prog)
+}
+
+/// Hook managers: (name, a mark in the hook's text, their files).
+const MANAGERS: &[(&str, &str, &[&str])] = &[
+    (
+        "pre-commit",
+        "pre-commit.com",
+        &[".pre-commit-config.yaml", ".pre-commit-config.yml"],
+    ),
+    (
+        "pre-commit",
+        "pre_commit",
+        &[".pre-commit-config.yaml", ".pre-commit-config.yml"],
+    ),
+    (
+        "lefthook",
+        "lefthook",
+        &[
+            "lefthook.yml",
+            ".lefthook.yml",
+            "lefthook.yaml",
+            ".lefthook.yaml",
+            "lefthook.toml",
+            ".lefthook.toml",
+            "lefthook.json",
+            ".lefthook.json",
+            "lefthook-local.yml",
+            ".lefthook-local.yml",
+            "lefthook-local.yaml",
+            ".lefthook-local.yaml",
+            ".lefthook",
+            ".lefthook-local",
+            ".config/lefthook.yml",
+            ".config/lefthook.yaml",
+        ],
+    ),
+    ("overcommit", "overcommit", &[".overcommit.yml", ".git-hooks"]),
+    ("husky", "husky", &[".husky"]),
+    (
+        "simple-git-hooks",
+        "simple-git-hooks",
+        &[".simple-git-hooks.json", ".simple-git-hooks.js"],
+    ),
+];
+
+/// A regular file's first bytes (up to one more than [`SCRIPT_MAX`]),
+/// opened without blocking (a FIFO in its place is not waited on).
+fn read_script(p: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(p)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    f.take(SCRIPT_MAX as u64 + 1).read_to_end(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// The module specifiers of `require("…")`, `import … from "…"`,
+/// `import("…")` and `import "…"` in JavaScript text.
+fn js_specifiers(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &text[i..];
+        let after = if rest.starts_with("require(") {
+            Some(i + 8)
+        } else if rest.starts_with("import(") {
+            Some(i + 7)
+        } else if rest.starts_with("from ") || rest.starts_with("from\"") || rest.starts_with("from'") {
+            Some(i + 4)
+        } else if rest.starts_with("import ") || rest.starts_with("import\"") || rest.starts_with("import'") {
+            Some(i + 6)
+        } else {
+            None
+        };
+        if let Some(mut j) = after {
+            while j < b.len() && (b[j] == b' ' || b[j] == b'\t') {
+                j += 1;
+            }
+            if j < b.len() && matches!(b[j], b'"' | b'\'' | b'`') {
+                let q = b[j];
+                if let Some(end) = b[j + 1..].iter().position(|&c| c == q || c == b'\n') {
+                    if b[j + 1 + end] == q {
+                        out.push(text[j + 1..j + 1 + end].to_string());
+                    }
+                }
+            } else if rest.starts_with("require(") || rest.starts_with("import(") {
+                // A computed specifier.
+                out.push(String::from("\u{0}computed"));
+            }
+            i = j.max(i + 1);
+            continue;
+        }
+        i += text[i..].chars().next().map_or(1, char::len_utf8);
+    }
+    out
+}
+
+/// Analyses a hook (level 0) as Git runs it: from the work tree's top.
+pub(super) fn analyze_hook(s: &mut Surface, cx: &RepoCtx, hook: &Path, origin: &str, depth: usize) {
+    let mut a = Ana {
+        s,
+        cx,
+        origin: origin.to_string(),
+        visited: HashSet::new(),
+        found: Vec::new(),
+    };
+    let mut st = St::new(cx.wt);
+    let shown = hook.strip_prefix(cx.wt).unwrap_or(hook).to_string_lossy().into_owned();
+    a.run_file(hook, &mut st, false, depth, &shown, None);
+}
+
+/// Analyses a configured command line (`filter.x.clean`, `alias.y = !…`)
+/// as Git runs it: a shell command at the work tree's top. Returns the
+/// paths it protected.
+pub(super) fn analyze_command(s: &mut Surface, cx: &RepoCtx, origin: &str, cmd: &str) -> Vec<PathBuf> {
+    let mut a = Ana {
+        s,
+        cx,
+        origin: origin.to_string(),
+        visited: HashSet::new(),
+        found: Vec::new(),
+    };
+    let mut st = St::new(cx.wt);
+    a.run_text(cmd, &mut st, None, 0);
+    a.found
+}
+
+pub(super) fn hooks_surface(s: &mut Surface, cx: &RepoCtx, dir: &Path) {
+    let root = cx.root;
     s.input(dir);
     s.protect.insert(dir.to_path_buf());
     let mut dirs = vec![dir.to_path_buf()];
@@ -143,11 +1386,13 @@ pub(super) fn hooks_surface(s: &mut Surface, root: &Path, dir: &Path, wt: &Path)
     dirs.push(real.clone());
     // A hooks directory named `_` is husky's: the hooks it holds run the
     // scripts of the directory above (`.husky/pre-commit`).
+    let mut husky_dirs = BTreeSet::new();
     for d in &dirs {
         if d.file_name().is_some_and(|n| n == "_") {
             if let Some(parent) = d.parent() {
                 if parent != root {
                     s.protect.insert(parent.to_path_buf());
+                    husky_dirs.insert(parent.to_path_buf());
                     if !s.managers.iter().any(|m| m.name == "husky") {
                         s.managers.push(Manager {
                             name: "husky",
@@ -173,122 +1418,34 @@ pub(super) fn hooks_surface(s: &mut Surface, root: &Path, dir: &Path, wt: &Path)
         // `*.sample` and other names Git never runs need no scan: below a
         // workspace hooks directory they are protected with it.
         if known {
-            protect_program(s, &hook, wt);
+            analyze_hook(s, cx, &hook, &n.to_string_lossy(), 0);
+        }
+    }
+    // husky's scripts, read even where its runner is not there to name
+    // them (one level down: the runner is level 0).
+    for d in husky_dirs {
+        for h in HOOK_NAMES {
+            let p = d.join(h);
+            if p.is_file() {
+                analyze_hook(s, cx, &p, h, 1);
+            }
         }
     }
 }
 
-/// Files a command line names: a first word with a `/`, every argument
-/// with a `/`, and the script argument of an interpreter. Relative to `base` (Git runs these at the
-/// worktree's top level).
+/// Files a command line names (the program, the script of an interpreter,
+/// arguments with a `/` in the work tree), relative to `base` (Git runs
+/// these at the work tree's top level).
+#[cfg(test)]
 pub(super) fn command_paths(cmd: &str, base: &Path, home: Option<&Path>) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for words in simple_commands(cmd) {
-        let mut first = true;
-        let mut after_interp = false;
-        for w in words {
-            let w = match w.split_once('=') {
-                Some((k, v)) if k.starts_with('-') || (first && !k.contains('/')) => {
-                    if first {
-                        // `VAR=value prog`: still the first word next.
-                        if !v.is_empty() && (v.contains('/')) {
-                            out.push(expand(v, home, base));
-                        }
-                        continue;
-                    }
-                    v.to_string()
-                }
-                _ => w,
-            };
-            if w.is_empty() || w.contains(['$', '%', '*', '?', '`']) || w.starts_with('-') {
-                first = false;
-                continue;
-            }
-            let has_slash = w.contains('/');
-            let p = if Path::new(&w).is_absolute() {
-                normalize(Path::new(&w))
-            } else {
-                expand(&w, home, base)
-            };
-            // A first word without a `/` is found through PATH, not here.
-            if has_slash || after_interp {
-                out.push(p);
-            }
-            let base_name = w.rsplit('/').next().unwrap_or(&w);
-            after_interp = first && INTERPRETERS.contains(&base_name);
-            first = false;
-            if w.contains(char::is_whitespace) {
-                // `sh -c 'tools/x.sh --fix'`: the string is a command too.
-                out.extend(command_paths(&w, base, home));
-            }
-        }
-    }
-    out
-}
-
-/// Splits a shell command line into simple commands' words (quotes
-/// removed; operators separate commands). An approximation of the shell:
-/// it errs towards seeing more words.
-fn simple_commands(cmd: &str) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut quote: Option<char> = None;
-    let mut chars = cmd.chars().peekable();
-    let mut has = false;
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some('"'), '\\') => {
-                if let Some(n) = chars.next() {
-                    cur.push(n);
-                }
-            }
-            (Some(_), c) => cur.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                has = true;
-            }
-            (None, '\\') => {
-                if let Some(n) = chars.next() {
-                    cur.push(n);
-                    has = true;
-                }
-            }
-            (None, c) if c.is_whitespace() => {
-                if has || !cur.is_empty() {
-                    words.push(std::mem::take(&mut cur));
-                    has = false;
-                }
-            }
-            (None, ';' | '|' | '&' | '(' | ')' | '{' | '}' | '<' | '>' | '\n') => {
-                if has || !cur.is_empty() {
-                    words.push(std::mem::take(&mut cur));
-                    has = false;
-                }
-                if !words.is_empty() {
-                    out.push(std::mem::take(&mut words));
-                }
-            }
-            (None, c) => cur.push(c),
-        }
-    }
-    if has || !cur.is_empty() {
-        words.push(cur);
-    }
-    if !words.is_empty() {
-        out.push(words);
-    }
-    // Redirection targets and function bodies are words too; keywords are
-    // not programs.
-    for w in out.iter_mut() {
-        while w
-            .first()
-            .is_some_and(|f| matches!(f.as_str(), "then" | "do" | "else" | "if" | "while" | "!" | "time"))
-        {
-            w.remove(0);
-        }
-    }
-    out.retain(|w| !w.is_empty());
-    out
+    let mut s = Surface::default();
+    let git = base.join(".git");
+    let cx = RepoCtx {
+        root: base,
+        wt: base,
+        git_dir: &git,
+        common: &git,
+        home,
+    };
+    analyze_command(&mut s, &cx, "test", cmd)
 }

@@ -6,12 +6,16 @@ use std::path::{Path, PathBuf};
 
 use super::config::{is_exec_key, parse_config, Entry};
 use super::paths::{expand, read_small, symlink_hops};
-use super::programs::{command_paths, hooks_surface, protect_program};
+use super::programs::{analyze_command, hooks_surface, RepoCtx};
 use super::{Scopes, Surface};
 use crate::view::sentry::normalize;
 
 /// Git's include depth limit (`MAX_INCLUDE_DEPTH`).
 const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// The most directory entries the nested-repository walk reads: a
+/// workspace with more fails the start (never a silent stop).
+pub const WALK_MAX_ENTRIES: usize = 20_000_000;
 
 /// One repository host Git may run in.
 #[derive(Clone, Debug)]
@@ -54,12 +58,16 @@ pub fn compute(root: &Path, scopes: &Scopes) -> Surface {
         let wt = worktree_of(&gd).unwrap_or_else(|| root.clone());
         repos.push((Repo { git_dir: gd, common }, wt));
     }
-    // Nested repositories in the workspace (`sub/.git`), a bounded walk.
-    let mut budget = 20_000usize;
-    nested_repos(&root, &root, 0, &mut budget, &mut repos);
+    // Nested repositories in the workspace (`sub/.git`): the whole tree.
+    if let Err(e) = nested_repos(&root, &mut repos) {
+        log::warn!("git surface: {e}");
+        s.walk_error = Some(e.to_string());
+    }
     for (repo, wt) in repos {
         repo_surface(&mut s, &root, &repo, &wt, scopes);
     }
+    s.findings.sort();
+    s.findings.dedup();
     s
 }
 
@@ -99,38 +107,95 @@ fn worktree_of(git_dir: &Path) -> Option<PathBuf> {
     Some(normalize(&git_dir.join(wt)))
 }
 
-fn nested_repos(root: &Path, dir: &Path, depth: usize, budget: &mut usize, out: &mut Vec<(Repo, PathBuf)>) {
-    if depth > 6 || *budget == 0 {
-        return;
-    }
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    for e in rd.flatten() {
-        if *budget == 0 {
-            return;
+/// Why the nested-repository walk did not complete.
+#[derive(Debug)]
+enum WalkError {
+    Unreadable { dir: PathBuf, err: std::io::Error },
+    TooMany,
+}
+
+impl std::fmt::Display for WalkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            WalkError::Unreadable { dir, err } => write!(
+                f,
+                "cannot read {} to find the repositories in the workspace: {err}",
+                crate::display::escape_path(dir)
+            ),
+            WalkError::TooMany => write!(
+                f,
+                "the workspace has more than {WALK_MAX_ENTRIES} entries: the search for its repositories cannot complete"
+            ),
         }
-        *budget -= 1;
-        let Ok(t) = e.file_type() else { continue };
-        let name = e.file_name();
-        if name == ".git" {
-            if dir != root {
-                if let Ok(l) = crate::view::sentry::discover(dir) {
-                    if let (Some(g), Some(c)) = (l.git_dir(), l.common_dir()) {
-                        out.push((
-                            Repo {
-                                git_dir: g.to_path_buf(),
-                                common: c.to_path_buf(),
-                            },
-                            dir.to_path_buf(),
-                        ));
+    }
+}
+
+/// Every repository below `root` host Git would use when run there (a
+/// directory holding a `.git` entry), by a walk of the whole tree that
+/// reads each directory once (`getdents` with its entry types: no `stat`
+/// per entry), so its cost is linear in the tree. It does not enter `.git`
+/// directories or follow symlinks (a symlinked directory's repositories
+/// are found where it leads, when that is in the tree). A directory it
+/// cannot read, or more than [`WALK_MAX_ENTRIES`] entries, is an error:
+/// the surface would be incomplete.
+fn nested_repos(root: &Path, out: &mut Vec<(Repo, PathBuf)>) -> Result<(), WalkError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let mut stack = vec![root.to_path_buf()];
+    let mut n = 0usize;
+    while let Some(dir) = stack.pop() {
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                // A directory of another user's that this user cannot read
+                // is one the sandbox (running as this user) did not make,
+                // and host Git as this user cannot use either.
+                let other = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.uid() != me);
+                if other && e.kind() == std::io::ErrorKind::PermissionDenied {
+                    log::info!(
+                        "git surface: not reading {} (another user's)",
+                        crate::display::escape_path(&dir)
+                    );
+                    continue;
+                }
+                if e.kind() == std::io::ErrorKind::NotFound && dir != root {
+                    continue;
+                }
+                return Err(WalkError::Unreadable { dir, err: e });
+            }
+        };
+        for e in rd {
+            let e = match e {
+                Ok(e) => e,
+                Err(err) => return Err(WalkError::Unreadable { dir, err }),
+            };
+            n += 1;
+            if n > WALK_MAX_ENTRIES {
+                return Err(WalkError::TooMany);
+            }
+            let name = e.file_name();
+            if crate::view::gitshape::is_dotgit(&name) {
+                if dir != root {
+                    if let Ok(l) = crate::view::sentry::discover(&dir) {
+                        if let (Some(g), Some(c)) = (l.git_dir(), l.common_dir()) {
+                            out.push((
+                                Repo {
+                                    git_dir: g.to_path_buf(),
+                                    common: c.to_path_buf(),
+                                },
+                                dir.clone(),
+                            ));
+                        }
                     }
                 }
+                continue;
             }
-            continue;
-        }
-        if t.is_dir() && name != "node_modules" {
-            nested_repos(root, &e.path(), depth + 1, budget, out);
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            }
         }
     }
+    Ok(())
 }
 
 /// Reads one config file and, recursively, every include target.
@@ -229,8 +294,15 @@ fn repo_surface(s: &mut Surface, root: &Path, repo: &Repo, wt: &Path, scopes: &S
             }
         }
     }
+    let cx = RepoCtx {
+        root,
+        wt: &wt,
+        git_dir: &repo.git_dir,
+        common: &repo.common,
+        home,
+    };
     for d in hook_dirs {
-        hooks_surface(s, root, &d, &wt);
+        hooks_surface(s, &cx, &d);
     }
     // Programs.
     for e in entries.iter().filter(|e| is_exec_key(e)) {
@@ -242,9 +314,7 @@ fn repo_surface(s: &mut Surface, root: &Path, repo: &Repo, wt: &Path, scopes: &S
             continue;
         }
         let v = v.trim_start().strip_prefix('!').unwrap_or(v);
-        for p in command_paths(v, &wt, home) {
-            protect_program(s, &p, &wt);
-        }
+        analyze_command(s, &cx, &e.key(), v);
     }
 }
 

@@ -3,17 +3,8 @@
 
 use super::config::parse_config;
 use super::programs::command_paths;
+use super::shell::{lex, Part, Tok};
 use super::*;
-
-impl Entry {
-    /// `section.sub.name` (or `section.name`), as Git spells the key.
-    pub fn key(&self) -> String {
-        match &self.sub {
-            Some(s) => format!("{}.{s}.{}", self.section, self.name),
-            None => format!("{}.{}", self.section, self.name),
-        }
-    }
-}
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lz-hx-{name}-{}", std::process::id()));
@@ -135,6 +126,14 @@ fn husky_protects_its_directory_and_managers_are_named() {
     let s = compute(&d, &no_scopes());
     assert!(view_paths(&s, &d).contains(&PathBuf::from(".pre-commit-config.yaml")));
     assert!(s.managers.iter().any(|m| m.name == "pre-commit"));
+    // It runs what `.pre-commit-config.yaml` names: not decided.
+    assert!(
+        s.findings
+            .iter()
+            .any(|f| f.reason == "the hook manager pre-commit runs the commands its configuration names"),
+        "{:?}",
+        s.findings
+    );
     std::fs::write(
         d.join(".git/hooks/pre-push"),
         "#!/bin/sh\nif lefthook -h >/dev/null 2>&1; then exec lefthook run \"pre-push\" \"$@\"; fi\n",
@@ -208,12 +207,17 @@ fn command_lines() {
     assert_eq!(p("bash run.sh; cat"), vec![PathBuf::from("/w/run.sh")]);
     assert_eq!(p("f() { ./a/b; }; f"), vec![PathBuf::from("/w/a/b")]);
     assert!(p("git-lfs smudge -- %f").is_empty());
+    assert_eq!(
+        p("sh -c 'tools/x.sh --fix' 2>&1 >/dev/null"),
+        vec![PathBuf::from("/w/tools/x.sh")]
+    );
+    assert_eq!(p("env -C sub ./x"), vec![PathBuf::from("/w/sub/x")]);
 }
 
 #[test]
 fn live_notices_a_hook_created_later() {
     let d = repo("live");
-    let live = Live::new(&d, &d, no_scopes());
+    let live = Live::new(&d, &d, no_scopes()).unwrap();
     assert!(!live.protects(Path::new("scripts/late")));
     std::fs::create_dir_all(d.join("scripts")).unwrap();
     std::os::unix::fs::symlink("../../scripts/late", d.join(".git/hooks/post-commit")).unwrap();
@@ -222,4 +226,320 @@ fn live_notices_a_hook_created_later() {
     assert!(live.protects(Path::new("scripts")), "ancestor names");
     assert!(!live.protects(Path::new("scripts/other")));
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A repository whose `pre-commit` hook is `hook`, with `files` written.
+fn hooked(name: &str, hook: &str, files: &[(&str, &str)]) -> PathBuf {
+    let d = repo(name);
+    std::fs::write(d.join(".git/hooks/pre-commit"), hook).unwrap();
+    for (f, t) in files {
+        let p = d.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, t).unwrap();
+    }
+    d
+}
+
+fn has(r: &[PathBuf], want: &str) -> bool {
+    r.iter().any(|p| p == Path::new(want))
+}
+
+#[test]
+fn hooks_find_the_top_by_git_rev_parse_and_git_dir() {
+    for (i, hook) in [
+        "#!/bin/sh\n\"$(git rev-parse --show-toplevel)/scripts/a.sh\"\n",
+        "#!/bin/sh\n`git rev-parse --show-toplevel`/scripts/a.sh\n",
+        "#!/bin/sh\nROOT=$(git rev-parse --show-toplevel)\nsh \"$ROOT/scripts/a.sh\"\n",
+        "#!/bin/sh\nROOT=\"$(git rev-parse --show-toplevel)\"\nexport ROOT\nbash \"${ROOT}\"/scripts/a.sh --fast\n",
+        "#!/bin/sh\n\"${GIT_DIR:-.git}/../scripts/a.sh\"\n",
+        "#!/bin/sh\nG=$(git rev-parse --git-common-dir)\n. \"$G/../scripts/a.sh\"\n",
+        "#!/bin/sh\nexec \"$GIT_WORK_TREE/scripts/a.sh\" \"$@\"\n",
+        "#!/bin/sh\n(cd scripts && ./a.sh)\n",
+        "#!/bin/sh\ncd \"$(git rev-parse --show-toplevel)\" && sh scripts/a.sh\n",
+        "#!/bin/sh\n. \"$(dirname \"$0\")/../../scripts/a.sh\"\n",
+        "#!/bin/sh\nHERE=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n\"$HERE/../../scripts/a.sh\"\n",
+        "#!/bin/sh\npushd scripts >/dev/null; ./a.sh; popd\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(&format!("idiom{i}"), hook, &[]);
+        let s = compute(&d, &no_scopes());
+        let r = view_paths(&s, &d);
+        assert!(has(&r, "scripts/a.sh"), "{hook:?}: {r:?}");
+        assert!(s.findings.is_empty(), "{hook:?}: {:?}", s.findings);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[test]
+fn a_subshell_cd_ends_with_it() {
+    let d = hooked(
+        "subcd",
+        "#!/bin/sh\n(cd tools && ./x.sh)\n./y.sh\ncd lib; ../z.sh\n",
+        &[],
+    );
+    let r = rels(&d);
+    for want in ["tools/x.sh", "y.sh", "z.sh"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    assert!(!r.contains(&"tools/y.sh".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn python_modules_node_and_shell_scripts() {
+    let d = hooked(
+        "interp",
+        "#!/bin/sh\npython3 -m scripts.e\nnode ./scripts/y.js\nexec node tools/w.js\nbash tools/b.sh\n",
+        &[("scripts/y.js", "const z = require('./z');\nconst fs = require('fs');\n")],
+    );
+    let s = compute(&d, &no_scopes());
+    let r = view_paths(&s, &d);
+    for want in [
+        "scripts/e.py",
+        "scripts/e/__main__.py",
+        "scripts/__init__.py",
+        "scripts/__pycache__",
+        "scripts/y.js",
+        "scripts/z.js",
+        "scripts/z/index.js",
+        "tools/w.js",
+        "tools/b.sh",
+    ] {
+        assert!(has(&r, want), "{want} in {r:?}");
+    }
+    // `python -m` from the top puts the top first on the module path.
+    assert!(
+        s.findings.iter().any(|f| f.command == "python3 -m scripts.e"),
+        "{:?}",
+        s.findings
+    );
+    // A script's own directory is protected whole.
+    let d2 = hooked("pyfile", "#!/bin/sh\npython3 tools/check.py\n", &[]);
+    let s = compute(&d2, &no_scopes());
+    assert!(has(&view_paths(&s, &d2), "tools"), "{:?}", view_paths(&s, &d2));
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&d2);
+}
+
+#[test]
+fn scripts_a_hook_runs_are_followed_to_the_depth_bound() {
+    let chain = |n: usize| -> Vec<(String, String)> {
+        (1..=n)
+            .map(|i| (format!("s/l{i}.sh"), format!("#!/bin/sh\n./s/l{}.sh\n", i + 1)))
+            .collect()
+    };
+    let files = chain(6);
+    let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let d = hooked("depth", "#!/bin/sh\n./s/l1.sh\n", &refs);
+    let s = compute(&d, &no_scopes());
+    let r = view_paths(&s, &d);
+    // l1..l4 are read (levels 1..4); l5 is named by l4 and protected, not read.
+    for i in 1..=5 {
+        assert!(has(&r, &format!("s/l{i}.sh")), "l{i} in {r:?}");
+    }
+    assert!(!has(&r, "s/l6.sh"), "{r:?}");
+    assert!(
+        s.findings
+            .iter()
+            .any(|f| f.reason.contains(&format!("deeper than {MAX_SCRIPT_DEPTH}"))),
+        "{:?}",
+        s.findings
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn husky_v9_scripts_and_what_they_run() {
+    let d = repo("husky9");
+    std::fs::create_dir_all(d.join(".husky/_")).unwrap();
+    std::fs::write(
+        d.join(".husky/_/pre-commit"),
+        "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join(".husky/_/h"),
+        "#!/usr/bin/env sh\n[ \"$HUSKY\" = \"2\" ] && set -x\nn=$(basename \"$0\")\ns=$(dirname \"$(dirname \"$0\")\")/$n\n\n[ ! -f \"$s\" ] && exit 0\n\ni=\"${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh\"\n[ -f \"$i\" ] && . \"$i\"\n\n[ \"${HUSKY-}\" = \"0\" ] && exit 0\n\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\" \"$@\"\nc=$?\n\n[ $c != 0 ] && echo \"husky - $n script failed (code $c)\"\n[ $c = 127 ] && echo \"husky - command not found in PATH=$PATH\"\nexit $c\n",
+    )
+    .unwrap();
+    std::fs::write(d.join(".husky/pre-commit"), "./scripts/lint.sh\n").unwrap();
+    std::fs::create_dir_all(d.join("scripts")).unwrap();
+    std::fs::write(d.join("scripts/lint.sh"), "#!/bin/sh\nsh scripts/more.sh\n").unwrap();
+    std::fs::write(d.join(".git/config"), "[core]\nhooksPath = .husky/_\n").unwrap();
+    let scopes = Scopes {
+        files: vec![],
+        home: Some(d.join("home")),
+    };
+    let s = compute(&d, &scopes);
+    let r = view_paths(&s, &d);
+    for want in [".husky", "scripts/lint.sh", "scripts/more.sh", "node_modules/.bin/sh"] {
+        assert!(has(&r, want), "{want} in {r:?}");
+    }
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    // The project's hook running a package manager: a finding.
+    std::fs::write(d.join(".husky/pre-commit"), "npm test\n").unwrap();
+    let s = compute(&d, &scopes);
+    assert_eq!(s.findings.len(), 1, "{:?}", s.findings);
+    assert_eq!(
+        (s.findings[0].origin.as_str(), s.findings[0].command.as_str()),
+        ("pre-commit", "npm test")
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn what_cannot_be_decided_is_a_finding() {
+    for (hook, command) in [
+        ("#!/bin/sh\nnpm test\n", "npm test"),
+        ("#!/bin/sh\nset -e\nyarn lint && echo ok\n", "yarn lint"),
+        ("#!/bin/sh\nmake check\n", "make check"),
+        ("#!/bin/sh\n./gradlew check\n", "./gradlew check"),
+        ("#!/bin/sh\nnpx lint-staged\n", "npx lint-staged"),
+        ("#!/bin/sh\ncargo fmt --check\n", "cargo fmt --check"),
+        ("#!/bin/sh\neval \"$CMD\"\n", "eval \"$CMD\""),
+        ("#!/bin/sh\n\"$HOOK_SCRIPT\" --x\n", "\"$HOOK_SCRIPT\" --x"),
+        ("#!/bin/sh\nsh \"$1\"\n", "sh \"$1\""),
+        ("#!/bin/sh\ncd \"$1\" && ./x.sh\n", "./x.sh"),
+        (
+            "#!/bin/sh\npython3 -c 'import scripts.x'\n",
+            "python3 -c 'import scripts.x'",
+        ),
+        (
+            "#!/usr/bin/env bash\nexec pre-commit run \"$@\"\n",
+            "exec pre-commit run \"$@\"",
+        ),
+    ] {
+        let d = hooked("undecided", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings
+                .iter()
+                .any(|f| f.origin == "pre-commit" && f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Configured programs too, by key.
+    let d = repo("undecided-key");
+    std::fs::write(
+        d.join(".git/config"),
+        "[alias]\nt = !npm test\n[filter \"x\"]\nclean = ./tools/clean.sh\n",
+    )
+    .unwrap();
+    let s = compute(&d, &no_scopes());
+    assert_eq!(s.findings.len(), 1, "{:?}", s.findings);
+    assert_eq!(
+        (s.findings[0].origin.as_str(), s.findings[0].command.as_str()),
+        ("alias.t", "npm test")
+    );
+    assert_eq!(
+        warning_line(&s.findings).unwrap(),
+        "host hooks run project code: alias.t runs `npm test`; a host commit runs what the sandbox wrote — commit inside, or review first (lazaret git show)"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn plain_hooks_are_decided() {
+    let d = hooked(
+        "plain",
+        "#!/bin/sh\n# a comment naming npm test\nset -eu\nfiles=$(git diff --cached --name-only)\nif [ -n \"$files\" ]; then\n  echo \"checking $files\" >&2\n  grep -q TODO $files 2>/dev/null && exit 1\nfi\ncommand -v npm >/dev/null || exit 0\nexit 0\n",
+        &[],
+    );
+    let s = compute(&d, &no_scopes());
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn the_walk_finds_nested_repositories_behind_many_entries_and_at_any_depth() {
+    let d = repo("walk");
+    std::fs::create_dir_all(d.join("aaa")).unwrap();
+    for i in 0..25_000 {
+        std::fs::write(d.join(format!("aaa/f{i}")), "").unwrap();
+    }
+    let deep = d.join("a/b/c/d/e/f/g/h/vendor/lib");
+    for sub in ["objects", "refs", "hooks"] {
+        std::fs::create_dir_all(deep.join(".git").join(sub)).unwrap();
+    }
+    std::fs::write(deep.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(deep.join(".git/config"), "[core]\nhooksPath = .githooks\n").unwrap();
+    let s = compute(&d, &no_scopes());
+    assert!(s.walk_error.is_none());
+    assert!(
+        has(&view_paths(&s, &d), "a/b/c/d/e/f/g/h/vendor/lib/.githooks"),
+        "{:?}",
+        view_paths(&s, &d)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn the_lexer_keeps_expansions_and_their_places() {
+    let t = "R=\"$(git rev-parse --show-toplevel)\" && ${GIT_DIR:-.git}/x 2>&1 >out; [ -f a* ]\n";
+    let toks = lex(t);
+    let words: Vec<&super::shell::Word> = toks
+        .iter()
+        .filter_map(|t| if let Tok::Word(w) = t { Some(w) } else { None })
+        .collect();
+    assert_eq!(words[0].assign.as_deref(), Some("R"));
+    assert_eq!(words[0].parts, vec![Part::Cmd("git rev-parse --show-toplevel".into())]);
+    assert_eq!(
+        words[1].parts,
+        vec![
+            Part::Var {
+                name: "GIT_DIR".into(),
+                default: Some(".git".into())
+            },
+            Part::Lit("/x".into())
+        ]
+    );
+    assert_eq!(&t[words[1].start..words[1].end], "${GIT_DIR:-.git}/x");
+    assert!(toks
+        .iter()
+        .any(|t| matches!(t, Tok::Redirect(w) if w.lit().as_deref() == Some("out"))));
+    // `[` is the test command; `a*` a glob.
+    assert_eq!(words[2].lit().as_deref(), Some("["));
+    assert!(words.iter().any(|w| w.parts.contains(&Part::Glob)));
+    assert!(!words
+        .iter()
+        .any(|w| w.lit().as_deref() == Some("2") || w.lit().as_deref() == Some("1")));
+}
+
+#[test]
+fn the_docs_state_the_bounds_and_name_only_listed_runners() {
+    let docs = include_str!("../../../docs/git.md");
+    let flat = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "up to {MAX_SCRIPT_DEPTH} levels** (`hostexec::MAX_SCRIPT_DEPTH`"
+        )),
+        "docs/git.md states the script depth"
+    );
+    let max = super::repos::WALK_MAX_ENTRIES
+        .to_string()
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert!(
+        flat.contains(&format!("more than {max} entries (`hostexec::WALK_MAX_ENTRIES`)")),
+        "docs/git.md states the walk's cap ({max})"
+    );
+    // Every runner the docs list is one the analysis knows.
+    let start = flat.find("(`hostexec::PROJECT_RUNNERS`:").unwrap();
+    let end = start + flat[start..].find("the full list").unwrap();
+    for name in flat[start..end].split('`').skip(3).step_by(2) {
+        let n = name.trim_start_matches("./");
+        assert!(
+            super::programs::PROJECT_RUNNERS.contains(&n),
+            "docs/git.md names {n}, which PROJECT_RUNNERS does not hold"
+        );
+    }
 }
