@@ -32,6 +32,7 @@ pub enum StateError {
     UnhideWhat,
     /// `state diff` without a PATH.
     DiffNeedsPath,
+    ApplyNeedsPath,
     /// The config file could not be loaded.
     Config(ConfigError),
     /// The storage root or the runtime dir could not be found or made.
@@ -101,6 +102,7 @@ impl StateError {
             | ResetWhat
             | UnhideWhat
             | DiffNeedsPath
+            | ApplyNeedsPath
             | Config(_)
             | Dirs(_)
             | NoState { .. }
@@ -148,6 +150,7 @@ impl fmt::Display for StateError {
                 f.write_str("say what to un-hide: --path P (a workspace path, relative or absolute) or --all")
             }
             DiffNeedsPath => f.write_str("`lazaret state diff` needs a PATH (a host-tool file)"),
+            ApplyNeedsPath => f.write_str("`lazaret apply` needs a PATH (a host-tool file `lazaret changes` lists)"),
             Config(e) => write!(f, "{e}"),
             Dirs(e) | AnchorDir(e) => write!(f, "{e}"),
             NoState { id, root } => write!(

@@ -91,11 +91,11 @@ fn ancestor_memo_changes_no_answer() {
 /// shortcut by first component never misses a host-tool path.
 #[test]
 fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
-    let r = rules().with_host_tool(vec![
-        PathBuf::from(".vscode"),
-        PathBuf::from(".claude/settings.json"),
-        PathBuf::from("tools/hook.sh"),
-    ]);
+    let tools = std::sync::Arc::new(crate::view::hosttool::Matcher::new(
+        &[PathBuf::from("tools/hook.sh")],
+        &[PathBuf::from(".claude/other")],
+    ));
+    let r = rules().with_host_tool(tools.clone());
     let paths = [
         "",
         ".env",
@@ -120,6 +120,9 @@ fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
         ".claude/settings.json",
         ".claude/settings.json/x",
         ".claude/other",
+        "sub/.envrc",
+        "sub/.cargo",
+        "sub/.cargo/config.toml",
         "tools",
         "tools/hook.sh",
         "tools/hook.shx",
@@ -132,7 +135,7 @@ fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
             r.is_ignored(p, false) || r.is_ignored(p, true),
             "{p:?}"
         );
-        let covered = covers(&r.host_tool, p);
+        let covered = tools.covers(p);
         if covered {
             assert!(
                 r.is_ignored(p, false) && r.is_ignored(p, true),
@@ -142,11 +145,20 @@ fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
     }
     assert!(r.is_ignored(Path::new(".vscode/tasks.json"), false));
     assert!(r.is_ignored(Path::new(".claude/settings.json"), false));
-    assert!(!r.is_ignored(Path::new(".claude/other"), false));
+    assert!(!r.is_ignored(Path::new(".claude/other"), false), "writable");
     assert!(!r.is_ignored(Path::new(".vscodex"), false));
     assert!(!r.is_ignored(Path::new("tools/hook.shx"), false));
+    assert!(r.is_ignored(Path::new("sub/.envrc"), false));
+    assert!(r.is_ignored(Path::new("sub/.cargo/config.toml"), false));
+    // A leading name of a multi-component pattern: Domain-side as a
+    // symlink or file, host-side as a directory.
+    assert!(r.is_ignored(Path::new("sub/.cargo"), false));
+    assert!(!r.is_ignored(Path::new("sub/.cargo"), true));
     // A host-tool path naming the workspace itself covers everything.
-    let all = rules().with_host_tool(vec![PathBuf::new()]);
+    let all = rules().with_host_tool(std::sync::Arc::new(crate::view::hosttool::Matcher::new(
+        &[PathBuf::new()],
+        &[],
+    )));
     assert!(all.is_ignored(Path::new("src/main.rs"), false));
 }
 
