@@ -38,4 +38,8 @@ pub fn main() -> i32 {
 pub mod session_key;
 pub mod trust;
 pub use crate::wire::guest;
+/// The host-tool table and its matcher: tests/it/view/host_tools.rs
+/// iterates the table.
+#[doc(hidden)]
+pub use crate::view::hosttool;
 pub use crate::wire::mailbox;
