@@ -349,7 +349,7 @@ pub fn plan_views(
             git_root: true,
             protect: Vec::new(),
             host_config: Vec::new(),
-        host_writable: Vec::new(),
+            host_writable: Vec::new(),
         });
         binds.push(crate::plan::BindMount {
             guest: common.to_string_lossy().into_owned(),
@@ -417,7 +417,7 @@ pub fn add_volume_views(gen_dir: &Path, volumes: &[(PathBuf, PathBuf)]) -> Resul
             git_root: false,
             protect: Vec::new(),
             host_config: Vec::new(),
-        host_writable: Vec::new(),
+            host_writable: Vec::new(),
         });
     }
     let msg = crate::wire::plan::PlanMsg::Views { owner, views };

@@ -43,9 +43,7 @@ impl Glob {
     fn matches(&self, name: &[u8]) -> bool {
         match self {
             Glob::Exact(e) => **e == *name,
-            Glob::Star(pre, suf) => {
-                name.len() >= pre.len() + suf.len() && name.starts_with(pre) && name.ends_with(suf)
-            }
+            Glob::Star(pre, suf) => name.len() >= pre.len() + suf.len() && name.starts_with(pre) && name.ends_with(suf),
         }
     }
 
@@ -141,7 +139,8 @@ impl Matcher {
                 .collect();
             if comps.is_empty() {
                 // The workspace itself: everything.
-                m.root.push(Pat(Box::new([Glob::Star(Box::default(), Box::default())]), None));
+                m.root
+                    .push(Pat(Box::new([Glob::Star(Box::default(), Box::default())]), None));
             } else {
                 m.root.push(Pat(comps, None));
             }
@@ -253,7 +252,12 @@ mod tests {
         let m = m();
         for row in TABLE {
             for p in row.patterns {
-                let rel: String = p.trim_end_matches('/').split('/').map(example).collect::<Vec<_>>().join("/");
+                let rel: String = p
+                    .trim_end_matches('/')
+                    .split('/')
+                    .map(example)
+                    .collect::<Vec<_>>()
+                    .join("/");
                 let shadowed = row.treatment == Treatment::DomainSide;
                 for (path, want) in [
                     (rel.clone(), shadowed),
@@ -316,22 +320,26 @@ mod tests {
             assert_eq!(m.classify_path(Path::new(p)), Cover::Full, "{p}");
         }
         for p in [".cargo", "a/.cargo", ".config", "x/.config", "mise", "x/.config/mise/"] {
-            let want = if p.ends_with("mise/") { Cover::Full } else { Cover::Prefix };
+            let want = if p.ends_with("mise/") {
+                Cover::Full
+            } else {
+                Cover::Prefix
+            };
             assert_eq!(m.classify_path(Path::new(p)), want, "{p}");
         }
     }
 
     #[test]
     fn profile_additions_and_writable() {
-        let m = Matcher::new(
-            &["tools/run.json".into()],
-            &[".vscode".into(), "sub/.envrc".into()],
-        );
+        let m = Matcher::new(&["tools/run.json".into()], &[".vscode".into(), "sub/.envrc".into()]);
         assert!(m.covers(Path::new("tools/run.json")));
         assert_eq!(m.classify_path(Path::new("tools")), Cover::Prefix);
         assert!(!m.covers(Path::new("x/tools/run.json")), "additions are root-relative");
         assert!(!m.covers(Path::new(".vscode/tasks.json")));
-        assert!(m.covers(Path::new("sub/.vscode/tasks.json")), "writable is root-relative");
+        assert!(
+            m.covers(Path::new("sub/.vscode/tasks.json")),
+            "writable is root-relative"
+        );
         assert!(!m.covers(Path::new("sub/.envrc")));
         assert!(m.covers(Path::new(".envrc")));
         let all = Matcher::new(&[PathBuf::new()], &[]);

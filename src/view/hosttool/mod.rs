@@ -22,9 +22,9 @@ mod review;
 pub mod table;
 
 pub use self::matcher::{Cover, Matcher};
-pub use self::review::{apply, differing, render, Content, Listing, READ_CAP, WALK_MAX};
 #[cfg(test)]
 use self::review::Difference;
+pub use self::review::{apply, differing, render, Content, Listing, READ_CAP, WALK_MAX};
 
 /// Most bytes copied from the host per path at the first start; a larger
 /// tree is not copied (the sandbox starts without it) and says so.

@@ -94,7 +94,10 @@ fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> io::Result<(OwnedFd, &'a OsSt
     let name = rel
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-    let parent = rel.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = rel
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let d = rustix::fs::openat2(
         root,
         parent,
@@ -158,7 +161,11 @@ fn read_file(d: &OwnedFd, name: &OsStr) -> io::Result<Option<(Vec<u8>, u32)>> {
 
 /// The names in directory `rel` beneath `root` (no symlink followed).
 fn names_at(root: &OwnedFd, rel: &Path) -> Vec<std::ffi::OsString> {
-    let dir = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+    let dir = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
     let Ok(fd) = rustix::fs::openat2(
         root,
         dir,
@@ -412,56 +419,101 @@ pub fn diff_text(rel: &Path, host: Option<&[u8]>, domain: Option<&[u8]>) -> Stri
     out
 }
 
+/// Why `apply` left one entry alone: a variant per step. `Display` is
+/// the one line printed for it.
+#[derive(Debug)]
+pub enum Refused {
+    /// The Domain's copy is not read as text (its one-line note).
+    NotRead(String),
+    /// The Domain's copy is a kind of entry that is not copied.
+    Kind(&'static str),
+    /// The workspace could not be opened.
+    Workspace(io::Error),
+    /// A host directory on the way is a symlink or not a directory.
+    HostPath(String),
+    /// The host has another kind of entry where the copy goes.
+    HostKind(&'static str),
+    /// Making a host directory on the way.
+    MakeDir(io::Error),
+    /// Writing, removing or making the entry itself.
+    Write(io::Error),
+    Remove(io::Error),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Refused::NotRead(why) => write!(f, "the Domain's copy is {why}"),
+            Refused::Kind(k) => write!(f, "the Domain's copy is a {k}"),
+            Refused::Workspace(e) => write!(f, "opening the workspace: {e}"),
+            Refused::HostPath(n) => write!(f, "the host's {n} is a symlink or not a directory"),
+            Refused::HostKind(k) => write!(f, "the host has a {k} there"),
+            Refused::MakeDir(e) => write!(f, "making a host directory on the way: {e}"),
+            Refused::Write(e) => write!(f, "writing it: {e}"),
+            Refused::Remove(e) => write!(f, "removing it: {e}"),
+        }
+    }
+}
+
 /// Copies the Domain's side of row `r` to the host: a file is written to a
 /// temporary name in its host directory, synced and renamed over (keeping
 /// the host file's mode; a new file gets the Domain's without setuid,
 /// setgid or group/other write), a removed entry is removed, an empty
 /// added directory is made. Host directories on the way are made as
-/// needed, never through a symlink. Err: the one-line reason it is refused.
-pub fn apply(host: &Path, r: &Row) -> Result<(), String> {
+/// needed, never through a symlink.
+pub fn apply(host: &Path, r: &Row) -> Result<(), Refused> {
     if let Some(why) = r.domain.note() {
-        return Err(format!("the Domain's copy is {why}"));
+        return Err(Refused::NotRead(why));
     }
-    let root = open_root(host).map_err(|e| format!("the workspace: {e}"))?;
-    let name = r.path.file_name().ok_or("not a file name")?;
+    let root = open_root(host).map_err(Refused::Workspace)?;
+    let name = r.path.file_name().ok_or(Refused::Kind("path without a name"))?;
     let parent = make_parents(&root, r.path.parent().unwrap_or(Path::new("")))?;
     let host_st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).ok();
-    let host_type = host_st.as_ref().map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+    let host_type = host_st
+        .as_ref()
+        .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+    let remove = |e: rustix::io::Errno| Refused::Remove(e.into());
     match &r.domain {
         Content::Absent => match host_type {
             None => Ok(()),
             Some(rustix::fs::FileType::Directory) => {
-                rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR).map_err(|e| format!("removing it: {e}"))
+                rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR).map_err(remove)
             }
-            Some(_) => rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(|e| format!("removing it: {e}")),
+            Some(_) => rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(remove),
         },
         Content::Dir => match host_type {
             Some(rustix::fs::FileType::Directory) => Ok(()),
-            Some(_) => Err("the host has another kind of entry there".into()),
-            None => rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)).map_err(|e| format!("{e}")),
+            Some(_) => Err(Refused::HostKind("file")),
+            None => {
+                rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)).map_err(|e| Refused::MakeDir(e.into()))
+            }
         },
         Content::File(data, dmode) => {
             let mode = match (&host_st, host_type) {
                 (Some(st), Some(rustix::fs::FileType::RegularFile)) => st.st_mode & 0o7777,
-                (_, Some(rustix::fs::FileType::Directory)) => {
-                    return Err("the host has a directory there".into());
-                }
+                (_, Some(rustix::fs::FileType::Directory)) => return Err(Refused::HostKind("directory")),
                 _ => dmode & 0o755,
             };
-            write_atomic(&parent, name, data, mode).map_err(|e| format!("writing it: {e}"))
+            write_atomic(&parent, name, data, mode).map_err(Refused::Write)
         }
-        _ => Err(format!("the Domain's copy is a {}", r.domain.kind())),
+        other => Err(Refused::Kind(other.kind())),
     }
 }
 
 /// Opens (making as needed) host directory `rel` beneath `root`, refusing
 /// a symlink anywhere on the way.
-fn make_parents(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, String> {
-    let mut cur = rustix::fs::openat(root, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| e.to_string())?;
+fn make_parents(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, Refused> {
+    let mk = |e: rustix::io::Errno| Refused::MakeDir(e.into());
+    let mut cur = rustix::fs::openat(
+        root,
+        ".",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(mk)?;
     for c in rel.components() {
         let Component::Normal(n) = c else {
-            return Err("not a plain workspace path".into());
+            return Err(Refused::HostPath(crate::display::escape_path(rel)));
         };
         let open = |d: &OwnedFd| {
             rustix::fs::openat2(
@@ -475,16 +527,13 @@ fn make_parents(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, String> {
         cur = match open(&cur) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => {
-                rustix::fs::mkdirat(&cur, n, Mode::from_raw_mode(0o755)).map_err(|e| e.to_string())?;
-                open(&cur).map_err(|e| e.to_string())?
+                rustix::fs::mkdirat(&cur, n, Mode::from_raw_mode(0o755)).map_err(mk)?;
+                open(&cur).map_err(mk)?
             }
             Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::XDEV) => {
-                return Err(format!(
-                    "the host's {} is a symlink or not a directory",
-                    crate::display::escape(&n.to_string_lossy())
-                ));
+                return Err(Refused::HostPath(crate::display::escape(&n.to_string_lossy())));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(mk(e)),
         };
     }
     Ok(cur)
@@ -514,7 +563,12 @@ fn write_atomic(dir: &OwnedFd, name: &OsStr, data: &[u8], mode: u32) -> io::Resu
     }
     done?;
     // The rename itself, durable.
-    if let Ok(d) = rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+    if let Ok(d) = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
         let _ = rustix::fs::fsync(&d);
     }
     Ok(())
@@ -558,11 +612,15 @@ mod tests {
             ]
         );
         for r in &l.rows[..1] {
-            assert!(render(r).contains("larger than the 256 KiB read limit"), "{}", render(r));
+            assert!(
+                render(r).contains("larger than the 256 KiB read limit"),
+                "{}",
+                render(r)
+            );
         }
         assert!(render(&l.rows[2]).contains("a symlink to /dev/zero (not followed)"));
-        assert!(apply(&ws, &l.rows[0]).unwrap_err().contains("larger than"));
-        assert!(apply(&ws, &l.rows[2]).unwrap_err().contains("symlink"));
+        assert!(apply(&ws, &l.rows[0]).unwrap_err().to_string().contains("larger than"));
+        assert!(apply(&ws, &l.rows[2]).unwrap_err().to_string().contains("symlink"));
         assert!(!ws.join("sub").exists(), "nothing made for a refused copy");
         apply(&ws, &l.rows[1]).unwrap();
         assert_eq!(std::fs::read(ws.join(".npmrc")).unwrap(), b"x\n");
@@ -587,7 +645,7 @@ mod tests {
         let m = std::fs::metadata(ws.join(".envrc")).unwrap();
         assert_eq!(m.permissions().mode() & 0o777, 0o600);
         assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"b\n");
-        assert!(apply(&ws, &l.rows[1]).unwrap_err().contains("symlink"));
+        assert!(apply(&ws, &l.rows[1]).unwrap_err().to_string().contains("symlink"));
         assert!(!d.join("elsewhere/.cargo").exists());
         let t = diff_text(Path::new(".envrc"), Some(b"a\nb\n"), Some(b"a\nc\n"));
         assert!(t.contains("-b\n+c\n") && t.contains(" a\n"), "{t}");

@@ -37,7 +37,11 @@ fn targets() -> Vec<Target> {
         };
         for p in row.patterns {
             let dir = p.ends_with('/');
-            let mut comps: Vec<String> = p.trim_end_matches('/').split('/').map(|c| c.replace('*', "x")).collect();
+            let mut comps: Vec<String> = p
+                .trim_end_matches('/')
+                .split('/')
+                .map(|c| c.replace('*', "x"))
+                .collect();
             if dir {
                 comps.push("f.json".into());
             }
@@ -146,7 +150,10 @@ fn every_row_stays_domain_side_until_applied() {
     let refs: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
     let ws = git_repo(env, "tools-table", &refs);
     let before = covered_on_host(&ws);
-    assert!(before.len() >= ts.iter().filter(|t| t.base.is_empty()).count(), "{before:?}");
+    assert!(
+        before.len() >= ts.iter().filter(|t| t.base.is_empty()).count(),
+        "{before:?}"
+    );
 
     let mut script = String::new();
     for t in &ts {
@@ -175,7 +182,11 @@ fn every_row_stays_domain_side_until_applied() {
             t.path,
             t.tool
         );
-        assert!(c.stdout.contains(&format!("+SANDBOX direct {}", t.path)), "{}: {c:?}", t.path);
+        assert!(
+            c.stdout.contains(&format!("+SANDBOX direct {}", t.path)),
+            "{}: {c:?}",
+            t.path
+        );
     }
 
     // `apply` copies them.
@@ -221,13 +232,21 @@ fn every_row_stays_domain_side_until_applied() {
         assert!(c.stdout.contains(&format!("changed {} (", t.path)), "{}: {c:?}", t.path);
         assert!(c.stdout.contains(&note), "{}: {c:?}", t.path);
     }
-    assert!(c.stdout.len() < 64 << 10, "changes read what it should not: {} bytes", c.stdout.len());
+    assert!(
+        c.stdout.len() < 64 << 10,
+        "changes read what it should not: {} bytes",
+        c.stdout.len()
+    );
     let mut args = vec!["apply"];
     args.extend(ts.iter().map(|t| t.path.as_str()));
     let a = env.lz(&ws, &args).run();
     assert_eq!(a.code, 1, "{a:?}");
     for (i, t) in ts.iter().enumerate() {
-        let why = if i % 2 == 0 { "a symlink to /dev/zero" } else { "larger than the 256 KiB" };
+        let why = if i % 2 == 0 {
+            "a symlink to /dev/zero"
+        } else {
+            "larger than the 256 KiB"
+        };
         let line = a
             .stdout
             .lines()
@@ -245,7 +264,11 @@ fn every_row_stays_domain_side_until_applied() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let st = wait_bounded(&mut child, Duration::from_secs(20), "state diff of a symlink to /dev/zero");
+    let st = wait_bounded(
+        &mut child,
+        Duration::from_secs(20),
+        "state diff of a symlink to /dev/zero",
+    );
     let out = Run::from(std::process::Output {
         status: st,
         stdout: {
