@@ -46,19 +46,6 @@ impl Glob {
             Glob::Star(pre, suf) => name.len() >= pre.len() + suf.len() && name.starts_with(pre) && name.ends_with(suf),
         }
     }
-
-    /// Whether the glob can match a name that begins with `.` (`dot`) or
-    /// one that does not.
-    fn can_match(&self, dot: bool) -> bool {
-        let first = match self {
-            Glob::Exact(e) => e.first(),
-            Glob::Star(pre, _) => match pre.first() {
-                None => return true,
-                f => f,
-            },
-        };
-        (first == Some(&b'.')) == dot
-    }
 }
 
 /// A pattern's components, and its row of the table (None: the profile's).
@@ -92,15 +79,46 @@ impl Pat {
     }
 }
 
+/// Patterns by the length of their first component's name (a literal
+/// one), so a name is tried against the few of its length only; the rest
+/// (a `*` first, or a long name) are tried always.
+#[derive(Clone, Debug, Default)]
+struct Index {
+    by_len: Vec<Vec<Pat>>,
+    other: Vec<Pat>,
+}
+
+/// Lengths with a bucket of their own.
+const BUCKETS: usize = 48;
+
+impl Index {
+    fn add(&mut self, p: Pat) {
+        if self.by_len.is_empty() {
+            self.by_len = vec![Vec::new(); BUCKETS];
+        }
+        match &p.0[0] {
+            Glob::Exact(e) if e.len() < BUCKETS => self.by_len[e.len()].push(p),
+            _ => self.other.push(p),
+        }
+    }
+
+    #[inline]
+    fn candidates(&self, name: &[u8]) -> impl Iterator<Item = &Pat> {
+        self.by_len.get(name.len()).into_iter().flatten().chain(&self.other)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Pat> {
+        self.by_len.iter().flatten().chain(&self.other)
+    }
+}
+
 /// The host-tool patterns of a profile.
 #[derive(Clone, Debug, Default)]
 pub struct Matcher {
-    /// Patterns at any depth whose first component can begin with `.`.
-    dot: Vec<Pat>,
-    /// Patterns at any depth whose first component can begin otherwise.
-    plain: Vec<Pat>,
+    /// Patterns at any depth.
+    any: Index,
     /// Patterns at the root only (root rows and the profile's additions).
-    root: Vec<Pat>,
+    root: Index,
     /// `host_config_writable`: root-relative paths at or below which
     /// nothing is a host-tool path.
     writable: Vec<Vec<Box<[u8]>>>,
@@ -120,15 +138,8 @@ impl Matcher {
             for p in row.patterns {
                 let pat = Pat::parse(p, i);
                 match row.depth {
-                    Depth::Root => m.root.push(pat),
-                    Depth::Any => {
-                        if pat.0[0].can_match(true) {
-                            m.dot.push(pat.clone());
-                        }
-                        if pat.0[0].can_match(false) {
-                            m.plain.push(pat);
-                        }
-                    }
+                    Depth::Root => m.root.add(pat),
+                    Depth::Any => m.any.add(pat),
                 }
             }
         }
@@ -140,9 +151,9 @@ impl Matcher {
             if comps.is_empty() {
                 // The workspace itself: everything.
                 m.root
-                    .push(Pat(Box::new([Glob::Star(Box::default(), Box::default())]), None));
+                    .add(Pat(Box::new([Glob::Star(Box::default(), Box::default())]), None));
             } else {
-                m.root.push(Pat(comps, None));
+                m.root.add(Pat(comps, None));
             }
         }
         m.writable = writable
@@ -181,13 +192,8 @@ impl Matcher {
         let comps: Vec<&[u8]> = rel.components().map(|c| c.as_os_str().as_bytes()).collect();
         let name = |i: usize| comps[i];
         let n = comps.len();
-        let root = self.root.iter().filter(|p| p.at(0, n, &name) == Cover::Full);
-        let any = (0..n).flat_map(|i| {
-            self.dot
-                .iter()
-                .chain(&self.plain)
-                .filter(move |p| p.at(i, n, &name) == Cover::Full)
-        });
+        let root = self.root.all().filter(|p| p.at(0, n, &name) == Cover::Full);
+        let any = (0..n).flat_map(|i| self.any.all().filter(move |p| p.at(i, n, &name) == Cover::Full));
         root.chain(any).find_map(|p| p.1).map(|i| &TABLE[i])
     }
 
@@ -196,7 +202,7 @@ impl Matcher {
             return Cover::None;
         }
         let mut cover = Cover::None;
-        for p in &self.root {
+        for p in self.root.candidates(name(0)) {
             match p.at(0, n, name) {
                 Cover::Full => return self.unless_writable(n, name),
                 Cover::Prefix => cover = Cover::Prefix,
@@ -204,12 +210,7 @@ impl Matcher {
             }
         }
         for i in 0..n {
-            let list = if name(i).first() == Some(&b'.') {
-                &self.dot
-            } else {
-                &self.plain
-            };
-            for p in list {
+            for p in self.any.candidates(name(i)) {
                 match p.at(i, n, name) {
                     Cover::Full => return self.unless_writable(n, name),
                     Cover::Prefix => cover = Cover::Prefix,
@@ -344,5 +345,35 @@ mod tests {
         assert!(m.covers(Path::new(".envrc")));
         let all = Matcher::new(&[PathBuf::new()], &[]);
         assert!(all.covers(Path::new("src/main.rs")));
+    }
+
+    /// The cost of one verdict on the lookup path, for the record:
+    /// `cargo test --release --lib classify_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn classify_cost() {
+        let m = m();
+        let paths: Vec<Vec<Component>> = [
+            "src/d12/f3.txt",
+            "node_modules/pkg/lib/index.js",
+            "a/b/c/d/e/f/g.rs",
+            ".github/workflows/ci.yml",
+            "sub/.envrc",
+            "README",
+        ]
+        .iter()
+        .map(|p| Path::new(p).components().collect())
+        .collect();
+        let n = 1_000_000;
+        let t = std::time::Instant::now();
+        let mut hits = 0;
+        for i in 0..n {
+            if m.classify(std::hint::black_box(&paths[i % paths.len()])) != Cover::None {
+                hits += 1;
+            }
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        println!("classify: {ns:.1} ns a path ({hits} covered)");
+        assert!(hits > 0);
     }
 }
