@@ -37,5 +37,9 @@ pub fn main() -> i32 {
 // the Escalation Mailbox's records). `trust` is the host's side.
 pub mod session_key;
 pub mod trust;
+/// The host-tool table and its matcher: tests/it/view/host_tools.rs
+/// iterates the table.
+#[doc(hidden)]
+pub use crate::view::hosttool;
 pub use crate::wire::guest;
 pub use crate::wire::mailbox;

@@ -101,6 +101,8 @@ pub fn main() -> i32 {
         Some("net") => crate::client::net::cmd_net(raw),
         Some("git") => crate::client::git::cmd_git(raw),
         Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
+        Some("changes") => refuse_root().and_then(|()| super::state::cmd_changes(raw)),
+        Some("apply") => refuse_root().and_then(|()| super::state::cmd_apply(raw)),
         Some("version") | Some("--version") | Some("-V") => {
             println!("lazaret {}", env!("CARGO_PKG_VERSION"));
             if cfg!(feature = "fault-injection") {
@@ -165,7 +167,7 @@ fn public_preamble(cmd: Option<&str>, raw: &[std::ffi::OsString]) -> Option<i32>
     if cmd != "run" {
         sigpipe_default();
     }
-    if matches!(cmd, "image" | "state") {
+    if matches!(cmd, "image" | "state" | "changes" | "apply") {
         if let Ok(cfg) = config::load(&config::config_path()) {
             warn_broken_profiles(&cfg, None);
         }

@@ -1,5 +1,5 @@
-//! `lazaret state list|inspect|diff|verify|reset|unhide`: its command
-//! line, the Domain it names (`client::select`), and the command in
+//! `lazaret state list|inspect|diff|verify|reset|unhide`, `lazaret
+//! changes` and `lazaret apply`: their command lines, the Domain it names (`client::select`), and the command in
 //! `storage::state`.
 
 use std::ffi::OsString;
@@ -67,6 +67,31 @@ pub(super) fn cmd_state(mut raw: Vec<OsString>) -> Result<i32, Failure> {
         None => Err(StateError::NeedsCommand),
     };
     r.map_err(Failure::from)
+}
+
+/// `lazaret changes [DOMAIN] [--json]`: the Domain's host-tool copies that
+/// differ from the host's.
+pub(super) fn cmd_changes(raw: Vec<OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let json = args.contains("--json");
+    let named = domain_args(&mut args)?;
+    finish(args)?;
+    Ok(state::changes(chosen(named)?, json)?)
+}
+
+/// `lazaret apply [DOMAIN] PATH…`: copies reviewed host-tool copies to the
+/// host.
+pub(super) fn cmd_apply(raw: Vec<OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let named = domain_args(&mut args)?;
+    let paths: Vec<PathBuf> = args.finish().into_iter().map(PathBuf::from).collect();
+    if let Some(p) = paths.iter().find(|p| p.to_string_lossy().starts_with('-')) {
+        return Err(StateError::UnknownArgument(p.to_string_lossy().into_owned()).into());
+    }
+    if paths.is_empty() {
+        return Err(StateError::ApplyNeedsPath.into());
+    }
+    Ok(state::apply(chosen(named)?, paths)?)
 }
 
 /// `--profile`/`--workspace` or `--domain ID`.

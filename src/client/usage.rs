@@ -111,9 +111,35 @@ usage: lazaret state list [--json]
 DOMAIN is [-p P] [-w DIR] or --domain ID.
 list      Domains with persistent state
 inspect   persistent changes (metadata only), host-tool copies that differ
-diff      a host-tool file: the host's against the Domain's copy
+diff      a host-tool file: the host's against the Domain's copy (bounded
+          as `lazaret changes` is)
 verify    checks persistent state
 reset     empties persistent state (asks first unless --yes)
+";
+
+pub const CHANGES: &str = "\
+usage: lazaret changes [DOMAIN] [--json]
+
+DOMAIN is [-p P] [-w DIR] or --domain ID (default: this directory's).
+Lists every Domain-side copy of a host-tool file (an editor's, direnv's,
+an agent's, a build tool's configuration: docs/config.md) that differs
+from the host's file, new, changed or removed, each with a line diff of
+the host's file against the Domain's. No symlink is followed and no file
+is read past 256 KiB: a symlink, device, FIFO or larger file is one line.
+Everything shown is escaped. Copy a reviewed one with `lazaret apply`.
+";
+
+pub const APPLY: &str = "\
+usage: lazaret apply [DOMAIN] PATH...
+
+DOMAIN is [-p P] [-w DIR] or --domain ID (default: this directory's).
+Copies the Domain's copies of the host-tool files at or below each PATH
+(workspace-relative, or absolute inside the workspace) that differ from
+the host's to the host: each file is written beside the host's, synced
+and renamed over it (keeping the host file's mode), a removed one is
+removed. Refuses, one line each, a symlink, device, FIFO or file over
+256 KiB, and a host directory on the way that is a symlink; exits 1 when
+any was refused. Review first with `lazaret changes`.
 ";
 
 pub const ESCALATIONS: &str = "\
@@ -176,6 +202,8 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "net" => NET,
         "git" => GIT,
         "state" => STATE,
+        "changes" => CHANGES,
+        "apply" => APPLY,
         "escalations" => ESCALATIONS,
         "doctor" => DOCTOR,
         "version" => VERSION,
@@ -270,6 +298,8 @@ mod tests {
             "image",
             "net",
             "state",
+            "changes",
+            "apply",
             "doctor",
             "version",
             "help",

@@ -142,11 +142,13 @@ pub struct Profile {
     /// `user`: the unprivileged guest user (uid [`GUEST_USER_UID`], home
     /// `/home/NAME`) sessions run as; `None`: root.
     pub user: Option<String>,
-    /// `host_config`: workspace paths host tools execute or obey, served
-    /// Domain-side in addition to `view::hosttool::DEFAULT`.
+    /// `host_config`: workspace paths (root-relative, literal) host tools
+    /// execute or obey, served Domain-side in addition to the table of
+    /// `view::hosttool::table`.
     pub host_config: Vec<String>,
-    /// `host_config_writable`: paths taken out of the host-config set (the
-    /// sandbox writes the host's files there: a host-execution risk).
+    /// `host_config_writable`: root-relative literal paths taken out of the
+    /// host-tool files, with everything below them (the sandbox writes the
+    /// host's files there: a host-execution risk).
     pub host_config_writable: Vec<String>,
     /// `host_hooks`: what a Domain start does when a host hook or
     /// configured Git program runs code the analysis cannot decide

@@ -269,7 +269,8 @@ impl Coordinator {
                 .then(|| self.paths.ignored_dir())
                 .as_deref(),
             self.profile.user.as_ref().map_or(0, |_| config::GUEST_USER_UID),
-            crate::view::hosttool::effective(&self.profile.host_config, &self.profile.host_config_writable),
+            self.profile.host_config.iter().map(PathBuf::from).collect(),
+            self.profile.host_config_writable.iter().map(PathBuf::from).collect(),
         )?;
         gitsentry::add_volume_views(&gen_dir, &volume_views)?;
         crate::trace::step("coordinator", "views planned");

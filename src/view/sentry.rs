@@ -334,6 +334,7 @@ pub fn plan_views(
         git_root: false,
         protect: Vec::new(),
         host_config: Vec::new(),
+        host_writable: Vec::new(),
     }];
     let mut binds = Vec::new();
     if let GitLayout::Linked {
@@ -348,6 +349,7 @@ pub fn plan_views(
             git_root: true,
             protect: Vec::new(),
             host_config: Vec::new(),
+            host_writable: Vec::new(),
         });
         binds.push(crate::plan::BindMount {
             guest: common.to_string_lossy().into_owned(),
@@ -372,11 +374,13 @@ pub fn prepare_views(
     ignored_store: Option<&Path>,
     owner: u32,
     host_config: Vec<PathBuf>,
+    host_writable: Vec<PathBuf>,
 ) -> Result<ViewPlan, GitError> {
     let layout = discover(workspace)?;
     let mut plan = plan_views(workspace, &layout, gen_dir, ignored_store)?;
     plan.views[0].protect = host_git_protected(workspace)?;
     plan.views[0].host_config = host_config;
+    plan.views[0].host_writable = host_writable;
     let io = |p: &Path, e| GitError::Read(p.to_path_buf(), e);
     for v in &plan.views {
         std::fs::create_dir_all(&v.mountpoint).map_err(|e| io(&v.mountpoint, e))?;
@@ -413,6 +417,7 @@ pub fn add_volume_views(gen_dir: &Path, volumes: &[(PathBuf, PathBuf)]) -> Resul
             git_root: false,
             protect: Vec::new(),
             host_config: Vec::new(),
+            host_writable: Vec::new(),
         });
     }
     let msg = crate::wire::plan::PlanMsg::Views { owner, views };

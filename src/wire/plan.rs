@@ -91,9 +91,12 @@ pub struct ViewSpec {
     /// View paths host Git reads configuration or hooks from (its effective
     /// `core.hooksPath`, config files included from the workspace): read-only.
     pub protect: Vec<PathBuf>,
-    /// View paths of host-tool files (`view::hosttool`): Domain-side with a
-    /// store, read-only without.
+    /// The profile's `host_config`: view paths added to the host-tool
+    /// table (`view::hosttool`), Domain-side with a store, read-only without.
     pub host_config: Vec<PathBuf>,
+    /// The profile's `host_config_writable`: view paths at or below which
+    /// nothing is a host-tool path.
+    pub host_writable: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -248,6 +251,10 @@ impl Message for PlanMsg {
                     for p in &v.host_config {
                         enc_path(&mut e, p);
                     }
+                    e.u32(v.host_writable.len() as u32);
+                    for p in &v.host_writable {
+                        enc_path(&mut e, p);
+                    }
                 }
                 e.finish()
             }
@@ -294,6 +301,7 @@ impl Message for PlanMsg {
                     let store = if d.flag()? { Some(dec_abs_path(&mut d)?) } else { None };
                     let protect = (0..d.count()?).map(|_| dec_path(&mut d)).collect::<Result<_, _>>()?;
                     let host_config = (0..d.count()?).map(|_| dec_path(&mut d)).collect::<Result<_, _>>()?;
+                    let host_writable = (0..d.count()?).map(|_| dec_path(&mut d)).collect::<Result<_, _>>()?;
                     views.push(ViewSpec {
                         source,
                         mountpoint,
@@ -301,6 +309,7 @@ impl Message for PlanMsg {
                         git_root,
                         protect,
                         host_config,
+                        host_writable,
                     });
                 }
                 PlanMsg::Views { owner, views }
@@ -431,6 +440,7 @@ pub(crate) mod tests {
                         git_root: false,
                         protect: vec![".githooks".into(), "conf/x".into()],
                         host_config: vec![".vscode".into()],
+                        host_writable: vec![".idea".into()],
                     },
                     ViewSpec {
                         source: "/home/u/repo/.git".into(),
@@ -439,6 +449,7 @@ pub(crate) mod tests {
                         git_root: true,
                         protect: vec![],
                         host_config: vec![],
+                        host_writable: vec![],
                     },
                 ],
             },

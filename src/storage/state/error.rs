@@ -32,14 +32,21 @@ pub enum StateError {
     UnhideWhat,
     /// `state diff` without a PATH.
     DiffNeedsPath,
+    ApplyNeedsPath,
     /// The config file could not be loaded.
     Config(ConfigError),
     /// The storage root or the runtime dir could not be found or made.
     Dirs(PathError),
     /// The chosen Domain has no Domain Root.
-    NoState { id: DomainId, root: PathBuf },
+    NoState {
+        id: DomainId,
+        root: PathBuf,
+    },
     /// `state diff PATH` outside the Domain's workspace.
-    NotInWorkspace { path: PathBuf, workspace: PathBuf },
+    NotInWorkspace {
+        path: PathBuf,
+        workspace: PathBuf,
+    },
     /// `state diff PATH` on a file that is not a host-tool file.
     NotHostTool(PathBuf),
     /// `state reset --path P` on a path with no state (the ones with some).
@@ -76,15 +83,24 @@ pub enum StateError {
     /// Reading or writing the sticky un-hidden list.
     Sticky(IgnoredError),
     /// Removing the remembered ignore rules (the file).
-    RulesHistory { path: PathBuf, err: io::Error },
+    RulesHistory {
+        path: PathBuf,
+        err: io::Error,
+    },
     /// `image prune`: opening or taking the lowers lock.
     LowersLock(io::Error),
     /// `image prune`: moving a lower (its id) to the trash.
-    TrashLower { id: String, err: io::Error },
+    TrashLower {
+        id: String,
+        err: io::Error,
+    },
     /// `rm`: making the anchor dir.
     AnchorDir(PathError),
     /// `rm`: moving a directory (its name) to the trash.
-    Trash { name: String, err: io::Error },
+    Trash {
+        name: String,
+        err: io::Error,
+    },
     /// `rm`: the state helper left these undeleted.
     Undeleted(Vec<String>),
 }
@@ -101,6 +117,7 @@ impl StateError {
             | ResetWhat
             | UnhideWhat
             | DiffNeedsPath
+            | ApplyNeedsPath
             | Config(_)
             | Dirs(_)
             | NoState { .. }
@@ -148,6 +165,7 @@ impl fmt::Display for StateError {
                 f.write_str("say what to un-hide: --path P (a workspace path, relative or absolute) or --all")
             }
             DiffNeedsPath => f.write_str("`lazaret state diff` needs a PATH (a host-tool file)"),
+            ApplyNeedsPath => f.write_str("`lazaret apply` needs a PATH (a host-tool file `lazaret changes` lists)"),
             Config(e) => write!(f, "{e}"),
             Dirs(e) | AnchorDir(e) => write!(f, "{e}"),
             NoState { id, root } => write!(

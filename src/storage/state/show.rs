@@ -173,44 +173,65 @@ fn finding_json(f: &statefs::Finding) -> Json {
 }
 
 /// Host-tool files (`view::hosttool`) whose Domain copy differs from the
-/// workspace's file.
-fn host_config_differences(s: &Selected) -> Vec<(PathBuf, crate::view::hosttool::Difference)> {
+/// workspace's file, read within the review bounds.
+fn host_config_differences(s: &Selected) -> crate::view::hosttool::Listing {
     let store = s.paths.root.join(IGNORED_DIR);
-    let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+    let ws = workspace_of(s);
     if ws.as_os_str().is_empty() {
-        return Vec::new();
+        return crate::view::hosttool::Listing {
+            rows: Vec::new(),
+            truncated: false,
+        };
     }
-    let paths = crate::view::hosttool::read_paths(&store);
-    crate::view::hosttool::differing(&ws, &store, &paths)
+    let tools = crate::view::hosttool::recorded_matcher(&store);
+    crate::view::hosttool::differing(&ws, &store, &tools, &crate::view::hosttool::read_seeded(&store))
 }
 
-/// `lazaret state diff PATH`: the host's file against the Domain's copy.
-pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
-    let store = s.paths.root.join(IGNORED_DIR);
-    let ws = s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default();
+fn workspace_of(s: &Selected) -> PathBuf {
+    s.meta.as_ref().map(|m| PathBuf::from(&m.workspace)).unwrap_or_default()
+}
+
+/// A command-line path as a workspace-relative one.
+fn workspace_rel(ws: &Path, path: &Path) -> Result<PathBuf> {
     let rel = if path.is_absolute() {
-        path.strip_prefix(&ws)
+        path.strip_prefix(ws)
             .map(Path::to_path_buf)
             .map_err(|_| StateError::NotInWorkspace {
-                path: path.clone(),
-                workspace: ws.clone(),
+                path: path.to_path_buf(),
+                workspace: ws.to_path_buf(),
             })?
     } else {
-        path.clone()
+        path.to_path_buf()
     };
-    let paths = crate::view::hosttool::read_paths(&store);
-    if !crate::view::hosttool::covers(&paths, &rel) {
+    // Plain components only: the path is joined to both trees.
+    let plain: PathBuf = rel
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect();
+    if plain
+        .components()
+        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
         return Err(StateError::NotHostTool(rel));
     }
-    let diffs = crate::view::hosttool::differing(&ws, &store, &paths);
+    Ok(plain)
+}
+
+/// `lazaret state diff PATH`: the host's file against the Domain's copy,
+/// within the review bounds (`view::hosttool::READ_CAP`, no symlink
+/// followed).
+pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
+    let store = s.paths.root.join(IGNORED_DIR);
+    let ws = workspace_of(&s);
+    let rel = workspace_rel(&ws, &path)?;
+    let tools = crate::view::hosttool::recorded_matcher(&store);
+    if !tools.covers(&rel) {
+        return Err(StateError::NotHostTool(rel));
+    }
+    let listing = host_config_differences(&s);
     let mut shown = 0;
-    for (p, _) in diffs.iter().filter(|(p, _)| p.starts_with(&rel)) {
-        let read = |root: &Path| std::fs::read(root.join(p)).ok();
-        let text = crate::view::hosttool::diff_text(p, read(&ws).as_deref(), read(&store).as_deref());
-        // The copy is the sandbox's: every line is escaped for the terminal.
-        for line in text.lines() {
-            println!("{}", crate::display::escape(line));
-        }
+    for r in listing.rows.iter().filter(|r| r.path.starts_with(&rel)) {
+        print!("{}", crate::view::hosttool::render(r));
         shown += 1;
     }
     if shown == 0 {
@@ -220,6 +241,99 @@ pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// `lazaret changes`: every Domain-side copy of a host-tool file that
+/// differs from the host's, with a bounded, escaped diff.
+pub(crate) fn changes(s: Selected, json: bool) -> Result<i32> {
+    let listing = host_config_differences(&s);
+    if json {
+        let side = |c: &crate::view::hosttool::Content| {
+            Json::Obj(vec![
+                ("kind", Json::s(c.kind())),
+                (
+                    "note",
+                    match c.note() {
+                        Some(n) => Json::s(n),
+                        None => Json::Null,
+                    },
+                ),
+            ])
+        };
+        let rows = listing
+            .rows
+            .iter()
+            .map(|r| {
+                Json::Obj(vec![
+                    ("path", Json::s(r.path.to_string_lossy())),
+                    ("state", Json::s(r.how.word())),
+                    ("host", side(&r.host)),
+                    ("domain", side(&r.domain)),
+                    ("diff", Json::s(crate::view::hosttool::render(r))),
+                ])
+            })
+            .collect();
+        let mut obj = header_json(&s, is_active(&s.paths));
+        obj.push(("read_limit_bytes", Json::Num(crate::view::hosttool::READ_CAP as i64)));
+        obj.push(("truncated", Json::Bool(listing.truncated)));
+        obj.push(("changes", Json::Arr(rows)));
+        println!("{}", Json::Obj(obj).render());
+        return Ok(0);
+    }
+    if listing.rows.is_empty() {
+        println!("no host-tool file differs from the host's");
+    }
+    for r in &listing.rows {
+        print!("{}", crate::view::hosttool::render(r));
+    }
+    if listing.truncated {
+        println!(
+            "(listing stopped after {} entries of the Domain's store: some changes may be missing)",
+            crate::view::hosttool::WALK_MAX
+        );
+    }
+    if !listing.rows.is_empty() {
+        println!("copy a reviewed one to the host with `lazaret apply PATH`");
+    }
+    Ok(0)
+}
+
+/// `lazaret apply PATH…`: copies the Domain's reviewed copies at or below
+/// each path to the host. Exit 1 when any was refused (one line each).
+pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
+    let store = s.paths.root.join(IGNORED_DIR);
+    let ws = workspace_of(&s);
+    let tools = crate::view::hosttool::recorded_matcher(&store);
+    let mut rels = Vec::new();
+    for p in &paths {
+        let rel = workspace_rel(&ws, p)?;
+        if !tools.covers(&rel) {
+            return Err(StateError::NotHostTool(rel));
+        }
+        rels.push(rel);
+    }
+    let listing = host_config_differences(&s);
+    let mut refused = 0;
+    for rel in &rels {
+        let rows: Vec<_> = listing.rows.iter().filter(|r| r.path.starts_with(rel)).collect();
+        if rows.is_empty() {
+            println!(
+                "{}: the Domain's copy equals the host's",
+                crate::display::escape_path(rel)
+            );
+        }
+        for r in rows {
+            let shown = crate::display::escape_path(&r.path);
+            match crate::view::hosttool::apply(&ws, r) {
+                Ok(()) => println!("applied {shown} ({})", r.how.word()),
+                Err(why) => {
+                    refused += 1;
+                    println!("refused {shown}: {why}");
+                }
+            }
+        }
+    }
+    Ok(if refused > 0 { 1 } else { 0 })
 }
 
 pub(crate) fn inspect(s: Selected, json: bool) -> Result<i32> {
@@ -267,11 +381,12 @@ pub(crate) fn inspect(s: Selected, json: bool) -> Result<i32> {
             "host_config",
             Json::Arr(
                 host_config_differences(&s)
+                    .rows
                     .iter()
-                    .map(|(p, d)| {
+                    .map(|r| {
                         Json::Obj(vec![
-                            ("path", Json::s(p.to_string_lossy())),
-                            ("state", Json::s(d.word())),
+                            ("path", Json::s(r.path.to_string_lossy())),
+                            ("state", Json::s(r.how.word())),
                         ])
                     })
                     .collect(),
@@ -344,13 +459,13 @@ pub(crate) fn inspect(s: Selected, json: bool) -> Result<i32> {
         out.push_str(&format!("ignored workspace state  {n} entries, {}\n", human_size(b)));
     }
     let hc = host_config_differences(&s);
-    if !hc.is_empty() {
-        out.push_str("host-tool files whose Domain copy differs from the host (`lazaret state diff PATH`):\n");
-        for (p, d) in &hc {
+    if !hc.rows.is_empty() {
+        out.push_str("host-tool files whose Domain copy differs from the host (`lazaret changes`):\n");
+        for r in &hc.rows {
             out.push_str(&format!(
                 "  {:<8} {}\n",
-                d.word(),
-                fit(&crate::display::escape_path(p), 68)
+                r.how.word(),
+                fit(&crate::display::escape_path(&r.path), 68)
             ));
         }
     }

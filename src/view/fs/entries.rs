@@ -145,6 +145,9 @@ impl View {
             );
             return Err(Errno::EPERM);
         }
+        if self.host_tool_move(side, &from, &to) {
+            return Err(Errno::EXDEV);
+        }
         let link = st.st_mode & sys::S_IFMT == sys::S_IFLNK;
         let git_from = side == Side::Host && (self.sentry.in_git_dir(&from) || (dir && self.in_host_git_dir(&from)));
         let git_to =

@@ -68,7 +68,8 @@ impl View {
                     rel.starts_with(h) || (!rel.as_os_str().is_empty() && h.starts_with(rel))
                 })
                 || gitshape::sensitive_anchors(rel).iter().any(|a| self.host_shape(a))
-                || self.exec.as_ref().is_some_and(|e| e.protects(rel)))
+                || self.exec.as_ref().is_some_and(|e| e.protects(rel))
+                || self.host_tool_read_only(rel))
     }
 
     fn host_has(&self, rel: &Path) -> bool {

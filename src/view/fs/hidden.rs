@@ -230,3 +230,55 @@ impl View {
         }
     }
 }
+
+// ---- host-tool positions ----------------------------------------------------
+//
+// A host-tool path (`view::hosttool`) is Domain-side (through the rules)
+// or read-only (without a store). What could still put the sandbox's file
+// at one on the host is a move through a parent: a host directory renamed
+// onto a leading name of a multi-component pattern (`mv z .cargo` with
+// `z/config.toml`), or one such directory renamed away and replaced. Those
+// renames answer EXDEV, so `mv` copies entry by entry through the view and
+// each lands where the rules put it; a symlink at such a name is
+// Domain-side (the rules treat a non-directory there as covered).
+
+impl View {
+    /// The workspace's host-tool patterns.
+    pub fn with_host_tool(mut self, tools: Option<std::sync::Arc<crate::view::hosttool::Matcher>>) -> View {
+        self.host_tool = tools;
+        self
+    }
+
+    fn host_tool_cover(&self, rel: &Path) -> crate::view::hosttool::Cover {
+        self.host_tool
+            .as_ref()
+            .map_or(crate::view::hosttool::Cover::None, |m| m.classify_path(rel))
+    }
+
+    /// Without a store: a host-tool path, and a leading directory of one,
+    /// may not be changed inside.
+    pub(super) fn host_tool_read_only(&self, rel: &Path) -> bool {
+        self.store.is_none()
+            && self.host_tool.is_some()
+            && !rel.as_os_str().is_empty()
+            && self.host_tool_cover(rel) != crate::view::hosttool::Cover::None
+    }
+
+    /// A host entry renamed from `from` to `to` (or exchanged) where either
+    /// name is a host-tool path or a leading name of one: it would move
+    /// host content into or out of a host-tool position.
+    pub(super) fn host_tool_move(&self, side: Side, from: &Path, to: &Path) -> bool {
+        use crate::view::hosttool::Cover;
+        let refused = side == Side::Host
+            && self.host_tool.is_some()
+            && (self.host_tool_cover(from) != Cover::None || self.host_tool_cover(to) != Cover::None);
+        if refused {
+            log::info!(
+                "host-tool files: {} to {} is copied, not renamed (EXDEV)",
+                crate::display::escape_path(from),
+                crate::display::escape_path(to)
+            );
+        }
+        refused
+    }
+}

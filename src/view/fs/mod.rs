@@ -137,6 +137,10 @@ pub struct View {
     sentry: Sentry,
     /// Hook locations from host Git's configuration, as view paths.
     hooks: Vec<PathBuf>,
+    /// The workspace's host-tool patterns (`view::hosttool`): Domain-side
+    /// through `rules` with a store, read-only without; moves into and out
+    /// of their positions are refused either way (`hidden.rs`).
+    host_tool: Option<Arc<crate::view::hosttool::Matcher>>,
     /// Git's execution surface (`hostexec`), kept current: read-only.
     exec: Option<crate::view::hostexec::Live>,
     /// Serialises deciding and making entries with repository-shape names,
@@ -268,6 +272,7 @@ impl View {
             rules,
             sentry,
             hooks: Vec::new(),
+            host_tool: None,
             exec: None,
             shape_lock: Mutex::new(()),
             t: Arc::new(Mutex::new(Tables {

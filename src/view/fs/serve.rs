@@ -310,6 +310,8 @@ pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget
         // directory (`git_root`) and the read-write volumes.
         let volume = i > 0 && !v.git_root;
         let (v, exec) = crate::view::hosttool::prepare_view(v, workspace.as_deref()).map_err(ViewError::HostConfig)?;
+        // The workspace view's host-tool files (the first view's).
+        let tools = (i == 0).then(|| Arc::new(crate::view::hosttool::view_matcher(&v)));
         let store = match &v.store {
             Some(dir) => {
                 use ViewError::Ignored;
@@ -328,9 +330,24 @@ pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget
                 .map_err(Ignored)?;
                 crate::view::ignored::write_sticky(&sticky, rules.sticky()).map_err(Ignored)?;
                 crate::view::ignored::write_rules_history(&hist_file, rules.rules_history()).map_err(Ignored)?;
-                crate::view::hosttool::seed_store(&v.source, dir, &v.host_config, &rules)
+                // What the rules hide is not copied (a host-tool file Git
+                // ignores stays as invisible as every ignored host file).
+                let source = v.source.clone();
+                let hidden = |rel: &Path, dir: bool, (dev, ino): (u64, u64)| {
+                    rules.is_ignored(rel, dir)
+                        || (rules.may_be_hidden(dev, ino) && {
+                            let btime = std::fs::symlink_metadata(source.join(rel))
+                                .map_or(0, |m| crate::view::ignored::btime_of(&m));
+                            rules.is_hidden_id(dev, ino, btime)
+                        })
+                };
+                crate::view::hosttool::seed_store(&v.source, dir, &v, rules.host_tool_found(), &hidden)
                     .map_err(ViewError::HostConfig)?;
-                Some((dir.as_path(), rules.with_host_tool(v.host_config.clone())))
+                let rules = match &tools {
+                    Some(t) => rules.with_host_tool(t.clone()),
+                    None => rules,
+                };
+                Some((dir.as_path(), rules))
             }
             None => None,
         };
@@ -339,7 +356,8 @@ pub fn start_views(file: &Path, relay: Option<Relay>, budget: Option<&Arc<Budget
         let mut view = View::new(&v.source, store, sentry)
             .map_err(|e| ViewError::Open(v.source.clone(), e))?
             .with_hooks(v.protect.clone())
-            .with_exec(exec);
+            .with_exec(exec)
+            .with_host_tool(tools);
         if let (Some(b), true) = (budget, counted) {
             view = view.with_budget(b.clone(), false);
         }

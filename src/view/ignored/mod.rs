@@ -26,6 +26,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 
@@ -39,6 +40,7 @@ mod store;
 use self::gitindex::{hash_beneath, parse_index};
 use self::rules_file::{build_matcher, matcher, read_rules_file, strip_bom, RulesFile};
 pub use self::store::*;
+use crate::view::hosttool::{Cover, Matcher};
 
 #[derive(Debug)]
 pub enum IgnoredError {
@@ -65,11 +67,11 @@ impl std::error::Error for IgnoredError {}
 pub struct IgnoreRules {
     root: PathBuf,
     /// Host-tool paths (`hosttool`): always Domain-side, tracked or not.
-    host_tool: Vec<PathBuf>,
-    /// The first component of each host-tool path: a path whose first
-    /// component is none of these is below none of them (one set lookup
-    /// instead of a component walk per path, on every lookup).
-    host_tool_heads: HashSet<std::ffi::OsString>,
+    host_tool: Option<Arc<Matcher>>,
+    /// Host-tool paths (the table's, `Matcher::table`) the load's walk
+    /// found on the host, outside ignored directories: what the store is
+    /// seeded with.
+    host_tool_found: Vec<PathBuf>,
     /// One matcher per directory that has a `.gitignore`, by view path.
     per_dir: std::collections::HashMap<PathBuf, Gitignore>,
     /// `info/exclude` and the global excludes file, rooted at the workspace.
@@ -113,8 +115,8 @@ impl IgnoreRules {
         }
         IgnoreRules {
             root: root.to_path_buf(),
-            host_tool: Vec::new(),
-            host_tool_heads: HashSet::new(),
+            host_tool: None,
+            host_tool_found: Vec::new(),
             per_dir,
             exclude: matcher(root, exclude),
             verified: HashSet::new(),
@@ -187,8 +189,8 @@ impl IgnoreRules {
         });
         let mut rules = IgnoreRules {
             root: root.to_path_buf(),
-            host_tool: Vec::new(),
-            host_tool_heads: HashSet::new(),
+            host_tool: None,
+            host_tool_found: Vec::new(),
             per_dir: Default::default(),
             exclude,
             verified: HashSet::new(),
@@ -230,8 +232,9 @@ impl IgnoreRules {
         // Walk top-down; an ignored directory's .gitignore files do not count.
         // Below an opaque directory the walk only looks for earlier hidden
         // identities (so they are not forgotten while it is opaque).
-        let mut stack = vec![(PathBuf::new(), rules.opaque.contains(Path::new("")))];
-        while let Some((dir, in_opaque)) = stack.pop() {
+        let tools = Matcher::table();
+        let mut stack = vec![(PathBuf::new(), rules.opaque.contains(Path::new("")), false)];
+        while let Some((dir, in_opaque, in_tool)) = stack.pop() {
             let abs = root.join(&dir);
             if !in_opaque {
                 match read_rules_file(Some(root_fd.as_fd()), &dir.join(".gitignore"), &mut budget) {
@@ -272,14 +275,24 @@ impl IgnoreRules {
                 }
                 if in_opaque {
                     if is_dir {
-                        stack.push((child, true));
+                        stack.push((child, true, false));
                     }
                     continue;
                 }
                 if rules.matches_rules(&child, is_dir) {
                     candidates.push((child, dev, ino, btime, is_dir));
-                } else if is_dir {
-                    stack.push((child, false));
+                    continue;
+                }
+                let tool = in_tool || {
+                    let comps: Vec<Component> = child.components().collect();
+                    let full = tools.classify(&comps) == Cover::Full;
+                    if full {
+                        rules.host_tool_found.push(child.clone());
+                    }
+                    full
+                };
+                if is_dir {
+                    stack.push((child, false, tool));
                 }
             }
         }
@@ -339,31 +352,15 @@ impl IgnoreRules {
     /// Serves the host-tool paths (view paths) Domain-side from now on. Set
     /// after the load's walk, so the host's files are not added to the
     /// sticky hidden set (an opt-out in a later generation takes effect).
-    pub fn with_host_tool(mut self, paths: Vec<PathBuf>) -> IgnoreRules {
-        self.host_tool_heads = paths
-            .iter()
-            .filter_map(|p| p.components().next())
-            .map(|c| c.as_os_str().to_os_string())
-            .collect();
-        // A path without a first component (the workspace itself) covers
-        // everything: no shortcut then.
-        if paths.iter().any(|p| p.components().next().is_none()) {
-            self.host_tool_heads.clear();
-            self.host_tool_heads.insert(std::ffi::OsString::new());
-        }
-        self.host_tool = paths;
+    pub fn with_host_tool(mut self, tools: Arc<Matcher>) -> IgnoreRules {
+        self.host_tool = Some(tools);
         self
     }
 
-    /// Whether `rel` is at or below a host-tool path.
-    fn host_tool_covers(&self, first: Option<&Component>) -> bool {
-        if self.host_tool.is_empty() {
-            return false;
-        }
-        if self.host_tool_heads.contains(std::ffi::OsStr::new("")) {
-            return true;
-        }
-        first.is_some_and(|c| self.host_tool_heads.contains(c.as_os_str()))
+    /// The host-tool paths of the table the load found on the host (not
+    /// below an ignored directory, none below another).
+    pub fn host_tool_found(&self) -> &[PathBuf] {
+        &self.host_tool_found
     }
 
     /// True when a hidden file had inode `ino` on `dev` (then the birth
@@ -474,8 +471,14 @@ impl IgnoreRules {
         if comps.iter().any(|c| c.as_os_str() == ".git") {
             return false;
         }
-        if self.host_tool_covers(comps.first()) && covers(&self.host_tool, rel) {
-            return true;
+        if let Some(m) = &self.host_tool {
+            match m.classify(&comps) {
+                Cover::Full => return true,
+                // A non-directory at a leading name of a multi-component
+                // pattern (a symlink `.cargo`): Domain-side.
+                Cover::Prefix if last_dir.contains(&false) => return true,
+                _ => {}
+            }
         }
         if !self.opaque.is_empty() {
             let mut d = rel.parent();
@@ -573,11 +576,6 @@ impl Drop for AncestorMemo {
     fn drop(&mut self) {
         ANCESTORS.with(|m| *m.borrow_mut() = None);
     }
-}
-
-/// True when view path `rel` is, or lies below, a host-tool path.
-pub fn covers(paths: &[PathBuf], rel: &Path) -> bool {
-    paths.iter().any(|p| rel.starts_with(p))
 }
 
 /// Bound on one rules file, and on all of them together.

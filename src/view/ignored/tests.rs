@@ -91,11 +91,11 @@ fn ancestor_memo_changes_no_answer() {
 /// shortcut by first component never misses a host-tool path.
 #[test]
 fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
-    let r = rules().with_host_tool(vec![
-        PathBuf::from(".vscode"),
-        PathBuf::from(".claude/settings.json"),
-        PathBuf::from("tools/hook.sh"),
-    ]);
+    let tools = std::sync::Arc::new(crate::view::hosttool::Matcher::new(
+        &[PathBuf::from("tools/hook.sh")],
+        &[PathBuf::from(".claude/other")],
+    ));
+    let r = rules().with_host_tool(tools.clone());
     let paths = [
         "",
         ".env",
@@ -120,6 +120,9 @@ fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
         ".claude/settings.json",
         ".claude/settings.json/x",
         ".claude/other",
+        "sub/.envrc",
+        "sub/.cargo",
+        "sub/.cargo/config.toml",
         "tools",
         "tools/hook.sh",
         "tools/hook.shx",
@@ -132,7 +135,7 @@ fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
             r.is_ignored(p, false) || r.is_ignored(p, true),
             "{p:?}"
         );
-        let covered = covers(&r.host_tool, p);
+        let covered = tools.covers(p);
         if covered {
             assert!(
                 r.is_ignored(p, false) && r.is_ignored(p, true),
@@ -142,11 +145,20 @@ fn either_type_and_host_tool_shortcut_agree_with_the_plain_walk() {
     }
     assert!(r.is_ignored(Path::new(".vscode/tasks.json"), false));
     assert!(r.is_ignored(Path::new(".claude/settings.json"), false));
-    assert!(!r.is_ignored(Path::new(".claude/other"), false));
+    assert!(!r.is_ignored(Path::new(".claude/other"), false), "writable");
     assert!(!r.is_ignored(Path::new(".vscodex"), false));
     assert!(!r.is_ignored(Path::new("tools/hook.shx"), false));
+    assert!(r.is_ignored(Path::new("sub/.envrc"), false));
+    assert!(r.is_ignored(Path::new("sub/.cargo/config.toml"), false));
+    // A leading name of a multi-component pattern: Domain-side as a
+    // symlink or file, host-side as a directory.
+    assert!(r.is_ignored(Path::new("sub/.cargo"), false));
+    assert!(!r.is_ignored(Path::new("sub/.cargo"), true));
     // A host-tool path naming the workspace itself covers everything.
-    let all = rules().with_host_tool(vec![PathBuf::new()]);
+    let all = rules().with_host_tool(std::sync::Arc::new(crate::view::hosttool::Matcher::new(
+        &[PathBuf::new()],
+        &[],
+    )));
     assert!(all.is_ignored(Path::new("src/main.rs"), false));
 }
 
@@ -382,4 +394,30 @@ fn usage_counts_files_and_dirs() {
     assert_eq!((u.files, u.dirs), (2, 2));
     assert_eq!(usage(&d.join("missing")).unwrap(), Usage::default());
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// What the host-tool matcher adds to a verdict on the listing path, for
+/// the record: `cargo test --release --lib host_tool_verdict_cost --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn host_tool_verdict_cost() {
+    let paths: Vec<PathBuf> = (0..100_000).map(|i| PathBuf::from(format!("big/e{i:06}"))).collect();
+    let time = |r: &IgnoreRules| {
+        let _memo = AncestorMemo::enter();
+        let t = std::time::Instant::now();
+        let n = paths
+            .iter()
+            .filter(|p| r.is_ignored(std::hint::black_box(p), false))
+            .count();
+        (t.elapsed().as_secs_f64() * 1e3, n)
+    };
+    let plain = rules();
+    let tools = rules().with_host_tool(std::sync::Arc::new(crate::view::hosttool::Matcher::new(&[], &[])));
+    for _ in 0..3 {
+        let (a, na) = time(&plain);
+        let (b, nb) = time(&tools);
+        assert_eq!(na, nb);
+        println!("100,000 verdicts: without the matcher {a:.1} ms, with it {b:.1} ms");
+    }
 }

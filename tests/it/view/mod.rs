@@ -1,6 +1,8 @@
 //! The workspace view: ignored state (`ignored`), attacks on it (`attacks`),
-//! the view as a disk (`disk`), host edits seen inside (`hostwatch`).
+//! the view as a disk (`disk`), host edits seen inside (`hostwatch`), the
+//! host-tool table's files (`host_tools`).
 pub mod attacks;
 pub mod disk;
+pub mod host_tools;
 pub mod hostwatch;
 pub mod ignored;

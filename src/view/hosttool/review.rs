@@ -1,0 +1,654 @@
+//! Reviewing and applying the Domain's copies of host-tool files: which
+//! differ from the host's (`differing`), a bounded diff of one
+//! (`render`), and copying a reviewed one to the host (`apply`).
+//!
+//! Both trees are read without following a symlink anywhere (each path is
+//! opened beneath its root with `RESOLVE_NO_SYMLINKS`, the entry itself
+//! with `O_NOFOLLOW`), and no file is read past `READ_CAP`: a symlink, a
+//! device, a FIFO, a socket or a larger file is described in one line
+//! instead, and `apply` refuses it.
+
+use std::ffi::OsStr;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+
+use super::matcher::{Cover, Matcher};
+
+/// Most bytes read of one file (either side).
+pub const READ_CAP: u64 = 256 << 10;
+/// Most entries of the store one listing walks.
+pub const WALK_MAX: usize = 1_000_000;
+
+/// One side's entry at a path, read within the bounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Content {
+    Absent,
+    Dir,
+    /// A regular file within `READ_CAP`: its bytes and mode.
+    File(Vec<u8>, u32),
+    /// A symlink and its target (never followed).
+    Symlink(Vec<u8>),
+    /// A regular file larger than `READ_CAP`: its size.
+    TooLarge(u64),
+    /// A device, FIFO or socket.
+    Special(&'static str),
+}
+
+impl Content {
+    /// One line describing an entry that is not shown as text, or None.
+    pub fn note(&self) -> Option<String> {
+        match self {
+            Content::Symlink(t) => Some(format!(
+                "a symlink to {} (not followed)",
+                crate::display::escape(&String::from_utf8_lossy(t))
+            )),
+            Content::TooLarge(n) => Some(format!(
+                "a file of {n} bytes, larger than the {} KiB read limit (not read)",
+                READ_CAP >> 10
+            )),
+            Content::Special(k) => Some(format!("a {k} (not read)")),
+            _ => None,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Content::Absent => "absent",
+            Content::Dir => "directory",
+            Content::File(..) => "file",
+            Content::Symlink(_) => "symlink",
+            Content::TooLarge(_) => "oversized file",
+            Content::Special(k) => k,
+        }
+    }
+
+    fn same(&self, o: &Content) -> bool {
+        match (self, o) {
+            (Content::File(a, m), Content::File(b, n)) => a == b && (m & 0o111) == (n & 0o111),
+            // Not read: never taken as equal.
+            (Content::TooLarge(_), _) | (_, Content::TooLarge(_)) => false,
+            _ => self == o,
+        }
+    }
+}
+
+fn beneath() -> ResolveFlags {
+    ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+}
+
+fn open_root(root: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+/// The parent directory of `rel` beneath `root` (no symlink on the way)
+/// and the last name; None for the root itself.
+fn parent_of<'a>(root: &OwnedFd, rel: &'a Path) -> io::Result<(OwnedFd, &'a OsStr)> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let parent = rel
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let d = rustix::fs::openat2(
+        root,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        beneath(),
+    )?;
+    Ok((d, name))
+}
+
+fn read_at(root: &OwnedFd, rel: &Path) -> Content {
+    let Ok((d, name)) = parent_of(root, rel) else {
+        return Content::Absent;
+    };
+    let Ok(st) = rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return Content::Absent;
+    };
+    match rustix::fs::FileType::from_raw_mode(st.st_mode) {
+        rustix::fs::FileType::Directory => Content::Dir,
+        rustix::fs::FileType::Symlink => match rustix::fs::readlinkat(&d, name, Vec::new()) {
+            Ok(t) => Content::Symlink(t.into_bytes()),
+            Err(_) => Content::Symlink(Vec::new()),
+        },
+        rustix::fs::FileType::RegularFile => {
+            if st.st_size as u64 > READ_CAP {
+                return Content::TooLarge(st.st_size as u64);
+            }
+            match read_file(&d, name) {
+                Ok(Some((data, mode))) => Content::File(data, mode),
+                Ok(None) => Content::TooLarge(st.st_size.max(READ_CAP as i64 + 1) as u64),
+                Err(_) => Content::Absent,
+            }
+        }
+        rustix::fs::FileType::Fifo => Content::Special("FIFO"),
+        rustix::fs::FileType::Socket => Content::Special("socket"),
+        rustix::fs::FileType::CharacterDevice | rustix::fs::FileType::BlockDevice => Content::Special("device"),
+        _ => Content::Special("special file"),
+    }
+}
+
+/// A regular file's bytes (None past `READ_CAP`) and mode, opened without
+/// following a symlink and without blocking on a FIFO swapped in.
+fn read_file(d: &OwnedFd, name: &OsStr) -> io::Result<Option<(Vec<u8>, u32)>> {
+    let fd = rustix::fs::openat(
+        d,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let st = rustix::fs::fstat(&fd)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file"));
+    }
+    let mut v = Vec::new();
+    std::fs::File::from(fd).take(READ_CAP + 1).read_to_end(&mut v)?;
+    if v.len() as u64 > READ_CAP {
+        return Ok(None);
+    }
+    Ok(Some((v, st.st_mode & 0o7777)))
+}
+
+/// The names in directory `rel` beneath `root` (no symlink followed).
+fn names_at(root: &OwnedFd, rel: &Path) -> Vec<std::ffi::OsString> {
+    let dir = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let Ok(fd) = rustix::fs::openat2(
+        root,
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        beneath(),
+    ) else {
+        return Vec::new();
+    };
+    let Ok(mut it) = rustix::fs::Dir::read_from(&fd) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    while let Some(Ok(e)) = it.next() {
+        let n = e.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            out.push(OsStr::from_bytes(n).to_os_string());
+        }
+    }
+    out
+}
+
+/// How the Domain's copy of a host-tool path stands against the host's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Difference {
+    /// Both exist and differ (content, type, executable bit).
+    Changed,
+    /// The Domain has it, the host does not.
+    Added,
+    /// The host has it, the Domain's copy was removed.
+    Removed,
+}
+
+impl Difference {
+    pub fn word(self) -> &'static str {
+        match self {
+            Difference::Changed => "changed",
+            Difference::Added => "added",
+            Difference::Removed => "removed",
+        }
+    }
+}
+
+/// One differing entry: where, how, and both sides as read.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The tool that reads it (None: a profile's `host_config` path).
+    pub tool: Option<&'static super::table::Row>,
+    pub path: PathBuf,
+    pub how: Difference,
+    pub host: Content,
+    pub domain: Content,
+}
+
+/// What `differing` found, and whether the store walk stopped at
+/// `WALK_MAX` (then some may be missing).
+pub struct Listing {
+    pub rows: Vec<Row>,
+    pub truncated: bool,
+}
+
+/// The host-tool entries whose Domain copy (in `store`) differs from the
+/// host's (`host`): every store entry the matcher covers, and the
+/// `seeded` paths (copied from the host once: missing from the store
+/// means the sandbox removed them).
+pub fn differing(host: &Path, store: &Path, tools: &Matcher, seeded: &[PathBuf]) -> Listing {
+    let mut tops: Vec<PathBuf> = Vec::new();
+    let mut truncated = false;
+    let sroot = open_root(store).ok();
+    let hroot = open_root(host).ok();
+    if let Some(s) = &sroot {
+        let mut seen = 0usize;
+        let mut stack = vec![PathBuf::new()];
+        'walk: while let Some(d) = stack.pop() {
+            for n in names_at(s, &d) {
+                seen += 1;
+                if seen > WALK_MAX {
+                    truncated = true;
+                    break 'walk;
+                }
+                let rel = d.join(&n);
+                let comps: Vec<Component> = rel.components().collect();
+                if tools.classify(&comps) == Cover::Full {
+                    tops.push(rel);
+                } else if read_kind_dir(s, &rel) {
+                    stack.push(rel);
+                }
+            }
+        }
+    }
+    for p in seeded {
+        if tools.covers(p) && !tops.iter().any(|t| p.starts_with(t)) {
+            tops.push(p.clone());
+        }
+    }
+    tops.sort();
+    tops.dedup();
+    let mut rows = Vec::new();
+    if let (Some(h), Some(s)) = (&hroot, &sroot) {
+        for t in &tops {
+            compare(h, s, t, seeded.iter().any(|p| t.starts_with(p)), &mut rows);
+        }
+    }
+    for r in &mut rows {
+        r.tool = tools.tool_of(&r.path);
+    }
+    Listing { rows, truncated }
+}
+
+fn read_kind_dir(root: &OwnedFd, rel: &Path) -> bool {
+    parent_of(root, rel)
+        .and_then(|(d, n)| Ok(rustix::fs::statat(&d, n, AtFlags::SYMLINK_NOFOLLOW)?))
+        .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory)
+}
+
+fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut Vec<Row>) {
+    let h = read_at(host, rel);
+    let s = read_at(store, rel);
+    let row = |how, host, domain| Row {
+        tool: None,
+        path: rel.to_path_buf(),
+        how,
+        host,
+        domain,
+    };
+    match (&h, &s) {
+        (Content::Absent, Content::Absent) => {}
+        (Content::Dir, Content::Dir) => {
+            let mut names = names_at(host, rel);
+            names.extend(names_at(store, rel));
+            names.sort();
+            names.dedup();
+            for n in names {
+                compare(host, store, &rel.join(n), true, out);
+            }
+        }
+        (Content::Absent, Content::Dir) => {
+            let names = names_at(store, rel);
+            if names.is_empty() {
+                out.push(row(Difference::Added, h, s));
+            }
+            for n in names {
+                compare(host, store, &rel.join(n), true, out);
+            }
+        }
+        (Content::Absent, _) => out.push(row(Difference::Added, h, s)),
+        (_, Content::Absent) => {
+            if seeded {
+                out.push(row(Difference::Removed, h, s))
+            }
+        }
+        _ => {
+            if !h.same(&s) {
+                out.push(row(Difference::Changed, h, s));
+            }
+        }
+    }
+}
+
+/// A row as text: a header line, then a line diff of the two files, or
+/// one line per side that is not read as text. Every line is escaped.
+pub fn render(r: &Row) -> String {
+    let shown = crate::display::escape_path(&r.path);
+    let by = match r.tool {
+        Some(t) => format!(
+            " ({}, {})",
+            t.tool,
+            t.when.iter().map(|w| w.words()).collect::<Vec<_>>().join(", ")
+        ),
+        None => " (the profile's host_config)".to_string(),
+    };
+    let mut out = format!("{} {shown}{by}\n", r.how.word());
+    fn text(c: &Content) -> Option<Option<&[u8]>> {
+        match c {
+            Content::File(d, _) => Some(Some(d.as_slice())),
+            Content::Absent => Some(None),
+            _ => None,
+        }
+    }
+    match (text(&r.host), text(&r.domain)) {
+        (Some(a), Some(b)) => {
+            for l in diff_text(&r.path, a, b).lines() {
+                out.push_str(&crate::display::escape(l));
+                out.push('\n');
+            }
+            if let (Content::File(_, m), Content::File(_, n)) = (&r.host, &r.domain) {
+                if (m & 0o111) != (n & 0o111) {
+                    out.push_str(&format!("  mode {m:04o} -> {n:04o}\n"));
+                }
+            }
+        }
+        _ => {
+            for (side, c) in [("host", &r.host), ("domain", &r.domain)] {
+                let line = c.note().unwrap_or_else(|| format!("a {}", c.kind()));
+                out.push_str(&format!("  {side}: {line}\n"));
+            }
+        }
+    }
+    out
+}
+
+/// A unified-style line diff of the host's file (`---`) against the
+/// Domain's copy (`+++`). The caller escapes each line.
+pub fn diff_text(rel: &Path, host: Option<&[u8]>, domain: Option<&[u8]>) -> String {
+    let lines = |b: Option<&[u8]>| -> Vec<String> {
+        b.map(|b| String::from_utf8_lossy(b).lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let (a, b) = (lines(host), lines(domain));
+    let shown = crate::display::escape_path(rel);
+    let mut out = format!(
+        "--- host/{shown}{}\n+++ domain/{shown}{}\n",
+        if host.is_none() { " (absent)" } else { "" },
+        if domain.is_none() { " (absent)" } else { "" }
+    );
+    // LCS table; bounded so a long file costs at most 4M cells.
+    if a.len().saturating_mul(b.len()) > 4_000_000 {
+        for l in &a {
+            out.push_str(&format!("-{l}\n"));
+        }
+        for l in &b {
+            out.push_str(&format!("+{l}\n"));
+        }
+        return out;
+    }
+    let (n, m) = (a.len(), b.len());
+    let mut t = vec![vec![0u32; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            t[i][j] = if a[i] == b[j] {
+                t[i + 1][j + 1] + 1
+            } else {
+                t[i + 1][j].max(t[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            out.push_str(&format!(" {}\n", a[i]));
+            i += 1;
+            j += 1;
+        } else if i < n && (j == m || t[i + 1][j] >= t[i][j + 1]) {
+            out.push_str(&format!("-{}\n", a[i]));
+            i += 1;
+        } else {
+            out.push_str(&format!("+{}\n", b[j]));
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Why `apply` left one entry alone: a variant per step. `Display` is
+/// the one line printed for it.
+#[derive(Debug)]
+pub enum Refused {
+    /// The Domain's copy is not read as text (its one-line note).
+    NotRead(String),
+    /// The Domain's copy is a kind of entry that is not copied.
+    Kind(&'static str),
+    /// The workspace could not be opened.
+    Workspace(io::Error),
+    /// A host directory on the way is a symlink or not a directory.
+    HostPath(String),
+    /// The host has another kind of entry where the copy goes.
+    HostKind(&'static str),
+    /// Making a host directory on the way.
+    MakeDir(io::Error),
+    /// Writing, removing or making the entry itself.
+    Write(io::Error),
+    Remove(io::Error),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Refused::NotRead(why) => write!(f, "the Domain's copy is {why}"),
+            Refused::Kind(k) => write!(f, "the Domain's copy is a {k}"),
+            Refused::Workspace(e) => write!(f, "opening the workspace: {e}"),
+            Refused::HostPath(n) => write!(f, "the host's {n} is a symlink or not a directory"),
+            Refused::HostKind(k) => write!(f, "the host has a {k} there"),
+            Refused::MakeDir(e) => write!(f, "making a host directory on the way: {e}"),
+            Refused::Write(e) => write!(f, "writing it: {e}"),
+            Refused::Remove(e) => write!(f, "removing it: {e}"),
+        }
+    }
+}
+
+/// Copies the Domain's side of row `r` to the host: a file is written to a
+/// temporary name in its host directory, synced and renamed over (keeping
+/// the host file's mode; a new file gets the Domain's without setuid,
+/// setgid or group/other write), a removed entry is removed, an empty
+/// added directory is made. Host directories on the way are made as
+/// needed, never through a symlink.
+pub fn apply(host: &Path, r: &Row) -> Result<(), Refused> {
+    if let Some(why) = r.domain.note() {
+        return Err(Refused::NotRead(why));
+    }
+    let root = open_root(host).map_err(Refused::Workspace)?;
+    let name = r.path.file_name().ok_or(Refused::Kind("path without a name"))?;
+    let parent = make_parents(&root, r.path.parent().unwrap_or(Path::new("")))?;
+    let host_st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+    let host_type = host_st
+        .as_ref()
+        .map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode));
+    let remove = |e: rustix::io::Errno| Refused::Remove(e.into());
+    match &r.domain {
+        Content::Absent => match host_type {
+            None => Ok(()),
+            Some(rustix::fs::FileType::Directory) => {
+                rustix::fs::unlinkat(&parent, name, AtFlags::REMOVEDIR).map_err(remove)
+            }
+            Some(_) => rustix::fs::unlinkat(&parent, name, AtFlags::empty()).map_err(remove),
+        },
+        Content::Dir => match host_type {
+            Some(rustix::fs::FileType::Directory) => Ok(()),
+            Some(_) => Err(Refused::HostKind("file")),
+            None => {
+                rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755)).map_err(|e| Refused::MakeDir(e.into()))
+            }
+        },
+        Content::File(data, dmode) => {
+            let mode = match (&host_st, host_type) {
+                (Some(st), Some(rustix::fs::FileType::RegularFile)) => st.st_mode & 0o7777,
+                (_, Some(rustix::fs::FileType::Directory)) => return Err(Refused::HostKind("directory")),
+                _ => dmode & 0o755,
+            };
+            write_atomic(&parent, name, data, mode).map_err(Refused::Write)
+        }
+        other => Err(Refused::Kind(other.kind())),
+    }
+}
+
+/// Opens (making as needed) host directory `rel` beneath `root`, refusing
+/// a symlink anywhere on the way.
+fn make_parents(root: &OwnedFd, rel: &Path) -> Result<OwnedFd, Refused> {
+    let mk = |e: rustix::io::Errno| Refused::MakeDir(e.into());
+    let mut cur = rustix::fs::openat(
+        root,
+        ".",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(mk)?;
+    for c in rel.components() {
+        let Component::Normal(n) = c else {
+            return Err(Refused::HostPath(crate::display::escape_path(rel)));
+        };
+        let open = |d: &OwnedFd| {
+            rustix::fs::openat2(
+                d,
+                n,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+                beneath(),
+            )
+        };
+        cur = match open(&cur) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => {
+                rustix::fs::mkdirat(&cur, n, Mode::from_raw_mode(0o755)).map_err(mk)?;
+                open(&cur).map_err(mk)?
+            }
+            Err(rustix::io::Errno::LOOP) | Err(rustix::io::Errno::NOTDIR) | Err(rustix::io::Errno::XDEV) => {
+                return Err(Refused::HostPath(crate::display::escape(&n.to_string_lossy())));
+            }
+            Err(e) => return Err(mk(e)),
+        };
+    }
+    Ok(cur)
+}
+
+fn write_atomic(dir: &OwnedFd, name: &OsStr, data: &[u8], mode: u32) -> io::Result<()> {
+    let mut tmp = b".".to_vec();
+    tmp.extend_from_slice(name.as_bytes());
+    tmp.extend_from_slice(format!(".lazaret-apply.{}", std::process::id()).as_bytes());
+    let tmp = OsStr::from_bytes(&tmp);
+    let w = rustix::fs::openat(
+        dir.as_fd(),
+        tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let done = (|| -> io::Result<()> {
+        rustix::fs::fchmod(&w, Mode::from_raw_mode(mode))?;
+        let mut f = std::fs::File::from(w);
+        f.write_all(data)?;
+        f.sync_all()?;
+        rustix::fs::renameat(dir, tmp, dir, name)?;
+        Ok(())
+    })();
+    if done.is_err() {
+        let _ = rustix::fs::unlinkat(dir, tmp, AtFlags::empty());
+    }
+    done?;
+    // The rename itself, durable.
+    if let Ok(d) = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        let _ = rustix::fs::fsync(&d);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("lz-review-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("ws")).unwrap();
+        std::fs::create_dir_all(d.join("st")).unwrap();
+        d
+    }
+
+    #[test]
+    fn bounded_never_following() {
+        let d = tmp("bounds");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        std::fs::create_dir_all(st.join("sub/.vscode")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", st.join("sub/.vscode/settings.json")).unwrap();
+        let big = std::fs::File::create(st.join(".envrc")).unwrap();
+        big.set_len(1 << 30).unwrap();
+        std::fs::write(st.join(".npmrc"), "x\n").unwrap();
+        // A store directory replaced by a symlink is not walked through.
+        std::os::unix::fs::symlink("/etc", st.join("etc")).unwrap();
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &[]);
+        let got: Vec<(String, &str)> = l
+            .rows
+            .iter()
+            .map(|r| (r.path.to_string_lossy().into_owned(), r.domain.kind()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (".envrc".to_string(), "oversized file"),
+                (".npmrc".to_string(), "file"),
+                ("sub/.vscode/settings.json".to_string(), "symlink")
+            ]
+        );
+        for r in &l.rows[..1] {
+            assert!(
+                render(r).contains("larger than the 256 KiB read limit"),
+                "{}",
+                render(r)
+            );
+        }
+        assert!(render(&l.rows[2]).contains("a symlink to /dev/zero (not followed)"));
+        assert!(apply(&ws, &l.rows[0]).unwrap_err().to_string().contains("larger than"));
+        assert!(apply(&ws, &l.rows[2]).unwrap_err().to_string().contains("symlink"));
+        assert!(!ws.join("sub").exists(), "nothing made for a refused copy");
+        apply(&ws, &l.rows[1]).unwrap();
+        assert_eq!(std::fs::read(ws.join(".npmrc")).unwrap(), b"x\n");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn apply_keeps_the_host_mode_and_refuses_host_symlinks() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp("apply");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        std::fs::write(ws.join(".envrc"), "a\n").unwrap();
+        std::fs::set_permissions(ws.join(".envrc"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(st.join(".envrc"), "b\n").unwrap();
+        std::fs::create_dir_all(st.join("x/.cargo")).unwrap();
+        std::fs::write(st.join("x/.cargo/config.toml"), "[build]\n").unwrap();
+        std::fs::create_dir_all(d.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(d.join("elsewhere"), ws.join("x")).unwrap();
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &[]);
+        assert_eq!(l.rows.len(), 2);
+        apply(&ws, &l.rows[0]).unwrap();
+        let m = std::fs::metadata(ws.join(".envrc")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"b\n");
+        assert!(apply(&ws, &l.rows[1]).unwrap_err().to_string().contains("symlink"));
+        assert!(!d.join("elsewhere/.cargo").exists());
+        let t = diff_text(Path::new(".envrc"), Some(b"a\nb\n"), Some(b"a\nc\n"));
+        assert!(t.contains("-b\n+c\n") && t.contains(" a\n"), "{t}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
