@@ -495,7 +495,7 @@ impl Ana<'_, '_> {
         for t in toks {
             match t {
                 Tok::Word(w) => cur.push(w),
-                Tok::Redirect(_) => {}
+                Tok::Redirect(w) => self.redirect(&w, st, depth),
                 Tok::Sep => flush(self, &mut cur, st),
                 Tok::Open => {
                     flush(self, &mut cur, st);
@@ -584,6 +584,38 @@ impl Ana<'_, '_> {
                 self.protect(p);
             }
         }
+    }
+
+    /// A redirection's file (`< scripts/x.py`: an interpreter may read its
+    /// program from it): protected when it is in the work tree, also
+    /// without a `/`.
+    fn redirect(&mut self, w: &Word, st: &St, depth: usize) {
+        let Some(vals) = self.eval(w, st, depth) else { return };
+        for v in vals {
+            if v.is_empty() || v.contains('\u{0}') {
+                continue;
+            }
+            let Some(p) = self.path_of(&v, st) else { continue };
+            if p.starts_with(self.cx.wt) && p != self.cx.wt && !p.is_dir() {
+                self.symlinks(&p);
+                self.protect(p);
+            }
+        }
+    }
+
+    /// A script path that is standard input or an inherited descriptor
+    /// (`/dev/stdin`, `/dev/fd/3`, `/proc/self/fd/0`): what it reads was
+    /// redirected from somewhere the analysis does not follow.
+    fn from_descriptor(&mut self, p: &Path, cmd_text: &str, file: Option<&Path>) -> bool {
+        let d = p.starts_with("/dev") || p.starts_with("/proc");
+        if d {
+            self.finding(
+                cmd_text,
+                file,
+                "runs a script read from standard input or a descriptor, which the analysis does not follow",
+            );
+        }
+        d
     }
 
     fn program(&mut self, words: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
@@ -776,14 +808,19 @@ impl Ana<'_, '_> {
                 }
             }
             "." | "source" => {
-                let Some(w) = rest.first() else { return };
+                let Some(w) = rest.first() else {
+                    self.finding(cmd_text, file, "sources a script the analysis cannot read");
+                    return;
+                };
                 match self.eval(w, st, depth) {
                     Some(vals) => {
                         for v in vals {
                             match self.path_of(&v, st) {
                                 Some(p) => {
                                     self.protect(p.clone());
-                                    self.run_file(&p, st, true, depth + 1, cmd_text, file);
+                                    if !self.from_descriptor(&p, cmd_text, file) {
+                                        self.run_file(&p, st, true, depth + 1, cmd_text, file);
+                                    }
                                 }
                                 None => self.finding(
                                     cmd_text,
@@ -820,8 +857,12 @@ impl Ana<'_, '_> {
                         _ => break,
                     }
                 }
-                if let Some(w) = rest.get(i) {
-                    self.script_arg(w, cmd_text, st, file, depth, false);
+                match rest.get(i) {
+                    Some(w) if w.lit().as_deref() != Some("-") => {
+                        self.script_arg(w, cmd_text, st, file, depth, false);
+                    }
+                    _ if asks_version(rest) => {}
+                    _ => self.finding(cmd_text, file, "an interpreter reading its program from standard input"),
                 }
             }
             n if PROJECT_RUNNERS.contains(&n) => {
@@ -857,6 +898,9 @@ impl Ana<'_, '_> {
                     match self.path_of(&v, st) {
                         Some(p) => {
                             self.protect(p.clone());
+                            if self.from_descriptor(&p, cmd_text, file) {
+                                continue;
+                            }
                             if shell {
                                 self.run_file(&p, st, false, depth + 1, cmd_text, file);
                             } else {
@@ -982,12 +1026,16 @@ impl Ana<'_, '_> {
             self.python_path_dir(&cwd, cmd_text, file);
             return;
         }
-        if let Some(w) = rest.get(i) {
-            for p in self.script_arg(w, cmd_text, st, file, depth, false) {
-                if let Some(d) = p.parent() {
-                    self.python_path_dir(d, cmd_text, file);
+        match rest.get(i) {
+            Some(w) if w.lit().as_deref() != Some("-") => {
+                for p in self.script_arg(w, cmd_text, st, file, depth, false) {
+                    if let Some(d) = p.parent() {
+                        self.python_path_dir(d, cmd_text, file);
+                    }
                 }
             }
+            _ if asks_version(rest) => {}
+            _ => self.finding(cmd_text, file, "an interpreter reading its program from standard input"),
         }
     }
 
@@ -1223,6 +1271,13 @@ impl Ana<'_, '_> {
         }
         runs
     }
+}
+
+/// `--version`, `-V`, `--help`, `-h` among an interpreter's arguments: it
+/// runs no program.
+fn asks_version(rest: &[Word]) -> bool {
+    rest.iter()
+        .any(|w| matches!(w.lit().as_deref(), Some("--version" | "-V" | "-v" | "--help" | "-h")))
 }
 
 /// The interpreter a `#!` line names (through `env`), if any.

@@ -236,6 +236,9 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
     let mut assign: Option<String> = None;
     let mut quoted_seen = false;
     let mut redirect_next = false;
+    // The redirection is a here-document (its word a delimiter) or a
+    // here-string (its word data): no file.
+    let mut heredoc = false;
     let mut dquote = false;
     macro_rules! flush_lit {
         () => {
@@ -259,8 +262,11 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 if group {
                     out.push(Tok::Sep);
                 } else if redirect_next {
-                    out.push(Tok::Redirect(w));
+                    if !heredoc {
+                        out.push(Tok::Redirect(w));
+                    }
                     redirect_next = false;
+                    heredoc = false;
                 } else {
                     out.push(Tok::Word(w));
                 }
@@ -432,6 +438,10 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
             }
             '(' | ')' => {
                 end_word!();
+                // `<(…)`, `>(…)`: a process substitution, read as a
+                // subshell, not a file.
+                redirect_next = false;
+                heredoc = false;
                 lx.i += 1;
                 out.push(if c == '(' { Tok::Open } else { Tok::Close });
             }
@@ -443,7 +453,9 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 }
                 end_word!();
                 lx.i += 1;
-                while lx.peek(0).is_some_and(|n| matches!(n, '<' | '>' | '|' | '-')) {
+                let mut op = String::from(c);
+                while let Some(n) = lx.peek(0).filter(|n| matches!(n, '<' | '>' | '|' | '-')) {
+                    op.push(n);
                     lx.i += 1;
                 }
                 if lx.peek(0) == Some('&') {
@@ -455,6 +467,7 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                     continue;
                 }
                 redirect_next = true;
+                heredoc = op.starts_with("<<");
             }
             c => {
                 lx.i += 1;

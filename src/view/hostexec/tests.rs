@@ -543,3 +543,37 @@ fn the_docs_state_the_bounds_and_name_only_listed_runners() {
         );
     }
 }
+
+#[test]
+fn scripts_fed_on_standard_input_are_protected_or_reported() {
+    // An interpreter reading its program from a redirected file: the file
+    // is protected, and what cannot be followed is a finding.
+    for (i, hook) in [
+        "#!/bin/sh\npython3 < scripts/check.py\n",
+        "#!/bin/sh\npython3 - <scripts/check.py\n",
+        "#!/bin/sh\n. /dev/stdin < scripts/check.py\n",
+        "#!/bin/sh\nbash /dev/stdin < scripts/check.py\n",
+        "#!/bin/sh\nperl <scripts/check.py\n",
+        "#!/bin/sh\nexec 0<scripts/check.py\nsh\n",
+        "#!/bin/bash\nsource /dev/fd/3 3<scripts/check.py\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(&format!("stdin{i}"), hook, &[("scripts/check.py", "print(1)\n")]);
+        let s = compute(&d, &no_scopes());
+        let r = view_paths(&s, &d);
+        assert!(has(&r, "scripts/check.py"), "{hook:?}: {r:?}");
+        assert!(!s.findings.is_empty(), "{hook:?}: no finding");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // A here-document's delimiter and a here-string are no files.
+    let d = hooked(
+        "heredoc",
+        "#!/bin/sh\ncat <<EOF >&2\nhi\nEOF\ngrep -q x <<< \"$y\"\n",
+        &[],
+    );
+    let r = rels(&d);
+    assert!(!r.iter().any(|p| p == "EOF"), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
