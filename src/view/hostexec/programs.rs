@@ -224,6 +224,9 @@ struct St {
     /// against the directory a program is looked up from).
     path_extra: Vec<String>,
     dirstack: Vec<Option<PathBuf>>,
+    /// Aliases defined so far (`None`: to something unknown): `sh` (dash)
+    /// expands them in scripts too.
+    aliases: HashMap<String, Option<String>>,
 }
 
 impl St {
@@ -234,6 +237,7 @@ impl St {
             zero: None,
             path_extra: Vec::new(),
             dirstack: Vec::new(),
+            aliases: HashMap::new(),
         }
     }
 }
@@ -698,9 +702,36 @@ impl Ana<'_, '_> {
                 }
             }
         }
+        if !v.contains('/') {
+            if let Some(def) = st.aliases.remove(&name) {
+                // The alias's text runs in its place (not itself again).
+                match &def {
+                    Some(t) => self.run_text(t, st, file, depth),
+                    None => self.finding(cmd_text, file, "runs an alias the analysis cannot resolve"),
+                }
+                st.aliases.insert(name, def);
+                for w in rest {
+                    self.arg(w, st, depth);
+                }
+                return;
+            }
+        }
         let n = name.as_str();
         let lit = |w: &Word| w.lit();
         match n {
+            "alias" => {
+                for w in rest {
+                    let Some(a) = w.assign.clone() else { continue };
+                    let def = match self.eval(w, st, depth).as_deref() {
+                        Some([one]) => Some(one.clone()),
+                        _ => None,
+                    };
+                    if def.is_none() {
+                        self.finding(cmd_text, file, "defines an alias the analysis cannot resolve");
+                    }
+                    st.aliases.insert(a, def);
+                }
+            }
             "exec" | "command" | "builtin" | "nohup" | "time" | "setsid" | "stdbuf" | "chronic" | "unbuffer" => {
                 if n == "command" && rest.first().and_then(lit).is_some_and(|l| l == "-v" || l == "-V") {
                     return;
@@ -1246,6 +1277,7 @@ impl Ana<'_, '_> {
                 zero: Some(p.to_path_buf()),
                 path_extra: st.path_extra.clone(),
                 dirstack: Vec::new(),
+                aliases: HashMap::new(),
             };
             self.run_text(&text, &mut st2, Some(p), depth);
         }

@@ -577,3 +577,34 @@ fn scripts_fed_on_standard_input_are_protected_or_reported() {
     assert!(!r.iter().any(|p| p == "EOF"), "{r:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn aliases_are_followed_where_they_are_used() {
+    // dash expands aliases in scripts: the alias's command runs.
+    for (i, hook) in [
+        "#!/bin/sh\nalias l='sh scripts/lint.sh'\nl --fast\n",
+        "#!/bin/sh\nalias l=./scripts/lint.sh\nl\n",
+        "#!/bin/sh\nalias ls='ls -l' l='cd scripts && ./lint.sh'\nls\nl\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(
+            &format!("alias{i}"),
+            hook,
+            &[("scripts/lint.sh", "#!/bin/sh\n./scripts/inner.sh\n")],
+        );
+        let s = compute(&d, &no_scopes());
+        let r = view_paths(&s, &d);
+        assert!(has(&r, "scripts/lint.sh"), "{hook:?}: {r:?}");
+        if i < 2 {
+            assert!(has(&r, "scripts/inner.sh"), "{hook:?}: {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // An alias the analysis cannot resolve is a finding.
+    let d = hooked("alias-unknown", "#!/bin/sh\nalias l=\"$X\"\nl\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(!s.findings.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
