@@ -463,7 +463,18 @@ impl Ana<'_, '_> {
                 "basename" => out.extend(first(&args)?.iter().map(|v| basename(v))),
                 "realpath" | "readlink" => {
                     for v in first(&args)? {
-                        out.push(abs(&v, &st)?);
+                        let a = abs(&v, &st)?;
+                        // Resolved as they do, through symlinks (a hook
+                        // linked from `scripts/hooks/`); each hop is
+                        // protected so the resolution holds.
+                        self.symlinks(Path::new(&a));
+                        if let Some(r) = symlink_hops(Path::new(&a)).last() {
+                            out.push(r.to_string_lossy().into_owned());
+                        }
+                        if let Ok(r) = std::fs::canonicalize(&a) {
+                            out.push(r.to_string_lossy().into_owned());
+                        }
+                        out.push(a);
                     }
                 }
                 "echo" if args.len() == 1 => out.extend(args[0].iter().cloned()),

@@ -608,3 +608,19 @@ fn aliases_are_followed_where_they_are_used() {
     assert!(!s.findings.is_empty());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn readlink_f_of_a_symlinked_hook_finds_the_scripts_beside_its_target() {
+    let d = hooked("rlf", "", &[("scripts/hooks/pre-commit", "#!/bin/sh\n\"$(dirname \"$(readlink -f \"$0\")\")/lint.sh\"\nsh \"$(dirname \"$(realpath \"$0\")\")/b.sh\"\n")]);
+    std::fs::remove_file(d.join(".git/hooks/pre-commit")).unwrap();
+    std::os::unix::fs::symlink("../../scripts/hooks/pre-commit", d.join(".git/hooks/pre-commit")).unwrap();
+    let r = rels(&d);
+    for want in [
+        "scripts/hooks/pre-commit",
+        "scripts/hooks/lint.sh",
+        "scripts/hooks/b.sh",
+    ] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
