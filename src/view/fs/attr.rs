@@ -118,6 +118,11 @@ impl VolumeModes {
     pub(super) fn gone(&self, st: &rustix::fs::Stat) {
         self.0.lock().unwrap().remove(&(st.st_dev, st.st_ino));
     }
+
+    #[cfg(test)]
+    pub(super) fn knows(&self, st: &rustix::fs::Stat) -> bool {
+        self.0.lock().unwrap().contains_key(&(st.st_dev, st.st_ino))
+    }
 }
 
 pub(super) fn kind(mode: u32) -> FileType {

@@ -219,6 +219,16 @@ impl View {
                 b.changed(budget::on_disk(v), 0);
             }
         }
+        if let Some(v) = &victim {
+            if v.st_mode & sys::S_IFMT == sys::S_IFDIR || v.st_nlink <= 1 {
+                // As for an unlink: its inode number may be reused by
+                // another file, which must not inherit what was kept of it.
+                self.guest.lock().unwrap().remove(&(v.st_dev, v.st_ino));
+                if let Some(vm) = &self.volume {
+                    vm.gone(v);
+                }
+            }
+        }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             let tmp = PathBuf::from("\0swap");
             self.renamed(side, &to, &tmp);
