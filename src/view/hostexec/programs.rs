@@ -688,10 +688,14 @@ impl Ana<'_, '_> {
                 return;
             } else if !interp {
                 self.run_file(&p, st, false, depth + 1, cmd_text, file);
-                for w in rest {
-                    self.arg(w, st, depth);
+                // A host program named by its path (`/usr/bin/env`,
+                // `/usr/bin/find`) is read as its name is, below.
+                if in_ws || !HOST_WRAPPERS.contains(&name.as_str()) {
+                    for w in rest {
+                        self.arg(w, st, depth);
+                    }
+                    return;
                 }
-                return;
             }
         } else {
             // A name: `PATH` entries the script added come first.
@@ -907,6 +911,65 @@ impl Ana<'_, '_> {
                     _ => self.finding(cmd_text, file, "an interpreter reading its program from standard input"),
                 }
             }
+            "busybox" | "toybox" => {
+                // The applet runs.
+                let skip = rest
+                    .iter()
+                    .take_while(|w| w.lit().is_some_and(|l| l.starts_with('-')))
+                    .count();
+                self.program(&rest[skip.min(rest.len())..], cmd_text, st, file, depth);
+            }
+            "awk" | "gawk" | "mawk" | "nawk" | "sed" | "gsed" => {
+                // A program file (`-f FILE`) can run anything (`system()`,
+                // sed's `e`): protected, and reported.
+                let mut k = 0;
+                while k < rest.len() {
+                    let l = rest[k].lit().unwrap_or_default();
+                    let f = if l == "-f" || l == "--file" {
+                        k += 1;
+                        rest.get(k).cloned()
+                    } else if let Some(v) = l.strip_prefix("--file=").or_else(|| l.strip_prefix("-f")) {
+                        let mut w = rest[k].clone();
+                        w.parts = vec![Part::Lit(v.to_string())];
+                        Some(w)
+                    } else {
+                        None
+                    };
+                    if let Some(w) = f {
+                        self.script_arg(&w, cmd_text, st, file, depth, false);
+                        self.finding(
+                            cmd_text,
+                            file,
+                            "runs an awk or sed program file, which can run commands the analysis does not follow",
+                        );
+                    }
+                    k += 1;
+                }
+                for w in rest {
+                    self.arg(w, st, depth);
+                }
+            }
+            "find"
+                if rest
+                    .iter()
+                    .any(|w| matches!(w.lit().as_deref(), Some("-exec" | "-execdir" | "-ok" | "-okdir"))) =>
+            {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "find runs a command on each file it finds, which the analysis does not follow",
+                );
+            }
+            "git" if git_runs_command(rest) => self.finding(
+                cmd_text,
+                file,
+                "git runs a command named on its command line, which the analysis does not follow",
+            ),
+            n if UNFOLLOWED_WRAPPERS.contains(&n) => self.finding(
+                cmd_text,
+                file,
+                "runs a program that runs other commands, which the analysis does not follow",
+            ),
             n if PROJECT_RUNNERS.contains(&n) => {
                 self.finding(
                     cmd_text,
@@ -1314,6 +1377,123 @@ impl Ana<'_, '_> {
         }
         runs
     }
+}
+
+/// Host programs that run the command or files they are given: named by
+/// their path (`/usr/bin/env`), read as by their name.
+const HOST_WRAPPERS: &[&str] = &[
+    "env",
+    "exec",
+    "command",
+    "nohup",
+    "time",
+    "setsid",
+    "stdbuf",
+    "chronic",
+    "unbuffer",
+    "sudo",
+    "doas",
+    "nice",
+    "ionice",
+    "timeout",
+    "xargs",
+    "busybox",
+    "toybox",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "sed",
+    "gsed",
+    "find",
+    "git",
+    "run-parts",
+    "parallel",
+    "flock",
+    "watch",
+    "script",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "setpriv",
+    "taskset",
+    "chrt",
+    "prlimit",
+    "systemd-run",
+    "entr",
+    "watchexec",
+    "nodemon",
+    "tmux",
+    "screen",
+    "strace",
+    "ltrace",
+    "gdb",
+    "valgrind",
+    "firejail",
+    "bwrap",
+    "at",
+    "batch",
+    "dbus-run-session",
+    "xvfb-run",
+    "fakeroot",
+    "faketime",
+    "proot",
+    "sg",
+];
+
+/// Programs that run a command or the files of a directory in a way the
+/// analysis does not model: a finding.
+const UNFOLLOWED_WRAPPERS: &[&str] = &[
+    "run-parts",
+    "parallel",
+    "flock",
+    "watch",
+    "script",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "setpriv",
+    "taskset",
+    "chrt",
+    "prlimit",
+    "systemd-run",
+    "entr",
+    "watchexec",
+    "nodemon",
+    "tmux",
+    "screen",
+    "strace",
+    "ltrace",
+    "gdb",
+    "valgrind",
+    "firejail",
+    "bwrap",
+    "at",
+    "batch",
+    "dbus-run-session",
+    "xvfb-run",
+    "fakeroot",
+    "faketime",
+    "proot",
+    "sg",
+];
+
+/// Git subcommands that run a command their arguments name:
+/// `submodule foreach`, `bisect run`, `rebase --exec`, `difftool --extcmd`,
+/// `filter-branch`.
+fn git_runs_command(rest: &[Word]) -> bool {
+    let l: Vec<String> = rest.iter().map(|w| w.lit().unwrap_or_default()).collect();
+    let has = |a: &str| l.iter().any(|x| x == a);
+    let opt = |a: &str| l.iter().any(|x| x == a || x.starts_with(&format!("{a}=")));
+    (has("submodule") && has("foreach"))
+        || (has("bisect") && has("run"))
+        || has("filter-branch")
+        || (has("rebase") && (opt("--exec") || l.iter().any(|x| x.starts_with("-x"))))
+        || (has("difftool") && (opt("--extcmd") || l.iter().any(|x| x.starts_with("-x"))))
 }
 
 /// `--version`, `-V`, `--help`, `-h` among an interpreter's arguments: it

@@ -624,3 +624,72 @@ fn readlink_f_of_a_symlinked_hook_finds_the_scripts_beside_its_target() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn programs_that_run_other_programs_are_followed_or_reported() {
+    for (hook, command) in [
+        (
+            "#!/bin/sh\nfind scripts -name '*.sh' -exec sh {} \\;\n",
+            "find scripts -name '*.sh' -exec sh {} \\;",
+        ),
+        ("#!/bin/sh\nrun-parts scripts/hooks.d\n", "run-parts scripts/hooks.d"),
+        (
+            "#!/bin/sh\ncd scripts && awk -f check.awk ../x\n",
+            "awk -f check.awk ../x",
+        ),
+        (
+            "#!/bin/sh\nsed -f scripts/fix.sed -i x\n",
+            "sed -f scripts/fix.sed -i x",
+        ),
+        ("#!/bin/sh\nflock .lock ./scripts/a.sh\n", "flock .lock ./scripts/a.sh"),
+        (
+            "#!/bin/sh\ngit submodule foreach ./lint.sh\n",
+            "git submodule foreach ./lint.sh",
+        ),
+        (
+            "#!/bin/sh\nparallel sh ::: scripts/*.sh\n",
+            "parallel sh ::: scripts/*.sh",
+        ),
+    ] {
+        let d = hooked(
+            "wrappers",
+            hook,
+            &[("scripts/check.awk", "BEGIN{system(\"./b.sh\")}\n")],
+        );
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings
+                .iter()
+                .any(|f| f.origin == "pre-commit" && f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // busybox runs its applet, a wrapper named by its path is the
+    // wrapper: followed as what they run.
+    for (i, hook) in [
+        "#!/bin/sh\nbusybox sh scripts/a.sh\n",
+        "#!/bin/sh\n/usr/bin/env sh -c 'sh scripts/a.sh'\n",
+        "#!/bin/sh\n/usr/bin/nohup /bin/sh scripts/a.sh\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(
+            &format!("wrapped{i}"),
+            hook,
+            &[("scripts/a.sh", "#!/bin/sh\n./scripts/b.sh\n")],
+        );
+        let r = rels(&d);
+        for want in ["scripts/a.sh", "scripts/b.sh"] {
+            assert!(r.contains(&want.to_string()), "{hook:?}: {want} in {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // A `-f` program file is protected, also without a `/`.
+    let d = hooked("awkf", "#!/bin/sh\ncd scripts && awk -f check.awk x\n", &[]);
+    let r = rels(&d);
+    assert!(r.contains(&"scripts/check.awk".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
