@@ -49,8 +49,40 @@ pub(super) fn symlink_hops(p: &Path) -> Vec<PathBuf> {
 }
 
 pub(super) fn expand(v: &str, home: Option<&Path>, base: &Path) -> PathBuf {
-    if let (Some(rest), Some(h)) = (v.strip_prefix("~/"), home) {
-        return normalize(&h.join(rest));
+    if let Some(p) = tilde(v, home) {
+        return p;
     }
     normalize(&base.join(v))
+}
+
+/// `~`, `~/rest`, `~user` and `~user/rest` as Git expands them (the home
+/// directory, or that user's from the password database); `None` for any
+/// other value, or a user or home that is unknown.
+pub(super) fn tilde(v: &str, home: Option<&Path>) -> Option<PathBuf> {
+    let rest = v.strip_prefix('~')?;
+    let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let h = if user.is_empty() {
+        home?.to_path_buf()
+    } else {
+        home_of(user)?
+    };
+    Some(normalize(&h.join(tail)))
+}
+
+/// The home directory of `user` (`getpwnam_r`).
+fn home_of(user: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(user).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the strings `pw` points
+    // to live in `buf`, read before it is dropped.
+    let rc = unsafe { libc::getpwnam_r(name.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() || pw.pw_dir.is_null() {
+        return None;
+    }
+    let dir = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
+    let p = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    p.is_absolute().then_some(p)
 }

@@ -693,3 +693,36 @@ fn programs_that_run_other_programs_are_followed_or_reported() {
     assert!(r.contains(&"scripts/check.awk".to_string()), "{r:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_hooks_path_or_include_under_a_named_users_home_is_followed() {
+    // `~user/…` is that user's home, as Git expands it.
+    let d = repo("tildeuser");
+    let uid = rustix::process::geteuid().as_raw();
+    let pw = unsafe { libc::getpwuid(uid) };
+    if pw.is_null() {
+        eprintln!("skipping: the current user has no passwd entry");
+        assert!(std::env::var_os("LAZARET_MUST_WORK").is_none());
+        return;
+    }
+    let (name, home) = unsafe {
+        (
+            std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned(),
+            std::ffi::CStr::from_ptr((*pw).pw_dir).to_string_lossy().into_owned(),
+        )
+    };
+    let up = "../".repeat(Path::new(&home).components().count().saturating_sub(1));
+    let rel = format!("~{name}/{up}{}", d.to_string_lossy().trim_start_matches('/'));
+    std::fs::write(
+        d.join(".git/config"),
+        format!("[core]\nhooksPath = {rel}/githooks\n[include]\npath = {rel}/team.cfg\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.join("githooks")).unwrap();
+    std::fs::write(d.join("githooks/pre-commit"), "#!/bin/sh\nsh scripts/a.sh\n").unwrap();
+    let r = rels(&d);
+    for want in ["githooks/pre-commit", "scripts/a.sh", "team.cfg"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
