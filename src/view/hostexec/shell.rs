@@ -129,15 +129,17 @@ impl Lexer<'_> {
                 Some(brace_var(&inner))
             }
             Some('\'') => {
-                // `$'…'`: ANSI-C quoting, taken literally.
+                // `$'…'`: ANSI-C quoting, literal without escapes; an
+                // escape (`\x2e`, `\056`, `\u…`) is not modelled.
                 self.i += 1;
                 let mut s = String::new();
+                let mut escaped = false;
                 while let Some(c) = self.peek(0) {
                     self.i += 1;
                     if c == '\\' {
-                        if let Some(n) = self.peek(0) {
+                        escaped = true;
+                        if self.peek(0).is_some() {
                             self.i += 1;
-                            s.push(n);
                         }
                     } else if c == '\'' {
                         break;
@@ -145,7 +147,20 @@ impl Lexer<'_> {
                         s.push(c);
                     }
                 }
-                Some(Part::Lit(s))
+                Some(if escaped { Part::Unknown } else { Part::Lit(s) })
+            }
+            Some('"') => {
+                // `$"…"`: bash's translated string, not modelled.
+                self.i += 1;
+                while let Some(c) = self.peek(0) {
+                    self.i += 1;
+                    if c == '\\' {
+                        self.i += 1;
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+                Some(Part::Unknown)
             }
             Some(c) if is_name_start(c) => {
                 let mut n = String::new();
@@ -370,6 +385,19 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
             {
                 lx.i += 1;
                 assign = Some(std::mem::take(&mut lit));
+            }
+            '~' if (!has || (assign.is_some() && parts.is_empty() && lit.is_empty()))
+                && lx.peek(1).is_some_and(|c| is_name_start(c) || c == '+' || c == '-') =>
+            {
+                // `~user/…`, `~+`, `~-`: another user's home, `$PWD`,
+                // `$OLDPWD`: not modelled.
+                lx.i += 2;
+                while lx.peek(0).is_some_and(|c| is_name(c) || c == '-' || c == '.') {
+                    lx.i += 1;
+                }
+                has = true;
+                flush_lit!();
+                parts.push(Part::Unknown);
             }
             '~' if (!has || (assign.is_some() && parts.is_empty() && lit.is_empty()))
                 && matches!(lx.peek(1), None | Some('/')) =>

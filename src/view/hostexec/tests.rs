@@ -726,3 +726,26 @@ fn a_hooks_path_or_include_under_a_named_users_home_is_followed() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn quoting_the_lexer_cannot_read_is_a_finding_not_another_path() {
+    // `$'\x2e/…'` is `./…` and `$"…"` a translated string in bash: never
+    // read as other literal paths.
+    for hook in [
+        "#!/bin/bash\n$'\\x2e/scripts/a.sh'\n",
+        "#!/bin/bash\nsh $'scripts\\x2fa.sh'\n",
+        "#!/bin/bash\n$\"./scripts/a.sh\"\n",
+        "#!/bin/bash\n~nobody/../x/a.sh\n",
+        "#!/bin/bash\ncd scripts; cd ..; ~-/a.sh\n",
+    ] {
+        let d = hooked("ansic", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(!s.findings.is_empty(), "{hook:?}: {:?}", view_paths(&s, &d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Plain `$'…'` stays literal.
+    let d = hooked("ansic-plain", "#!/bin/bash\nsh $'scripts/a.sh'\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(has(&view_paths(&s, &d), "scripts/a.sh") && s.findings.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
