@@ -500,10 +500,23 @@ impl Ana<'_, '_> {
     fn run_text(&mut self, text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
         let toks = lex(text);
         let mut stack: Vec<St> = Vec::new();
+        // For each open `case`, the subshell depth at its start: a `)`
+        // with no `(` opened since ends a pattern, not a subshell.
+        let mut cases: Vec<usize> = Vec::new();
         let mut cur: Vec<Word> = Vec::new();
-        let flush = |a: &mut Self, cur: &mut Vec<Word>, st: &mut St| {
+        let flush = |a: &mut Self, cur: &mut Vec<Word>, st: &mut St, cases: &mut Vec<usize>, depth_now: usize| {
             if !cur.is_empty() {
                 let words = std::mem::take(cur);
+                let first = words
+                    .iter()
+                    .find_map(|w| w.lit().filter(|l| l == "esac" || !KEYWORDS.contains(&l.as_str())));
+                match first.as_deref() {
+                    Some("case") => cases.push(depth_now),
+                    Some("esac") => {
+                        cases.pop();
+                    }
+                    _ => {}
+                }
                 a.exec(&words, text, st, file, depth);
             }
         };
@@ -511,13 +524,17 @@ impl Ana<'_, '_> {
             match t {
                 Tok::Word(w) => cur.push(w),
                 Tok::Redirect(w) => self.redirect(&w, st, depth),
-                Tok::Sep => flush(self, &mut cur, st),
+                Tok::Sep => flush(self, &mut cur, st, &mut cases, stack.len()),
                 Tok::Open => {
-                    flush(self, &mut cur, st);
+                    flush(self, &mut cur, st, &mut cases, stack.len());
                     stack.push(st.clone());
                 }
                 Tok::Close => {
-                    flush(self, &mut cur, st);
+                    flush(self, &mut cur, st, &mut cases, stack.len());
+                    if cases.last().is_some_and(|&d| stack.len() <= d) {
+                        // `pattern)`.
+                        continue;
+                    }
                     // A subshell's `cd` and variables end with it.
                     if let Some(saved) = stack.pop() {
                         *st = saved;
@@ -525,7 +542,7 @@ impl Ana<'_, '_> {
                 }
             }
         }
-        flush(self, &mut cur, st);
+        flush(self, &mut cur, st, &mut cases, stack.len());
     }
 
     /// Runs one simple command.

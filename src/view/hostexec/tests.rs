@@ -749,3 +749,17 @@ fn quoting_the_lexer_cannot_read_is_a_finding_not_another_path() {
     assert!(has(&view_paths(&s, &d), "scripts/a.sh") && s.findings.is_empty());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_case_pattern_does_not_end_a_subshell() {
+    let d = hooked(
+        "casepat",
+        "#!/bin/sh\n(cd tools\ncase \"$1\" in x) echo;; (y) echo;; esac\n./x.sh)\n./top.sh\n",
+        &[],
+    );
+    let r = rels(&d);
+    for want in ["tools/x.sh", "top.sh"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
