@@ -227,6 +227,9 @@ struct St {
     /// Aliases defined so far (`None`: to something unknown): `sh` (dash)
     /// expands them in scripts too.
     aliases: HashMap<String, Option<String>>,
+    /// Functions defined so far, with the directory their body was read
+    /// in (relative paths in it were resolved there).
+    functions: HashMap<String, Option<PathBuf>>,
 }
 
 impl St {
@@ -238,6 +241,7 @@ impl St {
             path_extra: Vec::new(),
             dirstack: Vec::new(),
             aliases: HashMap::new(),
+            functions: HashMap::new(),
         }
     }
 }
@@ -520,11 +524,19 @@ impl Ana<'_, '_> {
                 a.exec(&words, text, st, file, depth);
             }
         };
-        for t in toks {
+        let mut toks = toks.into_iter().peekable();
+        while let Some(t) = toks.next() {
             match t {
                 Tok::Word(w) => cur.push(w),
                 Tok::Redirect(w) => self.redirect(&w, st, depth),
                 Tok::Sep => flush(self, &mut cur, st, &mut cases, stack.len()),
+                // `name() …`: a function definition; its body follows and
+                // is read where it stands.
+                Tok::Open if cur.len() == 1 && toks.peek() == Some(&Tok::Close) && cur[0].lit().is_some() => {
+                    toks.next();
+                    let name = cur.pop().and_then(|w| w.lit()).unwrap_or_default();
+                    st.functions.insert(name, st.cwd.clone());
+                }
                 Tok::Open => {
                     flush(self, &mut cur, st, &mut cases, stack.len());
                     stack.push(st.clone());
@@ -558,6 +570,11 @@ impl Ana<'_, '_> {
                 .lit()
                 .is_some_and(|l| matches!(l.as_str(), "for" | "case" | "select" | "function"))
         {
+            if words[i].lit().as_deref() == Some("function") {
+                if let Some(name) = words.get(i + 1).and_then(Word::lit) {
+                    st.functions.insert(name, st.cwd.clone());
+                }
+            }
             return;
         }
         // Assignments alone set variables; before a program, its environment.
@@ -735,6 +752,15 @@ impl Ana<'_, '_> {
             }
         }
         if !v.contains('/') {
+            if let Some(at) = st.functions.get(&name) {
+                if at.is_none() || *at != st.cwd {
+                    self.finding(
+                        cmd_text,
+                        file,
+                        "calls a function from another directory than the one its body was read in",
+                    );
+                }
+            }
             if let Some(def) = st.aliases.remove(&name) {
                 // The alias's text runs in its place (not itself again).
                 match &def {
@@ -1369,6 +1395,7 @@ impl Ana<'_, '_> {
                 path_extra: st.path_extra.clone(),
                 dirstack: Vec::new(),
                 aliases: HashMap::new(),
+                functions: HashMap::new(),
             };
             self.run_text(&text, &mut st2, Some(p), depth);
         }

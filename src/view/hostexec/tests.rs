@@ -763,3 +763,27 @@ fn a_case_pattern_does_not_end_a_subshell() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_function_called_from_another_directory_is_a_finding() {
+    for hook in [
+        "#!/bin/sh\nlint() { ./lint.sh; }\ncd scripts\nlint\n",
+        "#!/bin/bash\nfunction lint {\n  sh lint.sh\n}\ncd scripts && lint\n",
+    ] {
+        let d = hooked("fncd", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings.iter().any(|f| f.command.contains("lint")),
+            "{hook:?}: {:?} {:?}",
+            s.findings,
+            view_paths(&s, &d)
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Called where it was defined: decided.
+    let d = hooked("fnsame", "#!/bin/sh\nlint() { ./lint.sh; }\nlint\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    assert!(has(&view_paths(&s, &d), "lint.sh"));
+    let _ = std::fs::remove_dir_all(&d);
+}
