@@ -592,6 +592,15 @@ impl Ana<'_, '_> {
             // `VAR=path prog`: a path named there is protected.
             self.arg(w, st, depth);
         }
+        // `PATH=bin:$PATH prog`: looked up there.
+        if words[start..i].iter().any(|w| w.assign.as_deref() == Some("PATH")) {
+            let mut st2 = st.clone();
+            for w in words[start..i].iter().filter(|w| w.assign.as_deref() == Some("PATH")) {
+                self.assign(w, &mut st2, depth, cmd_text, file);
+            }
+            self.program(&words[i..], cmd_text, &mut st2, file, depth);
+            return;
+        }
         self.program(&words[i..], cmd_text, st, file, depth);
     }
 
@@ -811,6 +820,11 @@ impl Ana<'_, '_> {
                 while i < rest.len() {
                     let w = &rest[i];
                     if w.assign.is_some() {
+                        if w.assign.as_deref() == Some("PATH") {
+                            self.assign(w, &mut st2, depth, cmd_text, file);
+                        } else {
+                            self.arg(w, st, depth);
+                        }
                         i += 1;
                         continue;
                     }

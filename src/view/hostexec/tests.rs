@@ -787,3 +787,21 @@ fn a_function_called_from_another_directory_is_a_finding() {
     assert!(has(&view_paths(&s, &d), "lint.sh"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_path_set_for_one_command_is_where_it_is_looked_up() {
+    for hook in [
+        "#!/bin/sh\nPATH=\"$PWD/bin:$PATH\" lint --all\n",
+        "#!/bin/sh\nenv PATH=bin:$PATH lint\n",
+        "#!/bin/sh\nexport PATH=\"$(git rev-parse --show-toplevel)/bin:$PATH\"\nlint\n",
+    ] {
+        let d = hooked("pathcmd", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            has(&view_paths(&s, &d), "bin/lint"),
+            "{hook:?}: {:?}",
+            view_paths(&s, &d)
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
