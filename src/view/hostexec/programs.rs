@@ -664,7 +664,7 @@ impl Ana<'_, '_> {
     /// A script path that is standard input or an inherited descriptor
     /// (`/dev/stdin`, `/dev/fd/3`, `/proc/self/fd/0`): what it reads was
     /// redirected from somewhere the analysis does not follow.
-    fn from_descriptor(&mut self, p: &Path, cmd_text: &str, file: Option<&Path>) -> bool {
+    fn via_descriptor(&mut self, p: &Path, cmd_text: &str, file: Option<&Path>) -> bool {
         let d = p.starts_with("/dev") || p.starts_with("/proc");
         if d {
             self.finding(
@@ -921,7 +921,7 @@ impl Ana<'_, '_> {
                             match self.path_of(&v, st) {
                                 Some(p) => {
                                     self.protect(p.clone());
-                                    if !self.from_descriptor(&p, cmd_text, file) {
+                                    if !self.via_descriptor(&p, cmd_text, file) {
                                         self.run_file(&p, st, true, depth + 1, cmd_text, file);
                                     }
                                 }
@@ -1060,7 +1060,7 @@ impl Ana<'_, '_> {
                     match self.path_of(&v, st) {
                         Some(p) => {
                             self.protect(p.clone());
-                            if self.from_descriptor(&p, cmd_text, file) {
+                            if self.via_descriptor(&p, cmd_text, file) {
                                 continue;
                             }
                             if shell {
