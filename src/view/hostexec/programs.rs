@@ -1503,7 +1503,7 @@ const HOST_WRAPPERS: &[&str] = &[
 
 /// Programs that run a command or the files of a directory in a way the
 /// analysis does not model: a finding.
-const UNFOLLOWED_WRAPPERS: &[&str] = &[
+pub(super) const UNFOLLOWED_WRAPPERS: &[&str] = &[
     "run-parts",
     "parallel",
     "flock",

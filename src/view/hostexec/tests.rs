@@ -811,3 +811,25 @@ fn a_path_set_for_one_command_is_where_it_is_looked_up() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+#[test]
+fn every_program_the_hook_analysis_calls_a_runner_is_refused_as_a_rule() {
+    // What a hook cannot be trusted to run is no auto-approval either.
+    let missing: Vec<&str> = super::programs::PROJECT_RUNNERS
+        .iter()
+        .chain(super::programs::UNFOLLOWED_WRAPPERS)
+        .copied()
+        .filter(|p| crate::escalation::refused_program(p).is_none())
+        .collect();
+    assert!(missing.is_empty(), "rules may name {missing:?}");
+    for p in [
+        "cargo-nextest",
+        "rustup",
+        "pyenv",
+        "python3.12",
+        "/usr/bin/env",
+        "busybox",
+    ] {
+        assert!(crate::escalation::refused_program(p).is_some(), "{p}");
+    }
+}
