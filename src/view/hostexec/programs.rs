@@ -521,6 +521,9 @@ impl Ana<'_, '_> {
                     }
                     _ => {}
                 }
+                for w in &words {
+                    a.substitutions(w, st, file, depth);
+                }
                 a.exec(&words, text, st, file, depth);
             }
         };
@@ -528,7 +531,10 @@ impl Ana<'_, '_> {
         while let Some(t) = toks.next() {
             match t {
                 Tok::Word(w) => cur.push(w),
-                Tok::Redirect(w) => self.redirect(&w, st, depth),
+                Tok::Redirect(w) => {
+                    self.substitutions(&w, st, file, depth);
+                    self.redirect(&w, st, depth)
+                }
                 Tok::Sep => flush(self, &mut cur, st, &mut cases, stack.len()),
                 // `name() …`: a function definition; its body follows and
                 // is read where it stands.
@@ -640,6 +646,24 @@ impl Ana<'_, '_> {
             let Some(p) = self.path_of(&v, st) else { continue };
             if p.starts_with(self.cx.wt) && p != self.cx.wt && !p.is_dir() {
                 self.protect(p);
+            }
+        }
+    }
+
+    /// The commands a word's substitutions run (`V=$(./scripts/v.sh)`,
+    /// `${X:-$(…)}`), each in a subshell of the current state.
+    fn substitutions(&mut self, w: &Word, st: &St, file: Option<&Path>, depth: usize) {
+        for p in &w.parts {
+            match p {
+                Part::Cmd(c) => self.run_text(c, &mut st.clone(), file, depth),
+                Part::Var { default: Some(d), .. } => {
+                    for t in lex(d) {
+                        if let Tok::Word(dw) | Tok::Redirect(dw) = t {
+                            self.substitutions(&dw, st, file, depth);
+                        }
+                    }
+                }
+                _ => {}
             }
         }
     }

@@ -833,3 +833,33 @@ fn every_program_the_hook_analysis_calls_a_runner_is_refused_as_a_rule() {
         assert!(crate::escalation::refused_program(p).is_some(), "{p}");
     }
 }
+
+#[test]
+fn commands_in_substitutions_are_run_too() {
+    for (hook, want) in [
+        ("#!/bin/sh\nVERSION=$(./scripts/version.sh)\n", "scripts/version.sh"),
+        ("#!/bin/sh\necho \"$(sh scripts/a.sh)\"\n", "scripts/a.sh"),
+        (
+            "#!/bin/sh\nfor f in $(scripts/list.sh); do :; done\n",
+            "scripts/list.sh",
+        ),
+        ("#!/bin/sh\n[ \"`./scripts/b.sh`\" = ok ] || exit 1\n", "scripts/b.sh"),
+        ("#!/bin/sh\nx=${Y:-$(./scripts/c.sh)}\n", "scripts/c.sh"),
+        ("#!/bin/sh\ncat > out <<EOF\n$(./scripts/d.sh)\nEOF\n", "scripts/d.sh"),
+        ("#!/bin/sh\nX=$(cd scripts && ./e.sh)\n", "scripts/e.sh"),
+    ] {
+        let d = hooked("substrun", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(has(&view_paths(&s, &d), want), "{hook:?}: {:?}", view_paths(&s, &d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // What a substitution runs and cannot be decided is a finding.
+    let d = hooked("substnpm", "#!/bin/sh\nV=$(npm run -s version)\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(
+        s.findings.iter().any(|f| f.command == "npm run -s version"),
+        "{:?}",
+        s.findings
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
