@@ -597,6 +597,7 @@ impl Ana<'_, '_> {
         for w in &words[start..i] {
             // `VAR=path prog`: a path named there is protected.
             self.arg(w, st, depth);
+            self.loader_var(w, st, depth, cmd_text, file);
         }
         // `PATH=bin:$PATH prog`: looked up there.
         if words[start..i].iter().any(|w| w.assign.as_deref() == Some("PATH")) {
@@ -610,7 +611,54 @@ impl Ana<'_, '_> {
         self.program(&words[i..], cmd_text, st, file, depth);
     }
 
+    /// `BASH_ENV=…`, `NODE_OPTIONS=--require=…`, `PYTHONPATH=…`: a file
+    /// or directory the programs run later load, protected (a directory
+    /// whole; the work tree's top, which cannot be, is reported).
+    fn loader_var(&mut self, w: &Word, st: &St, depth: usize, cmd_text: &str, file: Option<&Path>) {
+        let Some(name) = w.assign.as_deref() else { return };
+        if !LOADER_VARS.contains(&name) {
+            return;
+        }
+        let Some(vals) = self.eval(w, st, depth) else {
+            self.finding(
+                cmd_text,
+                file,
+                &format!("sets {name}, which makes programs load files, to a value the analysis cannot resolve"),
+            );
+            return;
+        };
+        for v in vals {
+            for piece in v.split([':', ' ', '=', ',', ';']) {
+                if piece.is_empty() || piece.starts_with('-') || piece.contains('\u{0}') {
+                    continue;
+                }
+                let Some(p) = self.path_of(piece, st) else {
+                    self.finding(
+                        cmd_text,
+                        file,
+                        &format!("sets {name} relative to a directory the analysis cannot resolve"),
+                    );
+                    continue;
+                };
+                if !(p.starts_with(self.cx.root) || p.starts_with(self.cx.wt)) {
+                    continue;
+                }
+                if p == self.cx.root || p == self.cx.wt || self.cx.wt.starts_with(&p) {
+                    self.finding(
+                        cmd_text,
+                        file,
+                        &format!("{name} names the work tree's top, where the sandbox writes what programs load"),
+                    );
+                } else {
+                    self.symlinks(&p);
+                    self.protect(p);
+                }
+            }
+        }
+    }
+
     fn assign(&mut self, w: &Word, st: &mut St, depth: usize, cmd_text: &str, file: Option<&Path>) {
+        self.loader_var(w, st, depth, cmd_text, file);
         let Some(name) = w.assign.clone() else { return };
         let v = self.eval(w, st, depth);
         if name == "PATH" {
@@ -848,6 +896,7 @@ impl Ana<'_, '_> {
                             self.assign(w, &mut st2, depth, cmd_text, file);
                         } else {
                             self.arg(w, st, depth);
+                            self.loader_var(w, st, depth, cmd_text, file);
                         }
                         i += 1;
                         continue;
@@ -1259,12 +1308,24 @@ impl Ana<'_, '_> {
                 );
                 return;
             }
-            if matches!(l.as_str(), "-r" | "--require" | "--import" | "--loader") {
+            if matches!(
+                l.as_str(),
+                "-r" | "--require" | "--import" | "--loader" | "--experimental-loader"
+            ) {
                 if let Some(w) = rest.get(i + 1) {
                     self.arg(w, st, depth);
                 }
                 i += 2;
                 continue;
+            }
+            if let Some((_, v)) = l.split_once('=').filter(|(k, _)| k.starts_with("--")) {
+                // `--require=./x.js`: also without a `/`.
+                if let Some(p) = self
+                    .path_of(v, st)
+                    .filter(|p| p.starts_with(self.cx.wt) && *p != self.cx.wt)
+                {
+                    self.protect(p);
+                }
             }
             if !l.starts_with('-') {
                 break;
@@ -1460,6 +1521,38 @@ impl Ana<'_, '_> {
         runs
     }
 }
+
+/// Variables that make programs load the files or directories they name
+/// (shell startup files, preloaded libraries, module paths, interpreter
+/// options).
+const LOADER_VARS: &[&str] = &[
+    "BASH_ENV",
+    "ZDOTDIR",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5OPT",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GEM_HOME",
+    "GEM_PATH",
+    "CLASSPATH",
+    "JAVA_TOOL_OPTIONS",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG",
+    "XDG_CONFIG_HOME",
+];
 
 /// Host programs that run the command or files they are given: named by
 /// their path (`/usr/bin/env`), read as by their name.

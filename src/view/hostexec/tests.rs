@@ -863,3 +863,37 @@ fn commands_in_substitutions_are_run_too() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn variables_that_make_programs_load_files_protect_them() {
+    for (hook, want) in [
+        ("#!/bin/sh\nBASH_ENV=./scripts/env.sh bash -c true\n", "scripts/env.sh"),
+        (
+            "#!/bin/sh\nexport BASH_ENV=scripts/env.sh\nbash /usr/share/tool.sh\n",
+            "scripts/env.sh",
+        ),
+        (
+            "#!/bin/sh\nNODE_OPTIONS=--require=./scripts/r.js node /usr/lib/t.js\n",
+            "scripts/r.js",
+        ),
+        (
+            "#!/bin/sh\nnode --require=./scripts/r.js /usr/lib/t.js\n",
+            "scripts/r.js",
+        ),
+        ("#!/bin/sh\nLD_PRELOAD=lib/x.so git status\n", "lib/x.so"),
+        ("#!/bin/sh\nenv PYTHONSTARTUP=s.py python3 /usr/lib/t.py\n", "s.py"),
+    ] {
+        let d = hooked("loadvars", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(has(&view_paths(&s, &d), want), "{hook:?}: {:?}", view_paths(&s, &d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // A module path naming a work-tree directory: protected whole, or
+    // reported for the top.
+    let d = hooked("pypath", "#!/bin/sh\nPYTHONPATH=tools:. python3 /usr/lib/t.py\n", &[]);
+    std::fs::create_dir_all(d.join("tools")).unwrap();
+    let s = compute(&d, &no_scopes());
+    assert!(has(&view_paths(&s, &d), "tools"), "{:?}", view_paths(&s, &d));
+    assert!(!s.findings.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
