@@ -439,7 +439,8 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 flush_lit!();
                 parts.push(Part::Glob);
             }
-            c if c.is_whitespace() => {
+            // Blanks and newlines only: sh keeps `\r` and other spaces in the word.
+            c @ (' ' | '\t' | '\n') => {
                 end_word!();
                 lx.i += 1;
                 if c == '\n' {

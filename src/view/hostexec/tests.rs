@@ -897,3 +897,14 @@ fn variables_that_make_programs_load_files_protect_them() {
     assert!(!s.findings.is_empty());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_carriage_return_is_part_of_the_word_as_sh_reads_it() {
+    // A hook saved with CRLF runs `./scripts/a.sh\r`: a name the sandbox
+    // could create.
+    let d = hooked("crlf", "#!/bin/sh\r\n./scripts/a.sh\r\nsh\u{a0}scripts/b.sh\n", &[]);
+    let r = rels(&d);
+    assert!(r.contains(&"scripts/a.sh\r".to_string()), "{r:?}");
+    assert!(r.contains(&"sh\u{a0}scripts/b.sh".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
