@@ -69,24 +69,8 @@ pub(super) fn tilde(v: &str, home: Option<&Path>) -> Option<PathBuf> {
     Some(normalize(&h.join(tail)))
 }
 
-/// The home directory of `user` (`getpwnam_r`).
+/// The home directory of `user` (from /etc/passwd, as the rest of the
+/// product reads it).
 fn home_of(user: &str) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let name = std::ffi::CString::new(user).ok()?;
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: `passwd` is plain data (integers and pointers); all zeroes is
-    // a valid value, filled in by the call below.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call; the strings `pw` points
-    // to live in `buf`, read before it is dropped.
-    let rc = unsafe { libc::getpwnam_r(name.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if rc != 0 || out.is_null() || pw.pw_dir.is_null() {
-        return None;
-    }
-    // SAFETY: on success `pw_dir` (checked non-null) points to a
-    // NUL-terminated string in `buf`, alive here.
-    let dir = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
-    let p = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
-    p.is_absolute().then_some(p)
+    crate::sys::hostenv::user_home(user)
 }

@@ -699,23 +699,12 @@ fn a_hooks_path_or_include_under_a_named_users_home_is_followed() {
     // `~user/…` is that user's home, as Git expands it.
     let d = repo("tildeuser");
     let uid = rustix::process::geteuid().as_raw();
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: `passwd` is plain data; all zeroes is valid until filled.
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call (reentrant form).
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if rc != 0 || out.is_null() {
-        eprintln!("skipping: the current user has no passwd entry");
+    let Some((name, home)) = crate::sys::hostenv::user_name(uid)
+        .and_then(|n| crate::sys::hostenv::user_home(&n).map(|h| (n, h.to_string_lossy().into_owned())))
+    else {
+        eprintln!("skipping: the current user has no /etc/passwd entry");
         assert!(std::env::var_os("LAZARET_MUST_WORK").is_none());
         return;
-    }
-    // SAFETY: on success both strings are NUL-terminated, in `buf`.
-    let (name, home) = unsafe {
-        (
-            std::ffi::CStr::from_ptr(pw.pw_name).to_string_lossy().into_owned(),
-            std::ffi::CStr::from_ptr(pw.pw_dir).to_string_lossy().into_owned(),
-        )
     };
     let up = "../".repeat(Path::new(&home).components().count().saturating_sub(1));
     let rel = format!("~{name}/{up}{}", d.to_string_lossy().trim_start_matches('/'));
