@@ -83,12 +83,31 @@ impl Lexer<'_> {
     }
     /// Reads up to the `close` matching an already consumed `open`,
     /// through quotes; returns the text between.
+    /// Inside `$(…)`, the `)` of a `case` pattern (`case x in a) …;;
+    /// esac`) closes no parenthesis: `case`…`esac` are followed.
     fn balanced(&mut self, open: char, close: char) -> String {
         let start = self.pos();
         let mut depth = 1;
         let mut quote: Option<char> = None;
+        // The depth at each open `case`, and the unquoted word being read.
+        let mut cases: Vec<i32> = Vec::new();
+        let mut word = String::new();
         while let Some(c) = self.peek(0) {
             self.i += 1;
+            if quote.is_none() && open == '(' && (is_name(c)) {
+                word.push(c);
+                continue;
+            }
+            if open == '(' && !word.is_empty() {
+                match word.as_str() {
+                    "case" => cases.push(depth),
+                    "esac" => {
+                        cases.pop();
+                    }
+                    _ => {}
+                }
+                word.clear();
+            }
             match (quote, c) {
                 (Some('\''), '\'') => quote = None,
                 (Some('\''), _) => {}
@@ -96,6 +115,7 @@ impl Lexer<'_> {
                 (Some('"'), '"') => quote = None,
                 (None, '\'' | '"') => quote = Some(c),
                 (None, c) if c == open => depth += 1,
+                (None, c) if c == close && cases.last() == Some(&depth) => {}
                 (None, c) if c == close => {
                     depth -= 1;
                     if depth == 0 {

@@ -897,3 +897,22 @@ fn a_carriage_return_is_part_of_the_word_as_sh_reads_it() {
     assert!(r.contains(&"sh\u{a0}scripts/b.sh".to_string()), "{r:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn a_case_inside_a_substitution_does_not_end_it() {
+    let toks = lex("X=$(case y in y) echo;; (z) b=$(pwd);; esac) && next");
+    let Tok::Word(w) = &toks[0] else { panic!("{toks:?}") };
+    assert_eq!(
+        w.parts,
+        vec![Part::Cmd("case y in y) echo;; (z) b=$(pwd);; esac".into())],
+        "{toks:?}"
+    );
+    let d = hooked(
+        "casesubst",
+        "#!/bin/sh\n(cd tools\nX=$(case y in y) echo;; esac)\n./t.sh)\n",
+        &[],
+    );
+    let r = rels(&d);
+    assert!(r.contains(&"tools/t.sh".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
