@@ -1662,6 +1662,46 @@ pub(super) const UNFOLLOWED_WRAPPERS: &[&str] = &[
 /// `filter-branch`.
 fn git_runs_command(rest: &[Word]) -> bool {
     let l: Vec<String> = rest.iter().map(|w| w.lit().unwrap_or_default()).collect();
+    // Configuration given on the command line (`-c KEY=VALUE`,
+    // `--config-env=KEY=VAR`) that names a program or hooks directory, or
+    // given by an expansion.
+    let runs_key = |kv: &str| {
+        let key = kv.split('=').next().unwrap_or(kv).to_ascii_lowercase();
+        key.is_empty()
+            || [
+                "core.hookspath",
+                "core.fsmonitor",
+                "core.sshcommand",
+                "core.pager",
+                "core.editor",
+            ]
+            .contains(&key.as_str())
+            || [
+                "alias.",
+                "filter.",
+                "diff.",
+                "merge.",
+                "pager.",
+                "gpg.",
+                "credential.",
+                "sequence.",
+                "remote.",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+    };
+    for (k, a) in rest.iter().enumerate() {
+        let v = match a.lit().as_deref() {
+            Some("-c") => rest.get(k + 1).and_then(Word::lit),
+            Some(x) if x.starts_with("--config-env=") => Some(x["--config-env=".len()..].to_string()),
+            Some("--config-env") => rest.get(k + 1).and_then(Word::lit),
+            _ => continue,
+        };
+        match v {
+            Some(kv) if !runs_key(&kv) => {}
+            _ => return true,
+        }
+    }
     let has = |a: &str| l.iter().any(|x| x == a);
     let opt = |a: &str| l.iter().any(|x| x == a || x.starts_with(&format!("{a}=")));
     (has("submodule") && has("foreach"))

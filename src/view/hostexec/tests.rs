@@ -916,3 +916,36 @@ fn a_case_inside_a_substitution_does_not_end_it() {
     assert!(r.contains(&"tools/t.sh".to_string()), "{r:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn git_given_configuration_that_runs_programs_on_its_command_line_is_a_finding() {
+    for (hook, command) in [
+        (
+            "#!/bin/sh\ngit -c core.hooksPath=tools/hooks commit --amend --no-edit\n",
+            "git -c core.hooksPath=tools/hooks commit --amend --no-edit",
+        ),
+        ("#!/bin/sh\ngit -c alias.l='!./l.sh' l\n", "git -c alias.l='!./l.sh' l"),
+        (
+            "#!/bin/sh\ngit --config-env=core.fsmonitor=FSM status\n",
+            "git --config-env=core.fsmonitor=FSM status",
+        ),
+    ] {
+        let d = hooked("gitc", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings.iter().any(|f| f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Plain configuration is no finding.
+    let d = hooked(
+        "gitc-plain",
+        "#!/bin/sh\ngit -c color.ui=never diff --cached --quiet\n",
+        &[],
+    );
+    let s = compute(&d, &no_scopes());
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    let _ = std::fs::remove_dir_all(&d);
+}
