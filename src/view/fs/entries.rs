@@ -91,7 +91,11 @@ impl View {
             Err(e) => return Err(errno(e)),
         };
         if made {
-            self.keep_new_mode(side, &d, name, asked);
+            // By the descriptor: a host file renamed onto the name since is
+            // not taken for the sandbox's (its mode changes stay capped).
+            if let Ok(st) = rustix::fs::fstat(&fd) {
+                self.keep_new_mode_of(side, &st, asked);
+            }
             self.own_new(req, &d, name)?;
         }
         let a = self.remember(side, &rel)?;
