@@ -1186,7 +1186,9 @@ impl Ana<'_, '_> {
                 self.finding(cmd_text, file, "a shell reading its commands from standard input");
                 return;
             }
-            i += if l == "-o" || l == "+o" || l == "-O" || l == "+O" {
+            // `-o NAME`, `-O NAME`, also at the end of a cluster
+            // (`-euo pipefail`).
+            i += if !l.starts_with("--") && (l.ends_with('o') || l.ends_with('O')) {
                 2
             } else {
                 1

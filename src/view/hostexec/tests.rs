@@ -949,3 +949,19 @@ fn git_given_configuration_that_runs_programs_on_its_command_line_is_a_finding()
     assert!(s.findings.is_empty(), "{:?}", s.findings);
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn shell_option_clusters_that_take_a_value_skip_it() {
+    for hook in [
+        "#!/bin/sh\nbash -euo pipefail scripts/a.sh\n",
+        "#!/bin/sh\nbash -eO extglob scripts/a.sh\n",
+        "#!/bin/sh\nbash +o posix scripts/a.sh\n",
+    ] {
+        let d = hooked("shopt", hook, &[("scripts/a.sh", "#!/bin/sh\n./scripts/b.sh\n")]);
+        let r = rels(&d);
+        for want in ["scripts/a.sh", "scripts/b.sh"] {
+            assert!(r.contains(&want.to_string()), "{hook:?}: {want} in {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
