@@ -1207,7 +1207,14 @@ impl Ana<'_, '_> {
     fn python(&mut self, rest: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
         let mut i = 0;
         while i < rest.len() {
-            let Some(l) = rest[i].lit() else { break };
+            let Some(mut l) = rest[i].lit() else { break };
+            // A cluster of flags (`-Bc`, `-Im mod`, `-BW ignore`): the
+            // first that takes a value decides.
+            if l.len() > 2 && l.starts_with('-') && !l.starts_with("--") {
+                if let Some(k) = l[1..].find(['c', 'm', 'W', 'X']) {
+                    l = format!("-{}", &l[1 + k..]);
+                }
+            }
             if l == "-c" || (l.starts_with("-c") && !l.starts_with("--")) {
                 self.finding(
                     cmd_text,

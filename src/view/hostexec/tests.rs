@@ -965,3 +965,25 @@ fn shell_option_clusters_that_take_a_value_skip_it() {
         let _ = std::fs::remove_dir_all(&d);
     }
 }
+
+#[test]
+fn python_flag_clusters_are_read_by_their_value_flag() {
+    let d = hooked("pyclust", "#!/bin/sh\npython3 -Bc 'import scripts.x'\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(
+        s.findings.iter().any(|f| f.command == "python3 -Bc 'import scripts.x'"),
+        "{:?}",
+        s.findings
+    );
+    let _ = std::fs::remove_dir_all(&d);
+    let d = hooked(
+        "pyclust-m",
+        "#!/bin/sh\npython3 -Bm scripts.e\npython3 -BW ignore tools/t.py\n",
+        &[],
+    );
+    let r = rels(&d);
+    for want in ["scripts/e.py", "tools/t.py"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
