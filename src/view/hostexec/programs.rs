@@ -1020,7 +1020,20 @@ impl Ana<'_, '_> {
                 let mut i = 0;
                 while i < rest.len() {
                     match lit(&rest[i]) {
-                        Some(l) if l == "-e" || l == "-E" || l == "-c" || l == "-r" || l == "-Command" => {
+                        Some(l)
+                            if l == "-e"
+                                || l == "-E"
+                                || l == "-c"
+                                || l == "-r"
+                                || l == "-Command"
+                                // A cluster with one of them: `perl -lne …`.
+                                // (`-Mstrict`, `-Ilib`: a value, not flags.)
+                                || (l.len() > 2
+                                    && l.starts_with('-')
+                                    && !l.starts_with("--")
+                                    && !["-M", "-m", "-I"].iter().any(|p| l.starts_with(p))
+                                    && l[1..].contains(['e', 'E', 'c', 'r'])) =>
+                        {
                             self.finding(
                                 cmd_text,
                                 file,
@@ -1309,7 +1322,8 @@ impl Ana<'_, '_> {
         let mut i = 0;
         while i < rest.len() {
             let Some(l) = rest[i].lit() else { break };
-            if matches!(l.as_str(), "-e" | "--eval" | "-p" | "--print") {
+            let cluster = l.len() > 2 && l.starts_with('-') && !l.starts_with("--") && l[1..].contains(['e', 'p']);
+            if cluster || matches!(l.as_str(), "-e" | "--eval" | "-p" | "--print") {
                 self.finding(
                     cmd_text,
                     file,

@@ -987,3 +987,27 @@ fn python_flag_clusters_are_read_by_their_value_flag() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn inline_code_in_a_flag_cluster_is_a_finding() {
+    for (hook, command) in [
+        (
+            "#!/bin/sh\nnode -pe 'require(\"./scripts/x\")'\n",
+            "node -pe 'require(\"./scripts/x\")'",
+        ),
+        (
+            "#!/bin/sh\ngit diff --name-only | perl -lne 'do \"./x.pl\"'\n",
+            "perl -lne 'do \"./x.pl\"'",
+        ),
+        ("#!/bin/sh\nruby -ne 'load \"x.rb\"'\n", "ruby -ne 'load \"x.rb\"'"),
+    ] {
+        let d = hooked("cluster", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings.iter().any(|f| f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
