@@ -123,8 +123,9 @@ pub struct RunnerClass {
 /// convention, files of the workspace (the sandbox's files): never
 /// auto-approved, whatever their arguments. A program is matched by its base
 /// name (also given as a path), lower-cased, as written, without a version
-/// suffix (`python3.12`, `node18`, `pip-3`), and by the last `-` part of
-/// that (`x86_64-linux-gnu-gcc`). docs/escalation.md lists this table
+/// suffix (`python3.12`, `node18`, `pip-3`), by the last `-` part of
+/// that (`x86_64-linux-gnu-gcc`), and, for the classes whose plugins are
+/// `PROGRAM-NAME` programs, by the first (`cargo-nextest`, `npm-run-all`). docs/escalation.md lists this table
 /// ([`runner_table_markdown`], checked by a test).
 pub const RUNNER_CLASSES: &[RunnerClass] = &[
     RunnerClass {
@@ -211,7 +212,8 @@ pub const RUNNER_CLASSES: &[RunnerClass] = &[
         programs: &[
             "npm", "npx", "yarn", "pnpm", "pnpx", "bunx", "corepack", "pip", "pipx", "uv", "uvx", "poetry", "pdm",
             "hatch", "pipenv", "conda", "mamba", "tox", "nox", "invoke", "bundle", "bundler", "gem", "rake",
-            "composer", "task", "lein", "mix", "rebar3", "cabal", "stack", "dub", "nimble",
+            "composer", "task", "lein", "mix", "rebar3", "cabal", "stack", "dub", "nimble", "rye", "mage", "nx",
+            "turbo", "lerna", "rush", "moon",
         ],
     },
     RunnerClass {
@@ -241,6 +243,7 @@ pub const RUNNER_CLASSES: &[RunnerClass] = &[
             "gradlew",
             "ant",
             "sbt",
+            "earthly",
             "dotnet",
             "msbuild",
             "xcodebuild",
@@ -295,6 +298,9 @@ pub const RUNNER_CLASSES: &[RunnerClass] = &[
               .envrc, mise.toml, flake.nix, …)",
         programs: &[
             "pre-commit",
+            "prek",
+            "overcommit",
+            "commitlint",
             "lint-staged",
             "husky",
             "lefthook",
@@ -307,6 +313,16 @@ pub const RUNNER_CLASSES: &[RunnerClass] = &[
             "nix-build",
             "devbox",
             "devenv",
+            "rustup",
+            "pyenv",
+            "rbenv",
+            "nodenv",
+            "goenv",
+            "jenv",
+            "volta",
+            "fnm",
+            "nvm",
+            "proto",
         ],
     },
     RunnerClass {
@@ -377,8 +393,29 @@ pub const RUNNER_CLASSES: &[RunnerClass] = &[
             "xdg-open",
             "open",
             "gio",
+            "setpriv",
+            "tmux",
+            "screen",
+            "at",
+            "batch",
+            "dbus-run-session",
+            "xvfb-run",
+            "fakeroot",
+            "faketime",
+            "proot",
+            "sg",
         ],
     },
+];
+
+/// Classes whose programs take plugins named `PROGRAM-NAME` that they run
+/// (`cargo-nextest`, `npm-run-all`, `python3-coverage`): such a name is
+/// theirs too.
+const PLUGIN_CLASSES: &[&str] = &[
+    "interpreter",
+    "package manager or task runner",
+    "build tool",
+    "test runner",
 ];
 
 /// `Some((name, class))` when `program` (a name or a path) is on
@@ -387,11 +424,14 @@ pub fn command_runner(program: &str) -> Option<(&'static str, &'static RunnerCla
     let base = program.rsplit('/').next().unwrap_or(program).to_ascii_lowercase();
     let stem = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '-');
     let last = stem.rsplit('-').next().unwrap_or(stem);
+    let first = stem.split('-').next().unwrap_or(stem);
+    let first = first.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
     RUNNER_CLASSES.iter().find_map(|c| {
+        let plugin = PLUGIN_CLASSES.contains(&c.class);
         c.programs
             .iter()
             .copied()
-            .find(|p| *p == base || *p == stem || *p == last)
+            .find(|p| *p == base || *p == stem || *p == last || (plugin && *p == first))
             .map(|p| (p, c))
     })
 }

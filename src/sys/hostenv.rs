@@ -129,6 +129,22 @@ pub fn passwd_by_name(passwd: &str, name: &str) -> Option<(u32, u32)> {
     })
 }
 
+/// `name:x:uid:gid:gecos:home:shell` → `home` for the first entry named
+/// `name`, when it is absolute.
+pub fn passwd_home(passwd: &str, name: &str) -> Option<std::path::PathBuf> {
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 6 && !name.is_empty() && f[0] == name && f[5].starts_with('/'))
+            .then(|| std::path::PathBuf::from(f[5]))
+    })
+}
+
+/// The home directory of user `name`, from /etc/passwd.
+pub fn user_home(name: &str) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd_home(&text, name)
+}
+
 // ---- /etc/subuid, /etc/subgid ------------------------------------------------
 
 /// The ids one user namespace maps above the user's own: the runtime maps

@@ -118,6 +118,11 @@ impl VolumeModes {
     pub(super) fn gone(&self, st: &rustix::fs::Stat) {
         self.0.lock().unwrap().remove(&(st.st_dev, st.st_ino));
     }
+
+    #[cfg(test)]
+    pub(super) fn knows(&self, st: &rustix::fs::Stat) -> bool {
+        self.0.lock().unwrap().contains_key(&(st.st_dev, st.st_ino))
+    }
 }
 
 pub(super) fn kind(mode: u32) -> FileType {
@@ -321,12 +326,21 @@ impl View {
             return;
         }
         if let Ok(st) = rustix::fs::statat(d, name, AtFlags::SYMLINK_NOFOLLOW) {
-            if let Some(v) = &self.volume {
-                v.made(&st);
-            }
-            if host_mode(side, mode, is_dir(&st)) != mode & 0o7777 {
-                self.keep_guest(&st, Some(mode), None, None);
-            }
+            self.keep_new_mode_of(side, &st, mode);
+        }
+    }
+
+    /// The same for the entry `st` (a new file's `fstat`: the file made,
+    /// whatever was renamed onto its name since).
+    pub(super) fn keep_new_mode_of(&self, side: Side, st: &rustix::fs::Stat, mode: u32) {
+        if side != Side::Host {
+            return;
+        }
+        if let Some(v) = &self.volume {
+            v.made(st);
+        }
+        if host_mode(side, mode, is_dir(st)) != mode & 0o7777 {
+            self.keep_guest(st, Some(mode), None, None);
         }
     }
 }

@@ -91,7 +91,11 @@ impl View {
             Err(e) => return Err(errno(e)),
         };
         if made {
-            self.keep_new_mode(side, &d, name, asked);
+            // By the descriptor: a host file renamed onto the name since is
+            // not taken for the sandbox's (its mode changes stay capped).
+            if let Ok(st) = rustix::fs::fstat(&fd) {
+                self.keep_new_mode_of(side, &st, asked);
+            }
             self.own_new(req, &d, name)?;
         }
         let a = self.remember(side, &rel)?;
@@ -220,6 +224,16 @@ impl View {
             if v.st_mode & sys::S_IFMT != sys::S_IFDIR && v.st_nlink <= 1 {
                 // The file renamed over lost its last name.
                 b.changed(budget::on_disk(v), 0);
+            }
+        }
+        if let Some(v) = &victim {
+            if v.st_mode & sys::S_IFMT == sys::S_IFDIR || v.st_nlink <= 1 {
+                // As for an unlink: its inode number may be reused by
+                // another file, which must not inherit what was kept of it.
+                self.guest.lock().unwrap().remove(&(v.st_dev, v.st_ino));
+                if let Some(vm) = &self.volume {
+                    vm.gone(v);
+                }
             }
         }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {

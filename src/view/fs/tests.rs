@@ -415,3 +415,46 @@ fn a_volume_mode_change_never_adds_group_or_other_bits() {
     assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o755), 0o755);
     assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o4777), 0o775);
 }
+
+#[test]
+fn a_volume_forgets_a_file_renamed_over() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Tmp::new("volrename");
+    let v = view(&dir).for_volume();
+    let st = |rel: &str| rustix::fs::stat(dir.0.join(rel)).unwrap();
+    let seen = |s: &rustix::fs::Stat| v.volume.as_ref().unwrap().knows(s);
+    // A file the sandbox made, then renamed over: its inode number may be
+    // reused by a host file (a tool's atomic save), which must not find
+    // the sandbox's uncapped entry (nor a stale first mode).
+    dir.write("made", "m");
+    dir.write("other", "o");
+    std::fs::set_permissions(dir.0.join("other"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let made = st("made");
+    v.volume.as_ref().unwrap().made(&made);
+    let other = st("other");
+    v.chmod_mode(Side::Host, &other, 0o644);
+    dir.write("x", "x");
+    lookup(&v, "made");
+    lookup(&v, "x");
+    v.rename_entry(
+        INodeNo(1),
+        std::ffi::OsStr::new("x"),
+        INodeNo(1),
+        std::ffi::OsStr::new("made"),
+        fuser::RenameFlags::empty(),
+    )
+    .unwrap();
+    assert!(!seen(&made), "the replaced file's entry outlived it");
+    lookup(&v, "other");
+    dir.write("y", "y");
+    lookup(&v, "y");
+    v.rename_entry(
+        INodeNo(1),
+        std::ffi::OsStr::new("y"),
+        INodeNo(1),
+        std::ffi::OsStr::new("other"),
+        fuser::RenameFlags::empty(),
+    )
+    .unwrap();
+    assert!(!seen(&other), "the replaced host file's first mode outlived it");
+}

@@ -49,8 +49,28 @@ pub(super) fn symlink_hops(p: &Path) -> Vec<PathBuf> {
 }
 
 pub(super) fn expand(v: &str, home: Option<&Path>, base: &Path) -> PathBuf {
-    if let (Some(rest), Some(h)) = (v.strip_prefix("~/"), home) {
-        return normalize(&h.join(rest));
+    if let Some(p) = tilde(v, home) {
+        return p;
     }
     normalize(&base.join(v))
+}
+
+/// `~`, `~/rest`, `~user` and `~user/rest` as Git expands them (the home
+/// directory, or that user's from the password database); `None` for any
+/// other value, or a user or home that is unknown.
+pub(super) fn tilde(v: &str, home: Option<&Path>) -> Option<PathBuf> {
+    let rest = v.strip_prefix('~')?;
+    let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let h = if user.is_empty() {
+        home?.to_path_buf()
+    } else {
+        home_of(user)?
+    };
+    Some(normalize(&h.join(tail)))
+}
+
+/// The home directory of `user` (from /etc/passwd, as the rest of the
+/// product reads it).
+fn home_of(user: &str) -> Option<PathBuf> {
+    crate::sys::hostenv::user_home(user)
 }

@@ -224,6 +224,12 @@ struct St {
     /// against the directory a program is looked up from).
     path_extra: Vec<String>,
     dirstack: Vec<Option<PathBuf>>,
+    /// Aliases defined so far (`None`: to something unknown): `sh` (dash)
+    /// expands them in scripts too.
+    aliases: HashMap<String, Option<String>>,
+    /// Functions defined so far, with the directory their body was read
+    /// in (relative paths in it were resolved there).
+    functions: HashMap<String, Option<PathBuf>>,
 }
 
 impl St {
@@ -234,6 +240,8 @@ impl St {
             zero: None,
             path_extra: Vec::new(),
             dirstack: Vec::new(),
+            aliases: HashMap::new(),
+            functions: HashMap::new(),
         }
     }
 }
@@ -459,7 +467,18 @@ impl Ana<'_, '_> {
                 "basename" => out.extend(first(&args)?.iter().map(|v| basename(v))),
                 "realpath" | "readlink" => {
                     for v in first(&args)? {
-                        out.push(abs(&v, &st)?);
+                        let a = abs(&v, &st)?;
+                        // Resolved as they do, through symlinks (a hook
+                        // linked from `scripts/hooks/`); each hop is
+                        // protected so the resolution holds.
+                        self.symlinks(Path::new(&a));
+                        if let Some(r) = symlink_hops(Path::new(&a)).last() {
+                            out.push(r.to_string_lossy().into_owned());
+                        }
+                        if let Ok(r) = std::fs::canonicalize(&a) {
+                            out.push(r.to_string_lossy().into_owned());
+                        }
+                        out.push(a);
                     }
                 }
                 "echo" if args.len() == 1 => out.extend(args[0].iter().cloned()),
@@ -485,24 +504,55 @@ impl Ana<'_, '_> {
     fn run_text(&mut self, text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
         let toks = lex(text);
         let mut stack: Vec<St> = Vec::new();
+        // For each open `case`, the subshell depth at its start: a `)`
+        // with no `(` opened since ends a pattern, not a subshell.
+        let mut cases: Vec<usize> = Vec::new();
         let mut cur: Vec<Word> = Vec::new();
-        let flush = |a: &mut Self, cur: &mut Vec<Word>, st: &mut St| {
+        let flush = |a: &mut Self, cur: &mut Vec<Word>, st: &mut St, cases: &mut Vec<usize>, depth_now: usize| {
             if !cur.is_empty() {
                 let words = std::mem::take(cur);
+                let first = words
+                    .iter()
+                    .find_map(|w| w.lit().filter(|l| l == "esac" || !KEYWORDS.contains(&l.as_str())));
+                match first.as_deref() {
+                    Some("case") => cases.push(depth_now),
+                    Some("esac") => {
+                        cases.pop();
+                    }
+                    _ => {}
+                }
+                for w in &words {
+                    a.substitutions(w, st, file, depth);
+                }
                 a.exec(&words, text, st, file, depth);
             }
         };
-        for t in toks {
+        let mut toks = toks.into_iter().peekable();
+        while let Some(t) = toks.next() {
             match t {
                 Tok::Word(w) => cur.push(w),
-                Tok::Redirect(_) => {}
-                Tok::Sep => flush(self, &mut cur, st),
+                Tok::Redirect(w) => {
+                    self.substitutions(&w, st, file, depth);
+                    self.redirect(&w, st, depth)
+                }
+                Tok::Sep => flush(self, &mut cur, st, &mut cases, stack.len()),
+                // `name() …`: a function definition; its body follows and
+                // is read where it stands.
+                Tok::Open if cur.len() == 1 && toks.peek() == Some(&Tok::Close) && cur[0].lit().is_some() => {
+                    toks.next();
+                    let name = cur.pop().and_then(|w| w.lit()).unwrap_or_default();
+                    st.functions.insert(name, st.cwd.clone());
+                }
                 Tok::Open => {
-                    flush(self, &mut cur, st);
+                    flush(self, &mut cur, st, &mut cases, stack.len());
                     stack.push(st.clone());
                 }
                 Tok::Close => {
-                    flush(self, &mut cur, st);
+                    flush(self, &mut cur, st, &mut cases, stack.len());
+                    if cases.last().is_some_and(|&d| stack.len() <= d) {
+                        // `pattern)`.
+                        continue;
+                    }
                     // A subshell's `cd` and variables end with it.
                     if let Some(saved) = stack.pop() {
                         *st = saved;
@@ -510,7 +560,7 @@ impl Ana<'_, '_> {
                 }
             }
         }
-        flush(self, &mut cur, st);
+        flush(self, &mut cur, st, &mut cases, stack.len());
     }
 
     /// Runs one simple command.
@@ -526,6 +576,11 @@ impl Ana<'_, '_> {
                 .lit()
                 .is_some_and(|l| matches!(l.as_str(), "for" | "case" | "select" | "function"))
         {
+            if words[i].lit().as_deref() == Some("function") {
+                if let Some(name) = words.get(i + 1).and_then(Word::lit) {
+                    st.functions.insert(name, st.cwd.clone());
+                }
+            }
             return;
         }
         // Assignments alone set variables; before a program, its environment.
@@ -542,11 +597,68 @@ impl Ana<'_, '_> {
         for w in &words[start..i] {
             // `VAR=path prog`: a path named there is protected.
             self.arg(w, st, depth);
+            self.loader_var(w, st, depth, cmd_text, file);
+        }
+        // `PATH=bin:$PATH prog`: looked up there.
+        if words[start..i].iter().any(|w| w.assign.as_deref() == Some("PATH")) {
+            let mut st2 = st.clone();
+            for w in words[start..i].iter().filter(|w| w.assign.as_deref() == Some("PATH")) {
+                self.assign(w, &mut st2, depth, cmd_text, file);
+            }
+            self.program(&words[i..], cmd_text, &mut st2, file, depth);
+            return;
         }
         self.program(&words[i..], cmd_text, st, file, depth);
     }
 
+    /// `BASH_ENV=…`, `NODE_OPTIONS=--require=…`, `PYTHONPATH=…`: a file
+    /// or directory the programs run later load, protected (a directory
+    /// whole; the work tree's top, which cannot be, is reported).
+    fn loader_var(&mut self, w: &Word, st: &St, depth: usize, cmd_text: &str, file: Option<&Path>) {
+        let Some(name) = w.assign.as_deref() else { return };
+        if !LOADER_VARS.contains(&name) {
+            return;
+        }
+        let Some(vals) = self.eval(w, st, depth) else {
+            self.finding(
+                cmd_text,
+                file,
+                &format!("sets {name}, which makes programs load files, to a value the analysis cannot resolve"),
+            );
+            return;
+        };
+        for v in vals {
+            for piece in v.split([':', ' ', '=', ',', ';']) {
+                if piece.is_empty() || piece.starts_with('-') || piece.contains('\u{0}') {
+                    continue;
+                }
+                let Some(p) = self.path_of(piece, st) else {
+                    self.finding(
+                        cmd_text,
+                        file,
+                        &format!("sets {name} relative to a directory the analysis cannot resolve"),
+                    );
+                    continue;
+                };
+                if !(p.starts_with(self.cx.root) || p.starts_with(self.cx.wt)) {
+                    continue;
+                }
+                if p == self.cx.root || p == self.cx.wt || self.cx.wt.starts_with(&p) {
+                    self.finding(
+                        cmd_text,
+                        file,
+                        &format!("{name} names the work tree's top, where the sandbox writes what programs load"),
+                    );
+                } else {
+                    self.symlinks(&p);
+                    self.protect(p);
+                }
+            }
+        }
+    }
+
     fn assign(&mut self, w: &Word, st: &mut St, depth: usize, cmd_text: &str, file: Option<&Path>) {
+        self.loader_var(w, st, depth, cmd_text, file);
         let Some(name) = w.assign.clone() else { return };
         let v = self.eval(w, st, depth);
         if name == "PATH" {
@@ -584,6 +696,56 @@ impl Ana<'_, '_> {
                 self.protect(p);
             }
         }
+    }
+
+    /// The commands a word's substitutions run (`V=$(./scripts/v.sh)`,
+    /// `${X:-$(…)}`), each in a subshell of the current state.
+    fn substitutions(&mut self, w: &Word, st: &St, file: Option<&Path>, depth: usize) {
+        for p in &w.parts {
+            match p {
+                Part::Cmd(c) => self.run_text(c, &mut st.clone(), file, depth),
+                Part::Var { default: Some(d), .. } => {
+                    for t in lex(d) {
+                        if let Tok::Word(dw) | Tok::Redirect(dw) = t {
+                            self.substitutions(&dw, st, file, depth);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A redirection's file (`< scripts/x.py`: an interpreter may read its
+    /// program from it): protected when it is in the work tree, also
+    /// without a `/`.
+    fn redirect(&mut self, w: &Word, st: &St, depth: usize) {
+        let Some(vals) = self.eval(w, st, depth) else { return };
+        for v in vals {
+            if v.is_empty() || v.contains('\u{0}') {
+                continue;
+            }
+            let Some(p) = self.path_of(&v, st) else { continue };
+            if p.starts_with(self.cx.wt) && p != self.cx.wt && !p.is_dir() {
+                self.symlinks(&p);
+                self.protect(p);
+            }
+        }
+    }
+
+    /// A script path that is standard input or an inherited descriptor
+    /// (`/dev/stdin`, `/dev/fd/3`, `/proc/self/fd/0`): what it reads was
+    /// redirected from somewhere the analysis does not follow.
+    fn via_descriptor(&mut self, p: &Path, cmd_text: &str, file: Option<&Path>) -> bool {
+        let d = p.starts_with("/dev") || p.starts_with("/proc");
+        if d {
+            self.finding(
+                cmd_text,
+                file,
+                "runs a script read from standard input or a descriptor, which the analysis does not follow",
+            );
+        }
+        d
     }
 
     fn program(&mut self, words: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
@@ -641,10 +803,14 @@ impl Ana<'_, '_> {
                 return;
             } else if !interp {
                 self.run_file(&p, st, false, depth + 1, cmd_text, file);
-                for w in rest {
-                    self.arg(w, st, depth);
+                // A host program named by its path (`/usr/bin/env`,
+                // `/usr/bin/find`) is read as its name is, below.
+                if in_ws || !HOST_WRAPPERS.contains(&name.as_str()) {
+                    for w in rest {
+                        self.arg(w, st, depth);
+                    }
+                    return;
                 }
-                return;
             }
         } else {
             // A name: `PATH` entries the script added come first.
@@ -666,9 +832,45 @@ impl Ana<'_, '_> {
                 }
             }
         }
+        if !v.contains('/') {
+            if let Some(at) = st.functions.get(&name) {
+                if at.is_none() || *at != st.cwd {
+                    self.finding(
+                        cmd_text,
+                        file,
+                        "calls a function from another directory than the one its body was read in",
+                    );
+                }
+            }
+            if let Some(def) = st.aliases.remove(&name) {
+                // The alias's text runs in its place (not itself again).
+                match &def {
+                    Some(t) => self.run_text(t, st, file, depth),
+                    None => self.finding(cmd_text, file, "runs an alias the analysis cannot resolve"),
+                }
+                st.aliases.insert(name, def);
+                for w in rest {
+                    self.arg(w, st, depth);
+                }
+                return;
+            }
+        }
         let n = name.as_str();
         let lit = |w: &Word| w.lit();
         match n {
+            "alias" => {
+                for w in rest {
+                    let Some(a) = w.assign.clone() else { continue };
+                    let def = match self.eval(w, st, depth).as_deref() {
+                        Some([one]) => Some(one.clone()),
+                        _ => None,
+                    };
+                    if def.is_none() {
+                        self.finding(cmd_text, file, "defines an alias the analysis cannot resolve");
+                    }
+                    st.aliases.insert(a, def);
+                }
+            }
             "exec" | "command" | "builtin" | "nohup" | "time" | "setsid" | "stdbuf" | "chronic" | "unbuffer" => {
                 if n == "command" && rest.first().and_then(lit).is_some_and(|l| l == "-v" || l == "-V") {
                     return;
@@ -690,6 +892,12 @@ impl Ana<'_, '_> {
                 while i < rest.len() {
                     let w = &rest[i];
                     if w.assign.is_some() {
+                        if w.assign.as_deref() == Some("PATH") {
+                            self.assign(w, &mut st2, depth, cmd_text, file);
+                        } else {
+                            self.arg(w, st, depth);
+                            self.loader_var(w, st, depth, cmd_text, file);
+                        }
                         i += 1;
                         continue;
                     }
@@ -776,14 +984,19 @@ impl Ana<'_, '_> {
                 }
             }
             "." | "source" => {
-                let Some(w) = rest.first() else { return };
+                let Some(w) = rest.first() else {
+                    self.finding(cmd_text, file, "sources a script the analysis cannot read");
+                    return;
+                };
                 match self.eval(w, st, depth) {
                     Some(vals) => {
                         for v in vals {
                             match self.path_of(&v, st) {
                                 Some(p) => {
                                     self.protect(p.clone());
-                                    self.run_file(&p, st, true, depth + 1, cmd_text, file);
+                                    if !self.via_descriptor(&p, cmd_text, file) {
+                                        self.run_file(&p, st, true, depth + 1, cmd_text, file);
+                                    }
                                 }
                                 None => self.finding(
                                     cmd_text,
@@ -807,7 +1020,20 @@ impl Ana<'_, '_> {
                 let mut i = 0;
                 while i < rest.len() {
                     match lit(&rest[i]) {
-                        Some(l) if l == "-e" || l == "-E" || l == "-c" || l == "-r" || l == "-Command" => {
+                        Some(l)
+                            if l == "-e"
+                                || l == "-E"
+                                || l == "-c"
+                                || l == "-r"
+                                || l == "-Command"
+                                // A cluster with one of them: `perl -lne …`.
+                                // (`-Mstrict`, `-Ilib`: a value, not flags.)
+                                || (l.len() > 2
+                                    && l.starts_with('-')
+                                    && !l.starts_with("--")
+                                    && !["-M", "-m", "-I"].iter().any(|p| l.starts_with(p))
+                                    && l[1..].contains(['e', 'E', 'c', 'r'])) =>
+                        {
                             self.finding(
                                 cmd_text,
                                 file,
@@ -820,10 +1046,73 @@ impl Ana<'_, '_> {
                         _ => break,
                     }
                 }
-                if let Some(w) = rest.get(i) {
-                    self.script_arg(w, cmd_text, st, file, depth, false);
+                match rest.get(i) {
+                    Some(w) if w.lit().as_deref() != Some("-") => {
+                        self.script_arg(w, cmd_text, st, file, depth, false);
+                    }
+                    _ if asks_version(rest) => {}
+                    _ => self.finding(cmd_text, file, "an interpreter reading its program from standard input"),
                 }
             }
+            "busybox" | "toybox" => {
+                // The applet runs.
+                let skip = rest
+                    .iter()
+                    .take_while(|w| w.lit().is_some_and(|l| l.starts_with('-')))
+                    .count();
+                self.program(&rest[skip.min(rest.len())..], cmd_text, st, file, depth);
+            }
+            "awk" | "gawk" | "mawk" | "nawk" | "sed" | "gsed" => {
+                // A program file (`-f FILE`) can run anything (`system()`,
+                // sed's `e`): protected, and reported.
+                let mut k = 0;
+                while k < rest.len() {
+                    let l = rest[k].lit().unwrap_or_default();
+                    let f = if l == "-f" || l == "--file" {
+                        k += 1;
+                        rest.get(k).cloned()
+                    } else if let Some(v) = l.strip_prefix("--file=").or_else(|| l.strip_prefix("-f")) {
+                        let mut w = rest[k].clone();
+                        w.parts = vec![Part::Lit(v.to_string())];
+                        Some(w)
+                    } else {
+                        None
+                    };
+                    if let Some(w) = f {
+                        self.script_arg(&w, cmd_text, st, file, depth, false);
+                        self.finding(
+                            cmd_text,
+                            file,
+                            "runs an awk or sed program file, which can run commands the analysis does not follow",
+                        );
+                    }
+                    k += 1;
+                }
+                for w in rest {
+                    self.arg(w, st, depth);
+                }
+            }
+            "find"
+                if rest
+                    .iter()
+                    .any(|w| matches!(w.lit().as_deref(), Some("-exec" | "-execdir" | "-ok" | "-okdir"))) =>
+            {
+                self.finding(
+                    cmd_text,
+                    file,
+                    "find runs a command on each file it finds, which the analysis does not follow",
+                );
+            }
+            "git" if git_runs_command(rest) => self.finding(
+                cmd_text,
+                file,
+                "git runs a command named on its command line, which the analysis does not follow",
+            ),
+            n if UNFOLLOWED_WRAPPERS.contains(&n) => self.finding(
+                cmd_text,
+                file,
+                "runs a program that runs other commands, which the analysis does not follow",
+            ),
             n if PROJECT_RUNNERS.contains(&n) => {
                 self.finding(
                     cmd_text,
@@ -857,6 +1146,9 @@ impl Ana<'_, '_> {
                     match self.path_of(&v, st) {
                         Some(p) => {
                             self.protect(p.clone());
+                            if self.via_descriptor(&p, cmd_text, file) {
+                                continue;
+                            }
                             if shell {
                                 self.run_file(&p, st, false, depth + 1, cmd_text, file);
                             } else {
@@ -907,7 +1199,9 @@ impl Ana<'_, '_> {
                 self.finding(cmd_text, file, "a shell reading its commands from standard input");
                 return;
             }
-            i += if l == "-o" || l == "+o" || l == "-O" || l == "+O" {
+            // `-o NAME`, `-O NAME`, also at the end of a cluster
+            // (`-euo pipefail`).
+            i += if !l.starts_with("--") && (l.ends_with('o') || l.ends_with('O')) {
                 2
             } else {
                 1
@@ -926,7 +1220,14 @@ impl Ana<'_, '_> {
     fn python(&mut self, rest: &[Word], cmd_text: &str, st: &mut St, file: Option<&Path>, depth: usize) {
         let mut i = 0;
         while i < rest.len() {
-            let Some(l) = rest[i].lit() else { break };
+            let Some(mut l) = rest[i].lit() else { break };
+            // A cluster of flags (`-Bc`, `-Im mod`, `-BW ignore`): the
+            // first that takes a value decides.
+            if l.len() > 2 && l.starts_with('-') && !l.starts_with("--") {
+                if let Some(k) = l[1..].find(['c', 'm', 'W', 'X']) {
+                    l = format!("-{}", &l[1 + k..]);
+                }
+            }
             if l == "-c" || (l.starts_with("-c") && !l.starts_with("--")) {
                 self.finding(
                     cmd_text,
@@ -982,12 +1283,16 @@ impl Ana<'_, '_> {
             self.python_path_dir(&cwd, cmd_text, file);
             return;
         }
-        if let Some(w) = rest.get(i) {
-            for p in self.script_arg(w, cmd_text, st, file, depth, false) {
-                if let Some(d) = p.parent() {
-                    self.python_path_dir(d, cmd_text, file);
+        match rest.get(i) {
+            Some(w) if w.lit().as_deref() != Some("-") => {
+                for p in self.script_arg(w, cmd_text, st, file, depth, false) {
+                    if let Some(d) = p.parent() {
+                        self.python_path_dir(d, cmd_text, file);
+                    }
                 }
             }
+            _ if asks_version(rest) => {}
+            _ => self.finding(cmd_text, file, "an interpreter reading its program from standard input"),
         }
     }
 
@@ -1017,7 +1322,8 @@ impl Ana<'_, '_> {
         let mut i = 0;
         while i < rest.len() {
             let Some(l) = rest[i].lit() else { break };
-            if matches!(l.as_str(), "-e" | "--eval" | "-p" | "--print") {
+            let cluster = l.len() > 2 && l.starts_with('-') && !l.starts_with("--") && l[1..].contains(['e', 'p']);
+            if cluster || matches!(l.as_str(), "-e" | "--eval" | "-p" | "--print") {
                 self.finding(
                     cmd_text,
                     file,
@@ -1025,12 +1331,24 @@ impl Ana<'_, '_> {
                 );
                 return;
             }
-            if matches!(l.as_str(), "-r" | "--require" | "--import" | "--loader") {
+            if matches!(
+                l.as_str(),
+                "-r" | "--require" | "--import" | "--loader" | "--experimental-loader"
+            ) {
                 if let Some(w) = rest.get(i + 1) {
                     self.arg(w, st, depth);
                 }
                 i += 2;
                 continue;
+            }
+            if let Some((_, v)) = l.split_once('=').filter(|(k, _)| k.starts_with("--")) {
+                // `--require=./x.js`: also without a `/`.
+                if let Some(p) = self
+                    .path_of(v, st)
+                    .filter(|p| p.starts_with(self.cx.wt) && *p != self.cx.wt)
+                {
+                    self.protect(p);
+                }
             }
             if !l.starts_with('-') {
                 break;
@@ -1198,6 +1516,8 @@ impl Ana<'_, '_> {
                 zero: Some(p.to_path_buf()),
                 path_extra: st.path_extra.clone(),
                 dirstack: Vec::new(),
+                aliases: HashMap::new(),
+                functions: HashMap::new(),
             };
             self.run_text(&text, &mut st2, Some(p), depth);
         }
@@ -1223,6 +1543,202 @@ impl Ana<'_, '_> {
         }
         runs
     }
+}
+
+/// Variables that make programs load the files or directories they name
+/// (shell startup files, preloaded libraries, module paths, interpreter
+/// options).
+const LOADER_VARS: &[&str] = &[
+    "BASH_ENV",
+    "ZDOTDIR",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5OPT",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GEM_HOME",
+    "GEM_PATH",
+    "CLASSPATH",
+    "JAVA_TOOL_OPTIONS",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG",
+    "XDG_CONFIG_HOME",
+];
+
+/// Host programs that run the command or files they are given: named by
+/// their path (`/usr/bin/env`), read as by their name.
+const HOST_WRAPPERS: &[&str] = &[
+    "env",
+    "exec",
+    "command",
+    "nohup",
+    "time",
+    "setsid",
+    "stdbuf",
+    "chronic",
+    "unbuffer",
+    "sudo",
+    "doas",
+    "nice",
+    "ionice",
+    "timeout",
+    "xargs",
+    "busybox",
+    "toybox",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "sed",
+    "gsed",
+    "find",
+    "git",
+    "run-parts",
+    "parallel",
+    "flock",
+    "watch",
+    "script",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "setpriv",
+    "taskset",
+    "chrt",
+    "prlimit",
+    "systemd-run",
+    "entr",
+    "watchexec",
+    "nodemon",
+    "tmux",
+    "screen",
+    "strace",
+    "ltrace",
+    "gdb",
+    "valgrind",
+    "firejail",
+    "bwrap",
+    "at",
+    "batch",
+    "dbus-run-session",
+    "xvfb-run",
+    "fakeroot",
+    "faketime",
+    "proot",
+    "sg",
+];
+
+/// Programs that run a command or the files of a directory in a way the
+/// analysis does not model: a finding.
+pub(super) const UNFOLLOWED_WRAPPERS: &[&str] = &[
+    "run-parts",
+    "parallel",
+    "flock",
+    "watch",
+    "script",
+    "su",
+    "runuser",
+    "chroot",
+    "unshare",
+    "nsenter",
+    "setpriv",
+    "taskset",
+    "chrt",
+    "prlimit",
+    "systemd-run",
+    "entr",
+    "watchexec",
+    "nodemon",
+    "tmux",
+    "screen",
+    "strace",
+    "ltrace",
+    "gdb",
+    "valgrind",
+    "firejail",
+    "bwrap",
+    "at",
+    "batch",
+    "dbus-run-session",
+    "xvfb-run",
+    "fakeroot",
+    "faketime",
+    "proot",
+    "sg",
+];
+
+/// Git subcommands that run a command their arguments name:
+/// `submodule foreach`, `bisect run`, `rebase --exec`, `difftool --extcmd`,
+/// `filter-branch`.
+fn git_runs_command(rest: &[Word]) -> bool {
+    let l: Vec<String> = rest.iter().map(|w| w.lit().unwrap_or_default()).collect();
+    // Configuration given on the command line (`-c KEY=VALUE`,
+    // `--config-env=KEY=VAR`) that names a program or hooks directory, or
+    // given by an expansion.
+    let runs_key = |kv: &str| {
+        let key = kv.split('=').next().unwrap_or(kv).to_ascii_lowercase();
+        key.is_empty()
+            || [
+                "core.hookspath",
+                "core.fsmonitor",
+                "core.sshcommand",
+                "core.pager",
+                "core.editor",
+            ]
+            .contains(&key.as_str())
+            || [
+                "alias.",
+                "filter.",
+                "diff.",
+                "merge.",
+                "pager.",
+                "gpg.",
+                "credential.",
+                "sequence.",
+                "remote.",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+    };
+    for (k, a) in rest.iter().enumerate() {
+        let v = match a.lit().as_deref() {
+            Some("-c") => rest.get(k + 1).and_then(Word::lit),
+            Some(x) if x.starts_with("--config-env=") => Some(x["--config-env=".len()..].to_string()),
+            Some("--config-env") => rest.get(k + 1).and_then(Word::lit),
+            _ => continue,
+        };
+        match v {
+            Some(kv) if !runs_key(&kv) => {}
+            _ => return true,
+        }
+    }
+    let has = |a: &str| l.iter().any(|x| x == a);
+    let opt = |a: &str| l.iter().any(|x| x == a || x.starts_with(&format!("{a}=")));
+    (has("submodule") && has("foreach"))
+        || (has("bisect") && has("run"))
+        || has("filter-branch")
+        || (has("rebase") && (opt("--exec") || l.iter().any(|x| x.starts_with("-x"))))
+        || (has("difftool") && (opt("--extcmd") || l.iter().any(|x| x.starts_with("-x"))))
+}
+
+/// `--version`, `-V`, `--help`, `-h` among an interpreter's arguments: it
+/// runs no program.
+fn asks_version(rest: &[Word]) -> bool {
+    rest.iter()
+        .any(|w| matches!(w.lit().as_deref(), Some("--version" | "-V" | "-v" | "--help" | "-h")))
 }
 
 /// The interpreter a `#!` line names (through `env`), if any.

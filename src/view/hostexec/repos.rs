@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::config::{is_exec_key, parse_config, Entry};
-use super::paths::{expand, read_small, symlink_hops};
+use super::paths::{expand, read_small, symlink_hops, tilde};
 use super::programs::{analyze_command, hooks_surface, RepoCtx};
 use super::{Scopes, Surface};
 use crate::view::sentry::normalize;
@@ -230,12 +230,12 @@ fn read_config(s: &mut Surface, file: &Path, home: Option<&Path>, git_dir: &Path
 /// including file's directory; `~/` is the home directory.
 fn include_targets(v: &str, file: &Path, home: Option<&Path>, git_dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    let p = if let Some(rest) = v.strip_prefix("~/") {
-        match home {
-            Some(h) => h.join(rest),
+    let p = if v.starts_with('~') {
+        match tilde(v, home) {
+            Some(p) => p,
             None => return out,
         }
-    } else if v.starts_with('~') || v.starts_with("%(prefix)/") {
+    } else if v.starts_with("%(prefix)/") {
         return out;
     } else if Path::new(v).is_absolute() {
         PathBuf::from(v)

@@ -83,12 +83,31 @@ impl Lexer<'_> {
     }
     /// Reads up to the `close` matching an already consumed `open`,
     /// through quotes; returns the text between.
+    /// Inside `$(…)`, the `)` of a `case` pattern (`case x in a) …;;
+    /// esac`) closes no parenthesis: `case`…`esac` are followed.
     fn balanced(&mut self, open: char, close: char) -> String {
         let start = self.pos();
         let mut depth = 1;
         let mut quote: Option<char> = None;
+        // The depth at each open `case`, and the unquoted word being read.
+        let mut cases: Vec<i32> = Vec::new();
+        let mut word = String::new();
         while let Some(c) = self.peek(0) {
             self.i += 1;
+            if quote.is_none() && open == '(' && (is_name(c)) {
+                word.push(c);
+                continue;
+            }
+            if open == '(' && !word.is_empty() {
+                match word.as_str() {
+                    "case" => cases.push(depth),
+                    "esac" => {
+                        cases.pop();
+                    }
+                    _ => {}
+                }
+                word.clear();
+            }
             match (quote, c) {
                 (Some('\''), '\'') => quote = None,
                 (Some('\''), _) => {}
@@ -96,6 +115,7 @@ impl Lexer<'_> {
                 (Some('"'), '"') => quote = None,
                 (None, '\'' | '"') => quote = Some(c),
                 (None, c) if c == open => depth += 1,
+                (None, c) if c == close && cases.last() == Some(&depth) => {}
                 (None, c) if c == close => {
                     depth -= 1;
                     if depth == 0 {
@@ -129,15 +149,17 @@ impl Lexer<'_> {
                 Some(brace_var(&inner))
             }
             Some('\'') => {
-                // `$'…'`: ANSI-C quoting, taken literally.
+                // `$'…'`: ANSI-C quoting, literal without escapes; an
+                // escape (`\x2e`, `\056`, `\u…`) is not modelled.
                 self.i += 1;
                 let mut s = String::new();
+                let mut escaped = false;
                 while let Some(c) = self.peek(0) {
                     self.i += 1;
                     if c == '\\' {
-                        if let Some(n) = self.peek(0) {
+                        escaped = true;
+                        if self.peek(0).is_some() {
                             self.i += 1;
-                            s.push(n);
                         }
                     } else if c == '\'' {
                         break;
@@ -145,7 +167,20 @@ impl Lexer<'_> {
                         s.push(c);
                     }
                 }
-                Some(Part::Lit(s))
+                Some(if escaped { Part::Unknown } else { Part::Lit(s) })
+            }
+            Some('"') => {
+                // `$"…"`: bash's translated string, not modelled.
+                self.i += 1;
+                while let Some(c) = self.peek(0) {
+                    self.i += 1;
+                    if c == '\\' {
+                        self.i += 1;
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+                Some(Part::Unknown)
             }
             Some(c) if is_name_start(c) => {
                 let mut n = String::new();
@@ -236,6 +271,9 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
     let mut assign: Option<String> = None;
     let mut quoted_seen = false;
     let mut redirect_next = false;
+    // The redirection is a here-document (its word a delimiter) or a
+    // here-string (its word data): no file.
+    let mut heredoc = false;
     let mut dquote = false;
     macro_rules! flush_lit {
         () => {
@@ -259,8 +297,11 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 if group {
                     out.push(Tok::Sep);
                 } else if redirect_next {
-                    out.push(Tok::Redirect(w));
+                    if !heredoc {
+                        out.push(Tok::Redirect(w));
+                    }
                     redirect_next = false;
+                    heredoc = false;
                 } else {
                     out.push(Tok::Word(w));
                 }
@@ -366,6 +407,19 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 assign = Some(std::mem::take(&mut lit));
             }
             '~' if (!has || (assign.is_some() && parts.is_empty() && lit.is_empty()))
+                && lx.peek(1).is_some_and(|c| is_name_start(c) || c == '+' || c == '-') =>
+            {
+                // `~user/…`, `~+`, `~-`: another user's home, `$PWD`,
+                // `$OLDPWD`: not modelled.
+                lx.i += 2;
+                while lx.peek(0).is_some_and(|c| is_name(c) || c == '-' || c == '.') {
+                    lx.i += 1;
+                }
+                has = true;
+                flush_lit!();
+                parts.push(Part::Unknown);
+            }
+            '~' if (!has || (assign.is_some() && parts.is_empty() && lit.is_empty()))
                 && matches!(lx.peek(1), None | Some('/')) =>
             {
                 lx.i += 1;
@@ -405,7 +459,8 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 flush_lit!();
                 parts.push(Part::Glob);
             }
-            c if c.is_whitespace() => {
+            // Blanks and newlines only: sh keeps `\r` and other spaces in the word.
+            c @ (' ' | '\t' | '\n') => {
                 end_word!();
                 lx.i += 1;
                 if c == '\n' {
@@ -432,6 +487,10 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
             }
             '(' | ')' => {
                 end_word!();
+                // `<(…)`, `>(…)`: a process substitution, read as a
+                // subshell, not a file.
+                redirect_next = false;
+                heredoc = false;
                 lx.i += 1;
                 out.push(if c == '(' { Tok::Open } else { Tok::Close });
             }
@@ -443,7 +502,9 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                 }
                 end_word!();
                 lx.i += 1;
-                while lx.peek(0).is_some_and(|n| matches!(n, '<' | '>' | '|' | '-')) {
+                let mut op = String::from(c);
+                while let Some(n) = lx.peek(0).filter(|n| matches!(n, '<' | '>' | '|' | '-')) {
+                    op.push(n);
                     lx.i += 1;
                 }
                 if lx.peek(0) == Some('&') {
@@ -455,6 +516,7 @@ pub(super) fn lex(text: &str) -> Vec<Tok> {
                     continue;
                 }
                 redirect_next = true;
+                heredoc = op.starts_with("<<");
             }
             c => {
                 lx.i += 1;

@@ -543,3 +543,471 @@ fn the_docs_state_the_bounds_and_name_only_listed_runners() {
         );
     }
 }
+
+#[test]
+fn scripts_fed_on_standard_input_are_protected_or_reported() {
+    // An interpreter reading its program from a redirected file: the file
+    // is protected, and what cannot be followed is a finding.
+    for (i, hook) in [
+        "#!/bin/sh\npython3 < scripts/check.py\n",
+        "#!/bin/sh\npython3 - <scripts/check.py\n",
+        "#!/bin/sh\n. /dev/stdin < scripts/check.py\n",
+        "#!/bin/sh\nbash /dev/stdin < scripts/check.py\n",
+        "#!/bin/sh\nperl <scripts/check.py\n",
+        "#!/bin/sh\nexec 0<scripts/check.py\nsh\n",
+        "#!/bin/bash\nsource /dev/fd/3 3<scripts/check.py\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(&format!("stdin{i}"), hook, &[("scripts/check.py", "print(1)\n")]);
+        let s = compute(&d, &no_scopes());
+        let r = view_paths(&s, &d);
+        assert!(has(&r, "scripts/check.py"), "{hook:?}: {r:?}");
+        assert!(!s.findings.is_empty(), "{hook:?}: no finding");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // A here-document's delimiter and a here-string are no files.
+    let d = hooked(
+        "heredoc",
+        "#!/bin/sh\ncat <<EOF >&2\nhi\nEOF\ngrep -q x <<< \"$y\"\n",
+        &[],
+    );
+    let r = rels(&d);
+    assert!(!r.iter().any(|p| p == "EOF"), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn aliases_are_followed_where_they_are_used() {
+    // dash expands aliases in scripts: the alias's command runs.
+    for (i, hook) in [
+        "#!/bin/sh\nalias l='sh scripts/lint.sh'\nl --fast\n",
+        "#!/bin/sh\nalias l=./scripts/lint.sh\nl\n",
+        "#!/bin/sh\nalias ls='ls -l' l='cd scripts && ./lint.sh'\nls\nl\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(
+            &format!("alias{i}"),
+            hook,
+            &[("scripts/lint.sh", "#!/bin/sh\n./scripts/inner.sh\n")],
+        );
+        let s = compute(&d, &no_scopes());
+        let r = view_paths(&s, &d);
+        assert!(has(&r, "scripts/lint.sh"), "{hook:?}: {r:?}");
+        if i < 2 {
+            assert!(has(&r, "scripts/inner.sh"), "{hook:?}: {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // An alias the analysis cannot resolve is a finding.
+    let d = hooked("alias-unknown", "#!/bin/sh\nalias l=\"$X\"\nl\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(!s.findings.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn readlink_f_of_a_symlinked_hook_finds_the_scripts_beside_its_target() {
+    let d = hooked("rlf", "", &[("scripts/hooks/pre-commit", "#!/bin/sh\n\"$(dirname \"$(readlink -f \"$0\")\")/lint.sh\"\nsh \"$(dirname \"$(realpath \"$0\")\")/b.sh\"\n")]);
+    std::fs::remove_file(d.join(".git/hooks/pre-commit")).unwrap();
+    std::os::unix::fs::symlink("../../scripts/hooks/pre-commit", d.join(".git/hooks/pre-commit")).unwrap();
+    let r = rels(&d);
+    for want in [
+        "scripts/hooks/pre-commit",
+        "scripts/hooks/lint.sh",
+        "scripts/hooks/b.sh",
+    ] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn programs_that_run_other_programs_are_followed_or_reported() {
+    for (hook, command) in [
+        (
+            "#!/bin/sh\nfind scripts -name '*.sh' -exec sh {} \\;\n",
+            "find scripts -name '*.sh' -exec sh {} \\;",
+        ),
+        ("#!/bin/sh\nrun-parts scripts/hooks.d\n", "run-parts scripts/hooks.d"),
+        (
+            "#!/bin/sh\ncd scripts && awk -f check.awk ../x\n",
+            "awk -f check.awk ../x",
+        ),
+        (
+            "#!/bin/sh\nsed -f scripts/fix.sed -i x\n",
+            "sed -f scripts/fix.sed -i x",
+        ),
+        ("#!/bin/sh\nflock .lock ./scripts/a.sh\n", "flock .lock ./scripts/a.sh"),
+        (
+            "#!/bin/sh\ngit submodule foreach ./lint.sh\n",
+            "git submodule foreach ./lint.sh",
+        ),
+        (
+            "#!/bin/sh\nparallel sh ::: scripts/*.sh\n",
+            "parallel sh ::: scripts/*.sh",
+        ),
+    ] {
+        let d = hooked(
+            "wrappers",
+            hook,
+            &[("scripts/check.awk", "BEGIN{system(\"./b.sh\")}\n")],
+        );
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings
+                .iter()
+                .any(|f| f.origin == "pre-commit" && f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // busybox runs its applet, a wrapper named by its path is the
+    // wrapper: followed as what they run.
+    for (i, hook) in [
+        "#!/bin/sh\nbusybox sh scripts/a.sh\n",
+        "#!/bin/sh\n/usr/bin/env sh -c 'sh scripts/a.sh'\n",
+        "#!/bin/sh\n/usr/bin/nohup /bin/sh scripts/a.sh\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let d = hooked(
+            &format!("wrapped{i}"),
+            hook,
+            &[("scripts/a.sh", "#!/bin/sh\n./scripts/b.sh\n")],
+        );
+        let r = rels(&d);
+        for want in ["scripts/a.sh", "scripts/b.sh"] {
+            assert!(r.contains(&want.to_string()), "{hook:?}: {want} in {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // A `-f` program file is protected, also without a `/`.
+    let d = hooked("awkf", "#!/bin/sh\ncd scripts && awk -f check.awk x\n", &[]);
+    let r = rels(&d);
+    assert!(r.contains(&"scripts/check.awk".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_hooks_path_or_include_under_a_named_users_home_is_followed() {
+    // `~user/…` is that user's home, as Git expands it.
+    let d = repo("tildeuser");
+    let uid = rustix::process::geteuid().as_raw();
+    let Some((name, home)) = crate::sys::hostenv::user_name(uid)
+        .and_then(|n| crate::sys::hostenv::user_home(&n).map(|h| (n, h.to_string_lossy().into_owned())))
+    else {
+        eprintln!("skipping: the current user has no /etc/passwd entry");
+        assert!(std::env::var_os("LAZARET_MUST_WORK").is_none());
+        return;
+    };
+    let up = "../".repeat(Path::new(&home).components().count().saturating_sub(1));
+    let rel = format!("~{name}/{up}{}", d.to_string_lossy().trim_start_matches('/'));
+    std::fs::write(
+        d.join(".git/config"),
+        format!("[core]\nhooksPath = {rel}/githooks\n[include]\npath = {rel}/team.cfg\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.join("githooks")).unwrap();
+    std::fs::write(d.join("githooks/pre-commit"), "#!/bin/sh\nsh scripts/a.sh\n").unwrap();
+    let r = rels(&d);
+    for want in ["githooks/pre-commit", "scripts/a.sh", "team.cfg"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn quoting_the_lexer_cannot_read_is_a_finding_not_another_path() {
+    // `$'\x2e/…'` is `./…` and `$"…"` a translated string in bash: never
+    // read as other literal paths.
+    for hook in [
+        "#!/bin/bash\n$'\\x2e/scripts/a.sh'\n",
+        "#!/bin/bash\nsh $'scripts\\x2fa.sh'\n",
+        "#!/bin/bash\n$\"./scripts/a.sh\"\n",
+        "#!/bin/bash\n~nobody/../x/a.sh\n",
+        "#!/bin/bash\ncd scripts; cd ..; ~-/a.sh\n",
+    ] {
+        let d = hooked("ansic", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(!s.findings.is_empty(), "{hook:?}: {:?}", view_paths(&s, &d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Plain `$'…'` stays literal.
+    let d = hooked("ansic-plain", "#!/bin/bash\nsh $'scripts/a.sh'\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(has(&view_paths(&s, &d), "scripts/a.sh") && s.findings.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_case_pattern_does_not_end_a_subshell() {
+    let d = hooked(
+        "casepat",
+        "#!/bin/sh\n(cd tools\ncase \"$1\" in x) echo;; (y) echo;; esac\n./x.sh)\n./top.sh\n",
+        &[],
+    );
+    let r = rels(&d);
+    for want in ["tools/x.sh", "top.sh"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_function_called_from_another_directory_is_a_finding() {
+    for hook in [
+        "#!/bin/sh\nlint() { ./lint.sh; }\ncd scripts\nlint\n",
+        "#!/bin/bash\nfunction lint {\n  sh lint.sh\n}\ncd scripts && lint\n",
+    ] {
+        let d = hooked("fncd", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings.iter().any(|f| f.command.contains("lint")),
+            "{hook:?}: {:?} {:?}",
+            s.findings,
+            view_paths(&s, &d)
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Called where it was defined: decided.
+    let d = hooked("fnsame", "#!/bin/sh\nlint() { ./lint.sh; }\nlint\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    assert!(has(&view_paths(&s, &d), "lint.sh"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_path_set_for_one_command_is_where_it_is_looked_up() {
+    for hook in [
+        "#!/bin/sh\nPATH=\"$PWD/bin:$PATH\" lint --all\n",
+        "#!/bin/sh\nenv PATH=bin:$PATH lint\n",
+        "#!/bin/sh\nexport PATH=\"$(git rev-parse --show-toplevel)/bin:$PATH\"\nlint\n",
+    ] {
+        let d = hooked("pathcmd", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            has(&view_paths(&s, &d), "bin/lint"),
+            "{hook:?}: {:?}",
+            view_paths(&s, &d)
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[test]
+fn every_program_the_hook_analysis_calls_a_runner_is_refused_as_a_rule() {
+    // What a hook cannot be trusted to run is no auto-approval either.
+    let missing: Vec<&str> = super::programs::PROJECT_RUNNERS
+        .iter()
+        .chain(super::programs::UNFOLLOWED_WRAPPERS)
+        .copied()
+        .filter(|p| crate::escalation::refused_program(p).is_none())
+        .collect();
+    assert!(missing.is_empty(), "rules may name {missing:?}");
+    for p in [
+        "cargo-nextest",
+        "rustup",
+        "pyenv",
+        "python3.12",
+        "/usr/bin/env",
+        "busybox",
+    ] {
+        assert!(crate::escalation::refused_program(p).is_some(), "{p}");
+    }
+}
+
+#[test]
+fn commands_in_substitutions_are_run_too() {
+    for (hook, want) in [
+        ("#!/bin/sh\nVERSION=$(./scripts/version.sh)\n", "scripts/version.sh"),
+        ("#!/bin/sh\necho \"$(sh scripts/a.sh)\"\n", "scripts/a.sh"),
+        (
+            "#!/bin/sh\nfor f in $(scripts/list.sh); do :; done\n",
+            "scripts/list.sh",
+        ),
+        ("#!/bin/sh\n[ \"`./scripts/b.sh`\" = ok ] || exit 1\n", "scripts/b.sh"),
+        ("#!/bin/sh\nx=${Y:-$(./scripts/c.sh)}\n", "scripts/c.sh"),
+        ("#!/bin/sh\ncat > out <<EOF\n$(./scripts/d.sh)\nEOF\n", "scripts/d.sh"),
+        ("#!/bin/sh\nX=$(cd scripts && ./e.sh)\n", "scripts/e.sh"),
+    ] {
+        let d = hooked("substrun", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(has(&view_paths(&s, &d), want), "{hook:?}: {:?}", view_paths(&s, &d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // What a substitution runs and cannot be decided is a finding.
+    let d = hooked("substnpm", "#!/bin/sh\nV=$(npm run -s version)\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(
+        s.findings.iter().any(|f| f.command == "npm run -s version"),
+        "{:?}",
+        s.findings
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn variables_that_make_programs_load_files_protect_them() {
+    for (hook, want) in [
+        ("#!/bin/sh\nBASH_ENV=./scripts/env.sh bash -c true\n", "scripts/env.sh"),
+        (
+            "#!/bin/sh\nexport BASH_ENV=scripts/env.sh\nbash /usr/share/tool.sh\n",
+            "scripts/env.sh",
+        ),
+        (
+            "#!/bin/sh\nNODE_OPTIONS=--require=./scripts/r.js node /usr/lib/t.js\n",
+            "scripts/r.js",
+        ),
+        (
+            "#!/bin/sh\nnode --require=./scripts/r.js /usr/lib/t.js\n",
+            "scripts/r.js",
+        ),
+        ("#!/bin/sh\nLD_PRELOAD=lib/x.so git status\n", "lib/x.so"),
+        ("#!/bin/sh\nenv PYTHONSTARTUP=s.py python3 /usr/lib/t.py\n", "s.py"),
+    ] {
+        let d = hooked("loadvars", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(has(&view_paths(&s, &d), want), "{hook:?}: {:?}", view_paths(&s, &d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // A module path naming a work-tree directory: protected whole, or
+    // reported for the top.
+    let d = hooked("pypath", "#!/bin/sh\nPYTHONPATH=tools:. python3 /usr/lib/t.py\n", &[]);
+    std::fs::create_dir_all(d.join("tools")).unwrap();
+    let s = compute(&d, &no_scopes());
+    assert!(has(&view_paths(&s, &d), "tools"), "{:?}", view_paths(&s, &d));
+    assert!(!s.findings.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_carriage_return_is_part_of_the_word_as_sh_reads_it() {
+    // A hook saved with CRLF runs `./scripts/a.sh\r`: a name the sandbox
+    // could create.
+    let d = hooked("crlf", "#!/bin/sh\r\n./scripts/a.sh\r\nsh\u{a0}scripts/b.sh\n", &[]);
+    let r = rels(&d);
+    assert!(r.contains(&"scripts/a.sh\r".to_string()), "{r:?}");
+    assert!(r.contains(&"sh\u{a0}scripts/b.sh".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_case_inside_a_substitution_does_not_end_it() {
+    let toks = lex("X=$(case y in y) echo;; (z) b=$(pwd);; esac) && next");
+    let Tok::Word(w) = &toks[0] else { panic!("{toks:?}") };
+    assert_eq!(
+        w.parts,
+        vec![Part::Cmd("case y in y) echo;; (z) b=$(pwd);; esac".into())],
+        "{toks:?}"
+    );
+    let d = hooked(
+        "casesubst",
+        "#!/bin/sh\n(cd tools\nX=$(case y in y) echo;; esac)\n./t.sh)\n",
+        &[],
+    );
+    let r = rels(&d);
+    assert!(r.contains(&"tools/t.sh".to_string()), "{r:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn git_given_configuration_that_runs_programs_on_its_command_line_is_a_finding() {
+    for (hook, command) in [
+        (
+            "#!/bin/sh\ngit -c core.hooksPath=tools/hooks commit --amend --no-edit\n",
+            "git -c core.hooksPath=tools/hooks commit --amend --no-edit",
+        ),
+        ("#!/bin/sh\ngit -c alias.l='!./l.sh' l\n", "git -c alias.l='!./l.sh' l"),
+        (
+            "#!/bin/sh\ngit --config-env=core.fsmonitor=FSM status\n",
+            "git --config-env=core.fsmonitor=FSM status",
+        ),
+    ] {
+        let d = hooked("gitc", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings.iter().any(|f| f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+    // Plain configuration is no finding.
+    let d = hooked(
+        "gitc-plain",
+        "#!/bin/sh\ngit -c color.ui=never diff --cached --quiet\n",
+        &[],
+    );
+    let s = compute(&d, &no_scopes());
+    assert!(s.findings.is_empty(), "{:?}", s.findings);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn shell_option_clusters_that_take_a_value_skip_it() {
+    for hook in [
+        "#!/bin/sh\nbash -euo pipefail scripts/a.sh\n",
+        "#!/bin/sh\nbash -eO extglob scripts/a.sh\n",
+        "#!/bin/sh\nbash +o posix scripts/a.sh\n",
+    ] {
+        let d = hooked("shopt", hook, &[("scripts/a.sh", "#!/bin/sh\n./scripts/b.sh\n")]);
+        let r = rels(&d);
+        for want in ["scripts/a.sh", "scripts/b.sh"] {
+            assert!(r.contains(&want.to_string()), "{hook:?}: {want} in {r:?}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[test]
+fn python_flag_clusters_are_read_by_their_value_flag() {
+    let d = hooked("pyclust", "#!/bin/sh\npython3 -Bc 'import scripts.x'\n", &[]);
+    let s = compute(&d, &no_scopes());
+    assert!(
+        s.findings.iter().any(|f| f.command == "python3 -Bc 'import scripts.x'"),
+        "{:?}",
+        s.findings
+    );
+    let _ = std::fs::remove_dir_all(&d);
+    let d = hooked(
+        "pyclust-m",
+        "#!/bin/sh\npython3 -Bm scripts.e\npython3 -BW ignore tools/t.py\n",
+        &[],
+    );
+    let r = rels(&d);
+    for want in ["scripts/e.py", "tools/t.py"] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn inline_code_in_a_flag_cluster_is_a_finding() {
+    for (hook, command) in [
+        (
+            "#!/bin/sh\nnode -pe 'require(\"./scripts/x\")'\n",
+            "node -pe 'require(\"./scripts/x\")'",
+        ),
+        (
+            "#!/bin/sh\ngit diff --name-only | perl -lne 'do \"./x.pl\"'\n",
+            "perl -lne 'do \"./x.pl\"'",
+        ),
+        ("#!/bin/sh\nruby -ne 'load \"x.rb\"'\n", "ruby -ne 'load \"x.rb\"'"),
+    ] {
+        let d = hooked("cluster", hook, &[]);
+        let s = compute(&d, &no_scopes());
+        assert!(
+            s.findings.iter().any(|f| f.command == command),
+            "{hook:?}: {:?}",
+            s.findings
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -341,3 +341,78 @@ fn a_workspace_of_200000_files_and_20_nested_repositories_starts() {
     assert!(s.stdout.contains("tree/d20/repo20/.githooks"), "{s:?}");
     let _ = std::fs::remove_dir_all(ws.join("tree"));
 }
+
+#[test]
+fn hooks_that_reach_scripts_through_substitutions_aliases_and_symlinks_run_only_the_developers() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(env, "hk-idioms2", &[]);
+    let tags = ["r", "v", "l", "lint", "c"];
+    for (t, p) in [
+        ("r", "scripts/hooks/r.sh"),
+        ("v", "scripts/v.sh"),
+        ("l", "scripts/l.sh"),
+        ("lint", "bin/lint"),
+        ("c", "scripts/c.sh"),
+    ] {
+        env.write(&ws.join(p), &own_sh(&ws, t));
+        chmod_x(env, &ws, p);
+    }
+    // The developer's hook lives in scripts/hooks/ and is linked into
+    // .git/hooks; it finds its helper beside its target (`readlink -f`),
+    // runs a script in a command substitution, through an alias (dash
+    // expands them), through a PATH set for one command, and after a case
+    // statement inside a subshell that changed directory.
+    env.write(
+        &ws.join("scripts/hooks/pre-commit"),
+        "#!/bin/sh\n\
+         HERE=$(dirname \"$(readlink -f \"$0\")\")\n\
+         \"$HERE/r.sh\"\n\
+         V=$(./scripts/v.sh)\n\
+         alias l='sh scripts/l.sh'\n\
+         l\n\
+         PATH=\"$PWD/bin:$PATH\" lint\n\
+         (cd scripts\n\
+         case x in x) : ;; esac\n\
+         ./c.sh)\n\
+         exit 0\n",
+    );
+    chmod_x(env, &ws, "scripts/hooks/pre-commit");
+    let r = host_cmd(
+        env,
+        &ws,
+        &["ln", "-s", "../../scripts/hooks/pre-commit", ".git/hooks/pre-commit"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    host_git_ok(env, &ws, &["add", "-A"]);
+    host_git_ok(env, &ws, &["commit", "-q", "-m", "scripts"]);
+    for t in tags {
+        let _ = std::fs::remove_file(own(&ws, t));
+    }
+    let mut attempts = Vec::new();
+    for (t, p) in [
+        ("r", "scripts/hooks/r.sh"),
+        ("v", "scripts/v.sh"),
+        ("l", "scripts/l.sh"),
+        ("lint", "bin/lint"),
+        ("c", "scripts/c.sh"),
+    ] {
+        attempts.push(format!("printf {} > {p}", sh_quote(&evil_sh(&ws, t))));
+    }
+    attempts.push(format!(
+        "mv scripts s2 && mkdir -p scripts/hooks && printf {} > scripts/hooks/r.sh && chmod +x scripts/hooks/r.sh",
+        sh_quote(&evil_sh(&ws, "r"))
+    ));
+    let r = env.run_sh(&ws, &attempts_script(&attempts, "echo done"));
+    assert!(r.stdout.contains("done"), "{r:?}");
+    no_attempt_succeeded(&r);
+    env.wait_unpublished("default", &ws, Duration::from_secs(15));
+    host_git_ok(env, &ws, &["commit", "-q", "--allow-empty", "-m", "host-after"]);
+    for t in tags {
+        assert!(!marker(&ws, t).exists(), "host git commit ran the sandbox's {t} script");
+    }
+    // The idioms still run the developer's scripts (the alias only where
+    // /bin/sh expands aliases in scripts).
+    for t in ["r", "v", "lint", "c"] {
+        assert!(own(&ws, t).exists(), "the hook must still run the developer's {t}");
+    }
+}
