@@ -234,7 +234,12 @@ pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
         print!("{}", crate::view::hosttool::render(r));
         shown += 1;
     }
-    if shown == 0 {
+    if shown == 0 && listing.truncated {
+        println!(
+            "{}: not reached, the listing stopped at its bounds",
+            crate::display::escape_path(&rel)
+        );
+    } else if shown == 0 {
         println!(
             "{}: the Domain's copy equals the host's",
             crate::display::escape_path(&rel)
@@ -288,8 +293,9 @@ pub(crate) fn changes(s: Selected, json: bool) -> Result<i32> {
     }
     if listing.truncated {
         println!(
-            "(listing stopped after {} entries of the Domain's store: some changes may be missing)",
-            crate::view::hosttool::WALK_MAX
+            "(listing stopped at {} entries or {} MiB read: some changes may be missing; remove what the Domain need not keep)",
+            crate::view::hosttool::WALK_MAX,
+            crate::view::hosttool::READ_TOTAL >> 20
         );
     }
     if !listing.rows.is_empty() {
@@ -316,7 +322,14 @@ pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
     let mut refused = 0;
     for rel in &rels {
         let rows: Vec<_> = listing.rows.iter().filter(|r| r.path.starts_with(rel)).collect();
-        if rows.is_empty() {
+        if rows.is_empty() && listing.truncated {
+            // Not reached within the bounds: not known to be equal.
+            refused += 1;
+            println!(
+                "refused {}: the listing stopped at its bounds before reaching it",
+                crate::display::escape_path(rel)
+            );
+        } else if rows.is_empty() {
             println!(
                 "{}: the Domain's copy equals the host's",
                 crate::display::escape_path(rel)

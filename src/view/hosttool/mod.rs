@@ -24,7 +24,7 @@ pub mod table;
 pub use self::matcher::{Cover, Matcher};
 #[cfg(test)]
 use self::review::Difference;
-pub use self::review::{apply, differing, render, Content, Listing, READ_CAP, WALK_MAX};
+pub use self::review::{apply, differing, render, Content, Listing, READ_CAP, READ_TOTAL, WALK_MAX};
 
 /// Most bytes copied from the host per path at the first start; a larger
 /// tree is not copied (the sandbox starts without it) and says so.

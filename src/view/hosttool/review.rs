@@ -20,8 +20,37 @@ use super::matcher::{Cover, Matcher};
 
 /// Most bytes read of one file (either side).
 pub const READ_CAP: u64 = 256 << 10;
-/// Most entries of the store one listing walks.
+/// Most entries one listing visits (the store walk and both trees below
+/// each host-tool path together).
 pub const WALK_MAX: usize = 1_000_000;
+/// Most file bytes one listing reads (both sides, all rows): what it
+/// holds in memory at once stays near this.
+pub const READ_TOTAL: u64 = 64 << 20;
+
+/// What a listing may still visit and read; `spent` once either runs out.
+struct Budget {
+    entries: usize,
+    bytes: u64,
+    spent: bool,
+}
+
+impl Budget {
+    /// Counts one entry; false (and spent) past the bounds.
+    fn visit(&mut self) -> bool {
+        if self.spent || self.entries == 0 || self.bytes == 0 {
+            self.spent = true;
+            return false;
+        }
+        self.entries -= 1;
+        true
+    }
+
+    fn read(&mut self, c: &Content) {
+        if let Content::File(d, _) = c {
+            self.bytes = self.bytes.saturating_sub(d.len() as u64);
+        }
+    }
+}
 
 /// One side's entry at a path, read within the bounds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,8 +188,9 @@ fn read_file(d: &OwnedFd, name: &OsStr) -> io::Result<Option<(Vec<u8>, u32)>> {
     Ok(Some((v, st.st_mode & 0o7777)))
 }
 
-/// The names in directory `rel` beneath `root` (no symlink followed).
-fn names_at(root: &OwnedFd, rel: &Path) -> Vec<std::ffi::OsString> {
+/// The names in directory `rel` beneath `root` (no symlink followed), at
+/// most `max + 1` of them (the caller's budget decides).
+fn names_at(root: &OwnedFd, rel: &Path, max: usize) -> Vec<std::ffi::OsString> {
     let dir = if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -182,6 +212,9 @@ fn names_at(root: &OwnedFd, rel: &Path) -> Vec<std::ffi::OsString> {
     while let Some(Ok(e)) = it.next() {
         let n = e.file_name().to_bytes();
         if n != b"." && n != b".." {
+            if out.len() > max {
+                break;
+            }
             out.push(OsStr::from_bytes(n).to_os_string());
         }
     }
@@ -220,8 +253,8 @@ pub struct Row {
     pub domain: Content,
 }
 
-/// What `differing` found, and whether the store walk stopped at
-/// `WALK_MAX` (then some may be missing).
+/// What `differing` found, and whether it stopped at `WALK_MAX` entries
+/// or `READ_TOTAL` bytes (then some may be missing).
 pub struct Listing {
     pub rows: Vec<Row>,
     pub truncated: bool,
@@ -233,17 +266,18 @@ pub struct Listing {
 /// means the sandbox removed them).
 pub fn differing(host: &Path, store: &Path, tools: &Matcher, seeded: &[PathBuf]) -> Listing {
     let mut tops: Vec<PathBuf> = Vec::new();
-    let mut truncated = false;
+    let mut b = Budget {
+        entries: WALK_MAX,
+        bytes: READ_TOTAL,
+        spent: false,
+    };
     let sroot = open_root(store).ok();
     let hroot = open_root(host).ok();
     if let Some(s) = &sroot {
-        let mut seen = 0usize;
         let mut stack = vec![PathBuf::new()];
         'walk: while let Some(d) = stack.pop() {
-            for n in names_at(s, &d) {
-                seen += 1;
-                if seen > WALK_MAX {
-                    truncated = true;
+            for n in names_at(s, &d, b.entries) {
+                if !b.visit() {
                     break 'walk;
                 }
                 let rel = d.join(&n);
@@ -266,13 +300,16 @@ pub fn differing(host: &Path, store: &Path, tools: &Matcher, seeded: &[PathBuf])
     let mut rows = Vec::new();
     if let (Some(h), Some(s)) = (&hroot, &sroot) {
         for t in &tops {
-            compare(h, s, t, seeded.iter().any(|p| t.starts_with(p)), &mut rows);
+            compare(h, s, t, seeded.iter().any(|p| t.starts_with(p)), &mut rows, &mut b);
         }
     }
     for r in &mut rows {
         r.tool = tools.tool_of(&r.path);
     }
-    Listing { rows, truncated }
+    Listing {
+        rows,
+        truncated: b.spent,
+    }
 }
 
 fn read_kind_dir(root: &OwnedFd, rel: &Path) -> bool {
@@ -281,9 +318,14 @@ fn read_kind_dir(root: &OwnedFd, rel: &Path) -> bool {
         .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory)
 }
 
-fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut Vec<Row>) {
+fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut Vec<Row>, b: &mut Budget) {
+    if !b.visit() {
+        return;
+    }
     let h = read_at(host, rel);
+    b.read(&h);
     let s = read_at(store, rel);
+    b.read(&s);
     let row = |how, host, domain| Row {
         tool: None,
         path: rel.to_path_buf(),
@@ -294,21 +336,21 @@ fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut 
     match (&h, &s) {
         (Content::Absent, Content::Absent) => {}
         (Content::Dir, Content::Dir) => {
-            let mut names = names_at(host, rel);
-            names.extend(names_at(store, rel));
+            let mut names = names_at(host, rel, b.entries);
+            names.extend(names_at(store, rel, b.entries));
             names.sort();
             names.dedup();
             for n in names {
-                compare(host, store, &rel.join(n), true, out);
+                compare(host, store, &rel.join(n), true, out, b);
             }
         }
         (Content::Absent, Content::Dir) => {
-            let names = names_at(store, rel);
+            let names = names_at(store, rel, b.entries);
             if names.is_empty() {
                 out.push(row(Difference::Added, h, s));
             }
             for n in names {
-                compare(host, store, &rel.join(n), true, out);
+                compare(host, store, &rel.join(n), true, out, b);
             }
         }
         (Content::Absent, _) => out.push(row(Difference::Added, h, s)),
@@ -624,6 +666,38 @@ mod tests {
         assert!(!ws.join("sub").exists(), "nothing made for a refused copy");
         apply(&ws, &l.rows[1]).unwrap();
         assert_eq!(std::fs::read(ws.join(".npmrc")).unwrap(), b"x\n");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Many files under a covered directory, each within `READ_CAP`
+    /// (sparse: no disk used), are read only up to `READ_TOTAL` in all:
+    /// the listing stops and says so instead of holding them all.
+    #[test]
+    fn a_listing_holds_at_most_the_total_read_bound() {
+        let d = tmp("total");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        std::fs::create_dir_all(st.join(".vscode")).unwrap();
+        let n = (READ_TOTAL / READ_CAP) as usize + 40;
+        for i in 0..n {
+            let f = std::fs::File::create(st.join(format!(".vscode/f{i:04}.json"))).unwrap();
+            f.set_len(READ_CAP).unwrap();
+        }
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &[]);
+        let held: u64 = l
+            .rows
+            .iter()
+            .flat_map(|r| [&r.host, &r.domain])
+            .map(|c| match c {
+                Content::File(v, _) => v.len() as u64,
+                _ => 0,
+            })
+            .sum();
+        assert!(
+            held <= READ_TOTAL + 2 * READ_CAP,
+            "a listing held {held} bytes of file content"
+        );
+        assert!(l.truncated, "a listing that stopped early says so");
+        assert!(!l.rows.is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
 
