@@ -299,8 +299,9 @@ pub fn differing(host: &Path, store: &Path, tools: &Matcher, seeded: &[PathBuf])
     tops.dedup();
     let mut rows = Vec::new();
     if let (Some(h), Some(s)) = (&hroot, &sroot) {
+        let was = Seeded::new(seeded);
         for t in &tops {
-            compare(h, s, t, seeded.iter().any(|p| t.starts_with(p)), &mut rows, &mut b);
+            compare(h, s, t, &was, &mut rows, &mut b);
         }
     }
     for r in &mut rows {
@@ -318,7 +319,37 @@ fn read_kind_dir(root: &OwnedFd, rel: &Path) -> bool {
         .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory)
 }
 
-fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut Vec<Row>, b: &mut Budget) {
+/// Which host entries the Domain once had: a path recorded itself, or
+/// (records of a directory only, from before entries were recorded one
+/// by one) below a recorded directory none of whose entries is recorded.
+struct Seeded<'a> {
+    all: std::collections::HashSet<&'a Path>,
+}
+
+impl<'a> Seeded<'a> {
+    fn new(seeded: &'a [PathBuf]) -> Seeded<'a> {
+        Seeded {
+            all: seeded.iter().map(PathBuf::as_path).collect(),
+        }
+    }
+
+    fn had(&self, rel: &Path) -> bool {
+        if self.all.contains(rel) {
+            return true;
+        }
+        let mut child = rel;
+        while let Some(up) = child.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if self.all.contains(up) {
+                // Entries below `up` recorded one by one: `rel` is not one.
+                return !self.all.iter().any(|p| p.starts_with(up) && *p != up);
+            }
+            child = up;
+        }
+        false
+    }
+}
+
+fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: &Seeded, out: &mut Vec<Row>, b: &mut Budget) {
     if !b.visit() {
         return;
     }
@@ -341,7 +372,7 @@ fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut 
             names.sort();
             names.dedup();
             for n in names {
-                compare(host, store, &rel.join(n), true, out, b);
+                compare(host, store, &rel.join(n), seeded, out, b);
             }
         }
         (Content::Absent, Content::Dir) => {
@@ -350,12 +381,14 @@ fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut 
                 out.push(row(Difference::Added, h, s));
             }
             for n in names {
-                compare(host, store, &rel.join(n), true, out, b);
+                compare(host, store, &rel.join(n), seeded, out, b);
             }
         }
         (Content::Absent, _) => out.push(row(Difference::Added, h, s)),
         (_, Content::Absent) => {
-            if seeded {
+            // A host entry the Domain never had (added on the host since)
+            // is not a change of the sandbox's: `apply` would remove it.
+            if seeded.had(rel) {
                 out.push(row(Difference::Removed, h, s))
             }
         }
@@ -804,6 +837,27 @@ mod tests {
         // As reviewed: applied.
         apply_reviewed(&ws, &list()[0], &reviewed(&seen_file)).unwrap();
         assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"export OK=1\n");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A file the developer adds on the host inside a copied directory is
+    /// not listed as removed (applying that would delete it); one that was
+    /// copied and then removed inside is.
+    #[test]
+    fn a_host_file_added_later_is_not_a_removal() {
+        let d = tmp("later");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        std::fs::create_dir_all(ws.join(".vscode")).unwrap();
+        std::fs::create_dir_all(st.join(".vscode")).unwrap();
+        std::fs::write(ws.join(".vscode/settings.json"), "{}\n").unwrap();
+        std::fs::write(ws.join(".vscode/launch.json"), "{}\n").unwrap();
+        let seeded: Vec<PathBuf> = [".vscode", ".vscode/settings.json"].iter().map(PathBuf::from).collect();
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &seeded);
+        let got: Vec<_> = l.rows.iter().map(|r| (r.path.clone(), r.how)).collect();
+        assert_eq!(got, vec![(PathBuf::from(".vscode/settings.json"), Difference::Removed)]);
+        // Records of the directory alone (older Domains): as before.
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &seeded[..1]);
+        assert_eq!(l.rows.len(), 2);
         let _ = std::fs::remove_dir_all(&d);
     }
 
