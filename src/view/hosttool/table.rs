@@ -180,7 +180,14 @@ pub const TABLE: &[Row] = &[
     },
     Row {
         tool: "cargo and rust-analyzer",
-        patterns: &[".cargo/config.toml", ".cargo/config"],
+        // rustup reads `rust-toolchain.toml` in every ancestor of where
+        // cargo runs; its `path` names the toolchain whose `rustc` runs.
+        patterns: &[
+            ".cargo/config.toml",
+            ".cargo/config",
+            "rust-toolchain.toml",
+            "rust-toolchain",
+        ],
         depth: Any,
         when: &[Build, Open],
         treatment: DomainSide,
