@@ -333,10 +333,7 @@ mod tests {
             ".cargo/other.toml",
             "cargo/config.toml",
             "src/main.rs",
-            "sub/.pre-commit-config.yaml",
-            "sub/lefthook.yml",
             "sub/.gitmodules",
-            "sub/.ddev/config.yaml",
             ".husky/pre-commit",
             ".config/other",
             "mise/other.toml",
@@ -352,6 +349,11 @@ mod tests {
             "deep/er/.cargo/config",
             "x/mise.production.toml",
             ".config/mise/config.toml",
+            // The top of a nested repository's work tree (pre-commit,
+            // lefthook), and where ddev looks upward from.
+            "vendor/lib/.pre-commit-config.yaml",
+            "vendor/lib/lefthook.yml",
+            "sub/.ddev/config.yaml",
         ] {
             assert_eq!(m.classify_path(Path::new(p)), Cover::Full, "{p}");
         }

@@ -16,8 +16,8 @@
 /// Where in the workspace a row's patterns count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Depth {
-    /// At the workspace root only (`.pre-commit-config.yaml`: Git runs
-    /// pre-commit from the top of the work tree).
+    /// At the workspace root only (`.gitmodules`: Git reads it at the top
+    /// of the work tree).
     Root,
     /// In any directory: the tool may be started, or a folder opened, in
     /// any directory, and tools that look in every ancestor of where they
@@ -202,7 +202,7 @@ pub const TABLE: &[Row] = &[
     Row {
         tool: "pre-commit",
         patterns: &[".pre-commit-config.yaml"],
-        depth: Root,
+        depth: Any,
         when: &[Git],
         treatment: DomainSide,
     },
@@ -228,7 +228,7 @@ pub const TABLE: &[Row] = &[
             ".lefthook/",
             ".lefthook-local/",
         ],
-        depth: Root,
+        depth: Any,
         when: &[Git],
         treatment: DomainSide,
     },
@@ -242,7 +242,7 @@ pub const TABLE: &[Row] = &[
     Row {
         tool: "DDEV",
         patterns: &[".ddev/"],
-        depth: Root,
+        depth: Any,
         when: &[Build],
         treatment: DomainSide,
     },
