@@ -285,3 +285,43 @@ fn every_row_stays_domain_side_until_applied() {
         "{out:?}"
     );
 }
+
+/// With `host_config_writable = [".vscode"]` the sandbox writes the host's
+/// `.vscode/` directly; renaming a directory out of it (`mv .vscode/x
+/// sub2` with `.vscode/x/.envrc`) must not put the sandbox's `.envrc` at
+/// `sub2/.envrc` on the host, where direnv runs it on `cd`.
+#[test]
+fn nothing_moves_out_of_a_writable_exception_into_a_host_tool_position() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(
+        env,
+        "tools-writable",
+        &[(".vscode/settings.json", "{}\n"), ("keep", "k\n")],
+    );
+    let cfg = env.write_config(
+        &env.dir("tools-writable-cfg"),
+        "[profiles.default]\nhost_config_writable = [\".vscode\"]\n",
+    );
+    let marker = ws.with_extension("marker");
+    let script = format!(
+        "mkdir -p .vscode/x .vscode/y/.cargo\nprintf 'touch {m}\\n' > .vscode/x/.envrc\nprintf '[build]\\nrustc-wrapper = \"{m}\"\\n' > .vscode/y/.cargo/config.toml\nmv .vscode/x sub2; mv .vscode/y sub3\n[ -f sub2/.envrc ] && echo moved\necho finished\n",
+        m = marker.display()
+    );
+    let r = env.run_sh_with_config(&ws, &cfg, &script);
+    assert!(r.stdout.contains("finished") && r.stdout.contains("moved"), "{r:?}");
+    env.wait_unpublished("default", &ws, Duration::from_secs(30));
+    assert!(
+        !ws.join("sub2/.envrc").exists(),
+        "the sandbox's .envrc reached the host at sub2/.envrc: {r:?}"
+    );
+    assert!(
+        !ws.join("sub3/.cargo/config.toml").exists(),
+        "the sandbox's cargo config reached the host: {r:?}"
+    );
+    // The exception itself still works: the host's `.vscode/` is written.
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".vscode/settings.json")).unwrap(),
+        "{}\n"
+    );
+    assert!(!marker.exists());
+}
