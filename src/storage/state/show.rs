@@ -229,12 +229,23 @@ pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
         return Err(StateError::NotHostTool(rel));
     }
     let listing = host_config_differences(&s);
-    let mut shown = 0;
-    for r in listing.rows.iter().filter(|r| r.path.starts_with(&rel)) {
+    let rows: Vec<_> = listing
+        .rows
+        .iter()
+        .filter(|r| r.path.starts_with(&rel))
+        .cloned()
+        .collect();
+    for r in &rows {
         print!("{}", crate::view::hosttool::render(r));
-        shown += 1;
     }
-    if shown == 0 {
+    record_reviewed(&store, &rows);
+    let shown = rows.len();
+    if shown == 0 && listing.truncated {
+        println!(
+            "{}: not reached, the listing stopped at its bounds",
+            crate::display::escape_path(&rel)
+        );
+    } else if shown == 0 {
         println!(
             "{}: the Domain's copy equals the host's",
             crate::display::escape_path(&rel)
@@ -247,6 +258,7 @@ pub(crate) fn diff(s: Selected, path: PathBuf) -> Result<i32> {
 /// differs from the host's, with a bounded, escaped diff.
 pub(crate) fn changes(s: Selected, json: bool) -> Result<i32> {
     let listing = host_config_differences(&s);
+    record_reviewed(&s.paths.root.join(IGNORED_DIR), &listing.rows);
     if json {
         let side = |c: &crate::view::hosttool::Content| {
             Json::Obj(vec![
@@ -288,14 +300,23 @@ pub(crate) fn changes(s: Selected, json: bool) -> Result<i32> {
     }
     if listing.truncated {
         println!(
-            "(listing stopped after {} entries of the Domain's store: some changes may be missing)",
-            crate::view::hosttool::WALK_MAX
+            "(listing stopped at {} entries or {} MiB read: some changes may be missing; remove what the Domain need not keep)",
+            crate::view::hosttool::WALK_MAX,
+            crate::view::hosttool::READ_TOTAL >> 20
         );
     }
     if !listing.rows.is_empty() {
         println!("copy a reviewed one to the host with `lazaret apply PATH`");
     }
     Ok(0)
+}
+
+/// Records the rows shown as reviewed (what `apply` may copy); a failure
+/// only means `apply` refuses them.
+fn record_reviewed(store: &Path, rows: &[crate::view::hosttool::ReviewRow]) {
+    if let Err(e) = crate::view::hosttool::record_reviewed(&crate::view::hosttool::reviewed_file(store), rows) {
+        log::warn!("host-tool files: recording what was shown: {e} (`lazaret apply` will refuse it)");
+    }
 }
 
 /// `lazaret apply PATH…`: copies the Domain's reviewed copies at or below
@@ -313,10 +334,18 @@ pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
         rels.push(rel);
     }
     let listing = host_config_differences(&s);
+    let seen = crate::view::hosttool::reviewed(&crate::view::hosttool::reviewed_file(&store));
     let mut refused = 0;
     for rel in &rels {
         let rows: Vec<_> = listing.rows.iter().filter(|r| r.path.starts_with(rel)).collect();
-        if rows.is_empty() {
+        if rows.is_empty() && listing.truncated {
+            // Not reached within the bounds: not known to be equal.
+            refused += 1;
+            println!(
+                "refused {}: the listing stopped at its bounds before reaching it",
+                crate::display::escape_path(rel)
+            );
+        } else if rows.is_empty() {
             println!(
                 "{}: the Domain's copy equals the host's",
                 crate::display::escape_path(rel)
@@ -324,7 +353,7 @@ pub(crate) fn apply(s: Selected, paths: Vec<PathBuf>) -> Result<i32> {
         }
         for r in rows {
             let shown = crate::display::escape_path(&r.path);
-            match crate::view::hosttool::apply(&ws, r) {
+            match crate::view::hosttool::apply_reviewed(&ws, r, &seen) {
                 Ok(()) => println!("applied {shown} ({})", r.how.word()),
                 Err(why) => {
                     refused += 1;

@@ -149,7 +149,7 @@ impl View {
             );
             return Err(Errno::EPERM);
         }
-        if self.host_tool_move(side, &from, &to) {
+        if self.host_tool_move(side, &from, &to, flags.contains(RenameFlags::RENAME_EXCHANGE)) {
             return Err(Errno::EXDEV);
         }
         let link = st.st_mode & sys::S_IFMT == sys::S_IFLNK;

@@ -265,13 +265,17 @@ impl View {
     }
 
     /// A host entry renamed from `from` to `to` (or exchanged) where either
-    /// name is a host-tool path or a leading name of one: it would move
+    /// name is a host-tool path or a leading name of one, or that takes
+    /// content out of a `host_config_writable` exception: it would move
     /// host content into or out of a host-tool position.
-    pub(super) fn host_tool_move(&self, side: Side, from: &Path, to: &Path) -> bool {
+    pub(super) fn host_tool_move(&self, side: Side, from: &Path, to: &Path, exchange: bool) -> bool {
         use crate::view::hosttool::Cover;
         let refused = side == Side::Host
-            && self.host_tool.is_some()
-            && (self.host_tool_cover(from) != Cover::None || self.host_tool_cover(to) != Cover::None);
+            && self.host_tool.as_ref().is_some_and(|m| {
+                self.host_tool_cover(from) != Cover::None
+                    || self.host_tool_cover(to) != Cover::None
+                    || m.leaves_writable(from, to, exchange)
+            });
         if refused {
             log::info!(
                 "host-tool files: {} to {} is copied, not renamed (EXDEV)",

@@ -197,6 +197,41 @@ impl Matcher {
         root.chain(any).find_map(|p| p.1).map(|i| &TABLE[i])
     }
 
+    /// True when renaming `from` to `to` on the host would take content
+    /// out of a `host_config_writable` exception into a position the
+    /// table covers: `from` at or below an exception and `to` not, or
+    /// `from` a directory above one (`mv .vscode/x sub` with
+    /// `.vscode/x/.envrc`, or `mv a b` with `a/tools` exempt, would put a
+    /// host-side file the sandbox wrote at `sub/.envrc` or under `b/` on
+    /// the host). With `exchange` both names move.
+    pub fn leaves_writable(&self, from: &Path, to: &Path, exchange: bool) -> bool {
+        if self.writable.is_empty() {
+            return false;
+        }
+        let out = |a: &Path, b: &Path| (self.exempt(a) && !self.exempt(b)) || self.above_exempt(a);
+        out(from, to) || (exchange && out(to, from))
+    }
+
+    fn comps(rel: &Path) -> Vec<&[u8]> {
+        rel.components().map(|c| c.as_os_str().as_bytes()).collect()
+    }
+
+    /// At or below a `host_config_writable` path.
+    fn exempt(&self, rel: &Path) -> bool {
+        let c = Self::comps(rel);
+        self.writable
+            .iter()
+            .any(|w| w.len() <= c.len() && w.iter().zip(&c).all(|(a, b)| **a == **b))
+    }
+
+    /// Strictly above a `host_config_writable` path (or the root).
+    fn above_exempt(&self, rel: &Path) -> bool {
+        let c = Self::comps(rel);
+        self.writable
+            .iter()
+            .any(|w| w.len() > c.len() && w.iter().zip(&c).all(|(a, b)| **a == **b))
+    }
+
     fn classify_with<'a>(&self, n: usize, name: &impl Fn(usize) -> &'a [u8]) -> Cover {
         if n == 0 {
             return Cover::None;
@@ -298,10 +333,7 @@ mod tests {
             ".cargo/other.toml",
             "cargo/config.toml",
             "src/main.rs",
-            "sub/.pre-commit-config.yaml",
-            "sub/lefthook.yml",
             "sub/.gitmodules",
-            "sub/.ddev/config.yaml",
             ".husky/pre-commit",
             ".config/other",
             "mise/other.toml",
@@ -317,6 +349,11 @@ mod tests {
             "deep/er/.cargo/config",
             "x/mise.production.toml",
             ".config/mise/config.toml",
+            // The top of a nested repository's work tree (pre-commit,
+            // lefthook), and where ddev looks upward from.
+            "vendor/lib/.pre-commit-config.yaml",
+            "vendor/lib/lefthook.yml",
+            "sub/.ddev/config.yaml",
         ] {
             assert_eq!(m.classify_path(Path::new(p)), Cover::Full, "{p}");
         }
@@ -345,6 +382,26 @@ mod tests {
         assert!(m.covers(Path::new(".envrc")));
         let all = Matcher::new(&[PathBuf::new()], &[]);
         assert!(all.covers(Path::new("src/main.rs")));
+    }
+
+    /// Host-side content of a `host_config_writable` exception (which the
+    /// sandbox writes freely) never moves out of it on the host.
+    #[test]
+    fn moves_out_of_writable() {
+        let m = Matcher::new(&[], &[".vscode".into(), "a/tools".into()]);
+        let p = Path::new;
+        // `.vscode/x/.envrc` is host-side (exempt): moving `x` out would
+        // put it at `sub/.envrc` on the host.
+        assert!(m.covers(p("sub/.envrc")) && !m.covers(p(".vscode/x/.envrc")));
+        assert!(m.leaves_writable(p(".vscode/x"), p("sub"), false));
+        assert!(m.leaves_writable(p(".vscode"), p("y"), false));
+        assert!(m.leaves_writable(p("a"), p("b"), false), "a directory above one");
+        assert!(m.leaves_writable(p("other"), p(".vscode/x"), true), "exchanged");
+        // Within an exception, and into one: as before.
+        assert!(!m.leaves_writable(p(".vscode/a.tmp"), p(".vscode/settings.json"), false));
+        assert!(!m.leaves_writable(p("tmp"), p(".vscode/settings.json"), false));
+        assert!(!m.leaves_writable(p("src/x"), p("src/y"), false));
+        assert!(!Matcher::new(&[], &[]).leaves_writable(p("a"), p("b"), true));
     }
 
     /// The cost of one verdict on the lookup path, for the record:

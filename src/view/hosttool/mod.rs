@@ -24,7 +24,10 @@ pub mod table;
 pub use self::matcher::{Cover, Matcher};
 #[cfg(test)]
 use self::review::Difference;
-pub use self::review::{apply, differing, render, Content, Listing, READ_CAP, WALK_MAX};
+pub use self::review::{
+    apply_reviewed, differing, record_reviewed, render, reviewed, Content, Listing, Row as ReviewRow, READ_CAP,
+    READ_TOTAL, WALK_MAX,
+};
 
 /// Most bytes copied from the host per path at the first start; a larger
 /// tree is not copied (the sandbox starts without it) and says so.
@@ -41,6 +44,12 @@ pub fn seeded_file(store: &Path) -> PathBuf {
 /// `lazaret changes`.
 pub fn paths_file(store: &Path) -> PathBuf {
     store.with_file_name("hostconfig.paths")
+}
+
+/// `DOMAIN_ROOT/hostconfig.reviewed`: fingerprints of the rows `lazaret
+/// changes` and `state diff` showed, the only ones `apply` copies.
+pub fn reviewed_file(store: &Path) -> PathBuf {
+    store.with_file_name("hostconfig.reviewed")
 }
 
 fn writable_file(store: &Path) -> PathBuf {

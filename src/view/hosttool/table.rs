@@ -16,8 +16,8 @@
 /// Where in the workspace a row's patterns count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Depth {
-    /// At the workspace root only (`.pre-commit-config.yaml`: Git runs
-    /// pre-commit from the top of the work tree).
+    /// At the workspace root only (`.gitmodules`: Git reads it at the top
+    /// of the work tree).
     Root,
     /// In any directory: the tool may be started, or a folder opened, in
     /// any directory, and tools that look in every ancestor of where they
@@ -180,7 +180,14 @@ pub const TABLE: &[Row] = &[
     },
     Row {
         tool: "cargo and rust-analyzer",
-        patterns: &[".cargo/config.toml", ".cargo/config"],
+        // rustup reads `rust-toolchain.toml` in every ancestor of where
+        // cargo runs; its `path` names the toolchain whose `rustc` runs.
+        patterns: &[
+            ".cargo/config.toml",
+            ".cargo/config",
+            "rust-toolchain.toml",
+            "rust-toolchain",
+        ],
         depth: Any,
         when: &[Build, Open],
         treatment: DomainSide,
@@ -195,7 +202,7 @@ pub const TABLE: &[Row] = &[
     Row {
         tool: "pre-commit",
         patterns: &[".pre-commit-config.yaml"],
-        depth: Root,
+        depth: Any,
         when: &[Git],
         treatment: DomainSide,
     },
@@ -221,7 +228,7 @@ pub const TABLE: &[Row] = &[
             ".lefthook/",
             ".lefthook-local/",
         ],
-        depth: Root,
+        depth: Any,
         when: &[Git],
         treatment: DomainSide,
     },
@@ -235,7 +242,7 @@ pub const TABLE: &[Row] = &[
     Row {
         tool: "DDEV",
         patterns: &[".ddev/"],
-        depth: Root,
+        depth: Any,
         when: &[Build],
         treatment: DomainSide,
     },

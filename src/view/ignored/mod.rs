@@ -283,14 +283,16 @@ impl IgnoreRules {
                     candidates.push((child, dev, ino, btime, is_dir));
                     continue;
                 }
+                // Every entry at or below a host-tool path, so one the
+                // developer adds inside a directory copied at an earlier
+                // start is copied at the next.
                 let tool = in_tool || {
                     let comps: Vec<Component> = child.components().collect();
-                    let full = tools.classify(&comps) == Cover::Full;
-                    if full {
-                        rules.host_tool_found.push(child.clone());
-                    }
-                    full
+                    tools.classify(&comps) == Cover::Full
                 };
+                if tool {
+                    rules.host_tool_found.push(child.clone());
+                }
                 if is_dir {
                     stack.push((child, false, tool));
                 }

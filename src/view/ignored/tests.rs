@@ -421,3 +421,36 @@ fn host_tool_verdict_cost() {
         println!("100,000 verdicts: without the matcher {a:.1} ms, with it {b:.1} ms");
     }
 }
+
+/// A host-tool file the developer adds on the host inside a directory
+/// copied at an earlier start (`.vscode/launch.json` after `.vscode/`)
+/// appears inside at the next start; one the sandbox removed stays
+/// removed.
+#[test]
+fn host_tool_files_added_on_the_host_later_are_copied() {
+    let d = std::env::temp_dir().join(format!("lz-ign-later-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let (host, store) = (d.join("ws"), d.join("ignored"));
+    std::fs::create_dir_all(host.join(".vscode")).unwrap();
+    std::fs::create_dir_all(&store).unwrap();
+    std::fs::write(host.join(".vscode/settings.json"), "{}\n").unwrap();
+    let start = || {
+        let r = IgnoreRules::load(&host, None, None, &[]).unwrap();
+        crate::view::hosttool::seed(&host, &store, r.host_tool_found(), &|_: &Path, _, _| false).unwrap();
+    };
+    start();
+    assert_eq!(std::fs::read(store.join(".vscode/settings.json")).unwrap(), b"{}\n");
+    std::fs::remove_file(store.join(".vscode/settings.json")).unwrap();
+    std::fs::write(host.join(".vscode/launch.json"), "{\"v\":1}\n").unwrap();
+    start();
+    assert_eq!(
+        std::fs::read(store.join(".vscode/launch.json")).unwrap(),
+        b"{\"v\":1}\n",
+        "a host file added later is not seen inside"
+    );
+    assert!(
+        !store.join(".vscode/settings.json").exists(),
+        "a copy the sandbox removed came back"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

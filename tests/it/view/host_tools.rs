@@ -155,17 +155,25 @@ fn every_row_stays_domain_side_until_applied() {
         "{before:?}"
     );
 
-    let mut script = String::new();
-    for t in &ts {
-        script.push_str(&attacks(t));
+    // In runs of at most 40 KiB of script (a session spec is at most 60).
+    let mut parts: Vec<String> = ts.iter().map(attacks).collect();
+    parts.push("rm -rf evil z *.old .*.old sub/*.old sub/.*.old\n".to_string());
+    parts.extend(ts.iter().map(direct));
+    let mut scripts = vec![String::new()];
+    for p in parts {
+        if scripts.last().unwrap().len() + p.len() > 40 << 10 {
+            scripts.push(String::new());
+        }
+        scripts.last_mut().unwrap().push_str(&p);
     }
-    script.push_str("rm -rf evil z *.old .*.old sub/*.old sub/.*.old\n");
-    for t in &ts {
-        script.push_str(&direct(t));
+    let mut r = None;
+    for script in scripts {
+        let run = env.run_sh(&ws, &format!("{script}echo finished\n"));
+        assert!(run.stdout.contains("finished"), "{run:?}");
+        env.wait_unpublished("default", &ws, Duration::from_secs(30));
+        r = Some(run);
     }
-    script.push_str("echo finished\n");
-    let r = env.run_sh(&ws, &script);
-    assert!(r.stdout.contains("finished"), "{r:?}");
+    let r = r.unwrap();
     env.wait_unpublished("default", &ws, Duration::from_secs(30));
     // No covered host file changed, and none appeared (nor a symlink).
     let after = covered_on_host(&ws);
@@ -284,4 +292,44 @@ fn every_row_stays_domain_side_until_applied() {
         out.stdout.contains("  domain: a symlink to /dev/zero (not followed)\n") && out.stdout.len() < 4096,
         "{out:?}"
     );
+}
+
+/// With `host_config_writable = [".vscode"]` the sandbox writes the host's
+/// `.vscode/` directly; renaming a directory out of it (`mv .vscode/x
+/// sub2` with `.vscode/x/.envrc`) must not put the sandbox's `.envrc` at
+/// `sub2/.envrc` on the host, where direnv runs it on `cd`.
+#[test]
+fn nothing_moves_out_of_a_writable_exception_into_a_host_tool_position() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(
+        env,
+        "tools-writable",
+        &[(".vscode/settings.json", "{}\n"), ("keep", "k\n")],
+    );
+    let cfg = env.write_config(
+        &env.dir("tools-writable-cfg"),
+        "[profiles.default]\nhost_config_writable = [\".vscode\"]\n",
+    );
+    let marker = ws.with_extension("marker");
+    let script = format!(
+        "mkdir -p .vscode/x .vscode/y/.cargo\nprintf 'touch {m}\\n' > .vscode/x/.envrc\nprintf '[build]\\nrustc-wrapper = \"{m}\"\\n' > .vscode/y/.cargo/config.toml\nmv .vscode/x sub2; mv .vscode/y sub3\n[ -f sub2/.envrc ] && echo moved\necho finished\n",
+        m = marker.display()
+    );
+    let r = env.run_sh_with_config(&ws, &cfg, &script);
+    assert!(r.stdout.contains("finished") && r.stdout.contains("moved"), "{r:?}");
+    env.wait_unpublished("default", &ws, Duration::from_secs(30));
+    assert!(
+        !ws.join("sub2/.envrc").exists(),
+        "the sandbox's .envrc reached the host at sub2/.envrc: {r:?}"
+    );
+    assert!(
+        !ws.join("sub3/.cargo/config.toml").exists(),
+        "the sandbox's cargo config reached the host: {r:?}"
+    );
+    // The exception itself still works: the host's `.vscode/` is written.
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".vscode/settings.json")).unwrap(),
+        "{}\n"
+    );
+    assert!(!marker.exists());
 }
