@@ -24,7 +24,7 @@ use crate::wire::mailbox;
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, Target); 8] = [
+pub const TARGETS: [(&str, Target); 9] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
@@ -33,6 +33,7 @@ pub const TARGETS: [(&str, Target); 8] = [
     ("mailbox", mailbox),
     ("toml", toml),
     ("config", config),
+    ("hook", hook),
 ];
 
 /// The target called `name`.
@@ -388,6 +389,15 @@ pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = crate::config::parse(Path::new("/nonexistent/lazaret/config.toml"), text);
     }
+}
+
+/// A host hook or configured command line the sandbox wrote (a script a
+/// hook runs): the shell lexer and the analysis never panic, and finish
+/// (the work tree `/nonexistent/wt` has no files, so nothing is followed
+/// beyond the text itself).
+pub fn hook(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let _ = crate::view::hostexec::fuzz_command(&text, Path::new("/nonexistent/wt"));
 }
 
 #[cfg(test)]

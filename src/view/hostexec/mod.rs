@@ -46,6 +46,14 @@ use self::config::{is_exec_key, Entry};
 pub use self::programs::MAX_SCRIPT_DEPTH;
 pub use self::repos::compute;
 
+/// The analysis of one hook text or configured command line, as the fuzz
+/// target `hook` drives it (`crate::fuzzing`): the text read by the shell
+/// lexer and followed from a work tree at `base` (whose files need not
+/// exist). Returns the paths it would make read-only.
+pub fn fuzz_command(text: &str, base: &Path) -> Vec<PathBuf> {
+    programs::command_paths(text, base, Some(Path::new("/home/dev")))
+}
+
 /// How long a computed surface is trusted before its inputs are re-stat'ed.
 pub const RECHECK: Duration = Duration::from_millis(200);
 

@@ -1952,7 +1952,7 @@ pub(super) fn hooks_surface(s: &mut Surface, cx: &RepoCtx, dir: &Path) {
 /// Files a command line names (the program, the script of an interpreter,
 /// arguments with a `/` in the work tree), relative to `base` (Git runs
 /// these at the work tree's top level).
-#[cfg(test)]
+#[cfg_attr(not(test), allow(dead_code))] // also the fuzz target's entry (`hostexec::fuzz_command`)
 pub(super) fn command_paths(cmd: &str, base: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     let mut s = Surface::default();
     let git = base.join(".git");
