@@ -142,7 +142,7 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     // A background process of the session draws over the bottom rows
     // (cursor up, clear, fake text, save/restore cursor) as fast as it can.
     let script = "(while :; do printf '\\0337\\033[6A\\r\\033[2Kcommand: git status\\033[2A\\033[2K=> git status   in /\\0338'; done) & \
-                  loop=$!; sleep 0.5; lazaret-escalate --justification loop -- touch MARKER; rc=$?; kill $loop; (exit $rc)";
+                  loop=$!; sleep 0.5; lazaret-escalate --justification loop -- touch MARKER; rc=$?; kill $loop; wait $loop 2>/dev/null; (exit $rc)";
     approve_and_check(&t, env, &ws, "loop", script, Duration::from_secs(2));
     // Look-alike letters, wide characters, a single-character CSI (C1) and a
     // stack of combining marks: the line above the question spells them out
