@@ -176,6 +176,46 @@ pub fn open_dir_beneath(dir: impl AsFd, rel: &Path) -> io::Result<std::os::fd::O
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// The kernel's file handle of the file `fd` is open on (`O_PATH` will
+/// do): handle type, then its bytes (`name_to_handle_at`). It names that
+/// very file without holding it open: filesystems put the inode number and
+/// its generation in it, so a file that later gets the same inode number
+/// has another handle. None where the filesystem gives none (EOPNOTSUPP).
+pub fn file_handle(fd: impl AsFd) -> Option<Box<[u8]>> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct Handle {
+        bytes: libc::c_uint,
+        kind: libc::c_int,
+        data: [u8; libc::MAX_HANDLE_SZ as usize],
+    }
+    let mut h = Handle {
+        bytes: libc::MAX_HANDLE_SZ as libc::c_uint,
+        kind: 0,
+        data: [0; libc::MAX_HANDLE_SZ as usize],
+    };
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: a valid fd, an empty C string, and a handle buffer whose
+    // `bytes` field says how much room follows the header.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            fd.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            (&mut h as *mut Handle).cast(),
+            &mut mount_id,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    let n = h.bytes as usize;
+    if r != 0 || n > h.data.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(4 + n);
+    out.extend_from_slice(&h.kind.to_ne_bytes());
+    out.extend_from_slice(&h.data[..n]);
+    Some(out.into_boxed_slice())
+}
+
 /// What an open fd is: (device, inode).
 pub fn fd_identity(fd: impl AsFd) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(fd)?;

@@ -77,15 +77,20 @@ impl View {
         let asked = mode;
         let mode = Mode::from_raw_mode(host_mode(side, mode, false));
         // Exclusive first, so the view knows whether it made the file.
+        let mut truncated = None;
         let (fd, made) = match rustix::fs::openat2(&d, name, fl | OFlags::EXCL, mode, resolve()) {
             Ok(fd) => (fd, true),
             Err(rustix::io::Errno::EXIST) if !fl.contains(OFlags::EXCL) => {
                 let counted = self.budget_for(side).filter(|_| fl.contains(OFlags::TRUNC));
-                let pre = counted.and_then(|_| rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).ok());
+                let pre = fl
+                    .contains(OFlags::TRUNC)
+                    .then(|| rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW).ok())
+                    .flatten();
                 let fd = rustix::fs::openat2(&d, name, fl, mode, resolve()).map_err(errno)?;
                 if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
                     b.changed(budget::on_disk(&pre), budget::on_disk(&st));
                 }
+                truncated = pre;
                 (fd, false)
             }
             Err(e) => return Err(errno(e)),
@@ -101,6 +106,12 @@ impl View {
         let a = self.remember(side, &rel)?;
         if made {
             self.made(a.ino.0);
+        }
+        if let (Some(pre), Ok(post)) = (truncated, rustix::fs::fstat(&fd)) {
+            // Truncated by the guest's own open: what it knows follows.
+            if (pre.st_dev, pre.st_ino) == (post.st_dev, post.st_ino) {
+                self.changed(a.ino.0, &pre, &post);
+            }
         }
         let ttl = self.ttl(side, &rel);
         let f = Arc::new(File::from(fd));
@@ -213,6 +224,12 @@ impl View {
         let victim = (!flags.contains(RenameFlags::RENAME_EXCHANGE))
             .then(|| self.stat(side, &to).ok())
             .flatten();
+        // The file at `to` (replaced, or exchanged) and its node.
+        let other = flags
+            .contains(RenameFlags::RENAME_EXCHANGE)
+            .then(|| self.stat(side, &to).ok())
+            .flatten();
+        let to_id = self.known(side, &to);
         let same_file = victim
             .as_ref()
             .is_some_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
@@ -234,6 +251,11 @@ impl View {
                 if let Some(vm) = &self.volume {
                     vm.gone(v);
                 }
+                self.forget_id(side, v);
+            } else if let Some(post) = self.inode_stat(side, to_id, v) {
+                // Its other names stay: its link count and ctime changed,
+                // the guest's own doing.
+                self.changed_meta(side, to_id, v, &post);
             }
         }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -241,11 +263,18 @@ impl View {
             self.renamed(side, &to, &tmp);
             self.renamed(side, &from, &to);
             self.renamed(side, &tmp, &from);
+            // Both files' ctime changed: the guest's own doing.
+            if let Ok(post) = self.stat(side, &to) {
+                self.changed_meta(side, Some(id), &st, &post);
+            }
+            if let (Some(o), Ok(post)) = (&other, self.stat(side, &from)) {
+                self.changed_meta(side, to_id, o, &post);
+            }
         } else {
             self.renamed(side, &from, &to);
             // rename(2) changes the file's ctime: the guest's own doing.
             if let Ok(post) = self.stat(side, &to) {
-                self.changed(id, &st, &post);
+                self.changed_meta(side, Some(id), &st, &post);
             }
             if host_dirs && dir {
                 self.store_follows(&from, &to);
@@ -280,6 +309,13 @@ impl View {
             }
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
+            if !dir {
+                // unlink(2) changes the file's link count and ctime: the
+                // guest's own doing (an open file is still written).
+                if let Some(post) = self.inode_stat(side, Some(id), &st) {
+                    self.changed_meta(side, Some(id), &st, &post);
+                }
+            }
             if let (false, true, Some(b)) = (dir, st.st_nlink <= 1, self.budget_for(side)) {
                 // The last name: its blocks are given back.
                 b.changed(budget::on_disk(&st), 0);
@@ -290,6 +326,7 @@ impl View {
                 if let Some(v) = &self.volume {
                     v.gone(&st);
                 }
+                self.forget_id(side, &st);
             }
             Ok(())
         })();

@@ -286,6 +286,7 @@ impl View {
                 by_ino: HashMap::new(),
                 handles_held: 0,
                 writers: HashMap::new(),
+                ids: HashMap::new(),
             })),
             watch,
             no_open: AtomicBool::new(false),
@@ -394,11 +395,18 @@ impl View {
         .map_err(errno)
     }
 
-    /// The attributes of the entry at `rel`, and for anything but a
-    /// directory an `O_PATH` handle of it.
-    fn stat_handle(&self, side: Side, rel: &Path) -> Result<(rustix::fs::Stat, Option<OwnedFd>), Errno> {
+    /// The attributes of the entry at `rel`, its proof (`table::Proof`),
+    /// and for anything but a directory an `O_PATH` handle of it, all from
+    /// one fd.
+    #[allow(clippy::type_complexity)] // what one stat of an entry yields
+    fn stat_handle(
+        &self,
+        side: Side,
+        rel: &Path,
+    ) -> Result<(rustix::fs::Stat, Option<OwnedFd>, Option<table::Proof>), Errno> {
         if rel.as_os_str().is_empty() {
-            return Ok((rustix::fs::fstat(self.root(side)?).map_err(errno)?, None));
+            let root = self.root(side)?;
+            return Ok((rustix::fs::fstat(root).map_err(errno)?, None, crate::sys::file_handle(root)));
         }
         let (parent, name) = split(rel);
         let fd = self.at_dir(side, parent, |d| {
@@ -411,7 +419,8 @@ impl View {
             .map_err(errno)
         })?;
         let st = rustix::fs::fstat(&fd).map_err(errno)?;
-        Ok((st, (!is_dir(&st)).then_some(fd)))
+        let proof = crate::sys::file_handle(&fd);
+        Ok((st, (!is_dir(&st)).then_some(fd), proof))
     }
 
     /// Runs `f` on directory `rel` of `side` (as `dir` opens it). Inside a

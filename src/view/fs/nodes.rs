@@ -9,7 +9,9 @@ use std::sync::Arc;
 use fuser::{Errno, FileAttr, INodeNo};
 
 use super::host::{is_dir, Side};
-use super::table::{told, unchanged_between, version, Node};
+use super::table::{
+    after_own, after_own_meta, may_be_same, proven_same, told, unchanged_between, version, Node, Proof, Tables,
+};
 use super::{View, PINNED_MAX};
 
 impl View {
@@ -41,29 +43,30 @@ impl View {
     /// Registers one kernel lookup of the entry at `rel` and returns its
     /// attributes under its node id.
     pub(super) fn remember(&self, side: Side, rel: &Path) -> Result<FileAttr, Errno> {
-        let (st, handle) = self.stat_handle(side, rel)?;
-        self.remember_stat(side, rel, &st, handle)
+        let (st, handle, proof) = self.stat_handle(side, rel)?;
+        self.remember_stat(side, rel, &st, handle, proof)
     }
 
     /// A lookup's `find` and `remember` on one stat: the entry's side and
     /// its attributes under its node id. The stat `find` decides by is the
-    /// one the node records (no second stat that could see another file),
-    /// and it takes an `O_PATH` handle only while the node table may keep
-    /// one (`handles_max`); past that a plain `statat` does.
+    /// one the node records (no second stat that could see another file).
+    /// Its `O_PATH` handle is taken whatever the bound, for the file's
+    /// proof (`table::Proof`), and kept only while the node table may keep
+    /// one (`handles_max`).
     pub(super) fn look_up(&self, parent_side: Side, rel: &Path) -> Result<(Side, FileAttr), Errno> {
-        let want = self.t.lock().unwrap().handles_held < self.handles_max;
-        let (side, st, handle) = self.find_with(parent_side, rel, want)?;
-        Ok((side, self.remember_stat(side, rel, &st, handle)?))
+        let (side, st, handle, proof) = self.find_with(parent_side, rel, true)?;
+        Ok((side, self.remember_stat(side, rel, &st, handle, proof)?))
     }
 
     /// `remember` for an entry already stat'ed (`handle`: its `O_PATH`
-    /// handle from the same stat, if taken).
+    /// handle from the same stat, if taken; `proof`: its file handle).
     fn remember_stat(
         &self,
         side: Side,
         rel: &Path,
         st: &rustix::fs::Stat,
         handle: Option<OwnedFd>,
+        proof: Option<Proof>,
     ) -> Result<FileAttr, Errno> {
         let st = *st;
         let dir = is_dir(&st);
@@ -79,31 +82,43 @@ impl View {
         }
         let protected = self.protected_at(side, rel);
         let key = (side, rel.to_path_buf());
+        let ikey = (side, st.st_dev, st.st_ino);
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
         let existing = t.by_key.get(&key).copied();
-        let same = |n: &Node| n.host_ino == st.st_ino && n.host_dev == st.st_dev;
         let id = match existing {
             // The same file as before.
-            Some(id) if t.nodes.get(&id).is_some_and(same) => id,
+            Some(id) if is_file_of(t, id, &st, proof.as_deref(), false) => id,
             _ => {
                 if let Some(old) = existing {
                     // Another file now has this path (replaced on the host).
                     t.detach(old, side, rel);
                 }
                 // Another name of a file the kernel knows: the same node.
-                // Only a node holding a handle is sure to be that file (an
-                // inode number is reused once its file is freed).
+                // Only a node holding a handle, or one whose proof is this
+                // file's, is sure to be that file (an inode number is
+                // reused once its file is freed).
                 let linked = if dir {
                     None
                 } else {
                     t.by_ino
-                        .get(&(side, st.st_dev, st.st_ino))
+                        .get(&ikey)
                         .copied()
-                        .filter(|id| t.nodes.get(id).is_some_and(|n| same(n) && n.file.is_some()))
+                        .filter(|id| is_file_of(t, *id, &st, proof.as_deref(), true))
                 };
-                match linked {
-                    Some(id) => {
+                // A file the view gave an id before: that id again, its
+                // node forgotten since (or a name not joined by `by_ino`).
+                let known = match (linked, &proof) {
+                    (None, Some(p)) => t
+                        .ids
+                        .get(&ikey)
+                        .filter(|(_, q)| q == p)
+                        .map(|(id, _)| *id)
+                        .filter(|id| t.nodes.get(id).is_none_or(|n| !dir && !n.dir)),
+                    _ => linked,
+                };
+                match known {
+                    Some(id) if t.nodes.contains_key(&id) => {
                         let n = t.nodes.get_mut(&id).expect("node of a known inode");
                         if n.gone {
                             n.gone = false;
@@ -112,16 +127,23 @@ impl View {
                             n.aliases.push(rel.to_path_buf());
                         }
                         t.by_key.insert(key, id);
+                        if !dir {
+                            t.by_ino.insert(ikey, id);
+                        }
                         id
                     }
-                    None => {
-                        let id = t.next_id;
-                        t.next_id += 1;
+                    known => {
+                        let id = known.unwrap_or_else(|| {
+                            let id = t.next_id;
+                            t.next_id += 1;
+                            id
+                        });
                         t.by_key.insert(key, id);
                         t.nodes.insert(id, Node::new(side, rel.to_path_buf(), &st));
                         if !dir {
-                            t.by_ino.insert((side, st.st_dev, st.st_ino), id);
+                            t.by_ino.insert(ikey, id);
                         }
+                        t.remember_id(id, side, st.st_dev, st.st_ino, proof);
                         id
                     }
                 }
@@ -172,10 +194,47 @@ impl View {
     /// host rewrote does not make the guest's copy of it fresh).
     pub(super) fn changed(&self, id: u64, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
-            if n.seen == version(pre) {
-                n.seen = version(post);
+            n.seen = after_own(n.seen, pre, post);
+        }
+    }
+
+    /// The view itself changed the names or attributes of a file on `side`
+    /// from `pre` to `post` (an unlink, link or rename of it, or over it):
+    /// the guest's knowledge of it follows (`table::after_own_meta`), for
+    /// node `id` (the one at the name changed, if known) and the node its
+    /// inode has, so `fresh_for_write` never takes this for a host edit.
+    pub(super) fn changed_meta(&self, side: Side, id: Option<u64>, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
+        if (pre.st_dev, pre.st_ino) != (post.st_dev, post.st_ino) {
+            return;
+        }
+        let mut t = self.t.lock().unwrap();
+        let t = &mut *t;
+        let other = t.by_ino.get(&(side, post.st_dev, post.st_ino)).copied();
+        for i in id.into_iter().chain(other.filter(|o| Some(*o) != id)) {
+            if let Some(n) = t.nodes.get_mut(&i) {
+                if n.side == side && (n.host_dev, n.host_ino) == (post.st_dev, post.st_ino) {
+                    n.seen = after_own_meta(n.seen, pre, post);
+                }
             }
         }
+    }
+
+    /// The file `st` (on `side`) as it is now, through the handle or fd of
+    /// node `id` or of the node its inode has: after an unlink or a rename
+    /// over it, when its name no longer reaches it.
+    pub(super) fn inode_stat(&self, side: Side, id: Option<u64>, st: &rustix::fs::Stat) -> Option<rustix::fs::Stat> {
+        let other = self.t.lock().unwrap().by_ino.get(&(side, st.st_dev, st.st_ino)).copied();
+        id.into_iter()
+            .chain(other)
+            .filter_map(|i| self.handle_stat(INodeNo(i)).and_then(Result::ok))
+            .map(|(_, _, post, _)| post)
+            .find(|post| (post.st_dev, post.st_ino) == (st.st_dev, st.st_ino))
+    }
+
+    /// The file `st` lost its last name through the view: its inode number
+    /// may be reused by another file, which gets an id of its own.
+    pub(super) fn forget_id(&self, side: Side, st: &rustix::fs::Stat) {
+        self.t.lock().unwrap().ids.remove(&(side, st.st_dev, st.st_ino));
     }
 
     /// Node `id` was just made through the view: its host IN_CREATE tells
@@ -210,7 +269,7 @@ impl View {
                 _ => return,
             }
         }
-        let Ok((st, Some(h))) = self.stat_handle(side, rel) else {
+        let Ok((st, Some(h), _)) = self.stat_handle(side, rel) else {
             return;
         };
         let mut t = self.t.lock().unwrap();
@@ -325,5 +384,26 @@ impl View {
                 }
             }
         }
+    }
+}
+
+/// Whether live node `id` stands for the file `st` with proof `proof`: the
+/// same device and inode number, and either a handle that holds the file
+/// (its number cannot be reused while it is held) or a proof that shows the
+/// same file (`proven`), or at least does not show another (`!proven`:
+/// the path's own node, kept as before when a proof is missing).
+fn is_file_of(t: &Tables, id: u64, st: &rustix::fs::Stat, proof: Option<&[u8]>, proven: bool) -> bool {
+    let Some(n) = t.nodes.get(&id) else { return false };
+    if (n.host_dev, n.host_ino) != (st.st_dev, st.st_ino) {
+        return false;
+    }
+    if n.file.is_some() {
+        return true;
+    }
+    let known = t.proof_of(id, n.side, n.host_dev, n.host_ino);
+    if proven {
+        proven_same(known, proof)
+    } else {
+        may_be_same(known, proof)
     }
 }

@@ -365,7 +365,13 @@ impl Filesystem for View {
             }
             let (parent, name) = split(&rel);
             let d1 = self.dir(side, parent)?;
+            let pre = self.stat(side, &rel).ok();
             rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
+            // link(2) changes the file's link count and ctime: the guest's
+            // own doing.
+            if let (Some(pre), Ok(post)) = (pre, self.stat(side, &nrel)) {
+                self.changed_meta(side, Some(ino.0), &pre, &post);
+            }
             Ok((side, nrel, d2))
         })();
         match r {
@@ -418,10 +424,16 @@ impl Filesystem for View {
                 rel.as_path()
             };
             let counted = self.budget_for(side).filter(|_| flags.0 & sys::O_TRUNC != 0);
-            let pre = counted.and_then(|_| self.stat(side, &rel).ok());
+            let pre = (flags.0 & sys::O_TRUNC != 0).then(|| self.stat(side, &rel).ok()).flatten();
             let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
-            if let (Some(b), Some(pre), Ok(st)) = (counted, pre, rustix::fs::fstat(&fd)) {
-                b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+            if let (Some(pre), Ok(st)) = (pre, rustix::fs::fstat(&fd)) {
+                if let Some(b) = counted {
+                    b.changed(budget::on_disk(&pre), budget::on_disk(&st));
+                }
+                // Truncated by the guest's own open.
+                if (pre.st_dev, pre.st_ino) == (st.st_dev, st.st_ino) {
+                    self.changed(ino.0, &pre, &st);
+                }
             }
             Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
         })();

@@ -10,6 +10,7 @@ use fuser::{Errno, FileType};
 use rustix::fs::Mode;
 
 use super::host::{each_entry, errno, is_dir, Side};
+use super::table::Proof;
 use super::{View, FOREIGN_BIT, STORE_BIT};
 
 impl View {
@@ -25,44 +26,46 @@ impl View {
     /// Finds an existing child: the store's entry for an ignored path, else
     /// the host's unless ignored.
     pub(super) fn find(&self, parent_side: Side, rel: &Path) -> Result<(Side, rustix::fs::Stat), Errno> {
-        self.find_with(parent_side, rel, false).map(|(side, st, _)| (side, st))
+        self.find_with(parent_side, rel, false).map(|(side, st, _, _)| (side, st))
     }
 
-    /// `find`, and with `want` the `O_PATH` handle of a non-directory
-    /// from the very stat it returns (`stat_handle`).
+    /// `find`, and with `want` the `O_PATH` handle of a non-directory and
+    /// the entry's proof (`table::Proof`) from the very stat it returns
+    /// (`stat_handle`).
+    #[allow(clippy::type_complexity)] // `find` with what `stat_handle` adds
     pub(super) fn find_with(
         &self,
         parent_side: Side,
         rel: &Path,
         want: bool,
-    ) -> Result<(Side, rustix::fs::Stat, Option<OwnedFd>), Errno> {
-        let look = |side: Side| -> Result<(rustix::fs::Stat, Option<OwnedFd>), Errno> {
+    ) -> Result<(Side, rustix::fs::Stat, Option<OwnedFd>, Option<Proof>), Errno> {
+        let look = |side: Side| -> Result<(rustix::fs::Stat, Option<OwnedFd>, Option<Proof>), Errno> {
             if want {
                 self.stat_handle(side, rel)
             } else {
-                Ok((self.stat(side, rel)?, None))
+                Ok((self.stat(side, rel)?, None, None))
             }
         };
         if parent_side == Side::Store {
-            let (st, h) = look(Side::Store)?;
-            return Ok((Side::Store, st, h));
+            let (st, h, p) = look(Side::Store)?;
+            return Ok((Side::Store, st, h, p));
         }
         if let Some(st) = self.git_store_entry(rel) {
-            return Ok((Side::Store, st, None));
+            return Ok((Side::Store, st, None, None));
         }
         if self.rules.is_none() {
-            let (st, h) = look(Side::Host)?;
-            return Ok((Side::Host, st, h));
+            let (st, h, p) = look(Side::Host)?;
+            return Ok((Side::Host, st, h, p));
         }
         let maybe = self.ignored_either(rel);
         if maybe {
-            if let Ok((st, h)) = look(Side::Store) {
+            if let Ok((st, h, p)) = look(Side::Store) {
                 if self.ignored(rel, is_dir(&st)) {
-                    return Ok((Side::Store, st, h));
+                    return Ok((Side::Store, st, h, p));
                 }
             }
         }
-        let (st, h) = look(Side::Host)?;
+        let (st, h, p) = look(Side::Host)?;
         if maybe && self.ignored(rel, is_dir(&st)) {
             return Err(Errno::ENOENT);
         }
@@ -70,11 +73,11 @@ impl View {
             // A hidden host file under a name the rules do not match (an
             // ancestor was renamed, or .gitignore edited): Domain-side.
             return match self.stat(Side::Store, rel) {
-                Ok(sst) => Ok((Side::Store, sst, None)),
+                Ok(sst) => Ok((Side::Store, sst, None, None)),
                 Err(_) => Err(Errno::ENOENT),
             };
         }
-        Ok((Side::Host, st, h))
+        Ok((Side::Host, st, h, p))
     }
 
     /// Makes the store's copy of host directory `rel` (scaffolding for an

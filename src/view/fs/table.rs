@@ -65,6 +65,58 @@ pub(super) fn version(st: &rustix::fs::Stat) -> Version {
     ]
 }
 
+/// What the guest knows of a file (`seen`) after its own change of the
+/// file's content (a write, truncate, fallocate, or attributes) took it
+/// from `pre` to `post`: current if it was current; stale if a host change
+/// came first (an append to, or a `touch` of, a file the host rewrote does
+/// not make the guest's copy fresh), unless the change left the file
+/// empty: then the guest knows all of it.
+pub(super) fn after_own(seen: Version, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) -> Version {
+    if seen == version(pre) || post.st_size == 0 {
+        version(post)
+    } else {
+        seen
+    }
+}
+
+/// What the guest knows of a file (`seen`) after the view's own change of
+/// its names or attributes (unlink, link, rename, chmod, chown, utimes
+/// of the file) took it from `pre` to `post`: current if it was current,
+/// unless its size or mtime moved meanwhile, which names, links and modes
+/// never move: then a host write fell between the two stats, and what the
+/// guest knew stays stale (`fresh_for_write` refuses overwriting it).
+pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) -> Version {
+    let (a, b) = (version(pre), version(post));
+    if seen == a && a[..3] == b[..3] {
+        b
+    } else {
+        seen
+    }
+}
+
+/// The kernel's file handle of a file (`sys::file_handle`): which file an
+/// inode number stands for, checked without holding the file open.
+pub(super) type Proof = Box<[u8]>;
+
+/// Whether a node with proof `known` may be the file with proof `now` (the
+/// same device and inode number): unless both are known and differ. A
+/// missing proof (a filesystem without file handles) decides nothing.
+pub(super) fn may_be_same(known: Option<&[u8]>, now: Option<&[u8]>) -> bool {
+    match (known, now) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// Whether two proofs show one file (both known and equal).
+pub(super) fn proven_same(known: Option<&[u8]>, now: Option<&[u8]>) -> bool {
+    matches!((known, now), (Some(a), Some(b)) if a == b)
+}
+
+/// Bound on the remembered identities (`Tables::ids`); beyond it only
+/// those of live nodes are kept.
+pub(super) const IDS_MAX: usize = 1 << 20;
+
 /// Whether nothing changed a file between two stats of it (the bytes read
 /// between them are one version of it).
 pub(super) fn unchanged_between(pre: &rustix::fs::Stat, post: &rustix::fs::Stat) -> bool {
@@ -136,9 +188,43 @@ pub(super) struct Tables {
     pub(super) handles_held: usize,
     /// Nodes with a cached write fd, and when it last served a write.
     pub(super) writers: HashMap<u64, std::time::Instant>,
+    /// Every file the view gave an id, by (side, device, inode), with its
+    /// proof (`Proof`), for the view's life (up to `IDS_MAX`): a file gets
+    /// the same id whenever it is looked up again, after its node was
+    /// forgotten or at another name, with or without a handle, as its
+    /// inode number stays on a disk; a file that reuses the inode number
+    /// has another proof and gets a new id.
+    pub(super) ids: HashMap<(Side, u64, u64), (u64, Proof)>,
 }
 
 impl Tables {
+    /// The proof node `id` (a file of `side`, device `dev`, inode `ino`)
+    /// was given its id on, if any.
+    pub(super) fn proof_of(&self, id: u64, side: Side, dev: u64, ino: u64) -> Option<&[u8]> {
+        self.ids
+            .get(&(side, dev, ino))
+            .filter(|(i, _)| *i == id)
+            .map(|(_, p)| &p[..])
+    }
+
+    /// Remembers that the file (`side`, `dev`, `ino`) with `proof` is
+    /// node `id` (without a proof: forgets what stood for that inode).
+    pub(super) fn remember_id(&mut self, id: u64, side: Side, dev: u64, ino: u64, proof: Option<Proof>) {
+        let key = (side, dev, ino);
+        let Some(p) = proof else {
+            self.ids.remove(&key);
+            return;
+        };
+        if self.ids.len() >= IDS_MAX && !self.ids.contains_key(&key) {
+            let nodes = &self.nodes;
+            self.ids.retain(|_, (i, _)| nodes.contains_key(i));
+            if self.ids.len() >= IDS_MAX {
+                return;
+            }
+        }
+        self.ids.insert(key, (id, p));
+    }
+
     pub(super) fn drop_write_fd(&mut self, id: u64) {
         self.writers.remove(&id);
         if let Some(n) = self.nodes.get_mut(&id) {

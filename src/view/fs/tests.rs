@@ -207,7 +207,7 @@ fn deep_paths_are_walked_in_pieces() {
     assert!(rel.as_os_str().len() > 12_000);
     let v = view(&dir);
     assert!(v.dir(Side::Host, &rel).is_ok());
-    let (st, h) = v.stat_handle(Side::Host, &rel).unwrap();
+    let (st, h, _) = v.stat_handle(Side::Host, &rel).unwrap();
     assert!(is_dir(&st) && h.is_none());
 }
 
