@@ -287,7 +287,15 @@ impl View {
 
 impl View {
     pub(super) fn remove(&self, parent: INodeNo, name: &OsStr, dir: bool, reply: ReplyEmpty) {
-        let r = (|| {
+        match self.remove_entry(parent, name, dir) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// UNLINK's and RMDIR's body.
+    pub(super) fn remove_entry(&self, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        {
             let (pside, prel, _) = self.node(parent)?;
             let rel = prel.join(name);
             let (side, st) = self.find(pside, &rel)?;
@@ -329,10 +337,6 @@ impl View {
                 self.forget_id(side, &st);
             }
             Ok(())
-        })();
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
         }
     }
 }

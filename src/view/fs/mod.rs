@@ -95,6 +95,8 @@ mod sides;
 mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_links;
 
 /// How long the kernel may cache entries and attributes under a host
 /// directory that is not watched: host-side edits show up within this time.
@@ -406,7 +408,11 @@ impl View {
     ) -> Result<(rustix::fs::Stat, Option<OwnedFd>, Option<table::Proof>), Errno> {
         if rel.as_os_str().is_empty() {
             let root = self.root(side)?;
-            return Ok((rustix::fs::fstat(root).map_err(errno)?, None, crate::sys::file_handle(root)));
+            return Ok((
+                rustix::fs::fstat(root).map_err(errno)?,
+                None,
+                crate::sys::file_handle(root),
+            ));
         }
         let (parent, name) = split(rel);
         let fd = self.at_dir(side, parent, |d| {

@@ -223,7 +223,13 @@ impl View {
     /// node `id` or of the node its inode has: after an unlink or a rename
     /// over it, when its name no longer reaches it.
     pub(super) fn inode_stat(&self, side: Side, id: Option<u64>, st: &rustix::fs::Stat) -> Option<rustix::fs::Stat> {
-        let other = self.t.lock().unwrap().by_ino.get(&(side, st.st_dev, st.st_ino)).copied();
+        let other = self
+            .t
+            .lock()
+            .unwrap()
+            .by_ino
+            .get(&(side, st.st_dev, st.st_ino))
+            .copied();
         id.into_iter()
             .chain(other)
             .filter_map(|i| self.handle_stat(INodeNo(i)).and_then(Result::ok))

@@ -349,32 +349,7 @@ impl Filesystem for View {
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         self.counts.add(Op::Link);
-        let r = (|| {
-            let (side, rel, protected) = self.node(ino)?;
-            if protected {
-                log::warn!(
-                    "git sentry: refused a hard link to {}",
-                    crate::display::escape_path(&rel)
-                );
-                return Err(Errno::EPERM);
-            }
-            let _shape = self.shape_guard(newname);
-            let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
-            if nside != side {
-                return Err(Errno::EXDEV);
-            }
-            let (parent, name) = split(&rel);
-            let d1 = self.dir(side, parent)?;
-            let pre = self.stat(side, &rel).ok();
-            rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
-            // link(2) changes the file's link count and ctime: the guest's
-            // own doing.
-            if let (Some(pre), Ok(post)) = (pre, self.stat(side, &nrel)) {
-                self.changed_meta(side, Some(ino.0), &pre, &post);
-            }
-            Ok((side, nrel, d2))
-        })();
-        match r {
+        match self.link_entry(ino, newparent, newname) {
             Ok((side, nrel, d2)) => self.entry_reply(side, &nrel, &d2, newname, reply),
             Err(e) => reply.error(e),
         }
@@ -424,7 +399,9 @@ impl Filesystem for View {
                 rel.as_path()
             };
             let counted = self.budget_for(side).filter(|_| flags.0 & sys::O_TRUNC != 0);
-            let pre = (flags.0 & sys::O_TRUNC != 0).then(|| self.stat(side, &rel).ok()).flatten();
+            let pre = (flags.0 & sys::O_TRUNC != 0)
+                .then(|| self.stat(side, &rel).ok())
+                .flatten();
             let fd = beneath(self.root(side)?, p, open_flags(flags.0), Mode::empty()).map_err(errno)?;
             if let (Some(pre), Ok(st)) = (pre, rustix::fs::fstat(&fd)) {
                 if let Some(b) = counted {
@@ -754,6 +731,38 @@ impl Filesystem for View {
 }
 
 impl View {
+    /// LINK's body: the new name, its side and its directory.
+    pub(super) fn link_entry(
+        &self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+    ) -> Result<(Side, std::path::PathBuf, std::os::fd::OwnedFd), Errno> {
+        let (side, rel, protected) = self.node(ino)?;
+        if protected {
+            log::warn!(
+                "git sentry: refused a hard link to {}",
+                crate::display::escape_path(&rel)
+            );
+            return Err(Errno::EPERM);
+        }
+        let _shape = self.shape_guard(newname);
+        let (nside, nrel, d2) = self.prepare_new(newparent, newname, false)?;
+        if nside != side {
+            return Err(Errno::EXDEV);
+        }
+        let (parent, name) = split(&rel);
+        let d1 = self.dir(side, parent)?;
+        let pre = self.stat(side, &rel).ok();
+        rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
+        // link(2) changes the file's link count and ctime: the guest's
+        // own doing.
+        if let (Some(pre), Ok(post)) = (pre, self.stat(side, &nrel)) {
+            self.changed_meta(side, Some(ino.0), &pre, &post);
+        }
+        Ok((side, nrel, d2))
+    }
+
     /// Answers GETXATTR and LISTXATTR: `read` fills a buffer of the guest's
     /// `size` from the node's path (size 0 asks only how much it needs).
     fn xattr_read_reply(

@@ -26,7 +26,8 @@ impl View {
     /// Finds an existing child: the store's entry for an ignored path, else
     /// the host's unless ignored.
     pub(super) fn find(&self, parent_side: Side, rel: &Path) -> Result<(Side, rustix::fs::Stat), Errno> {
-        self.find_with(parent_side, rel, false).map(|(side, st, _, _)| (side, st))
+        self.find_with(parent_side, rel, false)
+            .map(|(side, st, _, _)| (side, st))
     }
 
     /// `find`, and with `want` the `O_PATH` handle of a non-directory and

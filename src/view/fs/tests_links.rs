@@ -1,0 +1,254 @@
+//! The view's own unlink, link and rename are not host edits
+//! (`fresh_for_write`), and a file keeps its node id for the view's life
+//! whatever the handle count (`Tables::ids`): driven through the methods
+//! the FUSE handlers call, on a temporary host directory.
+
+use super::table::{after_own, after_own_meta, may_be_same, proven_same, version};
+use super::*;
+use std::ffi::OsStr;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("lazaret-view-links-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Tmp(p)
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        std::fs::write(self.0.join(rel), text).unwrap();
+    }
+
+    fn stat(&self, rel: &str) -> rustix::fs::Stat {
+        rustix::fs::lstat(self.0.join(rel)).unwrap()
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn view(dir: &Tmp) -> View {
+    View::new(&dir.0, None, Sentry::new(false, Vec::new())).unwrap()
+}
+
+fn lookup(v: &View, rel: &str) -> u64 {
+    v.look_up(Side::Host, Path::new(rel)).unwrap().1.ino.0
+}
+
+/// Node `id`'s file as an overwrite through its open fd would see it.
+fn may_overwrite(v: &View, id: u64) -> Result<(), Errno> {
+    let f = v.node_file(INodeNo(id), true)?;
+    let st = rustix::fs::fstat(&*f).unwrap();
+    v.fresh_for_write(INodeNo(id), &st, true)
+}
+
+/// The kernel's coarse clock moves on, so that a ctime changes.
+fn tick() {
+    std::thread::sleep(Duration::from_millis(15));
+}
+
+fn stat_with(size: i64, mtime: i64, ctime: i64) -> rustix::fs::Stat {
+    // SAFETY: `stat` is plain old data; all-zero is a valid value.
+    let mut st: rustix::fs::Stat = unsafe { std::mem::zeroed() };
+    st.st_size = size;
+    st.st_mtime = mtime as _;
+    st.st_ctime = ctime as _;
+    st
+}
+
+#[test]
+fn own_changes_keep_a_current_guest_current_and_a_stale_one_stale() {
+    let pre = stat_with(10, 100, 100);
+    let link = stat_with(10, 100, 101);
+    let host_write = stat_with(12, 101, 101);
+    let current = version(&pre);
+    let stale = version(&stat_with(9, 99, 99));
+    // A name or link change: ctime only.
+    assert_eq!(after_own_meta(current, &pre, &link), version(&link));
+    assert_eq!(after_own_meta(stale, &pre, &link), stale);
+    // A host write between the two stats moved size and mtime.
+    assert_eq!(after_own_meta(current, &pre, &host_write), current);
+    // A content change of the guest's own.
+    assert_eq!(after_own(current, &pre, &host_write), version(&host_write));
+    assert_eq!(after_own(stale, &pre, &host_write), stale);
+    // Left empty by the guest: all of it is known.
+    let empty = stat_with(0, 102, 102);
+    assert_eq!(after_own(stale, &pre, &empty), version(&empty));
+}
+
+#[test]
+fn proofs_join_only_what_they_show_the_same() {
+    let (a, b): (&[u8], &[u8]) = (b"\x01\0\0\0ino1gen1", b"\x01\0\0\0ino1gen2");
+    assert!(proven_same(Some(a), Some(a)));
+    assert!(!proven_same(Some(a), Some(b)));
+    assert!(!proven_same(None, Some(a)) && !proven_same(Some(a), None) && !proven_same(None, None));
+    assert!(may_be_same(Some(a), Some(a)) && may_be_same(None, Some(a)) && may_be_same(Some(a), None));
+    assert!(!may_be_same(Some(a), Some(b)));
+}
+
+#[test]
+fn an_unlinked_open_file_is_overwritten_as_on_a_disk() {
+    let dir = Tmp::new("unlink");
+    dir.write("t", "scratch data");
+    let v = view(&dir);
+    let id = lookup(&v, "t");
+    v.saw(id, &dir.stat("t"));
+    tick();
+    v.remove_entry(INodeNo(1), OsStr::new("t"), false).unwrap();
+    assert!(!dir.0.join("t").exists());
+    assert!(
+        may_overwrite(&v, id).is_ok(),
+        "the sandbox's own unlink is not a host edit"
+    );
+}
+
+#[test]
+fn a_host_edit_before_an_unlink_is_still_refused() {
+    let dir = Tmp::new("unlink-host");
+    dir.write("t", "scratch data");
+    std::fs::hard_link(dir.0.join("t"), dir.0.join("host-name")).unwrap();
+    let v = view(&dir);
+    let id = lookup(&v, "t");
+    v.saw(id, &dir.stat("t"));
+    tick();
+    dir.write("host-name", "the host's new data");
+    v.remove_entry(INodeNo(1), OsStr::new("t"), false).unwrap();
+    assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
+}
+
+#[test]
+fn a_linked_file_is_overwritten_through_its_open_fd() {
+    let dir = Tmp::new("link");
+    dir.write("a", "linked data");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+
+    v.saw(id, &dir.stat("a"));
+    tick();
+    let (side, nrel, _) = v.link_entry(INodeNo(id), INodeNo(1), OsStr::new("b")).unwrap();
+    let b = v.remember(side, &nrel).unwrap().ino.0;
+    assert_eq!(b, id, "one file, one node");
+    assert_eq!(dir.stat("a").st_nlink, 2);
+    assert!(
+        may_overwrite(&v, id).is_ok(),
+        "the sandbox's own link is not a host edit"
+    );
+    // Renamed over at one name: the other name's file lost a link.
+    dir.write("c", "new file");
+    lookup(&v, "c");
+    tick();
+    v.rename_entry(
+        INodeNo(1),
+        OsStr::new("c"),
+        INodeNo(1),
+        OsStr::new("a"),
+        fuser::RenameFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(dir.stat("b").st_nlink, 1);
+    assert_eq!(v.known(Side::Host, Path::new("b")), Some(id));
+    assert!(
+        may_overwrite(&v, id).is_ok(),
+        "the sandbox's rename over a name is not a host edit"
+    );
+    // A host edit after all that is still caught.
+    tick();
+    dir.write("b", "the host's new data");
+    assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
+}
+
+#[test]
+fn hard_links_and_ids_hold_past_the_handle_bound() {
+    let dir = Tmp::new("bound");
+    for i in 0..8 {
+        dir.write(&format!("f{i}"), "x");
+    }
+    dir.write("x1", "linked");
+    let mut v = view(&dir);
+    v.handles_max = 4;
+    let ids: Vec<u64> = (0..8).map(|i| lookup(&v, &format!("f{i}"))).collect();
+    assert_eq!(v.t.lock().unwrap().handles_held, 4, "the bound is reached");
+    let x = lookup(&v, "x1");
+    assert!(v.t.lock().unwrap().nodes[&x].file.is_none(), "no handle left for x1");
+    std::fs::hard_link(dir.0.join("x1"), dir.0.join("x2")).unwrap();
+    assert_eq!(lookup(&v, "x2"), x, "a new link joins the node without a handle");
+    // Forgotten by the kernel and looked up again: the same id.
+    for (i, id) in ids.iter().enumerate() {
+        let n = v.t.lock().unwrap().nodes[id].lookups;
+        v.forget_node(INodeNo(*id), n);
+        assert!(!v.t.lock().unwrap().nodes.contains_key(id));
+        assert_eq!(lookup(&v, &format!("f{i}")), *id, "f{i} keeps its inode number");
+    }
+    let n = v.t.lock().unwrap().nodes[&x].lookups;
+    v.forget_node(INodeNo(x), n);
+    assert_eq!(lookup(&v, "x2"), x);
+    assert_eq!(lookup(&v, "x1"), x);
+}
+
+#[test]
+fn a_reused_inode_number_is_another_node() {
+    let dir = Tmp::new("reused");
+    dir.write("a", "first file");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    let ino = dir.0.join("a").metadata().unwrap().ino();
+    let n = v.t.lock().unwrap().nodes[&id].lookups;
+    v.forget_node(INodeNo(id), n);
+    // What a file that reused the number would prove: another generation.
+    {
+        let mut t = v.t.lock().unwrap();
+        let e = t.ids.values_mut().find(|(i, _)| *i == id).expect("a remembered id");
+        let last = e.1.len() - 1;
+        e.1[last] ^= 0xff;
+    }
+    let again = lookup(&v, "a");
+    assert_ne!(again, id, "another proof, another id");
+    // A real reuse on this filesystem, where one comes quickly.
+    std::fs::remove_file(dir.0.join("a")).unwrap();
+    let mut reused = None;
+    for i in 0..200 {
+        let name = format!("n{i}");
+        dir.write(&name, "second file");
+        if dir.0.join(&name).metadata().unwrap().ino() == ino {
+            reused = Some(name);
+            break;
+        }
+    }
+    if let Some(name) = reused {
+        let other = lookup(&v, &name);
+        assert!(other != id && other != again, "a reused inode number is another node");
+    }
+}
+
+#[test]
+fn the_own_unlink_of_a_last_name_forgets_the_identity() {
+    let dir = Tmp::new("forget-id");
+    dir.write("a", "x");
+    let v = view(&dir);
+    let st = dir.stat("a");
+    let id = lookup(&v, "a");
+    assert!(v
+        .t
+        .lock()
+        .unwrap()
+        .ids
+        .contains_key(&(Side::Host, st.st_dev, st.st_ino)));
+    v.remove_entry(INodeNo(1), OsStr::new("a"), false).unwrap();
+    assert!(!v
+        .t
+        .lock()
+        .unwrap()
+        .ids
+        .contains_key(&(Side::Host, st.st_dev, st.st_ino)));
+    assert!(v.t.lock().unwrap().nodes[&id].gone);
+}
