@@ -1,8 +1,9 @@
 //! The workspace view: ignored state (`ignored`), attacks on it (`attacks`),
-//! the view as a disk (`disk`), host edits seen inside (`hostwatch`), the
+//! the view as a disk (`disk`, `disk2`), host edits seen inside (`hostwatch`), the
 //! host-tool table's files (`host_tools`).
 pub mod attacks;
 pub mod disk;
+pub mod disk2;
 pub mod host_tools;
 pub mod hostwatch;
 pub mod ignored;
