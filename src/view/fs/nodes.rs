@@ -191,7 +191,8 @@ impl View {
     /// The guest changed node `id` from `pre` to `post`: what it knew
     /// stays current if it was current (its own change), and stays stale if
     /// a host change came first (an append to, or a `touch` of, a file the
-    /// host rewrote does not make the guest's copy of it fresh).
+    /// host rewrote does not make the guest's copy of it fresh), unless the
+    /// change left it empty (`table::after_own`).
     pub(super) fn changed(&self, id: u64, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.seen = after_own(n.seen, pre, post);
