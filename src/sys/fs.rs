@@ -177,10 +177,12 @@ pub fn open_dir_beneath(dir: impl AsFd, rel: &Path) -> io::Result<std::os::fd::O
 }
 
 /// The kernel's file handle of the file `fd` is open on (`O_PATH` will
-/// do): handle type, then its bytes (`name_to_handle_at`). It names that
-/// very file without holding it open: filesystems put the inode number and
-/// its generation in it, so a file that later gets the same inode number
-/// has another handle. None where the filesystem gives none (EOPNOTSUPP).
+/// do): handle type, then its bytes (`name_to_handle_at`), then its birth
+/// time where the filesystem keeps one. It names that very file without
+/// holding it open: filesystems put the inode number and its generation in
+/// the handle, so a file that later gets the same inode number has another
+/// handle (and, on a filesystem whose handles carry no generation, another
+/// birth time). None where the filesystem gives no handle (EOPNOTSUPP).
 pub fn file_handle(fd: impl AsFd) -> Option<Box<[u8]>> {
     use std::os::fd::AsRawFd;
     #[repr(C)]
@@ -210,9 +212,16 @@ pub fn file_handle(fd: impl AsFd) -> Option<Box<[u8]>> {
     if r != 0 || n > h.data.len() {
         return None;
     }
-    let mut out = Vec::with_capacity(4 + n);
+    let mut out = Vec::with_capacity(4 + n + 12);
     out.extend_from_slice(&h.kind.to_ne_bytes());
     out.extend_from_slice(&h.data[..n]);
+    let btime = rustix::fs::StatxFlags::BTIME;
+    if let Ok(x) = rustix::fs::statx(&fd, "", rustix::fs::AtFlags::EMPTY_PATH, btime) {
+        if x.stx_mask & btime.bits() != 0 {
+            out.extend_from_slice(&x.stx_btime.tv_sec.to_ne_bytes());
+            out.extend_from_slice(&x.stx_btime.tv_nsec.to_ne_bytes());
+        }
+    }
     Some(out.into_boxed_slice())
 }
 
