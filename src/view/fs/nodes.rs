@@ -132,6 +132,7 @@ impl View {
         n.protected |= protected;
         n.lookups += 1;
         n.told = Some(told(&st));
+        n.end = st.st_size;
         if n.file.is_none() && keep {
             if let Some(h) = handle {
                 n.file = Some(Arc::new(h));
@@ -145,6 +146,7 @@ impl View {
     pub(super) fn note(&self, id: u64, st: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.told = Some(told(st));
+            n.end = st.st_size;
         }
     }
 
