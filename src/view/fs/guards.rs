@@ -23,6 +23,10 @@ use super::View;
 /// SQLite transaction holds its locks, short enough that a tool whose
 /// write waits does not look hung.
 pub(super) const LOCK_WAIT: Duration = Duration::from_secs(1);
+/// The wait instead while the lock that outlasted the last whole wait is
+/// still held (a host connection that stays open): a tool that retries
+/// is not held up a second per write.
+const STUCK_WAIT: Duration = Duration::from_millis(50);
 
 /// SQLite's lock bytes in a database file (its unix VFS; fixed by the file
 /// format): a connection with a read transaction (in WAL mode: any open
@@ -80,8 +84,8 @@ impl View {
     /// (open for writing), under the view's own OFD write lock of the whole
     /// file, taken without waiting and retried with short sleeps for up to
     /// `LOCK_WAIT` while a host process holds a lock of the file; then the
-    /// change is refused (`EBUSY`), and refused at once while that lock is
-    /// still held. Taking the lock is the check, so no host lock can be
+    /// change is refused (`EBUSY`), and after `STUCK_WAIT` only while that
+    /// lock is still held. Taking the lock is the check, so no host lock can be
     /// taken between the check and the change; a host process that tries
     /// one during the change is refused (SQLite: `SQLITE_BUSY`, which its
     /// busy timeout retries) or waits. gVisor keeps the guest's own locks
@@ -137,7 +141,8 @@ impl View {
                     Err(_) => {}
                 }
             }
-            if deleted || stuck || start.elapsed() >= LOCK_WAIT {
+            let bound = if stuck { STUCK_WAIT } else { LOCK_WAIT };
+            if deleted || start.elapsed() >= bound {
                 if !deleted {
                     self.lock_stuck.lock().unwrap().insert(ino.0);
                 }

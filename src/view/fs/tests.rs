@@ -490,7 +490,7 @@ fn a_change_waits_for_a_host_lock_and_is_refused_at_once_while_it_stays() {
     assert!(t0.elapsed() >= super::guards::LOCK_WAIT);
     let t0 = std::time::Instant::now();
     assert_eq!(v.under_host_locks(ino, &*f, || Ok(())), Err(Errno::EBUSY));
-    assert!(t0.elapsed() < std::time::Duration::from_millis(500), "stuck: no second wait");
+    assert!(t0.elapsed() < std::time::Duration::from_millis(500), "stuck: no second long wait");
     // During the change the view's lock is held: a host lock is refused.
     drop(host);
     let probe = File::options().read(true).write(true).open(dir.0.join("f")).unwrap();
