@@ -462,7 +462,10 @@ fn ofd_range_locks_exclude_other_open_files_and_appends_land_at_the_end() {
     let rw = || std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
     let (a, b) = (rw(), rw());
     assert!(ofd_lock(&a, RangeLock::Write, 0, 0).unwrap(), "free");
-    assert!(!ofd_lock(&b, RangeLock::Read, 1 << 30, 1).unwrap(), "a's whole-file lock conflicts");
+    assert!(
+        !ofd_lock(&b, RangeLock::Read, 1 << 30, 1).unwrap(),
+        "a's whole-file lock conflicts"
+    );
     assert!(range_locked_elsewhere(&b, 0, 1));
     assert!(!range_locked_elsewhere(&a, 0, 1), "not a conflict with itself");
     // Downgraded to a read lock of one range: others may read-lock it, not

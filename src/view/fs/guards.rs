@@ -222,7 +222,11 @@ impl View {
     /// (it shrinks).
     pub(super) fn guest_end(&self, ino: INodeNo, end: u64, grew: bool) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&ino.0) {
-            n.end = if grew { n.end.max(end as i64) } else { n.end.min(end as i64) };
+            n.end = if grew {
+                n.end.max(end as i64)
+            } else {
+                n.end.min(end as i64)
+            };
         }
     }
 
@@ -313,11 +317,19 @@ fn keep_database_claim(f: &impl AsFd) {
     let is_db = matches!(rustix::io::pread(f, &mut head, 0), Ok(16)) && &head == SQLITE_HEADER;
     let kept = is_db
         && matches!(
-            sys::ofd_lock(f, RangeLock::Read, SQLITE_RESERVED, SQLITE_SHARED_FIRST + 1 - SQLITE_RESERVED),
+            sys::ofd_lock(
+                f,
+                RangeLock::Read,
+                SQLITE_RESERVED,
+                SQLITE_SHARED_FIRST + 1 - SQLITE_RESERVED
+            ),
             Ok(true)
         )
         && matches!(sys::ofd_lock(f, RangeLock::Unlock, 0, SQLITE_RESERVED), Ok(true))
-        && matches!(sys::ofd_lock(f, RangeLock::Unlock, SQLITE_SHARED_FIRST + 1, 0), Ok(true));
+        && matches!(
+            sys::ofd_lock(f, RangeLock::Unlock, SQLITE_SHARED_FIRST + 1, 0),
+            Ok(true)
+        );
     if !kept {
         let _ = sys::ofd_lock(f, RangeLock::Unlock, 0, 0);
     }

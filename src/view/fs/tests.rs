@@ -490,7 +490,10 @@ fn a_change_waits_for_a_host_lock_and_is_refused_at_once_while_it_stays() {
     assert!(t0.elapsed() >= super::guards::LOCK_WAIT);
     let t0 = std::time::Instant::now();
     assert_eq!(v.under_host_locks(ino, &*f, || Ok(())), Err(Errno::EBUSY));
-    assert!(t0.elapsed() < std::time::Duration::from_millis(500), "stuck: no second long wait");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_millis(500),
+        "stuck: no second long wait"
+    );
     // During the change the view's lock is held: a host lock is refused.
     drop(host);
     let probe = File::options().read(true).write(true).open(dir.0.join("f")).unwrap();
@@ -498,7 +501,10 @@ fn a_change_waits_for_a_host_lock_and_is_refused_at_once_while_it_stays() {
         .under_host_locks(ino, &*f, || Ok(ofd_lock(&probe, RangeLock::Read, 0, 1).unwrap()))
         .unwrap();
     assert!(!seen, "a host lock during the change conflicts");
-    assert!(ofd_lock(&probe, RangeLock::Write, 0, 0).unwrap(), "and is free after it");
+    assert!(
+        ofd_lock(&probe, RangeLock::Write, 0, 0).unwrap(),
+        "and is free after it"
+    );
 }
 
 #[test]
@@ -546,7 +552,10 @@ fn text_written_at_the_guests_end_of_a_file_the_host_grew_is_an_append() {
     // The guest's own write moves its end; a short read pulls it back.
     v.guest_end(ino, 8, true);
     assert!(!v.appends(ino, &st, 2, b"guest\n"));
-    assert!(!v.appends(ino, &st, 7, b"guest\n"), "the guest takes the file for 8 bytes");
+    assert!(
+        !v.appends(ino, &st, 7, b"guest\n"),
+        "the guest takes the file for 8 bytes"
+    );
     v.guest_end(ino, 7, false);
     assert!(v.appends(ino, &st, 7, b"guest\n"));
 }

@@ -148,14 +148,21 @@ fn a_sandbox_sqlite_writer_commits_every_row_while_a_host_process_polls_it() {
         .lz_in(
             &ws,
             "dev",
-            &["sh", "-c", "python3 /workspace/w.py /workspace/db.sqlite s 300; s=$?; : > /workspace/done; exit $s"],
+            &[
+                "sh",
+                "-c",
+                "python3 /workspace/w.py /workspace/db.sqlite s 300; s=$?; : > /workspace/done; exit $s",
+            ],
         )
         .config_home(&cfg)
         .run();
     std::fs::write(ws.join("done"), "").unwrap();
     let p = poller.wait_with_output().unwrap();
     let pout = String::from_utf8_lossy(&p.stdout).into_owned();
-    eprintln!("sandbox writer: {}\nhost poller: {pout}", r.stdout.lines().last().unwrap_or(""));
+    eprintln!(
+        "sandbox writer: {}\nhost poller: {pout}",
+        r.stdout.lines().last().unwrap_or("")
+    );
     let polls: u32 = pout
         .lines()
         .find_map(|l| l.strip_prefix("POLLER "))
@@ -200,7 +207,14 @@ fn two_sqlite_writers_on_one_wal_database_lose_no_committed_row() {
             .lz_in(
                 &ws,
                 "dev",
-                &["python3", "/workspace/w.py", "/workspace/db.sqlite", "s", "200", "/workspace/go"],
+                &[
+                    "python3",
+                    "/workspace/w.py",
+                    "/workspace/db.sqlite",
+                    "s",
+                    "200",
+                    "/workspace/go",
+                ],
             )
             .config_home(&cfg)
             .spawn();
@@ -230,7 +244,11 @@ fn two_sqlite_writers_on_one_wal_database_lose_no_committed_row() {
             rows.iter().filter(|r| r.0 == "h").count(),
             sc.len(),
             rows.iter().filter(|r| r.0 == "s").count(),
-            sout.lines().filter(|l| !l.starts_with("C ")).take(3).collect::<Vec<_>>().join(" | ")
+            sout.lines()
+                .filter(|l| !l.starts_with("C "))
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
         assert!(h.status.success(), "round {round}: the host writer died: {h:?}");
         assert_eq!(integrity, "ok", "round {round}");
