@@ -9,8 +9,9 @@
 # and in a raw runsc sandbox whose /workspace is a plain bind of the same
 # host directory (the bundle Lazaret generated, workspace source swapped
 # back, as scripts/posix-suite.sh does). Prints, per round and side, the
-# rows kept of each writer, whether either writer failed, and
-# `pragma integrity_check`; then the totals.
+# rows kept of each writer against the rows whose commit it was told
+# succeeded, each writer's exit status, and `pragma integrity_check`; then
+# the totals with the committed rows lost on each side.
 #
 #   scripts/sqlite-two-writers.sh [ROUNDS] [ROWS]
 #
@@ -141,9 +142,14 @@ one() {
     local ss=0
     wait "$sbx" || ss=$?
     read -r h s ok < <(count)
-    printf '%-5s host %4d/%d (exit %d)  sandbox %4d/%d (exit %d)  total %4d  integrity %s\n' \
-        "$side" "$h" "$rows" "$hs" "$s" "$rows" "$ss" $((h + s)) "$ok"
-    echo "$side $h $s $ok" >>"$work/totals"
+    # Committed: the inserts whose commit returned success (the writer's
+    # own count of failures; a writer that died committed nothing we know).
+    local hf sf hc sc
+    hf=$(sed -n 's/^WRITER h failed //p' "$work/host.out"); sf=$(sed -n 's/^WRITER s failed //p' "$work/sbx.out")
+    hc=$((rows - ${hf:-$rows})); sc=$((rows - ${sf:-$rows}))
+    printf '%-5s host %4d kept of %4d committed (exit %d)  sandbox %4d kept of %4d committed (exit %d)  integrity %s\n' \
+        "$side" "$h" "$hc" "$hs" "$s" "$sc" "$ss" "$ok"
+    echo "$side $h $s $ok $hc $sc" >>"$work/totals"
 }
 
 : >"$work/totals"
@@ -151,7 +157,8 @@ echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); $rounds rounds of $rows ro
 for r in $(seq "$rounds"); do
     if [ $((r % 2)) -eq 1 ]; then one bind; one view; else one view; one bind; fi
 done
-awk '{t[$1] += $2 + $3; h[$1] += $2; s[$1] += $3; if ($4 != "ok") bad[$1]++}
-     END {for (k in t) printf "%-5s rows kept: %d (host %d, sandbox %d) of %d; rounds with a damaged database: %d\n",
-          k, t[k], h[k], s[k], 2 * ROWS * ROUNDS, bad[k] + 0}' ROWS="$rows" ROUNDS="$rounds" "$work/totals"
+awk '{t[$1] += $2 + $3; h[$1] += $2; s[$1] += $3; hc[$1] += $5; sc[$1] += $6; if ($4 != "ok") bad[$1]++
+      if ($5 > $2) hl[$1] += $5 - $2; if ($6 > $3) sl[$1] += $6 - $3}
+     END {for (k in t) printf "%-5s rows kept: %d (host %d of %d committed, sandbox %d of %d committed) of %d inserted; committed rows lost: host %d, sandbox %d; rounds with a damaged database: %d\n",
+          k, t[k], h[k], hc[k], s[k], sc[k], 2 * ROWS * ROUNDS, hl[k] + 0, sl[k] + 0, bad[k] + 0}' ROWS="$rows" ROUNDS="$rounds" "$work/totals"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

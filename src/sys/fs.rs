@@ -70,6 +70,79 @@ pub fn locked_elsewhere(fd: impl AsFd) -> bool {
     r == 0 && fl.l_type != libc::F_UNLCK as libc::c_short
 }
 
+/// What an open file description's lock of a byte range becomes
+/// ([`ofd_lock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeLock {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// Sets (or drops) an OFD lock of bytes `start..start + len` of the file
+/// `fd` is open on (`len` 0: to the end of the file and beyond), without
+/// waiting: `Ok(false)` when a lock another open file holds conflicts (a
+/// host process's POSIX lock, or another OFD lock). A lock is the open
+/// file description's: a later lock of the same range through it replaces
+/// the earlier one (no conflict with itself), and closing its last fd
+/// drops it. A write lock needs `fd` open for writing, a read lock open
+/// for reading.
+pub fn ofd_lock(fd: impl AsFd, how: RangeLock, start: i64, len: i64) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain old data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = match how {
+        RangeLock::Read => libc::F_RDLCK,
+        RangeLock::Write => libc::F_WRLCK,
+        RangeLock::Unlock => libc::F_UNLCK,
+    } as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: a valid fd and a pointer to a live `flock`.
+    let r = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Whether a lock another open file holds conflicts with a write lock of
+/// bytes `start..start + len` (`F_OFD_GETLK`; an error counts as no).
+pub fn range_locked_elsewhere(fd: impl AsFd, start: i64, len: i64) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain old data; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: a valid fd and a pointer to a live `flock`.
+    let r = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_OFD_GETLK, &mut fl) };
+    r == 0 && fl.l_type != libc::F_UNLCK as libc::c_short
+}
+
+/// Writes all of `data` at the end of the file `fd` is open on, wherever
+/// that is when the kernel writes it (`pwritev2` with `RWF_APPEND`: atomic
+/// against other appenders, as an `O_APPEND` write is), whatever the fd's
+/// own flags.
+pub fn write_at_end(fd: impl AsFd, mut data: &[u8]) -> io::Result<()> {
+    use rustix::io::ReadWriteFlags;
+    while !data.is_empty() {
+        match rustix::io::pwritev2(&fd, &[io::IoSlice::new(data)], 0, ReadWriteFlags::APPEND) {
+            Ok(0) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+            Ok(n) => data = &data[n..],
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Whether the file `fd` (opened read-only) is open for writing through
 /// any other open file: a read lease (`F_SETLEASE`) is refused exactly
 /// then (EAGAIN); one that is granted is released at once. The caller

@@ -455,6 +455,40 @@ fn lock_and_write_probes_see_other_open_files_only() {
 }
 
 #[test]
+fn ofd_range_locks_exclude_other_open_files_and_appends_land_at_the_end() {
+    let d = scratch("ofdlocks");
+    let p = d.join("f");
+    std::fs::write(&p, "0123").unwrap();
+    let rw = || std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let (a, b) = (rw(), rw());
+    assert!(ofd_lock(&a, RangeLock::Write, 0, 0).unwrap(), "free");
+    assert!(
+        !ofd_lock(&b, RangeLock::Read, 1 << 30, 1).unwrap(),
+        "a's whole-file lock conflicts"
+    );
+    assert!(range_locked_elsewhere(&b, 0, 1));
+    assert!(!range_locked_elsewhere(&a, 0, 1), "not a conflict with itself");
+    // Downgraded to a read lock of one range: others may read-lock it, not
+    // write-lock it, and anything else is free again.
+    assert!(ofd_lock(&a, RangeLock::Read, 10, 2).unwrap());
+    assert!(ofd_lock(&a, RangeLock::Unlock, 0, 10).unwrap());
+    assert!(ofd_lock(&a, RangeLock::Unlock, 12, 0).unwrap());
+    assert!(ofd_lock(&b, RangeLock::Read, 10, 2).unwrap());
+    assert!(ofd_lock(&b, RangeLock::Unlock, 10, 2).unwrap());
+    assert!(!ofd_lock(&b, RangeLock::Write, 11, 1).unwrap());
+    assert!(ofd_lock(&b, RangeLock::Write, 12, 0).unwrap());
+    assert!(ofd_lock(&b, RangeLock::Unlock, 0, 0).unwrap());
+    drop(a);
+    assert!(ofd_lock(&b, RangeLock::Write, 0, 0).unwrap(), "closing drops the lock");
+    // An append through an fd without O_APPEND lands at the current end.
+    let mut other = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    std::io::Write::write_all(&mut other, b"host").unwrap();
+    write_at_end(&b, b"+guest").unwrap();
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), "0123host+guest");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn a_write_to_a_closed_pipe_fails_with_epipe_instead_of_ending_the_process() {
     // SIGPIPE's disposition is the whole process's: the body runs in a
     // child of this test binary, so no other test's writes share it.

@@ -170,6 +170,13 @@ pub struct View {
     warned_locked: AtomicBool,
     /// A stale overwrite was refused and logged (`fresh_for_write`).
     warned_stale: AtomicBool,
+    /// Changes of one host file are made one at a time (by node id modulo
+    /// their number), each under the view's own OFD lock of the file
+    /// (`View::under_host_locks`).
+    change_stripes: [Mutex<()>; 8],
+    /// Nodes whose last change waited the whole `LOCK_WAIT` for a host
+    /// lock: refused at once while that lock is still held.
+    lock_stuck: Mutex<std::collections::HashSet<u64>>,
     /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
     handles_max: usize,
     /// Host paths the sandbox changed through the view, and when: their
@@ -299,6 +306,8 @@ impl View {
             moved_dirs: Mutex::new(Vec::new()),
             warned_locked: AtomicBool::new(false),
             warned_stale: AtomicBool::new(false),
+            change_stripes: Default::default(),
+            lock_stuck: Mutex::new(Default::default()),
             handles_max: {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))

@@ -154,6 +154,7 @@ impl View {
         n.protected |= protected;
         n.lookups += 1;
         n.told = Some(told(&st));
+        n.end = st.st_size;
         if n.file.is_none() && keep {
             if let Some(h) = handle {
                 n.file = Some(Arc::new(h));
@@ -167,6 +168,7 @@ impl View {
     pub(super) fn note(&self, id: u64, st: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.told = Some(told(st));
+            n.end = st.st_size;
         }
     }
 

@@ -146,11 +146,12 @@ impl Filesystem for View {
                     } else {
                         self.node_file_with(ino, true, false)?
                     };
-                    self.not_locked_on_host(ino, &wf)?;
-                    let st = rustix::fs::fstat(&*wf).map_err(errno)?;
-                    self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
-                    kill_priv(&*wf)?;
-                    wf.set_len(sz).map_err(errno)?;
+                    self.under_host_locks(ino, &*wf, || {
+                        let st = rustix::fs::fstat(&*wf).map_err(errno)?;
+                        self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
+                        kill_priv(&*wf)?;
+                        wf.set_len(sz).map_err(errno)
+                    })?;
                 }
                 if let Some(m) = mode {
                     let st = rustix::fs::fstat(&*f).map_err(errno)?;
@@ -196,11 +197,12 @@ impl Filesystem for View {
                     }
                     None => {
                         let fd = open_target(OFlags::WRONLY).map_err(errno)?;
-                        self.not_locked_on_host(ino, &fd)?;
-                        let st = rustix::fs::fstat(&fd).map_err(errno)?;
-                        self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
-                        kill_priv(&fd)?;
-                        rustix::fs::ftruncate(&fd, sz).map_err(errno)?;
+                        self.under_host_locks(ino, &fd, || {
+                            let st = rustix::fs::fstat(&fd).map_err(errno)?;
+                            self.fresh_for_write(ino, &st, sz > 0 && (sz as i64) < st.st_size)?;
+                            kill_priv(&fd)?;
+                            rustix::fs::ftruncate(&fd, sz).map_err(errno)
+                        })?;
                     }
                 }
             }
@@ -445,6 +447,10 @@ impl Filesystem for View {
                 }
             }
             buf.truncate(n);
+            if n < size as usize {
+                // The kernel takes a short read for the end of the file.
+                self.guest_end(ino, offset + n as u64, false);
+            }
             if let (Some(pre), Ok(post)) = (pre, rustix::fs::fstat(&*f)) {
                 self.read_between(ino.0, &pre, &post);
             }
@@ -471,11 +477,25 @@ impl Filesystem for View {
         self.counts.add(Op::Write);
         self.guest_changes(ino);
         match self.handle_or_node(fh, ino, true).and_then(|f| {
-            self.not_locked_on_host(ino, &f)?;
-            let pre = rustix::fs::fstat(&*f).map_err(errno)?;
-            self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
-            self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, data.len() as u64), |f| {
-                f.write_all_at(data, offset).map_err(errno)
+            self.under_host_locks(ino, &*f, || {
+                let pre = rustix::fs::fstat(&*f).map_err(errno)?;
+                let len = data.len() as u64;
+                if self.appends(ino, &pre, offset, data) {
+                    // Lands at the host file's end, past what a host
+                    // process appended since the guest last saw its size.
+                    let at = pre.st_size as u64;
+                    self.grow_in_place(ino, &f, &pre, budget::growth(&pre, at, len), |f| {
+                        sys::write_at_end(f, data).map_err(errno)
+                    })?;
+                } else {
+                    self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+                    self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, len), |f| {
+                        f.write_all_at(data, offset).map_err(errno)
+                    })?;
+                }
+                // What the kernel now takes the size to be.
+                self.guest_end(ino, offset + len, true);
+                Ok(())
             })
         }) {
             Ok(()) => reply.written(data.len() as u32),
@@ -617,16 +637,21 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Fallocate);
         let r = self.handle_or_node(fh, ino, true).and_then(|f| {
-            self.not_locked_on_host(ino, &f)?;
-            let pre = rustix::fs::fstat(&*f).map_err(errno)?;
-            // Punching, zeroing or collapsing a range drops bytes; plain
-            // allocation keeps them.
-            if mode as u32 & !rustix::fs::FallocateFlags::KEEP_SIZE.bits() != 0 {
-                self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
-            }
-            let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-            self.grow_in_place(ino, &f, &pre, budget::fallocate_growth(&pre, fl, offset, length), |f| {
-                rustix::fs::fallocate(f, fl, offset, length).map_err(errno)
+            self.under_host_locks(ino, &*f, || {
+                let pre = rustix::fs::fstat(&*f).map_err(errno)?;
+                // Punching, zeroing or collapsing a range drops bytes; plain
+                // allocation keeps them.
+                if mode as u32 & !rustix::fs::FallocateFlags::KEEP_SIZE.bits() != 0 {
+                    self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
+                }
+                let fl = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+                self.grow_in_place(ino, &f, &pre, budget::fallocate_growth(&pre, fl, offset, length), |f| {
+                    rustix::fs::fallocate(f, fl, offset, length).map_err(errno)
+                })?;
+                if !fl.contains(rustix::fs::FallocateFlags::KEEP_SIZE) {
+                    self.guest_end(ino, offset + length, true);
+                }
+                Ok(())
             })
         });
         match r {

@@ -50,6 +50,11 @@ pub(super) struct Node {
     /// it through the view: a host file changed since then by a host
     /// process is not overwritten in place from inside (`fresh_for_write`).
     pub(super) seen: Version,
+    /// The file's size as the kernel believes it: what it was last told
+    /// (`told`), grown by the guest's writes and `fallocate`s since, cut
+    /// by a short read. A write at exactly this offset is at the end as
+    /// the guest knows it (`View::appends`).
+    pub(super) end: i64,
 }
 
 /// A host file's version as far as the view can tell: size, mtime, ctime.
@@ -160,6 +165,7 @@ impl Node {
             told: None,
             made_here: false,
             seen: version(st),
+            end: st.st_size,
         }
     }
 }

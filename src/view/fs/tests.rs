@@ -458,3 +458,104 @@ fn a_volume_forgets_a_file_renamed_over() {
     .unwrap();
     assert!(!seen(&other), "the replaced host file's first mode outlived it");
 }
+
+#[test]
+fn a_change_waits_for_a_host_lock_and_is_refused_at_once_while_it_stays() {
+    use crate::sys::{ofd_lock, RangeLock};
+    let dir = Tmp::new("locks");
+    dir.write("f", "data");
+    let v = view(&dir);
+    let ino = INodeNo(lookup(&v, "f"));
+    let f = v.node_file(ino, true).unwrap();
+    // A host process's lock (another open file) that goes after 100 ms:
+    // the change waits for it, then runs.
+    let host = File::options().read(true).write(true).open(dir.0.join("f")).unwrap();
+    assert!(ofd_lock(&host, RangeLock::Read, 0x4000_0002, 510).unwrap());
+    let t0 = std::time::Instant::now();
+    let (rel, h) = std::sync::mpsc::channel::<()>();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(host);
+        let _ = rel.send(());
+    });
+    assert_eq!(v.under_host_locks(ino, &*f, || Ok(7)), Ok(7));
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(90), "it waited");
+    releaser.join().unwrap();
+    h.recv().unwrap();
+    // A lock that stays: refused after the whole wait, then at once.
+    let host = File::options().read(true).write(true).open(dir.0.join("f")).unwrap();
+    assert!(ofd_lock(&host, RangeLock::Read, 128, 1).unwrap());
+    let t0 = std::time::Instant::now();
+    assert_eq!(v.under_host_locks(ino, &*f, || Ok(())), Err(Errno::EBUSY));
+    assert!(t0.elapsed() >= super::guards::LOCK_WAIT);
+    let t0 = std::time::Instant::now();
+    assert_eq!(v.under_host_locks(ino, &*f, || Ok(())), Err(Errno::EBUSY));
+    assert!(
+        t0.elapsed() < std::time::Duration::from_millis(500),
+        "stuck: no second long wait"
+    );
+    // During the change the view's lock is held: a host lock is refused.
+    drop(host);
+    let probe = File::options().read(true).write(true).open(dir.0.join("f")).unwrap();
+    let seen = v
+        .under_host_locks(ino, &*f, || Ok(ofd_lock(&probe, RangeLock::Read, 0, 1).unwrap()))
+        .unwrap();
+    assert!(!seen, "a host lock during the change conflicts");
+    assert!(
+        ofd_lock(&probe, RangeLock::Write, 0, 0).unwrap(),
+        "and is free after it"
+    );
+}
+
+#[test]
+fn a_sqlite_database_the_sandbox_writes_keeps_its_claim_while_the_write_fd_lives() {
+    use crate::sys::{ofd_lock, range_locked_elsewhere, RangeLock};
+    let dir = Tmp::new("claim");
+    let mut head = b"SQLite format 3\0".to_vec();
+    head.resize(4096, 0);
+    std::fs::write(dir.0.join("db"), &head).unwrap();
+    let v = view(&dir);
+    let ino = INodeNo(lookup(&v, "db"));
+    let f = v.node_file(ino, true).unwrap();
+    v.under_host_locks(ino, &*f, || f.write_all_at(b"x", 100).map_err(|_| Errno::EIO))
+        .unwrap();
+    let host = File::options().read(true).write(true).open(dir.0.join("db")).unwrap();
+    // A host writer cannot reserve, a hot-journal check sees the reserved
+    // byte locked, a host reader still reads, and the rest is free.
+    assert!(!ofd_lock(&host, RangeLock::Write, 0x4000_0001, 1).unwrap());
+    assert!(range_locked_elsewhere(&host, 0x4000_0001, 1));
+    assert!(ofd_lock(&host, RangeLock::Read, 0x4000_0002, 510).unwrap());
+    assert!(ofd_lock(&host, RangeLock::Unlock, 0, 0).unwrap());
+    assert!(ofd_lock(&host, RangeLock::Write, 0, 0x4000_0001).unwrap());
+    assert!(ofd_lock(&host, RangeLock::Unlock, 0, 0).unwrap());
+    // Gone with the view's write fd.
+    v.t.lock().unwrap().drop_write_fd(ino.0);
+    drop(f);
+    assert!(ofd_lock(&host, RangeLock::Write, 0, 0).unwrap());
+}
+
+#[test]
+fn text_written_at_the_guests_end_of_a_file_the_host_grew_is_an_append() {
+    let dir = Tmp::new("append");
+    dir.write("log", "a\n");
+    let v = view(&dir);
+    let ino = INodeNo(lookup(&v, "log"));
+    {
+        use std::io::Write;
+        let mut h = File::options().append(true).open(dir.0.join("log")).unwrap();
+        h.write_all(b"host\n").unwrap();
+    }
+    let st = rustix::fs::stat(dir.0.join("log")).unwrap();
+    assert!(v.appends(ino, &st, 2, b"guest\n"));
+    assert!(!v.appends(ino, &st, 1, b"guest\n"), "not at the guest's end");
+    assert!(!v.appends(ino, &st, 2, b"\0binary"), "binary data keeps its offset");
+    // The guest's own write moves its end; a short read pulls it back.
+    v.guest_end(ino, 8, true);
+    assert!(!v.appends(ino, &st, 2, b"guest\n"));
+    assert!(
+        !v.appends(ino, &st, 7, b"guest\n"),
+        "the guest takes the file for 8 bytes"
+    );
+    v.guest_end(ino, 7, false);
+    assert!(v.appends(ino, &st, 7, b"guest\n"));
+}
