@@ -23,6 +23,20 @@ impl View {
         self.node_file_with(ino, write, true)
     }
 
+    /// A handle-less WRITE or FALLOCATE of node `ino` was answered: its
+    /// cached write fd goes before the reply, so no write fd of the view
+    /// outlives the write (the host can `exec` a script the sandbox just
+    /// wrote and closed: no `Text file busy`). gVisor's close of the file
+    /// never reaches the view (it keeps its own fd of the view open, and
+    /// FLUSH comes only with it), so the end of each write is the moment.
+    /// The next write reopens from the node's handle (one `open`; a file
+    /// written once, as most are, costs none).
+    pub(super) fn written(&self, fh: FileHandle, ino: INodeNo) {
+        if fh.0 == 0 {
+            self.t.lock().unwrap().drop_write_fd(ino.0);
+        }
+    }
+
     /// `node_file`, keeping a newly opened fd in the cache only when `cache`
     /// (a truncate outside any write needs no write fd afterwards).
     pub(super) fn node_file_with(&self, ino: INodeNo, write: bool, cache: bool) -> Result<Arc<File>, Errno> {

@@ -481,14 +481,16 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Write);
         self.guest_changes(ino);
-        match self.handle_or_node(fh, ino, true).and_then(|f| {
+        let r = self.handle_or_node(fh, ino, true).and_then(|f| {
             self.not_locked_on_host(ino, &f)?;
             let pre = rustix::fs::fstat(&*f).map_err(errno)?;
             self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
             self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, data.len() as u64), |f| {
                 f.write_all_at(data, offset).map_err(errno)
             })
-        }) {
+        });
+        self.written(fh, ino);
+        match r {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
@@ -498,7 +500,8 @@ impl Filesystem for View {
         self.counts.add(Op::Flush);
         // Nothing is buffered here; the kernel stops sending FLUSH. (gVisor
         // keeps its fds of the view open after the guest closes, so FLUSH
-        // would say little: write fds go when idle, `WRITE_IDLE`.)
+        // would say nothing of the guest's close: the view keeps no write
+        // fd past the WRITE it answers instead, `View::written`.)
         reply.error(Errno::ENOSYS)
     }
 
@@ -640,6 +643,7 @@ impl Filesystem for View {
                 rustix::fs::fallocate(f, fl, offset, length).map_err(errno)
             })
         });
+        self.written(fh, ino);
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
