@@ -46,8 +46,9 @@
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
 //!   write checks move from open to write/truncate, still before any byte
-//!   reaches the host. Cached fds are read-only, but for a write fd used
-//!   within the last `WRITE_IDLE`;
+//!   reaches the host. Cached fds are read-only: a write fd goes before
+//!   the WRITE it served is answered (`written`), a created file's once
+//!   unused for `WRITE_IDLE`;
 //! - directory listings are cached by the kernel (`FOPEN_CACHE_DIR`).
 //!
 //! Threads: `fuser`'s event loops (two), the watcher, and `view-writers`
