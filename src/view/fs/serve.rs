@@ -187,7 +187,11 @@ fn replaced_known(rel: &Path, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
     };
     let Some((id, ino)) = known else { return false };
     let (dir, name) = split(rel);
-    let p = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let p = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
     let now = rustix::fs::openat2(
         host,
         p,

@@ -84,7 +84,11 @@ fn latency(line: &str, since: u128) -> i128 {
 
 /// Milliseconds from `since` to the time in whitespace field `field` of `line`.
 fn latency_at(line: &str, field: usize, since: u128) -> i128 {
-    let ms: u128 = line.split_whitespace().nth(field).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let ms: u128 = line
+        .split_whitespace()
+        .nth(field)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     ms as i128 - since as i128
 }
 
@@ -227,7 +231,12 @@ fn a_watch_on_a_directory_never_listed_sees_each_host_change() {
     }
     env.write(&ws.join("elsewhere/e.txt"), "one\n");
     env.write(&ws.join("watch.py"), RAW_WATCHER);
-    let (bg, rx) = start_watcher(env, &ws, &cfg, &["python3", "/workspace/watch.py", "/workspace/deep/dir"]);
+    let (bg, rx) = start_watcher(
+        env,
+        &ws,
+        &cfg,
+        &["python3", "/workspace/watch.py", "/workspace/deep/dir"],
+    );
     let mut seen = String::new();
     let ready = wait_line(&rx, Duration::from_secs(120), |l| l.starts_with("ready "), &mut seen);
     assert!(
@@ -247,7 +256,11 @@ fn a_watch_on_a_directory_never_listed_sees_each_host_change() {
     };
     type Change<'a> = (&'a str, &'a str, Box<dyn Fn() + 'a>);
     let changes: Vec<Change> = vec![
-        ("edit in place", "a.txt", Box::new(|| env.write(&dir.join("a.txt"), "two\n"))),
+        (
+            "edit in place",
+            "a.txt",
+            Box::new(|| env.write(&dir.join("a.txt"), "two\n")),
+        ),
         (
             "append",
             "a.txt",
@@ -259,13 +272,21 @@ fn a_watch_on_a_directory_never_listed_sees_each_host_change() {
             "b.txt",
             Box::new(|| as_user(&["sh", "-c", "echo two > .b.txt.tmp && mv .b.txt.tmp b.txt"])),
         ),
-        ("sed -i", "c.txt", Box::new(|| as_user(&["sed", "-i", "s/one/two/", "c.txt"]))),
+        (
+            "sed -i",
+            "c.txt",
+            Box::new(|| as_user(&["sed", "-i", "s/one/two/", "c.txt"])),
+        ),
         (
             "copy over",
             "d.txt",
             Box::new(|| as_user(&["cp", "../../elsewhere/e.txt", "d.txt"])),
         ),
-        ("move in", "e.txt", Box::new(|| as_user(&["mv", "../../elsewhere/e.txt", "e.txt"]))),
+        (
+            "move in",
+            "e.txt",
+            Box::new(|| as_user(&["mv", "../../elsewhere/e.txt", "e.txt"])),
+        ),
     ];
     let mut report = Vec::new();
     let mut missed = Vec::new();
@@ -279,7 +300,12 @@ fn a_watch_on_a_directory_never_listed_sees_each_host_change() {
         let t0 = now_ms();
         change();
         let suffix = format!(" {name}");
-        match wait_line(&rx, Duration::from_secs(10), |l| l.starts_with("ev ") && l.ends_with(&suffix), &mut seen) {
+        match wait_line(
+            &rx,
+            Duration::from_secs(10),
+            |l| l.starts_with("ev ") && l.ends_with(&suffix),
+            &mut seen,
+        ) {
             Some(l) => report.push(format!("{what}: {} ms", latency_at(&l, 1, t0))),
             None => missed.push(*what),
         }
@@ -301,11 +327,8 @@ fn node_watch_restarts_on_sed_i_from_the_host_and_from_inside() {
         return;
     }
     let (ws, cfg) = env.workspace_with_config("hostwatch-node", "[profiles.w]\nimage = \"dev\"\n");
-    let script = |tag: &str| {
-        format!(
-            "const v = 'v1';\nconsole.log('{tag}', v, Date.now());\nsetTimeout(() => {{}}, 600000);\n"
-        )
-    };
+    let script =
+        |tag: &str| format!("const v = 'v1';\nconsole.log('{tag}', v, Date.now());\nsetTimeout(() => {{}}, 600000);\n");
     env.write(&ws.join("host.js"), &script("host"));
     env.write(&ws.join("inside.js"), &script("inside"));
     let (bg, rx) = start_watcher(
@@ -322,7 +345,9 @@ fn node_watch_restarts_on_sed_i_from_the_host_and_from_inside() {
     let started = wait_all(
         &rx,
         Duration::from_secs(120),
-        &[&|l: &str| l.starts_with("host v1 "), &|l: &str| l.starts_with("inside v1 ")],
+        &[&|l: &str| l.starts_with("host v1 "), &|l: &str| {
+            l.starts_with("inside v1 ")
+        }],
         &mut seen,
     );
     assert!(started.iter().all(Option::is_some), "node did not start: {seen}");
@@ -344,13 +369,32 @@ fn node_watch_restarts_on_sed_i_from_the_host_and_from_inside() {
         latency_at(host.as_deref().unwrap(), 2, t0)
     );
     let r = env
-        .lz(&ws, &["run", "-q", "-p", "w", "--", "sed", "-i", "s/v1/v2/", "/workspace/inside.js"])
+        .lz(
+            &ws,
+            &[
+                "run",
+                "-q",
+                "-p",
+                "w",
+                "--",
+                "sed",
+                "-i",
+                "s/v1/v2/",
+                "/workspace/inside.js",
+            ],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 0, "{r:?}");
     let inside = wait_line(&rx, Duration::from_secs(15), |l| l.starts_with("inside v2 "), &mut seen);
-    assert!(inside.is_some(), "node --watch did not restart on a sed -i inside: {seen}");
-    assert_eq!(std::fs::read_to_string(ws.join("host.js")).unwrap(), script("host").replace("v1", "v2"));
+    assert!(
+        inside.is_some(),
+        "node --watch did not restart on a sed -i inside: {seen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("host.js")).unwrap(),
+        script("host").replace("v1", "v2")
+    );
     drop(bg);
     let _ = env.lz(&ws, &["stop", "-p", "w"]).config_home(&cfg).run();
 }
