@@ -29,11 +29,23 @@ impl View {
     /// wrote and closed: no `Text file busy`). gVisor's close of the file
     /// never reaches the view (it keeps its own fd of the view open, and
     /// FLUSH comes only with it), so the end of each write is the moment.
-    /// The next write reopens from the node's handle (one `open`; a file
-    /// written once, as most are, costs none).
+    /// A read fd reopened from the node's handle takes its place, so the
+    /// attribute changes that follow a write (tar's chown, chmod and
+    /// utimes) still go by fd; the next write reopens for writing.
     pub(super) fn written(&self, fh: FileHandle, ino: INodeNo) {
-        if fh.0 == 0 {
-            self.t.lock().unwrap().drop_write_fd(ino.0);
+        if fh.0 != 0 {
+            return;
+        }
+        let handle = {
+            let mut t = self.t.lock().unwrap();
+            if !t.nodes.get(&ino.0).is_some_and(|n| matches!(n.fd, Some((_, true)))) {
+                return;
+            }
+            t.drop_write_fd(ino.0);
+            t.nodes.get(&ino.0).and_then(|n| n.file.clone())
+        };
+        if let Some(f) = handle.and_then(|h| reopen(&h, false).ok()) {
+            self.cache_fd(ino.0, Arc::new(f), false);
         }
     }
 
