@@ -101,7 +101,14 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Setattr);
         let (asked_uid, asked_gid) = (uid, gid);
-        self.guest_changes(ino);
+        if size.is_some() {
+            // A truncate is a content change the host watcher hears of
+            // (IN_MODIFY) and must not relay back. Owner, mode and times
+            // come back as IN_ATTRIB, which is never relayed: marking them
+            // would hide the host's next edit of the file from watchers
+            // inside for `OWN_CHANGE`, as after the relay's own touch.
+            self.guest_changes(ino);
+        }
         let (uid, gid) = if self.raw {
             (uid, gid)
         } else {
