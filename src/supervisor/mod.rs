@@ -337,15 +337,25 @@ const RELAY_MAX: usize = 256;
 /// workspace view relays is touched through gVisor by `init touch` (its
 /// own mtime set again: `IN_ATTRIB` for watchers of the file and of its
 /// directory, content unchanged). Ends when the views are gone.
-fn relay_host_changes(runsc_args: &[String], container: &str, rx: &std::sync::mpsc::Receiver<PathBuf>) {
+fn relay_host_changes(
+    runsc_args: &[String],
+    container: &str,
+    rx: &std::sync::mpsc::Receiver<crate::view::fs::serve::Relayed>,
+) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while let Ok(p) = rx.recv_timeout(RELAY_GATHER) {
-            if batch.len() < RELAY_MAX && !batch.contains(&p) {
-                batch.push(p);
+        let mut batch = vec![first.path];
+        // Told once the batch ran (files the host replaced: the view
+        // invalidates their names after this touch).
+        let mut done: Vec<_> = first.done.into_iter().collect();
+        while let Ok(r) = rx.recv_timeout(RELAY_GATHER) {
+            done.extend(r.done);
+            if batch.len() < RELAY_MAX && !batch.contains(&r.path) {
+                batch.push(r.path);
             }
         }
-        while rx.try_recv().is_ok() {}
+        while let Ok(r) = rx.try_recv() {
+            done.extend(r.done);
+        }
         let mut cmd = Command::new("runsc");
         cmd.args(runsc_args)
             .args(["exec", container, plan::GUEST_INIT, "touch", "--"])
@@ -353,6 +363,9 @@ fn relay_host_changes(runsc_args: &[String], container: &str, rx: &std::sync::mp
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let _ = run_bounded(&mut cmd, Duration::from_secs(10));
+        for d in done {
+            let _ = d.send(());
+        }
     }
 }
 

@@ -149,6 +149,29 @@ pub fn relayed(events: &[Event], dir_of: &dyn Fn(i32) -> Option<PathBuf>) -> Vec
     out
 }
 
+/// The names a host file now stands at that another file had (renamed
+/// onto: a save-by-rename, `sed -i`; or made anew), outside any `.git`
+/// directory, files only. A watcher inside that watches the file itself
+/// (`node --watch`, `fs.watch(file)`) watches the file gVisor last saw
+/// there, which no touch of the name reaches once the kernel looks the
+/// name up again: the view relays these first, while the kernel still
+/// resolves the name to the old file (pure).
+pub fn replaced(events: &[Event], dir_of: &dyn Fn(i32) -> Option<PathBuf>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for ev in events {
+        if ev.mask & (sys::IN_MOVED_TO | sys::IN_CREATE) == 0 || ev.mask & sys::IN_ISDIR != 0 || ev.name.is_empty() {
+            continue;
+        }
+        let Some(dir) = dir_of(ev.wd) else { continue };
+        let rel = dir.join(&ev.name);
+        if rel.components().any(|c| c.as_os_str() == ".git") || out.contains(&rel) {
+            continue;
+        }
+        out.push(rel);
+    }
+    out
+}
+
 /// Invalidations for everything the kernel may hold: every known host node
 /// as (id, parent id, name).
 pub fn plan_all(nodes: &[(u64, Option<u64>, OsString)]) -> Vec<Inval> {
@@ -322,6 +345,36 @@ mod tests {
                 PathBuf::from("src/.b.js.swp"),
                 PathBuf::from("src/b.js")
             ]
+        );
+    }
+
+    #[test]
+    fn replaced_are_names_renamed_onto_or_made_outside_git() {
+        let ev = |wd, mask, name: &str| Event {
+            wd,
+            mask,
+            name: name.into(),
+        };
+        let dir_of = |wd: i32| match wd {
+            1 => Some(PathBuf::from("")),
+            2 => Some(PathBuf::from(".git")),
+            _ => None,
+        };
+        let events = [
+            // sed -i: its temporary file, written, renamed onto the name
+            ev(1, sys::IN_CREATE, "sedAb12"),
+            ev(1, sys::IN_MODIFY, "sedAb12"),
+            ev(1, sys::IN_MOVED_FROM, "sedAb12"),
+            ev(1, sys::IN_MOVED_TO, "script.js"),
+            ev(1, sys::IN_MOVED_TO, "script.js"),
+            ev(1, sys::IN_MODIFY, "in-place.js"),
+            ev(1, sys::IN_MOVED_TO | sys::IN_ISDIR, "dir"),
+            ev(2, sys::IN_MOVED_TO, "index"),
+            ev(3, sys::IN_CREATE, "unknown"),
+        ];
+        assert_eq!(
+            replaced(&events, &dir_of),
+            [PathBuf::from("sedAb12"), PathBuf::from("script.js")]
         );
     }
 

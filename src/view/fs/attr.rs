@@ -69,7 +69,20 @@ pub(super) fn host_mode(side: Side, mode: u32, dir: bool) -> u32 {
     m & !strip
 }
 
-/// A volume's host files by host identity (device, inode): the mode each
+/// `wanted` with group and other given no access the host file's mode
+/// `had` does not give them: each keeps at most the read and write bits it
+/// had, and gets execute (search, for a directory) only where it can read,
+/// which gives it nothing it could not do with a copy. A 0600 file stays
+/// 0600 after `chmod 644`, `755` or `+x` (0700); a 0644 file becomes 0755
+/// after `chmod 755`; a 0640 file 0750. Owner and the set-id and sticky
+/// bits pass as `wanted` has them (pure).
+pub(super) fn cap_class_bits(wanted: u32, had: u32) -> u32 {
+    let read_write = had & 0o066;
+    let exec_where_readable = (had & 0o044) >> 2;
+    wanted & (0o7700 | read_write | exec_where_readable)
+}
+
+/// A host view's files by host identity (device, inode): the mode each
 /// had when the sandbox first changed it, or the mode the sandbox made it
 /// with. In memory, for the view's life: a file first changed in a later
 /// generation takes its mode then. Bounded by the files the sandbox
@@ -89,9 +102,9 @@ enum Seen {
 
 impl VolumeModes {
     /// The mode a chmod to `mode` gives host file `st` (its current
-    /// stat): [`host_mode`], and for a file the host had, without any
-    /// group or other bit that it had neither at first sight nor has now.
-    /// Owner bits are the developer's own and pass.
+    /// stat): [`host_mode`], and for a file the host had, group and other
+    /// get no access they did not have ([`cap_class_bits`]). Owner bits
+    /// are the developer's own and pass.
     pub(super) fn capped(&self, st: &rustix::fs::Stat, mode: u32) -> u32 {
         let now = st.st_mode & 0o7777;
         let seen = *self
@@ -103,7 +116,7 @@ impl VolumeModes {
         let wanted = host_mode(Side::Host, mode, is_dir(st));
         match seen {
             Seen::Made => wanted,
-            Seen::Host(first) => wanted & (0o7700 | ((first | now) & 0o077)),
+            Seen::Host(first) => cap_class_bits(wanted, first | now),
         }
     }
 

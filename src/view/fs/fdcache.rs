@@ -23,6 +23,32 @@ impl View {
         self.node_file_with(ino, write, true)
     }
 
+    /// A handle-less WRITE or FALLOCATE of node `ino` was answered: its
+    /// cached write fd goes before the reply, so no write fd of the view
+    /// outlives the write (the host can `exec` a script the sandbox just
+    /// wrote and closed: no `Text file busy`). gVisor's close of the file
+    /// never reaches the view (it keeps its own fd of the view open, and
+    /// FLUSH comes only with it), so the end of each write is the moment.
+    /// A read fd reopened from the node's handle takes its place, so the
+    /// attribute changes that follow a write (tar's chown, chmod and
+    /// utimes) still go by fd; the next write reopens for writing.
+    pub(super) fn written(&self, fh: FileHandle, ino: INodeNo) {
+        if fh.0 != 0 {
+            return;
+        }
+        let handle = {
+            let mut t = self.t.lock().unwrap();
+            if !t.nodes.get(&ino.0).is_some_and(|n| matches!(n.fd, Some((_, true)))) {
+                return;
+            }
+            t.drop_write_fd(ino.0);
+            t.nodes.get(&ino.0).and_then(|n| n.file.clone())
+        };
+        if let Some(f) = handle.and_then(|h| reopen(&h, false).ok()) {
+            self.cache_fd(ino.0, Arc::new(f), false);
+        }
+    }
+
     /// `node_file`, keeping a newly opened fd in the cache only when `cache`
     /// (a truncate outside any write needs no write fd afterwards).
     pub(super) fn node_file_with(&self, ino: INodeNo, write: bool, cache: bool) -> Result<Arc<File>, Errno> {

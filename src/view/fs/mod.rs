@@ -46,8 +46,9 @@
 //!   ENOSYS and the kernel stops sending OPEN, FLUSH and RELEASE); reads and
 //!   writes go through a bounded per-node fd cache, and the Git Sentry's
 //!   write checks move from open to write/truncate, still before any byte
-//!   reaches the host. Cached fds are read-only, but for a write fd used
-//!   within the last `WRITE_IDLE`;
+//!   reaches the host. Cached fds are read-only: a write fd goes before
+//!   the WRITE it served is answered (`written`), a created file's once
+//!   unused for `WRITE_IDLE`;
 //! - directory listings are cached by the kernel (`FOPEN_CACHE_DIR`).
 //!
 //! Threads: `fuser`'s event loops (two), the watcher, and `view-writers`
@@ -188,8 +189,9 @@ pub struct View {
     /// A view of the Domain's own storage (`View::storage`): owners as
     /// stored, new entries owned by the requester, xattrs writable.
     raw: bool,
-    /// A read-write volume's view (`for_volume`): a mode change never adds
-    /// group or other bits a host file did not have (`attr::VolumeModes`).
+    /// Host files' first modes: a mode change never gives group or other
+    /// access a host file did not give them (`attr::VolumeModes`), in the
+    /// workspace and in a read-write volume alike.
     volume: Option<attr::VolumeModes>,
 }
 
@@ -315,15 +317,16 @@ impl View {
             guest_changed: Arc::default(),
             budget: None,
             raw: false,
-            volume: None,
+            // The workspace's modes are capped as a volume's are.
+            volume: Some(attr::VolumeModes::default()),
         })
     }
 
     /// Serves a read-write volume: a chmod inside removes permission bits
-    /// of a host file but never adds a group or other bit the file had
-    /// neither when the sandbox first changed its mode (or made it) nor has
-    /// now; set-user-ID, set-group-ID and world-write stay stripped. The
-    /// workspace is not served so (a `chmod +x` there is ordinary work).
+    /// of a host file but never gives group or other access the file gave
+    /// them neither when the sandbox first changed its mode (or made it)
+    /// nor now (`attr::cap_class_bits`); set-user-ID, set-group-ID and
+    /// world-write stay stripped. The workspace is served so too.
     pub fn for_volume(mut self) -> View {
         self.volume = Some(attr::VolumeModes::default());
         self
@@ -375,9 +378,18 @@ impl View {
         }
     }
 
-    /// Records that the sandbox changes the host file of node `ino`.
+    /// Records that the sandbox changes the host file of node `ino` (a file
+    /// no name reaches any more changes no path).
     fn guest_changes(&self, ino: INodeNo) {
-        if let Some(rel) = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.rel.clone()) {
+        let rel = self
+            .t
+            .lock()
+            .unwrap()
+            .nodes
+            .get(&ino.0)
+            .filter(|n| !n.gone)
+            .map(|n| n.rel.clone());
+        if let Some(rel) = rel {
             self.guest_changed.mark(&rel);
         }
     }

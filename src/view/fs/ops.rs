@@ -101,7 +101,14 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Setattr);
         let (asked_uid, asked_gid) = (uid, gid);
-        self.guest_changes(ino);
+        if size.is_some() {
+            // A truncate is a content change the host watcher hears of
+            // (IN_MODIFY) and must not relay back. Owner, mode and times
+            // come back as IN_ATTRIB, which is never relayed: marking them
+            // would hide the host's next edit of the file from watchers
+            // inside for `OWN_CHANGE`, as after the relay's own touch.
+            self.guest_changes(ino);
+        }
         let (uid, gid) = if self.raw {
             (uid, gid)
         } else {
@@ -476,7 +483,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Write);
         self.guest_changes(ino);
-        match self.handle_or_node(fh, ino, true).and_then(|f| {
+        let r = self.handle_or_node(fh, ino, true).and_then(|f| {
             self.under_host_locks(ino, &*f, || {
                 let pre = rustix::fs::fstat(&*f).map_err(errno)?;
                 let len = data.len() as u64;
@@ -497,7 +504,9 @@ impl Filesystem for View {
                 self.guest_end(ino, offset + len, true);
                 Ok(())
             })
-        }) {
+        });
+        self.written(fh, ino);
+        match r {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
@@ -507,7 +516,8 @@ impl Filesystem for View {
         self.counts.add(Op::Flush);
         // Nothing is buffered here; the kernel stops sending FLUSH. (gVisor
         // keeps its fds of the view open after the guest closes, so FLUSH
-        // would say little: write fds go when idle, `WRITE_IDLE`.)
+        // would say nothing of the guest's close: the view keeps no write
+        // fd past the WRITE it answers instead, `View::written`.)
         reply.error(Errno::ENOSYS)
     }
 
@@ -654,6 +664,7 @@ impl Filesystem for View {
                 Ok(())
             })
         });
+        self.written(fh, ino);
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),

@@ -121,10 +121,36 @@ fn watch_loop(
         }
         let events: Vec<_> = events.into_iter().filter(|ev| !already_known(ev, w, t, host)).collect();
         if let Some((tx, own)) = relay {
-            for rel in crate::view::watch::relayed(&events, &|wd| w.dir_of(wd)) {
-                if !own.recent(&rel) {
-                    let _ = tx.send(rel);
+            let later: Vec<PathBuf> = crate::view::watch::relayed(&events, &|wd| w.dir_of(wd))
+                .into_iter()
+                .filter(|rel| !own.recent(rel))
+                .collect();
+            // Watchers of a file the host replaced hear of it first (while
+            // the kernel still resolves its name to that file).
+            let old: Vec<PathBuf> = crate::view::watch::replaced(&events, &|wd| w.dir_of(wd))
+                .into_iter()
+                .filter(|rel| !own.recent(rel) && replaced_known(rel, t, host))
+                .collect();
+            if !old.is_empty() {
+                let (done, acks) = std::sync::mpsc::sync_channel(old.len());
+                let n = old.len();
+                for rel in old {
+                    let _ = tx.send(Relayed {
+                        path: rel,
+                        done: Some(done.clone()),
+                    });
                 }
+                drop(done);
+                let end = std::time::Instant::now() + REPLACED_WAIT;
+                for _ in 0..n {
+                    let left = end.saturating_duration_since(std::time::Instant::now());
+                    if acks.recv_timeout(left).is_err() {
+                        break;
+                    }
+                }
+            }
+            for rel in later {
+                let _ = tx.send(Relayed { path: rel, done: None });
             }
         }
         let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
@@ -134,6 +160,55 @@ fn watch_loop(
             invalidate(&plan, notifier);
         }
     }
+}
+
+/// How long the watcher waits for the relay to touch the files the host
+/// replaced before it invalidates their names (a bound for a loaded
+/// machine, where `runsc exec` is slow; past it the names are invalidated
+/// anyway and those watchers may miss the change).
+const REPLACED_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Whether view path `rel`, which the host just made or renamed onto, is a
+/// name the kernel knows as another file (a regular file node whose host
+/// inode is not the one there now). If so the name is taken off that node
+/// (`Tables::detach`): the relay's touch of the name, which the kernel
+/// still resolves to the old node, then reaches the old file through its
+/// handle and never the new file by path (whose mtime it would set to the
+/// old one's).
+fn replaced_known(rel: &Path, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
+    let key = (Side::Host, rel.to_path_buf());
+    let known = {
+        let t = t.lock().unwrap();
+        t.by_key
+            .get(&key)
+            .and_then(|id| t.nodes.get(id).map(|n| (*id, n)))
+            .filter(|(_, n)| !n.gone && !n.dir && n.file.is_some())
+            .map(|(id, n)| (id, n.host_ino))
+    };
+    let Some((id, ino)) = known else { return false };
+    let (dir, name) = split(rel);
+    let p = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let now = rustix::fs::openat2(
+        host,
+        p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve(),
+    )
+    .and_then(|d| rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW));
+    if now.is_ok_and(|st| st.st_ino == ino) {
+        return false;
+    }
+    let mut t = t.lock().unwrap();
+    if t.by_key.get(&key) != Some(&id) {
+        return false;
+    }
+    t.detach(id, Side::Host, rel);
+    true
 }
 
 /// Whether host event `ev` tells the kernel nothing it does not hold:
@@ -272,7 +347,14 @@ impl std::error::Error for ViewError {
 
 /// Where the workspace view sends the host paths (view-relative) whose
 /// host-side changes watchers inside should hear of (`crate::view::watch::relayed`).
-pub type Relay = std::sync::mpsc::Sender<PathBuf>;
+pub type Relay = std::sync::mpsc::Sender<Relayed>;
+
+/// One path to relay, and where to say it was touched (the watcher waits
+/// for the files the host replaced, `crate::view::watch::replaced`).
+pub struct Relayed {
+    pub path: PathBuf,
+    pub done: Option<std::sync::mpsc::SyncSender<()>>,
+}
 
 /// The supervisor's part: reads the coordinator's `--views` file and serves
 /// every view; the workspace view (the first) relays host changes to

@@ -14,9 +14,11 @@ use fuser::FileType;
 
 use super::host::{is_dir, Side};
 
-/// A cached write fd goes once unused this long (gVisor keeps its own fds
-/// of a file open after the guest closed it, so the kernel's FLUSH comes
-/// late): a host `exec` of a file the sandbox wrote is not `Text file busy`.
+/// A cached write fd not dropped at the end of a write (a created file's,
+/// before its first write) goes once unused this long (gVisor keeps its
+/// own fds of a file open after the guest closed it, so the kernel's FLUSH
+/// comes late): a host `exec` of a file the sandbox made is not `Text file
+/// busy` for longer.
 pub(super) const WRITE_IDLE: Duration = Duration::from_secs(1);
 
 pub(super) struct Node {

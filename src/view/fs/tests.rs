@@ -4,6 +4,7 @@
 use super::attr::{time, timespec};
 use super::table::WRITE_IDLE;
 use super::*;
+use fuser::FileHandle;
 use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -289,6 +290,33 @@ fn fd_cache_stays_bounded_and_eviction_closes_fds() {
 }
 
 #[test]
+fn no_write_fd_outlives_the_write_it_served() {
+    let dir = Tmp::new("written");
+    dir.write("build.sh", "#!/bin/sh\n");
+    let v = view(&dir);
+    let a = lookup(&v, "build.sh");
+    let f = v.node_file(INodeNo(a), true).unwrap();
+    assert!(matches!(v.cached_fd(INodeNo(a)), Some((_, true))));
+    drop(f);
+    v.written(FileHandle(0), INodeNo(a));
+    assert!(
+        matches!(v.cached_fd(INodeNo(a)), Some((_, false))),
+        "the write fd went with the write, a read fd in its place"
+    );
+    // The host can run what was written at once: no fd writes the file.
+    let p = dir.0.join("build.sh");
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let st = std::process::Command::new(&p).status().unwrap();
+    assert!(st.success(), "{st:?}");
+    // A read fd stays cached; the next write reopens.
+    v.node_file(INodeNo(a), false).unwrap();
+    v.written(FileHandle(0), INodeNo(a));
+    assert!(matches!(v.cached_fd(INodeNo(a)), Some((_, false))));
+    assert!(v.node_file(INodeNo(a), true).is_ok());
+    check_counts(&v);
+}
+
+#[test]
 fn idle_write_fds_go_and_reads_keep_theirs() {
     let dir = Tmp::new("idle");
     dir.write("a", "x");
@@ -391,6 +419,12 @@ fn a_volume_mode_change_never_adds_group_or_other_bits() {
     set("shared", 0o600);
     assert_eq!(v.chmod_mode(Side::Host, &st("shared"), 0o640), 0o640);
     assert_eq!(v.chmod_mode(Side::Host, &st("shared"), 0o666), 0o640);
+    // Execute where the class can read: 0640 to 0755 gives 0750.
+    assert_eq!(v.chmod_mode(Side::Host, &st("shared"), 0o755), 0o750);
+    dir.write("script", "s");
+    set("script", 0o644);
+    assert_eq!(v.chmod_mode(Side::Host, &st("script"), 0o755), 0o755);
+    assert_eq!(v.chmod_mode(Side::Host, &st("script"), 0o777), 0o755);
     // Set-id and world-write stay stripped, also where the file had them.
     dir.write("tool", "s");
     set("tool", 0o757);
@@ -410,10 +444,19 @@ fn a_volume_mode_change_never_adds_group_or_other_bits() {
     // the host's again.
     v.volume.as_ref().unwrap().gone(&st("new"));
     assert_eq!(v.chmod_mode(Side::Host, &st("new"), 0o644), 0o600);
-    // The workspace view keeps `chmod` as it is (set-id and world-write
-    // stripped, nothing else).
-    assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o755), 0o755);
-    assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o4777), 0o775);
+    // The workspace view caps alike: a 0600 file stays 0600 with the
+    // owner's execute as asked.
+    set("secret", 0o600);
+    assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o755), 0o700);
+    assert_eq!(ws.chmod_mode(Side::Host, &st("secret"), 0o4777), 0o700);
+    assert_eq!(ws.chmod_mode(Side::Host, &st("script"), 0o755), 0o755);
+    // Pure rule.
+    assert_eq!(attr::cap_class_bits(0o755, 0o600), 0o700);
+    assert_eq!(attr::cap_class_bits(0o644, 0o600), 0o600);
+    assert_eq!(attr::cap_class_bits(0o755, 0o644), 0o755);
+    assert_eq!(attr::cap_class_bits(0o775, 0o644), 0o755);
+    assert_eq!(attr::cap_class_bits(0o751, 0o604), 0o701);
+    assert_eq!(attr::cap_class_bits(0o1700, 0o600), 0o1700);
 }
 
 #[test]

@@ -225,9 +225,14 @@ fn volume_modes_never_widen_on_the_host() {
     assert_eq!(r.stdout.lines().collect::<Vec<_>>(), ["640", "755"], "{r:?}");
     assert_eq!(
         host_mode(&shared),
-        0o740,
-        "group read comes back, group write and other bits never arrive"
+        0o750,
+        "group read comes back with execute where it reads; group write and other bits never arrive"
     );
+    let r = run("chmod 755 /root/token && stat -c %a /root/token");
+    assert_eq!(r.stdout.trim(), "755", "{r:?}");
+    assert_eq!(host_mode(&file), 0o700, "chmod 755 inside: the owner's execute only");
+    run("chmod 600 /root/token; chmod +x /root/token");
+    assert_eq!(host_mode(&file), 0o700, "chmod +x inside: the owner's execute only");
 }
 
 /// Acceptance 2: on a read-write volume, `chmod 4777`, `2777` and `0666`

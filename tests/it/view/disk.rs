@@ -249,6 +249,84 @@ fn the_host_executes_a_script_the_sandbox_wrote_while_the_domain_runs() {
     assert!(host.contains("BUILT"), "host exec of the sandbox's script: {host}");
 }
 
+/// Issue 47 item 9: the host runs a script the sandbox wrote and closed
+/// at once (no sleep, no retry), 20 times in a row: the view keeps no
+/// write fd of the file past the write it answered.
+#[test]
+fn the_host_runs_a_script_the_sandbox_just_wrote_at_once() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(env, "disk-txtbsy-now", &[]);
+    let host_ws = ws.clone();
+    let pre = env.as_user();
+    let runner = std::thread::spawn(move || {
+        let mut outs = Vec::new();
+        for i in 0..20 {
+            let marker = host_ws.join(format!("written.{i}"));
+            if !eventually(Duration::from_secs(60), || marker.exists()) {
+                outs.push(format!("{i}: sandbox never wrote"));
+                break;
+            }
+            let out = std::process::Command::new(&pre[0])
+                .args(&pre[1..])
+                .arg(host_ws.join("build.sh"))
+                .output()
+                .unwrap();
+            outs.push(format!(
+                "{i}: {}{}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+            std::fs::write(host_ws.join(format!("ran.{i}")), "").unwrap();
+        }
+        outs
+    });
+    let r = env.run_sh(
+        &ws,
+        "for n in $(seq 0 19); do printf '#!/bin/sh\necho BUILT %s\n' $n > build.sh; chmod +x build.sh;          : > written.$n; i=0; while [ ! -e ran.$n ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; done; echo done",
+    );
+    let outs = runner.join().unwrap();
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert_eq!(outs.len(), 20, "{outs:?}");
+    for (i, o) in outs.iter().enumerate() {
+        assert_eq!(
+            o,
+            &format!("{i}: BUILT {i}"),
+            "host exec right after the sandbox wrote: {outs:?}"
+        );
+    }
+}
+
+/// Issue 47 item 9: a mode change in the workspace never gives group or
+/// other access a host file did not give them; owner bits reach the host,
+/// the guest sees the mode it set, and a 0644 file made 0755 is 0755.
+#[test]
+fn workspace_modes_never_give_group_or_other_new_access() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(env, "disk-modes", &[]);
+    let mode = |name: &str| std::fs::metadata(ws.join(name)).unwrap().mode() & 0o7777;
+    for (name, m) in [("secret", 0o600), ("tool.sh", 0o644), ("plus", 0o600)] {
+        env.write(&ws.join(name), "x\n");
+        std::fs::set_permissions(ws.join(name), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    }
+    let r = env.run_sh(
+        &ws,
+        "umask 022; chmod 644 secret; echo a $(stat -c %a secret); chmod 755 secret; echo b $(stat -c %a secret); \
+         chmod 755 tool.sh; echo c $(stat -c %a tool.sh); chmod +x plus; echo d $(stat -c %a plus)",
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(field(&r, "a"), Some("644"), "the guest sees the mode it set: {r:?}");
+    assert_eq!(field(&r, "b"), Some("755"), "{r:?}");
+    assert_eq!(field(&r, "c"), Some("755"), "{r:?}");
+    assert_eq!(field(&r, "d"), Some("711"), "{r:?}");
+    assert_eq!(
+        mode("secret"),
+        0o700,
+        "chmod 644 then 755 of a 0600 file: the owner's execute only"
+    );
+    assert_eq!(mode("tool.sh"), 0o755, "a 0644 file made 0755 is 0755 on the host");
+    assert_eq!(mode("plus"), 0o700, "chmod +x of a 0600 file: the owner's execute only");
+}
+
 #[test]
 fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
     let (env, _g) = require_env!(shared);
@@ -284,7 +362,8 @@ fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
         assert_eq!(m.mode() & 0o6002, 0, "{f}: mode {:o} on the host", m.mode());
     }
     assert_eq!(ws.join("s").metadata().unwrap().mode() & 0o777, 0o755);
-    assert_eq!(ws.join("cred").metadata().unwrap().mode() & 0o777, 0o640);
+    // Group had no access to the 0600 file: `chmod 0640` inside gives it none.
+    assert_eq!(ws.join("cred").metadata().unwrap().mode() & 0o777, 0o600);
     env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
 
