@@ -28,9 +28,9 @@ symlink targets, owner mode bits, directories, and hard-link identity
 (st_ino equal exactly for the names of one KEY, st_nlink the number of its
 names, and a KEY's inode number unchanged since the last checkpoint).
 """
+import ast
 import errno
 import hashlib
-import json
 import os
 import random
 import sys
@@ -49,10 +49,11 @@ def now():
     return time.strftime("%H:%M:%S")
 
 
+# The default image's python3 has no json module: Python literals instead.
 def write_json(path, obj):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(obj, f)
+        f.write(repr(obj))
         f.flush()
         os.fsync(f.fileno())
     os.rename(tmp, path)
@@ -60,14 +61,19 @@ def write_json(path, obj):
 
 def read_json(path):
     with open(path) as f:
-        return json.load(f)
+        return ast.literal_eval(f.read())
 
 
 def wait_for(path, limit, step=0.05):
+    """Whether PATH appeared within LIMIT seconds (False at once when the
+    sandbox's side has ended: soak.sh marks that in the control directory)."""
     t = time.time()
+    gone = os.path.join(os.path.dirname(path), "sandbox-exited")
     while time.time() - t < limit:
         if os.path.exists(path):
             return True
+        if os.path.exists(gone):
+            return False
         time.sleep(step)
     return False
 
@@ -663,17 +669,17 @@ def run_sandbox(root, seconds, seed):
                     w.op_adopt()
                 except OSError as e:
                     w.error("adopt at checkpoint failed: %s" % e)
-                write_json(os.path.join(ctl, "man-s-%d.json" % n), w.manifest())
+                write_json(os.path.join(ctl, "man-s-%d.txt" % n), w.manifest())
                 open(os.path.join(ctl, "ack-s-%d" % n), "w").close()
                 r = 0
                 while True:
                     if os.path.exists(os.path.join(ctl, "scan-%d-%d" % (n, r))):
-                        write_json(os.path.join(ctl, "scanned-s-%d-%d.json" % (n, r)), scan(w.tree))
+                        write_json(os.path.join(ctl, "scanned-s-%d-%d.txt" % (n, r)), scan(w.tree))
                         r += 1
                     if os.path.exists(os.path.join(ctl, "resume-%d" % n)):
                         break
                     if os.path.exists(os.path.join(ctl, "stop")):
-                        print("%s sandbox worker stops: %d errors, ops %s" % (now(), w.nerrors, json.dumps(w.ops)), flush=True)
+                        print("%s sandbox worker stops: %d errors, ops %s" % (now(), w.nerrors, repr(w.ops)), flush=True)
                         return 0
                     time.sleep(0.05)
                 n += 1
@@ -717,17 +723,17 @@ def run_host(root, seconds, check_every, seed):
         if not wait_for(os.path.join(ctl, "ack-s-%d" % n), 600):
             print("soak: the sandbox did not reach checkpoint %d" % n, flush=True)
             return 2
-        man_s = read_json(os.path.join(ctl, "man-s-%d.json" % n))
+        man_s = read_json(os.path.join(ctl, "man-s-%d.txt" % n))
         man_h = w.manifest()
-        write_json(os.path.join(ctl, "man-h-%d.json" % n), man_h)
+        write_json(os.path.join(ctl, "man-h-%d.txt" % n), man_h)
         diffs = None
         for r, wait in enumerate([SETTLE, 3, 15]):
             time.sleep(wait)
             open(os.path.join(ctl, "scan-%d-%d" % (n, r)), "w").close()
-            if not wait_for(os.path.join(ctl, "scanned-s-%d-%d.json" % (n, r)), 600):
+            if not wait_for(os.path.join(ctl, "scanned-s-%d-%d.txt" % (n, r)), 600):
                 print("soak: the sandbox did not scan at checkpoint %d" % n, flush=True)
                 return 2
-            inside = read_json(os.path.join(ctl, "scanned-s-%d-%d.json" % (n, r)))
+            inside = read_json(os.path.join(ctl, "scanned-s-%d-%d.txt" % (n, r)))
             host = scan(w.tree)
             trial = dict((k, dict(v)) for k, v in last_ino.items())
             diffs = compare(man_h, man_s, {"host": host, "inside": inside}, trial)
@@ -759,8 +765,8 @@ def run_host(root, seconds, check_every, seed):
     nerr = man_h["nerrors"] + man_s["nerrors"]
     print("soak: %d checkpoints, %d with differences, %d late only; failed operations: host %d, sandbox %d" % (
         n, len(failed), transient, man_h["nerrors"], man_s["nerrors"]), flush=True)
-    print("soak: operations host %s" % json.dumps(man_h["ops"], sort_keys=True), flush=True)
-    print("soak: operations sandbox %s" % json.dumps(man_s["ops"], sort_keys=True), flush=True)
+    print("soak: operations host %s" % repr(dict(sorted(man_h["ops"].items()))), flush=True)
+    print("soak: operations sandbox %s" % repr(dict(sorted(man_s["ops"].items()))), flush=True)
     for e in errs[:40]:
         print("  FAILED " + e, flush=True)
     if failed or nerr:

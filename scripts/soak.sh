@@ -84,8 +84,13 @@ secs=$((minutes * 60))
 echo "soak: $minutes minutes, a checkpoint every $check s, seed $seed; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 # The sandbox's worker may run past the host's end (it stops on the host's
 # word); its own bound only ends a run whose host side died.
-"$lz" run --quiet -- python3 /workspace/.soak/soak.py sandbox /workspace $((secs + 1800)) $((seed + 1)) \
-    >"$work/sandbox.log" 2>&1 &
+{
+    src=0
+    "$lz" run --quiet -- python3 /workspace/.soak/soak.py sandbox /workspace $((secs + 1800)) $((seed + 1)) \
+        >"$work/sandbox.log" 2>&1 || src=$?
+    : > "$ws/.soak/ctl/sandbox-exited"
+    exit "$src"
+} &
 lzpid=$!
 set +e
 python3 "$ws/.soak/soak.py" host "$ws" "$secs" "$check" "$seed" 2>&1 | tee "$work/host.log"
