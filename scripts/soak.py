@@ -707,7 +707,9 @@ def run_host(root, seconds, check_every, seed):
     failed = []
     transient = 0
     while True:
-        next_check = start + min(seconds, (n + 1) * check_every)
+        # CHECK_EVERY seconds of work after each checkpoint (comparing
+        # takes time), until the end.
+        next_check = min(start + seconds, time.time() + check_every)
         while time.time() < next_check:
             w.step()
             time.sleep(0.003)
@@ -776,9 +778,34 @@ def run_host(root, seconds, check_every, seed):
     return 0
 
 
+def trace_to(path):
+    """SOAK_TRACE=1: every changing call, in order, to PATH (to find what
+    led to a difference)."""
+    log = open(path, "a", buffering=1 << 16)
+
+    def wrap(name, fn):
+        def call(*a, **k):
+            shown = [("<%d bytes>" % len(x)) if isinstance(x, (bytes, bytearray)) else x for x in a]
+            try:
+                r = fn(*a, **k)
+            except OSError as e:
+                log.write("%.3f %s %r -> %s\n" % (time.time(), name, shown, errno.errorcode.get(e.errno, e.errno)))
+                raise
+            log.write("%.3f %s %r -> %r\n" % (time.time(), name, shown, r if isinstance(r, int) else "ok"))
+            return r
+        return call
+
+    for name in ("open", "close", "rename", "link", "unlink", "chmod", "truncate", "mkdir", "rmdir",
+                 "symlink", "pwrite", "write", "lseek"):
+        setattr(os, name, wrap(name, getattr(os, name)))
+    return log
+
+
 def main():
     role, root = sys.argv[1], sys.argv[2]
     os.umask(0o022)
+    if os.environ.get("SOAK_TRACE") == "1":
+        trace_to(os.path.join(root, ".soak", "trace-%s.log" % role))
     if role == "host":
         return run_host(root, float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
     return run_sandbox(root, float(sys.argv[3]), int(sys.argv[4]))

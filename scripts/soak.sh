@@ -18,7 +18,8 @@
 # binaries staged in /tmp/lazaret-bin-soak, the default image) and re-runs
 # itself as that user; LAZARET_BIN names an already staged lazaret instead
 # of building this checkout. Logs stay in the user's home when it fails
-# (SOAK_KEEP=1: always).
+# (SOAK_KEEP=1: always). SOAK_TRACE=1 logs every changing call of both
+# sides, in order, to ws/.soak/trace-{host,sandbox}.log.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -49,7 +50,7 @@ if [ "$(id -u)" -eq 0 ]; then
     run_as "$user" "$LAZARET_BIN" image build --quiet --if-missing >&2
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" LOGNAME="$user" \
-        PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin SOAK_KEEP="${SOAK_KEEP:-}" \
+        PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin SOAK_KEEP="${SOAK_KEEP:-}" SOAK_TRACE="${SOAK_TRACE:-}" \
         LAZARET_BIN="$LAZARET_BIN" bash "$here/soak.sh" "${args[@]}"
 fi
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
@@ -86,7 +87,7 @@ echo "soak: $minutes minutes, a checkpoint every $check s, seed $seed; load aver
 # word); its own bound only ends a run whose host side died.
 {
     src=0
-    "$lz" run --quiet -- python3 /workspace/.soak/soak.py sandbox /workspace $((secs + 1800)) $((seed + 1)) \
+    "$lz" run --quiet ${SOAK_TRACE:+-e SOAK_TRACE} -- python3 /workspace/.soak/soak.py sandbox /workspace $((secs + 1800)) $((seed + 1)) \
         >"$work/sandbox.log" 2>&1 || src=$?
     : > "$ws/.soak/ctl/sandbox-exited"
     exit "$src"
