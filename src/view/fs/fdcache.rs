@@ -31,14 +31,17 @@ impl View {
     /// FLUSH comes only with it), so the end of each write is the moment.
     /// A read fd reopened from the node's handle takes its place, so the
     /// attribute changes that follow a write (tar's chown, chmod and
-    /// utimes) still go by fd; the next write reopens for writing.
+    /// utimes) still go by fd; the next write reopens for writing. A write
+    /// fd that holds a SQLite database's claim (`Node::claim`) stays: the
+    /// claim is what keeps a host connection out of the sandbox's
+    /// transaction between its writes.
     pub(super) fn written(&self, fh: FileHandle, ino: INodeNo) {
         if fh.0 != 0 {
             return;
         }
         let handle = {
             let mut t = self.t.lock().unwrap();
-            if !t.nodes.get(&ino.0).is_some_and(|n| matches!(n.fd, Some((_, true)))) {
+            if !t.nodes.get(&ino.0).is_some_and(|n| matches!(n.fd, Some((_, true))) && !n.claim) {
                 return;
             }
             t.drop_write_fd(ino.0);

@@ -123,7 +123,10 @@ impl View {
                         WalUse::Free => {
                             self.lock_stuck.lock().unwrap().remove(&ino.0);
                             let r = act();
-                            keep_database_claim(f);
+                            let claim = keep_database_claim(f);
+                            if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&ino.0) {
+                                n.claim = claim;
+                            }
                             return r;
                         }
                         WalUse::Connected => {
@@ -312,7 +315,7 @@ impl View {
 /// reserved byte) and roll the sandbox's commit back; the last host
 /// connection of a WAL database does not checkpoint and delete a journal
 /// the sandbox still writes. Readers are not held up.
-fn keep_database_claim(f: &impl AsFd) {
+fn keep_database_claim(f: &impl AsFd) -> bool {
     let mut head = [0u8; 16];
     let is_db = matches!(rustix::io::pread(f, &mut head, 0), Ok(16)) && &head == SQLITE_HEADER;
     let kept = is_db
@@ -333,4 +336,5 @@ fn keep_database_claim(f: &impl AsFd) {
     if !kept {
         let _ = sys::ofd_lock(f, RangeLock::Unlock, 0, 0);
     }
+    kept
 }

@@ -57,6 +57,10 @@ pub(super) struct Node {
     /// by a short read. A write at exactly this offset is at the end as
     /// the guest knows it (`View::appends`).
     pub(super) end: i64,
+    /// The cached write fd holds the view's claim of a SQLite database
+    /// (`keep_database_claim`): it stays past each write, until
+    /// `WRITE_IDLE` (a database is not a script the host will `exec`).
+    pub(super) claim: bool,
 }
 
 /// A host file's version as far as the view can tell: size, mtime, ctime.
@@ -168,6 +172,7 @@ impl Node {
             made_here: false,
             seen: version(st),
             end: st.st_size,
+            claim: false,
         }
     }
 }
@@ -238,6 +243,7 @@ impl Tables {
         if let Some(n) = self.nodes.get_mut(&id) {
             if matches!(n.fd, Some((_, true))) {
                 n.fd = None;
+                n.claim = false;
                 self.cached_fds -= 1;
             }
         }
