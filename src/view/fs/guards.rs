@@ -201,8 +201,11 @@ impl View {
 
     /// Whether a guest write of `data` at `offset` to node `ino` (its host
     /// file as `pre`) is an append: text (no NUL byte) written exactly at
-    /// the end of the file as the guest knows it (`Node::end`), where the
-    /// host file is at least as long. gVisor turns an `O_APPEND` write into
+    /// the end of the file as the guest knows it (`Node::end`), of a file a
+    /// host process changed since the guest last saw it and made longer
+    /// than that (a file only the guest changed is written where asked:
+    /// the guest's idea of its end can lag its own writes on another
+    /// thread for a moment, and a write there is no append). gVisor turns an `O_APPEND` write into
     /// one at its cached size and opens its host file without `O_APPEND`
     /// (the request's open flags do not say), so a host process that
     /// appended since (a dev server's log) would have those lines
@@ -215,7 +218,8 @@ impl View {
         let Some(n) = t.nodes.get(&ino.0) else { return false };
         n.side == Side::Host
             && n.end == offset as i64
-            && pre.st_size >= offset as i64
+            && pre.st_size > offset as i64
+            && n.seen != version(pre)
             && !data.is_empty()
             && !data.contains(&0)
     }

@@ -600,5 +600,21 @@ fn text_written_at_the_guests_end_of_a_file_the_host_grew_is_an_append() {
         "the guest takes the file for 8 bytes"
     );
     v.guest_end(ino, 7, false);
-    assert!(v.appends(ino, &st, 7, b"guest\n"));
+    assert!(
+        !v.appends(ino, &st, 7, b"guest\n"),
+        "at the host's end already: written where asked"
+    );
+}
+
+#[test]
+fn a_write_at_the_guests_end_of_a_file_only_the_guest_changed_stays_where_asked() {
+    let dir = Tmp::new("noappend");
+    dir.write("f", "abcdef");
+    let v = view(&dir);
+    let ino = INodeNo(lookup(&v, "f"));
+    let st = rustix::fs::stat(dir.0.join("f")).unwrap();
+    // The guest's end lags (a short read raced its own write): a write
+    // there overwrites the middle, as asked.
+    v.guest_end(ino, 3, false);
+    assert!(!v.appends(ino, &st, 3, b"xyz"));
 }
