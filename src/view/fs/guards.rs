@@ -296,6 +296,23 @@ impl View {
             );
             return Err(Errno::EBUSY);
         }
+        // A SQLite WAL journal holds commits until a checkpoint copies them
+        // into the database: one a host connection appended to since the
+        // guest last read it holds host commits the guest's checkpoint did
+        // not copy (a sandbox connection that takes itself for the last one
+        // deletes or truncates it when it closes).
+        let seen = self.t.lock().unwrap().nodes.get(&id).map(|n| n.seen);
+        let mut magic = [0u8; 4];
+        if matches!(rustix::io::pread(&f, &mut magic, 0), Ok(4))
+            && WAL_MAGIC.contains(&u32::from_be_bytes(magic))
+            && rustix::fs::fstat(&f).is_ok_and(|st| seen.is_some_and(|s| s != version(&st)))
+        {
+            log::warn!(
+                "workspace view: refused removing or truncating {}: a SQLite journal a host process wrote since the sandbox read it (EBUSY)",
+                crate::display::escape_path(rel)
+            );
+            return Err(Errno::EBUSY);
+        }
         Ok(())
     }
 }
