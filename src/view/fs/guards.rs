@@ -171,8 +171,7 @@ impl View {
     /// inside) and would append frames the host's index does not know,
     /// which the host's next commit overwrites or its checkpoint drops.
     fn wal_use(&self, rel: &Path, f: &impl AsFd) -> WalUse {
-        let mut magic = [0u8; 4];
-        if !matches!(rustix::io::pread(f, &mut magic, 0), Ok(4)) || !WAL_MAGIC.contains(&u32::from_be_bytes(magic)) {
+        if !is_wal(f) {
             return WalUse::Free;
         }
         if rustix::fs::fstat(f).is_ok_and(|st| st.st_nlink == 0) {
@@ -303,8 +302,27 @@ impl View {
             );
             return Err(Errno::EBUSY);
         }
+        // A SQLite WAL journal holds commits until a checkpoint copies them
+        // into the database: one a host connection appended to since the
+        // guest last read it holds host commits the guest's checkpoint did
+        // not copy (a sandbox connection that takes itself for the last one
+        // deletes or truncates it when it closes).
+        let seen = self.t.lock().unwrap().nodes.get(&id).map(|n| n.seen);
+        if is_wal(&f) && rustix::fs::fstat(&f).is_ok_and(|st| seen.is_some_and(|s| s != version(&st))) {
+            log::warn!(
+                "workspace view: refused removing or truncating {}: a SQLite journal a host process wrote since the sandbox read it (EBUSY)",
+                crate::display::escape_path(rel)
+            );
+            return Err(Errno::EBUSY);
+        }
         Ok(())
     }
+}
+
+/// Whether `f` is a SQLite WAL journal (by its magic number).
+pub(super) fn is_wal(f: &impl AsFd) -> bool {
+    let mut magic = [0u8; 4];
+    matches!(rustix::io::pread(f, &mut magic, 0), Ok(4)) && WAL_MAGIC.contains(&u32::from_be_bytes(magic))
 }
 
 /// After a guest change through `f`: the view's whole-file lock goes,
