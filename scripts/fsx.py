@@ -116,10 +116,43 @@ class Fsx:
                       % ((b - 7 * at) & 0xFF))
             bad = sum(1 for x, y in zip(expected, got) if x != y) + abs(len(expected) - len(got))
             print("fsx: %d of %d bytes differ" % (bad, max(len(expected), len(got))))
+            self.reread(off, len(expected))
+        else:
+            self.save_expected()
         print("fsx: last operations (op number, what):")
         for line in self.log:
             print("  " + line)
         raise Bad(kind)
+
+    def reread(self, off, n):
+        """After a bad read: the same range read again, plainly and through
+        a new mapping (is the file wrong, or what one path showed?)."""
+        want = bytes(self.model[off:off + n])
+        try:
+            again = os.pread(self.fd, n, off)
+            print("fsx: read again with pread: %s" % ("as expected" if again == want else "still different"))
+            if os.fstat(self.fd).st_size < off + n:
+                return print("fsx: the file is now shorter than the range: not mapped again")
+            base = off - off % PAGE
+            m = mmap.mmap(self.fd, off + n - base, mmap.MAP_SHARED, mmap.PROT_READ, offset=base)
+            try:
+                again = m[off - base:off - base + n]
+            finally:
+                m.close()
+            print("fsx: read again through a new mapping: %s" % ("as expected" if again == want else "still different"))
+        except (OSError, ValueError) as e:
+            print("fsx: read again: %s" % e)
+        finally:
+            self.save_expected()
+
+    def save_expected(self):
+        # What the file should hold, for a comparison from outside.
+        try:
+            with open(self.path + ".expected", "wb") as f:
+                f.write(self.model)
+            print("fsx: the expected content is in %s.expected" % self.path)
+        except OSError as e:
+            print("fsx: could not save the expected content: %s" % e)
 
     def compare(self, what, off, got):
         expected = bytes(self.model[off:off + len(got)])

@@ -6,7 +6,9 @@
 # workspace source swapped back: scripts/lib.sh bind_bundle). Every run
 # mixes plain, O_DIRECT and mapped reads and writes, truncates, fallocate,
 # fsync and reopens; a run fails on the first read that differs from what
-# was written (READ BAD DATA), a wrong size, or an unexpected error.
+# was written (READ BAD DATA), a wrong size, or an unexpected error. Each
+# side first proves the checker: a byte changed behind its back must be
+# reported (fsx.py --corrupt), or the script stops (exit 2).
 #
 #   scripts/fsx.sh [RUNS] [SEEDS...]     default: 3 runs of seed 3
 #
@@ -68,6 +70,17 @@ cp "$here/fsx.py" .fsx/fsx.py
 # ("FSX side seed run pass|fail"), a failing run's report indented below.
 cat > .fsx/run.sh <<'EOF'
 side=$1 runs=$2 ops=$3 args=$4; shift 4
+# First the checker itself: a byte changed behind the model's back must be
+# reported ("FSX-CHECK side caught").
+out=/workspace/.fsx/$side-check.out
+if python3 /workspace/.fsx/fsx.py -N 600 -S 1 --corrupt 300 "/workspace/t/$side-check" > "$out" 2>&1; then
+    echo "FSX-CHECK $side missed"
+elif grep -q "READ BAD DATA" "$out"; then
+    echo "FSX-CHECK $side caught"
+else
+    echo "FSX-CHECK $side error"
+    sed 's/^/    /' "$out"
+fi
 for seed in "$@"; do
     r=1
     while [ "$r" -le "$runs" ]; do
@@ -103,6 +116,23 @@ for s in view bind; do
     if grep -q "^FSX $s .* fail$" "$work/$s.out"; then
         echo "== failures, $s"
         awk -v s="$s" '/^FSX / {show = ($2 == s && $5 == "fail")} show' "$work/$s.out"
+        # The host file against what the run expected (saved on failure).
+        for e in "$ws"/t/"$s"-*.expected; do
+            case $e in *-check.expected) continue ;; esac
+            [ -e "$e" ] || continue
+            f=${e%.expected}
+            printf 'host file %s: ' "${f#"$ws"/}"
+            cmp "$f" "$e" 2>&1 && echo "holds what was written" || true
+        done
+    fi
+done
+for s in view bind; do
+    if grep -q "^FSX-CHECK $s caught$" "$work/$s.out"; then
+        echo "checker ($s): caught a byte changed behind its back"
+    else
+        echo "fsx: the checker missed a byte changed behind its back ($s)" >&2
+        grep -A 30 "^FSX-CHECK $s" "$work/$s.out" >&2 || tail -n 20 "$work/$s.out" >&2
+        exit 2
     fi
 done
 printf 'seed  side  runs  pass  fail\n'

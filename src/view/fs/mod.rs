@@ -111,6 +111,10 @@ const FD_CACHE: usize = 256;
 const HANDLES_MAX: usize = 8192;
 const PINNED_MAX: usize = 1024;
 
+/// Stripes of the lock that orders the guest's reads and changes of a
+/// file (`View::in_order`), by node id.
+const ORDER_STRIPES: usize = 64;
+
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
@@ -168,6 +172,8 @@ pub struct View {
     warned_locked: AtomicBool,
     /// A stale overwrite was refused and logged (`fresh_for_write`).
     warned_stale: AtomicBool,
+    /// Orders the guest's reads and changes of one file (`View::in_order`).
+    order: Box<[Mutex<()>]>,
     /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
     handles_max: usize,
     /// Host paths the sandbox changed through the view, and when: their
@@ -296,6 +302,7 @@ impl View {
             moved_dirs: Mutex::new(Vec::new()),
             warned_locked: AtomicBool::new(false),
             warned_stale: AtomicBool::new(false),
+            order: (0..ORDER_STRIPES).map(|_| Mutex::new(())).collect(),
             handles_max: {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))

@@ -148,6 +148,19 @@ impl View {
         }
     }
 
+    /// Held across one guest read or change of node `id`: the stats around
+    /// it and what they record (`read_between`, `changed`) are one step.
+    /// The kernel sends requests for one file on both server threads at
+    /// once (pages written back while the guest writes through its
+    /// descriptor); unordered, one request's stat taken before the other's
+    /// write and recorded after it made the guest's own change look like a
+    /// host edit, and the next overwrite was refused (`fresh_for_write`).
+    pub(super) fn in_order(&self, id: u64) -> std::sync::MutexGuard<'_, ()> {
+        self.order[id as usize % self.order.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The guest read node `id` between two stats of it, `pre` and `post`:
     /// what it read is current only if no change fell between them. A host
     /// write that lands during the read leaves `seen` where it was, so the
