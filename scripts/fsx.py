@@ -28,12 +28,18 @@ run that does not end with BAD DATA means the checker is broken.
 
 import argparse
 import collections
-import ctypes
 import errno
-import mmap
 import os
 import random
 import sys
+
+try:
+    import ctypes
+    import mmap
+except ImportError as e:
+    # Debian's python3-minimal (Lazaret's default image) has neither.
+    print("fsx: this Python lacks %s: use a full python3 (the dev image has one)" % e.name, file=sys.stderr)
+    sys.exit(2)
 
 PAGE = mmap.PAGESIZE
 DIO_ALIGN = 4096
@@ -414,14 +420,14 @@ class Fsx:
         ]
         # Reads and writes are the common case; the rest one share each.
         weights = {"read": 4, "write": 4, "mapread": 2, "mapwrite": 2, "dread": 2, "dwrite": 2}
-        on = [(name, f) for name, f, enabled in kinds if enabled]
-        if not on:
+        pool = [(name, f) for name, f, enabled in kinds if enabled for _ in range(weights.get(name, 1))]
+        if not pool:
             print("fsx: every operation is turned off", file=sys.stderr)
             return 2
         if self.a.all_direct:
             # As with a file opened O_DIRECT: every read and write is one.
-            on = [(n, {"read": self.op_dread, "write": self.op_dwrite}.get(n, f)) for n, f in on]
-        pool = [x for x in on for _ in range(weights.get(x[0], 1))]
+            direct = {"read": ("dread", self.op_dread), "write": ("dwrite", self.op_dwrite)}
+            pool = [direct.get(name, (name, f)) for name, f in pool]
         for self.opno in range(1, self.a.ops + 1):
             if self.opno == self.a.corrupt:
                 self.corrupt()
@@ -460,6 +466,10 @@ def main():
         p.error("need -l >= %d and 1 <= -o <= -l" % DIO_ALIGN)
     try:
         fsx = Fsx(a.file, a)
+    except OSError as e:
+        print("fsx: %s: %s" % (a.file, e), file=sys.stderr)
+        return 2
+    try:
         rc = fsx.run()
     except Bad:
         return 1
