@@ -501,5 +501,8 @@ fn concurrent_guest_writes_never_look_like_a_host_edit() {
     first.join().unwrap();
     assert!(second.is_ok(), "the guest's own write was refused");
     let now = rustix::fs::fstat(&*file).unwrap();
-    assert!(v.fresh_for_write(INodeNo(id), &now, true).is_ok(), "and so would the next one be");
+    assert!(
+        v.fresh_for_write(INodeNo(id), &now, true).is_ok(),
+        "and so would the next one be"
+    );
 }

@@ -59,9 +59,20 @@ fn fsx_seeds_run_clean_through_the_view_as_on_a_bind() {
         );
     }
     for seed in seeds {
-        assert_eq!(counts(&text, seed, "bind"), Some((1, 0)), "seed {seed} on the bind: {text}");
-        assert_eq!(counts(&text, seed, "view"), Some((1, 0)), "seed {seed} through the view: {text}");
+        assert_eq!(
+            counts(&text, seed, "bind"),
+            Some((1, 0)),
+            "seed {seed} on the bind: {text}"
+        );
+        assert_eq!(
+            counts(&text, seed, "view"),
+            Some((1, 0)),
+            "seed {seed} through the view: {text}"
+        );
     }
     assert!(ok, "{text}");
-    assert!(!text.contains("BAD DATA") && !text.contains("unexpected error"), "{text}");
+    assert!(
+        !text.contains("BAD DATA") && !text.contains("unexpected error"),
+        "{text}"
+    );
 }
