@@ -173,7 +173,7 @@ pub struct View {
     /// A stale overwrite was refused and logged (`fresh_for_write`).
     warned_stale: AtomicBool,
     /// Orders the guest's reads and changes of one file (`View::in_order`).
-    order: Box<[Mutex<()>]>,
+    order: Box<[std::sync::RwLock<()>]>,
     /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
     handles_max: usize,
     /// Host paths the sandbox changed through the view, and when: their
@@ -302,7 +302,7 @@ impl View {
             moved_dirs: Mutex::new(Vec::new()),
             warned_locked: AtomicBool::new(false),
             warned_stale: AtomicBool::new(false),
-            order: (0..ORDER_STRIPES).map(|_| Mutex::new(())).collect(),
+            order: (0..ORDER_STRIPES).map(|_| std::sync::RwLock::new(())).collect(),
             handles_max: {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))

@@ -445,7 +445,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Read);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
-            let _order = self.in_order(ino.0);
+            let _order = self.in_order_to_read(ino.0);
             let pre = rustix::fs::fstat(&*f).ok();
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
