@@ -205,3 +205,37 @@ for d in json.load(sys.stdin):
     echo "domain_bundle: no Domain ready for $ws within ${secs}s" >&2
     return 1
 }
+
+# bind_bundle TEMPLATE DIR WORKSPACE ARG...: writes DIR/config.json, a raw
+# runsc bundle from TEMPLATE (the config.json of a bundle Lazaret
+# generated, see domain_bundle) whose /workspace is a plain bind of
+# WORKSPACE instead of the view, running ARG... in /workspace: the
+# reference the view is compared with (scripts/posix-suite.sh,
+# scripts/fsx.sh).
+bind_bundle() {
+    local template=$1 dir=$2 ws=$3; shift 3
+    mkdir -p "$dir"
+    python3 - "$template" "$dir/config.json" "$ws" "$@" <<'PY'
+import json, sys
+src, dst, ws, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+c = json.load(open(src))
+for m in c["mounts"]:
+    if m["destination"] == "/workspace":
+        m["source"] = ws
+c["mounts"] = [m for m in c["mounts"] if "/gen/" not in m["source"] or m["destination"] == "/workspace"]
+c["process"]["args"] = args
+c["process"]["cwd"] = "/workspace"
+c["process"]["terminal"] = False
+json.dump(c, open(dst, "w"))
+PY
+}
+
+# run_bind DIR ROOT NAME: runs the bundle in DIR (bind_bundle) as container
+# NAME with runsc state in ROOT, in a user, mount and network namespace of
+# its own (no network), as Lazaret runs its sandboxes; its output on stdout.
+run_bind() {
+    unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
+        mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
+        runsc --root="$2" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1" "$3"' \
+        sh "$1" "$2" "$3"
+}

@@ -73,22 +73,8 @@ cp "$gen/config.json" "$work/bundle/template.json"
 wait "$lzpid" || true
 
 echo "pjdfstest on a plain bind" >&2
-python3 - "$work/bundle/template.json" "$work/bundle/config.json" "$ws" "$@" <<'EOF'
-import json, sys
-src, dst, ws, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-c = json.load(open(src))
-for m in c["mounts"]:
-    if m["destination"] == "/workspace":
-        m["source"] = ws
-c["mounts"] = [m for m in c["mounts"] if "/gen/" not in m["source"] or m["destination"] == "/workspace"]
-c["process"]["args"] = ["/bin/sh", "/workspace/.pjd/run.sh", "t-bind"] + args
-c["process"]["cwd"] = "/workspace"
-json.dump(c, open(dst, "w"))
-EOF
-unshare --map-auto --map-root-user --mount --net --fork -- sh -c '
-    mount -t tmpfs -o size=16k lzmask /proc/sys/net/core &&
-    runsc --root="$1/root" --ignore-cgroups --network=none --overlay2=root:memory run --bundle "$1/bundle" "posix-$$"' \
-    sh "$work" | tr -d '\r' > "$work/bind.out" || true
+bind_bundle "$work/bundle/template.json" "$work/bundle" "$ws" /bin/sh /workspace/.pjd/run.sh t-bind "$@"
+run_bind "$work/bundle" "$work/root" "posix-$$" | tr -d '\r' > "$work/bind.out" || true
 
 # "name   ok|FAILED|..." lines: the verdict is the last word.
 verdicts() { awk '$1 ~ /::/ && NF >= 2 {print $1, $NF}' "$1" | sort -u; }

@@ -114,6 +114,10 @@ const FD_CACHE: usize = 256;
 const HANDLES_MAX: usize = 8192;
 const PINNED_MAX: usize = 1024;
 
+/// Stripes of the lock that orders the guest's reads and changes of a
+/// file (`View::in_order`), by node id.
+const ORDER_STRIPES: usize = 64;
+
 const STORE_BIT: u64 = 1 << 62;
 const FOREIGN_BIT: u64 = 1 << 61;
 
@@ -178,6 +182,8 @@ pub struct View {
     /// Nodes whose last change waited the whole `LOCK_WAIT` for a host
     /// lock: refused at once while that lock is still held.
     lock_stuck: Mutex<std::collections::HashSet<u64>>,
+    /// Orders the guest's reads and changes of one file (`View::in_order`).
+    order: Box<[std::sync::RwLock<()>]>,
     /// `HANDLES_MAX`, or a quarter of the open-file limit when that is less.
     handles_max: usize,
     /// Host paths the sandbox changed through the view, and when: their
@@ -310,6 +316,7 @@ impl View {
             warned_stale: AtomicBool::new(false),
             change_stripes: Default::default(),
             lock_stuck: Mutex::new(Default::default()),
+            order: (0..ORDER_STRIPES).map(|_| std::sync::RwLock::new(())).collect(),
             handles_max: {
                 let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
                 lim.map_or(HANDLES_MAX, |l| HANDLES_MAX.min((l / 4) as usize).max(64))

@@ -172,6 +172,29 @@ impl View {
         }
     }
 
+    /// Held across one guest change of node `id` (a read takes it shared,
+    /// `in_order_to_read`): the stats around it and what they record
+    /// (`read_between`, `changed`) are one step.
+    /// The kernel sends requests for one file on both server threads at
+    /// once (pages written back while the guest writes through its
+    /// descriptor); unordered, one request's stat taken before the other's
+    /// write and recorded after it made the guest's own change look like a
+    /// host edit, and the next overwrite was refused (`fresh_for_write`).
+    pub(super) fn in_order(&self, id: u64) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.order[id as usize % self.order.len()]
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The same for a read, which changes nothing the other reads of the
+    /// file compare: reads of one file run side by side, never beside a
+    /// change of it.
+    pub(super) fn in_order_to_read(&self, id: u64) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.order[id as usize % self.order.len()]
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The guest read node `id` between two stats of it, `pre` and `post`:
     /// what it read is current only if no change fell between them. A host
     /// write that lands during the read leaves `seen` where it was, so the

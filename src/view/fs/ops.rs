@@ -100,6 +100,7 @@ impl Filesystem for View {
         reply: ReplyAttr,
     ) {
         self.counts.add(Op::Setattr);
+        let _order = self.in_order(ino.0);
         let (asked_uid, asked_gid) = (uid, gid);
         if size.is_some() {
             // A truncate is a content change the host watcher hears of
@@ -442,6 +443,7 @@ impl Filesystem for View {
     ) {
         self.counts.add(Op::Read);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
+            let _order = self.in_order_to_read(ino.0);
             let pre = rustix::fs::fstat(&*f).ok();
             let mut buf = vec![0u8; size as usize];
             let mut n = 0;
@@ -489,6 +491,7 @@ impl Filesystem for View {
         self.counts.add(Op::Write);
         self.guest_changes(ino);
         let r = self.handle_or_node(fh, ino, true).and_then(|f| {
+            let _order = self.in_order(ino.0);
             self.under_host_locks(ino, &*f, || {
                 let pre = rustix::fs::fstat(&*f).map_err(errno)?;
                 let len = data.len() as u64;
@@ -651,7 +654,11 @@ impl Filesystem for View {
         reply: ReplyEmpty,
     ) {
         self.counts.add(Op::Fallocate);
+        // The sandbox's own change, as a write is: its host event is not
+        // relayed back inside as a host edit.
+        self.guest_changes(ino);
         let r = self.handle_or_node(fh, ino, true).and_then(|f| {
+            let _order = self.in_order(ino.0);
             self.under_host_locks(ino, &*f, || {
                 let pre = rustix::fs::fstat(&*f).map_err(errno)?;
                 // Punching, zeroing or collapsing a range drops bytes; plain
