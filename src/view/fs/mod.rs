@@ -95,6 +95,8 @@ mod sides;
 mod table;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostnames;
 
 /// How long the kernel may cache entries and attributes under a host
 /// directory that is not watched: host-side edits show up within this time.

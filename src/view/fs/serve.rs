@@ -128,6 +128,7 @@ fn watch_loop(
             }
         }
         let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
+        names_gone(&events, w, t, host);
         if plan.contains(&Inval::All) {
             invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
         } else {
@@ -211,6 +212,50 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
             (id, pid.filter(|_| id != 1), name.to_os_string())
         })
         .collect()
+}
+
+/// The host removed or renamed away names the view knows (`IN_DELETE`,
+/// `IN_MOVED_FROM`): a file node whose name no longer reaches its file
+/// loses it (`Tables::detach`: another known name of it takes its place,
+/// or its handle alone serves it), so no operation by path (link,
+/// readlink, chmod) goes to a name that is gone or is another file now.
+fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
+    for ev in events {
+        if ev.name.is_empty() || ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 || ev.mask & sys::IN_ISDIR != 0 {
+            continue;
+        }
+        let Some(dir) = w.dir_of(ev.wd) else { continue };
+        let key = (Side::Host, dir.join(&ev.name));
+        let known = {
+            let t = t.lock().unwrap();
+            t.by_key
+                .get(&key)
+                .and_then(|id| t.nodes.get(id).map(|n| (*id, n)))
+                .filter(|(_, n)| !n.gone && !n.dir)
+                .map(|(id, n)| (id, n.host_dev, n.host_ino))
+        };
+        let Some((id, dev, ino)) = known else { continue };
+        let p = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir.as_path()
+        };
+        let now = rustix::fs::openat2(
+            host,
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )
+        .and_then(|d| rustix::fs::statat(&d, ev.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW));
+        if now.is_ok_and(|st| (st.st_dev, st.st_ino) == (dev, ino)) {
+            continue;
+        }
+        let mut t = t.lock().unwrap();
+        if t.by_key.get(&key) == Some(&id) {
+            t.detach(id, Side::Host, &key.1);
+        }
+    }
 }
 
 fn invalidate(plan: &[Inval], n: &fuser::Notifier) {
