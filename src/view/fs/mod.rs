@@ -94,9 +94,9 @@ pub mod serve;
 mod sides;
 mod table;
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod tests_hostnames;
+#[cfg(test)]
+mod tests;
 
 /// How long the kernel may cache entries and attributes under a host
 /// directory that is not watched: host-side edits show up within this time.
