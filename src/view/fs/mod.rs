@@ -94,8 +94,6 @@ pub mod serve;
 mod sides;
 mod table;
 #[cfg(test)]
-mod tests_hostnames;
-#[cfg(test)]
 mod tests;
 
 /// How long the kernel may cache entries and attributes under a host

@@ -332,3 +332,7 @@ impl View {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tests_hostnames.rs"]
+mod tests_hostnames;

@@ -1,7 +1,7 @@
 //! A file's names after host renames and removals: operations by path go
 //! through a name that still reaches the file.
 
-use super::*;
+use super::super::*;
 
 fn tmp(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("lazaret-view-hostnames-{}-{tag}", std::process::id()));
