@@ -215,13 +215,14 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
 }
 
 /// The host removed or renamed away names the view knows (`IN_DELETE`,
-/// `IN_MOVED_FROM`): a file node whose name no longer reaches its file
-/// loses it (`Tables::detach`: another known name of it takes its place,
-/// or its handle alone serves it), so no operation by path (link,
-/// readlink, chmod) goes to a name that is gone or is another file now.
+/// `IN_MOVED_FROM`, of a file or of a directory above it): a file node
+/// whose name no longer reaches its file loses it (`Tables::detach`:
+/// another known name of it takes its place, or its handle alone serves
+/// it), so no operation by path (link, readlink, chmod) goes to a name
+/// that is gone or is another file now.
 fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
     for ev in events {
-        if ev.name.is_empty() || ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 || ev.mask & sys::IN_ISDIR != 0 {
+        if ev.name.is_empty() || ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 {
             continue;
         }
         let Some(dir) = w.dir_of(ev.wd) else { continue };
@@ -231,10 +232,15 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
             t.by_key
                 .get(&key)
                 .and_then(|id| t.nodes.get(id).map(|n| (*id, n)))
-                .filter(|(_, n)| !n.gone && !n.dir)
-                .map(|(id, n)| (id, n.host_dev, n.host_ino))
+                .filter(|(_, n)| !n.gone)
+                .map(|(id, n)| (id, n.host_dev, n.host_ino, n.dir))
         };
-        let Some((id, dev, ino)) = known else { continue };
+        let is_dir = ev.mask & sys::IN_ISDIR != 0;
+        let (id, dev, ino) = match known {
+            Some((id, dev, ino, d)) if d == is_dir => (id, dev, ino),
+            // A directory the kernel never looked up has no names below.
+            _ => continue,
+        };
         let p = if dir.as_os_str().is_empty() {
             Path::new(".")
         } else {
@@ -252,8 +258,27 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
             continue;
         }
         let mut t = t.lock().unwrap();
-        if t.by_key.get(&key) == Some(&id) {
-            t.detach(id, Side::Host, &key.1);
+        if !is_dir {
+            if t.by_key.get(&key) == Some(&id) {
+                t.detach(id, Side::Host, &key.1);
+            }
+            continue;
+        }
+        // The names of files below the directory (its own node keeps its
+        // path, as for any directory: the kernel looks the new one up).
+        let below: Vec<(u64, PathBuf)> = t
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.side == Side::Host && !n.gone && !n.dir)
+            .flat_map(|(&nid, n)| {
+                std::iter::once(&n.rel)
+                    .chain(n.aliases.iter())
+                    .filter(|p| p.starts_with(&key.1))
+                    .map(move |p| (nid, p.clone()))
+            })
+            .collect();
+        for (nid, p) in below {
+            t.detach(nid, Side::Host, &p);
         }
     }
 }
