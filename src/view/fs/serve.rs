@@ -221,11 +221,27 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
 /// it), so no operation by path (link, readlink, chmod) goes to a name
 /// that is gone or is another file now.
 fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
-    for ev in events {
+    let moved = sys::IN_MOVED_FROM | sys::IN_ISDIR;
+    for (i, ev) in events.iter().enumerate() {
         if ev.name.is_empty() || ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 {
             continue;
         }
         let Some(dir) = w.dir_of(ev.wd) else { continue };
+        // A host rename of a directory within the workspace: the kernel
+        // queues its IN_MOVED_TO right after its IN_MOVED_FROM. The watches
+        // below it now report under the new path.
+        if ev.mask & moved == moved {
+            if let Some(to) = events.get(i + 1).filter(|n| {
+                n.mask & (sys::IN_MOVED_TO | sys::IN_ISDIR) == (sys::IN_MOVED_TO | sys::IN_ISDIR) && !n.name.is_empty()
+            }) {
+                // Not after the view's own rename (`View::renamed` moved
+                // the watches already; a new directory may have the old
+                // name by now).
+                if let Some(to_path) = w.dir_of(to.wd).map(|d| d.join(&to.name)).filter(|p| !w.is_watched(p)) {
+                    w.renamed(&dir.join(&ev.name), &to_path);
+                }
+            }
+        }
         let key = (Side::Host, dir.join(&ev.name));
         let known = {
             let t = t.lock().unwrap();
