@@ -214,8 +214,9 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
         .collect()
 }
 
-/// The host removed or renamed away names the view knows (`IN_DELETE`,
-/// `IN_MOVED_FROM`, of a file or of a directory above it): a file node
+/// The host removed, renamed away or replaced names the view knows
+/// (`IN_DELETE`, `IN_MOVED_FROM`, of a file or of a directory above it;
+/// `IN_CREATE`, `IN_MOVED_TO` of another file at a file's name): a file node
 /// whose name no longer reaches its file loses it (`Tables::detach`:
 /// another known name of it takes its place, or its handle alone serves
 /// it), so no operation by path (link, readlink, chmod) goes to a name
@@ -223,7 +224,8 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
 fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
     let moved = sys::IN_MOVED_FROM | sys::IN_ISDIR;
     for (i, ev) in events.iter().enumerate() {
-        if ev.name.is_empty() || ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 {
+        let replaced = ev.mask & (sys::IN_CREATE | sys::IN_MOVED_TO) != 0 && ev.mask & sys::IN_ISDIR == 0;
+        if ev.name.is_empty() || (ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 && !replaced) {
             continue;
         }
         let Some(dir) = w.dir_of(ev.wd) else { continue };
