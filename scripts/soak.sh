@@ -43,8 +43,12 @@ if [ "$(id -u)" -eq 0 ]; then
     if [ -z "${LAZARET_BIN:-}" ]; then
         cd "$here/.."
         use_cargo "$PWD"
+        # A target directory shared between checkouts can take another
+        # checkout's build for this one's: the crate is rebuilt from here.
+        touch src/lib.rs src/main.rs bin/*.rs
         cargo build --release --locked >&2
         LAZARET_BIN=$(LAZARET_BIN_DIR=${LAZARET_BIN_DIR:-/tmp/lazaret-bin-soak} stage_binaries "$user")/lazaret
+        echo "soak: testing $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-80) (lazaret $(md5sum < "$LAZARET_BIN" | cut -c1-12))" >&2
     fi
     delegate_cgroup "$user" >&2 || echo "soak: no delegated cgroup (the sandbox runs without resource limits)" >&2
     run_as "$user" "$LAZARET_BIN" image build --quiet --if-missing >&2

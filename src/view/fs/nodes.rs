@@ -123,8 +123,13 @@ impl View {
                         if n.gone {
                             n.gone = false;
                             n.rel = rel.to_path_buf();
-                        } else if n.rel != rel && !n.aliases.iter().any(|a| a == rel) {
-                            n.aliases.push(rel.to_path_buf());
+                        } else if n.rel != rel {
+                            // The name just looked up reaches the file now;
+                            // an older one may not (the host renamed or
+                            // removed it): operations by path take this one.
+                            let old = std::mem::replace(&mut n.rel, rel.to_path_buf());
+                            n.aliases.retain(|a| a != rel);
+                            n.aliases.push(old);
                         }
                         t.by_key.insert(key, id);
                         if !dir {
@@ -439,3 +444,7 @@ fn is_file_of(t: &Tables, id: u64, st: &rustix::fs::Stat, proof: Option<&[u8]>, 
         may_be_same(known, proof)
     }
 }
+
+#[cfg(test)]
+#[path = "tests_hostnames.rs"]
+mod tests_hostnames;

@@ -154,6 +154,7 @@ fn watch_loop(
             }
         }
         let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
+        names_gone(&events, w, t, host);
         if plan.contains(&Inval::All) {
             invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
         } else {
@@ -286,6 +287,93 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
             (id, pid.filter(|_| id != 1), name.to_os_string())
         })
         .collect()
+}
+
+/// The host removed, renamed away or replaced names the view knows
+/// (`IN_DELETE`, `IN_MOVED_FROM`, of a file or of a directory above it;
+/// `IN_CREATE`, `IN_MOVED_TO` of another file at a file's name): a file node
+/// whose name no longer reaches its file loses it (`Tables::detach`:
+/// another known name of it takes its place, or its handle alone serves
+/// it), so no operation by path (link, readlink, chmod) goes to a name
+/// that is gone or is another file now.
+fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
+    let moved = sys::IN_MOVED_FROM | sys::IN_ISDIR;
+    for (i, ev) in events.iter().enumerate() {
+        let replaced = ev.mask & (sys::IN_CREATE | sys::IN_MOVED_TO) != 0 && ev.mask & sys::IN_ISDIR == 0;
+        if ev.name.is_empty() || (ev.mask & (sys::IN_DELETE | sys::IN_MOVED_FROM) == 0 && !replaced) {
+            continue;
+        }
+        let Some(dir) = w.dir_of(ev.wd) else { continue };
+        // A host rename of a directory within the workspace: the kernel
+        // queues its IN_MOVED_TO right after its IN_MOVED_FROM. The watches
+        // below it now report under the new path.
+        if ev.mask & moved == moved {
+            if let Some(to) = events.get(i + 1).filter(|n| {
+                n.mask & (sys::IN_MOVED_TO | sys::IN_ISDIR) == (sys::IN_MOVED_TO | sys::IN_ISDIR) && !n.name.is_empty()
+            }) {
+                // Not after the view's own rename (`View::renamed` moved
+                // the watches already; a new directory may have the old
+                // name by now).
+                if let Some(to_path) = w.dir_of(to.wd).map(|d| d.join(&to.name)).filter(|p| !w.is_watched(p)) {
+                    w.renamed(&dir.join(&ev.name), &to_path);
+                }
+            }
+        }
+        let key = (Side::Host, dir.join(&ev.name));
+        let known = {
+            let t = t.lock().unwrap();
+            t.by_key
+                .get(&key)
+                .and_then(|id| t.nodes.get(id).map(|n| (*id, n)))
+                .filter(|(_, n)| !n.gone)
+                .map(|(id, n)| (id, n.host_dev, n.host_ino, n.dir))
+        };
+        let is_dir = ev.mask & sys::IN_ISDIR != 0;
+        let (id, dev, ino) = match known {
+            Some((id, dev, ino, d)) if d == is_dir => (id, dev, ino),
+            // A directory the kernel never looked up has no names below.
+            _ => continue,
+        };
+        let p = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir.as_path()
+        };
+        let now = rustix::fs::openat2(
+            host,
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve(),
+        )
+        .and_then(|d| rustix::fs::statat(&d, ev.name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW));
+        if now.is_ok_and(|st| (st.st_dev, st.st_ino) == (dev, ino)) {
+            continue;
+        }
+        let mut t = t.lock().unwrap();
+        if !is_dir {
+            if t.by_key.get(&key) == Some(&id) {
+                t.detach(id, Side::Host, &key.1);
+            }
+            continue;
+        }
+        // The names of files below the directory (its own node keeps its
+        // path, as for any directory: the kernel looks the new one up).
+        let below: Vec<(u64, PathBuf)> = t
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.side == Side::Host && !n.gone && !n.dir)
+            .flat_map(|(&nid, n)| {
+                std::iter::once(&n.rel)
+                    .chain(n.aliases.iter())
+                    .filter(|p| p.starts_with(&key.1))
+                    .map(move |p| (nid, p.clone()))
+            })
+            .collect();
+        for (nid, p) in below {
+            t.detach(nid, Side::Host, &p);
+        }
+    }
 }
 
 fn invalidate(plan: &[Inval], n: &fuser::Notifier) {

@@ -3,6 +3,7 @@
 //! sandbox at once on one tree, then the tree as both sides see it against
 //! what each side wrote (content, owner modes, hard-link identity).
 
+use crate::require_env;
 use std::path::Path;
 
 #[test]
@@ -24,14 +25,14 @@ fn soak_one_minute_host_and_sandbox_agree_with_what_each_wrote() {
         String::from_utf8_lossy(&out.stderr)
     );
     // At least one checkpoint before the last, each with both sides' work.
-    let checkpoints: Vec<&str> = text.lines().filter(|l| l.contains(" checkpoint ") && l.contains("host ops")).collect();
+    let checkpoints: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" checkpoint ") && l.contains("host ops"))
+        .collect();
     assert!(checkpoints.len() >= 2, "{text}");
     assert!(
         checkpoints.iter().all(|l| !l.contains("sandbox ops 0 ")),
         "the sandbox's worker did no operation: {text}"
     );
-    assert!(
-        out.status.success() && text.contains("soak: no difference"),
-        "{text}"
-    );
+    assert!(out.status.success() && text.contains("soak: no difference"), "{text}");
 }
