@@ -252,9 +252,10 @@ impl View {
                     vm.gone(v);
                 }
                 self.forget_id(side, v);
-            } else if let Some(post) = self.inode_stat(side, to_id, v) {
-                // Its other names stay: its link count and ctime changed,
-                // the guest's own doing.
+            }
+            if let Some(post) = self.inode_stat(side, to_id, v) {
+                // Its link count and ctime changed, the guest's own doing
+                // (its other names, or an open fd, still write it).
                 self.changed_meta(side, to_id, v, &post);
             }
         }

@@ -252,3 +252,28 @@ fn the_own_unlink_of_a_last_name_forgets_the_identity() {
         .contains_key(&(Side::Host, st.st_dev, st.st_ino)));
     assert!(v.t.lock().unwrap().nodes[&id].gone);
 }
+
+#[test]
+fn a_file_renamed_over_at_its_only_name_is_overwritten_through_its_open_fd() {
+    let dir = Tmp::new("replaced");
+    dir.write("r", "replaced data");
+    dir.write("s", "new file");
+    let v = view(&dir);
+    let id = lookup(&v, "r");
+    v.saw(id, &dir.stat("r"));
+    lookup(&v, "s");
+    tick();
+    v.rename_entry(
+        INodeNo(1),
+        OsStr::new("s"),
+        INodeNo(1),
+        OsStr::new("r"),
+        fuser::RenameFlags::empty(),
+    )
+    .unwrap();
+    assert!(v.t.lock().unwrap().nodes[&id].gone);
+    assert!(
+        may_overwrite(&v, id).is_ok(),
+        "the sandbox's rename over the file is not a host edit"
+    );
+}

@@ -71,11 +71,24 @@ def moved():
     os.pwrite(fd, b'MOVE', 6)
     os.close(fd)
     return open('/workspace/m2', 'rb').read() == b'moved-MOVE'
+def replaced():
+    # Renamed over at its only name while open: the fd still writes it.
+    with open('/workspace/r', 'wb') as w:
+        w.write(b'replaced-0000')
+    fd = os.open('/workspace/r', os.O_RDWR)
+    with open('/workspace/s', 'wb') as w:
+        w.write(b'new file')
+    os.rename('/workspace/s', '/workspace/r')
+    os.pwrite(fd, b'REPL', 9)
+    ok = os.pread(fd, 13, 0) == b'replaced-REPL' and open('/workspace/r', 'rb').read() == b'new file'
+    os.close(fd)
+    return ok
 attempt('TEMPFILE', tmpfile)
 attempt('MKSTEMP', mkstemp)
 attempt('LINKED', linked)
 attempt('RENAMED-OVER', renamed_over)
 attempt('MOVED', moved)
+attempt('REPLACED', replaced)
 print('done')
 "#;
 
@@ -91,7 +104,7 @@ fn files_the_sandbox_unlinked_linked_or_renamed_while_open_are_overwritten() {
     env.write(&ws.join("own.py"), OWN_CHANGES);
     let r = env.run_sh(&ws, "python3 own.py 2>&1");
     assert!(r.stdout.contains("done"), "{r:?}");
-    for k in ["TEMPFILE", "MKSTEMP", "LINKED", "RENAMED-OVER", "MOVED"] {
+    for k in ["TEMPFILE", "MKSTEMP", "LINKED", "RENAMED-OVER", "MOVED", "REPLACED"] {
         assert_eq!(field(&r, k), Some("ok"), "{k} (ERR 16 is the refusal): {r:?}");
     }
     // The host has what the sandbox wrote.
