@@ -58,8 +58,10 @@ fn tick() {
 }
 
 fn stat_with(size: i64, mtime: i64, ctime: i64) -> rustix::fs::Stat {
-    // SAFETY: `stat` is plain old data; all-zero is a valid value.
-    let mut st: rustix::fs::Stat = unsafe { std::mem::zeroed() };
+    // Any real stat, its version fields set.
+    let mut st = rustix::fs::stat("/").unwrap();
+    st.st_mtime_nsec = 0;
+    st.st_ctime_nsec = 0;
     st.st_size = size;
     st.st_mtime = mtime as _;
     st.st_ctime = ctime as _;
