@@ -23,7 +23,7 @@ use crate::view::budget;
 use crate::view::counts::Op;
 
 use super::attr::{host_mode, host_owner_stays, kill_priv, negative, stored_id, timestamps};
-use super::host::{beneath, errno, open_flags, resolve, split, writes, Side};
+use super::host::{beneath, errno, open_flags, proc_path, resolve, split, writes, Side};
 use super::table::Handle;
 use super::{ParentMemo, View, TTL, TTL_LONG};
 
@@ -799,10 +799,32 @@ impl View {
         if nside != side {
             return Err(Errno::EXDEV);
         }
-        let (parent, name) = split(&rel);
-        let d1 = self.dir(side, parent)?;
-        let pre = self.stat(side, &rel).ok();
-        rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
+        // The file itself, through its handle, whatever its names are now
+        // (a host rename or removal of the name the node knows it by would
+        // make the path fail where the guest's own name still reaches it,
+        // as on a plain bind). A symlink, or a node without a handle, by
+        // its path.
+        let handle = self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.file.clone());
+        let regular = handle.and_then(|h| {
+            rustix::fs::fstat(&*h)
+                .ok()
+                .filter(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile)
+                .map(|st| (h, st))
+        });
+        let pre = match regular {
+            Some((h, st)) => {
+                rustix::fs::linkat(rustix::fs::CWD, proc_path(&*h), &d2, newname, AtFlags::SYMLINK_FOLLOW)
+                    .map_err(errno)?;
+                Some(st)
+            }
+            None => {
+                let (parent, name) = split(&rel);
+                let d1 = self.dir(side, parent)?;
+                let pre = self.stat(side, &rel).ok();
+                rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
+                pre
+            }
+        };
         // link(2) changes the file's link count and ctime: the guest's
         // own doing.
         if let (Some(pre), Ok(post)) = (pre, self.stat(side, &nrel)) {
