@@ -41,7 +41,11 @@ impl View {
         }
         let handle = {
             let mut t = self.t.lock().unwrap();
-            if !t.nodes.get(&ino.0).is_some_and(|n| matches!(n.fd, Some((_, true))) && !n.claim) {
+            if !t
+                .nodes
+                .get(&ino.0)
+                .is_some_and(|n| matches!(n.fd, Some((_, true))) && !n.claim)
+            {
                 return;
             }
             t.drop_write_fd(ino.0);
