@@ -18,7 +18,7 @@ use crate::view::budget;
 
 use super::attr::host_mode;
 use super::host::{errno, is_dir, open_flags, resolve, Side};
-use super::table::Handle;
+use super::table::{Handle, OwnNames};
 use super::View;
 
 impl View {
@@ -233,6 +233,7 @@ impl View {
         let same_file = victim
             .as_ref()
             .is_some_and(|t| t.st_ino == st.st_ino && t.st_dev == st.st_dev);
+        let _own = OwnNames::new(&self.t, side, &[&from, &to]);
         rustix::fs::renameat_with(&d1, name, &d2, newname, rf).map_err(errno)?;
         if same_file {
             return Ok(());
@@ -316,6 +317,7 @@ impl View {
             if !dir {
                 self.pin(side, &rel);
             }
+            let _own = OwnNames::new(&self.t, side, &[&rel]);
             rustix::fs::unlinkat(&d, name, fl).map_err(errno)?;
             self.removed(side, &rel);
             if !dir {

@@ -304,6 +304,7 @@ impl View {
                 handles_held: 0,
                 writers: HashMap::new(),
                 ids: HashMap::new(),
+                own_names: HashMap::new(),
             })),
             watch,
             no_open: AtomicBool::new(false),

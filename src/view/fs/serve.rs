@@ -322,6 +322,11 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
         let key = (Side::Host, dir.join(&ev.name));
         let known = {
             let t = t.lock().unwrap();
+            if t.own_names.contains_key(&key) {
+                // The view's own rename or removal, its bookkeeping not
+                // done yet (`OwnNames`).
+                continue;
+            }
             t.by_key
                 .get(&key)
                 .and_then(|id| t.nodes.get(id).map(|n| (*id, n)))

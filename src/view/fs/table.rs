@@ -8,6 +8,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use fuser::FileType;
@@ -208,6 +209,43 @@ pub(super) struct Tables {
     /// inode number stays on a disk; a file that reuses the inode number
     /// has another proof and gets a new id.
     pub(super) ids: HashMap<(Side, u64, u64), (u64, Proof)>,
+    /// Names the view itself is renaming or removing right now, from just
+    /// before the syscall until its bookkeeping is done (`OwnNames`): the
+    /// host watcher's event of that change can arrive in between, and must
+    /// not take the name off its node as if a host process had moved it.
+    pub(super) own_names: HashMap<(Side, PathBuf), usize>,
+}
+
+/// Marks names as being changed by the view itself (`Tables::own_names`)
+/// for as long as it lives.
+pub(super) struct OwnNames<'a> {
+    t: &'a Mutex<Tables>,
+    keys: Vec<(Side, PathBuf)>,
+}
+
+impl<'a> OwnNames<'a> {
+    pub(super) fn new(t: &'a Mutex<Tables>, side: Side, paths: &[&Path]) -> OwnNames<'a> {
+        let keys: Vec<(Side, PathBuf)> = paths.iter().map(|p| (side, p.to_path_buf())).collect();
+        let mut g = t.lock().unwrap();
+        for k in &keys {
+            *g.own_names.entry(k.clone()).or_insert(0) += 1;
+        }
+        OwnNames { t, keys }
+    }
+}
+
+impl Drop for OwnNames<'_> {
+    fn drop(&mut self) {
+        let mut g = self.t.lock().unwrap();
+        for k in &self.keys {
+            if let Some(n) = g.own_names.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    g.own_names.remove(k);
+                }
+            }
+        }
+    }
 }
 
 impl Tables {
