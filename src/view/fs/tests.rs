@@ -14,10 +14,10 @@ use std::sync::Weak;
 use std::time::UNIX_EPOCH;
 
 /// A fresh host directory, removed on drop.
-struct Tmp(PathBuf);
+pub(super) struct Tmp(pub(super) PathBuf);
 
 impl Tmp {
-    fn new(tag: &str) -> Tmp {
+    pub(super) fn new(tag: &str) -> Tmp {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!("lazaret-view-nodes-{}-{tag}-{n}", std::process::id()));
@@ -26,8 +26,12 @@ impl Tmp {
         Tmp(p)
     }
 
-    fn write(&self, rel: &str, text: &str) {
+    pub(super) fn write(&self, rel: &str, text: &str) {
         std::fs::write(self.0.join(rel), text).unwrap();
+    }
+
+    pub(super) fn stat(&self, rel: &str) -> rustix::fs::Stat {
+        rustix::fs::lstat(self.0.join(rel)).unwrap()
     }
 }
 
@@ -37,7 +41,7 @@ impl Drop for Tmp {
     }
 }
 
-fn view(dir: &Tmp) -> View {
+pub(super) fn view(dir: &Tmp) -> View {
     View::new(&dir.0, None, Sentry::new(false, Vec::new())).unwrap()
 }
 

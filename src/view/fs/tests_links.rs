@@ -4,42 +4,10 @@
 //! the FUSE handlers call, on a temporary host directory.
 
 use super::table::{after_own, after_own_meta, may_be_same, proven_same, version};
+use super::tests::{view, Tmp};
 use super::*;
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering;
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("lazaret-view-links-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-
-    fn write(&self, rel: &str, text: &str) {
-        std::fs::write(self.0.join(rel), text).unwrap();
-    }
-
-    fn stat(&self, rel: &str) -> rustix::fs::Stat {
-        rustix::fs::lstat(self.0.join(rel)).unwrap()
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn view(dir: &Tmp) -> View {
-    View::new(&dir.0, None, Sentry::new(false, Vec::new())).unwrap()
-}
 
 fn lookup(v: &View, rel: &str) -> u64 {
     v.look_up(Side::Host, Path::new(rel)).unwrap().1.ino.0
