@@ -11,6 +11,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::view::gitshape;
 
 use super::host::{errno, resolve, split, Side};
+use super::table::OwnNames;
 use super::View;
 
 // ---- repository shapes (src/view/gitshape.rs) ----------------------------------
@@ -184,6 +185,9 @@ impl View {
         rustix::fs::renameat(&d2, &tmp_name, &d2, newname).map_err(errno)?;
         let (fparent, fname) = split(from);
         let d1 = self.dir(Side::Host, fparent)?;
+        // The watcher's event of this unlink must not take the name off
+        // the node before it is re-homed below (it would be left gone).
+        let _own = OwnNames::new(&self.t, Side::Host, &[from]);
         rustix::fs::unlinkat(&d1, fname, AtFlags::empty()).map_err(errno)?;
         let st = self.stat(Side::Store, to)?;
         let mut t = self.t.lock().unwrap();
@@ -201,6 +205,7 @@ impl View {
             let aliases = std::mem::take(&mut n.aliases);
             n.side = Side::Store;
             n.rel = to.to_path_buf();
+            n.gone = false;
             n.host_dev = st.st_dev;
             n.host_ino = st.st_ino;
             if had_fd {

@@ -118,30 +118,33 @@ impl View {
         loop {
             {
                 let _one = stripe.lock().unwrap();
-                match sys::ofd_lock(f, RangeLock::Write, 0, 0) {
-                    Ok(true) => match self.wal_use(&rel, f) {
-                        WalUse::Free => {
-                            self.lock_stuck.lock().unwrap().remove(&ino.0);
-                            let r = act();
-                            let claim = keep_database_claim(f);
-                            if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&ino.0) {
-                                n.claim = claim;
+                // Not while a host connection writes the journal's database.
+                if self.claim_for_journal(&rel) {
+                    match sys::ofd_lock(f, RangeLock::Write, 0, 0) {
+                        Ok(true) => match self.wal_use(&rel, f) {
+                            WalUse::Free => {
+                                self.lock_stuck.lock().unwrap().remove(&ino.0);
+                                let r = act();
+                                let claim = keep_database_claim(f);
+                                if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&ino.0) {
+                                    n.claim = claim;
+                                }
+                                return r;
                             }
-                            return r;
-                        }
-                        WalUse::Connected => {
-                            let _ = sys::ofd_lock(f, RangeLock::Unlock, 0, 0);
-                        }
-                        WalUse::Deleted => {
-                            let _ = sys::ofd_lock(f, RangeLock::Unlock, 0, 0);
-                            deleted = true;
-                        }
-                    },
-                    Ok(false) => {}
-                    // No lock through this fd (not open for writing, or no
-                    // lock support): the probe alone.
-                    Err(_) if !sys::locked_elsewhere(f) => return act(),
-                    Err(_) => {}
+                            WalUse::Connected => {
+                                let _ = sys::ofd_lock(f, RangeLock::Unlock, 0, 0);
+                            }
+                            WalUse::Deleted => {
+                                let _ = sys::ofd_lock(f, RangeLock::Unlock, 0, 0);
+                                deleted = true;
+                            }
+                        },
+                        Ok(false) => {}
+                        // No lock through this fd (not open for writing, or no
+                        // lock support): the probe alone.
+                        Err(_) if !sys::locked_elsewhere(f) => return act(),
+                        Err(_) => {}
+                    }
                 }
             }
             let bound = if stuck { STUCK_WAIT } else { LOCK_WAIT };
@@ -161,6 +164,53 @@ impl View {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(16));
         }
+    }
+
+    /// Before a guest write to `rel`: when it is the rollback journal
+    /// (`X-journal`, as SQLite names it) of a host SQLite database `X` the
+    /// guest has looked up, the database's write fd in the view takes the
+    /// claim of `keep_database_claim` now, not at the transaction's first
+    /// write of the database. A host reader that opens the database in
+    /// between sees the reserved byte locked, so it does not take the
+    /// sandbox's live journal for a crashed one and roll it back (and
+    /// delete it under the sandbox's commit). False while a host
+    /// connection holds the reserved byte or the shared range for writing
+    /// (its own transaction): the write waits as for a host lock.
+    fn claim_for_journal(&self, rel: &Path) -> bool {
+        let Some(db) = rel
+            .file_name()
+            .and_then(|n| n.as_bytes().strip_suffix(b"-journal"))
+            .filter(|n| !n.is_empty())
+            .map(|n| rel.with_file_name(std::ffi::OsStr::from_bytes(n)))
+        else {
+            return true;
+        };
+        let id = {
+            let t = self.t.lock().unwrap();
+            match t.by_key.get(&(Side::Host, db)).copied() {
+                Some(id) if t.nodes.get(&id).is_some_and(|n| !n.claim && !n.dir && !n.gone) => id,
+                // Claimed already (the write fd's use refreshes it), or not
+                // a database the guest opened through the view.
+                _ => return true,
+            }
+        };
+        let Ok(f) = self.node_file(INodeNo(id), true) else {
+            return true;
+        };
+        let mut head = [0u8; 16];
+        if !matches!(rustix::io::pread(&*f, &mut head, 0), Ok(16)) || &head != SQLITE_HEADER {
+            return true;
+        }
+        let taken = matches!(sys::ofd_lock(&*f, RangeLock::Read, SQLITE_RESERVED, 1), Ok(true))
+            && matches!(sys::ofd_lock(&*f, RangeLock::Read, SQLITE_SHARED_FIRST, 1), Ok(true));
+        if !taken {
+            let _ = sys::ofd_lock(&*f, RangeLock::Unlock, 0, 0);
+            return false;
+        }
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.claim = matches!(&n.fd, Some((c, true)) if std::sync::Arc::ptr_eq(c, &f));
+        }
+        true
     }
 
     /// Whether `f` (view path `rel`) is a SQLite WAL journal (by its magic

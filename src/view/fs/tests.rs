@@ -582,6 +582,47 @@ fn a_sqlite_database_the_sandbox_writes_keeps_its_claim_while_the_write_fd_lives
 }
 
 #[test]
+fn a_rollback_journal_write_claims_its_database_before_the_database_is_written() {
+    use crate::sys::{ofd_lock, range_locked_elsewhere, RangeLock};
+    let dir = Tmp::new("jclaim");
+    let mut head = b"SQLite format 3\0".to_vec();
+    head.resize(4096, 0);
+    std::fs::write(dir.0.join("db"), &head).unwrap();
+    std::fs::write(dir.0.join("db-journal"), "").unwrap();
+    let v = view(&dir);
+    let db = INodeNo(lookup(&v, "db"));
+    let j = INodeNo(lookup(&v, "db-journal"));
+    let host = File::options().read(true).write(true).open(dir.0.join("db")).unwrap();
+    // A host transaction holds the reserved byte: the journal write waits,
+    // then is refused, as for a lock of the journal itself.
+    assert!(ofd_lock(&host, RangeLock::Write, 0x4000_0001, 1).unwrap());
+    let jf = v.node_file(j, true).unwrap();
+    assert_eq!(v.under_host_locks(j, &*jf, || Ok(())), Err(Errno::EBUSY));
+    assert!(ofd_lock(&host, RangeLock::Unlock, 0, 0).unwrap());
+    // Free: the journal's first write claims the database (no database
+    // write yet), so a host hot-journal check sees the reserved byte held,
+    // while a host reader still reads.
+    assert_eq!(v.under_host_locks(j, &*jf, || Ok(1)), Ok(1));
+    assert!(range_locked_elsewhere(&host, 0x4000_0001, 1));
+    assert!(ofd_lock(&host, RangeLock::Read, 0x4000_0002, 510).unwrap());
+    assert!(ofd_lock(&host, RangeLock::Unlock, 0, 0).unwrap());
+    // The sandbox's database write goes through the same fd: not blocked
+    // by its own claim.
+    let f = v.node_file(db, true).unwrap();
+    assert_eq!(v.under_host_locks(db, &*f, || Ok(2)), Ok(2));
+    assert!(
+        range_locked_elsewhere(&host, 0x4000_0001, 1),
+        "claimed after the write too"
+    );
+    v.t.lock().unwrap().drop_write_fd(db.0);
+    drop(f);
+    assert!(
+        ofd_lock(&host, RangeLock::Write, 0, 0).unwrap(),
+        "gone with the write fd"
+    );
+}
+
+#[test]
 fn text_written_at_the_guests_end_of_a_file_the_host_grew_is_an_append() {
     let dir = Tmp::new("append");
     dir.write("log", "a\n");
