@@ -192,9 +192,23 @@ impl View {
         let st = self.stat(Side::Store, to)?;
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
-        if let Some(old) = t.by_key.get(&(Side::Store, to.to_path_buf())).copied() {
-            t.detach(old, Side::Store, to);
-        }
+        // The node the name had: the file replaced, unless a lookup that
+        // raced this move already gave the moved file a node of its own
+        // (the kernel may hold it; it stays live beside this one).
+        let raced = match t.by_key.get(&(Side::Store, to.to_path_buf())).copied() {
+            Some(old)
+                if t.nodes
+                    .get(&old)
+                    .is_some_and(|n| (n.host_dev, n.host_ino) == (st.st_dev, st.st_ino)) =>
+            {
+                Some(old)
+            }
+            Some(old) => {
+                t.detach(old, Side::Store, to);
+                None
+            }
+            None => None,
+        };
         if t.by_key.get(&(Side::Host, from.to_path_buf())) == Some(&id) {
             t.by_key.remove(&(Side::Host, from.to_path_buf()));
         }
@@ -223,8 +237,10 @@ impl View {
             if t.by_ino.get(&ikey) == Some(&id) {
                 t.by_ino.remove(&ikey);
             }
-            t.by_ino.insert((Side::Store, st.st_dev, st.st_ino), id);
-            t.by_key.insert((Side::Store, to.to_path_buf()), id);
+            if raced.is_none() {
+                t.by_ino.insert((Side::Store, st.st_dev, st.st_ino), id);
+                t.by_key.insert((Side::Store, to.to_path_buf()), id);
+            }
         }
         Ok(())
     }
