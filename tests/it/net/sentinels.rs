@@ -25,27 +25,20 @@ echo "other: $(curl -sS http://other.test/o-$1 -H "x-api-key: $API_KEY" -o /dev/
 sleep 2
 "#;
 
-fn line<'a>(out: &'a str, name: &str) -> &'a str {
-    let p = format!("{name}: ");
-    out.lines().find_map(|l| l.strip_prefix(&p)).unwrap_or("")
-}
-
-#[test]
-fn secrets_sentinel_is_stable_across_starts_until_rotated() {
+/// A test host serving api.test (TLS with a test CA's certificate, and
+/// plain HTTP) and the DNS zone (api.test and other.test, both its own
+/// address) with `secrets::SERVER`, which records every request in its
+/// marker; `real` is what its `/leak` answers. Returns the host and the
+/// test CA's PEM file (for `LAZARET_TEST_UPSTREAM_CA`).
+pub(crate) fn api_host(
+    env: &crate::harness::Env,
+    base: &std::path::Path,
+    k: u32,
+    real: &str,
+) -> (crate::net::names::NameHost, std::path::PathBuf) {
     use lazaret::trust::TrustAnchor;
-    let env = require_env!();
-    if !crate::agents::profiles::dev_image_built(env) {
-        return;
-    }
-    let _g = GLOBAL.read();
-    let base = env.dir("sentinels");
     let pki = base.join("pki");
     std::fs::create_dir_all(&pki).unwrap();
-    let mut b = [0u8; 12];
-    openssl::rand::rand_bytes(&mut b).unwrap();
-    let real = format!("sk-it-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>());
-    let key = base.join("api-key");
-    env.write(&key, &format!("{real}\n"));
     let ca = TrustAnchor::new("lazaret-test-ca", 1, "it").unwrap();
     let leaf = ca.issue_tls_server("api.test", 2).unwrap();
     env.write(&pki.join("api.pem"), &String::from_utf8(leaf.cert.to_pem().unwrap()).unwrap());
@@ -55,7 +48,6 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
     );
     let ca_file = pki.join("ca.pem");
     env.write(&ca_file, &String::from_utf8(ca.ca_cert_pem().unwrap()).unwrap());
-    let k = (std::process::id() * 4 + 52) % 16000;
     let mut api = crate::net::names::NameHost::new(k);
     let zone = format!("api.test={a},other.test={a}", a = api.ip);
     let marker = pki.join("marker-api");
@@ -63,10 +55,33 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
         api.ip.clone(),
         marker.display().to_string(),
         zone,
-        real.clone(),
+        real.to_string(),
         format!("api.test={}", pki.join("api").display()),
     ];
     api.serve_with(super::secrets::SERVER, marker, &args);
+    (api, ca_file)
+}
+
+fn line<'a>(out: &'a str, name: &str) -> &'a str {
+    let p = format!("{name}: ");
+    out.lines().find_map(|l| l.strip_prefix(&p)).unwrap_or("")
+}
+
+#[test]
+fn secrets_sentinel_is_stable_across_starts_until_rotated() {
+    let env = require_env!();
+    if !crate::agents::profiles::dev_image_built(env) {
+        return;
+    }
+    let _g = GLOBAL.read();
+    let base = env.dir("sentinels");
+    let mut b = [0u8; 12];
+    openssl::rand::rand_bytes(&mut b).unwrap();
+    let real = format!("sk-it-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>());
+    let key = base.join("api-key");
+    env.write(&key, &format!("{real}\n"));
+    let k = (std::process::id() * 4 + 52) % 16000;
+    let (api, ca_file) = api_host(env, &base, k, &real);
 
     let fixture = crate::agents::profiles::fixture_text();
     let recipe = fixture
