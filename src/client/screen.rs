@@ -85,7 +85,9 @@ impl AltScreen {
                     if self.other || !(b == b'h' || b == b'l') {
                         return;
                     }
-                    let Some(modes) = self.params.strip_prefix(b"?") else { return };
+                    let Some(modes) = self.params.strip_prefix(b"?") else {
+                        return;
+                    };
                     if modes.split(|&c| c == b';').any(|m| ALT_MODES.contains(&m)) {
                         self.on = b == b'h';
                     }
@@ -160,7 +162,9 @@ mod tests {
         }
         let out = String::from_utf8(h.take("\r\n")).unwrap();
         assert_eq!(out.matches("\r\n").count(), HELD_MAX + 1, "{out}");
-        assert!(out.ends_with("lazaret: 5 more notice(s) not shown while the screen was full (`lazaret net log` lists refusals)\r\n"));
+        assert!(out.ends_with(
+            "lazaret: 5 more notice(s) not shown while the screen was full (`lazaret net log` lists refusals)\r\n"
+        ));
         h.hold(vec![b'x'; HELD_BYTES_MAX + 1]);
         assert!(String::from_utf8(h.take("\n")).unwrap().starts_with("lazaret: 1 more"));
     }

@@ -781,7 +781,11 @@ mod tests {
     fn derived_sentinels_are_stable_per_domain_and_secret() {
         let key = [1u8; 32];
         let a = derived_sentinel(&key, "d1", "API_KEY").unwrap();
-        assert_eq!(a, derived_sentinel(&key, "d1", "API_KEY").unwrap(), "stable across calls");
+        assert_eq!(
+            a,
+            derived_sentinel(&key, "d1", "API_KEY").unwrap(),
+            "stable across calls"
+        );
         assert_eq!(a.len(), SENTINEL_PREFIX.len() + SENTINEL_CHARS);
         assert!(a.starts_with(SENTINEL_PREFIX));
         assert!(a[7..].bytes().all(|c| c.is_ascii_alphanumeric()));

@@ -30,7 +30,10 @@ pub fn load_or_create(root: &Path) -> io::Result<[u8; KEY_LEN]> {
     match read_key(&path) {
         Ok(Some(k)) => return Ok(k),
         Ok(None) => {}
-        Err(e) => log::warn!("sentinel key {}: {e}: making a new one (the sentinels change)", path.display()),
+        Err(e) => log::warn!(
+            "sentinel key {}: {e}: making a new one (the sentinels change)",
+            path.display()
+        ),
     }
     let mut key = [0u8; KEY_LEN];
     openssl::rand::rand_bytes(&mut key).map_err(io::Error::other)?;

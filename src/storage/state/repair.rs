@@ -240,8 +240,8 @@ pub(crate) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
     }
     // A reset of everything also forgets the sentinel key: the next start
     // gives every secret a new sentinel (docs/network.md, "Secrets").
-    let rotated = path.is_none()
-        && crate::storage::sentinel_key::rotate(&s.paths.root).map_err(StateError::SentinelKey)?;
+    let rotated =
+        path.is_none() && crate::storage::sentinel_key::rotate(&s.paths.root).map_err(StateError::SentinelKey)?;
     let leftovers = clean_trash(&s)?;
     if json {
         let mut obj = header_json(&s, false);

@@ -41,7 +41,10 @@ pub(crate) fn api_host(
     std::fs::create_dir_all(&pki).unwrap();
     let ca = TrustAnchor::new("lazaret-test-ca", 1, "it").unwrap();
     let leaf = ca.issue_tls_server("api.test", 2).unwrap();
-    env.write(&pki.join("api.pem"), &String::from_utf8(leaf.cert.to_pem().unwrap()).unwrap());
+    env.write(
+        &pki.join("api.pem"),
+        &String::from_utf8(leaf.cert.to_pem().unwrap()).unwrap(),
+    );
     env.write(
         &pki.join("api.key"),
         &String::from_utf8(leaf.key.private_key_to_pem_pkcs8().unwrap()).unwrap(),
@@ -110,7 +113,10 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
     // One start (a new generation: the Domain is stopped after it).
     let start = |tag: &str, old: &str| -> (String, String) {
         let r = env
-            .lz(&ws, &["run", "-p", "st", "--", "bash", "-c", INSIDE, "inside", tag, old])
+            .lz(
+                &ws,
+                &["run", "-p", "st", "--", "bash", "-c", INSIDE, "inside", tag, old],
+            )
             .config_home(&cfg)
             .env("LAZARET_TEST_UPSTREAM_CA", &ca_file.display().to_string())
             .run();
@@ -133,7 +139,10 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
             .lines()
             .find(|l| l.starts_with(&format!("REQ 443 GET /now-{tag} ")))
             .unwrap_or_else(|| panic!("{tag}: {marked}"));
-        assert!(req.contains(&format!("x-api-key: {real}")) && !req.contains(&s), "{tag}: {req}");
+        assert!(
+            req.contains(&format!("x-api-key: {real}")) && !req.contains(&s),
+            "{tag}: {req}"
+        );
         assert_eq!(line(&r.stdout, "swap"), format!("auth= key={s}"), "{tag}: {r:?}");
         // Towards another host: still a leak refusal, before the gate connects.
         assert_eq!(line(&r.stdout, "other"), "403", "{tag}: {r:?}");
@@ -153,7 +162,10 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
     let (first, _) = start("g1", "");
     // The key is the Domain's, private, and holds no value.
     let md = std::fs::metadata(&key_file).unwrap();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777,
+        0o600
+    );
     assert_eq!(md.len(), 32);
     // Restart: the same sentinel, and the one an agent saved still works.
     let (second, out) = start("g2", &first);
@@ -182,7 +194,10 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
         .lines()
         .find(|l| l.starts_with("REQ 443 GET /old-g3 "))
         .unwrap_or_else(|| panic!("{marked}"));
-    assert!(old.contains(&format!("x-api-key: {first}")) && !old.contains(&real), "{old}");
+    assert!(
+        old.contains(&format!("x-api-key: {first}")) && !old.contains(&real),
+        "{old}"
+    );
     // `state reset --all` rotates too.
     let r = env
         .lz(&ws, &["state", "reset", "-p", "st", "--all", "--yes"])
@@ -191,5 +206,8 @@ fn secrets_sentinel_is_stable_across_starts_until_rotated() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("sentinels: rotated"), "{r:?}");
     let (fourth, _) = start("g4", "");
-    assert!(fourth != third && fourth != first, "state reset --all kept the sentinel");
+    assert!(
+        fourth != third && fourth != first,
+        "state reset --all kept the sentinel"
+    );
 }

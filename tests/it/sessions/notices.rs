@@ -83,7 +83,10 @@ fn notices_wait_while_a_full_screen_program_has_the_terminal() {
     for i in 0..5 {
         assert!(held.contains(&format!("TUI-ROW-{i}")), "{held}");
     }
-    assert!(!held.contains("lazaret:"), "a notice drew over the full screen:\n{held}");
+    assert!(
+        !held.contains("lazaret:"),
+        "a notice drew over the full screen:\n{held}"
+    );
     // The program leaves the alternate screen: the notice, once.
     t.enter();
     let notice = "lazaret: egress to denied.test:53 refused (not in network.hosts of profile tui)";
