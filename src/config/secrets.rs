@@ -705,7 +705,7 @@ fn run_cmd(plan: &secret_sources::CmdPlan) -> Result<Vec<u8>, CmdError> {
 /// characters from OpenSSL's RNG (rejection-sampled, so uniform). The
 /// swap self-check's; a Domain's sentinels are [`derived_sentinel`]s.
 pub fn sentinel() -> Result<String, openssl::error::ErrorStack> {
-    base62_sentinel(|buf| openssl::rand::rand_bytes(buf))
+    base62_sentinel(openssl::rand::rand_bytes)
 }
 
 /// The sentinel of secret `var` in Domain `domain`: the same at every
