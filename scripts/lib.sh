@@ -25,14 +25,15 @@ run_as() {
         TERM="${TERM:-xterm}" ${LAZARET_QUIET:+LAZARET_QUIET=1} "$@"
 }
 
-# stage_binaries USER: copies the release binaries to a directory USER can
-# read, prints its path.
+# stage_binaries USER: copies the release binaries (from $CARGO_TARGET_DIR
+# when set, as cargo put them there) to a directory USER can read, prints
+# its path; fails when one is missing (never stages an older build).
 stage_binaries() {
     local dir=${LAZARET_BIN_DIR:-/tmp/lazaret-bin}
     install -d -m 0755 "$dir"
     local b
     for b in lazaret lazaret-init lazaret-escalate; do
-        install -m 0755 "target/x86_64-unknown-linux-gnu/release/$b" "$dir/$b"
+        install -m 0755 "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/$b" "$dir/$b" || return 1
     done
     printf '%s\n' "$dir"
 }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::client::screen::{AltScreen, HeldNotices};
 use crate::sys;
 use crate::wire::client::{self as wire_client, ClientMsg};
 
@@ -11,15 +12,33 @@ use crate::wire::client::{self as wire_client, ClientMsg};
 /// up the terminal is the prompt's. Session output that arrives meanwhile
 /// (the coordinator sends none; this is the second line of defence) waits
 /// here and is written once the prompt is decided or ended.
+///
+/// On a terminal, the program's output also tells whether it has the
+/// alternate screen (`client::screen`): while it has, Lazaret's notices
+/// (what arrives on stderr: on a terminal the program's own stderr is in
+/// its output stream) wait and are written once when it leaves it or the
+/// session ends, never over its full-screen UI.
 #[derive(Default)]
 pub(super) struct Terminal {
     pub(super) prompt: Option<Prompt>,
     /// Output held while a prompt is up: (stderr?, bytes).
     held: Vec<(bool, Vec<u8>)>,
+    /// The session has a terminal.
+    tty: bool,
+    screen: AltScreen,
+    notices: HeldNotices,
 }
 
 impl Terminal {
-    /// Writes session output, or holds it while a prompt is up. `Err` is
+    pub(super) fn new(tty: bool) -> Terminal {
+        Terminal {
+            tty,
+            ..Terminal::default()
+        }
+    }
+
+    /// Writes session output, or holds it while a prompt is up (and
+    /// Lazaret's notices while the program's screen is full). `Err` is
     /// the EPIPE of a closed stdout.
     pub(super) fn output(&mut self, err: bool, data: Vec<u8>) -> Result<(), ()> {
         if self.prompt.is_some() {
@@ -27,13 +46,38 @@ impl Terminal {
             return Ok(());
         }
         if err {
-            let _ = sys::write_all(sys::STDERR, &data);
+            if self.tty && self.screen.full() {
+                self.notices.hold(data);
+            } else {
+                let _ = sys::write_all(sys::STDERR, &data);
+            }
             return Ok(());
         }
-        match sys::write_all(sys::STDOUT, &data) {
+        let r = match sys::write_all(sys::STDOUT, &data) {
             Err(e) if e.raw_os_error() == Some(sys::EPIPE) => Err(()),
             _ => Ok(()),
+        };
+        if self.tty {
+            self.screen.feed(&data);
+            if !self.screen.full() {
+                self.show_notices();
+            }
         }
+        r
+    }
+
+    /// Writes the notices held while the screen was full (once).
+    fn show_notices(&mut self) {
+        let out = self.notices.take(if self.tty { "\r\n" } else { "\n" });
+        if !out.is_empty() {
+            let _ = sys::write_all(sys::STDERR, &out);
+        }
+    }
+
+    /// The session is over: notices still held are written now.
+    pub(super) fn finish(&mut self) {
+        self.end_prompt();
+        self.show_notices();
     }
 
     /// The prompt is over: what was held goes out now, after it.
@@ -316,7 +360,7 @@ mod tests {
     fn a_resize_keeps_an_edited_command_waiting_for_its_own_yes() {
         let mut term = Terminal {
             prompt: Some(prompt()),
-            held: Vec::new(),
+            ..Terminal::default()
         };
         let p = term.prompt.as_mut().unwrap();
         assert!(p.feed(b"edit\r").is_none());

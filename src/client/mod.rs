@@ -13,6 +13,7 @@ mod net;
 pub mod prompt;
 mod resolve;
 mod run;
+mod screen;
 mod secrets;
 mod select;
 mod session;

@@ -126,13 +126,27 @@ enum PumpEvent {
 /// Moves bytes between the terminal and the coordinator until the session
 /// ends. Returns the session's exit status.
 fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'_>, tty: bool) -> Result<i32, Failure> {
+    let mut term = Terminal::new(tty);
+    let r = pump_terminal(stream, reader, signals, tty, &mut term);
+    // Notices held while the program's screen was full are shown at the
+    // session's end, however it ended.
+    term.finish();
+    r
+}
+
+fn pump_terminal(
+    stream: &mut UnixStream,
+    reader: &mut FrameReader,
+    signals: BorrowedFd<'_>,
+    tty: bool,
+    term: &mut Terminal,
+) -> Result<i32, Failure> {
     let mut stdin_open = true;
-    let mut term = Terminal::default();
     let mut buf = vec![0u8; wire_client::MAX_DATA_CHUNK];
     loop {
         // Frames read ahead with Welcome (or in one read with others) are
         // acted on before waiting for more: poll cannot see them.
-        if let Some(code) = drain_frames(stream, reader, &mut term, tty)? {
+        if let Some(code) = drain_frames(stream, reader, term, tty)? {
             return Ok(code);
         }
         let mut fds = sys::PollSet::new();
@@ -197,7 +211,7 @@ fn pump(stream: &mut UnixStream, reader: &mut FrameReader, signals: BorrowedFd<'
             let filled = reader.fill(stream);
             // Everything already received is shown before end-of-file is
             // reported: the Exit frame may be in the same read as the EOF.
-            if let Some(code) = drain_frames(stream, reader, &mut term, tty)? {
+            if let Some(code) = drain_frames(stream, reader, term, tty)? {
                 return Ok(code);
             }
             if let Err(e) = filled {

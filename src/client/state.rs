@@ -1,4 +1,4 @@
-//! `lazaret state list|inspect|diff|verify|reset|unhide`, `lazaret
+//! `lazaret state list|inspect|diff|verify|reset|unhide|rotate-sentinels`, `lazaret
 //! changes` and `lazaret apply`: their command lines, the Domain it names (`client::select`), and the command in
 //! `storage::state`.
 
@@ -42,6 +42,11 @@ pub(super) fn cmd_state(mut raw: Vec<OsString>) -> Result<i32, Failure> {
                 (None, false) => return Err(StateError::ResetWhat.into()),
             };
             state::reset(chosen(named)?, scope, yes, json)
+        }
+        Some("rotate-sentinels") => {
+            let named = domain_args(&mut args)?;
+            finish(args)?;
+            state::rotate_sentinels(chosen(named)?, json)
         }
         Some("unhide") => {
             let named = domain_args(&mut args)?;

@@ -107,6 +107,7 @@ usage: lazaret state list [--json]
        lazaret state inspect|verify [DOMAIN] [--json]
        lazaret state diff [DOMAIN] PATH
        lazaret state reset [DOMAIN] (--path P | --all) [--yes] [--json]
+       lazaret state rotate-sentinels [DOMAIN] [--json]
 
 DOMAIN is [-p P] [-w DIR] or --domain ID.
 list      Domains with persistent state
@@ -114,7 +115,12 @@ inspect   persistent changes (metadata only), host-tool copies that differ
 diff      a host-tool file: the host's against the Domain's copy (bounded
           as `lazaret changes` is)
 verify    checks persistent state
-reset     empties persistent state (asks first unless --yes)
+reset     empties persistent state (asks first unless --yes); --all also
+          rotates the sentinel key
+rotate-sentinels
+          new sentinels for the Domain's secrets from its next start (a
+          stopped Domain; agents that saved the old one must be given
+          the new one)
 ";
 
 pub const CHANGES: &str = "\

@@ -10,8 +10,9 @@
 //! plain_http = false                  # optional: also over plain HTTP (cleartext!)
 //! ```
 //!
-//! Inside, `VAR` holds a per-generation [`sentinel`] (`lzr-sk-` and 40
-//! base62 characters); the real value is resolved on the host
+//! Inside, `VAR` holds a sentinel (`lzr-sk-` and 40 base62 characters,
+//! [`derived_sentinel`]: stable per Domain and secret until the Domain's
+//! sentinel key is rotated); the real value is resolved on the host
 //! ([`resolve`]) and lives only in memory ([`SecretValue`]). The egress
 //! gate swaps the sentinel for the real value in requests to the secret's
 //! hosts (`net::subst`).
@@ -701,14 +702,53 @@ fn run_cmd(plan: &secret_sources::CmdPlan) -> Result<Vec<u8>, CmdError> {
 }
 
 /// A fresh sentinel: [`SENTINEL_PREFIX`] and [`SENTINEL_CHARS`] base62
-/// characters from OpenSSL's RNG (rejection-sampled, so uniform).
+/// characters from OpenSSL's RNG (rejection-sampled, so uniform). The
+/// swap self-check's; a Domain's sentinels are [`derived_sentinel`]s.
 pub fn sentinel() -> Result<String, openssl::error::ErrorStack> {
+    base62_sentinel(openssl::rand::rand_bytes)
+}
+
+/// The sentinel of secret `var` in Domain `domain`: the same at every
+/// start until the Domain's key (`storage::sentinel_key`, random, never
+/// derived from a value) is rotated. HMAC-SHA256 under `key` of a label,
+/// the Domain, the variable and a block counter gives the bytes, which
+/// are rejection-sampled into base62 like [`sentinel`]'s: the shape is
+/// the same, and without the key a sentinel says nothing about another
+/// one (nor about any value: none goes in).
+pub fn derived_sentinel(key: &[u8], domain: &str, var: &str) -> Result<String, openssl::error::ErrorStack> {
+    let hkey = openssl::pkey::PKey::hmac(key)?;
+    let mut block: u32 = 0;
+    base62_sentinel(|buf| {
+        let mut at = 0;
+        while at < buf.len() {
+            let mut h = openssl::sign::Signer::new(openssl::hash::MessageDigest::sha256(), &hkey)?;
+            h.update(b"lazaret sentinel v1\0")?;
+            h.update(domain.as_bytes())?;
+            h.update(b"\0")?;
+            h.update(var.as_bytes())?;
+            h.update(b"\0")?;
+            h.update(&block.to_be_bytes())?;
+            block += 1;
+            let mac = h.sign_to_vec()?;
+            let n = mac.len().min(buf.len() - at);
+            buf[at..at + n].copy_from_slice(&mac[..n]);
+            at += n;
+        }
+        Ok(())
+    })
+}
+
+/// [`SENTINEL_PREFIX`] and [`SENTINEL_CHARS`] base62 characters from the
+/// bytes `fill` gives, rejection-sampled (uniform if they are).
+fn base62_sentinel(
+    mut fill: impl FnMut(&mut [u8]) -> Result<(), openssl::error::ErrorStack>,
+) -> Result<String, openssl::error::ErrorStack> {
     const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let mut s = String::with_capacity(SENTINEL_PREFIX.len() + SENTINEL_CHARS);
     s.push_str(SENTINEL_PREFIX);
     let mut buf = [0u8; 64];
     while s.len() < SENTINEL_PREFIX.len() + SENTINEL_CHARS {
-        openssl::rand::rand_bytes(&mut buf)?;
+        fill(&mut buf)?;
         for b in buf {
             // 248 = 4 * 62: bytes at or above it would bias the choice.
             if b < 248 && s.len() < SENTINEL_PREFIX.len() + SENTINEL_CHARS {
@@ -735,6 +775,41 @@ mod tests {
         assert_eq!(a.len(), 47);
         assert!(a.starts_with("lzr-sk-"));
         assert!(a[7..].bytes().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[test]
+    fn derived_sentinels_are_stable_per_domain_and_secret() {
+        let key = [1u8; 32];
+        let a = derived_sentinel(&key, "d1", "API_KEY").unwrap();
+        assert_eq!(
+            a,
+            derived_sentinel(&key, "d1", "API_KEY").unwrap(),
+            "stable across calls"
+        );
+        assert_eq!(a.len(), SENTINEL_PREFIX.len() + SENTINEL_CHARS);
+        assert!(a.starts_with(SENTINEL_PREFIX));
+        assert!(a[7..].bytes().all(|c| c.is_ascii_alphanumeric()));
+        let others = [
+            derived_sentinel(&key, "d2", "API_KEY").unwrap(),
+            derived_sentinel(&key, "d1", "OTHER_KEY").unwrap(),
+            // The separators keep (Domain, name) pairs apart.
+            derived_sentinel(&key, "d1A", "PI_KEY").unwrap(),
+            derived_sentinel(&[2u8; 32], "d1", "API_KEY").unwrap(),
+        ];
+        for o in &others {
+            assert_ne!(&a, o);
+        }
+        // A rotated (new random) key gives other sentinels.
+        let mut fresh = [0u8; 32];
+        openssl::rand::rand_bytes(&mut fresh).unwrap();
+        assert_ne!(a, derived_sentinel(&fresh, "d1", "API_KEY").unwrap());
+        // Every base62 character shows up over many sentinels (the
+        // sampling reaches the whole alphabet, as the random one does).
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..200 {
+            seen.extend(derived_sentinel(&key, "d1", &format!("V{i}")).unwrap()[7..].bytes());
+        }
+        assert_eq!(seen.len(), 62);
     }
 
     #[test]

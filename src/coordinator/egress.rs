@@ -8,6 +8,11 @@
 //! across the log's rotations. When the log first rotates in this
 //! generation (it reached its bound: older entries are dropped from now
 //! on), every attached session is told so in one line, once.
+//!
+//! A terminal's client holds these lines while the session's program has
+//! the alternate screen (a full-screen UI) and writes them when it leaves
+//! it or the session ends (`client::screen`); the program's output
+//! already written when a notice is made is sent ahead of it.
 
 use std::collections::HashSet;
 
@@ -100,6 +105,12 @@ impl Coordinator {
         };
         let sessions: Vec<(u64, bool)> = self.sessions.iter().map(|(&k, s)| (k, s.tty)).collect();
         for (key, line) in self.egress.lines(&entries, &sessions, &self.profile.name) {
+            // What the terminal's program wrote before the refusal (a
+            // switch to the alternate screen, which makes the client hold
+            // notices) goes out before the notice.
+            if self.sessions.get(&key).is_some_and(|s| s.tty) {
+                self.session_output(key, false, true);
+            }
             if let Some(s) = self.sessions.get(&key) {
                 out.push((s.conn, line.into_bytes()));
             }

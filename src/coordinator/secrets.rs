@@ -1,6 +1,7 @@
 //! Issue 31 in the coordinator (docs/network.md, "Secrets"): the values
-//! the starting CLI resolved arrive on the secrets pipe; each gets a fresh
-//! sentinel for this generation; the Domain's Trust Anchor issues a TLS
+//! the starting CLI resolved arrive on the secrets pipe; each gets its
+//! sentinel, derived from the Domain's sentinel key (the same at every
+//! start until the key is rotated, `storage::sentinel_key`); the Domain's Trust Anchor issues a TLS
 //! leaf per bound name; the egress gate gets bindings and leaves on the
 //! lease pipe (the CA key stays here); every session gets the sentinels
 //! and the CA bundle variables; the guest's CA bundle is the image's (or
@@ -30,13 +31,26 @@ const GUEST_BUNDLE_FILE: &str = "ca-bundle.pem";
 /// The largest CA bundle read from the image or the host.
 const BUNDLE_MAX: u64 = 16 << 20;
 
-/// A binding per secret of `profile`, with a fresh sentinel; every secret
-/// needs its value from the pipe (fail closed).
+/// A binding per secret of `profile`, with its sentinel derived from the
+/// Domain's sentinel key in `root` (made at the first start with secrets);
+/// every secret needs its value from the pipe (fail closed). The caller
+/// holds the Domain lock.
 pub(super) fn match_values(
     profile: &Profile,
     values: &[(String, SecretValue)],
+    root: &Path,
+    domain: &str,
 ) -> Result<Vec<Binding>, CoordinatorError> {
     let mut out: Vec<Binding> = Vec::new();
+    if profile.secrets.is_empty() {
+        return Ok(out);
+    }
+    let key = crate::storage::sentinel_key::load_or_create(root).map_err(|e| {
+        CoordinatorError::Secrets(format!(
+            "the sentinel key {}: {e}",
+            crate::storage::sentinel_key::key_path(root).display()
+        ))
+    })?;
     for s in &profile.secrets {
         let Some((_, real)) = values.iter().find(|(k, _)| *k == s.var) else {
             return Err(CoordinatorError::Secrets(format!(
@@ -44,7 +58,17 @@ pub(super) fn match_values(
                 s.var, profile.name
             )));
         };
-        let sentinel = cfg::sentinel().map_err(|e| CoordinatorError::TrustAnchor(e.into()))?;
+        // A sentinel copied back to the host as the value (from a file an
+        // agent saved) would reach the host as itself: say so instead.
+        if real.expose().starts_with(cfg::SENTINEL_PREFIX.as_bytes()) {
+            return Err(CoordinatorError::Secrets(format!(
+                "secret {} of profile {:?}: its value is a Lazaret sentinel (lzr-sk-...), not the real key: \
+                 give its source the key itself",
+                s.var, profile.name
+            )));
+        }
+        let sentinel =
+            cfg::derived_sentinel(&key, domain, &s.var).map_err(|e| CoordinatorError::TrustAnchor(e.into()))?;
         out.push(Binding {
             var: s.var.clone(),
             sentinel,
@@ -142,7 +166,7 @@ impl Coordinator {
         }
         self.secret_env = env;
         log::info!(
-            "secrets: {} bound ({}), sentinels issued for this generation",
+            "secrets: {} bound ({}), sentinels derived from the Domain's sentinel key",
             bindings.len(),
             bindings.iter().map(|b| b.var.as_str()).collect::<Vec<_>>().join(", ")
         );

@@ -94,7 +94,7 @@ impl Coordinator {
         };
         // The values arrived on the secrets pipe; each secret of the
         // profile needs its own (fail closed).
-        let values = secrets::match_values(&hc.profile, &args.secret_values)?;
+        let values = secrets::match_values(&hc.profile, &args.secret_values, &hc.paths.root, hc.domain_id.as_str())?;
         if let Err(e) = hc.bring_up(&storage, values, report) {
             hc.teardown();
             return Err(e);

@@ -80,6 +80,8 @@ pub enum StateError {
     FinishReset(io::Error),
     /// The reset journal (`anchor::reset`).
     Reset(io::Error),
+    /// Removing the Domain's sentinel key (`storage::sentinel_key`).
+    SentinelKey(io::Error),
     /// Reading or writing the sticky un-hidden list.
     Sticky(IgnoredError),
     /// Removing the remembered ignore rules (the file).
@@ -134,6 +136,7 @@ impl StateError {
             | Helper(_)
             | FinishReset(_)
             | Reset(_)
+            | SentinelKey(_)
             | Sticky(_)
             | RulesHistory { .. }
             | LowersLock(_)
@@ -152,11 +155,13 @@ impl fmt::Display for StateError {
         match self {
             Args(e) => write!(f, "{e}"),
             UnknownArgument(a) => write!(f, "unknown argument {a:?}: see `lazaret help`"),
-            NeedsCommand => f.write_str("`lazaret state` needs a command: list, inspect, verify or reset"),
+            NeedsCommand => {
+                f.write_str("`lazaret state` needs a command: list, inspect, verify, reset or rotate-sentinels")
+            }
             UnknownCommand(c) => {
                 write!(
                     f,
-                    "unknown state command {c:?}: expected list, inspect, diff, verify, reset or unhide"
+                    "unknown state command {c:?}: expected list, inspect, diff, verify, reset, unhide or rotate-sentinels"
                 )
             }
             ResetPathAndAll => f.write_str("pass --path P or --all, not both"),
@@ -215,6 +220,7 @@ impl fmt::Display for StateError {
             Helper(e) => write!(f, "{e}"),
             FinishReset(e) => write!(f, "finishing an interrupted reset: {e}"),
             Reset(e) => write!(f, "reset: {e}"),
+            SentinelKey(e) => write!(f, "rotating the sentinel key: {e}"),
             Sticky(e) => write!(f, "{e}"),
             RulesHistory { path, err } => write!(f, "{}: {err}", path.display()),
             LowersLock(e) => write!(f, "lowers lock: {e}"),

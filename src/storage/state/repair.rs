@@ -238,10 +238,15 @@ pub(crate) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
     if !steps.is_empty() {
         anchor::reset(&s.paths.root, &steps).map_err(StateError::Reset)?;
     }
+    // A reset of everything also forgets the sentinel key: the next start
+    // gives every secret a new sentinel (docs/network.md, "Secrets").
+    let rotated =
+        path.is_none() && crate::storage::sentinel_key::rotate(&s.paths.root).map_err(StateError::SentinelKey)?;
     let leftovers = clean_trash(&s)?;
     if json {
         let mut obj = header_json(&s, false);
         obj.push(("reset", Json::strs(&scope.iter().map(|k| guest(k)).collect::<Vec<_>>())));
+        obj.push(("sentinels_rotated", Json::Bool(rotated)));
         obj.push(("kept", Json::strs(&untouched)));
         obj.push(("leftovers", Json::strs(&leftovers)));
         println!("{}", Json::Obj(obj).render());
@@ -249,9 +254,32 @@ pub(crate) fn reset(s: Selected, path: Option<String>, yes: bool, json: bool) ->
         for k in &scope {
             println!("reset {}: empty", guest(k));
         }
+        if rotated {
+            println!("sentinels: rotated (the secrets get new ones at the next start)");
+        }
         for l in &leftovers {
             println!("warning: could not delete the old state {l}");
         }
+    }
+    Ok(0)
+}
+
+/// `lazaret state rotate-sentinels`: forgets the Domain's sentinel key, so
+/// that its next start gives every secret a new sentinel (an old one, an
+/// agent saved or someone copied, stops working at the gate). The Domain
+/// must be stopped: a running generation keeps the sentinels it has.
+pub(crate) fn rotate_sentinels(s: Selected, json: bool) -> Result<i32> {
+    let _lock = lock_for_maintenance(&s.paths, &s.id)?;
+    let rotated = crate::storage::sentinel_key::rotate(&s.paths.root).map_err(StateError::SentinelKey)?;
+    if json {
+        println!(
+            "{}",
+            Json::Obj(vec![("domain_id", Json::s(&s.id)), ("rotated", Json::Bool(rotated))]).render()
+        );
+    } else if rotated {
+        println!("sentinels: rotated (the secrets get new ones at the next start)");
+    } else {
+        println!("sentinels: no key yet (the next start with secrets makes one)");
     }
     Ok(0)
 }

@@ -1,7 +1,7 @@
 //! The network: the router's policy (`policy`, `router`), attacks around it
 //! (`attacks`), egress by name (`names`, and attacks through the names
 //! themselves: `name_attacks`), a flood of refusals and idle relays
-//! (`flood`), keys swapped in at the gate (`secrets`), secret sources the
+//! (`flood`), keys swapped in at the gate (`secrets`) under sentinels stable across starts (`sentinels`), secret sources the
 //! sandbox cannot steer (`sources`), loopback inside (`localhost`) and
 //! published ports (`ports`).
 pub mod attacks;
@@ -13,4 +13,5 @@ pub mod policy;
 pub mod ports;
 pub mod router;
 pub mod secrets;
+pub mod sentinels;
 pub mod sources;

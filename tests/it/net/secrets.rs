@@ -123,7 +123,7 @@ fn secrets_net_show_and_doctor_name_them_without_values() {
 /// `/pipe...` keeps the connection open for the next request;
 /// `info/refs` (git) is a 404; anything else echoes the request's
 /// `Authorization`, `x-api-key` and `x-plain-key` in a header and the body.
-const SERVER: &str = concat!(
+pub(super) const SERVER: &str = concat!(
     r#"
 import gzip, socket, ssl, sys, threading
 ip, marker, zone, real, certs = sys.argv[1:6]

@@ -1,6 +1,8 @@
 //! One shared sandbox per Domain, many terminals (`tty`: each terminal
-//! session has a named terminal of its own).
+//! session has a named terminal of its own; `notices`: Lazaret's notices
+//! wait while a full-screen program has the terminal).
 
+pub mod notices;
 pub mod tty;
 
 use std::io::{Read, Write};
