@@ -274,11 +274,24 @@ fn documented_turns(
         );
     };
     let install = |ws: &Path| {
-        let script = format!(
+        let mut script = format!(
             "cp -R {GUEST_CACHE} /tmp/npm-cache && \
              npm install -g --offline --no-audit --no-fund --cache /tmp/npm-cache {spec} && \
-             rm -rf /tmp/npm-cache && echo installed"
+             rm -rf /tmp/npm-cache"
         );
+        if name == "claude" {
+            // Claude Code's first interactive start (its onboarding) asks
+            // api.anthropic.com itself whatever ANTHROPIC_BASE_URL says, and
+            // stops at "Unable to connect to Anthropic services" when it
+            // cannot: a real name, which the test refuses. Onboarding is
+            // marked done, as after a user's first start; the trust and
+            // key prompts that follow it are the agent's own.
+            script.push_str(
+                " && printf '{\"hasCompletedOnboarding\": true}\\n' > /home/dev/.claude.json \
+                 && chown dev:dev /home/dev/.claude.json",
+            );
+        }
+        script.push_str(" && echo installed");
         let t = Instant::now();
         let r = lz(ws, &["run", "--root", "--profile", name, "--", "sh", "-c", &script]).run();
         assert_eq!(r.code, 0, "{name}: npm install -g {spec}: {r:?}");
@@ -316,6 +329,25 @@ fn documented_turns(
     // Stopped (above); started again: a second turn.
     let inside2 = turn(&ws, &tag(2));
     assert_eq!(inside1, inside2, "{name}: the project's path inside changed across a restart");
+    // Claude Code started as users start it (`lazaret run --profile
+    // claude`, its full-screen UI): the first start asks whether to trust
+    // the project and whether to use the key; a restart asks neither.
+    let interactive = |ws: &Path, n: u32| -> (bool, bool) {
+        let prompts = claude_interactive(env, ws, &cfg, agent.secret, &real, ca, &format!("{name}-{n}"));
+        stopped(ws);
+        prompts
+    };
+    if name == "claude" {
+        let (trust, key) = interactive(&ws, 1);
+        eprintln!("claude: first interactive start: trust prompt {trust}, key prompt {key}");
+        let (trust, key) = interactive(&ws, 2);
+        if trust || key {
+            later.push(format!(
+                "claude: after a restart, the interactive start asked again (trust prompt {trust}, \
+                 key prompt {key}: the key inside, a sentinel, changed)"
+            ));
+        }
+    }
 
     // The real value arrived on every request to the API, under its own
     // header (Claude Code: x-api-key; Codex: Authorization: Bearer), never
@@ -380,6 +412,12 @@ fn documented_turns(
     // A second project: its own Domain, the same credential volume.
     install(&ws2);
     let inside3 = turn(&ws2, &tag(3));
+    if name == "claude" {
+        let (trust, _) = interactive(&ws2, 3);
+        if !trust {
+            later.push("claude: the second project's first start did not ask for trust (the first project's trust applied)".into());
+        }
+    }
     let marked = api.marked();
     for l in requests(&marked, agent.api).iter().filter(|l| l.contains(" /v1/")) {
         assert!(l.contains(&want) && !l.contains("status=401"), "{name}: {l}");
@@ -426,6 +464,72 @@ fn documented_turns(
         assert_eq!(r.code, 0, "{name}: {r:?}");
     }
     eprintln!("{name}: documented path in {:?}", t0.elapsed());
+}
+
+/// `lazaret run --profile claude` in `ws` in a terminal (tmux): answers
+/// the trust prompt (yes) and the key prompt (use it) when they come,
+/// waits for the input prompt, then `/exit`. Returns whether each prompt
+/// came.
+fn claude_interactive(env: &Env, ws: &Path, cfg: &Path, secret: &str, real: &str, ca: &Path, name: &str) -> (bool, bool) {
+    let mut cmd = env.as_user().iter().map(|s| sh_quote(s)).collect::<Vec<_>>().join(" ");
+    cmd.push_str(" env");
+    let vars = [
+        ("XDG_CONFIG_HOME".to_string(), cfg.display().to_string()),
+        (secret.to_string(), real.to_string()),
+        ("LAZARET_TEST_UPSTREAM_CA".to_string(), ca.display().to_string()),
+    ];
+    for (k, v) in env.base_env().into_iter().chain(vars) {
+        cmd.push_str(&format!(" {k}={}", sh_quote(&v)));
+    }
+    let inner = format!(
+        "cd {}; {} run --profile claude; echo exit=$?; sleep 120",
+        sh_quote(&ws.display().to_string()),
+        sh_quote(&env.bin.join("lazaret").display().to_string())
+    );
+    cmd.push_str(&format!(" TERM=xterm-256color sh -c {}", sh_quote(&inner)));
+    let t = Tmux::new(&format!("doc-{name}"), 120, 40, &cmd);
+    let (mut trust, mut key) = (false, false);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let screen = t.capture();
+        // A choice is made by moving to it until the screen shows it
+        // selected (keys sent while the dialog is still drawing are lost),
+        // then Enter.
+        let selected = |choice: &str| screen.lines().any(|l| l.trim() == format!("\u{276f} {choice}"));
+        if screen.contains("Quick safety check") {
+            trust = true;
+            if selected("Yes, I trust this folder") {
+                t.enter();
+                std::thread::sleep(Duration::from_millis(700));
+            } else {
+                t.cmd(&["send-keys", "-t", "t", "Down"]);
+            }
+        } else if screen.contains("Detected a custom API key") {
+            key = true;
+            if selected("Yes") {
+                t.enter();
+                std::thread::sleep(Duration::from_millis(700));
+            } else {
+                t.cmd(&["send-keys", "-t", "t", "Up"]);
+            }
+        } else if screen.contains("Claude Code v")
+            && (screen.contains("shift+tab") || screen.contains("for shortcuts"))
+            && !screen.contains("Quick safety check")
+            && !screen.contains("Detected a custom API key")
+        {
+            break;
+        } else if screen.contains("exit=") || Instant::now() > deadline {
+            panic!("{name}: Claude Code did not come up:\n{screen}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Let the UI settle, then leave.
+    std::thread::sleep(Duration::from_secs(1));
+    t.send("/exit");
+    std::thread::sleep(Duration::from_millis(500));
+    t.enter();
+    t.expect_saying("exit=0", Duration::from_secs(60), &format!("{name}: /exit"));
+    (trust, key)
 }
 
 /// Regular files under `dir`, not following links.
