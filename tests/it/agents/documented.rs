@@ -103,7 +103,9 @@ fn test_name(s: &str) -> String {
         _ => (s, None),
     };
     let hostlike = name.contains('.')
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"*.-".contains(&b));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"*.-".contains(&b));
     match name.rsplit_once('.') {
         Some((rest, tld)) if hostlike && tld.bytes().all(|b| b.is_ascii_lowercase()) => {
             let mut out = format!("{rest}.test");
@@ -133,7 +135,10 @@ fn documented_hosts_become_test_names() {
     assert_eq!(test_name("github.com:22"), "github.test:22");
     assert_eq!(test_name("127.0.0.1"), "127.0.0.1");
     assert_eq!(test_name("env:ANTHROPIC_API_KEY"), "env:ANTHROPIC_API_KEY");
-    assert_eq!(test_name("/home/x/.claude:/home/dev/.claude"), "/home/x/.claude:/home/dev/.claude");
+    assert_eq!(
+        test_name("/home/x/.claude:/home/dev/.claude"),
+        "/home/x/.claude:/home/dev/.claude"
+    );
     assert_eq!(
         test_names("hosts = [\"api.openai.com\", \"registry.npmjs.org\"]  # \"x\""),
         "hosts = [\"api.openai.test\", \"registry.npmjs.test\"]  # \"x\""
@@ -145,8 +150,8 @@ fn documented_hosts_become_test_names() {
 /// their credential volumes under `creds`), changed only as this module's
 /// header says.
 fn documented_config(env: &Env, creds: &Path, cache: &Path, resolver: &str) -> String {
-    let text = crate::limits::leftovers::documented_agent_config(env, creds)
-        .replace("@CREDS@", &creds.display().to_string());
+    let text =
+        crate::limits::leftovers::documented_agent_config(env, creds).replace("@CREDS@", &creds.display().to_string());
     // Only the documented profiles' part is renamed (the fixture before it
     // has URLs of its own, such as the Debian mirror the image was built
     // from).
@@ -310,7 +315,11 @@ fn documented_turns(
         eprintln!("{name} {tag}: {:?}: {r:?}", t.elapsed());
         assert_eq!(r.code, 0, "{name} {tag}: {r:?}");
         let made = std::fs::read_to_string(ws.join(format!("{tag}.txt"))).unwrap_or_default();
-        assert_eq!(made, format!("made-{tag}\n"), "{name} {tag}: the command did not run: {r:?}");
+        assert_eq!(
+            made,
+            format!("made-{tag}\n"),
+            "{name} {tag}: the command did not run: {r:?}"
+        );
         assert_eq!(owner(&ws.join(format!("{tag}.txt"))), env.uid, "{name} {tag}");
         let answer = format!("answer-{tag}: dev ");
         let line = r
@@ -318,7 +327,10 @@ fn documented_turns(
             .lines()
             .find(|l| l.starts_with(&answer))
             .unwrap_or_else(|| panic!("{name} {tag}: no answer {answer:?}: {r:?}"));
-        assert!(!r.stdout.contains(&real) && !r.stderr.contains(&real), "{name} {tag}: {r:?}");
+        assert!(
+            !r.stdout.contains(&real) && !r.stderr.contains(&real),
+            "{name} {tag}: {r:?}"
+        );
         stopped(ws);
         line[answer.len()..].trim().to_string()
     };
@@ -328,7 +340,10 @@ fn documented_turns(
     let inside1 = turn(&ws, &tag(1));
     // Stopped (above); started again: a second turn.
     let inside2 = turn(&ws, &tag(2));
-    assert_eq!(inside1, inside2, "{name}: the project's path inside changed across a restart");
+    assert_eq!(
+        inside1, inside2,
+        "{name}: the project's path inside changed across a restart"
+    );
     // Claude Code started as users start it (`lazaret run --profile
     // claude`, its full-screen UI): the first start asks whether to trust
     // the project and whether to use the key; a restart asks neither.
@@ -365,18 +380,39 @@ fn documented_turns(
         assert!(l.contains(&want), "{name}: not the real value: {l}");
         assert!(!l.contains("status=401"), "{name}: a 401: {l}");
     }
-    assert!(!marked.contains("lzr-sk-"), "{name}: a sentinel reached the API: {marked}");
+    assert!(
+        !marked.contains("lzr-sk-"),
+        "{name}: a sentinel reached the API: {marked}"
+    );
     let bodies = std::fs::read_to_string(api.marker.with_extension("bodies")).unwrap_or_default();
     if bodies.contains("lzr-sk-") {
         eprintln!("{name}: note: a request body holds a sentinel (the gate swaps headers only)");
     }
     // Inside, no file of the writable trees (the workspace, the volumes,
     // home, /tmp, /etc, /var) and no process environment holds the value.
-    let r = lz(&ws, &["run", "--root", "--profile", name, "--", "sh", "-c", LEAK_CHECK, "leak", &half_b]).run();
+    let r = lz(
+        &ws,
+        &[
+            "run",
+            "--root",
+            "--profile",
+            name,
+            "--",
+            "sh",
+            "-c",
+            LEAK_CHECK,
+            "leak",
+            &half_b,
+        ],
+    )
+    .run();
     assert_eq!(r.code, 0, "{name}: {r:?}");
     let files = r.stdout.lines().find_map(|l| l.strip_prefix("files: ")).unwrap_or("?");
     assert_eq!(files.trim(), "", "{name}: files inside hold the real value: {r:?}");
-    assert!(r.stdout.contains("environ: 0\n"), "{name}: an environ holds the real value: {r:?}");
+    assert!(
+        r.stdout.contains("environ: 0\n"),
+        "{name}: an environ holds the real value: {r:?}"
+    );
     stopped(&ws);
     // Nor does anything the agent wrote to its credential volume.
     for f in files_under(&creds) {
@@ -402,10 +438,15 @@ fn documented_turns(
         .filter(|l| !l.contains("(port not served by the gate)"))
         .collect();
     eprintln!("{name}: net log:\n{}", shown.join("\n"));
-    assert!(!log.stdout.contains(&real) && !log.stdout.contains("lzr-sk-"), "{log:?}");
+    assert!(
+        !log.stdout.contains(&real) && !log.stdout.contains("lzr-sk-"),
+        "{log:?}"
+    );
     let refused = format!(" {}:", agent.api);
     assert!(
-        !shown.iter().any(|l| l.trim_start().starts_with("refused") && l.contains(&refused)),
+        !shown
+            .iter()
+            .any(|l| l.trim_start().starts_with("refused") && l.contains(&refused)),
         "{name}: something to the API was refused: {log:?}"
     );
 
@@ -415,7 +456,10 @@ fn documented_turns(
     if name == "claude" {
         let (trust, _) = interactive(&ws2, 3);
         if !trust {
-            later.push("claude: the second project's first start did not ask for trust (the first project's trust applied)".into());
+            later.push(
+                "claude: the second project's first start did not ask for trust (the first project's trust applied)"
+                    .into(),
+            );
         }
     }
     let marked = api.marked();
@@ -433,7 +477,11 @@ fn documented_turns(
     match name {
         "claude" => {
             let dirs: Vec<String> = std::fs::read_dir(creds.join(".claude/projects"))
-                .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
                 .unwrap_or_default();
             if dirs.len() != 2 {
                 later.push(format!(
@@ -470,7 +518,15 @@ fn documented_turns(
 /// the trust prompt (yes) and the key prompt (use it) when they come,
 /// waits for the input prompt, then `/exit`. Returns whether each prompt
 /// came.
-fn claude_interactive(env: &Env, ws: &Path, cfg: &Path, secret: &str, real: &str, ca: &Path, name: &str) -> (bool, bool) {
+fn claude_interactive(
+    env: &Env,
+    ws: &Path,
+    cfg: &Path,
+    secret: &str,
+    real: &str,
+    ca: &Path,
+    name: &str,
+) -> (bool, bool) {
     let mut cmd = env.as_user().iter().map(|s| sh_quote(s)).collect::<Vec<_>>().join(" ");
     cmd.push_str(" env");
     let vars = [
@@ -579,10 +635,20 @@ fn documented_claude_and_codex_complete_turns_restart_and_work_in_a_second_proje
     let mut api = crate::net::names::NameHost::new((std::process::id() * 4 + 40) % 16000);
     let zone = format!("{}={ip},{}={ip}", CLAUDE.api, CODEX.api, ip = api.ip);
     let p = |n: &str| pki.join(n).display().to_string();
-    let certs = format!("{a}={},{o}={}", p(CLAUDE.api), p(CODEX.api), a = CLAUDE.api, o = CODEX.api);
+    let certs = format!(
+        "{a}={},{o}={}",
+        p(CLAUDE.api),
+        p(CODEX.api),
+        a = CLAUDE.api,
+        o = CODEX.api
+    );
     // The agents' fake real values: the API takes these and no other.
     let keys = [fake_key("sk-ant-it-"), fake_key("sk-it-")];
-    let accepted = keys.iter().map(|(a, b)| format!("{a}{b}")).collect::<Vec<_>>().join(",");
+    let accepted = keys
+        .iter()
+        .map(|(a, b)| format!("{a}{b}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let args = [api.ip.clone(), p("api-log"), zone, certs, accepted];
     api.serve_with(API, pki.join("api-log"), &args);
     let mut later = Vec::new();
