@@ -5,7 +5,12 @@
 //! (tests/fixtures/agents/test-api.py): the model asks for a shell
 //! command, the agent runs it inside, the result goes back, the model
 //! answers. Then the Domain stops, starts again and a second turn has no
-//! 401; then a second project.
+//! 401; Claude Code's full-screen UI starts twice in a terminal (the
+//! second start must ask neither trust nor key); then a second project,
+//! which must have its own path inside (so its own history and trust).
+//! The checks that need stable sentinels and per-project paths are
+//! gathered and reported together at the end, after everything else ran.
+//! It takes about 90 s (both agents, two projects each).
 //!
 //! What differs from the documented profiles, and only that: the API's
 //! base URL (Claude Code: `ANTHROPIC_BASE_URL` in the profile's `env`;
@@ -402,7 +407,7 @@ fn documented_turns(
             "-c",
             LEAK_CHECK,
             "leak",
-            &half_b,
+            half_b,
         ],
     )
     .run();
@@ -664,7 +669,7 @@ fn documented_claude_and_codex_complete_turns_restart_and_work_in_a_second_proje
     eprintln!("documented path: both agents in {:?}", t0.elapsed());
     assert!(
         later.is_empty(),
-        "per-project state is shared between projects:\n{}",
+        "restarts and projects are not yet told apart (stable sentinels, per-project paths inside):\n{}",
         later.join("\n")
     );
 }
