@@ -10,7 +10,8 @@
 //! which must have its own path inside (so its own history and trust).
 //! The checks that need stable sentinels and per-project paths are
 //! gathered and reported together at the end, after everything else ran.
-//! It takes about 90 s (both agents, two projects each).
+//! It takes 90 to 120 s (both agents, two projects each; 86 s alone, 117 s
+//! beside the other agent tests on two cores).
 //!
 //! What differs from the documented profiles, and only that: the API's
 //! base URL (Claude Code: `ANTHROPIC_BASE_URL` in the profile's `env`;
