@@ -1,6 +1,7 @@
 //! Agents: the lifecycle commands agents' users script (`ps`, `stop`, `rm`,
 //! `exec`), profiles with a guest user, recipes that put tools in the
 //! image, and real agents installed as docs/agents.md says.
+pub mod documented;
 pub mod lifecycle;
 pub mod profiles;
 pub mod real;

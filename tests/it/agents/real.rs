@@ -18,7 +18,7 @@ const GUEST_CACHE: &str = "/opt/agent-cache";
 
 /// The pinned line of real-agents.txt for `name`: the package spec the
 /// test installs and the whole line of specs install-deps.sh fetched.
-fn pinned(name: &str) -> (String, String) {
+pub(crate) fn pinned(name: &str) -> (String, String) {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agents/real-agents.txt");
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     let specs = text
@@ -32,7 +32,7 @@ fn pinned(name: &str) -> (String, String) {
 /// The npm cache install-deps.sh fetched for `name`, if it holds exactly
 /// the pinned specs; otherwise prints `skipping` (a failure under
 /// LAZARET_MUST_WORK=1).
-fn agent_cache(name: &str, specs: &str) -> Option<PathBuf> {
+pub(crate) fn agent_cache(name: &str, specs: &str) -> Option<PathBuf> {
     let tools = std::env::var("LAZARET_TOOLS").unwrap_or_else(|_| "/var/tmp/lazaret-tools".into());
     let cache = Path::new(&tools).join("agents").join(name);
     let have = std::fs::read_to_string(cache.join(".lazaret-specs")).unwrap_or_default();
