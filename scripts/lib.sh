@@ -32,7 +32,7 @@ stage_binaries() {
     install -d -m 0755 "$dir"
     local b
     for b in lazaret lazaret-init lazaret-escalate; do
-        install -m 0755 "target/x86_64-unknown-linux-gnu/release/$b" "$dir/$b"
+        install -m 0755 "${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/$b" "$dir/$b"
     done
     printf '%s\n' "$dir"
 }

@@ -205,7 +205,9 @@ fn replaced_known(rel: &Path, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
         return false;
     }
     let mut t = t.lock().unwrap();
-    if t.by_key.get(&key) != Some(&id) {
+    // Not while the view renames or removes the name or a directory above
+    // it (`OwnNames`): the stat may show that change, not the host's.
+    if t.by_key.get(&key) != Some(&id) || t.own_name(Side::Host, rel) {
         return false;
     }
     t.detach(id, Side::Host, rel);
@@ -296,7 +298,7 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
 /// another known name of it takes its place, or its handle alone serves
 /// it), so no operation by path (link, readlink, chmod) goes to a name
 /// that is gone or is another file now.
-fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
+pub(super) fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
     let moved = sys::IN_MOVED_FROM | sys::IN_ISDIR;
     for (i, ev) in events.iter().enumerate() {
         let replaced = ev.mask & (sys::IN_CREATE | sys::IN_MOVED_TO) != 0 && ev.mask & sys::IN_ISDIR == 0;
@@ -322,9 +324,10 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
         let key = (Side::Host, dir.join(&ev.name));
         let known = {
             let t = t.lock().unwrap();
-            if t.own_names.contains_key(&key) {
-                // The view's own rename or removal, its bookkeeping not
-                // done yet (`OwnNames`).
+            if t.own_name(Side::Host, &key.1) {
+                // The view's own rename or removal (of the name or of a
+                // directory above it), its bookkeeping not done yet
+                // (`OwnNames`).
                 continue;
             }
             t.by_key
@@ -356,6 +359,12 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
             continue;
         }
         let mut t = t.lock().unwrap();
+        if t.own_name(Side::Host, &key.1) {
+            // The view began renaming or removing it (or a directory above
+            // it) since the check above: the stat may show that change,
+            // which its own bookkeeping records.
+            continue;
+        }
         if !is_dir {
             if t.by_key.get(&key) == Some(&id) {
                 t.detach(id, Side::Host, &key.1);

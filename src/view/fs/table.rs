@@ -300,6 +300,17 @@ impl Tables {
         }
     }
 
+    /// Whether the view itself is renaming or removing `rel` or a
+    /// directory above it right now (`OwnNames`): a name below a directory
+    /// the view is moving stops resolving at its old path as much as the
+    /// directory's own name does, before `View::renamed` moves it.
+    pub(super) fn own_name(&self, side: Side, rel: &Path) -> bool {
+        !self.own_names.is_empty()
+            && rel
+                .ancestors()
+                .any(|a| !a.as_os_str().is_empty() && self.own_names.contains_key(&(side, a.to_path_buf())))
+    }
+
     /// View path `rel` no longer names node `id`'s file: another path of
     /// it becomes its name, or, with none left, the node is gone.
     pub(super) fn detach(&mut self, id: u64, side: Side, rel: &Path) {

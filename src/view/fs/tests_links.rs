@@ -3,7 +3,7 @@
 //! whatever the handle count (`Tables::ids`): driven through the methods
 //! the FUSE handlers call, on a temporary host directory.
 
-use super::table::{after_own, after_own_meta, may_be_same, proven_same, version};
+use super::table::{after_own, after_own_meta, may_be_same, proven_same, version, OwnNames};
 use super::tests::{view, Tmp};
 use super::*;
 use std::ffi::OsStr;
@@ -246,4 +246,32 @@ fn a_file_renamed_over_at_its_only_name_is_overwritten_through_its_open_fd() {
         may_overwrite(&v, id).is_ok(),
         "the sandbox's rename over the file is not a host edit"
     );
+}
+
+#[test]
+fn a_file_below_a_directory_the_view_is_moving_keeps_its_name() {
+    let dir = Tmp::new("own-dir-move");
+    std::fs::create_dir(dir.0.join("d")).unwrap();
+    let v = view(&dir);
+    // Watched once the kernel looks it up; the file is made after, so the
+    // watch reports its IN_CREATE.
+    lookup(&v, "d");
+    dir.write("d/f", "data");
+    let id = lookup(&v, "d/f");
+    let w = v.watch.clone().expect("inotify");
+    {
+        // The view's rename of `d` is under way (`rename_entry`): the
+        // syscall done, the bookkeeping not yet. The watcher handles the
+        // file's IN_CREATE now, its watch still at `d`.
+        let _own = OwnNames::new(&v.t, Side::Host, &[Path::new("d"), Path::new("e")]);
+        std::fs::rename(dir.0.join("d"), dir.0.join("e")).unwrap();
+        let events = w.read().unwrap();
+        assert!(events.iter().any(|e| e.name == "f"), "{events:?}");
+        super::serve::names_gone(&events, &w, &v.t, &v.host);
+    }
+    v.renamed(Side::Host, Path::new("d"), Path::new("e"));
+    assert_eq!(v.node(INodeNo(id)).unwrap().1, Path::new("e/f"));
+    let (side, nrel, _) = v.link_entry(INodeNo(id), INodeNo(1), OsStr::new("g")).unwrap();
+    assert_eq!(v.remember(side, &nrel).unwrap().ino.0, id);
+    assert_eq!(dir.stat("e/f").st_nlink, 2);
 }
