@@ -3,7 +3,7 @@
 //! whatever the handle count (`Tables::ids`): driven through the methods
 //! the FUSE handlers call, on a temporary host directory.
 
-use super::table::{after_own, after_own_meta, may_be_same, proven_same, version, OwnNames};
+use super::table::{after_host_event, after_own, after_own_meta, may_be_same, proven_same, version, OwnNames};
 use super::tests::{view, Tmp};
 use super::*;
 use std::ffi::OsStr;
@@ -274,4 +274,52 @@ fn a_file_below_a_directory_the_view_is_moving_keeps_its_name() {
     let (side, nrel, _) = v.link_entry(INodeNo(id), INodeNo(1), OsStr::new("g")).unwrap();
     assert_eq!(v.remember(side, &nrel).unwrap().ino.0, id);
     assert_eq!(dir.stat("e/f").st_nlink, 2);
+}
+
+#[test]
+fn a_host_rename_or_chmod_keeps_what_the_guest_read_current_and_a_host_write_does_not() {
+    let read = stat_with(10, 100, 100);
+    let renamed = stat_with(10, 100, 105);
+    // A rename, link or chmod moves the ctime only.
+    assert_eq!(
+        after_host_event(version(&read), false, false, &renamed),
+        (version(&renamed), false)
+    );
+    // A host write: stale, and it stays so after a later rename, even one
+    // that finds the mtime restored (a write, then `touch -r`).
+    let written = stat_with(10, 101, 101);
+    let (seen, wrote) = after_host_event(version(&read), false, true, &written);
+    assert_eq!((seen, wrote), (version(&read), true));
+    let restored = stat_with(10, 100, 106);
+    assert_eq!(after_host_event(seen, wrote, false, &restored), (version(&read), true));
+    // A size or mtime that moved (a write whose event is still queued).
+    assert_eq!(
+        after_host_event(version(&read), false, false, &written),
+        (version(&read), false)
+    );
+}
+
+#[test]
+fn a_file_the_host_renamed_after_the_guest_read_it_is_overwritten_as_on_a_disk() {
+    let dir = Tmp::new("host-rename");
+    dir.write("a", "handed over");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    v.saw(id, &dir.stat("a"));
+    tick();
+    std::fs::rename(dir.0.join("a"), dir.0.join("b")).unwrap();
+    // The guest reads the file again from the kernel's pages (no READ
+    // reaches the view), then overwrites it: stale by the ctime alone.
+    assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
+    let w = v.watch.clone().expect("inotify");
+    let events = w.read().unwrap();
+    let node_of = |_: &Path| Some(id);
+    super::serve::host_events(&events, &w, &v.t, &node_of, None);
+    assert!(may_overwrite(&v, id).is_ok(), "a host rename is no host edit");
+    // A host write after that is still caught.
+    tick();
+    std::fs::write(dir.0.join("b"), "the host's new data").unwrap();
+    let events = w.read().unwrap();
+    super::serve::host_events(&events, &w, &v.t, &node_of, None);
+    assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
 }
