@@ -113,7 +113,7 @@ pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rusti
 /// What the guest knows of a file (`seen`, and whether a host write came
 /// since: `host_wrote`) after the host watcher's event of it, `st` the
 /// file as it is now. A host write (`wrote`) leaves `seen` stale until the
-/// guest reads the file again. Any other host event (a rename of the file
+/// guest reads the file again (a guest that read it as it is now knows it). Any other host event (a rename of the file
 /// or of a directory above it, a link or unlink of another name, a chmod)
 /// moved only its ctime: a guest that knew the file's content still knows
 /// it (the kernel may serve its next read from the pages it cached, which
@@ -121,7 +121,11 @@ pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rusti
 /// mtime moved since.
 pub(super) fn after_host_event(seen: Version, host_wrote: bool, wrote: bool, st: &rustix::fs::Stat) -> (Version, bool) {
     let now = version(st);
-    if wrote || host_wrote {
+    if seen == now {
+        // The guest read or made the file as it is now (the write is one
+        // it has seen).
+        (now, false)
+    } else if wrote || host_wrote {
         (seen, true)
     } else if seen[..3] == now[..3] {
         (now, false)

@@ -292,6 +292,11 @@ fn a_host_rename_or_chmod_keeps_what_the_guest_read_current_and_a_host_write_doe
     assert_eq!((seen, wrote), (version(&read), true));
     let restored = stat_with(10, 100, 106);
     assert_eq!(after_host_event(seen, wrote, false, &restored), (version(&read), true));
+    // A host write the guest has read since is no reason for staleness.
+    assert_eq!(
+        after_host_event(version(&written), false, true, &written),
+        (version(&written), false)
+    );
     // A size or mtime that moved (a write whose event is still queued).
     assert_eq!(
         after_host_event(version(&read), false, false, &written),
