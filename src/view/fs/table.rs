@@ -112,25 +112,24 @@ pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rusti
 
 /// What the guest knows of a file (`seen`, and whether a host write came
 /// since: `host_wrote`) after the host watcher's event of it, `st` the
-/// file as it is now. A host write (`wrote`) leaves `seen` stale until the
-/// guest reads the file again (a guest that read it as it is now knows it). Any other host event (a rename of the file
-/// or of a directory above it, a link or unlink of another name, a chmod)
-/// moved only its ctime: a guest that knew the file's content still knows
-/// it (the kernel may serve its next read from the pages it cached, which
-/// the view never sees), unless a host write came first or its size or
-/// mtime moved since.
+/// file as it is now. A host write (`wrote`) that moved the file's size or
+/// mtime from what the guest read leaves `seen` stale until the guest
+/// reads it again; one that did not is one the guest has read since (the
+/// watcher handles events some time after they happen). Any other host
+/// event (a rename of the file or of a directory above it, a link or
+/// unlink of another name, a chmod) moved only its ctime: a guest that
+/// knew the file's content still knows it (the kernel may serve its next
+/// read from the pages it cached, which the view never sees), unless a
+/// host write came first (a write, then a `touch -r` back to the old
+/// mtime, stays stale) or its size or mtime moved since.
 pub(super) fn after_host_event(seen: Version, host_wrote: bool, wrote: bool, st: &rustix::fs::Stat) -> (Version, bool) {
     let now = version(st);
-    if seen == now {
-        // The guest read or made the file as it is now (the write is one
-        // it has seen).
-        (now, false)
-    } else if wrote || host_wrote {
+    if seen[..3] != now[..3] {
+        (seen, host_wrote || wrote)
+    } else if host_wrote && !wrote {
         (seen, true)
-    } else if seen[..3] == now[..3] {
-        (now, false)
     } else {
-        (seen, false)
+        (now, false)
     }
 }
 
