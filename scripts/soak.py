@@ -64,6 +64,18 @@ def read_json(path):
         return ast.literal_eval(f.read())
 
 
+TRACE = None
+
+
+def read_file(path):
+    """The whole content of PATH (logged with its hash when tracing)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if TRACE is not None:
+        TRACE.write("%.3f read [%r] -> %d bytes %s\n" % (time.time(), path, len(data), sha(data)[:12]))
+    return data
+
+
 def wait_for(path, limit, step=0.05):
     """Whether PATH appeared within LIMIT seconds (False at once when the
     sandbox's side has ended: soak.sh marks that in the control directory)."""
@@ -150,8 +162,7 @@ class Worker:
             return
         for n in self.names_of(key):
             try:
-                with open(self.p(n), "rb") as f:
-                    g["data"] = bytearray(f.read())
+                g["data"] = bytearray(read_file(self.p(n)))
                 return
             except OSError:
                 continue
@@ -326,8 +337,7 @@ class Worker:
         name = self.r.choice(sorted(self.names))
         key = self.names[name]
         g = self.groups[key]
-        with open(self.p(name), "rb") as f:
-            got = f.read()
+        got = read_file(self.p(name))
         want = sha(bytes(g["data"])) if not g["frozen"] else g["sha"]
         if sha(got) != want:
             self.error("read of own file %s (%s) gives %d bytes of other content than written" % (name, key, len(got)))
@@ -347,8 +357,7 @@ class Worker:
                 os.readlink(self.p(d))
                 return
             if os.path.isfile(self.p(d)):
-                with open(self.p(d), "rb") as f:
-                    got = f.read()
+                got = read_file(self.p(d))
                 if d.startswith("x/%s-frozen/" % self.other):
                     want = d.rsplit(".", 1)[-1]
                     if sha(got) != want:
@@ -378,8 +387,7 @@ class Worker:
                 continue
             src = self.inbox + "/" + ent
             key, want = ent.split(".", 1)
-            with open(self.p(src), "rb") as f:
-                got = f.read()
+            got = read_file(self.p(src))
             if sha(got) != want:
                 self.error("file handed over as %s arrived with other content (%d bytes)" % (src, len(got)))
             dst = self.new_path("a")
@@ -418,8 +426,7 @@ class Worker:
         if key not in self.groups:
             self.groups[key] = {"data": None, "sha": digest, "mode": 0o644, "frozen": True}
         self.names[dst] = key
-        with open(self.p(dst), "rb") as f:
-            got = f.read()
+        got = read_file(self.p(dst))
         if sha(got) != digest:
             self.error("new hard link %s of frozen %s/%s reads other content (%d bytes)" % (dst, d, ent, len(got)))
 
@@ -781,7 +788,9 @@ def run_host(root, seconds, check_every, seed):
 def trace_to(path):
     """SOAK_TRACE=1: every changing call, in order, to PATH (to find what
     led to a difference)."""
+    global TRACE
     log = open(path, "a", buffering=1 << 16)
+    TRACE = log
 
     def wrap(name, fn):
         def call(*a, **k):

@@ -275,7 +275,7 @@ impl View {
                 if let Some(gid) = g.gid {
                     a.gid = gid;
                 }
-                if let Some(m) = g.mode {
+                if let Some(m) = g.mode.filter(|_| st.st_mode & 0o7777 == g.host_mode) {
                     a.perm = m as u16;
                 }
             }
@@ -303,6 +303,7 @@ impl View {
         // What the host file got (`host_mode`, and in a volume never a
         // widened mode) is compared with what was asked for.
         let host = st.st_mode & 0o7777;
+        g.host_mode = host;
         if let Some(m) = mode {
             let m = m & 0o7777;
             g.mode = (host != m).then_some(m);

@@ -133,6 +133,9 @@ struct Guest {
     gid: Option<u32>,
     /// The full mode bits the sandbox asked for (07777).
     mode: Option<u32>,
+    /// The host file's mode bits when `mode` was kept: once the host
+    /// changes them (a chmod on the host), the host's mode shows again.
+    host_mode: u32,
 }
 
 /// One view: a host tree, its policy, and (for the workspace) the ignored

@@ -215,6 +215,7 @@ impl View {
     pub(super) fn saw(&self, id: u64, st: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.seen = version(st);
+            n.host_wrote = false;
         }
     }
 
@@ -226,6 +227,7 @@ impl View {
     pub(super) fn changed(&self, id: u64, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
             n.seen = after_own(n.seen, pre, post);
+            n.host_wrote &= n.seen != version(post);
         }
     }
 
@@ -245,6 +247,7 @@ impl View {
             if let Some(n) = t.nodes.get_mut(&i) {
                 if n.side == side && (n.host_dev, n.host_ino) == (post.st_dev, post.st_ino) {
                     n.seen = after_own_meta(n.seen, pre, post);
+                    n.host_wrote &= n.seen != version(post);
                 }
             }
         }

@@ -140,10 +140,23 @@ impl Filesystem for View {
                 // Not a file a host process is writing (or has locked).
                 self.not_in_use_on_host(ino.0, &rel)?;
             }
+            // A regular file with a handle is changed through it: its path
+            // may name another file by now (a host rename of it, or of a
+            // directory above it, that no lookup has seen yet).
+            let regular_handle = self
+                .t
+                .lock()
+                .unwrap()
+                .nodes
+                .get(&ino.0)
+                .and_then(|n| n.file.clone())
+                .is_some_and(|h| rustix::fs::fstat(&*h).is_ok_and(|st| st.st_mode & sys::S_IFMT == sys::S_IFREG));
             let own = match self.cached_fd(ino) {
                 Some(fw) => Some(fw),
                 // A file whose names are gone: through its handle.
                 None if gone => Some((self.node_file(ino, false)?, false)),
+                // (By its path when it cannot be opened for reading.)
+                None if regular_handle => self.node_file(ino, false).ok().map(|f| (f, false)),
                 None => None,
             };
             if let Some((f, w)) = own {
@@ -174,6 +187,15 @@ impl Filesystem for View {
                 let ttl = if gone { TTL } else { self.ttl(side, &rel) };
                 let st = rustix::fs::fstat(&*f).map_err(errno)?;
                 return Ok((st, ttl, side, pre));
+            }
+            if let Some(p) = pre {
+                // The path must still name this node's file (a directory,
+                // a symlink, a file without a handle): nothing else is
+                // changed in its place.
+                let now = self.stat(side, &rel)?;
+                if (p.st_dev, p.st_ino) != (now.st_dev, now.st_ino) {
+                    return Err(Errno::ESTALE);
+                }
             }
             let (parent, name) = split(&rel);
             let d = self.dir(side, parent)?;
@@ -238,7 +260,13 @@ impl Filesystem for View {
                 let times = timestamps(atime, mtime);
                 rustix::fs::utimensat(&d, target, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
             }
-            Ok((self.stat(side, &rel)?, self.ttl(side, &rel), side, pre))
+            let st = self.stat(side, &rel)?;
+            if pre.is_some_and(|p| (p.st_dev, p.st_ino) != (st.st_dev, st.st_ino)) {
+                // Another file has the path now: its attributes are not
+                // this node's (the kernel would take the node for broken).
+                return Err(Errno::ESTALE);
+            }
+            Ok((st, self.ttl(side, &rel), side, pre))
         })();
         match r {
             Ok((st, ttl, side, pre)) => {
@@ -260,14 +288,8 @@ impl Filesystem for View {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         self.counts.add(Op::Readlink);
-        let r = (|| {
-            let (side, rel, _) = self.node(ino)?;
-            let (parent, name) = split(&rel);
-            let d = self.dir(side, parent)?;
-            rustix::fs::readlinkat(&d, name, Vec::new()).map_err(errno)
-        })();
-        match r {
-            Ok(t) => reply.data(t.as_bytes()),
+        match self.readlink_entry(ino) {
+            Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
     }
@@ -831,6 +853,25 @@ impl View {
             self.changed_meta(side, Some(ino.0), &pre, &post);
         }
         Ok((side, nrel, d2))
+    }
+
+    /// READLINK's body: the symlink itself, through its handle, whatever
+    /// its names are now (a host rename of it, or of a directory above it,
+    /// that no lookup has seen leaves the node's path stale or the node
+    /// gone); by its path when it has no handle.
+    pub(super) fn readlink_entry(&self, ino: INodeNo) -> Result<Vec<u8>, Errno> {
+        let (side, rel, _, gone) = self.node_any(ino)?;
+        let handle = self.t.lock().unwrap().nodes.get(&ino.0).and_then(|n| n.file.clone());
+        let target = match handle {
+            Some(h) => rustix::fs::readlinkat(&*h, "", Vec::new()),
+            None if gone => return Err(Errno::ENOENT),
+            None => {
+                let (parent, name) = split(&rel);
+                let d = self.dir(side, parent)?;
+                rustix::fs::readlinkat(&d, name, Vec::new())
+            }
+        };
+        target.map(|t| t.into_bytes()).map_err(errno)
     }
 
     /// Answers GETXATTR and LISTXATTR: `read` fills a buffer of the guest's

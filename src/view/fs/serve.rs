@@ -98,11 +98,19 @@ fn watch_loop(
     notifier: &fuser::Notifier,
     relay: Option<(&Relay, &GuestChanged)>,
 ) {
+    // Once per path and batch (a file's write is several events).
+    let found = std::cell::RefCell::new(std::collections::HashMap::<PathBuf, Option<u64>>::new());
     let node_of = |rel: &Path| -> Option<u64> {
         if rel.as_os_str().is_empty() {
             return Some(1);
         }
-        t.lock().unwrap().by_key.get(&(Side::Host, rel.to_path_buf())).copied()
+        if let Some(id) = found.borrow().get(rel) {
+            return *id;
+        }
+        let known = t.lock().unwrap().by_key.get(&(Side::Host, rel.to_path_buf())).copied();
+        let id = known.or_else(|| file_node_at(rel, t, host));
+        found.borrow_mut().insert(rel.to_path_buf(), id);
+        id
     };
     loop {
         let events = match w.read() {
@@ -153,12 +161,89 @@ fn watch_loop(
                 let _ = tx.send(Relayed { path: rel, done: None });
             }
         }
+        found.borrow_mut().clear();
         let plan = crate::view::watch::plan(&events, &|wd| w.dir_of(wd), &node_of);
+        host_events(&events, w, t, &node_of, relay.map(|(_, own)| own));
         names_gone(&events, w, t, host);
         if plan.contains(&Inval::All) {
             invalidate(&crate::view::watch::plan_all(&all_nodes(t)), notifier);
         } else {
             invalidate(&plan, notifier);
+        }
+    }
+}
+
+/// The node of the file now at host view path `rel` that the kernel knows
+/// by another name (`Tables::by_ino`): a file the host moved, or moved a
+/// directory above, since the kernel looked it up. Its cached attributes
+/// and pages are the file's whatever its name, so a host change there
+/// reaches them too (a read served from the kernel's pages after a host
+/// rename would not tell the view the guest saw the file as it is now).
+fn file_node_at(rel: &Path, t: &Mutex<Tables>, host: &OwnedFd) -> Option<u64> {
+    let (dir, name) = split(rel);
+    let p = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let st = rustix::fs::openat2(
+        host,
+        p,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve(),
+    )
+    .and_then(|d| rustix::fs::statat(&d, name, AtFlags::SYMLINK_NOFOLLOW))
+    .ok()?;
+    let t = t.lock().unwrap();
+    let id = *t.by_ino.get(&(Side::Host, st.st_dev, st.st_ino))?;
+    t.nodes
+        .get(&id)
+        .filter(|n| !n.dir && (n.host_dev, n.host_ino) == (st.st_dev, st.st_ino))
+        .map(|_| id)
+}
+
+/// What the guest knows of the host files the events are about
+/// (`table::after_host_event`): a host write makes its copy stale; a host
+/// rename, link, unlink of another name or chmod, which move only the
+/// file's ctime, do not (the guest's next overwrite is no stale one).
+/// `own`: the paths the guest itself just changed (their writes are its own).
+pub(super) fn host_events(
+    events: &[crate::view::watch::Event],
+    w: &Watches,
+    t: &Mutex<Tables>,
+    node_of: &dyn Fn(&Path) -> Option<u64>,
+    own: Option<&GuestChanged>,
+) {
+    for ev in events {
+        if ev.name.is_empty() || ev.mask & sys::IN_ISDIR != 0 {
+            continue;
+        }
+        let Some(dir) = w.dir_of(ev.wd) else { continue };
+        let rel = dir.join(&ev.name);
+        let Some(id) = node_of(&rel) else { continue };
+        let wrote = ev.mask & sys::IN_MODIFY != 0;
+        if wrote && own.is_some_and(|o| o.recent(&rel)) {
+            continue;
+        }
+        let Some(h) = t
+            .lock()
+            .unwrap()
+            .nodes
+            .get(&id)
+            .filter(|n| n.side == Side::Host)
+            .and_then(|n| n.file.clone())
+        else {
+            continue;
+        };
+        let Ok(st) = rustix::fs::fstat(&*h) else { continue };
+        let mut t = t.lock().unwrap();
+        if let Some(n) = t
+            .nodes
+            .get_mut(&id)
+            .filter(|n| (n.host_dev, n.host_ino) == (st.st_dev, st.st_ino))
+        {
+            (n.seen, n.host_wrote) = super::table::after_host_event(n.seen, n.host_wrote, wrote, &st);
         }
     }
 }
@@ -205,7 +290,9 @@ fn replaced_known(rel: &Path, t: &Mutex<Tables>, host: &OwnedFd) -> bool {
         return false;
     }
     let mut t = t.lock().unwrap();
-    if t.by_key.get(&key) != Some(&id) {
+    // Not while the view renames or removes the name or a directory above
+    // it (`OwnNames`): the stat may show that change, not the host's.
+    if t.by_key.get(&key) != Some(&id) || t.own_name(Side::Host, rel) {
         return false;
     }
     t.detach(id, Side::Host, rel);
@@ -296,7 +383,7 @@ fn all_nodes(t: &Mutex<Tables>) -> Vec<(u64, Option<u64>, OsString)> {
 /// another known name of it takes its place, or its handle alone serves
 /// it), so no operation by path (link, readlink, chmod) goes to a name
 /// that is gone or is another file now.
-fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
+pub(super) fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Tables>, host: &OwnedFd) {
     let moved = sys::IN_MOVED_FROM | sys::IN_ISDIR;
     for (i, ev) in events.iter().enumerate() {
         let replaced = ev.mask & (sys::IN_CREATE | sys::IN_MOVED_TO) != 0 && ev.mask & sys::IN_ISDIR == 0;
@@ -322,9 +409,10 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
         let key = (Side::Host, dir.join(&ev.name));
         let known = {
             let t = t.lock().unwrap();
-            if t.own_names.contains_key(&key) {
-                // The view's own rename or removal, its bookkeeping not
-                // done yet (`OwnNames`).
+            if t.own_name(Side::Host, &key.1) {
+                // The view's own rename or removal (of the name or of a
+                // directory above it), its bookkeeping not done yet
+                // (`OwnNames`).
                 continue;
             }
             t.by_key
@@ -356,6 +444,12 @@ fn names_gone(events: &[crate::view::watch::Event], w: &Watches, t: &Mutex<Table
             continue;
         }
         let mut t = t.lock().unwrap();
+        if t.own_name(Side::Host, &key.1) {
+            // The view began renaming or removing it (or a directory above
+            // it) since the check above: the stat may show that change,
+            // which its own bookkeeping records.
+            continue;
+        }
         if !is_dir {
             if t.by_key.get(&key) == Some(&id) {
                 t.detach(id, Side::Host, &key.1);

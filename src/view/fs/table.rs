@@ -53,6 +53,10 @@ pub(super) struct Node {
     /// it through the view: a host file changed since then by a host
     /// process is not overwritten in place from inside (`fresh_for_write`).
     pub(super) seen: Version,
+    /// The host watcher saw a write of the file (`IN_MODIFY`, not the
+    /// guest's own) since the guest last read or changed it: a later host
+    /// rename or chmod never makes `seen` current (`after_host_event`).
+    pub(super) host_wrote: bool,
     /// The file's size as the kernel believes it: what it was last told
     /// (`told`), grown by the guest's writes and `fallocate`s since, cut
     /// by a short read. A write at exactly this offset is at the end as
@@ -103,6 +107,29 @@ pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rusti
         b
     } else {
         seen
+    }
+}
+
+/// What the guest knows of a file (`seen`, and whether a host write came
+/// since: `host_wrote`) after the host watcher's event of it, `st` the
+/// file as it is now. A host write (`wrote`) that moved the file's size or
+/// mtime from what the guest read leaves `seen` stale until the guest
+/// reads it again; one that did not is one the guest has read since (the
+/// watcher handles events some time after they happen). Any other host
+/// event (a rename of the file or of a directory above it, a link or
+/// unlink of another name, a chmod) moved only its ctime: a guest that
+/// knew the file's content still knows it (the kernel may serve its next
+/// read from the pages it cached, which the view never sees), unless a
+/// host write came first (a write, then a `touch -r` back to the old
+/// mtime, stays stale) or its size or mtime moved since.
+pub(super) fn after_host_event(seen: Version, host_wrote: bool, wrote: bool, st: &rustix::fs::Stat) -> (Version, bool) {
+    let now = version(st);
+    if seen[..3] != now[..3] {
+        (seen, host_wrote || wrote)
+    } else if host_wrote && !wrote {
+        (seen, true)
+    } else {
+        (now, false)
     }
 }
 
@@ -172,6 +199,7 @@ impl Node {
             told: None,
             made_here: false,
             seen: version(st),
+            host_wrote: false,
             end: st.st_size,
             claim: false,
         }
@@ -298,6 +326,17 @@ impl Tables {
         for id in idle {
             self.drop_write_fd(id);
         }
+    }
+
+    /// Whether the view itself is renaming or removing `rel` or a
+    /// directory above it right now (`OwnNames`): a name below a directory
+    /// the view is moving stops resolving at its old path as much as the
+    /// directory's own name does, before `View::renamed` moves it.
+    pub(super) fn own_name(&self, side: Side, rel: &Path) -> bool {
+        !self.own_names.is_empty()
+            && rel
+                .ancestors()
+                .any(|a| !a.as_os_str().is_empty() && self.own_names.contains_key(&(side, a.to_path_buf())))
     }
 
     /// View path `rel` no longer names node `id`'s file: another path of

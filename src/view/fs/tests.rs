@@ -361,6 +361,24 @@ fn guest_owner_and_mode_show_while_the_host_keeps_its_own() {
 }
 
 #[test]
+fn a_mode_kept_inside_gives_way_to_a_later_chmod_on_the_host() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Tmp::new("guest-mode");
+    dir.write("a", "x");
+    std::fs::set_permissions(dir.0.join("a"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    // A chmod inside that the host file did not get all of (capped).
+    let st = v.stat(Side::Host, Path::new("a")).unwrap();
+    v.keep_guest(&st, Some(0o644), None, None);
+    assert_eq!(v.shown(id, Side::Host, &st).perm, 0o644);
+    // The developer's chmod on the host: its mode shows inside.
+    std::fs::set_permissions(dir.0.join("a"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let st = v.stat(Side::Host, Path::new("a")).unwrap();
+    assert_eq!(v.shown(id, Side::Host, &st).perm, 0o755);
+}
+
+#[test]
 fn rules_apply_at_the_original_path_of_a_moved_directory() {
     let dir = Tmp::new("moved");
     std::fs::create_dir(dir.0.join("config")).unwrap();

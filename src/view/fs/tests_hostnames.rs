@@ -50,3 +50,21 @@ fn a_host_removed_name_of_a_linked_file_leaves_the_other_name_in_use() {
     assert!(v.node_stat(INodeNo(id)).is_ok());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_symlink_reads_through_its_handle_after_a_host_move_no_lookup_saw() {
+    let dir = tmp("readlink");
+    std::fs::create_dir(dir.join("d1")).unwrap();
+    std::os::unix::fs::symlink("../target-t", dir.join("d1/l")).unwrap();
+    let v = View::new(&dir, None, Sentry::new(false, Vec::new())).unwrap();
+    lookup(&v, "d1");
+    let l = lookup(&v, "d1/l");
+    std::fs::rename(dir.join("d1"), dir.join("d2")).unwrap();
+    // What the watcher does on the IN_MOVED_FROM of `d1` (serve::names_gone):
+    // the names below it are taken off; the kernel's entry of the link
+    // may still lead to the node.
+    v.t.lock().unwrap().detach(l, Side::Host, Path::new("d1/l"));
+    assert!(matches!(v.node(INodeNo(l)), Err(Errno::ENOENT)));
+    assert_eq!(v.readlink_entry(INodeNo(l)).unwrap(), b"../target-t");
+    let _ = std::fs::remove_dir_all(&dir);
+}

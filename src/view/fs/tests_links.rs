@@ -3,7 +3,7 @@
 //! whatever the handle count (`Tables::ids`): driven through the methods
 //! the FUSE handlers call, on a temporary host directory.
 
-use super::table::{after_own, after_own_meta, may_be_same, proven_same, version};
+use super::table::{after_host_event, after_own, after_own_meta, may_be_same, proven_same, version, OwnNames};
 use super::tests::{view, Tmp};
 use super::*;
 use std::ffi::OsStr;
@@ -246,4 +246,87 @@ fn a_file_renamed_over_at_its_only_name_is_overwritten_through_its_open_fd() {
         may_overwrite(&v, id).is_ok(),
         "the sandbox's rename over the file is not a host edit"
     );
+}
+
+#[test]
+fn a_file_below_a_directory_the_view_is_moving_keeps_its_name() {
+    let dir = Tmp::new("own-dir-move");
+    std::fs::create_dir(dir.0.join("d")).unwrap();
+    let v = view(&dir);
+    // Watched once the kernel looks it up; the file is made after, so the
+    // watch reports its IN_CREATE.
+    lookup(&v, "d");
+    dir.write("d/f", "data");
+    let id = lookup(&v, "d/f");
+    let w = v.watch.clone().expect("inotify");
+    {
+        // The view's rename of `d` is under way (`rename_entry`): the
+        // syscall done, the bookkeeping not yet. The watcher handles the
+        // file's IN_CREATE now, its watch still at `d`.
+        let _own = OwnNames::new(&v.t, Side::Host, &[Path::new("d"), Path::new("e")]);
+        std::fs::rename(dir.0.join("d"), dir.0.join("e")).unwrap();
+        let events = w.read().unwrap();
+        assert!(events.iter().any(|e| e.name == "f"), "{events:?}");
+        super::serve::names_gone(&events, &w, &v.t, &v.host);
+    }
+    v.renamed(Side::Host, Path::new("d"), Path::new("e"));
+    assert_eq!(v.node(INodeNo(id)).unwrap().1, Path::new("e/f"));
+    let (side, nrel, _) = v.link_entry(INodeNo(id), INodeNo(1), OsStr::new("g")).unwrap();
+    assert_eq!(v.remember(side, &nrel).unwrap().ino.0, id);
+    assert_eq!(dir.stat("e/f").st_nlink, 2);
+}
+
+#[test]
+fn a_host_rename_or_chmod_keeps_what_the_guest_read_current_and_a_host_write_does_not() {
+    let read = stat_with(10, 100, 100);
+    let renamed = stat_with(10, 100, 105);
+    // A rename, link or chmod moves the ctime only.
+    assert_eq!(
+        after_host_event(version(&read), false, false, &renamed),
+        (version(&renamed), false)
+    );
+    // A host write: stale, and it stays so after a later rename, even one
+    // that finds the mtime restored (a write, then `touch -r`).
+    let written = stat_with(10, 101, 101);
+    let (seen, wrote) = after_host_event(version(&read), false, true, &written);
+    assert_eq!((seen, wrote), (version(&read), true));
+    let restored = stat_with(10, 100, 106);
+    assert_eq!(after_host_event(seen, wrote, false, &restored), (version(&read), true));
+    // A host write the guest has read since (its event handled late, after
+    // a rename too) is no reason for staleness.
+    let written_renamed = stat_with(10, 101, 107);
+    assert_eq!(
+        after_host_event(version(&written), false, true, &written_renamed),
+        (version(&written_renamed), false)
+    );
+    // A size or mtime that moved (a write whose event is still queued).
+    assert_eq!(
+        after_host_event(version(&read), false, false, &written),
+        (version(&read), false)
+    );
+}
+
+#[test]
+fn a_file_the_host_renamed_after_the_guest_read_it_is_overwritten_as_on_a_disk() {
+    let dir = Tmp::new("host-rename");
+    dir.write("a", "handed over");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    v.saw(id, &dir.stat("a"));
+    tick();
+    std::fs::rename(dir.0.join("a"), dir.0.join("b")).unwrap();
+    // The guest reads the file again from the kernel's pages (no READ
+    // reaches the view), then overwrites it: stale by the ctime alone.
+    assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
+    let w = v.watch.clone().expect("inotify");
+    let events = w.read().unwrap();
+    let node_of = |_: &Path| Some(id);
+    super::serve::host_events(&events, &w, &v.t, &node_of, None);
+    assert!(may_overwrite(&v, id).is_ok(), "a host rename is no host edit");
+    // A host write after that is still caught.
+    tick();
+    std::fs::write(dir.0.join("b"), "the host's new data").unwrap();
+    let events = w.read().unwrap();
+    super::serve::host_events(&events, &w, &v.t, &node_of, None);
+    assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
 }

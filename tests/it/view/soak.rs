@@ -7,7 +7,6 @@ use crate::require_env;
 use std::path::Path;
 
 #[test]
-#[ignore = "the soak still finds differences (a guest link that fails with ENOENT, content handed over between the sides): docs/git.md, Soak; run with --ignored"]
 fn soak_one_minute_host_and_sandbox_agree_with_what_each_wrote() {
     let (env, _g) = require_env!(shared);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/soak.sh");
