@@ -1,6 +1,7 @@
 //! One shared sandbox per Domain, many terminals (`tty`: each terminal
 //! session has a named terminal of its own).
 
+pub mod paths;
 pub mod tty;
 
 use std::io::{Read, Write};
