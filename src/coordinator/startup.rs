@@ -261,7 +261,7 @@ impl Coordinator {
             self.broker = Some(broker);
         }
         crate::trace::step("coordinator", "escalation planned");
-        // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.
+        // Git Sentry and ignored state: the workspace is a FUSE view the supervisor serves.
         let views = gitsentry::prepare_views(
             &self.workspace,
             &gen_dir,
