@@ -145,12 +145,16 @@ fn run() {
     // the host workspace.
     let cwd = std::env::current_dir().unwrap_or_default();
     let linked = std::fs::read_link("/workspace").ok();
-    let rel = [std::env::var_os("LAZARET_WORKSPACE").map(PathBuf::from), linked, Some("/workspace".into())]
-        .into_iter()
-        .flatten()
-        .filter(|w| w.is_absolute())
-        .find_map(|w| cwd.strip_prefix(&w).ok().map(|r| r.to_string_lossy().to_string()))
-        .unwrap_or_default();
+    let rel = [
+        std::env::var_os("LAZARET_WORKSPACE").map(PathBuf::from),
+        linked,
+        Some("/workspace".into()),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|w| w.is_absolute())
+    .find_map(|w| cwd.strip_prefix(&w).ok().map(|r| r.to_string_lossy().to_string()))
+    .unwrap_or_default();
     let mut idb = [0u8; 16];
     if !random_bytes(&mut idb) {
         die(EXIT_FAILED, "no randomness");

@@ -580,7 +580,8 @@ mod tests {
             ..plan()
         };
         let c = sandbox_config(&p);
-        let parent = c.find(r#""destination":"/workspaces","type":"bind","source":"/g/workspaces","options":["rbind","ro"]"#);
+        let parent =
+            c.find(r#""destination":"/workspaces","type":"bind","source":"/g/workspaces","options":["rbind","ro"]"#);
         let ws = c.find(r#""destination":"/workspaces/p-0123456789","type":"bind","source":"/g/view-workspace","options":["rbind","rw"]"#);
         assert!(parent.is_some() && ws.is_some() && parent < ws, "{c}");
         assert!(!c.contains(r#""destination":"/workspace","#), "{c}");
@@ -590,7 +591,9 @@ mod tests {
             ..p
         });
         assert!(
-            c.contains(r#""destination":"/workspace","type":"bind","source":"/g/view-workspace","options":["rbind","rw"]"#),
+            c.contains(
+                r#""destination":"/workspace","type":"bind","source":"/g/view-workspace","options":["rbind","rw"]"#
+            ),
             "{c}"
         );
     }

@@ -159,10 +159,7 @@ pub fn place(i: &Inputs) -> GuestWorkspace {
     if let Some(t) = i.taken.iter().find(|t| overlaps(host, Path::new(t))) {
         return fallback(Reason::Overlaps(t.clone()));
     }
-    let under = i
-        .persist
-        .iter()
-        .find(|p| host.starts_with(p) && host != Path::new(p));
+    let under = i.persist.iter().find(|p| host.starts_with(p) && host != Path::new(p));
     let Some(under) = under else {
         return fallback(Reason::NotPersisted);
     };
@@ -172,9 +169,7 @@ pub fn place(i: &Inputs) -> GuestWorkspace {
     }
     GuestWorkspace {
         path: s.to_string(),
-        placement: Placement::HostPath {
-            persist: under.clone(),
-        },
+        placement: Placement::HostPath { persist: under.clone() },
     }
 }
 
@@ -337,7 +332,10 @@ mod tests {
         }
         // A volume inside the workspace, or the workspace inside a volume.
         let g = place_at(Path::new("/home/u/app"), &["/home/u/app/cache"], None);
-        assert_eq!(g.placement, Placement::Fallback(Reason::Overlaps("/home/u/app/cache".into())));
+        assert_eq!(
+            g.placement,
+            Placement::Fallback(Reason::Overlaps("/home/u/app/cache".into()))
+        );
         let g = place_at(Path::new("/home/u/app"), &["/home/u"], None);
         assert_eq!(g.placement, Placement::Fallback(Reason::Overlaps("/home/u".into())));
         // The profile user's home is made at boot; the workspace stays out.
@@ -351,7 +349,10 @@ mod tests {
             taken: &[],
             home: None,
         });
-        assert_eq!(g.placement, Placement::Fallback(Reason::Overlaps("/home/u/app/keep".into())));
+        assert_eq!(
+            g.placement,
+            Placement::Fallback(Reason::Overlaps("/home/u/app/keep".into()))
+        );
         // Nothing persisted: every project falls back.
         let g = place(&Inputs {
             host: Path::new("/home/u/app"),
@@ -368,7 +369,13 @@ mod tests {
         let g = place_at(Path::new(bad), &[], None);
         assert_eq!(g.placement, Placement::Fallback(Reason::Unprintable));
         assert!(g.path.starts_with("/workspaces/caf_-"), "{}", g.path);
-        for host in ["/home/u/a\nb", "/home/u/a\u{202e}b", "/home/u/../x", "home/u/x", "/home/u/./x"] {
+        for host in [
+            "/home/u/a\nb",
+            "/home/u/a\u{202e}b",
+            "/home/u/../x",
+            "home/u/x",
+            "/home/u/./x",
+        ] {
             assert_eq!(
                 place_at(Path::new(host), &[], None).placement,
                 Placement::Fallback(Reason::Unprintable),
@@ -382,7 +389,10 @@ mod tests {
         let a = fallback_path(Path::new("/tmp/x/app"));
         assert_eq!(a, fallback_path(Path::new("/tmp/x/app")));
         assert_ne!(a, fallback_path(Path::new("/tmp/y/app")));
-        assert!(a.starts_with("/workspaces/app-") && a.len() == "/workspaces/app-".len() + 10, "{a}");
+        assert!(
+            a.starts_with("/workspaces/app-") && a.len() == "/workspaces/app-".len() + 10,
+            "{a}"
+        );
         let g = GuestWorkspace {
             path: a.clone(),
             placement: Placement::Fallback(Reason::NotPersisted),
@@ -421,7 +431,10 @@ mod tests {
         assert_eq!(guest_cwd(w, g, Path::new("/home/u")), "/home/u/p");
         assert_eq!(guest_cwd(w, g, Path::new("/home/u/pq")), "/home/u/p");
         let f = "/workspaces/p-0123456789";
-        assert_eq!(guest_cwd(w, f, Path::new("/home/u/p/a b")), "/workspaces/p-0123456789/a b");
+        assert_eq!(
+            guest_cwd(w, f, Path::new("/home/u/p/a b")),
+            "/workspaces/p-0123456789/a b"
+        );
         assert_eq!(guest_cwd(w, f, Path::new(OsStr::from_bytes(b"/home/u/p/\xff"))), f);
         assert_eq!(guest_cwd(w, f, Path::new("/home/u/p/a\nb")), f);
     }

@@ -490,7 +490,12 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     // Mount points for Lazaret's fixed mounts exist in the lower itself, so
     // runsc never has to create them anywhere. The image is untrusted: no
     // symlink in it is ever followed while making them.
-    for d in ["workspace", "workspaces", ".lazaret/mailbox/requests", ".lazaret/mailbox/results"] {
+    for d in [
+        "workspace",
+        "workspaces",
+        ".lazaret/mailbox/requests",
+        ".lazaret/mailbox/results",
+    ] {
         real_dir(&rootfs, d)?;
     }
     for f in [".lazaret/init", ".lazaret/gitconfig", "usr/local/bin/lazaret-escalate"] {

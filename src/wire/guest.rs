@@ -304,7 +304,8 @@ pub struct ProbeSpec {
 
 /// Most bytes of a boot request: a probe frame at its largest, a user
 /// frame, and a workspace frame (a path of at most [`MAX_WORKSPACE_PATH`]).
-pub const MAX_REQUEST_BYTES: u64 = crate::wire::codec::MAX_FRAME_LEN as u64 + 4 + 64 + 4 + 5 + MAX_WORKSPACE_PATH as u64;
+pub const MAX_REQUEST_BYTES: u64 =
+    crate::wire::codec::MAX_FRAME_LEN as u64 + 4 + 64 + 4 + 5 + MAX_WORKSPACE_PATH as u64;
 
 /// The name init makes a symlink to the workspace (`BootCmd::Workspace`).
 pub const GUEST_WORKSPACE_LINK: &str = "/workspace";

@@ -62,17 +62,26 @@ fn each_project_is_inside_at_its_own_path_with_workspace_leading_there() {
     assert_eq!(l[..3], [p2, p2, p2], "{r:?}");
     assert_eq!(l[3], "from the host of two", "/workspace reaches two's files: {r:?}");
     assert_eq!(l[4], "no-leak", "project one's file is visible in project two: {r:?}");
-    assert!(l[5..].contains(&"here-two words") && !l[5..].contains(&"here-one"), "{r:?}");
+    assert!(
+        l[5..].contains(&"here-two words") && !l[5..].contains(&"here-one"),
+        "{r:?}"
+    );
     assert!(two.join("here-two words").is_file());
     assert!(!two.join("here-one").exists() && !one.join("here-two words").exists());
 
     // A start in a subdirectory lands in the same subdirectory inside.
     let sub = one.join("sub/dir");
-    let r = env.lz_sh(&sub, "pwd; ls /workspace; cat /workspace/here-one").config_home(&cfg).run();
+    let r = env
+        .lz_sh(&sub, "pwd; ls /workspace; cat /workspace/here-one")
+        .config_home(&cfg)
+        .run();
     assert_eq!(r.code, 0, "{r:?}");
     let l = lines(&r);
     assert_eq!(l[0], sub.to_str().unwrap(), "{r:?}");
-    assert!(l.contains(&"sub") && l.contains(&"here-one") && l.contains(&"written"), "{r:?}");
+    assert!(
+        l.contains(&"sub") && l.contains(&"here-one") && l.contains(&"written"),
+        "{r:?}"
+    );
 
     // A later start of project one: the same path again.
     let r = env.lz_sh(&one, "pwd; cat here-one").config_home(&cfg).run();
@@ -90,12 +99,21 @@ fn each_project_is_inside_at_its_own_path_with_workspace_leading_there() {
     let r1 = env.lz_in(&one, "bare", &["sh", "-c", fallback]).config_home(&cfg).run();
     assert_eq!(r1.code, 0, "{r1:?}");
     let l = lines(&r1);
-    let leaf = l[0].strip_prefix("/workspaces/one-").unwrap_or_else(|| panic!("{r1:?}"));
-    assert!(leaf.len() == 10 && leaf.bytes().all(|b| b.is_ascii_hexdigit()), "{r1:?}");
+    let leaf = l[0]
+        .strip_prefix("/workspaces/one-")
+        .unwrap_or_else(|| panic!("{r1:?}"));
+    assert!(
+        leaf.len() == 10 && leaf.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{r1:?}"
+    );
     assert_eq!(l[1], l[0], "{r1:?}");
     assert_eq!(l[2], "written", "{r1:?}");
     let own = format!("one-{leaf}");
-    assert_eq!(l[3..], [".", "..", own.as_str()], "only this project under /workspaces: {r1:?}");
+    assert_eq!(
+        l[3..],
+        [".", "..", own.as_str()],
+        "only this project under /workspaces: {r1:?}"
+    );
     let r2 = env.lz_in(&one, "bare", &["sh", "-c", "pwd"]).config_home(&cfg).run();
     assert_eq!(lines(&r2), [l[0]], "{r2:?}");
     // The image every Domain shares got no mount point of a project.
