@@ -69,10 +69,22 @@ fn each_project_is_inside_at_its_own_path_with_workspace_leading_there() {
     assert!(two.join("here-two words").is_file());
     assert!(!two.join("here-one").exists() && !one.join("here-two words").exists());
 
-    // A start in a subdirectory lands in the same subdirectory inside.
+    // A start in a subdirectory of the workspace (named, as it is not a Git
+    // repository) lands in the same subdirectory inside.
     let sub = one.join("sub/dir");
+    let wsarg = format!("--workspace={p1}");
     let r = env
-        .lz_sh(&sub, "pwd; ls /workspace; cat /workspace/here-one")
+        .lz(
+            &sub,
+            &[
+                "run",
+                &wsarg,
+                "--",
+                "sh",
+                "-c",
+                "pwd; ls /workspace; cat /workspace/here-one",
+            ],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 0, "{r:?}");
