@@ -23,7 +23,7 @@
 use lazaret::{escalation, mailbox, session_key};
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use escalation::*;
@@ -140,11 +140,21 @@ fn run() {
     let cred = cred.trim_end();
     let key = session_key::SessionKey::parse(cred).unwrap_or_else(|e| die(EXIT_FAILED, &e.to_string()));
     trace.step("credential");
+    // The workspace is inside at its own path (`LAZARET_WORKSPACE`, where
+    // `/workspace` leads); the host command runs at the same place below
+    // the host workspace.
     let cwd = std::env::current_dir().unwrap_or_default();
-    let rel = cwd
-        .strip_prefix("/workspace")
-        .map(|r| r.to_string_lossy().to_string())
-        .unwrap_or_default();
+    let linked = std::fs::read_link("/workspace").ok();
+    let rel = [
+        std::env::var_os("LAZARET_WORKSPACE").map(PathBuf::from),
+        linked,
+        Some("/workspace".into()),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|w| w.is_absolute())
+    .find_map(|w| cwd.strip_prefix(&w).ok().map(|r| r.to_string_lossy().to_string()))
+    .unwrap_or_default();
     let mut idb = [0u8; 16];
     if !random_bytes(&mut idb) {
         die(EXIT_FAILED, "no randomness");

@@ -4,8 +4,9 @@
 //!
 //! With no arguments it is PID 1. At boot it does what its stdin asks
 //! (`BootCmd` frames of `lazaret::guest`; nothing when empty): the
-//! pre-publication network probe (bin/probe.rs) and the profile's `user`,
-//! its passwd entry and home, made when missing (bin/usersetup.rs). It
+//! pre-publication network probe (bin/probe.rs), the profile's `user`,
+//! its passwd entry and home, made when missing (bin/usersetup.rs), and
+//! `/workspace` as a symlink to the workspace's own path inside. It
 //! sends each outcome and then `InitMsg::Ready` on stdout, the Runtime
 //! Supervisor's readiness signal, closes both, and reaps every child until
 //! it is told to stop. The coordinator also runs it through `runsc exec`
@@ -144,6 +145,7 @@ fn boot() {
                 match c {
                     BootCmd::Probe { sandbox_src, checks } => probe::run(sandbox_src, checks),
                     BootCmd::User { name, uid } => usersetup::at_boot(&name, uid),
+                    BootCmd::Workspace { path } => link_workspace(&path),
                 }
             }
         }
@@ -154,6 +156,24 @@ fn boot() {
         }),
     }
     drop(sys::take_inherited(0));
+}
+
+/// Makes `/workspace` a symlink to `path`, where the workspace is bound:
+/// the image's empty directory (or an old symlink) there is replaced. The
+/// coordinator asks only when the image has nothing else at `/workspace`;
+/// a failure is said on stderr (the coordinator's log), and sessions still
+/// start in the workspace at its own path.
+fn link_workspace(path: &str) {
+    let link = std::path::Path::new(lazaret::guest::GUEST_WORKSPACE_LINK);
+    let cleared = match std::fs::symlink_metadata(link) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => std::fs::remove_dir(link),
+        Ok(_) => std::fs::remove_file(link),
+    };
+    if let Err(e) = cleared.and_then(|()| std::os::unix::fs::symlink(path, link)) {
+        eprintln!("lazaret-init: cannot make /workspace a symlink to {path:?}: {e}");
+    }
 }
 
 /// One frame on stdout, init's report to the Runtime Supervisor.

@@ -132,8 +132,11 @@ import json, sys
 src, dst, ws, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 c = json.load(open(src))
 for m in c["mounts"]:
-    if m["destination"] == "/workspace":
+    # The workspace view (bound at the workspace's own path inside)
+    # becomes a plain bind at /workspace, a mount point the image has.
+    if m["source"].endswith("/gen/view-workspace"):
         m["source"] = ws
+        m["destination"] = "/workspace"
 # The generation's files (State Anchor overlays, which only exist in the
 # supervisor's mount namespace, resolv.conf) are gone once Lazaret exits:
 # the raw sandbox takes /usr, /etc, ... from the image rootfs instead.

@@ -121,8 +121,11 @@ import json, sys
 p, ws = sys.argv[1], sys.argv[2]
 c = json.load(open(p))
 for m in c["mounts"]:
-    if m["destination"] == "/workspace":
+    # The workspace view (bound at the workspace's own path inside)
+    # becomes a plain bind at /workspace, a mount point the image has.
+    if m["source"].endswith("/gen/view-workspace"):
         m["source"] = ws
+        m["destination"] = "/workspace"
 c["mounts"] = [m for m in c["mounts"] if "/gen/" not in m["source"] or m["destination"] == "/workspace"]
 c["process"]["cwd"] = "/workspace"
 json.dump(c, open(p, "w"))

@@ -42,8 +42,11 @@ src, dst, ws, gen = sys.argv[1:]
 c = json.load(open(src))
 mounts = []
 for m in c["mounts"]:
-    if m["destination"] == "/workspace":
+    # The workspace view (bound at the workspace's own path inside)
+    # becomes a plain bind at /workspace, a mount point the image has.
+    if m["source"].endswith("/gen/view-workspace"):
         m["source"] = ws
+        m["destination"] = "/workspace"
     elif m.get("source", "").startswith(gen) or "/mailbox/" in m.get("source", ""):
         continue
     mounts.append(m)

@@ -98,8 +98,11 @@ import json, sys
 src, dst, ws, rows = sys.argv[1:5]
 c = json.load(open(src))
 for m in c["mounts"]:
-    if m["destination"] == "/workspace":
+    # The workspace view (bound at the workspace's own path inside)
+    # becomes a plain bind at /workspace, a mount point the image has.
+    if m["source"].endswith("/gen/view-workspace"):
         m["source"] = ws
+        m["destination"] = "/workspace"
 c["mounts"] = [m for m in c["mounts"] if "/gen/" not in m["source"] or m["destination"] == "/workspace"]
 c["process"]["args"] = ["python3", "/workspace/w.py", "/workspace/db.sqlite", "s", rows,
                         "/workspace/ready", "/workspace/go"]

@@ -210,6 +210,7 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         net_plan: args.opt_value_from_str("--net-plan")?,
         boot_request: args.opt_value_from_str("--boot-request")?,
         views: args.opt_value_from_str("--views")?,
+        guest_workspace: args.opt_value_from_str("--guest-workspace")?,
         anchor_plan: args.opt_value_from_str("--anchor-plan")?,
         scratch: args.opt_value_from_str("--scratch")?,
         meminfo: args.opt_value_from_str("--meminfo")?,

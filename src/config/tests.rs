@@ -411,6 +411,8 @@ fn persist_paths() {
         ("//usr", "normalized paths"),
         ("/workspace", "outside /workspace"),
         ("/workspace/sub", "outside /workspace"),
+        ("/workspaces", "outside /workspace, /workspaces,"),
+        ("/workspaces/a", "outside /workspace, /workspaces,"),
         ("/.lazaret/x", "outside /workspace"),
         ("/proc", "outside /workspace"),
         ("/dev/shm", "outside /workspace"),
@@ -427,7 +429,7 @@ fn persist_paths() {
         );
     }
     // Near misses of reserved names are fine.
-    let c = ok("[profiles.d]\npersist = [\"/workspaces\", \"/devx\", \"/system\", \"/.lazaretx\"]\n");
+    let c = ok("[profiles.d]\npersist = [\"/workspacesx\", \"/devx\", \"/system\", \"/.lazaretx\"]\n");
     assert_eq!(c.profiles["d"].persist.len(), 4);
     assert!(ok("[profiles.d]\npersist = []\n").profiles["d"].persist.is_empty());
     assert_has(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 /// Guest paths owned by lazaret; `persist` and volume targets may not be or lie under them.
-pub const RESERVED_GUEST_PATHS: &[&str] = &["/workspace", "/.lazaret", "/proc", "/dev", "/sys"];
+pub const RESERVED_GUEST_PATHS: &[&str] = &["/workspace", "/workspaces", "/.lazaret", "/proc", "/dev", "/sys"];
 
 /// `[a-z0-9][a-z0-9_.-]{0,63}`, not `default` (the built-in image).
 pub fn valid_image_name(name: &str) -> bool {
@@ -194,7 +194,7 @@ impl PathProblem {
             PathProblem::Relative => "absolute paths",
             PathProblem::NotNormalized => "normalized paths (no \".\", \"..\", \"//\" or trailing \"/\")",
             PathProblem::Root => "paths other than \"/\"",
-            PathProblem::Reserved => "paths outside /workspace, /.lazaret, /proc, /dev and /sys",
+            PathProblem::Reserved => "paths outside /workspace, /workspaces, /.lazaret, /proc, /dev and /sys",
         }
     }
 
@@ -203,7 +203,7 @@ impl PathProblem {
             PathProblem::Relative => "an absolute path",
             PathProblem::NotNormalized => "a normalized path (no \".\", \"..\", \"//\" or trailing \"/\")",
             PathProblem::Root => "a path other than \"/\"",
-            PathProblem::Reserved => "a path outside /workspace, /.lazaret, /proc, /dev and /sys",
+            PathProblem::Reserved => "a path outside /workspace, /workspaces, /.lazaret, /proc, /dev and /sys",
         }
     }
 }

@@ -77,6 +77,9 @@ pub enum CoordinatorError {
     /// Creating `scratch/tmp`, or giving it /tmp's mode.
     ScratchTmp(PathBuf, io::Error),
     ScratchMode(PathBuf, io::Error),
+    /// Making the workspace's mount point Domain-side (`plan::workspace`):
+    /// the directory that failed.
+    WorkspaceMountPoint(PathBuf, io::Error),
     /// Writing the bundle's `config.json`.
     WriteBundle(PathBuf, io::Error),
     /// A pipe (lease, status, session spec or streams).
@@ -147,6 +150,12 @@ impl fmt::Display for CoordinatorError {
             SetAside(p, e) => write!(f, "setting {} aside: {e}", p.display()),
             ScratchTmp(_, e) => write!(f, "creating scratch/tmp: {e}"),
             ScratchMode(_, e) => write!(f, "chmod scratch/tmp: {e}"),
+            WorkspaceMountPoint(p, e) => write!(
+                f,
+                "making the workspace's mount point {}: {e} (the Domain's persistent state has something \
+                 other than a directory there: `lazaret state reset` clears it)",
+                p.display()
+            ),
             WriteBundle(_, e) => write!(f, "writing config.json: {e}"),
             Pipe(e) => write!(f, "pipe: {e}"),
             StartSupervisor(e) => write!(f, "starting the supervisor: {e}"),
@@ -182,6 +191,7 @@ impl CoordinatorError {
             | SetAside(p, _)
             | ScratchTmp(p, _)
             | ScratchMode(p, _)
+            | WorkspaceMountPoint(p, _)
             | WriteBundle(p, _)
             | OpenNamespace(p, _)
             | WritePorts(p, _)
@@ -218,6 +228,7 @@ impl std::error::Error for CoordinatorError {
             | SetAside(_, e)
             | ScratchTmp(_, e)
             | ScratchMode(_, e)
+            | WorkspaceMountPoint(_, e)
             | WriteBundle(_, e)
             | OpenNamespace(_, e)
             | WritePorts(_, e)

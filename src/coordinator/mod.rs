@@ -273,6 +273,9 @@ struct Coordinator {
     domain_id: DomainId,
     profile: Profile,
     workspace: PathBuf,
+    /// Where the workspace is inside (`plan::workspace`); set while the
+    /// generation is planned.
+    guest_workspace: String,
     paths: DomainPaths,
     store: Store,
     generation: Generation,

@@ -38,7 +38,7 @@ impl Coordinator {
         };
         let env_in = env;
         let term = env_in.iter().find(|(k, _)| k == "TERM").map(|(_, v)| v.as_str());
-        let cwd = plan::guest_cwd(&self.workspace, Path::new(&cwd));
+        let cwd = plan::guest_cwd(&self.workspace, &self.guest_workspace, Path::new(&cwd));
         let id = SessionId::random();
         let sid = id.as_str();
         let (client_id, peer_pid) = {
@@ -63,6 +63,8 @@ impl Coordinator {
         // bundle variables, over anything the client passed.
         plan::override_env(&mut env, &self.secret_env);
         env.push(format!("LAZARET_SESSION={id}"));
+        // Where the workspace is inside (`/workspace` leads there too).
+        env.push(format!("LAZARET_WORKSPACE={}", self.guest_workspace));
         // Session registration binds (Client CLI ID, Session ID, Session
         // Anchor): the anchor's certificate is issued for exactly this pair.
         let mut cert_der = Vec::new();

@@ -56,6 +56,7 @@ impl Coordinator {
             domain_id,
             profile,
             workspace: args.workspace.clone(),
+            guest_workspace: plan::GUEST_WORKSPACE.into(),
             runsc_args: plan::runsc_global_args(&dp.runsc_root()),
             paths: dp,
             store,
@@ -260,7 +261,7 @@ impl Coordinator {
             self.broker = Some(broker);
         }
         crate::trace::step("coordinator", "escalation planned");
-        // Git Sentry and ignored state: /workspace is a FUSE view the supervisor serves.
+        // Git Sentry and ignored state: the workspace is a FUSE view the supervisor serves.
         let views = gitsentry::prepare_views(
             &self.workspace,
             &gen_dir,
@@ -285,9 +286,13 @@ impl Coordinator {
             b.host = mnt;
         }
         binds.extend(tmp);
+        let alias = self.place_workspace(&mut binds, &gen_dir, &lower.rootfs())?;
+        crate::trace::step("coordinator", "workspace placed");
         let plan = plan::SandboxPlan {
             rootfs: lower.rootfs(),
             workspace: views.workspace_source.clone(),
+            workspace_guest: self.guest_workspace.clone(),
+            workspace_alias: alias,
             init,
             hostname: "lazaret".into(),
             binds,
@@ -298,7 +303,7 @@ impl Coordinator {
         let bundle_config = gen_dir.join("bundle/config.json");
         std::fs::write(&bundle_config, plan::sandbox_config(&plan))
             .map_err(|e| CoordinatorError::WriteBundle(bundle_config, e))?;
-        self.write_boot_request(&gen_dir)?;
+        self.write_boot_request(&gen_dir, alias)?;
         crate::trace::step("coordinator", "bundle written");
         self.start_supervisor()?;
         crate::trace::step("coordinator", "supervisor ready");
@@ -356,6 +361,8 @@ impl Coordinator {
             .args(self.gate_secrets.as_ref().map(|_| "--secrets"))
             .arg("--views")
             .arg(self.paths.gen_dir().join("views"))
+            .arg("--guest-workspace")
+            .arg(&self.guest_workspace)
             .arg("--anchor-plan")
             .arg(crate::storage::anchor::plan_path(&self.paths.gen_dir()))
             .arg("--scratch")
@@ -596,13 +603,76 @@ impl Coordinator {
             .map_err(CoordinatorError::Network)
     }
 
-    /// What init does at boot, before it reports ready: the network probe
-    /// (with a network) and the profile user's setup (with a `user`), one
-    /// `BootCmd` frame each; empty for neither.
-    fn write_boot_request(&self, gen_dir: &Path) -> Result<(), CoordinatorError> {
+    /// Places the workspace inside (`plan::workspace::place`, from the
+    /// other mounts of the bundle in `binds`) and makes its mount point
+    /// Domain-side, never in the shared image: below its persistent path,
+    /// in that path's upper layer (real directories only; nothing there is
+    /// followed), or in the generation's `workspaces/`, bound read-only at
+    /// `/workspaces`. Returns how `/workspace` reaches it.
+    fn place_workspace(
+        &mut self,
+        binds: &mut Vec<plan::BindMount>,
+        gen_dir: &Path,
+        rootfs: &Path,
+    ) -> Result<plan::workspace::Alias, CoordinatorError> {
+        use plan::workspace as ws;
+        let persist = &self.profile.persist;
+        let taken: Vec<String> = binds
+            .iter()
+            .map(|b| b.guest.clone())
+            .filter(|g| !persist.contains(g))
+            .collect();
+        let home = self.profile.user.as_deref().map(config::guest_home);
+        let placed = ws::place(&ws::Inputs {
+            host: &self.workspace,
+            persist,
+            taken: &taken,
+            home: home.as_deref(),
+        });
+        if let Some((persist, below)) = placed.mount_point_below() {
+            let upper = crate::storage::anchor::anchor_dir(&self.paths.root)
+                .join(crate::storage::anchor::path_key(persist))
+                .join("upper");
+            make_real_dirs(&upper, &below).map_err(|(p, e)| CoordinatorError::WorkspaceMountPoint(p, e))?;
+        }
+        if let (Some(leaf), ws::Placement::Fallback(why)) = (placed.fallback_leaf(), &placed.placement) {
+            log::info!("workspace inside at {} ({why})", crate::display::escape(&placed.path));
+            crate::storage::image::ensure_workspaces_dir(rootfs)?;
+            let dir = gen_dir.join("workspaces");
+            std::fs::create_dir_all(dir.join(leaf)).map_err(|e| CoordinatorError::GenDir(dir.clone(), e))?;
+            binds.push(plan::BindMount {
+                guest: ws::GUEST_WORKSPACES.into(),
+                host: dir,
+                read_only: true,
+            });
+        }
+        let image = rootfs.join("workspace");
+        let entry = match std::fs::symlink_metadata(&image) {
+            Err(_) => ws::ImageEntry::Missing,
+            Ok(m) if m.file_type().is_symlink() => ws::ImageEntry::Symlink,
+            Ok(m) if m.is_dir() && std::fs::read_dir(&image).is_ok_and(|mut d| d.next().is_none()) => {
+                ws::ImageEntry::EmptyDir
+            }
+            Ok(_) => ws::ImageEntry::Other,
+        };
+        self.guest_workspace = placed.path;
+        Ok(ws::alias_for(entry))
+    }
+
+    /// What init does at boot, before it reports ready: `/workspace` as a
+    /// symlink to the workspace (unless it is a second bind), the network
+    /// probe (with a network) and the profile user's setup (with a `user`),
+    /// one `BootCmd` frame each.
+    fn write_boot_request(&self, gen_dir: &Path, alias: plan::workspace::Alias) -> Result<(), CoordinatorError> {
         use crate::wire::guest::BootCmd;
         use crate::wire::Message;
         let mut frames = Vec::new();
+        if alias == plan::workspace::Alias::Symlink {
+            let link = BootCmd::Workspace {
+                path: self.guest_workspace.clone(),
+            };
+            frames.extend(link.encode());
+        }
         if let Some(probe) = self.net.boot_request() {
             frames.extend(probe.encode());
         }
@@ -739,4 +809,25 @@ pub(super) fn port_holder(runtime_root: &Path, own: &str, p: &crate::config::por
 /// inside, the subordinate range fills 1..=65536.
 pub(super) fn write_id_maps(pid: i32) -> Result<(), CoordinatorError> {
     Ok(plan::write_id_maps(pid, 1)?)
+}
+
+/// Makes `base/names…` real directories, one level at a time: an existing
+/// name must already be a directory (a symlink, file or whiteout there is
+/// the failure, never followed or replaced).
+fn make_real_dirs(base: &Path, names: &[&str]) -> Result<(), (PathBuf, std::io::Error)> {
+    let mut cur = base.to_path_buf();
+    for n in names {
+        cur.push(n);
+        match std::fs::create_dir(&cur) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err((cur, e)),
+        }
+        match std::fs::symlink_metadata(&cur) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err((cur, std::io::Error::other("not a directory"))),
+            Err(e) => return Err((cur, e)),
+        }
+    }
+    Ok(())
 }

@@ -3,12 +3,15 @@
 //! coordinator and supervisor carry the plans out.
 
 pub mod guest;
+pub mod workspace;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Lazaret's fixed control mounts appear under `/.lazaret` inside the sandbox.
 pub const GUEST_INIT: &str = "/.lazaret/init";
+/// Always reaches the workspace: a symlink to its own path inside
+/// ([`workspace`]), or on an image with files there, a second bind.
 pub const GUEST_WORKSPACE: &str = "/workspace";
 pub const GUEST_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -130,6 +133,10 @@ pub struct SandboxPlan {
     /// Prepared lower's rootfs (immutable; writes stay in the sandbox).
     pub rootfs: PathBuf,
     pub workspace: PathBuf,
+    /// Where the workspace is bound inside (`workspace::place`).
+    pub workspace_guest: String,
+    /// How `/workspace` reaches it.
+    pub workspace_alias: workspace::Alias,
     /// The static guest init binary on the host.
     pub init: PathBuf,
     pub hostname: String,
@@ -194,12 +201,6 @@ pub fn sandbox_config(p: &SandboxPlan) -> String {
             &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
         ),
         mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", "ro"]),
-        mount(
-            GUEST_WORKSPACE,
-            "bind",
-            &p.workspace.to_string_lossy(),
-            &["rbind", "rw"],
-        ),
         mount(GUEST_INIT, "bind", &p.init.to_string_lossy(), &["bind", "ro"]),
     ];
     for b in &p.binds {
@@ -209,6 +210,13 @@ pub fn sandbox_config(p: &SandboxPlan) -> String {
             &["rbind", "rw"]
         };
         mounts.push(mount(&b.guest, "bind", &b.host.to_string_lossy(), opts));
+    }
+    // After the binds: the persistent layer (or the `/workspaces` bind)
+    // that holds its mount point is mounted by then.
+    let ws = p.workspace.to_string_lossy();
+    mounts.push(mount(&p.workspace_guest, "bind", &ws, &["rbind", "rw"]));
+    if p.workspace_alias == workspace::Alias::Bind {
+        mounts.push(mount(GUEST_WORKSPACE, "bind", &ws, &["rbind", "rw"]));
     }
     Json::Obj(vec![
         ("ociVersion", Json::s("1.0.2")),
@@ -310,17 +318,7 @@ pub fn process_spec(s: &SessionPlan) -> String {
     .render()
 }
 
-/// Maps a client's working directory into the sandbox: inside the
-/// workspace it keeps its relative place, anywhere else it is `/workspace`.
-pub fn guest_cwd(workspace: &Path, cwd: &Path) -> String {
-    match cwd.strip_prefix(workspace) {
-        Ok(rel) if rel.as_os_str().is_empty() => GUEST_WORKSPACE.to_string(),
-        Ok(rel) if rel.components().all(|c| matches!(c, std::path::Component::Normal(_))) => {
-            format!("{GUEST_WORKSPACE}/{}", rel.to_string_lossy())
-        }
-        _ => GUEST_WORKSPACE.to_string(),
-    }
-}
+pub use workspace::guest_cwd;
 
 /// The session environment: fixed basics (`HOME`, and `USER`/`LOGNAME` for
 /// the profile's guest `user`; `None`: root), the profile's env, then TERM
@@ -493,6 +491,8 @@ mod tests {
         SandboxPlan {
             rootfs: "/s/lowers/a/rootfs".into(),
             workspace: "/home/u/p \"q\"".into(),
+            workspace_guest: "/home/u/p \"q\"".into(),
+            workspace_alias: workspace::Alias::Symlink,
             init: "/opt/lazaret/lazaret-init".into(),
             hostname: "lazaret".into(),
             binds: vec![],
@@ -507,10 +507,11 @@ mod tests {
         let c = sandbox_config(&plan());
         assert!(
             c.contains(
-                r#""destination":"/workspace","type":"bind","source":"/home/u/p \"q\"","options":["rbind","rw"]"#
+                r#""destination":"/home/u/p \"q\"","type":"bind","source":"/home/u/p \"q\"","options":["rbind","rw"]"#
             ),
             "{c}"
         );
+        assert!(!c.contains(r#""destination":"/workspace""#), "{c}");
         assert!(c.contains(r#""destination":"/.lazaret/init","type":"bind","source":"/opt/lazaret/lazaret-init","options":["bind","ro"]"#));
         assert!(c.contains(r#""args":["/.lazaret/init"]"#));
         assert!(!c.contains("\"user\",") && !c.contains("uidMappings"));
@@ -567,12 +568,34 @@ mod tests {
     }
 
     #[test]
-    fn cwd_maps_inside_the_workspace_only() {
-        let w = Path::new("/home/u/p");
-        assert_eq!(guest_cwd(w, Path::new("/home/u/p")), "/workspace");
-        assert_eq!(guest_cwd(w, Path::new("/home/u/p/src/x")), "/workspace/src/x");
-        assert_eq!(guest_cwd(w, Path::new("/home/u")), "/workspace");
-        assert_eq!(guest_cwd(w, Path::new("/home/u/pq")), "/workspace");
+    fn the_workspace_is_mounted_after_the_layer_that_holds_its_mount_point() {
+        let p = SandboxPlan {
+            workspace: "/g/view-workspace".into(),
+            workspace_guest: "/workspaces/p-0123456789".into(),
+            binds: vec![BindMount {
+                guest: "/workspaces".into(),
+                host: "/g/workspaces".into(),
+                read_only: true,
+            }],
+            ..plan()
+        };
+        let c = sandbox_config(&p);
+        let parent =
+            c.find(r#""destination":"/workspaces","type":"bind","source":"/g/workspaces","options":["rbind","ro"]"#);
+        let ws = c.find(r#""destination":"/workspaces/p-0123456789","type":"bind","source":"/g/view-workspace","options":["rbind","rw"]"#);
+        assert!(parent.is_some() && ws.is_some() && parent < ws, "{c}");
+        assert!(!c.contains(r#""destination":"/workspace","#), "{c}");
+        // An image with files at /workspace: a second bind of the view.
+        let c = sandbox_config(&SandboxPlan {
+            workspace_alias: workspace::Alias::Bind,
+            ..p
+        });
+        assert!(
+            c.contains(
+                r#""destination":"/workspace","type":"bind","source":"/g/view-workspace","options":["rbind","rw"]"#
+            ),
+            "{c}"
+        );
     }
 
     #[test]

@@ -420,6 +420,16 @@ pub fn prepare_bounded(
     Ok(done)
 }
 
+/// Makes `/workspaces` in a prepared lower where an older unpack did not
+/// (the parent of the fallback workspace paths, `plan::workspace`): one
+/// empty directory, the same for every Domain, like `/workspace`.
+pub fn ensure_workspaces_dir(rootfs: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(rootfs.join("workspaces")) {
+        Ok(m) if m.is_dir() => Ok(()),
+        _ => real_dir(rootfs, "workspaces").map(drop),
+    }
+}
+
 /// Makes `root/rel` a real directory, replacing any symlink or file on the
 /// way (inside our own unpacked copy) instead of following it.
 fn real_dir(root: &Path, rel: &str) -> Result<PathBuf> {
@@ -480,7 +490,12 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     // Mount points for Lazaret's fixed mounts exist in the lower itself, so
     // runsc never has to create them anywhere. The image is untrusted: no
     // symlink in it is ever followed while making them.
-    for d in ["workspace", ".lazaret/mailbox/requests", ".lazaret/mailbox/results"] {
+    for d in [
+        "workspace",
+        "workspaces",
+        ".lazaret/mailbox/requests",
+        ".lazaret/mailbox/results",
+    ] {
         real_dir(&rootfs, d)?;
     }
     for f in [".lazaret/init", ".lazaret/gitconfig", "usr/local/bin/lazaret-escalate"] {

@@ -62,6 +62,9 @@ pub struct Args {
     pub boot_request: Option<PathBuf>,
     /// The workspace views to serve (`fusefs`), written by the coordinator.
     pub views: Option<PathBuf>,
+    /// Where the workspace is inside (`--guest-workspace`,
+    /// `plan::workspace`): the relay touches host edits there.
+    pub guest_workspace: Option<PathBuf>,
     /// The State Anchor's mount plan (`anchor::plan_message`).
     pub anchor_plan: Option<PathBuf>,
     /// Where runsc keeps the root filesystem's non-persisted writes.
@@ -289,9 +292,13 @@ pub fn main(mut args: Args) -> i32 {
     crate::trace::step("supervisor", "views mounted");
     let _views = views;
     let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());
+    let guest_ws = args
+        .guest_workspace
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(plan::GUEST_WORKSPACE));
     let _ = std::thread::Builder::new()
         .name("lz-relay".into())
-        .spawn(move || relay_host_changes(&runsc_args, &container, &relayed));
+        .spawn(move || relay_host_changes(&runsc_args, &container, &guest_ws, &relayed));
     let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_fd())) {
         Ok(v) => v,
         Err(e) => {
@@ -340,6 +347,7 @@ const RELAY_MAX: usize = 256;
 fn relay_host_changes(
     runsc_args: &[String],
     container: &str,
+    guest_ws: &Path,
     rx: &std::sync::mpsc::Receiver<crate::view::fs::serve::Relayed>,
 ) {
     while let Ok(first) = rx.recv() {
@@ -359,7 +367,7 @@ fn relay_host_changes(
         let mut cmd = Command::new("runsc");
         cmd.args(runsc_args)
             .args(["exec", container, plan::GUEST_INIT, "touch", "--"])
-            .args(batch.iter().map(|p| Path::new(plan::GUEST_WORKSPACE).join(p)))
+            .args(batch.iter().map(|p| guest_ws.join(p)))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         let _ = run_bounded(&mut cmd, Duration::from_secs(10));

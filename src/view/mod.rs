@@ -1,5 +1,5 @@
 //! The workspace view: the filtering FUSE filesystem the Runtime Supervisor
-//! serves at `/workspace`, its change tracking, and the rules it enforces
+//! serves as the workspace (`plan::workspace`), its change tracking, and the rules it enforces
 //! (Git Sentry, repository shape, ignored workspace state).
 
 pub mod budget;

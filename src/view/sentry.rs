@@ -64,7 +64,7 @@ impl fmt::Display for GitError {
             GitError::UnsafePath(p) => write!(
                 f,
                 "the Git common directory {} cannot be mounted in the sandbox at that path \
-                 (it contains a tab or newline, or overlaps /workspace, /proc, /dev, /sys or /.lazaret)",
+                 (it contains a tab or newline, or overlaps /workspace, /workspaces, /proc, /dev, /sys or /.lazaret)",
                 p.display()
             ),
         }
@@ -178,7 +178,7 @@ pub fn check_guest_path(p: &Path) -> Result<(), GitError> {
     let bad = s.contains(['\t', '\n'])
         || !p.is_absolute()
         || p == Path::new("/")
-        || ["/workspace", "/proc", "/dev", "/sys", "/.lazaret"]
+        || ["/workspace", "/workspaces", "/proc", "/dev", "/sys", "/.lazaret"]
             .iter()
             .any(|r| p.starts_with(r) || Path::new(r).starts_with(p));
     if bad {

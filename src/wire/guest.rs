@@ -302,9 +302,16 @@ pub struct ProbeSpec {
     pub prefix: Option<Prefix>,
 }
 
-/// Most bytes of a boot request: a probe frame at its largest, and a
-/// user frame.
-pub const MAX_REQUEST_BYTES: u64 = crate::wire::codec::MAX_FRAME_LEN as u64 + 4 + 64;
+/// Most bytes of a boot request: a probe frame at its largest, a user
+/// frame, and a workspace frame (a path of at most [`MAX_WORKSPACE_PATH`]).
+pub const MAX_REQUEST_BYTES: u64 =
+    crate::wire::codec::MAX_FRAME_LEN as u64 + 4 + 64 + 4 + 5 + MAX_WORKSPACE_PATH as u64;
+
+/// The name init makes a symlink to the workspace (`BootCmd::Workspace`).
+pub const GUEST_WORKSPACE_LINK: &str = "/workspace";
+
+/// The longest workspace path inside (`PATH_MAX` less its NUL).
+pub const MAX_WORKSPACE_PATH: usize = 4095;
 
 /// Host Coordinator → PID 1 (`gen/boot-request`, init's stdin at boot):
 /// each frame one thing to do, in order; at most one of each kind.
@@ -319,6 +326,9 @@ pub enum BootCmd {
     },
     /// Make the profile's user `name` with `uid` exist (bin/usersetup.rs).
     User { name: String, uid: u32 },
+    /// Make `/workspace` a symlink to `path`, where the workspace is bound
+    /// (`plan::workspace`); an absolute path.
+    Workspace { path: String },
 }
 
 fn enc_ip(e: &mut Enc, a: IpAddr) {
@@ -363,6 +373,7 @@ impl Message for BootCmd {
                 e.finish()
             }
             BootCmd::User { name, uid } => Enc::new(2).str(name).u32(*uid).finish(),
+            BootCmd::Workspace { path } => Enc::new(3).str(path).finish(),
         }
     }
 
@@ -397,6 +408,13 @@ impl Message for BootCmd {
                 name: d.str()?,
                 uid: d.u32()?,
             },
+            3 => {
+                let path = d.str()?;
+                if !path.starts_with('/') || path.len() > MAX_WORKSPACE_PATH || path.contains('\0') {
+                    return Err(DecodeError::BadValue("workspace path"));
+                }
+                BootCmd::Workspace { path }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -407,6 +425,7 @@ impl Message for BootCmd {
         match self {
             BootCmd::Probe { .. } => "Probe",
             BootCmd::User { .. } => "User",
+            BootCmd::Workspace { .. } => "Workspace",
         }
     }
 }
@@ -513,6 +532,9 @@ pub(crate) mod tests {
                 name: "dev".into(),
                 uid: 1000,
             },
+            BootCmd::Workspace {
+                path: "/home/u/my project".into(),
+            },
         ]
     }
 
@@ -537,6 +559,26 @@ pub(crate) mod tests {
         ));
         let long = vec![0u8; MAX_REQUEST_BYTES as usize + 1];
         assert!(matches!(read_boot_request(&mut &long[..]), Err(RequestError::TooLong)));
+        // The workspace frame: first, with the others; a relative or
+        // overlong path is malformed.
+        let all: Vec<u8> = [s[3].encode(), s[0].encode(), s[2].encode()].concat();
+        assert_eq!(
+            read_boot_request(&mut &all[..]).unwrap(),
+            vec![s[3].clone(), s[0].clone(), s[2].clone()]
+        );
+        for path in ["workspace".to_string(), format!("/{}", "a".repeat(MAX_WORKSPACE_PATH))] {
+            let b = BootCmd::Workspace { path }.encode();
+            assert!(read_boot_request(&mut &b[..]).is_err());
+        }
+        let widest: Vec<u8> = [
+            BootCmd::Workspace {
+                path: format!("/{}", "a".repeat(MAX_WORKSPACE_PATH - 1)),
+            }
+            .encode(),
+            s[2].encode(),
+        ]
+        .concat();
+        assert_eq!(read_boot_request(&mut &widest[..]).unwrap().len(), 2);
     }
 
     /// A file that reads as `bytes` then EOF, like init's stdout does

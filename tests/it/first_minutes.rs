@@ -323,7 +323,7 @@ fn per_command_help_short_options_and_run_without_double_dash() {
         &cfg,
         &["run", "-w", &ws.display().to_string(), "pwd"],
     );
-    assert_eq!(r.stdout, "/workspace\n", "{r:?}");
+    assert_eq!(r.stdout, format!("{}\n", ws.display()), "{r:?}");
     stop(env, &ws, &cfg, "default");
 }
 

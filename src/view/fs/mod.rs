@@ -4,8 +4,9 @@
 //! files below.
 //!
 //! The workspace view: a filtering passthrough FUSE filesystem served by the
-//! Runtime Supervisor and bound into the sandbox at `/workspace` (and, for a
-//! linked worktree, at the common Git directory's own path).
+//! Runtime Supervisor and bound into the sandbox at the workspace's path
+//! inside (`plan::workspace`; `/workspace` leads there) and, for a linked
+//! worktree, at the common Git directory's own path.
 //!
 //! It does two jobs no bind layout can:
 //! - **Git Sentry**: every create, write, truncate, chmod, rename,

@@ -3,6 +3,7 @@
 //! wait while a full-screen program has the terminal).
 
 pub mod notices;
+pub mod paths;
 pub mod tty;
 
 use std::io::{Read, Write};
