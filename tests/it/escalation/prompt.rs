@@ -42,7 +42,10 @@ fn approve_and_check(t: &Tmux, env: &Env, ws: &Path, tag: &str, script: &str, ho
     let marker = ws.join(format!("ran-{tag}"));
     let file = ws.join(format!("{tag}.sh"));
     let body = script.replace("MARKER", &sh_quote(&marker.display().to_string()));
-    std::fs::write(&file, format!("{body}; echo rc-{tag}=$?\n")).unwrap();
+    // The status on a line of its own: a guest that drew over the screen
+    // may leave the cursor at the last column, where the first letter would
+    // wrap onto another row.
+    std::fs::write(&file, format!("{body}; s=$?; echo; echo rc-{tag}=$s\n")).unwrap();
     env.chown(&file);
     t.line(&format!("clear; sh /workspace/{tag}.sh"));
     let expect = format!(
