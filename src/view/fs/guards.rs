@@ -273,6 +273,23 @@ impl View {
             && !data.contains(&0)
     }
 
+    /// Whether a guest write of `data` at `offset` to host file node `ino`
+    /// (`pre`) is text written exactly at the file's end, as the guest and
+    /// the host both see it. A host process appending between the view's
+    /// stat and the write would have its line overwritten by a write at
+    /// `offset`; one made at the end at the moment of the write
+    /// (`sys::write_at_end`) lands after it instead, and without a race it
+    /// lands at `offset`.
+    pub(super) fn at_end(&self, ino: INodeNo, pre: &rustix::fs::Stat, offset: u64, data: &[u8]) -> bool {
+        let t = self.t.lock().unwrap();
+        let Some(n) = t.nodes.get(&ino.0) else { return false };
+        n.side == Side::Host
+            && n.end == offset as i64
+            && pre.st_size == offset as i64
+            && !data.is_empty()
+            && !data.contains(&0)
+    }
+
     /// The kernel's idea of node `ino`'s size after the guest's write or
     /// allocation up to `end` (it grows), or a short read ending at `end`
     /// (it shrinks).

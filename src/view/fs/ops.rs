@@ -524,6 +524,14 @@ impl Filesystem for View {
                     self.grow_in_place(ino, &f, &pre, budget::growth(&pre, at, len), |f| {
                         sys::write_at_end(f, data).map_err(errno)
                     })?;
+                } else if self.at_end(ino, &pre, offset, data) {
+                    // Text at the end as both sides see it: at the end at
+                    // the moment of the write, so a host append racing it
+                    // lands before it, never under it.
+                    self.fresh_for_write(ino, &pre, false)?;
+                    self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, len), |f| {
+                        sys::write_at_end(f, data).map_err(errno)
+                    })?;
                 } else {
                     self.fresh_for_write(ino, &pre, (offset as i64) < pre.st_size)?;
                     self.grow_in_place(ino, &f, &pre, budget::growth(&pre, offset, len), |f| {

@@ -670,6 +670,29 @@ fn text_written_at_the_guests_end_of_a_file_the_host_grew_is_an_append() {
 }
 
 #[test]
+fn text_at_the_end_both_sides_see_is_written_at_the_end_at_the_moment_of_the_write() {
+    let dir = Tmp::new("atend");
+    dir.write("log", "a\n");
+    let v = view(&dir);
+    let ino = INodeNo(lookup(&v, "log"));
+    let st = rustix::fs::stat(dir.0.join("log")).unwrap();
+    assert!(v.at_end(ino, &st, 2, b"guest\n"));
+    assert!(!v.at_end(ino, &st, 1, b"guest\n"), "not at the end");
+    assert!(!v.at_end(ino, &st, 2, b"\0binary"), "binary data keeps its offset");
+    assert!(!v.at_end(ino, &st, 2, b""), "nothing to write");
+    // A host append racing the write: it lands before the guest's line,
+    // never under it.
+    let f = v.node_file(ino, true).unwrap();
+    {
+        use std::io::Write;
+        let mut h = File::options().append(true).open(dir.0.join("log")).unwrap();
+        h.write_all(b"host\n").unwrap();
+    }
+    crate::sys::write_at_end(&*f, b"guest\n").unwrap();
+    assert_eq!(std::fs::read_to_string(dir.0.join("log")).unwrap(), "a\nhost\nguest\n");
+}
+
+#[test]
 fn a_write_at_the_guests_end_of_a_file_only_the_guest_changed_stays_where_asked() {
     let dir = Tmp::new("noappend");
     dir.write("f", "abcdef");
