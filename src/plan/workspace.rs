@@ -283,7 +283,7 @@ mod tests {
         // Spaces and other printable characters are kept.
         let g = place_at(Path::new("/home/u/my project (2)"), &[], None);
         assert_eq!(g.path, "/home/u/my project (2)");
-        assert_eq!(place_at(Path::new("/opt/work/x"), &[], None).path, "/opt/work/x");
+        assert_eq!(place_at(Path::new("/opt/proj/x"), &[], None).path, "/opt/proj/x");
     }
 
     #[test]
@@ -323,7 +323,7 @@ mod tests {
 
     #[test]
     fn outside_persist_overlapping_mounts_or_the_home_fall_back() {
-        for host in ["/srv/app", "/data/p", "/work/x", "/home", "/opt"] {
+        for host in ["/srv/app", "/data/p", "/build/x", "/home", "/opt"] {
             assert_eq!(
                 place_at(Path::new(host), &[], None).placement,
                 Placement::Fallback(Reason::NotPersisted),
