@@ -122,6 +122,7 @@ impl View {
             self.cache_fd(a.ino.0, f, true);
             return Ok((a, ttl, 0));
         }
+        self.lend_held(a.ino.0, &f);
         Ok((a, ttl, self.add_handle(Handle::File(f))))
     }
 

@@ -73,25 +73,48 @@ impl View {
             }
             match &n.fd {
                 Some((f, w)) if *w || !write => {
+                    let f = f.clone();
                     if write {
                         t.writers.insert(ino.0, std::time::Instant::now());
+                        if let Some(n) = t.nodes.get_mut(&ino.0) {
+                            n.lend(&f, false);
+                        }
                     }
-                    return Ok(f.clone());
+                    return Ok(f);
                 }
-                _ => (n.side, n.rel.clone(), n.host_ino, n.file.clone(), n.gone),
+                _ => {}
             }
-        };
-        let f = match handle {
-            Some(h) => Arc::new(reopen(&h, write)?),
-            None if gone => return Err(Errno::ESTALE),
-            None => {
-                let f = Arc::new(self.open_path(side, &rel, write)?);
-                if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
-                    return Err(Errno::ESTALE);
+            let r = (n.side, n.rel.clone(), n.host_ino, n.file.clone(), n.gone);
+            if write {
+                if let Some(n) = t.nodes.get_mut(&ino.0) {
+                    n.opening += 1;
                 }
-                f
             }
+            r
         };
+        let opened = (|| {
+            Ok(match handle {
+                Some(h) => Arc::new(reopen(&h, write)?),
+                None if gone => return Err(Errno::ESTALE),
+                None => {
+                    let f = Arc::new(self.open_path(side, &rel, write)?);
+                    if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
+                        return Err(Errno::ESTALE);
+                    }
+                    f
+                }
+            })
+        })();
+        if write {
+            let mut t = self.t.lock().unwrap();
+            if let Some(n) = t.nodes.get_mut(&ino.0) {
+                n.opening = n.opening.saturating_sub(1);
+                if let Ok(f) = &opened {
+                    n.lend(f, false);
+                }
+            }
+        }
+        let f = opened?;
         if cache {
             self.cache_fd(ino.0, f.clone(), write);
         }
@@ -126,6 +149,9 @@ impl View {
         let t = &mut *t;
         let Some(n) = t.nodes.get_mut(&id) else { return };
         let counted = n.fd.is_some();
+        if write {
+            n.lend(&f, false);
+        }
         n.fd = Some((f, write));
         if write {
             t.writers.insert(id, std::time::Instant::now());
@@ -176,6 +202,14 @@ impl View {
             open(OFlags::RDONLY)?
         };
         Ok(File::from(fd))
+    }
+
+    /// Records `f`, a write handle the guest opened of node `id`, as the
+    /// view's own write fd of the file (`Node::lend`).
+    pub(super) fn lend_held(&self, id: u64, f: &Arc<File>) {
+        if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
+            n.lend(f, true);
+        }
     }
 
     pub(super) fn add_handle(&self, h: Handle) -> u64 {

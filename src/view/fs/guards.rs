@@ -15,8 +15,13 @@ use fuser::{Errno, INodeNo};
 use crate::sys::{self, RangeLock};
 
 use super::host::Side;
-use super::table::version;
+use super::table::{version, OwnWrites};
 use super::View;
+
+/// How long `not_in_use_on_host` waits for the view's own write fds lent
+/// for one request (a write racing the remove on another worker thread)
+/// to go, before the file counts as in use.
+const OWN_WRITES_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a guest change of a host file waits for a host process's
 /// lock of it to go before it is refused (`EBUSY`): longer than a host
@@ -349,25 +354,34 @@ impl View {
             return Ok(());
         };
         self.not_locked_on_host(INodeNo(id), &f)?;
-        // The view's own write fd of the file may still be open for a
-        // moment: a request on another worker thread that took it from the
-        // cache before it was dropped above. A host writer keeps its file
-        // open far longer than this short grace, so it is still refused.
-        let mut busy = sys::open_for_write_elsewhere(&f);
-        for wait_ms in [2, 8, 30] {
-            if !busy {
-                break;
+        // The kernel tells whether any open file writes the host file, the
+        // view's own write fds included. Those lent for one request (a
+        // write on another worker thread, which took the fd before it was
+        // dropped above) are gone in a moment: the view waits for exactly
+        // those (`OwnWrites::Passing`, bounded), and then a write open is
+        // a host process's. With none lent the first probe decides: no
+        // sleep. A guest's own open write handle (`Held`, only where the
+        // kernel sends OPEN) cannot be told from a host writer: refused.
+        let deadline = Instant::now() + OWN_WRITES_WAIT;
+        while sys::open_for_write_elsewhere(&f) {
+            let own = {
+                let mut t = self.t.lock().unwrap();
+                t.drop_write_fd(id);
+                t.nodes.get(&id).map_or(OwnWrites::None, |n| n.own_writes())
+            };
+            if own != OwnWrites::Passing || Instant::now() >= deadline {
+                log::warn!(
+                    "workspace view: refused removing or truncating {}: {} (EBUSY)",
+                    crate::display::escape_path(rel),
+                    if own == OwnWrites::Held {
+                        "the sandbox has it open for writing through a handle the host kernel cannot tell from a host writer's"
+                    } else {
+                        "a host process has it open for writing"
+                    }
+                );
+                return Err(Errno::EBUSY);
             }
-            std::thread::sleep(std::time::Duration::from_millis(wait_ms));
-            self.t.lock().unwrap().drop_write_fd(id);
-            busy = sys::open_for_write_elsewhere(&f);
-        }
-        if busy {
-            log::warn!(
-                "workspace view: refused removing or truncating {}: a host process has it open for writing (EBUSY)",
-                crate::display::escape_path(rel)
-            );
-            return Err(Errno::EBUSY);
+            std::thread::sleep(Duration::from_micros(200));
         }
         // A SQLite WAL journal holds commits until a checkpoint copies them
         // into the database: one a host connection appended to since the

@@ -444,7 +444,11 @@ impl Filesystem for View {
                     self.changed(ino.0, &pre, &st);
                 }
             }
-            Ok(self.add_handle(Handle::File(Arc::new(File::from(fd)))))
+            let f = Arc::new(File::from(fd));
+            if writes(flags.0) {
+                self.lend_held(ino.0, &f);
+            }
+            Ok(self.add_handle(Handle::File(f)))
         })();
         match r {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),

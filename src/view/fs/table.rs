@@ -66,6 +66,49 @@ pub(super) struct Node {
     /// (`keep_database_claim`): it stays past each write, until
     /// `WRITE_IDLE` (a database is not a script the host will `exec`).
     pub(super) claim: bool,
+    /// The write fds of the file the view lent out (`node_file_with`, a
+    /// created file's fd, a write handle), as weak references: while one
+    /// is alive the view itself has the file open for writing, which a
+    /// lease probe cannot tell from a host writer (`View::own_writes`).
+    pub(super) lent: Vec<(std::sync::Weak<std::fs::File>, bool)>,
+    /// Write fds of the file being opened right now (not yet in `lent`).
+    pub(super) opening: u32,
+}
+
+/// The view's own write fds of a file (`Node::lent`, `Node::opening`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OwnWrites {
+    /// None: a write open the host kernel reports is a host process's.
+    None,
+    /// Lent for one request (a write, truncate, fallocate) or being
+    /// opened: gone in a moment.
+    Passing,
+    /// A guest's open handle that writes: there as long as the guest
+    /// keeps the file open.
+    Held,
+}
+
+impl Node {
+    /// Records write fd `f` of the file as lent (`lent`); `held` for a
+    /// guest's open handle.
+    pub(super) fn lend(&mut self, f: &std::sync::Arc<std::fs::File>, held: bool) {
+        self.lent.retain(|(w, _)| w.strong_count() > 0);
+        let w = std::sync::Arc::downgrade(f);
+        if !self.lent.iter().any(|(l, _)| l.ptr_eq(&w)) {
+            self.lent.push((w, held));
+        }
+    }
+
+    pub(super) fn own_writes(&self) -> OwnWrites {
+        let alive = self.lent.iter().filter(|(w, _)| w.strong_count() > 0);
+        if alive.clone().any(|(_, held)| *held) {
+            OwnWrites::Held
+        } else if self.opening > 0 || alive.count() > 0 {
+            OwnWrites::Passing
+        } else {
+            OwnWrites::None
+        }
+    }
 }
 
 /// A host file's version as far as the view can tell: size, mtime, ctime.
@@ -202,6 +245,8 @@ impl Node {
             host_wrote: false,
             end: st.st_size,
             claim: false,
+            lent: Vec::new(),
+            opening: 0,
         }
     }
 }

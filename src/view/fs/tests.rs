@@ -320,6 +320,42 @@ fn no_write_fd_outlives_the_write_it_served() {
     check_counts(&v);
 }
 
+/// Removing a host file while another worker thread still holds the view's
+/// own write fd of it (a write racing the unlink) waits for exactly that
+/// fd, however long the write takes, and succeeds as on a plain bind; a
+/// host process's write open is still refused, and the file kept.
+#[test]
+fn a_remove_waits_for_the_views_own_write_and_refuses_a_host_writer() {
+    let dir = Tmp::new("ownwrite");
+    dir.write("a", "x");
+    dir.write("b", "y");
+    let v = view(&dir);
+    let a = lookup(&v, "a");
+    let w = v.node_file(INodeNo(a), true).unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        w.write_all_at(b"z", 0).unwrap();
+    });
+    v.remove_entry(INodeNo(1), std::ffi::OsStr::new("a"), false).unwrap();
+    writer.join().unwrap();
+    assert!(!dir.0.join("a").exists());
+    assert_eq!(
+        v.t.lock().unwrap().nodes[&a].own_writes(),
+        super::table::OwnWrites::None
+    );
+
+    lookup(&v, "b");
+    let host = std::fs::OpenOptions::new().write(true).open(dir.0.join("b")).unwrap();
+    assert_eq!(
+        errno_of(v.remove_entry(INodeNo(1), std::ffi::OsStr::new("b"), false)),
+        Errno::EBUSY
+    );
+    assert!(dir.0.join("b").exists(), "a file a host process writes is kept");
+    drop(host);
+    v.remove_entry(INodeNo(1), std::ffi::OsStr::new("b"), false).unwrap();
+    check_counts(&v);
+}
+
 #[test]
 fn idle_write_fds_go_and_reads_keep_theirs() {
     let dir = Tmp::new("idle");
