@@ -86,8 +86,11 @@ import json, sys
 src, dst, ws, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 c = json.load(open(src))
 for m in c["mounts"]:
-    if m["destination"] == "/workspace":
+    # The workspace view (bound at the workspace's own path inside)
+    # becomes a plain bind at /workspace, a mount point the image has.
+    if m["source"].endswith("/gen/view-workspace"):
         m["source"] = ws
+        m["destination"] = "/workspace"
 c["mounts"] = [m for m in c["mounts"] if "/gen/" not in m["source"] or m["destination"] == "/workspace"]
 c["process"]["args"] = ["/bin/sh", "/workspace/.pjdo/run.sh", "t-bind"] + args
 c["process"]["cwd"] = "/workspace"
