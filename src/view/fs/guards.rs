@@ -358,30 +358,42 @@ impl View {
         // view's own write fds included. Those lent for one request (a
         // write on another worker thread, which took the fd before it was
         // dropped above) are gone in a moment: the view waits for exactly
-        // those (`OwnWrites::Passing`, bounded), and then a write open is
-        // a host process's. With none lent the first probe decides: no
-        // sleep. A guest's own open write handle (`Held`, only where the
-        // kernel sends OPEN) cannot be told from a host writer: refused.
+        // those (`OwnWrites::Passing`, up to `OWN_WRITES_WAIT`, however
+        // slow the write is under load). Otherwise a write open still gets
+        // a short grace (2, 8, 30 ms): one the view cannot attribute goes
+        // within it (a fresh fd of the view duplicated into a child the
+        // process is starting, until its exec), and a host writer keeps its
+        // file open far longer. With nothing open for writing the first
+        // probe decides: no sleep. A guest's own open write handle
+        // (`Held`, only where the kernel sends OPEN) cannot be told from a
+        // host writer's.
         let deadline = Instant::now() + OWN_WRITES_WAIT;
+        let mut grace = [2, 8, 30].into_iter();
         while sys::open_for_write_elsewhere(&f) {
             let own = {
                 let mut t = self.t.lock().unwrap();
                 t.drop_write_fd(id);
                 t.nodes.get(&id).map_or(OwnWrites::None, |n| n.own_writes())
             };
-            if own != OwnWrites::Passing || Instant::now() >= deadline {
-                log::warn!(
-                    "workspace view: refused removing or truncating {}: {} (EBUSY)",
-                    crate::display::escape_path(rel),
-                    if own == OwnWrites::Held {
-                        "the sandbox has it open for writing through a handle the host kernel cannot tell from a host writer's"
-                    } else {
-                        "a host process has it open for writing"
+            let pause = match own {
+                OwnWrites::Passing if Instant::now() < deadline => Duration::from_micros(200),
+                _ => match grace.next() {
+                    Some(ms) => Duration::from_millis(ms),
+                    None => {
+                        log::warn!(
+                            "workspace view: refused removing or truncating {}: {} (EBUSY)",
+                            crate::display::escape_path(rel),
+                            if own == OwnWrites::Held {
+                                "the sandbox has it open for writing through a handle the host kernel cannot tell from a host writer's"
+                            } else {
+                                "a host process has it open for writing"
+                            }
+                        );
+                        return Err(Errno::EBUSY);
                     }
-                );
-                return Err(Errno::EBUSY);
-            }
-            std::thread::sleep(Duration::from_micros(200));
+                },
+            };
+            std::thread::sleep(pause);
         }
         // A SQLite WAL journal holds commits until a checkpoint copies them
         // into the database: one a host connection appended to since the
