@@ -360,10 +360,10 @@ impl View {
         // dropped above) are gone in a moment: the view waits for exactly
         // those (`OwnWrites::Passing`, up to `OWN_WRITES_WAIT`, however
         // slow the write is under load). Otherwise a write open still gets
-        // a short grace (2, 8, 30 ms): one the view cannot attribute goes
-        // within it (a fresh fd of the view duplicated into a child the
-        // process is starting, until its exec), and a host writer keeps its
-        // file open far longer. With nothing open for writing the first
+        // a short grace (2, 8, 30 ms), as before lent fds were tracked: the
+        // soak meets write opens no lent fd accounts for that go within it
+        // (their holder is not known yet), and a host writer keeps its file
+        // open far longer. With nothing open for writing the first
         // probe decides: no sleep. A guest's own open write handle
         // (`Held`, only where the kernel sends OPEN) cannot be told from a
         // host writer's.
