@@ -118,16 +118,26 @@ pub fn host_ca_bundle() -> Result<PathBuf, String> {
 /// asks the host. A set variable is the host's bundle or an error (an
 /// empty value counts as unset): OpenSSL on the host reads that file, so
 /// falling back to a system bundle would trust something else.
-pub fn host_ca_bundle_from(named: Option<&std::ffi::OsStr>, is_file: impl Fn(&Path) -> bool) -> Result<PathBuf, String> {
+pub fn host_ca_bundle_from(
+    named: Option<&std::ffi::OsStr>,
+    is_file: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
     match named.filter(|v| !v.is_empty()).map(Path::new) {
         Some(p) if p.is_absolute() && is_file(p) => Ok(p.to_path_buf()),
-        Some(p) => Err(format!("{HOST_CA_ENV} to name a file by its absolute path (it is {p:?})")),
+        Some(p) => Err(format!(
+            "{HOST_CA_ENV} to name a file by its absolute path (it is {p:?})"
+        )),
         None => HOST_CA_BUNDLES
             .iter()
             .map(Path::new)
             .find(|p| is_file(p))
             .map(Path::to_path_buf)
-            .ok_or_else(|| format!("a host with a CA bundle (none of {} exists)", HOST_CA_BUNDLES.join(", "))),
+            .ok_or_else(|| {
+                format!(
+                    "a host with a CA bundle (none of {} exists)",
+                    HOST_CA_BUNDLES.join(", ")
+                )
+            }),
     }
 }
 

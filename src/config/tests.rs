@@ -1365,7 +1365,11 @@ fn ca_certs_host_binds_the_bundle_read_only_and_points_the_tools_at_it() {
 #[test]
 fn the_host_bundle_is_ssl_cert_file_when_set_and_never_a_fallback_from_it() {
     use std::ffi::OsStr;
-    let files = ["/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem", "/home/me/corp.pem"];
+    let files = [
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/cert.pem",
+        "/home/me/corp.pem",
+    ];
     let is_file = |p: &Path| files.iter().any(|f| Path::new(f) == p);
     // Unset or empty: the first system bundle that exists.
     for named in [None, Some(OsStr::new(""))] {
@@ -1387,7 +1391,10 @@ fn the_host_bundle_is_ssl_cert_file_when_set_and_never_a_fallback_from_it() {
     }
     // No bundle at all: the paths tried.
     let e = host_ca_bundle_from(None, |_| false).unwrap_err();
-    assert!(e.contains("/etc/ssl/certs/ca-certificates.crt") && e.contains("/etc/ssl/cert.pem"), "{e}");
+    assert!(
+        e.contains("/etc/ssl/certs/ca-certificates.crt") && e.contains("/etc/ssl/cert.pem"),
+        "{e}"
+    );
 }
 
 #[test]

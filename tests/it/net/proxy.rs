@@ -267,7 +267,18 @@ fn pem_line(p: &Path) -> String {
 fn link(proxy: &NameHost, registry: &NameHost, k: u32) {
     let (a, b) = (format!("lzpa{k}"), format!("lzpb{k}"));
     assert!(ip(&[
-        "link", "add", &a, "netns", &proxy.ns, "type", "veth", "peer", "name", &b, "netns", &registry.ns
+        "link",
+        "add",
+        &a,
+        "netns",
+        &proxy.ns,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        &b,
+        "netns",
+        &registry.ns
     ]));
     for (ns, dev, addr) in [(&proxy.ns, &a, LINK_PROXY), (&registry.ns, &b, LINK_REGISTRY)] {
         assert!(ip(&["-n", ns, "addr", "add", &format!("{addr}/30"), "dev", dev]));
@@ -405,10 +416,7 @@ fn behind_an_intercepting_proxy_https_works_with_ca_certs_host_only_and_no_key_e
     link(&proxy, &registry, k);
     let p = |n: &str| pki.join(n).display().to_string();
     // The network intercepts: the registry's name leads to the proxy.
-    let zone = format!(
-        "{REGISTRY}={x},proxy.corp.example.test={x}",
-        x = proxy.ip
-    );
+    let zone = format!("{REGISTRY}={x},proxy.corp.example.test={x}", x = proxy.ip);
     let args = [
         registry.ip.clone(),
         p("marker-registry"),
@@ -444,8 +452,19 @@ fn behind_an_intercepting_proxy_https_works_with_ca_certs_host_only_and_no_key_e
             .lz(
                 &ws,
                 &[
-                    "run", "--root", "-p", "claude", "--", "bash", "-c", INSIDE, "inside", &corp_key, &proxy_key,
-                    &corp_cert, if host_ca { "scan" } else { "" },
+                    "run",
+                    "--root",
+                    "-p",
+                    "claude",
+                    "--",
+                    "bash",
+                    "-c",
+                    INSIDE,
+                    "inside",
+                    &corp_key,
+                    &proxy_key,
+                    &corp_cert,
+                    if host_ca { "scan" } else { "" },
                 ],
             )
             .config_home(&cfg)
@@ -469,7 +488,8 @@ fn behind_an_intercepting_proxy_https_works_with_ca_certs_host_only_and_no_key_e
     for c in ["curl-proxy", "curl-transparent"] {
         let got = line(out, c);
         assert!(
-            got.contains("SSL certificate problem: self-signed certificate in certificate chain") && !got.contains(&marker),
+            got.contains("SSL certificate problem: self-signed certificate in certificate chain")
+                && !got.contains(&marker),
             "{c}: {r:?}"
         );
     }
@@ -482,10 +502,16 @@ fn behind_an_intercepting_proxy_https_works_with_ca_certs_host_only_and_no_key_e
     }
     assert_eq!(line(out, "corp-ca"), "0", "{r:?}");
     assert!(
-        marked_proxy.matches(&format!("CONNECT-LINE CONNECT {REGISTRY}:443 ")).count() >= 2,
+        marked_proxy
+            .matches(&format!("CONNECT-LINE CONNECT {REGISTRY}:443 "))
+            .count()
+            >= 2,
         "curl and npm each asked the proxy for a tunnel: {marked_proxy}"
     );
-    assert!(marked_proxy.contains("TLS-FAIL explicit") && marked_proxy.contains("TLS-FAIL transparent"), "{marked_proxy}");
+    assert!(
+        marked_proxy.contains("TLS-FAIL explicit") && marked_proxy.contains("TLS-FAIL transparent"),
+        "{marked_proxy}"
+    );
     assert!(!marked_proxy.contains("FWD "), "{marked_proxy}");
     assert!(!marked_registry.contains("REQ "), "{marked_registry}");
 
@@ -496,7 +522,10 @@ fn behind_an_intercepting_proxy_https_works_with_ca_certs_host_only_and_no_key_e
     let (marked_proxy, marked_registry) = (proxy.marked(), registry.marked());
     assert_eq!(line(out, "proxy-env"), PROXY_URL, "{r:?}");
     for c in ["curl-proxy", "curl-transparent"] {
-        assert!(line(out, c).contains(&format!("\"description\":\"{marker}\"")), "{c}: {r:?}");
+        assert!(
+            line(out, c).contains(&format!("\"description\":\"{marker}\"")),
+            "{c}: {r:?}"
+        );
     }
     for c in ["npm-proxy", "npm-transparent"] {
         assert_eq!(line(out, c).trim(), marker, "{c}: {r:?}");
@@ -504,7 +533,9 @@ fn behind_an_intercepting_proxy_https_works_with_ca_certs_host_only_and_no_key_e
     assert_eq!(line(out, "corp-ca"), "1", "the host's bundle is inside: {r:?}");
     for (mode, via) in [("explicit", "curl-proxy"), ("transparent", "curl-transparent")] {
         assert!(
-            marked_proxy.contains(&format!("FWD {mode} {REGISTRY} GET /lz-corp-probe?via={via} HTTP/1.1 | curl/")),
+            marked_proxy.contains(&format!(
+                "FWD {mode} {REGISTRY} GET /lz-corp-probe?via={via} HTTP/1.1 | curl/"
+            )),
             "{mode}: {marked_proxy}"
         );
         assert!(
