@@ -324,7 +324,8 @@ fn documented_proxy_lines() -> (String, String) {
 /// lines of [`documented_proxy_lines`] in `claude`; with `host_ca`, the
 /// profile's commented `ca_certs = "host"` line uncommented.
 fn config(env: &Env, creds: &Path, resolver: &str, host_ca: bool) -> String {
-    let text = crate::limits::leftovers::documented_agent_config(env, creds);
+    let text =
+        crate::limits::leftovers::documented_agent_config(env, creds).replace("@CREDS@", &creds.display().to_string());
     let (pass, host) = documented_proxy_lines();
     let at = text.find("[profiles.claude]").expect("[profiles.claude]");
     let mut out = text[..at].to_string();
