@@ -103,20 +103,53 @@ pub const CA_ENV: &[&str] = &[
     "SSL_CERT_FILE",
 ];
 
-/// The host's CA bundle: the first of [`HOST_CA_BUNDLES`] that is a file.
-pub fn host_ca_bundle() -> Option<&'static str> {
-    HOST_CA_BUNDLES.iter().copied().find(|p| Path::new(p).is_file())
+/// The variable that names the host's CA bundle instead of
+/// [`HOST_CA_BUNDLES`], as it does for OpenSSL on the host.
+pub const HOST_CA_ENV: &str = "SSL_CERT_FILE";
+
+/// The host's CA bundle: the file [`HOST_CA_ENV`] names in Lazaret's
+/// environment, else the first of [`HOST_CA_BUNDLES`] that is a file; or
+/// why there is none.
+pub fn host_ca_bundle() -> Result<PathBuf, String> {
+    host_ca_bundle_from(std::env::var_os(HOST_CA_ENV).as_deref(), |p| p.is_file())
+}
+
+/// [`host_ca_bundle`] (pure): `named` is [`HOST_CA_ENV`]'s value, `is_file`
+/// asks the host. A set variable is the host's bundle or an error (an
+/// empty value counts as unset): OpenSSL on the host reads that file, so
+/// falling back to a system bundle would trust something else.
+pub fn host_ca_bundle_from(
+    named: Option<&std::ffi::OsStr>,
+    is_file: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    match named.filter(|v| !v.is_empty()).map(Path::new) {
+        Some(p) if p.is_absolute() && is_file(p) => Ok(p.to_path_buf()),
+        Some(p) => Err(format!(
+            "{HOST_CA_ENV} to name a file by its absolute path (it is {p:?})"
+        )),
+        None => HOST_CA_BUNDLES
+            .iter()
+            .map(Path::new)
+            .find(|p| is_file(p))
+            .map(Path::to_path_buf)
+            .ok_or_else(|| {
+                format!(
+                    "a host with a CA bundle (none of {} exists)",
+                    HOST_CA_BUNDLES.join(", ")
+                )
+            }),
+    }
 }
 
 /// `ca_certs = "host"` (pure): the host's `bundle` read-only at
 /// [`GUEST_CA_BUNDLE`] and [`CA_ENV`] pointing at it. A volume the
 /// profile already has at that guest path is refused (its guest path).
-pub fn with_host_ca(p: &mut Profile, bundle: &str) -> Result<(), &'static str> {
+pub fn with_host_ca(p: &mut Profile, bundle: &Path) -> Result<(), &'static str> {
     if p.volumes.iter().any(|v| v.guest == GUEST_CA_BUNDLE) {
         return Err(GUEST_CA_BUNDLE);
     }
     p.volumes.push(Volume {
-        host: PathBuf::from(bundle),
+        host: bundle.to_path_buf(),
         guest: GUEST_CA_BUNDLE.to_string(),
         read_only: true,
     });

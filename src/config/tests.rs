@@ -2,7 +2,7 @@
 use super::toml::{self, Val};
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const FILE: &str = "/home/u/.config/lazaret/config.toml";
 
@@ -1331,7 +1331,7 @@ fn caps_narrow_the_default_set_and_never_widen_it() {
 fn ca_certs_host_binds_the_bundle_read_only_and_points_the_tools_at_it() {
     let mut p = Profile::builtin("a");
     p.env.push(("PIP_CERT".into(), "/mine.pem".into()));
-    with_host_ca(&mut p, "/etc/pki/tls/certs/ca-bundle.crt").unwrap();
+    with_host_ca(&mut p, Path::new("/etc/pki/tls/certs/ca-bundle.crt")).unwrap();
     let v = p.volumes.last().unwrap();
     assert_eq!(v.host, Path::new("/etc/pki/tls/certs/ca-bundle.crt"));
     assert_eq!((v.guest.as_str(), v.read_only), (GUEST_CA_BUNDLE, true));
@@ -1348,7 +1348,7 @@ fn ca_certs_host_binds_the_bundle_read_only_and_points_the_tools_at_it() {
     let mut q = Profile::builtin("b");
     q.volumes
         .push("/x.pem:/etc/ssl/certs/ca-certificates.crt:ro".parse().unwrap());
-    assert_eq!(with_host_ca(&mut q, "/y.pem"), Err(GUEST_CA_BUNDLE));
+    assert_eq!(with_host_ca(&mut q, Path::new("/y.pem")), Err(GUEST_CA_BUNDLE));
     // In a file: a wrong value names the key and what is accepted.
     assert_has(
         &err("[profiles.a]\nca_certs = \"yes\"\n"),
@@ -1356,10 +1356,45 @@ fn ca_certs_host_binds_the_bundle_read_only_and_points_the_tools_at_it() {
     );
     let c = ok("[profiles.a]\nca_certs = \"image\"\n");
     assert!(c.profiles["a"].volumes.is_empty());
-    if let Some(bundle) = host_ca_bundle() {
+    if let Ok(bundle) = host_ca_bundle() {
         let c = ok("[profiles.a]\nca_certs = \"host\"\n");
-        assert_eq!(c.profiles["a"].volumes[0].host, Path::new(bundle));
+        assert_eq!(c.profiles["a"].volumes[0].host, bundle);
     }
+}
+
+#[test]
+fn the_host_bundle_is_ssl_cert_file_when_set_and_never_a_fallback_from_it() {
+    use std::ffi::OsStr;
+    let files = [
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/cert.pem",
+        "/home/me/corp.pem",
+    ];
+    let is_file = |p: &Path| files.iter().any(|f| Path::new(f) == p);
+    // Unset or empty: the first system bundle that exists.
+    for named in [None, Some(OsStr::new(""))] {
+        assert_eq!(
+            host_ca_bundle_from(named, is_file),
+            Ok(PathBuf::from("/etc/pki/tls/certs/ca-bundle.crt"))
+        );
+    }
+    // Set: that file, as OpenSSL on the host reads it.
+    assert_eq!(
+        host_ca_bundle_from(Some(OsStr::new("/home/me/corp.pem")), is_file),
+        Ok(PathBuf::from("/home/me/corp.pem"))
+    );
+    // Set to no file or a relative path: an error naming it, never a
+    // system bundle the host's own tools do not use.
+    for bad in ["/home/me/missing.pem", "corp.pem"] {
+        let e = host_ca_bundle_from(Some(OsStr::new(bad)), is_file).unwrap_err();
+        assert!(e.contains("SSL_CERT_FILE") && e.contains(bad), "{e}");
+    }
+    // No bundle at all: the paths tried.
+    let e = host_ca_bundle_from(None, |_| false).unwrap_err();
+    assert!(
+        e.contains("/etc/ssl/certs/ca-certificates.crt") && e.contains("/etc/ssl/cert.pem"),
+        "{e}"
+    );
 }
 
 #[test]

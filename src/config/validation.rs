@@ -654,18 +654,9 @@ impl Schema<'_> {
             match self.string(i, &key, EXPECTED)? {
                 "image" => {}
                 "host" => {
-                    let bundle = crate::config::host_ca_bundle().ok_or_else(|| {
-                        self.invalid(
-                            i.line,
-                            &key,
-                            format!(
-                                "a host with a CA bundle (none of {} exists)",
-                                crate::config::HOST_CA_BUNDLES.join(", ")
-                            ),
-                            "\"host\"",
-                        )
-                    })?;
-                    crate::config::with_host_ca(&mut p, bundle).map_err(|guest| {
+                    let bundle = crate::config::host_ca_bundle()
+                        .map_err(|expected| self.invalid(i.line, &key, expected, "\"host\""))?;
+                    crate::config::with_host_ca(&mut p, &bundle).map_err(|guest| {
                         self.invalid(
                             i.line,
                             &key,

@@ -843,7 +843,7 @@ chmod -R a+rX,u+w oci
         .args([codename, mirror, packages, extra])
         .arg(from.map(Path::as_os_str).unwrap_or_default())
         .arg(steps.map(Path::as_os_str).unwrap_or_default())
-        .arg(crate::config::host_ca_bundle().unwrap_or(""))
+        .arg(crate::config::host_ca_bundle().unwrap_or_default())
         .env("container", "lxc")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -126,7 +126,7 @@ fn test_name(s: &str) -> String {
 }
 
 /// Every quoted string of `line` through [`test_name`].
-fn test_names(line: &str) -> String {
+pub(crate) fn test_names(line: &str) -> String {
     line.split('"')
         .enumerate()
         .map(|(i, part)| if i % 2 == 1 { test_name(part) } else { part.to_string() })

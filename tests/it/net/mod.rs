@@ -2,8 +2,9 @@
 //! (`attacks`), egress by name (`names`, and attacks through the names
 //! themselves: `name_attacks`), a flood of refusals and idle relays
 //! (`flood`), keys swapped in at the gate (`secrets`) under sentinels stable across starts (`sentinels`), secret sources the
-//! sandbox cannot steer (`sources`), loopback inside (`localhost`) and
-//! published ports (`ports`).
+//! sandbox cannot steer (`sources`), loopback inside (`localhost`),
+//! published ports (`ports`) and a company's TLS-intercepting proxy
+//! (`proxy`).
 pub mod attacks;
 pub mod flood;
 pub mod localhost;
@@ -11,6 +12,7 @@ pub mod name_attacks;
 pub mod names;
 pub mod policy;
 pub mod ports;
+pub mod proxy;
 pub mod router;
 pub mod secrets;
 pub mod sentinels;
