@@ -107,10 +107,33 @@ pub const CA_ENV: &[&str] = &[
 /// [`HOST_CA_BUNDLES`], as it does for OpenSSL on the host.
 pub const HOST_CA_ENV: &str = "SSL_CERT_FILE";
 
+/// Why the host has no CA bundle for `ca_certs = "host"`; its `Display`
+/// is what the key expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostCaError {
+    /// [`HOST_CA_ENV`] is set but names no file by an absolute path.
+    NamedNoFile(PathBuf),
+    /// The variable is unset and none of [`HOST_CA_BUNDLES`] exists.
+    NoBundle,
+}
+
+impl std::fmt::Display for HostCaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostCaError::NamedNoFile(p) => write!(f, "{HOST_CA_ENV} to name a file by its absolute path (it is {p:?})"),
+            HostCaError::NoBundle => write!(
+                f,
+                "a host with a CA bundle (none of {} exists)",
+                HOST_CA_BUNDLES.join(", ")
+            ),
+        }
+    }
+}
+
 /// The host's CA bundle: the file [`HOST_CA_ENV`] names in Lazaret's
 /// environment, else the first of [`HOST_CA_BUNDLES`] that is a file; or
 /// why there is none.
-pub fn host_ca_bundle() -> Result<PathBuf, String> {
+pub fn host_ca_bundle() -> Result<PathBuf, HostCaError> {
     host_ca_bundle_from(std::env::var_os(HOST_CA_ENV).as_deref(), |p| p.is_file())
 }
 
@@ -121,23 +144,16 @@ pub fn host_ca_bundle() -> Result<PathBuf, String> {
 pub fn host_ca_bundle_from(
     named: Option<&std::ffi::OsStr>,
     is_file: impl Fn(&Path) -> bool,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, HostCaError> {
     match named.filter(|v| !v.is_empty()).map(Path::new) {
         Some(p) if p.is_absolute() && is_file(p) => Ok(p.to_path_buf()),
-        Some(p) => Err(format!(
-            "{HOST_CA_ENV} to name a file by its absolute path (it is {p:?})"
-        )),
+        Some(p) => Err(HostCaError::NamedNoFile(p.to_path_buf())),
         None => HOST_CA_BUNDLES
             .iter()
             .map(Path::new)
             .find(|p| is_file(p))
             .map(Path::to_path_buf)
-            .ok_or_else(|| {
-                format!(
-                    "a host with a CA bundle (none of {} exists)",
-                    HOST_CA_BUNDLES.join(", ")
-                )
-            }),
+            .ok_or(HostCaError::NoBundle),
     }
 }
 

@@ -1386,11 +1386,13 @@ fn the_host_bundle_is_ssl_cert_file_when_set_and_never_a_fallback_from_it() {
     // Set to no file or a relative path: an error naming it, never a
     // system bundle the host's own tools do not use.
     for bad in ["/home/me/missing.pem", "corp.pem"] {
-        let e = host_ca_bundle_from(Some(OsStr::new(bad)), is_file).unwrap_err();
+        let e = host_ca_bundle_from(Some(OsStr::new(bad)), is_file)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("SSL_CERT_FILE") && e.contains(bad), "{e}");
     }
     // No bundle at all: the paths tried.
-    let e = host_ca_bundle_from(None, |_| false).unwrap_err();
+    let e = host_ca_bundle_from(None, |_| false).unwrap_err().to_string();
     assert!(
         e.contains("/etc/ssl/certs/ca-certificates.crt") && e.contains("/etc/ssl/cert.pem"),
         "{e}"

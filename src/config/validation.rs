@@ -655,7 +655,7 @@ impl Schema<'_> {
                 "image" => {}
                 "host" => {
                     let bundle = crate::config::host_ca_bundle()
-                        .map_err(|expected| self.invalid(i.line, &key, expected, "\"host\""))?;
+                        .map_err(|e| self.invalid(i.line, &key, e.to_string(), "\"host\""))?;
                     crate::config::with_host_ca(&mut p, &bundle).map_err(|guest| {
                         self.invalid(
                             i.line,
