@@ -27,11 +27,13 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
                 return build_recipe(&name, quiet, if_missing);
             }
             let storage = paths::storage_root()?;
-            paths::ensure_private_dir(&storage)?;
             let layout = image::images_dir(&storage).join("default");
             if if_missing && layout.join("index.json").exists() {
                 return Ok(0);
             }
+            // Before any image work: the build's namespace maps them.
+            crate::client::doctor::require_subids()?;
+            paths::ensure_private_dir(&storage)?;
             let mut progress = image::Progress::new(quiet);
             let digest = image::build_default(&storage, &mut progress)?;
             if !quiet {
@@ -73,7 +75,6 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
         known: cfg.images.keys().cloned().collect(),
     })?;
     let storage = paths::storage_root()?;
-    paths::ensure_private_dir(&storage)?;
     let layout = crate::storage::image::images_dir(&storage).join(name);
     let built = layout.join("index.json").exists();
     if if_missing && built {
@@ -108,6 +109,9 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
         }
         return Ok(0);
     }
+    // Before any image work: the build's namespace maps them.
+    crate::client::doctor::require_subids()?;
+    paths::ensure_private_dir(&storage)?;
     let mut progress = crate::storage::image::Progress::new(quiet);
     let digest = crate::storage::image::build_image(
         &storage,
