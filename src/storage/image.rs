@@ -143,41 +143,7 @@ impl std::error::Error for ImageError {}
 
 type Result<T> = std::result::Result<T, ImageError>;
 
-/// Progress on a terminal: one line, rewritten; silent otherwise.
-pub struct Progress {
-    on: bool,
-    shown: bool,
-}
-
-impl Progress {
-    pub fn new(quiet: bool) -> Progress {
-        Progress {
-            on: !quiet && crate::sys::isatty(crate::sys::STDERR),
-            shown: false,
-        }
-    }
-    pub fn step(&mut self, msg: &str) {
-        if self.on {
-            let msg: String = msg.chars().filter(|c| !c.is_control()).take(100).collect();
-            eprint!("\r\x1b[K{msg}");
-            let _ = io::stderr().flush();
-            self.shown = true;
-        }
-    }
-    pub fn done(&mut self) {
-        if self.on && self.shown {
-            eprint!("\r\x1b[K");
-            let _ = io::stderr().flush();
-            self.shown = false;
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.done();
-    }
-}
+pub use crate::storage::progress::Progress;
 
 // ---- locating the image ----------------------------------------------------
 
@@ -391,16 +357,15 @@ pub fn prepare_bounded(
     // Bounded preparation: every layer's expanded size is checked from its
     // tar headers before anything is unpacked, so a refused image leaves
     // no partial lower.
-    progress.step("checking image layers");
-    crate::storage::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
+    progress.step("preparing image: checking its layers");
+    let sizes = crate::storage::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).
     let pid = std::process::id() as i32;
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let tmp = lowers.join(format!(".prep-{artifact}-{pid}-{start}-{}", random_id(4)));
-    progress.step("preparing image (unpacking layers)");
-    let result = unpack_into(layout, tag, &tmp, &digest);
+    let result = unpack_into(layout, tag, &tmp, &digest, sizes, progress);
     if let Err(e) = result {
         let e = no_space_or(e, &lowers);
         remove_tree(&tmp);
@@ -478,14 +443,30 @@ fn is_finished(dir: &Path, digest: &str) -> bool {
         && dir.join("rootfs").is_dir()
 }
 
-fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()> {
-    run_tool(
-        "umoci unpack",
-        Command::new("umoci")
-            .args(["unpack", "--rootless", "--image"])
-            .arg(format!("{}:{tag}", layout.display()))
-            .arg(tmp),
-    )?;
+fn unpack_into(
+    layout: &Path,
+    tag: &str,
+    tmp: &Path,
+    digest: &str,
+    sizes: crate::storage::layercheck::Sizes,
+    progress: &mut Progress,
+) -> Result<()> {
+    let mut cmd = Command::new("umoci");
+    cmd.args(["unpack", "--rootless", "--image"])
+        .arg(format!("{}:{tag}", layout.display()))
+        .arg(tmp);
+    // Once a second: the bytes umoci wrote and read so far against what
+    // the layer check found (`progress::unpack_line`).
+    let t0 = std::time::Instant::now();
+    let mut tick = |pid: u32| {
+        if progress.shown() {
+            let io = std::fs::read_to_string(format!("/proc/{pid}/io"))
+                .ok()
+                .and_then(|t| crate::storage::progress::parse_proc_io(&t));
+            progress.step(&crate::storage::progress::unpack_line(t0.elapsed(), io, sizes));
+        }
+    };
+    run_tool_ticking("umoci unpack", &mut cmd, &mut tick)?;
     let rootfs = tmp.join("rootfs");
     // Mount points for Lazaret's fixed mounts exist in the lower itself, so
     // runsc never has to create them anywhere. The image is untrusted: no
@@ -533,6 +514,43 @@ fn run_tool(tool: &'static str, cmd: &mut Command) -> Result<()> {
         tool,
         status: out.status.to_string(),
         log: tail(&out.stderr, 15),
+    })
+}
+
+/// [`run_tool`], calling `tick` with the tool's pid at once and about
+/// once a second while it runs.
+fn run_tool_ticking(tool: &'static str, cmd: &mut Command, tick: &mut dyn FnMut(u32)) -> Result<()> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ImageError::Spawn(tool, e))?;
+    let stderr = child.stderr.take().expect("piped");
+    let err_thread = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = io::Read::read_to_end(&mut BufReader::new(stderr), &mut buf);
+        buf
+    });
+    let mut last = None::<std::time::Instant>;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| ImageError::Spawn(tool, e))? {
+            break st;
+        }
+        if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
+            tick(child.id());
+            last = Some(std::time::Instant::now());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let errs = err_thread.join().unwrap_or_default();
+    if status.success() {
+        return Ok(());
+    }
+    Err(ImageError::Tool {
+        tool,
+        status: status.to_string(),
+        log: tail(&errs, 15),
     })
 }
 
