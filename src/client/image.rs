@@ -41,14 +41,14 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
             }
             Ok(0)
         }
-        Some(sub @ ("list" | "prune")) => {
+        Some(sub @ ("list" | "ls" | "prune")) => {
             let mut args = pico_args::Arguments::from_vec(raw);
             let json = args.contains("--json");
             let dry_run = sub == "prune" && args.contains("--dry-run");
             let all = sub == "prune" && args.contains("--all");
             finish_args(args)?;
             refuse_root()?;
-            if sub == "list" {
+            if sub != "prune" {
                 let (listed, lowers) = gc::list()?;
                 print_list(&listed, &lowers, json);
             } else {
@@ -131,11 +131,20 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
     Ok(0)
 }
 
-/// `image list`: a line per entry, or one JSON array.
+/// `image list`: a line per entry with the disk it takes (as `du -s`
+/// counts it) and their total, or one JSON array (`bytes` of each).
 fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
     let mut arr = Vec::new();
     let mut out = String::new();
+    let mut total = 0u64;
     for l in listed {
+        total += match l {
+            Listed::Image { bytes, .. }
+            | Listed::Import { bytes, .. }
+            | Listed::Artifact { bytes, .. }
+            | Listed::ImageDir { bytes, .. } => *bytes,
+            _ => 0,
+        };
         match l {
             Listed::Image { name, bytes } => {
                 arr.push(Json::Obj(vec![
@@ -198,8 +207,13 @@ fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
                     ("active", Json::strs(active)),
                     ("profiles", Json::strs(profiles)),
                 ]));
+                // The image it was unpacked from (its first start).
+                let from = Path::new(source)
+                    .file_name()
+                    .map(|n| format!("  prepared from {}", crate::display::escape(&n.to_string_lossy())))
+                    .unwrap_or_default();
                 out.push_str(&format!(
-                    "{id}  {:>8}  {} lease(s), {} active  {}{}\n",
+                    "{id}  {:>8}  {} lease(s), {} active  {}{from}{}\n",
                     human_size(*bytes),
                     leased_by.len(),
                     active.len(),
@@ -271,6 +285,7 @@ fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
         println!("no prepared lowers in {}", lowers.display());
     } else {
         print!("{out}");
+        println!("total {} on disk", human_size(total));
     }
 }
 

@@ -50,7 +50,12 @@ impl<'a> Progress<'a> {
             return;
         }
         if self.on {
-            let msg: String = msg.chars().filter(|c| !c.is_control()).take(100).collect();
+            // One terminal line: a wrapped line would not be redrawn over.
+            let cols = crate::sys::get_winsize(std::io::stderr())
+                .map(|w| w.cols as usize)
+                .filter(|c| *c > 1)
+                .unwrap_or(101);
+            let msg: String = msg.chars().filter(|c| !c.is_control()).take(cols - 1).collect();
             eprint!("\r\x1b[K{msg}");
             let _ = io::stderr().flush();
             self.shown = true;
@@ -97,10 +102,10 @@ pub fn clock(d: Duration) -> String {
 /// (the basis was off) the rest is unknown.
 pub fn by_rate(elapsed: Duration, done: u64, total: u64) -> Estimate {
     if total == 0 {
-        return Estimate::NoBasis("the size of the work is unknown");
+        return Estimate::NoBasis("size unknown");
     }
     if done >= total {
-        return Estimate::NoBasis("it took more than its sizes said");
+        return Estimate::NoBasis("past its expected size");
     }
     if elapsed < Duration::from_secs(3) || done.saturating_mul(50) < total {
         return Estimate::TooEarly;
@@ -114,10 +119,10 @@ pub fn by_rate(elapsed: Duration, done: u64, total: u64) -> Estimate {
 /// steps after it. `recorded` is that build's steps, by name, in order.
 pub fn by_record(recorded: &[(String, Duration)], steps: &[String], current: usize, in_step: Duration) -> Estimate {
     if recorded.is_empty() {
-        return Estimate::NoBasis("no earlier build of this image here to compare with");
+        return Estimate::NoBasis("first build of it here");
     }
     if recorded.len() != steps.len() || recorded.iter().zip(steps).any(|((n, _), s)| n != s) {
-        return Estimate::NoBasis("its steps changed since the last build");
+        return Estimate::NoBasis("its steps changed");
     }
     let now = recorded.get(current).map_or(Duration::ZERO, |r| r.1);
     let after: Duration = recorded.iter().skip(current + 1).map(|r| r.1).sum();
@@ -126,14 +131,14 @@ pub fn by_record(recorded: &[(String, Duration)], steps: &[String], current: usi
     Estimate::Left(now.saturating_sub(in_step) + after)
 }
 
-/// `(ELAPSED elapsed, ESTIMATE)`.
+/// `ELAPSED elapsed, ESTIMATE`.
 pub fn timing(elapsed: Duration, est: &Estimate) -> String {
     let left = match est {
         Estimate::Left(d) => format!("about {} left", clock(*d)),
         Estimate::TooEarly => "no estimate yet".to_string(),
-        Estimate::NoBasis(why) => format!("no estimate: {why}"),
+        Estimate::NoBasis(why) => format!("no estimate ({why})"),
     };
-    format!("({} elapsed, {left})", clock(elapsed))
+    format!("{} elapsed, {left}", clock(elapsed))
 }
 
 /// The step times file a build leaves in its image (`SECS<TAB>STEP` lines).
@@ -180,9 +185,9 @@ pub fn unpack_line(
     let total = sizes.expanded.saturating_mul(2).saturating_add(sizes.compressed);
     let Some((rchar, wchar)) = io else {
         return format!(
-            "preparing image: unpacking {} of layers {}",
+            "preparing image: unpacking {} of layers, {}",
             crate::display::human_size(sizes.expanded),
-            timing(elapsed, &Estimate::NoBasis("its progress cannot be read"))
+            timing(elapsed, &Estimate::NoBasis("progress unreadable"))
         );
     };
     let done = rchar.saturating_add(wchar);
@@ -196,7 +201,7 @@ pub fn unpack_line(
         "recording the unpacked files' digests".to_string()
     };
     format!(
-        "preparing image: {what} {}",
+        "preparing image: {what}, {}",
         timing(elapsed, &by_rate(elapsed, done, total))
     )
 }
@@ -219,7 +224,7 @@ mod tests {
 
     #[test]
     fn rate_estimates_need_a_basis_and_a_measurement() {
-        assert_eq!(by_rate(secs(60), 10, 0), Estimate::NoBasis("the size of the work is unknown"));
+        assert_eq!(by_rate(secs(60), 10, 0), Estimate::NoBasis("size unknown"));
         // Too early: under 3 seconds, or under 2 % done.
         assert_eq!(by_rate(secs(2), 50, 100), Estimate::TooEarly);
         assert_eq!(by_rate(secs(30), 1, 100), Estimate::TooEarly);
@@ -236,7 +241,7 @@ mod tests {
         assert_eq!(by_record(&rec, &steps, 2, secs(10)), Estimate::Left(secs(20)));
         // Longer than last time: only the later steps are counted.
         assert_eq!(by_record(&rec, &steps, 1, secs(500)), Estimate::Left(secs(30)));
-        assert!(matches!(by_record(&[], &steps, 0, secs(0)), Estimate::NoBasis(w) if w.contains("no earlier build")));
+        assert!(matches!(by_record(&[], &steps, 0, secs(0)), Estimate::NoBasis(w) if w.contains("first build")));
         let other = vec!["debootstrap".to_string(), "install git".into(), "pack".into()];
         assert!(matches!(by_record(&rec, &other, 0, secs(0)), Estimate::NoBasis(w) if w.contains("changed")));
         // The record survives its file.
@@ -257,15 +262,15 @@ mod tests {
         let l = unpack_line(secs(35), io, sizes);
         assert_eq!(
             l,
-            "preparing image: unpacking the layers, 125 MiB of 250 MiB (0:35 elapsed, about 1:25 left)"
+            "preparing image: unpacking the layers, 125 MiB of 250 MiB, 0:35 elapsed, about 1:25 left"
         );
         let l = unpack_line(secs(1), Some((1 << 20, 1 << 20)), sizes);
-        assert!(l.ends_with("(0:01 elapsed, no estimate yet)"), "{l}");
+        assert!(l.ends_with(", 0:01 elapsed, no estimate yet"), "{l}");
         // Written out: the files are read back for umoci's manifest.
         let l = unpack_line(secs(60), Some((200 << 20, 250 << 20)), sizes);
-        assert!(l.starts_with("preparing image: recording the unpacked files' digests (1:00 elapsed, about 0:2"), "{l}");
+        assert!(l.starts_with("preparing image: recording the unpacked files' digests, 1:00 elapsed, about 0:2"), "{l}");
         let l = unpack_line(secs(9), None, sizes);
-        assert!(l.contains("no estimate: its progress cannot be read"), "{l}");
-        assert!(unpack_line(secs(9), Some((0, 0)), Sizes::default()).contains("no estimate: the size"));
+        assert!(l.contains("no estimate (progress unreadable)"), "{l}");
+        assert!(unpack_line(secs(9), Some((0, 0)), Sizes::default()).contains("no estimate (size unknown)"));
     }
 }
