@@ -494,7 +494,9 @@ fn unpack_into(
 /// is not counted.
 pub fn du(p: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let Ok(top) = std::fs::symlink_metadata(p) else { return 0 };
+    let Ok(top) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
     let mut total = top.blocks() * 512;
     let mut seen = std::collections::HashSet::new();
     let mut stack = vec![p.to_path_buf()];
@@ -1175,13 +1177,19 @@ mod tests {
             "building tooled: run step 1 of 1: npm install -g some-agent-cli-with-a-lon… [2/3], \
              1:15 elapsed, no estimate (first build of it here): added 3 packages"
         );
-        let rec: Vec<(String, std::time::Duration)> = on_base.iter().cloned().zip([secs(20), secs(60), secs(40)]).collect();
-        let shown = BuildProgress { recorded: &rec, ..shown };
+        let rec: Vec<(String, std::time::Duration)> =
+            on_base.iter().cloned().zip([secs(20), secs(60), secs(40)]).collect();
+        let shown = BuildProgress {
+            recorded: &rec,
+            ..shown
+        };
         assert_eq!(
             shown.line(Some(0), secs(5), secs(5), ""),
             "building tooled: unpacking the base image dev [1/3], 0:05 elapsed, about 1:55 left"
         );
-        assert!(shown.line(None, secs(1), secs(1), "").contains("entering the build namespace, 0:01 elapsed, about 2:00 left"));
+        assert!(shown
+            .line(None, secs(1), secs(1), "")
+            .contains("entering the build namespace, 0:01 elapsed, about 2:00 left"));
     }
 
     #[test]

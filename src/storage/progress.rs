@@ -177,11 +177,7 @@ pub fn parse_proc_io(text: &str) -> Option<(u64, u64)> {
 /// compressed blobs), then reads every file back for its manifest. The
 /// work is counted as bytes written plus bytes read against
 /// `2 × expanded + compressed`. Pure: the line for one sample.
-pub fn unpack_line(
-    elapsed: Duration,
-    io: Option<(u64, u64)>,
-    sizes: crate::storage::layercheck::Sizes,
-) -> String {
+pub fn unpack_line(elapsed: Duration, io: Option<(u64, u64)>, sizes: crate::storage::layercheck::Sizes) -> String {
     let total = sizes.expanded.saturating_mul(2).saturating_add(sizes.compressed);
     let Some((rchar, wchar)) = io else {
         return format!(
@@ -268,7 +264,10 @@ mod tests {
         assert!(l.ends_with(", 0:01 elapsed, no estimate yet"), "{l}");
         // Written out: the files are read back for umoci's manifest.
         let l = unpack_line(secs(60), Some((200 << 20, 250 << 20)), sizes);
-        assert!(l.starts_with("preparing image: recording the unpacked files' digests, 1:00 elapsed, about 0:2"), "{l}");
+        assert!(
+            l.starts_with("preparing image: recording the unpacked files' digests, 1:00 elapsed, about 0:2"),
+            "{l}"
+        );
         let l = unpack_line(secs(9), None, sizes);
         assert!(l.contains("no estimate (progress unreadable)"), "{l}");
         assert!(unpack_line(secs(9), Some((0, 0)), Sizes::default()).contains("no estimate (size unknown)"));

@@ -79,7 +79,10 @@ fn pane(env: &Env, ws: &Path, cfg: &Path, data: &Path, args: &[&str]) -> String 
         .map(|s| sh_quote(&s))
         .collect::<Vec<_>>()
         .join(" ");
-    let inner = format!("cd {}; {lz}; echo exit=$?; sleep 120", sh_quote(&ws.display().to_string()));
+    let inner = format!(
+        "cd {}; {lz}; echo exit=$?; sleep 120",
+        sh_quote(&ws.display().to_string())
+    );
     cmd.push_str(" TERM=xterm-256color sh -c ");
     cmd.push_str(&sh_quote(&inner));
     cmd
@@ -128,7 +131,12 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
     let data = data_with_default(env, &base, env.uid, env.gid);
     let ws = env.dir("imgwork-ws");
 
-    let t = Tmux::new("imgbuild", 200, 20, &pane(env, &ws, &cfg, &data, &["image", "build", "tiny"]));
+    let t = Tmux::new(
+        "imgbuild",
+        200,
+        20,
+        &pane(env, &ws, &cfg, &data, &["image", "build", "tiny"]),
+    );
     let (seen, screen) = watch(&t, Duration::from_secs(900));
     drop(t);
     assert!(screen.contains("exit=0"), "{screen}\n{seen:#?}");
@@ -140,7 +148,8 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
         assert!(seen.iter().any(|l| l.contains(step)), "no {step:?} in {seen:#?}");
     }
     assert!(
-        seen.iter().any(|l| l.contains(" elapsed, no estimate (first build of it here)")),
+        seen.iter()
+            .any(|l| l.contains(" elapsed, no estimate (first build of it here)")),
         "{seen:#?}"
     );
     assert!(!seen.iter().any(|l| l.contains("debootstrap")), "{seen:#?}");
@@ -157,11 +166,24 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
         ],
         "{times}"
     );
-    let slept: u64 = times.lines().nth(1).unwrap().split('\t').next().unwrap().parse().unwrap();
+    let slept: u64 = times
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split('\t')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(slept >= 4, "the sleep step took {slept} s: {times}");
 
     // The first start of the image: its unpack, timed, with an estimate.
-    let t = Tmux::new("imgstart", 200, 20, &pane(env, &ws, &cfg, &data, &["run", "-p", "t", "--", "true"]));
+    let t = Tmux::new(
+        "imgstart",
+        200,
+        20,
+        &pane(env, &ws, &cfg, &data, &["run", "-p", "t", "--", "true"]),
+    );
     let (seen, screen) = watch(&t, Duration::from_secs(600));
     drop(t);
     assert!(screen.contains("exit=0"), "{screen}\n{seen:#?}");
@@ -186,7 +208,11 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
     for name in ["default", "tiny"] {
         let want = du(&data.join("lazaret/images").join(name));
         assert_eq!(json_bytes_of(&j.stdout, name), Some(want), "{name}: {}", j.stdout);
-        let line = l.stdout.lines().find(|x| x.starts_with(&format!("image {name} "))).unwrap_or("");
+        let line = l
+            .stdout
+            .lines()
+            .find(|x| x.starts_with(&format!("image {name} ")))
+            .unwrap_or("");
         assert!(line.contains(&human(want)), "{name} {want}: {}", l.stdout);
     }
     let lowers = data.join("lazaret/lowers");
@@ -204,8 +230,18 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
         j.stdout
     );
     let line = l.stdout.lines().find(|x| x.starts_with(&id)).unwrap_or("");
-    assert!(line.contains(&human(want)) && line.contains("prepared from tiny"), "{}", l.stdout);
-    assert!(l.stdout.lines().any(|x| x.starts_with("total ") && x.ends_with(" on disk")), "{}", l.stdout);
+    assert!(
+        line.contains(&human(want)) && line.contains("prepared from tiny"),
+        "{}",
+        l.stdout
+    );
+    assert!(
+        l.stdout
+            .lines()
+            .any(|x| x.starts_with("total ") && x.ends_with(" on disk")),
+        "{}",
+        l.stdout
+    );
 
     let _ = Command::new("setpriv")
         .args(env.as_user().iter().skip(1))
@@ -251,11 +287,7 @@ fn without_subordinate_ids_no_image_work_starts() {
     let cfg = base.join("cfg/lazaret");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(
-        cfg.join("config.toml"),
-        "[images.tiny]\npackages = [\"curl\"]\n",
-    )
-    .unwrap();
+    std::fs::write(cfg.join("config.toml"), "[images.tiny]\npackages = [\"curl\"]\n").unwrap();
     let data = base.join("data");
     std::fs::create_dir_all(&data).unwrap();
     let st = Command::new("chown")
@@ -279,7 +311,10 @@ fn without_subordinate_ids_no_image_work_starts() {
             .current_dir(&ws)
             .output()
             .unwrap();
-        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
     };
     let said = |what: &str, code: i32, err: &str| {
         assert_eq!(code, 2, "{what}: {err}");
@@ -287,7 +322,10 @@ fn without_subordinate_ids_no_image_work_starts() {
             err.contains(&format!("no range for {user} (uid {uid}) in /etc/subuid")),
             "{what}: {err}"
         );
-        assert!(err.contains("sudo usermod --add-subuids ") && err.contains(user), "{what}: {err}");
+        assert!(
+            err.contains("sudo usermod --add-subuids ") && err.contains(user),
+            "{what}: {err}"
+        );
         assert!(err.contains("nothing was started"), "{what}: {err}");
         assert!(!err.contains("unshare"), "{what}: {err}");
     };
