@@ -459,7 +459,7 @@ fn unpack_into(
     // the layer check found (`progress::unpack_line`).
     let t0 = std::time::Instant::now();
     let mut tick = |pid: u32| {
-        if progress.shown() {
+        if progress.visible() {
             let io = std::fs::read_to_string(format!("/proc/{pid}/io"))
                 .ok()
                 .and_then(|t| crate::storage::progress::parse_proc_io(&t));
@@ -1040,7 +1040,7 @@ chmod -R a+rX,u+w oci
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        if progress.shown() {
+        if progress.visible() {
             progress.step(&shown.line(current, t0.elapsed(), step_start.elapsed(), &detail));
         }
     }

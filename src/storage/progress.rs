@@ -40,7 +40,7 @@ impl<'a> Progress<'a> {
     }
 
     /// Whether anyone sees the steps (timed lines are worth computing).
-    pub fn shown(&self) -> bool {
+    pub fn visible(&self) -> bool {
         self.on
     }
 
