@@ -137,8 +137,11 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
         20,
         &pane(env, &ws, &cfg, &data, &["image", "build", "tiny"]),
     );
+    let t0 = Instant::now();
     let (seen, screen) = watch(&t, Duration::from_secs(900));
     drop(t);
+    // Shown with `--nocapture`: the lines a user saw, and how long.
+    eprintln!("image build tiny, {:?}:\n{}", t0.elapsed(), seen.join("\n"));
     assert!(screen.contains("exit=0"), "{screen}\n{seen:#?}");
     for step in [
         "building tiny: unpacking the base image default [1/3], ",
@@ -184,8 +187,10 @@ fn a_recipe_names_its_steps_and_image_ls_its_disk() {
         20,
         &pane(env, &ws, &cfg, &data, &["run", "-p", "t", "--", "true"]),
     );
+    let t0 = Instant::now();
     let (seen, screen) = watch(&t, Duration::from_secs(600));
     drop(t);
+    eprintln!("first start of tiny, {:?}:\n{}", t0.elapsed(), seen.join("\n"));
     assert!(screen.contains("exit=0"), "{screen}\n{seen:#?}");
     assert!(
         seen.iter()
