@@ -49,7 +49,8 @@ commands:
                        Git's execution surface: what stays read-only
                        inside, hook managers, and hooks or programs that
                        run project code (warned about at each start)
-  image list [--json]  list prepared lowers, their leases and foreign dirs
+  image list [--json]  list images and prepared lowers with the disk each
+                       takes, their leases and foreign dirs (also: ls)
   image prune [--dry-run] [--all] [--json]
                        delete prepared lowers no Domain leases (the lowers
                        of images a profile uses stay unless --all) and

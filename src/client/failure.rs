@@ -158,6 +158,9 @@ pub enum Failure {
     /// code under `host_hooks = "refuse"`, or the workspace could not be
     /// searched for its repositories (the sentence).
     HostHooks(String),
+    /// No subordinate id range for the user in /etc/subuid or /etc/subgid
+    /// (doctor's check, before any image work): what is missing, the fix.
+    NoSubids { detail: String, fix: String },
 
     // ---- starting the coordinator (exit 125) ----
     /// Connecting to a published Domain.
@@ -279,7 +282,8 @@ impl Failure {
             | BaseNotBuilt { .. }
             | NoGate { .. }
             | SessionRefused(_)
-            | HostHooks(_) => EXIT_USAGE,
+            | HostHooks(_)
+            | NoSubids { .. } => EXIT_USAGE,
             Image(_)
             | Lock(_)
             | Connect { .. }
@@ -446,6 +450,11 @@ impl fmt::Display for Failure {
                 "{}: profile {profile:?}: image {image}: {} is not a file: fix `image`",
                 config.display(),
                 file.display()
+            ),
+            NoSubids { detail, fix } => write!(
+                f,
+                "{detail}: image builds and sandboxes run in a user namespace that maps a range of \
+                 subordinate ids, and nothing was started. Fix: {fix} (then `lazaret doctor` checks it)"
             ),
             DefaultImageMissing(at) => write!(
                 f,

@@ -27,11 +27,13 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
                 return build_recipe(&name, quiet, if_missing);
             }
             let storage = paths::storage_root()?;
-            paths::ensure_private_dir(&storage)?;
             let layout = image::images_dir(&storage).join("default");
             if if_missing && layout.join("index.json").exists() {
                 return Ok(0);
             }
+            // Before any image work: the build's namespace maps them.
+            crate::client::doctor::require_subids()?;
+            paths::ensure_private_dir(&storage)?;
             let mut progress = image::Progress::new(quiet);
             let digest = image::build_default(&storage, &mut progress)?;
             if !quiet {
@@ -39,14 +41,14 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
             }
             Ok(0)
         }
-        Some(sub @ ("list" | "prune")) => {
+        Some(sub @ ("list" | "ls" | "prune")) => {
             let mut args = pico_args::Arguments::from_vec(raw);
             let json = args.contains("--json");
             let dry_run = sub == "prune" && args.contains("--dry-run");
             let all = sub == "prune" && args.contains("--all");
             finish_args(args)?;
             refuse_root()?;
-            if sub == "list" {
+            if sub != "prune" {
                 let (listed, lowers) = gc::list()?;
                 print_list(&listed, &lowers, json);
             } else {
@@ -73,7 +75,6 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
         known: cfg.images.keys().cloned().collect(),
     })?;
     let storage = paths::storage_root()?;
-    paths::ensure_private_dir(&storage)?;
     let layout = crate::storage::image::images_dir(&storage).join(name);
     let built = layout.join("index.json").exists();
     if if_missing && built {
@@ -108,6 +109,9 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
         }
         return Ok(0);
     }
+    // Before any image work: the build's namespace maps them.
+    crate::client::doctor::require_subids()?;
+    paths::ensure_private_dir(&storage)?;
     let mut progress = crate::storage::image::Progress::new(quiet);
     let digest = crate::storage::image::build_image(
         &storage,
@@ -127,11 +131,20 @@ fn build_recipe(name: &str, quiet: bool, if_missing: bool) -> Result<i32, Failur
     Ok(0)
 }
 
-/// `image list`: a line per entry, or one JSON array.
+/// `image list`: a line per entry with the disk it takes (as `du -s`
+/// counts it) and their total, or one JSON array (`bytes` of each).
 fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
     let mut arr = Vec::new();
     let mut out = String::new();
+    let mut total = 0u64;
     for l in listed {
+        total += match l {
+            Listed::Image { bytes, .. }
+            | Listed::Import { bytes, .. }
+            | Listed::Artifact { bytes, .. }
+            | Listed::ImageDir { bytes, .. } => *bytes,
+            _ => 0,
+        };
         match l {
             Listed::Image { name, bytes } => {
                 arr.push(Json::Obj(vec![
@@ -194,8 +207,13 @@ fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
                     ("active", Json::strs(active)),
                     ("profiles", Json::strs(profiles)),
                 ]));
+                // The image it was unpacked from (its first start).
+                let from = Path::new(source)
+                    .file_name()
+                    .map(|n| format!("  prepared from {}", crate::display::escape(&n.to_string_lossy())))
+                    .unwrap_or_default();
                 out.push_str(&format!(
-                    "{id}  {:>8}  {} lease(s), {} active  {}{}\n",
+                    "{id}  {:>8}  {} lease(s), {} active  {}{from}{}\n",
                     human_size(*bytes),
                     leased_by.len(),
                     active.len(),
@@ -267,6 +285,7 @@ fn print_list(listed: &[Listed], lowers: &Path, json: bool) {
         println!("no prepared lowers in {}", lowers.display());
     } else {
         print!("{out}");
+        println!("total {} on disk", human_size(total));
     }
 }
 

@@ -39,6 +39,8 @@ pub(super) fn connect_or_start(r: &Resolved, quiet: bool) -> Result<UnixStream, 
         // A coordinator that just stopped removes the runtime dir.
         r.paths.ensure()?;
         if let Some(lock) = try_domain_lock(&r.paths.lock())? {
+            // Before the image is prepared: the sandbox's namespace maps them.
+            crate::client::doctor::require_subids()?;
             check_disk(r)?;
             check_host_hooks(r)?;
             warn_unlimited(r, quiet);

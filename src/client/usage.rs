@@ -79,7 +79,7 @@ what goes; asks first unless --yes. Refuses a running Domain.
 
 pub const IMAGE: &str = "\
 usage: lazaret image build [NAME] [-q] [--if-missing]
-       lazaret image list [--json]
+       lazaret image list|ls [--json]
        lazaret image prune [--all] [--dry-run] [--json]
 
 build   builds the default base image (debootstrap of the host's Debian
@@ -87,7 +87,9 @@ build   builds the default base image (debootstrap of the host's Debian
         takes a minute or more; an unchanged recipe is not rebuilt
         -q, --quiet     no progress output
         --if-missing    do nothing when the image exists
-list    lists prepared lowers, their leases, interrupted builds and imports
+list    lists images, prepared lowers (the image each was unpacked from at
+        its first start), their leases, interrupted builds and imports,
+        each with the disk it takes, and the total
 prune   deletes prepared lowers no Domain leases (keeping those of images a
         profile refers to unless --all), interrupted builds, failed imports
 ";

@@ -144,7 +144,12 @@ impl Coordinator {
                 .unwrap_or(crate::storage::layercheck::DEFAULT_FLOOR),
             ..Default::default()
         };
-        let lower = image::prepare_bounded(storage, &layout, &tag, &mut quiet, bound)?;
+        // The first start of an image unpacks it: its steps, time and
+        // estimate go to the starting CLI's progress line.
+        let mut send = |step: &str| report.progress(step);
+        let mut forward = image::Progress::forward(&mut send);
+        let lower = image::prepare_bounded(storage, &layout, &tag, &mut forward, bound)?;
+        drop(forward);
         drop(gc);
         crate::trace::step("coordinator", "lower prepared");
 

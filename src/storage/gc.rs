@@ -257,7 +257,7 @@ fn imports(storage: &Path) -> Vec<(String, image::ImportState, u64)> {
             p.join("index.json").is_file(),
             crate::sys::same_process,
         );
-        out.push((name, st, crate::storage::cgroup::disk_use(&p)));
+        out.push((name, st, image::du(&p)));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
@@ -309,7 +309,7 @@ pub fn list() -> Result<(Vec<Listed>, PathBuf)> {
     // Image layouts (the built default and imports) and their disk use.
     let default = image::images_dir(&storage).join("default");
     if default.is_dir() {
-        let bytes = crate::storage::cgroup::disk_use(&default);
+        let bytes = image::du(&default);
         out.push(Listed::Image {
             name: "default".into(),
             bytes,
@@ -327,7 +327,7 @@ pub fn list() -> Result<(Vec<Listed>, PathBuf)> {
         .unwrap_or_default();
     recipes.sort();
     for name in recipes {
-        let bytes = crate::storage::cgroup::disk_use(&image::images_dir(&storage).join(&name));
+        let bytes = image::du(&image::images_dir(&storage).join(&name));
         out.push(Listed::Image { name, bytes });
     }
     for (name, state, bytes) in imports(&storage) {
@@ -342,7 +342,7 @@ pub fn list() -> Result<(Vec<Listed>, PathBuf)> {
     for it in items {
         out.push(match it {
             Item::Artifact { id, digest, source } => {
-                let bytes = crate::storage::cgroup::disk_use(&lowers.join(&id));
+                let bytes = image::du(&lowers.join(&id));
                 let (doms, act) = l.by_artifact.get(&id).cloned().unwrap_or_default();
                 let profiles = refs.artifacts.get(&id).cloned().unwrap_or_default();
                 Listed::Artifact {
@@ -366,7 +366,7 @@ pub fn list() -> Result<(Vec<Listed>, PathBuf)> {
             continue;
         }
         let path = image::images_dir(&storage).join(item.name());
-        let bytes = crate::storage::cgroup::disk_use(&path);
+        let bytes = image::du(&path);
         out.push(Listed::ImageDir { item, path, bytes });
     }
     Ok((out, lowers))

@@ -14,7 +14,7 @@
 //! is never used as a lower.
 
 use std::fmt;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -143,41 +143,7 @@ impl std::error::Error for ImageError {}
 
 type Result<T> = std::result::Result<T, ImageError>;
 
-/// Progress on a terminal: one line, rewritten; silent otherwise.
-pub struct Progress {
-    on: bool,
-    shown: bool,
-}
-
-impl Progress {
-    pub fn new(quiet: bool) -> Progress {
-        Progress {
-            on: !quiet && crate::sys::isatty(crate::sys::STDERR),
-            shown: false,
-        }
-    }
-    pub fn step(&mut self, msg: &str) {
-        if self.on {
-            let msg: String = msg.chars().filter(|c| !c.is_control()).take(100).collect();
-            eprint!("\r\x1b[K{msg}");
-            let _ = io::stderr().flush();
-            self.shown = true;
-        }
-    }
-    pub fn done(&mut self) {
-        if self.on && self.shown {
-            eprint!("\r\x1b[K");
-            let _ = io::stderr().flush();
-            self.shown = false;
-        }
-    }
-}
-
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.done();
-    }
-}
+pub use crate::storage::progress::Progress;
 
 // ---- locating the image ----------------------------------------------------
 
@@ -391,16 +357,15 @@ pub fn prepare_bounded(
     // Bounded preparation: every layer's expanded size is checked from its
     // tar headers before anything is unpacked, so a refused image leaves
     // no partial lower.
-    progress.step("checking image layers");
-    crate::storage::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
+    progress.step("preparing image: checking its layers");
+    let sizes = crate::storage::layercheck::check_layout(layout, &digest, bound).map_err(ImageError::Layer)?;
     std::fs::create_dir_all(&lowers).map_err(|e| ImageError::Io(lowers.clone(), e))?;
     // pid + start time name the live preparer (`lazaret image prune` never
     // touches the tree of a live one).
     let pid = std::process::id() as i32;
     let start = crate::sys::proc_start_time(pid).unwrap_or(0);
     let tmp = lowers.join(format!(".prep-{artifact}-{pid}-{start}-{}", random_id(4)));
-    progress.step("preparing image (unpacking layers)");
-    let result = unpack_into(layout, tag, &tmp, &digest);
+    let result = unpack_into(layout, tag, &tmp, &digest, sizes, progress);
     if let Err(e) = result {
         let e = no_space_or(e, &lowers);
         remove_tree(&tmp);
@@ -478,14 +443,30 @@ fn is_finished(dir: &Path, digest: &str) -> bool {
         && dir.join("rootfs").is_dir()
 }
 
-fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()> {
-    run_tool(
-        "umoci unpack",
-        Command::new("umoci")
-            .args(["unpack", "--rootless", "--image"])
-            .arg(format!("{}:{tag}", layout.display()))
-            .arg(tmp),
-    )?;
+fn unpack_into(
+    layout: &Path,
+    tag: &str,
+    tmp: &Path,
+    digest: &str,
+    sizes: crate::storage::layercheck::Sizes,
+    progress: &mut Progress,
+) -> Result<()> {
+    let mut cmd = Command::new("umoci");
+    cmd.args(["unpack", "--rootless", "--image"])
+        .arg(format!("{}:{tag}", layout.display()))
+        .arg(tmp);
+    // Once a second: the bytes umoci wrote and read so far against what
+    // the layer check found (`progress::unpack_line`).
+    let t0 = std::time::Instant::now();
+    let mut tick = |pid: u32| {
+        if progress.visible() {
+            let io = std::fs::read_to_string(format!("/proc/{pid}/io"))
+                .ok()
+                .and_then(|t| crate::storage::progress::parse_proc_io(&t));
+            progress.step(&crate::storage::progress::unpack_line(t0.elapsed(), io, sizes));
+        }
+    };
+    run_tool_ticking("umoci unpack", &mut cmd, &mut tick)?;
     let rootfs = tmp.join("rootfs");
     // Mount points for Lazaret's fixed mounts exist in the lower itself, so
     // runsc never has to create them anywhere. The image is untrusted: no
@@ -505,6 +486,33 @@ fn unpack_into(layout: &Path, tag: &str, tmp: &Path, digest: &str) -> Result<()>
     std::fs::write(&marker, format!("{digest}\n{}\n", layout.display()))
         .map_err(|e| ImageError::Io(marker.clone(), e))?;
     Ok(())
+}
+
+/// The disk a tree takes, as `du -s --block-size=1` counts it: the
+/// allocated blocks of `p` and of everything under it, without following
+/// symlinks, a file with several links once. What this user cannot read
+/// is not counted.
+pub fn du(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
+    let mut total = top.blocks() * 512;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![p.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let Ok(md) = e.path().symlink_metadata() else { continue };
+            if md.is_dir() {
+                stack.push(e.path());
+            } else if md.nlink() > 1 && !seen.insert((md.dev(), md.ino())) {
+                continue;
+            }
+            total += md.blocks() * 512;
+        }
+    }
+    total
 }
 
 /// Removes a tree Lazaret created, even where the rootless unpack left
@@ -533,6 +541,43 @@ fn run_tool(tool: &'static str, cmd: &mut Command) -> Result<()> {
         tool,
         status: out.status.to_string(),
         log: tail(&out.stderr, 15),
+    })
+}
+
+/// [`run_tool`], calling `tick` with the tool's pid at once and about
+/// once a second while it runs.
+fn run_tool_ticking(tool: &'static str, cmd: &mut Command, tick: &mut dyn FnMut(u32)) -> Result<()> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| ImageError::Spawn(tool, e))?;
+    let stderr = child.stderr.take().expect("piped");
+    let err_thread = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = io::Read::read_to_end(&mut BufReader::new(stderr), &mut buf);
+        buf
+    });
+    let mut last = None::<std::time::Instant>;
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| ImageError::Spawn(tool, e))? {
+            break st;
+        }
+        if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1)) {
+            tick(child.id());
+            last = Some(std::time::Instant::now());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let errs = err_thread.join().unwrap_or_default();
+    if status.success() {
+        return Ok(());
+    }
+    Err(ImageError::Tool {
+        tool,
+        status: status.to_string(),
+        log: tail(&errs, 15),
     })
 }
 
@@ -681,17 +726,30 @@ pub fn build_image(
         Some(_) => packages.join(","),
         None => extra,
     };
+    // Each step of the script says when it begins with this line; a
+    // random one, so no output of the steps themselves is taken for it.
+    let marker = format!("L:{}", random_id(8));
     let steps = work.join("steps.sh");
     if !layers.steps.is_empty() {
         let mut text = String::from("set -e\n");
         for step in layers.steps {
-            text.push_str(&format!(
-                "echo \"I: running {}\"\n{step}\n",
-                step.replace(['"', '\\', '$', '`', '\n'], "?")
-            ));
+            text.push_str(&format!("echo {marker}\n{step}\n"));
         }
         std::fs::write(&steps, text).map_err(|e| ImageError::Io(steps.clone(), e))?;
     }
+    let plan = build_steps(
+        &codename,
+        layers
+            .from
+            .map(|b| b.file_name().unwrap_or_default().to_string_lossy().into_owned())
+            .as_deref(),
+        &extra,
+        layers.steps,
+    );
+    let last = images.join(name).join(TIMES_FILE);
+    let recorded = std::fs::read_to_string(&last)
+        .map(|t| crate::storage::progress::parse_times(&t))
+        .unwrap_or_default();
     let result = build_in(
         &work,
         &codename,
@@ -700,14 +758,27 @@ pub fn build_image(
         &extra,
         layers.from,
         (!layers.steps.is_empty()).then_some(steps.as_path()),
+        &BuildProgress {
+            name,
+            marker: &marker,
+            plan: &plan,
+            recorded: &recorded,
+        },
         progress,
     )
     .map_err(|e| no_space_or(e, &images));
-    if let (Ok(()), Some(r)) = (&result, recipe) {
+    if let Ok(times) = &result {
+        // The next build of this image estimates from these.
+        let _ = std::fs::write(
+            work.join("oci").join(TIMES_FILE),
+            crate::storage::progress::render_times(times),
+        );
+    }
+    if let (Ok(_), Some(r)) = (&result, recipe) {
         let _ = std::fs::write(work.join("oci").join(RECIPE_FILE), format!("{r}\n"));
     }
     let final_layout = images.join(name);
-    let outcome = result.and_then(|()| {
+    let outcome = result.and_then(|_| {
         let old = images.join(format!(".old-{}", random_id(4)));
         let had_old = final_layout.exists();
         if had_old {
@@ -737,6 +808,80 @@ pub fn split_packages(packages: &[String]) -> (String, String) {
     (DEFAULT_PACKAGES.join(","), extra.join(","))
 }
 
+/// The file in a built image's layout with its build's step times.
+pub const TIMES_FILE: &str = "lazaret-build-times";
+
+/// The steps a build runs, in order, as its progress names them (pure):
+/// a debootstrap only for an image with no base, apt only for packages
+/// beyond the default set (or any, on a base), then each `run` step and
+/// the packing. The build script marks the start of each in this order.
+pub fn build_steps(suite: &str, base: Option<&str>, extra: &str, run: &[String]) -> Vec<String> {
+    let short = |s: &str| {
+        let s = s.lines().next().unwrap_or("").trim();
+        match s.char_indices().nth(40) {
+            Some((i, _)) => format!("{}…", &s[..i]),
+            None => s.to_string(),
+        }
+    };
+    let mut out = vec![match base {
+        None => format!("debootstrap of Debian {suite}"),
+        Some(b) => format!("unpacking the base image {b}"),
+    }];
+    if !extra.is_empty() {
+        out.push(format!("installing {}", short(&extra.replace(',', ", "))));
+    }
+    for (i, r) in run.iter().enumerate() {
+        out.push(format!("run step {} of {}: {}", i + 1, run.len(), short(r)));
+    }
+    out.push("packing into an OCI layout".to_string());
+    out
+}
+
+/// What a build's progress line shows.
+struct BuildProgress<'a> {
+    name: &'a str,
+    /// The line that starts the next step of `plan`.
+    marker: &'a str,
+    plan: &'a [String],
+    /// The last build's step times, if any.
+    recorded: &'a [(String, std::time::Duration)],
+}
+
+impl BuildProgress<'_> {
+    /// The line for step `current` (`None`: before the first) with the
+    /// tools' last `I:` line as its detail. Pure.
+    fn line(
+        &self,
+        current: Option<usize>,
+        elapsed: std::time::Duration,
+        in_step: std::time::Duration,
+        detail: &str,
+    ) -> String {
+        use crate::storage::progress::{by_record, timing};
+        let (step, est) = match current {
+            None => (
+                "entering the build namespace,".to_string(),
+                by_record(self.recorded, self.plan, 0, std::time::Duration::ZERO),
+            ),
+            Some(i) => (
+                format!(
+                    "{} [{}/{}],",
+                    self.plan.get(i).map_or("", String::as_str),
+                    i + 1,
+                    self.plan.len()
+                ),
+                by_record(self.recorded, self.plan, i, in_step),
+            ),
+        };
+        let mut l = format!("building {}: {step} {}", self.name, timing(elapsed, &est));
+        if !detail.is_empty() {
+            l.push_str(": ");
+            l.push_str(detail);
+        }
+        l
+    }
+}
+
 /// debootstrap and umoci run inside one user namespace with the full
 /// subordinate mapping (`unshare --map-auto`); `container=lxc` makes
 /// debootstrap bind device nodes instead of calling mknod, which a user
@@ -750,8 +895,9 @@ fn build_in(
     extra: &str,
     from: Option<&Path>,
     steps: Option<&Path>,
+    shown: &BuildProgress,
     progress: &mut Progress,
-) -> Result<()> {
+) -> Result<Vec<(String, std::time::Duration)>> {
     let script = r#"set -e
 cd "$1"
 # An unpacked image has no device nodes (a user namespace cannot make
@@ -773,8 +919,8 @@ unbind() {
   umount -l rootfs/proc
   bound=
 }
+echo "$9"
 if [ -n "$6" ]; then
-  echo "I: unpacking the base image"
   umoci unpack --image "$6:latest" base >/dev/null
   mv base/rootfs rootfs
   rm -rf base
@@ -785,7 +931,7 @@ fi
 if [ -n "$5" ]; then
   # debootstrap's own resolver cannot install packages with deep
   # dependency trees (npm): apt inside the new root does.
-  echo "I: installing $5"
+  echo "$9"
   cp /etc/resolv.conf rootfs/etc/resolv.conf
   chroot rootfs /usr/bin/apt-get update -q
   DEBIAN_FRONTEND=noninteractive chroot rootfs /usr/bin/apt-get install -y -q --no-install-recommends $(echo "$5" | tr , ' ')
@@ -817,7 +963,7 @@ if [ -n "$7" ]; then
 fi
 unbind
 rm -rf rootfs/debootstrap rootfs/var/cache/apt/archives/*.deb rootfs/var/lib/apt/lists/*_Packages
-echo "I: packing into an OCI layout"
+echo "$9"
 umoci init --layout oci
 umoci new --image oci:latest
 umoci insert --image oci:latest rootfs /
@@ -844,6 +990,7 @@ chmod -R a+rX,u+w oci
         .arg(from.map(Path::as_os_str).unwrap_or_default())
         .arg(steps.map(Path::as_os_str).unwrap_or_default())
         .arg(crate::config::host_ca_bundle().unwrap_or_default())
+        .arg(shown.marker)
         .env("container", "lxc")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -857,16 +1004,49 @@ chmod -R a+rX,u+w oci
         buf
     });
     let mut log = Vec::new();
-    progress.step("building the image (debootstrap)");
-    for line in BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map_while(|l| l.ok())
-    {
-        if let Some(msg) = line.strip_prefix("I: ") {
-            progress.step(&format!("building the image: {msg}"));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            if tx.send(line).is_err() {
+                break;
+            }
         }
-        log.extend_from_slice(line.as_bytes());
-        log.push(b'\n');
+    });
+    // The line is redrawn at each step, each `I:` line of the tools and
+    // once a second; each step's time is recorded for the next build.
+    let t0 = std::time::Instant::now();
+    let mut step_start = t0;
+    let mut current: Option<usize> = None;
+    let mut times = Vec::new();
+    let mut detail = String::new();
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(line) if line == shown.marker => {
+                if let Some(i) = current {
+                    times.push((shown.plan.get(i).cloned().unwrap_or_default(), step_start.elapsed()));
+                }
+                current = Some(current.map_or(0, |i| i + 1));
+                step_start = std::time::Instant::now();
+                detail.clear();
+            }
+            Ok(line) => {
+                if !line.trim().is_empty() {
+                    detail = line.strip_prefix("I: ").unwrap_or(&line).to_string();
+                }
+                log.extend_from_slice(line.as_bytes());
+                log.push(b'\n');
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if progress.visible() {
+            progress.step(&shown.line(current, t0.elapsed(), step_start.elapsed(), &detail));
+        }
+    }
+    let _ = out_thread.join();
+    if let Some(i) = current {
+        times.push((shown.plan.get(i).cloned().unwrap_or_default(), step_start.elapsed()));
     }
     let status = child.wait().map_err(|e| ImageError::Spawn("unshare", e))?;
     let errs = err_thread.join().unwrap_or_default();
@@ -891,7 +1071,7 @@ chmod -R a+rX,u+w oci
             log: tail(&log, 20),
         });
     }
-    Ok(())
+    Ok(times)
 }
 
 #[cfg(test)]
@@ -960,6 +1140,75 @@ mod tests {
         let (base, extra) = split_packages(&[]);
         assert!(!base.is_empty());
         assert_eq!(extra, "");
+    }
+
+    #[test]
+    fn a_build_names_the_steps_its_recipe_runs() {
+        let run = vec!["npm install -g some-agent-cli-with-a-long-name@1.2.3 --omit=dev".to_string()];
+        // On a base: no debootstrap, the base unpacked instead.
+        let on_base = build_steps("trixie", Some("dev"), "", &run);
+        assert_eq!(
+            on_base,
+            [
+                "unpacking the base image dev",
+                "run step 1 of 1: npm install -g some-agent-cli-with-a-lon…",
+                "packing into an OCI layout"
+            ]
+        );
+        assert!(on_base.iter().all(|s| !s.contains("debootstrap")));
+        let fresh = build_steps("trixie", None, "curl,jq", &[]);
+        assert_eq!(
+            fresh,
+            [
+                "debootstrap of Debian trixie",
+                "installing curl, jq",
+                "packing into an OCI layout"
+            ]
+        );
+        let shown = BuildProgress {
+            name: "tooled",
+            marker: "L:x",
+            plan: &on_base,
+            recorded: &[],
+        };
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(
+            shown.line(Some(1), secs(75), secs(5), "added 3 packages"),
+            "building tooled: run step 1 of 1: npm install -g some-agent-cli-with-a-lon… [2/3], \
+             1:15 elapsed, no estimate (first build of it here): added 3 packages"
+        );
+        let rec: Vec<(String, std::time::Duration)> =
+            on_base.iter().cloned().zip([secs(20), secs(60), secs(40)]).collect();
+        let shown = BuildProgress {
+            recorded: &rec,
+            ..shown
+        };
+        assert_eq!(
+            shown.line(Some(0), secs(5), secs(5), ""),
+            "building tooled: unpacking the base image dev [1/3], 0:05 elapsed, about 1:55 left"
+        );
+        assert!(shown
+            .line(None, secs(1), secs(1), "")
+            .contains("entering the build namespace, 0:01 elapsed, about 2:00 left"));
+    }
+
+    #[test]
+    fn du_counts_like_du() {
+        let base = std::env::temp_dir().join(format!("lazaret-du-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::fs::write(base.join("a/f"), vec![7u8; 100_000]).unwrap();
+        std::fs::hard_link(base.join("a/f"), base.join("a/b/g")).unwrap();
+        std::os::unix::fs::symlink("/usr", base.join("l")).unwrap();
+        let out = Command::new("du").arg("-sB1").arg(&base).output().unwrap();
+        let want: u64 = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(du(&base), want);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -97,19 +97,32 @@ fn blob_path(layout: &Path, digest: &str) -> Result<PathBuf, LayerError> {
     Ok(layout.join("blobs/sha256").join(hex))
 }
 
+/// What the layers of a checked manifest hold: the basis of the unpack's
+/// progress estimate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// The layer blobs as stored.
+    pub compressed: u64,
+    /// What their tar streams expand to.
+    pub expanded: u64,
+}
+
 /// Checks every layer of the manifest `digest` in `layout`.
-pub fn check_layout(layout: &Path, manifest_digest: &str, bound: Bound) -> Result<(), LayerError> {
+pub fn check_layout(layout: &Path, manifest_digest: &str, bound: Bound) -> Result<Sizes, LayerError> {
     let mpath = blob_path(layout, manifest_digest)?;
     let text = std::fs::read_to_string(&mpath).map_err(|e| LayerError::Bad(format!("{}: {e}", mpath.display())))?;
     let m = Manifest::deserialize_json(&text).map_err(|e| LayerError::Bad(format!("{}: {e}", mpath.display())))?;
+    let mut sizes = Sizes::default();
     for l in &m.layers {
-        check_blob(&blob_path(layout, &l.digest)?, &l.digest, bound)?;
+        let path = blob_path(layout, &l.digest)?;
+        sizes.expanded += check_blob(&path, &l.digest, bound)?;
+        sizes.compressed += std::fs::metadata(&path).map_or(0, |m| m.len());
     }
-    Ok(())
+    Ok(sizes)
 }
 
-/// Checks one layer blob.
-pub fn check_blob(path: &Path, name: &str, bound: Bound) -> Result<(), LayerError> {
+/// Checks one layer blob; what it expands to.
+pub fn check_blob(path: &Path, name: &str, bound: Bound) -> Result<u64, LayerError> {
     let bad = |e: io::Error| LayerError::Bad(format!("reading layer {name} ({}): {e}", path.display()));
     let compressed = std::fs::metadata(path).map_err(bad)?.len();
     let limit = bound.for_compressed(compressed);
@@ -140,7 +153,7 @@ pub fn check_blob(path: &Path, name: &str, bound: Bound) -> Result<(), LayerErro
         }
     };
     match result {
-        Ok(Scan::Within(_)) => Ok(()),
+        Ok(Scan::Within(total)) => Ok(total),
         Ok(Scan::Over { total, biggest }) => Err(LayerError::TooLarge {
             layer: name.to_string(),
             compressed,

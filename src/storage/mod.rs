@@ -10,6 +10,7 @@ pub mod imagegc;
 pub mod layercheck;
 pub mod nospace;
 pub mod paths;
+pub mod progress;
 pub mod sentinel_key;
 pub mod state;
 pub mod statefs;

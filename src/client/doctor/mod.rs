@@ -59,30 +59,15 @@ pub fn run(json: bool) -> i32 {
 /// Runs every check, in report order.
 pub fn checks() -> Vec<Check> {
     let target = Target::detect();
-    let subuid = read_optional("/etc/subuid");
-    let subgid = read_optional("/etc/subgid");
-    let mut all_ranges = parse_subids(subuid.as_deref().unwrap_or(""));
-    all_ranges.extend(parse_subids(subgid.as_deref().unwrap_or("")));
-    let free = free_subid_start(&all_ranges);
-
+    let [subuid, subgid] = subid_checks(
+        &target,
+        read_optional("/etc/subuid").as_deref(),
+        read_optional("/etc/subgid").as_deref(),
+    );
     let mut out = vec![
         check_not_root(&target),
-        check_subid(
-            "subuid",
-            "/etc/subuid",
-            subuid.as_deref(),
-            "--add-subuids",
-            &target,
-            free,
-        ),
-        check_subid(
-            "subgid",
-            "/etc/subgid",
-            subgid.as_deref(),
-            "--add-subgids",
-            &target,
-            free,
-        ),
+        subuid,
+        subgid,
         check_idmap("newuidmap"),
         check_idmap("newgidmap"),
         check_userns(&target),
@@ -106,9 +91,77 @@ pub fn checks() -> Vec<Check> {
     out
 }
 
+/// The subuid and subgid checks, given the two files' contents (`None`:
+/// missing or unreadable).
+fn subid_checks(target: &Target, subuid: Option<&str>, subgid: Option<&str>) -> [Check; 2] {
+    let mut all_ranges = parse_subids(subuid.unwrap_or(""));
+    all_ranges.extend(parse_subids(subgid.unwrap_or("")));
+    let free = free_subid_start(&all_ranges);
+    [
+        check_subid("subuid", "/etc/subuid", subuid, "--add-subuids", target, free),
+        check_subid("subgid", "/etc/subgid", subgid, "--add-subgids", target, free),
+    ]
+}
+
+/// The first failing subid check as the failure (exit 2).
+fn subid_failure(checks: [Check; 2]) -> Result<(), Failure> {
+    match checks.into_iter().find(|c| !c.ok) {
+        Some(c) => Err(Failure::NoSubids {
+            detail: c.detail,
+            fix: c.fix.unwrap_or_default(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Run before any image work (an image build, a Domain's first start):
+/// the user namespaces of the build and of the sandbox map the user's
+/// subordinate ids, so without a range nothing is started. The same
+/// checks as `lazaret doctor`'s subuid and subgid lines.
+pub(crate) fn require_subids() -> Result<(), Failure> {
+    subid_failure(subid_checks(
+        &Target::detect(),
+        read_optional("/etc/subuid").as_deref(),
+        read_optional("/etc/subgid").as_deref(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_subids_fail_before_image_work_with_the_fix() {
+        // A uid no passwd names: its ranges match by the uid written out.
+        let t = Target {
+            mode: target::Mode::User,
+            uid: 3_999_999,
+            gid: 3_999_999,
+            name: None,
+            groups: vec![],
+        };
+        let good = "3999999:100000:65536\n";
+        assert!(subid_failure(subid_checks(&t, Some(good), Some(good))).is_ok());
+        let other = "someone:100000:65536\n";
+        let Err(f) = subid_failure(subid_checks(&t, Some(other), Some(good))) else {
+            panic!("no subuid range passed");
+        };
+        assert_eq!(f.code(), 2);
+        let msg = f.to_string();
+        assert!(msg.contains("/etc/subuid") && msg.contains("uid 3999999"), "{msg}");
+        assert!(msg.contains("sudo usermod --add-subuids 165536-231071"), "{msg}");
+        assert!(msg.contains("nothing was started"), "{msg}");
+        // A missing /etc/subgid is named as such.
+        let Err(f) = subid_failure(subid_checks(&t, Some(good), None)) else {
+            panic!("no /etc/subgid passed");
+        };
+        let msg = f.to_string();
+        assert!(msg.contains("/etc/subgid does not exist"), "{msg}");
+        assert!(msg.contains("--add-subgids"), "{msg}");
+        // Too small a range fails too.
+        let small = "3999999:100000:1000\n";
+        assert!(subid_failure(subid_checks(&t, Some(good), Some(small))).is_err());
+    }
 
     #[test]
     fn every_check_has_a_fix_when_failing() {
