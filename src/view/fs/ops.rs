@@ -180,6 +180,10 @@ impl Filesystem for View {
                 }
                 if uid.is_some() || gid.is_some() {
                     sys::fchown(&*f, uid, gid).map_err(errno)?;
+                } else if asked_uid.is_some() || asked_gid.is_some() {
+                    // An owner kept Domain-side: the host file's ctime
+                    // still moves, as a chown's does (chown(-1, -1)).
+                    let _ = sys::fchown(&*f, None, None);
                 }
                 if atime.is_some() || mtime.is_some() {
                     rustix::fs::futimens(&*f, &timestamps(atime, mtime)).map_err(errno)?;
@@ -255,6 +259,8 @@ impl Filesystem for View {
             }
             if uid.is_some() || gid.is_some() {
                 sys::lchownat(&d, target, uid, gid).map_err(errno)?;
+            } else if asked_uid.is_some() || asked_gid.is_some() {
+                let _ = sys::lchownat(&d, target, None, None);
             }
             if atime.is_some() || mtime.is_some() {
                 let times = timestamps(atime, mtime);
