@@ -181,6 +181,10 @@ mod tests {
         let mut check = refused("10.0.0.1", 9, "a denied address");
         check.origin = gate::Origin::Check;
         assert!(n.lines(&[check], &[(1, false)], "p").is_empty());
-        assert_eq!(n.lines(&[refused("10.0.0.1", 9, "a denied address")], &[(1, false)], "p").len(), 1);
+        assert_eq!(
+            n.lines(&[refused("10.0.0.1", 9, "a denied address")], &[(1, false)], "p")
+                .len(),
+            1
+        );
     }
 }

@@ -226,9 +226,7 @@ pub fn shown_rows(
     all: bool,
 ) -> (Vec<(crate::net::gate::LogEntry, u64)>, u64) {
     use crate::net::gate::Origin;
-    let (shown, hidden): (Vec<_>, Vec<_>) = rows
-        .into_iter()
-        .partition(|(e, _)| all || e.origin == Origin::Sandbox);
+    let (shown, hidden): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(e, _)| all || e.origin == Origin::Sandbox);
     (shown, hidden.iter().map(|(_, n)| n).sum())
 }
 
@@ -320,9 +318,8 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, all: bo
             (2 * gate::LOG_MAX) >> 20
         )
     });
-    let hidden_line = (hidden > 0).then(|| {
-        format!("({hidden} entries of the Domain's own start-up checks not shown: lazaret net log --all)")
-    });
+    let hidden_line = (hidden > 0)
+        .then(|| format!("({hidden} entries of the Domain's own start-up checks not shown: lazaret net log --all)"));
     if rows.is_empty() {
         println!("egress log of Domain {domain_id} (profile {}): empty", profile.name);
         for l in dropped_line.iter().chain(&hidden_line) {

@@ -227,7 +227,11 @@ impl EgressLog {
     }
 
     pub(super) fn record(&self, action: &str, proto: &str, what: &str, port: u16, why: &str) {
-        let origin = if self.checking() { Origin::Check } else { Origin::Sandbox };
+        let origin = if self.checking() {
+            Origin::Check
+        } else {
+            Origin::Sandbox
+        };
         let clean: String = what
             .chars()
             .take(253)

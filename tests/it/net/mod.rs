@@ -2,11 +2,13 @@
 //! (`attacks`), egress by name (`names`, and attacks through the names
 //! themselves: `name_attacks`), a flood of refusals and idle relays
 //! (`flood`), keys swapped in at the gate (`secrets`) under sentinels stable across starts (`sentinels`), secret sources the
-//! sandbox cannot steer (`sources`), loopback inside (`localhost`) and
-//! published ports (`ports`).
+//! sandbox cannot steer (`sources`), loopback inside (`localhost`),
+//! published ports (`ports`) and what `net log` shows of the Domain's own
+//! start-up checks (`log_checks`).
 pub mod attacks;
 pub mod flood;
 pub mod localhost;
+pub mod log_checks;
 pub mod name_attacks;
 pub mod names;
 pub mod policy;
