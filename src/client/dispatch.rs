@@ -22,7 +22,8 @@ commands:
       [-e KEY[=VALUE]]... [--publish [ADDR:]HOSTPORT:GUESTPORT]... [--root]
       [CMD ARGS...]    open a shell (or run CMD) in the Domain's sandbox;
                        -e passes a host variable to this session only;
-                       --publish forwards a host port (127.0.0.1 by default);
+                       --publish forwards a host port (127.0.0.1 by default;
+                       added to a running Domain as `port add` does);
                        --root runs as root when the profile names a user
   ps [--json]          list running Domains: ID prefix, age, sessions, ports
   escalations [ID]     escalation requests waiting for a decision, with
@@ -42,9 +43,10 @@ commands:
                        recipe is not rebuilt
   net show [--profile P] [--workspace DIR] [--json]
                        the Domain's derived network policy and readiness
-  net log [--profile P] [--workspace DIR] [--json]
+  net log [--profile P] [--workspace DIR] [--all] [--json]
                        egress refusals by name (allow-by-name mode), newest
                        first, and the hosts line that would allow them
+                       (--all: the Domain's own start-up checks too)
   git show [--profile P] [--workspace DIR] [--json]
                        Git's execution surface: what stays read-only
                        inside, hook managers, and hooks or programs that

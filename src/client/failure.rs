@@ -94,12 +94,11 @@ pub enum Failure {
     NotRunningAnyMore(DomainId),
     /// `rm`: the Domain has no Domain Root.
     NoStateToRemove { id: DomainId, root: PathBuf },
-    /// A running Domain lacks forwards this `run` asks for (`short`: the
-    /// ID as `ps` prints it).
-    WithoutPublish {
-        id: DomainId,
-        short: String,
-        missing: Vec<String>,
+    /// A forward's host port is taken: by another running Domain (its ID,
+    /// and its workspace as it answered), or by another program on the host.
+    PortTaken {
+        port: config::ports::PortForward,
+        holder: Option<(DomainId, Option<String>)>,
     },
 
     // ---- the profile and workspace (exit 2) ----
@@ -267,7 +266,7 @@ impl Failure {
             | Ambiguous { .. }
             | NotRunningAnyMore(_)
             | NoStateToRemove { .. }
-            | WithoutPublish { .. }
+            | PortTaken { .. }
             | CurrentDir(_)
             | NoWorkspace(_)
             | HomeAsWorkspace(_)
@@ -393,12 +392,29 @@ impl fmt::Display for Failure {
                 "Domain {id} has no state to remove (no {}): see `lazaret state list`",
                 root.display()
             ),
-            WithoutPublish { id, short, missing } => write!(
+            PortTaken {
+                port: p,
+                holder: Some((id, ws)),
+            } => {
+                write!(
+                    f,
+                    "host port {}:{} is already forwarded by the running Domain {id}",
+                    p.addr, p.host
+                )?;
+                if let Some(ws) = ws {
+                    write!(f, " (workspace {})", escape(ws))?;
+                }
+                write!(
+                    f,
+                    ": stop that Domain (`lazaret stop {id}`), or ask for any free host port with \"{}:0:{}\"",
+                    p.addr, p.guest
+                )
+            }
+            PortTaken { port: p, holder: None } => write!(
                 f,
-                "Domain {id} is already running without --publish {}: its forwards are fixed when it starts; \
-                 run `lazaret stop {}` and try again",
-                missing.join(", "),
-                short
+                "host port {}:{} is in use by another program on this host: free it, or ask for any free \
+                 host port with \"{}:0:{}\"",
+                p.addr, p.host, p.addr, p.guest
             ),
 
             CurrentDir(e) => write!(f, "cannot read the current directory: {e}"),

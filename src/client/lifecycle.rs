@@ -481,7 +481,32 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
                 err,
             })?;
     let (root, st) = running_one(&id)?;
+    let got = add_forward(&root, &st, fwd)?;
+    println!(
+        "Domain {}: forwarding {}",
+        &st.domain_id.as_str()[..ID_PREFIX_LEN],
+        escape(&got)
+    );
+    Ok(0)
+}
+
+/// Whether the installed forward `have` is what `want` asks for: the same
+/// address and guest port, and the same host port unless `want` asks for
+/// any (pure).
+fn forward_satisfies(have: &crate::config::ports::PortForward, want: &crate::config::ports::PortForward) -> bool {
+    have.addr == want.addr && have.guest == want.guest && (want.host == 0 || have.host == want.host)
+}
+
+/// `lazaret port add`, and `--publish` joining a running Domain: asks the
+/// running Domain `st` (its runtime dir under `root`) for one more forward
+/// and returns it as installed (`ADDR:HOSTPORT:GUESTPORT`). The same host
+/// port to another guest port of this Domain is bad input before anything
+/// is asked; a host port taken by another Domain or program is
+/// [`Failure::PortTaken`], naming the Domain.
+fn add_forward(root: &Path, st: &StatusInfo, fwd: crate::config::ports::PortForward) -> Result<String, Failure> {
     let one = &st.domain_id;
+    let have: Vec<crate::config::ports::PortForward> = st.ports.iter().filter_map(|p| p.parse().ok()).collect();
+    crate::config::ports::merge(&have, &[fwd])?;
     let mut s = UnixStream::connect(root.join(one.as_str()).join("hc.sock"))
         .map_err(|_| Failure::NotRunningAnyMore(one.clone()))?;
     let lost = Failure::Unreachable;
@@ -495,27 +520,36 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     codec::send(&mut s, &ClientMsg::AddPort(fwd)).map_err(lost)?;
     s.set_read_timeout(Some(Duration::from_secs(15))).ok();
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
-        Ok(ServerMsg::Status(after)) => {
-            let got = after
-                .ports
-                .iter()
-                .rev()
-                .find(|p| {
-                    p.parse::<crate::config::ports::PortForward>().is_ok_and(|q| {
-                        q.addr == fwd.addr && q.guest == fwd.guest && (fwd.host == 0 || q.host == fwd.host)
-                    })
-                })
-                .cloned()
-                .unwrap_or_else(|| fwd.to_string());
-            println!("Domain {}: forwarding {}", &one.as_str()[..ID_PREFIX_LEN], escape(&got));
-            Ok(0)
-        }
+        Ok(ServerMsg::Status(after)) => Ok(after
+            .ports
+            .iter()
+            .rev()
+            .find(|p| {
+                p.parse::<crate::config::ports::PortForward>()
+                    .is_ok_and(|q| forward_satisfies(&q, &fwd))
+            })
+            .cloned()
+            .unwrap_or_else(|| fwd.to_string())),
+        Ok(ServerMsg::PortTaken(t)) => Err(port_taken(root, t)),
         Ok(ServerMsg::Refused { reason }) => Err(Failure::PortRefused(reason)),
         Ok(other) => Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
             "Status", &other,
         ))),
         Err(e) => Err(Failure::NoAnswer(e)),
     }
+}
+
+/// A taken host port as the failure says it: the holding Domain asked for
+/// its workspace (runtime dir `root`; not said when it does not answer,
+/// or answers for another ID).
+pub fn port_taken(root: &Path, t: crate::config::ports::Taken) -> Failure {
+    let holder = t.holder.map(|id| {
+        let ws = query_status(&root.join(id.as_str()).join("hc.sock"))
+            .filter(|st| st.domain_id == id)
+            .map(|st| st.workspace);
+        (id, ws)
+    });
+    Failure::PortTaken { port: t.port, holder }
 }
 
 // ---- exec -------------------------------------------------------------------------
@@ -551,25 +585,32 @@ pub fn cmd_exec(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     }
 }
 
-/// After joining: the Domain forwards every `--publish` port this client
-/// asked for (a Domain started without them keeps its forwards).
-pub fn check_published(r: &Resolved) -> Result<(), Failure> {
+/// After joining: every `--publish` forward this client asked for that the
+/// running Domain lacks is added to it, as `lazaret port add` does (same
+/// message, same checks), and said on stderr. A Domain this client just
+/// started has them all already.
+pub fn publish_on_join(r: &Resolved) -> Result<(), Failure> {
     if r.publish.is_empty() {
         return Ok(());
     }
     let st = query_status(&r.paths.socket()).ok_or(Failure::NoPorts)?;
-    let missing: Vec<String> = r
-        .publish
-        .iter()
-        .map(|p| p.to_string())
-        .filter(|p| !st.ports.contains(p))
-        .collect();
-    if !missing.is_empty() {
-        return Err(Failure::WithoutPublish {
-            short: st.domain_id.as_str()[..ID_PREFIX_LEN].to_string(),
-            id: st.domain_id,
-            missing,
-        });
+    let root = r.paths.run.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let mut have: Vec<crate::config::ports::PortForward> = st.ports.iter().filter_map(|p| p.parse().ok()).collect();
+    for want in &r.publish {
+        if have.iter().any(|q| forward_satisfies(q, want)) {
+            continue;
+        }
+        let mut now = st.clone();
+        now.ports = have.iter().map(|p| p.to_string()).collect();
+        let got = add_forward(&root, &now, *want)?;
+        eprintln!(
+            "lazaret: Domain {} is running: added the forward {} (as `lazaret port add` does; it lasts until the Domain stops)",
+            &st.domain_id.as_str()[..ID_PREFIX_LEN],
+            escape(&got)
+        );
+        if let Ok(p) = got.parse() {
+            have.push(p);
+        }
     }
     Ok(())
 }

@@ -20,6 +20,8 @@ pub(super) fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> 
     let profile: Option<String> = args.opt_value_from_str(["-p", "--profile"])?;
     let workspace: Option<PathBuf> = args.opt_value_from_str(["-w", "--workspace"])?;
     let json = args.contains("--json");
+    // `net log --all`: the Domain's own start-up checks too.
+    let all = sub == Some("log") && args.contains("--all");
     finish_args(args)?;
     let r = resolve(profile, workspace)?;
     if sub == Some("log") {
@@ -30,6 +32,7 @@ pub(super) fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> 
             &r.profile,
             r.domain_id.as_str(),
             run,
+            all,
             json,
         ));
     }

@@ -125,7 +125,7 @@ pub(super) fn cmd_run(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     // was going down as we joined. Start over (a bounded number of times).
     for _ in 0..5 {
         let stream = connect_or_start(&r, quiet)?;
-        crate::client::lifecycle::check_published(&r)?;
+        crate::client::lifecycle::publish_on_join(&r)?;
         match session(stream, &r, argv.clone())? {
             Outcome::Exited(code) => return Ok(code),
             Outcome::Retry => std::thread::sleep(Duration::from_millis(20)),

@@ -192,6 +192,10 @@ fn start_coordinator(r: &Resolved, lock: File, progress: &mut image::Progress) -
     match result {
         Ok(()) => Ok(()),
         Err(crate::wire::start::StartError::Failed(e)) => Err(Failure::StartFailed(e)),
+        Err(crate::wire::start::StartError::PortTaken(t)) => Err(crate::client::lifecycle::port_taken(
+            r.paths.run.parent().unwrap_or(Path::new("/")),
+            t,
+        )),
         Err(crate::wire::start::StartError::Read(e)) => Err(Failure::StartExited {
             err: match e {
                 codec::ReadError::Closed => None,

@@ -25,7 +25,9 @@ options:
                        session only; never in argv, the store or logs
   --publish [ADDR:]HOSTPORT:GUESTPORT
                        forward a host port (127.0.0.1 unless ADDR) to a port
-                       of a new Domain (docs/agents.md); `-p` is --profile
+                       of the Domain; a running Domain gets it added, as
+                       `lazaret port add` does (docs/agents.md); `-p` is
+                       --profile
   --root               run as root when the profile names a `user`
   -h, --help           this text
 
@@ -96,12 +98,14 @@ prune   deletes prepared lowers no Domain leases (keeping those of images a
 
 pub const NET: &str = "\
 usage: lazaret net show [-p P] [-w DIR] [--json]
-       lazaret net log [-p P] [-w DIR] [--json]
+       lazaret net log [-p P] [-w DIR] [--all] [--json]
 
 show: the Domain's derived network policy and its readiness.
 log:  what the egress gate refused (and, in network.mode = \"log\", what it
       allowed), by name, newest first, with counts, and the `hosts` line
-      that would allow the refused names.
+      that would allow the refused names. Only the sandbox's own traffic:
+      --all adds the Domain's own start-up checks (the readiness probe's
+      packets), marked as such.
 ";
 
 pub const STATE: &str = "\

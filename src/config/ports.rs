@@ -138,6 +138,29 @@ impl fmt::Display for PortError {
     }
 }
 
+/// A host port a forward cannot have because something else holds it:
+/// another running Domain (its ID) or another program on the host (none).
+/// Bad input, not a failure of Lazaret (exit 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub port: PortForward,
+    pub holder: Option<crate::domain::DomainId>,
+}
+
+impl PortError {
+    /// Whether the port is taken, and by which Domain ([`Taken`]).
+    pub fn taken(&self) -> Option<Taken> {
+        match self {
+            PortError::Held(p, id) => crate::domain::DomainId::parse(id).ok().map(|id| Taken {
+                port: *p,
+                holder: Some(id),
+            }),
+            PortError::InUse(p) => Some(Taken { port: *p, holder: None }),
+            _ => None,
+        }
+    }
+}
+
 impl std::error::Error for PortError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {

@@ -136,7 +136,12 @@ impl Coordinator {
                         let st = self.status();
                         self.send(key, &ServerMsg::Status(st));
                     }
-                    Err(e) => self.send(key, &ServerMsg::Refused { reason: e.to_string() }),
+                    Err(e) => match &e {
+                        CoordinatorError::Ports(p) if p.taken().is_some() => {
+                            self.send(key, &ServerMsg::PortTaken(p.taken().expect("taken")))
+                        }
+                        _ => self.send(key, &ServerMsg::Refused { reason: e.to_string() }),
+                    },
                 }
                 self.set_state(key, ConnState::Closing);
                 self.conn_flush(key);

@@ -49,7 +49,11 @@ impl EgressNotices {
     /// session, name and reason, whatever else was told), escaped.
     fn lines(&mut self, entries: &[gate::LogEntry], sessions: &[(u64, bool)], profile: &str) -> Vec<(u64, String)> {
         let mut out = Vec::new();
-        for e in entries.iter().filter(|e| e.action == "refused") {
+        // The Domain's own start-up checks are not the sessions' traffic.
+        for e in entries
+            .iter()
+            .filter(|e| e.action == "refused" && e.origin == gate::Origin::Sandbox)
+        {
             for &(key, tty) in sessions {
                 let fresh = if gate::alarm(&e.why) {
                     let k = (key, e.what.clone(), e.why.clone());
@@ -135,6 +139,7 @@ mod tests {
             what: what.into(),
             port,
             why: why.into(),
+            origin: gate::Origin::Sandbox,
         }
     }
 
@@ -167,5 +172,19 @@ mod tests {
         assert!(!odd[0].1.contains('\x1b') && odd[0].1.ends_with("\r\n"), "{odd:?}");
         n.keep(|k| k == 8);
         assert!(n.told.is_empty() && n.told_alarm.is_empty());
+    }
+
+    /// The Domain's own start-up checks are no session's refusal.
+    #[test]
+    fn the_domains_checks_are_not_told() {
+        let mut n = EgressNotices::default();
+        let mut check = refused("10.0.0.1", 9, "a denied address");
+        check.origin = gate::Origin::Check;
+        assert!(n.lines(&[check], &[(1, false)], "p").is_empty());
+        assert_eq!(
+            n.lines(&[refused("10.0.0.1", 9, "a denied address")], &[(1, false)], "p")
+                .len(),
+            1
+        );
     }
 }

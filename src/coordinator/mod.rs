@@ -137,8 +137,14 @@ pub fn main(mut args: Args) -> i32 {
                 Some(p) => log::error!("startup failed: {e} ({})", p.display()),
                 None => log::error!("startup failed: {e}"),
             }
-            // The sentence goes to the starting CLI as data on the wire.
-            report.send(StartMsg::Failed { reason: e.to_string() });
+            // The sentence goes to the starting CLI as data on the wire; a
+            // taken host port as what it is (bad input: the CLI names the holder).
+            match &e {
+                CoordinatorError::Ports(p) if p.taken().is_some() => {
+                    report.send(StartMsg::PortTaken(p.taken().expect("taken")))
+                }
+                _ => report.send(StartMsg::Failed { reason: e.to_string() }),
+            }
             return 1;
         }
     };

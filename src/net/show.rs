@@ -218,22 +218,45 @@ fn listed(rows: &[(crate::net::gate::LogEntry, u64)]) -> Vec<&(crate::net::gate:
     alarms.into_iter().chain(rest).take(LOG_ROWS_MAX).collect()
 }
 
+/// The rows `net log` shows (pure): the sandbox's own traffic, and the
+/// Domain's start-up checks only with `all`; and how many log lines of
+/// checks were left out.
+pub fn shown_rows(
+    rows: Vec<(crate::net::gate::LogEntry, u64)>,
+    all: bool,
+) -> (Vec<(crate::net::gate::LogEntry, u64)>, u64) {
+    use crate::net::gate::Origin;
+    let (shown, hidden): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(e, _)| all || e.origin == Origin::Sandbox);
+    (shown, hidden.iter().map(|(_, n)| n).sum())
+}
+
+/// How a row of the Domain's own start-up checks is marked in the text.
+const CHECK_MARK: &str = "[the Domain's own start-up check]";
+
 /// `lazaret net log`: the egress gate's log of the Domain (its runtime dir
 /// `run`: the log and the file before its last rotation), aggregated,
 /// newest first, how many older refusals the rotations dropped, and the
-/// `hosts` line that would allow the most refused names. Names came from
-/// the sandbox: printed escaped.
-pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: bool) -> i32 {
+/// `hosts` line that would allow the most refused names. The Domain's own
+/// start-up checks (the readiness probe's refused packets) are shown, and
+/// marked, only with `all`. Names came from the sandbox: printed escaped.
+pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, all: bool, json: bool) -> i32 {
     use crate::net::gate;
     let (text, dropped) = gate::read_log(run);
-    let rows = gate::summarize(&gate::parse_log(&text));
+    let (rows, hidden) = shown_rows(gate::summarize(&gate::parse_log(&text)), all);
     let mut current: Vec<crate::config::hosts::HostPattern> = cfg.hosts.clone();
     current.extend(profile.hosts.iter().cloned());
-    let suggestion = gate::suggest_capped(&current, &rows);
+    // Only the sandbox's refusals make the suggestion.
+    let own: Vec<(gate::LogEntry, u64)> = rows
+        .iter()
+        .filter(|(e, _)| e.origin == gate::Origin::Sandbox)
+        .cloned()
+        .collect();
+    let suggestion = gate::suggest_capped(&current, &own);
     if json {
         let out = Json::Obj(vec![
             ("domain_id", Json::s(domain_id)),
             ("profile", Json::s(&profile.name)),
+            ("all", Json::Bool(all)),
             (
                 "entries",
                 Json::Arr(
@@ -247,11 +270,13 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
                                 ("port", Json::s(e.port.to_string())),
                                 ("reason", Json::s(&e.why)),
                                 ("count", Json::s(n.to_string())),
+                                ("origin", Json::s(e.origin.as_str())),
                             ])
                         })
                         .collect(),
                 ),
             ),
+            ("checks_hidden", Json::s(hidden.to_string())),
             (
                 "dropped",
                 Json::Obj(vec![
@@ -293,9 +318,11 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
             (2 * gate::LOG_MAX) >> 20
         )
     });
+    let hidden_line = (hidden > 0)
+        .then(|| format!("({hidden} entries of the Domain's own start-up checks not shown: lazaret net log --all)"));
     if rows.is_empty() {
         println!("egress log of Domain {domain_id} (profile {}): empty", profile.name);
-        if let Some(l) = dropped_line {
+        for l in dropped_line.iter().chain(&hidden_line) {
             println!("{l}");
         }
         return 0;
@@ -306,8 +333,12 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
     );
     for (e, n) in listed(&rows) {
         let esc = crate::display::escape;
+        let mark = match e.origin {
+            gate::Origin::Check => format!(" {CHECK_MARK}"),
+            gate::Origin::Sandbox => String::new(),
+        };
         println!(
-            "  {:<8} {:<3} {}:{} x{n} ({})",
+            "  {:<8} {:<3} {}:{} x{n} ({}){mark}",
             esc(&e.action),
             esc(&e.proto),
             esc(&e.what),
@@ -321,7 +352,7 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, json: b
             rows.len() - LOG_ROWS_MAX
         );
     }
-    if let Some(l) = dropped_line {
+    for l in dropped_line.iter().chain(&hidden_line) {
         println!("{l}");
     }
     if let Some(s) = suggestion {
@@ -369,6 +400,31 @@ mod secret_tests {
 #[cfg(test)]
 mod log_tests {
     use crate::net::gate;
+
+    /// `net log` hides the Domain's own start-up checks unless `--all`,
+    /// counting them; the sandbox's refusals are in both.
+    #[test]
+    fn the_checks_are_shown_only_with_all() {
+        let text = "1\trefused\ttcp\t10.0.0.1\t9\ta denied address\tcheck\n\
+                    2\trefused\ttcp\t10.0.0.1\t9\ta denied address\tcheck\n\
+                    3\trefused\ttcp\t192.168.0.1\t9\ta denied address\tcheck\n\
+                    4\trefused\ttcp\t10.0.0.1\t9\ta denied address\tsandbox\n\
+                    5\trefused\tdns\tother.test\t53\tnot in network.hosts\tsandbox\n";
+        let rows = || gate::summarize(&gate::parse_log(text));
+        let (some, hidden) = super::shown_rows(rows(), false);
+        let names: Vec<(&str, gate::Origin)> = some.iter().map(|(e, _)| (e.what.as_str(), e.origin)).collect();
+        assert_eq!(
+            names,
+            [
+                ("other.test", gate::Origin::Sandbox),
+                ("10.0.0.1", gate::Origin::Sandbox)
+            ]
+        );
+        assert_eq!(hidden, 3);
+        let (every, hidden) = super::shown_rows(rows(), true);
+        assert_eq!((every.len(), hidden), (4, 0));
+        assert_eq!(every.iter().filter(|(e, _)| e.origin == gate::Origin::Check).count(), 2);
+    }
 
     /// Attack: one leak attempt, then a flood of newer refusals of
     /// made-up names: `net log` still lists the leak attempt, first.

@@ -318,9 +318,21 @@ pub fn main(mut args: Args) -> i32 {
         }
         dead_helper(&mut helpers, &_views)
     };
-    let code = supervise(&args, &mut child, ready_rd, lease, &mut || {
-        watch(&mut anchor_daemons, &mut net)
-    });
+    // Init's start-up checks are done when it reports ready: the egress
+    // log's later lines are the sandbox's own traffic.
+    let gate_checks = net.as_ref().and_then(|n| n.gate.as_ref()).map(|g| g.checks_end());
+    let code = supervise(
+        &args,
+        &mut child,
+        ready_rd,
+        lease,
+        &mut || watch(&mut anchor_daemons, &mut net),
+        &mut || {
+            if let Some(end) = &gate_checks {
+                end.end_checks();
+            }
+        },
+    );
     // The network goes after the sandbox (teardown order).
     if let Some(n) = &mut net {
         netns::stop_slirp(n);
@@ -449,6 +461,7 @@ fn supervise(
     ready: OwnedFd,
     lease: std::fs::File,
     dead_helper: &mut dyn FnMut() -> Option<String>,
+    checks_done: &mut dyn FnMut(),
 ) -> i32 {
     let sig = match sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP]) {
         Ok(s) => s,
@@ -508,6 +521,7 @@ fn supervise(
                         stop_sandbox(args, child);
                         return 1;
                     };
+                    checks_done();
                     for c in boot.checks {
                         status(&StatusMsg::ProbeCheck(c));
                     }

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use crate::config::ports::PortForward;
+use crate::config::ports::{PortForward, Taken};
 use crate::domain::{DomainId, Generation, InvalidId};
 use crate::wire::codec::{messages, record, Dec, DecodeError, Enc, Field};
 
@@ -258,6 +258,9 @@ pub enum ServerMsg {
     },
     /// The requests waiting for a decision (answer to `Escalations`).
     Escalations(Vec<PendingInfo>),
+    /// `AddPort` refused: the host port is taken (by another Domain, or
+    /// another program on the host).
+    PortTaken(Taken),
 }
 
 // ---- this edge's composite fields and messages -----------------------------
@@ -273,6 +276,7 @@ impl Field for PortForward {
 }
 
 record!(WinSize { rows, cols });
+record!(Taken { port, holder });
 record!(OpenRequest {
     argv,
     env,
@@ -353,6 +357,7 @@ messages!(ServerMsg {
     8 => Prompt(prompt),
     9 => PromptEnd { request_id, text },
     10 => Escalations(pending),
+    11 => PortTaken(taken),
 });
 
 #[cfg(test)]
@@ -455,6 +460,14 @@ mod tests {
                 request_id: "r".into(),
                 text: "expired".into(),
             },
+            ServerMsg::PortTaken(Taken {
+                port: "127.0.0.1:18000:8000".parse().unwrap(),
+                holder: Some(DomainId::parse("0123456789abcdef0123").unwrap()),
+            }),
+            ServerMsg::PortTaken(Taken {
+                port: "127.0.0.1:18000:8000".parse().unwrap(),
+                holder: None,
+            }),
         ]
     }
 
@@ -504,6 +517,8 @@ mod tests {
         "050000000a00000000",
         "450000000a0100000001000000720700000064656661756c740100000073020000000300000067697406000000737461747573020000002f77030000007768792c0100000000000001",
         "110000000901000000720700000065787069726564",
+        "320000000b140000003132372e302e302e313a31383030303a3830303001140000003031323334353637383961626364656630313233",
+        "1a0000000b140000003132372e302e302e313a31383030303a3830303000",
     ];
         let hex = |m: Vec<u8>| m.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let client: Vec<String> = samples_client().iter().map(|m| hex(m.encode())).collect();

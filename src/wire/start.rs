@@ -9,7 +9,7 @@
 use std::fs::File;
 
 use super::{Message, ReadError};
-use crate::wire::codec::{Dec, DecodeError, Enc, FrameReader};
+use crate::wire::codec::{Dec, DecodeError, Enc, Field, FrameReader};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StartMsg {
@@ -19,6 +19,8 @@ pub enum StartMsg {
     Ready,
     /// Startup failed with this sentence.
     Failed { reason: String },
+    /// Startup failed: a forward's host port is taken (bad input).
+    PortTaken(crate::config::ports::Taken),
 }
 
 impl Message for StartMsg {
@@ -27,6 +29,11 @@ impl Message for StartMsg {
             StartMsg::Progress { step } => Enc::new(1).str(step).finish(),
             StartMsg::Ready => Enc::new(2).finish(),
             StartMsg::Failed { reason } => Enc::new(3).str(reason).finish(),
+            StartMsg::PortTaken(t) => {
+                let mut e = Enc::new(4);
+                t.put(&mut e);
+                e.finish()
+            }
         }
     }
 
@@ -36,6 +43,7 @@ impl Message for StartMsg {
             1 => StartMsg::Progress { step: d.str()? },
             2 => StartMsg::Ready,
             3 => StartMsg::Failed { reason: d.str()? },
+            4 => StartMsg::PortTaken(Field::get(&mut d)?),
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -47,6 +55,7 @@ impl Message for StartMsg {
             StartMsg::Progress { .. } => "Progress",
             StartMsg::Ready => "Ready",
             StartMsg::Failed { .. } => "Failed",
+            StartMsg::PortTaken(_) => "PortTaken",
         }
     }
 }
@@ -108,6 +117,8 @@ impl Message for SecretsMsg {
 pub enum StartError {
     /// The coordinator reported a failure.
     Failed(String),
+    /// A forward's host port is taken.
+    PortTaken(crate::config::ports::Taken),
     /// The pipe closed, broke or carried a malformed frame.
     Read(ReadError),
 }
@@ -134,6 +145,7 @@ impl StartReceiver {
                 Ok(StartMsg::Progress { step }) => progress(&step),
                 Ok(StartMsg::Ready) => return Ok(()),
                 Ok(StartMsg::Failed { reason }) => return Err(StartError::Failed(reason)),
+                Ok(StartMsg::PortTaken(t)) => return Err(StartError::PortTaken(t)),
                 Err(e) => return Err(StartError::Read(e)),
             }
         }
@@ -153,6 +165,14 @@ pub(crate) mod tests {
             StartMsg::Failed {
                 reason: "line one\nline two".into(),
             },
+            StartMsg::PortTaken(crate::config::ports::Taken {
+                port: "127.0.0.1:18080:8080".parse().unwrap(),
+                holder: Some(crate::domain::DomainId::parse("0123456789abcdef0123").unwrap()),
+            }),
+            StartMsg::PortTaken(crate::config::ports::Taken {
+                port: "0.0.0.0:80:80".parse().unwrap(),
+                holder: None,
+            }),
         ]
     }
 

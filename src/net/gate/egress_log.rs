@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -33,6 +34,38 @@ pub const LOG_FILES: [&str; 3] = [LOG_FILE, LOG_PREV, LOG_DROPPED];
 /// One file's bound: the log and its previous file hold at most twice this
 /// (about 14,000 lines of the longest names each).
 pub const LOG_MAX: u64 = 4 << 20;
+
+/// Whose traffic a line of the log is about: the seventh field, written
+/// by [`EgressLog::record`] from the phase the gate is in (a line of six
+/// fields, written before the field existed, is the sandbox's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// The sandbox's programs: everything after the start-up checks.
+    Sandbox,
+    /// The Domain's own start-up checks: the readiness probe the sandbox's
+    /// init runs at boot, before it reports ready and so before any
+    /// session can exist (`bin/probe.rs`). `net log` shows these only
+    /// with `--all`.
+    Check,
+}
+
+impl Origin {
+    /// The field as the log writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Sandbox => "sandbox",
+            Origin::Check => "check",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Origin> {
+        match s {
+            "sandbox" => Some(Origin::Sandbox),
+            "check" => Some(Origin::Check),
+            _ => None,
+        }
+    }
+}
 
 /// What the rotations dropped so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,7 +114,8 @@ impl Dropped {
         std::fs::rename(&tmp, dir.join(LOG_DROPPED))
     }
 
-    /// The lines of a log file's text, and how many of them are refusals.
+    /// The lines of a log file's text, and how many of them are refusals
+    /// (the Domain's start-up checks' too: a count, whoever made them).
     fn count(text: &[u8]) -> Dropped {
         let mut d = Dropped::default();
         for l in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -98,11 +132,17 @@ impl Dropped {
     }
 }
 
-/// Appends one line per event: `UNIX_MS\tACTION\tPROTO\tWHAT\tPORT\tWHY`.
+/// Appends one line per event:
+/// `UNIX_MS\tACTION\tPROTO\tWHAT\tPORT\tWHY\tORIGIN` ([`Origin`]).
 /// WHAT came from the sandbox: anything outside `[A-Za-z0-9._:*-]` is `?`.
 /// Bounded by [`LOG_MAX`] per file, rotated (module doc).
 pub(super) struct EgressLog {
     file: Mutex<Option<Writer>>,
+    /// The Domain's start-up checks are running: lines are [`Origin::Check`].
+    checking: AtomicBool,
+    /// The checks were reported over; the raw watcher ends `checking` once
+    /// it has logged the packets already queued (they are the checks').
+    ending: AtomicBool,
 }
 
 struct Writer {
@@ -152,10 +192,45 @@ impl EgressLog {
         let size = f.as_ref().ok().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
         EgressLog {
             file: Mutex::new(f.ok().map(|file| Writer { path, file, size, max })),
+            checking: AtomicBool::new(false),
+            ending: AtomicBool::new(false),
         }
     }
 
+    /// From now on lines are the Domain's start-up checks (the gate starts
+    /// before the sandbox boots).
+    pub(super) fn begin_checks(&self) {
+        self.ending.store(false, Ordering::SeqCst);
+        self.checking.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether lines written now are the checks'.
+    pub(super) fn checking(&self) -> bool {
+        self.checking.load(Ordering::SeqCst)
+    }
+
+    /// The checks were reported over (see [`EgressLog::end_checks`]).
+    pub(super) fn ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
+    }
+
+    /// Asks for the checks' end: the next line recorded once `checking`
+    /// is false is the sandbox's.
+    pub(super) fn request_end(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+    }
+
+    /// The checks are over: every later line is the sandbox's.
+    pub(super) fn end_checks(&self) {
+        self.checking.store(false, Ordering::SeqCst);
+    }
+
     pub(super) fn record(&self, action: &str, proto: &str, what: &str, port: u16, why: &str) {
+        let origin = if self.checking() {
+            Origin::Check
+        } else {
+            Origin::Sandbox
+        };
         let clean: String = what
             .chars()
             .take(253)
@@ -173,7 +248,7 @@ impl EgressLog {
         // A reason may quote what a remote host said (a TLS error): no
         // byte of it may split the line or its fields.
         let why: String = why.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
-        let line = format!("{ms}\t{action}\t{proto}\t{clean}\t{port}\t{why}\n");
+        let line = format!("{ms}\t{action}\t{proto}\t{clean}\t{port}\t{why}\t{}\n", origin.as_str());
         let Ok(mut g) = self.file.lock() else { return };
         let Some(w) = g.as_mut() else { return };
         if w.size + line.len() as u64 > w.max && w.size > 0 {
@@ -300,15 +375,20 @@ pub struct LogEntry {
     pub what: String,
     pub port: u16,
     pub why: String,
+    pub origin: Origin,
 }
 
+/// The lines of the log that parse (six fields: the sandbox's; seven:
+/// the last is the [`Origin`]).
 pub fn parse_log(text: &str) -> Vec<LogEntry> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            if f.len() != 6 {
-                return None;
-            }
+            let origin = match f.len() {
+                6 => Origin::Sandbox,
+                7 => Origin::parse(f[6])?,
+                _ => return None,
+            };
             Some(LogEntry {
                 ms: f[0].parse().ok()?,
                 action: f[1].to_string(),
@@ -316,17 +396,20 @@ pub fn parse_log(text: &str) -> Vec<LogEntry> {
                 what: f[3].to_string(),
                 port: f[4].parse().ok()?,
                 why: f[5].to_string(),
+                origin,
             })
         })
         .collect()
 }
 
-/// Aggregated: one row per (action, proto, what, port, reason) with its
-/// count and last time, newest first. The reason is part of the key: a
-/// later refusal of the same name and port for another reason (a head the
-/// gate cannot frame) must not turn a leak attempt's row into its own.
+/// Aggregated: one row per (action, proto, what, port, reason, origin)
+/// with its count and last time, newest first. The reason is part of the
+/// key: a later refusal of the same name and port for another reason (a
+/// head the gate cannot frame) must not turn a leak attempt's row into its
+/// own; so is the origin: the sandbox's refusal is never counted into a
+/// start-up check's row, which `net log` hides.
 pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
-    type Key<'a> = (&'a str, &'a str, &'a str, u16, &'a str);
+    type Key<'a> = (&'a str, &'a str, &'a str, u16, &'a str, Origin);
     let mut at: HashMap<Key, usize> = HashMap::new();
     let mut rows: Vec<(LogEntry, u64)> = Vec::new();
     // Each row's newest entry's place in the log: the order among rows of
@@ -339,6 +422,7 @@ pub fn summarize(entries: &[LogEntry]) -> Vec<(LogEntry, u64)> {
             e.what.as_str(),
             e.port,
             e.why.as_str(),
+            e.origin,
         );
         match at.get(&key) {
             Some(&i) => {
@@ -526,7 +610,7 @@ mod tests {
     }
 
     /// A reason with a tab, a newline or an escape (a TLS error quoting
-    /// a remote host) stays one line of six fields: nothing forged, the
+    /// a remote host) stays one line of seven fields: nothing forged, the
     /// line not lost to `net log`.
     #[test]
     fn a_reason_cannot_split_or_forge_a_line() {
@@ -545,6 +629,42 @@ mod tests {
         assert_eq!(e.len(), 1, "{text:?}");
         assert_eq!(e[0].what, "a.test");
         assert!(!e[0].why.chars().any(char::is_control), "{:?}", e[0].why);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Lines written while the Domain's start-up checks run are marked
+    /// as theirs, in the line itself; every later line is the sandbox's;
+    /// a line of the six fields before the mark existed is the sandbox's,
+    /// and a mark that is neither is no line.
+    #[test]
+    fn the_checks_lines_are_marked_where_they_are_written() {
+        let d = dir("origin");
+        let log = EgressLog::bounded(d.join(LOG_FILE), 1 << 20);
+        log.begin_checks();
+        log.record("refused", "tcp", "10.0.0.1", 9, "a denied address");
+        log.request_end();
+        // Until the watcher (or the bounded wait) ends the phase, still the checks'.
+        log.record("refused", "udp", "10.0.0.2", 9, "UDP is closed");
+        log.end_checks();
+        log.record("refused", "tcp", "other.test", 443, "not in network.hosts");
+        let (mut text, _) = read_log(&d);
+        assert!(text.lines().all(|l| l.split('\t').count() == 7), "{text:?}");
+        text.push_str("9\trefused\tdns\told.test\t53\tnot in network.hosts\n");
+        text.push_str("10\trefused\tdns\tforged.test\t53\tx\tcheck?\n");
+        let e = parse_log(&text);
+        let got: Vec<(&str, Origin)> = e.iter().map(|e| (e.what.as_str(), e.origin)).collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1", Origin::Check),
+                ("10.0.0.2", Origin::Check),
+                ("other.test", Origin::Sandbox),
+                ("old.test", Origin::Sandbox),
+            ]
+        );
+        // One name and reason from both: two rows, never one.
+        let both = "1\trefused\ttcp\tx.test\t9\tr\tcheck\n2\trefused\ttcp\tx.test\t9\tr\tsandbox\n";
+        assert_eq!(summarize(&parse_log(both)).len(), 2);
         let _ = std::fs::remove_dir_all(&d);
     }
 
@@ -611,6 +731,7 @@ mod tests {
                 what: what.into(),
                 port,
                 why: "not in network.hosts".into(),
+                origin: Origin::Sandbox,
             },
             n,
         )
@@ -692,6 +813,7 @@ mod tests {
             what: what.into(),
             port: 53,
             why: "not in network.hosts".into(),
+            origin: Origin::Sandbox,
         };
         let rows = summarize(&[e("a.test"), e("b.test"), e("a.test"), e("c.test")]);
         let names: Vec<&str> = rows.iter().map(|(r, _)| r.what.as_str()).collect();

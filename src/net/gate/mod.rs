@@ -82,7 +82,15 @@ const NAMED_PORTS: [u16; 3] = [80, 443, netpolicy::PROXY_PORT];
 pub struct Handle {
     ended: Arc<AtomicBool>,
     catch_all: Option<u16>,
+    shared: Arc<Shared>,
 }
+
+/// How long [`ChecksEnd::end_checks`] waits for the refusal watcher to log
+/// the packets the checks left queued.
+const END_CHECKS_WAIT: Duration = Duration::from_secs(1);
+/// How often the refusal watcher looks whether the checks' end was asked
+/// for while they run.
+const CHECKS_POLL_MS: i32 = 20;
 
 impl Handle {
     pub fn ended(&self) -> bool {
@@ -93,6 +101,37 @@ impl Handle {
     /// where the router's `tproxy` rule must send every other TCP port.
     pub fn catch_all(&self) -> Option<u16> {
         self.catch_all
+    }
+
+    /// What ends the start-up checks' phase of the log ([`ChecksEnd`]).
+    pub fn checks_end(&self) -> ChecksEnd {
+        ChecksEnd {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Ends the phase in which the egress log's lines are the Domain's own
+/// start-up checks ([`Origin::Check`]).
+pub struct ChecksEnd {
+    shared: Arc<Shared>,
+}
+
+impl ChecksEnd {
+    /// The sandbox's init reported its start-up checks (the readiness
+    /// probe) done: from now on the log's lines are the sandbox's own
+    /// traffic ([`Origin::Sandbox`]); until now they were the Domain's
+    /// checks ([`Origin::Check`]). The probe's refused packets may still
+    /// wait in the refusal watcher's queue: it ends the phase itself once
+    /// that is empty, within [`END_CHECKS_WAIT`] (then it is ended here).
+    pub fn end_checks(&self) {
+        let log = &self.shared.log;
+        log.request_end();
+        let deadline = Instant::now() + END_CHECKS_WAIT;
+        while log.checking() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        log.end_checks();
     }
 }
 
@@ -159,6 +198,10 @@ pub fn start(
         conns: AtomicUsize::new(0),
         secrets,
     });
+    // The sandbox boots after the gate: its first traffic is the Domain's
+    // start-up checks, until `Handle::end_checks`.
+    shared.log.begin_checks();
+    let kept = shared.clone();
     let (tx, rx) = std::sync::mpsc::channel::<io::Result<Option<u16>>>();
     let flag = ended.clone();
     std::thread::Builder::new().name("lz-gate".into()).spawn(move || {
@@ -225,7 +268,11 @@ pub fn start(
         accept_loop(&shared, &listeners, die_early);
     })?;
     let catch_all = rx.recv().map_err(|_| io::Error::other("egress gate thread ended"))??;
-    Ok(Handle { ended, catch_all })
+    Ok(Handle {
+        ended,
+        catch_all,
+        shared: kept,
+    })
 }
 
 fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool) {
@@ -617,7 +664,22 @@ fn watch_refusals(shared: &Shared, tcp: &OwnedFd, udp: &OwnedFd) {
     let mut buf = [0u8; 128];
     loop {
         let mut fds = [sys::PollFd::new(tcp, sys::POLLIN), sys::PollFd::new(udp, sys::POLLIN)];
-        if sys::poll(&mut fds, -1).is_err() {
+        // While the start-up checks run, wake now and then to see whether
+        // their end was asked for.
+        let checking = shared.log.checking();
+        let wait = if !checking {
+            -1
+        } else if shared.log.ending() {
+            0
+        } else {
+            CHECKS_POLL_MS
+        };
+        if sys::poll(&mut fds, wait).is_err() {
+            continue;
+        }
+        if checking && shared.log.ending() && !fds.iter().any(|f| f.readable()) {
+            // Every packet of the checks is logged: the rest is the sandbox's.
+            shared.log.end_checks();
             continue;
         }
         for (i, fd) in [tcp, udp].into_iter().enumerate() {

@@ -1,6 +1,8 @@
 //! Host port forwards that meet other Domains (issue 29 item 5): the same
 //! documented `ports` line in two Domains, "any free host port" entries,
-//! and `lazaret port add` on a running Domain.
+//! and `lazaret port add` on a running Domain; `--publish` joining a
+//! running Domain adds its forward, and a host port another Domain holds
+//! is bad input naming that Domain (issue 48 item 8).
 //!
 //! Test safety: every connection goes to the host's 127.0.0.1.
 
@@ -97,15 +99,16 @@ fn a_second_domain_with_the_same_ports_line_is_told_who_holds_the_port_or_gets_a
         eventually(Duration::from_secs(20), || read_host(fixed) == "domain-a"),
         "the first Domain's forward"
     );
-    // ... the second fails with a sentence naming the first.
+    // ... the second fails, as bad input, with a sentence naming the first.
     let r = env
         .lz(&ws[1], &["run", "-q", "-p", "fixed", "--", "true"])
         .config_home(&cfg)
         .run();
-    assert_ne!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.stderr.contains(&format!(
-            "127.0.0.1:{fixed} is already forwarded by the running Domain {id_a}"
+            "127.0.0.1:{fixed} is already forwarded by the running Domain {id_a} (workspace {})",
+            ws[0].display()
         )),
         "{r:?}"
     );
@@ -152,7 +155,7 @@ fn port_add_forwards_a_new_host_port_into_a_running_domain() {
         .lz(&ws, &["port", "add", short, &format!("{p}:9000")])
         .config_home(&cfg)
         .run();
-    assert_ne!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("forwarded twice"), "{r:?}");
     let r = env.lz(&ws, &["port", "add", short, "99999:1"]).config_home(&cfg).run();
     assert_eq!(r.code, 2, "{r:?}");
@@ -163,10 +166,111 @@ fn port_add_forwards_a_new_host_port_into_a_running_domain() {
         .lz(&ws, &["port", "add", short, &format!("{hp}:8000")])
         .config_home(&cfg)
         .run();
-    assert_ne!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("in use by another program"), "{r:?}");
     drop(held);
     let _ = env.lz(&ws, &["stop", short]).config_home(&cfg).run();
     assert!(eventually(Duration::from_secs(15), || read_host(p).is_empty()
         && read_host(got).is_empty()));
+}
+
+/// A Domain of the default profile on `ws` serving MARKER on guest port
+/// 8000, started with `extra` options of `run` (`--publish`).
+fn serve_with(env: &Env, ws: &Path, cfg: &Path, extra: &[&str], marker: &str) -> Bg {
+    let mut args = vec!["run", "-q"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "python3", "-c", SERVER, "8000", marker]);
+    let bg = env.lz(ws, &args).config_home(cfg).spawn_bg();
+    env.wait_published("default", ws, Duration::from_secs(120));
+    bg
+}
+
+#[test]
+fn publish_on_a_running_domain_adds_the_forward_as_port_add_does() {
+    let (env, _g) = require_env!(shared);
+    let (ws, cfg) = env.workspace_with_config("ports-join", "");
+    let _a = serve_with(env, &ws, &cfg, &[], "joined-port");
+    let id = env.domain_id("default", &ws);
+    let p = free_port();
+    assert!(read_host(p).is_empty(), "nothing forwards {p} yet");
+    // A second session of the running Domain asks for a forward: added,
+    // and said on stderr.
+    let r = env
+        .lz(&ws, &["run", "--publish", &format!("{p}:8000"), "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("added the forward 127.0.0.1:{p}:8000")),
+        "{r:?}"
+    );
+    assert!(!r.stderr.contains("already running without --publish"), "{r:?}");
+    // It works: the host port reaches the listener inside, and `ps` lists it.
+    assert!(eventually(Duration::from_secs(20), || read_host(p) == "joined-port"));
+    assert_eq!(host_ports(env, &ws, &id, 8000), vec![p], "{}", env.ps_json(&ws));
+    // Asked again, it is there: nothing added, nothing said.
+    let r = env
+        .lz(&ws, &["run", "--publish", &format!("{p}:8000"), "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("added the forward"), "{r:?}");
+    assert_eq!(host_ports(env, &ws, &id, 8000), vec![p], "{}", env.ps_json(&ws));
+    // The same checks as `port add`: the same host port to another guest port.
+    let r = env
+        .lz(&ws, &["run", "--publish", &format!("{p}:9000"), "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("forwarded twice"), "{r:?}");
+    assert!(eventually(Duration::from_secs(20), || read_host(p) == "joined-port"));
+    let _ = env.lz(&ws, &["stop", &id[..12]]).config_home(&cfg).run();
+    assert!(eventually(Duration::from_secs(15), || read_host(p).is_empty()));
+}
+
+#[test]
+fn two_projects_asking_for_one_host_port_the_second_is_told_which_domain_holds_it() {
+    let (env, _g) = require_env!(shared);
+    let (ws_a, cfg) = env.workspace_with_config("ports-clash-a", "");
+    let ws_b = env.dir("ports-clash-b");
+    let p = free_port();
+    // Project A publishes the port at its start.
+    let _a = serve_with(env, &ws_a, &cfg, &["--publish", &format!("{p}:8000")], "project-a");
+    let id_a = env.domain_id("default", &ws_a);
+    assert!(eventually(Duration::from_secs(20), || read_host(p) == "project-a"));
+    let names_a = |r: &crate::harness::Run| {
+        r.code == 2
+            && r.stderr.contains(&format!(
+                "host port 127.0.0.1:{p} is already forwarded by the running Domain {id_a} (workspace {})",
+                ws_a.display()
+            ))
+            && r.stderr.contains("\"127.0.0.1:0:8000\"")
+    };
+    // Project B asks for it at its start: exit 2, naming A.
+    let r = env
+        .lz(&ws_b, &["run", "-q", "--publish", &format!("{p}:8000"), "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert!(names_a(&r), "{r:?}");
+    // B running, then asking for it by `port add` and by `--publish`: the same.
+    let _b = serve_with(env, &ws_b, &cfg, &[], "project-b");
+    let id_b = env.domain_id("default", &ws_b);
+    let r = env
+        .lz(&ws_b, &["port", "add", &id_b[..12], &format!("{p}:8000")])
+        .config_home(&cfg)
+        .run();
+    assert!(names_a(&r), "{r:?}");
+    let r = env
+        .lz(&ws_b, &["run", "--publish", &format!("{p}:8000"), "--", "true"])
+        .config_home(&cfg)
+        .run();
+    assert!(names_a(&r), "{r:?}");
+    // Nothing of A's forward broke, and B got none.
+    assert!(eventually(Duration::from_secs(20), || read_host(p) == "project-a"));
+    assert_eq!(host_ports(env, &ws_a, &id_a, 8000), vec![p], "{}", env.ps_json(&ws_a));
+    assert!(host_ports(env, &ws_b, &id_b, 8000).is_empty(), "{}", env.ps_json(&ws_b));
+    for id in [&id_a, &id_b] {
+        let _ = env.lz(&ws_a, &["stop", &id[..12]]).config_home(&cfg).run();
+    }
+    assert!(eventually(Duration::from_secs(15), || read_host(p).is_empty()));
 }
