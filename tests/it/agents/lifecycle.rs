@@ -407,17 +407,23 @@ fn ports_forward_host_loopback_into_the_domain() {
         .run();
     assert!(net.stdout.contains(&format!("\"127.0.0.1:{p2}:8000\"")), "{net:?}");
 
-    // Joining with a forward the running Domain lacks is refused.
+    // Joining with a forward the running Domain lacks adds it, as
+    // `lazaret port add` does, and says so.
     let p3 = free_port(p2 + 1);
     let r = lz_published(env, &ws, "web", &format!("{p3}:8000"), &["true"])
         .config_home(&cfg)
         .run();
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(r.stderr.contains("already running without --publish"), "{r:?}");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("added the forward 127.0.0.1:{p3}:8000")),
+        "{r:?}"
+    );
+    let r = http_get(p3);
+    assert!(r.contains("200 OK") && r.contains("hello-guest"), "port {p3}: {r:?}");
 
     let r = env.lz(&ws, &["stop", &id[..12]]).config_home(&cfg).run();
     assert_eq!(r.code, 0, "{r:?}");
-    for p in [p1, p2] {
+    for p in [p1, p2, p3] {
         assert!(
             eventually(Duration::from_secs(10), || listening(p).is_empty()),
             "port {p} still listens after teardown"
