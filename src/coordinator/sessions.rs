@@ -52,7 +52,7 @@ impl Coordinator {
         // The profile's `user` runs every session but `--root` ones.
         let user = self.profile.user.clone().filter(|_| !root);
         let mut env = plan::session_env_for(user.as_deref(), &self.profile.env, term);
-        if self.profile.git_identity && !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
+        if !self.profile.env.iter().any(|(k, _)| k == "GIT_CONFIG_SYSTEM") {
             env.push(crate::plan::guest::git_env());
         }
         // Host variables this client passed by name: this session only.

@@ -217,9 +217,9 @@ impl Coordinator {
             }
             binds.push(b);
         }
-        if let Some(host) = git_identity.take() {
-            binds.push(crate::plan::guest::git_identity_bind(&gen_dir, host).map_err(CoordinatorError::GitIdentity)?);
-        }
+        binds.push(
+            crate::plan::guest::gitconfig_bind(&gen_dir, git_identity.take()).map_err(CoordinatorError::GitIdentity)?,
+        );
         if self.escalation.enabled {
             let escalate = init.with_file_name("lazaret-escalate");
             if !escalate.is_file() {

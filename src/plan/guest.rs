@@ -1,12 +1,14 @@
 //! What makes the sandbox feel like a development box, planned on the
-//! host: the profile's volumes as bundle binds, and the host's Git
-//! identity as a read-only system-level Git config.
+//! host: the profile's volumes as bundle binds, and a read-only
+//! system-level Git config with the host's Git identity and the stat
+//! comparison Git needs to agree with the host about the workspace.
 //!
-//! The Git identity file is written into the generation directory (host
-//! side, never inside the sandbox's reach) and bound read-only at
-//! [`GUEST_GITCONFIG`]; sessions get `GIT_CONFIG_SYSTEM` pointing at it. It
-//! first includes the image's own `/etc/gitconfig`, so the image's system
-//! settings still apply, and then sets the identity, which wins.
+//! The file is written into the generation directory (host side, never
+//! inside the sandbox's reach) and bound read-only at [`GUEST_GITCONFIG`];
+//! sessions get `GIT_CONFIG_SYSTEM` pointing at it. It first includes the
+//! image's own `/etc/gitconfig`, so the image's system settings still
+//! apply, then sets [`GIT_STAT_SETTINGS`] and the identity, which win
+//! (a user's global or repository config still wins over both).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +20,18 @@ use crate::plan::BindMount;
 pub const GUEST_GITCONFIG: &str = "/.lazaret/gitconfig";
 /// The Git keys copied from the host, when set there.
 pub const GIT_KEYS: &[&str] = &["user.name", "user.email", "init.defaultBranch"];
+/// How Git inside compares the workspace with its index. The index of a
+/// repository the host's Git wrote records host inode numbers and owners,
+/// which the sandbox does not see (the view's own inode numbers, the
+/// sandbox's root): with Git's default every file looks changed and the
+/// first `git status` re-reads and hashes the whole tree (16 s for 20,000
+/// files, against 1.9 s), then writes an index the host's Git in turn
+/// finds changed everywhere. `minimal` compares what both sides see alike:
+/// the size, the type and mode, and the whole second of the modification
+/// time. The window it leaves (docs/git.md, "Git inside and the host's
+/// index"): a change that keeps the size and sets the modification time
+/// back to the second the index recorded is not seen inside.
+pub const GIT_STAT_SETTINGS: &[(&str, &str)] = &[("core.checkStat", "minimal")];
 
 /// The profile's volumes, in configuration order, as bundle binds.
 pub fn volume_binds(volumes: &[Volume]) -> Vec<BindMount> {
@@ -179,16 +193,18 @@ pub fn parse_git_values(out: &[u8]) -> Vec<(&'static str, String)> {
         .collect()
 }
 
-/// Renders the generated Git config for `values` ((key, value) pairs).
+/// Renders the generated Git config: [`GIT_STAT_SETTINGS`], then `values`
+/// ((key, value) pairs, the host's identity).
 pub fn render_gitconfig(values: &[(&str, String)]) -> String {
     let mut out = String::from(
-        "# Written by Lazaret: the host's Git identity (read-only).\n[include]\n\tpath = /etc/gitconfig\n",
+        "# Written by Lazaret: how Git compares the workspace, and the host's Git identity (read-only).\n[include]\n\tpath = /etc/gitconfig\n",
     );
-    for (key, value) in values {
+    let stat = GIT_STAT_SETTINGS.iter().map(|(k, v)| (*k, v.to_string()));
+    for (key, value) in stat.chain(values.iter().map(|(k, v)| (*k, v.clone()))) {
         let Some((section, name)) = key.split_once('.') else {
             continue;
         };
-        out.push_str(&format!("[{section}]\n\t{name} = {}\n", quote_value(value)));
+        out.push_str(&format!("[{section}]\n\t{name} = {}\n", quote_value(&value)));
     }
     out
 }
@@ -210,10 +226,10 @@ fn quote_value(v: &str) -> String {
     s
 }
 
-/// Writes `DIR/gitconfig` with the host's identity read by `host`;
-/// returns its bind.
-pub fn git_identity_bind(gen_dir: &Path, host: HostGitIdentity) -> std::io::Result<BindMount> {
-    let values = host.values();
+/// Writes `DIR/gitconfig` with the host's identity read by `host` (none
+/// without one: the profile's `git_identity = false`); returns its bind.
+pub fn gitconfig_bind(gen_dir: &Path, host: Option<HostGitIdentity>) -> std::io::Result<BindMount> {
+    let values = host.map(HostGitIdentity::values).unwrap_or_default();
     let path: PathBuf = gen_dir.join("gitconfig");
     std::fs::write(&path, render_gitconfig(&values))?;
     Ok(BindMount {
@@ -245,7 +261,12 @@ mod tests {
         );
         assert!(s.contains("[init]\n\tdefaultBranch = \"main\"\n"), "{s}");
         assert!(s.starts_with("# Written by Lazaret"));
-        assert_eq!(s.lines().filter(|l| l.starts_with('[')).count(), 3, "{s}");
+        assert!(s.contains("[core]\n\tcheckStat = \"minimal\"\n"), "{s}");
+        assert_eq!(s.lines().filter(|l| l.starts_with('[')).count(), 4, "{s}");
+        // The identity comes after the stat settings and the include: a
+        // host value never changes how Git compares.
+        let include = s.find("[include]").unwrap();
+        assert!(include < s.find("[core]").unwrap() && s.find("[core]").unwrap() < s.find("[user]").unwrap());
     }
 
     #[test]

@@ -304,6 +304,13 @@ pub fn processes_mentioning(needle: &str) -> Vec<(i32, Vec<u32>, String)> {
     processes().into_iter().filter(|(_, _, c)| c.contains(needle)).collect()
 }
 
+/// The value of the first line `KEY value` the script printed.
+pub fn field<'a>(r: &'a Run, key: &str) -> Option<&'a str> {
+    r.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
+}
+
 /// Polls `f` until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let t = Instant::now();

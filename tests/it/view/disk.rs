@@ -8,15 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::fixtures::git_repo;
-use crate::harness::{eventually, Run, GLOBAL};
+use crate::harness::{eventually, field, GLOBAL};
 use crate::require_env;
-
-/// The lines `KEY value` the script printed, as (key, value).
-fn field<'a>(r: &'a Run, key: &str) -> Option<&'a str> {
-    r.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
-}
 
 const OPEN_FILES: &str = r#"
 import os
@@ -369,11 +362,15 @@ fn guest_owners_and_modes_show_inside_while_host_files_stay_the_developers() {
 
 #[test]
 fn a_cold_listing_answers_its_lookups_with_readdirplus() {
+    // Fewer entries than gVisor keeps unused dentries of (1,000 by
+    // default): with more, it may forget some between the two listings
+    // and look them up again, whatever the view answered.
+    const N: u64 = 600;
     let (env, _g) = require_env!(shared);
     let ws = git_repo(env, "disk-rdplus", &[]);
     let many = ws.join("many");
     std::fs::create_dir(&many).unwrap();
-    for i in 0..2000 {
+    for i in 0..N {
         std::fs::write(many.join(format!("f{i}")), "").unwrap();
     }
     std::process::Command::new("chown")
@@ -387,7 +384,7 @@ fn a_cold_listing_answers_its_lookups_with_readdirplus() {
         .env("LAZARET_VIEW_COUNTS", &counts.display().to_string())
         .run();
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stdout.contains("2002"), "{r:?}");
+    assert!(r.stdout.contains(&format!("{}\n", N + 2)), "{r:?}");
     env.wait_unpublished("default", &ws, Duration::from_secs(30));
     // Written when the view stops, after the Domain is unpublished.
     eventually(Duration::from_secs(30), || {
@@ -402,7 +399,7 @@ fn a_cold_listing_answers_its_lookups_with_readdirplus() {
             .sum()
     };
     assert!(n("readdirplus") > 0, "READDIRPLUS negotiated: {text}");
-    assert!(n("lookup") < 500, "2,000 entries need no LOOKUP each: {text}");
+    assert!(n("lookup") < N / 4, "{N} entries need no LOOKUP each: {text}");
 }
 
 #[test]

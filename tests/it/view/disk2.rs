@@ -9,15 +9,8 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use crate::fixtures::git_repo;
-use crate::harness::{eventually, Run};
+use crate::harness::{eventually, field, Run};
 use crate::require_env;
-
-/// The value of the line `KEY value` the script printed.
-fn field<'a>(r: &'a Run, key: &str) -> Option<&'a str> {
-    r.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(' ')))
-}
 
 const OWN_CHANGES: &str = r#"
 import os, tempfile
