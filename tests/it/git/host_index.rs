@@ -34,7 +34,6 @@ fn a_host_cloned_index_is_taken_as_is_and_no_change_is_missed() {
     // own `git status` then writes the index it keeps.
     std::thread::sleep(Duration::from_millis(1100));
     host_git_ok(env, &ws, &["status", "--porcelain"]);
-    let before = index(&ws);
     // The host edits two files to the same size; one of them gets its old
     // modification time back (to the second, as `touch -r` or `cp -p`
     // would): the documented window.
@@ -99,5 +98,4 @@ fn a_host_cloned_index_is_taken_as_is_and_no_change_is_missed() {
     let r = env.run_sh(&ws, "echo CLEAN $(git status --porcelain | wc -l); echo done");
     assert_eq!(field(&r, "CLEAN"), Some("0"), "{r:?}");
     assert!(settled == index(&ws), "Git inside rewrote the host's index");
-    assert!(before.len() == settled.len(), "the index lost or gained entries");
 }
