@@ -211,10 +211,16 @@ impl View {
         }
     }
 
-    /// The guest has read node `id` as it is now.
+    /// The guest has read node `id` as it is now (`st`, a stat taken
+    /// before the table is locked: one older than what the guest is known
+    /// to know, by its change time, changes nothing).
     pub(super) fn saw(&self, id: u64, st: &rustix::fs::Stat) {
         if let Some(n) = self.t.lock().unwrap().nodes.get_mut(&id) {
-            n.seen = version(st);
+            let v = version(st);
+            if (v[3], v[4]) < (n.seen[3], n.seen[4]) {
+                return;
+            }
+            n.seen = v;
             n.host_wrote = false;
         }
     }

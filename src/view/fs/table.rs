@@ -124,6 +124,16 @@ pub(super) fn version(st: &rustix::fs::Stat) -> Version {
     ]
 }
 
+/// Whether a guest that knows version `seen` of a file knows it as it was
+/// at `v`: the same size and mtime, and a change time no earlier (a later
+/// one moved by a name or mode change only: every change up to `v` moved
+/// the ctime to at most `v`'s, and a content change since `seen` would
+/// have moved the size or mtime, or, restored by `touch -r`, the ctime
+/// past `seen`'s).
+pub(super) fn knows(seen: Version, v: Version) -> bool {
+    seen[..3] == v[..3] && (seen[3], seen[4]) >= (v[3], v[4])
+}
+
 /// What the guest knows of a file (`seen`) after its own change of the
 /// file's content (a write, truncate, fallocate, or attributes) took it
 /// from `pre` to `post`: current if it was current; stale if a host change
@@ -131,7 +141,7 @@ pub(super) fn version(st: &rustix::fs::Stat) -> Version {
 /// not make the guest's copy fresh), unless the change left the file
 /// empty: then the guest knows all of it.
 pub(super) fn after_own(seen: Version, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) -> Version {
-    if seen == version(pre) || post.st_size == 0 {
+    if knows(seen, version(pre)) || post.st_size == 0 {
         version(post)
     } else {
         seen
@@ -146,7 +156,7 @@ pub(super) fn after_own(seen: Version, pre: &rustix::fs::Stat, post: &rustix::fs
 /// guest knew stays stale (`fresh_for_write` refuses overwriting it).
 pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rustix::fs::Stat) -> Version {
     let (a, b) = (version(pre), version(post));
-    if seen == a && a[..3] == b[..3] {
+    if knows(seen, a) && a[..3] == b[..3] {
         b
     } else {
         seen
@@ -165,9 +175,17 @@ pub(super) fn after_own_meta(seen: Version, pre: &rustix::fs::Stat, post: &rusti
 /// read from the pages it cached, which the view never sees), unless a
 /// host write came first (a write, then a `touch -r` back to the old
 /// mtime, stays stale) or its size or mtime moved since.
+///
+/// A stat older than what the guest knows (its change time before `seen`'s:
+/// taken before a change the view made and recorded meanwhile, such as the
+/// guest's unlink of the file) tells nothing new and changes nothing:
+/// applied, it took `seen` back to before the guest's own change, and the
+/// guest's next overwrite of the file was refused as stale.
 pub(super) fn after_host_event(seen: Version, host_wrote: bool, wrote: bool, st: &rustix::fs::Stat) -> (Version, bool) {
     let now = version(st);
-    if seen[..3] != now[..3] {
+    if (now[3], now[4]) < (seen[3], seen[4]) {
+        (seen, host_wrote)
+    } else if seen[..3] != now[..3] {
         (seen, host_wrote || wrote)
     } else if host_wrote && !wrote {
         (seen, true)

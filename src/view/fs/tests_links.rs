@@ -307,6 +307,43 @@ fn a_host_rename_or_chmod_keeps_what_the_guest_read_current_and_a_host_write_doe
 }
 
 #[test]
+fn a_host_event_stat_taken_before_the_guests_own_change_never_takes_what_it_knows_back() {
+    // The guest created the file (ctime 100), the watcher took its stat for
+    // that event, the guest unlinked it (ctime 101, recorded), and only
+    // then was the event applied.
+    let created = stat_with(0, 100, 100);
+    let unlinked = stat_with(0, 100, 101);
+    assert_eq!(
+        after_host_event(version(&unlinked), false, false, &created),
+        (version(&unlinked), false),
+        "an older stat took seen back"
+    );
+    // ... whatever the event was, and a pending host write stays noted.
+    assert_eq!(
+        after_host_event(version(&unlinked), true, true, &created),
+        (version(&unlinked), true)
+    );
+    // The same change time is no older: the event applies.
+    let chmod = stat_with(0, 100, 101);
+    assert_eq!(
+        after_host_event(version(&created), false, false, &chmod),
+        (version(&chmod), false)
+    );
+    // A guest write whose first stat came before the unlink was recorded:
+    // what the guest knows covers that stat, so the write keeps it current.
+    let written = stat_with(9, 102, 102);
+    assert_eq!(after_own(version(&unlinked), &created, &written), version(&written));
+    assert_eq!(
+        after_own_meta(version(&unlinked), &created, &unlinked),
+        version(&unlinked)
+    );
+    // A host write restored with `touch -r` moved the ctime past what the
+    // guest knows: still stale.
+    let touched = stat_with(0, 100, 103);
+    assert_eq!(after_own(version(&unlinked), &touched, &written), version(&unlinked));
+}
+
+#[test]
 fn a_file_the_host_renamed_after_the_guest_read_it_is_overwritten_as_on_a_disk() {
     let dir = Tmp::new("host-rename");
     dir.write("a", "handed over");
