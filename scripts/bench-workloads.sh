@@ -149,7 +149,8 @@ for d in range(100):
         with open(os.path.join(sys.argv[1], "d%d" % d, "f%d.txt" % f), "w") as fh:
             fh.write("small file %d %d\n" % (d, f) + ("needle\n" if f % 10 == 0 else ""))
 PY
-tar -cf "$ws/fx/files.tar" -C "$work/files" . && rm -rf "$work/files"
+# Owned by root, as a sandbox's root unpacks them (tar as root restores owners).
+tar --owner=0 --group=0 --numeric-owner -cf "$ws/fx/files.tar" -C "$work/files" . && rm -rf "$work/files"
 p=$work/proto
 mkdir -p "$p/npm" "$p/py/pkg" "$p/py/tests" "$p/crate/.cargo"
 cp "$fixtures/npm/package.json" "$fixtures/npm/package-lock.json" "$p/npm/"
@@ -190,7 +191,7 @@ top=$PWD
 cd "r/$1" || exit 1
 # Untimed: the first unpack in a new sandbox pays gVisor a one-time cost,
 # which would fall on whichever row came first; npm writes to its cache.
-mkdir -p /tmp/warm && tar -xf "$top/fx/files.tar" -C /tmp/warm && rm -rf /tmp/warm
+mkdir -p /tmp/warm && tar -xf "$top/fx/files.tar" -C /tmp/warm ./d1 ./d2 ./d3 ./d4 ./d5 && rm -rf /tmp/warm
 rm -rf /tmp/npm-cache && cp -r "$top/fx/npm-cache" /tmp/npm-cache
 t clone git clone -q "file://$top/fx/small.git" clone
 cd npm && t npm npm ci --offline --cache /tmp/npm-cache --ignore-scripts --no-audit --no-fund --loglevel=error && cd .. || exit 1
