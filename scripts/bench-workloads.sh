@@ -379,16 +379,21 @@ row() {
     echo
     local others=""
     [ -z "$base" ] || others="; baseline$(each base "$name")"
+    others="$others; bind$(each bind "$name")"
     [ "$f" = nan ] || others="$others; floor$(each floor "$name")"
-    echo "  rounds: view$(each view "$name")$others; bind$(each bind "$name"); host$(each host "$hname")"
-    bench_row "workloads: $label (vs bind)" "$v" "$b" ms "$([ "$against" = bind ] && echo "$goal" || echo -)"
-    [ "$f" = nan ] || bench_row "workloads: $label (vs floor)" "$v" "$f" ms "$([ "$against" = floor ] && echo "$goal" || echo -)"
-    bench_row "workloads: $label (vs host)" "$v" "$h" ms "$([ "$against" = host ] && echo "$goal" || echo -)"
-    [ -z "$base" ] || {
-        bench_row "workloads, baseline build: $label (vs bind)" "$c" "$b" ms -
-        bench_row "workloads: $label (vs the baseline build)" "$v" "$c" ms "<=1.05x"
-    }
+    echo "  rounds: view$(each view "$name")$others; host$(each host "$hname")"
+    # The rows for scripts/bench-all.sh, printed after the table.
+    {
+        bench_row "workloads: $label (vs bind)" "$v" "$b" ms "$([ "$against" = bind ] && echo "$goal" || echo -)"
+        [ "$f" = nan ] || bench_row "workloads: $label (vs floor)" "$v" "$f" ms "$([ "$against" = floor ] && echo "$goal" || echo -)"
+        bench_row "workloads: $label (vs host)" "$v" "$h" ms "$([ "$against" = host ] && echo "$goal" || echo -)"
+        [ -z "$base" ] || {
+            bench_row "workloads, baseline build: $label (vs bind)" "$c" "$b" ms -
+            bench_row "workloads: $label (vs the baseline build)" "$v" "$c" ms "<=1.05x"
+        }
+    } >> "$work/rows"
 }
+: > "$work/rows"
 row "first git status, new Domain, host clone (20000 files)" st1 st1 "" host "<=2.0x"
 row "second git status in that Domain" st2
 row "host git status right after the sandbox's" after st1 nofloor host "<=1.5x"
@@ -402,4 +407,5 @@ row "tar x 10000 small files, tracked dir" tar "" "" bind "<=1.3x"
 row "tar x 10000 small files, ignored dir" tar-ign "" "" bind "<=1.3x"
 row "rg over the run's tree" rg
 echo "host column: the host's Git for the git status rows (first and second status on a fresh clone), the image's programs run natively for the others"
+cat "$work/rows"
 echo "load: $(uptime | sed 's/.*load average: //'); $rounds rounds in $(( ($(date +%s) - started) / 60 )) min"
