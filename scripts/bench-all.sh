@@ -7,7 +7,7 @@
 # Each script measures its baseline in the same invocation, interleaved
 # with Lazaret, so the ratios compare like with like under the same load.
 #
-#   scripts/bench-all.sh [SCRIPT...]     (default: run escalate git net state)
+#   scripts/bench-all.sh [SCRIPT...]     (default: run escalate git workloads net state)
 #
 # The logs stay in $BENCH_LOGS (default: a new directory under /tmp, named
 # at the end). bench-notify.sh evaluates a design that is not in the
@@ -15,7 +15,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 scripts=("$@")
-[ ${#scripts[@]} -gt 0 ] || scripts=(run escalate git net state)
+[ ${#scripts[@]} -gt 0 ] || scripts=(run escalate git workloads net state)
 logs=${BENCH_LOGS:-$(mktemp -d /tmp/lazaret-bench-all.XXXXXX)}
 mkdir -p "$logs"
 rows="$logs/rows"

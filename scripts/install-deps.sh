@@ -138,4 +138,70 @@ if [ -f "$agents_list" ]; then
     done < "$agents_list"
 fi
 
+# The inputs of scripts/bench-workloads.sh (tests/fixtures/bench/), fetched
+# once so that the benchmark itself never touches the network: the npm
+# packages of its package-lock.json in an npm cache, the wheels of its
+# requirements.txt (for the bench image's Python, Debian bookworm's 3.11),
+# and the crates of its Cargo.lock, checked against the lock's SHA-256 and
+# unpacked as a vendored directory source. A changed fixture fetches again.
+fixtures=$(dirname "$0")/../tests/fixtures/bench
+bench=$tools/bench
+fetched() { [ "$(cat "$1/.lazaret-fixture" 2>/dev/null)" = "$(sha256sum < "$2")" ]; }
+mark() { sha256sum < "$2" > "$1/.lazaret-fixture"; chmod -R a+rX "$1"; }
+if [ -d "$fixtures" ]; then
+    install -d -m 0755 "$tools" "$bench"
+    lock=$fixtures/npm/package-lock.json
+    if ! fetched "$bench/npm-cache" "$lock"; then
+        command -v npm >/dev/null 2>&1 || { apt_update; say "installing: npm"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+        say "fetching the packages of $lock into $bench/npm-cache"
+        rm -rf "$bench/npm-cache"
+        # Every name@version the lock installs (node_modules/a/node_modules/b is b).
+        # shellcheck disable=SC2046 # one word per package spec
+        if npm cache add --cache "$bench/npm-cache" $(python3 -c '
+import json, sys
+for k, v in json.load(open(sys.argv[1]))["packages"].items():
+    if k:
+        print(k.rsplit("node_modules/", 1)[1] + "@" + v["version"])' "$lock") >/dev/null; then
+            mark "$bench/npm-cache" "$lock"
+        else
+            say "cannot fetch the npm packages: bench-workloads.sh will fail"
+            rm -rf "$bench/npm-cache"
+        fi
+    fi
+    req=$fixtures/requirements.txt
+    if ! fetched "$bench/wheels" "$req"; then
+        python3 -m pip --version >/dev/null 2>&1 || { apt_update; say "installing: python3-pip"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null; }
+        say "fetching the wheels of $req into $bench/wheels"
+        rm -rf "$bench/wheels"
+        if python3 -m pip download --isolated --disable-pip-version-check -q --no-deps --only-binary=:all: \
+            --python-version 3.11 --implementation cp --abi cp311 \
+            --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+            -r "$req" -d "$bench/wheels" >/dev/null; then
+            mark "$bench/wheels" "$req"
+        else
+            say "cannot fetch the wheels: bench-workloads.sh will fail"
+            rm -rf "$bench/wheels"
+        fi
+    fi
+    clock=$fixtures/crate/Cargo.lock
+    if ! fetched "$bench/crates" "$clock"; then
+        say "fetching the crates of $clock into $bench/crates"
+        rm -rf "$bench/crates"
+        install -d -m 0755 "$bench/crates"
+        ok=1
+        while read -r name version sum; do
+            f=$bench/crates/$name-$version.crate
+            if wget -q -O "$f" "https://static.crates.io/crates/$name/$name-$version.crate" &&
+                [ "$(sha256sum < "$f" | cut -d' ' -f1)" = "$sum" ]; then
+                tar -xzf "$f" -C "$bench/crates" && rm "$f"
+                printf '{"files":{},"package":"%s"}\n' "$sum" > "$bench/crates/$name-$version/.cargo-checksum.json"
+            else
+                say "cannot fetch $name $version (or its checksum differs from the lock's)"
+                ok=0
+            fi
+        done < <(awk -F'"' '/^name = / {n=$2} /^version = / {v=$2} /^checksum = / {print n, v, $2}' "$clock")
+        if [ "$ok" -eq 1 ]; then mark "$bench/crates" "$clock"; else say "bench-workloads.sh will fail"; rm -rf "$bench/crates"; fi
+    fi
+fi
+
 say "ok (runsc $rv)"

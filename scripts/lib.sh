@@ -70,6 +70,10 @@ bench_as_user() {
     delegate_cgroup "$user" nomove >/dev/null 2>&1 || true
     install -m 0755 "scripts/$script" "$bindir/$script"
     install -m 0644 scripts/lib.sh "$bindir/lib.sh"
+    # The inputs of scripts/bench-workloads.sh, where the user can read them.
+    rm -rf "$bindir/fixtures-bench"
+    cp -r tests/fixtures/bench "$bindir/fixtures-bench"
+    chmod -R a+rX "$bindir/fixtures-bench"
     run_as "$user" "$bindir/lazaret" image build --quiet --if-missing
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
