@@ -136,12 +136,6 @@ fn fail(e: SupervisorError) -> i32 {
 
 pub fn main(mut args: Args) -> i32 {
     sys::set_thread_name("lz-supervisor");
-    // The views keep a handle of each file the sandbox knows, so a file it
-    // has open is still read and written after a host process renames or
-    // removes its name, up to a quarter of this limit (src/view/fs/mod.rs,
-    // `handles_max`): a shell's soft limit of 1,024 left 256, and a
-    // sandbox reader of the 257th file met ENOENT where a disk reads on.
-    sys::raise_nofile_limit();
     // INVARIANT: the lease and status pipes are ours alone; runsc,
     // slirp4netns and fuse-overlayfs must not inherit them (an inherited
     // lease would outlive us, an inherited status pipe would hide our EOF).

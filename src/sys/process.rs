@@ -86,26 +86,6 @@ pub fn set_parent_death_signal(sig: i32) -> io::Result<()> {
     cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(|_| ())
 }
 
-/// Raises this process's soft limit of open files to its hard limit (what
-/// the process may do without privilege); returns the soft limit now.
-/// Programs started later inherit it (runsc raises its own anyway; the
-/// sandbox's limit is the bundle's).
-pub fn raise_nofile_limit() -> Option<u64> {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let lim = getrlimit(Resource::Nofile);
-    match (lim.current, lim.maximum) {
-        (Some(cur), Some(max)) if cur < max => {
-            let raised = rustix::process::Rlimit {
-                current: Some(max),
-                maximum: Some(max),
-            };
-            let _ = setrlimit(Resource::Nofile, raised);
-            getrlimit(Resource::Nofile).current
-        }
-        (cur, _) => cur,
-    }
-}
-
 /// Sets the kernel thread name (`comm`, at most 15 bytes).
 pub fn set_thread_name(name: &str) {
     let mut buf = [0u8; 16];

@@ -525,16 +525,3 @@ fn a_write_to_a_closed_pipe_fails_with_epipe_instead_of_ending_the_process() {
         out.status
     );
 }
-
-#[test]
-fn the_open_file_limit_is_raised_to_what_the_process_may_have() {
-    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
-    let now = super::raise_nofile_limit();
-    assert_eq!(
-        rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
-        now
-    );
-    if hard.is_some() {
-        assert_eq!(now, hard, "the soft limit is the hard one");
-    }
-}
