@@ -37,7 +37,7 @@
 # Columns are interleaved (the order reverses every round); medians of
 # ROUNDS rounds (default 5; 1 for a quick look), with the load.
 #
-# Nothing leaves the machine: the inputs come from scripts/install-deps.sh
+# Nothing leaves the machine: the inputs come from scripts/install-deps.sh --bench
 # (/var/tmp/lazaret-tools/bench: the npm cache, the wheels and the vendored
 # crates), every sandbox has no network, and the host column runs in a
 # network namespace of its own. The bench image (the built-in `dev` plus
@@ -70,7 +70,7 @@ fixtures=$here/fixtures-bench
 [ -d "$fixtures" ] || fixtures=$here/../tests/fixtures/bench
 tools=${LAZARET_TOOLS:-/var/tmp/lazaret-tools}/bench
 for d in npm-cache wheels crates; do
-    [ -d "$tools/$d" ] || { echo "bench-workloads: no $tools/$d: run scripts/install-deps.sh first" >&2; exit 2; }
+    [ -d "$tools/$d" ] || { echo "bench-workloads: no $tools/$d: run scripts/install-deps.sh --bench first" >&2; exit 2; }
 done
 work=$(mktemp -d "$HOME/lazaret-bench-wl.XXXXXX")
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install the host packages Lazaret drives. Idempotent: prints only what it changes.
-# Runs as root, or re-executes itself with sudo.
+# Runs as root, or re-executes itself with sudo. With --bench it also
+# fetches the inputs of scripts/bench-workloads.sh (the tests need none).
+#
+#   scripts/install-deps.sh [--bench]
 set -euo pipefail
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -144,8 +147,10 @@ fi
 # requirements.txt (for the bench image's Python, Debian bookworm's 3.11),
 # and the crates of its Cargo.lock, checked against the lock's SHA-256 and
 # unpacked as a vendored directory source. A changed fixture fetches again.
+# Only with --bench: the tests need none of it.
 fixtures=$(dirname "$0")/../tests/fixtures/bench
 bench=$tools/bench
+[ "${1:-}" = --bench ] || fixtures=/nonexistent
 fetched() { [ "$(cat "$1/.lazaret-fixture" 2>/dev/null)" = "$(sha256sum < "$2")" ]; }
 mark() { sha256sum < "$2" > "$1/.lazaret-fixture"; chmod -R a+rX "$1"; }
 if [ -d "$fixtures" ]; then

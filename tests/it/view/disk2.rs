@@ -258,3 +258,87 @@ fn hard_links_and_inode_numbers_hold_after_the_handles_are_used_up() {
         ws.join("n2").metadata().unwrap().ino()
     );
 }
+
+const OPEN_THEN_RENAMED: &str = r#"
+import os, sys, time
+n = int(sys.argv[1])
+fds = [os.open("o/f%d" % i, os.O_RDONLY) for i in range(n)]
+open("ready", "w").close()
+for _ in range(3000):
+    if os.path.exists("go"):
+        break
+    time.sleep(0.1)
+print("GO", os.path.exists("go"))
+good = bad = 0
+errs = set()
+for i, fd in enumerate(fds):
+    try:
+        ok = os.pread(fd, 100, 0) == b"content %d\n" % i
+    except OSError as e:
+        ok = False
+        errs.add(e.strerror)
+    good += ok
+    bad += not ok
+print("READ", good, bad, sorted(errs))
+print("done")
+"#;
+
+/// The sandbox opens 600 files; a host process then renames a symlink
+/// over half of their names and removes the other half; every open file
+/// still reads what it held, as on a disk (run at a shell's usual soft
+/// limit of 1,024 open files, which bounds the view's handles to 256).
+#[test]
+fn open_files_read_on_after_the_host_renames_over_or_removes_their_names() {
+    use std::os::unix::process::CommandExt;
+    let (env, _g) = require_env!(shared);
+    const N: usize = 600;
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    if hard.is_some_and(|h| h < 4 * 1024) {
+        if std::env::var("LAZARET_MUST_WORK").as_deref() == Ok("1") {
+            panic!("the hard open-file limit {hard:?} leaves the view too few handles for this test");
+        }
+        eprintln!("skipping: the hard open-file limit {hard:?} leaves the view too few handles");
+        return;
+    }
+    let files: Vec<(String, String)> = (0..N).map(|i| (format!("o/f{i}"), format!("content {i}\n"))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let ws = git_repo(env, "disk2-open-renamed", &refs);
+    env.write(&ws.join("x.py"), OPEN_THEN_RENAMED);
+    let host_ws = ws.clone();
+    let (uid, gid) = (env.uid, env.gid);
+    let host = std::thread::spawn(move || {
+        if !eventually(Duration::from_secs(300), || host_ws.join("ready").exists()) {
+            return false;
+        }
+        for i in 0..N {
+            let name = host_ws.join(format!("o/f{i}"));
+            if i % 2 == 0 {
+                let tmp = host_ws.join(format!("o/.l{i}"));
+                std::os::unix::fs::symlink(format!("f{i}"), &tmp).unwrap();
+                let _ = std::os::unix::fs::lchown(&tmp, Some(uid), Some(gid));
+                std::fs::rename(&tmp, &name).unwrap();
+            } else {
+                std::fs::remove_file(&name).unwrap();
+            }
+        }
+        std::fs::write(host_ws.join("go"), "").unwrap();
+        true
+    });
+    let mut c = env.lz_sh(&ws, &format!("python3 x.py {N} 2>&1")).command();
+    // A shell's usual soft limit, whatever this test process has.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+            let soft = rustix::process::Rlimit {
+                current: Some(1024),
+                maximum: lim.maximum,
+            };
+            rustix::process::setrlimit(rustix::process::Resource::Nofile, soft).map_err(std::io::Error::from)
+        });
+    }
+    let r = Run::from(c.output().unwrap());
+    assert!(host.join().unwrap(), "the sandbox never opened the files: {r:?}");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert_eq!(field(&r, "GO"), Some("True"), "{r:?}");
+    assert_eq!(field(&r, "READ"), Some(format!("{N} 0 []").as_str()), "{r:?}");
+}
