@@ -442,6 +442,10 @@ pub fn finish(
             format!("link set {rif} mtu {mtu} up"),
         ],
     )?;
+    if fault == Some(Fault::SlowRouter) {
+        log::warn!("fault injection: the router's half of the network waits before slirp4netns starts");
+        std::thread::sleep(netpolicy::SLOW_ROUTER);
+    }
     let (slirp, slirp_start) = start_slirp(&router_path, plan.custom_dns)?;
     report(&crate::wire::supervisor::StatusMsg::Slirp {
         pid: slirp.id() as i32,
