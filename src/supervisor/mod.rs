@@ -484,11 +484,9 @@ fn read_boot_request(args: &Args) -> Result<Vec<u8>, SupervisorError> {
 /// own: a request larger than the pipe holds is written as init reads it,
 /// and if the sandbox is gone the write fails and the thread ends.
 fn send_boot_request(pipe: OwnedFd, bytes: Vec<u8>) {
-    let _ = std::thread::Builder::new()
-        .name("lz-boot".into())
-        .spawn(move || {
-            let _ = sys::write_all(&pipe, &bytes);
-        });
+    let _ = std::thread::Builder::new().name("lz-boot".into()).spawn(move || {
+        let _ = sys::write_all(&pipe, &bytes);
+    });
 }
 
 /// Spawns `runsc run`, attached, in `netns` when given. Its stdin (init's)

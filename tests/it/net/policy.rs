@@ -479,7 +479,9 @@ fn trace_ms(trace: &str, role: &str, step: &str) -> Option<f64> {
         let w: Vec<&str> = l.split_whitespace().collect();
         // "12.3 ms (+ 0.4) ROLE STEP WORDS…" ("(+" and the step time may be one word or two).
         let at = w.iter().position(|x| *x == role)?;
-        (w[at + 1..].join(" ") == step).then(|| w.first()?.parse().ok()).flatten()
+        (w[at + 1..].join(" ") == step)
+            .then(|| w.first()?.parse().ok())
+            .flatten()
     })
 }
 
