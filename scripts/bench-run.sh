@@ -5,7 +5,12 @@
 # network against raw runsc with gVisor's netstack on one veth. Prints medians and the ratio. Run as root (it switches to
 # the test user) or as the user that owns the image.
 #
-#   scripts/bench-run.sh [ROUNDS]
+# With BENCH_BASELINE_BIN=DIR (another build's lazaret, lazaret-init and
+# lazaret-escalate, readable by the test user) the cold starts of that
+# build are timed in the same rounds, interleaved, and printed against raw
+# runsc and as this build against it.
+#
+#   [BENCH_BASELINE_BIN=DIR] scripts/bench-run.sh [ROUNDS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 rounds=${1:-15}
@@ -14,6 +19,7 @@ rounds=${1:-15}
 bench_as_user "$here" "$(basename "$0")" "$@"
 
 lz=${LAZARET_BIN:-$here/../target/x86_64-unknown-linux-gnu/release/lazaret}
+base=$(baseline_bin bench-run.sh)
 work=$(mktemp -d /tmp/lazaret-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ws="$work/ws"; mkdir -p "$ws"
@@ -21,11 +27,13 @@ cd "$ws"
 
 # Warm up: prepares the lower for this image once.
 "$lz" run --quiet -- true
+[ -z "$base" ] || "$base/lazaret" run --quiet -- true
 
 ms() { date +%s%N; }
 # A cold start is measured from an absent Domain: wait out the previous
-# generation's teardown so it is not counted.
-settle() { while pgrep -u "$(id -u)" -f 'lazaret:\[coordinator\]' >/dev/null; do sleep 0.01; done; }
+# generation's teardown so it is not counted (this workspace's coordinator;
+# another benchmark of the same user may hold Domains of its own).
+settle() { while pgrep -u "$(id -u)" -f -- "--workspace $ws( |\$)" >/dev/null; do sleep 0.01; done; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 # Baseline bundle: the same prepared lower and the same config.json Lazaret
@@ -112,7 +120,7 @@ settle
 
 mkdir -p "$work/nonet/lazaret"
 printf '[profiles.default.network]\nmode = "none"\n' > "$work/nonet/lazaret/config.toml"
-lz_times=(); raw_times=(); nonet_times=(); rawnet_times=()
+lz_times=(); raw_times=(); nonet_times=(); rawnet_times=(); base_times=(); base_nonet=()
 for i in $(seq "$rounds"); do
     settle
     t0=$(ms); "$lz" run --quiet -- true; t1=$(ms)
@@ -120,6 +128,14 @@ for i in $(seq "$rounds"); do
     settle
     t0=$(ms); XDG_CONFIG_HOME="$work/nonet" "$lz" run --quiet -- true; t1=$(ms)
     nonet_times+=($(( (t1 - t0) / 1000000 )))
+    if [ -n "$base" ]; then
+        settle
+        t0=$(ms); "$base/lazaret" run --quiet -- true; t1=$(ms)
+        base_times+=($(( (t1 - t0) / 1000000 )))
+        settle
+        t0=$(ms); XDG_CONFIG_HOME="$work/nonet" "$base/lazaret" run --quiet -- true; t1=$(ms)
+        base_nonet+=($(( (t1 - t0) / 1000000 )))
+    fi
     t0=$(ms); raw_once "$i"; t1=$(ms)
     raw_times+=($(( (t1 - t0) / 1000000 )))
     t0=$(ms); raw_net_once "$i"; t1=$(ms)
@@ -146,6 +162,17 @@ bench_row "cold start, network (vs runsc run, no network)" "$lzm" "$rawm" ms "-"
 echo "raw runsc run, gVisor netstack (same bundle, veth in a fresh netns): median ${rawnetm} ms"
 awk -v a="$lzm" -v b="$rawnetm" 'BEGIN { printf "cold ratio lazaret(network)/raw(netstack): %.2fx (target <= 1.2x)\n", a / b }'
 bench_row "cold start, network (vs runsc run, netstack)" "$lzm" "$rawnetm" ms "<=1.2x"
+if [ -n "$base" ]; then
+    bm=$(printf '%s\n' "${base_times[@]}" | median)
+    bnm=$(printf '%s\n' "${base_nonet[@]}" | median)
+    echo "baseline build: cold, network: median ${bm} ms; cold, network.mode = none: median ${bnm} ms"
+    awk -v a="$bnm" -v b="$rawm" 'BEGIN { printf "baseline build: cold ratio (no network)/raw: %.2fx\n", a / b }'
+    awk -v a="$bm" -v b="$rawnetm" 'BEGIN { printf "baseline build: cold ratio (network)/raw(netstack): %.2fx\n", a / b }'
+    awk -v a="$nnm" -v b="$bnm" 'BEGIN { printf "this build / baseline build, cold, no network: %.3fx\n", a / b }'
+    awk -v a="$lzm" -v b="$bm" 'BEGIN { printf "this build / baseline build, cold, network:    %.3fx\n", a / b }'
+    bench_row "cold start, no network (vs the baseline build)" "$nnm" "$bnm" ms "<=1.0x"
+    bench_row "cold start, network (vs the baseline build)" "$lzm" "$bm" ms "<=1.0x"
+fi
 
 # Resource limits: the same cold start inside a delegated cgroup, with
 # explicit limits (a per-generation cgroup is created, written, joined and

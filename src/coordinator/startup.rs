@@ -390,6 +390,7 @@ impl Coordinator {
             .parent_death_signal(sys::SIGKILL)
             .apply(&mut cmd);
         let child = cmd.spawn().map_err(CoordinatorError::StartSupervisor)?;
+        crate::trace::step("coordinator", "supervisor spawned");
         // The supervisor joined between fork and exec (or failed to start).
         if let Some(c) = self.cgroup.as_mut() {
             c.close_procs();
@@ -406,6 +407,7 @@ impl Coordinator {
         // 1. The supervisor unshared its user namespace: write the id maps.
         status.wait_for_userns(deadline)?;
         write_id_maps(pid)?;
+        crate::trace::step("coordinator", "id maps written");
         let ns = |n: &str| {
             let p = PathBuf::from(format!("/proc/{pid}/ns/{n}"));
             File::open(&p).map_err(|e| CoordinatorError::OpenNamespace(p, e))
@@ -422,6 +424,7 @@ impl Coordinator {
         if let Some(g) = self.gate_secrets.take() {
             secrets::send(&lease_wr, LeaseMsg::Secrets(g)).map_err(CoordinatorError::LeasePipe)?;
         }
+        crate::trace::step("coordinator", "mapped sent");
         self.sup = Some(Supervisor {
             child,
             lease: Some(lease_wr),

@@ -1,7 +1,11 @@
 //! The Network Sidecar role's install path, run by the Runtime Supervisor
 //! the generation's sandbox and router network namespaces, the
 //! veth between them, slirp4netns on the router, the routes of the install
-//! plan, and the read-back of what the kernel actually holds.
+//! plan, and the read-back of what the kernel actually holds. In two
+//! halves: [`prepare`] (the namespaces and the sandbox's side, all runsc
+//! reads when it starts) and [`finish`] (the router's side), which the
+//! supervisor runs while `runsc run` boots, before init is given its boot
+//! request.
 //!
 //! Topology (docs/network.md): gVisor runs in the *sandbox namespace*,
 //! whose only NIC is `lzr0` with one route, `default via 169.254.255.2`,
@@ -46,7 +50,9 @@ const SLIRP_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The installed network of one generation.
 pub struct Network {
-    /// The namespace runsc (and so gVisor) runs in.
+    /// The namespace runsc (and so gVisor) runs in, held for the
+    /// generation's life (runsc was started on `SandboxSide`'s).
+    #[allow(dead_code)] // held, not read: the fd keeps the namespace
     pub sandbox: OwnedFd,
     /// The enforcement hop: forwards to slirp4netns or refuses.
     pub router: OwnedFd,
@@ -328,17 +334,31 @@ fn start_slirp(router_path: &Path, custom_dns: bool) -> Result<(Child, u64), Ins
     Ok((child, start))
 }
 
-/// Prepares the generation's network as the plan says, reporting
-/// `Slirp { pid, start }` as soon as the helper exists (so the coordinator
-/// owns it exactly), then reads back what was installed. `secrets` go to
-/// the egress gate (a plan without a gate takes none).
-pub fn install(
-    plan: &Plan,
-    gen_dir: &Path,
-    secrets: Option<crate::net::terminate::Secrets>,
-    fault: Option<Fault>,
-    report: &dyn Fn(&crate::wire::supervisor::StatusMsg),
-) -> Result<Network, InstallError> {
+/// The sandbox's half of a generation's network, made by [`prepare`]:
+/// both namespaces, bound in the generation directory, and `lzr0` in the
+/// sandbox namespace with its address and its one route. It is all runsc
+/// reads when it starts (gVisor copies the namespace's interfaces,
+/// addresses and routes into its netstack), so `runsc run` may start on
+/// it while [`finish`] installs the router's half. Nothing leaves the
+/// sandbox through it yet: the router's end is down, slirp4netns is not
+/// there and the router holds no route out.
+pub struct SandboxSide {
+    sandbox: OwnedFd,
+    router: OwnedFd,
+    router_path: PathBuf,
+}
+
+impl SandboxSide {
+    /// The namespace runsc (and so gVisor) runs in.
+    pub fn sandbox(&self) -> &OwnedFd {
+        &self.sandbox
+    }
+}
+
+/// The sandbox's half ([`SandboxSide`]): the namespaces, both with IPv6
+/// off (before any interface exists in them), the router's sysctls, the
+/// veth with the sandbox's address and default route, TSO off on it.
+pub fn prepare(gen_dir: &Path) -> Result<SandboxSide, InstallError> {
     let sandbox = sys::new_netns().map_err(|e| InstallError::NewNs("sandbox", e))?;
     let router = sys::new_netns().map_err(|e| InstallError::NewNs("router", e))?;
     let router_path = gen_dir.join(ROUTER_FILE);
@@ -380,6 +400,52 @@ pub fn install(
             format!("route add default via {r} dev {sif}"),
         ],
     )?;
+    // TSO off on gVisor's NIC: with it on, runsc hands the kernel 64 KiB
+    // GSO packets, which cost about a third of the throughput through the
+    // router and tap0 (no offloads); off, gVisor segments itself, as it did
+    // on slirp4netns's tap0 (scripts/bench-net.sh). Performance only.
+    // Before runsc starts: it reads the NIC's offloads when it takes it.
+    if let Err(e) = ethtool_set(&sandbox, sif, ETHTOOL_STSO, false) {
+        log::warn!("network: cannot turn TSO off on {sif} (throughput may suffer): ethtool on {sif}: {e}");
+    }
+    // Read back now what runsc will copy into gVisor's stack: the sandbox
+    // namespace's table (its link and one default route to the router) and
+    // no IPv6 address. Now, not in `finish`: runsc takes the addresses off
+    // `lzr0` when it takes the NIC, and it may already have by then.
+    let sroutes = IpShow::start(&sandbox, &["-4", "route", "show"])?;
+    let v6 = IpShow::start(&sandbox, &["-6", "-o", "addr", "show"])?;
+    netpolicy::verify_sandbox_routes(&sroutes.output()?).map_err(InstallError::Readiness)?;
+    let v6 = v6.output()?;
+    if !v6.trim().is_empty() {
+        return Err(InstallError::Ipv6Remains("sandbox", v6.trim().to_string()));
+    }
+    Ok(SandboxSide {
+        sandbox,
+        router,
+        router_path,
+    })
+}
+
+/// The router's half, on a [`SandboxSide`], as the plan says: its end of
+/// the veth, slirp4netns (reported as `Slirp { pid, start }` as soon as it
+/// exists, so the coordinator owns it exactly), the plan's routes and
+/// their read-back, and in allow-by-name mode the egress gate (`secrets`
+/// go to it; a plan without a gate takes none). On failure slirp4netns is
+/// stopped.
+pub fn finish(
+    side: SandboxSide,
+    plan: &Plan,
+    gen_dir: &Path,
+    secrets: Option<crate::net::terminate::Secrets>,
+    fault: Option<Fault>,
+    report: &dyn Fn(&crate::wire::supervisor::StatusMsg),
+) -> Result<Network, InstallError> {
+    let SandboxSide {
+        sandbox,
+        router,
+        router_path,
+    } = side;
+    let (r, rif, mtu) = (netpolicy::ROUTER_ADDR, netpolicy::ROUTER_IF, netpolicy::MTU);
     ip_batch(
         &router,
         "preparing the router namespace",
@@ -389,12 +455,9 @@ pub fn install(
             format!("link set {rif} mtu {mtu} up"),
         ],
     )?;
-    // TSO off on gVisor's NIC: with it on, runsc hands the kernel 64 KiB
-    // GSO packets, which cost about a third of the throughput through the
-    // router and tap0 (no offloads); off, gVisor segments itself, as it did
-    // on slirp4netns's tap0 (scripts/bench-net.sh). Performance only.
-    if let Err(e) = ethtool_set(&sandbox, sif, ETHTOOL_STSO, false) {
-        log::warn!("network: cannot turn TSO off on {sif} (throughput may suffer): ethtool on {sif}: {e}");
+    if fault == Some(Fault::SlowRouter) {
+        log::warn!("fault injection: the router's half of the network waits before slirp4netns starts");
+        std::thread::sleep(netpolicy::SLOW_ROUTER);
     }
     let (slirp, slirp_start) = start_slirp(&router_path, plan.custom_dns)?;
     report(&crate::wire::supervisor::StatusMsg::Slirp {
@@ -735,8 +798,9 @@ fn attest_lookups(started: IpShow, plan: &Plan) -> Result<usize, InstallError> {
 }
 
 /// Readiness from observed state: the router's table against the plan and its
-/// own decision for a sample of every planned route, the sandbox's table,
-/// no IPv6 address, and the helper alive.
+/// own decision for a sample of every planned route, no IPv6 address in
+/// the router, and the helper alive (the sandbox's table and its IPv6 were
+/// read back by [`prepare`], before runsc took its NIC).
 ///
 /// Every reading is started before the first is judged (they only read),
 /// and they are judged in this order, so the first failure is the one
@@ -745,17 +809,12 @@ fn attest_lookups(started: IpShow, plan: &Plan) -> Result<usize, InstallError> {
 fn attest(net: &Network, expected: &Plan) -> Result<(), InstallError> {
     let routes = IpShow::start(&net.router, &["-4", "route", "show", "table", "main"])?;
     let lookups = start_lookups(net, expected)?;
-    let sroutes = IpShow::start(&net.sandbox, &["-4", "route", "show"])?;
-    let v6 = [
-        ("sandbox", IpShow::start(&net.sandbox, &["-6", "-o", "addr", "show"])?),
-        ("router", IpShow::start(&net.router, &["-6", "-o", "addr", "show"])?),
-    ];
+    let v6 = [("router", IpShow::start(&net.router, &["-6", "-o", "addr", "show"])?)];
     expected
         .verify_routes(&routes.output()?)
         .map_err(InstallError::Readiness)?;
     let n = attest_lookups(lookups, expected)?;
     log::info!("network readiness: the router's own lookups agree with the plan for {n} routes");
-    netpolicy::verify_sandbox_routes(&sroutes.output()?).map_err(InstallError::Readiness)?;
     for (name, reading) in v6 {
         let v6 = reading.output()?;
         if !v6.trim().is_empty() {

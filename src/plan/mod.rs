@@ -461,26 +461,54 @@ impl std::error::Error for IdMapError {
 pub fn write_id_maps(pid: i32, inside: u32) -> Result<(), IdMapError> {
     let (uid, gid) = (crate::sys::getuid(), crate::sys::getgid());
     let name = crate::sys::hostenv::user_name(uid).unwrap_or_default();
+    // Both helpers run side by side (each is a setuid process of a few
+    // ms; the two maps are independent files); each is waited for.
+    let mut running = Vec::new();
+    let mut first_err = None;
     for (tool, file, own) in [("newuidmap", "/etc/subuid", uid), ("newgidmap", "/etc/subgid", gid)] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        let sub = find_subrange(&text, &name, uid).ok_or_else(|| IdMapError::NoSubrange {
-            file,
-            name: name.clone(),
-            uid,
-        })?;
-        let out = std::process::Command::new(tool)
-            .args(id_map_args(pid, own, sub, inside))
-            .stdin(std::process::Stdio::null())
-            .output()
-            .map_err(|e| IdMapError::Run(tool, e))?;
-        if !out.status.success() {
-            return Err(IdMapError::Failed(
-                tool,
-                String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            ));
+        let started = find_subrange(&text, &name, uid)
+            .ok_or_else(|| IdMapError::NoSubrange {
+                file,
+                name: name.clone(),
+                uid,
+            })
+            .and_then(|sub| {
+                std::process::Command::new(tool)
+                    .args(id_map_args(pid, own, sub, inside))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| IdMapError::Run(tool, e))
+            });
+        match started {
+            Ok(child) => running.push((tool, child)),
+            Err(e) => {
+                first_err = Some(e);
+                break;
+            }
         }
     }
-    Ok(())
+    for (tool, child) in running {
+        let result = child
+            .wait_with_output()
+            .map_err(|e| IdMapError::Run(tool, e))
+            .and_then(|out| {
+                if out.status.success() {
+                    Ok(())
+                } else {
+                    Err(IdMapError::Failed(
+                        tool,
+                        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                    ))
+                }
+            });
+        if let Err(e) = result {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 #[cfg(test)]

@@ -74,7 +74,7 @@ impl fmt::Display for SupervisorError {
             Network(e) => write!(f, "{e}"),
             Views(e) => write!(f, "{e}"),
             ReadyPipe(e) => write!(f, "pipe: {e}"),
-            BootRequest(p, e) => write!(f, "cannot open init's boot request {}: {e}", p.display()),
+            BootRequest(p, e) => write!(f, "cannot read init's boot request {}: {e}", p.display()),
             StartRunsc(e) => write!(f, "cannot start runsc: {e} (run `lazaret doctor`)"),
             SignalPipe(e) => write!(f, "signal pipe: {e}"),
             StartTime(pid) => write!(f, "cannot read the start time of runsc run (pid {pid})"),

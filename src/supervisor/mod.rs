@@ -7,20 +7,24 @@
 //! 2. `unshare(USER|MOUNT)` (plus `NET` without a network); ask the
 //!    coordinator to write the id maps (newuidmap/newgidmap need a pid
 //!    outside the namespace); wait for them;
-//! 3. become root of the namespace; make mounts private; with a network,
-//!    install it (`netns::install`: sandbox + router namespaces,
-//!    slirp4netns on the router, the router's routes, read-back and the
-//!    router's own route lookups; reports `Slirp` and `NetReady`);
-//!    mask `/proc/sys/net/core` in the namespace runsc will run in (runsc ≤
-//!    20240729 would otherwise think it is in the host network namespace);
-//!    with `--meminfo`, bind the Domain's meminfo view over
-//!    `/proc/meminfo` so runsc sizes the sentry to the memory limit;
+//! 3. become root of the namespace; make mounts private; mount what the
+//!    bundle binds (meminfo view, mailbox tmpfs, State Anchor); with a
+//!    network, prepare its sandbox half (`netns::prepare`: sandbox +
+//!    router namespaces, IPv6 off, `lzr0` with its address and route,
+//!    `/proc/sys/net/core` masked in the namespace runsc will run in:
+//!    runsc ≤ 20240729 would otherwise think it is in the host network
+//!    namespace); mount and serve the workspace views;
 //! 4. start `runsc run` (non-detached, PDEATHSIG, in the sandbox network
-//!    namespace) on the coordinator's bundle, with the boot request as its
-//!    stdin; its root process is Lazaret's init, which runs the network
-//!    probe and the user setup it asks for and reports each outcome, then
-//!    `wire::guest::InitMsg::Ready`, on its stdout;
-//! 5. relay the outcomes (`ProbeCheck`, `UserReady`/`UserFailed`), report
+//!    namespace) on the coordinator's bundle, its stdin a pipe; its root
+//!    process is Lazaret's init, which waits there for its boot request;
+//! 5. meanwhile, with a network, install its router half
+//!    (`netns::finish`: slirp4netns on the router, the router's routes,
+//!    read-back and route lookups, the egress gate; reports `Slirp` and
+//!    `NetReady`); only then write the boot request (the coordinator's
+//!    `gen/boot-request`) into init's stdin and close it: init runs the
+//!    network probe and the user setup it asks for and reports each
+//!    outcome, then `wire::guest::InitMsg::Ready`, on its stdout;
+//! 6. relay the outcomes (`ProbeCheck`, `UserReady`/`UserFailed`), report
 //!    `Ready { pid, start }` and wait. EOF on the lease pipe (coordinator
 //!    gone or done) ⇒ kill the sandbox, delete its runsc state, exit.
 //!
@@ -189,9 +193,33 @@ pub fn main(mut args: Args) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(SupervisorError::Secrets(e)),
     };
+    crate::trace::step("supervisor", "maps received");
     if let Err(e) = prepare_namespace(plan.is_none()) {
         return fail(e);
     }
+    // With a network, its sandbox half is made on a thread of its own
+    // while this one mounts what the bundle binds: the two are
+    // independent (namespaces, sysctls and a veth there; mounts of this
+    // mount namespace here; the half's own mounts, the namespace files in
+    // `gen/` and the core mask inside the sandbox namespace, are on paths
+    // nothing below mounts on). Joined before runsc starts; its router
+    // half follows while runsc boots.
+    let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let sandbox_half = match plan.as_ref().map(|_| {
+        let dir = gen_dir.clone();
+        std::thread::Builder::new()
+            .name("lz-netprep".into())
+            .spawn(move || netns::prepare(&dir))
+    }) {
+        None => None,
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            return fail(SupervisorError::Network(netns::InstallError::Step(
+                "preparing the sandbox network",
+                e,
+            )))
+        }
+    };
     if let Some(m) = &args.meminfo {
         if let Err(e) = sys::mount(&m.to_string_lossy(), "/proc/meminfo".as_ref(), "", sys::MS_BIND, None) {
             return fail(SupervisorError::Meminfo(m.clone(), e));
@@ -249,22 +277,6 @@ pub fn main(mut args: Args) -> i32 {
         Some(Err(e)) => return fail(SupervisorError::Anchor(e)),
     };
     crate::trace::step("supervisor", "state anchor mounted");
-    let mut net = None;
-    if let Some(plan) = &plan {
-        let gen_dir = args.bundle.parent().unwrap_or(Path::new("/")).to_path_buf();
-        match netns::install(plan, &gen_dir, secrets, policy::fault(), &status) {
-            Ok(n) => {
-                status(&StatusMsg::NetReady {
-                    inode: n.inode,
-                    router_inode: n.router_inode,
-                });
-                net = Some(n);
-                crate::trace::step("supervisor", "network installed");
-            }
-            Err(e) => return fail(SupervisorError::Network(e)),
-        }
-        args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
-    }
     // Git Sentry + ignored state: the FUSE views runsc binds (fusefs).
     let (relay, relayed) = std::sync::mpsc::channel();
     let mut views = match args
@@ -290,6 +302,24 @@ pub fn main(mut args: Args) -> i32 {
     }
     views.append(&mut storage_views);
     crate::trace::step("supervisor", "views mounted");
+    // The network's sandbox half, complete before runsc is spawned: runsc
+    // reads the sandbox namespace's interfaces, addresses and routes when
+    // it starts.
+    let mut side = None;
+    if let Some(h) = sandbox_half {
+        match h.join() {
+            Ok(Ok(s)) => side = Some(s),
+            Ok(Err(e)) => return fail(SupervisorError::Network(e)),
+            Err(_) => {
+                return fail(SupervisorError::Network(netns::InstallError::Step(
+                    "preparing the sandbox network",
+                    std::io::Error::other("the thread panicked"),
+                )))
+            }
+        }
+        args.runsc_args = plan::with_sandbox_network(&args.runsc_args);
+        crate::trace::step("supervisor", "sandbox network prepared");
+    }
     let _views = views;
     let (runsc_args, container) = (args.runsc_args.clone(), args.container_id.clone());
     let guest_ws = args
@@ -299,15 +329,47 @@ pub fn main(mut args: Args) -> i32 {
     let _ = std::thread::Builder::new()
         .name("lz-relay".into())
         .spawn(move || relay_host_changes(&runsc_args, &container, &guest_ws, &relayed));
-    let (mut child, ready_rd) = match start_runsc(&args, net.as_ref().map(|n| n.sandbox.as_fd())) {
-        Ok(v) => v,
-        Err(e) => {
-            if let Some(n) = &mut net {
-                netns::stop_slirp(n);
-            }
-            return fail(e);
-        }
+    // Before runsc exists, so no SIGCHLD of it is missed.
+    let sig = match sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => return fail(SupervisorError::SignalPipe(e)),
     };
+    let boot = match read_boot_request(&args) {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let (mut child, ready_rd, boot_wr) = match start_runsc(&args, side.as_ref().map(|s| s.sandbox().as_fd())) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    crate::trace::step("supervisor", "runsc started");
+    // The router's half while runsc boots. ORDER (security): init does
+    // nothing but wait for its boot request on stdin until it has it
+    // whole, and no session can exist before init reports ready (the
+    // Domain is published after that). The request is written only once
+    // the network is installed and read back and the egress gate (in
+    // allow-by-name mode) listens: the probe's packets, the sandbox's
+    // first, and every later one, meet the whole policy. A failure here
+    // stops the sandbox before init is given anything.
+    let mut net = None;
+    if let (Some(plan), Some(side)) = (&plan, side) {
+        match netns::finish(side, plan, &gen_dir, secrets, policy::fault(), &status) {
+            Ok(n) => {
+                status(&StatusMsg::NetReady {
+                    inode: n.inode,
+                    router_inode: n.router_inode,
+                });
+                net = Some(n);
+                crate::trace::step("supervisor", "network installed");
+            }
+            Err(e) => {
+                stop_sandbox(&args, &mut child);
+                return fail(SupervisorError::Network(e));
+            }
+        }
+    }
+    send_boot_request(boot_wr, boot);
+    crate::trace::step("supervisor", "boot request sent");
     let watch = |fuse: &mut Vec<Child>, net: &mut Option<netns::Network>| -> Option<String> {
         let mut helpers: Vec<(&str, &mut Child)> = fuse.iter_mut().map(|c| ("fuse-overlayfs", c)).collect();
         if let Some(n) = net.as_mut() {
@@ -326,6 +388,7 @@ pub fn main(mut args: Args) -> i32 {
         &mut child,
         ready_rd,
         lease,
+        sig,
         &mut || watch(&mut anchor_daemons, &mut net),
         &mut || {
             if let Some(end) = &gate_checks {
@@ -399,21 +462,49 @@ fn prepare_namespace(mask_core: bool) -> Result<(), SupervisorError> {
     Ok(())
 }
 
-fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd), SupervisorError> {
-    let (ready_rd, ready_wr) = sys::pipe().map_err(SupervisorError::ReadyPipe)?;
-    // Init's stdin: the boot request (a host file, opened read-only, that
-    // the sandbox sees only as this stream; init closes it), or nothing.
-    let stdin = match &args.boot_request {
-        Some(p) => Stdio::from(std::fs::File::open(p).map_err(|e| SupervisorError::BootRequest(p.clone(), e))?),
-        None => Stdio::null(),
+/// The boot request's bytes (`--boot-request`, written by the coordinator
+/// with the bundle; bounded as init reads it), or none.
+fn read_boot_request(args: &Args) -> Result<Vec<u8>, SupervisorError> {
+    let Some(p) = &args.boot_request else {
+        return Ok(Vec::new());
     };
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(p).map_err(|e| SupervisorError::BootRequest(p.clone(), e))?,
+            crate::wire::guest::MAX_REQUEST_BYTES + 1,
+        ),
+        &mut buf,
+    )
+    .map_err(|e| SupervisorError::BootRequest(p.clone(), e))?;
+    Ok(buf)
+}
+
+/// Gives init its boot request: the bytes, then EOF. From a thread of its
+/// own: a request larger than the pipe holds is written as init reads it,
+/// and if the sandbox is gone the write fails and the thread ends.
+fn send_boot_request(pipe: OwnedFd, bytes: Vec<u8>) {
+    let _ = std::thread::Builder::new().name("lz-boot".into()).spawn(move || {
+        let _ = sys::write_all(&pipe, &bytes);
+    });
+}
+
+/// Spawns `runsc run`, attached, in `netns` when given. Its stdin (init's)
+/// is a pipe whose write end is returned: init waits on it for its boot
+/// request ([`send_boot_request`]); its stdout is init's report (the
+/// read end returned).
+fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, OwnedFd, OwnedFd), SupervisorError> {
+    let (ready_rd, ready_wr) = sys::pipe().map_err(SupervisorError::ReadyPipe)?;
+    // Init's stdin: a pipe the sandbox sees only as this stream (init
+    // closes it once it read the request).
+    let (boot_rd, boot_wr) = sys::pipe().map_err(SupervisorError::ReadyPipe)?;
     let mut cmd = Command::new("runsc");
     cmd.args(&args.runsc_args)
         .arg("run")
         .arg("--bundle")
         .arg(&args.bundle)
         .arg(&args.container_id)
-        .stdin(stdin)
+        .stdin(Stdio::from(boot_rd))
         .stdout(Stdio::from(ready_wr));
     let mut setup = sys::ChildSetup::new().reset_signals().parent_death_signal(sys::SIGKILL);
     if let Some(ns) = netns {
@@ -424,7 +515,7 @@ fn start_runsc(args: &Args, netns: Option<BorrowedFd<'_>>) -> Result<(Child, Own
     }
     setup.apply(&mut cmd);
     let child = cmd.spawn().map_err(SupervisorError::StartRunsc)?;
-    Ok((child, ready_rd))
+    Ok((child, ready_rd, boot_wr))
 }
 
 /// What the supervisor's loop waits on.
@@ -460,13 +551,10 @@ fn supervise(
     child: &mut Child,
     ready: OwnedFd,
     lease: std::fs::File,
+    sig: OwnedFd,
     dead_helper: &mut dyn FnMut() -> Option<String>,
     checks_done: &mut dyn FnMut(),
 ) -> i32 {
-    let sig = match sys::signal_pipe(&[sys::SIGCHLD, sys::SIGTERM, sys::SIGINT, sys::SIGHUP]) {
-        Ok(s) => s,
-        Err(e) => return fail(SupervisorError::SignalPipe(e)),
-    };
     let mut ready = Some(InitReceiver::new(std::fs::File::from(ready)));
     let mut reported = false;
     loop {

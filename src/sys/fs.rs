@@ -185,6 +185,22 @@ pub fn lchownat(dir: impl AsFd, name: &Path, uid: Option<u32>, gid: Option<u32>)
 /// fsyncs the directory so the rename itself is durable. A failed write
 /// (a full disk) leaves no temp file behind.
 pub fn write_durable(path: &Path, tmp: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    write_tmp_then_rename(path, tmp, data, mode, true)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+/// [`write_durable`] without the fsyncs: atomic for readers (the old or
+/// the new content, never a torn file), not across a crash. For runtime
+/// files that do not outlive their Domain.
+pub fn write_replace(path: &Path, tmp: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    write_tmp_then_rename(path, tmp, data, mode, false)
+}
+
+fn write_tmp_then_rename(path: &Path, tmp: &Path, data: &[u8], mode: u32, sync: bool) -> io::Result<()> {
     let _ = std::fs::remove_file(tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -192,17 +208,13 @@ pub fn write_durable(path: &Path, tmp: &Path, data: &[u8], mode: u32) -> io::Res
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(tmp)?;
-    let written = f.write_all(data).and_then(|_| f.sync_all());
+    let written = f.write_all(data).and_then(|_| if sync { f.sync_all() } else { Ok(()) });
     drop(f);
     if let Err(e) = written.and_then(|_| std::fs::rename(tmp, path)) {
         let _ = std::fs::remove_file(tmp);
         return Err(e);
     }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
+    Ok(())
 }
 
 /// Opens the directory `path` as a handle (`O_PATH`), refusing a symlink

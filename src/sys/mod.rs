@@ -12,7 +12,7 @@
 //!   fork and exec), the doctor's namespace probe
 //! - [`ns`]: namespaces, mounts, interface addresses
 //! - [`sock`]: the egress gate's sockets: splice relaying, RST on close, raw listeners
-//! - [`fs`]: no-follow opens, chmod/chown, [`write_durable`]
+//! - [`fs`]: no-follow opens, chmod/chown, [`write_durable`], [`write_replace`]
 //! - [`term`]: terminals and PTYs
 //! - [`guest`]: what only `lazaret-init` calls (exec, PID 1's reaping, the
 //!   network probe's TTL-1 connect)

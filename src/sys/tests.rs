@@ -40,6 +40,30 @@ fn write_durable_replaces_whole_and_leaves_no_temp() {
 }
 
 #[test]
+fn write_replace_replaces_whole_and_leaves_no_temp() {
+    let d = scratch("replace");
+    let (p, tmp) = (d.join("f"), d.join(".f.tmp"));
+    write_replace(&p, &tmp, b"one", 0o600).unwrap();
+    write_replace(&p, &tmp, b"two", 0o640).unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"two");
+    assert!(!tmp.exists());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o640);
+    // A symlink planted at the temp name is replaced, never written through.
+    std::os::unix::fs::symlink(d.join("victim"), &tmp).unwrap();
+    write_replace(&p, &tmp, b"three", 0o600).unwrap();
+    assert!(!d.join("victim").exists());
+    assert_eq!(std::fs::read(&p).unwrap(), b"three");
+    // A temp name that cannot be written (a directory there) fails and
+    // leaves the old file whole.
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::create_dir(&tmp).unwrap();
+    assert!(write_replace(&p, &tmp, b"four", 0o600).is_err());
+    assert_eq!(std::fs::read(&p).unwrap(), b"three");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn wait_deadline_reaps_or_kills() {
     let mut quick = std::process::Command::new("true").spawn().unwrap();
     assert!(wait_deadline(&mut quick, Duration::from_secs(30)).unwrap().success());

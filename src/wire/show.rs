@@ -142,12 +142,14 @@ impl Message for ShowMsg {
     }
 }
 
-/// Replaces `path` with `msg`, durably (a crash leaves the old or the new
-/// file, never a torn one).
+/// Replaces `path` with `msg` atomically (a reader sees the old or the
+/// new file, never a torn one). Not durably: these are files of a live
+/// Domain's runtime dir (`gen/`), read only while it runs and removed
+/// with it, so no fsync is on the start's path.
 pub fn write(path: &Path, msg: &ShowMsg) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
-    crate::sys::write_durable(path, Path::new(&tmp), &msg.encode(), 0o600)
+    crate::sys::write_replace(path, Path::new(&tmp), &msg.encode(), 0o600)
 }
 
 /// The CLI's side: the readiness in `path`.

@@ -107,7 +107,14 @@ pub enum Fault {
     GateDies,
     /// Log mode: `nft` is not found; the start must fail with one sentence.
     NoNft,
+    /// The router's half of the network (`install::finish`) waits
+    /// [`SLOW_ROUTER`] before slirp4netns starts, while runsc boots: init
+    /// must wait for its boot request, and its probe meet the whole policy.
+    SlowRouter,
 }
+
+/// How long [`Fault::SlowRouter`] holds the router's half back.
+pub const SLOW_ROUTER: std::time::Duration = std::time::Duration::from_millis(1500);
 
 pub fn fault() -> Option<Fault> {
     if !cfg!(feature = "fault-injection") {
@@ -118,6 +125,7 @@ pub fn fault() -> Option<Fault> {
         "skip-one-deny-visible" => Some(Fault::SkipOneDenyVisible),
         "gate-dies" => Some(Fault::GateDies),
         "no-nft" => Some(Fault::NoNft),
+        "slow-router" => Some(Fault::SlowRouter),
         _ => None,
     }
 }

@@ -472,6 +472,48 @@ fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
     assert_eq!(r.code, 0, "{r:?}");
 }
 
+/// The time of startup step `step` in a `LAZARET_TRACE_STARTUP=1` trace
+/// (milliseconds since the start began), if it is there.
+fn trace_ms(trace: &str, role: &str, step: &str) -> Option<f64> {
+    trace.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        // "12.3 ms (+ 0.4) ROLE STEP WORDS…" ("(+" and the step time may be one word or two).
+        let at = w.iter().position(|x| *x == role)?;
+        (w[at + 1..].join(" ") == step)
+            .then(|| w.first()?.parse().ok())
+            .flatten()
+    })
+}
+
+#[test]
+fn runsc_boots_while_the_router_is_installed_and_init_waits_for_it() {
+    let (env, _g) = require_env!(shared);
+    let (cfg, ws) = env.config_and_workspace("netslow", "");
+    // The router's half of the network is held back 1.5 s while runsc
+    // boots. Init's probe (its first packets) must still meet the whole
+    // policy: a probe run before slirp4netns and the router's routes
+    // exist fails ("not refused by the router", no route out) and the
+    // Domain is not published. The run succeeding is the marker.
+    let r = env
+        .lz(&ws, &["run", "--", "true"])
+        .config_home(&cfg)
+        .env("LAZARET_FAULT", "slow-router")
+        .env("LAZARET_TRACE_STARTUP", "1")
+        .run();
+    assert_eq!(r.code, 0, "{r:?}");
+    let t = |role, step| trace_ms(&r.stderr, role, step).unwrap_or_else(|| panic!("no {role} {step:?} in {r:?}"));
+    let (runsc, net, boot, ready) = (
+        t("supervisor", "runsc started"),
+        t("supervisor", "network installed"),
+        t("supervisor", "boot request sent"),
+        t("supervisor", "sandbox init ready"),
+    );
+    // runsc was started before the router's half was done (the overlap),
+    // and init got its request only after it: its Ready came after that.
+    assert!(runsc + 1400.0 < net, "runsc at {runsc} ms, network at {net} ms: {r:?}");
+    assert!(net <= boot && boot <= ready, "{net} {boot} {ready}: {r:?}");
+}
+
 #[test]
 fn teardown_leaves_no_helper_or_namespace_holder() {
     let (env, _g) = require_env!(shared);
