@@ -1,7 +1,10 @@
 //! Request counts of a workspace view, per FUSE opcode: always-on relaxed
 //! atomic counters (one add per request), written out when the view stops
 //! if `LAZARET_VIEW_COUNTS` names a file (`scripts/bench-git.sh` reports
-//! FUSE requests per created and per read file from them).
+//! FUSE requests per created and per read file from them). With that
+//! variable set, each request's time in the view is added up per opcode
+//! too (`Counts::add`'s guard; one clock read at each end), and so are the
+//! view's own waits (`Op::SleepOwn` and after: how often a guard slept).
 
 use std::io::Write;
 use std::path::Path;
@@ -40,9 +43,17 @@ pub(crate) enum Op {
     Readdirplus,
     Setxattr,
     Removexattr,
+    /// Not requests: sleeps of `not_in_use_on_host` waiting for the view's
+    /// own lent write fds, its grace sleeps for a write open nothing of
+    /// the view accounts for, and sleeps of `under_host_locks`.
+    SleepOwn,
+    SleepGrace,
+    SleepLock,
 }
 
-const NAMES: [&str; 30] = [
+const OPS: usize = 33;
+
+const NAMES: [&str; OPS] = [
     "lookup",
     "getattr",
     "setattr",
@@ -73,23 +84,59 @@ const NAMES: [&str; 30] = [
     "readdirplus",
     "setxattr",
     "removexattr",
+    "sleep-own",
+    "sleep-grace",
+    "sleep-lock",
 ];
 
-#[derive(Default)]
-pub(crate) struct Counts([AtomicU64; 30]);
+pub(crate) struct Counts {
+    n: [AtomicU64; OPS],
+    /// Microseconds spent per opcode, while `timed`.
+    us: [AtomicU64; OPS],
+    timed: bool,
+}
+
+impl Default for Counts {
+    fn default() -> Counts {
+        Counts {
+            n: std::array::from_fn(|_| AtomicU64::new(0)),
+            us: std::array::from_fn(|_| AtomicU64::new(0)),
+            timed: std::env::var_os("LAZARET_VIEW_COUNTS").is_some_and(|v| !v.is_empty()),
+        }
+    }
+}
+
+/// Adds the time until it is dropped to its opcode's (`Counts::add`).
+pub(crate) struct Timed<'a>(Option<(&'a AtomicU64, std::time::Instant)>);
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if let Some((us, t0)) = self.0.take() {
+            us.fetch_add(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+}
 
 impl Counts {
-    pub(crate) fn add(&self, op: Op) {
-        self.0[op as usize].fetch_add(1, Ordering::Relaxed);
+    /// Counts one `op`; the guard, kept for the request's life, adds its
+    /// time when timing is on.
+    pub(crate) fn add(&self, op: Op) -> Timed<'_> {
+        self.n[op as usize].fetch_add(1, Ordering::Relaxed);
+        Timed(self.timed.then(|| (&self.us[op as usize], std::time::Instant::now())))
     }
 
-    /// `name count` lines, non-zero counts only.
+    /// `name count` lines, non-zero counts only; with timing, each line
+    /// ends with the microseconds spent.
     pub(crate) fn render(&self, view: &str) -> String {
         let mut s = String::new();
-        for (name, c) in NAMES.iter().zip(&self.0) {
+        for ((name, c), us) in NAMES.iter().zip(&self.n).zip(&self.us) {
             let n = c.load(Ordering::Relaxed);
             if n > 0 {
-                s.push_str(&format!("{view} {name} {n}\n"));
+                s.push_str(&format!("{view} {name} {n}"));
+                if self.timed {
+                    s.push_str(&format!(" {}", us.load(Ordering::Relaxed)));
+                }
+                s.push('\n');
             }
         }
         s
@@ -118,10 +165,28 @@ mod tests {
 
     #[test]
     fn renders_non_zero_counts_by_name() {
-        let c = Counts::default();
+        let c = Counts {
+            timed: false,
+            ..Counts::default()
+        };
         c.add(Op::Lookup);
         c.add(Op::Lookup);
         c.add(Op::Forget);
         assert_eq!(c.render("v"), "v lookup 2\nv forget 1\n");
+    }
+
+    #[test]
+    fn timing_adds_each_guards_life_to_its_opcode() {
+        let c = Counts {
+            timed: true,
+            ..Counts::default()
+        };
+        {
+            let _t = c.add(Op::Rename);
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        }
+        let line = c.render("v");
+        let us: u64 = line.trim().strip_prefix("v rename 1 ").unwrap().parse().unwrap();
+        assert!((3000..1_000_000).contains(&us), "{line}");
     }
 }
