@@ -373,7 +373,9 @@ impl View {
         let mut changes: Vec<(u64, PathBuf, Option<PathBuf>)> = Vec::new();
         // A path at or below another starts with its bytes (view paths are
         // joined names): the cheap test first.
-        let under = |p: &Path, top: &Path| p.as_os_str().as_bytes().starts_with(top.as_os_str().as_bytes()) && p.starts_with(top);
+        let under = |p: &Path, top: &Path| {
+            p.as_os_str().as_bytes().starts_with(top.as_os_str().as_bytes()) && p.starts_with(top)
+        };
         for (id, n) in t.nodes.iter() {
             if n.side != side || n.gone {
                 continue;
