@@ -251,7 +251,7 @@ if $floor; then
     row floor-read "read 1100 small files through fuse-overlayfs (FUSE floor)" - read
 fi
 # Requests a workload added over the run that does nothing.
-total() { awk '$2 ~ /^sleep-/ {next} FNR == NR {b += $3; next} {a += $3} END {print a - b}' "$work/counts.none" "$work/counts.$1" 2>/dev/null || echo 0; }
+total() { awk 'FNR == NR {b += $3; next} {a += $3} END {print a - b}' "$work/counts.none" "$work/counts.$1" 2>/dev/null || echo 0; }
 awk -v u="$(total unpack)" -v i="$(total unpack-ign)" -v r="$(total read)" -v w="$(total write)" 'BEGIN {
     printf "FUSE requests per created file: tracked %.2f, ignored %.2f; per read file: %.2f; per MiB written: %.2f\n", u / 5000, i / 5000, r / 1100, w / 200 }'
 echo "  tracked unpack:$(ops unpack)"

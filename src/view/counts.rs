@@ -4,7 +4,8 @@
 //! FUSE requests per created and per read file from them). With that
 //! variable set, each request's time in the view is added up per opcode
 //! too (`Counts::add`'s guard; one clock read at each end), and so are the
-//! view's own waits (`Op::SleepOwn` and after: how often a guard slept).
+//! view's own waits (`Op::SleepOwn` and after: how often a guard slept),
+//! written to the same name with `.us` appended.
 
 use std::io::Write;
 use std::path::Path;
@@ -125,36 +126,49 @@ impl Counts {
         Timed(self.timed.then(|| (&self.us[op as usize], std::time::Instant::now())))
     }
 
-    /// `name count` lines, non-zero counts only; with timing, each line
-    /// ends with the microseconds spent.
+    /// `name count` lines, non-zero request counts only (no sleeps).
     pub(crate) fn render(&self, view: &str) -> String {
         let mut s = String::new();
-        for ((name, c), us) in NAMES.iter().zip(&self.n).zip(&self.us) {
+        for (name, c) in NAMES.iter().zip(&self.n).take(Op::SleepOwn as usize) {
             let n = c.load(Ordering::Relaxed);
             if n > 0 {
-                s.push_str(&format!("{view} {name} {n}"));
-                if self.timed {
-                    s.push_str(&format!(" {}", us.load(Ordering::Relaxed)));
-                }
-                s.push('\n');
+                s.push_str(&format!("{view} {name} {n}\n"));
             }
         }
         s
     }
 
-    /// Appends the counts to the file `LAZARET_VIEW_COUNTS` names, if any.
+    /// `name count microseconds` lines, non-zero counts only, the guards'
+    /// sleeps included.
+    pub(crate) fn render_times(&self, view: &str) -> String {
+        let mut s = String::new();
+        for ((name, c), us) in NAMES.iter().zip(&self.n).zip(&self.us) {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                s.push_str(&format!("{view} {name} {n} {}\n", us.load(Ordering::Relaxed)));
+            }
+        }
+        s
+    }
+
+    /// Appends the counts to the file `LAZARET_VIEW_COUNTS` names, if any,
+    /// and the times and sleeps to that name with `.us` appended.
     pub(crate) fn write_out(&self, view: &Path) {
         let Some(out) = std::env::var_os("LAZARET_VIEW_COUNTS").filter(|v| !v.is_empty()) else {
             return;
         };
-        let text = self.render(&view.display().to_string().replace(char::is_whitespace, "_"));
-        let r = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&out)
-            .and_then(|mut f| f.write_all(text.as_bytes()));
-        if let Err(e) = r {
-            log::warn!("workspace view: cannot write request counts: {e}");
+        let view = view.display().to_string().replace(char::is_whitespace, "_");
+        let mut times = out.clone();
+        times.push(".us");
+        for (file, text) in [(out, self.render(&view)), (times, self.render_times(&view))] {
+            let r = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&file)
+                .and_then(|mut f| f.write_all(text.as_bytes()));
+            if let Err(e) = r {
+                log::warn!("workspace view: cannot write request counts: {e}");
+            }
         }
     }
 }
@@ -185,8 +199,16 @@ mod tests {
             let _t = c.add(Op::Rename);
             std::thread::sleep(std::time::Duration::from_millis(3));
         }
-        let line = c.render("v");
-        let us: u64 = line.trim().strip_prefix("v rename 1 ").unwrap().parse().unwrap();
-        assert!((3000..1_000_000).contains(&us), "{line}");
+        c.add(Op::SleepOwn);
+        assert_eq!(
+            c.render("v"),
+            "v rename 1\n",
+            "the counts file keeps its format, without sleeps"
+        );
+        let text = c.render_times("v");
+        let line = text.lines().next().unwrap();
+        let us: u64 = line.strip_prefix("v rename 1 ").unwrap().parse().unwrap();
+        assert!((3000..1_000_000).contains(&us), "{text}");
+        assert!(text.contains("\nv sleep-own 1 "), "{text}");
     }
 }
