@@ -274,7 +274,11 @@ impl View {
                 self.changed_meta(side, to_id, o, &post);
             }
         } else {
-            self.renamed(side, &from, &to);
+            if dir || victim.as_ref().is_some_and(is_dir) {
+                self.renamed(side, &from, &to);
+            } else {
+                self.renamed_file(side, &from, &to);
+            }
             // rename(2) changes the file's ctime: the guest's own doing.
             if let Ok(post) = self.stat(side, &to) {
                 self.changed_meta(side, Some(id), &st, &post);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use fuser::{Errno, INodeNo};
 
 use crate::sys::{self, RangeLock};
+use crate::view::counts::Op;
 
 use super::host::Side;
 use super::table::{version, OwnWrites};
@@ -166,6 +167,7 @@ impl View {
                 }
                 return Err(Errno::EBUSY);
             }
+            let _timed = self.counts.add(Op::SleepLock);
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(16));
         }
@@ -375,10 +377,10 @@ impl View {
                 t.drop_write_fd(id);
                 t.nodes.get(&id).map_or(OwnWrites::None, |n| n.own_writes())
             };
-            let pause = match own {
-                OwnWrites::Passing if Instant::now() < deadline => Duration::from_micros(200),
+            let (pause, op) = match own {
+                OwnWrites::Passing if Instant::now() < deadline => (Duration::from_micros(200), Op::SleepOwn),
                 _ => match grace.next() {
-                    Some(ms) => Duration::from_millis(ms),
+                    Some(ms) => (Duration::from_millis(ms), Op::SleepGrace),
                     None => {
                         log::warn!(
                             "workspace view: refused removing or truncating {}: {} (EBUSY)",
@@ -393,6 +395,7 @@ impl View {
                     }
                 },
             };
+            let _timed = self.counts.add(op);
             std::thread::sleep(pause);
         }
         // A SQLite WAL journal holds commits until a checkpoint copies them

@@ -29,7 +29,7 @@ use super::{ParentMemo, View, TTL, TTL_LONG};
 
 impl Filesystem for View {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.counts.add(Op::Lookup);
+        let _timed = self.counts.add(Op::Lookup);
         let mut negative_ttl = None;
         let r = (|| {
             let (pside, prel, _) = self.node(parent)?;
@@ -50,7 +50,7 @@ impl Filesystem for View {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.counts.add(Op::Getattr);
+        let _timed = self.counts.add(Op::Getattr);
         if let Some(f) = fh.and_then(|fh| self.file(fh).ok()) {
             match rustix::fs::fstat(&*f) {
                 Ok(st) => {
@@ -77,7 +77,7 @@ impl Filesystem for View {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.counts.add(Op::Forget);
+        let _timed = self.counts.add(Op::Forget);
         self.forget_node(ino, nlookup)
     }
 
@@ -99,7 +99,7 @@ impl Filesystem for View {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.counts.add(Op::Setattr);
+        let _timed = self.counts.add(Op::Setattr);
         let _order = self.in_order(ino.0);
         let (asked_uid, asked_gid) = (uid, gid);
         if size.is_some() {
@@ -293,7 +293,7 @@ impl Filesystem for View {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.counts.add(Op::Readlink);
+        let _timed = self.counts.add(Op::Readlink);
         match self.readlink_entry(ino) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
@@ -310,7 +310,7 @@ impl Filesystem for View {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.counts.add(Op::Mknod);
+        let _timed = self.counts.add(Op::Mknod);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, false) {
             Ok(v) => v,
@@ -328,7 +328,7 @@ impl Filesystem for View {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        self.counts.add(Op::Mkdir);
+        let _timed = self.counts.add(Op::Mkdir);
         let _shape = self.shape_guard(name);
         let (side, rel, d) = match self.prepare_new(parent, name, true) {
             Ok(v) => v,
@@ -339,17 +339,17 @@ impl Filesystem for View {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.counts.add(Op::Unlink);
+        let _timed = self.counts.add(Op::Unlink);
         self.remove(parent, name, false, reply)
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.counts.add(Op::Rmdir);
+        let _timed = self.counts.add(Op::Rmdir);
         self.remove(parent, name, true, reply)
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.counts.add(Op::Symlink);
+        let _timed = self.counts.add(Op::Symlink);
         let _shape = self.shape_guard(link_name);
         let (side, rel, d) = match self.prepare_new(parent, link_name, false) {
             Ok(v) => v,
@@ -376,7 +376,7 @@ impl Filesystem for View {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(Op::Rename);
+        let _timed = self.counts.add(Op::Rename);
         let _shape = self.shape_guard(newname);
         let r = self.rename_entry(parent, name, newparent, newname, flags);
         match r {
@@ -386,7 +386,7 @@ impl Filesystem for View {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.counts.add(Op::Link);
+        let _timed = self.counts.add(Op::Link);
         match self.link_entry(ino, newparent, newname) {
             Ok((side, nrel, d2)) => self.entry_reply(side, &nrel, &d2, newname, reply),
             Err(e) => reply.error(e),
@@ -417,7 +417,7 @@ impl Filesystem for View {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.counts.add(Op::Open);
+        let _timed = self.counts.add(Op::Open);
         if self.no_open.load(Ordering::Relaxed) {
             // The kernel takes this as "opens need no round trip" from now on.
             return reply.error(Errno::ENOSYS);
@@ -473,7 +473,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        self.counts.add(Op::Read);
+        let _timed = self.counts.add(Op::Read);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             let _order = self.in_order_to_read(ino.0);
             let pre = rustix::fs::fstat(&*f).ok();
@@ -520,7 +520,7 @@ impl Filesystem for View {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.counts.add(Op::Write);
+        let _timed = self.counts.add(Op::Write);
         self.guest_changes(ino);
         let r = self.handle_or_node(fh, ino, true).and_then(|f| {
             let _order = self.in_order(ino.0);
@@ -561,7 +561,7 @@ impl Filesystem for View {
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lo: fuser::LockOwner, reply: ReplyEmpty) {
-        self.counts.add(Op::Flush);
+        let _timed = self.counts.add(Op::Flush);
         // Nothing is buffered here; the kernel stops sending FLUSH. (gVisor
         // keeps its fds of the view open after the guest closes, so FLUSH
         // would say nothing of the guest's close: the view keeps no write
@@ -579,13 +579,13 @@ impl Filesystem for View {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(Op::Release);
+        let _timed = self.counts.add(Op::Release);
         self.t.lock().unwrap().handles.remove(&fh.0);
         reply.ok()
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        self.counts.add(Op::Fsync);
+        let _timed = self.counts.add(Op::Fsync);
         let r = self.handle_or_node(fh, ino, false).and_then(|f| {
             if datasync {
                 f.sync_data().map_err(errno)
@@ -600,7 +600,7 @@ impl Filesystem for View {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counts.add(Op::Opendir);
+        let _timed = self.counts.add(Op::Opendir);
         match self.node(ino) {
             Ok(_) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(Vec::new())));
@@ -616,7 +616,7 @@ impl Filesystem for View {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        self.counts.add(Op::Readdir);
+        let _timed = self.counts.add(Op::Readdir);
         let list = match self.listing(ino, fh, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),
@@ -637,7 +637,7 @@ impl Filesystem for View {
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
-        self.counts.add(Op::Readdirplus);
+        let _timed = self.counts.add(Op::Readdirplus);
         let _memo = ParentMemo::enter();
         let _rules_memo = crate::view::ignored::AncestorMemo::enter();
         let list = match self.listing(ino, fh, offset) {
@@ -693,7 +693,7 @@ impl Filesystem for View {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(Op::Fallocate);
+        let _timed = self.counts.add(Op::Fallocate);
         // The sandbox's own change, as a write is: its host event is not
         // relayed back inside as a host edit.
         self.guest_changes(ino);
@@ -724,12 +724,12 @@ impl Filesystem for View {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: fuser::ReplyXattr) {
-        self.counts.add(Op::Getxattr);
+        let _timed = self.counts.add(Op::Getxattr);
         self.xattr_read_reply(ino, size, reply, |p, buf| rustix::fs::getxattr(p, name, buf))
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: fuser::ReplyXattr) {
-        self.counts.add(Op::Listxattr);
+        let _timed = self.counts.add(Op::Listxattr);
         self.xattr_read_reply(ino, size, reply, |p, buf| rustix::fs::listxattr(p, buf))
     }
 
@@ -743,7 +743,7 @@ impl Filesystem for View {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.counts.add(Op::Setxattr);
+        let _timed = self.counts.add(Op::Setxattr);
         if !self.raw {
             return reply.error(Errno::ENOSYS);
         }
@@ -758,7 +758,7 @@ impl Filesystem for View {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.counts.add(Op::Removexattr);
+        let _timed = self.counts.add(Op::Removexattr);
         if !self.raw {
             return reply.error(Errno::ENOSYS);
         }
@@ -772,18 +772,18 @@ impl Filesystem for View {
     }
 
     fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.counts.add(Op::Releasedir);
+        let _timed = self.counts.add(Op::Releasedir);
         self.t.lock().unwrap().handles.remove(&fh.0);
         reply.ok()
     }
 
     fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.counts.add(Op::Fsyncdir);
+        let _timed = self.counts.add(Op::Fsyncdir);
         reply.ok()
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.counts.add(Op::Statfs);
+        let _timed = self.counts.add(Op::Statfs);
         match rustix::fs::fstatvfs(&self.host) {
             Ok(s) => reply.statfs(
                 s.f_blocks,
@@ -809,7 +809,7 @@ impl Filesystem for View {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.counts.add(Op::Create);
+        let _timed = self.counts.add(Op::Create);
         let r = self.create_entry(req, parent, name, mode, flags);
         match r {
             Ok((a, ttl, fh)) => reply.created(&ttl, &a, Generation(0), FileHandle(fh), FopenFlags::empty()),

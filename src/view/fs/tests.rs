@@ -788,3 +788,72 @@ fn concurrent_guest_writes_never_look_like_a_host_edit() {
         "and so would the next one be"
     );
 }
+
+#[test]
+fn a_file_renamed_over_a_file_moves_only_those_two_names() {
+    let dir = Tmp::new("renfile");
+    std::fs::create_dir_all(dir.0.join("d/sub")).unwrap();
+    for f in ["d/a.tmp", "d/a", "d/other", "d/sub/x"] {
+        dir.write(f, f);
+    }
+    std::fs::hard_link(dir.0.join("d/a.tmp"), dir.0.join("d/link")).unwrap();
+    let v = view(&dir);
+    let d = lookup(&v, "d");
+    lookup(&v, "d/sub");
+    let tmp = lookup(&v, "d/a.tmp");
+    assert_eq!(lookup(&v, "d/link"), tmp, "hard links are one node");
+    let old = lookup(&v, "d/a");
+    let other = lookup(&v, "d/other");
+    let x = lookup(&v, "d/sub/x");
+    let rename = |from: &str, to: &str| {
+        v.rename_entry(
+            INodeNo(d),
+            std::ffi::OsStr::new(from),
+            INodeNo(d),
+            std::ffi::OsStr::new(to),
+            fuser::RenameFlags::empty(),
+        )
+        .unwrap()
+    };
+    // The `.pyc` pattern: a new file renamed over the old one.
+    rename("a.tmp", "a");
+    let known = |rel: &str| v.known(Side::Host, Path::new(rel));
+    assert_eq!(known("d/a"), Some(tmp));
+    assert_eq!(known("d/a.tmp"), None);
+    assert_eq!(known("d/link"), Some(tmp), "the other name of the file stays");
+    {
+        let t = v.t.lock().unwrap();
+        assert!(t.nodes[&old].gone, "the file renamed over lost its name");
+        let n = &t.nodes[&tmp];
+        let mut names: Vec<&Path> = std::iter::once(&n.rel).chain(&n.aliases).map(|p| p.as_path()).collect();
+        names.sort();
+        assert_eq!(names, [Path::new("d/a"), Path::new("d/link")]);
+        assert!(!t.nodes[&other].gone && !t.nodes[&x].gone);
+    }
+    assert_eq!(known("d/other"), Some(other));
+    assert_eq!(known("d/sub/x"), Some(x));
+    // A rename of the file's other name moves that name (an alias) only.
+    rename("link", "other");
+    assert_eq!(known("d/other"), Some(tmp));
+    assert_eq!(known("d/link"), None);
+    assert_eq!(known("d/a"), Some(tmp));
+    assert!(v.t.lock().unwrap().nodes[&other].gone);
+    let mut names: Vec<PathBuf> = {
+        let t = v.t.lock().unwrap();
+        let n = &t.nodes[&tmp];
+        std::iter::once(&n.rel).chain(&n.aliases).cloned().collect()
+    };
+    names.sort();
+    assert_eq!(names, [PathBuf::from("d/a"), PathBuf::from("d/other")]);
+    // A directory still moves everything below it.
+    v.rename_entry(
+        INodeNo(d),
+        std::ffi::OsStr::new("sub"),
+        INodeNo(d),
+        std::ffi::OsStr::new("moved"),
+        fuser::RenameFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(known("d/moved/x"), Some(x));
+    assert_eq!(known("d/sub/x"), None);
+}
