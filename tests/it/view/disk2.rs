@@ -318,6 +318,8 @@ fn open_files_read_on_after_the_host_renames_over_or_removes_their_names() {
     });
     let mut c = env.lz_sh(&ws, &format!("python3 x.py {N} 2>&1")).command();
     // A shell's usual soft limit, whatever this test process has.
+    // SAFETY: between fork and exec the closure only makes two rlimit
+    // system calls (no allocation, no lock).
     unsafe {
         c.pre_exec(|| {
             let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
