@@ -183,8 +183,12 @@ fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
     // vi draws the file and its status line at the bottom.
     t.line("clear; vi numbers.txt");
     t.expect("\"numbers.txt\"", Duration::from_secs(10));
-    let screen = t.capture();
-    assert!(screen.starts_with("line 1\n"), "{screen}");
+    // vi may show its status line a moment before it draws the text.
+    assert!(
+        eventually(Duration::from_secs(5), || t.capture().starts_with("line 1\n")),
+        "{}",
+        t.capture()
+    );
     t.line(":q!");
 
     // Ctrl-C stops the foreground job, not the session.
