@@ -18,7 +18,7 @@
 #     of flask, requests, rich and pytest (20 wheels) into it;
 #   - `pytest` of a generated project (80 modules, 3 tests each);
 #   - `cargo build --offline` of tests/fixtures/bench/crate with its
-#     dependencies vendored, into target/ (made first: see below);
+#     dependencies vendored, into target/ (made by cargo: a rename into an ignored name);
 #   - `tar x` of 10,000 small files into a tracked and an ignored dir;
 #   - `rg` over the run's tree (.gitignore respected).
 # node_modules/, .venv/, target/, __pycache__/, .pytest_cache/ and ign/
@@ -44,11 +44,6 @@
 # cargo and ripgrep) is built once with `lazaret image build` if it is
 # missing, before anything is measured; that step is an installation and
 # uses the Debian mirror, as every image build does.
-#
-# cargo: a crate without target/ fails inside the view (cargo makes
-# target/ as a temporary directory next to it and renames it into place;
-# that rename from a non-ignored into an ignored name answers EXDEV), so
-# target/ is made first in every column.
 #
 # With BENCH_BASELINE_BIN=DIR (another build's lazaret, lazaret-init and
 # lazaret-escalate, readable by the test user) every round also runs the
@@ -199,7 +194,7 @@ cd py || exit 1
 t venv python3 -m venv .venv
 t pip .venv/bin/pip install -q --no-index --find-links "$top/fx/wheels" flask requests rich pytest
 t pytest .venv/bin/python -m pytest -q
-cd ../crate && mkdir target && t cargo cargo build --offline -q && cd .. || exit 1
+cd ../crate && t cargo cargo build --offline -q && cd .. || exit 1
 mkdir trk ign
 t tar tar -xf "$top/fx/files.tar" -C trk
 t tar-ign tar -xf "$top/fx/files.tar" -C ign

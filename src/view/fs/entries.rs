@@ -185,6 +185,11 @@ impl View {
                 // A lock file renamed onto a Domain-side Git name.
                 return self.move_file_to_store(id, &from, &to, &nprel, newname, flags);
             }
+            if side == Side::Host && nside == Side::Store && dir {
+                // A small directory made here, renamed into place under
+                // an ignored name (cargo's `target/`).
+                return self.move_dir_to_store(id, &from, &to, &nprel, newname, flags);
+            }
             return Err(Errno::EXDEV);
         }
         if flags.contains(RenameFlags::RENAME_EXCHANGE) {

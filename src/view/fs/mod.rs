@@ -84,6 +84,7 @@ use self::host::{beneath, errno, is_dir, open_root, split, Side};
 use self::table::{Node, Tables};
 
 mod attr;
+mod dirmove;
 mod entries;
 mod fdcache;
 mod gitstore;

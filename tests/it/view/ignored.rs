@@ -324,3 +324,92 @@ fn the_user_unhides_on_purpose_with_state_unhide() {
     assert!(r.stdout.contains("MARKER-UNHIDE-0481"), "{r:?}");
     env.wait_unpublished("default", &ws, Duration::from_secs(20));
 }
+
+/// Cargo makes `target/` as a temporary directory next to it and renames
+/// it into place, with no fallback for EXDEV: a small directory made here
+/// moves into an ignored name in one rename(2). What the view cannot move
+/// whole (too large, holding a hidden host file, a file open) is refused
+/// with EXDEV as before, and nothing is lost or revealed.
+#[test]
+fn a_small_directory_made_here_renames_into_an_ignored_name_as_cargo_does() {
+    let (env, _g) = require_env!(shared);
+    let ws = git_repo(
+        env,
+        "v2-dirmove",
+        &[(".gitignore", "/target/\n/big/\n/held/\n/conf2/\n.env\n")],
+    );
+    env.write(&ws.join("conf/app.txt"), "app\n");
+    env.write(&ws.join("conf/.env"), "MARKER-DIRMOVE-0491\n");
+    env.write(
+        &ws.join("t.py"),
+        "import errno, os\n\
+         def mv(a, b):\n\
+         \x20   try:\n\
+         \x20       os.rename(a, b)\n\
+         \x20       return 'ok'\n\
+         \x20   except OSError as e:\n\
+         \x20       return errno.errorcode[e.errno]\n\
+         os.mkdir('.tmpA')\n\
+         open('.tmpA/CACHEDIR.TAG', 'w').write('Signature: 8a477f597d28d172789f06886806bc55\\n')\n\
+         os.mkdir('.tmpA/debug')\n\
+         open('.tmpA/debug/x', 'w').write('build')\n\
+         os.symlink('debug/x', '.tmpA/link')\n\
+         os.stat('.tmpA/debug/x')\n\
+         print('A', mv('.tmpA', 'target'))\n\
+         print('READ', open('target/CACHEDIR.TAG').read().strip(), open('target/debug/x').read(), os.readlink('target/link'))\n\
+         open('target/debug/x', 'a').write('+more')\n\
+         print('AFTER', open('target/link').read(), '.tmpA' in os.listdir('.'))\n\
+         os.mkdir('.tmpB')\n\
+         for i in range(300):\n\
+         \x20   open('.tmpB/f%d' % i, 'w').close()\n\
+         print('B', mv('.tmpB', 'big'))\n\
+         os.mkdir('.tmpC')\n\
+         held = open('.tmpC/held.log', 'w')\n\
+         held.write('line\\n'); held.flush()\n\
+         c = mv('.tmpC', 'held')\n\
+         print('C', c)\n\
+         held.write('after\\n'); held.close()\n\
+         print('HELD', repr(open('held/held.log' if c == 'ok' else '.tmpC/held.log').read()))\n\
+         print('D', mv('conf', 'conf2'))\n\
+         print('done')\n",
+    );
+    let r = env.run_sh(&ws, "python3 t.py 2>&1");
+    assert!(r.stdout.contains("done"), "{r:?}");
+    assert!(r.stdout.contains("A ok"), "cargo's rename into target/ must work: {r:?}");
+    assert!(
+        r.stdout
+            .contains("READ Signature: 8a477f597d28d172789f06886806bc55 build debug/x"),
+        "the moved tree reads back whole: {r:?}"
+    );
+    assert!(r.stdout.contains("AFTER build+more False"), "{r:?}");
+    assert!(r.stdout.contains("B EXDEV"), "a large tree is refused as before: {r:?}");
+    // A file open while its directory moves: without handles (gVisor's
+    // opens) its node moves along and the fd writes the moved copy; with
+    // handles the move is refused. Either way no line is lost.
+    assert!(
+        r.stdout.contains("HELD 'line\\nafter\\n'"),
+        "a write through a file open across the move is kept: {r:?}"
+    );
+    assert!(r.stdout.contains("D EXDEV"), "a tree holding a hidden file is refused: {r:?}");
+    no_marker(&r, "MARKER-DIRMOVE");
+    // target/ is Domain-side: not on the host; the temporary name is gone.
+    assert!(!ws.join("target").exists() && !ws.join(".tmpA").exists(), "{r:?}");
+    // What was refused stays where it was, whole.
+    assert_eq!(std::fs::read_dir(ws.join(".tmpB")).unwrap().count(), 300);
+    if r.stdout.contains("C EXDEV") {
+        assert_eq!(std::fs::read_to_string(ws.join(".tmpC/held.log")).unwrap(), "line\nafter\n");
+    } else {
+        assert!(r.stdout.contains("C ok") && !ws.join(".tmpC").exists(), "{r:?}");
+    }
+    host_unchanged(&ws, &["conf/.env"], "MARKER-DIRMOVE-0491\n");
+    host_unchanged(&ws, &["conf/app.txt"], "app\n");
+    // Another session (the kernel's cache cold for it) sees the same tree.
+    let r = env.run_sh(&ws, "cat target/debug/x; echo; cat target/CACHEDIR.TAG; ls -a; echo done");
+    assert!(r.stdout.contains("build+more"), "{r:?}");
+    assert!(!r.stdout.contains(".tmpA"), "{r:?}");
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
+    // And the next generation: the store keeps it.
+    let r = env.run_sh(&ws, "cat target/debug/x; echo; echo done");
+    assert!(r.stdout.contains("build+more"), "{r:?}");
+    env.wait_unpublished("default", &ws, Duration::from_secs(20));
+}
