@@ -156,12 +156,12 @@ impl View {
                 let child = rel.join(&name);
                 let kind = st.st_mode & sys::S_IFMT;
                 let is_d = kind == sys::S_IFDIR;
-                let movable = match kind {
-                    sys::S_IFDIR => name != ".git",
-                    sys::S_IFREG => st.st_nlink == 1,
-                    sys::S_IFLNK => true,
-                    _ => false,
-                };
+                let movable = name != ".git"
+                    && match kind {
+                        sys::S_IFDIR | sys::S_IFLNK => true,
+                        sys::S_IFREG => st.st_nlink == 1,
+                        _ => false,
+                    };
                 if !movable
                     || self.ignored(&child, is_d)
                     || self.hidden_entry(&child, st.st_dev, st.st_ino)

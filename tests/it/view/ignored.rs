@@ -375,7 +375,10 @@ fn a_small_directory_made_here_renames_into_an_ignored_name_as_cargo_does() {
     );
     let r = env.run_sh(&ws, "python3 t.py 2>&1");
     assert!(r.stdout.contains("done"), "{r:?}");
-    assert!(r.stdout.contains("A ok"), "cargo's rename into target/ must work: {r:?}");
+    assert!(
+        r.stdout.contains("A ok"),
+        "cargo's rename into target/ must work: {r:?}"
+    );
     assert!(
         r.stdout
             .contains("READ Signature: 8a477f597d28d172789f06886806bc55 build debug/x"),
@@ -390,21 +393,30 @@ fn a_small_directory_made_here_renames_into_an_ignored_name_as_cargo_does() {
         r.stdout.contains("HELD 'line\\nafter\\n'"),
         "a write through a file open across the move is kept: {r:?}"
     );
-    assert!(r.stdout.contains("D EXDEV"), "a tree holding a hidden file is refused: {r:?}");
+    assert!(
+        r.stdout.contains("D EXDEV"),
+        "a tree holding a hidden file is refused: {r:?}"
+    );
     no_marker(&r, "MARKER-DIRMOVE");
     // target/ is Domain-side: not on the host; the temporary name is gone.
     assert!(!ws.join("target").exists() && !ws.join(".tmpA").exists(), "{r:?}");
     // What was refused stays where it was, whole.
     assert_eq!(std::fs::read_dir(ws.join(".tmpB")).unwrap().count(), 300);
     if r.stdout.contains("C EXDEV") {
-        assert_eq!(std::fs::read_to_string(ws.join(".tmpC/held.log")).unwrap(), "line\nafter\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".tmpC/held.log")).unwrap(),
+            "line\nafter\n"
+        );
     } else {
         assert!(r.stdout.contains("C ok") && !ws.join(".tmpC").exists(), "{r:?}");
     }
     host_unchanged(&ws, &["conf/.env"], "MARKER-DIRMOVE-0491\n");
     host_unchanged(&ws, &["conf/app.txt"], "app\n");
     // Another session (the kernel's cache cold for it) sees the same tree.
-    let r = env.run_sh(&ws, "cat target/debug/x; echo; cat target/CACHEDIR.TAG; ls -a; echo done");
+    let r = env.run_sh(
+        &ws,
+        "cat target/debug/x; echo; cat target/CACHEDIR.TAG; ls -a; echo done",
+    );
     assert!(r.stdout.contains("build+more"), "{r:?}");
     assert!(!r.stdout.contains(".tmpA"), "{r:?}");
     env.wait_unpublished("default", &ws, Duration::from_secs(20));
