@@ -293,9 +293,17 @@ impl View {
     }
 
     /// Keeps Domain-side what a chmod or chown of host file `st` asked for
-    /// and the host file does not get. `mode`: the requested bits, `uid`
-    /// and `gid`: the ids as the sandbox named them.
-    pub(super) fn keep_guest(&self, st: &rustix::fs::Stat, mode: Option<u32>, uid: Option<u32>, gid: Option<u32>) {
+    /// and the host file does not get. `mode`: the requested bits,
+    /// `given`: the bits the view's chmod gave the host file (none: not
+    /// known), `uid` and `gid`: the ids as the sandbox named them.
+    pub(super) fn keep_guest(
+        &self,
+        st: &rustix::fs::Stat,
+        mode: Option<u32>,
+        given: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) {
         let key = (st.st_dev, st.st_ino);
         let mut all = self.guest.lock().unwrap();
         let mut g = all.get(&key).copied().unwrap_or_default();
@@ -306,7 +314,10 @@ impl View {
         g.host_mode = host;
         if let Some(m) = mode {
             let m = m & 0o7777;
-            g.mode = (host != m).then_some(m);
+            // A host chmod between the view's and its stat: the host's
+            // mode is the file's now, and shows (nothing asked is kept).
+            let raced = given.is_some_and(|given| given & 0o7777 != host);
+            g.mode = (host != m && !raced).then_some(m);
         }
         for (want, slot) in [(uid, &mut g.uid), (gid, &mut g.gid)] {
             if let Some(i) = want {
@@ -354,7 +365,7 @@ impl View {
             v.made(st);
         }
         if host_mode(side, mode, is_dir(st)) != mode & 0o7777 {
-            self.keep_guest(st, Some(mode), None, None);
+            self.keep_guest(st, Some(mode), None, None, None);
         }
     }
 }

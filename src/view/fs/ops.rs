@@ -115,6 +115,8 @@ impl Filesystem for View {
         } else {
             (stored_id(uid), stored_id(gid))
         };
+        // The mode the view's chmod gave the host file (`keep_guest`).
+        let given = std::cell::Cell::new(None);
         let r = (|| {
             let (side, rel, protected, gone) = self.node_any(ino)?;
             let pre = match self.handle_stat(ino) {
@@ -176,7 +178,9 @@ impl Filesystem for View {
                 }
                 if let Some(m) = mode {
                     let st = rustix::fs::fstat(&*f).map_err(errno)?;
-                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(self.chmod_mode(side, &st, m))).map_err(errno)?;
+                    let m = self.chmod_mode(side, &st, m);
+                    rustix::fs::fchmod(&*f, Mode::from_raw_mode(m)).map_err(errno)?;
+                    given.set(Some(m));
                 }
                 if uid.is_some() || gid.is_some() {
                     sys::fchown(&*f, uid, gid).map_err(errno)?;
@@ -247,11 +251,9 @@ impl Filesystem for View {
                         let st = rustix::fs::fstat(&fd).map_err(errno)?;
                         if st.st_mode & sys::S_IFMT != sys::S_IFLNK {
                             let proc = format!("/proc/self/fd/{}", fd.as_raw_fd());
-                            std::fs::set_permissions(
-                                proc,
-                                std::fs::Permissions::from_mode(self.chmod_mode(side, &st, m)),
-                            )
-                            .map_err(errno)?;
+                            let m = self.chmod_mode(side, &st, m);
+                            std::fs::set_permissions(proc, std::fs::Permissions::from_mode(m)).map_err(errno)?;
+                            given.set(Some(m));
                         }
                     }
                     Err(e) => return Err(errno(e)),
@@ -277,7 +279,7 @@ impl Filesystem for View {
         match r {
             Ok((st, ttl, side, pre)) => {
                 if side == Side::Host && (mode.is_some() || asked_uid.is_some() || asked_gid.is_some()) {
-                    self.keep_guest(&st, mode, asked_uid, asked_gid);
+                    self.keep_guest(&st, mode, given.get(), asked_uid, asked_gid);
                 }
                 self.note(ino.0, &st);
                 if let Some(pre) = pre {

@@ -384,15 +384,15 @@ fn guest_owner_and_mode_show_while_the_host_keeps_its_own() {
     let v = view(&dir);
     let id = lookup(&v, "a");
     let st = v.stat(Side::Host, Path::new("a")).unwrap();
-    v.keep_guest(&st, Some(0o4777), Some(4242), Some(4343));
+    v.keep_guest(&st, Some(0o4777), None, Some(4242), Some(4343));
     let a = v.shown(id, Side::Host, &st);
     // The chown after the chmod cleared set-user-ID, as the kernel does.
     assert_eq!((a.uid, a.gid, a.perm), (4242, 4343, 0o777));
     // A mode the host may have: nothing kept; the developer's id: the host's.
-    v.keep_guest(&st, Some(0o644), Some(0), Some(0));
+    v.keep_guest(&st, Some(0o644), None, Some(0), Some(0));
     assert!(v.guest.lock().unwrap().is_empty());
     // The store side is shown as it is.
-    v.keep_guest(&st, Some(0o1777), None, None);
+    v.keep_guest(&st, Some(0o1777), None, None, None);
     assert_eq!(v.shown(id, Side::Store, &st).perm as u32, st.st_mode & 0o7777);
 }
 
@@ -406,7 +406,7 @@ fn a_mode_kept_inside_gives_way_to_a_later_chmod_on_the_host() {
     let id = lookup(&v, "a");
     // A chmod inside that the host file did not get all of (capped).
     let st = v.stat(Side::Host, Path::new("a")).unwrap();
-    v.keep_guest(&st, Some(0o644), None, None);
+    v.keep_guest(&st, Some(0o644), None, None, None);
     assert_eq!(v.shown(id, Side::Host, &st).perm, 0o644);
     // The developer's chmod on the host: its mode shows inside.
     std::fs::set_permissions(dir.0.join("a"), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -856,4 +856,27 @@ fn a_file_renamed_over_a_file_moves_only_those_two_names() {
     .unwrap();
     assert_eq!(known("d/moved/x"), Some(x));
     assert_eq!(known("d/sub/x"), None);
+}
+
+#[test]
+fn a_host_chmod_between_the_views_chmod_and_its_stat_wins() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Tmp::new("guest-race");
+    dir.write("a", "x");
+    let v = view(&dir);
+    let id = lookup(&v, "a");
+    // The view's chmod gave the host file 0700 (all that was asked); a
+    // host chmod to 0600 landed before the view's stat of the result.
+    std::fs::set_permissions(dir.0.join("a"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let st = v.stat(Side::Host, Path::new("a")).unwrap();
+    v.keep_guest(&st, Some(0o700), Some(0o700), None, None);
+    assert_eq!(
+        v.shown(id, Side::Host, &st).perm,
+        0o600,
+        "the host's mode, as on the host"
+    );
+    assert!(v.guest.lock().unwrap().is_empty());
+    // Without the race, a mode the host file did not get is kept.
+    v.keep_guest(&st, Some(0o755), Some(0o600), None, None);
+    assert_eq!(v.shown(id, Side::Host, &st).perm, 0o755);
 }
