@@ -178,6 +178,8 @@ pub struct View {
     moved_dirs: Mutex<Vec<(PathBuf, PathBuf)>>,
     /// A refusal of a host-locked file was logged (`not_locked_on_host`).
     warned_locked: AtomicBool,
+    /// The pinned-handle budget ran out (`pin`) and this was logged.
+    warned_pins: AtomicBool,
     /// A stale overwrite was refused and logged (`fresh_for_write`).
     warned_stale: AtomicBool,
     /// Changes of one host file are made one at a time (by node id modulo
@@ -319,6 +321,7 @@ impl View {
             guest: Mutex::new(HashMap::new()),
             moved_dirs: Mutex::new(Vec::new()),
             warned_locked: AtomicBool::new(false),
+            warned_pins: AtomicBool::new(false),
             warned_stale: AtomicBool::new(false),
             change_stripes: Default::default(),
             lock_stuck: Mutex::new(Default::default()),

@@ -313,6 +313,19 @@ impl View {
             let t = self.t.lock().unwrap();
             match t.nodes.get(&id) {
                 Some(n) if n.file.is_none() && !n.dir && t.handles_held < self.handles_max + PINNED_MAX => {}
+                Some(n) if n.file.is_none() && !n.dir => {
+                    // An open fd of this file fails ESTALE once its last
+                    // name goes: said once per view, with the counts.
+                    if !self.warned_pins.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        log::warn!(
+                            "view: {} file handles held ({} nodes, {} cached fds): a file unlinked while open is served by name only from now on",
+                            t.handles_held,
+                            t.nodes.len(),
+                            t.cached_fds
+                        );
+                    }
+                    return;
+                }
                 _ => return,
             }
         }
