@@ -16,6 +16,7 @@ use fuser::{Errno, RenameFlags};
 use rustix::fs::{AtFlags, Mode, OFlags, Timespec, Timestamps};
 
 use crate::sys;
+use crate::view::budget;
 
 use super::host::{each_entry, errno, resolve, split, Side};
 use super::table::{Handle, OwnNames};
@@ -65,8 +66,21 @@ impl View {
             // renameat below answers ENOTEMPTY for any other.
             Ok(_) => {}
         }
+        // The copy counts against the Domain's disk budget like any write
+        // to the store (ENOSPC past the cap), the host files it replaces
+        // no longer do.
+        let blocks: i64 = entries.iter().map(|e| budget::on_disk(&e.st)).sum();
+        let held = match self.budget_for(Side::Store) {
+            Some(b) => Some(b.reserve(blocks.max(0) as u64)?),
+            None => None,
+        };
         let mut tmp_name = newname.to_os_string();
         tmp_name.push(format!(".lazaret-move-{id}"));
+        // Its top first: an entry already at the name (left by a view that
+        // stopped mid-move, or made there) is not the view's to remove.
+        if rustix::fs::mkdirat(&d2, &tmp_name, Mode::from_raw_mode(0o700)).is_err() {
+            return Err(Errno::EXDEV);
+        }
         if let Err(e) = self.copy_tree(from, &entries, &d2, &tmp_name) {
             remove_tree(&d2, &tmp_name);
             return Err(e);
@@ -109,6 +123,12 @@ impl View {
                     crate::display::escape_path(rel)
                 );
             }
+        }
+        if let Some(h) = held {
+            h.settle(0, blocks);
+        }
+        if let Some(b) = self.budget_for(Side::Host) {
+            b.changed(blocks, 0);
         }
         if let Some(w) = &self.watch {
             for (e, rel) in entries.iter().zip(&host_paths) {
@@ -238,6 +258,8 @@ impl View {
             .map_err(errno)?;
             let src = join(from, &e.below);
             match e.st.st_mode & sys::S_IFMT {
+                // The top was made by the caller.
+                sys::S_IFDIR if e.below.as_os_str().is_empty() => {}
                 sys::S_IFDIR => rustix::fs::mkdirat(&pd, leaf, Mode::from_raw_mode(0o700)).map_err(errno)?,
                 sys::S_IFLNK => {
                     let (sp, sn) = split(&src);
