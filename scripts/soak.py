@@ -70,7 +70,11 @@ TRACE = None
 def read_file(path):
     """The whole content of PATH (logged with its hash when tracing)."""
     with open(path, "rb") as f:
-        data = f.read()
+        try:
+            data = f.read()
+        except OSError as e:
+            # Named, and told apart from a failed open.
+            raise OSError(e.errno, "%s (in read, after open)" % e.strerror, path) from e
     if TRACE is not None:
         TRACE.write("%.3f read [%r] -> %d bytes %s\n" % (time.time(), path, len(data), sha(data)[:12]))
     return data
