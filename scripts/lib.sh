@@ -78,7 +78,7 @@ bench_as_user() {
     exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups -- \
         env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
         LAZARET_BIN="$bindir/lazaret" LAZARET_BENCH_CGROUPS="${DELEGATED_DIRS:-}" \
-        BENCH_BASELINE_BIN="${BENCH_BASELINE_BIN:-}" bash "$bindir/$script" "$@"
+        BENCH_BASELINE_BIN="${BENCH_BASELINE_BIN:-}" BENCH_ROWS="${BENCH_ROWS:-}" bash "$bindir/$script" "$@"
 }
 
 # delegate_cgroup USER: as systemd's Delegate= would, gives USER a cgroup
