@@ -5,6 +5,7 @@ mod answer;
 mod args;
 pub mod dispatch;
 pub mod doctor;
+mod export;
 mod failure;
 mod git;
 mod image;
