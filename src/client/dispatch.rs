@@ -110,6 +110,7 @@ pub fn main() -> i32 {
         Some("doctor") => crate::client::doctor::cmd(raw),
         Some("net") => crate::client::net::cmd_net(raw),
         Some("export") => crate::client::export::cmd_export(raw),
+        Some("gate") => crate::client::gate::cmd_gate(raw),
         Some("git") => crate::client::git::cmd_git(raw),
         Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
         Some("changes") => refuse_root().and_then(|()| super::state::cmd_changes(raw)),

@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod doctor;
 mod export;
 mod failure;
+mod gate;
 mod git;
 mod image;
 pub mod lifecycle;

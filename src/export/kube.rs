@@ -285,21 +285,11 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
             env.push(m(vec![("name", s(&x.var)), ("value", s(&x.sentinel))]));
         }
         // The gate's CA, for TLS to names with a secret bound.
-        for var in [
-            "SSL_CERT_FILE",
-            "NODE_EXTRA_CA_CERTS",
-            "REQUESTS_CA_BUNDLE",
-            "GIT_SSL_CAINFO",
-        ] {
-            let file = if var == "NODE_EXTRA_CA_CERTS" {
-                "ca.pem"
-            } else {
-                "ca-bundle.pem"
-            };
-            env.push(m(vec![
-                ("name", s(var)),
-                ("value", s(format!("{GATE_RUN_DIR}/{file}"))),
-            ]));
+        // The names a Domain sets (`config::CA_ENV`), unless the profile's env does.
+        for var in crate::config::CA_ENV {
+            if !profile.env.iter().any(|(k, _)| k == var) {
+                env.push(m(vec![("name", s(*var)), ("value", s(format!("{GATE_RUN_DIR}/ca-bundle.pem")))]));
+            }
         }
     }
     let mut limits = Vec::new();
