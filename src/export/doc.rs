@@ -33,6 +33,7 @@ impl Value {
     }
 
     /// The value at `key` of a map.
+    #[cfg(test)]
     pub fn get(&self, key: &str) -> Option<&Value> {
         match self {
             Value::Map(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
