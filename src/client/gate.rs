@@ -28,24 +28,37 @@ pub(super) fn cmd_gate(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     finish_args(args)?;
     if let Some(f) = ready {
         // The startup probe: the gate wrote its CA bundle once it listens.
-        return Ok(if std::fs::metadata(f).is_ok_and(|m| m.len() > 0) { 0 } else { 1 });
+        return Ok(if std::fs::metadata(f).is_ok_and(|m| m.len() > 0) {
+            0
+        } else {
+            1
+        });
     }
     let Some(path) = config else {
         return Err(Failure::Export("gate: expected --config FILE".into()));
     };
     let text = std::fs::read(&path)
         .map_err(|e| Failure::Export(format!("gate: cannot read {}: {e}", crate::display::escape_path(&path))))?;
-    let text = String::from_utf8(text)
-        .map_err(|_| Failure::Export(format!("gate: {}: expected UTF-8 text", crate::display::escape_path(&path))))?;
+    let text = String::from_utf8(text).map_err(|_| {
+        Failure::Export(format!(
+            "gate: {}: expected UTF-8 text",
+            crate::display::escape_path(&path)
+        ))
+    })?;
     let c = gateconf::parse(&text)
         .map_err(|e| Failure::Export(format!("gate: {}: {e}", crate::display::escape_path(&path))))?;
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
         .init();
     let bindings = bindings(&c, |k| std::env::var_os(k).map(|v| v.into_encoded_bytes()))?;
-    let plan = plan(&c, upstream(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()));
+    let plan = plan(
+        &c,
+        upstream(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
+    );
     if plan.gate.as_ref().is_some_and(|g| g.upstream.is_empty()) {
-        return Err(Failure::ExportFailed("gate: no IPv4 nameserver in /etc/resolv.conf".into()));
+        return Err(Failure::ExportFailed(
+            "gate: no IPv4 nameserver in /etc/resolv.conf".into(),
+        ));
     }
     let dir = Path::new(&c.ca_dir);
     let secrets = if bindings.is_empty() {
@@ -106,9 +119,8 @@ fn bindings(c: &GateConfig, var: impl Fn(&str) -> Option<Vec<u8>>) -> Result<Vec
     c.secrets
         .iter()
         .map(|s| {
-            let raw = var(&s.env).ok_or_else(|| {
-                Failure::Export(format!("gate: secret {}: the variable {} is not set", s.var, s.env))
-            })?;
+            let raw = var(&s.env)
+                .ok_or_else(|| Failure::Export(format!("gate: secret {}: the variable {} is not set", s.var, s.env)))?;
             let real = SecretValue::new(raw)
                 .map_err(|e| Failure::Export(format!("gate: secret {}: the variable {}: {e}", s.var, s.env)))?;
             Ok(Binding {
@@ -186,6 +198,9 @@ mod tests {
         assert!(bindings(&c, |_| Some(Vec::new())).is_err());
         let b = bindings(&c, |k| (k == "LAZARET_SECRET_API_KEY").then(|| b"sk-value".to_vec())).unwrap();
         assert_eq!(b[0].real.expose(), b"sk-value");
-        assert_eq!(upstream("# x\nnameserver 10.96.0.10\nnameserver ::1\nsearch a\n"), vec![Ipv4Addr::new(10, 96, 0, 10)]);
+        assert_eq!(
+            upstream("# x\nnameserver 10.96.0.10\nnameserver ::1\nsearch a\n"),
+            vec![Ipv4Addr::new(10, 96, 0, 10)]
+        );
     }
 }

@@ -60,9 +60,9 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
             let mut args = pico_args::Arguments::from_vec(raw);
             let oci: Option<std::path::PathBuf> = args.opt_value_from_str("--oci")?;
             let archive: Option<std::path::PathBuf> = args.opt_value_from_str("--archive")?;
-            let name: String = args
-                .opt_free_from_str()?
-                .ok_or_else(|| Failure::Export("image export: expected the image's NAME (default, or a recipe's)".into()))?;
+            let name: String = args.opt_free_from_str()?.ok_or_else(|| {
+                Failure::Export("image export: expected the image's NAME (default, or a recipe's)".into())
+            })?;
             finish_args(args)?;
             refuse_root()?;
             let target = match (oci, archive) {
@@ -86,7 +86,11 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
                     }
                     image::ExportTarget::Archive(f)
                 }
-                _ => return Err(Failure::Export("image export: expected one of --oci DIR or --archive FILE".into())),
+                _ => {
+                    return Err(Failure::Export(
+                        "image export: expected one of --oci DIR or --archive FILE".into(),
+                    ))
+                }
             };
             if !config::valid_image_name(&name) && name != "default" {
                 return Err(Failure::Export(format!(

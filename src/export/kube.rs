@@ -288,7 +288,10 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
         // The names a Domain sets (`config::CA_ENV`), unless the profile's env does.
         for var in crate::config::CA_ENV {
             if !profile.env.iter().any(|(k, _)| k == var) {
-                env.push(m(vec![("name", s(*var)), ("value", s(format!("{GATE_RUN_DIR}/ca-bundle.pem")))]));
+                env.push(m(vec![
+                    ("name", s(*var)),
+                    ("value", s(format!("{GATE_RUN_DIR}/ca-bundle.pem"))),
+                ]));
             }
         }
     }

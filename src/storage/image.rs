@@ -229,7 +229,10 @@ pub fn export(storage: &Path, name: &str, target: &ExportTarget) -> Result<Strin
     }
     let src = format!("oci:{}:{DEFAULT_TAG}", layout.display());
     let (dst, inspect) = match target {
-        ExportTarget::Oci(d) => (format!("oci:{}:{name}", d.display()), format!("oci:{}:{name}", d.display())),
+        ExportTarget::Oci(d) => (
+            format!("oci:{}:{name}", d.display()),
+            format!("oci:{}:{name}", d.display()),
+        ),
         ExportTarget::Archive(f) => (
             format!("oci-archive:{}:{name}", f.display()),
             format!("oci-archive:{}:{name}", f.display()),
@@ -252,7 +255,10 @@ pub fn export(storage: &Path, name: &str, target: &ExportTarget) -> Result<Strin
                     log: tail(&out.stderr, 15),
                 });
             }
-            Ok(format!("sha256:{}", crate::net::policy::hex(&openssl::sha::sha256(&out.stdout))))
+            Ok(format!(
+                "sha256:{}",
+                crate::net::policy::hex(&openssl::sha::sha256(&out.stdout))
+            ))
         }
     }
 }

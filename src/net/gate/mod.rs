@@ -309,7 +309,8 @@ pub fn start_sidecar(
     });
     let l = TcpListener::bind(listen)
         .map_err(|e| io::Error::new(e.kind(), format!("egress gate: listening on {listen}: {e}")))?;
-    let d = UdpSocket::bind(dns).map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on {dns}: {e}")))?;
+    let d =
+        UdpSocket::bind(dns).map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on {dns}: {e}")))?;
     let (s2, f2) = (shared.clone(), ended.clone());
     std::thread::Builder::new().name("lz-gate-dns".into()).spawn(move || {
         let _guard = EndGuard(f2);

@@ -85,11 +85,18 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     use lazaret::trust::TrustAnchor;
     let env = require_env!();
     let _g = GLOBAL.read();
-    let tools = ["iptables-restore", "python3"]
-        .iter()
-        .all(|t| Command::new("sh").args(["-c", &format!("command -v {t}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success()));
+    let tools = ["iptables-restore", "python3"].iter().all(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
     if !tools {
-        assert!(std::env::var("LAZARET_MUST_WORK").as_deref() != Ok("1"), "no iptables-restore or python3");
+        assert!(
+            std::env::var("LAZARET_MUST_WORK").as_deref() != Ok("1"),
+            "no iptables-restore or python3"
+        );
         eprintln!("skipping: k8s sidecar gate: no iptables-restore or python3");
         return;
     }
@@ -120,7 +127,19 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     );
     let out = base.join("out");
     let r = env
-        .lz(&base, &["export", "kubernetes", "-p", "pod", "--namespace", "it", "--out", out.to_str().unwrap()])
+        .lz(
+            &base,
+            &[
+                "export",
+                "kubernetes",
+                "-p",
+                "pod",
+                "--namespace",
+                "it",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        )
         .config_home(&cfg)
         .run();
     assert_eq!(r.code, 0, "{r:?}");
@@ -150,7 +169,11 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     let leaf = |name: &str, host: &str| {
         let c = ca.issue_tls_server(host, 2).unwrap();
         std::fs::write(pki.join(format!("{name}.pem")), c.cert.to_pem().unwrap()).unwrap();
-        std::fs::write(pki.join(format!("{name}.key")), c.key.private_key_to_pem_pkcs8().unwrap()).unwrap();
+        std::fs::write(
+            pki.join(format!("{name}.key")),
+            c.key.private_key_to_pem_pkcs8().unwrap(),
+        )
+        .unwrap();
     };
     leaf("api", "api.test");
     leaf("other", "other.test");
@@ -163,12 +186,24 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     api.serve_with(
         super::secrets::SERVER,
         pki.join("marker-api"),
-        &[api.ip.clone(), p("marker-api"), zone, real.clone(), format!("api.test={}", p("api"))],
+        &[
+            api.ip.clone(),
+            p("marker-api"),
+            zone,
+            real.clone(),
+            format!("api.test={}", p("api")),
+        ],
     );
     other.serve_with(
         super::secrets::SERVER,
         pki.join("marker-other"),
-        &[other.ip.clone(), p("marker-other"), String::new(), real.clone(), format!("other.test={}", p("other"))],
+        &[
+            other.ip.clone(),
+            p("marker-other"),
+            String::new(),
+            real.clone(),
+            format!("other.test={}", p("other")),
+        ],
     );
 
     // The pod: the hosts' links moved in, a dummy default route, the
@@ -181,14 +216,26 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     ip(&["-n", &pod.ns, "link", "set", "lo", "up"]);
     for h in [&*api, &*other] {
         ip(&["link", "set", &h.link, "netns", &pod.ns]);
-        ip(&["-n", &pod.ns, "addr", "add", &format!("{}/30", h.host_side), "dev", &h.link]);
+        ip(&[
+            "-n",
+            &pod.ns,
+            "addr",
+            "add",
+            &format!("{}/30", h.host_side),
+            "dev",
+            &h.link,
+        ]);
         ip(&["-n", &pod.ns, "link", "set", &h.link, "up"]);
     }
     ip(&["-n", &pod.ns, "link", "add", "dummy0", "type", "dummy"]);
     ip(&["-n", &pod.ns, "link", "set", "dummy0", "up"]);
     ip(&["-n", &pod.ns, "route", "add", "default", "dev", "dummy0"]);
     std::fs::create_dir_all(format!("/etc/netns/{}", pod.ns)).unwrap();
-    std::fs::write(format!("/etc/netns/{}/resolv.conf", pod.ns), format!("nameserver {}\n", api.ip)).unwrap();
+    std::fs::write(
+        format!("/etc/netns/{}/resolv.conf", pod.ns),
+        format!("nameserver {}\n", api.ip),
+    )
+    .unwrap();
     let st = Command::new("ip")
         .args(["netns", "exec", &pod.ns, "iptables-restore"])
         .arg(out.join("lazaret-pod.redirect.rules"))
@@ -200,7 +247,12 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     let log = shared.join("gate.log");
     let gate = Command::new("ip")
         .args(["netns", "exec", &pod.ns, "setpriv"])
-        .args([&format!("--reuid={GATE_UID}"), &format!("--regid={GATE_UID}"), "--clear-groups", "--"])
+        .args([
+            &format!("--reuid={GATE_UID}"),
+            &format!("--regid={GATE_UID}"),
+            "--clear-groups",
+            "--",
+        ])
         .arg("env")
         .arg(format!("LAZARET_SECRET_API_KEY={real}"))
         .arg(format!("LAZARET_TEST_UPSTREAM_CA={}", p("ca.pem")))
@@ -218,14 +270,27 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     while !bundle.exists() && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(bundle.exists(), "the gate did not get ready: {}", std::fs::read_to_string(&log).unwrap_or_default());
-    let st = Command::new(env.bin.join("lazaret")).args(["gate", "--ready"]).arg(&bundle).status().unwrap();
+    assert!(
+        bundle.exists(),
+        "the gate did not get ready: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let st = Command::new(env.bin.join("lazaret"))
+        .args(["gate", "--ready"])
+        .arg(&bundle)
+        .status()
+        .unwrap();
     assert!(st.success(), "gate --ready");
 
     // The agent: any uid but the gate's.
     let o = Command::new("ip")
         .args(["netns", "exec", &pod.ns, "setpriv"])
-        .args([&format!("--reuid={}", env.uid), &format!("--regid={}", env.gid), "--clear-groups", "--"])
+        .args([
+            &format!("--reuid={}", env.uid),
+            &format!("--regid={}", env.gid),
+            "--clear-groups",
+            "--",
+        ])
         .args(["python3", "-c", CLIENT])
         .arg(run.join("ca.pem"))
         .args([&sentinel, &other.ip, &api.ip])
@@ -249,7 +314,10 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     // Everything else is refused, by name and by address.
     assert_eq!(line("other-dns"), "other-dns err gaierror", "{ctx}");
     assert!(line("other-ip").starts_with("other-ip err"), "{ctx}");
-    assert!(line("other-ip-80").starts_with("other-ip-80 err") || line("other-ip-80").contains("403"), "{ctx}");
+    assert!(
+        line("other-ip-80").starts_with("other-ip-80 err") || line("other-ip-80").contains("403"),
+        "{ctx}"
+    );
     assert!(line("api-ip").starts_with("api-ip err"), "{ctx}");
     // api.test saw the two named connections only (not the one by address).
     assert_eq!(api.marked().matches("CONN 443").count(), 2, "{ctx}");
