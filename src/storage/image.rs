@@ -255,10 +255,11 @@ pub fn export(storage: &Path, name: &str, target: &ExportTarget) -> Result<Strin
                     log: tail(&out.stderr, 15),
                 });
             }
-            Ok(format!(
-                "sha256:{}",
-                crate::net::policy::hex(&openssl::sha::sha256(&out.stdout))
-            ))
+            let hex: String = openssl::sha::sha256(&out.stdout)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            Ok(format!("sha256:{hex}"))
         }
     }
 }
