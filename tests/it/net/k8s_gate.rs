@@ -9,8 +9,8 @@
 //!
 //! Test safety: no packet leaves this machine. The "pod" namespace has no
 //! link but the two test hosts' veths (moved into it from the root
-//! namespace) and a dummy interface for its default route (what is routed
-//! there is dropped); the root namespace forwards nothing. The exported
+//! namespace) and a veth pair inside it for its default route (what is
+//! routed there is dropped); the root namespace forwards nothing. The exported
 //! config is used as written but for its `ca-dir` line (a directory of
 //! the test's instead of the pod's `/run/lazaret-gate`).
 
@@ -206,7 +206,7 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
         ],
     );
 
-    // The pod: the hosts' links moved in, a dummy default route, the
+    // The pod: the hosts' links moved in, a default route, the
     // resolver api's (as kube-dns would be), the exported redirect rules.
     let mut pod = Pod {
         ns: format!("lzpod-{}", std::process::id()),
@@ -227,9 +227,15 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
         ]);
         ip(&["-n", &pod.ns, "link", "set", &h.link, "up"]);
     }
-    ip(&["-n", &pod.ns, "link", "add", "dummy0", "type", "dummy"]);
-    ip(&["-n", &pod.ns, "link", "set", "dummy0", "up"]);
-    ip(&["-n", &pod.ns, "route", "add", "default", "dev", "dummy0"]);
+    // The default route a pod has, onto a veth pair whose both ends are
+    // in the pod (the dummy driver is not on every kernel): what is
+    // routed there meets no one (the pod forwards nothing).
+    ip(&[
+        "-n", &pod.ns, "link", "add", "lzd0", "type", "veth", "peer", "name", "lzd1",
+    ]);
+    ip(&["-n", &pod.ns, "link", "set", "lzd0", "up"]);
+    ip(&["-n", &pod.ns, "link", "set", "lzd1", "up"]);
+    ip(&["-n", &pod.ns, "route", "add", "default", "dev", "lzd0"]);
     std::fs::create_dir_all(format!("/etc/netns/{}", pod.ns)).unwrap();
     std::fs::write(
         format!("/etc/netns/{}/resolv.conf", pod.ns),
