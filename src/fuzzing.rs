@@ -24,7 +24,7 @@ use crate::wire::mailbox;
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, Target); 9] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
@@ -34,6 +34,7 @@ pub const TARGETS: [(&str, Target); 9] = [
     ("toml", toml),
     ("config", config),
     ("hook", hook),
+    ("gate_config", gate_config),
 ];
 
 /// The target called `name`.
@@ -398,6 +399,17 @@ pub fn config(data: &[u8]) {
 pub fn hook(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let _ = crate::view::hostexec::fuzz_command(&text, Path::new("/nonexistent/wt"));
+}
+
+/// The sidecar gate's config file (`export::gateconf`, what `lazaret gate
+/// --config` reads): no panic, and what parses renders back to the same
+/// text (one spelling per config: the parser admits only the canonical one).
+pub fn gate_config(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(c) = crate::export::gateconf::parse(text) {
+            assert_eq!(c.render(), text, "a gate config with two spellings");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod display;
 mod domain;
 pub mod escalation;
 mod exit;
+mod export;
 /// Fuzz targets: tests/fuzz (the coverage-guided harness) and
 /// tests/fuzz_replay.rs (the corpora, replayed) call them.
 #[doc(hidden)]

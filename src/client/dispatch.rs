@@ -65,6 +65,13 @@ commands:
   state unhide [DOMAIN] (--path P | --all) [--json]
                        forget hidden ignored host files (docs/git.md)
                        DOMAIN: [--profile P] [--workspace DIR] | --domain ID
+  export kubernetes [-p P] [--namespace NS] [--image REF] [--egress gate|cilium]
+      [--format yaml|json] [--out DIR]
+                       the profile as agent-sandbox objects for a cluster
+                       with gVisor (docs/kubernetes.md)
+  image export NAME (--oci DIR | --archive FILE)
+                       write a built image as an OCI layout or archive
+  gate --config FILE   run the egress gate stand-alone (a pod's sidecar)
   doctor [--json]      check host prerequisites and print fixes
   version              print the version (also -V, --version)
   help [CMD]           this text, or CMD's usage (also CMD --help)
@@ -102,6 +109,8 @@ pub fn main() -> i32 {
         Some("image") => crate::client::image::cmd_image(raw),
         Some("doctor") => crate::client::doctor::cmd(raw),
         Some("net") => crate::client::net::cmd_net(raw),
+        Some("export") => crate::client::export::cmd_export(raw),
+        Some("gate") => crate::client::gate::cmd_gate(raw),
         Some("git") => crate::client::git::cmd_git(raw),
         Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
         Some("changes") => refuse_root().and_then(|()| super::state::cmd_changes(raw)),

@@ -160,6 +160,10 @@ pub enum Failure {
     /// No subordinate id range for the user in /etc/subuid or /etc/subgid
     /// (doctor's check, before any image work): what is missing, the fix.
     NoSubids { detail: String, fix: String },
+    /// `lazaret export`, `image export` or `gate`: bad input (the sentence).
+    Export(String),
+    /// `lazaret export`, `image export` or `gate`: a failing step (the sentence).
+    ExportFailed(String),
 
     // ---- starting the coordinator (exit 125) ----
     /// Connecting to a published Domain.
@@ -282,7 +286,8 @@ impl Failure {
             | NoGate { .. }
             | SessionRefused(_)
             | HostHooks(_)
-            | NoSubids { .. } => EXIT_USAGE,
+            | NoSubids { .. }
+            | Export(_) => EXIT_USAGE,
             Image(_)
             | Lock(_)
             | Connect { .. }
@@ -305,7 +310,8 @@ impl Failure {
             | KeptStopping
             | StoppedWhileJoining(_)
             | Mismatch(_)
-            | NoPorts => EXIT_FAILURE,
+            | NoPorts
+            | ExportFailed(_) => EXIT_FAILURE,
         }
     }
 }
@@ -499,6 +505,7 @@ impl fmt::Display for Failure {
                  give it network.hosts (the secrets' hosts), or remove [profiles.{profile}.secrets]",
                 vars.join(", ")
             ),
+            Export(why) | ExportFailed(why) => f.write_str(why),
             SessionRefused(reason) | DiskCap(reason) | StartFailed(reason) | HostHooks(reason) => {
                 f.write_str(reason)
             }

@@ -56,10 +56,57 @@ pub(super) fn cmd_image(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure
             }
             Ok(0)
         }
+        Some("export") => {
+            let mut args = pico_args::Arguments::from_vec(raw);
+            let oci: Option<std::path::PathBuf> = args.opt_value_from_str("--oci")?;
+            let archive: Option<std::path::PathBuf> = args.opt_value_from_str("--archive")?;
+            let name: String = args.opt_free_from_str()?.ok_or_else(|| {
+                Failure::Export("image export: expected the image's NAME (default, or a recipe's)".into())
+            })?;
+            finish_args(args)?;
+            refuse_root()?;
+            let target = match (oci, archive) {
+                (Some(d), None) => {
+                    // A directory that is something else is refused, not added to.
+                    let used = std::fs::read_dir(&d).map(|mut r| r.next().is_some()).unwrap_or(false);
+                    if used && !d.join("index.json").exists() {
+                        return Err(Failure::Export(format!(
+                            "--oci {}: not empty and not an OCI layout; expected a new directory or a layout",
+                            crate::display::escape_path(&d)
+                        )));
+                    }
+                    image::ExportTarget::Oci(d)
+                }
+                (None, Some(f)) => {
+                    if std::fs::symlink_metadata(&f).is_ok() {
+                        return Err(Failure::Export(format!(
+                            "--archive {}: exists; expected a new file",
+                            crate::display::escape_path(&f)
+                        )));
+                    }
+                    image::ExportTarget::Archive(f)
+                }
+                _ => {
+                    return Err(Failure::Export(
+                        "image export: expected one of --oci DIR or --archive FILE".into(),
+                    ))
+                }
+            };
+            if !config::valid_image_name(&name) && name != "default" {
+                return Err(Failure::Export(format!(
+                    "image export: {:?} is not an image name",
+                    crate::display::escape(&name)
+                )));
+            }
+            let storage = paths::storage_root()?;
+            let digest = image::export(&storage, &name, &target)?;
+            println!("{digest}");
+            Ok(0)
+        }
         Some(other) => Err(Failure::UnknownImageCommand(other.to_string())),
         None => Err(Failure::NeedsSubcommand {
             cmd: "image",
-            choices: "build, list or prune",
+            choices: "build, export, list or prune",
         }),
     }
 }

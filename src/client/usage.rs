@@ -81,6 +81,7 @@ what goes; asks first unless --yes. Refuses a running Domain.
 
 pub const IMAGE: &str = "\
 usage: lazaret image build [NAME] [-q] [--if-missing]
+       lazaret image export NAME (--oci DIR | --archive FILE)
        lazaret image list|ls [--json]
        lazaret image prune [--all] [--dry-run] [--json]
 
@@ -89,11 +90,53 @@ build   builds the default base image (debootstrap of the host's Debian
         takes a minute or more; an unchanged recipe is not rebuilt
         -q, --quiet     no progress output
         --if-missing    do nothing when the image exists
+export  writes the built image NAME (default, or a recipe's: its steps
+        applied) as an OCI layout DIR or an OCI archive FILE (a tar of one)
+        that skopeo copy can push; prints the manifest digest it wrote
 list    lists images, prepared lowers (the image each was unpacked from at
         its first start), their leases, interrupted builds and imports,
         each with the disk it takes, and the total
 prune   deletes prepared lowers no Domain leases (keeping those of images a
         profile refers to unless --all), interrupted builds, failed imports
+";
+
+pub const EXPORT: &str = "\
+usage: lazaret export kubernetes [-p P] [--namespace NS] [--image REF]
+           [--gate-image REF] [--runtime-class NAME] [--replicas N]
+           [--egress gate|cilium] [--format yaml|json] [--out DIR]
+
+Writes the profile as what a Kubernetes cluster with agent-sandbox and a
+gVisor RuntimeClass runs: a SandboxTemplate (the image, limits, env, volumes
+as claims, the network policy), a SandboxWarmPool, and with network.hosts
+the egress gate as a sidecar (a ConfigMap with its config and the init
+container's redirect rules) or, with --egress cilium, a CiliumNetworkPolicy
+with toFQDNs (no key swap: refused when the profile has secrets). No secret
+value is written: values come from a Secret the team creates. What does not
+carry over is printed first. See docs/kubernetes.md.
+
+options:
+  -p, --profile P      the profile (default: default)
+  --namespace NS       the objects' namespace (default: default)
+  --image REF          the agent's image (default: the profile's docker://)
+  --gate-image REF     the sidecar gate's image
+  --runtime-class NAME the pods' RuntimeClass (default: gvisor)
+  --replicas N         the warm pool's size (default: 1)
+  --egress gate|cilium how network.hosts is kept (default: gate)
+  --format yaml|json   (default: yaml)
+  --out DIR            write NAME.yaml|json (and the gate's files) there;
+                       without it the objects go to standard output
+";
+
+pub const GATE: &str = "\
+usage: lazaret gate --config FILE
+       lazaret gate --ready FILE
+
+Runs the egress gate stand-alone, as the sidecar of a Kubernetes pod
+(`lazaret export kubernetes` writes FILE): it takes the pod's redirected
+TCP connections and DNS queries, lets only the listed names through and
+swaps each bound secret's sentinel for its value, read from the
+environment variable FILE names. Logs go to standard error.
+--ready FILE exits 0 when FILE exists and is not empty (a startup probe).
 ";
 
 pub const NET: &str = "\
@@ -212,6 +255,8 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "rm" => RM,
         "image" => IMAGE,
         "net" => NET,
+        "export" => EXPORT,
+        "gate" => GATE,
         "git" => GIT,
         "state" => STATE,
         "changes" => CHANGES,

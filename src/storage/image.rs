@@ -209,6 +209,61 @@ pub fn resolve(storage: &Path, source: &ImageSource, progress: &mut Progress) ->
     }
 }
 
+/// Where `lazaret image export` writes a built image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExportTarget {
+    /// An OCI image layout directory (made, or an existing layout added to).
+    Oci(PathBuf),
+    /// An OCI archive: a tar of a layout (a new file).
+    Archive(PathBuf),
+}
+
+/// Writes the built image `images/NAME` (tag [`DEFAULT_TAG`]) to `target`
+/// under the tag `NAME`, with skopeo (which keeps the manifest and its
+/// blobs byte for byte between OCI layouts); returns the manifest digest
+/// the target's index names.
+pub fn export(storage: &Path, name: &str, target: &ExportTarget) -> Result<String> {
+    let layout = images_dir(storage).join(name);
+    if !layout.join("index.json").exists() {
+        return Err(ImageError::NotBuilt(layout));
+    }
+    let src = format!("oci:{}:{DEFAULT_TAG}", layout.display());
+    let (dst, inspect) = match target {
+        ExportTarget::Oci(d) => (
+            format!("oci:{}:{name}", d.display()),
+            format!("oci:{}:{name}", d.display()),
+        ),
+        ExportTarget::Archive(f) => (
+            format!("oci-archive:{}:{name}", f.display()),
+            format!("oci-archive:{}:{name}", f.display()),
+        ),
+    };
+    run_tool("skopeo", Command::new("skopeo").args(["copy", "--quiet", &src, &dst]))?;
+    match target {
+        ExportTarget::Oci(d) => manifest_digest(d, name),
+        ExportTarget::Archive(_) => {
+            // The digest of the manifest the archive holds, as skopeo reads it.
+            let out = Command::new("skopeo")
+                .args(["inspect", "--raw", &inspect])
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| ImageError::Spawn("skopeo", e))?;
+            if !out.status.success() {
+                return Err(ImageError::Tool {
+                    tool: "skopeo",
+                    status: out.status.to_string(),
+                    log: tail(&out.stderr, 15),
+                });
+            }
+            let hex: String = openssl::sha::sha256(&out.stdout)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            Ok(format!("sha256:{hex}"))
+        }
+    }
+}
+
 /// Where a non-OCI source (`docker-archive:FILE`, `docker://REF`, in
 /// skopeo's spelling) is imported to.
 pub fn import_layout(storage: &Path, skopeo_src: &str) -> PathBuf {

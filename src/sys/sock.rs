@@ -56,6 +56,33 @@ pub fn set_linger_zero(sock: impl AsFd) -> io::Result<()> {
     .map(|_| ())
 }
 
+/// `SO_ORIGINAL_DST`: the destination a connection had before the
+/// netfilter `REDIRECT` that brought it to this listener (the sidecar
+/// gate of `lazaret gate`).
+pub fn original_dst(sock: impl AsFd) -> io::Result<std::net::SocketAddrV4> {
+    const SO_ORIGINAL_DST: libc::c_int = 80;
+    // SAFETY: an all-zero sockaddr_in is a valid value of the type.
+    let mut a: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live `a`.
+    super::cvt(unsafe {
+        libc::getsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::SOL_IP,
+            SO_ORIGINAL_DST,
+            &mut a as *mut libc::sockaddr_in as *mut libc::c_void,
+            &mut len,
+        )
+    })?;
+    if a.sin_family != libc::AF_INET as libc::sa_family_t {
+        return Err(io::Error::other("SO_ORIGINAL_DST: not IPv4"));
+    }
+    Ok(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+        u16::from_be(a.sin_port),
+    ))
+}
+
 /// `IP_TRANSPARENT` on a listener: the router's netfilter `tproxy` rule
 /// may hand it connections to any address and port (log mode's catch-all
 /// listener); their local address stays the one the client chose.

@@ -153,6 +153,10 @@ struct Shared {
     /// Issue 31: the generation's secrets, when the profile has any
     /// (handed over on the lease pipe, `supervisor`).
     secrets: Option<crate::net::terminate::Secrets>,
+    /// Stand-alone (`lazaret gate`, a pod's sidecar): connections arrive
+    /// by netfilter `REDIRECT` (their destination is `SO_ORIGINAL_DST`)
+    /// from any process of the pod, not from the router link.
+    sidecar: bool,
 }
 
 /// The ports the gate listens on: the named ports and every listed port.
@@ -197,6 +201,7 @@ pub fn start(
         log: EgressLog::open(log),
         conns: AtomicUsize::new(0),
         secrets,
+        sidecar: false,
     });
     // The sandbox boots after the gate: its first traffic is the Domain's
     // start-up checks, until `Handle::end_checks`.
@@ -275,6 +280,54 @@ pub fn start(
     })
 }
 
+/// Starts the gate stand-alone in the current network namespace (`lazaret
+/// gate`, the sidecar of a Kubernetes pod): one listener on `listen` that
+/// the pod's redirected TCP connections reach, the resolver on `dns`
+/// (the pod's redirected queries), no raw watchers (the gate holds no
+/// capability there). Returns once both are bound; the threads run for
+/// the process's life.
+pub fn start_sidecar(
+    plan: &Plan,
+    listen: SocketAddrV4,
+    dns: SocketAddrV4,
+    log: PathBuf,
+    secrets: Option<crate::net::terminate::Secrets>,
+) -> io::Result<Handle> {
+    let gate = plan
+        .gate
+        .clone()
+        .ok_or_else(|| io::Error::other("no gate in the plan"))?;
+    let ended = Arc::new(AtomicBool::new(false));
+    let shared = Arc::new(Shared {
+        plan: plan.clone(),
+        gate,
+        names: Mutex::new(Names::default()),
+        log: EgressLog::open(log),
+        conns: AtomicUsize::new(0),
+        secrets,
+        sidecar: true,
+    });
+    let l = TcpListener::bind(listen)
+        .map_err(|e| io::Error::new(e.kind(), format!("egress gate: listening on {listen}: {e}")))?;
+    let d =
+        UdpSocket::bind(dns).map_err(|e| io::Error::new(e.kind(), format!("egress gate: resolver on {dns}: {e}")))?;
+    let (s2, f2) = (shared.clone(), ended.clone());
+    std::thread::Builder::new().name("lz-gate-dns".into()).spawn(move || {
+        let _guard = EndGuard(f2);
+        serve_dns(&s2, &d);
+    })?;
+    let (s1, f1) = (shared.clone(), ended.clone());
+    std::thread::Builder::new().name("lz-gate".into()).spawn(move || {
+        let _guard = EndGuard(f1);
+        accept_loop(&s1, &[l], false);
+    })?;
+    Ok(Handle {
+        ended,
+        catch_all: None,
+        shared,
+    })
+}
+
 fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool) {
     let mut served = false;
     loop {
@@ -294,8 +347,9 @@ fn accept_loop(shared: &Arc<Shared>, listeners: &[TcpListener], die_early: bool)
                 continue;
             };
             served = true;
-            // Only the sandbox's end of the link talks to the gate.
-            if peer.ip() != IpAddr::V4(netpolicy::SANDBOX_ADDR) {
+            // Only the sandbox's end of the link talks to the gate (a
+            // sidecar's listener is on loopback: the pod's own processes).
+            if !shared.sidecar && peer.ip() != IpAddr::V4(netpolicy::SANDBOX_ADDR) {
                 continue;
             }
             if shared.conns.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
@@ -350,8 +404,16 @@ fn pick_handler(_name: &str) -> Handler {
 }
 
 fn handle(shared: &Shared, conn: TcpStream) {
-    let Ok(SocketAddr::V4(dst)) = conn.local_addr() else {
-        return;
+    let dst = if shared.sidecar {
+        match sys::sock::original_dst(&conn) {
+            Ok(d) => d,
+            Err(_) => return reset(conn),
+        }
+    } else {
+        let Ok(SocketAddr::V4(dst)) = conn.local_addr() else {
+            return;
+        };
+        dst
     };
     let synthetic: Option<HostName> = is_synthetic(*dst.ip())
         .then(|| shared.names.lock().ok()?.by_addr.get(dst.ip()).cloned())
@@ -612,7 +674,7 @@ fn serve_dns(shared: &Shared, sock: &UdpSocket) {
         let Ok((n, from)) = sock.recv_from(&mut buf) else {
             continue;
         };
-        if from.ip() != IpAddr::V4(netpolicy::SANDBOX_ADDR) {
+        if !shared.sidecar && from.ip() != IpAddr::V4(netpolicy::SANDBOX_ADDR) {
             continue;
         }
         let q = &buf[..n];

@@ -8,6 +8,7 @@
 //! (`proxy`).
 pub mod attacks;
 pub mod flood;
+pub mod k8s_gate;
 pub mod localhost;
 pub mod log_checks;
 pub mod name_attacks;
