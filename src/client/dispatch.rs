@@ -66,7 +66,8 @@ commands:
                        forget hidden ignored host files (docs/git.md)
                        DOMAIN: [--profile P] [--workspace DIR] | --domain ID
   doctor [--json]      check host prerequisites and print fixes
-  version              print the version (also -V, --version)
+  version [--json]     the version, commit, protocol and the runsc found
+                       (also -V, --version)
   help [CMD]           this text, or CMD's usage (also CMD --help)
 
 options may be written --opt=value; -p, -w and -q stand for --profile,
@@ -106,13 +107,7 @@ pub fn main() -> i32 {
         Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
         Some("changes") => refuse_root().and_then(|()| super::state::cmd_changes(raw)),
         Some("apply") => refuse_root().and_then(|()| super::state::cmd_apply(raw)),
-        Some("version") | Some("--version") | Some("-V") => {
-            println!("lazaret {}", env!("CARGO_PKG_VERSION"));
-            if cfg!(feature = "fault-injection") {
-                println!("built with fault-injection (LAZARET_FAULT): for tests only");
-            }
-            Ok(0)
-        }
+        Some("version") | Some("--version") | Some("-V") => crate::client::version::cmd(raw),
         Some("help") | Some("--help") | Some("-h") => match raw.first().and_then(|a| a.to_str()) {
             None => {
                 print!("{USAGE}");
