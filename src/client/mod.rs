@@ -3,6 +3,7 @@
 
 mod answer;
 mod args;
+mod completion;
 pub mod dispatch;
 pub mod doctor;
 mod failure;
