@@ -14,8 +14,10 @@
 # LAZARET_TEST_BIN: package these binaries (the test build test.sh staged)
 # instead of building the release ones. The fresh user's default image is
 # copied from LAZARET_TEST_USER's when that user has one, so the check
-# takes a minute rather than the image build's ten; without one it is
-# built (the README's time to first prompt, measured: README.md).
+# takes a minute rather than the image build's ten (`lazaret image build
+# --if-missing` then finds it); without one, or with
+# LAZARET_DEB_FRESH_IMAGE=1, it is built: the README's time to first
+# prompt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -84,22 +86,27 @@ fi
 
 # 3. Install as the README says.
 t0=$SECONDS
-cp "$deb" "$work/"
-(cd "$work" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "./$(basename "$deb")" >/dev/null)
+(cd "$(dirname "$deb")" && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "./$(basename "$deb")" >/dev/null)
 installed=$SECONDS
 say "installed with apt-get install ./$(basename "$deb") ($((installed - t0)) s)"
 [ -x /usr/bin/lazaret ] && [ -x /usr/lib/lazaret/lazaret-init ] || fail "the binaries are not where lazaret finds them"
 
+# A fresh unprivileged user: it runs the shells below (never root: a
+# shell's completion system writes files of its own) and the README's
+# commands.
+ensure_user "$user" >/dev/null
+home=$(getent passwd "$user" | cut -d: -f6)
+
 # 4. The man page and the completions.
 man -w lazaret >/dev/null 2>&1 && say "man -w lazaret: $(man -w lazaret)" || fail "man -w lazaret finds no page"
-got=$(bash -c 'source /usr/share/bash-completion/completions/lazaret
+got=$(run_as "$user" bash -c 'source /usr/share/bash-completion/completions/lazaret
 COMP_WORDS=(lazaret ru); COMP_CWORD=1; _lazaret; echo "${COMPREPLY[*]}"' 2>&1) || true
 [ "$got" = run ] && say "bash completes 'lazaret ru' to run" || fail "bash: 'lazaret ru' completes to '$got'"
-got=$(bash -c 'source /usr/share/bash-completion/completions/lazaret
+got=$(run_as "$user" bash -c 'source /usr/share/bash-completion/completions/lazaret
 COMP_WORDS=(lazaret image b); COMP_CWORD=2; _lazaret; echo "${COMPREPLY[*]}"' 2>&1) || true
 [ "$got" = build ] || fail "bash: 'lazaret image b' completes to '$got'"
 if command -v fish >/dev/null; then
-    got=$(fish -c 'complete -C"lazaret ru"' 2>&1 | cut -f1) || true
+    got=$(run_as "$user" fish -c 'complete -C"lazaret ru"' 2>&1 | cut -f1) || true
     [ "$got" = run ] && say "fish completes 'lazaret ru' to run" || fail "fish: 'lazaret ru' completes to '$got'"
 else
     fail "fish is missing (scripts/install-deps.sh installs it)"
@@ -108,8 +115,9 @@ if command -v zsh >/dev/null; then
     # Loaded through compinit from Debian's vendor-completions directory,
     # then called with compadd standing in for the widget's (zsh completes
     # only inside the line editor): what it would offer for `lazaret ru`.
-    got=$(zsh -f -c '
-autoload -U compinit && compinit -u -d /dev/null || exit 3
+    # -D: no dump file.
+    got=$(run_as "$user" zsh -f -c '
+autoload -U compinit && compinit -u -D || exit 3
 (( ${+_comps[lazaret]} )) || { echo "not registered"; exit 4; }
 compadd() {
   local arr=0 a
@@ -126,11 +134,9 @@ else
     fail "zsh is missing (scripts/install-deps.sh installs it)"
 fi
 
-# 5. A fresh user follows the README: lazaret doctor, lazaret run.
-ensure_user "$user" >/dev/null
-home=$(getent passwd "$user" | cut -d: -f6)
+# 5. The fresh user follows the README: lazaret doctor, lazaret run.
 src=$(getent passwd "${LAZARET_TEST_USER:-lazaret-test}" | cut -d: -f6)/.local/share/lazaret/images/default
-if [ -d "$src" ]; then
+if [ -d "$src" ] && [ -z "${LAZARET_DEB_FRESH_IMAGE:-}" ]; then
     install -d -o "$user" -g "$user" -m 0700 "$home/.local" "$home/.local/share" "$home/.local/share/lazaret" "$home/.local/share/lazaret/images"
     cp -a "$src" "$home/.local/share/lazaret/images/"
     chown -R "$user:$user" "$home/.local/share/lazaret/images"
@@ -144,6 +150,13 @@ if (cd "$ws" && run_as "$user" lazaret doctor) > "$work/doctor.txt" 2>&1; then
 else
     cat "$work/doctor.txt"
     fail "lazaret doctor reported problems (above)"
+fi
+b0=$SECONDS
+if (cd "$ws" && run_as "$user" lazaret image build --quiet --if-missing) > "$work/build.txt" 2>&1; then
+    say "lazaret image build: ok ($((SECONDS - b0)) s)"
+else
+    tail -20 "$work/build.txt"
+    fail "lazaret image build (above)"
 fi
 r0=$SECONDS
 if out=$(cd "$ws" && run_as "$user" lazaret run --quiet -- sh -c 'echo from-the-sandbox; readlink /proc/1/exe' 2>&1) &&
