@@ -49,7 +49,16 @@ fn upgrade_other_builds_domains_are_listed_and_stopped() {
             ps = env.lz(&ws, &["ps"]).run();
             ps.stdout.contains(&id[..12])
         });
-        assert!(listed, "{fault}: not listed: {ps:?}");
+        if !listed {
+            // What the other build's client said (it may have failed to start).
+            let _ = old.0.kill();
+            let mut err = String::new();
+            if let Some(mut e) = old.0.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("{fault}: not listed: {ps:?}\nthe other build's run said: {err}");
+        }
         assert!(ps.stdout.contains("started by another lazaret build"), "{fault}: {ps:?}");
         let row = ps.stdout.lines().find(|l| l.starts_with(&id[..12])).unwrap();
         assert!(row.contains(build_words) && row.contains("default"), "{fault}: {row}");
