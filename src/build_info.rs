@@ -61,7 +61,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("lz-helpers-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("lazaret-init"), b"").unwrap();
-        assert_eq!(helper_binary(&dir.join("lazaret"), "lazaret-init"), dir.join("lazaret-init"));
+        assert_eq!(
+            helper_binary(&dir.join("lazaret"), "lazaret-init"),
+            dir.join("lazaret-init")
+        );
         // Missing beside a dev build: named beside it, never looked up elsewhere.
         assert_eq!(
             helper_binary(&dir.join("lazaret"), "lazaret-escalate"),

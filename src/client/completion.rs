@@ -288,7 +288,17 @@ mod tests {
     #[test]
     fn options_come_from_the_usage_text() {
         let run = options(usage::RUN);
-        for o in ["-p", "--profile", "-w", "--workspace", "--publish", "--root", "-e", "--env", "-q"] {
+        for o in [
+            "-p",
+            "--profile",
+            "-w",
+            "--workspace",
+            "--publish",
+            "--root",
+            "-e",
+            "--env",
+            "-q",
+        ] {
             assert!(run.iter().any(|x| x == o), "{o} in {run:?}");
         }
         assert!(!run.iter().any(|x| x == "--"), "{run:?}");

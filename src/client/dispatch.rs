@@ -144,7 +144,9 @@ pub const COMMANDS: &[(&str, Entry)] = &[
     ("net", crate::client::net::cmd_net),
     ("git", crate::client::git::cmd_git),
     ("state", |raw| refuse_root().and_then(|()| super::state::cmd_state(raw))),
-    ("changes", |raw| refuse_root().and_then(|()| super::state::cmd_changes(raw))),
+    ("changes", |raw| {
+        refuse_root().and_then(|()| super::state::cmd_changes(raw))
+    }),
     ("apply", |raw| refuse_root().and_then(|()| super::state::cmd_apply(raw))),
     ("doctor", crate::client::doctor::cmd),
     ("completion", cmd_completion),
@@ -306,16 +308,23 @@ mod tests {
         for (name, _) in COMMANDS {
             let usage = crate::client::usage::of(name).unwrap_or_else(|| panic!("{name} has no usage"));
             assert!(USAGE.contains(&format!("\n  {name} ")), "{name} not in lazaret help");
-            assert!(man.contains(&format!(".SS lazaret {name}\n")), "{name} not in the man page");
+            assert!(
+                man.contains(&format!(".SS lazaret {name}\n")),
+                "{name} not in the man page"
+            );
             let first = usage.lines().next().unwrap().replace('-', "\\-");
             assert!(man.contains(&first), "{name}'s usage not in the man page");
             for (shell, s) in &scripts {
                 let listed = s.lines().any(|l| {
                     (l.contains("cmds=(") || l.contains("compgen -W \"") || l.contains("__fish_use_subcommand"))
-                        && l.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').any(|w| w == *name)
+                        && l.split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+                            .any(|w| w == *name)
                 });
                 assert!(listed, "{name} not among {shell}'s commands");
-                assert!(s.contains(&format!("{name})")) || *shell == "fish", "{name} has no {shell} case");
+                assert!(
+                    s.contains(&format!("{name})")) || *shell == "fish",
+                    "{name} has no {shell} case"
+                );
             }
         }
         assert!(completion_script("csh").is_none());

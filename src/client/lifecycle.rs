@@ -349,7 +349,11 @@ pub fn foreign_table(all: &[Foreign], now: i64) -> String {
         rows.push(vec![
             f.domain_id.as_str()[..ID_PREFIX_LEN].to_string(),
             escape(&f.profile),
-            if f.started_at > 0 { age(now - f.started_at) } else { "?".into() },
+            if f.started_at > 0 {
+                age(now - f.started_at)
+            } else {
+                "?".into()
+            },
             f.sessions.map_or("?".into(), |n| n.to_string()),
             match f.protocol {
                 Some(p) => format!("{} (protocol {p})", escape(&f.build)),

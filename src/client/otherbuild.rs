@@ -147,9 +147,8 @@ fn holds(pid: i32, uid: u32, want: &std::fs::Metadata) -> bool {
     let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
         return false;
     };
-    fds.flatten().any(|fd| {
-        std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino())
-    })
+    fds.flatten()
+        .any(|fd| std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino()))
 }
 
 /// Stops a Domain of a build from before the basic exchange: SIGTERM to
@@ -182,9 +181,7 @@ mod tests {
 
     #[test]
     fn only_a_coordinator_argv0_counts() {
-        assert!(is_coordinator_cmdline(
-            b"lazaret:[coordinator]\0--profile\0default\0"
-        ));
+        assert!(is_coordinator_cmdline(b"lazaret:[coordinator]\0--profile\0default\0"));
         assert!(!is_coordinator_cmdline(b"lazaret:[supervisor]\0--bundle\0x\0"));
         assert!(!is_coordinator_cmdline(b"lazaret\0lazaret:[coordinator]\0"));
         assert!(!is_coordinator_cmdline(b"lazaret:[coordinator]x\0"));

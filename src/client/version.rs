@@ -56,7 +56,11 @@ pub fn cmd(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         return Ok(0);
     }
     println!("lazaret {}", build_info::describe());
-    println!("protocol {} (basic {})", build_info::protocol(), crate::wire::basic::BASIC_VERSION);
+    println!(
+        "protocol {} (basic {})",
+        build_info::protocol(),
+        crate::wire::basic::BASIC_VERSION
+    );
     match &r {
         Some((p, v)) => println!(
             "runsc: {} ({})",
@@ -77,13 +81,22 @@ mod tests {
 
     #[test]
     fn json_names_version_protocol_and_runsc() {
-        let j = json(Some(&(PathBuf::from("/usr/bin/runsc"), Some("runsc version 0.0~20240729.0".into()))));
-        assert!(j.starts_with(&format!("{{\"version\":\"{}\"", build_info::VERSION)), "{j}");
+        let j = json(Some(&(
+            PathBuf::from("/usr/bin/runsc"),
+            Some("runsc version 0.0~20240729.0".into()),
+        )));
+        assert!(
+            j.starts_with(&format!("{{\"version\":\"{}\"", build_info::VERSION)),
+            "{j}"
+        );
         assert!(j.contains(&format!("\"protocol\":{}", build_info::protocol())), "{j}");
         assert!(j.contains("\"runsc_found\":true"), "{j}");
         assert!(j.contains("\"runsc_path\":\"/usr/bin/runsc\""), "{j}");
         assert!(j.contains("\"runsc_version\":\"runsc version 0.0~20240729.0\""), "{j}");
         let none = json(None);
-        assert!(none.contains("\"runsc_found\":false") && none.contains("\"runsc_path\":null"), "{none}");
+        assert!(
+            none.contains("\"runsc_found\":false") && none.contains("\"runsc_path\":null"),
+            "{none}"
+        );
     }
 }

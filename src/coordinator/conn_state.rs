@@ -324,11 +324,19 @@ mod tests {
     fn basic_requests_of_any_build_are_answered_first_only() {
         use crate::wire::basic::BasicRequest;
         assert_eq!(
-            decide(&ConnState::AwaitingHello, ClientMsg::Basic(BasicRequest::status()), &RUNNING),
+            decide(
+                &ConnState::AwaitingHello,
+                ClientMsg::Basic(BasicRequest::status()),
+                &RUNNING
+            ),
             Action::Basic { stop: None }
         );
         assert_eq!(
-            decide(&ConnState::AwaitingHello, ClientMsg::Basic(BasicRequest::stop("")), &RUNNING),
+            decide(
+                &ConnState::AwaitingHello,
+                ClientMsg::Basic(BasicRequest::stop("")),
+                &RUNNING
+            ),
             Action::Basic {
                 stop: Some("stopped by `lazaret stop` of another lazaret build".into())
             }
@@ -344,7 +352,11 @@ mod tests {
         );
         let mut unknown = BasicRequest::status();
         unknown.op = 3;
-        assert!(is_drop(&decide(&ConnState::AwaitingHello, ClientMsg::Basic(unknown), &RUNNING)));
+        assert!(is_drop(&decide(
+            &ConnState::AwaitingHello,
+            ClientMsg::Basic(unknown),
+            &RUNNING
+        )));
         // After Hello it is a violation, as any second first frame is.
         for s in [ConnState::Observer, joined(), in_session()] {
             let a = decide(&s, ClientMsg::Basic(BasicRequest::status()), &RUNNING);

@@ -138,7 +138,10 @@ pub(crate) mod tests {
     fn basic_frames_are_frozen() {
         assert_eq!(BASIC_TAG, 0xb0);
         assert_eq!(hex(frame(&BasicRequest::status())), "0a000000b0010000000100000000");
-        assert_eq!(hex(frame(&BasicRequest::stop("bye"))), "0d000000b0010000000203000000627965");
+        assert_eq!(
+            hex(frame(&BasicRequest::stop("bye"))),
+            "0d000000b0010000000203000000627965"
+        );
         assert_eq!(hex(frame(&info())), concat!(
                 "6e000000b0010000000300000016000000302e312e302028636f6d6d6974206539616563343229140000003031323334353637383961626364",
                 "6566303132330700000064656661756c74020000002f7702000000000000000500000072656164794d00000000f15365000000000100000000"

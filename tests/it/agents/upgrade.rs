@@ -59,7 +59,10 @@ fn upgrade_other_builds_domains_are_listed_and_stopped() {
             }
             panic!("{fault}: not listed: {ps:?}\nthe other build's run said: {err}");
         }
-        assert!(ps.stdout.contains("started by another lazaret build"), "{fault}: {ps:?}");
+        assert!(
+            ps.stdout.contains("started by another lazaret build"),
+            "{fault}: {ps:?}"
+        );
         let row = ps.stdout.lines().find(|l| l.starts_with(&id[..12])).unwrap();
         assert!(row.contains(build_words) && row.contains("default"), "{fault}: {row}");
         let json = env.ps_json(&ws);
