@@ -159,7 +159,7 @@ else
     fail "lazaret image build (above)"
 fi
 r0=$SECONDS
-if out=$(cd "$ws" && run_as "$user" lazaret run --quiet -- sh -c 'echo from-the-sandbox; readlink /proc/1/exe' 2>&1) &&
+if out=$(cd "$ws" && run_as "$user" lazaret run --quiet -- sh -c 'echo from-the-sandbox' 2>&1) &&
     printf '%s\n' "$out" | grep -qx from-the-sandbox; then
     say "lazaret run from /usr/bin/lazaret: the first prompt $((SECONDS - installed)) s after apt install ($((SECONDS - r0)) s for the run)"
 else
