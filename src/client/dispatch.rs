@@ -101,7 +101,7 @@ pub fn main() -> i32 {
     }
     let public = cmd.as_deref().and_then(|c| COMMANDS.iter().find(|(n, _)| *n == c));
     let result = match cmd.as_deref() {
-        _ if public.is_some() => (public.expect("found").1)(raw),
+        _ if public.is_some() => public.map_or(Ok(0), |(_, entry)| entry(raw)),
         Some("--version") | Some("-V") => crate::client::version::cmd(raw),
         Some("--help") | Some("-h") => cmd_help(raw),
         Some("completion") => cmd_completion(raw),

@@ -63,9 +63,13 @@ fn observe(sock: &Path, ask: &ClientMsg) -> Observed {
         profile: String::new(),
         fingerprint: String::new(),
     };
-    if codec::send(&mut s, &hello).is_err() || codec::send(&mut s, ask).is_err() {
+    if codec::send(&mut s, &hello).is_err() {
         return Observed::Nothing;
     }
+    // A coordinator of another build refuses the Hello and closes at once:
+    // the question may then meet a closed socket, and its refusal is
+    // still there to read.
+    let _ = codec::send(&mut s, ask);
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
         Ok(ServerMsg::Refused { .. }) => Observed::Refused,
         Ok(m) => Observed::Answer(m),
@@ -471,13 +475,14 @@ fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
         fingerprint: "stop".into(),
     };
     codec::send(&mut s, &hello).map_err(lost)?;
-    codec::send(
+    // A coordinator of another build refuses the Hello and closes at once:
+    // the Stop may then meet a closed socket; its refusal is read below.
+    let _ = codec::send(
         &mut s,
         &ClientMsg::Stop {
             reason: STOP_REASON.into(),
         },
-    )
-    .map_err(lost)?;
+    );
     // The coordinator answers a Stop only by closing; anything else is a refusal.
     s.set_read_timeout(Some(Duration::from_secs(5))).ok();
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
