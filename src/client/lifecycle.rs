@@ -40,7 +40,7 @@ fn runtime_root() -> Result<PathBuf, Failure> {
 
 /// What a published coordinator answered an observer's question.
 enum Observed {
-    Answer(ServerMsg),
+    Answer(Box<ServerMsg>),
     /// It refused the `Hello`: a coordinator of another protocol version.
     Refused,
     /// No answer (none in time, no connection, a malformed one).
@@ -72,14 +72,14 @@ fn observe(sock: &Path, ask: &ClientMsg) -> Observed {
     let _ = codec::send(&mut s, ask);
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
         Ok(ServerMsg::Refused { .. }) => Observed::Refused,
-        Ok(m) => Observed::Answer(m),
+        Ok(m) => Observed::Answer(Box::new(m)),
         Err(_) => Observed::Nothing,
     }
 }
 
 fn ask_as_observer(sock: &Path, ask: &ClientMsg) -> Option<ServerMsg> {
     match observe(sock, ask) {
-        Observed::Answer(m) => Some(m),
+        Observed::Answer(m) => Some(*m),
         _ => None,
     }
 }
@@ -205,7 +205,10 @@ fn scan(root: &Path) -> (Vec<StatusInfo>, Vec<Foreign>) {
             }
             match seen {
                 // The answer must be about the Domain whose directory it came from.
-                Observed::Answer(ServerMsg::Status(st)) if st.domain_id == name => all.push(st),
+                Observed::Answer(m) => match *m {
+                    ServerMsg::Status(st) if st.domain_id == name => all.push(st),
+                    _ => {}
+                },
                 Observed::Refused => match otherbuild::ask(&sock, BasicRequest::status()) {
                     BasicAnswer::Info(i) if i.domain_id == name => foreign.push(Foreign::from(i)),
                     BasicAnswer::Silent => {
