@@ -68,8 +68,12 @@ SRC
     fi
 fi
 
+# lintian, apparmor (apparmor_parser), zsh, fish and man-db: the package
+# check (scripts/deb-test.sh) lints the .deb, parses the AppArmor profile,
+# loads each completion script in its shell and looks up the man page.
 pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap arch-test wget gpgv git tmux iproute2 nftables
-      procps util-linux ca-certificates pkg-config libssl-dev python3 hyperfine)
+      procps util-linux ca-certificates pkg-config libssl-dev python3 hyperfine
+      lintian apparmor zsh fish man-db)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then

@@ -82,6 +82,14 @@ warm=$(run_as "$user" mktemp -d)
 (cd "$warm" && run_as "$user" "$bindir/lazaret" run --quiet -- true) || { echo "test.sh: a first sandbox did not start" >&2; exit 1; }
 rm -rf "$warm"
 
+# The package, end to end: built from these binaries, linted, installed
+# with apt, used by a fresh user as README.md says, then removed again
+# (scripts/deb-test.sh; about a minute with the default image above).
+if ! LAZARET_TEST_BIN=$bindir scripts/deb-test.sh; then
+    echo "test.sh: the package check failed (above)" >&2
+    exit 1
+fi
+
 # Resource limits are enforced with cgroups: give the test user a
 # delegated cgroup, as systemd's Delegate= would, and run the tests in it.
 delegate_cgroup "$user" || echo "test.sh: no delegated cgroup; resource-limit tests will skip or fail" >&2

@@ -24,7 +24,7 @@ use crate::wire::mailbox;
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, Target); 10] = [
+pub const TARGETS: [(&str, Target); 11] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
@@ -35,6 +35,7 @@ pub const TARGETS: [(&str, Target); 10] = [
     ("config", config),
     ("hook", hook),
     ("gate_config", gate_config),
+    ("client_frames", client_frames),
 ];
 
 /// The target called `name`.
@@ -375,6 +376,25 @@ pub fn mailbox(data: &[u8]) {
     if let Ok(outcome) = mailbox::decode_result(data) {
         assert_eq!(mailbox::encode_result(&outcome), data, "a result with two encodings");
     }
+}
+
+/// The coordinator socket's frames (`wire::client`), the frozen basic
+/// exchange (`wire::basic`) among them, which a client reads from a
+/// coordinator of any other build. Property: a payload that decodes
+/// re-encodes to the same bytes (one encoding per message), and a frame
+/// stream never makes the reader panic.
+pub fn client_frames(data: &[u8]) {
+    use crate::wire::client::{ClientMsg, ServerMsg};
+    use crate::wire::codec::{FrameReader, Message};
+    if let Ok(m) = ClientMsg::decode(data) {
+        assert_eq!(&m.encode()[4..], data, "a client message with two encodings");
+    }
+    if let Ok(m) = ServerMsg::decode(data) {
+        assert_eq!(&m.encode()[4..], data, "a server message with two encodings");
+    }
+    let mut r = FrameReader::default();
+    r.push(data);
+    while let Ok(Some(_)) = r.next::<ServerMsg>() {}
 }
 
 /// The config's TOML reader (`config::toml`): no panic on any text.

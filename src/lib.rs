@@ -6,6 +6,7 @@
 //! syscall layer (sys). The binaries are thin: `src/main.rs` (the
 //! `lazaret` CLI and every host-side role) and `bin/` (the sandbox side).
 
+mod build_info;
 mod client;
 mod config;
 mod coordinator;

@@ -72,8 +72,16 @@ commands:
   image export NAME (--oci DIR | --archive FILE)
                        write a built image as an OCI layout or archive
   gate --config FILE   run the egress gate stand-alone (a pod's sidecar)
+  changes [DOMAIN] [--json]
+                       host-tool files the Domain's copy changed, with diffs
+  apply [DOMAIN] PATH...
+                       copy reviewed host-tool files back to the host
   doctor [--json]      check host prerequisites and print fixes
-  version              print the version (also -V, --version)
+  completion bash|zsh|fish
+                       the shell completion script (the package installs
+                       them; man lazaret has every command's usage)
+  version [--json]     the version, commit, protocol and the runsc found
+                       (also -V, --version)
   help [CMD]           this text, or CMD's usage (also CMD --help)
 
 options may be written --opt=value; -p, -w and -q stand for --profile,
@@ -98,43 +106,16 @@ pub fn main() -> i32 {
             .format_timestamp_millis()
             .init();
     }
+    let public = cmd.as_deref().and_then(|c| COMMANDS.iter().find(|(n, _)| *n == c));
     let result = match cmd.as_deref() {
-        Some("run") => crate::client::run::cmd_run(raw),
-        Some("ps") => crate::client::lifecycle::cmd_ps(raw),
-        Some("escalations") => crate::client::lifecycle::cmd_escalations(raw),
-        Some("stop") => crate::client::lifecycle::cmd_stop(raw),
-        Some("rm") => crate::client::lifecycle::cmd_rm(raw),
-        Some("exec") => crate::client::lifecycle::cmd_exec(raw),
-        Some("port") => crate::client::lifecycle::cmd_port(raw),
-        Some("image") => crate::client::image::cmd_image(raw),
-        Some("doctor") => crate::client::doctor::cmd(raw),
-        Some("net") => crate::client::net::cmd_net(raw),
-        Some("export") => crate::client::export::cmd_export(raw),
-        Some("gate") => crate::client::gate::cmd_gate(raw),
-        Some("git") => crate::client::git::cmd_git(raw),
-        Some("state") => refuse_root().and_then(|()| super::state::cmd_state(raw)),
-        Some("changes") => refuse_root().and_then(|()| super::state::cmd_changes(raw)),
-        Some("apply") => refuse_root().and_then(|()| super::state::cmd_apply(raw)),
-        Some("version") | Some("--version") | Some("-V") => {
-            println!("lazaret {}", env!("CARGO_PKG_VERSION"));
-            if cfg!(feature = "fault-injection") {
-                println!("built with fault-injection (LAZARET_FAULT): for tests only");
-            }
-            Ok(0)
-        }
-        Some("help") | Some("--help") | Some("-h") => match raw.first().and_then(|a| a.to_str()) {
-            None => {
-                print!("{USAGE}");
-                Ok(0)
-            }
-            Some(c) => match crate::client::usage::of(c) {
-                Some(u) => {
-                    print!("{u}");
-                    Ok(0)
-                }
-                None => Err(Failure::UnknownCommand(c.to_string())),
-            },
-        },
+        _ if public.is_some() => public.map_or(Ok(0), |(_, entry)| entry(raw)),
+        Some("--version") | Some("-V") => crate::client::version::cmd(raw),
+        Some("--help") | Some("-h") => cmd_help(raw),
+        Some("completion") => cmd_completion(raw),
+        Some("man") => finish_args(pico_args::Arguments::from_vec(raw)).map(|()| {
+            print!("{}", man_page());
+            0
+        }),
         Some("__coordinator") => internal_coordinator(raw),
         Some("__supervisor") => internal_supervisor(raw),
         Some("__state-helper") => Ok(crate::storage::statefs::helper_main(raw)),
@@ -148,6 +129,89 @@ pub fn main() -> i32 {
             let f = plain_failure(f);
             eprintln!("lazaret: {f}");
             f.code()
+        }
+    }
+}
+
+type Entry = fn(Vec<std::ffi::OsString>) -> Result<i32, Failure>;
+
+/// Every public command and its entry, in the order `lazaret help` lists
+/// them. The completions and the man page are generated from this table
+/// and the usage texts (`client::completion`): a command added here is in
+/// both (a unit test checks it).
+pub const COMMANDS: &[(&str, Entry)] = &[
+    ("run", crate::client::run::cmd_run),
+    ("ps", crate::client::lifecycle::cmd_ps),
+    ("escalations", crate::client::lifecycle::cmd_escalations),
+    ("stop", crate::client::lifecycle::cmd_stop),
+    ("exec", crate::client::lifecycle::cmd_exec),
+    ("port", crate::client::lifecycle::cmd_port),
+    ("rm", crate::client::lifecycle::cmd_rm),
+    ("image", crate::client::image::cmd_image),
+    ("net", crate::client::net::cmd_net),
+    ("git", crate::client::git::cmd_git),
+    ("export", crate::client::export::cmd_export),
+    ("gate", crate::client::gate::cmd_gate),
+    ("state", |raw| refuse_root().and_then(|()| super::state::cmd_state(raw))),
+    ("changes", |raw| {
+        refuse_root().and_then(|()| super::state::cmd_changes(raw))
+    }),
+    ("apply", |raw| refuse_root().and_then(|()| super::state::cmd_apply(raw))),
+    ("doctor", crate::client::doctor::cmd),
+    ("completion", cmd_completion),
+    ("version", crate::client::version::cmd),
+    ("help", cmd_help),
+];
+
+fn names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|(n, _)| *n).collect()
+}
+
+fn cmd_help(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    match raw.first().and_then(|a| a.to_str()) {
+        None => {
+            print!("{USAGE}");
+            Ok(0)
+        }
+        Some(c) => match crate::client::usage::of(c) {
+            Some(u) => {
+                print!("{u}");
+                Ok(0)
+            }
+            None => Err(Failure::UnknownCommand(c.to_string())),
+        },
+    }
+}
+
+/// The completion script for `shell`, from [`COMMANDS`] (pure).
+pub fn completion_script(shell: &str) -> Option<String> {
+    let cmds = crate::client::completion::commands(&names());
+    Some(match shell {
+        "bash" => crate::client::completion::bash(&cmds),
+        "zsh" => crate::client::completion::zsh(&cmds),
+        "fish" => crate::client::completion::fish(&cmds),
+        _ => return None,
+    })
+}
+
+/// lazaret(1), from [`USAGE`] and every command's usage text (pure).
+pub fn man_page() -> String {
+    let cmds = crate::client::completion::commands(&names());
+    crate::client::completion::man(USAGE, &cmds, crate::build_info::VERSION)
+}
+
+fn cmd_completion(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
+    let mut args = pico_args::Arguments::from_vec(raw);
+    let shell: Option<String> = args.opt_free_from_str()?;
+    finish_args(args)?;
+    match shell.as_deref().and_then(completion_script) {
+        Some(s) => {
+            print!("{s}");
+            Ok(0)
+        }
+        None => {
+            print!("{}", crate::client::usage::COMPLETION);
+            Ok(2)
         }
     }
 }
@@ -235,4 +299,44 @@ fn internal_supervisor(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     };
     finish_args(args)?;
     Ok(supervisor::main(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every command of the dispatch table is in `lazaret help`, in each
+    /// completion script and in the man page, with its usage text.
+    #[test]
+    fn every_command_is_in_help_completions_and_man_page() {
+        let man = man_page();
+        let scripts: Vec<(&str, String)> = ["bash", "zsh", "fish"]
+            .into_iter()
+            .map(|s| (s, completion_script(s).unwrap()))
+            .collect();
+        for (name, _) in COMMANDS {
+            let usage = crate::client::usage::of(name).unwrap_or_else(|| panic!("{name} has no usage"));
+            assert!(USAGE.contains(&format!("\n  {name} ")), "{name} not in lazaret help");
+            assert!(
+                man.contains(&format!(".SS lazaret {name}\n")),
+                "{name} not in the man page"
+            );
+            let first = usage.lines().next().unwrap().replace('-', "\\-");
+            assert!(man.contains(&first), "{name}'s usage not in the man page");
+            for (shell, s) in &scripts {
+                let listed = s.lines().any(|l| {
+                    (l.contains("cmds=(") || l.contains("compgen -W \"") || l.contains("__fish_use_subcommand"))
+                        && l.split(|c: char| !c.is_ascii_alphanumeric() && c != '-')
+                            .any(|w| w == *name)
+                });
+                assert!(listed, "{name} not among {shell}'s commands");
+                assert!(
+                    s.contains(&format!("{name})")) || *shell == "fish",
+                    "{name} has no {shell} case"
+                );
+            }
+        }
+        assert!(completion_script("csh").is_none());
+        assert!(scripts[0].1.contains("build list ls prune"));
+    }
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::args::{finish_args, refuse_root, utf8_argv};
 use crate::client::failure::Failure;
+use crate::client::otherbuild::{self, BasicAnswer, Foreign};
 use crate::client::resolve::{resolve, warn_broken_profiles, Resolved};
 use crate::client::select;
 use crate::client::session::{session, Outcome};
@@ -22,6 +23,7 @@ use crate::plan::Json;
 use crate::storage::paths::{self, DomainPaths};
 use crate::storage::state::{self, StateError};
 use crate::storage::statefs::{self, Op};
+use crate::wire::basic::BasicRequest;
 use crate::wire::client::{self as wire_client, ClientMsg, ServerMsg, StatusInfo};
 use crate::wire::codec::{self, FrameReader};
 
@@ -36,21 +38,50 @@ fn runtime_root() -> Result<PathBuf, Failure> {
     Ok(paths::runtime_root(cfg.runtime_dir.as_deref()))
 }
 
+/// What a published coordinator answered an observer's question.
+enum Observed {
+    Answer(Box<ServerMsg>),
+    /// It refused the `Hello`: a coordinator of another protocol version.
+    Refused,
+    /// No answer (none in time, no connection, a malformed one).
+    Nothing,
+}
+
 /// Asks a published coordinator one question as an observer: a Hello
 /// without profile, then `ask`; its first answer.
-fn ask_as_observer(sock: &Path, ask: &ClientMsg) -> Option<ServerMsg> {
-    let mut s = UnixStream::connect(sock).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+fn observe(sock: &Path, ask: &ClientMsg) -> Observed {
+    let Ok(mut s) = UnixStream::connect(sock) else {
+        return Observed::Nothing;
+    };
+    if s.set_read_timeout(Some(Duration::from_secs(5))).is_err() {
+        return Observed::Nothing;
+    }
     // A Hello without profile is an observer's: it may only ask for status.
     let hello = ClientMsg::Hello {
-        version: wire_client::PROTOCOL_VERSION,
+        version: wire_client::protocol_version(),
         client_id: domain::random_id(8),
         profile: String::new(),
         fingerprint: String::new(),
     };
-    codec::send(&mut s, &hello).ok()?;
-    codec::send(&mut s, ask).ok()?;
-    FrameReader::default().recv::<ServerMsg>(&mut s).ok()
+    if codec::send(&mut s, &hello).is_err() {
+        return Observed::Nothing;
+    }
+    // A coordinator of another build refuses the Hello and closes at once:
+    // the question may then meet a closed socket, and its refusal is
+    // still there to read.
+    let _ = codec::send(&mut s, ask);
+    match FrameReader::default().recv::<ServerMsg>(&mut s) {
+        Ok(ServerMsg::Refused { .. }) => Observed::Refused,
+        Ok(m) => Observed::Answer(Box::new(m)),
+        Err(_) => Observed::Nothing,
+    }
+}
+
+fn ask_as_observer(sock: &Path, ask: &ClientMsg) -> Option<ServerMsg> {
+    match observe(sock, ask) {
+        Observed::Answer(m) => Some(*m),
+        _ => None,
+    }
 }
 
 /// Asks a published coordinator for its status.
@@ -145,28 +176,56 @@ fn running_one(id: &str) -> Result<(PathBuf, StatusInfo), Failure> {
 
 /// Every running Domain of the user that answers, sorted by ID.
 fn running(root: &Path) -> Vec<StatusInfo> {
+    scan(root).0
+}
+
+/// Every running Domain of the user, sorted by ID: those whose coordinator
+/// speaks this build's protocol (their full status), and those of another
+/// build (`otherbuild`: through the frozen basic exchange, or found on disk
+/// for a build from before it).
+fn scan(root: &Path) -> (Vec<StatusInfo>, Vec<Foreign>) {
+    let storage = paths::storage_root().ok();
     let mut all = Vec::new();
+    let mut foreign = Vec::new();
     if let Ok(rd) = std::fs::read_dir(root) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            if !state::is_domain_id(&name) {
+            let Ok(id) = DomainId::parse(&name) else {
+                continue;
+            };
+            let sock = e.path().join("hc.sock");
+            if !sock.exists() {
                 continue;
             }
-            let sock = e.path().join("hc.sock");
-            if sock.exists() {
-                // A coordinator busy past the timeout (a loaded machine)
-                // gets a second chance before it counts as not running.
-                if let Some(st) = query_status(&sock).or_else(|| query_status(&sock)) {
-                    // The answer must be about the Domain whose directory it came from.
-                    if st.domain_id == name {
-                        all.push(st);
+            // A coordinator busy past the timeout (a loaded machine)
+            // gets a second chance before it counts as not running.
+            let mut seen = observe(&sock, &ClientMsg::Status);
+            if matches!(seen, Observed::Nothing) {
+                seen = observe(&sock, &ClientMsg::Status);
+            }
+            match seen {
+                // The answer must be about the Domain whose directory it came from.
+                Observed::Answer(m) => match *m {
+                    ServerMsg::Status(st) if st.domain_id == name => all.push(st),
+                    _ => {}
+                },
+                Observed::Refused => match otherbuild::ask(&sock, BasicRequest::status()) {
+                    BasicAnswer::Info(i) if i.domain_id == name => foreign.push(Foreign::from(i)),
+                    BasicAnswer::Silent => {
+                        if let Some(storage) = &storage {
+                            let dp = DomainPaths::new(storage, root, &id);
+                            foreign.extend(otherbuild::pre_basic(&id, &e.path(), &dp.root));
+                        }
                     }
-                }
+                    _ => {}
+                },
+                _ => {}
             }
         }
     }
     all.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
-    all
+    foreign.sort_by(|a, b| a.domain_id.cmp(&b.domain_id));
+    (all, foreign)
 }
 
 // ---- ps ---------------------------------------------------------------------------
@@ -263,7 +322,8 @@ pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     let json = args.contains("--json");
     finish_args(args)?;
     let root = runtime_root()?;
-    let all: Vec<(StatusInfo, Option<(u64, u64)>)> = running(&root)
+    let (ours, foreign) = scan(&root);
+    let all: Vec<(StatusInfo, Option<(u64, u64)>)> = ours
         .into_iter()
         .map(|st| {
             let d = disk_of(&root, &st);
@@ -271,17 +331,86 @@ pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         })
         .collect();
     if json {
-        println!("{}", status_json(&all));
-    } else if all.is_empty() {
+        println!("{}", status_json(&all, &foreign));
+    } else if all.is_empty() && foreign.is_empty() {
         println!("no running Domains");
     } else {
-        print!("{}", ps_table(&all, state::now()));
+        if !all.is_empty() {
+            print!("{}", ps_table(&all, state::now()));
+        }
+        if !foreign.is_empty() {
+            print!("{}", foreign_table(&foreign, state::now()));
+        }
     }
     Ok(0)
 }
 
-fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)]) -> String {
+/// The `ps` rows of Domains started by another build (pure): which build,
+/// and that `stop` reaches them while nothing else does.
+pub fn foreign_table(all: &[Foreign], now: i64) -> String {
+    let mut rows: Vec<Vec<String>> = vec![["DOMAIN", "PROFILE", "AGE", "SESSIONS", "BUILD", "WORKSPACE"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()];
+    for f in all {
+        rows.push(vec![
+            f.domain_id.as_str()[..ID_PREFIX_LEN].to_string(),
+            escape(&f.profile),
+            if f.started_at > 0 {
+                age(now - f.started_at)
+            } else {
+                "?".into()
+            },
+            f.sessions.map_or("?".into(), |n| n.to_string()),
+            match f.protocol {
+                Some(p) => format!("{} (protocol {p})", escape(&f.build)),
+                None => escape(&f.build),
+            },
+            escape(&f.workspace),
+        ]);
+    }
+    let n = rows[0].len();
+    let widths: Vec<usize> = (0..n)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = format!(
+        "started by another lazaret build (this one: {}, protocol {}); `lazaret stop ID` stops them, \
+         then `lazaret run` restarts them with this build:\n",
+        crate::build_info::describe(),
+        crate::build_info::protocol()
+    );
+    for r in &rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == n {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)], foreign: &[Foreign]) -> String {
     let num = |v: Option<u64>| v.map_or(Json::Null, |n| Json::Num(n as i64));
+    // A Domain of another build has fewer fields: those it told (or what
+    // is on disk), its build and `other_build: true`.
+    let others = foreign.iter().map(|f| {
+        Json::Obj(vec![
+            ("domain_id", Json::s(&f.domain_id)),
+            ("profile", Json::s(&f.profile)),
+            ("workspace", Json::s(&f.workspace)),
+            ("coordinator_pid", Json::Num(f.coordinator_pid as i64)),
+            ("started_at", Json::Num(f.started_at)),
+            ("sessions_count", f.sessions.map_or(Json::Null, |n| Json::Num(n as i64))),
+            ("build", Json::s(&f.build)),
+            ("protocol", f.protocol.map_or(Json::Null, |p| Json::Num(p as i64))),
+            ("other_build", Json::Bool(true)),
+        ])
+    });
     Json::Arr(
         all.iter()
             .map(|(st, disk)| {
@@ -319,8 +448,10 @@ fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)]) -> String {
                                 .collect(),
                         ),
                     ),
+                    ("other_build", Json::Bool(false)),
                 ])
             })
+            .chain(others)
             .collect(),
     )
     .render()
@@ -330,7 +461,10 @@ fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)]) -> String {
 
 /// Sends Stop to the Domain published at `run/hc.sock`. `Ok(false)`: not
 /// running. The coordinator lets any client of our uid stop a Domain, also
-/// one whose configuration differs (that is how it picks up a new one).
+/// one whose configuration differs (that is how it picks up a new one),
+/// and one of another build: a coordinator that refuses this build's
+/// `Hello` is stopped through the frozen basic exchange, and one from
+/// before it by SIGTERM (`otherbuild`).
 fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
     let mut s = match UnixStream::connect(run.join("hc.sock")) {
         Ok(s) => s,
@@ -338,27 +472,59 @@ fn send_stop(run: &Path, profile: &str) -> Result<bool, Failure> {
     };
     let lost = Failure::Unreachable;
     let hello = ClientMsg::Hello {
-        version: wire_client::PROTOCOL_VERSION,
+        version: wire_client::protocol_version(),
         client_id: domain::random_id(8),
         profile: profile.to_string(),
         fingerprint: "stop".into(),
     };
     codec::send(&mut s, &hello).map_err(lost)?;
-    codec::send(
+    // A coordinator of another build refuses the Hello and closes at once:
+    // the Stop may then meet a closed socket; its refusal is read below.
+    let _ = codec::send(
         &mut s,
         &ClientMsg::Stop {
-            reason: "the Domain was stopped with `lazaret stop`".into(),
+            reason: STOP_REASON.into(),
         },
-    )
-    .map_err(lost)?;
+    );
     // The coordinator answers a Stop only by closing; anything else is a refusal.
     s.set_read_timeout(Some(Duration::from_secs(5))).ok();
     match FrameReader::default().recv::<ServerMsg>(&mut s) {
-        Ok(ServerMsg::Refused { reason }) => Err(Failure::StopRefused(reason)),
+        Ok(ServerMsg::Refused { reason }) => stop_other_build(run, reason),
         Ok(other) => Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
             "Welcome", &other,
         ))),
         Err(_) => Ok(true),
+    }
+}
+
+const STOP_REASON: &str = "the Domain was stopped with `lazaret stop`";
+
+/// Stops a Domain whose coordinator refused this build's `Hello` (with
+/// `refused`): through the basic exchange, or, for a build from before
+/// it, by SIGTERM to the coordinator that holds the Domain's lock.
+fn stop_other_build(run: &Path, refused: String) -> Result<bool, Failure> {
+    match otherbuild::ask(&run.join("hc.sock"), BasicRequest::stop(STOP_REASON)) {
+        BasicAnswer::Info(i) => {
+            println!(
+                "Domain {} was started by lazaret {} (protocol {}): stopping it",
+                i.domain_id,
+                escape(&i.build),
+                i.protocol
+            );
+            Ok(true)
+        }
+        BasicAnswer::Silent => match otherbuild::coordinator_holding(&run.join("lock")) {
+            Some(pid) => {
+                println!(
+                    "the Domain at {} was started by {}: stopping its coordinator (pid {pid}) with SIGTERM",
+                    escape(&run.to_string_lossy()),
+                    otherbuild::PRE_BASIC
+                );
+                otherbuild::terminate_pre_basic(run, pid).map_err(Failure::Unreachable)
+            }
+            None => Err(Failure::StopRefused(refused)),
+        },
+        BasicAnswer::Unknown => Err(Failure::StopRefused(refused)),
     }
 }
 
@@ -414,19 +580,20 @@ pub fn cmd_stop(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
     paths::ensure_private_dir(&root)?;
     let targets: Vec<(DomainId, String, String)> = match named {
         None | Some(select::Named::Id(_)) => {
-            let live = running(&root);
-            let ids: Vec<DomainId> = live.iter().map(|s| s.domain_id.clone()).collect();
-            let chosen: Vec<&StatusInfo> = match &named {
-                Some(select::Named::Id(p)) => {
-                    let one = select::match_prefix(p, &ids, "running")?;
-                    live.iter().filter(|s| &s.domain_id == one).collect()
-                }
-                _ => live.iter().collect(),
-            };
-            chosen
+            // Domains of every build: those of another one are stopped
+            // through the basic exchange or by SIGTERM (`send_stop`).
+            let (live, foreign) = scan(&root);
+            let mut all: Vec<(DomainId, String, String)> = live
                 .into_iter()
-                .map(|s| (s.domain_id.clone(), s.profile.clone(), s.workspace.clone()))
-                .collect()
+                .map(|s| (s.domain_id, s.profile, s.workspace))
+                .chain(foreign.into_iter().map(|f| (f.domain_id, f.profile, f.workspace)))
+                .collect();
+            if let Some(select::Named::Id(p)) = &named {
+                let ids: Vec<DomainId> = all.iter().map(|s| s.0.clone()).collect();
+                let one = select::match_prefix(p, &ids, "running")?.clone();
+                all.retain(|s| s.0 == one);
+            }
+            all
         }
         // The Domain ID is derived: the profile need not be valid in the
         // current configuration to stop what runs under its name.
@@ -511,7 +678,7 @@ fn add_forward(root: &Path, st: &StatusInfo, fwd: crate::config::ports::PortForw
         .map_err(|_| Failure::NotRunningAnyMore(one.clone()))?;
     let lost = Failure::Unreachable;
     let hello = ClientMsg::Hello {
-        version: wire_client::PROTOCOL_VERSION,
+        version: wire_client::protocol_version(),
         client_id: domain::random_id(8),
         profile: st.profile.clone(),
         fingerprint: "port".into(),

@@ -3,6 +3,7 @@
 
 mod answer;
 mod args;
+mod completion;
 pub mod dispatch;
 pub mod doctor;
 mod export;
@@ -12,6 +13,7 @@ mod git;
 mod image;
 pub mod lifecycle;
 mod net;
+mod otherbuild;
 pub mod prompt;
 mod resolve;
 mod run;
@@ -22,3 +24,4 @@ mod session;
 mod start;
 mod state;
 pub mod usage;
+mod version;

@@ -34,7 +34,7 @@ pub(super) fn restore_terminal() {
 
 fn hello(r: &Resolved) -> ClientMsg {
     ClientMsg::Hello {
-        version: wire_client::PROTOCOL_VERSION,
+        version: wire_client::protocol_version(),
         client_id: domain::random_id(8),
         profile: r.profile.name.clone(),
         fingerprint: config::join_fingerprint(&r.cfg, &r.profile),

@@ -217,7 +217,20 @@ something needs fixing.
 ";
 
 pub const VERSION: &str = "\
-usage: lazaret version   (or lazaret -V, lazaret --version)
+usage: lazaret version [--json]   (or lazaret -V, lazaret --version)
+
+The version, the commit it was built from (when the build was told), the
+client protocol version and the basic one every build answers, and the
+runsc on the PATH with its version. --json: one object (version, commit,
+protocol, basic_protocol, runsc_found, runsc_path, runsc_version).
+";
+
+pub const COMPLETION: &str = "\
+usage: lazaret completion bash|zsh|fish
+
+Prints the shell completion script, generated from the same command table
+and usage texts as `lazaret help`. The package installs them where each
+shell looks; by hand: `source <(lazaret completion bash)`.
 ";
 
 pub const HELP: &str = "\
@@ -264,6 +277,7 @@ pub fn of(cmd: &str) -> Option<&'static str> {
         "escalations" => ESCALATIONS,
         "doctor" => DOCTOR,
         "version" => VERSION,
+        "completion" => COMPLETION,
         "help" => HELP,
         _ => return None,
     })

@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! AwaitingHello --Hello(version ok)--> Observer | Joined{stale?}
-//! AwaitingHello --Hello(other version)--> Closing (refused)
+//! AwaitingHello --Hello(other version)--> Closing (refused, naming this build)
+//! AwaitingHello --Basic(status|stop)--> Closing (the frozen basic answer;
+//!                                        any build's client may ask)
 //! Observer --Status|Escalations--> Closing   Observer --Open|Stop--> dropped
 //! Joined --Open--> InSession (or Closing when refused / stale)
 //! Joined --Status|Escalations|Stop|AddPort--> Closing
@@ -16,6 +18,7 @@
 //! ```
 
 use crate::sys;
+use crate::wire::basic;
 use crate::wire::client::{self as wire_client, ClientMsg, OpenRequest, WinSize};
 use crate::wire::codec;
 
@@ -51,6 +54,8 @@ impl ConnState {
 pub(super) struct Running<'a> {
     pub profile: &'a str,
     pub fingerprint: &'a str,
+    /// The Domain's ID (for the refusal a client of another build gets).
+    pub domain_id: &'a str,
 }
 
 /// A session's input from its client.
@@ -88,6 +93,9 @@ pub(super) enum Action {
     Escalations,
     /// Stop the Domain with this reason (→ `Closing`).
     Stop(String),
+    /// Reply with the frozen basic answer (`wire::basic`), first stopping
+    /// the Domain with the reason when it is `Some` (→ `Closing`).
+    Basic { stop: Option<String> },
     /// Add this host port forward, then reply with the status or why not
     /// (→ `Closing`).
     AddPort(crate::config::ports::PortForward),
@@ -112,8 +120,9 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
                 fingerprint,
             },
         ) => {
-            if version != wire_client::PROTOCOL_VERSION {
-                return Action::Refuse(format!("protocol version {version} is not {}: the coordinator runs a different lazaret; stop the Domain with `lazaret stop`", wire_client::PROTOCOL_VERSION));
+            let mine = wire_client::protocol_version();
+            if version != mine {
+                return Action::Refuse(other_build(version, mine, running.domain_id));
             }
             if profile.is_empty() && fingerprint.is_empty() {
                 return Action::Enter(S::Observer);
@@ -131,6 +140,19 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
             });
             Action::Enter(S::Joined { client_id, stale })
         }
+        // The frozen basic exchange: every build answers it, whatever the
+        // client's protocol version (`wire::basic`).
+        (S::AwaitingHello, ClientMsg::Basic(req)) if wire_client::answers_basic() => match req.op {
+            basic::OP_STATUS => Action::Basic { stop: None },
+            basic::OP_STOP => Action::Basic {
+                stop: Some(if req.reason.is_empty() {
+                    "stopped by `lazaret stop` of another lazaret build".into()
+                } else {
+                    req.reason
+                }),
+            },
+            op => Action::Drop(format!("unknown basic request {op}")),
+        },
         (S::Joined { stale: Some(why), .. }, ClientMsg::Open(_)) => Action::Refuse(why.clone()),
         (S::Observer, ClientMsg::Open(_) | ClientMsg::Stop { .. } | ClientMsg::AddPort(_)) => {
             Action::Drop("an observer connection may only ask for status".into())
@@ -175,6 +197,18 @@ pub(super) fn decide(state: &ConnState, msg: ClientMsg, running: &Running) -> Ac
     }
 }
 
+/// The refusal a client of another protocol version gets: which build
+/// started the Domain, and how to restart it with the client's build.
+fn other_build(theirs: u32, mine: u32, domain_id: &str) -> String {
+    let short = &domain_id[..domain_id.len().min(12)];
+    format!(
+        "this Domain was started by lazaret {} (protocol {mine}) and this lazaret speaks protocol {theirs}: \
+         `lazaret ps` and `lazaret stop` reach it, nothing else does; run `lazaret stop {short}` \
+         (its sessions end), then run again to restart it with this build",
+        crate::build_info::describe()
+    )
+}
+
 fn unexpected(m: &ClientMsg) -> Action {
     let name = codec::Message::name(m);
     Action::Drop(format!("unexpected message {name} in this state"))
@@ -187,6 +221,7 @@ mod tests {
     const RUNNING: Running = Running {
         profile: "dev",
         fingerprint: "fp1",
+        domain_id: "0123456789abcdef0123",
     };
 
     fn hello(version: u32, profile: &str, fingerprint: &str) -> ClientMsg {
@@ -281,7 +316,52 @@ mod tests {
             &RUNNING,
         );
         let Action::Refuse(why) = a else { panic!("{a:?}") };
-        assert!(why.contains("the coordinator runs a different lazaret"), "{why}");
+        assert!(why.contains("this Domain was started by lazaret 0."), "{why}");
+        assert!(why.contains("run `lazaret stop 0123456789ab`"), "{why}");
+    }
+
+    #[test]
+    fn basic_requests_of_any_build_are_answered_first_only() {
+        use crate::wire::basic::BasicRequest;
+        assert_eq!(
+            decide(
+                &ConnState::AwaitingHello,
+                ClientMsg::Basic(BasicRequest::status()),
+                &RUNNING
+            ),
+            Action::Basic { stop: None }
+        );
+        assert_eq!(
+            decide(
+                &ConnState::AwaitingHello,
+                ClientMsg::Basic(BasicRequest::stop("")),
+                &RUNNING
+            ),
+            Action::Basic {
+                stop: Some("stopped by `lazaret stop` of another lazaret build".into())
+            }
+        );
+        // A newer basic version is answered all the same (its layout is frozen).
+        let mut newer = BasicRequest::stop("why");
+        newer.basic = 9;
+        assert_eq!(
+            decide(&ConnState::AwaitingHello, ClientMsg::Basic(newer), &RUNNING),
+            Action::Basic {
+                stop: Some("why".into())
+            }
+        );
+        let mut unknown = BasicRequest::status();
+        unknown.op = 3;
+        assert!(is_drop(&decide(
+            &ConnState::AwaitingHello,
+            ClientMsg::Basic(unknown),
+            &RUNNING
+        )));
+        // After Hello it is a violation, as any second first frame is.
+        for s in [ConnState::Observer, joined(), in_session()] {
+            let a = decide(&s, ClientMsg::Basic(BasicRequest::status()), &RUNNING);
+            assert!(is_drop(&a), "{s:?}: {a:?}");
+        }
     }
 
     #[test]

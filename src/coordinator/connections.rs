@@ -112,6 +112,7 @@ impl Coordinator {
         let running = Running {
             profile: &self.profile.name,
             fingerprint: &self.join_fp,
+            domain_id: self.domain_id.as_str(),
         };
         match decide(&c.state, msg, &running) {
             Action::Enter(state) => self.set_state(key, state),
@@ -149,6 +150,30 @@ impl Coordinator {
             Action::Stop(reason) => {
                 self.stop_reason = Some(reason);
                 self.set_state(key, ConnState::Closing);
+            }
+            Action::Basic { stop } => {
+                let stopping = stop.is_some() || self.stop_reason.is_some();
+                if let Some(reason) = stop {
+                    self.stop_reason.get_or_insert(reason);
+                }
+                let st = self.status();
+                let info = crate::wire::basic::BasicInfo {
+                    basic: crate::wire::basic::BASIC_VERSION,
+                    protocol: crate::wire::client::protocol_version(),
+                    build: crate::build_info::describe(),
+                    domain_id: st.domain_id,
+                    profile: st.profile,
+                    workspace: st.workspace,
+                    generation: st.generation,
+                    phase: st.phase,
+                    coordinator_pid: st.coordinator_pid,
+                    started_at: st.started_at,
+                    sessions: st.sessions.len() as u32,
+                    stopping,
+                };
+                self.send(key, &ServerMsg::Basic(info));
+                self.set_state(key, ConnState::Closing);
+                self.conn_flush(key);
             }
             Action::Session(s, SessionInput::Stdin(data)) => {
                 if let Some(sess) = self.sessions.get_mut(&s) {

@@ -140,7 +140,7 @@ impl Coordinator {
                     };
                 }
                 let welcome = ServerMsg::Welcome {
-                    version: wire_client::PROTOCOL_VERSION,
+                    version: wire_client::protocol_version(),
                     generation: self.generation,
                     coordinator_id: self.coordinator_id.clone(),
                     session_id: id,

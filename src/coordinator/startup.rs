@@ -159,9 +159,8 @@ impl Coordinator {
         std::fs::create_dir_all(gen_dir.join("bundle")).map_err(|e| CoordinatorError::GenDir(gen_dir.clone(), e))?;
         let runsc_root = self.paths.runsc_root();
         std::fs::create_dir_all(&runsc_root).map_err(|e| CoordinatorError::RunscRoot(runsc_root.clone(), e))?;
-        let init = std::env::current_exe()
-            .map_err(CoordinatorError::LocateExe)?
-            .with_file_name("lazaret-init");
+        let exe = std::env::current_exe().map_err(CoordinatorError::LocateExe)?;
+        let init = crate::build_info::helper_binary(&exe, "lazaret-init");
         if !init.is_file() {
             return Err(CoordinatorError::Missing(init));
         }
@@ -221,7 +220,7 @@ impl Coordinator {
             crate::plan::guest::gitconfig_bind(&gen_dir, git_identity.take()).map_err(CoordinatorError::GitIdentity)?,
         );
         if self.escalation.enabled {
-            let escalate = init.with_file_name("lazaret-escalate");
+            let escalate = crate::build_info::helper_binary(&exe, "lazaret-escalate");
             if !escalate.is_file() {
                 return Err(CoordinatorError::Missing(escalate));
             }

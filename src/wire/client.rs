@@ -13,10 +13,40 @@ use std::fmt;
 
 use crate::config::ports::{PortForward, Taken};
 use crate::domain::{DomainId, Generation, InvalidId};
+use crate::wire::basic::{BasicInfo, BasicRequest};
 use crate::wire::codec::{messages, record, Dec, DecodeError, Enc, Field};
 
-/// Bumped on any incompatible change; the handshake refuses a mismatch.
+/// Bumped on any incompatible change; the handshake refuses a mismatch
+/// (only the frozen basic exchange, `wire::basic`, crosses versions).
 pub const PROTOCOL_VERSION: u32 = 3;
+
+/// The protocol version this process speaks: [`PROTOCOL_VERSION`], or in a
+/// `fault-injection` build `LAZARET_FAULT_PROTOCOL=N[/no-basic]` (an
+/// upgrade test's stand-in for another build's client and coordinator).
+pub fn protocol_version() -> u32 {
+    fault_protocol().map_or(PROTOCOL_VERSION, |(v, _)| v)
+}
+
+/// Whether this coordinator answers the basic exchange: always, except in
+/// a `fault-injection` build told `LAZARET_FAULT_PROTOCOL=N/no-basic` (a
+/// stand-in for a build from before the basic exchange, which drops a
+/// frame with a tag it does not know).
+pub fn answers_basic() -> bool {
+    fault_protocol().is_none_or(|(_, basic)| basic)
+}
+
+fn fault_protocol() -> Option<(u32, bool)> {
+    if !cfg!(feature = "fault-injection") {
+        return None;
+    }
+    let v = std::env::var("LAZARET_FAULT_PROTOCOL").ok()?;
+    let (n, basic) = match v.split_once('/') {
+        Some((n, "no-basic")) => (n, false),
+        Some(_) => return None,
+        None => (v.as_str(), true),
+    };
+    Some((n.parse().ok()?, basic))
+}
 /// Largest chunk of terminal or pipe data sent in one frame.
 pub const MAX_DATA_CHUNK: usize = 32 * 1024;
 
@@ -62,6 +92,9 @@ pub enum ClientMsg {
     /// Asks for the escalation requests waiting for a decision (an
     /// observer may ask, like `Status`).
     Escalations,
+    /// The frozen basic request (`wire::basic`), as the first frame
+    /// instead of `Hello`: answered by every build.
+    Basic(BasicRequest),
 }
 
 /// What a client asks for when it opens its session ([`ClientMsg::Open`]).
@@ -261,6 +294,8 @@ pub enum ServerMsg {
     /// `AddPort` refused: the host port is taken (by another Domain, or
     /// another program on the host).
     PortTaken(Taken),
+    /// The frozen basic answer (`wire::basic`).
+    Basic(BasicInfo),
 }
 
 // ---- this edge's composite fields and messages -----------------------------
@@ -339,6 +374,7 @@ messages!(ClientMsg {
     },
     10 => Escalations,
     11 => AddPort(port),
+    0xb0 => Basic(basic),
 });
 
 messages!(ServerMsg {
@@ -358,6 +394,7 @@ messages!(ServerMsg {
     9 => PromptEnd { request_id, text },
     10 => Escalations(pending),
     11 => PortTaken(taken),
+    0xb0 => Basic(basic),
 });
 
 #[cfg(test)]
@@ -400,6 +437,7 @@ mod tests {
             },
             ClientMsg::Escalations,
             ClientMsg::AddPort("127.0.0.1:0:3000".parse().unwrap()),
+            ClientMsg::Basic(crate::wire::basic::BasicRequest::stop("bye")),
         ]
     }
 
@@ -468,6 +506,7 @@ mod tests {
                 port: "127.0.0.1:18000:8000".parse().unwrap(),
                 holder: None,
             }),
+            ServerMsg::Basic(crate::wire::basic::tests::info()),
         ]
     }
 
@@ -504,6 +543,7 @@ mod tests {
         "110000000901000000720201000000020000006c73",
         "010000000a",
         "150000000b100000003132372e302e302e313a303a33303030",
+        "0d000000b0010000000203000000627965",
     ];
         const SERVER: &[&str] = &[
         "260000000101000000090000000000000001000000681000000030313233343536373839616263646566",
@@ -519,6 +559,7 @@ mod tests {
         "110000000901000000720700000065787069726564",
         "320000000b140000003132372e302e302e313a31383030303a3830303001140000003031323334353637383961626364656630313233",
         "1a0000000b140000003132372e302e302e313a31383030303a3830303000",
+        "6e000000b0010000000300000016000000302e312e302028636f6d6d69742065396165633432291400000030313233343536373839616263646566303132330700000064656661756c74020000002f7702000000000000000500000072656164794d00000000f15365000000000100000000",
     ];
         let hex = |m: Vec<u8>| m.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let client: Vec<String> = samples_client().iter().map(|m| hex(m.encode())).collect();
@@ -608,6 +649,25 @@ mod tests {
         assert_eq!(ServerMsg::decode(&frame), Err(DecodeError::BadValue("domain id")));
         assert!(SessionId::parse("0123456789ABCDEF").is_err());
         assert_eq!(SessionId::random().as_str().len(), SessionId::LEN);
+    }
+
+    /// The basic messages are written as `wire::basic` freezes them, and
+    /// the versioned tags stay below the basic one, so that a basic frame is
+    /// never read as a versioned message of any build.
+    #[test]
+    fn basic_frames_keep_their_frozen_bytes_and_tag() {
+        use crate::wire::basic::{frame, tests::info, BasicRequest, BASIC_TAG};
+        for r in [BasicRequest::status(), BasicRequest::stop("bye")] {
+            assert_eq!(ClientMsg::Basic(r.clone()).encode(), frame(&r));
+        }
+        assert_eq!(ServerMsg::Basic(info()).encode(), frame(&info()));
+        let known = |e: Result<&'static str, DecodeError>| !matches!(e, Err(DecodeError::UnknownTag(_)));
+        for t in BASIC_TAG..=255 {
+            let c = ClientMsg::decode(&[t]).map(|m| m.name());
+            let s = ServerMsg::decode(&[t]).map(|m| m.name());
+            assert_eq!(known(c), t == BASIC_TAG, "client tag {t}");
+            assert_eq!(known(s), t == BASIC_TAG, "server tag {t}");
+        }
     }
 
     /// Randomized corpus: mutations of valid frames and pure noise never

@@ -7,6 +7,7 @@
 //! | Edge | Enum | Carried on |
 //! | --- | --- | --- |
 //! | Client CLI ↔ Host Coordinator | [`client::ClientMsg`], [`client::ServerMsg`] | the coordinator's socket |
+//! | Client CLI ↔ Host Coordinator of any build (status, stop) | [`basic::BasicRequest`], [`basic::BasicInfo`] (frozen) | the coordinator's socket, first frame instead of `Hello` |
 //! | coordinator → spawning CLI (startup) | [`start::StartMsg`] | the start pipe (`coordinator::START_FD`) |
 //! | spawning CLI → coordinator (secrets) | [`start::SecretsMsg`] | the secrets pipe (`coordinator::SECRETS_FD`), one frame |
 //! | supervisor → coordinator | [`supervisor::StatusMsg`] | the status pipe (`supervisor::STATUS_FD`) |
@@ -24,6 +25,7 @@
 //! (fail closed); a well-formed message that the receiving step does not
 //! expect is an [`UnexpectedMessage`].
 
+pub mod basic;
 pub mod client;
 pub mod codec;
 pub mod guest;

@@ -32,10 +32,32 @@ pub(super) fn check_userns(t: &Target) -> Check {
             settings.push("kernel.unprivileged_userns_clone=1");
         }
     }
-    if let Some(v) = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
-        if v != 0 {
-            problems.push(format!("kernel.apparmor_restrict_unprivileged_userns is {v}"));
-            settings.push("kernel.apparmor_restrict_unprivileged_userns=0");
+    let mut note = String::new();
+    let mut apparmor_fix = None;
+    let loaded = fs::read_to_string(APPARMOR_PROFILES).ok();
+    match apparmor_userns(
+        read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        loaded.as_deref(),
+    ) {
+        AppArmorUserns::Open => {}
+        AppArmorUserns::ProfileLoaded => {
+            note = format!(
+                " (kernel.apparmor_restrict_unprivileged_userns=1; the AppArmor profile {APPARMOR_PROFILE:?} is loaded)"
+            );
+        }
+        AppArmorUserns::ProfileNotLoaded { known } => {
+            problems.push(format!(
+                "kernel.apparmor_restrict_unprivileged_userns is 1 and the AppArmor profile {APPARMOR_PROFILE:?} {}",
+                if known {
+                    "is not loaded"
+                } else {
+                    "may not be loaded (cannot read the loaded profiles)"
+                }
+            ));
+            apparmor_fix = Some(apparmor_load_fix(
+                Path::new(APPARMOR_PROFILE_FILE).exists(),
+                Path::new(APPARMOR_PROFILE_SHIPPED).exists(),
+            ));
         }
     }
 
@@ -55,9 +77,14 @@ pub(super) fn check_userns(t: &Target) -> Check {
         } else {
             "an unprivileged user"
         };
-        return Check::pass("userns", format!("{who} can create user, mount and network namespaces"));
+        return Check::pass(
+            "userns",
+            format!("{who} can create user, mount and network namespaces{note}"),
+        );
     }
-    let fix = if !settings.is_empty() {
+    let fix = if let Some(fix) = apparmor_fix {
+        fix
+    } else if !settings.is_empty() {
         sysctl_fix(&settings)
     } else {
         match probe {
@@ -71,6 +98,60 @@ pub(super) fn check_userns(t: &Target) -> Check {
         }
     };
     Check::fail("userns", problems.join("; "), fix)
+}
+
+/// The name of the package's AppArmor profile (packaging/deb/apparmor).
+pub(super) const APPARMOR_PROFILE: &str = "lazaret";
+/// Where the package's postinst puts it on a host with AppArmor 4.
+pub(super) const APPARMOR_PROFILE_FILE: &str = "/etc/apparmor.d/lazaret";
+/// Where the package ships it.
+pub(super) const APPARMOR_PROFILE_SHIPPED: &str = "/usr/share/lazaret/apparmor/lazaret";
+/// The profiles the kernel has loaded, one `NAME (MODE)` a line.
+const APPARMOR_PROFILES: &str = "/sys/kernel/security/apparmor/profiles";
+
+/// What AppArmor's user-namespace restriction means for Lazaret.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum AppArmorUserns {
+    /// No restriction (the sysctl is absent or 0).
+    Open,
+    /// Restricted, and the package's profile is loaded: the binaries it
+    /// names may create user namespaces.
+    ProfileLoaded,
+    /// Restricted, and the profile is not loaded (`known`), or the loaded
+    /// profiles could not be read.
+    ProfileNotLoaded { known: bool },
+}
+
+/// Pure: the restriction's value and the text of the loaded profiles.
+pub(super) fn apparmor_userns(restrict: Option<i64>, loaded: Option<&str>) -> AppArmorUserns {
+    match (restrict, loaded) {
+        (None | Some(0), _) => AppArmorUserns::Open,
+        (Some(_), Some(text)) if profile_loaded(text, APPARMOR_PROFILE) => AppArmorUserns::ProfileLoaded,
+        (Some(_), l) => AppArmorUserns::ProfileNotLoaded { known: l.is_some() },
+    }
+}
+
+/// Whether `name` is among the loaded profiles (`name (unconfined)`).
+pub(super) fn profile_loaded(text: &str, name: &str) -> bool {
+    text.lines()
+        .any(|l| l.rsplit_once(" (").map_or(l.trim(), |(n, _)| n) == name)
+}
+
+/// How to load the profile: from /etc/apparmor.d when it is there, else
+/// from the package's copy, else by installing the package.
+pub(super) fn apparmor_load_fix(in_etc: bool, shipped: bool) -> String {
+    if in_etc {
+        format!("sudo apparmor_parser -r {APPARMOR_PROFILE_FILE} (the package's profile, which lets lazaret and runsc create user namespaces)")
+    } else if shipped {
+        format!(
+            "sudo install -m 0644 {APPARMOR_PROFILE_SHIPPED} {APPARMOR_PROFILE_FILE} && sudo apparmor_parser -r {APPARMOR_PROFILE_FILE} \
+             (needs AppArmor 4, which knows the userns rule)"
+        )
+    } else {
+        "install lazaret's .deb (README.md, Install), whose AppArmor profile lets lazaret and runsc create user \
+         namespaces; or, for every program, sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+            .into()
+    }
 }
 
 /// `sudo sysctl -w a=1 b=0 && printf 'a=1\nb=0\n' | sudo tee /etc/sysctl.d/60-lazaret.conf`
@@ -212,6 +293,27 @@ pub(super) fn check_device(name: &'static str, path: &str, (major, minor): (u32,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apparmor_restriction_needs_the_loaded_profile() {
+        let loaded = "docker-default (enforce)\nlazaret (unconfined)\nlazaret-runsc (unconfined)\n";
+        assert_eq!(apparmor_userns(None, None), AppArmorUserns::Open);
+        assert_eq!(apparmor_userns(Some(0), None), AppArmorUserns::Open);
+        assert_eq!(apparmor_userns(Some(1), Some(loaded)), AppArmorUserns::ProfileLoaded);
+        assert_eq!(
+            apparmor_userns(Some(1), Some("lazaret-runsc (unconfined)\nxlazaret (enforce)\n")),
+            AppArmorUserns::ProfileNotLoaded { known: true }
+        );
+        assert_eq!(
+            apparmor_userns(Some(1), None),
+            AppArmorUserns::ProfileNotLoaded { known: false }
+        );
+        assert!(profile_loaded("lazaret (unconfined)", "lazaret"));
+        assert!(!profile_loaded("/usr/bin/lazaret (enforce)", "lazaret"));
+        assert!(apparmor_load_fix(true, true).starts_with("sudo apparmor_parser -r /etc/apparmor.d/lazaret"));
+        assert!(apparmor_load_fix(false, true).contains("sudo install -m 0644 /usr/share/lazaret/apparmor/lazaret"));
+        assert!(apparmor_load_fix(false, false).contains("install lazaret's .deb"));
+    }
 
     #[test]
     fn sysctl_fix_text() {

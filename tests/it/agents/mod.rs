@@ -8,3 +8,4 @@ pub mod lifecycle;
 pub mod profiles;
 pub mod real;
 pub mod recipes;
+pub mod upgrade;
