@@ -59,7 +59,7 @@ trap cleanup EXIT
 deb=$(LAZARET_DEB_BIN_DIR=${LAZARET_TEST_BIN:-} scripts/package-deb.sh "$work")
 say "built $deb ($(du -h "$deb" | cut -f1))"
 # Every tag lintian reports must be an error-free one explained in
-# packaging/deb/lintian-overrides; warnings and errors fail.
+# scripts/deb/lintian-overrides; warnings and errors fail.
 if lintian --fail-on error,warning --tag-display-limit 0 "$deb" > "$work/lintian.txt" 2>&1; then
     say "lintian: clean ($(grep -c . "$work/lintian.txt" || true) informational lines)"
 else
@@ -70,7 +70,7 @@ fi
 # 2. The profile: the parser must accept it. A parser older than AppArmor 4
 # (Debian 12 has 3.0.8) knows neither abi/4.0 nor the userns rule: the rest
 # of the profile is checked, and that is said.
-profile=packaging/deb/apparmor-lazaret
+profile=scripts/deb/apparmor-lazaret
 if ! command -v apparmor_parser >/dev/null; then
     fail "apparmor_parser is missing (scripts/install-deps.sh installs apparmor)"
 elif [ -e /etc/apparmor.d/abi/4.0 ]; then

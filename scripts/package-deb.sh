@@ -68,8 +68,8 @@ lz=$root/usr/bin/lazaret
 chmod 0644 "$root"/usr/share/bash-completion/completions/lazaret "$root"/usr/share/zsh/vendor-completions/_lazaret \
     "$root"/usr/share/fish/vendor_completions.d/lazaret.fish "$root"/usr/share/man/man1/lazaret.1.gz
 
-install -m 0644 packaging/deb/apparmor-lazaret "$root/usr/share/lazaret/apparmor/lazaret"
-install -m 0644 packaging/deb/copyright "$root/usr/share/doc/lazaret/copyright"
+install -m 0644 scripts/deb/apparmor-lazaret "$root/usr/share/lazaret/apparmor/lazaret"
+install -m 0644 scripts/deb/copyright "$root/usr/share/doc/lazaret/copyright"
 install -m 0644 README.md "$root/usr/share/doc/lazaret/README.md"
 # changelog.Debian.gz: one entry for this build (lintian wants one; the
 # project's history is its Git log).
@@ -84,9 +84,9 @@ EOF
 gzip -9n -c "$stage/changelog" > "$root/usr/share/doc/lazaret/changelog.Debian.gz"
 chmod 0644 "$root/usr/share/doc/lazaret/changelog.Debian.gz"
 
-install -m 0755 packaging/deb/postinst packaging/deb/postrm "$root/DEBIAN/"
+install -m 0755 scripts/deb/postinst scripts/deb/postrm "$root/DEBIAN/"
 install -d -m 0755 "$root/usr/share/lintian/overrides"
-install -m 0644 packaging/deb/lintian-overrides "$root/usr/share/lintian/overrides/lazaret"
+install -m 0644 scripts/deb/lintian-overrides "$root/usr/share/lintian/overrides/lazaret"
 
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 # Depends: what Lazaret runs on every start (scripts/install-deps.sh

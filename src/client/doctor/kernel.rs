@@ -100,7 +100,7 @@ pub(super) fn check_userns(t: &Target) -> Check {
     Check::fail("userns", problems.join("; "), fix)
 }
 
-/// The name of the package's AppArmor profile (packaging/deb/apparmor).
+/// The name of the package's AppArmor profile (scripts/deb/apparmor-lazaret).
 pub(super) const APPARMOR_PROFILE: &str = "lazaret";
 /// Where the package's postinst puts it on a host with AppArmor 4.
 pub(super) const APPARMOR_PROFILE_FILE: &str = "/etc/apparmor.d/lazaret";
