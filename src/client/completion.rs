@@ -273,7 +273,10 @@ mod tests {
 
     #[test]
     fn subcommands_come_from_the_usage_lines() {
-        assert_eq!(subcommands("image", usage::IMAGE), ["build", "list", "ls", "prune"]);
+        assert_eq!(
+            subcommands("image", usage::IMAGE),
+            ["build", "export", "list", "ls", "prune"]
+        );
         assert_eq!(subcommands("net", usage::NET), ["show", "log"]);
         assert_eq!(
             subcommands("state", usage::STATE),

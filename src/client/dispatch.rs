@@ -337,6 +337,6 @@ mod tests {
             }
         }
         assert!(completion_script("csh").is_none());
-        assert!(scripts[0].1.contains("build list ls prune"));
+        assert!(scripts[0].1.contains("build export list ls prune"));
     }
 }

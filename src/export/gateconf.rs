@@ -263,19 +263,49 @@ pub fn parse(text: &str) -> Result<GateConfig, GateConfigError> {
     Ok(c)
 }
 
-fn parse_secret(rest: &str) -> Result<GateSecret, String> {
+/// What a `secret` line lacks (`parse_secret`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SecretError {
+    Shape,
+    Var,
+    Env,
+    Sentinel,
+    /// A `KEY=` field missing.
+    Field(&'static str),
+    /// A list field (`hosts=`, `headers=`) empty, repeated or invalid.
+    List(&'static str),
+    PlainHttp,
+}
+
+impl std::fmt::Display for SecretError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretError::Shape => {
+                f.write_str("expected VAR env=NAME sentinel=S hosts=A,B headers=H,I plain-http=yes|no")
+            }
+            SecretError::Var => f.write_str("expected an environment variable name"),
+            SecretError::Env => f.write_str("env=: expected an environment variable name"),
+            SecretError::Sentinel => f.write_str("sentinel=: expected 16 to 128 letters, digits, _ or -"),
+            SecretError::Field(k) => write!(f, "expected {k}…"),
+            SecretError::List(k) => write!(f, "{k}: expected a comma-separated list of distinct valid entries"),
+            SecretError::PlainHttp => f.write_str("plain-http=: expected yes or no"),
+        }
+    }
+}
+
+fn parse_secret(rest: &str) -> Result<GateSecret, SecretError> {
     let words: Vec<&str> = rest.split(' ').collect();
     let [var, env, sentinel, hosts, headers, plain] = words[..] else {
-        return Err("expected VAR env=NAME sentinel=S hosts=A,B headers=H,I plain-http=yes|no".into());
+        return Err(SecretError::Shape);
     };
-    let field = |w: &str, k: &str| w.strip_prefix(k).map(str::to_string).ok_or(format!("expected {k}…"));
+    let field = |w: &str, k: &'static str| w.strip_prefix(k).map(str::to_string).ok_or(SecretError::Field(k));
     let var = var.to_string();
     if !crate::config::valid_env_name(&var) {
-        return Err("expected an environment variable name".into());
+        return Err(SecretError::Var);
     }
     let env = field(env, "env=")?;
     if !crate::config::valid_env_name(&env) {
-        return Err("env=: expected an environment variable name".into());
+        return Err(SecretError::Env);
     }
     let sentinel = field(sentinel, "sentinel=")?;
     if sentinel.len() < 16
@@ -284,18 +314,16 @@ fn parse_secret(rest: &str) -> Result<GateSecret, String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     {
-        return Err("sentinel=: expected 16 to 128 letters, digits, _ or -".into());
+        return Err(SecretError::Sentinel);
     }
-    let list = |w: &str, k: &str, ok: &dyn Fn(&str) -> bool| -> Result<Vec<String>, String> {
+    let list = |w: &str, k: &'static str, ok: &dyn Fn(&str) -> bool| {
         let v = field(w, k)?;
         let items: Vec<String> = v.split(',').map(str::to_string).collect();
         let mut seen = items.clone();
         seen.sort();
         seen.dedup();
         if v.is_empty() || seen.len() != items.len() || !items.iter().all(|i| ok(i)) {
-            return Err(format!(
-                "{k}: expected a comma-separated list of distinct valid entries"
-            ));
+            return Err(SecretError::List(k));
         }
         Ok(items)
     };
@@ -308,7 +336,7 @@ fn parse_secret(rest: &str) -> Result<GateSecret, String> {
     let plain_http = match field(plain, "plain-http=")?.as_str() {
         "yes" => true,
         "no" => false,
-        _ => return Err("plain-http=: expected yes or no".into()),
+        _ => return Err(SecretError::PlainHttp),
     };
     Ok(GateSecret {
         var,
