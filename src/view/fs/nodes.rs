@@ -310,23 +310,25 @@ impl View {
     pub(super) fn pin(&self, side: Side, rel: &Path) {
         let Some(id) = self.known(side, rel) else { return };
         {
-            let t = self.t.lock().unwrap();
+            let mut t = self.t.lock().unwrap();
             match t.nodes.get(&id) {
-                Some(n) if n.file.is_none() && !n.dir && t.handles_held < self.handles_max + PINNED_MAX => {}
-                Some(n) if n.file.is_none() && !n.dir => {
-                    // An open fd of this file fails ESTALE once its last
-                    // name goes: said once per view, with the counts.
-                    if !self.warned_pins.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                        log::warn!(
-                            "view: {} file handles held ({} nodes, {} cached fds): a file unlinked while open is served by name only from now on",
-                            t.handles_held,
-                            t.nodes.len(),
-                            t.cached_fds
-                        );
-                    }
-                    return;
-                }
+                Some(n) if n.file.is_none() && !n.dir => {}
                 _ => return,
+            }
+            // At the cap, a file that still has a name gives its handle up
+            // (it is served by name, as files looked up beyond
+            // `HANDLES_MAX` are): a file losing its last name needs one
+            // more, or an open fd of it fails ESTALE.
+            if t.handles_held >= self.handles_max + PINNED_MAX && !t.release_named_handle(id) {
+                if !self.warned_pins.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    log::warn!(
+                        "view: {} file handles held ({} nodes, {} cached fds), none by a file with a name: a file unlinked while open is served by name only now",
+                        t.handles_held,
+                        t.nodes.len(),
+                        t.cached_fds
+                    );
+                }
+                return;
             }
         }
         let Ok((st, Some(h), _)) = self.stat_handle(side, rel) else {

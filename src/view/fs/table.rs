@@ -404,6 +404,23 @@ impl Tables {
 
     /// View path `rel` no longer names node `id`'s file: another path of
     /// it becomes its name, or, with none left, the node is gone.
+    /// Takes the handle of one regular-file node that still has a name
+    /// (not `keep`), for a file about to lose its last name (`View::pin`).
+    /// False when every handle is held by a file with no name left.
+    pub(super) fn release_named_handle(&mut self, keep: u64) -> bool {
+        let Some(n) = self
+            .nodes
+            .iter_mut()
+            .find(|(id, n)| **id != keep && !n.gone && !n.dir && n.file.is_some())
+            .map(|(_, n)| n)
+        else {
+            return false;
+        };
+        n.file = None;
+        self.handles_held -= 1;
+        true
+    }
+
     pub(super) fn detach(&mut self, id: u64, side: Side, rel: &Path) {
         let key = (side, rel.to_path_buf());
         if self.by_key.get(&key) == Some(&id) {

@@ -249,7 +249,7 @@ fn a_gone_node_keeps_its_cached_fd() {
 }
 
 /// Checks the counters against the nodes that hold fds.
-fn check_counts(v: &View) {
+pub(super) fn check_counts(v: &View) {
     let t = v.t.lock().unwrap();
     let cached = t.nodes.values().filter(|n| n.fd.is_some()).count();
     let handles = t.nodes.values().filter(|n| n.file.is_some()).count();

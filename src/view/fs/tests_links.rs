@@ -4,7 +4,7 @@
 //! the FUSE handlers call, on a temporary host directory.
 
 use super::table::{after_host_event, after_own, after_own_meta, may_be_same, proven_same, version, OwnNames};
-use super::tests::{view, Tmp};
+use super::tests::{check_counts, view, Tmp};
 use super::*;
 use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
@@ -366,4 +366,39 @@ fn a_file_the_host_renamed_after_the_guest_read_it_is_overwritten_as_on_a_disk()
     let events = w.read().unwrap();
     super::serve::host_events(&events, &w, &v.t, &node_of, None);
     assert_eq!(may_overwrite(&v, id), Err(Errno::EBUSY));
+}
+
+#[test]
+fn a_file_losing_its_last_name_gets_a_handle_even_at_the_bound() {
+    let dir = Tmp::new("pin-bound");
+    let n = PINNED_MAX;
+    for i in 0..n {
+        dir.write(&format!("f{i}"), "x");
+    }
+    dir.write("t", "open scratch");
+    let mut v = view(&dir);
+    v.handles_max = 0;
+    // Every handle is taken by a file that still has a name.
+    for i in 0..n {
+        lookup(&v, &format!("f{i}"));
+        v.pin(Side::Host, Path::new(&format!("f{i}")));
+    }
+    assert_eq!(v.t.lock().unwrap().handles_held, n, "the bound is reached");
+    // A file open inside is unlinked: one named file gives its handle up.
+    let id = lookup(&v, "t");
+    v.pin(Side::Host, Path::new("t"));
+    {
+        let t = v.t.lock().unwrap();
+        assert!(t.nodes[&id].file.is_some(), "the file losing its name holds a handle");
+        assert_eq!(t.handles_held, n);
+    }
+    std::fs::remove_file(dir.0.join("t")).unwrap();
+    v.removed(Side::Host, Path::new("t"));
+    let mut s = String::new();
+    use std::io::Read;
+    (&*v.node_file(INodeNo(id), false).unwrap())
+        .read_to_string(&mut s)
+        .unwrap();
+    assert_eq!(s, "open scratch", "its open fd still reads it, as on a disk");
+    check_counts(&v);
 }
