@@ -302,7 +302,15 @@ pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for r in &rows {
+    push_rows(&mut out, &rows, &widths);
+    out
+}
+
+/// Appends `rows` to `out`, one line each, columns padded to `widths`
+/// (the last one not).
+fn push_rows(out: &mut String, rows: &[Vec<String>], widths: &[usize]) {
+    let n = widths.len();
+    for r in rows {
         let mut line = String::new();
         for (c, cell) in r.iter().enumerate() {
             if c + 1 == n {
@@ -314,7 +322,6 @@ pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
-    out
 }
 
 pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
@@ -379,18 +386,7 @@ pub fn foreign_table(all: &[Foreign], now: i64) -> String {
         crate::build_info::describe(),
         crate::build_info::protocol()
     );
-    for r in &rows {
-        let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            if c + 1 == n {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    push_rows(&mut out, &rows, &widths);
     out
 }
 

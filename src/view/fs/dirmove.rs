@@ -283,16 +283,7 @@ impl View {
             if e.st.st_mode & sys::S_IFMT != sys::S_IFLNK {
                 rustix::fs::chmodat(&pd, leaf, mode, AtFlags::empty()).map_err(errno)?;
             }
-            let times = Timestamps {
-                last_access: Timespec {
-                    tv_sec: e.st.st_atime as _,
-                    tv_nsec: e.st.st_atime_nsec as _,
-                },
-                last_modification: Timespec {
-                    tv_sec: e.st.st_mtime as _,
-                    tv_nsec: e.st.st_mtime_nsec as _,
-                },
-            };
+            let times = times_of(&e.st);
             rustix::fs::utimensat(&pd, leaf, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
         }
         // Directories' times last: their entries changed them.
@@ -302,16 +293,7 @@ impl View {
             .filter(|e| e.st.st_mode & sys::S_IFMT == sys::S_IFDIR)
         {
             let dst = Path::new(name).join(&e.below);
-            let times = Timestamps {
-                last_access: Timespec {
-                    tv_sec: e.st.st_atime as _,
-                    tv_nsec: e.st.st_atime_nsec as _,
-                },
-                last_modification: Timespec {
-                    tv_sec: e.st.st_mtime as _,
-                    tv_nsec: e.st.st_mtime_nsec as _,
-                },
-            };
+            let times = times_of(&e.st);
             rustix::fs::utimensat(d2, &dst, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
         }
         Ok(())
@@ -372,6 +354,20 @@ impl View {
             }
             t.by_key.insert((Side::Store, join(to, &below)), id);
         }
+    }
+}
+
+/// The access and modification times of `st`, to set on its copy.
+fn times_of(st: &rustix::fs::Stat) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: st.st_atime as _,
+            tv_nsec: st.st_atime_nsec as _,
+        },
+        last_modification: Timespec {
+            tv_sec: st.st_mtime as _,
+            tv_nsec: st.st_mtime_nsec as _,
+        },
     }
 }
 
