@@ -622,6 +622,9 @@ pub fn redirect_rules(g: &GateConfig) -> String {
     r.push_str("COMMIT\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n");
     r.push_str(&format!("-A OUTPUT -m owner --uid-owner {GATE_UID} -j ACCEPT\n"));
     r.push_str("-A OUTPUT -o lo -j ACCEPT\n");
+    // What the nat table sent to the gate: this chain still sees the
+    // interface it was routed to first (`-o` is not the loopback's).
+    r.push_str("-A OUTPUT -m conntrack --ctstate DNAT -j ACCEPT\n");
     for d in &g.deny {
         if g.allow.iter().any(|a| a.contains(d)) {
             r.push_str(&format!("-A OUTPUT -d {d} -j REJECT\n"));
