@@ -78,7 +78,10 @@ fn cited(line: &str, src_dirs: &BTreeSet<String>) -> Vec<String> {
             continue;
         }
         // Placeholders (`tests/fuzz/corpus/TARGET/`) are not paths.
-        if tok.split('/').any(|c| c.len() > 1 && c.chars().all(|c| c.is_ascii_uppercase() || c == '_')) {
+        if tok
+            .split('/')
+            .any(|c| c.len() > 1 && c.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        {
             continue;
         }
         let first = tok.split('/').next().unwrap_or("");
