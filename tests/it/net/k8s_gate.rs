@@ -5,7 +5,10 @@
 //! listed name through and swaps the bound secret there, with the test
 //! hosts of the egress tests (`names::NameHost`, `secrets::SERVER`).
 //! Also acceptance 4 on the CLI's own output: no exported file holds the
-//! value.
+//! value. And the attacks of a process in the pod on the swap: `http://`
+//! to the bound name (a downgrade, refused before the gate connects), an
+//! SNI or a `Host` naming another host than the connection's, and the
+//! gate's own port reached without a redirect; none gets the value.
 //!
 //! Test safety: no packet leaves this machine. The "pod" namespace has no
 //! link but the two test hosts' veths (moved into it from the root
@@ -47,24 +50,30 @@ impl Drop for Pod {
 
 const CLIENT: &str = r#"
 import socket, ssl, sys
-ca, sentinel, other_ip = sys.argv[1:4]
+from http.client import HTTPResponse
+ca, sentinel, other_ip, api_ip, gate_port = sys.argv[1:6]
 ctx = ssl.create_default_context(cafile=ca)
+auth = b"Authorization: Bearer " + sentinel.encode() + b"\r\n"
 def report(name, f):
     try:
         print("%s ok %s" % (name, f()), flush=True)
     except Exception as e:
         print("%s err %s" % (name, type(e).__name__), flush=True)
-def https(host, path, headers=b""):
-    s = socket.create_connection((host, 443), timeout=5)
-    s = ctx.wrap_socket(s, server_hostname=host)
+def exchange(s, host, path, headers):
+    # The response as a client reads it: the gate may send a body whose
+    # length the swap changed chunked.
     s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: " + host.encode() + b"\r\nConnection: close\r\n" + headers + b"\r\n")
-    d = b""
-    while True:
-        c = s.recv(4096)
-        if not c:
-            break
-        d += c
-    return d.decode(errors="replace").split("\r\n\r\n")[-1].strip().replace(" ", "_")
+    r = HTTPResponse(s)
+    r.begin()
+    return r.status, r.read().decode(errors="replace").strip().replace(" ", "_")
+def https(host, path, headers=b"", addr=None, sni=None, port=443):
+    s = socket.create_connection((addr or host, port), timeout=5)
+    s = ctx.wrap_socket(s, server_hostname=sni or host)
+    status, body = exchange(s, host, path, headers)
+    return body if status == 200 else "%d %s" % (status, body)
+def http(addr, port, host, path, headers=b""):
+    s = socket.create_connection((addr, port), timeout=5)
+    return "%d %s" % exchange(s, host, path, headers)
 def raw(addr, port):
     s = socket.create_connection((addr, port), timeout=3)
     s.sendall(b"ping")
@@ -72,16 +81,23 @@ def raw(addr, port):
     if not d:
         raise EOFError()
     return d.decode(errors="replace").strip()
-report("swap", lambda: https("api.test", b"/k", b"Authorization: Bearer " + sentinel.encode() + b"\r\n"))
+report("swap", lambda: https("api.test", b"/k", auth))
 report("plain", lambda: https("api.test", b"/p"))
 report("other-dns", lambda: socket.gethostbyname("other.test"))
 report("other-ip", lambda: raw(other_ip, 443))
 report("other-ip-80", lambda: raw(other_ip, 80))
-report("api-ip", lambda: raw(sys.argv[4], 443))
+report("api-ip", lambda: raw(api_ip, 443))
+# Attacks on the swap: plain HTTP to the bound name, SNI and Host naming
+# another host than the connection's, the gate's own port without a
+# redirect.
+report("downgrade", lambda: http("api.test", 80, "api.test", b"/d", auth))
+report("sni-other", lambda: https("api.test", b"/s", auth, sni="other.test"))
+report("host-other", lambda: https("other.test", b"/h", auth, addr="api.test", sni="api.test"))
+report("direct-tls", lambda: https("api.test", b"/dt", auth, addr="127.0.0.1", port=int(gate_port)))
+report("direct-http", lambda: http("127.0.0.1", int(gate_port), "api.test", b"/dh", auth))
 "#;
 
 #[test]
-#[ignore = "not passing yet: connections reach the gate, but the listed name's request arrives without the swapped header and other names are reset rather than refused as expected"]
 fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     use lazaret::trust::TrustAnchor;
     let env = require_env!();
@@ -158,6 +174,11 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
         .find_map(|w| w.strip_prefix("sentinel="))
         .expect("the secret's sentinel")
         .to_string();
+    let gate_port: u16 = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("listen 127.0.0.1:"))
+        .and_then(|p| p.parse().ok())
+        .expect("the gate's listen line");
     let run = shared.join("run");
     std::fs::create_dir_all(&run).unwrap();
     std::os::unix::fs::chown(&run, Some(GATE_UID), Some(GATE_UID)).unwrap();
@@ -301,7 +322,7 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
         // The system's Python (root's PATH may name one the user cannot run).
         .args([python3(), "-c", CLIENT])
         .arg(run.join("ca.pem"))
-        .args([&sentinel, &other.ip, &api.ip])
+        .args([&sentinel, &other.ip, &api.ip, &gate_port.to_string()])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string();
@@ -313,12 +334,19 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
     };
     let gate_log = std::fs::read_to_string(&log).unwrap_or_default();
     let ctx = format!("{text}\n--- gate\n{gate_log}\n--- api\n{}", api.marked());
-    // The listed name, its secret swapped: the host got the value, the
-    // agent only ever sees its sentinel (the echo is swapped back).
+    // The listed name, its secret swapped: the host got the value (in
+    // the header as the agent spelled it), the agent only ever sees its
+    // sentinel (the echo is swapped back).
     assert_eq!(line("swap"), format!("swap ok auth=Bearer_{sentinel}_key="), "{ctx}");
-    assert!(api.marked().contains(&format!("authorization: Bearer {real}")), "{ctx}");
-    assert!(line("plain").starts_with("plain ok auth="), "{ctx}");
+    let marked = api.marked();
+    let k = marked
+        .lines()
+        .find(|l| l.starts_with("REQ 443 GET /k "))
+        .unwrap_or_else(|| panic!("no /k request: {ctx}"));
+    assert!(k.contains(&format!("Authorization: Bearer {real}")), "{ctx}");
+    assert_eq!(line("plain"), "plain ok auth=_key=", "{ctx}");
     assert!(!text.contains(&real), "the value reached the agent: {ctx}");
+    assert!(!marked.contains(&sentinel), "the sentinel reached the host: {ctx}");
     // Everything else is refused, by name and by address.
     assert_eq!(line("other-dns"), "other-dns err gaierror", "{ctx}");
     assert!(line("other-ip").starts_with("other-ip err"), "{ctx}");
@@ -327,10 +355,59 @@ fn k8s_sidecar_gate_lets_only_listed_names_through_and_swaps_the_secret() {
         "{ctx}"
     );
     assert!(line("api-ip").starts_with("api-ip err"), "{ctx}");
-    // api.test saw the two named connections only (not the one by address).
-    assert_eq!(api.marked().matches("CONN 443").count(), 2, "{ctx}");
-    // The marker: other.test saw nothing at all.
+    // Attack: http:// for the bound name with its sentinel. Refused before
+    // the gate connects, a 403 naming the secret (a downgrade).
+    let d = line("downgrade");
+    assert!(
+        d.starts_with("downgrade ok 403 lazaret:") && d.contains("(downgrade:") && d.contains("API_KEY"),
+        "{ctx}"
+    );
+    assert!(!marked.contains("CONN 80"), "{ctx}");
+    // Attack: SNI naming an unlisted host on the listed name's address:
+    // refused by name (a reset), nothing reaches either host.
+    assert!(line("sni-other").starts_with("sni-other err"), "{ctx}");
+    // Attack: SNI api.test, Host other.test: the swap refuses the request
+    // (a 403 inside the TLS), nothing of it is sent.
+    let h = line("host-other");
+    assert!(
+        h.starts_with("host-other ok 403 lazaret:") && h.contains("Host_header_naming_another_host"),
+        "{ctx}"
+    );
+    // Attack: the gate's own port, not redirected: no destination to
+    // decide by, refused (a reset), whatever name the client sends.
+    assert!(line("direct-tls").starts_with("direct-tls err"), "{ctx}");
+    assert!(line("direct-http").starts_with("direct-http err"), "{ctx}");
+    // The marker: api.test got the two requests only; it saw three
+    // connections (swap, plain, and host-other's, which the gate opened
+    // before it read the request), never the one by address.
+    let reqs: Vec<&str> = marked.lines().filter(|l| l.starts_with("REQ ")).collect();
+    assert_eq!(reqs.len(), 2, "{ctx}");
+    assert!(
+        reqs.iter()
+            .all(|l| l.starts_with("REQ 443 GET /k ") || l.starts_with("REQ 443 GET /p ")),
+        "{ctx}"
+    );
+    assert_eq!(marked.matches("CONN 443").count(), 3, "{ctx}");
+    // other.test saw nothing at all.
     assert_eq!(other.marked(), "", "other.test saw a connection: {ctx}");
+    // The gate's log names the refusals, never the value.
+    let egress = std::fs::read_to_string(run.join("egress.log")).unwrap_or_default();
+    assert!(
+        !egress.contains(&real) && !gate_log.contains(&real),
+        "{ctx}\n--- egress\n{egress}"
+    );
+    for want in [
+        "refused\tdns\tother.test\t53\tnot in network.hosts",
+        "refused\ttcp\tapi.test\t80\tdowngrade: the sentinel of API_KEY",
+        "refused\ttcp\tother.test\t443\tnot in network.hosts",
+        "refused\ttcp\tapi.test\t443\trequest refused: a Host header",
+        &format!("refused\ttcp\t127.0.0.1\t{gate_port}\tan address, not a listed name"),
+    ] {
+        assert!(
+            egress.contains(want),
+            "the egress log lacks {want:?}: {ctx}\n--- egress\n{egress}"
+        );
+    }
     drop(pod);
     let _ = std::fs::remove_dir_all(&base);
     let _ = std::fs::remove_dir_all(&shared);
