@@ -291,7 +291,7 @@ pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
             if st.ports.is_empty() {
                 "-".into()
             } else {
-                st.ports.iter().map(|p| escape(p)).collect::<Vec<_>>().join(",")
+                st.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
             },
             disk_cell(*disk),
             escape(&st.workspace),
@@ -424,7 +424,10 @@ fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)], foreign: &[Foreign]) ->
                     ("started_at", Json::Num(st.started_at)),
                     ("age_seconds", Json::Num((state::now() - st.started_at).max(0))),
                     ("pending_escalations", Json::Num(st.pending_escalations as i64)),
-                    ("ports", Json::strs(&st.ports)),
+                    (
+                        "ports",
+                        Json::strs(&st.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
+                    ),
                     ("disk_used", num(disk.map(|d| d.0))),
                     ("disk_cap", num(disk.map(|d| d.1))),
                     (
@@ -645,11 +648,7 @@ pub fn cmd_port(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
             })?;
     let (root, st) = running_one(&id)?;
     let got = add_forward(&root, &st, fwd)?;
-    println!(
-        "Domain {}: forwarding {}",
-        &st.domain_id.as_str()[..ID_PREFIX_LEN],
-        escape(&got)
-    );
+    println!("Domain {}: forwarding {got}", &st.domain_id.as_str()[..ID_PREFIX_LEN]);
     Ok(0)
 }
 
@@ -662,14 +661,17 @@ fn forward_satisfies(have: &crate::config::ports::PortForward, want: &crate::con
 
 /// `lazaret port add`, and `--publish` joining a running Domain: asks the
 /// running Domain `st` (its runtime dir under `root`) for one more forward
-/// and returns it as installed (`ADDR:HOSTPORT:GUESTPORT`). The same host
+/// and returns it as installed. The same host
 /// port to another guest port of this Domain is bad input before anything
 /// is asked; a host port taken by another Domain or program is
 /// [`Failure::PortTaken`], naming the Domain.
-fn add_forward(root: &Path, st: &StatusInfo, fwd: crate::config::ports::PortForward) -> Result<String, Failure> {
+fn add_forward(
+    root: &Path,
+    st: &StatusInfo,
+    fwd: crate::config::ports::PortForward,
+) -> Result<crate::config::ports::PortForward, Failure> {
     let one = &st.domain_id;
-    let have: Vec<crate::config::ports::PortForward> = st.ports.iter().filter_map(|p| p.parse().ok()).collect();
-    crate::config::ports::merge(&have, &[fwd])?;
+    crate::config::ports::merge(&st.ports, &[fwd])?;
     let mut s = UnixStream::connect(root.join(one.as_str()).join("hc.sock"))
         .map_err(|_| Failure::NotRunningAnyMore(one.clone()))?;
     let lost = Failure::Unreachable;
@@ -687,12 +689,9 @@ fn add_forward(root: &Path, st: &StatusInfo, fwd: crate::config::ports::PortForw
             .ports
             .iter()
             .rev()
-            .find(|p| {
-                p.parse::<crate::config::ports::PortForward>()
-                    .is_ok_and(|q| forward_satisfies(&q, &fwd))
-            })
-            .cloned()
-            .unwrap_or_else(|| fwd.to_string())),
+            .find(|q| forward_satisfies(q, &fwd))
+            .copied()
+            .unwrap_or(fwd)),
         Ok(ServerMsg::PortTaken(t)) => Err(port_taken(root, t)),
         Ok(ServerMsg::Refused { reason }) => Err(Failure::PortRefused(reason)),
         Ok(other) => Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
@@ -758,22 +757,19 @@ pub fn publish_on_join(r: &Resolved) -> Result<(), Failure> {
     }
     let st = query_status(&r.paths.socket()).ok_or(Failure::NoPorts)?;
     let root = r.paths.run.parent().unwrap_or(Path::new("/")).to_path_buf();
-    let mut have: Vec<crate::config::ports::PortForward> = st.ports.iter().filter_map(|p| p.parse().ok()).collect();
+    let mut have = st.ports.clone();
     for want in &r.publish {
         if have.iter().any(|q| forward_satisfies(q, want)) {
             continue;
         }
         let mut now = st.clone();
-        now.ports = have.iter().map(|p| p.to_string()).collect();
+        now.ports = have.clone();
         let got = add_forward(&root, &now, *want)?;
         eprintln!(
-            "lazaret: Domain {} is running: added the forward {} (as `lazaret port add` does; it lasts until the Domain stops)",
+            "lazaret: Domain {} is running: added the forward {got} (as `lazaret port add` does; it lasts until the Domain stops)",
             &st.domain_id.as_str()[..ID_PREFIX_LEN],
-            escape(&got)
         );
-        if let Ok(p) = got.parse() {
-            have.push(p);
-        }
+        have.push(got);
     }
     Ok(())
 }

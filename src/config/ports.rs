@@ -83,6 +83,73 @@ impl fmt::Display for PortForward {
     }
 }
 
+/// Why a forward's text on the coordinator socket is refused: that text is
+/// exactly what [`PortForward`]'s `Display` writes (`ADDR:HOSTPORT:GUESTPORT`,
+/// the address always there, each number in canonical decimal), so one
+/// forward has one encoding and a decoded one re-encodes to the same bytes
+/// ([`PortForward::from_canonical`]; the config's and `--publish`'s looser
+/// spellings are [`PortForward`]'s `FromStr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CanonicalError {
+    /// Not three `:`-separated parts but this many: 2 when the address is
+    /// left out, 4 or more with a second port (`127.0.0.1:9:42:7`).
+    Parts(usize),
+    /// ADDR is not an IPv4 address in dotted decimal (four numbers
+    /// 0..=255, no leading zero).
+    Address,
+    /// HOSTPORT is not a number 0..=65535 in canonical decimal (no sign, no
+    /// space, no leading zero).
+    HostPort,
+    /// GUESTPORT is not a number 1..=65535 in canonical decimal.
+    GuestPort,
+}
+
+impl fmt::Display for CanonicalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CanonicalError::Parts(2) => f.write_str("\"HOSTPORT:GUESTPORT\" without its address"),
+            CanonicalError::Parts(n) => write!(f, "{n} colon-separated parts instead of ADDR:HOSTPORT:GUESTPORT"),
+            CanonicalError::Address => f.write_str("ADDR is not a dotted-decimal IPv4 address"),
+            CanonicalError::HostPort => f.write_str("HOSTPORT is not a canonical number in 0..=65535"),
+            CanonicalError::GuestPort => f.write_str("GUESTPORT is not a canonical number in 1..=65535"),
+        }
+    }
+}
+
+impl std::error::Error for CanonicalError {}
+
+/// `p` as a canonical decimal number in `min..=65535`: digits only, no
+/// leading zero (but "0" itself).
+fn canonical_port(p: &str, min: u16) -> Option<u16> {
+    let digits = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (p.len() > 1 && p.starts_with('0')) {
+        return None;
+    }
+    let n: u32 = p.parse().ok()?;
+    (u32::from(min)..=65535).contains(&n).then_some(n as u16)
+}
+
+impl PortForward {
+    /// The forward `s` names in its one canonical spelling (what `Display`
+    /// writes), else why not: how the coordinator socket reads a forward
+    /// (`wire::client`), so that decoding then encoding gives the same bytes.
+    pub fn from_canonical(s: &str) -> Result<PortForward, CanonicalError> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [a, h, g] = parts[..] else {
+            return Err(CanonicalError::Parts(parts.len()));
+        };
+        let addr: Ipv4Addr = a.parse().map_err(|_| CanonicalError::Address)?;
+        if addr.to_string() != a {
+            return Err(CanonicalError::Address);
+        }
+        Ok(PortForward {
+            addr,
+            host: canonical_port(h, 0).ok_or(CanonicalError::HostPort)?,
+            guest: canonical_port(g, 1).ok_or(CanonicalError::GuestPort)?,
+        })
+    }
+}
+
 /// Why forwards could not be merged or installed.
 #[derive(Debug)]
 pub enum PortError {
@@ -327,6 +394,52 @@ mod tests {
         ] {
             assert!(bad.parse::<PortForward>().is_err(), "{bad:?}");
         }
+    }
+
+    /// The socket's spelling: exactly what `Display` writes, each other
+    /// spelling refused with its own reason.
+    #[test]
+    fn canonical_form_is_the_one_display_writes() {
+        for good in [
+            "127.0.0.1:9:42",
+            "0.0.0.0:0:1",
+            "10.20.30.40:65535:65535",
+            "255.255.255.255:1:8000",
+        ] {
+            let p = PortForward::from_canonical(good).unwrap();
+            assert_eq!(p.to_string(), good);
+        }
+        for (bad, why) in [
+            ("9:42", CanonicalError::Parts(2)),
+            ("127.0.0.1:9:42:7", CanonicalError::Parts(4)),
+            ("127.0.0.1:9:42:", CanonicalError::Parts(4)),
+            ("1.2.3.4:5:6:7:8", CanonicalError::Parts(5)),
+            ("", CanonicalError::Parts(1)),
+            ("127.0.0.1", CanonicalError::Parts(1)),
+            ("::1:2:3", CanonicalError::Parts(5)),
+            ("localhost:9:42", CanonicalError::Address),
+            ("127.0.0.01:9:42", CanonicalError::Address),
+            ("127.0.0:9:42", CanonicalError::Address),
+            ("127.0.0.256:9:42", CanonicalError::Address),
+            (" 127.0.0.1:9:42", CanonicalError::Address),
+            (":9:42", CanonicalError::Address),
+            ("127.0.0.1:09:42", CanonicalError::HostPort),
+            ("127.0.0.1:00:42", CanonicalError::HostPort),
+            ("127.0.0.1:+9:42", CanonicalError::HostPort),
+            ("127.0.0.1::42", CanonicalError::HostPort),
+            ("127.0.0.1:65536:42", CanonicalError::HostPort),
+            ("127.0.0.1:9 :42", CanonicalError::HostPort),
+            ("127.0.0.1:9:042", CanonicalError::GuestPort),
+            ("127.0.0.1:9:0", CanonicalError::GuestPort),
+            ("127.0.0.1:9:", CanonicalError::GuestPort),
+            ("127.0.0.1:9:65536", CanonicalError::GuestPort),
+            ("127.0.0.1:9:42\n", CanonicalError::GuestPort),
+        ] {
+            assert_eq!(PortForward::from_canonical(bad), Err(why), "{bad:?}");
+            assert!(!why.to_string().is_empty());
+        }
+        // The config's short form stays a user's spelling, never the socket's.
+        assert!("9:42".parse::<PortForward>().is_ok());
     }
 
     #[test]

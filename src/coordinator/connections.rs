@@ -246,7 +246,7 @@ impl Coordinator {
                 .values()
                 .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
                 .sum(),
-            ports: self.ports.iter().map(|p| p.to_string()).collect(),
+            ports: self.ports.clone(),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::fmt;
 use crate::config::ports::{PortForward, Taken};
 use crate::domain::{DomainId, Generation, InvalidId};
 use crate::wire::basic::{BasicInfo, BasicRequest};
-use crate::wire::codec::{messages, record, Dec, DecodeError, Enc, Field};
+use crate::wire::codec::{messages, record, Dec, DecodeError, Enc, Field, Listed};
 
 /// Bumped on any incompatible change; the handshake refuses a mismatch
 /// (only the frozen basic exchange, `wire::basic`, crosses versions).
@@ -254,8 +254,8 @@ pub struct StatusInfo {
     pub started_at: i64,
     /// Escalation requests waiting for a developer's decision.
     pub pending_escalations: u32,
-    /// Host port forwards, `ADDR:HOSTPORT:GUESTPORT`.
-    pub ports: Vec<String>,
+    /// Host port forwards (each as its `ADDR:HOSTPORT:GUESTPORT` text).
+    pub ports: Vec<PortForward>,
 }
 
 /// Host Coordinator → Client CLI.
@@ -300,15 +300,19 @@ pub enum ServerMsg {
 
 // ---- this edge's composite fields and messages -----------------------------
 
-/// A port forward travels as its `ADDR:HOSTPORT:GUESTPORT` text.
+/// A port forward travels as its `ADDR:HOSTPORT:GUESTPORT` text, read
+/// back only in that one spelling ([`PortForward::from_canonical`]: the
+/// address always there, no second port, no leading zero), so a decoded
+/// forward re-encodes to the same bytes.
 impl Field for PortForward {
     fn put(&self, e: &mut Enc) {
         e.str(&self.to_string());
     }
     fn get(d: &mut Dec) -> Result<Self, DecodeError> {
-        d.str()?.parse().map_err(|_| DecodeError::BadValue("port forward"))
+        PortForward::from_canonical(&d.str()?).map_err(DecodeError::PortForward)
     }
 }
+impl Listed for PortForward {}
 
 record!(WinSize { rows, cols });
 record!(Taken { port, holder });
@@ -485,7 +489,7 @@ mod tests {
                 }],
                 started_at: 1_700_000_000,
                 pending_escalations: 2,
-                ports: vec!["127.0.0.1:18000:8000".into()],
+                ports: vec!["127.0.0.1:18000:8000".parse().unwrap()],
             }),
             ServerMsg::Closing { reason: "stop".into() },
             ServerMsg::Prompt(sample_prompt()),
@@ -667,6 +671,80 @@ mod tests {
             let s = ServerMsg::decode(&[t]).map(|m| m.name());
             assert_eq!(known(c), t == BASIC_TAG, "client tag {t}");
             assert_eq!(known(s), t == BASIC_TAG, "server tag {t}");
+        }
+    }
+
+    /// Every field holding a port forward (`AddPort`, `PortTaken`, the
+    /// status's `ports`) reads only its canonical spelling: another one
+    /// (the address left out, a second port, a leading zero, …) fails with
+    /// its reason instead of decoding to a forward that re-encodes to other
+    /// bytes (the fuzz crash tests/fuzz/artifacts/client_frames/).
+    #[test]
+    fn port_forward_fields_read_only_their_canonical_spelling() {
+        use crate::config::ports::CanonicalError;
+        let add_port = |text: &str| {
+            let mut e = Enc::new(11);
+            e.str(text);
+            e.finish()[4..].to_vec()
+        };
+        let taken = |text: &str| {
+            let mut e = Enc::new(11);
+            e.str(text).u8(0);
+            e.finish()[4..].to_vec()
+        };
+        let status = |text: &str| {
+            let mut m = match samples_server().swap_remove(5) {
+                ServerMsg::Status(st) => st,
+                m => panic!("not the status sample: {m:?}"),
+            };
+            m.ports.clear();
+            let mut payload = ServerMsg::Status(m).encode()[4..].to_vec();
+            // The sample's empty list, replaced by a one-item list of `text`.
+            payload.truncate(payload.len() - 4);
+            payload.extend_from_slice(&1u32.to_le_bytes());
+            payload.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            payload.extend_from_slice(text.as_bytes());
+            payload
+        };
+        for good in ["127.0.0.1:9:42", "0.0.0.0:0:3000"] {
+            let payload = add_port(good);
+            assert_eq!(
+                &ClientMsg::decode(&payload).unwrap().encode()[4..],
+                &payload[..],
+                "{good}"
+            );
+            for payload in [taken(good), status(good)] {
+                assert_eq!(
+                    &ServerMsg::decode(&payload).unwrap().encode()[4..],
+                    &payload[..],
+                    "{good}"
+                );
+            }
+        }
+        for (bad, why) in [
+            ("9:42", CanonicalError::Parts(2)),
+            ("127.0.0.1:9:42:7", CanonicalError::Parts(4)),
+            ("127.0.0.01:9:42", CanonicalError::Address),
+            ("127.0.0.1:09:42", CanonicalError::HostPort),
+            ("127.0.0.1:9:042", CanonicalError::GuestPort),
+        ] {
+            let want = Err(DecodeError::PortForward(why));
+            assert_eq!(
+                ClientMsg::decode(&add_port(bad)).map(|m| m.name()),
+                want,
+                "AddPort {bad}"
+            );
+            assert_eq!(
+                ServerMsg::decode(&taken(bad)).map(|m| m.name()),
+                want,
+                "PortTaken {bad}"
+            );
+            assert_eq!(ServerMsg::decode(&status(bad)).map(|m| m.name()), want, "Status {bad}");
+            let said = DecodeError::PortForward(why).to_string();
+            assert!(
+                said.contains("port forward") && said.contains(&why.to_string()),
+                "{said}"
+            );
         }
     }
 

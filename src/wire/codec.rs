@@ -28,6 +28,9 @@ pub enum DecodeError {
     BadFlag(u8),
     /// A field outside what its message allows (named).
     BadValue(&'static str),
+    /// A port forward's text other than its one canonical spelling
+    /// (`ADDR:HOSTPORT:GUESTPORT`, as `PortForward` writes it).
+    PortForward(crate::config::ports::CanonicalError),
 }
 
 impl fmt::Display for DecodeError {
@@ -41,6 +44,7 @@ impl fmt::Display for DecodeError {
             DecodeError::TrailingBytes(n) => write!(f, "{n} unexpected bytes after the message"),
             DecodeError::BadFlag(b) => write!(f, "flag byte {b} is neither 0 nor 1"),
             DecodeError::BadValue(what) => write!(f, "field {what} holds a value its message does not allow"),
+            DecodeError::PortForward(why) => write!(f, "field port forward is not ADDR:HOSTPORT:GUESTPORT: {why}"),
         }
     }
 }

@@ -502,6 +502,43 @@ pub(crate) mod tests {
         );
     }
 
+    /// The gate's host patterns (a name and a port, as the client's port
+    /// forwards are an address and ports) read only in the spelling the
+    /// encoder writes: a second port, a leading zero, upper case or a
+    /// trailing dot are refused, never normalized into other bytes.
+    #[test]
+    fn gate_hosts_read_only_their_canonical_spelling() {
+        let plan = samples().swap_remove(2);
+        let bytes = plan.encode()[4..].to_vec();
+        let at = bytes.windows(10).position(|w| w == b"\x06\0\0\0a.test").unwrap();
+        let with = |host: &str| {
+            let mut b = bytes[..at].to_vec();
+            b.extend_from_slice(&(host.len() as u32).to_le_bytes());
+            b.extend_from_slice(host.as_bytes());
+            b.extend_from_slice(&bytes[at + 10..]);
+            b
+        };
+        for good in ["a.test", "a.test:8443", "*.a.test:1"] {
+            let m = PlanMsg::decode(&with(good)).unwrap();
+            assert_eq!(&m.encode()[4..], &with(good)[..], "{good}");
+        }
+        for bad in [
+            "a.test:8443:1",
+            "a.test:08443",
+            "a.test:0",
+            "A.test",
+            "a.test.",
+            "a.test:",
+            "[::1]:80",
+        ] {
+            assert_eq!(
+                PlanMsg::decode(&with(bad)),
+                Err(DecodeError::BadValue("host pattern")),
+                "{bad}"
+            );
+        }
+    }
+
     #[test]
     fn each_reader_takes_only_its_plan() {
         let dir = std::env::temp_dir().join(format!("lz-wire-plan-{}", std::process::id()));

@@ -120,3 +120,14 @@ for k in ('bound-header', 'basic', 'bound-target'):
     w('swap_request', 'plain-' + k, bytes([h | 0x80]) + cut(len(v)//2) + v.encode())
 v = f'GET / HTTP/1.1\r\nHost: api.test\r\nx-other: {SA}\r\nCookie: k={SA}\r\n\r\n'
 w('swap_request', 'unnamed-header', b'\x00' + cut(len(v)//2) + v.encode())
+
+# client_frames: the socket's port-forward fields (AddPort, PortTaken, a
+# status's ports), each in the one spelling the codec reads.
+def s32(b): return struct.pack('<I', len(b)) + b
+w('client_frames', 'add-port', b'\x0b' + s32(b'127.0.0.1:0:3000'))
+w('client_frames', 'port-taken', b'\x0b' + s32(b'127.0.0.1:18000:8000') + b'\x01' + s32(b'0123456789abcdef0123'))
+w('client_frames', 'status-ports', bytes.fromhex(
+    '061400000030313233343536373839616263646566303132330700000064656661756c74020000002f77030000000000000005000000'
+    '72656164790100000063010000000200000003000000100000006c7a2d30313233343536372d38396162010000001000000066656463'
+    '626139383736353433323130050000000600000004000000626173680100f15365000000000200000002000000140000003132372e30'
+    '2e302e313a31383030303a38303030100000003132372e302e302e313a303a33303030'))
