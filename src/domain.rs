@@ -394,6 +394,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&base);
     }
 
+    // Covers FR-1.
     #[test]
     fn domain_id_is_stable_and_separates_profiles() {
         let a = domain_id("default", Path::new("/home/u/p"));

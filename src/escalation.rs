@@ -1117,6 +1117,7 @@ mod tests {
         s.iter().map(|x| x.to_string()).collect()
     }
 
+    // Covers SR-8.
     #[test]
     fn rules_match_exactly_unless_trailing_args_are_granted() {
         let rule = v(&["git", "--version"]);

@@ -369,6 +369,7 @@ mod tests {
     use super::*;
     use crate::session_key::SessionKey;
 
+    // Covers SR-9, FR-10.
     #[test]
     fn a_session_certificate_authorizes_only_its_own_identity() {
         let ta = TrustAnchor::new(&"d".repeat(20), 4, "default").unwrap();

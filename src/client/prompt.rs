@@ -333,6 +333,7 @@ mod tests {
         lines(p, cols)
     }
 
+    // Covers DX-4.
     #[test]
     fn the_line_above_the_question_repeats_command_and_directory() {
         let l = shown(&info(&["touch", "/x"], "why"), 24, 80);

@@ -1117,6 +1117,7 @@ impl Drop for TempDir {
     }
 }
 
+// Covers SR-2.
 #[test]
 fn check_location_refuses_config_inside_workspace() {
     let tmp = TempDir::new("ws");
@@ -1153,6 +1154,7 @@ fn check_location_refuses_config_inside_workspace() {
     assert_eq!(check_location(&tmp.0.join("proj2/config.toml"), &ws, &[]), Ok(()));
 }
 
+// Covers SR-2.
 #[test]
 fn check_location_refuses_config_under_a_volume() {
     let tmp = TempDir::new("vol");

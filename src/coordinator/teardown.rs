@@ -235,6 +235,7 @@ pub(super) fn remove_runsc_state(root: &Path, id: &str) {
 mod recovery_tests {
     use super::is_runsc_state_of;
 
+    // Covers FR-7.
     #[test]
     fn runsc_state_is_matched_by_exact_container_id() {
         let id = "lz-0123abcd-beef";

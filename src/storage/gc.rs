@@ -471,6 +471,7 @@ pub fn prune(dry_run: bool, all: bool) -> Result<Pruned> {
 mod tests {
     use super::*;
 
+    // Covers OR-7.
     #[test]
     fn only_marked_artifacts_and_dead_preparers_are_ours() {
         let digest = "sha256:".to_string() + &"a".repeat(64);

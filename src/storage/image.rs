@@ -1266,6 +1266,7 @@ mod tests {
         std::fs::remove_dir_all(&base).unwrap();
     }
 
+    // Covers SR-15, FR-22.
     #[test]
     fn artifact_ids_follow_the_digest() {
         let a = artifact_id("sha256:1");

@@ -376,6 +376,7 @@ mod tests {
         std::fs::remove_dir_all(&base).unwrap();
     }
 
+    // Covers SR-10.
     #[test]
     fn creates_private_dir() {
         let p = scratch("new").join("a");
@@ -385,6 +386,7 @@ mod tests {
         std::fs::remove_dir_all(p.parent().unwrap()).unwrap();
     }
 
+    // Covers SR-10.
     #[test]
     fn refuses_group_writable_dir() {
         let p = scratch("open");

@@ -785,6 +785,7 @@ mod tests {
         assert_eq!(s.network_readiness(g).unwrap(), Some(r));
     }
 
+    // Covers FR-21.
     #[test]
     fn newer_schema_fails_closed() {
         let p = scratch("newer");

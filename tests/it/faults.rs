@@ -207,6 +207,7 @@ fn a_dead_fuse_overlayfs_fails_the_domain_cleanly() {
     helper_death("fuse-overlayfs", "fuse");
 }
 
+// Covers FR-16.
 #[test]
 fn a_dead_slirp4netns_fails_the_domain_cleanly() {
     helper_death("slirp4netns", "kernel");
@@ -219,6 +220,7 @@ fn an_aborted_workspace_view_fails_the_domain_cleanly() {
 
 /// A killed sandbox is Lazaret's failure (125, one sentence), never a
 /// status the command could have returned.
+// Covers DX-5.
 #[test]
 fn a_killed_sandbox_exits_125_with_one_sentence() {
     let (env, _g) = require_env!(shared);
@@ -257,6 +259,7 @@ fn a_killed_sandbox_exits_125_with_one_sentence() {
 
 /// SIGQUIT to a pipe-mode client reaches the command, and no Go runtime
 /// dump reaches the user.
+// Covers FR-15.
 #[test]
 fn sigquit_reaches_the_command_without_a_goroutine_dump() {
     let (env, _g) = require_env!(shared);
@@ -283,6 +286,7 @@ fn sigquit_reaches_the_command_without_a_goroutine_dump() {
 
 /// A store with a hostile schema version or a damaged page is refused with
 /// its path and a fix (125), never a panic, never silently re-created.
+// Covers FR-21.
 #[test]
 fn hostile_and_damaged_stores_fail_closed() {
     let (env, _g) = require_env!(shared);
@@ -351,6 +355,7 @@ fn hostile_and_damaged_stores_fail_closed() {
 
 /// After the supervisor is killed, the next generation's start and stop
 /// leave no file of the dead generation in the runtime dir.
+// Covers FR-7.
 #[test]
 fn a_killed_supervisor_leaves_nothing_in_the_runtime_dir() {
     let (env, _g) = require_env!(shared);

@@ -39,6 +39,7 @@ fn image_build_works_with_a_normal_users_path_into_a_fresh_storage_root() {
     assert!(!r.stderr.contains("Unable to execute target architecture"), "{r:?}");
 }
 
+// Covers DX-5.
 #[test]
 fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
     let env = require_env!();
@@ -87,6 +88,7 @@ fn doctor_fails_for_a_helper_missing_from_its_path_and_for_a_config_error() {
 
 // ---- 2: capabilities ----------------------------------------------------------------
 
+// Covers SR-5.
 #[test]
 fn sandbox_root_can_chown_setuid_and_su_but_not_administer_the_network() {
     let (env, _g) = require_env!(shared);
@@ -173,6 +175,7 @@ print("ROUTE-ADDED" if "076312C6" in table.upper() else "no-route")
 
 // ---- 3: volumes ----------------------------------------------------------------------
 
+// Covers SR-3.
 #[test]
 fn volumes_are_mounted_read_only_and_read_write() {
     let (env, _g) = require_env!(shared);
@@ -531,6 +534,7 @@ fn a_typo_in_one_profile_leaves_the_others_working() {
 
 // ---- 2 (attack): the new capabilities do not open the Git Sentry ----------------------------------
 
+// Covers SR-4.
 #[test]
 fn chown_chmod_mknod_and_dac_override_do_not_reach_protected_git_paths() {
     let (env, _g) = require_env!(shared);

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::harness::{self, eventually, owner, processes_mentioning, sh_quote, Tmux, GLOBAL};
 use crate::require_env;
 
+// Covers SR-1, OR-4.
 #[test]
 fn proc_version_is_gvisor_and_exit_status_passes_through() {
     let (env, _g) = require_env!(shared);
@@ -19,6 +20,7 @@ fn proc_version_is_gvisor_and_exit_status_passes_through() {
     assert_eq!(r.code, 7, "{r:?}");
 }
 
+// Covers FR-3.
 #[test]
 fn workspace_is_shared_both_ways_and_owned_by_the_user() {
     let (env, _g) = require_env!(shared);
@@ -44,6 +46,7 @@ fn workspace_is_shared_both_ways_and_owned_by_the_user() {
     );
 }
 
+// Covers SR-2, SR-3.
 #[test]
 fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
     let (env, _g) = require_env!(shared);
@@ -74,6 +77,7 @@ fn host_home_is_invisible_and_mountinfo_shows_only_the_workspace() {
     assert!(!mountinfo.contains(".local/share/lazaret"), "{mountinfo}");
 }
 
+// Covers SR-1, SR-12, FR-12.
 #[test]
 fn nothing_runs_as_host_root_while_the_sandbox_runs() {
     let (env, _g) = require_env!(shared);
@@ -118,6 +122,7 @@ fn nothing_runs_as_host_root_while_the_sandbox_runs() {
     assert!(out.status.success());
 }
 
+// Covers OR-6.
 #[test]
 fn nothing_is_left_behind_after_run_returns() {
     let env = require_env!();
@@ -156,6 +161,7 @@ fn nothing_is_left_behind_after_run_returns() {
     assert!(!run_dir.join("gen").exists(), "generation files left behind");
 }
 
+// Covers SR-2, DX-5.
 #[test]
 fn bad_input_is_refused_with_a_clear_message_and_exit_2() {
     let (env, _g) = require_env!(shared);
@@ -216,6 +222,7 @@ fn missing_image_is_bad_input() {
     assert!(r.stderr.contains("lazaret image build"), "{r:?}");
 }
 
+// Covers SR-1.
 #[test]
 fn refuses_to_run_as_root() {
     let env = require_env!();
@@ -228,6 +235,7 @@ fn refuses_to_run_as_root() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to run as root"));
 }
 
+// Covers FR-8, DX-5.
 #[test]
 fn interactive_shell_under_tmux_sizes_and_restores_the_terminal() {
     let (env, _g) = require_env!(shared);

@@ -21,6 +21,7 @@ fn is_empty_dir(p: &Path) -> bool {
     std::fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false)
 }
 
+// Covers SR-14, FR-1, FR-4, FR-11, DX-6.
 #[test]
 fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
     let (env, _g) = require_env!(shared);
@@ -127,6 +128,7 @@ fn changes_persist_inspect_lists_them_and_reset_is_scoped() {
     assert!(r.stdout.contains("workspace file"), "{r:?}");
 }
 
+// Covers OR-5.
 #[test]
 fn reset_is_crash_consistent_at_every_step() {
     let (env, _g) = require_env!(shared);
@@ -177,6 +179,7 @@ fn reset_is_crash_consistent_at_every_step() {
     }
 }
 
+// Covers SR-14.
 #[test]
 fn symlinks_in_the_upper_are_never_followed() {
     let (env, _g) = require_env!(shared);
@@ -225,6 +228,7 @@ fn symlinks_in_the_upper_are_never_followed() {
     );
 }
 
+// Covers SR-11.
 #[test]
 fn two_domains_never_see_each_others_upper() {
     let (env, _g) = require_env!(shared);
@@ -309,6 +313,7 @@ fn umoci_insert(env: &Env, p: &Private, dir: &Path, dest: &str) {
     );
 }
 
+// Covers SR-15, FR-4, FR-22.
 #[test]
 fn a_new_lower_keeps_the_upper() {
     let (env, _g) = require_env!(shared);
@@ -356,6 +361,7 @@ fn a_new_lower_keeps_the_upper() {
     assert_eq!(v.code, 0, "{v:?}");
 }
 
+// Covers OR-7.
 #[test]
 fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
     let (env, _g) = require_env!(shared);

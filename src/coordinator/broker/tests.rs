@@ -229,6 +229,7 @@ fn a_record_in_the_former_text_format_cut_or_with_trailing_bytes_is_malformed() 
     assert_eq!(f.results(), 0);
 }
 
+// Covers SR-9, FR-10.
 #[test]
 fn a_record_not_bound_to_its_name_session_or_key_is_rejected() {
     let mut f = fixture("bind");

@@ -130,6 +130,7 @@ fn profile_deny_of_a_resolver_is_an_error() {
     }
 }
 
+// Covers SR-6, FR-19.
 #[test]
 fn more_specific_allow_opens_a_hole_and_equal_prefix_is_deny() {
     let mut pr = prof();
@@ -466,6 +467,7 @@ fn samples_are_decided_by_their_rule_and_cover_every_deny() {
     );
 }
 
+// Covers SR-17, FR-18.
 #[test]
 fn digest_and_fingerprint_change_with_every_input() {
     let pol = derive_ok(None, &prof());

@@ -120,6 +120,7 @@ fn json_bytes_of(json: &str, name: &str) -> Option<u64> {
 /// own steps with the time run; its step times are recorded for the next
 /// build's estimate; its first start shows the unpack with an estimate;
 /// `image ls` gives each image's and lower's disk as `du` counts it.
+// Covers DX-2.
 #[test]
 fn a_recipe_names_its_steps_and_image_ls_its_disk() {
     let (env, _g) = require_env!(shared);

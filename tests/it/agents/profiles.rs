@@ -177,6 +177,7 @@ fn a_profile_user_owns_its_workspace_and_keeps_its_home() {
 /// sandbox, as root, turned the persisted home into a file), the start
 /// fails with one sentence naming the profile, the user and why,
 /// and nothing is published; the Domain can still be removed.
+// Covers DX-2.
 #[test]
 fn a_user_setup_that_fails_at_boot_fails_the_start_with_its_reason() {
     let (env, _g) = require_env!(shared);
@@ -220,6 +221,7 @@ fn a_user_setup_that_fails_at_boot_fails_the_start_with_its_reason() {
 /// 1000), gets its key by name and `IS_SANDBOX`, reads what the host put in
 /// its credential directory (a volume) and writes a token there that
 /// survives a restart and is the host user's file.
+// Covers DX-1.
 #[test]
 fn the_stand_in_agent_profile_runs_end_to_end() {
     let (env, _g) = require_env!(shared);

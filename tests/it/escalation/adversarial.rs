@@ -21,6 +21,7 @@ fn type_slowly(t: &Tmux, keys: &str, gap: Duration) {
     }
 }
 
+// Covers SR-7.
 #[test]
 fn typeahead_and_typed_streams_never_decide() {
     let (env, _g) = require_env!(shared);
@@ -154,6 +155,7 @@ fn a_sandbox_drawn_scroll_region_and_fake_prompt_cannot_hide_the_real_one() {
     t.line("exit");
 }
 
+// Covers SR-7, OR-2.
 #[test]
 fn an_unanswered_prompt_expires_and_nothing_runs() {
     let (env, _g) = require_env!(shared);
@@ -180,6 +182,7 @@ fn an_unanswered_prompt_expires_and_nothing_runs() {
     t.line("exit");
 }
 
+// Covers OR-2.
 #[test]
 fn bursts_drain_and_junk_never_blocks_a_request() {
     let (env, _g) = require_env!(shared);
@@ -282,6 +285,7 @@ fn bursts_drain_and_junk_never_blocks_a_request() {
     }
 }
 
+// Covers FR-10.
 #[test]
 fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     let (env, _g) = require_env!(shared);
@@ -323,6 +327,7 @@ fn a_forged_record_naming_another_sessions_pending_id_leaves_it_alone() {
     t.line("exit");
 }
 
+// Covers OR-3.
 #[test]
 fn a_host_command_dies_with_a_killed_coordinator() {
     let (env, _g) = require_env!(shared);
@@ -367,6 +372,7 @@ fn host_sh(env: &Env, dir: &Path, script: &str) -> crate::harness::Run {
     crate::harness::Run::from(o)
 }
 
+// Covers SR-8.
 #[test]
 fn rules_fix_the_directory_shells_are_refused_and_host_git_is_hardened() {
     let (env, _g) = require_env!(shared);

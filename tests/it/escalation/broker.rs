@@ -61,6 +61,7 @@ fn host_git_version() -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+// Covers SR-8.
 #[test]
 fn auto_rules_match_exactly_and_trailing_args_only_when_granted() {
     let (env, _g) = require_env!(shared);
@@ -123,6 +124,7 @@ fn pane_text(t: &Tmux) -> String {
     t.capture()
 }
 
+// Covers SR-7, FR-5, DX-4.
 #[test]
 fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     let (env, _g) = require_env!(shared);
@@ -205,6 +207,7 @@ fn prompts_appear_only_in_the_requesting_terminal_and_decide_the_outcome() {
     }
 }
 
+// Covers SR-9, SR-11, FR-10.
 #[test]
 fn forged_tampered_replayed_foreign_oversized_and_linked_records_are_rejected() {
     let (env, _g) = require_env!(shared);
@@ -303,6 +306,7 @@ pub(crate) fn host_pids(env: &Env, needle: &str) -> Vec<i32> {
         .collect()
 }
 
+// Covers OR-3.
 #[test]
 fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     let (env, _g) = require_env!(shared);
@@ -351,6 +355,7 @@ fn a_killed_client_cancels_its_host_command_and_never_blocks_others() {
     a.line("exit");
 }
 
+// Covers OR-2.
 #[test]
 fn timeouts_kill_and_output_limits_truncate() {
     let (env, _g) = require_env!(shared);

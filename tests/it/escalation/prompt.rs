@@ -187,6 +187,7 @@ fn a_guest_drawing_in_a_loop_changes_nothing_on_the_prompt_rows() {
     t.line("exit");
 }
 
+// Covers DX-4.
 #[test]
 fn a_small_terminal_refuses_and_escalations_lists_the_full_argv() {
     let (env, _g) = require_env!(shared);

@@ -9,6 +9,7 @@ use crate::fixtures::{git_repo, host_git, host_git_ok};
 use crate::harness::{self, eventually, sh_quote};
 use crate::require_env;
 
+// Covers FR-3, DX-3.
 #[test]
 fn git_operations_inside_land_in_the_host_repository() {
     let (env, _g) = require_env!(shared);
@@ -46,6 +47,7 @@ fn git_operations_inside_land_in_the_host_repository() {
     );
 }
 
+// Covers SR-4.
 #[test]
 fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
     let (env, _g) = require_env!(shared);
@@ -94,6 +96,7 @@ fn linked_worktree_workspace_works_and_its_common_dir_is_protected() {
     let _ = std::fs::remove_dir_all(&wt);
 }
 
+// Covers SR-4.
 #[test]
 fn the_sandbox_cannot_make_host_git_obey_it() {
     let (env, _g) = require_env!(shared);
@@ -203,6 +206,7 @@ fn the_sandbox_cannot_make_host_git_obey_it() {
 
 const IGNORES: &str = ".env\nnode_modules/\ncache/\n";
 
+// Covers SR-13.
 #[test]
 fn ignored_paths_show_domain_state_not_host_content() {
     let (env, _g) = require_env!(shared);
@@ -259,6 +263,7 @@ fn ignored_paths_show_domain_state_not_host_content() {
     assert_eq!(host_git_ok(env, &ws, &["status", "--porcelain"]), "");
 }
 
+// Covers FR-9.
 #[test]
 fn isolate_ignored_false_shows_host_ignored_files() {
     let (env, _g) = require_env!(shared);

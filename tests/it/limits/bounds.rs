@@ -29,6 +29,7 @@ impl Drop for Squat {
 /// symlink) and no `XDG_RUNTIME_DIR`, `lazaret run` works in a private
 /// runtime dir under the Storage Root and says so once, naming the
 /// squatter; `doctor` reports it as a warning, not a failure.
+// Covers SR-10.
 #[test]
 fn a_squatted_runtime_dir_falls_back_to_a_private_one() {
     let env = require_env!();

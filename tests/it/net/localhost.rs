@@ -194,6 +194,7 @@ fn loopback_session(env: &Env, profile: &str) {
     let _ = env.lz(&ws, &["stop", "-p", profile]).config_home(&cfg).run();
 }
 
+// Covers FR-2.
 #[test]
 fn a_localhost_server_is_reached_from_every_session_and_from_nothing_outside() {
     let (env, _g) = require_env!(shared);

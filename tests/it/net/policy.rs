@@ -106,6 +106,7 @@ except OSError as e:
     print("err", e.errno, (time.monotonic() - t) * 1000)
 "#;
 
+// Covers SR-17, FR-16, FR-18.
 #[test]
 fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readiness() {
     let (env, _g) = require_env!(shared);
@@ -198,6 +199,7 @@ fn allowed_test_host_is_reachable_over_tcp_and_dns_and_net_show_reports_readines
     let _ = bg.wait();
 }
 
+// Covers SR-6, FR-19.
 #[test]
 fn deny_is_refused_fast_a_host_allow_opens_it_and_equal_prefix_is_deny() {
     let (env, _g) = require_env!(shared);
@@ -287,6 +289,7 @@ pub(crate) const DENIED_RESERVED: &[&str] = &[
     "240.0.0.1",
 ];
 
+// Covers SR-6, FR-19.
 #[test]
 fn default_denies_take_the_reject_route_and_ipv6_is_unreachable() {
     let (env, _g) = require_env!(shared);
@@ -369,6 +372,7 @@ print(open("/proc/net/dev").read())
 "#
 );
 
+// Covers SR-5, SR-12.
 #[test]
 fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
     let (env, _g) = require_env!(shared);
@@ -425,6 +429,7 @@ fn the_sandbox_cannot_change_its_network_and_is_not_in_the_host_namespace() {
     let _ = bg.wait();
 }
 
+// Covers FR-20.
 #[test]
 fn a_skipped_deny_is_caught_and_the_domain_is_not_published() {
     let (env, _g) = require_env!(shared);
@@ -485,6 +490,7 @@ fn trace_ms(trace: &str, role: &str, step: &str) -> Option<f64> {
     })
 }
 
+// Covers SR-5.
 #[test]
 fn runsc_boots_while_the_router_is_installed_and_init_waits_for_it() {
     let (env, _g) = require_env!(shared);

@@ -43,6 +43,7 @@ fn domain_gone(env: &Env, ws: &Path) -> bool {
     env.domain_processes(ws).is_empty() && !run.join("hc.sock").exists() && state_empty
 }
 
+// Covers FR-2, FR-12, DX-1.
 #[test]
 fn a_second_session_joins_the_same_sandbox() {
     let (env, _g) = require_env!(shared);
@@ -73,6 +74,7 @@ fn a_second_session_joins_the_same_sandbox() {
     a.expect("exit=0", Duration::from_secs(10));
 }
 
+// Covers OR-1.
 #[test]
 fn concurrent_cold_starts_elect_one_coordinator() {
     let (env, _g) = require_env!(shared);
@@ -125,6 +127,7 @@ fn concurrent_cold_starts_elect_one_coordinator() {
     assert_eq!(sessions, 8);
 }
 
+// Covers FR-6, OR-6.
 #[test]
 fn last_session_out_tears_down_and_the_next_is_a_new_generation() {
     let (env, _g) = require_env!(shared);
@@ -217,6 +220,7 @@ fn terminal_fidelity(env: &Env, ws: &Path, t: &Tmux) {
     t.expect("exit=5", Duration::from_secs(10));
 }
 
+// Covers FR-8, FR-14, FR-15.
 #[test]
 fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
     let (env, _g) = require_env!(shared);
@@ -231,6 +235,7 @@ fn terminals_resize_draw_interrupt_and_exit_for_first_and_joining_sessions() {
     assert_eq!(count(&env.domain_processes(&ws), "lazaret:[coordinator]"), 1);
 }
 
+// Covers FR-14, FR-15.
 #[test]
 fn a_killed_client_loses_only_its_own_guest_processes() {
     let (env, _g) = require_env!(shared);
@@ -265,6 +270,7 @@ fn a_killed_client_loses_only_its_own_guest_processes() {
     assert!(keeper.0.try_wait().unwrap().is_none(), "the other session ended");
 }
 
+// Covers FR-7, FR-13, DX-5.
 #[test]
 fn a_killed_coordinator_ends_every_session_and_the_sandbox() {
     let (env, _g) = require_env!(shared);
@@ -365,6 +371,7 @@ fn lp(s: &str) -> Vec<u8> {
     v
 }
 
+// Covers SR-16.
 #[test]
 fn hostile_connections_are_dropped_and_sessions_continue() {
     let (env, _g) = require_env!(shared);
@@ -403,6 +410,7 @@ fn hostile_connections_are_dropped_and_sessions_continue() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("survived"));
 }
 
+// Covers SR-16.
 #[test]
 fn ps_and_stop_report_and_end_a_domain() {
     let (env, _g) = require_env!(shared);

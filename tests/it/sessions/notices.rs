@@ -38,6 +38,7 @@ w("AFTER-TUI\r\n")
 time.sleep(3)
 "#;
 
+// Covers FR-8.
 #[test]
 fn notices_wait_while_a_full_screen_program_has_the_terminal() {
     let env = require_env!();

@@ -14,6 +14,7 @@ use crate::require_env;
 /// the shell's controlling terminal, and the session's exit status and
 /// the host terminal's mode are kept; a second, joining session gets a
 /// terminal of its own. Without a terminal, `tty` exits 1.
+// Covers FR-14.
 #[test]
 fn a_terminal_session_has_a_tty_name() {
     let (env, _g) = require_env!(shared);

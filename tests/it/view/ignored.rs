@@ -35,6 +35,7 @@ fn host_unchanged(ws: &Path, candidates: &[&str], content: &str) {
     );
 }
 
+// Covers SR-13.
 #[test]
 fn ignored_files_stay_hidden_through_ancestor_renames_links_and_gitignore_edits() {
     let (env, _g) = require_env!(shared);
