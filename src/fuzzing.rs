@@ -24,7 +24,7 @@ use crate::wire::mailbox;
 pub type Target = fn(&[u8]);
 
 /// Every target, by the name its corpus directory and the harness use.
-pub const TARGETS: [(&str, Target); 11] = [
+pub const TARGETS: [(&str, Target); 12] = [
     ("name", name),
     ("dns", dns),
     ("http", http),
@@ -36,6 +36,7 @@ pub const TARGETS: [(&str, Target); 11] = [
     ("hook", hook),
     ("gate_config", gate_config),
     ("client_frames", client_frames),
+    ("ssh_agent", ssh_agent),
 ];
 
 /// The target called `name`.
@@ -432,6 +433,111 @@ pub fn gate_config(data: &[u8]) {
     }
 }
 
+/// The host agent key the `ssh_agent` target's profile lists (an ed25519
+/// public key; it never signs here).
+pub fn ssh_agent_user_key() -> Vec<u8> {
+    let mut b = Vec::new();
+    crate::sshagent::proto::put_string(&mut b, b"ssh-ed25519");
+    crate::sshagent::proto::put_string(&mut b, &[0x11; 32]);
+    b
+}
+
+/// The server host key of the `ssh_agent` target: known_hosts lists it
+/// for `github.com`. Its private half (fixed, deterministic ed25519 signatures)
+/// makes the seeds.
+pub fn ssh_agent_host_key() -> openssl::pkey::PKey<openssl::pkey::Private> {
+    openssl::pkey::PKey::private_key_from_raw_bytes(&[0x42; 32], openssl::pkey::Id::ED25519)
+        .expect("an ed25519 key from 32 bytes")
+}
+
+/// The SSH public key blob of [`ssh_agent_host_key`].
+pub fn ssh_agent_host_blob() -> Vec<u8> {
+    let mut b = Vec::new();
+    crate::sshagent::proto::put_string(&mut b, b"ssh-ed25519");
+    let raw = ssh_agent_host_key().raw_public_key().expect("a public key");
+    crate::sshagent::proto::put_string(&mut b, &raw);
+    b
+}
+
+/// The SSH agent the sandbox talks to (`sshagent`): a stream of agent
+/// frames (`uint32 length, body`) on one connection, each parsed,
+/// session-binds verified and recorded, sign requests classified and
+/// decided against a profile listing [`ssh_agent_user_key`] with a login
+/// rule for `git@github.com` and a `git` namespace rule. Properties: a
+/// request that parses re-encodes to the same bytes; the login rule
+/// approves only a login to the host key known_hosts lists for
+/// github.com (so only after that key's own signature bound the session);
+/// the prompt and audit texts hold no character a terminal acts on.
+pub fn ssh_agent(data: &[u8]) {
+    use crate::config::ssh_agent::{Approve, RuleUse, SshAgent, SshRule};
+    use crate::sshagent::decide::{self, Conn, Decision, Use};
+    use crate::sshagent::known_hosts::KnownHosts;
+    use crate::sshagent::{keys, proto};
+
+    let user_key = ssh_agent_user_key();
+    let fp = keys::fingerprint(&user_key);
+    let host = ssh_agent_host_blob();
+    let known_text = format!("github.com ssh-ed25519 {}\n", openssl::base64::encode_block(&host));
+    let known = KnownHosts::parse(known_text.as_bytes());
+    let cfg = SshAgent {
+        keys: vec![fp.clone()],
+        approve: Approve::Session,
+        rules: vec![
+            SshRule {
+                key: fp.clone(),
+                what: RuleUse::Login {
+                    host: "github.com".into(),
+                    user: "git".into(),
+                },
+            },
+            SshRule {
+                key: fp.clone(),
+                what: RuleUse::Namespace("git".into()),
+            },
+        ],
+    };
+    let mut conn = Conn::default();
+    let mut rest = data;
+    while rest.len() >= 4 {
+        let n = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let body = &rest[4..4 + n.min(rest.len() - 4)];
+        rest = &rest[4 + body.len()..];
+        let Ok(req) = proto::parse_request(body) else {
+            continue;
+        };
+        assert_eq!(proto::encode_request(&req), body, "an agent request with two encodings");
+        match req {
+            proto::Request::List => {}
+            proto::Request::SessionBind {
+                host_key,
+                session_id,
+                signature,
+                forwarding,
+            } => {
+                let _ = conn.bind(&host_key, &session_id, &signature, forwarding);
+            }
+            proto::Request::Sign { key, data, .. } => {
+                let Ok(what) = conn.classify(&key, &data) else {
+                    continue;
+                };
+                let key_fp = keys::fingerprint(&key);
+                let d = decide::decide(&cfg, &key_fp, &what, &known, false);
+                if d == Decision::Rule(0) {
+                    assert!(
+                        matches!(&what, Use::Login { user, host_key } if user == "git" && *host_key == host),
+                        "the login rule approved {what:?}"
+                    );
+                }
+                let mut text = decide::describe(&key_fp, &what, &known);
+                text.push(decide::audit_line("s", &key_fp, &what, "x"));
+                for t in text {
+                    assert!(!t.chars().any(crate::display::is_unsafe), "unescaped text {t:?}");
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::wire::mailbox::tests::{samples_request, samples_result};
@@ -450,6 +556,96 @@ mod tests {
             .chain(results.enumerate().map(|(i, b)| (format!("result-{i}"), b)));
         for (name, bytes) in seeds {
             let path = dir.join(&name);
+            if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(bytes),
+                "{}: not the encoder's",
+                path.display()
+            );
+        }
+    }
+
+    /// The `ssh_agent` seeds: agent frames a real client sends
+    /// (`LAZARET_WRITE_SEEDS=1` writes them anew).
+    #[test]
+    fn ssh_agent_seeds_are_the_encoders() {
+        use crate::sshagent::proto::{encode_request, put_string, Request};
+        let frame = |r: &Request| {
+            let b = encode_request(r);
+            let mut f = (b.len() as u32).to_be_bytes().to_vec();
+            f.extend(b);
+            f
+        };
+        let sid = [0x5a; 32];
+        let mut s = openssl::sign::Signer::new_without_digest(&super::ssh_agent_host_key()).unwrap();
+        let mut sig = Vec::new();
+        put_string(&mut sig, b"ssh-ed25519");
+        put_string(&mut sig, &s.sign_oneshot_to_vec(&sid).unwrap());
+        let bind = Request::SessionBind {
+            host_key: super::ssh_agent_host_blob(),
+            session_id: sid.to_vec(),
+            signature: sig,
+            forwarding: false,
+        };
+        let key = super::ssh_agent_user_key();
+        let login = |user: &[u8], hostbound: bool| {
+            let mut d = Vec::new();
+            put_string(&mut d, &sid);
+            d.push(50);
+            put_string(&mut d, user);
+            put_string(&mut d, b"ssh-connection");
+            put_string(
+                &mut d,
+                if hostbound {
+                    &b"publickey-hostbound-v00@openssh.com"[..]
+                } else {
+                    b"publickey"
+                },
+            );
+            d.push(1);
+            put_string(&mut d, b"ssh-ed25519");
+            put_string(&mut d, &key);
+            if hostbound {
+                put_string(&mut d, &super::ssh_agent_host_blob());
+            }
+            Request::Sign {
+                key: key.clone(),
+                data: d,
+                flags: 0,
+            }
+        };
+        let mut sshsig = b"SSHSIG".to_vec();
+        put_string(&mut sshsig, b"git");
+        put_string(&mut sshsig, b"");
+        put_string(&mut sshsig, b"sha512");
+        put_string(&mut sshsig, &[7; 64]);
+        let seeds: Vec<(&str, Vec<u8>)> = vec![
+            ("list", frame(&Request::List)),
+            ("bind-login", [frame(&bind), frame(&login(b"git", false))].concat()),
+            (
+                "bind-login-hostbound",
+                [frame(&bind), frame(&login(b"git", true))].concat(),
+            ),
+            ("login-unbound", frame(&login(b"root", false))),
+            (
+                "sshsig",
+                frame(&Request::Sign {
+                    key: key.clone(),
+                    data: sshsig,
+                    flags: 0,
+                }),
+            ),
+            ("add-identity", [0, 0, 0, 1, 17].to_vec()),
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus/ssh_agent");
+        if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        for (name, bytes) in seeds {
+            let path = dir.join(name);
             if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
                 std::fs::write(&path, &bytes).unwrap();
             }

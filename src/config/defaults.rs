@@ -238,6 +238,7 @@ impl Profile {
             host_config_writable: Vec::new(),
             host_hooks: HostHooks::Warn,
             secrets: Vec::new(),
+            ssh_agent: None,
         }
     }
 }

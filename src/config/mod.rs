@@ -32,6 +32,10 @@
 //! [profiles.NAME.secrets.ANTHROPIC_API_KEY]   # config::secrets
 //! from = "env:ANTHROPIC_API_KEY"        # | "file:/PATH" | "cmd:PROGRAM ARGS"
 //! hosts = ["api.anthropic.com"]
+//! [profiles.NAME.ssh_agent]             # config::ssh_agent
+//! keys = ["SHA256:…"]
+//! approve = "each"                      # | "session" | "rule"
+//! rules = [{ key = "SHA256:…", host = "github.com", user = "git" }, { key = "SHA256:…", namespace = "git" }]
 //! ```
 //!
 //! Parsing uses the small strict TOML reader in [`toml`] below rather than
@@ -48,6 +52,7 @@ pub mod passenv;
 pub mod ports;
 pub mod secret_sources;
 pub mod secrets;
+pub mod ssh_agent;
 
 mod defaults;
 mod fingerprint;

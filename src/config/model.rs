@@ -157,6 +157,10 @@ pub struct Profile {
     /// `[profiles.NAME.secrets.VAR]`: keys the sandbox sees only as
     /// sentinels (`config::secrets`), in file order.
     pub secrets: Vec<crate::config::secrets::Secret>,
+    /// `[profiles.NAME.ssh_agent]`: the developer's agent keys the
+    /// sandbox may ask to sign with, and how each use is approved.
+    /// Host-side: not part of the fingerprint.
+    pub ssh_agent: Option<crate::config::ssh_agent::SshAgent>,
 }
 
 /// `host_hooks`: warn (one line at each Domain start, the default) or

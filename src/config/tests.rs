@@ -1468,3 +1468,118 @@ fn the_builtin_dev_recipe_is_the_fixture() {
         .iter()
         .any(|s| s.contains(DEV_NODE_SHA256) && s.contains("sha256sum -c")));
 }
+
+// --- [profiles.NAME.ssh_agent] -------------------------------------------
+
+const FP1: &str = "SHA256:3gDkNH9tD2dIcozx6wwmy2GCemLiCLW/WrpiXeOARCw";
+const FP2: &str = "SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU";
+
+#[test]
+fn ssh_agent_parses_keys_approve_and_rules() {
+    use super::ssh_agent::{Approve, RuleUse, SshRule};
+    let c = ok(&format!(
+        "[profiles.dev.ssh_agent]\nkeys = [\"{FP1}\", \"{FP2}\"]\napprove = \"session\"\nrules = [\n  \
+         {{ key = \"{FP1}\", host = \"github.com\", user = \"git\" }},\n  \
+         {{ key = \"{FP2}\", host = \"[git.example.test]:2222\", user = \"me\" }},\n  \
+         {{ key = \"{FP1}\", namespace = \"git\" }},\n]\n"
+    ));
+    let a = c.profiles["dev"].ssh_agent.clone().unwrap();
+    assert_eq!(a.keys, vec![FP1.to_string(), FP2.to_string()]);
+    assert_eq!(a.approve, Approve::Session);
+    assert_eq!(
+        a.rules,
+        vec![
+            SshRule {
+                key: FP1.into(),
+                what: RuleUse::Login {
+                    host: "github.com".into(),
+                    user: "git".into()
+                }
+            },
+            SshRule {
+                key: FP2.into(),
+                what: RuleUse::Login {
+                    host: "[git.example.test]:2222".into(),
+                    user: "me".into()
+                }
+            },
+            SshRule {
+                key: FP1.into(),
+                what: RuleUse::Namespace("git".into())
+            },
+        ]
+    );
+    let c = ok(&format!("[profiles.dev.ssh_agent]\nkeys = [\"{FP1}\"]\n"));
+    assert_eq!(c.profiles["dev"].ssh_agent.as_ref().unwrap().approve, Approve::Each);
+    assert_eq!(c.profiles["dev"].ssh_agent.as_ref().unwrap().rules, vec![]);
+    assert_eq!(ok("[profiles.dev]\n").profiles["dev"].ssh_agent, None);
+}
+
+#[test]
+fn ssh_agent_errors_name_file_line_and_key() {
+    let t = |body: &str| err(&format!("[profiles.dev.ssh_agent]\n{body}"));
+    let k = format!("keys = [\"{FP1}\"]\n");
+    for (body, parts) in [
+        ("approve = \"each\"\n".to_string(), vec![":1:", "profiles.dev.ssh_agent.keys", "no value"]),
+        ("keys = []\n".into(), vec![":2:", "profiles.dev.ssh_agent.keys", "an empty array"]),
+        ("keys = [\"SHA256:short\"]\n".into(), vec![":2:", "ssh_agent.keys", "SHA256:"]),
+        ("keys = [\"MD5:aa:bb\"]\n".into(), vec![":2:", "ssh_agent.keys"]),
+        (format!("keys = [\"{FP1}\",\n \"{FP1}\"]\n"), vec![":3:", "listed twice", "first on line 2"]),
+        (format!("{k}approve = \"always\"\n"), vec![":3:", "ssh_agent.approve", "\"each\", \"session\" or \"rule\""]),
+        (format!("{k}approve = \"rule\"\n"), vec![":3:", "ssh_agent.approve", "without rules"]),
+        (format!("{k}agent = \"/tmp/sock\"\n"), vec![":3:", "ssh_agent.agent", "unknown key"]),
+        (
+            format!("{k}rules = [{{ key = \"{FP2}\", namespace = \"git\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].key", "one of the keys listed"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", host = \"github.com\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0]", "either host and user"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", host = \"github.com\", user = \"git\", namespace = \"git\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0]", "either host and user"],
+        ),
+        (
+            format!("{k}rules = [{{ host = \"github.com\", user = \"git\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].key", "no value"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", host = \"*.github.com\", user = \"git\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].host"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", host = \"[a.test]:22\", user = \"git\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].host"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", host = \"GitHub.com\", user = \"git\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].host"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", host = \"a.test\", user = \"-oProxyCommand\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].user"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", namespace = \"\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].namespace"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", namespace = \"git\" }},\n {{ key = \"{FP1}\", namespace = \"git\" }}]\n"),
+            vec![":4:", "ssh_agent.rules[1]", "each rule once"],
+        ),
+        (
+            format!("{k}rules = [{{ key = \"{FP1}\", namespace = \"git\", when = \"x\" }}]\n"),
+            vec![":3:", "ssh_agent.rules[0].when", "unknown key"],
+        ),
+    ] {
+        let msg = t(&body);
+        let mut parts = parts;
+        parts.push(FILE);
+        assert_has(&msg, &parts);
+    }
+    assert_has(
+        &err("[profiles.dev]\nssh_agent = 1\n"),
+        &["profiles.dev.ssh_agent", "a table"],
+    );
+}

@@ -31,6 +31,7 @@ const PROFILE_KEYS: &[&str] = &[
     "host_hooks",
     "ca_certs",
     "secrets",
+    "ssh_agent",
 ];
 const PROFILE_LIMITS_KEYS: &[&str] = &["memory", "pids", "cpus", "disk", "image_layer"];
 const PROFILE_NETWORK_KEYS: &[&str] = &["allow", "deny", "dns", "mode", "hosts", "idle_timeout_s"];
@@ -672,6 +673,9 @@ impl Schema<'_> {
             let mut taken: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
             taken.extend(p.pass_env.iter().map(String::as_str));
             p.secrets = crate::config::secrets::parse(self.file, i, &k("secrets"), &taken)?;
+        }
+        if let Some(i) = t.get("ssh_agent") {
+            p.ssh_agent = Some(crate::config::ssh_agent::parse(self.file, i, &k("ssh_agent"))?);
         }
         Ok(p)
     }
