@@ -555,17 +555,22 @@ mod tests {
             .map(|(i, b)| (format!("request-{i}"), b))
             .chain(results.enumerate().map(|(i, b)| (format!("result-{i}"), b)));
         for (name, bytes) in seeds {
-            let path = dir.join(&name);
-            if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
-                std::fs::write(&path, &bytes).unwrap();
-            }
-            assert_eq!(
-                std::fs::read(&path).ok(),
-                Some(bytes),
-                "{}: not the encoder's",
-                path.display()
-            );
+            seed_is(&dir.join(&name), bytes);
         }
+    }
+
+    /// The seed at `path` holds exactly `bytes`; `LAZARET_WRITE_SEEDS=1`
+    /// writes them there first.
+    fn seed_is(path: &std::path::Path, bytes: Vec<u8>) {
+        if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
+            std::fs::write(path, &bytes).unwrap();
+        }
+        assert_eq!(
+            std::fs::read(path).ok(),
+            Some(bytes),
+            "{}: not the encoder's",
+            path.display()
+        );
     }
 
     /// The `ssh_agent` seeds: agent frames a real client sends
@@ -645,16 +650,7 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
         }
         for (name, bytes) in seeds {
-            let path = dir.join(name);
-            if std::env::var_os("LAZARET_WRITE_SEEDS").is_some() {
-                std::fs::write(&path, &bytes).unwrap();
-            }
-            assert_eq!(
-                std::fs::read(&path).ok(),
-                Some(bytes),
-                "{}: not the encoder's",
-                path.display()
-            );
+            seed_is(&dir.join(name), bytes);
         }
     }
 }

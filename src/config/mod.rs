@@ -207,3 +207,24 @@ pub fn normalize_rel(s: &str) -> Option<String> {
     }
     Some(parts.join("/"))
 }
+
+/// Rejects keys of `table` (at `key` in `file`) outside `allowed`, naming
+/// the first other one with its line.
+fn known_keys(
+    file: &std::path::Path,
+    table: &toml::Table,
+    key: &str,
+    allowed: &'static [&'static str],
+) -> Result<(), ConfigError> {
+    for (k, item) in &table.entries {
+        if !allowed.contains(&k.as_str()) {
+            return Err(ConfigError::UnknownKey {
+                path: file.to_path_buf(),
+                line: item.line,
+                key: toml::join_key(key, k),
+                expected: allowed.to_vec(),
+            });
+        }
+    }
+    Ok(())
+}

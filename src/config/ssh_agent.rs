@@ -137,17 +137,7 @@ impl P<'_> {
     }
 
     fn known(&self, t: &Table, key: &str, allowed: &'static [&'static str]) -> Result<(), ConfigError> {
-        for (k, item) in &t.entries {
-            if !allowed.contains(&k.as_str()) {
-                return Err(ConfigError::UnknownKey {
-                    path: self.file.to_path_buf(),
-                    line: item.line,
-                    key: join_key(key, k),
-                    expected: allowed.to_vec(),
-                });
-            }
-        }
-        Ok(())
+        super::known_keys(self.file, t, key, allowed)
     }
 
     fn string<'t>(

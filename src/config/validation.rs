@@ -78,17 +78,7 @@ impl Schema<'_> {
 
     /// Rejects keys of `table` outside `allowed`.
     fn known_keys(&self, table: &Table, key: &str, allowed: &'static [&'static str]) -> Result<(), ConfigError> {
-        for (k, item) in &table.entries {
-            if !allowed.contains(&k.as_str()) {
-                return Err(ConfigError::UnknownKey {
-                    path: self.file.to_path_buf(),
-                    line: item.line,
-                    key: join_key(key, k),
-                    expected: allowed.to_vec(),
-                });
-            }
-        }
-        Ok(())
+        super::known_keys(self.file, table, key, allowed)
     }
 
     fn table<'t>(&self, item: &'t Item, key: &str) -> Result<&'t Table, ConfigError> {
