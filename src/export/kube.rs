@@ -24,8 +24,7 @@ pub struct Options {
     pub namespace: String,
     /// The agent's image; `None`: the profile's `docker://` reference.
     pub image: Option<String>,
-    /// The sidecar gate's image (the static `lazaret`, `iptables-restore` and
-    /// `ip6tables-restore`).
+    /// The sidecar gate's image (the static `lazaret` and `iptables-restore`).
     pub gate_image: String,
     pub runtime_class: String,
     pub replicas: u32,
@@ -65,9 +64,6 @@ pub struct Export {
     pub gate: Option<GateConfig>,
     /// With the gate: the init container's `iptables-restore` input.
     pub redirect_rules: Option<String>,
-    /// With the gate: the second init container's `ip6tables-restore`
-    /// input (IPv6 refused but the gate's own and loopback).
-    pub redirect6_rules: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +258,6 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
             .collect(),
     });
     let redirect_rules = gate.as_ref().map(redirect_rules);
-    let redirect6_rules = gate.as_ref().map(|_| redirect6_rules());
 
     // ---- the agent container
     let mut env: Vec<Value> = profile
@@ -373,37 +368,6 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
             (
                 "command",
                 Value::strs(&["iptables-restore", &format!("{GATE_CONF_DIR}/redirect.rules")]),
-            ),
-            (
-                "securityContext",
-                m(vec![
-                    ("runAsUser", Value::Int(0)),
-                    ("runAsNonRoot", Value::Bool(false)),
-                    ("allowPrivilegeEscalation", Value::Bool(false)),
-                    (
-                        "capabilities",
-                        m(vec![
-                            ("drop", Value::strs(&["ALL"])),
-                            ("add", Value::strs(&["NET_ADMIN", "NET_RAW"])),
-                        ]),
-                    ),
-                ]),
-            ),
-            (
-                "volumeMounts",
-                Value::List(vec![m(vec![
-                    ("name", s("gate-conf")),
-                    ("mountPath", s(GATE_CONF_DIR)),
-                    ("readOnly", Value::Bool(true)),
-                ])]),
-            ),
-        ]));
-        init.push(m(vec![
-            ("name", s("lazaret-egress-init6")),
-            ("image", s(&o.gate_image)),
-            (
-                "command",
-                Value::strs(&["ip6tables-restore", &format!("{GATE_CONF_DIR}/redirect6.rules")]),
             ),
             (
                 "securityContext",
@@ -601,19 +565,12 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
             ]),
         ),
     ]));
-    if let (Some(g), Some(r), Some(r6)) = (&gate, &redirect_rules, &redirect6_rules) {
+    if let (Some(g), Some(r)) = (&gate, &redirect_rules) {
         objects.push(m(vec![
             ("apiVersion", s("v1")),
             ("kind", s("ConfigMap")),
             ("metadata", meta(&format!("{name}-gate"))),
-            (
-                "data",
-                m(vec![
-                    ("gate.conf", s(g.render())),
-                    ("redirect.rules", s(r)),
-                    ("redirect6.rules", s(r6)),
-                ]),
-            ),
+            ("data", m(vec![("gate.conf", s(g.render())), ("redirect.rules", s(r))])),
         ]));
     }
     if egress == Some(Egress::Cilium) {
@@ -631,7 +588,6 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
         objects,
         gate,
         redirect_rules,
-        redirect6_rules,
     })
 }
 
@@ -677,20 +633,6 @@ pub fn redirect_rules(g: &GateConfig) -> String {
     for a in &g.allow {
         r.push_str(&format!("-A OUTPUT -d {a} -j ACCEPT\n"));
     }
-    r.push_str("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n-A OUTPUT -j REJECT\nCOMMIT\n");
-    r
-}
-
-/// The second init container's `ip6tables-restore` input. The gate and
-/// the profile's ranges are IPv4: in a dual-stack pod every IPv6 packet
-/// but the gate's own and loopback's is refused, so nothing goes around
-/// the gate over IPv6 (not even a name asked of the cluster's resolver).
-pub fn redirect6_rules() -> String {
-    let mut r = String::from(
-        "# lazaret: the pod's IPv6 egress, refused around the sidecar gate\n*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\n",
-    );
-    r.push_str(&format!("-A OUTPUT -m owner --uid-owner {GATE_UID} -j ACCEPT\n"));
-    r.push_str("-A OUTPUT -o lo -j ACCEPT\n");
     r.push_str("-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset\n-A OUTPUT -j REJECT\nCOMMIT\n");
     r
 }
@@ -811,9 +753,9 @@ impl Export {
     /// comment, one document per object) or `NAME.json` (a `v1` `List`;
     /// JSON has no comments: the notes are the template's
     /// `lazaret.dev/not-carried-over` annotation, in both formats), and
-    /// with the gate `NAME.gate.conf`, `NAME.redirect.rules` and
-    /// `NAME.redirect6.rules` (the ConfigMap's keys, for `lazaret gate
-    /// --config` outside a cluster).
+    /// with the gate `NAME.gate.conf` and `NAME.redirect.rules` (the
+    /// ConfigMap's two keys, for `lazaret gate --config` outside a
+    /// cluster).
     pub fn files(&self, f: Format) -> Vec<(String, String)> {
         let mut out = Vec::new();
         match f {
@@ -837,10 +779,9 @@ impl Export {
                 out.push((format!("{}.json", self.name), super::doc::json(&list)));
             }
         }
-        if let (Some(g), Some(r), Some(r6)) = (&self.gate, &self.redirect_rules, &self.redirect6_rules) {
+        if let (Some(g), Some(r)) = (&self.gate, &self.redirect_rules) {
             out.push((format!("{}.gate.conf", self.name), g.render()));
             out.push((format!("{}.redirect.rules", self.name), r.clone()));
-            out.push((format!("{}.redirect6.rules", self.name), r6.clone()));
         }
         out
     }

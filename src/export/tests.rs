@@ -358,18 +358,6 @@ fn allow_by_name_and_secrets() {
         .as_ref()
         .unwrap()
         .contains("--uid-owner 1337 -j RETURN"));
-    // IPv6 (a dual-stack pod): refused but the gate's own and loopback's.
-    let r6 = e.redirect6_rules.as_ref().unwrap();
-    assert!(r6.contains("-A OUTPUT -m owner --uid-owner 1337 -j ACCEPT\n-A OUTPUT -o lo -j ACCEPT\n"));
-    assert!(
-        r6.ends_with("-A OUTPUT -j REJECT\nCOMMIT\n") && !r6.contains("*nat"),
-        "{r6}"
-    );
-    let files: Vec<String> = e.files(Format::Yaml).into_iter().map(|(n, _)| n).collect();
-    assert!(
-        files.contains(&"lazaret-secrets.redirect6.rules".to_string()),
-        "{files:?}"
-    );
     // The agent holds the sentinel, the same at every export.
     assert_eq!(e.objects, export("secrets", &options()).objects);
     // Cilium: refused with secrets, toFQDNs without.
