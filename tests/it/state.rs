@@ -372,6 +372,17 @@ fn prune_reclaims_only_unleased_artifacts_and_never_foreign_dirs() {
         let r = plz(env, &p, ws, &["run", "--", "true"]).run();
         assert_eq!(r.code, 0, "{r:?}");
     }
+    // `run` returns when its command ends; the Domain's teardown goes on
+    // after it (under load, for seconds). Below, exactly one Domain is
+    // active at a time: first both of these are gone.
+    let mut l = plz(env, &p, &a, &["image", "list", "--json"]).run();
+    assert!(
+        eventually(Duration::from_secs(90), || {
+            l = plz(env, &p, &a, &["image", "list", "--json"]).run();
+            l.stdout.contains(r#""active":[]"#)
+        }),
+        "the two Domains never ended: {l:?}"
+    );
     let lowers = p.data.join("lazaret/lowers");
     let foreign = lowers.join("not-lazarets");
     env.write(&foreign.join("file"), "mine\n");
