@@ -97,11 +97,22 @@ impl View {
                 Some(h) => Arc::new(reopen(&h, write)?),
                 None if gone => return Err(Errno::ESTALE),
                 None => {
-                    let f = Arc::new(self.open_path(side, &rel, write)?);
-                    if rustix::fs::fstat(&*f).map_err(errno)?.st_ino != want {
-                        return Err(Errno::ESTALE);
+                    let open = |rel: &Path| -> Result<File, Errno> {
+                        let f = self.open_path(side, rel, write)?;
+                        if rustix::fs::fstat(&f).map_err(errno)?.st_ino != want {
+                            return Err(Errno::ESTALE);
+                        }
+                        Ok(f)
+                    };
+                    match open(&rel) {
+                        Ok(f) => Arc::new(f),
+                        // Its path went stale: another name of it may not.
+                        Err(e) if e == Errno::ENOENT || e == Errno::ESTALE => match self.refind(ino) {
+                            Some((a, _)) => Arc::new(open(&a)?),
+                            None => return Err(e),
+                        },
+                        Err(e) => return Err(e),
                     }
-                    f
                 }
             })
         })();

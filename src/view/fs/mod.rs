@@ -110,10 +110,12 @@ const TTL_LONG: Duration = Duration::from_secs(3600);
 /// Per-view bound on cached per-node read (or write) fds.
 const FD_CACHE: usize = 256;
 /// Per-view bound on the `O_PATH` handles nodes keep of their files
-/// (`Node::file`; a quarter of the open-file limit if that is less), beyond
-/// which a node is served by path; `PINNED_MAX` more are allowed for files
-/// unlinked or renamed over through the view.
-const HANDLES_MAX: usize = 8192;
+/// (`Node::file`; a quarter of the open-file limit if that is less): past
+/// it the least recently used file gives its handle up to the one looked
+/// up (`Tables::release_named_handle`) and is served by path;
+/// `PINNED_MAX` more are allowed for files unlinked or renamed over
+/// through the view.
+const HANDLES_MAX: usize = 32768;
 const PINNED_MAX: usize = 1024;
 
 /// Stripes of the lock that orders the guest's reads and changes of a
@@ -309,6 +311,7 @@ impl View {
                 cached_fds: 0,
                 by_ino: HashMap::new(),
                 handles_held: 0,
+                handle_ring: Default::default(),
                 writers: HashMap::new(),
                 ids: HashMap::new(),
                 own_names: HashMap::new(),

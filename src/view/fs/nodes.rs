@@ -33,8 +33,9 @@ impl View {
     /// serves it): side, last path, protected, gone. Protected when any of
     /// its paths is.
     pub(super) fn node_any(&self, ino: INodeNo) -> Result<(Side, PathBuf, bool, bool), Errno> {
-        let t = self.t.lock().unwrap();
-        let n = t.nodes.get(&ino.0).ok_or(Errno::ENOENT)?;
+        let mut t = self.t.lock().unwrap();
+        let n = t.nodes.get_mut(&ino.0).ok_or(Errno::ENOENT)?;
+        n.used = true;
         let (side, rel, sticky, gone, aliases) = (n.side, n.rel.clone(), n.protected, n.gone, n.aliases.clone());
         drop(t);
         let protected = sticky || self.protected_at(side, &rel) || aliases.iter().any(|a| self.protected_at(side, a));
@@ -155,16 +156,22 @@ impl View {
                 }
             }
         };
-        let keep = t.handles_held < self.handles_max;
         let n = t.nodes.get_mut(&id).expect("node of a known key");
         n.protected |= protected;
+        // Used again; a new node starts unused, its place at the end of the
+        // handle clock's round guarding it for one round.
+        n.used = n.lookups > 0;
         n.lookups += 1;
         n.told = Some(told(&st));
         n.end = st.st_size;
-        if n.file.is_none() && keep {
-            if let Some(h) = handle {
-                n.file = Some(Arc::new(h));
-                t.handles_held += 1;
+        // Past the bound, the least recently used file gives its handle
+        // up for this one (a file the guest is using keeps its own).
+        if n.file.is_none() && handle.is_some() {
+            let dir = n.dir;
+            let keep =
+                t.handles_held < self.handles_max || (self.handles_max > 0 && !dir && t.release_named_handle(id));
+            if let (true, Some(h)) = (keep, handle) {
+                t.give_handle(id, Arc::new(h));
             }
         }
         Ok(self.shown(id, side, &st))
@@ -292,15 +299,54 @@ impl View {
         }
     }
 
-    /// Stats a node's path and checks it still names the node's file.
+    /// Stats a node's path and checks it still names the node's file (or
+    /// another name of it does, `refind`).
     pub(super) fn node_stat(&self, ino: INodeNo) -> Result<(Side, PathBuf, rustix::fs::Stat), Errno> {
         let (side, rel, _) = self.node(ino)?;
         let want = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.host_ino);
-        let st = self.stat(side, &rel)?;
-        if want != Some(st.st_ino) {
-            return Err(Errno::ESTALE);
+        match self.stat(side, &rel) {
+            Ok(st) if want == Some(st.st_ino) => Ok((side, rel, st)),
+            Err(e) if e != Errno::ENOENT && e != Errno::ENOTDIR => Err(e),
+            other => {
+                let Some((a, st)) = self.refind(ino) else {
+                    return Err(other.err().unwrap_or(Errno::ESTALE));
+                };
+                Ok((side, a, st))
+            }
         }
-        Ok((side, rel, st))
+    }
+
+    /// A node served by its path (it holds no handle) whose path no longer
+    /// names its file: a host rename or removal of that name the view has
+    /// not heard of yet, while another name the guest reached it by (a
+    /// hard link, `Node::aliases`) still does. That name becomes the
+    /// node's path, with its stat. None when no name the node knows is
+    /// its file.
+    pub(super) fn refind(&self, ino: INodeNo) -> Option<(PathBuf, rustix::fs::Stat)> {
+        let (side, rel, aliases, dev, host_ino) = {
+            let t = self.t.lock().unwrap();
+            let n = t.nodes.get(&ino.0)?;
+            if n.gone || n.file.is_some() {
+                return None;
+            }
+            (n.side, n.rel.clone(), n.aliases.clone(), n.host_dev, n.host_ino)
+        };
+        for a in aliases {
+            let Ok(st) = self.stat(side, &a) else { continue };
+            if st.st_ino != host_ino || st.st_dev != dev {
+                continue;
+            }
+            let mut t = self.t.lock().unwrap();
+            if let Some(n) = t.nodes.get_mut(&ino.0) {
+                if n.rel == rel {
+                    if let Some(i) = n.aliases.iter().position(|x| *x == a) {
+                        n.aliases[i] = std::mem::replace(&mut n.rel, a.clone());
+                    }
+                }
+            }
+            return Some((a, st));
+        }
+        None
     }
 
     /// Before `rel` stops naming its file (unlink, rename over it): the
@@ -336,11 +382,11 @@ impl View {
         };
         let mut t = self.t.lock().unwrap();
         let t = &mut *t;
-        if let Some(n) = t.nodes.get_mut(&id) {
-            if n.file.is_none() && n.host_ino == st.st_ino && n.host_dev == st.st_dev {
-                n.file = Some(Arc::new(h));
-                t.handles_held += 1;
-            }
+        if t.nodes
+            .get(&id)
+            .is_some_and(|n| n.file.is_none() && n.host_ino == st.st_ino && n.host_dev == st.st_dev)
+        {
+            t.give_handle(id, Arc::new(h));
         }
     }
 

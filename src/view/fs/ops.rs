@@ -860,11 +860,27 @@ impl View {
                 Some(st)
             }
             None => {
-                let (parent, name) = split(&rel);
-                let d1 = self.dir(side, parent)?;
-                let pre = self.stat(side, &rel).ok();
-                rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
-                pre
+                let want = self.t.lock().unwrap().nodes.get(&ino.0).map(|n| n.host_ino);
+                // Only the node's own file: a path that names another one
+                // now (replaced on the host) is stale.
+                let link = |rel: &std::path::Path| -> Result<Option<rustix::fs::Stat>, Errno> {
+                    let (parent, name) = split(rel);
+                    let d1 = self.dir(side, parent)?;
+                    let pre = self.stat(side, rel)?;
+                    if Some(pre.st_ino) != want {
+                        return Err(Errno::ESTALE);
+                    }
+                    rustix::fs::linkat(&d1, name, &d2, newname, AtFlags::empty()).map_err(errno)?;
+                    Ok(Some(pre))
+                };
+                match link(&rel) {
+                    // Its path went stale: another name of it may not.
+                    Err(e) if e == Errno::ENOENT || e == Errno::ESTALE => match self.refind(ino) {
+                        Some((a, _)) => link(&a)?,
+                        None => return Err(e),
+                    },
+                    r => r?,
+                }
             }
         };
         // link(2) changes the file's link count and ctime: the guest's

@@ -73,6 +73,8 @@ pub(super) struct Node {
     pub(super) lent: Vec<(std::sync::Weak<std::fs::File>, bool)>,
     /// Write fds of the file being opened right now (not yet in `lent`).
     pub(super) opening: u32,
+    /// Used since the handle clock last passed it (`Tables::release_named_handle`).
+    pub(super) used: bool,
 }
 
 /// The view's own write fds of a file (`Node::lent`, `Node::opening`).
@@ -265,6 +267,7 @@ impl Node {
             claim: false,
             lent: Vec::new(),
             opening: 0,
+            used: false,
         }
     }
 }
@@ -291,6 +294,9 @@ pub(super) struct Tables {
     pub(super) by_ino: HashMap<(Side, u64, u64), u64>,
     /// Nodes holding an `O_PATH` handle (`Node::file`).
     pub(super) handles_held: usize,
+    /// The nodes that took a handle, in the order the clock visits them
+    /// (`release_named_handle`; may hold stale and repeated ids).
+    pub(super) handle_ring: VecDeque<u64>,
     /// Nodes with a cached write fd, and when it last served a write.
     pub(super) writers: HashMap<u64, std::time::Instant>,
     /// Every file the view gave an id, by (side, device, inode), with its
@@ -404,21 +410,50 @@ impl Tables {
 
     /// View path `rel` no longer names node `id`'s file: another path of
     /// it becomes its name, or, with none left, the node is gone.
-    /// Takes the handle of one regular-file node that still has a name
-    /// (not `keep`), for a file about to lose its last name (`View::pin`).
-    /// False when every handle is held by a file with no name left.
+    /// Node `id` keeps `h` as its `O_PATH` handle (it has none).
+    pub(super) fn give_handle(&mut self, id: u64, h: Arc<OwnedFd>) {
+        let Some(n) = self.nodes.get_mut(&id) else { return };
+        n.file = Some(h);
+        self.handles_held += 1;
+        self.handle_ring.push_back(id);
+        // Ids of nodes since forgotten or released pile up where nothing
+        // is released: keep the ring near the handles it stands for.
+        if self.handle_ring.len() > 2 * self.handles_held + 64 {
+            let mut seen = std::collections::HashSet::new();
+            let nodes = &self.nodes;
+            self.handle_ring
+                .retain(|id| nodes.get(id).is_some_and(|n| n.file.is_some()) && seen.insert(*id));
+        }
+    }
+
+    /// Takes the handle of the regular-file node least recently used that
+    /// still has a name (not `keep`), for a node that needs one more than
+    /// the bound allows: a file the guest is using keeps its handle, and
+    /// with it its identity across host renames and removals of the name
+    /// the view knows it by. A clock over `handle_ring`: a node used since
+    /// the last pass gets one more round. False when every handle is held
+    /// by a file with no name left (or by `keep`).
     pub(super) fn release_named_handle(&mut self, keep: u64) -> bool {
-        let Some(n) = self
-            .nodes
-            .iter_mut()
-            .find(|(id, n)| **id != keep && !n.gone && !n.dir && n.file.is_some())
-            .map(|(_, n)| n)
-        else {
-            return false;
-        };
-        n.file = None;
-        self.handles_held -= 1;
-        true
+        let mut budget = 2 * self.handle_ring.len();
+        while budget > 0 {
+            budget -= 1;
+            let Some(id) = self.handle_ring.pop_front() else {
+                return false;
+            };
+            let Some(n) = self.nodes.get_mut(&id) else { continue };
+            if n.file.is_none() {
+                continue;
+            }
+            if id == keep || n.gone || n.dir || n.used {
+                n.used = false;
+                self.handle_ring.push_back(id);
+                continue;
+            }
+            n.file = None;
+            self.handles_held -= 1;
+            return true;
+        }
+        false
     }
 
     pub(super) fn detach(&mut self, id: u64, side: Side, rel: &Path) {

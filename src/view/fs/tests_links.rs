@@ -7,6 +7,7 @@ use super::table::{after_host_event, after_own, after_own_meta, may_be_same, pro
 use super::tests::{check_counts, view, Tmp};
 use super::*;
 use std::ffi::OsStr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 
 fn lookup(v: &View, rel: &str) -> u64 {
@@ -148,10 +149,24 @@ fn hard_links_and_ids_hold_past_the_handle_bound() {
     v.handles_max = 4;
     let ids: Vec<u64> = (0..8).map(|i| lookup(&v, &format!("f{i}"))).collect();
     assert_eq!(v.t.lock().unwrap().handles_held, 4, "the bound is reached");
+    // A node past the bound, with no handle, joins a new link of its file.
+    let bare = {
+        let t = v.t.lock().unwrap();
+        ids.iter()
+            .position(|id| t.nodes[id].file.is_none())
+            .expect("a node past the bound")
+    };
+    std::fs::hard_link(dir.0.join(format!("f{bare}")), dir.0.join("g")).unwrap();
+    assert_eq!(lookup(&v, "g"), ids[bare], "a new link joins the node without a handle");
+    assert_eq!(v.t.lock().unwrap().handles_held, 4, "the bound holds");
     let x = lookup(&v, "x1");
-    assert!(v.t.lock().unwrap().nodes[&x].file.is_none(), "no handle left for x1");
+    assert_eq!(v.t.lock().unwrap().handles_held, 4, "the bound holds");
+    assert!(
+        v.t.lock().unwrap().nodes[&x].file.is_some(),
+        "the file looked up last has a handle: the least recently used gave its up"
+    );
     std::fs::hard_link(dir.0.join("x1"), dir.0.join("x2")).unwrap();
-    assert_eq!(lookup(&v, "x2"), x, "a new link joins the node without a handle");
+    assert_eq!(lookup(&v, "x2"), x, "a new link joins the node");
     // Forgotten by the kernel and looked up again: the same id.
     for (i, id) in ids.iter().enumerate() {
         let n = v.t.lock().unwrap().nodes[id].lookups;
@@ -163,6 +178,78 @@ fn hard_links_and_ids_hold_past_the_handle_bound() {
     v.forget_node(INodeNo(x), n);
     assert_eq!(lookup(&v, "x2"), x);
     assert_eq!(lookup(&v, "x1"), x);
+}
+
+#[test]
+fn a_file_in_use_keeps_its_handle_past_the_bound() {
+    let dir = Tmp::new("lru");
+    dir.write("hot", "in use");
+    for i in 0..40 {
+        dir.write(&format!("f{i}"), "x");
+    }
+    let mut v = view(&dir);
+    v.handles_max = 4;
+    let hot = lookup(&v, "hot");
+    for i in 0..40 {
+        lookup(&v, &format!("f{i}"));
+        // The guest uses `hot` between lookups of other files.
+        v.node_any(INodeNo(hot)).unwrap();
+        let t = v.t.lock().unwrap();
+        assert!(t.nodes[&hot].file.is_some(), "hot lost its handle at f{i}");
+        assert!(t.handles_held <= 4, "{} handles", t.handles_held);
+        assert!(t.handle_ring.len() <= 2 * t.handles_held + 64 + 1);
+    }
+    // Renamed on the host where the view does not hear of it: the handle
+    // still reaches the file.
+    std::fs::rename(dir.0.join("hot"), dir.0.join("moved")).unwrap();
+    let f = v
+        .node_file_with(INodeNo(hot), false, false)
+        .expect("read through the handle");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap(),
+        "in use"
+    );
+}
+
+#[test]
+fn a_node_without_a_handle_is_found_again_by_its_other_name() {
+    let dir = Tmp::new("refind");
+    dir.write("a", "linked data");
+    std::fs::hard_link(dir.0.join("a"), dir.0.join("b")).unwrap();
+    dir.write("other", "another file");
+    let mut v = view(&dir);
+    v.handles_max = 0;
+    let id = lookup(&v, "a");
+    assert_eq!(lookup(&v, "b"), id, "one node for both names");
+    assert!(v.t.lock().unwrap().nodes[&id].file.is_none());
+    let by = |v: &View| v.t.lock().unwrap().nodes[&id].rel.clone();
+    // The host removes the name the node is served by, unheard of: its
+    // other name serves it (as the guest's own name does on a bind).
+    let gone = by(&v);
+    std::fs::remove_file(dir.0.join(&gone)).unwrap();
+    let (_, rel, st) = v.node_stat(INodeNo(id)).expect("found by its other name");
+    assert_ne!(rel, gone);
+    assert_eq!(st.st_nlink, 1);
+    let f = v
+        .node_file_with(INodeNo(id), false, false)
+        .expect("opened by its other name");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap(),
+        "linked data"
+    );
+    // Another file put where the node's path was (replaced on the host):
+    // never linked or read in its place.
+    let now = by(&v);
+    std::fs::hard_link(dir.0.join("other"), dir.0.join("c")).unwrap();
+    std::fs::rename(dir.0.join("c"), dir.0.join(&gone)).unwrap();
+    std::fs::remove_file(dir.0.join(&now)).unwrap();
+    std::fs::rename(dir.0.join("other"), dir.0.join(&now)).unwrap();
+    assert_eq!(v.node_stat(INodeNo(id)).err(), Some(Errno::ESTALE));
+    assert_eq!(
+        v.link_entry(INodeNo(id), INodeNo(1), OsStr::new("d")).err(),
+        Some(Errno::ESTALE)
+    );
+    assert!(!dir.0.join("d").exists(), "no link made to another file");
 }
 
 #[test]
