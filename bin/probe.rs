@@ -43,8 +43,11 @@ use lazaret::guest::{InitMsg, ProbeKind, MAX_CHECK_DETAIL, MAX_CHECK_NAME};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-/// How long a TTL-1 SYN may take to be refused by the router.
-const DENY_WAIT: Duration = Duration::from_millis(500);
+/// How long a TTL-1 SYN may take to be refused by the router. Only a
+/// refusal passes, so waiting longer never lets a forwarded SYN pass; on a
+/// loaded machine (load 17 on 2 cores) 500 ms was seen to run out before
+/// the router's refusal came, and the Domain failed to start.
+const DENY_WAIT: Duration = Duration::from_millis(2000);
 /// A live check's refusal must come within this (the router or the helper
 /// answering by itself, not a timeout somewhere).
 const LIVE_WAIT: Duration = Duration::from_millis(500);
