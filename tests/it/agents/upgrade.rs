@@ -10,10 +10,14 @@
 //! whose codec does not know the tag does). What this proves: the basic
 //! frames' handling across two protocol versions, the on-disk fallback for
 //! a coordinator that answers neither, and that stopping leaves no process
-//! behind. What it does not: the bytes of a real older build (the basic
-//! frames' bytes are pinned by `wire::basic`'s unit test; a build of the
-//! commit before the basic exchange speaks the same protocol version, 3,
-//! so this build's full protocol reaches its Domains directly).
+//! behind. The bytes of a real older build are the second test's: the
+//! previous release, built from its commit by scripts/old-build.sh
+//! (scripts/test.sh pins the commit), starts the Domains. It speaks this
+//! build's protocol version (3, as every build since the escalation
+//! prompt), so this build reaches it as itself and, told another version,
+//! through that build's own basic exchange. (A build from before the basic
+//! exchange also speaks 3: this build's full protocol reaches its Domains
+//! directly.)
 
 use std::path::Path;
 use std::time::Duration;
