@@ -6,9 +6,10 @@
 # 0755: the test user runs them from there).
 #
 # The source is `git archive COMMIT`, unpacked in
-# $CARGO_TARGET_DIR/old-builds/SHA/src, and built with `cargo build
-# --release --locked` into the same CARGO_TARGET_DIR as this checkout's
-# build: the dependencies of an unchanged Cargo.lock are reused, only the
+# $CARGO_TARGET_DIR/old-builds/SHA/src (in ${TMPDIR:-/var/tmp}/lazaret-
+# old-builds/SHA/src when the target dir is below a .cargo/config, as the
+# default target/ is: see below), and built with `cargo build --release
+# --locked` into the same CARGO_TARGET_DIR as this checkout's build: the dependencies of an unchanged Cargo.lock are reused, only the
 # lazaret crate is compiled again. The build is told its commit
 # (LAZARET_COMMIT), so `lazaret version` and `ps` name it. Cached per
 # commit: DEST holding that commit's binaries (DEST/commit names it) is
@@ -58,6 +59,19 @@ use_cargo "$repo"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
 case $CARGO_TARGET_DIR in /*) ;; *) CARGO_TARGET_DIR=$repo/$CARGO_TARGET_DIR ;; esac
 work=$CARGO_TARGET_DIR/old-builds/$sha
+# cargo reads .cargo/config.toml from every directory above the one it
+# runs in and joins their rustflags: below this checkout (a target dir in
+# it, as cargo's default) the old build would get its flags twice, and so
+# rebuild every dependency. The source goes elsewhere then.
+d=$CARGO_TARGET_DIR
+while [ "$d" != / ] && [ -n "$d" ]; do
+    # (CARGO_HOME's config applies to every build alike.)
+    if [ "$d/.cargo" != "${CARGO_HOME:-$HOME/.cargo}" ] && { [ -e "$d/.cargo/config.toml" ] || [ -e "$d/.cargo/config" ]; }; then
+        work=${TMPDIR:-/var/tmp}/lazaret-old-builds/$sha
+        break
+    fi
+    d=$(dirname "$d")
+done
 rm -rf "$work/src"
 mkdir -p "$work/src"
 g archive --format=tar "$sha" | tar -x -C "$work/src"
@@ -67,7 +81,7 @@ g archive --format=tar "$sha" | tar -x -C "$work/src"
 # this build never stands in for the checkout's (scripts/lib.sh's
 # stage_binaries copies from there).
 out=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release
-keep=$work/checkout-bins
+keep=$CARGO_TARGET_DIR/old-builds/checkout-bins
 rm -rf "$keep"
 mkdir -p "$keep"
 for f in "${bins[@]}" "${bins[@]/%/.d}"; do
