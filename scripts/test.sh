@@ -49,6 +49,17 @@ cargo build --release --locked --features fault-injection
 bindir=$(stage_binaries "$user")
 export LAZARET_TEST_BIN=$bindir
 
+# The previous release, built from its commit (scripts/old-build.sh; only
+# the lazaret crate compiles, the dependencies are this build's) while the
+# images below are built: the upgrade test (tests/it/agents/upgrade.rs)
+# starts Domains with it and lists, stops and removes them with this build.
+# Bump the commit when a release is made. Cached per commit in old_bin.
+previous_release=6573f43afb3fa260483468f7e4ccde780f65d7bb
+old_bin=${LAZARET_OLD_BIN_DIR:-/tmp/lazaret-bin-old}
+echo "test.sh: building the previous release (${previous_release:0:12}) in the background"
+( set -o pipefail; scripts/old-build.sh "$previous_release" "$old_bin" 2>&1 | sed -u 's/^/[previous release] /' ) &
+old_build=$!
+
 if ! run_as "$user" "$bindir/lazaret" image build --quiet --if-missing; then
     echo "test.sh: building the default image for $user failed" >&2
     exit 1
@@ -93,6 +104,16 @@ fi
 # Resource limits are enforced with cgroups: give the test user a
 # delegated cgroup, as systemd's Delegate= would, and run the tests in it.
 delegate_cgroup "$user" || echo "test.sh: no delegated cgroup; resource-limit tests will skip or fail" >&2
+
+echo "test.sh: waiting for the previous release's build"
+if wait "$old_build"; then
+    export LAZARET_TEST_OLD_BIN_DIR=$old_bin
+elif [ "${LAZARET_MUST_WORK:-}" = 1 ]; then
+    echo "test.sh: building the previous release failed (above); the upgrade test needs it" >&2
+    exit 1
+else
+    echo "test.sh: building the previous release failed (above); the upgrade test will skip" >&2
+fi
 
 echo "test.sh: running tests"
 cargo test --release --locked --features fault-injection -- --test-threads="${LAZARET_TEST_THREADS:-4}" "$@"
