@@ -1,6 +1,7 @@
 //! `lazaret-escalate`: asks the developer to run a command on the host.
 //!
 //!   lazaret-escalate [--justification TEXT] [--timeout SECS] [--print-request] -- ARGV...
+//!   lazaret-escalate --ssh-agent      (started by `init exec --ssh-agent`: bin/agent.rs)
 //!
 //! Runs inside the sandbox (a static binary mounted read-only at
 //! `/usr/local/bin/lazaret-escalate`). It signs a request with the session's
@@ -19,6 +20,8 @@
 //! stderr (`scripts/bench-escalate.sh` reports their medians).
 
 #![no_main]
+
+mod agent;
 
 use lazaret::{escalation, mailbox, session_key};
 
@@ -86,6 +89,9 @@ const SPIN: Duration = Duration::from_millis(10);
 
 fn run() {
     let trace = Trace(std::env::var_os("LAZARET_ESCALATE_TRACE").map(|_| std::time::Instant::now()));
+    if std::env::args().nth(1).as_deref() == Some("--ssh-agent") {
+        std::process::exit(agent::serve(random_bytes));
+    }
     let mut args = std::env::args().skip(1);
     let mut justification = String::new();
     let mut timeout = DEFAULT_TIMEOUT_SECS;

@@ -25,6 +25,10 @@
 //!                                  on a PTY of the sandbox's own that this
 //!                                  process relays to the session's terminal
 //!                                  (bin/ptyrelay.rs), so `tty` has a name
+//!   `init exec [--tty] --ssh-agent -- CMD ...`  the same, and first the
+//!                                  session's SSH agent socket at
+//!                                  `SSH_AUTH_SOCK`, served by
+//!                                  `lazaret-escalate --ssh-agent` (issue 51)
 
 use std::io::Write;
 
@@ -46,7 +50,17 @@ fn main() {
         ["signal-session", sid, sig] => signal_session(sid, sig),
         ["signal-group", pgid, sig] => signal_group(pgid, sig),
         ["exec", "--", cmd, ..] => exec_command(cmd, &args[2..]),
-        ["exec", "--tty", "--", cmd, ..] => ptyrelay::run(&args[3..]).unwrap_or_else(|| exec_command(cmd, &args[3..])),
+        ["exec", "--ssh-agent", "--", cmd, ..] => {
+            start_agent();
+            exec_command(cmd, &args[3..])
+        }
+        ["exec", "--tty", "--", cmd, ..] => {
+            ptyrelay::run(&args[3..], false).unwrap_or_else(|| exec_command(cmd, &args[3..]))
+        }
+        ["exec", "--tty", "--ssh-agent", "--", cmd, ..] => ptyrelay::run(&args[4..], true).unwrap_or_else(|| {
+            start_agent();
+            exec_command(cmd, &args[4..])
+        }),
         ["touch", "--", ..] => touch(&args[2..]),
         _ => {
             eprintln!("lazaret-init: internal tool; usage: init [signal-session SID SIG | signal-group PGID SIG]");
@@ -80,6 +94,43 @@ fn touch(paths: &[String]) -> i32 {
         let _ = rustix::fs::utimensat(CWD, p.as_str(), &times, AtFlags::SYMLINK_NOFOLLOW);
     }
     0
+}
+
+/// The session's SSH agent socket (issue 51): binds `SSH_AUTH_SOCK` in a
+/// new directory of mode 0700 (this process runs as the session's uid),
+/// then starts `lazaret-escalate --ssh-agent` with the listening socket as
+/// its stdin, dying with this process's successor (the command). Bound
+/// before the command runs, so the command never finds it missing. A
+/// failure is said on stderr and the command runs without an agent.
+fn start_agent() {
+    use std::os::unix::fs::DirBuilderExt;
+    let Some(sock) = std::env::var_os(lazaret::escalation::AGENT_SOCK_ENV) else {
+        return;
+    };
+    let sock = std::path::PathBuf::from(sock);
+    let bound = sock
+        .parent()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+        .and_then(|d| std::fs::DirBuilder::new().mode(0o700).create(d))
+        .and_then(|()| std::os::unix::net::UnixListener::bind(&sock));
+    let listener = match bound {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("lazaret: the session's SSH agent socket {}: {e}", sock.display());
+            return;
+        }
+    };
+    let mut cmd = std::process::Command::new(lazaret::escalation::GUEST_ESCALATE);
+    cmd.arg("--ssh-agent")
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(listener)))
+        .stdout(std::process::Stdio::null());
+    sys::ChildSetup::new()
+        .reset_signals()
+        .parent_death_signal(sys::SIGTERM)
+        .apply(&mut cmd);
+    if let Err(e) = cmd.spawn() {
+        eprintln!("lazaret: cannot start the session's SSH agent: {e}");
+    }
 }
 
 /// Replaces this process with `argv` (argv[0] == `cmd`, looked up on

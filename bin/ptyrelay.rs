@@ -33,7 +33,7 @@ const MAX_PENDING: usize = 64 * 1024;
 
 /// Runs `argv` on a guest PTY; `None` when no PTY can be had (the caller
 /// then execs the command directly).
-pub fn run(argv: &[String]) -> Option<i32> {
+pub fn run(argv: &[String], ssh_agent: bool) -> Option<i32> {
     let (tin, tout) = (sys::STDIN, sys::STDOUT);
     if !sys::isatty(tin) {
         return None;
@@ -53,7 +53,12 @@ pub fn run(argv: &[String]) -> Option<i32> {
     ])
     .ok()?;
     let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg("exec").arg("--").args(argv);
+    cmd.arg("exec");
+    if ssh_agent {
+        // The session's agent starts in the command's process (`exec_command`'s caller).
+        cmd.arg("--ssh-agent");
+    }
+    cmd.arg("--").args(argv);
     let s = slave.as_raw_fd();
     sys::ChildSetup::new()
         .reset_signals()

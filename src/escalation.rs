@@ -61,6 +61,40 @@ pub struct Request {
     pub cert: Vec<u8>,
 }
 
+/// One SSH agent message from a session's agent socket (issue 51): the
+/// same identity tuple and certificate as a [`Request`], the agent
+/// connection it came on, and the message body (type byte and contents,
+/// without the agent protocol's length).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentRequest {
+    pub id: String,
+    pub domain: String,
+    pub generation: u64,
+    pub session: String,
+    pub client: String,
+    /// The agent connection inside (16 hex, random per connection): the
+    /// host keeps each connection's session bindings apart.
+    pub conn: String,
+    pub body: Vec<u8>,
+    /// DER of the session certificate that signed the request.
+    pub cert: Vec<u8>,
+}
+
+/// Largest agent message body a record carries: twice what the host's
+/// parser accepts (`sshagent::proto::MAX_REQUEST`), so an oversized message
+/// reaches it and is refused there, and the record stays far under
+/// [`MAX_REQUEST_BYTES`].
+pub const MAX_AGENT_BODY: usize = 32 * 1024;
+/// Largest agent answer a result carries (`sshagent::proto::MAX_ANSWER`).
+pub const MAX_AGENT_ANSWER: usize = 256 * 1024;
+/// The variable naming the session's agent socket, in the sessions of a
+/// profile with `[ssh_agent]`.
+pub const AGENT_SOCK_ENV: &str = "SSH_AUTH_SOCK";
+/// Where a session's agent socket is: `/tmp/lazaret-ssh-SESSION/agent`.
+pub fn guest_agent_socket(session: &str) -> String {
+    format!("/tmp/lazaret-ssh-{session}/agent")
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
     Completed(i32),

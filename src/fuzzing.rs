@@ -377,6 +377,22 @@ pub fn mailbox(data: &[u8]) {
     if let Ok(outcome) = mailbox::decode_result(data) {
         assert_eq!(mailbox::encode_result(&outcome), data, "a result with two encodings");
     }
+    // The SSH agent's records (issue 51).
+    if let Ok((mailbox::Record::Agent(request), signed, sig)) = mailbox::decode_record(data) {
+        assert_eq!(
+            mailbox::encode_agent_request(&request, &sig),
+            data,
+            "an agent request with two encodings"
+        );
+        assert_eq!(mailbox::agent_signed_part(&request), signed, "the signed part differs");
+    }
+    if let Ok((id, body)) = mailbox::decode_agent_reply(data) {
+        assert_eq!(
+            mailbox::encode_agent_reply(&id, &body),
+            data,
+            "an agent reply with two encodings"
+        );
+    }
 }
 
 /// The coordinator socket's frames (`wire::client`), the frozen basic

@@ -22,10 +22,7 @@ pub mod fuzzing;
 mod net;
 mod plan;
 // The host side of the sandbox's SSH agent (issue 51): parser, host-key
-// binding, known_hosts and decision, tested and fuzzed; the guest socket,
-// the mailbox record and the coordinator's use of them are not built yet,
-// so parts (answers, refusal texts, the session memory) have no caller.
-#[allow(dead_code)]
+// binding, known_hosts, decision and the calls to the developer's agent.
 mod sshagent;
 mod storage;
 mod supervisor;

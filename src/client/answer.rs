@@ -272,6 +272,11 @@ impl Prompt {
             PromptStage::Ask => match parse_answer(line) {
                 Some(Answer::Yes) => Some(self.decide(wire_client::VERDICT_APPROVE, Vec::new(), "approved")),
                 Some(Answer::No) => Some(self.decide(wire_client::VERDICT_DENY, Vec::new(), "denied")),
+                // A signature cannot be edited: yes or no.
+                Some(Answer::Edit) | None if !self.info.ssh.is_empty() => {
+                    Self::say("please type yes or no (the whole word), then Enter: ");
+                    None
+                }
                 Some(Answer::Edit) => self.ask_for_edit(),
                 None => {
                     Self::say("please type yes, no or edit (the whole word), then Enter: ");
@@ -318,6 +323,7 @@ mod tests {
             cwd: "/w".into(),
             justification: String::new(),
             timeout_s: 300,
+            ssh: Vec::new(),
         };
         let mut p = Prompt::new(info);
         p.ignore_until = Instant::now() - Duration::from_secs(1);
@@ -376,5 +382,19 @@ mod tests {
             verdict(p.feed(b"yes\r")),
             Some((wire_client::VERDICT_EDIT, vec!["ls".to_string(), "-l".to_string()]))
         );
+    }
+
+    /// Issue 51: a signature's prompt takes yes or no; `edit` is no answer.
+    #[test]
+    fn a_signature_cannot_be_edited_only_approved_or_denied() {
+        let mut p = prompt();
+        p.info.ssh = vec!["ssh-keygen -Y sign, namespace \"git\", with key SHA256:k".into()];
+        assert_eq!(verdict(p.feed(b"edit\r")), None);
+        assert!(matches!(p.stage, PromptStage::Ask));
+        assert_eq!(verdict(p.feed(b"e\r")), None);
+        assert_eq!(verdict(p.feed(b"yes\r")), Some((wire_client::VERDICT_APPROVE, vec![])));
+        let mut p = prompt();
+        p.info.ssh = vec!["x".into()];
+        assert_eq!(verdict(p.feed(b"no\r")), Some((wire_client::VERDICT_DENY, vec![])));
     }
 }

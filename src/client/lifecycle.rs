@@ -120,6 +120,9 @@ pub fn escalations_text(st: &StatusInfo, list: &[wire_client::PendingInfo]) -> S
             if p.shown { "on screen" } else { "queued" },
             i.timeout_s
         ));
+        for l in &i.ssh {
+            out.push_str(&format!("    ssh:  {}\n", escape(l)));
+        }
         out.push_str(&format!("    cwd:  {}\n", escape(&i.cwd)));
         out.push_str(&format!(
             "    why:  {}\n",
@@ -979,6 +982,7 @@ mod tests {
                 cwd: "/home/u/p".into(),
                 justification: "pad    \n\n  me".into(),
                 timeout_s: 42,
+                ssh: Vec::new(),
             },
             shown: true,
         };

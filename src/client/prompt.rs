@@ -41,6 +41,10 @@ pub const COMMAND_SHOW_MAX: usize = 2048;
 pub const MIN_COLS: u16 = 50;
 
 const HEADER: &str = "-- lazaret: the sandbox asks to run a command on the host --";
+/// The header of an SSH agent signature's prompt (issue 51).
+const SSH_HEADER: &str = "-- lazaret: the sandbox asks your SSH agent for a signature --";
+/// The question of an SSH agent signature's prompt: no edit.
+pub const SSH_QUESTION: &str = "sign it? type yes or no, then Enter: ";
 const INDENT: &str = "         ";
 
 /// Columns a character may take: 1 for ASCII, 2 for anything else (wide
@@ -214,6 +218,9 @@ impl std::fmt::Display for TooSmall {
 
 /// The prompt's lines for a terminal `cols` wide, the question last.
 pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
+    if !p.ssh.is_empty() {
+        return ssh_lines(p, cols as usize);
+    }
     let cols = cols as usize;
     let cmd = cap_marks(&command_text(&p.argv));
     let cwd = cap_marks(&neutralize(&p.cwd));
@@ -246,6 +253,30 @@ pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
     out.push(head(&format!("(no answer within {} s denies it)", p.timeout_s), cols));
     out.push(repeat_line(&ascii(&cmd), &ascii(&cwd), cols));
     out.push(QUESTION.to_string());
+    out
+}
+
+/// An SSH agent signature's prompt: what is signed, one item a line (the
+/// coordinator's text, escaped again here), the key repeated in ASCII
+/// above the question.
+fn ssh_lines(p: &PromptInfo, cols: usize) -> Vec<String> {
+    let mut out = vec![
+        head(SSH_HEADER, cols),
+        head(
+            &format!(
+                "profile: {}   session: {}",
+                cap_marks(&neutralize(&p.profile)),
+                cap_marks(&neutralize(&p.session_id))
+            ),
+            cols,
+        ),
+    ];
+    for l in p.ssh.iter().take(8) {
+        out.extend(wrap("", &cap_marks(&neutralize(l)), cols));
+    }
+    out.push(head(&format!("(no answer within {} s denies it)", p.timeout_s), cols));
+    out.push(head(&format!("=> {}", ascii(&neutralize(&p.ssh[0]))), cols));
+    out.push(SSH_QUESTION.to_string());
     out
 }
 
@@ -322,6 +353,7 @@ mod tests {
             cwd: "/home/u/ws".into(),
             justification: why.into(),
             timeout_s: 300,
+            ssh: Vec::new(),
         }
     }
 
@@ -515,5 +547,25 @@ mod tests {
             assert!(TERMINAL_RESET.contains(&format!("\x1b[{mode}")), "{mode}");
         }
         assert!(TERMINAL_RESET.starts_with("\x18\x1b\\") && TERMINAL_RESET.ends_with("\x1b[9999;1H"));
+    }
+
+    /// Issue 51: a signature's prompt names what is signed, repeats its
+    /// first line in ASCII above the question, and offers no edit.
+    #[test]
+    fn an_ssh_prompt_shows_what_is_signed_and_asks_yes_or_no() {
+        let mut p = info(&[], "");
+        p.argv = Vec::new();
+        p.ssh = vec![
+            "SSH login as \"git\u{202e}\" with key SHA256:k".into(),
+            "to the server with host key ssh-ed25519 SHA256:h (known as github.com)".into(),
+        ];
+        let l = lines(&p, 80);
+        assert!(l[0].contains("SSH agent"), "{l:?}");
+        assert_eq!(l.last().unwrap(), SSH_QUESTION);
+        let above = &l[l.len() - 2];
+        assert!(above.starts_with("=> SSH login as") && above.is_ascii(), "{l:?}");
+        assert!(!l.concat().contains('\u{202e}'), "{l:?}");
+        assert!(l.iter().any(|x| x.contains("known as github.com")), "{l:?}");
+        assert!(!l.iter().any(|x| x.starts_with("command:")), "{l:?}");
     }
 }

@@ -138,6 +138,9 @@ pub const COORDINATOR_ENV: &[&str] = &[
     "SSL_CERT_DIR",
     "REGISTRY_AUTH_FILE",
     "DOCKER_CONFIG",
+    // The developer's SSH agent, for a profile with `[ssh_agent]` (issue 51):
+    // a path; the coordinator asks it for signatures the developer approved.
+    "SSH_AUTH_SOCK",
     "http_proxy",
     "https_proxy",
     "no_proxy",

@@ -1,6 +1,8 @@
 //! Escalation requests: mailbox intake through the broker, the prompt
 //! shown to a session's developer, decisions, expiry, host command rows.
+//! The same prompt asks for SSH agent signatures (`sshagent.rs`).
 
+use super::sshagent::Asked;
 use super::*;
 
 /// Most bytes of already-written session output sent ahead of a prompt.
@@ -40,24 +42,31 @@ fn prompt_info(
     deadlines: &HashMap<String, Instant>,
     profile: &str,
     session: &str,
-    req: &Request,
+    asked: &Asked,
 ) -> wire_client::PromptInfo {
-    let (cwd, timeout) = match broker {
-        Some(b) => (b.host_cwd_display(&req.cwd), b.prompt_timeout_s()),
-        None => (String::new(), 0),
-    };
+    let timeout = broker.map_or(0, |b| b.prompt_timeout_s());
     let left = deadlines
-        .get(&req.id)
+        .get(asked.id())
         .map_or(timeout, |d| d.saturating_duration_since(Instant::now()).as_secs());
-    wire_client::PromptInfo {
-        request_id: req.id.clone(),
+    let mut info = wire_client::PromptInfo {
+        request_id: asked.id().to_string(),
         profile: profile.to_string(),
         session_id: session.to_string(),
-        argv: req.argv.clone(),
-        cwd,
-        justification: req.justification.clone(),
+        argv: Vec::new(),
+        cwd: String::new(),
+        justification: String::new(),
         timeout_s: left,
+        ssh: Vec::new(),
+    };
+    match asked {
+        Asked::Command(req) => {
+            info.argv = req.argv.clone();
+            info.cwd = broker.map_or(String::new(), |b| b.host_cwd_display(&req.cwd));
+            info.justification = req.justification.clone();
+        }
+        Asked::Ssh(a) => info.ssh = a.lines.clone(),
     }
+    info
 }
 
 impl Coordinator {
@@ -76,6 +85,7 @@ impl Coordinator {
         let patience = Duration::from_secs(b.prompt_timeout_s());
         self.broker = Some(b);
         self.sync_host_rows();
+        self.ssh_requests();
         for (sid, req) in ask {
             let Some((&k, s)) = self.sessions.iter_mut().find(|(_, s)| s.id == sid) else {
                 continue;
@@ -83,7 +93,7 @@ impl Coordinator {
             if s.tty {
                 // The request deadline: accepted now, decided in time or expired.
                 self.esc_deadlines.insert(req.id.clone(), Instant::now() + patience);
-                s.queue.push_back(req);
+                s.queue.push_back(Asked::Command(req));
                 self.next_prompt(k);
             } else if let Some(b) = self.broker.as_mut() {
                 b.refuse(
@@ -142,11 +152,21 @@ impl Coordinator {
         let Some(s) = self.sessions.get_mut(&skey) else { return };
         // INVARIANT: only the session that was asked can answer, and only
         // for the request it was shown.
-        if s.prompt.as_ref().map(|r| &r.id) != Some(&request_id) {
+        if s.prompt.as_ref().map(|r| r.id()) != Some(request_id.as_str()) {
             return;
         }
-        let req = s.prompt.take().unwrap();
-        self.esc_deadlines.remove(&req.id);
+        let asked = s.prompt.take().unwrap();
+        let sid = s.id.as_str().to_string();
+        self.esc_deadlines.remove(asked.id());
+        let req = match asked {
+            Asked::Command(req) => req,
+            Asked::Ssh(ask) => {
+                let approved = verdict == wire_client::VERDICT_APPROVE;
+                self.ssh_decided(&sid, ask, approved);
+                self.next_prompt(skey);
+                return;
+            }
+        };
         if let Some(b) = self.broker.as_mut() {
             match verdict {
                 wire_client::VERDICT_APPROVE => {
@@ -195,6 +215,7 @@ impl Coordinator {
                 );
                 size += 64
                     + info.argv.iter().map(|a| a.len() + 4).sum::<usize>()
+                    + info.ssh.iter().map(|a| a.len() + 4).sum::<usize>()
                     + info.justification.len()
                     + info.cwd.len();
                 if size > codec::MAX_FRAME_LEN - 4096 {
@@ -219,8 +240,8 @@ impl Coordinator {
         let keys: Vec<u64> = self.sessions.keys().copied().collect();
         for k in keys {
             let Some(s) = self.sessions.get_mut(&k) else { continue };
-            let late = |r: &Request| self.esc_deadlines.get(&r.id).is_some_and(|d| *d <= now);
-            let mut gone: Vec<Request> = Vec::new();
+            let late = |r: &Asked| self.esc_deadlines.get(r.id()).is_some_and(|d| *d <= now);
+            let mut gone: Vec<Asked> = Vec::new();
             let mut keep = VecDeque::new();
             for r in s.queue.drain(..) {
                 if late(&r) {
@@ -235,6 +256,7 @@ impl Coordinator {
                 shown = s.prompt.take();
             }
             let conn = s.conn;
+            let sid = s.id.as_str().to_string();
             if let Some(r) = &shown {
                 let text = format!(
                     "\r\nlazaret: no decision within {} s: the request expired and nothing ran\r\n",
@@ -243,19 +265,26 @@ impl Coordinator {
                 self.send(
                     conn,
                     &ServerMsg::PromptEnd {
-                        request_id: r.id.clone(),
+                        request_id: r.id().to_string(),
                         text,
                     },
                 );
             }
-            for r in gone.iter().chain(shown.iter()) {
-                self.esc_deadlines.remove(&r.id);
-                if let Some(b) = self.broker.as_mut() {
-                    let why = format!("expired: no decision within {} s", b.prompt_timeout_s());
-                    b.refuse(r, Status::Expired, &why);
+            let shown_now = shown.is_some();
+            for r in gone.into_iter().chain(shown) {
+                self.esc_deadlines.remove(r.id());
+                let timeout = self.broker.as_ref().map_or(0, |b| b.prompt_timeout_s());
+                let why = format!("expired: no decision within {timeout} s");
+                match r {
+                    Asked::Command(r) => {
+                        if let Some(b) = self.broker.as_mut() {
+                            b.refuse(&r, Status::Expired, &why);
+                        }
+                    }
+                    Asked::Ssh(a) => self.ssh_end(&sid, &a, &format!("refused: {why}")),
                 }
             }
-            if shown.is_some() {
+            if shown_now {
                 self.next_prompt(k);
             }
         }

@@ -19,6 +19,7 @@ mod egress;
 mod error;
 mod secrets;
 mod sessions;
+mod sshagent;
 mod startup;
 mod teardown;
 
@@ -250,9 +251,10 @@ struct Session {
     client_id: String,
     /// The Session Anchor's certificate (DER) when escalation is on.
     cert_der: Vec<u8>,
-    /// Escalation requests waiting for the developer, and the one shown.
-    queue: VecDeque<Request>,
-    prompt: Option<Request>,
+    /// Escalation requests and SSH agent signatures waiting for the
+    /// developer, and the one shown.
+    queue: VecDeque<sshagent::Asked>,
+    prompt: Option<sshagent::Asked>,
     /// A trailing piece of the stream `runsc exec` writes its own errors
     /// to (stderr pipe, or the PTY) that has runsc's error shape: held
     /// back until more output shows it was the command's, or the session
@@ -273,6 +275,8 @@ enum Token {
     SessionIn(u64),
     Mailbox,
     HostOutput(usize),
+    /// An answer of the developer's SSH agent is waiting.
+    SshAgent,
 }
 
 struct Coordinator {
@@ -310,6 +314,8 @@ struct Coordinator {
     phase: Phase,
     escalation: config::Escalation,
     broker: Option<Broker>,
+    /// The profile's `[ssh_agent]` in use (issue 51).
+    ssh: Option<sshagent::SshAgentState>,
     /// Request ids behind `Token::HostOutput` indices of the last poll set.
     host_tokens: Vec<String>,
     /// The Network Sidecar role of this generation.
@@ -426,6 +432,9 @@ impl Coordinator {
             add(s.status.fd(), sys::POLLIN, Token::SupervisorStatus);
         }
         let mut host_tokens = Vec::new();
+        if let Some(a) = &self.ssh {
+            add(a.caller.wake_fd(), sys::POLLIN, Token::SshAgent);
+        }
         if let Some(b) = &self.broker {
             add(b.inotify_fd(), sys::POLLIN, Token::Mailbox);
             for (fd, id) in b.poll_fds() {
@@ -481,6 +490,7 @@ impl Coordinator {
             Token::SessionErr(k) => self.session_output(k, true, fd.readable()),
             Token::SessionIn(k) => self.session_input(k),
             Token::Mailbox => self.mailbox(),
+            Token::SshAgent => self.ssh_answers(),
             Token::HostOutput(i) => {
                 if let (Some(b), Some(id)) = (self.broker.as_mut(), self.host_tokens.get(i)) {
                     b.pump(id);

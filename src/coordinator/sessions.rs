@@ -90,8 +90,19 @@ impl Coordinator {
                 Err(e) => return self.refuse(key, format!("cannot register the session: {e}")),
             }
         }
+        // Issue 51: the session's SSH agent socket, served inside by
+        // `lazaret-escalate --ssh-agent`, each message a signed mailbox record.
+        let ssh_agent = self.ssh.is_some() && !cert_der.is_empty();
+        if ssh_agent {
+            env.retain(|e| !e.starts_with(&format!("{}=", escalation::AGENT_SOCK_ENV)));
+            env.push(format!(
+                "{}={}",
+                escalation::AGENT_SOCK_ENV,
+                escalation::guest_agent_socket(sid)
+            ));
+        }
         let spec = plan::SessionPlan {
-            argv: plan::guarded_argv(&argv, tty.is_some()),
+            argv: plan::guarded_argv(&argv, tty.is_some(), ssh_agent),
             env,
             cwd,
             terminal: tty.is_some(),
@@ -484,10 +495,22 @@ impl Coordinator {
         if let Some(b) = self.broker.as_mut() {
             b.cancel_session(s.id.as_str());
             b.remove_credential(s.id.as_str());
-            for req in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
-                self.esc_deadlines.remove(&req.id);
-                b.refuse(&req, Status::Cancelled, "the requesting session ended");
+        }
+        let sid = s.id.as_str().to_string();
+        for asked in s.prompt.take().into_iter().chain(s.queue.drain(..)) {
+            self.esc_deadlines.remove(asked.id());
+            match asked {
+                super::sshagent::Asked::Command(req) => {
+                    if let Some(b) = self.broker.as_mut() {
+                        b.refuse(&req, Status::Cancelled, "the requesting session ended");
+                    }
+                }
+                // INVARIANT: nothing is signed for a session that is gone.
+                super::sshagent::Asked::Ssh(a) => self.ssh_end(&sid, &a, "refused: the session ended"),
             }
+        }
+        if let Some(st) = self.ssh.as_mut() {
+            st.forget(&sid);
         }
         // What was held back goes out before the connection is marked
         // closing: a closing connection is removed as soon as its output is

@@ -81,6 +81,7 @@ impl Coordinator {
             phase: Phase::Starting,
             escalation: cfg.escalation.clone(),
             broker: None,
+            ssh: None,
             host_tokens: Vec::new(),
             net,
             ports,
@@ -219,7 +220,8 @@ impl Coordinator {
         binds.push(
             crate::plan::guest::gitconfig_bind(&gen_dir, git_identity.take()).map_err(CoordinatorError::GitIdentity)?,
         );
-        if self.escalation.enabled {
+        // The SSH agent's messages travel through the mailbox too (issue 51).
+        if self.escalation.enabled || self.profile.ssh_agent.is_some() {
             let escalate = crate::build_info::helper_binary(&exe, "lazaret-escalate");
             if !escalate.is_file() {
                 return Err(CoordinatorError::Missing(escalate));
@@ -263,6 +265,14 @@ impl Coordinator {
                 read_only: true,
             });
             self.broker = Some(broker);
+            if let Some(cfg) = self.profile.ssh_agent.clone() {
+                // The developer's agent as the starting CLI's environment named it.
+                let sock = std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from);
+                if sock.is_none() {
+                    log::warn!("ssh-agent: SSH_AUTH_SOCK is not set: every agent request will fail");
+                }
+                self.ssh = Some(sshagent::SshAgentState::new(cfg, sock).map_err(CoordinatorError::Pipe)?);
+            }
         }
         crate::trace::step("coordinator", "escalation planned");
         // Git Sentry and ignored state: the workspace is a FUSE view the supervisor serves.

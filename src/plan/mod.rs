@@ -28,10 +28,17 @@ pub const FORBIDDEN_CAPS: &[&str] = &["CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_SYS_A
 /// session's command (`terminal`) runs on a PTY of the sandbox's own that
 /// init relays to the session's terminal (`init exec --tty`), so that it has
 /// a name (`tty` prints `/dev/pts/N`).
-pub fn guarded_argv(argv: &[String], terminal: bool) -> Vec<String> {
+///
+/// With `ssh_agent` (a profile with `[ssh_agent]`, issue 51), init first
+/// binds the session's agent socket at `SSH_AUTH_SOCK` and starts its
+/// server (`init exec --ssh-agent`).
+pub fn guarded_argv(argv: &[String], terminal: bool, ssh_agent: bool) -> Vec<String> {
     let mut v = vec![GUEST_INIT.to_string(), "exec".to_string()];
     if terminal {
         v.push("--tty".to_string());
+    }
+    if ssh_agent {
+        v.push("--ssh-agent".to_string());
     }
     v.push("--".to_string());
     v.extend(argv.iter().cloned());

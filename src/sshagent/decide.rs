@@ -21,8 +21,9 @@ use super::proto::{self, ParseError, Signed};
 /// a client reusing one agent connection for a few sessions stays under).
 pub const MAX_BINDINGS: usize = 16;
 
-/// Why a request is refused. The sandbox gets only
-/// [`Refusal::short`]; the audit log gets the `Display` text.
+/// Why a request is refused. The sandbox gets only `SSH_AGENT_FAILURE`
+/// (the agent protocol has no reason text); the audit log gets the
+/// `Display` text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// The message does not parse, or is not one that is served.
@@ -51,19 +52,6 @@ pub enum Refusal {
     NoTerminal,
     /// The host agent failed, timed out or is absent.
     Agent,
-}
-
-impl Refusal {
-    /// The fixed text the sandbox may see: never a path, a rule or another
-    /// key's comment.
-    pub fn short(&self) -> &'static str {
-        match self {
-            Refusal::Denied => "denied",
-            Refusal::NoTerminal => "no terminal to ask at",
-            Refusal::Agent => "agent unavailable",
-            _ => "refused",
-        }
-    }
 }
 
 impl fmt::Display for Refusal {

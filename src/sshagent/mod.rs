@@ -16,6 +16,7 @@
 //!   this (session, key), or ask the developer.
 
 pub mod decide;
+pub mod host;
 pub mod keys;
 pub mod known_hosts;
 pub mod proto;

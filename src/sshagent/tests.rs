@@ -576,6 +576,8 @@ fn texts_escape_the_sandbox_and_refusals_leak_nothing() {
         Refusal::Denied,
         Refusal::Agent,
     ] {
-        assert!(["refused", "denied", "agent unavailable"].contains(&r.short()), "{r}");
+        // One audit line each: no newline, and no path or key material.
+        let t = r.to_string();
+        assert!(!t.contains('\n') && !t.contains('/') && !t.contains("SHA256:"), "{t}");
     }
 }

@@ -31,7 +31,10 @@
 
 use std::fmt;
 
-use crate::escalation::{Outcome, Request, Status, MAX_ARGS, MAX_REQUEST_BYTES, MAX_RESULT_BYTES, MAX_TIMEOUT_SECS};
+use crate::escalation::{
+    AgentRequest, Outcome, Request, Status, MAX_AGENT_ANSWER, MAX_AGENT_BODY, MAX_ARGS, MAX_REQUEST_BYTES,
+    MAX_RESULT_BYTES, MAX_TIMEOUT_SECS,
+};
 pub use crate::wire::codec::Message;
 use crate::wire::codec::{Dec, DecodeError, Enc};
 
@@ -40,6 +43,8 @@ use crate::wire::codec::{Dec, DecodeError, Enc};
 pub enum RequestMsg {
     /// A request and the session key's signature over its signed part.
     Submit { request: Request, sig: Vec<u8> },
+    /// One SSH agent message of the session (issue 51), signed the same way.
+    Agent { request: AgentRequest, sig: Vec<u8> },
 }
 
 /// Host Coordinator → `lazaret-escalate` (a `<id>.res` file).
@@ -47,10 +52,15 @@ pub enum RequestMsg {
 pub enum ResultMsg {
     /// How the request ended.
     Deliver(Outcome),
+    /// The agent's answer to an [`RequestMsg::Agent`]: its id and the
+    /// answer body (type byte and contents; a refusal is `SSH_AGENT_FAILURE`).
+    AgentReply { id: String, body: Vec<u8> },
 }
 
 const SUBMIT: u8 = 1;
+const AGENT: u8 = 2;
 const DELIVER: u8 = 1;
+const AGENT_REPLY: u8 = 2;
 
 fn is_hex(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
@@ -86,6 +96,34 @@ fn enc_body(e: &mut Enc, r: &Request) {
         .bytes(&r.cert);
 }
 
+fn enc_agent(e: &mut Enc, r: &AgentRequest) {
+    e.str(&r.id)
+        .str(&r.domain)
+        .u64(r.generation)
+        .str(&r.session)
+        .str(&r.client)
+        .str(&r.conn)
+        .bytes(&r.body)
+        .bytes(&r.cert);
+}
+
+/// The bytes the session key signs in an agent record: its payload up to
+/// and including `cert`.
+pub fn agent_signed_part(r: &AgentRequest) -> Vec<u8> {
+    let mut e = Enc::new(AGENT);
+    enc_agent(&mut e, r);
+    e.finish().split_off(4)
+}
+
+/// The agent record: one `Agent` frame.
+pub fn encode_agent_request(r: &AgentRequest, sig: &[u8]) -> Vec<u8> {
+    RequestMsg::Agent {
+        request: r.clone(),
+        sig: sig.to_vec(),
+    }
+    .encode()
+}
+
 /// The bytes the session key signs: the request's payload up to and
 /// including `cert` (the record without its length prefix and `sig`).
 pub fn signed_part(r: &Request) -> Vec<u8> {
@@ -109,6 +147,11 @@ impl Message for RequestMsg {
             RequestMsg::Submit { request, sig } => {
                 let mut e = Enc::new(SUBMIT);
                 enc_body(&mut e, request);
+                e.bytes(sig).finish()
+            }
+            RequestMsg::Agent { request, sig } => {
+                let mut e = Enc::new(AGENT);
+                enc_agent(&mut e, request);
                 e.bytes(sig).finish()
             }
         }
@@ -151,6 +194,33 @@ impl Message for RequestMsg {
                     sig,
                 }
             }
+            AGENT => {
+                let id = dec_hex(&mut d, 32, "id")?;
+                let domain = dec_hex(&mut d, 20, "domain")?;
+                let generation = d.u64()?;
+                let session = dec_hex(&mut d, 16, "session")?;
+                let client = dec_hex(&mut d, 16, "client")?;
+                let conn = dec_hex(&mut d, 16, "conn")?;
+                let body = d.bytes()?;
+                if body.is_empty() || body.len() > MAX_AGENT_BODY {
+                    return Err(DecodeError::BadValue("agent message"));
+                }
+                let cert = d.bytes()?;
+                let sig = d.bytes()?;
+                RequestMsg::Agent {
+                    request: AgentRequest {
+                        id,
+                        domain,
+                        generation,
+                        session,
+                        client,
+                        conn,
+                        body,
+                        cert,
+                    },
+                    sig,
+                }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -160,6 +230,7 @@ impl Message for RequestMsg {
     fn name(&self) -> &'static str {
         match self {
             RequestMsg::Submit { .. } => "Submit",
+            RequestMsg::Agent { .. } => "Agent",
         }
     }
 }
@@ -192,6 +263,10 @@ impl Message for ResultMsg {
                     .bytes(&o.stderr)
                     .finish()
             }
+            ResultMsg::AgentReply { id, body } => {
+                let mut e = Enc::new(AGENT_REPLY);
+                e.str(id).bytes(body).finish()
+            }
         }
     }
 
@@ -220,6 +295,14 @@ impl Message for ResultMsg {
                     stderr: d.bytes()?,
                 })
             }
+            AGENT_REPLY => {
+                let id = dec_hex(&mut d, 32, "id")?;
+                let body = d.bytes()?;
+                if body.is_empty() || body.len() > MAX_AGENT_ANSWER {
+                    return Err(DecodeError::BadValue("agent answer"));
+                }
+                ResultMsg::AgentReply { id, body }
+            }
             t => return Err(DecodeError::UnknownTag(t)),
         };
         d.end()?;
@@ -229,6 +312,7 @@ impl Message for ResultMsg {
     fn name(&self) -> &'static str {
         match self {
             ResultMsg::Deliver(_) => "Deliver",
+            ResultMsg::AgentReply { .. } => "AgentReply",
         }
     }
 }
@@ -274,13 +358,33 @@ fn one_frame<M: Message>(data: &[u8], max: usize) -> Result<M, RecordError> {
     M::decode(&data[4..]).map_err(RecordError::Malformed)
 }
 
-/// Strict decode of a request record: the request, the exact signed bytes
-/// (taken from `data`) and the signature.
-pub fn decode_request(data: &[u8]) -> Result<(Request, Vec<u8>, Vec<u8>), RecordError> {
-    let RequestMsg::Submit { request, sig } = one_frame::<RequestMsg>(data, MAX_REQUEST_BYTES)?;
+/// A request file's record, either kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Command(Request),
+    Agent(AgentRequest),
+}
+
+/// Strict decode of a request file of either kind: the record, the exact
+/// signed bytes (taken from `data`) and the signature.
+pub fn decode_record(data: &[u8]) -> Result<(Record, Vec<u8>, Vec<u8>), RecordError> {
+    let (record, sig) = match one_frame::<RequestMsg>(data, MAX_REQUEST_BYTES)? {
+        RequestMsg::Submit { request, sig } => (Record::Command(request), sig),
+        RequestMsg::Agent { request, sig } => (Record::Agent(request), sig),
+    };
     // `sig` is the last field (u32 length + bytes) and nothing follows it.
     let signed = data[4..data.len() - 4 - sig.len()].to_vec();
-    Ok((request, signed, sig))
+    Ok((record, signed, sig))
+}
+
+/// Strict decode of a command request record: the request, the exact
+/// signed bytes (taken from `data`) and the signature. An agent record is
+/// refused.
+pub fn decode_request(data: &[u8]) -> Result<(Request, Vec<u8>, Vec<u8>), RecordError> {
+    match decode_record(data)? {
+        (Record::Command(r), signed, sig) => Ok((r, signed, sig)),
+        (Record::Agent(_), _, _) => Err(RecordError::Malformed(DecodeError::UnknownTag(AGENT))),
+    }
 }
 
 /// The result record: one `Deliver` frame.
@@ -288,10 +392,29 @@ pub fn encode_result(o: &Outcome) -> Vec<u8> {
     ResultMsg::Deliver(o.clone()).encode()
 }
 
-/// Strict decode of a result record.
+/// Strict decode of a command's result record (an agent reply is refused).
 pub fn decode_result(data: &[u8]) -> Result<Outcome, RecordError> {
-    let ResultMsg::Deliver(o) = one_frame::<ResultMsg>(data, MAX_RESULT_BYTES)?;
-    Ok(o)
+    match one_frame::<ResultMsg>(data, MAX_RESULT_BYTES)? {
+        ResultMsg::Deliver(o) => Ok(o),
+        ResultMsg::AgentReply { .. } => Err(RecordError::Malformed(DecodeError::UnknownTag(AGENT_REPLY))),
+    }
+}
+
+/// The agent reply record for request `id`.
+pub fn encode_agent_reply(id: &str, body: &[u8]) -> Vec<u8> {
+    ResultMsg::AgentReply {
+        id: id.to_string(),
+        body: body.to_vec(),
+    }
+    .encode()
+}
+
+/// Strict decode of an agent reply record: its id and answer body.
+pub fn decode_agent_reply(data: &[u8]) -> Result<(String, Vec<u8>), RecordError> {
+    match one_frame::<ResultMsg>(data, MAX_RESULT_BYTES)? {
+        ResultMsg::AgentReply { id, body } => Ok((id, body)),
+        ResultMsg::Deliver(_) => Err(RecordError::Malformed(DecodeError::UnknownTag(DELIVER))),
+    }
 }
 
 #[cfg(test)]
@@ -310,6 +433,19 @@ pub(crate) mod tests {
             timeout_secs: 30,
             justification: "need\nthe host %".into(),
             argv: vec!["git".into(), "--version".into(), "\u{1b}[2J".into()],
+            cert: vec![1, 2, 3],
+        }
+    }
+
+    pub(crate) fn agent_req() -> AgentRequest {
+        AgentRequest {
+            id: "e".repeat(32),
+            domain: "b".repeat(20),
+            generation: 3,
+            session: "c".repeat(16),
+            client: "d".repeat(16),
+            conn: "0123456789abcdef".into(),
+            body: vec![11],
             cert: vec![1, 2, 3],
         }
     }
@@ -342,6 +478,10 @@ pub(crate) mod tests {
                 request: short,
                 sig: vec![0x30; 71],
             },
+            RequestMsg::Agent {
+                request: agent_req(),
+                sig: vec![0x30; 70],
+            },
         ]
     }
 
@@ -363,6 +503,10 @@ pub(crate) mod tests {
                 ..outcome()
             }));
         }
+        v.push(ResultMsg::AgentReply {
+            id: "e".repeat(32),
+            body: vec![5],
+        });
         v
     }
 
@@ -451,6 +595,39 @@ pub(crate) mod tests {
             lie[..4].copy_from_slice(&(n as u32).to_le_bytes());
             assert!(decode_request(&lie).is_err(), "length off by {delta} was accepted");
         }
+    }
+
+    #[test]
+    fn agent_records_round_trip_and_are_bounded() {
+        let r = agent_req();
+        let rec = encode_agent_request(&r, b"sig");
+        let (back, signed, sig) = decode_record(&rec).unwrap();
+        assert_eq!(back, Record::Agent(r.clone()));
+        assert_eq!(signed, agent_signed_part(&r));
+        assert_eq!(sig, b"sig");
+        // Not a command request, and a command request is not an agent one.
+        assert!(decode_request(&rec).is_err());
+        assert!(matches!(
+            decode_record(&encode_request(&req(), b"s")),
+            Ok((Record::Command(_), _, _))
+        ));
+        for body in [vec![], vec![0u8; MAX_AGENT_BODY + 1]] {
+            let bad = AgentRequest { body, ..agent_req() };
+            assert!(decode_record(&encode_agent_request(&bad, b"s")).is_err());
+        }
+        let bad = AgentRequest {
+            conn: "xyz".into(),
+            ..agent_req()
+        };
+        assert!(decode_record(&encode_agent_request(&bad, b"s")).is_err());
+        let reply = encode_agent_reply(&"e".repeat(32), &[14, 0, 0, 0, 0]);
+        assert_eq!(
+            decode_agent_reply(&reply).unwrap(),
+            ("e".repeat(32), vec![14, 0, 0, 0, 0])
+        );
+        assert!(decode_result(&reply).is_err());
+        assert!(decode_agent_reply(&encode_result(&outcome())).is_err());
+        assert!(decode_agent_reply(&encode_agent_reply(&"e".repeat(32), &[])).is_err());
     }
 
     #[test]

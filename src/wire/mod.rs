@@ -323,6 +323,13 @@ mod tests {
             if let Ok(o) = mailbox::decode_result(&input) {
                 assert_eq!(mailbox::encode_result(&o), input);
             }
+            if let Ok((mailbox::Record::Agent(r), signed, sig)) = mailbox::decode_record(&input) {
+                assert_eq!(signed, mailbox::agent_signed_part(&r));
+                assert_eq!(mailbox::encode_agent_request(&r, &sig), input);
+            }
+            if let Ok((id, body)) = mailbox::decode_agent_reply(&input) {
+                assert_eq!(mailbox::encode_agent_reply(&id, &body), input);
+            }
             if input.len() > 4 {
                 let payload = input.split_off(4);
                 check::<start::StartMsg>(&payload);

@@ -160,7 +160,13 @@ impl Broker {
             let _ = std::fs::remove_file(&path);
             let verdict = data.and_then(|d| self.accept(&name, &d, session));
             match verdict {
-                Ok((req, client)) => {
+                Ok(Accepted::Agent(r)) => self.agent.push(r),
+                Ok(Accepted::Command(req, _)) if !self.config.enabled => self.refuse(
+                    &req,
+                    Status::Denied,
+                    "escalation of host commands is off for this profile ([escalation] enabled = false); nothing ran",
+                ),
+                Ok(Accepted::Command(req, client)) => {
                     let dir = match self.resolve_cwd(&req.cwd) {
                         Ok(d) => d,
                         Err(why) => {
@@ -269,42 +275,65 @@ impl Broker {
         name: &str,
         data: &[u8],
         session: &dyn Fn(&str) -> Option<SessionView>,
-    ) -> Result<(Request, String), Rejection> {
-        let (req, signed, sig) = mailbox::decode_request(data).map_err(Rejection::Record)?;
+    ) -> Result<Accepted, Rejection> {
+        let (record, signed, sig) = mailbox::decode_record(data).map_err(Rejection::Record)?;
+        let req = match &record {
+            mailbox::Record::Command(r) => Header {
+                id: &r.id,
+                domain: &r.domain,
+                generation: r.generation,
+                session: &r.session,
+                client: &r.client,
+                cert: &r.cert,
+            },
+            mailbox::Record::Agent(r) => Header {
+                id: &r.id,
+                domain: &r.domain,
+                generation: r.generation,
+                session: &r.session,
+                client: &r.client,
+                cert: &r.cert,
+            },
+        };
         if name != format!("{}.req", req.id) {
             return Err(Rejection::NameMismatch);
         }
         if req.domain != self.anchor.domain || req.generation != self.anchor.generation {
             return Err(Rejection::OtherGeneration);
         }
-        let view = session(&req.session).ok_or(Rejection::NoSession)?;
-        if view.client_id != req.client {
+        let view = session(req.session).ok_or(Rejection::NoSession)?;
+        if view.client_id != *req.client {
             return Err(Rejection::ClientMismatch);
         }
-        let expected = self.anchor.identity(Role::ClientCli, &req.client, Some(&req.session));
+        let expected = self.anchor.identity(Role::ClientCli, req.client, Some(req.session));
         // The session's certificate, once checked (issuer, identity), is
         // kept: a later request bearing exactly it, for the same identity,
         // costs one signature check. Anything else is checked in full.
-        match self.checked.get(&req.session) {
-            Some(c) if c.is(&req.cert, &expected) => c.verify(&signed, &sig).map_err(Rejection::Signature)?,
+        match self.checked.get(req.session) {
+            Some(c) if c.is(req.cert, &expected) => c.verify(&signed, &sig).map_err(Rejection::Signature)?,
             _ => {
                 let c = self
                     .anchor
-                    .check_cert(&req.cert, &expected)
+                    .check_cert(req.cert, &expected)
                     .map_err(Rejection::Signature)?;
                 c.verify(&signed, &sig).map_err(Rejection::Signature)?;
                 // The Session Anchor: exactly the certificate issued at registration.
-                if req.cert != view.cert_der {
+                if *req.cert != view.cert_der {
                     return Err(Rejection::ForeignCertificate);
                 }
-                self.checked.insert(req.session.clone(), c);
+                self.checked.insert(req.session.to_string(), c);
             }
         }
-        if !self.seen.insert(req.id.clone()) {
+        if !self.seen.insert(req.id.to_string()) {
             return Err(Rejection::Replayed);
         }
-        let client = req.client.clone();
-        Ok((req, client))
+        Ok(match record {
+            mailbox::Record::Command(r) => {
+                let client = r.client.clone();
+                Accepted::Command(r, client)
+            }
+            mailbox::Record::Agent(r) => Accepted::Agent(r),
+        })
     }
 
     /// The first rule matching both the argv and the working directory
@@ -376,6 +405,24 @@ impl Broker {
         let inside = |q: &Path| q.starts_with(ws) || q.starts_with(&ws_real);
         inside(&lexical) || real.as_deref().is_some_and(inside)
     }
+}
+
+/// The identity fields every record has.
+struct Header<'a> {
+    id: &'a str,
+    domain: &'a str,
+    generation: u64,
+    session: &'a str,
+    client: &'a str,
+    cert: &'a Vec<u8>,
+}
+
+/// A record that passed every check.
+enum Accepted {
+    /// A command request, and its client id.
+    Command(Request, String),
+    /// An SSH agent message, for the coordinator.
+    Agent(crate::escalation::AgentRequest),
 }
 
 /// What the rules say about a request.

@@ -81,6 +81,9 @@ pub struct Broker {
     pub backlog: bool,
     /// Started and ended host commands since the coordinator last looked.
     pub events: Vec<HostEvent>,
+    /// Verified SSH agent messages since the coordinator last looked
+    /// (issue 51: the coordinator decides them).
+    pub agent: Vec<escalation::AgentRequest>,
 }
 
 fn io_err(what: &Path, e: io::Error) -> CoordinatorError {
@@ -138,6 +141,7 @@ impl Broker {
             audit,
             backlog: false,
             events: Vec::new(),
+            agent: Vec::new(),
         })
     }
 
@@ -196,7 +200,7 @@ impl Broker {
         std::os::fd::AsFd::as_fd(&self.inotify)
     }
 
-    fn audit(&mut self, line: String) {
+    pub(crate) fn audit(&mut self, line: String) {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -282,19 +286,29 @@ impl Broker {
         })
     }
 
+    /// Answers an SSH agent message (`ResultMsg::AgentReply`).
+    pub fn write_agent_reply(&self, id: &str, body: &[u8]) {
+        self.write_file(id, &mailbox::encode_agent_reply(id, body));
+    }
+
     fn write_result(&self, o: &Outcome) {
-        let tmp = self.results.join(format!(".tmp-{}", o.id));
-        let fin = self.results.join(format!("{}.res", o.id));
+        self.write_file(&o.id, &mailbox::encode_result(o));
+    }
+
+    fn write_file(&self, id: &str, record: &[u8]) {
+        let o_id = id;
+        let tmp = self.results.join(format!(".tmp-{o_id}"));
+        let fin = self.results.join(format!("{o_id}.res"));
         let ok = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(sys::O_NOFOLLOW)
             .open(&tmp)
-            .and_then(|mut f| f.write_all(&mailbox::encode_result(o)))
+            .and_then(|mut f| f.write_all(record))
             .and_then(|()| std::fs::rename(&tmp, &fin));
         if let Err(e) = ok {
-            log::warn!("escalation: cannot deliver result {}: {e}", o.id);
+            log::warn!("escalation: cannot deliver result {o_id}: {e}");
             let _ = std::fs::remove_file(&tmp);
         }
     }

@@ -1,7 +1,7 @@
 //! The mailbox intake against what a hostile sandbox can put there. Real
 //! files in a temporary directory, the real Trust Anchor; nothing runs
-//! (escalation is off, so no rule auto-approves; where it is on, only
-//! requests the rules refuse are sent).
+//! (the default settings have no rule, so none auto-approves; where there
+//! are rules, only requests they refuse are sent).
 
 use super::*;
 use crate::escalation::REQUESTS_MAX_BYTES;
@@ -38,7 +38,11 @@ fn fixture_with(tag: &str, esc: impl Fn(&Path) -> Escalation) -> Fixture {
     let cred = anchor.issue(Role::ClientCli, CLIENT, Some(SESSION)).unwrap();
     let key = SessionKey::parse(&cred.export().unwrap()).unwrap();
     let cert = key.cert.clone();
-    let broker = Broker::new(anchor, esc(&ws), &ws, &dir.join("mbox"), &dir.join("audit.log")).unwrap();
+    // The broker exists with escalation on (or for a profile's SSH agent,
+    // where command requests are refused).
+    let mut config = esc(&ws);
+    config.enabled = true;
+    let broker = Broker::new(anchor, config, &ws, &dir.join("mbox"), &dir.join("audit.log")).unwrap();
     Fixture { dir, broker, key, cert }
 }
 
@@ -394,4 +398,62 @@ fn a_request_beyond_what_its_rule_grants_is_refused_with_one_line() {
         "{log}"
     );
     assert!(denied[2].contains("rule 2: its program"), "{log}");
+}
+
+/// Issue 51: an SSH agent record is verified exactly as a command request
+/// (signature, session, replay) and handed to the coordinator; a forged or
+/// replayed one gets no answer, and when escalation is off a command
+/// request is refused.
+#[test]
+fn agent_records_are_verified_like_requests_and_command_requests_need_escalation_on() {
+    let mut f = fixture_with("agent", |_| Escalation::default());
+    let cert = f.cert.clone();
+    let agent = |n: u8| crate::escalation::AgentRequest {
+        id: format!("{n:02x}").repeat(16),
+        domain: "d".repeat(20),
+        generation: 3,
+        session: SESSION.into(),
+        client: CLIENT.into(),
+        conn: "0123456789abcdef".into(),
+        body: vec![11],
+        cert: cert.clone(),
+    };
+    let a = agent(7);
+    let rec = mailbox::encode_agent_request(&a, &f.key.sign(&mailbox::agent_signed_part(&a)));
+    f.put(&format!("{}.req", a.id), &rec);
+    assert!(
+        f.scan().is_empty(),
+        "an agent record is not a command for the developer"
+    );
+    assert_eq!(f.broker.agent.drain(..).collect::<Vec<_>>(), vec![a.clone()]);
+    // Replayed, forged (signed over other bytes), another session's.
+    f.put(&format!("{}.req", a.id), &rec);
+    let b = agent(8);
+    let forged = mailbox::encode_agent_request(&b, &f.key.sign(&mailbox::agent_signed_part(&agent(9))));
+    f.put(&format!("{}.req", b.id), &forged);
+    let c = crate::escalation::AgentRequest {
+        session: "0000000000000000".into(),
+        ..agent(10)
+    };
+    f.put(
+        &format!("{}.req", c.id),
+        &mailbox::encode_agent_request(&c, &f.key.sign(&mailbox::agent_signed_part(&c))),
+    );
+    assert!(f.scan().is_empty());
+    assert!(f.broker.agent.is_empty(), "a bad agent record was accepted");
+    assert_eq!(f.results(), 0, "a bad agent record got an answer");
+    let log = f.audit();
+    assert!(log.contains("replayed") && log.contains("no such session"), "{log}");
+    // Escalation off (the broker is there for the SSH agent): a verified
+    // command request is refused, not asked.
+    f.broker.config.enabled = false;
+    let req = request(&f, 11);
+    f.put(&format!("{}.req", req.id), &record(&f, &req));
+    assert!(f.scan().is_empty());
+    assert_eq!(f.results(), 1);
+    assert!(
+        f.audit().contains("escalation of host commands is off"),
+        "{}",
+        f.audit()
+    );
 }

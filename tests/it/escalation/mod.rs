@@ -2,8 +2,10 @@
 //! `broker`: rules, prompts, records, timeouts, key material; `adversarial`:
 //! typeahead, drawn prompts, bursts, forged records, a killed coordinator;
 //! `prompt`: what is approved is exactly what runs, where the prompt says;
-//! `rules`: what a rule may name, and the trailing arguments it grants.
+//! `rules`: what a rule may name, and the trailing arguments it grants;
+//! `ssh_agent`: the sandbox's SSH agent (issue 51).
 pub mod adversarial;
 pub mod broker;
 pub mod prompt;
 pub mod rules;
+pub mod ssh_agent;
