@@ -64,14 +64,14 @@ pub fn show(
     published: bool,
     json: bool,
 ) -> Result<i32, sidecar::SidecarError> {
-    let (host, nets) = if profile.network {
+    let (host, nets) = if profile.egress.networked() {
         (sidecar::host_ipv4_addrs()?, sidecar::host_local_nets()?)
     } else {
         (Vec::new(), Vec::new())
     };
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
         .map_err(sidecar::SidecarError::Policy)?
-        .by_name(&cfg.hosts, profile);
+        .by_name(profile);
     let readiness = published
         .then(|| {
             read(crate::wire::show::read_readiness(
@@ -93,39 +93,15 @@ pub fn show(
         .map(|p| p.to_string())
         .collect();
     if json {
-        let ready = match &readiness {
-            None => Json::Null,
-            Some(kv) => Json::Obj(vec![
-                (
-                    "fields",
-                    Json::Arr(
-                        kv.iter()
-                            .filter(|(k, _)| k != "probe")
-                            .map(|(k, v)| Json::Arr(vec![Json::s(k), Json::s(v)]))
-                            .collect(),
-                    ),
-                ),
-                (
-                    "probe",
-                    Json::strs(
-                        &kv.iter()
-                            .filter(|(k, _)| k == "probe")
-                            .map(|(_, v)| v.clone())
-                            .collect::<Vec<_>>(),
-                    ),
-                ),
-            ]),
-        };
-        let out = Json::Obj(vec![
-            ("domain_id", Json::s(domain_id)),
-            ("profile", Json::s(&profile.name)),
-            ("workspace", Json::s(workspace.to_string_lossy())),
-            ("running", Json::Bool(published)),
-            ("policy", policy.to_json()),
-            ("ports", Json::strs(&ports)),
-            ("secrets", secrets_json(&profile.secrets)),
-            ("readiness", ready),
-        ]);
+        let out = show_json(
+            domain_id,
+            profile,
+            workspace,
+            published,
+            &policy,
+            &ports,
+            readiness.as_deref(),
+        );
         println!("{}", out.render());
         return Ok(0);
     }
@@ -162,6 +138,52 @@ pub fn show(
         }
     }
     Ok(0)
+}
+
+/// `net show --json` (pure): the Domain, its policy, ports, secrets and,
+/// while it runs, its readiness fields.
+pub(crate) fn show_json(
+    domain_id: &str,
+    profile: &Profile,
+    workspace: &Path,
+    published: bool,
+    policy: &netpolicy::Policy,
+    ports: &[String],
+    readiness: Option<&[(String, String)]>,
+) -> Json {
+    let ready = match readiness {
+        None => Json::Null,
+        Some(kv) => Json::Obj(vec![
+            (
+                "fields",
+                Json::Arr(
+                    kv.iter()
+                        .filter(|(k, _)| k != "probe")
+                        .map(|(k, v)| Json::Arr(vec![Json::s(k), Json::s(v)]))
+                        .collect(),
+                ),
+            ),
+            (
+                "probe",
+                Json::strs(
+                    &kv.iter()
+                        .filter(|(k, _)| k == "probe")
+                        .map(|(_, v)| v.clone())
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+        ]),
+    };
+    Json::Obj(vec![
+        ("domain_id", Json::s(domain_id)),
+        ("profile", Json::s(&profile.name)),
+        ("workspace", Json::s(workspace.to_string_lossy())),
+        ("running", Json::Bool(published)),
+        ("policy", policy.to_json()),
+        ("ports", Json::strs(ports)),
+        ("secrets", secrets_json(&profile.secrets)),
+        ("readiness", ready),
+    ])
 }
 
 /// `secrets` of the profile: name, source kind and hosts; never a value
@@ -239,12 +261,11 @@ const CHECK_MARK: &str = "[the Domain's own start-up check]";
 /// `hosts` line that would allow the most refused names. The Domain's own
 /// start-up checks (the readiness probe's refused packets) are shown, and
 /// marked, only with `all`. Names came from the sandbox: printed escaped.
-pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, all: bool, json: bool) -> i32 {
+pub fn log(profile: &Profile, domain_id: &str, run: &Path, all: bool, json: bool) -> i32 {
     use crate::net::gate;
     let (text, dropped) = gate::read_log(run);
     let (rows, hidden) = shown_rows(gate::summarize(&gate::parse_log(&text)), all);
-    let mut current: Vec<crate::config::hosts::HostPattern> = cfg.hosts.clone();
-    current.extend(profile.hosts.iter().cloned());
+    let current: Vec<crate::config::hosts::HostPattern> = profile.hosts.clone();
     // Only the sandbox's refusals make the suggestion.
     let own: Vec<(gate::LogEntry, u64)> = rows
         .iter()
