@@ -1650,3 +1650,32 @@ fn ssh_agent_errors_name_file_line_and_key() {
         &["profiles.dev.ssh_agent", "a table"],
     );
 }
+
+/// The sentences a wrong config file gets, one per kind of mistake:
+/// tests/snapshots/config-errors.txt (`crate::snapshot`).
+#[test]
+fn config_error_sentences_snapshot() {
+    let cases = [
+        "runtime_dir = \"relative\"\n",
+        "[profiles.dev]\ncomand = [\"/bin/true\"]\n",
+        "[profiles.dev]\ncommand = \"claude\"\n",
+        "[profiles.dev]\npersist = [\"/usr\", \"/usr\"]\n",
+        "[profiles.dev.network]\ndeny = [\"10.0.0.0/8\", \"10.1.0.0/16\"]\n",
+        "[profiles.dev.network]\nmode = \"host\"\n",
+        "[profiles.dev.network]\nhosts = [\"*.com\"]\n",
+        "[profiles.dev.network]\nidle_timeout_s = 0\n",
+        "[profiles.dev]\nimage = \"web\"\n",
+        "[profiles.dev.limits]\nmemory = \"1KiB\"\n",
+        "[escalation]\nprompt_timeout_s = 0\n",
+        "[images.web]\nbase = \"web\"\n",
+        "[profiles.dev\n",
+        "[network]\nhosts = [\"a.example\", \"A.example\"]\n",
+    ];
+    let mut out = String::new();
+    for text in cases {
+        out.push_str(&format!("{}=> {}\n\n", text, err(text)));
+    }
+    let c = ok("[profiles.a]\n");
+    out.push_str(&format!("=> {}\n", c.profile("b").unwrap_err()));
+    crate::snapshot::check("config-errors.txt", &out);
+}

@@ -394,6 +394,67 @@ pub fn log(profile: &Profile, domain_id: &str, run: &Path, all: bool, json: bool
 }
 
 #[cfg(test)]
+mod json_snapshots {
+    use std::path::Path;
+
+    /// `net show --json` of one Domain per egress mode (the policy derived
+    /// with fixed host addresses), and a running one with readiness:
+    /// tests/snapshots/net-show-json.txt.
+    #[test]
+    fn net_show_json_snapshot() {
+        let cfg = crate::config::parse(
+            Path::new("/c.toml"),
+            "[network]\nhosts = [\"api.test\"]\n\
+             [profiles.open.network]\nallow = [\"198.18.4.0/24\"]\n\
+             [profiles.byname]\nports = [\"18000:8000\"]\n[profiles.byname.network]\nhosts = [\"*.example.com\", \"git.example:22\"]\n\
+             [profiles.byname.secrets.API_KEY]\nfrom = \"env:API_KEY\"\nhosts = [\"api.test\"]\n\
+             [profiles.log.network]\nmode = \"log\"\n\
+             [profiles.none.network]\nmode = \"none\"\n",
+        )
+        .unwrap();
+        let host = ["192.0.2.10".parse().unwrap()];
+        let nets = ["192.0.2.0/24".parse().unwrap()];
+        let mut out = String::new();
+        for name in ["open", "byname", "log", "none"] {
+            let mut p = cfg.profile(name).unwrap().clone();
+            if name == "open" {
+                // The global hosts would make every profile allow-by-name.
+                p = crate::config::Profile {
+                    hosts: vec![],
+                    global_hosts: 0,
+                    ..p
+                }
+                .with_global_hosts(&[]);
+            }
+            let policy = crate::net::policy::derive_with_host_nets(&cfg.path, None, &p, &host, &nets)
+                .unwrap()
+                .by_name(&p);
+            let ports: Vec<String> = p.ports.iter().map(|x| x.to_string()).collect();
+            let running = name == "byname";
+            let kv: Vec<(String, String)> = vec![
+                ("generation".into(), "3".into()),
+                ("policy-digest".into(), policy.digest()),
+                (
+                    "probe".into(),
+                    "deny 10.0.0.1 (10.0.0.0/8): refused by the router".into(),
+                ),
+            ];
+            let j = super::show_json(
+                "3f2a9c1b4d5e6f708192",
+                &p,
+                Path::new("/home/me/src/api"),
+                running,
+                &policy,
+                &ports,
+                running.then_some(&kv[..]),
+            );
+            out.push_str(&format!("{name}: {}\n", j.render()));
+        }
+        crate::snapshot::check("net-show-json.txt", &out);
+    }
+}
+
+#[cfg(test)]
 mod secret_tests {
     #[test]
     fn secrets_are_listed_without_values() {
