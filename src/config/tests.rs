@@ -1066,7 +1066,8 @@ fn fingerprint_covers_every_sandbox_field() {
     let outside = ["name", "pass_env", "ssh_agent", "global_hosts"];
     // Covered by config::secrets's `headers_and_plain_http_parse_and_enter_the_fingerprint`.
     let elsewhere = ["secrets"];
-    let variants: Vec<(&str, fn(&mut Profile))> = vec![
+    type Variant = (&'static str, fn(&mut Profile));
+    let variants: Vec<Variant> = vec![
         ("image", |p| p.image = ImageSource::Docker("debian".into())),
         ("command", |p| p.command = vec!["/bin/bash".into()]),
         ("command", |p| {

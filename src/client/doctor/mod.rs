@@ -130,6 +130,7 @@ pub fn checks() -> Vec<Check> {
     if let Ok(cwd) = std::env::current_dir() {
         out.push(check_git_surface(&cwd));
     }
+    debug_assert_eq!(out.iter().map(|c| c.name).collect::<Vec<_>>(), check_names());
     out
 }
 
