@@ -1,6 +1,6 @@
 //! The one exit-code mapping of the `lazaret` CLI: every code it decides
-//! itself is an [`Exit`]; README.md's "Exit codes" table lists the same
-//! (a unit test holds the two together). `lazaret run` and `lazaret exec`
+//! itself is an [`Exit`]; the "Exit codes" tables of README.md and docs/usage.md list the same
+//! (a unit test holds them together). `lazaret run` and `lazaret exec`
 //! otherwise exit with the sandboxed command's own status.
 
 /// What an exit code of `lazaret` means.
@@ -56,29 +56,36 @@ impl Exit {
 mod tests {
     use super::Exit;
 
-    /// The README's table names every code, and names no other number.
+    /// The "Exit codes" tables of README.md and docs/usage.md name every
+    /// code, and name no other number.
     #[test]
     fn readme_table_is_this_mapping() {
-        let readme = include_str!("../README.md");
-        let start = readme.find("## Exit codes").expect("README has an exit-code section");
-        let section = &readme[start..];
-        let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
-        let rows: Vec<&str> = section[..end]
-            .lines()
-            .filter(|l| l.starts_with("| ") && !l.starts_with("| Code") && !l.starts_with("| ---"))
-            .collect();
-        let codes: Vec<i32> = rows
-            .iter()
-            .filter_map(|l| l.trim_start_matches("| ").split(" |").next()?.trim().parse().ok())
-            .collect();
-        for e in Exit::ALL {
-            assert!(codes.contains(&e.code()), "README lacks exit code {} ({e:?})", e.code());
-        }
-        for c in &codes {
-            assert!(
-                Exit::ALL.iter().any(|e| e.code() == *c),
-                "README names exit code {c}, which Exit does not"
-            );
+        for (file, text) in [
+            ("README.md", include_str!("../README.md")),
+            ("docs/usage.md", include_str!("../docs/usage.md")),
+        ] {
+            let start = text
+                .find("## Exit codes")
+                .unwrap_or_else(|| panic!("{file} has an exit-code section"));
+            let section = &text[start..];
+            let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+            let rows: Vec<&str> = section[..end]
+                .lines()
+                .filter(|l| l.starts_with("| ") && !l.starts_with("| Code") && !l.starts_with("| ---"))
+                .collect();
+            let codes: Vec<i32> = rows
+                .iter()
+                .filter_map(|l| l.trim_start_matches("| ").split(" |").next()?.trim().parse().ok())
+                .collect();
+            for e in Exit::ALL {
+                assert!(codes.contains(&e.code()), "{file} lacks exit code {} ({e:?})", e.code());
+            }
+            for c in &codes {
+                assert!(
+                    Exit::ALL.iter().any(|e| e.code() == *c),
+                    "{file} names exit code {c}, which Exit does not"
+                );
+            }
         }
         assert_eq!(Exit::ClosedPipe.code(), 128 + 13);
     }

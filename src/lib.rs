@@ -21,6 +21,9 @@ mod export;
 pub mod fuzzing;
 mod net;
 mod plan;
+/// Expected-output files of the user-facing text (tests/snapshots/).
+#[cfg(test)]
+mod snapshot;
 // The host side of the sandbox's SSH agent (issue 51): parser, host-key
 // binding, known_hosts, decision and the calls to the developer's agent.
 mod sshagent;

@@ -341,7 +341,7 @@ pub fn cmd_ps(raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> {
         })
         .collect();
     if json {
-        println!("{}", status_json(&all, &foreign));
+        println!("{}", status_json(&all, &foreign, state::now()));
     } else if all.is_empty() && foreign.is_empty() {
         println!("no running Domains");
     } else {
@@ -393,7 +393,8 @@ pub fn foreign_table(all: &[Foreign], now: i64) -> String {
     out
 }
 
-fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)], foreign: &[Foreign]) -> String {
+/// `ps --json` (pure): the Domains of this build, then those of others.
+pub(crate) fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)], foreign: &[Foreign], now: i64) -> String {
     let num = |v: Option<u64>| v.map_or(Json::Null, |n| Json::Num(n as i64));
     // A Domain of another build has fewer fields: those it told (or what
     // is on disk), its build and `other_build: true`.
@@ -425,7 +426,7 @@ fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)], foreign: &[Foreign]) ->
                     ("runsc_pid", Json::Num(st.runsc_pid as i64)),
                     ("sandbox_id", Json::s(&st.sandbox_id)),
                     ("started_at", Json::Num(st.started_at)),
-                    ("age_seconds", Json::Num((state::now() - st.started_at).max(0))),
+                    ("age_seconds", Json::Num((now - st.started_at).max(0))),
                     ("pending_escalations", Json::Num(st.pending_escalations as i64)),
                     (
                         "ports",

@@ -15,6 +15,8 @@ pub mod lifecycle;
 mod net;
 mod otherbuild;
 pub mod prompt;
+#[cfg(test)]
+mod ps_snapshots;
 mod resolve;
 mod run;
 mod screen;

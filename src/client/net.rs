@@ -27,14 +27,7 @@ pub(super) fn cmd_net(mut raw: Vec<std::ffi::OsString>) -> Result<i32, Failure> 
     if sub == Some("log") {
         let run = r.paths.gen_dir();
         let run = run.parent().unwrap_or(&run);
-        return Ok(crate::net::show::log(
-            &r.cfg,
-            &r.profile,
-            r.domain_id.as_str(),
-            run,
-            all,
-            json,
-        ));
+        return Ok(crate::net::show::log(&r.profile, r.domain_id.as_str(), run, all, json));
     }
     let published = r.paths.socket().exists();
     crate::net::show::show(

@@ -34,8 +34,8 @@ pub(crate) fn check_start(r: &Resolved) -> Result<Vec<(String, secrets::SecretVa
     }
     let policy = crate::net::policy::derive(&r.cfg.path, r.cfg.default_deny.as_deref(), &r.profile, &[])
         .map_err(Failure::Policy)?
-        .by_name(&r.cfg.hosts, &r.profile);
-    if !policy.enabled || policy.gate.is_none() {
+        .by_name(&r.profile);
+    if !policy.egress.gated() {
         return Err(no_gate(&r.profile.name, &r.profile.secrets));
     }
     Ok(out)

@@ -40,7 +40,42 @@ impl Profile {
     /// First 16 lowercase hex chars of the SHA-256 of a canonical serialization
     /// of every field except `name`. Order-insensitive lists (`persist`,
     /// `allow`, `deny`) are sorted first; `volumes` keep their (mount) order.
+    ///
+    /// Every field is named below: a new one does not compile until it is
+    /// either hashed or marked as not part of the fingerprint.
     pub fn fingerprint(&self) -> String {
+        let Profile {
+            name: _,
+            image,
+            command,
+            persist,
+            volumes,
+            env,
+            // Client-side only.
+            pass_env: _,
+            ports,
+            allow,
+            deny,
+            ipv6,
+            isolate_ignored,
+            dns,
+            egress,
+            // Hashed below: the profile's own here, `[network] hosts` in
+            // the join fingerprint.
+            hosts: _,
+            global_hosts: _,
+            idle_timeout_s,
+            caps,
+            git_identity,
+            limits,
+            user,
+            host_config,
+            host_config_writable,
+            host_hooks,
+            secrets,
+            // Host-side only.
+            ssh_agent: _,
+        } = self;
         let mut buf = Vec::new();
         let mut put = |tag: &str, items: &[&str]| {
             put_field(&mut buf, tag.as_bytes());
@@ -50,13 +85,12 @@ impl Profile {
             }
         };
         put("lazaret-profile", &["1"]);
-        put("image", &[&self.image.to_string()]);
-        put("command", &self.command.iter().map(String::as_str).collect::<Vec<_>>());
-        let mut persist: Vec<&str> = self.persist.iter().map(String::as_str).collect();
+        put("image", &[&image.to_string()]);
+        put("command", &command.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut persist: Vec<&str> = persist.iter().map(String::as_str).collect();
         persist.sort_unstable();
         put("persist", &persist);
-        let volumes: Vec<String> = self
-            .volumes
+        let volumes: Vec<String> = volumes
             .iter()
             .map(|v| {
                 let mut s = Vec::new();
@@ -67,56 +101,59 @@ impl Profile {
             })
             .collect();
         put("volumes", &volumes.iter().map(String::as_str).collect::<Vec<_>>());
-        let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{}={}", k, v)).collect();
+        let env: Vec<String> = env.iter().map(|(k, v)| format!("{}={}", k, v)).collect();
         put("env", &env.iter().map(String::as_str).collect::<Vec<_>>());
-        for (tag, list) in [("allow", &self.allow), ("deny", &self.deny)] {
+        for (tag, list) in [("allow", allow), ("deny", deny)] {
             let mut v: Vec<Prefix> = list.clone();
             v.sort_unstable();
             let v: Vec<String> = v.iter().map(Prefix::to_string).collect();
             put(tag, &v.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        put("ipv6", &[if self.ipv6 { "true" } else { "false" }]);
-        put(
-            "isolate_ignored",
-            &[if self.isolate_ignored { "true" } else { "false" }],
-        );
+        put("ipv6", &[if *ipv6 { "true" } else { "false" }]);
+        put("isolate_ignored", &[if *isolate_ignored { "true" } else { "false" }]);
         // Added after the pin below: only non-default values are hashed, so
         // existing fingerprints stay what they were.
-        if !self.dns.is_empty() {
-            let dns: Vec<String> = self.dns.iter().map(Prefix::to_string).collect();
+        if !dns.is_empty() {
+            let dns: Vec<String> = dns.iter().map(Prefix::to_string).collect();
             put("dns", &dns.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        if !self.network {
+        if *egress == EgressMode::None {
             put("network", &["none"]);
         }
-        if !self.ports.is_empty() {
-            let ports: Vec<String> = self.ports.iter().map(|p| p.to_string()).collect();
+        if !ports.is_empty() {
+            let ports: Vec<String> = ports.iter().map(|p| p.to_string()).collect();
             put("ports", &ports.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        if self.caps.iter().map(String::as_str).ne(DEFAULT_CAPS.iter().copied()) {
-            put("caps", &self.caps.iter().map(String::as_str).collect::<Vec<_>>());
+        if caps.iter().map(String::as_str).ne(DEFAULT_CAPS.iter().copied()) {
+            put("caps", &caps.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        if !self.git_identity {
+        if !git_identity {
             put("git_identity", &["false"]);
         }
-        let l = &self.limits;
+        let Limits {
+            memory,
+            pids,
+            cpu_millis,
+            disk,
+            image_layer,
+        } = limits;
         for (tag, v) in [
-            ("memory", l.memory),
-            ("pids", l.pids),
-            ("cpus", l.cpu_millis),
-            ("disk", l.disk),
-            ("image_layer", l.image_layer),
+            ("memory", memory),
+            ("pids", pids),
+            ("cpus", cpu_millis),
+            ("disk", disk),
+            ("image_layer", image_layer),
         ] {
             if let Some(v) = v {
                 put(&format!("limits.{tag}"), &[&v.to_string()]);
             }
         }
-        if let Some(u) = &self.user {
+        if let Some(u) = user {
             put("user", &[u]);
         }
         for (tag, list) in [
-            ("host_config", &self.host_config),
-            ("host_config_writable", &self.host_config_writable),
+            ("host_config", host_config),
+            ("host_config_writable", host_config_writable),
         ] {
             if !list.is_empty() {
                 let mut v: Vec<&str> = list.iter().map(String::as_str).collect();
@@ -124,23 +161,25 @@ impl Profile {
                 put(tag, &v);
             }
         }
-        if self.host_hooks == HostHooks::Refuse {
+        if *host_hooks == HostHooks::Refuse {
             put("host_hooks", &["refuse"]);
         }
-        if !self.secrets.is_empty() {
-            let s: Vec<String> = self.secrets.iter().map(|s| s.fingerprint_item()).collect();
+        if !secrets.is_empty() {
+            let s: Vec<String> = secrets.iter().map(|s| s.fingerprint_item()).collect();
             put("secrets", &s.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        if !self.hosts.is_empty() {
-            let mut h: Vec<String> = self.hosts.iter().map(|p| p.to_string()).collect();
+        // The profile's own `network.hosts`; `[network] hosts` enters the
+        // join fingerprint.
+        if !self.own_hosts().is_empty() {
+            let mut h: Vec<String> = self.own_hosts().iter().map(|p| p.to_string()).collect();
             h.sort_unstable();
             put("hosts", &h.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        if self.egress_log {
+        if *egress == EgressMode::Log {
             put("network", &["log"]);
         }
-        if self.idle_timeout_s != crate::config::DEFAULT_IDLE_TIMEOUT_S {
-            put("network.idle_timeout_s", &[&self.idle_timeout_s.to_string()]);
+        if *idle_timeout_s != crate::config::DEFAULT_IDLE_TIMEOUT_S {
+            put("network.idle_timeout_s", &[&idle_timeout_s.to_string()]);
         }
         let digest = openssl::sha::sha256(&buf);
         digest[..8].iter().map(|b| format!("{:02x}", b)).collect()
@@ -178,9 +217,9 @@ pub fn join_fingerprint(cfg: &Config, profile: &Profile) -> String {
             }
         }
     }
-    if !cfg.hosts.is_empty() {
+    if !profile.global_hosts().is_empty() {
         put_field(&mut buf, b"hosts");
-        let mut h: Vec<String> = cfg.hosts.iter().map(|p| p.to_string()).collect();
+        let mut h: Vec<String> = profile.global_hosts().iter().map(|p| p.to_string()).collect();
         h.sort_unstable();
         for p in h {
             put_field(&mut buf, p.as_bytes());

@@ -55,6 +55,8 @@ pub mod secrets;
 pub mod ssh_agent;
 
 mod defaults;
+#[cfg(test)]
+mod doc_keys;
 mod fingerprint;
 mod model;
 #[cfg(test)]

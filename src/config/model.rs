@@ -26,8 +26,6 @@ pub struct Config {
     pub runtime_dir: Option<PathBuf>,
     /// Replacement for the built-in default deny list, when set.
     pub default_deny: Option<Vec<Prefix>>,
-    /// `[network] hosts`: names every profile may reach (allow-by-name mode).
-    pub hosts: Vec<crate::config::hosts::HostPattern>,
     pub escalation: Escalation,
     /// Always contains [`DEFAULT_PROFILE`].
     pub profiles: BTreeMap<String, Profile>,
@@ -120,14 +118,16 @@ pub struct Profile {
     /// `network.dns`: resolvers the sandbox uses (single IPv4 hosts); empty
     /// means slirp4netns's forwarder to the host's resolver.
     pub dns: Vec<Prefix>,
-    /// `network.mode`: `true` for `"slirp"` (the default), `false` for
-    /// `"none"` (loopback only, no helper).
-    pub network: bool,
-    /// `network.hosts`: with any (here or in `[network] hosts`), the Domain
-    /// reaches only these names (allow-by-name mode, docs/network.md).
+    /// What the Domain may reach: `network.mode` and whether any host is
+    /// named (settled once, by [`Profile::with_global_hosts`]).
+    pub egress: EgressMode,
+    /// The names the Domain may reach (allow-by-name mode, docs/network.md):
+    /// `[network] hosts` first, then the profile's `network.hosts`, without
+    /// duplicates.
     pub hosts: Vec<crate::config::hosts::HostPattern>,
-    /// `network.mode = "log"`: the egress gate allows every name and logs it.
-    pub egress_log: bool,
+    /// How many of `hosts` come from `[network] hosts` (the first ones):
+    /// those enter the join fingerprint, not the profile's.
+    pub global_hosts: usize,
     /// `network.idle_timeout_s`: the egress gate closes a relayed
     /// connection after this many seconds without a byte either way.
     pub idle_timeout_s: u32,
@@ -161,6 +161,96 @@ pub struct Profile {
     /// sandbox may ask to sign with, and how each use is approved.
     /// Host-side: not part of the fingerprint.
     pub ssh_agent: Option<crate::config::ssh_agent::SshAgent>,
+}
+
+/// A profile's egress: `network.mode` together with whether any host is
+/// named (docs/network.md). The one place the mode is derived is
+/// [`EgressMode::of`]; everything else matches on this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EgressMode {
+    /// `network.mode = "none"`: loopback only, no network helper.
+    None,
+    /// `network.mode = "slirp"` without hosts: every destination the
+    /// address lists (`allow`, `deny`, the default deny list) leave open.
+    Open,
+    /// `network.mode = "slirp"` with hosts: only the names of `hosts`,
+    /// through the egress gate.
+    ByName,
+    /// `network.mode = "log"`: the egress gate allows every name and logs it.
+    Log,
+}
+
+impl EgressMode {
+    /// The mode of `network.mode = mode` (a valid value of the key) when
+    /// the profile names hosts or not.
+    pub fn of(mode: &str, any_host: bool) -> Option<EgressMode> {
+        Some(match mode {
+            "none" => EgressMode::None,
+            "slirp" if any_host => EgressMode::ByName,
+            "slirp" => EgressMode::Open,
+            "log" => EgressMode::Log,
+            _ => return None,
+        })
+    }
+
+    /// The word `net show --json` (`egress`) and `doctor` use.
+    pub fn word(self) -> &'static str {
+        match self {
+            EgressMode::None => "none",
+            EgressMode::Open => "open",
+            EgressMode::ByName => "by-name",
+            EgressMode::Log => "log",
+        }
+    }
+
+    /// The value of `network.mode` that gives this mode.
+    pub fn config_value(self) -> &'static str {
+        match self {
+            EgressMode::None => "none",
+            EgressMode::Open | EgressMode::ByName => "slirp",
+            EgressMode::Log => "log",
+        }
+    }
+
+    /// Whether the Domain has a network (slirp4netns) at all.
+    pub fn networked(self) -> bool {
+        self != EgressMode::None
+    }
+
+    /// Whether the sandbox's traffic goes through the egress gate.
+    pub fn gated(self) -> bool {
+        matches!(self, EgressMode::ByName | EgressMode::Log)
+    }
+}
+
+impl Profile {
+    /// The profile with `[network] hosts` (`global`) put first in its
+    /// `hosts` (without duplicates) and its egress mode settled for them.
+    pub fn with_global_hosts(mut self, global: &[crate::config::hosts::HostPattern]) -> Profile {
+        let own = self.hosts.split_off(self.global_hosts);
+        let mut hosts: Vec<crate::config::hosts::HostPattern> = global.to_vec();
+        for h in own {
+            if !hosts.contains(&h) {
+                hosts.push(h);
+            }
+        }
+        self.hosts = hosts;
+        self.global_hosts = global.len();
+        if let Some(e) = EgressMode::of(self.egress.config_value(), !self.hosts.is_empty()) {
+            self.egress = e;
+        }
+        self
+    }
+
+    /// The profile's own `network.hosts` (not `[network] hosts`'s).
+    pub fn own_hosts(&self) -> &[crate::config::hosts::HostPattern] {
+        &self.hosts[self.global_hosts..]
+    }
+
+    /// `[network] hosts`, as this profile carries it.
+    pub fn global_hosts(&self) -> &[crate::config::hosts::HostPattern] {
+        &self.hosts[..self.global_hosts]
+    }
 }
 
 /// `host_hooks`: warn (one line at each Domain start, the default) or

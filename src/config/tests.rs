@@ -1002,7 +1002,7 @@ fn prefix_list_errors() {
     assert_eq!(ok("[network]\ndefault_deny = []\n").default_deny, Some(vec![]));
     let c = ok("[profiles.d.network]\ndns = [\"198.18.0.2\"]\nmode = \"none\"\n");
     assert_eq!(c.profiles["d"].dns, vec![pfx("198.18.0.2/32")]);
-    assert!(!c.profiles["d"].network && c.profiles["default"].network);
+    assert!(c.profiles["d"].egress == EgressMode::None && c.profiles["default"].egress == EgressMode::Open);
     assert_has(
         &err("[profiles.d.network]\ndns = [\"10.0.0.0/8\"]\n"),
         &[":2: profiles.d.network.dns: expected IPv4 host addresses"],
@@ -1032,31 +1032,99 @@ fn fingerprint_covers_every_sandbox_field() {
         Profile::builtin("y").fingerprint(),
         "name is not part of it"
     );
-    let variants: Vec<fn(&mut Profile)> = vec![
-        |p| p.image = ImageSource::Docker("debian".into()),
-        |p| p.command = vec!["/bin/bash".into()],
-        |p| p.command = vec!["/bin/bash".into(), "-l".into(), "".into()],
-        |p| {
+    // One change per field, named by the field: a field added to `Profile`
+    // without a change here fails to compile (the pattern has no `..`);
+    // fields outside the fingerprint are marked so.
+    let Profile {
+        name: _,
+        image: _,
+        command: _,
+        persist: _,
+        volumes: _,
+        env: _,
+        pass_env: _,
+        ports: _,
+        allow: _,
+        deny: _,
+        ipv6: _,
+        isolate_ignored: _,
+        dns: _,
+        egress: _,
+        hosts: _,
+        global_hosts: _,
+        idle_timeout_s: _,
+        caps: _,
+        git_identity: _,
+        limits: _,
+        user: _,
+        host_config: _,
+        host_config_writable: _,
+        host_hooks: _,
+        secrets: _,
+        ssh_agent: _,
+    } = &base;
+    let outside = ["name", "pass_env", "ssh_agent", "global_hosts"];
+    // Covered by config::secrets's `headers_and_plain_http_parse_and_enter_the_fingerprint`.
+    let elsewhere = ["secrets"];
+    type Variant = (&'static str, fn(&mut Profile));
+    let variants: Vec<Variant> = vec![
+        ("image", |p| p.image = ImageSource::Docker("debian".into())),
+        ("command", |p| p.command = vec!["/bin/bash".into()]),
+        ("command", |p| {
+            p.command = vec!["/bin/bash".into(), "-l".into(), "".into()]
+        }),
+        ("persist", |p| {
             p.persist.pop();
-        },
-        |p| p.volumes.push("/a:/b".parse().unwrap()),
-        |p| p.volumes.push("/a:/b:ro".parse().unwrap()),
-        |p| p.env.push(("A".into(), "1".into())),
-        |p| p.env.push(("A".into(), "".into())),
-        |p| p.allow.push(pfx("10.0.0.0/8")),
-        |p| p.deny.push(pfx("10.0.0.0/8")),
-        |p| p.ipv6 = true,
-        |p| p.isolate_ignored = false,
-        |p| p.dns.push(pfx("198.18.0.2/32")),
-        |p| p.network = false,
-        |p| p.ports.push("18000:8000".parse().unwrap()),
+        }),
+        ("volumes", |p| p.volumes.push("/a:/b".parse().unwrap())),
+        ("volumes", |p| p.volumes.push("/a:/b:ro".parse().unwrap())),
+        ("env", |p| p.env.push(("A".into(), "1".into()))),
+        ("env", |p| p.env.push(("A".into(), "".into()))),
+        ("allow", |p| p.allow.push(pfx("10.0.0.0/8"))),
+        ("deny", |p| p.deny.push(pfx("10.0.0.0/8"))),
+        ("ipv6", |p| p.ipv6 = true),
+        ("isolate_ignored", |p| p.isolate_ignored = false),
+        ("dns", |p| p.dns.push(pfx("198.18.0.2/32"))),
+        ("egress", |p| p.egress = EgressMode::None),
+        ("egress", |p| p.egress = EgressMode::Log),
+        ("ports", |p| p.ports.push("18000:8000".parse().unwrap())),
+        ("hosts", |p| {
+            p.hosts.push("a.example".parse().unwrap());
+            p.egress = EgressMode::ByName;
+        }),
+        ("idle_timeout_s", |p| p.idle_timeout_s = 5),
+        ("caps", |p| {
+            p.caps.pop();
+        }),
+        ("git_identity", |p| p.git_identity = false),
+        ("limits", |p| p.limits.memory = Some(1 << 30)),
+        ("limits", |p| p.limits.pids = Some(100)),
+        ("limits", |p| p.limits.cpu_millis = Some(500)),
+        ("limits", |p| p.limits.disk = Some(1 << 30)),
+        ("limits", |p| p.limits.image_layer = Some(1 << 30)),
+        ("user", |p| p.user = Some("agent".into())),
+        ("host_config", |p| p.host_config.push("tools/x".into())),
+        ("host_config_writable", |p| p.host_config_writable.push("out".into())),
+        ("host_hooks", |p| p.host_hooks = HostHooks::Refuse),
     ];
     let mut seen = BTreeSet::new();
     seen.insert(base.fingerprint());
-    for (n, f) in variants.iter().enumerate() {
+    for (n, (field, f)) in variants.iter().enumerate() {
         let mut p = base.clone();
         f(&mut p);
-        assert!(seen.insert(p.fingerprint()), "variant {} collides", n);
+        assert!(seen.insert(p.fingerprint()), "variant {n} ({field}) collides");
+    }
+    // Every field of the pattern above has a variant or is outside; the
+    // names come from the pattern's text, so a marked-but-forgotten field
+    // fails here.
+    let src = include_str!("tests.rs");
+    let pattern = &src[src.find("    let Profile {\n        name: _,").unwrap()..];
+    let pattern = &pattern[..pattern.find("} = &base;").unwrap()];
+    for field in pattern.lines().filter_map(|l| l.trim().strip_suffix(": _,")) {
+        assert!(
+            outside.contains(&field) || elsewhere.contains(&field) || variants.iter().any(|(f, _)| *f == field),
+            "profile field {field} has no fingerprint variant in this test"
+        );
     }
 }
 
@@ -1404,11 +1472,11 @@ fn the_host_bundle_is_ssl_cert_file_when_set_and_never_a_fallback_from_it() {
 #[test]
 fn hosts_patterns_and_their_errors_name_file_line_and_pattern() {
     let c = ok("[network]\nhosts = [\"api.example.com\"]\n[profiles.d.network]\nhosts = [\n  \"*.GitHub.com\",\n  \"github.com:22\",\n]\nmode = \"log\"\n");
-    assert_eq!(c.hosts.len(), 1);
     let d = &c.profiles["d"];
-    let h: Vec<String> = d.hosts.iter().map(|h| h.to_string()).collect();
+    assert_eq!(d.global_hosts().len(), 1);
+    let h: Vec<String> = d.own_hosts().iter().map(|h| h.to_string()).collect();
     assert_eq!(h, ["*.github.com", "github.com:22"]);
-    assert!(d.egress_log && d.network);
+    assert!(d.egress == EgressMode::Log);
     for (pattern, why) in [
         ("*", "a bare \"*\""),
         ("*.com", "top-level domain"),
@@ -1582,4 +1650,33 @@ fn ssh_agent_errors_name_file_line_and_key() {
         &err("[profiles.dev]\nssh_agent = 1\n"),
         &["profiles.dev.ssh_agent", "a table"],
     );
+}
+
+/// The sentences a wrong config file gets, one per kind of mistake:
+/// tests/snapshots/config-errors.txt (`crate::snapshot`).
+#[test]
+fn config_error_sentences_snapshot() {
+    let cases = [
+        "runtime_dir = \"relative\"\n",
+        "[profiles.dev]\ncomand = [\"/bin/true\"]\n",
+        "[profiles.dev]\ncommand = \"claude\"\n",
+        "[profiles.dev]\npersist = [\"/usr\", \"/usr\"]\n",
+        "[profiles.dev.network]\ndeny = [\"10.0.0.0/8\", \"10.1.0.0/16\"]\n",
+        "[profiles.dev.network]\nmode = \"host\"\n",
+        "[profiles.dev.network]\nhosts = [\"*.com\"]\n",
+        "[profiles.dev.network]\nidle_timeout_s = 0\n",
+        "[profiles.dev]\nimage = \"web\"\n",
+        "[profiles.dev.limits]\nmemory = \"1KiB\"\n",
+        "[escalation]\nprompt_timeout_s = 0\n",
+        "[images.web]\nbase = \"web\"\n",
+        "[profiles.dev\n",
+        "[network]\nhosts = [\"a.example\", \"A.example\"]\n",
+    ];
+    let mut out = String::new();
+    for text in cases {
+        out.push_str(&format!("{}=> {}\n\n", text, err(text)));
+    }
+    let c = ok("[profiles.a]\n");
+    out.push_str(&format!("=> {}\n", c.profile("b").unwrap_err()));
+    crate::snapshot::check("config-errors.txt", &out);
 }

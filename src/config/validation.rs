@@ -164,6 +164,7 @@ impl Schema<'_> {
         self.known_keys(root, "", ROOT_KEYS)?;
         let mut cfg = Config::builtin(self.file);
         cfg.exists = true;
+        let mut global_hosts = Vec::new();
         if let Some(item) = root.get("runtime_dir") {
             cfg.runtime_dir = Some(self.absolute_path(item, "runtime_dir")?);
         }
@@ -174,7 +175,7 @@ impl Schema<'_> {
                 cfg.default_deny = Some(self.prefixes(dd, "network.default_deny")?);
             }
             if let Some(h) = t.get("hosts") {
-                cfg.hosts = self.hosts(h, "network.hosts")?;
+                global_hosts = self.hosts(h, "network.hosts")?;
             }
         }
         if let Some(item) = root.get("escalation") {
@@ -228,6 +229,10 @@ impl Schema<'_> {
                 }
             }
         }
+        // The built-in profiles get `[network] hosts` too.
+        for p in cfg.profiles.values_mut() {
+            *p = p.clone().with_global_hosts(&global_hosts);
+        }
         if let Some(item) = root.get("profiles") {
             let t = self.table(item, "profiles")?;
             for (name, pitem) in &t.entries {
@@ -243,6 +248,7 @@ impl Schema<'_> {
                 // A wrong profile breaks only itself: the others, and the
                 // commands that need no profile, keep working.
                 let profile = self.profile(name, pitem, &key).and_then(|profile| {
+                    let profile = profile.with_global_hosts(&global_hosts);
                     if let ImageSource::Named(n) = &profile.image {
                         if !cfg.images.contains_key(n) {
                             let line = self.table(pitem, &key)?.get("image").map_or(pitem.line, |i| i.line);
@@ -260,7 +266,7 @@ impl Schema<'_> {
                     // A secret goes only to a name the Domain may reach.
                     crate::config::secrets::check_hosts(self.file, name, &profile.secrets, |h| {
                         crate::config::hostname::HostName::from_bytes(h.as_bytes())
-                            .is_ok_and(|h| cfg.hosts.iter().chain(&profile.hosts).any(|p| p.matches_name(&h)))
+                            .is_ok_and(|h| profile.hosts.iter().any(|p| p.matches_name(&h)))
                     })?;
                     Ok(profile)
                 });
@@ -590,12 +596,10 @@ impl Schema<'_> {
             if let Some(m) = nt.get("mode") {
                 let mkey = join_key(&key, "mode");
                 const MODES: &str = "\"slirp\", \"none\" or \"log\"";
-                (p.network, p.egress_log) = match self.string(m, &mkey, MODES)? {
-                    "slirp" => (true, false),
-                    "none" => (false, false),
-                    "log" => (true, true),
-                    other => return Err(self.invalid(m.line, &mkey, MODES, quote(other))),
-                };
+                let mode = self.string(m, &mkey, MODES)?;
+                // Hosts settle it: `with_global_hosts`.
+                p.egress =
+                    EgressMode::of(mode, false).ok_or_else(|| self.invalid(m.line, &mkey, MODES, quote(mode)))?;
             }
             if let Some(h) = nt.get("hosts") {
                 p.hosts = self.hosts(h, &join_key(&key, "hosts"))?;

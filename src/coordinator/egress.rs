@@ -88,8 +88,10 @@ impl EgressNotices {
 
 impl Coordinator {
     pub(super) fn egress_notices(&mut self) {
-        let Some(g) = &self.net.policy.gate else { return };
-        let log_only = g.log_only;
+        if !self.net.policy.egress.gated() {
+            return;
+        }
+        let log_only = self.net.policy.egress == crate::config::EgressMode::Log;
         if self.sessions.is_empty() {
             return;
         }

@@ -16,7 +16,7 @@ impl Coordinator {
         let profile = cfg.profile(&args.profile)?.clone();
         let net = NetRole::new(&cfg, &profile)?;
         let ports = crate::config::ports::merge(&profile.ports, &args.publish)?;
-        if !ports.is_empty() && !profile.network {
+        if !ports.is_empty() && !profile.egress.networked() {
             return Err(CoordinatorError::PortsWithoutNetwork {
                 profile: profile.name.clone(),
             });
@@ -750,7 +750,7 @@ impl Coordinator {
     /// `lazaret port add`: one more forward on the running Domain (none
     /// without a network; one the Domain has already is kept as it is).
     pub(super) fn add_port(&mut self, p: crate::config::ports::PortForward) -> Result<(), CoordinatorError> {
-        if !self.profile.network {
+        if !self.profile.egress.networked() {
             return Err(CoordinatorError::Ports(crate::config::ports::PortError::NoNetwork(p)));
         }
         if p.host != 0 && self.ports.contains(&p) {

@@ -195,13 +195,9 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
             })
         }
     };
-    let mut hosts = config.hosts.clone();
-    for h in &profile.hosts {
-        if !hosts.contains(h) {
-            hosts.push(h.clone());
-        }
-    }
-    let by_name = profile.network && !hosts.is_empty();
+    let hosts = profile.hosts.clone();
+    // Log mode without hosts exports as open egress.
+    let by_name = profile.egress.networked() && !hosts.is_empty();
     let egress = if by_name { Some(o.egress) } else { None };
     if egress == Some(Egress::Cilium) && !profile.secrets.is_empty() {
         return Err(ExportError::CiliumWithSecrets {
@@ -474,7 +470,7 @@ pub fn plan(config: &Config, profile: &Profile, o: &Options) -> Result<Export, E
 
     // ---- the template's network policy
     let mut egress_rules = Vec::new();
-    if profile.network {
+    if profile.egress.networked() {
         let dns_ports = Value::List(vec![
             m(vec![("protocol", s("UDP")), ("port", Value::Int(53))]),
             m(vec![("protocol", s("TCP")), ("port", Value::Int(53))]),

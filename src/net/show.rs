@@ -64,14 +64,14 @@ pub fn show(
     published: bool,
     json: bool,
 ) -> Result<i32, sidecar::SidecarError> {
-    let (host, nets) = if profile.network {
+    let (host, nets) = if profile.egress.networked() {
         (sidecar::host_ipv4_addrs()?, sidecar::host_local_nets()?)
     } else {
         (Vec::new(), Vec::new())
     };
     let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
         .map_err(sidecar::SidecarError::Policy)?
-        .by_name(&cfg.hosts, profile);
+        .by_name(profile);
     let readiness = published
         .then(|| {
             read(crate::wire::show::read_readiness(
@@ -93,39 +93,15 @@ pub fn show(
         .map(|p| p.to_string())
         .collect();
     if json {
-        let ready = match &readiness {
-            None => Json::Null,
-            Some(kv) => Json::Obj(vec![
-                (
-                    "fields",
-                    Json::Arr(
-                        kv.iter()
-                            .filter(|(k, _)| k != "probe")
-                            .map(|(k, v)| Json::Arr(vec![Json::s(k), Json::s(v)]))
-                            .collect(),
-                    ),
-                ),
-                (
-                    "probe",
-                    Json::strs(
-                        &kv.iter()
-                            .filter(|(k, _)| k == "probe")
-                            .map(|(_, v)| v.clone())
-                            .collect::<Vec<_>>(),
-                    ),
-                ),
-            ]),
-        };
-        let out = Json::Obj(vec![
-            ("domain_id", Json::s(domain_id)),
-            ("profile", Json::s(&profile.name)),
-            ("workspace", Json::s(workspace.to_string_lossy())),
-            ("running", Json::Bool(published)),
-            ("policy", policy.to_json()),
-            ("ports", Json::strs(&ports)),
-            ("secrets", secrets_json(&profile.secrets)),
-            ("readiness", ready),
-        ]);
+        let out = show_json(
+            domain_id,
+            profile,
+            workspace,
+            published,
+            &policy,
+            &ports,
+            readiness.as_deref(),
+        );
         println!("{}", out.render());
         return Ok(0);
     }
@@ -162,6 +138,52 @@ pub fn show(
         }
     }
     Ok(0)
+}
+
+/// `net show --json` (pure): the Domain, its policy, ports, secrets and,
+/// while it runs, its readiness fields.
+pub(crate) fn show_json(
+    domain_id: &str,
+    profile: &Profile,
+    workspace: &Path,
+    published: bool,
+    policy: &netpolicy::Policy,
+    ports: &[String],
+    readiness: Option<&[(String, String)]>,
+) -> Json {
+    let ready = match readiness {
+        None => Json::Null,
+        Some(kv) => Json::Obj(vec![
+            (
+                "fields",
+                Json::Arr(
+                    kv.iter()
+                        .filter(|(k, _)| k != "probe")
+                        .map(|(k, v)| Json::Arr(vec![Json::s(k), Json::s(v)]))
+                        .collect(),
+                ),
+            ),
+            (
+                "probe",
+                Json::strs(
+                    &kv.iter()
+                        .filter(|(k, _)| k == "probe")
+                        .map(|(_, v)| v.clone())
+                        .collect::<Vec<_>>(),
+                ),
+            ),
+        ]),
+    };
+    Json::Obj(vec![
+        ("domain_id", Json::s(domain_id)),
+        ("profile", Json::s(&profile.name)),
+        ("workspace", Json::s(workspace.to_string_lossy())),
+        ("running", Json::Bool(published)),
+        ("policy", policy.to_json()),
+        ("ports", Json::strs(ports)),
+        ("secrets", secrets_json(&profile.secrets)),
+        ("readiness", ready),
+    ])
 }
 
 /// `secrets` of the profile: name, source kind and hosts; never a value
@@ -239,12 +261,11 @@ const CHECK_MARK: &str = "[the Domain's own start-up check]";
 /// `hosts` line that would allow the most refused names. The Domain's own
 /// start-up checks (the readiness probe's refused packets) are shown, and
 /// marked, only with `all`. Names came from the sandbox: printed escaped.
-pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, all: bool, json: bool) -> i32 {
+pub fn log(profile: &Profile, domain_id: &str, run: &Path, all: bool, json: bool) -> i32 {
     use crate::net::gate;
     let (text, dropped) = gate::read_log(run);
     let (rows, hidden) = shown_rows(gate::summarize(&gate::parse_log(&text)), all);
-    let mut current: Vec<crate::config::hosts::HostPattern> = cfg.hosts.clone();
-    current.extend(profile.hosts.iter().cloned());
+    let current: Vec<crate::config::hosts::HostPattern> = profile.hosts.clone();
     // Only the sandbox's refusals make the suggestion.
     let own: Vec<(gate::LogEntry, u64)> = rows
         .iter()
@@ -370,6 +391,67 @@ pub fn log(cfg: &Config, profile: &Profile, domain_id: &str, run: &Path, all: bo
         }
     }
     0
+}
+
+#[cfg(test)]
+mod json_snapshots {
+    use std::path::Path;
+
+    /// `net show --json` of one Domain per egress mode (the policy derived
+    /// with fixed host addresses), and a running one with readiness:
+    /// tests/snapshots/net-show-json.txt.
+    #[test]
+    fn net_show_json_snapshot() {
+        let cfg = crate::config::parse(
+            Path::new("/c.toml"),
+            "[network]\nhosts = [\"api.test\"]\n\
+             [profiles.open.network]\nallow = [\"198.18.4.0/24\"]\n\
+             [profiles.byname]\nports = [\"18000:8000\"]\n[profiles.byname.network]\nhosts = [\"*.example.com\", \"git.example:22\"]\n\
+             [profiles.byname.secrets.API_KEY]\nfrom = \"env:API_KEY\"\nhosts = [\"api.test\"]\n\
+             [profiles.log.network]\nmode = \"log\"\n\
+             [profiles.none.network]\nmode = \"none\"\n",
+        )
+        .unwrap();
+        let host = ["192.0.2.10".parse().unwrap()];
+        let nets = ["192.0.2.0/24".parse().unwrap()];
+        let mut out = String::new();
+        for name in ["open", "byname", "log", "none"] {
+            let mut p = cfg.profile(name).unwrap().clone();
+            if name == "open" {
+                // The global hosts would make every profile allow-by-name.
+                p = crate::config::Profile {
+                    hosts: vec![],
+                    global_hosts: 0,
+                    ..p
+                }
+                .with_global_hosts(&[]);
+            }
+            let policy = crate::net::policy::derive_with_host_nets(&cfg.path, None, &p, &host, &nets)
+                .unwrap()
+                .by_name(&p);
+            let ports: Vec<String> = p.ports.iter().map(|x| x.to_string()).collect();
+            let running = name == "byname";
+            let kv: Vec<(String, String)> = vec![
+                ("generation".into(), "3".into()),
+                ("policy-digest".into(), policy.digest()),
+                (
+                    "probe".into(),
+                    "deny 10.0.0.1 (10.0.0.0/8): refused by the router".into(),
+                ),
+            ];
+            let j = super::show_json(
+                "3f2a9c1b4d5e6f708192",
+                &p,
+                Path::new("/home/me/src/api"),
+                running,
+                &policy,
+                &ports,
+                running.then_some(&kv[..]),
+            );
+            out.push_str(&format!("{name}: {}\n", j.render()));
+        }
+        crate::snapshot::check("net-show-json.txt", &out);
+    }
 }
 
 #[cfg(test)]

@@ -232,14 +232,14 @@ pub fn parse_local_route_dump(datagrams: &[Vec<u8>]) -> Result<Vec<crate::config
 
 impl NetRole {
     pub fn new(cfg: &Config, profile: &Profile) -> Result<NetRole, SidecarError> {
-        let (host, nets) = if profile.network {
+        let (host, nets) = if profile.egress.networked() {
             (host_ipv4_addrs()?, host_local_nets()?)
         } else {
             (Vec::new(), Vec::new())
         };
         let policy = netpolicy::derive_with_host_nets(&cfg.path, cfg.default_deny.as_deref(), profile, &host, &nets)
             .map_err(SidecarError::Policy)?
-            .by_name(&cfg.hosts, profile);
+            .by_name(profile);
         for w in &policy.warnings {
             log::warn!("network policy: {w}");
         }
@@ -275,16 +275,19 @@ impl NetRole {
 
     /// What init probes at boot, when the Domain has a network.
     pub fn boot_request(&self) -> Option<BootCmd> {
-        self.policy.enabled.then(|| self.policy.probe_request())
+        self.policy.egress.networked().then(|| self.policy.probe_request())
     }
 
     /// The namespace path for `config.json`, when the Domain has a network.
     pub fn sandbox_netns(&self) -> Option<PathBuf> {
-        self.policy.enabled.then(|| self.gen_dir.join(netns::SANDBOX_FILE))
+        self.policy
+            .egress
+            .networked()
+            .then(|| self.gen_dir.join(netns::SANDBOX_FILE))
     }
 
     pub fn binds(&self) -> Vec<BindMount> {
-        if !self.policy.enabled {
+        if !self.policy.egress.networked() {
             return Vec::new();
         }
         vec![BindMount {
@@ -297,7 +300,7 @@ impl NetRole {
     /// Ownership intent for the helper, recorded before the supervisor is
     /// allowed to start it.
     pub fn record_intent(&mut self, store: &Store, generation: Generation) -> Result<Option<i64>, SidecarError> {
-        if !self.policy.enabled {
+        if !self.policy.egress.networked() {
             return Ok(None);
         }
         let row = store.record_intent(generation, crate::storage::store::OwnedKind::Process, "slirp4netns")?;
@@ -345,7 +348,7 @@ impl NetRole {
         supervisor_pid: i32,
         runsc_pid: i32,
     ) -> Result<(), SidecarError> {
-        let (inode, router_inode, probe) = if self.policy.enabled {
+        let (inode, router_inode, probe) = if self.policy.egress.networked() {
             let inode = self.netns_inode.ok_or(SidecarError::NotAttested)?;
             let router_inode = self.router_inode.ok_or(SidecarError::RouterNotAttested)?;
             match self.slirp {
@@ -387,7 +390,7 @@ impl NetRole {
             probe: probe_text.join("\n"),
         };
         store.record_network_readiness(&r)?;
-        let router = self.policy.enabled.then(|| {
+        let router = self.policy.egress.networked().then(|| {
             let count = |k| self.policy.plan().routes.iter().filter(|r| r.kind == k).count() as u32;
             RouterFacts {
                 netns_inode: router_inode,

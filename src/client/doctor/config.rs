@@ -13,7 +13,7 @@ pub(super) fn check_egress_by_name() -> Check {
         .map(|cfg| {
             cfg.profiles
                 .values()
-                .filter(|p| p.network && (!p.hosts.is_empty() || !cfg.hosts.is_empty() || p.egress_log))
+                .filter(|p| p.egress.gated())
                 .map(|p| p.name.clone())
                 .collect()
         })
@@ -76,7 +76,7 @@ pub(super) fn check_egress_log_mode() -> Check {
         .map(|cfg| {
             cfg.profiles
                 .values()
-                .filter(|p| p.network && p.egress_log)
+                .filter(|p| p.egress == crate::config::EgressMode::Log)
                 .map(|p| p.name.clone())
                 .collect()
         })

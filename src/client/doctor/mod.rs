@@ -57,6 +57,48 @@ pub fn run(json: bool) -> i32 {
 }
 
 /// Runs every check, in report order.
+/// The checks `lazaret doctor` runs, in its order, around one check per
+/// helper program of [`crate::sys::hostenv::HELPERS`] (at `HELPERS_AT`).
+/// docs/doctor.md's table lists the same, and `checks()` makes exactly
+/// these (unit tests hold both).
+pub const CHECK_NAMES: &[&str] = &[
+    "not-root",
+    "subuid",
+    "subgid",
+    "newuidmap",
+    "newgidmap",
+    "userns",
+    "dev-net-tun",
+    "dev-fuse",
+    "runsc",
+    HELPERS_AT,
+    "xdg-runtime-dir",
+    "config",
+    "secrets",
+    "egress-by-name",
+    "egress-log-mode",
+    "resource-limits",
+    "git-safe-bare-repository",
+    "git-execution-surface",
+];
+
+/// Where in [`CHECK_NAMES`] the helper programs' checks go.
+pub const HELPERS_AT: &str = "<helpers>";
+
+/// Every check's name, the helpers' in place.
+pub fn check_names() -> Vec<&'static str> {
+    CHECK_NAMES
+        .iter()
+        .flat_map(|n| {
+            if *n == HELPERS_AT {
+                crate::sys::hostenv::HELPERS.iter().map(|h| h.prog).collect()
+            } else {
+                vec![*n]
+            }
+        })
+        .collect()
+}
+
 pub fn checks() -> Vec<Check> {
     let target = Target::detect();
     let [subuid, subgid] = subid_checks(
@@ -88,6 +130,7 @@ pub fn checks() -> Vec<Check> {
     if let Ok(cwd) = std::env::current_dir() {
         out.push(check_git_surface(&cwd));
     }
+    debug_assert_eq!(out.iter().map(|c| c.name).collect::<Vec<_>>(), check_names());
     out
 }
 
@@ -129,6 +172,37 @@ pub(crate) fn require_subids() -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/doctor.md's table has a row for every check and for no other.
+    #[test]
+    fn the_docs_table_lists_every_check() {
+        let doc = include_str!("../../../docs/doctor.md");
+        let mut documented: Vec<String> = doc
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .flat_map(|l| {
+                l[2..]
+                    .split(" |")
+                    .next()
+                    .unwrap_or("")
+                    .split(", ")
+                    .map(|n| n.trim_matches('`').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        documented.sort();
+        let mut names: Vec<String> = check_names().iter().map(|s| s.to_string()).collect();
+        names.sort();
+        assert_eq!(documented, names, "docs/doctor.md's table vs doctor::CHECK_NAMES");
+    }
+
+    /// `checks()` makes exactly the listed checks, in order (they only read
+    /// and try things in throwaway namespaces).
+    #[test]
+    fn doctor_runs_exactly_the_listed_checks() {
+        let got: Vec<&str> = checks().iter().map(|c| c.name).collect();
+        assert_eq!(got, check_names());
+    }
 
     #[test]
     fn missing_subids_fail_before_image_work_with_the_fix() {

@@ -65,6 +65,23 @@ mod tests {
         assert_eq!(json_string("\u{8}\u{c}a\u{202e}b"), "\"\\u0008\\u000ca\\u202eb\"");
     }
 
+    /// `doctor --json`'s shape: its keys and every check's name, in order
+    /// (details are this machine's, so fixed here):
+    /// tests/snapshots/doctor-json.txt.
+    #[test]
+    fn doctor_json_shape_snapshot() {
+        let checks: Vec<Check> = crate::client::doctor::check_names()
+            .into_iter()
+            .map(|n| match n {
+                "runsc" => Check::fail(n, "DETAIL", "FIX"),
+                "resource-limits" => Check::warning(n, "DETAIL", "FIX"),
+                _ => Check::pass(n, "DETAIL"),
+            })
+            .collect();
+        let json = to_json(&checks).replace("},{", "},\n{");
+        crate::snapshot::check("doctor-json.txt", &format!("{json}\n"));
+    }
+
     #[test]
     fn json_document() {
         let checks = vec![

@@ -4,7 +4,6 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::rules::*;
-use crate::config::hosts::HostPattern;
 use crate::config::{Prefix, Profile};
 use crate::wire::plan::{PlanRoute, RouteKind};
 
@@ -191,7 +190,12 @@ pub fn derive_with_host_nets(
     }
     sort_rules(&mut rules);
     Ok(Policy {
-        enabled: profile.network,
+        // `by_name` makes it `ByName` or `Log` with the gate.
+        egress: if profile.egress.networked() {
+            EgressMode::Open
+        } else {
+            EgressMode::None
+        },
         rules,
         resolvers,
         custom_dns,
@@ -202,27 +206,18 @@ pub fn derive_with_host_nets(
 }
 
 impl Policy {
-    /// Allow-by-name mode when `global` (`[network] hosts`) or the
-    /// profile's `network.hosts` name any host, or with `network.mode =
-    /// "log"`; otherwise the policy as derived. The sandbox's resolver
-    /// becomes the gate's; the derived resolvers are the gate's upstream.
-    pub fn by_name(mut self, global: &[HostPattern], profile: &Profile) -> Policy {
-        if !self.enabled {
-            return self;
-        }
-        let mut hosts: Vec<HostPattern> = Vec::new();
-        for h in global.iter().chain(&profile.hosts) {
-            if !hosts.contains(h) {
-                hosts.push(h.clone());
-            }
-        }
-        if hosts.is_empty() && !profile.egress_log {
+    /// Allow-by-name mode when the profile's egress is `ByName` or `Log`
+    /// (its hosts are `[network] hosts` then its own); otherwise the policy
+    /// as derived. The sandbox's resolver becomes the gate's; the derived
+    /// resolvers are the gate's upstream.
+    pub fn by_name(mut self, profile: &Profile) -> Policy {
+        if !self.egress.networked() || !profile.egress.gated() {
             return self;
         }
         let upstream = std::mem::replace(&mut self.resolvers, vec![GATE_ADDR]);
+        self.egress = profile.egress;
         self.gate = Some(Gate {
-            log_only: profile.egress_log,
-            hosts,
+            hosts: profile.hosts.clone(),
             upstream,
             idle_timeout_s: profile.idle_timeout_s,
         });

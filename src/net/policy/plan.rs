@@ -28,11 +28,15 @@ impl Policy {
     /// canonical text the policy digest is computed over).
     pub fn plan(&self) -> Plan {
         Plan {
-            enabled: self.enabled,
+            enabled: self.egress.networked(),
             custom_dns: self.custom_dns,
-            routes: if self.enabled { self.routes() } else { Vec::new() },
+            routes: if self.egress.networked() {
+                self.routes()
+            } else {
+                Vec::new()
+            },
             gate: self.gate.as_ref().map(|g| GatePlan {
-                log_only: g.log_only,
+                log_only: self.egress == EgressMode::Log,
                 hosts: g.hosts.clone(),
                 upstream: g.upstream.clone(),
                 forwarded: self.forwarded(),

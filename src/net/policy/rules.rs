@@ -7,6 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use crate::config::hosts::HostPattern;
+pub use crate::config::EgressMode;
 use crate::config::Prefix;
 
 /// slirp4netns's fixed addresses (`--configure`, default `--cidr`). `tap0`
@@ -126,8 +127,9 @@ impl Rule {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
-    /// false: `network.mode = "none"`, loopback only.
-    pub enabled: bool,
+    /// `None`: loopback only; `Open` until `by_name` adds the gate
+    /// (`ByName`, `Log`): `gate` is set exactly when `egress.gated()`.
+    pub egress: EgressMode,
     /// Sorted by prefix length (longest first), then address.
     pub rules: Vec<Rule>,
     pub resolvers: Vec<Ipv4Addr>,
@@ -144,8 +146,6 @@ pub struct Policy {
 /// Allow-by-name mode (docs/network.md, "Egress by name").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gate {
-    /// `network.mode = "log"`: every name is allowed and logged.
-    pub log_only: bool,
     /// `[network] hosts` then the profile's, without duplicates.
     pub hosts: Vec<HostPattern>,
     /// What the gate resolves names through: the profile's `network.dns`,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::probe::Sample;
 use super::*;
-use crate::config::{Prefix, Profile};
+use crate::config::{EgressMode, Prefix, Profile};
 use crate::wire::guest::BootCmd;
 
 /// The probe request as `KIND=ADDR[@PREFIX]` words, for assertions.
@@ -60,7 +60,7 @@ fn defaults_deny_each_special_range_and_allow_the_rest() {
     assert_eq!(pol.decide(a("169.254.169.254")), Action::Deny, "cloud metadata");
     assert_eq!(pol.decide(a("100.100.100.100")), Action::Deny);
     assert!(pol.warnings.is_empty());
-    assert!(pol.enabled);
+    assert!(pol.egress.networked());
 }
 
 #[test]
@@ -250,7 +250,7 @@ fn plan_round_trips_through_the_wire() {
     assert!(!plan.routes.is_empty());
     assert_eq!(rt(plan.clone()), plan);
     let none = Profile {
-        network: false,
+        egress: EgressMode::None,
         ..prof()
     };
     let pol = derive_ok(None, &none);
@@ -510,13 +510,14 @@ fn describe_names_every_rule_and_its_reason() {
 fn allow_by_name_mode_keeps_allows_forwarded_and_changes_the_digest() {
     let plain = derive_ok(None, &prof());
     // Without hosts nothing changes: same policy, same digest, same text.
-    assert_eq!(plain.clone().by_name(&[], &prof()), plain);
+    assert_eq!(plain.clone().by_name(&prof()), plain);
     let mut pr = prof();
     pr.hosts = vec!["a.test".parse().unwrap()];
+    pr = pr.with_global_hosts(&["b.test".parse().unwrap()]);
     pr.allow = vec![p("198.18.4.0/24")];
     pr.deny = vec![p("198.18.4.8/29")];
     pr.dns = vec![p("198.18.0.2/32")];
-    let pol = derive_ok(None, &pr).by_name(&["b.test".parse().unwrap()], &pr);
+    let pol = derive_ok(None, &pr).by_name(&pr);
     let g = pol.gate.as_ref().unwrap();
     let hosts: Vec<String> = g.hosts.iter().map(|h| h.to_string()).collect();
     assert_eq!(hosts, ["b.test", "a.test"]);
@@ -560,7 +561,8 @@ fn allow_by_name_mode_keeps_allows_forwarded_and_changes_the_digest() {
     // The host list is part of the digest, and net show lists it.
     let mut pr2 = pr.clone();
     pr2.hosts = vec!["c.test".parse().unwrap()];
-    assert_ne!(pol.digest(), derive_ok(None, &pr2).by_name(&[], &pr2).digest());
+    pr2.global_hosts = 0;
+    assert_ne!(pol.digest(), derive_ok(None, &pr2).by_name(&pr2).digest());
     assert_ne!(pol.digest(), derive_ok(None, &pr).digest());
     let d = pol.describe();
     assert!(
@@ -576,13 +578,14 @@ fn allow_by_name_mode_keeps_allows_forwarded_and_changes_the_digest() {
     );
     // Log mode without hosts; mode none wins over hosts.
     let mut lg = prof();
-    lg.egress_log = true;
-    assert!(derive_ok(None, &lg).by_name(&[], &lg).gate.unwrap().log_only);
+    lg.egress = EgressMode::Log;
+    let log = derive_ok(None, &lg).by_name(&lg);
+    assert!(log.gate.is_some() && log.plan().gate.unwrap().log_only);
     let none = Profile {
-        network: false,
+        egress: EgressMode::None,
         ..pr.clone()
     };
-    assert!(derive_ok(None, &none).by_name(&[], &none).gate.is_none());
+    assert!(derive_ok(None, &none).by_name(&none).gate.is_none());
 }
 
 #[test]
@@ -595,7 +598,7 @@ fn the_idle_timeout_reaches_the_gates_plan_and_its_text() {
     let short = c.profile("p").unwrap();
     let pol = derive_with_host_nets(Path::new("/c.toml"), None, short, &[], &[])
         .unwrap()
-        .by_name(&c.hosts, short);
+        .by_name(short);
     let plan = pol.plan();
     assert_eq!(plan.gate.as_ref().unwrap().idle_timeout_s, 5);
     assert!(plan.render().contains("idle-timeout 5s\n"), "{}", plan.render());

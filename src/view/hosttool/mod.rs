@@ -300,6 +300,52 @@ mod tests {
         }
     }
 
+    /// docs/config.md's table has no row the table lacks (a tool removed
+    /// from the code stays documented otherwise).
+    #[test]
+    fn the_docs_list_no_other_row() {
+        let doc = include_str!("../../../docs/config.md");
+        let start = doc
+            .find("| Tool | Paths |")
+            .expect("docs/config.md has the host-tool table");
+        for line in doc[start..].lines().skip(2).take_while(|l| l.starts_with("| ")) {
+            let tool = line[2..].split(" |").next().unwrap_or("");
+            assert!(
+                table::TABLE.iter().any(|r| r.tool == tool),
+                "docs/config.md lists host tool {tool:?}, which view::hosttool::table::TABLE does not"
+            );
+        }
+    }
+
+    /// docs/threat-model.md's "Host-tool files" row names every tool of
+    /// the table (one of its paths, or the tool's first word), and every
+    /// path it names is one of the table's.
+    #[test]
+    fn the_threat_model_names_every_tool() {
+        let doc = include_str!("../../../docs/threat-model.md");
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with("| **Host-tool files** |"))
+            .expect("docs/threat-model.md has a Host-tool files row");
+        let summary = &row[..row.find("), in every directory").expect("the row's list ends there")];
+        for r in table::TABLE {
+            let first = r.tool.split([' ', ',']).next().unwrap();
+            assert!(
+                r.patterns.iter().any(|p| row.contains(&format!("`{p}`"))) || row.contains(first),
+                "docs/threat-model.md's Host-tool files row does not name {:?}",
+                r.tool
+            );
+        }
+        for named in summary.split('`').skip(1).step_by(2) {
+            if named.starts_with('.') || named.contains('*') || named.ends_with(".toml") {
+                assert!(
+                    table::TABLE.iter().any(|r| r.patterns.contains(&named)),
+                    "docs/threat-model.md names {named}, which is no host-tool pattern"
+                );
+            }
+        }
+    }
+
     #[test]
     fn seeds_once_and_reports_differences() {
         let d = std::env::temp_dir().join(format!("lz-ht-{}", std::process::id()));
