@@ -224,17 +224,7 @@ pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
     let cols = cols as usize;
     let cmd = cap_marks(&command_text(&p.argv));
     let cwd = cap_marks(&neutralize(&p.cwd));
-    let mut out = vec![
-        head(HEADER, cols),
-        head(
-            &format!(
-                "profile: {}   session: {}",
-                cap_marks(&neutralize(&p.profile)),
-                cap_marks(&neutralize(&p.session_id))
-            ),
-            cols,
-        ),
-    ];
+    let mut out = vec![head(HEADER, cols), who(p, cols)];
     out.extend(wrap("command: ", &cmd, cols));
     out.extend(wrap("cwd:     ", &cwd, cols));
     let why = match cap_marks(&collapse(&p.justification)) {
@@ -256,21 +246,23 @@ pub fn lines(p: &PromptInfo, cols: u16) -> Vec<String> {
     out
 }
 
+/// The prompt's second line: the asking profile and session.
+fn who(p: &PromptInfo, cols: usize) -> String {
+    head(
+        &format!(
+            "profile: {}   session: {}",
+            cap_marks(&neutralize(&p.profile)),
+            cap_marks(&neutralize(&p.session_id))
+        ),
+        cols,
+    )
+}
+
 /// An SSH agent signature's prompt: what is signed, one item a line (the
 /// coordinator's text, escaped again here), the key repeated in ASCII
 /// above the question.
 fn ssh_lines(p: &PromptInfo, cols: usize) -> Vec<String> {
-    let mut out = vec![
-        head(SSH_HEADER, cols),
-        head(
-            &format!(
-                "profile: {}   session: {}",
-                cap_marks(&neutralize(&p.profile)),
-                cap_marks(&neutralize(&p.session_id))
-            ),
-            cols,
-        ),
-    ];
+    let mut out = vec![head(SSH_HEADER, cols), who(p, cols)];
     for l in p.ssh.iter().take(8) {
         out.extend(wrap("", &cap_marks(&neutralize(l)), cols));
     }

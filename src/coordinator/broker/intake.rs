@@ -277,23 +277,22 @@ impl Broker {
         session: &dyn Fn(&str) -> Option<SessionView>,
     ) -> Result<Accepted, Rejection> {
         let (record, signed, sig) = mailbox::decode_record(data).map_err(Rejection::Record)?;
+        // Both kinds carry the same header fields.
+        macro_rules! header {
+            ($r:expr) => {
+                Header {
+                    id: &$r.id,
+                    domain: &$r.domain,
+                    generation: $r.generation,
+                    session: &$r.session,
+                    client: &$r.client,
+                    cert: &$r.cert,
+                }
+            };
+        }
         let req = match &record {
-            mailbox::Record::Command(r) => Header {
-                id: &r.id,
-                domain: &r.domain,
-                generation: r.generation,
-                session: &r.session,
-                client: &r.client,
-                cert: &r.cert,
-            },
-            mailbox::Record::Agent(r) => Header {
-                id: &r.id,
-                domain: &r.domain,
-                generation: r.generation,
-                session: &r.session,
-                client: &r.client,
-                cert: &r.cert,
-            },
+            mailbox::Record::Command(r) => header!(r),
+            mailbox::Record::Agent(r) => header!(r),
         };
         if name != format!("{}.req", req.id) {
             return Err(Rejection::NameMismatch);
