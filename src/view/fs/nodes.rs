@@ -169,7 +169,7 @@ impl View {
         if n.file.is_none() && handle.is_some() {
             let dir = n.dir;
             let keep =
-                t.handles_held < self.handles_max || (self.handles_max > 0 && !dir && t.release_named_handle(id));
+                t.handles_held < self.handles_max || (self.handles_max > 0 && !dir && t.release_named_handle(id, true));
             if let (true, Some(h)) = (keep, handle) {
                 t.give_handle(id, Arc::new(h));
             }
@@ -357,15 +357,23 @@ impl View {
         let Some(id) = self.known(side, rel) else { return };
         {
             let mut t = self.t.lock().unwrap();
-            match t.nodes.get(&id) {
-                Some(n) if n.file.is_none() && !n.dir => {}
+            match t.nodes.get_mut(&id) {
+                // Its handle stays until the name is gone: lookups past
+                // the bound take the handles of files not in use, and
+                // this one, open inside, is about to need its own.
+                Some(n) if !n.dir => {
+                    n.pinned = Some(std::time::Instant::now());
+                    if n.file.is_some() {
+                        return;
+                    }
+                }
                 _ => return,
             }
             // At the cap, a file that still has a name gives its handle up
             // (it is served by name, as files looked up beyond
             // `HANDLES_MAX` are): a file losing its last name needs one
             // more, or an open fd of it fails ESTALE.
-            if t.handles_held >= self.handles_max + PINNED_MAX && !t.release_named_handle(id) {
+            if t.handles_held >= self.handles_max + PINNED_MAX && !t.release_named_handle(id, false) {
                 if !self.warned_pins.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     log::warn!(
                         "view: {} file handles held ({} nodes, {} cached fds), none by a file with a name: a file unlinked while open is served by name only now",

@@ -75,7 +75,17 @@ pub(super) struct Node {
     pub(super) opening: u32,
     /// Used since the handle clock last passed it (`Tables::release_named_handle`).
     pub(super) used: bool,
+    /// When the view last made sure the node holds a handle before an
+    /// unlink or rename over its name (`View::pin`): the clock leaves the
+    /// handle alone for `PIN_HOLD`, until the name is gone (a gone node's
+    /// handle is never taken).
+    pub(super) pinned: Option<std::time::Instant>,
 }
+
+/// How long a handle `View::pin` kept is safe from the handle clock: the
+/// unlink or rename it was taken for comes right after, in the same
+/// request.
+pub(super) const PIN_HOLD: Duration = Duration::from_secs(10);
 
 /// The view's own write fds of a file (`Node::lent`, `Node::opening`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +278,7 @@ impl Node {
             lent: Vec::new(),
             opening: 0,
             used: false,
+            pinned: None,
         }
     }
 }
@@ -432,8 +443,11 @@ impl Tables {
     /// with it its identity across host renames and removals of the name
     /// the view knows it by. A clock over `handle_ring`: a node used since
     /// the last pass gets one more round. False when every handle is held
-    /// by a file with no name left (or by `keep`).
-    pub(super) fn release_named_handle(&mut self, keep: u64) -> bool {
+    /// by a file with no name left (or by `keep`). `spare_pinned`: for a
+    /// lookup, a handle `View::pin` kept in the last `PIN_HOLD` is not
+    /// taken either (for another pin at the cap it is: both files are
+    /// about to lose a name).
+    pub(super) fn release_named_handle(&mut self, keep: u64, spare_pinned: bool) -> bool {
         let mut budget = 2 * self.handle_ring.len();
         while budget > 0 {
             budget -= 1;
@@ -444,7 +458,12 @@ impl Tables {
             if n.file.is_none() {
                 continue;
             }
-            if id == keep || n.gone || n.dir || n.used {
+            if id == keep
+                || n.gone
+                || n.dir
+                || n.used
+                || (spare_pinned && n.pinned.is_some_and(|t| t.elapsed() < PIN_HOLD))
+            {
                 n.used = false;
                 self.handle_ring.push_back(id);
                 continue;

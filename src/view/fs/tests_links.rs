@@ -212,6 +212,44 @@ fn a_file_in_use_keeps_its_handle_past_the_bound() {
 }
 
 #[test]
+fn a_file_about_to_lose_its_name_keeps_its_handle_while_others_are_looked_up() {
+    let dir = Tmp::new("pin-lru");
+    dir.write("open", "open scratch");
+    dir.write("held", "held before");
+    for i in 0..40 {
+        dir.write(&format!("f{i}"), "x");
+    }
+    let mut v = view(&dir);
+    v.handles_max = 4;
+    let held = lookup(&v, "held");
+    let open = lookup(&v, "open");
+    for i in 0..3 {
+        lookup(&v, &format!("f{i}"));
+    }
+    // Both are pinned before their unlink (one held its handle already,
+    // one gets it now); lookups of other files in between, past the bound,
+    // must not take either handle.
+    v.pin(Side::Host, Path::new("held"));
+    v.pin(Side::Host, Path::new("open"));
+    for i in 3..40 {
+        lookup(&v, &format!("f{i}"));
+    }
+    for (id, name, data) in [(held, "held", "held before"), (open, "open", "open scratch")] {
+        assert!(v.t.lock().unwrap().nodes[&id].file.is_some(), "{name} lost its handle");
+        std::fs::remove_file(dir.0.join(name)).unwrap();
+        v.removed(Side::Host, Path::new(name));
+        let f = v
+            .node_file_with(INodeNo(id), false, false)
+            .expect("its open fd reads on");
+        assert_eq!(
+            std::fs::read_to_string(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap(),
+            data
+        );
+    }
+    check_counts(&v);
+}
+
+#[test]
 fn a_node_without_a_handle_is_found_again_by_its_other_name() {
     let dir = Tmp::new("refind");
     dir.write("a", "linked data");
