@@ -346,7 +346,13 @@ fn each_signature_is_asked_at_the_terminal_and_only_yes_signs() {
         "the approved signature does not verify"
     );
     // `no` refuses: nothing signed.
-    t.line("clear; /workspace/tools/ssh-keygen -Y sign -n file -f /workspace/k1.pub /workspace/d-no; echo rc-no=$?");
+    // The first prompt's question stays on the screen until `clear` runs:
+    // wait for the marker `clear` is followed by (a line of its own, never
+    // the typed command), so the question waited for is the new one. A
+    // `no` typed before the new prompt is drawn would be flushed with the
+    // typeahead and the prompt would wait on.
+    t.line("clear; echo 'mark''-no'; /workspace/tools/ssh-keygen -Y sign -n file -f /workspace/k1.pub /workspace/d-no; echo rc-no=$?");
+    t.expect_line("mark-no", Duration::from_secs(20));
     t.expect(SSH_QUESTION, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(800));
     t.line("no");
