@@ -273,6 +273,7 @@ pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
         "SESSIONS",
         "ESCALATIONS",
         "PORTS",
+        "EGRESS",
         "DISK",
         "WORKSPACE",
     ];
@@ -296,6 +297,7 @@ pub fn ps_table(all: &[(StatusInfo, Option<(u64, u64)>)], now: i64) -> String {
             } else {
                 st.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
             },
+            escape(&st.egress),
             disk_cell(*disk),
             escape(&st.workspace),
         ]);
@@ -432,6 +434,7 @@ pub(crate) fn status_json(all: &[(StatusInfo, Option<(u64, u64)>)], foreign: &[F
                         "ports",
                         Json::strs(&st.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
                     ),
+                    ("egress", Json::s(&st.egress)),
                     ("disk_used", num(disk.map(|d| d.0))),
                     ("disk_cap", num(disk.map(|d| d.1))),
                     (
@@ -968,6 +971,7 @@ mod tests {
                 .collect(),
             pending_escalations: 0,
             ports: Vec::new(),
+            egress: "none".into(),
         }
     }
 

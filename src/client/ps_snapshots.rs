@@ -35,6 +35,7 @@ fn domain(id: &str, profile: &str, started: i64, argv0: &[&str], ports: &[&str],
             .collect(),
         pending_escalations: escalations,
         ports: ports.iter().map(|p| p.parse().unwrap()).collect(),
+        egress: if ports.is_empty() { "by-name" } else { "open" }.into(),
     }
 }
 

@@ -247,6 +247,7 @@ impl Coordinator {
                 .map(|s| s.queue.len() as u32 + s.prompt.is_some() as u32)
                 .sum(),
             ports: self.ports.clone(),
+            egress: self.profile.egress.word().into(),
         }
     }
 }

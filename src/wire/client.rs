@@ -261,6 +261,8 @@ pub struct StatusInfo {
     pub pending_escalations: u32,
     /// Host port forwards (each as its `ADDR:HOSTPORT:GUESTPORT` text).
     pub ports: Vec<PortForward>,
+    /// The profile's egress mode, as its word (`config::EgressMode::word`).
+    pub egress: String,
 }
 
 /// Host Coordinator → Client CLI.
@@ -361,6 +363,7 @@ record!(StatusInfo {
     started_at,
     pending_escalations,
     ports,
+    egress,
 });
 
 messages!(ClientMsg {
@@ -497,6 +500,7 @@ mod tests {
                 started_at: 1_700_000_000,
                 pending_escalations: 2,
                 ports: vec!["127.0.0.1:18000:8000".parse().unwrap()],
+                egress: "by-name".into(),
             }),
             ServerMsg::Closing { reason: "stop".into() },
             ServerMsg::Prompt(sample_prompt()),
@@ -562,7 +566,7 @@ mod tests {
         "0800000003030000006f7574",
         "050000000400000000",
         "0500000005ffffffff",
-        "b1000000061400000030313233343536373839616263646566303132330700000064656661756c74020000002f7703000000000000000500000072656164790100000063010000000200000003000000100000006c7a2d30313233343536372d38396162010000001000000066656463626139383736353433323130050000000600000004000000626173680100f15365000000000200000001000000140000003132372e302e302e313a31383030303a38303030",
+        "bc000000061400000030313233343536373839616263646566303132330700000064656661756c74020000002f7703000000000000000500000072656164790100000063010000000200000003000000100000006c7a2d30313233343536372d38396162010000001000000066656463626139383736353433323130050000000600000004000000626173680100f15365000000000200000001000000140000003132372e302e302e313a31383030303a383030300700000062792d6e616d65",
         "09000000070400000073746f70",
         "510000000801000000720700000064656661756c740100000073020000000300000067697406000000737461747573020000002f77030000007768792c010000000000000100000009000000535348206c6f67696e",
         "050000000a00000000",
@@ -705,12 +709,15 @@ mod tests {
                 m => panic!("not the status sample: {m:?}"),
             };
             m.ports.clear();
+            m.egress.clear();
             let mut payload = ServerMsg::Status(m).encode()[4..].to_vec();
-            // The sample's empty list, replaced by a one-item list of `text`.
-            payload.truncate(payload.len() - 4);
+            // The sample's empty list (and the empty egress word after
+            // it), replaced by a one-item list of `text`.
+            payload.truncate(payload.len() - 8);
             payload.extend_from_slice(&1u32.to_le_bytes());
             payload.extend_from_slice(&(text.len() as u32).to_le_bytes());
             payload.extend_from_slice(text.as_bytes());
+            payload.extend_from_slice(&0u32.to_le_bytes());
             payload
         };
         for good in ["127.0.0.1:9:42", "0.0.0.0:0:3000"] {
