@@ -109,12 +109,10 @@ fn forged_replayed_and_other_sessions_agent_records_sign_nothing() {
     let _keep = run("sleep 600").spawn_bg();
     // Session A prints a genuine record of its own (never sent), then
     // waits until the test lets it end.
-    let mut a = run(
-        "P='python3 /workspace/rec.py'; \
+    let mut a = run("P='python3 /workspace/rec.py'; \
          lazaret-escalate --print-agent-request $($P body /workspace/k1.pub git from-a) > /workspace/a.rec; \
          $P field /workspace/a.rec session > /workspace/a.sid; \
-         i=0; while [ ! -e /workspace/a.done ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; echo a-done",
-    )
+         i=0; while [ ! -e /workspace/a.done ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; echo a-done")
     .spawn_bg();
     assert!(
         eventually(Duration::from_secs(120), || {
@@ -175,8 +173,8 @@ fn forged_replayed_and_other_sessions_agent_records_sign_nothing() {
     let a_id = String::from_utf8_lossy(&a_id.stdout).trim().to_string();
     for (id, why) in [
         (&ids[0], "replayed request id"),
-        (&ids[1], ""),
-        (&ids[2], ""),
+        (&ids[1], "signature does not match the record"),
+        (&ids[2], "client does not match the session"),
         (&a_id, "no such session"),
     ] {
         let line = log
@@ -187,6 +185,10 @@ fn forged_replayed_and_other_sessions_agent_records_sign_nothing() {
     }
     // One signature in all: the genuine record's.
     assert_eq!(log.matches("signed: approved by rule 0").count(), 1, "{log}");
-    assert_eq!(agent.sign_requests(), 1, "the host agent was asked to sign more than once");
+    assert_eq!(
+        agent.sign_requests(),
+        1,
+        "the host agent was asked to sign more than once"
+    );
     drop(a);
 }
