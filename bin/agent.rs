@@ -52,7 +52,9 @@ fn credential() -> Result<(std::ffi::OsString, session_key::SessionKey), i32> {
 /// of sending it, as `--print-request` does for a command (debugging and
 /// adversarial tests of the mailbox). Returns the exit status.
 pub fn print_record(hex: &str, random: fn(&mut [u8]) -> bool) -> i32 {
-    let body: Option<Vec<u8>> = (hex.len() % 2 == 0)
+    let body: Option<Vec<u8>> = hex
+        .len()
+        .is_multiple_of(2)
         .then(|| {
             (0..hex.len())
                 .step_by(2)
