@@ -28,26 +28,76 @@ use lazaret::{mailbox, session_key};
 /// The agent protocol's failure answer.
 const FAILURE: [u8; 1] = [5];
 
-/// Serves the socket given as stdin until the session ends. Returns the
-/// exit status.
-pub fn serve(random: fn(&mut [u8]) -> bool) -> i32 {
-    let cred_file = match std::env::var_os(CREDENTIAL_FILE_ENV) {
-        Some(f) => f,
-        None => {
-            eprintln!("lazaret-escalate --ssh-agent: no session credential: the session has no agent");
-            return 2;
-        }
+/// The session's credential file and key, or the exit status after
+/// saying why there is none.
+fn credential() -> Result<(std::ffi::OsString, session_key::SessionKey), i32> {
+    let Some(cred_file) = std::env::var_os(CREDENTIAL_FILE_ENV) else {
+        eprintln!("lazaret-escalate --ssh-agent: no session credential: the session has no agent");
+        return Err(2);
     };
-    let key = match std::fs::read_to_string(&cred_file)
+    match std::fs::read_to_string(&cred_file)
         .ok()
         .and_then(|c| session_key::SessionKey::parse(c.trim_end()).ok())
     {
-        Some(k) => Arc::new(k),
+        Some(k) => Ok((cred_file, k)),
         None => {
             eprintln!("lazaret-escalate --ssh-agent: unreadable session credential");
-            return 2;
+            Err(2)
         }
+    }
+}
+
+/// `--print-agent-request HEX`: writes the signed mailbox record of one
+/// agent message (its body in hex, on a new connection) to stdout instead
+/// of sending it, as `--print-request` does for a command (debugging and
+/// adversarial tests of the mailbox). Returns the exit status.
+pub fn print_record(hex: &str, random: fn(&mut [u8]) -> bool) -> i32 {
+    let body: Option<Vec<u8>> = hex
+        .len()
+        .is_multiple_of(2)
+        .then(|| {
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok()))
+                .collect()
+        })
+        .flatten();
+    let Some(body) = body.filter(|b| !b.is_empty() && b.len() <= MAX_AGENT_BODY) else {
+        eprintln!("lazaret-escalate: --print-agent-request needs the message body in hex (1..={MAX_AGENT_BODY} bytes)");
+        return 2;
     };
+    let key = match credential() {
+        Ok((_, k)) => k,
+        Err(code) => return code,
+    };
+    let mut idb = [0u8; 8];
+    if !random(&mut idb) {
+        eprintln!("lazaret-escalate: no randomness");
+        return 125;
+    }
+    let conn: String = idb.iter().map(|b| format!("{b:02x}")).collect();
+    let Some((_, record)) = record(&key, &conn, body, random) else {
+        eprintln!("lazaret-escalate: no randomness");
+        return 125;
+    };
+    let mut out = std::io::stdout();
+    match out.write_all(&record).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("lazaret-escalate: cannot print the request: {e}");
+            125
+        }
+    }
+}
+
+/// Serves the socket given as stdin until the session ends. Returns the
+/// exit status.
+pub fn serve(random: fn(&mut [u8]) -> bool) -> i32 {
+    let (cred_file, key) = match credential() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let key = Arc::new(key);
     let listener = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixListener::from(fd),
         Err(e) => {
@@ -126,14 +176,13 @@ fn send(s: &mut UnixStream, body: &[u8]) -> std::io::Result<()> {
     s.write_all(&out)
 }
 
-/// One agent message as a signed mailbox record; the host's answer body.
-fn ask_host(
+/// One agent message as a signed mailbox record: its id and bytes.
+fn record(
     key: &session_key::SessionKey,
     conn: &str,
     body: Vec<u8>,
-    deadline: Duration,
     random: fn(&mut [u8]) -> bool,
-) -> Option<Vec<u8>> {
+) -> Option<(String, Vec<u8>)> {
     let mut idb = [0u8; 16];
     if !random(&mut idb) {
         return None;
@@ -150,7 +199,18 @@ fn ask_host(
         cert: key.cert.clone(),
     };
     let sig = key.sign(&mailbox::agent_signed_part(&req));
-    let record = mailbox::encode_agent_request(&req, &sig);
+    Some((id, mailbox::encode_agent_request(&req, &sig)))
+}
+
+/// One agent message as a signed mailbox record; the host's answer body.
+fn ask_host(
+    key: &session_key::SessionKey,
+    conn: &str,
+    body: Vec<u8>,
+    deadline: Duration,
+    random: fn(&mut [u8]) -> bool,
+) -> Option<Vec<u8>> {
+    let (id, record) = record(key, conn, body, random)?;
     let tmp = Path::new(GUEST_REQUESTS).join(format!(".tmp-{id}"));
     let fin = Path::new(GUEST_REQUESTS).join(format!("{id}.req"));
     std::fs::write(&tmp, &record)

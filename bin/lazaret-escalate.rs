@@ -2,6 +2,7 @@
 //!
 //!   lazaret-escalate [--justification TEXT] [--timeout SECS] [--print-request] -- ARGV...
 //!   lazaret-escalate --ssh-agent      (started by `init exec --ssh-agent`: bin/agent.rs)
+//!   lazaret-escalate --print-agent-request HEX   (the signed agent record, printed: bin/agent.rs)
 //!
 //! Runs inside the sandbox (a static binary mounted read-only at
 //! `/usr/local/bin/lazaret-escalate`). It signs a request with the session's
@@ -91,6 +92,10 @@ fn run() {
     let trace = Trace(std::env::var_os("LAZARET_ESCALATE_TRACE").map(|_| std::time::Instant::now()));
     if std::env::args().nth(1).as_deref() == Some("--ssh-agent") {
         std::process::exit(agent::serve(random_bytes));
+    }
+    if std::env::args().nth(1).as_deref() == Some("--print-agent-request") {
+        let hex = std::env::args().nth(2).unwrap_or_default();
+        std::process::exit(agent::print_record(&hex, random_bytes));
     }
     let mut args = std::env::args().skip(1);
     let mut justification = String::new();

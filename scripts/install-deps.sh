@@ -71,8 +71,10 @@ fi
 # lintian, apparmor (apparmor_parser), zsh, fish and man-db: the package
 # check (scripts/deb-test.sh) lints the .deb, parses the AppArmor profile,
 # loads each completion script in its shell and looks up the man page.
+# openssh-server: the SSH agent's push test runs its own unprivileged sshd
+# in a test namespace (the system service is not used).
 pkgs=(slirp4netns fuse-overlayfs umoci skopeo uidmap debootstrap arch-test wget gpgv git tmux iproute2 nftables
-      procps util-linux ca-certificates pkg-config libssl-dev python3 hyperfine
+      procps util-linux ca-certificates pkg-config libssl-dev python3 hyperfine openssh-server
       lintian apparmor zsh fish man-db)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -18,14 +18,16 @@ use crate::fixtures::{host_cmd, host_command};
 use crate::harness::{eventually, sh_quote, Env, Tmux};
 use crate::require_env;
 
-const SSH_QUESTION: &str = "sign it? type yes or no, then Enter:";
+pub(crate) const SSH_QUESTION: &str = "sign it? type yes or no, then Enter:";
 
 /// A host `ssh-agent` holding two test keys, killed when dropped.
-struct HostAgent {
-    sock: PathBuf,
+pub(crate) struct HostAgent {
+    pub(crate) sock: PathBuf,
+    /// The debug log of [`HostAgent::start_with`].
+    log: PathBuf,
     child: Child,
     /// (fingerprint, public key line) of the two keys.
-    keys: [(String, String); 2],
+    pub(crate) keys: [(String, String); 2],
 }
 
 impl Drop for HostAgent {
@@ -36,16 +38,29 @@ impl Drop for HostAgent {
 }
 
 impl HostAgent {
-    fn start(env: &Env, name: &str) -> Option<HostAgent> {
+    pub(crate) fn start(env: &Env, name: &str) -> Option<HostAgent> {
+        HostAgent::start_with(env, name, false)
+    }
+
+    /// [`HostAgent::start`], with `logged` in debug mode (`-d`): every
+    /// message it gets is a line of `log`.
+    pub(crate) fn start_with(env: &Env, name: &str, logged: bool) -> Option<HostAgent> {
         if Command::new("ssh-agent").arg("-h").output().is_err() {
             eprintln!("skipping: no ssh-agent on the host");
             return None;
         }
         let dir = env.dir(&format!("{name}-agent"));
         let sock = dir.join("agent.sock");
-        let child = host_command(env, &dir, &["ssh-agent", "-D", "-a", sock.to_str().unwrap()])
+        let log = dir.join("agent.log");
+        let stderr = if logged {
+            Stdio::from(std::fs::File::create(&log).unwrap())
+        } else {
+            Stdio::null()
+        };
+        let mode = if logged { "-d" } else { "-D" };
+        let child = host_command(env, &dir, &["ssh-agent", mode, "-a", sock.to_str().unwrap()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let mut keys: Vec<(String, String)> = Vec::new();
@@ -86,6 +101,7 @@ impl HostAgent {
         }
         let mut child = Some(child);
         let me = HostAgent {
+            log,
             sock,
             child: child.take().unwrap(),
             keys: [keys[0].clone(), keys[1].clone()],
@@ -94,8 +110,16 @@ impl HostAgent {
         Some(me)
     }
 
+    /// How many sign requests the agent got (started `logged`).
+    pub(crate) fn sign_requests(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .matches("process_sign_request2: entering")
+            .count()
+    }
+
     /// `ssh-add -l` on the host: what the developer's agent holds.
-    fn host_list(&self, env: &Env) -> String {
+    pub(crate) fn host_list(&self, env: &Env) -> String {
         let o = host_command(env, Path::new("/"), &["ssh-add", "-l"])
             .env("SSH_AUTH_SOCK", &self.sock)
             .output()
@@ -106,7 +130,7 @@ impl HostAgent {
 
 /// Puts the host's `ssh-add` and `ssh-keygen` in `ws/tools`, and both
 /// public keys in `ws` (`k1.pub`, `k2.pub`).
-fn tools(env: &Env, ws: &Path, agent: &HostAgent) {
+pub(crate) fn tools(env: &Env, ws: &Path, agent: &HostAgent) {
     let t = ws.join("tools");
     std::fs::create_dir_all(&t).unwrap();
     env.chown(&t);
