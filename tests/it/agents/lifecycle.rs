@@ -70,6 +70,7 @@ fn lifecycle_ps_stop_rm_exec() {
         "SESSIONS",
         "ESCALATIONS",
         "PORTS",
+        "EGRESS",
         "WORKSPACE",
     ] {
         assert!(head.contains(col), "header lacks {col}: {ps:?}");
