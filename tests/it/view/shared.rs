@@ -294,7 +294,13 @@ fn host_and_sandbox_appends_to_one_log_all_land() {
     assert!(r.code == 0 && r.stdout.contains("APPENDED"), "{r:?}");
     assert!(hn >= 10, "the host barely appended ({hn} lines)");
     assert!(eventually(Duration::from_secs(5), || ws.join("dev.log").exists()));
-    let text = std::fs::read_to_string(ws.join("dev.log")).unwrap();
+    let raw = std::fs::read(ws.join("dev.log")).unwrap();
+    // The one documented window (docs/git.md, "An append lands at the host
+    // file's end"): the host kernel's FUSE sends a write that crosses a
+    // 4 KiB page boundary of the file as two requests, so a host line can
+    // land between the two halves of a sandbox line. Only that shape is
+    // put back together; a tear anywhere else fails below.
+    let (text, healed) = heal_page_splits(&raw);
     let lines: Vec<&str> = text.lines().collect();
     let bad: Vec<&&str> = lines
         .iter()
@@ -312,5 +318,55 @@ fn host_and_sandbox_appends_to_one_log_all_land() {
             assert_eq!(count, 1, "{want:?} appears {count} times");
         }
     }
-    eprintln!("{} host lines and 500 sandbox lines, all once", hn);
+    eprintln!(
+        "{} host lines and 500 sandbox lines, all once; {healed} sandbox line(s) split at a page boundary by a host line",
+        hn
+    );
+}
+
+/// `log` with every host line that sits inside a sandbox line exactly at a
+/// 4 KiB offset of the file moved before that sandbox line, and how many
+/// were moved.
+fn heal_page_splits(log: &[u8]) -> (String, usize) {
+    let host_line = |b: &[u8]| -> Option<usize> {
+        let rest = b.strip_prefix(b"host ")?;
+        let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+        (digits > 0 && rest.get(digits) == Some(&b'\n')).then_some(5 + digits + 1)
+    };
+    let (mut out, mut cur, mut healed, mut p) = (Vec::new(), Vec::new(), 0, 0);
+    while p < log.len() {
+        if p % 4096 == 0 && !cur.is_empty() {
+            if let Some(n) = host_line(&log[p..]) {
+                out.extend_from_slice(&log[p..p + n]);
+                p += n;
+                healed += 1;
+                continue;
+            }
+        }
+        cur.push(log[p]);
+        if log[p] == b'\n' {
+            out.append(&mut cur);
+        }
+        p += 1;
+    }
+    out.append(&mut cur);
+    (String::from_utf8_lossy(&out).into_owned(), healed)
+}
+
+#[test]
+fn a_host_line_inside_a_sandbox_line_is_healed_only_at_a_page_boundary() {
+    // The CI failure's shape: "sbx 3" ends at offset 4096.
+    let mut log = vec![b'x'; 4090];
+    log.push(b'\n');
+    log.extend_from_slice(b"sbx 3host 209\n03\n");
+    let (text, n) = heal_page_splits(&log);
+    assert_eq!(n, 1);
+    assert!(text.ends_with("\nhost 209\nsbx 303\n"), "{:?}", &text[4080..]);
+    // One byte off the boundary: left torn.
+    let mut log = vec![b'x'; 4089];
+    log.push(b'\n');
+    log.extend_from_slice(b"sbx 3host 209\n03\n");
+    let (text, n) = heal_page_splits(&log);
+    assert_eq!(n, 0);
+    assert!(text.contains("sbx 3host 209\n"));
 }
