@@ -215,4 +215,59 @@ for k, v in json.load(open(sys.argv[1]))["packages"].items():
     fi
 fi
 
+# AppArmor 4's parser, for scripts/deb-test.sh: Debian 12's apparmor
+# (3.0.8) knows neither `abi <abi/4.0>` nor the `userns` rule of the
+# package's profile (scripts/deb/apparmor-lazaret), so the whole profile is
+# checked with Debian 13's apparmor_parser. It needs a newer libc than
+# Debian 12's (GLIBC_2.38) and links nothing else, so Debian 13's libc6
+# comes with it; deb-test runs the parser through that libc's loader. Both
+# .debs are pinned by pool path (which names the exact version) and SHA-256
+# (from dists/trixie/main/binary-amd64/Packages.xz), checked before use,
+# and unpacked with dpkg-deb -x into $tools/apparmor4 (nothing is installed
+# into the system). A changed pin fetches again.
+apparmor4_debs='pool/main/a/apparmor/apparmor_4.1.0-1_amd64.deb a08bf026cde3895f76d27cb5f9ba3d31d0ecf8b5b00cab9b70edaa7473d4b0a1
+pool/main/g/glibc/libc6_2.41-12+deb13u5_amd64.deb b59b0625cd1a791375d40dab23a4d5d3d0641e3d0a773501becdc3725b7f99cf'
+aa4=$tools/apparmor4
+if [ "$(dpkg --print-architecture)" != amd64 ]; then
+    say "not fetching AppArmor 4's parser: its pins are for amd64 (deb-test.sh's check of the whole profile will skip)"
+elif ! fetched "$aa4" <(printf '%s\n' "$apparmor4_debs"); then
+    say "fetching AppArmor 4's parser (Debian 13's apparmor and libc6) into $aa4"
+    rm -rf "$aa4"
+    install -d -m 0755 "$tools" "$aa4"
+    dl=$(mktemp -d)
+    ok=1
+    while read -r path sum; do
+        f=$dl/${path##*/}
+        url=https://deb.debian.org/debian/$path
+        if ! wget -q -O "$f" "$url"; then
+            say "cannot fetch $url (if Debian has replaced that version, take the new Filename and SHA256 from dists/trixie/main/binary-amd64/Packages.xz into apparmor4_debs in $0)"
+            ok=0
+            break
+        fi
+        got=$(sha256sum < "$f" | cut -d' ' -f1)
+        if [ "$got" != "$sum" ]; then
+            say "${path##*/}: SHA-256 is $got, the pin in $0 says $sum: not using it"
+            ok=0
+            break
+        fi
+        if ! dpkg-deb -x "$f" "$aa4"; then
+            say "cannot unpack ${path##*/} into $aa4"
+            ok=0
+            break
+        fi
+    done <<< "$apparmor4_debs"
+    rm -rf "$dl"
+    lib=$aa4/usr/lib/x86_64-linux-gnu
+    if [ "$ok" -eq 1 ] && ! "$lib/ld-linux-x86-64.so.2" --library-path "$lib" "$aa4/usr/sbin/apparmor_parser" --version >/dev/null; then
+        say "$aa4/usr/sbin/apparmor_parser does not run through its libc's loader"
+        ok=0
+    fi
+    if [ "$ok" -ne 1 ]; then
+        rm -rf "$aa4"
+        say "deb-test.sh cannot check the whole AppArmor profile without it"
+        exit 1
+    fi
+    mark "$aa4" <(printf '%s\n' "$apparmor4_debs")
+fi
+
 say "ok (runsc $rv)"
