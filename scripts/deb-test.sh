@@ -5,9 +5,10 @@
 # follows README.md's "Install from the package" verbatim (`lazaret doctor`,
 # `lazaret run -- true`, from /usr/bin/lazaret); checks that `man -w lazaret`
 # finds the page, that each completion script loads in its shell and
-# completes `lazaret ru` to `run`, and that apparmor_parser accepts the
-# profile. Removes the package and the user at the end, whatever happened,
-# so the machine is as it was (CI runs on developers' machines too).
+# completes `lazaret ru` to `run`, and that AppArmor 4's apparmor_parser
+# (fetched by scripts/install-deps.sh) accepts the whole profile. Removes
+# the package and the user at the end, whatever happened, so the machine
+# is as it was (CI runs on developers' machines too).
 #
 #   scripts/deb-test.sh          (as root; scripts/test.sh runs it)
 #
@@ -67,20 +68,50 @@ else
     fail "lintian reported errors or warnings (above)"
 fi
 
-# 2. The profile: the parser must accept it. A parser older than AppArmor 4
-# (Debian 12 has 3.0.8) knows neither abi/4.0 nor the userns rule: the rest
-# of the profile is checked, and that is said.
-profile=scripts/deb/apparmor-lazaret
+# 2. The profile: AppArmor's parser must accept all of it. Debian 12's
+# parser (3.0.8) knows neither `abi <abi/4.0>` nor the userns rule, so the
+# whole profile is checked with AppArmor 4's: Debian 13's apparmor_parser,
+# which scripts/install-deps.sh unpacks with the libc it needs into
+# $LAZARET_TOOLS/apparmor4, run through that libc's loader. That package's
+# /etc/apparmor.d is the base (abi/4.0 and the includes resolve there), its
+# features file stands for the kernel's (AppArmor 4 with userns mediation:
+# the userns rules are compiled, not dropped as unenforced), no config
+# file of the host's is read, and warnings are errors. The host's own
+# parser checks the profile too: all of it where it is AppArmor 4, else
+# the rest without the abi line and userns rules.
+profile=$PWD/scripts/deb/apparmor-lazaret # absolute: --base changes directory
+aa4=${LAZARET_TOOLS:-/var/tmp/lazaret-tools}/apparmor4
+aa4_lib=$aa4/usr/lib/x86_64-linux-gnu
+if [ ! -x "$aa4/usr/sbin/apparmor_parser" ] || [ ! -x "$aa4_lib/ld-linux-x86-64.so.2" ]; then
+    why="AppArmor 4's parser is not in $aa4 (scripts/install-deps.sh fetches it)"
+    if [ "${LAZARET_MUST_WORK:-}" = 1 ]; then fail "$why"; else say "skipping: the whole profile's check: $why"; fi
+else
+    aa4_parser=("$aa4_lib/ld-linux-x86-64.so.2" --library-path "$aa4_lib" "$aa4/usr/sbin/apparmor_parser"
+        --config-file /dev/null --features-file "$aa4/usr/share/apparmor-features/features"
+        --base "$aa4/etc/apparmor.d" --Werror --skip-cache)
+    aa4_version=$("${aa4_parser[@]}" --version | awk 'NR==1{print $NF}')
+    if "${aa4_parser[@]}" --skip-kernel-load "$profile" > "$work/aa4.txt" 2>&1; then
+        names=$("${aa4_parser[@]}" --names "$profile" 2>/dev/null | paste -sd ' ')
+        if [ "$names" = "lazaret lazaret-runsc" ]; then
+            say "apparmor_parser $aa4_version -Q accepts the whole profile (profiles: $names)"
+        else
+            fail "apparmor_parser $aa4_version finds the profiles '$names' in $profile, not lazaret and lazaret-runsc"
+        fi
+    else
+        cat "$work/aa4.txt"
+        fail "apparmor_parser $aa4_version -Q refused $profile (above)"
+    fi
+fi
 if ! command -v apparmor_parser >/dev/null; then
     fail "apparmor_parser is missing (scripts/install-deps.sh installs apparmor)"
 elif [ -e /etc/apparmor.d/abi/4.0 ]; then
-    apparmor_parser -Q -K "$profile" && say "apparmor_parser -Q accepts the profile" || fail "apparmor_parser -Q refused $profile"
+    apparmor_parser -Q -K "$profile" && say "the host's apparmor_parser -Q accepts the profile" || fail "the host's apparmor_parser -Q refused $profile"
 else
     sed -e '/^abi /d' -e '/^ *userns,/d' "$profile" > "$work/profile-3"
     if apparmor_parser -Q -K "$work/profile-3" 2>/dev/null; then
-        say "apparmor_parser $(apparmor_parser --version | awk 'NR==1{print $NF}') -Q accepts the profile without its abi line and userns rules (it predates both; AppArmor 4 checks them)"
+        say "the host's apparmor_parser $(apparmor_parser --version | awk 'NR==1{print $NF}') -Q accepts the profile without its abi line and userns rules (it predates both)"
     else
-        fail "apparmor_parser -Q refused the profile (without abi/userns)"
+        fail "the host's apparmor_parser -Q refused the profile (without abi/userns)"
     fi
 fi
 
