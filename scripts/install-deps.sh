@@ -228,6 +228,34 @@ fi
 apparmor4_debs='pool/main/a/apparmor/apparmor_4.1.0-1_amd64.deb a08bf026cde3895f76d27cb5f9ba3d31d0ecf8b5b00cab9b70edaa7473d4b0a1
 pool/main/g/glibc/libc6_2.41-12+deb13u5_amd64.deb b59b0625cd1a791375d40dab23a4d5d3d0641e3d0a773501becdc3725b7f99cf'
 aa4=$tools/apparmor4
+# trixie_current PKG DIR: prints "Filename SHA256" of PKG's current amd64
+# build in Debian 13, read from the Packages index whose SHA-256 the
+# InRelease file names, whose signature gpgv checks against Debian 13's
+# archive keys (debian-archive-keyring). Fails on any mismatch or a bad
+# signature.
+trixie_current() {
+    local pkg=$1 d=$2/index want
+    if [ ! -s "$d/Packages" ]; then
+        mkdir -p "$d"
+        wget -q -O "$d/InRelease" https://deb.debian.org/debian/dists/trixie/InRelease || return 1
+        # InRelease also carries signatures by keys newer than this
+        # keyring (gpgv then exits non-zero): a good signature by a Debian 13
+        # key and no bad one is what counts.
+        gpgv --status-fd 3 --keyring /usr/share/keyrings/debian-archive-trixie-automatic.gpg \
+            --keyring /usr/share/keyrings/debian-archive-trixie-stable.gpg \
+            --output "$d/Release" "$d/InRelease" 3> "$d/status" 2>/dev/null || true
+        grep -q '^\[GNUPG:\] VALIDSIG ' "$d/status" && ! grep -q '^\[GNUPG:\] BADSIG ' "$d/status" || return 1
+        want=$(awk '/^SHA256:/ { s = 1; next } /^[^ ]/ { s = 0 }
+                    s && $3 == "main/binary-amd64/Packages.xz" { print $1 }' "$d/Release")
+        wget -q -O "$d/Packages.xz" https://deb.debian.org/debian/dists/trixie/main/binary-amd64/Packages.xz || return 1
+        [ -n "$want" ] && [ "$(sha256sum < "$d/Packages.xz" | cut -d' ' -f1)" = "$want" ] || return 1
+        xz -dc "$d/Packages.xz" > "$d/Packages" || return 1
+    fi
+    awk -v p="$pkg" '/^Package: / { m = ($2 == p); f = ""; s = "" }
+        m && /^Filename: / { f = $2 } m && /^SHA256: / { s = $2 }
+        /^$/ { if (m && f != "" && s != "") { print f, s; found = 1; exit } }
+        END { exit !found }' "$d/Packages"
+}
 if [ "$(dpkg --print-architecture)" != amd64 ]; then
     say "not fetching AppArmor 4's parser: its pins are for amd64 (deb-test.sh's check of the whole profile will skip)"
 elif ! fetched "$aa4" <(printf '%s\n' "$apparmor4_debs"); then
@@ -240,9 +268,18 @@ elif ! fetched "$aa4" <(printf '%s\n' "$apparmor4_debs"); then
         f=$dl/${path##*/}
         url=https://deb.debian.org/debian/$path
         if ! wget -q -O "$f" "$url"; then
-            say "cannot fetch $url (if Debian has replaced that version, take the new Filename and SHA256 from dists/trixie/main/binary-amd64/Packages.xz into apparmor4_debs in $0)"
-            ok=0
-            break
+            # Debian drops a superseded version from the pool at a point
+            # release: take the package's current build from the index
+            # Debian signed instead.
+            pkg=${path##*/}
+            pkg=${pkg%%_*}
+            if ! cur=$(trixie_current "$pkg" "$dl") || ! read -r path sum <<< "$cur" ||
+                ! wget -q -O "$f" "https://deb.debian.org/debian/$path"; then
+                say "cannot fetch $url, nor $pkg's current build from trixie's signed index (to pin another, take its Filename and SHA256 from dists/trixie/main/binary-amd64/Packages.xz into apparmor4_debs in $0)"
+                ok=0
+                break
+            fi
+            say "$url is gone: using $pkg's current build $path (SHA-256 from trixie's signed index)"
         fi
         got=$(sha256sum < "$f" | cut -d' ' -f1)
         if [ "$got" != "$sum" ]; then
