@@ -247,6 +247,18 @@ pub const TABLE: &[Row] = &[
         treatment: DomainSide,
     },
     Row {
+        // bazelisk runs the workspace's `tools/bazel` in place of Bazel and
+        // fetches the Bazel `.bazelversion` names (a fork's release too);
+        // `.bazelrc` can name a `--workspace_status_command` to run and
+        // imports `user.bazelrc` by convention (other imports it names are
+        // project code, not covered).
+        tool: "Bazel and bazelisk",
+        patterns: &[".bazelrc", "user.bazelrc", ".bazelversion", "tools/bazel"],
+        depth: Any,
+        when: &[Build],
+        treatment: DomainSide,
+    },
+    Row {
         tool: "Git submodules",
         patterns: &[".gitmodules"],
         depth: Root,
