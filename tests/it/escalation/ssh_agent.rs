@@ -75,29 +75,10 @@ impl HostAgent {
         };
         for k in ["k1", "k2"] {
             let key = dir.join(k);
-            let o = host_cmd(
-                env,
-                &dir,
-                &[
-                    "ssh-keygen",
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-C",
-                    &format!("{k}@test"),
-                    "-f",
-                    key.to_str().unwrap(),
-                ],
-            );
-            assert_eq!(o.code, 0, "{o:?}");
+            let (fp, public) = ed25519_key(env, &dir, &key, &format!("{k}@test"));
             let o = agent(&["ssh-add", key.to_str().unwrap()]);
             assert!(o.status.success(), "{o:?}");
-            let l = host_cmd(env, &dir, &["ssh-keygen", "-lf", &format!("{}.pub", key.display())]);
-            let fp = l.stdout.split_whitespace().nth(1).unwrap().to_string();
-            let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
-            keys.push((fp, public.trim().to_string()));
+            keys.push((fp, public));
         }
         let mut child = Some(child);
         let me = HostAgent {
@@ -278,6 +259,33 @@ fn the_sandbox_sees_only_listed_keys_signs_commits_by_rule_and_nothing_else() {
         log.contains("sshsig namespace=\"file\"") && log.contains("refused"),
         "{log}"
     );
+}
+
+/// Makes an ed25519 key pair without a passphrase at `key` (and
+/// `key.pub`) on the host; returns its SHA256 fingerprint and its public
+/// line.
+pub(crate) fn ed25519_key(env: &Env, dir: &Path, key: &Path, comment: &str) -> (String, String) {
+    let o = host_cmd(
+        env,
+        dir,
+        &[
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            comment,
+            "-f",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    let l = host_cmd(env, dir, &["ssh-keygen", "-lf", &format!("{}.pub", key.display())]);
+    let fp = l.stdout.split_whitespace().nth(1).unwrap().to_string();
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    (fp, public.trim().to_string())
 }
 
 /// A commit object's text without its `gpgsig` header, and the signature.

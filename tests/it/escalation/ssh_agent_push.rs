@@ -23,8 +23,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::ssh_agent::{tools, HostAgent, SSH_QUESTION};
-use crate::fixtures::{host_cmd, host_git, TestNs};
+use super::ssh_agent::{ed25519_key, tools, HostAgent, SSH_QUESTION};
+use crate::fixtures::{host_git, TestNs};
 use crate::harness::{eventually, sh_quote, Env, Tmux};
 use crate::require_env;
 
@@ -92,28 +92,9 @@ impl SshHost {
         let mut ns = TestNs::create("lzs", std::net::Ipv4Addr::new(198, 19, 0, 0), k);
         ns.serve("python3", DNS, &[ns.ip.clone(), format!("{name}={}", ns.ip)]);
         let hostkey = dir.join("hostkey");
-        let o = host_cmd(
-            env,
-            &dir,
-            &[
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                name,
-                "-f",
-                hostkey.to_str().unwrap(),
-            ],
-        );
-        assert_eq!(o.code, 0, "{o:?}");
-        let public = std::fs::read_to_string(dir.join("hostkey.pub")).unwrap();
+        let (host_fp, public) = ed25519_key(env, &dir, &hostkey, name);
         let mut f = public.split_whitespace();
         let known_line = format!("{name} {} {}", f.next().unwrap(), f.next().unwrap());
-        let l = host_cmd(env, &dir, &["ssh-keygen", "-lf", "hostkey.pub"]);
-        let host_fp = l.stdout.split_whitespace().nth(1).unwrap().to_string();
         env.write(&dir.join("authorized_keys"), &(authorized.join("\n") + "\n"));
         let bare = dir.join("bare.git");
         let o = host_git(env, &dir, &["init", "-q", "--bare", "bare.git"]);
