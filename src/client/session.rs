@@ -57,9 +57,12 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         .unwrap_or_default()
         .to_string_lossy()
         .to_string();
-    if codec::send(&mut stream, &hello(r)).is_err() {
-        return Ok(Outcome::Retry);
-    }
+    // A send that fails (the coordinator closed) still reads what it sent
+    // before closing: a coordinator of another build refuses the Hello and
+    // closes at once, often before the Open below is written, and its
+    // refusal names the build and the fix (a Domain going down sends
+    // nothing, and that is a retry).
+    let mut sent = codec::send(&mut stream, &hello(r)).is_ok();
     let open = ClientMsg::Open(wire_client::OpenRequest {
         argv,
         env,
@@ -76,13 +79,13 @@ pub(crate) fn session(mut stream: UnixStream, r: &Resolved, argv: Vec<String>) -
         },
         root: r.root,
     });
-    if codec::send(&mut stream, &open).is_err() {
-        return Ok(Outcome::Retry);
-    }
+    sent = sent && codec::send(&mut stream, &open).is_ok();
     let mut reader = FrameReader::default();
     match reader.recv::<ServerMsg>(&mut stream) {
-        Ok(ServerMsg::Welcome { .. }) => {}
         Ok(ServerMsg::Refused { reason }) => return Err(Failure::SessionRefused(reason)),
+        // Welcomed, but the Open never went out: the Domain was stopping.
+        Ok(ServerMsg::Welcome { .. }) if !sent => return Ok(Outcome::Retry),
+        Ok(ServerMsg::Welcome { .. }) => {}
         Ok(other) => {
             return Err(Failure::UnexpectedReply(crate::wire::UnexpectedMessage::of(
                 "Welcome", &other,
