@@ -98,11 +98,21 @@ trap restore EXIT
 
 echo "old-build.sh: building ${sha:0:12} (only the lazaret crate compiles again when Cargo.lock is unchanged)"
 start=$SECONDS
+touch "$work/started"
 # Its own checkout's .cargo/config.toml applies (cargo reads it from the
 # working directory), as in a build of that commit.
 (cd "$work/src" && LAZARET_COMMIT=${sha:0:12} cargo build --release --locked \
     --bin lazaret --bin lazaret-init --bin lazaret-escalate)
 echo "old-build.sh: built ${sha:0:12} in $((SECONDS - start)) s"
+# cargo names a path package's artifacts and fingerprints by a hash of its
+# place in its workspace, the same for this source as for the checkout's:
+# this build's lazaret units replaced the checkout's, and the checkout's
+# next build of the same kind (`cargo build --release`, no features) would
+# take them as its own and fresh, and put this commit's binaries in the
+# release directory. They are removed: that build compiles the lazaret
+# crate again.
+find "$out/.fingerprint" -maxdepth 1 -name 'lazaret-*' -newer "$work/started" -exec rm -rf {} +
+find "$out/deps" -maxdepth 1 \( -name 'lazaret[-_]*' -o -name 'liblazaret[-_]*' \) -newer "$work/started" -delete
 
 tmp=$(mktemp -d "${dest%/}.new.XXXXXX")
 for b in "${bins[@]}"; do
