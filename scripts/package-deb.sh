@@ -40,7 +40,7 @@ bindir=${LAZARET_DEB_BIN_DIR:-}
 if [ -z "$bindir" ]; then
     . scripts/lib.sh
     use_cargo "$PWD"
-    echo "package-deb: building the release binaries (commit ${commit:-unknown})"
+    echo "package-deb: building the release binaries (commit ${commit:-unknown})" >&2
     LAZARET_COMMIT=$commit cargo build --release --locked
     bindir=${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release
 fi
