@@ -261,6 +261,23 @@ fn the_sandbox_sees_only_listed_keys_signs_commits_by_rule_and_nothing_else() {
     );
 }
 
+/// A 200×40 tmux pane running `lazaret run` in `ws` with the config in
+/// `cfg` and the host agent's socket, at its shell prompt.
+pub(crate) fn agent_pane(env: &Env, ws: &Path, cfg: &Path, agent: &HostAgent, name: &str) -> Tmux {
+    let cmd = env.pane_cmd(ws, &["run"]).replacen(
+        " env ",
+        &format!(
+            " env XDG_CONFIG_HOME={} SSH_AUTH_SOCK={} ",
+            sh_quote(&cfg.display().to_string()),
+            sh_quote(&agent.sock.display().to_string())
+        ),
+        1,
+    );
+    let t = Tmux::new(name, 200, 40, &cmd);
+    t.expect("root@lazaret", Duration::from_secs(120));
+    t
+}
+
 /// Makes an ed25519 key pair without a passphrase at `key` (and
 /// `key.pub`) on the host; returns its SHA256 fingerprint and its public
 /// line.
@@ -325,17 +342,7 @@ fn each_signature_is_asked_at_the_terminal_and_only_yes_signs() {
     for d in ["d-yes", "d-no", "d-noterm"] {
         env.write(&ws.join(d), &format!("{d}\n"));
     }
-    let cmd = env.pane_cmd(&ws, &["run"]).replacen(
-        " env ",
-        &format!(
-            " env XDG_CONFIG_HOME={} SSH_AUTH_SOCK={} ",
-            sh_quote(&cfg.display().to_string()),
-            sh_quote(&agent.sock.display().to_string())
-        ),
-        1,
-    );
-    let t = Tmux::new("sshask", 200, 40, &cmd);
-    t.expect("root@lazaret", Duration::from_secs(120));
+    let t = agent_pane(env, &ws, &cfg, &agent, "sshask");
     // A fake prompt, a scroll region and concealed text drawn first.
     let fake =
         "printf '\\033[?1049h\\033[2J\\033[30;1H=> ssh-keygen -Y sign, namespace \"git\", with key SHA256:fake\\r\\n\

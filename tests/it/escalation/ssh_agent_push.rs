@@ -23,9 +23,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::ssh_agent::{ed25519_key, tools, HostAgent, SSH_QUESTION};
+use super::ssh_agent::{agent_pane, ed25519_key, tools, HostAgent, SSH_QUESTION};
 use crate::fixtures::{host_git, TestNs};
-use crate::harness::{eventually, sh_quote, Env, Tmux};
+use crate::harness::{eventually, sh_quote, Env};
 use crate::require_env;
 
 /// The test host's DNS: `NAME` resolves to the namespace's address.
@@ -301,17 +301,7 @@ fn git_push_over_ssh_is_asked_at_the_terminal_and_lands_only_after_yes() {
         ),
     );
     client(env, &ws, &agent, &server);
-    let cmd = env.pane_cmd(&ws, &["run"]).replacen(
-        " env ",
-        &format!(
-            " env XDG_CONFIG_HOME={} SSH_AUTH_SOCK={} ",
-            sh_quote(&cfg.display().to_string()),
-            sh_quote(&agent.sock.display().to_string())
-        ),
-        1,
-    );
-    let t = Tmux::new("sshpush", 200, 40, &cmd);
-    t.expect("root@lazaret", Duration::from_secs(120));
+    let t = agent_pane(env, &ws, &cfg, &agent, "sshpush");
     let url = server.url(env);
     t.line(&format!(
         "clear; echo 'mark''-yes'; sh /workspace/push.sh yes {}",
