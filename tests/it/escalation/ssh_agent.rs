@@ -261,6 +261,21 @@ fn the_sandbox_sees_only_listed_keys_signs_commits_by_rule_and_nothing_else() {
     );
 }
 
+/// The screen once the SSH prompt has settled (800 ms after it appeared),
+/// asserting that the line just above the last question is `want`.
+pub(crate) fn settled_question(t: &Tmux, want: &str) -> String {
+    std::thread::sleep(Duration::from_millis(800));
+    let screen = t.capture();
+    eprintln!("screen:\n{screen}");
+    let lines: Vec<&str> = screen.lines().collect();
+    let q = lines
+        .iter()
+        .rposition(|l| l.starts_with(SSH_QUESTION))
+        .expect("the question");
+    assert_eq!(lines[q - 1].trim_end(), want, "{screen}");
+    screen
+}
+
 /// A 200×40 tmux pane running `lazaret run` in `ws` with the config in
 /// `cfg` and the host agent's socket, at its shell prompt.
 pub(crate) fn agent_pane(env: &Env, ws: &Path, cfg: &Path, agent: &HostAgent, name: &str) -> Tmux {
@@ -358,15 +373,7 @@ fn each_signature_is_asked_at_the_terminal_and_only_yes_signs() {
         "no prompt:\n{}",
         t.capture()
     );
-    std::thread::sleep(Duration::from_millis(800));
-    let screen = t.capture();
-    eprintln!("screen:\n{screen}");
-    let lines: Vec<&str> = screen.lines().collect();
-    let q = lines
-        .iter()
-        .rposition(|l| l.starts_with(SSH_QUESTION))
-        .expect("the question");
-    assert_eq!(lines[q - 1].trim_end(), want, "{screen}");
+    let screen = settled_question(&t, &want);
     assert!(
         !screen.contains("SHA256:fake"),
         "the fake prompt is still shown:\n{screen}"

@@ -23,7 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::ssh_agent::{agent_pane, ed25519_key, tools, HostAgent, SSH_QUESTION};
+use super::ssh_agent::{agent_pane, ed25519_key, settled_question, tools, HostAgent, SSH_QUESTION};
 use crate::fixtures::{host_git, TestNs};
 use crate::harness::{eventually, sh_quote, Env};
 use crate::require_env;
@@ -315,15 +315,7 @@ fn git_push_over_ssh_is_asked_at_the_terminal_and_lands_only_after_yes() {
         t.capture(),
         server.log()
     );
-    std::thread::sleep(Duration::from_millis(800));
-    let screen = t.capture();
-    eprintln!("screen:\n{screen}");
-    let lines: Vec<&str> = screen.lines().collect();
-    let q = lines
-        .iter()
-        .rposition(|l| l.starts_with(SSH_QUESTION))
-        .expect("the question");
-    assert_eq!(lines[q - 1].trim_end(), want, "{screen}");
+    let screen = settled_question(&t, &want);
     // The server is named by its host key, as the developer's known_hosts
     // knows it (the server proved the key by signing the session).
     let to = format!(
